@@ -1,0 +1,80 @@
+# agentkv - build, test, demo, benchmarks, fuzzing.
+#   make            library + build/agentkv
+#   make test       build and run every test (ends with "N passed, N failed")
+#   make demo       the main job (MODEL=path/to/model.gguf to override)
+#   make asan       tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make fuzz       libFuzzer on the GGUF reader, bounded time (FUZZ_SECONDS)
+#   make bench      engine benchmarks on synthetic 1B-shaped models
+# ARCH=native by default (SIMD chosen by the compiler's target); ARCH= for a
+# portable scalar build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
+
+CC      ?= cc
+BUILD   ?= build
+ARCH    ?= native
+OPT     ?= -O2
+SAN     ?=
+SHARED  ?= ../shared
+MODEL   ?= $(SHARED)/models/stories260K.gguf
+FUZZ_SECONDS ?= 60
+
+DEPS_OK := $(shell sh scripts/deps.sh >&2 && echo ok)
+ifneq ($(DEPS_OK),ok)
+$(error missing build dependencies: run scripts/deps.sh as root)
+endif
+
+PCRE_CFLAGS := $(shell pkg-config --cflags libpcre2-8)
+PCRE_LIBS   := $(shell pkg-config --libs libpcre2-8)
+ARCHFLAG    := $(if $(ARCH),-march=$(ARCH),)
+CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -pthread \
+           -D_GNU_SOURCE $(PCRE_CFLAGS) $(SAN) -MMD -MP
+LDLIBS  += $(PCRE_LIBS) -lcjson -lm -pthread
+
+LIB_SRC  := $(wildcard src/*.c)
+CLI_SRC  := $(wildcard cli/*.c)
+TEST_SRC := $(wildcard tests/*.c)
+BENCH_SRC:= $(wildcard bench/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+all: $(BUILD)/agentkv $(BUILD)/agentkv-tests
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libagentkv.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/agentkv: $(CLI_OBJ) $(BUILD)/libagentkv.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/libagentkv.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+test: $(BUILD)/agentkv-tests $(BUILD)/agentkv
+	AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
+
+demo: $(BUILD)/agentkv
+	sh scripts/demo.sh $(BUILD)/agentkv $(MODEL)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+fuzz:
+	@mkdir -p $(BUILD)/fuzz
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(PCRE_CFLAGS) \
+	    fuzz/fuzz_gguf.c src/gguf.c src/util.c -o $(BUILD)/fuzz/fuzz_gguf -lm
+	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	    $(BUILD)/fuzz/corpus fuzz/seeds 2>&1 | tail -5
+	@mkdir -p $(BUILD)/fuzz/corpus
+
+bench: $(BUILD)/agentkv
+	sh bench/engine.sh $(BUILD)/agentkv
+
+clean:
+	rm -rf build build-asan build-scalar
+
+.PHONY: all test demo asan fuzz bench clean
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,174 @@
+/* cmd_run.c - agentkv run: generate a continuation of a prompt. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../src/sampler.h"
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+
+static const char *usage_text =
+    "usage: agentkv run -m MODEL (-p PROMPT | -f PROMPT_FILE) [flags]\n"
+    "  prints only the generated continuation to stdout (streaming); timings go to stderr\n"
+    "  -m, --model FILE     GGUF model\n"
+    "  -p, --prompt TEXT    prompt text\n"
+    "  -f, --file FILE      read the prompt from a file\n"
+    "  -n, --n-predict N    tokens to generate (default 128; stops early at end-of-generation)\n"
+    "  -c, --ctx-size N     context size (default: the model's, at most 4096)\n"
+    "  -t, --threads N      threads (default: all cores)\n"
+    "  --temp T             temperature (default 0.8; 0 = greedy)\n"
+    "  --top-k K            top-k (default 40; 0 = off)\n"
+    "  --top-p P            top-p (default 0.95; 1 = off)\n"
+    "  --min-p P            min-p (default 0.05; 0 = off)\n"
+    "  --repeat-penalty R   repetition penalty (default 1.0 = off)\n"
+    "  --repeat-last-n N    tokens the penalty looks back over (default 64)\n"
+    "  --seed S             RNG seed (default: from the clock); same seed, same output\n"
+    "  --no-bos             don't add the BOS token the vocabulary asks for\n"
+    "  --json               print one JSON object (tokens, text, timings) instead of streaming\n";
+
+int cmd_run(int argc, char **argv) {
+    ak_args a;
+    args_init(&a, "run", argc, argv);
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
+    int n_predict = 128, n_ctx = 0, n_threads = 0, json = 0, no_bos = 0, seed_set = 0;
+    ak_sampler_params sp = ak_sampler_defaults();
+    const char *f;
+    while ((f = args_next(&a))) {
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
+        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) prompt = args_value(&a, f);
+        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) prompt_file = args_value(&a, f);
+        else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict")) n_predict = (int)args_int(&a, f, 0, 1 << 24);
+        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) n_ctx = (int)args_int(&a, f, 1, 1 << 24);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--temp")) sp.temp = (float)args_float(&a, f, 0, 100);
+        else if (!strcmp(f, "--top-k")) sp.top_k = (int)args_int(&a, f, 0, 1 << 24);
+        else if (!strcmp(f, "--top-p")) sp.top_p = (float)args_float(&a, f, 1e-6, 1);
+        else if (!strcmp(f, "--min-p")) sp.min_p = (float)args_float(&a, f, 0, 1);
+        else if (!strcmp(f, "--repeat-penalty")) sp.repeat_penalty = (float)args_float(&a, f, 1e-3, 100);
+        else if (!strcmp(f, "--repeat-last-n")) sp.repeat_last_n = (int)args_int(&a, f, 0, 1 << 24);
+        else if (!strcmp(f, "--seed")) { sp.seed = (uint64_t)args_int(&a, f, 0, INT64_MAX); seed_set = 1; }
+        else if (!strcmp(f, "--no-bos")) no_bos = 1;
+        else if (!strcmp(f, "--json")) json = 1;
+        else args_unknown(&a, f);
+    }
+    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && !prompt == !prompt_file) args_error(&a, "give exactly one of -p PROMPT or -f PROMPT_FILE");
+    if (a.failed) return AK_EXIT_USAGE;
+    if (!seed_set) sp.seed = (uint64_t)time(NULL);
+
+    char *file_text = NULL;
+    size_t prompt_len = prompt ? strlen(prompt) : 0;
+    if (prompt_file && !(file_text = read_prompt_file("run", prompt_file, &prompt_len))) return 1;
+    if (file_text) prompt = file_text;
+
+    loaded_model lm;
+    if (load_model(&lm, "run", model_path) < 0) { free(file_text); return 1; }
+    const ak_config *cfg = &lm.model->cfg;
+    if (!n_ctx) n_ctx = cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
+
+    int rc = 1;
+    ak_error err = {{0}};
+    int32_t *ids = NULL, *hist = NULL;
+    size_t n_ids = 0;
+    ak_kv *kv = NULL;
+    ak_ctx *ctx = NULL;
+    ak_sampler *smp = NULL;
+    float *logits = NULL;
+    char *text = NULL, *piece = NULL;
+    size_t text_len = 0, text_cap = 0;
+
+    if (ak_tokenize(lm.tok, prompt, prompt_len, no_bos ? 0 : AK_TOK_ADD_SPECIAL, &ids, &n_ids, &err) < 0) goto fail;
+    if (n_ids == 0) { ak_fail(&err, "the prompt is empty (no tokens)"); goto fail; }
+    if ((long)n_ids + n_predict > n_ctx && (long)n_ids >= n_ctx) {
+        ak_fail(&err, "prompt has %zu tokens, the context is %d (-c)", n_ids, n_ctx);
+        goto fail;
+    }
+    if (!(kv = ak_kv_new(&lm.model->spec, n_ctx, &err))) goto fail;
+    if (!(ctx = ak_ctx_new(lm.model, n_ids < 256 ? (int)n_ids : 256, n_threads, &err))) goto fail;
+    if (!(smp = ak_sampler_new(&sp, cfg->vocab, &err))) goto fail;
+    if (!(logits = ak_malloc((size_t)cfg->vocab * sizeof(float), &err))) goto fail;
+    if (!(hist = ak_malloc((n_ids + n_predict + 1) * sizeof(int32_t), &err))) goto fail;
+    memcpy(hist, ids, n_ids * sizeof(int32_t));
+
+    progress pg;
+    progress_init(&pg, "prefill");
+    double t0 = ak_now();
+    if (ak_eval(ctx, kv, ids, (int)n_ids, 0, logits, NULL, progress_update, &pg, &err) < 0) goto fail;
+    progress_done(&pg);
+    double t1 = ak_now();
+
+    ak_detok dt;
+    ak_detok_init(&dt);
+    int n_gen = 0, pos = (int)n_ids;
+    size_t piece_cap = ak_detok_bound(lm.tok);
+    piece = malloc(piece_cap);
+    if (!piece) { ak_fail(&err, "out of memory"); goto fail; }
+    while (n_gen < n_predict && pos < n_ctx) {
+        int32_t tok = ak_sample(smp, logits, hist, pos);
+        if (ak_token_is_eog(lm.tok, tok)) break;
+        hist[pos] = tok;
+        n_gen++;
+        size_t np = 0;
+        if (ak_detok_push(&dt, lm.tok, tok, piece, piece_cap, &np) < 0) {
+            ak_fail(&err, "cannot decode token %d", tok);
+            goto fail;
+        }
+        if (np) {
+            if (json) {
+                if (text_len + np + 1 > text_cap) {
+                    text_cap = (text_len + np + 1) * 2;
+                    char *nt = realloc(text, text_cap);
+                    if (!nt) { ak_fail(&err, "out of memory"); goto fail; }
+                    text = nt;
+                }
+                memcpy(text + text_len, piece, np);
+                text_len += np;
+            } else {
+                fwrite(piece, 1, np, stdout);
+                fflush(stdout);
+            }
+        }
+        if (n_gen == n_predict || pos + 1 >= n_ctx) { pos++; break; }
+        if (ak_eval(ctx, kv, &tok, 1, pos, logits, NULL, NULL, NULL, &err) < 0) goto fail;
+        pos++;
+    }
+    size_t np = ak_detok_flush(&dt, piece, piece_cap);
+    double t2 = ak_now();
+    if (json) {
+        if (np) {
+            char *nt = realloc(text, text_len + np + 1);
+            if (!nt) { ak_fail(&err, "out of memory"); goto fail; }
+            text = nt;
+            memcpy(text + text_len, piece, np);
+            text_len += np;
+        }
+    } else {
+        if (np) fwrite(piece, 1, np, stdout);
+        fputc('\n', stdout);
+    }
+    double pf_ms = (t1 - t0) * 1e3, dec_ms = (t2 - t1) * 1e3;
+    double pf_tps = n_ids / (t1 - t0), dec_tps = n_gen > 0 ? n_gen / (t2 - t1) : 0;
+    if (json) {
+        printf("{\"prompt_tokens\": %zu, \"generated_tokens\": %d, \"text\": ", n_ids, n_gen);
+        ak_json_write_string(stdout, text ? text : "", text_len);
+        printf(", \"timings\": {\"load_ms\": %.2f, \"prefill_ms\": %.2f, \"prefill_tok_s\": %.2f, "
+               "\"decode_ms\": %.2f, \"decode_tok_s\": %.2f}}\n",
+               lm.load_s * 1e3, pf_ms, pf_tps, dec_ms, dec_tps);
+    }
+    fprintf(stderr, "load %.1f ms | prefill %zu tokens in %.1f ms (%.1f tok/s) | decode %d tokens in %.1f ms (%.1f tok/s)\n",
+            lm.load_s * 1e3, n_ids, pf_ms, pf_tps, n_gen, dec_ms, dec_tps);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "agentkv run: %s\n", err.msg);
+done:
+    free(text); free(piece); free(ids); free(hist); free(logits); free(file_text);
+    ak_sampler_free(smp);
+    ak_ctx_free(ctx);
+    ak_kv_free(kv);
+    unload_model(&lm);
+    return rc;
+}

@@ -1,0 +1,14 @@
+/* commands.h - the agentkv subcommands. Each takes the arguments after its
+ * name (argv[0] is the first flag) and returns the process exit code:
+ * 0 success, 1 runtime error (bad file, ...), 2 usage error. */
+#ifndef AK_COMMANDS_H
+#define AK_COMMANDS_H
+
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,13 @@
+#!/bin/sh
+# deps.sh - installs the Debian packages agentkv builds against, when missing.
+# Called by the Makefile; quiet when everything is present.
+set -e
+need=""
+pkg-config --exists libpcre2-8 2>/dev/null || need="$need libpcre2-dev"
+[ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
+command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
+[ -z "$need" ] && exit 0
+echo "deps.sh: installing$need" >&2
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+$SUDO apt-get update -qq >&2
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >&2

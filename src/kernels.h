@@ -1,0 +1,49 @@
+/* kernels.h - weight formats and the products the forward pass is made of.
+ *
+ * Weight types are ggml's (see gguf.h): F32, F16, BF16, Q8_0, Q4_0.
+ *   Q8_0: blocks of 32: f16 scale d, 32 x int8 q;           x = d * q
+ *   Q4_0: blocks of 32: f16 scale d, 16 bytes; byte j holds element j in its
+ *         low nibble and element j+16 in its high nibble;    x = d * (q - 8)
+ * A "row" is one output neuron's weights (ne[0] elements of a GGUF tensor).
+ *
+ * Every SIMD path (AVX-512, AVX2, NEON, chosen at build time by the compiler's
+ * target macros) has a scalar twin with the same contract; the *_scalar entry
+ * points always use it, so tests can compare the two on any machine.
+ */
+#ifndef AK_KERNELS_H
+#define AK_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "threadpool.h"
+
+/* 1 if the engine can compute with weights of this ggml type. */
+int ak_wtype_supported(uint32_t type);
+/* Bytes of one row of n elements (n must be a multiple of the block size). */
+size_t ak_row_bytes(uint32_t type, int64_t n);
+/* Name of the SIMD path compiled in: "avx512", "avx2", "neon" or "scalar". */
+const char *ak_simd_name(void);
+
+/* Float rows <-> a weight type (n a multiple of the block size). Quantizers
+ * round to nearest, as the reference implementation does. */
+void ak_quantize_row(uint32_t type, const float *x, void *dst, int64_t n);
+void ak_dequantize_row(uint32_t type, const void *src, float *y, int64_t n);
+
+/* dot(row of type `type`, x) with x in f32. */
+float ak_vec_dot(uint32_t type, const void *row, const float *x, int64_t n);
+float ak_vec_dot_scalar(uint32_t type, const void *row, const float *x, int64_t n);
+
+/* Y (ntok x rows, row-major) = X (ntok x cols, f32) times W^T, W (rows x cols)
+ * stored as rows of `wtype`. Split across the pool's threads; for ntok > 1
+ * each weight block is reused across tokens (prefill). For quantized weights
+ * the activations are quantized to 8-bit blocks once per call and integer dot
+ * products are used. Scratch memory is owned by the pool's kernel context and
+ * grown on demand (no allocation per call in steady state). */
+void ak_matmul(ak_pool *pool, uint32_t wtype, const void *W, int64_t rows, int64_t cols,
+               const float *X, int64_t ntok, float *Y);
+/* Same contract, scalar code, single thread: the reference the tests use. */
+void ak_matmul_scalar(uint32_t wtype, const void *W, int64_t rows, int64_t cols,
+                      const float *X, int64_t ntok, float *Y);
+
+#endif

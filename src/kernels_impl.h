@@ -1,0 +1,73 @@
+/* kernels_impl.h - internal interface between kernels.c (public API, scalar
+ * code, threading) and the SIMD back ends (kernels_x86.c, kernels_arm.c).
+ * Not part of the public API.
+ *
+ * A back end provides, for one set of target macros:
+ *   - its layout of "XQ", one token's activations quantized to 8-bit blocks
+ *     of 32 (d = amax/127, q = round-half-even(x/d), |q| <= 127), used with
+ *     Q8_0 and Q4_0 weights. The layout may depend on the weight type.
+ *   - tile loops computing a rectangle of Y from W and XQ (quantized) or X.
+ * The scalar back end (kernels.c) is the reference for all of them.
+ */
+#ifndef AK_KERNELS_IMPL_H
+#define AK_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "kernels.h"
+
+/* Which SIMD back end this build uses: decided here only. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__) && defined(__FMA__) && defined(__F16C__)
+#define AK_SIMD_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define AK_SIMD_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define AK_SIMD_NEON 1
+#endif
+
+#define AK_QK 32            /* elements per quantized block */
+#define AK_Q8_0_BYTES 34    /* f16 d + 32 x int8 */
+#define AK_Q4_0_BYTES 18    /* f16 d + 16 bytes of nibbles */
+
+/* Y[t * ldy + r] = dot(row r of W, token t) for r in [r0, r1), t in [t0, t1).
+ * W points at row 0; rows are wrb bytes apart. For mm_q, xq points at token
+ * 0's XQ row and rows are xqs bytes apart; for mm_f, X is ntok x cols f32. */
+typedef void (*ak_mm_q_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
+                           int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
+                           float *Y, int64_t ldy);
+typedef void (*ak_mm_f_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
+                           int64_t cols, const float *X, int64_t t0, int64_t t1,
+                           float *Y, int64_t ldy);
+
+typedef struct {
+    const char *name;
+    /* Bytes of one token's XQ row for weights of wtype; a multiple of 64. */
+    size_t (*xq_row_bytes)(uint32_t wtype, int64_t cols);
+    /* Quantizes cols activations (a multiple of 32) into one XQ row. */
+    void (*quantize_x)(uint32_t wtype, const float *x, void *dst, int64_t cols);
+    ak_mm_q_fn mm_q;        /* Q8_0, Q4_0 weights */
+    ak_mm_f_fn mm_f;        /* F32, F16, BF16 weights */
+    /* Row conversions between f32 and IEEE half (round to nearest even). */
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+} ak_kernel_backend;
+
+extern const ak_kernel_backend ak_backend_scalar;   /* kernels.c */
+#if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2) || defined(AK_SIMD_NEON)
+extern const ak_kernel_backend ak_backend_simd;     /* kernels_x86.c / kernels_arm.c */
+#endif
+
+/* Little helpers shared by the back ends. */
+static inline uint16_t ak_load_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);   /* blocks are only 2-byte aligned at best */
+    return v;
+}
+static inline int64_t ak_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline size_t ak_round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+#endif

@@ -1,0 +1,436 @@
+/* model.c - loading llama/qwen2 GGUF models and the forward pass. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "kernels.h"
+
+/* ---- loading ------------------------------------------------------------ */
+
+/* Reads "{arch}.suffix" as u32 into *out; absent -> def (or error if def < 0). */
+static int arch_u32(const ak_model *m, const char *suffix, int def, int *out, ak_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->cfg.arch_name, suffix);
+    if (!gguf_find(&m->gguf, key)) {
+        if (def < 0) return ak_fail(err, "%s: missing metadata key '%s'", m->gguf.path, key);
+        *out = def;
+        return 0;
+    }
+    uint32_t v;
+    if (gguf_get_u32(&m->gguf, key, &v, err) < 0) return -1;
+    if (v > (1u << 24)) return ak_fail(err, "%s: '%s' = %u is absurd", m->gguf.path, key, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int arch_f32(const ak_model *m, const char *suffix, float def, float *out, ak_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", m->cfg.arch_name, suffix);
+    if (!gguf_find(&m->gguf, key)) { *out = def; return 0; }
+    return gguf_get_f32(&m->gguf, key, out, err);
+}
+
+/* Finds a 2-D weight of shape (rows, cols) in a type the kernels compute with. */
+static int get_weight(ak_model *m, const char *name, int64_t rows, int64_t cols, ak_weight *w, ak_error *err) {
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (!t) return ak_fail(err, "%s: missing tensor '%s'", m->gguf.path, name);
+    if (t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows || t->ne[2] != 1 || t->ne[3] != 1)
+        return ak_fail(err, "%s: tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]", m->gguf.path, name,
+                       (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)cols, (long long)rows);
+    if (!ak_wtype_supported(t->type))
+        return ak_fail(err, "%s: tensor '%s' has type %s, which this engine does not compute with", m->gguf.path,
+                       name, gguf_tensor_type_name(t->type));
+    w->data = t->data;
+    w->type = t->type;
+    w->rows = rows;
+    w->cols = cols;
+    m->weight_bytes += t->nbytes;
+    return 0;
+}
+
+/* Copies a 1-D tensor of n elements (F32 or F16) into a new f32 array. */
+static float *get_vec(ak_model *m, const char *name, int64_t n, int optional, ak_error *err) {
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (!t) {
+        if (!optional) ak_fail(err, "%s: missing tensor '%s'", m->gguf.path, name);
+        return NULL;
+    }
+    if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        ak_fail(err, "%s: tensor '%s' has %llu x %llu elements, expected %lld", m->gguf.path, name,
+                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (long long)n);
+        return NULL;
+    }
+    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16) {
+        ak_fail(err, "%s: tensor '%s' has type %s, expected F32", m->gguf.path, name, gguf_tensor_type_name(t->type));
+        return NULL;
+    }
+    float *v = ak_malloc(n * sizeof(float), err);
+    if (v) ak_dequantize_row(t->type, t->data, v, n);
+    return v;
+}
+
+static int load_config(ak_model *m, ak_error *err) {
+    ak_config *c = &m->cfg;
+    gguf_str arch;
+    if (gguf_get_str(&m->gguf, "general.architecture", &arch, err) < 0) return -1;
+    if (gguf_str_eq(arch, "llama")) c->arch = AK_ARCH_LLAMA;
+    else if (gguf_str_eq(arch, "qwen2")) c->arch = AK_ARCH_QWEN2;
+    else
+        return ak_fail(err, "%s: unsupported architecture '%.*s' (llama and qwen2 are supported)", m->gguf.path,
+                       (int)(arch.len > 32 ? 32 : arch.len), arch.data);
+    snprintf(c->arch_name, sizeof c->arch_name, "%.*s", (int)arch.len, arch.data);
+    gguf_str name;
+    if (gguf_find(&m->gguf, "general.name") && gguf_get_str(&m->gguf, "general.name", &name, NULL) == 0)
+        snprintf(c->name, sizeof c->name, "%.*s", (int)(name.len > 120 ? 120 : name.len), name.data);
+    if (arch_u32(m, "embedding_length", -1, &c->dim, err) < 0) return -1;
+    if (arch_u32(m, "block_count", -1, &c->n_layer, err) < 0) return -1;
+    if (arch_u32(m, "attention.head_count", -1, &c->n_head, err) < 0) return -1;
+    if (arch_u32(m, "attention.head_count_kv", c->n_head, &c->n_head_kv, err) < 0) return -1;
+    if (arch_u32(m, "feed_forward_length", -1, &c->ffn, err) < 0) return -1;
+    if (arch_u32(m, "context_length", 2048, &c->n_ctx_train, err) < 0) return -1;
+    if (c->dim <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->ffn <= 0)
+        return ak_fail(err, "%s: hyperparameters must be positive (dim %d, layers %d, heads %d, kv heads %d, ffn %d)",
+                       m->gguf.path, c->dim, c->n_layer, c->n_head, c->n_head_kv, c->ffn);
+    if (c->n_head % c->n_head_kv)
+        return ak_fail(err, "%s: %d heads is not a multiple of %d KV heads", m->gguf.path, c->n_head, c->n_head_kv);
+    int hd_default = c->dim % c->n_head == 0 ? c->dim / c->n_head : -1;
+    int dk, dv;
+    if (arch_u32(m, "attention.key_length", hd_default, &dk, err) < 0) return -1;
+    if (arch_u32(m, "attention.value_length", dk, &dv, err) < 0) return -1;
+    if (dk != dv || dk <= 0 || dk % 2)
+        return ak_fail(err, "%s: head dims K %d / V %d are not supported (equal and even)", m->gguf.path, dk, dv);
+    c->head_dim = dk;
+    if (arch_u32(m, "rope.dimension_count", c->head_dim, &c->rope_dim, err) < 0) return -1;
+    if (c->rope_dim > c->head_dim || c->rope_dim % 2)
+        return ak_fail(err, "%s: rope.dimension_count %d is invalid for head dim %d", m->gguf.path, c->rope_dim,
+                       c->head_dim);
+    if (arch_f32(m, "rope.freq_base", 10000.0f, &c->rope_base, err) < 0) return -1;
+    if (arch_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &c->rms_eps, err) < 0) return -1;
+    if (!(c->rope_base > 0) || !(c->rms_eps >= 0))
+        return ak_fail(err, "%s: invalid rope.freq_base %g or rms epsilon %g", m->gguf.path, c->rope_base, c->rms_eps);
+    c->rope_style = c->arch == AK_ARCH_QWEN2 ? AK_ROPE_NEOX : AK_ROPE_INTERLEAVED;
+    c->qkv_bias = c->arch == AK_ARCH_QWEN2;
+    const gguf_tensor *emb = gguf_find_tensor(&m->gguf, "token_embd.weight");
+    if (!emb) return ak_fail(err, "%s: missing tensor 'token_embd.weight'", m->gguf.path);
+    if (emb->ne[1] < 1 || emb->ne[1] > (1u << 24))
+        return ak_fail(err, "%s: token_embd.weight has an absurd vocabulary of %llu", m->gguf.path,
+                       (unsigned long long)emb->ne[1]);
+    c->vocab = (int)emb->ne[1];
+    c->tied_output = gguf_find_tensor(&m->gguf, "output.weight") == NULL;
+
+    m->spec.n_layer = c->n_layer;
+    m->spec.n_head_kv = c->n_head_kv;
+    m->spec.head_dim_k = c->head_dim;
+    m->spec.head_dim_v = c->head_dim;
+    m->spec.n_ctx = c->n_ctx_train;
+    return 0;
+}
+
+static int load_weights(ak_model *m, ak_error *err) {
+    const ak_config *c = &m->cfg;
+    int64_t qd = (int64_t)c->n_head * c->head_dim, kvd = (int64_t)c->n_head_kv * c->head_dim;
+    if (get_weight(m, "token_embd.weight", c->vocab, c->dim, &m->tok_embd, err) < 0) return -1;
+    if (c->tied_output) m->output = m->tok_embd;
+    else if (get_weight(m, "output.weight", c->vocab, c->dim, &m->output, err) < 0) return -1;
+    if (!(m->out_norm = get_vec(m, "output_norm.weight", c->dim, 0, err))) return -1;
+    m->layers = ak_calloc(c->n_layer, sizeof(ak_layer), err);
+    if (!m->layers) return -1;
+    for (int l = 0; l < c->n_layer; l++) {
+        ak_layer *L = &m->layers[l];
+        char n[96];
+#define W(field, suffix, rows, cols)                                     \
+        snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                   \
+        if (get_weight(m, n, rows, cols, &L->field, err) < 0) return -1;
+#define V(field, suffix, len, opt)                                       \
+        snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                   \
+        L->field = get_vec(m, n, len, opt, err);                         \
+        if (!L->field && !(opt)) return -1;
+        V(attn_norm, "attn_norm.weight", c->dim, 0)
+        W(wq, "attn_q.weight", qd, c->dim)
+        W(wk, "attn_k.weight", kvd, c->dim)
+        W(wv, "attn_v.weight", kvd, c->dim)
+        W(wo, "attn_output.weight", c->dim, qd)
+        V(ffn_norm, "ffn_norm.weight", c->dim, 0)
+        W(w_gate, "ffn_gate.weight", c->ffn, c->dim)
+        W(w_up, "ffn_up.weight", c->ffn, c->dim)
+        W(w_down, "ffn_down.weight", c->dim, c->ffn)
+        if (c->qkv_bias) {
+            V(bq, "attn_q.bias", qd, 0)
+            V(bk, "attn_k.bias", kvd, 0)
+            V(bv, "attn_v.bias", kvd, 0)
+        }
+#undef W
+#undef V
+    }
+    /* RoPE: theta_i = pos * base^(-2i/rope_dim) / factor_i, with Llama-3.x's
+     * per-frequency factors when the file has rope_freqs.weight. */
+    int half = c->rope_dim / 2;
+    m->inv_freq = ak_malloc(half * sizeof(float), err);
+    if (!m->inv_freq) return -1;
+    float *factors = NULL;
+    if (gguf_find_tensor(&m->gguf, "rope_freqs.weight")) {
+        factors = get_vec(m, "rope_freqs.weight", half, 0, err);
+        if (!factors) return -1;
+    }
+    for (int i = 0; i < half; i++) {
+        double f = pow((double)c->rope_base, -2.0 * i / c->rope_dim);
+        if (factors) f /= factors[i];
+        m->inv_freq[i] = (float)f;
+    }
+    free(factors);
+    return 0;
+}
+
+/* Touches every page of the tensor data so the first forward pass does not
+ * pay the page faults; reports progress because an 8B file takes seconds. */
+static void page_in(ak_model *m, ak_progress_fn cb, void *ud) {
+    const uint8_t *p = (const uint8_t *)m->gguf.map + m->gguf.data_offset;
+    size_t n = m->gguf.size - m->gguf.data_offset, step = 1 << 22;
+    if (m->gguf.owns_map) madvise((void *)((uintptr_t)m->gguf.map), m->gguf.size, MADV_WILLNEED);
+    volatile uint8_t sink = 0;
+    for (size_t off = 0; off < n; off += step) {
+        size_t end = off + step < n ? off + step : n;
+        for (size_t i = off; i < end; i += 4096) sink ^= p[i];
+        if (cb) cb(ud, (double)end / n);
+    }
+    (void)sink;
+}
+
+ak_model *ak_model_load(const char *path, ak_progress_fn cb, void *ud, ak_error *err) {
+    ak_model *m = ak_calloc(1, sizeof *m, err);
+    if (!m) return NULL;
+    if (gguf_open(&m->gguf, path, err) < 0) { free(m); return NULL; }
+    if (load_config(m, err) < 0 || load_weights(m, err) < 0) { ak_model_free(m); return NULL; }
+    page_in(m, cb, ud);
+    return m;
+}
+
+void ak_model_free(ak_model *m) {
+    if (!m) return;
+    if (m->layers)
+        for (int l = 0; l < m->cfg.n_layer; l++) {
+            ak_layer *L = &m->layers[l];
+            free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
+        }
+    free(m->layers);
+    free(m->out_norm);
+    free(m->inv_freq);
+    gguf_close(&m->gguf);
+    free(m);
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+#define LOGIT_ROWS 32   /* output projection is done this many tokens at a time */
+
+struct ak_ctx {
+    const ak_model *m;
+    ak_pool *pool;
+    int max_batch;
+    float *x;       // (B, dim) residual stream
+    float *xb;      // (B, dim) normed input of a sublayer
+    float *q;       // (B, n_head * head_dim)
+    float *k;       // (B, n_head_kv * head_dim)
+    float *v;       // (B, n_head_kv * head_dim)
+    float *att;     // (B, n_head * head_dim) attention output
+    float *hb;      // (B, ffn)
+    float *hb2;     // (B, ffn)
+    float *logits;  // (LOGIT_ROWS, vocab)
+    float *rope_cs; // (B, rope_dim) cos, sin pairs per token
+    int32_t *rows;  // (B) indices of tokens that want logits
+};
+
+ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *err) {
+    if (max_batch < 1) max_batch = 1;
+    ak_ctx *c = ak_calloc(1, sizeof *c, err);
+    if (!c) return NULL;
+    const ak_config *cf = &m->cfg;
+    c->m = m;
+    c->max_batch = max_batch;
+    size_t B = max_batch, qd = (size_t)cf->n_head * cf->head_dim, kvd = (size_t)cf->n_head_kv * cf->head_dim;
+    c->pool = ak_pool_new(n_threads, err);
+    if (!c->pool) { free(c); return NULL; }
+    c->x = ak_malloc(B * cf->dim * sizeof(float), err);
+    c->xb = ak_malloc(B * cf->dim * sizeof(float), err);
+    c->q = ak_malloc(B * qd * sizeof(float), err);
+    c->k = ak_malloc(B * kvd * sizeof(float), err);
+    c->v = ak_malloc(B * kvd * sizeof(float), err);
+    c->att = ak_malloc(B * qd * sizeof(float), err);
+    c->hb = ak_malloc(B * cf->ffn * sizeof(float), err);
+    c->hb2 = ak_malloc(B * cf->ffn * sizeof(float), err);
+    c->logits = ak_malloc((size_t)LOGIT_ROWS * cf->vocab * sizeof(float), err);
+    c->rope_cs = ak_malloc(B * cf->rope_dim * sizeof(float), err);
+    c->rows = ak_malloc(B * sizeof(int32_t), err);
+    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
+        !c->rope_cs || !c->rows) {
+        ak_ctx_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void ak_ctx_free(ak_ctx *c) {
+    if (!c) return;
+    ak_pool_free(c->pool);
+    free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->att);
+    free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows);
+    free(c);
+}
+
+int ak_ctx_max_batch(const ak_ctx *c) { return c->max_batch; }
+ak_pool *ak_ctx_pool(ak_ctx *c) { return c->pool; }
+const ak_model *ak_ctx_model(const ak_ctx *c) { return c->m; }
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    float ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    float s = 1.0f / sqrtf(ss / n + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
+/* Rotates each head of vec (n_heads x head_dim) by the token's cos/sin. */
+static void rope(float *vec, int n_heads, int head_dim, int rope_dim, const float *cs, ak_rope_style style) {
+    int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *x = vec + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            int a = style == AK_ROPE_NEOX ? i : 2 * i, b = style == AK_ROPE_NEOX ? i + half : 2 * i + 1;
+            float x0 = x[a], x1 = x[b];
+            x[a] = x0 * c - x1 * s;
+            x[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+typedef struct {
+    const ak_model *m;
+    const ak_batch *b;
+    int layer;
+    const float *q;
+    float *att;
+} attn_task;
+
+/* Each (token, head) pair is one unit of work; threads take them in stride. */
+static void attn_worker(void *ud, int ith, int nth) {
+    attn_task *t = ud;
+    const ak_config *c = &t->m->cfg;
+    int group = c->n_head / c->n_head_kv, hd = c->head_dim;
+    size_t qd = (size_t)c->n_head * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    int units = t->b->n * c->n_head;
+    for (int u = ith; u < units; u += nth) {
+        int i = u / c->n_head, h = u % c->n_head;
+        ak_kv_attend(t->b->seq[i], t->layer, h / group, t->q + i * qd + (size_t)h * hd, t->b->pos[i] + 1, scale,
+                     t->att + i * qd + (size_t)h * hd);
+    }
+}
+
+static void embed(const ak_model *m, int32_t tok, float *out) {
+    const ak_weight *e = &m->tok_embd;
+    ak_dequantize_row(e->type, (const uint8_t *)e->data + ak_row_bytes(e->type, e->cols) * tok, out, e->cols);
+}
+
+int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
+    const ak_model *m = c->m;
+    const ak_config *cf = &m->cfg;
+    int n = b->n, dim = cf->dim, hd = cf->head_dim;
+    int qd = cf->n_head * hd, kvd = cf->n_head_kv * hd;
+    if (n < 1 || n > c->max_batch) return ak_fail(err, "batch of %d tokens (1..%d allowed)", n, c->max_batch);
+    for (int i = 0; i < n; i++) {
+        if (b->token[i] < 0 || b->token[i] >= cf->vocab)
+            return ak_fail(err, "token id %d is out of range (vocabulary %d)", b->token[i], cf->vocab);
+        if (b->pos[i] < 0 || b->pos[i] >= ak_kv_capacity(b->seq[i]))
+            return ak_fail(err, "position %d is past the context size %d", b->pos[i], ak_kv_capacity(b->seq[i]));
+        /* positions must follow what the sequence holds: count earlier batch
+         * tokens of the same sequence to know its length at this point */
+        int expect = ak_kv_length(b->seq[i]);
+        for (int j = 0; j < i; j++)
+            if (b->seq[j] == b->seq[i] && b->pos[j] + 1 > expect) expect = b->pos[j] + 1;
+        if (b->pos[i] > expect)
+            return ak_fail(err, "position %d leaves a gap (sequence holds %d positions)", b->pos[i], expect);
+    }
+    int half = cf->rope_dim / 2;
+    for (int i = 0; i < n; i++) {
+        embed(m, b->token[i], c->x + (size_t)i * dim);
+        for (int j = 0; j < half; j++) {
+            float th = b->pos[i] * m->inv_freq[j];
+            c->rope_cs[(size_t)i * cf->rope_dim + 2 * j] = cosf(th);
+            c->rope_cs[(size_t)i * cf->rope_dim + 2 * j + 1] = sinf(th);
+        }
+    }
+    for (int l = 0; l < cf->n_layer; l++) {
+        const ak_layer *L = &m->layers[l];
+        for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->attn_norm, dim, cf->rms_eps);
+        ak_matmul(c->pool, L->wq.type, L->wq.data, qd, dim, c->xb, n, c->q);
+        ak_matmul(c->pool, L->wk.type, L->wk.data, kvd, dim, c->xb, n, c->k);
+        ak_matmul(c->pool, L->wv.type, L->wv.data, kvd, dim, c->xb, n, c->v);
+        for (int i = 0; i < n; i++) {
+            float *q = c->q + (size_t)i * qd, *k = c->k + (size_t)i * kvd, *v = c->v + (size_t)i * kvd;
+            if (L->bq) {
+                for (int j = 0; j < qd; j++) q[j] += L->bq[j];
+                for (int j = 0; j < kvd; j++) { k[j] += L->bk[j]; v[j] += L->bv[j]; }
+            }
+            const float *cs = c->rope_cs + (size_t)i * cf->rope_dim;
+            rope(q, cf->n_head, hd, cf->rope_dim, cs, cf->rope_style);
+            rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
+            if (ak_kv_write(b->seq[i], l, b->pos[i], k, v, err) < 0) return -1;
+        }
+        attn_task at = {m, b, l, c->q, c->att};
+        ak_pool_run(c->pool, attn_worker, &at);
+        ak_matmul(c->pool, L->wo.type, L->wo.data, dim, qd, c->att, n, c->xb);
+        for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+
+        for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
+        ak_matmul(c->pool, L->w_gate.type, L->w_gate.data, cf->ffn, dim, c->xb, n, c->hb);
+        ak_matmul(c->pool, L->w_up.type, L->w_up.data, cf->ffn, dim, c->xb, n, c->hb2);
+        for (size_t j = 0; j < (size_t)n * cf->ffn; j++) {
+            float g = c->hb[j];
+            c->hb[j] = g / (1.0f + expf(-g)) * c->hb2[j];
+        }
+        ak_matmul(c->pool, L->w_down.type, L->w_down.data, dim, cf->ffn, c->hb, n, c->xb);
+        for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+    }
+    /* final norm and output projection, only for tokens that want logits */
+    int nr = 0;
+    for (int i = 0; i < n; i++)
+        if (b->logits_out[i]) c->rows[nr++] = i;
+    for (int r0 = 0; r0 < nr; r0 += LOGIT_ROWS) {
+        int cnt = nr - r0 < LOGIT_ROWS ? nr - r0 : LOGIT_ROWS;
+        for (int j = 0; j < cnt; j++)
+            rmsnorm(c->xb + (size_t)j * dim, c->x + (size_t)c->rows[r0 + j] * dim, m->out_norm, dim, cf->rms_eps);
+        ak_matmul(c->pool, m->output.type, m->output.data, cf->vocab, dim, c->xb, cnt, c->logits);
+        for (int j = 0; j < cnt; j++)
+            memcpy(b->logits_out[c->rows[r0 + j]], c->logits + (size_t)j * cf->vocab, cf->vocab * sizeof(float));
+    }
+    return 0;
+}
+
+int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float *logits, float *all_logits,
+            ak_progress_fn cb, void *ud, ak_error *err) {
+    int B = c->max_batch, V = c->m->cfg.vocab;
+    int32_t *pos = ak_malloc((size_t)B * sizeof(int32_t), err);
+    ak_kv **seq = ak_malloc((size_t)B * sizeof(ak_kv *), err);
+    float **out = ak_malloc((size_t)B * sizeof(float *), err);
+    int rc = 0;
+    if (!pos || !seq || !out) rc = -1;
+    for (int i0 = 0; rc == 0 && i0 < n; i0 += B) {
+        int cnt = n - i0 < B ? n - i0 : B;
+        for (int j = 0; j < cnt; j++) {
+            pos[j] = pos0 + i0 + j;
+            seq[j] = kv;
+            out[j] = all_logits ? all_logits + (size_t)(i0 + j) * V
+                     : (logits && i0 + j == n - 1) ? logits : NULL;
+        }
+        ak_batch b = {cnt, tokens + i0, pos, seq, out};
+        rc = ak_forward(c, &b, err);
+        if (rc == 0 && all_logits && logits && i0 + cnt == n)
+            memcpy(logits, all_logits + (size_t)(n - 1) * V, V * sizeof(float));
+        if (cb) cb(ud, (double)(i0 + cnt) / n);
+    }
+    free(pos); free(seq); free(out);
+    return rc;
+}

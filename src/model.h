@@ -1,0 +1,123 @@
+/* model.h - architectures, weights and the forward pass.
+ *
+ * Supported architectures: `llama` (Llama 2 / 3.x, Mistral, SmolLM2,
+ * TinyLlama, the stories models) and `qwen2` (biases on q/k/v). Weights are
+ * memory-mapped from the GGUF file; nothing is copied but the small 1-D
+ * tensors (norms, biases), which are kept as f32.
+ *
+ * The forward pass works on a batch of tokens, each with its own sequence
+ * (KV cache) and position, so prefill of one prompt and decode of many agents
+ * are the same call.
+ */
+#ifndef AK_MODEL_H
+#define AK_MODEL_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "kvcache.h"
+#include "threadpool.h"
+#include "util.h"
+
+typedef enum { AK_ARCH_LLAMA, AK_ARCH_QWEN2 } ak_arch;
+/* How RoPE pairs the dimensions of a head: llama's (2i, 2i+1), or NeoX's
+ * (i, i + rope_dim/2). llama.cpp picks per architecture; so do we. */
+typedef enum { AK_ROPE_INTERLEAVED, AK_ROPE_NEOX } ak_rope_style;
+
+typedef struct {
+    ak_arch arch;
+    char arch_name[32];
+    char name[128];
+    int dim;            /* embedding width */
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim;       /* dim / n_head unless the file says otherwise */
+    int ffn;            /* hidden width of the SwiGLU FFN */
+    int vocab;
+    int n_ctx_train;
+    int rope_dim;       /* rotated dimensions per head (<= head_dim) */
+    float rope_base;
+    float rms_eps;
+    ak_rope_style rope_style;
+    int tied_output;    /* output.weight absent: the embeddings are reused */
+    int qkv_bias;
+} ak_config;
+
+typedef struct {
+    const void *data;   /* rows of `type`, in the mapping */
+    uint32_t type;
+    int64_t rows;       /* output features */
+    int64_t cols;       /* input features */
+} ak_weight;
+
+typedef struct {
+    float *attn_norm;   // (dim)
+    ak_weight wq;       // (n_head * head_dim, dim)
+    ak_weight wk;       // (n_head_kv * head_dim, dim)
+    ak_weight wv;       // (n_head_kv * head_dim, dim)
+    float *bq;          // (n_head * head_dim)     qwen2 only, else NULL
+    float *bk;          // (n_head_kv * head_dim)  qwen2 only
+    float *bv;          // (n_head_kv * head_dim)  qwen2 only
+    ak_weight wo;       // (dim, n_head * head_dim)
+    float *ffn_norm;    // (dim)
+    ak_weight w_gate;   // (ffn, dim)
+    ak_weight w_up;     // (ffn, dim)
+    ak_weight w_down;   // (dim, ffn)
+} ak_layer;
+
+typedef struct {
+    gguf_file gguf;
+    ak_config cfg;
+    ak_cache_spec spec;
+    ak_weight tok_embd; // (vocab, dim)
+    float *out_norm;    // (dim)
+    ak_weight output;   // (vocab, dim); the embeddings when tied
+    ak_layer *layers;   // (n_layer)
+    float *inv_freq;    // (rope_dim / 2) RoPE inverse frequencies, Llama-3 factors applied
+    size_t weight_bytes;
+} ak_model;
+
+/* Called with the fraction done while a long operation runs (may be NULL). */
+typedef void (*ak_progress_fn)(void *ud, double frac);
+
+/* Opens path, validates architecture, hyperparameters and every tensor's type
+ * and shape, and pages the weights in (progress reported through cb). Returns
+ * NULL and sets err ("PATH: problem") on failure. */
+ak_model *ak_model_load(const char *path, ak_progress_fn cb, void *ud, ak_error *err);
+void ak_model_free(ak_model *m);
+
+/* A batch: token i is at position pos[i] of sequence seq[i]; its logits are
+ * computed when logits_out[i] is not NULL (vocab floats). */
+typedef struct {
+    int n;
+    const int32_t *token;
+    const int32_t *pos;
+    ak_kv *const *seq;
+    float *const *logits_out;
+} ak_batch;
+
+/* Scratch for forward passes of up to max_batch tokens and the thread pool.
+ * One context is used by one thread at a time. */
+typedef struct ak_ctx ak_ctx;
+
+ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *err);
+void ak_ctx_free(ak_ctx *c);
+int ak_ctx_max_batch(const ak_ctx *c);
+ak_pool *ak_ctx_pool(ak_ctx *c);
+const ak_model *ak_ctx_model(const ak_ctx *c);
+
+/* Runs the model on a batch (n <= max_batch). Writes each token's K/V into its
+ * sequence, attends over positions [0, pos] of that sequence, and fills the
+ * requested logits. Tokens of one sequence must come in increasing positions
+ * with no gap after what the sequence holds. Returns 0, or -1 with err set
+ * (token id out of range, position past a cache's capacity, ...). */
+int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err);
+
+/* Convenience: prefill/decode tokens[0..n) of one sequence starting at pos0
+ * (in chunks of max_batch); logits of the last token into `logits` (may be
+ * NULL), or of every token into all_logits (n x vocab, may be NULL). */
+int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float *logits,
+            float *all_logits, ak_progress_fn cb, void *ud, ak_error *err);
+
+#endif

@@ -1,0 +1,70 @@
+/* synth.h - synthetic models: valid GGUF files with random weights in the
+ * shape of real models, to measure speed and memory at realistic sizes
+ * without downloading anything.
+ *
+ * Weights are drawn from N(0, 1/sqrt(fan_in)) (token embeddings N(0, 1), norms
+ * 1 + N(0, 0.02), biases N(0, 0.02)) in f32, row by row, from a generator
+ * seeded by (seed, tensor name, row). Each row is then converted to the weight
+ * type with ak_quantize_row, so one seed gives the same underlying f32 weights
+ * in every type: an F16 or Q4_0 model can be compared against the F32 model
+ * of the same seed. Output is deterministic for a given build.
+ *
+ * Tensor and metadata names are llama.cpp's. 2-D matrices (token_embd
+ * included) are in the weight type; norms and biases stay F32. The vocabulary
+ * is a synthetic SentencePiece `llama` one (<unk>, <s>, </s>, 256 byte tokens,
+ * then ▁-prefixed ASCII pieces with descending scores), or the tokenizer.*
+ * metadata of another GGUF copied verbatim (vocab_from).
+ */
+#ifndef AK_SYNTH_H
+#define AK_SYNTH_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+/* Called after each chunk of tensor data with the fraction written, 0..1. */
+typedef void (*ak_synth_progress_fn)(void *ctx, double frac);
+
+typedef struct {
+    const char *path;         /* output file (written as PATH.tmp, then renamed) */
+    const char *arch;         /* "llama" or "qwen2" (qwen2 adds q/k/v biases) */
+    const char *name;         /* general.name; NULL: "synthetic <arch>" */
+    int dim;                  /* embedding width */
+    int n_layers;
+    int n_heads;              /* head_dim = dim / n_heads */
+    int n_kv_heads;
+    int ffn;                  /* SwiGLU hidden width */
+    int vocab;                /* ignored when vocab_from is set */
+    int ctx;                  /* {arch}.context_length */
+    float rope_base;
+    float rms_eps;
+    int tied;                 /* 1: no output.weight, token_embd is reused */
+    uint32_t wtype;           /* GGML_TYPE_F32, F16, BF16, Q8_0 or Q4_0 */
+    uint64_t seed;
+    const char *vocab_from;   /* GGUF whose tokenizer.* metadata is copied, or NULL */
+    int n_threads;            /* generation threads; <= 0: all cores */
+    ak_synth_progress_fn progress;  /* may be NULL */
+    void *progress_ctx;
+} ak_synth_opts;
+
+/* Fills o with defaults: arch llama, rope base 10000, rms eps 1e-5, ctx 2048,
+ * F16, seed 1, untied, no shape (dims 0), no vocab_from, all threads. */
+void ak_synth_defaults(ak_synth_opts *o);
+
+/* Sets arch, shape, vocab, ctx, rope base, tiedness and name of a preset
+ * ("llama-1b", "llama-3b", "llama-8b", "qwen2-0.5b", "tinyllama-1.1b",
+ * "stories15m"); leaves path, type, seed, vocab_from and callbacks alone.
+ * Returns 0, or -1 if the name is unknown. */
+int ak_synth_preset(ak_synth_opts *o, const char *name);
+
+/* Name of preset i (0-based), NULL past the last: for usage messages. */
+const char *ak_synth_preset_name(int i);
+
+/* Writes the model described by o. Returns 0, or -1 with err set to
+ * "PATH: problem" (bad shape, unreadable vocab_from, disk full, ...); on
+ * failure nothing is left under o->path (an existing file stays as it was).
+ * The data is streamed: memory use is a few chunks of rows, whatever the
+ * model size. */
+int ak_synth_write(const ak_synth_opts *o, ak_error *err);
+
+#endif

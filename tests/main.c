@@ -1,0 +1,73 @@
+/* main.c - the test runner: runs every registered TEST (or those whose name
+ * contains argv[1]) and prints "N passed, N failed" last. */
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "../src/util.h"
+
+#define MAX_TESTS 1024
+static struct { const char *name; ak_test_fn fn; } tests[MAX_TESTS];
+static int n_tests;
+
+void ak_test_register(const char *name, ak_test_fn fn) {
+    if (n_tests < MAX_TESTS) { tests[n_tests].name = name; tests[n_tests].fn = fn; n_tests++; }
+}
+
+void ak_test_fail(ak_test_ctx *t, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "  FAIL %s (%s:%d): ", t->name, file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    t->failures++;
+}
+
+const char *test_shared_dir(void) {
+    const char *d = getenv("AK_SHARED");
+    return d && *d ? d : "../shared";
+}
+
+const char *test_path(char *buf, size_t n, const char *rel) {
+    snprintf(buf, n, "%s/%s", test_shared_dir(), rel);
+    return buf;
+}
+
+static char tmp_dir[256];
+const char *test_tmp_dir(void) {
+    if (!tmp_dir[0]) {
+        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/agentkv-test-XXXXXX");
+        if (!mkdtemp(tmp_dir)) { perror("mkdtemp"); exit(1); }
+    }
+    return tmp_dir;
+}
+
+static int cmp_tests(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int main(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    qsort(tests, n_tests, sizeof tests[0], cmp_tests);
+    int passed = 0, failed = 0;
+    for (int i = 0; i < n_tests; i++) {
+        if (filter && !strstr(tests[i].name, filter)) continue;
+        ak_test_ctx t = { tests[i].name, 0 };
+        double t0 = ak_now();
+        tests[i].fn(&t);
+        double dt = ak_now() - t0;
+        if (t.failures) { failed++; printf("FAIL %s (%.2fs)\n", tests[i].name, dt); }
+        else { passed++; printf("ok   %s (%.2fs)\n", tests[i].name, dt); }
+        fflush(stdout);
+    }
+    if (tmp_dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

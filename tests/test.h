@@ -1,0 +1,55 @@
+/* test.h - a tiny test harness. Each TEST registers itself at startup; the
+ * runner (tests/main.c) runs them all (or those whose name contains argv[1])
+ * and ends with the line "N passed, N failed".
+ *
+ *   TEST(gguf_rejects_bad_magic) {
+ *       CHECK(x == 1, "x was %d", x);      // records a failure, continues
+ *       REQUIRE(p != NULL, "no p");         // records a failure, returns
+ *   }
+ */
+#ifndef AK_TEST_H
+#define AK_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    const char *name;
+    int failures;
+} ak_test_ctx;
+
+typedef void (*ak_test_fn)(ak_test_ctx *t);
+void ak_test_register(const char *name, ak_test_fn fn);
+void ak_test_fail(ak_test_ctx *t, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Directory of shared models and golden outputs (env AK_SHARED, default
+ * "../shared"); test paths are built with test_path. */
+const char *test_shared_dir(void);
+/* Returns a static-per-call buffer path: shared_dir + "/" + rel. */
+const char *test_path(char *buf, size_t n, const char *rel);
+/* A fresh temporary directory for this test run (created once). */
+const char *test_tmp_dir(void);
+
+#define TEST(name)                                                        \
+    static void test_##name(ak_test_ctx *t);                              \
+    __attribute__((constructor)) static void register_##name(void) {      \
+        ak_test_register(#name, test_##name);                             \
+    }                                                                     \
+    static void test_##name(ak_test_ctx *t)
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) ak_test_fail(t, __FILE__, __LINE__, __VA_ARGS__);    \
+    } while (0)
+
+#define REQUIRE(cond, ...)                                                \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            ak_test_fail(t, __FILE__, __LINE__, __VA_ARGS__);             \
+            return;                                                       \
+        }                                                                 \
+    } while (0)
+
+#endif

@@ -1,0 +1,267 @@
+/* test_cli.c - the agentkv binary end to end: output against the golden
+ * references, exit codes, and one-line errors on bad flags and bad files. */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "../src/util.h"
+#include "test.h"
+
+typedef struct {
+    int code;
+    char *out;
+    char *err;
+} cmd_result;
+
+static const char *bin(void) {
+    const char *b = getenv("AK_BIN");
+    return b && *b ? b : "build/agentkv";
+}
+
+/* Runs `agentkv ARGS` through the shell, capturing stdout and stderr. */
+static cmd_result run_cli(const char *args) {
+    cmd_result r = {-1, NULL, NULL};
+    char out_path[512], err_path[512], cmd[4096];
+    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmp_dir());
+    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmp_dir());
+    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", bin(), args, out_path, err_path);
+    int st = system(cmd);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.out = ak_read_file(out_path, NULL, NULL);
+    r.err = ak_read_file(err_path, NULL, NULL);
+    if (!r.out) r.out = calloc(1, 1);
+    if (!r.err) r.err = calloc(1, 1);
+    return r;
+}
+
+static void free_result(cmd_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* The first greedy reference of a golden dir: prompt, n, continuation. */
+static cJSON *first_golden(const char *rel) {
+    char path[512];
+    char *text = ak_read_file(test_path(path, sizeof path, rel), NULL, NULL);
+    if (!text) return NULL;
+    char *nl = strchr(text, '\n');
+    if (nl) *nl = 0;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    return j;
+}
+
+TEST(cli_run_greedy_matches_golden) {
+    cJSON *g = first_golden("golden/stories260K/greedy.jsonl");
+    REQUIRE(g, "cannot read the golden file");
+    char args[1024], path[512];
+    snprintf(args, sizeof args, "run -m %s -p '%s' -n %d --temp 0",
+             test_path(path, sizeof path, "models/stories260K.gguf"),
+             cJSON_GetObjectItem(g, "prompt")->valuestring, cJSON_GetObjectItem(g, "n_predict")->valueint);
+    cmd_result r = run_cli(args);
+    CHECK(r.code == 0, "exit %d: %s", r.code, r.err);
+    const char *cont = cJSON_GetObjectItem(g, "continuation")->valuestring;
+    size_t cl = strlen(cont);
+    CHECK(strncmp(r.out, cont, cl) == 0 && !strcmp(r.out + cl, "\n"), "stdout \"%s\" != golden \"%s\"", r.out, cont);
+    CHECK(strstr(r.err, "prefill") && strstr(r.err, "decode") && strstr(r.err, "tok/s"), "no timings on stderr: %s",
+          r.err);
+    free_result(&r);
+
+    snprintf(args, sizeof args, "run -m %s -p '%s' -n %d --temp 0 --json",
+             test_path(path, sizeof path, "models/stories260K.gguf"),
+             cJSON_GetObjectItem(g, "prompt")->valuestring, cJSON_GetObjectItem(g, "n_predict")->valueint);
+    r = run_cli(args);
+    cJSON *j = cJSON_Parse(r.out);
+    CHECK(r.code == 0 && j, "exit %d, stdout not JSON: %s", r.code, r.out);
+    if (j) {
+        cJSON *text = cJSON_GetObjectItem(j, "text"), *gen = cJSON_GetObjectItem(j, "generated_tokens");
+        CHECK(cJSON_IsString(text) && !strcmp(text->valuestring, cont), "json text differs from golden");
+        CHECK(cJSON_IsNumber(gen) && gen->valueint == cJSON_GetObjectItem(g, "n_predict")->valueint,
+              "generated_tokens wrong");
+        CHECK(cJSON_GetObjectItem(j, "prompt_tokens") && cJSON_GetObjectItem(j, "timings"), "fields missing");
+        cJSON_Delete(j);
+    }
+    free_result(&r);
+    cJSON_Delete(g);
+}
+
+TEST(cli_run_seed_is_deterministic) {
+    char args[1024], path[512];
+    snprintf(args, sizeof args, "run -m %s -p 'Once upon a time' -n 40 --temp 0.9 --top-k 50 --seed 1234",
+             test_path(path, sizeof path, "models/stories260K.gguf"));
+    cmd_result a = run_cli(args), b = run_cli(args);
+    CHECK(a.code == 0 && b.code == 0, "exit %d / %d: %s", a.code, b.code, a.err);
+    CHECK(strlen(a.out) > 20 && !strcmp(a.out, b.out), "same seed, different output:\n%s\n%s", a.out, b.out);
+    free_result(&a);
+    free_result(&b);
+}
+
+TEST(cli_tokenize_matches_reference) {
+    /* first vector of the llama-spm tokenizer tests */
+    char path[512], inp[512], args[2048];
+    char *in = ak_read_file(test_path(path, sizeof path, "golden/tokenizer/llama-spm.inp"), NULL, NULL);
+    char *out = ak_read_file(test_path(path, sizeof path, "golden/tokenizer/llama-spm.out"), NULL, NULL);
+    REQUIRE(in && out, "cannot read test vectors");
+    char *sep = strstr(in, "\n__ggml_vocab_test__\n");
+    REQUIRE(sep, "no separator");
+    *sep = 0;
+    char *nl = strchr(out, '\n');
+    if (nl) *nl = 0;
+    snprintf(inp, sizeof inp, "%s/tok.txt", test_tmp_dir());
+    FILE *f = fopen(inp, "wb");
+    REQUIRE(f, "cannot write %s", inp);
+    fputs(in, f);
+    fclose(f);
+    snprintf(args, sizeof args, "tokenize -m %s -f %s --no-bos",
+             test_path(path, sizeof path, "golden/tokenizer/llama-spm.gguf"), inp);
+    cmd_result r = run_cli(args);
+    CHECK(r.code == 0, "exit %d: %s", r.code, r.err);
+    /* the reference line may carry a leading space */
+    const char *want = out;
+    while (*want == ' ') want++;
+    char *got = r.out;
+    size_t gl = strlen(got);
+    while (gl && (got[gl - 1] == '\n' || got[gl - 1] == ' ')) got[--gl] = 0;
+    CHECK(!strcmp(got, want), "tokenize gave \"%s\", reference \"%s\"", got, want);
+    free_result(&r);
+    free(in);
+    free(out);
+}
+
+TEST(cli_perplexity_matches_reference) {
+    char args[1024], path[512], path2[512];
+    snprintf(args, sizeof args, "perplexity -m %s -f %s -c 128",
+             test_path(path, sizeof path, "models/stories260K.gguf"),
+             test_path(path2, sizeof path2, "golden/stories260K/story.txt"));
+    cmd_result r = run_cli(args);
+    CHECK(r.code == 0, "exit %d: %s", r.code, r.err);
+    double ppl = 0;
+    const char *p = strstr(r.out, "PPL = ");
+    CHECK(p && sscanf(p, "PPL = %lf", &ppl) == 1, "no 'PPL = X' in: %s", r.out);
+    CHECK(fabs(ppl - 4.0278) / 4.0278 <= 0.002, "PPL %.4f vs reference 4.0278", ppl);
+    free_result(&r);
+}
+
+TEST(cli_help_and_usage_errors) {
+    const char *cmds[] = {"run", "tokenize", "info", "perplexity", "synth", "bench engine"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "%s --help", cmds[i]);
+        cmd_result r = run_cli(args);
+        CHECK(r.code == 0 && strstr(r.out, "usage:"), "%s --help: exit %d, out %s", cmds[i], r.code, r.out);
+        free_result(&r);
+        snprintf(args, sizeof args, "%s --no-such-flag", cmds[i]);
+        r = run_cli(args);
+        CHECK(r.code == 2 && count_lines(r.err) == 1 && strstr(r.err, "--no-such-flag"),
+              "%s with an unknown flag: exit %d, stderr %s", cmds[i], r.code, r.err);
+        free_result(&r);
+    }
+    const char *bad[] = {"run -m x.gguf -p hi -n abc", "run -m x.gguf -p hi --temp -1", "run -p hi",
+                         "run -m x.gguf", "perplexity -m x.gguf -f y -c 0", "no-such-command", "run -m"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cmd_result r = run_cli(bad[i]);
+        CHECK(r.code == 2 && count_lines(r.err) == 1, "'%s': exit %d, stderr %s", bad[i], r.code, r.err);
+        free_result(&r);
+    }
+}
+
+/* ---- bad model files, made by damaging a real one ------------------------ */
+
+static unsigned char *load_stories(size_t *n) {
+    char path[512];
+    return (unsigned char *)ak_read_file(test_path(path, sizeof path, "models/stories260K.gguf"), n, NULL);
+}
+
+static const char *write_tmp(const char *name, const unsigned char *data, size_t n) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", test_tmp_dir(), name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return NULL;
+    fwrite(data, 1, n, f);
+    fclose(f);
+    return path;
+}
+
+static unsigned char *find_bytes(unsigned char *hay, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(hay + i, needle, k)) return hay + i;
+    return NULL;
+}
+
+/* Runs `agentkv run` on a damaged file; expects exit 1 and one stderr line
+ * that names the file and contains `why`. */
+static void expect_bad_model(ak_test_ctx *t, const char *name, const unsigned char *data, size_t n,
+                             const char *why) {
+    const char *path = write_tmp(name, data, n);
+    REQUIRE(path, "cannot write %s", name);
+    char args[1024];
+    snprintf(args, sizeof args, "run -m %s -p hello -n 4", path);
+    cmd_result r = run_cli(args);
+    CHECK(r.code == 1, "%s: exit %d (want 1), stderr %s", name, r.code, r.err);
+    CHECK(count_lines(r.err) == 1, "%s: want one line on stderr, got: %s", name, r.err);
+    CHECK(strstr(r.err, name) != NULL, "%s: message does not name the file: %s", name, r.err);
+    CHECK(strstr(r.err, why) != NULL, "%s: message lacks '%s': %s", name, why, r.err);
+    free_result(&r);
+}
+
+TEST(cli_bad_model_files) {
+    size_t n;
+    unsigned char *orig = load_stories(&n);
+    REQUIRE(orig && n > 4096, "cannot read stories260K.gguf");
+    unsigned char *b = malloc(n);
+    REQUIRE(b, "oom");
+
+    memcpy(b, orig, n);
+    expect_bad_model(t, "truncated.gguf", b, 1000, "truncated");
+
+    memcpy(b, orig, n);
+    b[0] = 'X';
+    expect_bad_model(t, "magic.gguf", b, n, "magic");
+
+    /* cutting the end off leaves the last tensor pointing past the file */
+    expect_bad_model(t, "short.gguf", orig, n - 100, "past the end");
+
+    memcpy(b, orig, n);
+    uint64_t huge = 1ull << 62;
+    memcpy(b + 16, &huge, 8); /* n_kv */
+    expect_bad_model(t, "count.gguf", b, n, "absurd");
+
+    memcpy(b, orig, n);
+    unsigned char *k = find_bytes(b, n, "llama.embedding_length");
+    REQUIRE(k, "key not found");
+    k[strlen("llama.embedding_length") - 1] = 'X';
+    expect_bad_model(t, "nokey.gguf", b, n, "llama.embedding_length");
+
+    /* tensor type: after the name come n_dims (u32), ne (u64 each), type */
+    memcpy(b, orig, n);
+    unsigned char *tn = find_bytes(b, n, "output_norm.weight");
+    REQUIRE(tn, "tensor not found");
+    uint32_t nd;
+    memcpy(&nd, tn + strlen("output_norm.weight"), 4);
+    uint32_t bad_type = 99;
+    memcpy(tn + strlen("output_norm.weight") + 4 + 8 * nd, &bad_type, 4);
+    expect_bad_model(t, "ttype.gguf", b, n, "type");
+
+    /* BOS id out of range */
+    memcpy(b, orig, n);
+    unsigned char *bos = find_bytes(b, n, "tokenizer.ggml.bos_token_id");
+    REQUIRE(bos, "bos key not found");
+    uint32_t big = 99999;
+    memcpy(bos + strlen("tokenizer.ggml.bos_token_id") + 4, &big, 4);
+    expect_bad_model(t, "bosid.gguf", b, n, "99999");
+
+    cmd_result r = run_cli("run -m /nonexistent/model.gguf -p hi");
+    CHECK(r.code == 1 && count_lines(r.err) == 1 && strstr(r.err, "/nonexistent/model.gguf"),
+          "missing file: exit %d, %s", r.code, r.err);
+    free_result(&r);
+    free(b);
+    free(orig);
+}

@@ -1,0 +1,493 @@
+/* test_kernels.c - threadpool and kernels: conversions, quantizers, dot
+ * products and matmul, each checked against an independent reference written
+ * here (double precision, from first principles), not against itself. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "test.h"
+#include "../src/gguf.h"
+#include "../src/kernels.h"
+#include "../src/threadpool.h"
+#include "../src/util.h"
+
+/* ------------------------------------------------------------------------ */
+/* Independent references                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* IEEE half -> double from the definition. */
+static double ref_half(uint16_t h) {
+    int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 0) v = ldexp(m, -24);
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = ldexp(1024 + m, e - 25);
+    return sign ? -v : v;
+}
+
+/* Nearest half to f by binary search over the (monotonic) positive
+ * encodings, ties to the even encoding; overflow past 65520 gives inf. */
+static uint16_t ref_to_half(float f) {
+    double a = fabs((double)f);
+    uint16_t sign = signbit(f) ? 0x8000 : 0;
+    if (a >= 65520.0) return sign | 0x7c00;
+    unsigned lo = 0, hi = 0x7bff;   /* largest encoding with value <= a */
+    while (lo < hi) {
+        unsigned mid = (lo + hi + 1) / 2;
+        if (ref_half((uint16_t)mid) <= a) lo = mid; else hi = mid - 1;
+    }
+    double below = ref_half((uint16_t)lo);
+    if (below == a || lo == 0x7bff) return sign | (uint16_t)lo;
+    double above = ref_half((uint16_t)(lo + 1));
+    unsigned pick = (a - below < above - a) ? lo : (a - below > above - a) ? lo + 1 : (lo & 1 ? lo + 1 : lo);
+    return sign | (uint16_t)pick;
+}
+
+static float f_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Reference 8-bit activation quantizer (the contract of kernels.h/.c):
+ * d = amax/127, q = round-half-even(x * (1/d)). */
+static void ref_quant_x(const float *x, int64_t n, float *xq_deq) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) if (fabsf(x[b * 32 + i]) > amax) amax = fabsf(x[b * 32 + i]);
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        for (int i = 0; i < 32; i++) xq_deq[b * 32 + i] = d * (float)rint(x[b * 32 + i] * id);
+    }
+}
+
+static double ref_dot(const float *w, const float *x, int64_t n, double *abs_sum) {
+    double s = 0, a = 0;
+    for (int64_t i = 0; i < n; i++) { s += (double)w[i] * x[i]; a += fabs((double)w[i] * x[i]); }
+    if (abs_sum) *abs_sum = a;
+    return s;
+}
+
+static int is_quant(uint32_t t) { return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_0; }
+
+static const uint32_t all_types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+static const char *tname(uint32_t t) {
+    switch (t) {
+    case GGML_TYPE_F32: return "F32";
+    case GGML_TYPE_F16: return "F16";
+    case GGML_TYPE_BF16: return "BF16";
+    case GGML_TYPE_Q8_0: return "Q8_0";
+    case GGML_TYPE_Q4_0: return "Q4_0";
+    default: return "?";
+    }
+}
+
+static void fill_normal(ak_rng *r, float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = scale * ak_rng_normal(r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Conversions                                                              */
+/* ------------------------------------------------------------------------ */
+
+TEST(kernel_f16_known_values) {
+    struct { float f; uint16_t h; } cases[] = {
+        { 1.0f, 0x3c00 }, { -2.0f, 0xc000 }, { 0.0f, 0x0000 }, { -0.0f, 0x8000 },
+        { 65504.0f, 0x7bff }, { 65519.99f, 0x7bff }, { 65520.0f, 0x7c00 },  /* tie -> inf */
+        { 1e9f, 0x7c00 }, { -INFINITY, 0xfc00 }, { 0.5f, 0x3800 },
+        { 0x1p-14f, 0x0400 },                  /* smallest normal */
+        { 0x1p-24f, 0x0001 },                  /* smallest subnormal */
+        { 1023 * 0x1p-24f, 0x03ff },           /* largest subnormal */
+        { 0x1p-25f, 0x0000 },                  /* tie between 0 and 1 unit: even = 0 */
+        { 3 * 0x1p-25f, 0x0002 },              /* tie between 1 and 2 units: even = 2 */
+        { 0x1.8p-25f, 0x0001 },                /* 0.75 units rounds up */
+        { 1.0f + 0x1p-11f, 0x3c00 },           /* tie: 0x3c00 is even */
+        { 1.0f + 3 * 0x1p-11f, 0x3c02 },       /* tie: 0x3c02 is even */
+        { 1.0f + 0x1p-11f + 0x1p-20f, 0x3c01 },/* just above the tie */
+        { 0.1f, 0x2e66 }, { 3.14159265f, 0x4248 },
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    /* Row conversion of 32 values covers both the vector body and the tail. */
+    float row[48];
+    uint16_t hrow[48];
+    for (int i = 0; i < n; i++) {
+        uint16_t h = ak_f32_to_f16(cases[i].f);
+        CHECK(h == cases[i].h, "ak_f32_to_f16(%a) = 0x%04x, want 0x%04x", cases[i].f, h, cases[i].h);
+        row[i] = cases[i].f;
+        row[i + n] = cases[i].f;
+    }
+    ak_quantize_row(GGML_TYPE_F16, row, hrow, 2 * n);
+    for (int i = 0; i < 2 * n; i++)
+        CHECK(hrow[i] == cases[i % n].h, "row F16 [%d] of %a = 0x%04x, want 0x%04x", i,
+              row[i], hrow[i], cases[i % n].h);
+    CHECK(ak_f16_to_f32(0x0001) == 0x1p-24f, "0x0001 -> %a", ak_f16_to_f32(0x0001));
+    CHECK(ak_f16_to_f32(0x7bff) == 65504.0f, "0x7bff -> %g", ak_f16_to_f32(0x7bff));
+    CHECK(isinf(ak_f16_to_f32(0xfc00)) && ak_f16_to_f32(0xfc00) < 0, "0xfc00 not -inf");
+    CHECK(isnan(ak_f16_to_f32(0x7e00)), "0x7e00 not NaN");
+    uint16_t hn = ak_f32_to_f16(NAN);
+    CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff), "NaN -> 0x%04x is not a NaN", hn);
+    /* bf16: truncation of the f32 bits with round-half-even */
+    CHECK(ak_f32_to_bf16(1.0f) == 0x3f80, "bf16(1)");
+    CHECK(ak_f32_to_bf16(f_from_bits(0x3f808000)) == 0x3f80, "bf16 tie to even (down)");
+    CHECK(ak_f32_to_bf16(f_from_bits(0x3f818000)) == 0x3f82, "bf16 tie to even (up)");
+    CHECK(ak_f32_to_bf16(f_from_bits(0x3f808001)) == 0x3f81, "bf16 above tie");
+    CHECK(ak_bf16_to_f32(0xc040) == -3.0f, "bf16 0xc040 -> %g", ak_bf16_to_f32(0xc040));
+}
+
+TEST(kernel_f16_all_halves) {
+    static uint16_t h[65536], back[65536];
+    static float f[65536];
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    ak_dequantize_row(GGML_TYPE_F16, h, f, 65536);   /* vector path */
+    ak_quantize_row(GGML_TYPE_F16, f, back, 65536);
+    int bad = 0;
+    for (int i = 0; i < 65536 && bad < 10; i++) {
+        double want = ref_half((uint16_t)i);
+        float s = ak_f16_to_f32((uint16_t)i);
+        if (isnan(want)) {
+            if (!isnan(f[i]) || !isnan(s)) { bad++; CHECK(0, "0x%04x should decode to NaN", i); }
+            continue;
+        }
+        if ((double)f[i] != want || (double)s != want) {
+            bad++;
+            CHECK(0, "0x%04x -> row %a scalar %a, want %a", i, f[i], s, want);
+        }
+        if (back[i] != i || ak_f32_to_f16(s) != i) {
+            bad++;
+            CHECK(0, "round trip 0x%04x -> row 0x%04x scalar 0x%04x", i, back[i], ak_f32_to_f16(s));
+        }
+    }
+    /* Random floats over the whole half range (and below it) against the
+     * binary-search reference; halfway points are included on purpose. */
+    ak_rng r;
+    ak_rng_seed(&r, 7);
+    enum { N = 20000 };
+    static float xs[N];
+    static uint16_t hs[N];
+    for (int i = 0; i < N; i++) {
+        float v;
+        if (i % 3 == 0) {   /* exact midpoint between two adjacent halves */
+            uint16_t a = (uint16_t)(ak_rng_u32(&r) % 0x7bff);
+            v = (float)((ref_half(a) + ref_half((uint16_t)(a + 1))) / 2);
+        } else {
+            v = ldexpf(ak_rng_uniform(&r) + 0.5f, (int)(ak_rng_u32(&r) % 45) - 28);
+        }
+        xs[i] = (ak_rng_u32(&r) & 1) ? -v : v;
+    }
+    ak_quantize_row(GGML_TYPE_F16, xs, hs, N);
+    bad = 0;
+    for (int i = 0; i < N && bad < 10; i++) {
+        uint16_t want = ref_to_half(xs[i]);
+        if (hs[i] != want || ak_f32_to_f16(xs[i]) != want) {
+            bad++;
+            CHECK(0, "%a -> row 0x%04x scalar 0x%04x, want 0x%04x", xs[i], hs[i], ak_f32_to_f16(xs[i]), want);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Quantizers                                                               */
+/* ------------------------------------------------------------------------ */
+
+TEST(kernel_q8_0_known_block) {
+    /* amax = 127 makes d = 1 exactly (f16 0x3c00), so q = roundf(x):
+     * ties go away from zero as in the reference quantizer. */
+    float x[32] = { -127, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f, 100.4f, 100.6f, -0.49f, 0.49f, 3, -3, 126.5f, -126.5f };
+    int8_t want[32] = { -127, -2, -1, 1, 2, 3, 100, 101, 0, 0, 3, -3, 127, -127 };
+    for (int i = 14; i < 32; i++) { x[i] = (float)(i - 20); want[i] = (int8_t)(i - 20); }
+    uint8_t blk[34];
+    REQUIRE(ak_row_bytes(GGML_TYPE_Q8_0, 32) == 34, "Q8_0 row bytes %zu", ak_row_bytes(GGML_TYPE_Q8_0, 32));
+    ak_quantize_row(GGML_TYPE_Q8_0, x, blk, 32);
+    CHECK(blk[0] == 0x00 && blk[1] == 0x3c, "d bytes %02x %02x, want 00 3c", blk[0], blk[1]);
+    for (int i = 0; i < 32; i++)
+        CHECK((int8_t)blk[2 + i] == want[i], "q[%d] = %d, want %d", i, (int8_t)blk[2 + i], want[i]);
+    float y[32];
+    ak_dequantize_row(GGML_TYPE_Q8_0, blk, y, 32);
+    for (int i = 0; i < 32; i++) CHECK(y[i] == want[i], "deq[%d] = %g", i, y[i]);
+    /* An all-zero block: d = 0, all q = 0. */
+    float z[32] = {0};
+    ak_quantize_row(GGML_TYPE_Q8_0, z, blk, 32);
+    for (int i = 0; i < 34; i++) CHECK(blk[i] == 0, "zero block byte %d = %d", i, blk[i]);
+}
+
+TEST(kernel_q4_0_known_block) {
+    /* Largest magnitude is -8 (sign kept), so d = -8 / -8 = 1 and
+     * q = min(15, (int)(x + 8.5)). */
+    float x[32] = { -8, 7, 7.4f, -0.5f, 0.49f, 0.5f, -7.6f, 3, 1.5f, -1.5f };
+    int want[32] = { 0, 15, 15, 8, 8, 9, 0, 11, 10, 7 };
+    for (int i = 10; i < 32; i++) { x[i] = (float)((i % 15) - 7); want[i] = (i % 15) + 1; }
+    uint8_t blk[18];
+    REQUIRE(ak_row_bytes(GGML_TYPE_Q4_0, 64) == 36, "Q4_0 row bytes");
+    ak_quantize_row(GGML_TYPE_Q4_0, x, blk, 32);
+    CHECK(blk[0] == 0x00 && blk[1] == 0x3c, "d bytes %02x %02x, want 00 3c", blk[0], blk[1]);
+    for (int j = 0; j < 16; j++) {
+        int lo = blk[2 + j] & 15, hi = blk[2 + j] >> 4;
+        CHECK(lo == want[j], "element %d nibble %d, want %d", j, lo, want[j]);
+        CHECK(hi == want[j + 16], "element %d nibble %d, want %d", j + 16, hi, want[j + 16]);
+    }
+    float y[32];
+    ak_dequantize_row(GGML_TYPE_Q4_0, blk, y, 32);
+    for (int i = 0; i < 32; i++) CHECK(y[i] == (float)(want[i] - 8), "deq[%d] = %g", i, y[i]);
+    /* Positive extreme: d = 8 / -8 = -1 (0xbc00); +8 -> q 0, and -8 clips
+     * to q 15, i.e. -7: the reference's known asymmetry. */
+    float x2[32] = { 8, -8, 1 };
+    ak_quantize_row(GGML_TYPE_Q4_0, x2, blk, 32);
+    CHECK(blk[0] == 0x00 && blk[1] == 0xbc, "d bytes %02x %02x, want 00 bc", blk[0], blk[1]);
+    CHECK((blk[2] & 15) == 0 && (blk[3] & 15) == 15 && (blk[4] & 15) == 7 && (blk[5] & 15) == 8,
+          "nibbles %d %d %d %d", blk[2] & 15, blk[3] & 15, blk[4] & 15, blk[5] & 15);
+    ak_dequantize_row(GGML_TYPE_Q4_0, blk, y, 32);
+    CHECK(y[0] == 8 && y[1] == -7 && y[2] == 1 && y[3] == 0, "deq %g %g %g %g", y[0], y[1], y[2], y[3]);
+}
+
+TEST(kernel_quant_roundtrip_bounds) {
+    ak_rng r;
+    ak_rng_seed(&r, 42);
+    enum { N = 32 * 512 };
+    static float x[N], y[N];
+    static uint8_t q[N * 2];
+    fill_normal(&r, x, N, 1.0f);
+    for (int b = 0; b < N / 32; b++) {   /* vary block scales, some zero blocks */
+        float s = b % 7 == 0 ? 1e-3f : b % 7 == 1 ? 300.0f : b % 7 == 2 ? 0.0f : 1.0f;
+        for (int i = 0; i < 32; i++) x[b * 32 + i] *= s;
+    }
+    double worst8 = 0, worst4 = 0;
+    ak_quantize_row(GGML_TYPE_Q8_0, x, q, N);
+    ak_dequantize_row(GGML_TYPE_Q8_0, q, y, N);
+    for (int b = 0; b < N / 32; b++) {
+        double amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmax(amax, fabs(x[b * 32 + i]));
+        double d = amax / 127, dh = ref_half((uint16_t)(q[b * 34] | q[b * 34 + 1] << 8));
+        /* f16 rounding: half an ulp, absolute 2^-25 in the subnormal range */
+        CHECK(fabs(dh - d) <= fmax(d * 0x1p-11, 0x1p-25), "block %d: stored d %g vs %g", b, dh, d);
+        /* rounding error d/2 plus |q| <= 127 times the f16 error of d */
+        double bound = d / 2 + 127 * fabs(dh - d) + 1e-6 * d;
+        for (int i = 0; i < 32; i++) {
+            double e = fabs(x[b * 32 + i] - y[b * 32 + i]);
+            if (d > 0) worst8 = fmax(worst8, e / d);
+            CHECK(e <= bound, "Q8_0 block %d elem %d: |%g - %g| > %g", b, i, x[b * 32 + i], y[b * 32 + i], bound);
+        }
+    }
+    ak_quantize_row(GGML_TYPE_Q4_0, x, q, N);
+    ak_dequantize_row(GGML_TYPE_Q4_0, q, y, N);
+    for (int b = 0; b < N / 32; b++) {
+        double max = 0;
+        for (int i = 0; i < 32; i++) if (fabs(x[b * 32 + i]) > fabs(max)) max = x[b * 32 + i];
+        double d = max / -8, dh = ref_half((uint16_t)(q[b * 18] | q[b * 18 + 1] << 8));
+        for (int i = 0; i < 32; i++) {
+            double v = x[b * 32 + i];
+            /* values beyond 7.5 steps on the far side clip to q = 15 */
+            int clipped = d != 0 && v / d + 8.5 >= 16;
+            double bound = (clipped ? fabs(d) : fabs(d) / 2) + 8 * fabs(dh - d) + 1e-6 * fabs(d);
+            double e = fabs(v - y[b * 32 + i]);
+            if (d != 0 && !clipped) worst4 = fmax(worst4, e / fabs(d));
+            CHECK(e <= bound, "Q4_0 block %d elem %d: |%g - %g| > %g", b, i, v, y[b * 32 + i], bound);
+        }
+    }
+    printf("    max error / d: Q8_0 %.4f, Q4_0 %.4f (bound 0.5 + f16 rounding of d)\n", worst8, worst4);
+    CHECK(worst8 > 0.45 && worst4 > 0.45, "suspiciously small errors: %g %g", worst8, worst4);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dot products                                                             */
+/* ------------------------------------------------------------------------ */
+
+TEST(kernel_vec_dot_vs_reference) {
+    ak_rng r;
+    ak_rng_seed(&r, 1234);
+    const int64_t qlens[] = { 32, 64, 96, 160, 1024, 2080, 4096 };
+    const int64_t flens[] = { 1, 7, 16, 17, 33, 100, 1000, 4096 + 5 };
+    enum { MAXN = 4096 + 64 };
+    static float w[MAXN], x[MAXN], wd[MAXN], xd[MAXN];
+    static uint8_t row[MAXN * 4];
+    printf("    SIMD path: %s\n", ak_simd_name());
+    for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+        uint32_t type = all_types[ti];
+        int quant = is_quant(type);
+        const int64_t *lens = quant ? qlens : flens;
+        size_t nlens = quant ? sizeof qlens / sizeof qlens[0] : sizeof flens / sizeof flens[0];
+        double worst_simd = 0, worst_scalar = 0;
+        for (size_t li = 0; li < nlens; li++) {
+            int64_t n = lens[li];
+            fill_normal(&r, w, n, 0.5f);
+            fill_normal(&r, x, n, 2.0f);
+            if (n > 64) for (int i = 0; i < 32; i++) x[i] *= 50;   /* an outlier block */
+            ak_quantize_row(type, w, row, n);
+            ak_dequantize_row(type, row, wd, n);
+            double abs_sum, exact = ref_dot(wd, x, n, &abs_sum);
+            /* The product the kernels promise: for quantized weights, x is
+             * first quantized to 8 bits, so compare with that exactly and with
+             * the unquantized x within the bound the 8-bit rounding implies. */
+            double want = exact, qbound = 0;
+            if (quant) {
+                ref_quant_x(x, n, xd);
+                want = ref_dot(wd, xd, n, &abs_sum);
+                for (int64_t b = 0; b < n / 32; b++) {
+                    double amax = 0, wsum = 0;
+                    for (int i = 0; i < 32; i++) {
+                        amax = fmax(amax, fabs(x[b * 32 + i]));
+                        wsum += fabs(wd[b * 32 + i]);
+                    }
+                    qbound += amax / 127 / 2 * wsum * 1.0001;
+                }
+            }
+            double tol = 1e-5 * abs_sum + 1e-6;
+            float got = ak_vec_dot(type, row, x, n), gots = ak_vec_dot_scalar(type, row, x, n);
+            worst_simd = fmax(worst_simd, fabs(got - want) / abs_sum);
+            worst_scalar = fmax(worst_scalar, fabs(gots - want) / abs_sum);
+            CHECK(fabs(got - want) <= tol, "%s n=%lld: ak_vec_dot %.9g, want %.9g (tol %.3g)",
+                  tname(type), (long long)n, got, want, tol);
+            CHECK(fabs(gots - want) <= tol, "%s n=%lld: ak_vec_dot_scalar %.9g, want %.9g (tol %.3g)",
+                  tname(type), (long long)n, gots, want, tol);
+            if (quant)
+                CHECK(fabs(got - exact) <= qbound + tol, "%s n=%lld: %.9g vs unquantized x %.9g (bound %.3g)",
+                      tname(type), (long long)n, got, exact, qbound + tol);
+        }
+        printf("    %-4s max |dot - ref| / sum|w x|: simd %.2e, scalar %.2e\n", tname(type), worst_simd, worst_scalar);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Matrix multiplication                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int64_t rows,
+                              int64_t cols, int64_t ntok, ak_rng *r, double *worst) {
+    size_t rb = ak_row_bytes(type, cols);
+    float *w = malloc(sizeof(float) * rows * cols), *wd = malloc(sizeof(float) * rows * cols);
+    float *x = malloc(sizeof(float) * ntok * cols), *xd = malloc(sizeof(float) * ntok * cols);
+    float *y1 = malloc(sizeof(float) * ntok * rows), *y2 = malloc(sizeof(float) * ntok * rows);
+    float *y3 = malloc(sizeof(float) * ntok * rows);
+    uint8_t *W = malloc(rb * rows);
+    int ok = w && wd && x && xd && y1 && y2 && y3 && W;
+    CHECK(ok, "out of memory");
+    int failures = 0;
+    if (ok) {
+        fill_normal(r, w, rows * cols, 0.3f);
+        fill_normal(r, x, ntok * cols, 1.0f);
+        for (int64_t i = 0; i < rows; i++) {
+            ak_quantize_row(type, w + i * cols, W + i * rb, cols);
+            ak_dequantize_row(type, W + i * rb, wd + i * cols, cols);
+        }
+        if (is_quant(type)) for (int64_t k = 0; k < ntok; k++) ref_quant_x(x + k * cols, cols, xd + k * cols);
+        else memcpy(xd, x, sizeof(float) * ntok * cols);
+        /* NaN sentinels catch outputs nobody wrote */
+        for (int64_t i = 0; i < ntok * rows; i++) y1[i] = y2[i] = y3[i] = NAN;
+        ak_matmul(pool, type, W, rows, cols, x, ntok, y1);
+        ak_matmul(NULL, type, W, rows, cols, x, ntok, y2);
+        ak_matmul_scalar(type, W, rows, cols, x, ntok, y3);
+        for (int64_t k = 0; k < ntok && failures < 5; k++) {
+            for (int64_t i = 0; i < rows && failures < 5; i++) {
+                double abs_sum, want = ref_dot(wd + i * cols, xd + k * cols, cols, &abs_sum);
+                double tol = 1e-5 * abs_sum + 1e-6;
+                float a = y1[k * rows + i], b = y2[k * rows + i], c = y3[k * rows + i];
+                *worst = fmax(*worst, fabs(a - want) / abs_sum);
+                if (!(fabs(a - want) <= tol && fabs(b - want) <= tol && fabs(c - want) <= tol)) {
+                    failures++;
+                    CHECK(0, "%s %lldx%lld ntok=%lld Y[%lld][%lld]: pool %.9g, single %.9g, scalar %.9g, want %.9g",
+                          tname(type), (long long)rows, (long long)cols, (long long)ntok, (long long)k,
+                          (long long)i, a, b, c, want);
+                }
+                /* Same code on one thread or many: bit-identical. */
+                if (memcmp(&a, &b, 4) != 0) {
+                    failures++;
+                    CHECK(0, "%s Y[%lld][%lld]: pool %.9g != single thread %.9g", tname(type),
+                          (long long)k, (long long)i, a, b);
+                }
+            }
+        }
+    }
+    free(w); free(wd); free(x); free(xd); free(y1); free(y2); free(y3); free(W);
+    return failures;
+}
+
+TEST(kernel_matmul_vs_reference) {
+    ak_error err = {{0}};
+    ak_pool *pool = ak_pool_new(2, &err);
+    REQUIRE(pool, "ak_pool_new: %s", err.msg);
+    ak_rng r;
+    ak_rng_seed(&r, 99);
+    const int64_t rows_list[] = { 1, 5, 67, 130 };
+    const int64_t ntok_list[] = { 1, 3, 17, 70 };
+    const int64_t qcols[] = { 32, 96, 320 };
+    const int64_t fcols[] = { 3, 37, 320 };
+    for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+        uint32_t type = all_types[ti];
+        const int64_t *cols_list = is_quant(type) ? qcols : fcols;
+        double worst = 0;
+        for (int ri = 0; ri < 4; ri++)
+            for (int ci = 0; ci < 3; ci++)
+                for (int ki = 0; ki < 4; ki++)
+                    check_matmul_shape(t, pool, type, rows_list[ri], cols_list[ci], ntok_list[ki], &r, &worst);
+        /* one larger, prefill-like shape */
+        check_matmul_shape(t, pool, type, 260, 2048, 130, &r, &worst);
+        printf("    %-4s max |Y - ref| / sum|w x| = %.2e\n", tname(type), worst);
+    }
+    ak_pool_free(pool);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Thread pool                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    int nth, nth_seen_bad;
+    atomic_int seen[8];
+    atomic_llong sum;
+    const int *data;
+    int n;
+} pool_ctx;
+
+static void pool_task(void *arg, int ith, int nth) {
+    pool_ctx *c = arg;
+    if (ith < 0 || ith >= 8 || nth != c->nth) { c->nth_seen_bad = 1; return; }
+    atomic_fetch_add(&c->seen[ith], 1);
+    long long s = 0;
+    for (int i = ith; i < c->n; i += nth) s += c->data[i];
+    atomic_fetch_add(&c->sum, s);
+}
+
+static void run_pool_rounds(ak_test_ctx *t, ak_pool *pool, int nth, int rounds, int sleep_every) {
+    static int data[1000];
+    long long want = 0;
+    for (int i = 0; i < 1000; i++) { data[i] = i * 7 - 300; want += data[i]; }
+    for (int k = 0; k < rounds; k++) {
+        pool_ctx c = { .nth = nth, .data = data, .n = 1000 };
+        for (int i = 0; i < 8; i++) atomic_init(&c.seen[i], 0);
+        atomic_init(&c.sum, 0);
+        ak_pool_run(pool, pool_task, &c);
+        int bad = c.nth_seen_bad;
+        for (int i = 0; i < 8; i++) bad |= atomic_load(&c.seen[i]) != (i < nth);
+        if (bad || atomic_load(&c.sum) != want) {
+            CHECK(0, "nth=%d round %d: seen %d %d %d %d, sum %lld want %lld", nth, k,
+                  atomic_load(&c.seen[0]), atomic_load(&c.seen[1]), atomic_load(&c.seen[2]),
+                  atomic_load(&c.seen[3]), (long long)atomic_load(&c.sum), want);
+            return;
+        }
+        if (sleep_every && k % sleep_every == 0) {   /* let workers fall asleep */
+            struct timespec ts = { 0, 2000000 };
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+TEST(kernel_threadpool) {
+    ak_error err = {{0}};
+    run_pool_rounds(t, NULL, 1, 3, 0);
+    for (int nth = 1; nth <= 4; nth *= 2) {
+        ak_pool *pool = ak_pool_new(nth, &err);
+        REQUIRE(pool, "ak_pool_new(%d): %s", nth, err.msg);
+        CHECK(ak_pool_size(pool) == nth, "size %d want %d", ak_pool_size(pool), nth);
+        run_pool_rounds(t, pool, nth, 20000, 0);   /* spinning hand-offs */
+        run_pool_rounds(t, pool, nth, 40, 1);      /* condvar hand-offs */
+        /* scratch: aligned, grows, reused */
+        uint8_t *s1 = ak_pool_scratch(pool, 100);
+        CHECK(s1 && ((uintptr_t)s1 & 63) == 0, "scratch %p not 64-byte aligned", (void *)s1);
+        if (s1) memset(s1, 1, 100);
+        CHECK(ak_pool_scratch(pool, 50) == s1, "smaller request should reuse the buffer");
+        uint8_t *s2 = ak_pool_scratch(pool, 1 << 20);
+        CHECK(s2 && ((uintptr_t)s2 & 63) == 0, "grown scratch not aligned");
+        if (s2) memset(s2, 2, 1 << 20);
+        ak_pool_free(pool);
+    }
+    CHECK(ak_pool_scratch(NULL, 10) == NULL, "scratch of NULL pool");
+    ak_pool *pool = ak_pool_new(0, &err);
+    CHECK(pool && ak_pool_size(pool) == ak_num_cpus(), "n_threads 0 means all cores");
+    ak_pool_free(pool);
+}
