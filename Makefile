@@ -63,12 +63,12 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 fuzz:
-	@mkdir -p $(BUILD)/fuzz
+	@mkdir -p $(BUILD)/fuzz/corpus
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(PCRE_CFLAGS) \
 	    fuzz/fuzz_gguf.c src/gguf.c src/util.c -o $(BUILD)/fuzz/fuzz_gguf -lm
-	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
-	    $(BUILD)/fuzz/corpus fuzz/seeds 2>&1 | tail -5
-	@mkdir -p $(BUILD)/fuzz/corpus
+	@# the log is kept whole; the fuzzer's exit status (not tail's) is make's
+	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(BUILD)/fuzz/ \
+	    $(BUILD)/fuzz/corpus fuzz/seeds > $(BUILD)/fuzz/log 2>&1; rc=$$?; tail -5 $(BUILD)/fuzz/log; exit $$rc
 
 bench: $(BUILD)/agentkv
 	sh bench/engine.sh $(BUILD)/agentkv

@@ -253,8 +253,28 @@ static void free_kvs(gguf_file *f) {
     f->tensors = NULL;
 }
 
-static int keycmp(gguf_str a, gguf_str b) {
-    return a.len == b.len && memcmp(a.data, b.data, a.len) == 0;
+static int strcmp_gguf(const void *a, const void *b) {
+    const gguf_str *x = *(const gguf_str *const *)a, *y = *(const gguf_str *const *)b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->data, y->data, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Finds two equal names among n records whose first field is a gguf_str.
+ * Sorting makes this O(n log n): a hostile file with millions of keys must
+ * not take hours to open. Returns -1 on out of memory, else 0 with *dup set
+ * to a duplicated name or NULL. */
+static int find_duplicate(const void *recs, uint64_t n, size_t rec_size, const gguf_str **dup) {
+    *dup = NULL;
+    if (n < 2) return 0;
+    const gguf_str **v = malloc(n * sizeof *v);
+    if (!v) return -1;
+    for (uint64_t i = 0; i < n; i++) v[i] = (const gguf_str *)((const uint8_t *)recs + i * rec_size);
+    qsort(v, n, sizeof *v, strcmp_gguf);
+    for (uint64_t i = 1; i < n && !*dup; i++)
+        if (strcmp_gguf(&v[i - 1], &v[i]) == 0) *dup = v[i];
+    free(v);
+    return 0;
 }
 
 static int parse(gguf_file *f, ak_error *err) {
@@ -292,13 +312,12 @@ static int parse(gguf_file *f, ak_error *err) {
             f->n_kv = i + 1; /* free what was allocated */
             return -1;
         }
-        for (uint64_t j = 0; j < i; j++)
-            if (keycmp(f->kv[j].key, f->kv[i].key)) {
-                f->n_kv = i + 1;
-                return ak_fail(err, "%s: duplicate metadata key '%.*s'", f->path,
-                               (int)(f->kv[i].key.len > 64 ? 64 : f->kv[i].key.len), f->kv[i].key.data);
-            }
     }
+    const gguf_str *dup;
+    if (find_duplicate(f->kv, f->n_kv, sizeof(gguf_kv), &dup) < 0) return ak_fail(err, "%s: out of memory", f->path);
+    if (dup)
+        return ak_fail(err, "%s: duplicate metadata key '%.*s'", f->path, (int)(dup->len > 64 ? 64 : dup->len),
+                       dup->data);
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     const gguf_kv *al = gguf_find(f, "general.alignment");
     if (al) {
@@ -331,10 +350,12 @@ static int parse(gguf_file *f, ak_error *err) {
                            f->path, nl, t->name.data, (unsigned long long)t->nbytes,
                            (unsigned long long)t->offset);
         t->data = (const uint8_t *)f->map + f->data_offset + t->offset;
-        for (uint64_t j = 0; j < i; j++)
-            if (keycmp(f->tensors[j].name, t->name))
-                return ak_fail(err, "%s: duplicate tensor name '%.*s'", f->path, nl, t->name.data);
     }
+    if (find_duplicate(f->tensors, f->n_tensors, sizeof(gguf_tensor), &dup) < 0)
+        return ak_fail(err, "%s: out of memory", f->path);
+    if (dup)
+        return ak_fail(err, "%s: duplicate tensor name '%.*s'", f->path, (int)(dup->len > 64 ? 64 : dup->len),
+                       dup->data);
     return 0;
 }
 

@@ -49,6 +49,7 @@ struct gguf_writer {
     bytes kv;                    /* serialized metadata pairs */
     uint64_t n_kv;
     char **keys;                 /* for duplicate detection */
+    uint64_t keys_cap;
     uint32_t alignment;
     int alignment_set;
 
@@ -212,10 +213,12 @@ static int begin_kv(gguf_writer *w, const char *key, uint32_t type) {
     if (kl > 65535) return wfail(w, "metadata key too long (%zu bytes)", kl);
     for (uint64_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->keys[i], key) == 0) return wfail(w, "duplicate metadata key '%s'", key);
-    if ((w->n_kv & (w->n_kv - 1)) == 0) {   /* grow at powers of two */
-        char **nk = realloc(w->keys, (size_t)(w->n_kv ? w->n_kv * 2 : 8) * sizeof *nk);
+    if (w->n_kv == w->keys_cap) {
+        uint64_t cap = w->keys_cap ? w->keys_cap * 2 : 32;
+        char **nk = realloc(w->keys, (size_t)cap * sizeof *nk);
         if (!nk) return wfail(w, "out of memory");
         w->keys = nk;
+        w->keys_cap = cap;
     }
     char *k = strdup(key);
     if (!k) return wfail(w, "out of memory");

@@ -21,6 +21,7 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +35,13 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* How long to spin before blocking: checked against the clock every
- * SPIN_CHECK iterations so the bound does not depend on the cost of pause. */
+/* Waiting: SPIN_PAUSES iterations of a plain pause loop (the answer usually
+ * comes within a microsecond or two), then sched_yield in the loop so that a
+ * thread the scheduler put on the same CPU as the spinner can run (without it
+ * a run could cost a whole scheduler slice), for up to SPIN_SECONDS in all,
+ * then block on the condition variable. */
+#define SPIN_PAUSES 128
 #define SPIN_SECONDS 200e-6
-#define SPIN_CHECK 64
 
 typedef struct {
     ak_pool *pool;
@@ -64,31 +68,31 @@ struct ak_pool {
     size_t scratch_cap;
 };
 
-/* Spins until *a != old (wait_change) for a bounded time. Returns 1 if the
- * value changed, 0 if the caller should block. */
+/* One step of a bounded spin; i counts from 1. Returns 0 once the caller
+ * should stop spinning and block. */
+static int spin_step(unsigned i, double *t0) {
+    if (i < SPIN_PAUSES) { cpu_relax(); return 1; }
+    sched_yield();
+    double now = ak_now();
+    if (*t0 == 0) *t0 = now;
+    return now - *t0 < SPIN_SECONDS;
+}
+
+/* Spin until *a != old: 1 if it changed, 0 if the caller should block. */
 static int spin_until_change(atomic_uint *a, unsigned old) {
     double t0 = 0;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(a, memory_order_acquire) != old) return 1;
-        cpu_relax();
-        if (i % SPIN_CHECK == 0) {
-            double now = ak_now();
-            if (t0 == 0) t0 = now;
-            else if (now - t0 > SPIN_SECONDS) return 0;
-        }
+        if (!spin_step(i, &t0)) return 0;
     }
 }
 
+/* Spin until *a == 0: 1 if it did, 0 if the caller should block. */
 static int spin_until_zero(atomic_int *a) {
     double t0 = 0;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(a, memory_order_acquire) == 0) return 1;
-        cpu_relax();
-        if (i % SPIN_CHECK == 0) {
-            double now = ak_now();
-            if (t0 == 0) t0 = now;
-            else if (now - t0 > SPIN_SECONDS) return 0;
-        }
+        if (!spin_step(i, &t0)) return 0;
     }
 }
 

@@ -359,7 +359,7 @@ static void kv_f32s(gbuf *g, const char *k, int n) {
     for (int i = 0; i < n; i++) { float f = -(float)i; put(g, &f, 4); }
 }
 
-static const char *const tiny_vocab[] = { "<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "a", "b", "<0x62>" };
+static const char *const tiny_vocab[] = { "<unk>", "<s>", "</s>", "\342\226\201a", "a", "b", "<0x62>" };   /* "▁a" */
 
 /* kind: 0 valid, 1 bos out of range, 2 unknown model, 3 scores too short,
  * 4 tokens not strings, 5 unknown pre-tokenizer, 6 no merges for gpt2 */
