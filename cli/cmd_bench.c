@@ -12,7 +12,7 @@
 
 static const char *usage_text =
     "usage: agentkv bench engine -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPEATS] [--json]\n"
-    "  prefill (pp) and decode (tg) tokens/s, median of REPEATS runs (default 3)\n";
+    "  prefill (pp) and decode (tg) tokens/s, median of REPEATS runs (default 3)\n" CACHE_OPTS_HELP;
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -29,6 +29,8 @@ static int bench_engine(int argc, char **argv) {
     args_init(&a, "bench engine", argc, argv);
     const char *model_path = NULL;
     int n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, json = 0;
+    cache_opts co;
+    cache_opts_init(&co);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -38,7 +40,7 @@ static int bench_engine(int argc, char **argv) {
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "-r") || !strcmp(f, "--repeats")) reps = (int)args_int(&a, f, 1, 100);
         else if (!strcmp(f, "--json")) json = 1;
-        else args_unknown(&a, f);
+        else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
     if (a.failed) return AK_EXIT_USAGE;
@@ -50,8 +52,14 @@ static int bench_engine(int argc, char **argv) {
     int32_t *toks = malloc(sizeof(int32_t) * (ctx_len + 1));
     float *logits = malloc(sizeof(float) * m->cfg.vocab);
     double *pp = calloc(reps, sizeof(double)), *tg = calloc(reps, sizeof(double));
-    ak_kv *kv = ak_kv_new(&m->spec, ctx_len, &err);
-    ak_ctx *ctx = kv ? ak_ctx_new(m, n_pp > 0 ? n_pp : 1, n_threads, &err) : NULL;
+    ak_block_pool *pool = NULL;
+    ak_kv *kv = NULL;
+    if (cache_open(&co, m, ctx_len, "bench engine", &pool, &kv) < 0) {
+        free(toks); free(logits); free(pp); free(tg);
+        unload_model(&lm);
+        return 1;
+    }
+    ak_ctx *ctx = ak_ctx_new(m, n_pp > 0 ? n_pp : 1, n_threads, &err);
     if (!toks || !logits || !pp || !tg || !ctx) {
         if (!err.msg[0]) ak_fail(&err, "out of memory");
         goto fail;
@@ -98,17 +106,19 @@ fail:
 done:
     free(toks); free(logits); free(pp); free(tg);
     ak_ctx_free(ctx);
-    ak_kv_free(kv);
+    cache_close(pool, kv);
     unload_model(&lm);
     return rc;
 }
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-        fputs("usage: agentkv bench engine [flags]   (agentkv bench engine --help)\n", argc < 1 ? stderr : stdout);
+        fputs("usage: agentkv bench engine|kv [flags]   (agentkv bench engine --help, agentkv bench kv --help)\n",
+              argc < 1 ? stderr : stdout);
         return argc < 1 ? AK_EXIT_USAGE : 0;
     }
     if (!strcmp(argv[0], "engine")) return bench_engine(argc - 1, argv + 1);
-    fprintf(stderr, "agentkv bench: unknown benchmark '%s' (engine)\n", argv[0]);
+    if (!strcmp(argv[0], "kv")) return cmd_bench_kv(argc - 1, argv + 1);
+    fprintf(stderr, "agentkv bench: unknown benchmark '%s' (engine, kv)\n", argv[0]);
     return AK_EXIT_USAGE;
 }

@@ -25,6 +25,7 @@ static const char *usage_text =
     "  --repeat-penalty R   repetition penalty (default 1.0 = off)\n"
     "  --repeat-last-n N    tokens the penalty looks back over (default 64)\n"
     "  --seed S             RNG seed (default: from the clock); same seed, same output\n"
+    CACHE_OPTS_HELP
     "  --no-bos             don't add the BOS token the vocabulary asks for\n"
     "  --json               print one JSON object (tokens, text, timings) instead of streaming\n";
 
@@ -34,6 +35,8 @@ int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
     int n_predict = 128, n_ctx = 0, n_threads = 0, json = 0, no_bos = 0, seed_set = 0;
     ak_sampler_params sp = ak_sampler_defaults();
+    cache_opts co;
+    cache_opts_init(&co);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -52,7 +55,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(f, "--seed")) { sp.seed = (uint64_t)args_int(&a, f, 0, INT64_MAX); seed_set = 1; }
         else if (!strcmp(f, "--no-bos")) no_bos = 1;
         else if (!strcmp(f, "--json")) json = 1;
-        else args_unknown(&a, f);
+        else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
     if (!a.failed && !prompt == !prompt_file) args_error(&a, "give exactly one of -p PROMPT or -f PROMPT_FILE");
@@ -74,6 +77,7 @@ int cmd_run(int argc, char **argv) {
     int32_t *ids = NULL, *hist = NULL;
     size_t n_ids = 0;
     ak_kv *kv = NULL;
+    ak_block_pool *pool = NULL;
     ak_ctx *ctx = NULL;
     ak_sampler *smp = NULL;
     float *logits = NULL;
@@ -86,7 +90,7 @@ int cmd_run(int argc, char **argv) {
         ak_fail(&err, "prompt has %zu tokens, the context is %d (-c)", n_ids, n_ctx);
         goto fail;
     }
-    if (!(kv = ak_kv_new(&lm.model->spec, n_ctx, &err))) goto fail;
+    if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) { rc = 1; goto done; }
     if (!(ctx = ak_ctx_new(lm.model, n_ids < 256 ? (int)n_ids : 256, n_threads, &err))) goto fail;
     if (!(smp = ak_sampler_new(&sp, cfg->vocab, &err))) goto fail;
     if (!(logits = ak_malloc((size_t)cfg->vocab * sizeof(float), &err))) goto fail;
@@ -168,7 +172,7 @@ done:
     free(text); free(piece); free(ids); free(hist); free(logits); free(file_text);
     ak_sampler_free(smp);
     ak_ctx_free(ctx);
-    ak_kv_free(kv);
+    cache_close(pool, kv);
     unload_model(&lm);
     return rc;
 }

@@ -10,5 +10,6 @@ int cmd_info(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_kv(int argc, char **argv);   /* agentkv bench kv */
 
 #endif

@@ -76,3 +76,52 @@ char *read_prompt_file(const char *cmd, const char *path, size_t *len) {
     if (!s) fprintf(stderr, "agentkv %s: %s\n", cmd, err.msg);
     return s;
 }
+
+void cache_opts_init(cache_opts *o) {
+    o->fk = AK_KV_F16;
+    o->fv = AK_KV_F16;
+    o->budget = 0;
+    o->block_tokens = 0;
+}
+
+int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag) {
+    int is_k = !strcmp(flag, "-ctk") || !strcmp(flag, "--cache-type-k");
+    int is_v = !strcmp(flag, "-ctv") || !strcmp(flag, "--cache-type-v");
+    if (is_k || is_v) {
+        const char *v = args_value(a, flag);
+        if (!v) return 1;
+        if (ak_kv_format_parse(v, is_k ? &o->fk : &o->fv) < 0)
+            args_error(a, "%s: unknown cache format '%s' (one of %s)", flag, v, ak_kv_format_names());
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-budget")) {
+        const char *v = args_value(a, flag);
+        if (v && (ak_parse_bytes(v, &o->budget) < 0 || o->budget == 0))
+            args_error(a, "--kv-budget: '%s' is not a positive byte size (e.g. 512M, 10.2G)", v);
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-block")) {
+        o->block_tokens = (int)args_int(a, flag, 1, AK_KV_MAX_BLOCK_TOKENS);
+        return 1;
+    }
+    return 0;
+}
+
+int cache_open(const cache_opts *o, const ak_model *m, int n_ctx, const char *cmd, ak_block_pool **pool, ak_kv **kv) {
+    ak_error err = {{0}};
+    *kv = NULL;
+    *pool = ak_block_pool_new(&m->spec, o->block_tokens, o->budget, &err);
+    if (*pool) *kv = ak_kv_new(*pool, o->fk, o->fv, n_ctx, &err);
+    if (!*kv) {
+        fprintf(stderr, "agentkv %s: %s\n", cmd, err.msg);
+        ak_block_pool_free(*pool);
+        *pool = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void cache_close(ak_block_pool *pool, ak_kv *kv) {
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+}

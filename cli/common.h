@@ -3,7 +3,9 @@
 #ifndef AK_CLI_COMMON_H
 #define AK_CLI_COMMON_H
 
+#include "../src/blockpool.h"
 #include "../src/model.h"
+#include "args.h"
 #include "../src/tokenizer.h"
 
 typedef struct {
@@ -29,6 +31,29 @@ typedef struct {
  * "agentkv CMD: <reason>" and returns -1. */
 int load_model(loaded_model *lm, const char *cmd, const char *path);
 void unload_model(loaded_model *lm);
+
+/* KV cache flags shared by the commands that run the model. */
+typedef struct {
+    ak_kv_format fk, fv;    /* -ctk / -ctv, default f16 */
+    size_t budget;          /* --kv-budget, 0 = unlimited */
+    int block_tokens;       /* --kv-block, 0 = default */
+} cache_opts;
+
+#define CACHE_OPTS_HELP                                                                  \
+    "  -ctk, --cache-type-k F   format of cached keys (default f16)\n"                   \
+    "  -ctv, --cache-type-v F   format of cached values (default f16)\n"                 \
+    "                           formats: f32 f16 bf16 q8 q4 q2 tq4 tq3 tq2\n"            \
+    "  --kv-budget BYTES        RAM budget of the KV block pool (e.g. 2G; default: none)\n" \
+    "  --kv-block N             tokens per KV block (default 32)\n"
+
+void cache_opts_init(cache_opts *o);
+/* If flag is one of the cache flags, parses its value into o (errors go
+ * through a) and returns 1; returns 0 for other flags. */
+int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag);
+/* Makes the block pool and one sequence of n_ctx positions; on failure prints
+ * "agentkv CMD: reason" and returns -1 (nothing to free). */
+int cache_open(const cache_opts *o, const ak_model *m, int n_ctx, const char *cmd, ak_block_pool **pool, ak_kv **kv);
+void cache_close(ak_block_pool *pool, ak_kv *kv);
 
 /* Reads a prompt file; on failure prints the error and returns NULL. */
 char *read_prompt_file(const char *cmd, const char *path, size_t *len);

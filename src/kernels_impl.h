@@ -27,6 +27,7 @@
 #define AK_SIMD_AVX2 1
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #define AK_SIMD_NEON 1
+
 #endif
 
 #define AK_QK 32            /* elements per quantized block */
@@ -59,6 +60,7 @@ typedef struct {
 extern const ak_kernel_backend ak_backend_scalar;   /* kernels.c */
 #if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2) || defined(AK_SIMD_NEON)
 extern const ak_kernel_backend ak_backend_simd;     /* kernels_x86.c / kernels_arm.c */
+
 #endif
 
 /* Little helpers shared by the back ends. */
@@ -69,5 +71,49 @@ static inline uint16_t ak_load_u16(const uint8_t *p) {
 }
 static inline int64_t ak_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline size_t ak_round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+
+/* ---- Tile instantiation, shared by the SIMD back ends ----
+ * A back end writes its tile loops once as always-inline functions taking the
+ * tile size (R rows x T tokens, at most MAXR x MAXT) as constants; these
+ * macros stamp out one function per (type selector, R, T) and a table, so
+ * remainders run the same code with a smaller tile. */
+#define AK_INLINE static inline __attribute__((always_inline))
+#define MAXR 4
+#define MAXT 4
+
+typedef void (*q_tile_fn)(const uint8_t *W, size_t wrb, const uint8_t *xq, size_t xqs,
+                          int64_t nb, float *Y, int64_t ldy);
+typedef void (*f_tile_fn)(const uint8_t *W, size_t wrb, const float *X, int64_t ldx,
+                          int64_t cols, float *Y, int64_t ldy);
+
+/* Instantiates NAME##_Q_R_T(args) = BODY(Q, R, T, args) for Q in {0, 1, 2}
+ * (a type selector), R and T in 1..4, and a table NAME##_table[Q][R-1][T-1]. */
+#define INST_T(NAME, BODY, FN, Q, R)                                                       \
+    INST_ONE(NAME, BODY, FN, Q, R, 1) INST_ONE(NAME, BODY, FN, Q, R, 2)                    \
+    INST_ONE(NAME, BODY, FN, Q, R, 3) INST_ONE(NAME, BODY, FN, Q, R, 4)
+#define INST_R(NAME, BODY, FN, Q)                                                          \
+    INST_T(NAME, BODY, FN, Q, 1) INST_T(NAME, BODY, FN, Q, 2)                              \
+    INST_T(NAME, BODY, FN, Q, 3) INST_T(NAME, BODY, FN, Q, 4)
+#define ROW_T(NAME, Q, R) { NAME##_##Q##_##R##_1, NAME##_##Q##_##R##_2, NAME##_##Q##_##R##_3, NAME##_##Q##_##R##_4 }
+#define ROW_R(NAME, Q) { ROW_T(NAME, Q, 1), ROW_T(NAME, Q, 2), ROW_T(NAME, Q, 3), ROW_T(NAME, Q, 4) }
+
+#define INST_ONE_Q(NAME, BODY, Q, R, T)                                                    \
+    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const uint8_t *xq,    \
+                                       size_t xqs, int64_t nb, float *Y, int64_t ldy) {    \
+        BODY(Q, R, T, W, wrb, xq, xqs, nb, Y, ldy);                                        \
+    }
+#define INST_ONE_F(NAME, BODY, Q, R, T)                                                    \
+    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const float *X,       \
+                                       int64_t ldx, int64_t cols, float *Y, int64_t ldy) { \
+        BODY(Q, R, T, W, wrb, X, ldx, cols, Y, ldy);                                       \
+    }
+#define INST_ONE(NAME, BODY, FN, Q, R, T) FN(NAME, BODY, Q, R, T)
+
+
+/* Float weight selector used by the f tiles: 0 = F32, 1 = F16, 2 = BF16. */
+static inline int ak_ftype_index(uint32_t wtype) {
+    return wtype == GGML_TYPE_F16 ? 1 : wtype == GGML_TYPE_BF16 ? 2 : 0;
+}
 
 #endif

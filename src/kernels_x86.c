@@ -24,43 +24,6 @@
 
 #include "util.h"
 
-#define AK_INLINE static inline __attribute__((always_inline))
-#define MAXR 4
-#define MAXT 4
-
-typedef void (*q_tile_fn)(const uint8_t *W, size_t wrb, const uint8_t *xq, size_t xqs,
-                          int64_t nb, float *Y, int64_t ldy);
-typedef void (*f_tile_fn)(const uint8_t *W, size_t wrb, const float *X, int64_t ldx,
-                          int64_t cols, float *Y, int64_t ldy);
-
-/* Instantiates NAME##_Q_R_T(args) = BODY(Q, R, T, args) for Q in {0, 1, 2}
- * (a type selector), R and T in 1..4, and a table NAME##_table[Q][R-1][T-1]. */
-#define INST_T(NAME, BODY, FN, Q, R)                                                       \
-    INST_ONE(NAME, BODY, FN, Q, R, 1) INST_ONE(NAME, BODY, FN, Q, R, 2)                    \
-    INST_ONE(NAME, BODY, FN, Q, R, 3) INST_ONE(NAME, BODY, FN, Q, R, 4)
-#define INST_R(NAME, BODY, FN, Q)                                                          \
-    INST_T(NAME, BODY, FN, Q, 1) INST_T(NAME, BODY, FN, Q, 2)                              \
-    INST_T(NAME, BODY, FN, Q, 3) INST_T(NAME, BODY, FN, Q, 4)
-#define ROW_T(NAME, Q, R) { NAME##_##Q##_##R##_1, NAME##_##Q##_##R##_2, NAME##_##Q##_##R##_3, NAME##_##Q##_##R##_4 }
-#define ROW_R(NAME, Q) { ROW_T(NAME, Q, 1), ROW_T(NAME, Q, 2), ROW_T(NAME, Q, 3), ROW_T(NAME, Q, 4) }
-
-#define INST_ONE_Q(NAME, BODY, Q, R, T)                                                    \
-    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const uint8_t *xq,    \
-                                       size_t xqs, int64_t nb, float *Y, int64_t ldy) {    \
-        BODY(Q, R, T, W, wrb, xq, xqs, nb, Y, ldy);                                        \
-    }
-#define INST_ONE_F(NAME, BODY, Q, R, T)                                                    \
-    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const float *X,       \
-                                       int64_t ldx, int64_t cols, float *Y, int64_t ldy) { \
-        BODY(Q, R, T, W, wrb, X, ldx, cols, Y, ldy);                                       \
-    }
-#define INST_ONE(NAME, BODY, FN, Q, R, T) FN(NAME, BODY, Q, R, T)
-
-/* Float weight selector used by the f tiles: 0 = F32, 1 = F16, 2 = BF16. */
-static int ftype_index(uint32_t wtype) {
-    return wtype == GGML_TYPE_F16 ? 1 : wtype == GGML_TYPE_BF16 ? 2 : 0;
-}
-
 #if defined(AK_SIMD_AVX512)
 /* ======================================================================== */
 /* AVX-512                                                                  */
@@ -188,6 +151,9 @@ AK_INLINE void q_step(const int q8, const int R, const int T, const int two, __m
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *b = W + (size_t)r * wrb + (size_t)p * pair_bytes;
+#ifdef PF_ROWS
+        _mm_prefetch((const char *)(b + PF_ROWS * wrb), _MM_HINT_T0);
+#endif
         w[r] = q8 ? load_q8_pair(b, two) : load_q4_pair(b, two);
     }
 #pragma GCC unroll 4
@@ -236,7 +202,12 @@ AK_INLINE void f_step(const int ft, const int R, const int T, const int tail, __
                       __mmask16 m) {
     __m512 w[MAXR];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) w[r] = load_w16(ft, W + (size_t)r * wrb, k, tail, m);
+    for (int r = 0; r < R; r++) {
+#ifdef PF_ROWS
+        _mm_prefetch((const char *)(W + (size_t)(r + PF_ROWS) * wrb + (ft ? 2 : 4) * k), _MM_HINT_T0);
+#endif
+        w[r] = load_w16(ft, W + (size_t)r * wrb, k, tail, m);
+    }
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) {
         const float *x = X + t * ldx + k;
@@ -275,6 +246,138 @@ static void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
     for (; i + 16 <= n; i += 16)
         _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))));
     for (; i < n; i++) y[i] = ak_f16_to_f32(x[i]);
+}
+
+/* ---- Float weights, many tokens: packed panels and outer products ----
+ * The dot-product tiles above end every output with a horizontal sum and
+ * read both operands from L2 once rows get long. For prefill, weights are
+ * instead packed, PANEL_R rows x KC columns at a time, into a k-major f32
+ * panel on the stack (conversion from F16/BF16 done once here), and a
+ * micro-kernel accumulates PANEL_R outputs for NT tokens as outer products:
+ * acc[t] += panel[k] * broadcast(x[t][k]). No horizontal sums, the panel
+ * stays in L1 for all token tiles, and outputs are stored as vectors. */
+#ifndef PANEL_V
+#define PANEL_V 3               /* vectors of 16 rows per panel */
+#endif
+#define PANEL_R (16 * PANEL_V)
+#ifndef KC
+#define KC 256
+#endif
+#ifndef NT_MAX
+#define NT_MAX 8
+#endif
+#define PACKED_MIN_TOKENS 16
+
+/* 16 x 16 transpose: r[i] holds row i; afterwards r[j] holds column j. */
+AK_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    /* u[4g + m], m = 0..3: per 128-bit lane j, column 4j + m of rows 4g..4g+3 */
+    for (int g = 0; g < 4; g++) {
+        __m512 a = t[4 * g], b = t[4 * g + 1], c = t[4 * g + 2], d = t[4 * g + 3];
+        u[4 * g + 0] = _mm512_shuffle_ps(a, c, 0x44);
+        u[4 * g + 1] = _mm512_shuffle_ps(a, c, 0xee);
+        u[4 * g + 2] = _mm512_shuffle_ps(b, d, 0x44);
+        u[4 * g + 3] = _mm512_shuffle_ps(b, d, 0xee);
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512 a = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);
+        __m512 b = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd);
+        __m512 c = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+        __m512 d = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xdd);
+        r[m] = _mm512_shuffle_f32x4(a, c, 0x88);
+        r[8 + m] = _mm512_shuffle_f32x4(a, c, 0xdd);
+        r[4 + m] = _mm512_shuffle_f32x4(b, d, 0x88);
+        r[12 + m] = _mm512_shuffle_f32x4(b, d, 0xdd);
+    }
+}
+
+/* P[k * PANEL_R + i] = W[i][kc + k] as f32 for i < mr (0 beyond), k < kn. */
+static void pack_panel(int ft, const uint8_t *W, size_t wrb, int mr, int64_t kc, int64_t kn, float *P) {
+    const int es = ft ? 2 : 4;
+    for (int i0 = 0; i0 < PANEL_R; i0 += 16) {
+        for (int64_t k = 0; k < kn; k += 16) {
+            int n = (int)ak_min64(16, kn - k);
+            __mmask16 m = (__mmask16)((1u << n) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i0 + i < mr ? load_w16(ft, W + (size_t)(i0 + i) * wrb + es * kc, k, 1, m)
+                                   : _mm512_setzero_ps();
+            transpose16(r);
+            for (int j = 0; j < n; j++) _mm512_store_ps(P + (k + j) * PANEL_R + i0, r[j]);
+        }
+    }
+}
+
+/* Y[t][0..mr) (+)= sum over k < kn of P[k][.] * X[t][k], for NT tokens;
+ * m[v] masks the rows of vector v that exist. */
+AK_INLINE void f_micro(const int NT, const float *P, int64_t kn, const float *X, int64_t ldx,
+                       float *Y, int64_t ldy, const __mmask16 *m, int accumulate) {
+    __m512 acc[NT_MAX][PANEL_V];
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+        for (int v = 0; v < PANEL_V; v++) acc[t][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kn; k++) {
+        __m512 w[PANEL_V];
+#pragma GCC unroll 4
+        for (int v = 0; v < PANEL_V; v++) w[v] = _mm512_load_ps(P + k * PANEL_R + 16 * v);
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; t++) {
+            __m512 xb = _mm512_set1_ps(X[t * ldx + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < PANEL_V; v++) acc[t][v] = _mm512_fmadd_ps(w[v], xb, acc[t][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; t++) {
+        float *y = Y + t * ldy;
+#pragma GCC unroll 4
+        for (int v = 0; v < PANEL_V; v++) {
+            if (accumulate) acc[t][v] = _mm512_add_ps(acc[t][v], _mm512_maskz_loadu_ps(m[v], y + 16 * v));
+            _mm512_mask_storeu_ps(y + 16 * v, m[v], acc[t][v]);
+        }
+    }
+}
+
+typedef void (*f_micro_fn)(const float *P, int64_t kn, const float *X, int64_t ldx, float *Y,
+                           int64_t ldy, const __mmask16 *m, int accumulate);
+#define MICRO(NT)                                                                          \
+    static void f_micro_##NT(const float *P, int64_t kn, const float *X, int64_t ldx,      \
+                             float *Y, int64_t ldy, const __mmask16 *m, int acc) {        \
+        if (NT <= NT_MAX) f_micro(NT <= NT_MAX ? NT : 1, P, kn, X, ldx, Y, ldy, m, acc);   \
+    }
+MICRO(1) MICRO(2) MICRO(3) MICRO(4) MICRO(5) MICRO(6) MICRO(7) MICRO(8)
+MICRO(9) MICRO(10) MICRO(11) MICRO(12) MICRO(13) MICRO(14) MICRO(15) MICRO(16)
+static const f_micro_fn f_micros[16] = {
+    f_micro_1, f_micro_2, f_micro_3, f_micro_4, f_micro_5, f_micro_6, f_micro_7, f_micro_8,
+    f_micro_9, f_micro_10, f_micro_11, f_micro_12, f_micro_13, f_micro_14, f_micro_15, f_micro_16,
+};
+
+/* Loop order: column block outermost so that the tokens' X block stays in
+ * L2 while every row panel of the rectangle passes over it. */
+static void mm_f_packed(int ft, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
+                        const float *X, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
+    _Alignas(64) float P[KC * PANEL_R];
+    for (int64_t kc = 0; kc < cols; kc += KC) {
+        int64_t kn = ak_min64(KC, cols - kc);
+        for (int64_t r = r0; r < r1; r += PANEL_R) {
+            int mr = (int)ak_min64(PANEL_R, r1 - r);
+            __mmask16 m[PANEL_V];
+            for (int v = 0; v < PANEL_V; v++) {
+                int left = mr - 16 * v;
+                m[v] = (__mmask16)(left >= 16 ? 0xffff : left > 0 ? (1u << left) - 1 : 0);
+            }
+            pack_panel(ft, W + (size_t)r * wrb, wrb, mr, kc, kn, P);
+            for (int64_t t = t0; t < t1; t += NT_MAX) {
+                int nt = (int)ak_min64(NT_MAX, t1 - t);
+                f_micros[nt - 1](P, kn, X + t * cols + kc, cols, Y + t * ldy + r, ldy, m, kc > 0);
+            }
+        }
+    }
 }
 
 #define TILE_R 4
@@ -496,7 +599,13 @@ static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64
 
 static void mm_f(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
                  int64_t cols, const float *X, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
-    const int ft = ftype_index(wtype);
+    const int ft = ak_ftype_index(wtype);
+#if defined(AK_SIMD_AVX512)
+    if (t1 - t0 >= PACKED_MIN_TOKENS) {
+        mm_f_packed(ft, W, wrb, r0, r1, cols, X, t0, t1, Y, ldy);
+        return;
+    }
+#endif
     for (int64_t r = r0; r < r1; r += TILE_R) {
         int R = (int)ak_min64(TILE_R, r1 - r);
         for (int64_t t = t0; t < t1; t += TILE_T) {

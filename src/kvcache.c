@@ -1,127 +1,232 @@
-/* kvcache.c - see kvcache.h. f16 storage, online-softmax attention. */
+/* kvcache.c - see kvcache.h */
 #include "kvcache.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "blockpool.h"
 
 struct ak_kv {
+    ak_block_pool *pool;
     ak_cache_spec spec;
+    ak_kv_format fk, fv;
+    const ak_kv_format_info *ik, *iv;
+    int T;              /* tokens per block */
     int capacity;
     int length;
-    uint16_t *k;   /* (layer, capacity, n_head_kv, head_dim_k) f16 */
-    uint16_t *v;   /* (layer, capacity, n_head_kv, head_dim_v) f16 */
+    int n_table;        /* entries of table: ceil(capacity / T) */
+    ak_block **table;   /* (n_table) NULL where not allocated */
 };
 
-ak_kv *ak_kv_new(const ak_cache_spec *spec, int n_ctx, ak_error *err) {
-    if (n_ctx <= 0) { ak_fail(err, "KV cache: context size %d must be positive", n_ctx); return NULL; }
+ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ctx, ak_error *err) {
+    const ak_cache_spec *s = ak_block_pool_spec(pool);
+    if (n_ctx <= 0) { ak_fail(err, "context size %d must be positive", n_ctx); return NULL; }
+    if (s->n_ctx > 0 && n_ctx > s->n_ctx) {
+        ak_fail(err, "context size %d is longer than the model's %d", n_ctx, s->n_ctx);
+        return NULL;
+    }
+    const ak_kv_format_info *ik = ak_kv_format_get(fk), *iv = ak_kv_format_get(fv);
+    if (!ik || !iv) { ak_fail(err, "invalid KV cache format"); return NULL; }
+    if (!ak_kv_format_supports(fk, s->head_dim_k)) {
+        ak_fail(err, "KV format %s cannot store keys of head dim %d", ik->name, s->head_dim_k);
+        return NULL;
+    }
+    if (!ak_kv_format_supports(fv, s->head_dim_v)) {
+        ak_fail(err, "KV format %s cannot store values of head dim %d", iv->name, s->head_dim_v);
+        return NULL;
+    }
     ak_kv *kv = ak_calloc(1, sizeof *kv, err);
     if (!kv) return NULL;
-    kv->spec = *spec;
+    kv->pool = pool;
+    kv->spec = *s;
+    kv->fk = fk;
+    kv->fv = fv;
+    kv->ik = ik;
+    kv->iv = iv;
+    kv->T = ak_block_pool_block_tokens(pool);
     kv->capacity = n_ctx;
-    size_t nk = (size_t)spec->n_layer * n_ctx * spec->n_head_kv * spec->head_dim_k;
-    size_t nv = (size_t)spec->n_layer * n_ctx * spec->n_head_kv * spec->head_dim_v;
-    kv->k = ak_malloc(nk * 2, err);
-    kv->v = kv->k ? ak_malloc(nv * 2, err) : NULL;
-    if (!kv->k || !kv->v) { ak_kv_free(kv); return NULL; }
+    kv->n_table = (n_ctx + kv->T - 1) / kv->T;
+    kv->table = ak_calloc(kv->n_table, sizeof(ak_block *), err);
+    if (!kv->table) { free(kv); return NULL; }
+    return kv;
+}
+
+ak_kv *ak_kv_fork(const ak_kv *src, ak_error *err) {
+    ak_kv *kv = ak_kv_new(src->pool, src->fk, src->fv, src->capacity, err);
+    if (!kv) return NULL;
+    for (int i = 0; i < src->n_table; i++)
+        if (src->table[i]) {
+            ak_block_ref(src->pool, src->table[i]);
+            kv->table[i] = src->table[i];
+        }
+    kv->length = src->length;
     return kv;
 }
 
 void ak_kv_free(ak_kv *kv) {
     if (!kv) return;
-    free(kv->k);
-    free(kv->v);
+    for (int i = 0; i < kv->n_table; i++) ak_block_unref(kv->pool, kv->table[i]);
+    free(kv->table);
     free(kv);
 }
 
 int ak_kv_capacity(const ak_kv *kv) { return kv->capacity; }
 int ak_kv_length(const ak_kv *kv) { return kv->length; }
-void ak_kv_truncate(ak_kv *kv, int n) { if (n >= 0 && n < kv->length) kv->length = n; }
+ak_kv_format ak_kv_format_k(const ak_kv *kv) { return kv->fk; }
+ak_kv_format ak_kv_format_v(const ak_kv *kv) { return kv->fv; }
+ak_block_pool *ak_kv_pool(const ak_kv *kv) { return kv->pool; }
 
-size_t ak_kv_bytes(const ak_kv *kv) {
-    const ak_cache_spec *s = &kv->spec;
-    return (size_t)s->n_layer * kv->capacity * s->n_head_kv * (s->head_dim_k + s->head_dim_v) * 2;
+void ak_kv_truncate(ak_kv *kv, int n) {
+    if (n < 0) n = 0;
+    if (n >= kv->length) return;
+    kv->length = n;
+    for (int i = (n + kv->T - 1) / kv->T; i < kv->n_table; i++) {
+        ak_block_unref(kv->pool, kv->table[i]);
+        kv->table[i] = NULL;
+    }
 }
 
-static void to_f16(uint16_t *dst, const float *src, int n) {
-    int i = 0;
-#if defined(__AVX512F__)
-    for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(dst + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-    for (; i < n; i++) dst[i] = ak_f32_to_f16(src[i]);
+int ak_kv_n_blocks(const ak_kv *kv) {
+    int n = 0;
+    for (int i = 0; i < kv->n_table; i++) n += kv->table[i] != NULL;
+    return n;
+}
+
+size_t ak_kv_bytes(const ak_kv *kv) {
+    size_t n = 0;
+    for (int i = 0; i < kv->n_table; i++)
+        if (kv->table[i]) n += ak_block_pool_block_bytes(kv->pool, kv->table[i]->fk, kv->table[i]->fv);
+    return n;
+}
+
+int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
+    if (from < 0 || to > kv->capacity || from > to)
+        return ak_fail(err, "KV cache full: positions [%d, %d) do not fit the context size %d", from, to,
+                       kv->capacity);
+    if (from == to) return 0;
+    int b0 = from / kv->T, b1 = (to - 1) / kv->T;
+    /* first make every new block, then commit, so a failure changes nothing */
+    ak_block *fresh[64];
+    ak_block **nb = b1 - b0 + 1 <= 64 ? fresh : ak_calloc(b1 - b0 + 1, sizeof(ak_block *), err);
+    if (!nb) return -1;
+    int rc = 0;
+    for (int i = b0; i <= b1; i++) {
+        ak_block *b = kv->table[i];
+        nb[i - b0] = NULL;
+        if (!b) nb[i - b0] = ak_block_alloc(kv->pool, kv->fk, kv->fv, err);
+        else if (ak_block_refcount(kv->pool, b) > 1) nb[i - b0] = ak_block_clone(kv->pool, b, err);
+        else continue;
+        if (!nb[i - b0]) { rc = -1; break; }
+    }
+    for (int i = b0; i <= b1; i++) {
+        if (!nb[i - b0]) continue;
+        if (rc == 0) {
+            ak_block_unref(kv->pool, kv->table[i]);
+            kv->table[i] = nb[i - b0];
+        } else {
+            ak_block_unref(kv->pool, nb[i - b0]);
+        }
+    }
+    if (nb != fresh) free(nb);
+    return rc;
 }
 
 int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, ak_error *err) {
-    const ak_cache_spec *s = &kv->spec;
-    if (pos < 0 || pos >= kv->capacity)
-        return ak_fail(err, "KV cache full: position %d is past the context size %d", pos, kv->capacity);
-    int nk = s->n_head_kv * s->head_dim_k, nv = s->n_head_kv * s->head_dim_v;
-    to_f16(kv->k + ((size_t)layer * kv->capacity + pos) * nk, k, nk);
-    to_f16(kv->v + ((size_t)layer * kv->capacity + pos) * nv, v, nv);
+    if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer)
+        return ak_fail(err, "KV write at layer %d position %d is out of range", layer, pos);
+    ak_block *b = kv->table[pos / kv->T];
+    if (!b || b->refcount != 1) return ak_fail(err, "KV write at position %d: block not prepared", pos);
+    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, slot = pos % kv->T;
+    size_t vbk = kv->ik->vec_bytes(dk), vbv = kv->iv->vec_bytes(dv);
+    uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
+    uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
+    const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
+    for (int h = 0; h < kv->spec.n_head_kv; h++) {
+        ik->quantize(k + (size_t)h * dk, dk, kb + ((size_t)h * kv->T + slot) * vbk);
+        iv->quantize(v + (size_t)h * dv, dv, vb + ((size_t)h * kv->T + slot) * vbv);
+    }
     if (pos + 1 > kv->length) kv->length = pos + 1;
     return 0;
 }
 
-static float dot_f16(const uint16_t *a, const float *q, int n) {
-    int i = 0;
-    float s = 0;
-#if defined(__AVX512F__)
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))),
-                              _mm512_loadu_ps(q + i), acc);
-    s = _mm512_reduce_add_ps(acc);
-#endif
-    for (; i < n; i++) s += ak_f16_to_f32(a[i]) * q[i];
-    return s;
+int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error *err) {
+    if (pos < 0 || pos >= kv->length || layer < 0 || layer >= kv->spec.n_layer)
+        return ak_fail(err, "KV read at layer %d position %d is out of range (length %d)", layer, pos, kv->length);
+    const ak_block *b = kv->table[pos / kv->T];
+    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, slot = pos % kv->T;
+    const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
+    size_t vbk = ik->vec_bytes(dk), vbv = iv->vec_bytes(dv);
+    const uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
+    const uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
+    for (int h = 0; h < kv->spec.n_head_kv; h++) {
+        ik->dequantize(kb + ((size_t)h * kv->T + slot) * vbk, dk, k + (size_t)h * dk);
+        iv->dequantize(vb + ((size_t)h * kv->T + slot) * vbv, dv, v + (size_t)h * dv);
+    }
+    return 0;
 }
 
-static void axpy_f16(float *out, float w, const uint16_t *a, int n) {
-    int i = 0;
-#if defined(__AVX512F__)
-    __m512 vw = _mm512_set1_ps(w);
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(out + i, _mm512_fmadd_ps(vw, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))),
-                                                  _mm512_loadu_ps(out + i)));
-#endif
-    for (; i < n; i++) out[i] += w * ak_f16_to_f32(a[i]);
+size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q) {
+    return (size_t)n_q * (2 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
 }
 
-#define ATT_CHUNK 64
-
-void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n, float scale, float *out) {
-    const ak_cache_spec *s = &kv->spec;
-    int dk = s->head_dim_k, dv = s->head_dim_v;
-    size_t kstride = (size_t)s->n_head_kv * dk, vstride = (size_t)s->n_head_kv * dv;
-    const uint16_t *kb = kv->k + (size_t)layer * kv->capacity * kstride + (size_t)kv_head * dk;
-    const uint16_t *vb = kv->v + (size_t)layer * kv->capacity * vstride + (size_t)kv_head * dv;
-    float m = -INFINITY, l = 0, sc[ATT_CHUNK];
-    for (int d = 0; d < dv; d++) out[d] = 0;
-    for (int p0 = 0; p0 < n; p0 += ATT_CHUNK) {
-        int c = n - p0 < ATT_CHUNK ? n - p0 : ATT_CHUNK;
-        float cm = -INFINITY;
-        for (int j = 0; j < c; j++) {
-            sc[j] = dot_f16(kb + (size_t)(p0 + j) * kstride, q, dk) * scale;
-            if (sc[j] > cm) cm = sc[j];
+void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
+                  float *scratch) {
+    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
+    float *m = scratch, *l = m + n_q, *q_rot = l + n_q, *acc_rot = q_rot + (size_t)n_q * dk;
+    float *sc = acc_rot + (size_t)n_q * dv;
+    int have_qrot = 0, have_vrot = 0;
+    for (int i = 0; i < n_q; i++) { m[i] = -INFINITY; l[i] = 0; }
+    memset(out, 0, sizeof(float) * n_q * dv);
+    for (int bi = 0; bi * T < n; bi++) {
+        const ak_block *b = kv->table[bi];
+        int cnt = n - bi * T < T ? n - bi * T : T;
+        const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
+        size_t vbk = ik->vec_bytes(dk), vbv = iv->vec_bytes(dv);
+        const uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer) + (size_t)kv_head * T * vbk;
+        const uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer) + (size_t)kv_head * T * vbv;
+        if (ik->rotated && !have_qrot) { /* rotate the queries once, not every key */
+            memcpy(q_rot, q, sizeof(float) * n_q * dk);
+            for (int i = 0; i < n_q; i++) ak_kv_rotate(q_rot + (size_t)i * dk, dk);
+            have_qrot = 1;
         }
-        if (cm > m) { /* rescale what was accumulated under the old maximum */
-            float r = expf(m - cm);
-            l *= r;
-            for (int d = 0; d < dv; d++) out[d] *= r;
-            m = cm;
+        if (iv->rotated && !have_vrot) {
+            memset(acc_rot, 0, sizeof(float) * n_q * dv);
+            have_vrot = 1;
         }
-        for (int j = 0; j < c; j++) {
-            float w = expf(sc[j] - m);
-            l += w;
-            axpy_f16(out, w, vb + (size_t)(p0 + j) * vstride, dv);
+        for (int i = 0; i < n_q; i++) {
+            const float *qi = (ik->rotated ? q_rot : q) + (size_t)i * dk;
+            ik->dot(kb, vbk, cnt, qi, dk, sc);
+            float bm = -INFINITY;
+            for (int j = 0; j < cnt; j++) {
+                sc[j] *= scale;
+                if (sc[j] > bm) bm = sc[j];
+            }
+            float *acc = out + (size_t)i * dv, *accr = acc_rot + (size_t)i * dv;
+            if (bm > m[i]) { /* rescale what was accumulated under the old maximum */
+                float r = expf(m[i] - bm);
+                l[i] *= r;
+                for (int d = 0; d < dv; d++) acc[d] *= r;
+                if (have_vrot)
+                    for (int d = 0; d < dv; d++) accr[d] *= r;
+                m[i] = bm;
+            }
+            float ls = 0;
+            for (int j = 0; j < cnt; j++) {
+                sc[j] = expf(sc[j] - m[i]);
+                ls += sc[j];
+            }
+            l[i] += ls;
+            iv->axpy(vb, vbv, cnt, sc, dv, iv->rotated ? accr : acc);
         }
     }
-    float inv = l > 0 ? 1.0f / l : 0;
-    for (int d = 0; d < dv; d++) out[d] *= inv;
+    for (int i = 0; i < n_q; i++) {
+        float *acc = out + (size_t)i * dv, inv = l[i] > 0 ? 1.0f / l[i] : 0;
+        if (have_vrot) {
+            float *accr = acc_rot + (size_t)i * dv;
+            ak_kv_unrotate(accr, dv);
+            for (int d = 0; d < dv; d++) acc[d] += accr[d];
+        }
+        for (int d = 0; d < dv; d++) acc[d] *= inv;
+    }
 }

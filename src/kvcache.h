@@ -1,15 +1,20 @@
 /* kvcache.h - one sequence's KV cache, reached only through this interface.
  *
- * The forward pass writes the keys and values of new positions and asks for
- * attention over the first n positions; it never indexes cache memory itself.
- * This lets the storage become paged and quantized without touching the
- * forward pass. Today's storage: f16, contiguous per layer, [pos][kv_head][dim].
+ * A sequence is a block table over a shared block pool (blockpool.h): block i
+ * holds positions [i*T, (i+1)*T) for every layer, in the sequence's K and V
+ * formats (kvformat.h). The forward pass prepares the positions it is about
+ * to write, writes each layer's keys and values, and asks for attention over
+ * the first n positions; it never indexes cache memory itself. Attention runs
+ * on the stored format (dequantizing inside the products) with an online
+ * softmax over blocks, so no O(n) scratch is needed per head.
  */
 #ifndef AK_KVCACHE_H
 #define AK_KVCACHE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "kvformat.h"
 #include "util.h"
 
 /* What a model's cache looks like; derived from the GGUF metadata. */
@@ -22,26 +27,55 @@ typedef struct {
 } ak_cache_spec;
 
 typedef struct ak_kv ak_kv;
+typedef struct ak_block_pool ak_block_pool;
 
-/* A cache for up to n_ctx positions. Returns NULL and sets err on failure. */
-ak_kv *ak_kv_new(const ak_cache_spec *spec, int n_ctx, ak_error *err);
+/* A sequence of up to n_ctx positions whose blocks come from pool, storing
+ * keys in fk and values in fv. Returns NULL with err set when n_ctx is not
+ * positive or longer than the model's context, or a format cannot store the
+ * head dimension. Allocates no block yet. */
+ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ctx, ak_error *err);
+/* A new sequence sharing every block of src (copy-on-write). */
+ak_kv *ak_kv_fork(const ak_kv *src, ak_error *err);
+/* Releases the sequence's block references. NULL is fine. */
 void ak_kv_free(ak_kv *kv);
+
 int ak_kv_capacity(const ak_kv *kv);
-/* Number of positions written (the highest written position + 1). */
+/* Number of positions held (the highest written position + 1). */
 int ak_kv_length(const ak_kv *kv);
-/* Forgets positions >= n (n <= length). */
+ak_kv_format ak_kv_format_k(const ak_kv *kv);
+ak_kv_format ak_kv_format_v(const ak_kv *kv);
+ak_block_pool *ak_kv_pool(const ak_kv *kv);
+/* Forgets positions >= n and releases whole blocks past them. */
 void ak_kv_truncate(ak_kv *kv, int n);
-/* Bytes of cache memory held. */
+/* Bytes of the blocks this sequence references (shared ones included). */
 size_t ak_kv_bytes(const ak_kv *kv);
+int ak_kv_n_blocks(const ak_kv *kv);
+
+/* Makes positions [from, to) writable: allocates missing blocks and copies
+ * shared ones (copy-on-write). Returns 0, or -1 with err set (budget
+ * exhausted, past capacity) having changed nothing the sequence holds. */
+int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err);
 
 /* Stores the key (n_head_kv * head_dim_k floats) and value (n_head_kv *
- * head_dim_v floats) of one position of one layer. Returns 0, or -1 with err
- * set when pos is outside the capacity. */
+ * head_dim_v floats) of one position of one layer, quantizing them to the
+ * sequence's formats. The position must have been prepared; returns -1 with
+ * err set otherwise. */
 int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, ak_error *err);
 
-/* out (head_dim_v floats) = softmax(q . K[0..n) * scale) . V[0..n) for query
- * vector q (head_dim_k floats) against kv head `kv_head` of `layer`. Online
- * softmax over chunks of positions: no O(n) scratch. n must be <= length. */
-void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n, float scale, float *out);
+/* Reads back (dequantized) the key and value of one position of one layer,
+ * all KV heads: k gets n_head_kv * head_dim_k floats, v likewise. Returns 0,
+ * or -1 with err set if pos >= length. */
+int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error *err);
+
+/* Floats of scratch ak_kv_attend needs for n_q queries on caches of spec
+ * (any block size up to AK_KV_MAX_BLOCK_TOKENS). */
+#define AK_KV_MAX_BLOCK_TOKENS 4096
+size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q);
+
+/* For each of the n_q query vectors q[i] (head_dim_k floats each, the query
+ * heads that share KV head kv_head): out[i] (head_dim_v floats) =
+ * softmax(q[i] . K[0..n) * scale) . V[0..n) over layer `layer`. n <= length. */
+void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
+                  float *scratch);
 
 #endif

@@ -241,6 +241,8 @@ struct ak_ctx {
     float *logits;  // (LOGIT_ROWS, vocab)
     float *rope_cs; // (B, rope_dim) cos, sin pairs per token
     int32_t *rows;  // (B) indices of tokens that want logits
+    float *att_scratch;     // (threads, att_scratch_n) for ak_kv_attend
+    size_t att_scratch_n;
 };
 
 ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *err) {
@@ -264,7 +266,9 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
     c->logits = ak_malloc((size_t)LOGIT_ROWS * cf->vocab * sizeof(float), err);
     c->rope_cs = ak_malloc(B * cf->rope_dim * sizeof(float), err);
     c->rows = ak_malloc(B * sizeof(int32_t), err);
-    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
+    c->att_scratch_n = ak_kv_attend_scratch(&m->spec, cf->n_head / cf->n_head_kv);
+    c->att_scratch = ak_malloc(c->att_scratch_n * ak_pool_size(c->pool) * sizeof(float), err);
+    if (!c->att_scratch || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
         !c->rope_cs || !c->rows) {
         ak_ctx_free(c);
         return NULL;
@@ -276,7 +280,7 @@ void ak_ctx_free(ak_ctx *c) {
     if (!c) return;
     ak_pool_free(c->pool);
     free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->att);
-    free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows);
+    free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows); free(c->att_scratch);
     free(c);
 }
 
@@ -307,25 +311,26 @@ static void rope(float *vec, int n_heads, int head_dim, int rope_dim, const floa
 }
 
 typedef struct {
-    const ak_model *m;
+    ak_ctx *c;
     const ak_batch *b;
     int layer;
-    const float *q;
-    float *att;
 } attn_task;
 
-/* Each (token, head) pair is one unit of work; threads take them in stride. */
+/* Each (token, KV head) pair is one unit of work: the query heads that share
+ * a KV head attend together, so each block is read once for all of them. */
 static void attn_worker(void *ud, int ith, int nth) {
     attn_task *t = ud;
-    const ak_config *c = &t->m->cfg;
-    int group = c->n_head / c->n_head_kv, hd = c->head_dim;
-    size_t qd = (size_t)c->n_head * hd;
+    const ak_config *cf = &t->c->m->cfg;
+    int group = cf->n_head / cf->n_head_kv, hd = cf->head_dim;
+    size_t qd = (size_t)cf->n_head * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    int units = t->b->n * c->n_head;
+    float *scratch = t->c->att_scratch + t->c->att_scratch_n * ith;
+    int units = t->b->n * cf->n_head_kv;
     for (int u = ith; u < units; u += nth) {
-        int i = u / c->n_head, h = u % c->n_head;
-        ak_kv_attend(t->b->seq[i], t->layer, h / group, t->q + i * qd + (size_t)h * hd, t->b->pos[i] + 1, scale,
-                     t->att + i * qd + (size_t)h * hd);
+        int i = u / cf->n_head_kv, g = u % cf->n_head_kv;
+        size_t off = i * qd + (size_t)g * group * hd;
+        ak_kv_attend(t->b->seq[i], t->layer, g, t->c->q + off, group, t->b->pos[i] + 1, scale, t->c->att + off,
+                     scratch);
     }
 }
 
@@ -353,6 +358,19 @@ int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         if (b->pos[i] > expect)
             return ak_fail(err, "position %d leaves a gap (sequence holds %d positions)", b->pos[i], expect);
     }
+    /* make every position writable first: a full budget fails here, before
+     * any sequence changed */
+    for (int i = 0; i < n; i++) {
+        int seen = 0, lo = b->pos[i], hi = b->pos[i] + 1;
+        for (int j = 0; j < i && !seen; j++) seen = b->seq[j] == b->seq[i];
+        if (seen) continue;
+        for (int j = i + 1; j < n; j++)
+            if (b->seq[j] == b->seq[i]) {
+                if (b->pos[j] < lo) lo = b->pos[j];
+                if (b->pos[j] + 1 > hi) hi = b->pos[j] + 1;
+            }
+        if (ak_kv_prepare(b->seq[i], lo, hi, err) < 0) return -1;
+    }
     int half = cf->rope_dim / 2;
     for (int i = 0; i < n; i++) {
         embed(m, b->token[i], c->x + (size_t)i * dim);
@@ -379,7 +397,7 @@ int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
             if (ak_kv_write(b->seq[i], l, b->pos[i], k, v, err) < 0) return -1;
         }
-        attn_task at = {m, b, l, c->q, c->att};
+        attn_task at = {c, b, l};
         ak_pool_run(c->pool, attn_worker, &at);
         ak_matmul(c->pool, L->wo.type, L->wo.data, dim, qd, c->att, n, c->xb);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];

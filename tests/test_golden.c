@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
+#include "../src/blockpool.h"
 #include "../src/model.h"
 #include "../src/perplexity.h"
 #include "../src/sampler.h"
@@ -35,7 +36,7 @@ static void close_model(tmodel *tm) {
 }
 
 /* Greedy continuation of prompt: exactly n tokens (no stop at EOS), decoded. */
-static char *greedy(ak_test_ctx *t, tmodel *tm, const char *prompt, int n, int n_threads) {
+static char *greedy(ak_test_ctx *t, tmodel *tm, const char *prompt, int n, int n_threads, ak_kv_format fmt) {
     ak_error err = {{0}};
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -44,7 +45,8 @@ static char *greedy(ak_test_ctx *t, tmodel *tm, const char *prompt, int n, int n
         return NULL;
     }
     int V = tm->m->cfg.vocab;
-    ak_kv *kv = ak_kv_new(&tm->m->spec, (int)n_ids + n + 1, &err);
+    ak_block_pool *pool = ak_block_pool_new(&tm->m->spec, 0, 0, &err);
+    ak_kv *kv = pool ? ak_kv_new(pool, fmt, fmt, (int)n_ids + n + 1, &err) : NULL;
     ak_ctx *c = ak_ctx_new(tm->m, 64, n_threads, &err);
     float *logits = malloc(sizeof(float) * V);
     size_t cap = ak_detok_bound(tm->tk) * ((size_t)n + 1) + 1;
@@ -69,6 +71,7 @@ static char *greedy(ak_test_ctx *t, tmodel *tm, const char *prompt, int n, int n
     free(ids); free(logits);
     ak_ctx_free(c);
     ak_kv_free(kv);
+    ak_block_pool_free(pool);
     return out;
 fail_err:
     ak_test_fail(t, __FILE__, __LINE__, "eval: %s", err.msg);
@@ -76,11 +79,13 @@ fail:
     free(ids); free(logits); free(out);
     ak_ctx_free(c);
     ak_kv_free(kv);
+    ak_block_pool_free(pool);
     return NULL;
 }
 
 /* Runs every line of golden/<dir>/greedy.jsonl through the model. */
-static void check_greedy(ak_test_ctx *t, const char *model_rel, const char *golden_rel, int n_threads) {
+static void check_greedy(ak_test_ctx *t, const char *model_rel, const char *golden_rel, int n_threads,
+                         ak_kv_format fmt) {
     tmodel tm;
     if (open_model(t, &tm, model_rel) < 0) return;
     char path[512];
@@ -98,7 +103,7 @@ static void check_greedy(ak_test_ctx *t, const char *model_rel, const char *gold
             continue;
         }
         cases++;
-        char *got = greedy(t, &tm, p->valuestring, np->valueint, n_threads);
+        char *got = greedy(t, &tm, p->valuestring, np->valueint, n_threads, fmt);
         if (got && !strcmp(got, cont->valuestring)) ok++;
         else if (got)
             ak_test_fail(t, __FILE__, __LINE__, "%s: prompt \"%s\"\n    expected \"%s\"\n    got      \"%s\"", model_rel,
@@ -107,25 +112,30 @@ static void check_greedy(ak_test_ctx *t, const char *model_rel, const char *gold
         cJSON_Delete(j);
     }
     CHECK(cases > 0, "no cases in %s", golden_rel);
-    printf("    %s: %d/%d greedy continuations match\n", model_rel, ok, cases);
+    printf("    %s (%s cache): %d/%d greedy continuations match\n", model_rel, ak_kv_format_get(fmt)->name, ok, cases);
     free(text);
     close_model(&tm);
 }
 
 TEST(golden_greedy_stories260K) {
-    check_greedy(t, "models/stories260K.gguf", "golden/stories260K/greedy.jsonl", 2);
+    check_greedy(t, "models/stories260K.gguf", "golden/stories260K/greedy.jsonl", 2, AK_KV_F16);
 }
 TEST(golden_greedy_tiny_llama_f32) {
-    check_greedy(t, "models/tiny-llama-h64-gqa-f32.gguf", "golden/tiny-llama-h64/greedy.jsonl", 2);
+    check_greedy(t, "models/tiny-llama-h64-gqa-f32.gguf", "golden/tiny-llama-h64/greedy.jsonl", 2, AK_KV_F16);
 }
 TEST(golden_greedy_tiny_llama_f16) {
-    check_greedy(t, "models/tiny-llama-h64-gqa-f16.gguf", "golden/tiny-llama-h64/greedy.jsonl", 2);
+    check_greedy(t, "models/tiny-llama-h64-gqa-f16.gguf", "golden/tiny-llama-h64/greedy.jsonl", 2, AK_KV_F16);
 }
 TEST(golden_greedy_qwen2_tiny) {
-    check_greedy(t, "models/qwen2-tiny.gguf", "golden/qwen2-tiny/greedy.jsonl", 2);
+    check_greedy(t, "models/qwen2-tiny.gguf", "golden/qwen2-tiny/greedy.jsonl", 2, AK_KV_F16);
+}
+TEST(golden_greedy_f32_cache) {
+    check_greedy(t, "models/stories260K.gguf", "golden/stories260K/greedy.jsonl", 2, AK_KV_F32);
+    check_greedy(t, "models/tiny-llama-h64-gqa-f32.gguf", "golden/tiny-llama-h64/greedy.jsonl", 2, AK_KV_F32);
+    check_greedy(t, "models/qwen2-tiny.gguf", "golden/qwen2-tiny/greedy.jsonl", 2, AK_KV_F32);
 }
 TEST(golden_greedy_single_thread) {
-    check_greedy(t, "models/stories260K.gguf", "golden/stories260K/greedy.jsonl", 1);
+    check_greedy(t, "models/stories260K.gguf", "golden/stories260K/greedy.jsonl", 1, AK_KV_F16);
 }
 
 static void check_ppl(ak_test_ctx *t, const char *model_rel, const char *text_rel, int n_ctx, double expect) {
@@ -138,12 +148,13 @@ static void check_ppl(ak_test_ctx *t, const char *model_rel, const char *text_re
     int32_t *ids = NULL;
     size_t n = 0;
     int add_bos = ak_tokenizer_add_bos(tm.tk);
-    ak_kv *kv = ak_kv_new(&tm.m->spec, n_ctx, &err);
+    ak_block_pool *pool = ak_block_pool_new(&tm.m->spec, 0, 0, &err);
+    ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F16, AK_KV_F16, n_ctx, &err) : NULL;
     ak_ctx *c = ak_ctx_new(tm.m, 512, 2, &err);
     ak_ppl_result r;
     if (!text || !kv || !c) { ak_test_fail(t, __FILE__, __LINE__, "setup: %s", err.msg); goto out; }
     if (ak_tokenize(tm.tk, text, len, add_bos ? AK_TOK_ADD_SPECIAL : 0, &ids, &n, &err) < 0 ||
-        ak_perplexity(c, kv, ids, n, n_ctx, add_bos ? ak_tokenizer_bos(tm.tk) : -1, 0, NULL, NULL, &r, &err) < 0) {
+        ak_perplexity(c, kv, ids, n, n_ctx, &(ak_ppl_opts){.bos = add_bos ? ak_tokenizer_bos(tm.tk) : -1}, &r, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "%s", err.msg);
         goto out;
     }
@@ -154,6 +165,7 @@ static void check_ppl(ak_test_ctx *t, const char *model_rel, const char *text_re
 out:
     free(text); free(ids);
     ak_kv_free(kv);
+    ak_block_pool_free(pool);
     ak_ctx_free(c);
     close_model(&tm);
 }

@@ -252,7 +252,7 @@ TEST(kernel_quant_roundtrip_bounds) {
     ak_dequantize_row(GGML_TYPE_Q8_0, q, y, N);
     for (int b = 0; b < N / 32; b++) {
         double amax = 0;
-        for (int i = 0; i < 32; i++) amax = fmax(amax, fabs(x[b * 32 + i]));
+        for (int i = 0; i < 32; i++) if (fabs(x[b * 32 + i]) > amax) amax = fabs(x[b * 32 + i]);
         double d = amax / 127, dh = ref_half((uint16_t)(q[b * 34] | q[b * 34 + 1] << 8));
         /* f16 rounding: half an ulp, absolute 2^-25 in the subnormal range */
         CHECK(fabs(dh - d) <= fmax(d * 0x1p-11, 0x1p-25), "block %d: stored d %g vs %g", b, dh, d);
@@ -260,7 +260,7 @@ TEST(kernel_quant_roundtrip_bounds) {
         double bound = d / 2 + 127 * fabs(dh - d) + 1e-6 * d;
         for (int i = 0; i < 32; i++) {
             double e = fabs(x[b * 32 + i] - y[b * 32 + i]);
-            if (d > 0) worst8 = fmax(worst8, e / d);
+            if (d > 0 && e / d > worst8) worst8 = e / d;
             CHECK(e <= bound, "Q8_0 block %d elem %d: |%g - %g| > %g", b, i, x[b * 32 + i], y[b * 32 + i], bound);
         }
     }
@@ -276,7 +276,7 @@ TEST(kernel_quant_roundtrip_bounds) {
             int clipped = d != 0 && v / d + 8.5 >= 16;
             double bound = (clipped ? fabs(d) : fabs(d) / 2) + 8 * fabs(dh - d) + 1e-6 * fabs(d);
             double e = fabs(v - y[b * 32 + i]);
-            if (d != 0 && !clipped) worst4 = fmax(worst4, e / fabs(d));
+            if (d != 0 && !clipped && e / fabs(d) > worst4) worst4 = e / fabs(d);
             CHECK(e <= bound, "Q4_0 block %d elem %d: |%g - %g| > %g", b, i, v, y[b * 32 + i], bound);
         }
     }

@@ -1,0 +1,85 @@
+/* blockpool.h - the paged KV memory: fixed-size blocks under a byte budget.
+ *
+ * A block holds the keys and values of `block_tokens` consecutive positions
+ * of one sequence, for every layer and KV head, in the formats it was created
+ * with (K and V apart). Sequences own blocks through a block table (see
+ * kvcache.h); blocks are reference-counted so that sequences can share them,
+ * and a shared block is copied before it is written (copy-on-write).
+ *
+ * Layout of a block's bytes, for each layer l in order:
+ *     K: [n_head_kv][block_tokens] vectors of kfmt->vec_bytes(head_dim_k)
+ *     V: [n_head_kv][block_tokens] vectors of vfmt->vec_bytes(head_dim_v)
+ * Head-major so that attention for one head streams contiguous memory.
+ *
+ * Default block size: 32 tokens. Small enough that a sequence wastes at most
+ * 31 positions and that shared prefixes split at fine grain; large enough that
+ * the per-block work in attention (format dispatch, online-softmax rescale)
+ * is amortized over 32 vectors, and it equals the quantization group of q8/q4.
+ *
+ * The pool is thread-safe: allocation, reference counting and statistics are
+ * guarded by a mutex (the server restores caches on an I/O thread).
+ */
+#ifndef AK_BLOCKPOOL_H
+#define AK_BLOCKPOOL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "kvformat.h"
+#include "util.h"
+
+#define AK_DEFAULT_BLOCK_TOKENS 32
+
+typedef struct ak_block {
+    int refcount;
+    ak_kv_format fk, fv;
+    uint64_t hash;          /* content hash for prefix sharing; 0 = none */
+    uint8_t *data;          /* see the layout above */
+} ak_block;
+
+typedef struct ak_block_pool ak_block_pool;
+
+typedef struct {
+    size_t budget;                       /* 0 = unlimited */
+    size_t used;                         /* bytes of live blocks */
+    size_t peak;
+    size_t blocks;                       /* live blocks */
+    size_t k_bytes[AK_KV_NFORMATS];      /* K bytes of live blocks, by format */
+    size_t v_bytes[AK_KV_NFORMATS];      /* V bytes of live blocks, by format */
+    uint64_t alloc_failures;             /* allocations refused by the budget */
+} ak_block_pool_stats;
+
+/* A pool for caches of the given spec. budget = 0 means no limit; block_tokens
+ * <= 0 means the default. Returns NULL with err set on bad arguments. */
+ak_block_pool *ak_block_pool_new(const ak_cache_spec *spec, int block_tokens, size_t budget, ak_error *err);
+void ak_block_pool_free(ak_block_pool *p);
+
+const ak_cache_spec *ak_block_pool_spec(const ak_block_pool *p);
+int ak_block_pool_block_tokens(const ak_block_pool *p);
+/* Bytes of one block with these formats. */
+size_t ak_block_pool_block_bytes(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv);
+/* Byte offsets inside a block of layer l's K and V regions. */
+size_t ak_block_k_offset(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, int layer);
+size_t ak_block_v_offset(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, int layer);
+void ak_block_pool_get_stats(ak_block_pool *p, ak_block_pool_stats *out);
+/* Changes the budget; blocks already live stay (used may exceed it until
+ * they are freed). */
+void ak_block_pool_set_budget(ak_block_pool *p, size_t budget);
+
+/* A new block (refcount 1, contents undefined). Returns NULL with err set
+ * when the budget cannot fit it ("KV budget exhausted: ...") or memory runs
+ * out; nothing else changes then. */
+ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_error *err);
+/* A new block with b's formats and contents (for copy-on-write). */
+ak_block *ak_block_clone(ak_block_pool *p, const ak_block *b, ak_error *err);
+void ak_block_ref(ak_block_pool *p, ak_block *b);
+/* Drops a reference; frees the block at zero. NULL is fine. */
+void ak_block_unref(ak_block_pool *p, ak_block *b);
+int ak_block_refcount(ak_block_pool *p, const ak_block *b);
+
+/* Parses a byte size: "512M", "10.2G", "4096", "1.5GiB"; returns 0, or -1. */
+int ak_parse_bytes(const char *s, size_t *out);
+
+#endif

@@ -1,0 +1,89 @@
+/* kvformat.h - how one K or V vector (one token, one KV head, one layer) is
+ * stored, and the arithmetic attention does on the stored form.
+ *
+ * A format is an entry in a small table (ak_kv_format_info): its storage size
+ * for a head dimension d, a quantizer, a dequantizer, and the two products
+ * attention needs, so attention never expands a cache into full precision:
+ *
+ *   dot:   s[j] = <q, x_j>            for n stored vectors x_j   (keys)
+ *   axpy:  acc += sum_j w[j] * x_j    for n stored vectors x_j   (values)
+ *
+ * Rotated formats (tq4, tq3, tq2) store a vector in a rotated basis
+ * R = H * S (H the normalized Walsh-Hadamard transform, S a fixed diagonal of
+ * random signs), so attention rotates the query once (ak_kv_rotate) before
+ * `dot`, and un-rotates the value accumulator once (ak_kv_unrotate) after the
+ * `axpy`s; R is orthogonal, so <Rq, Rk> = <q, k>.
+ *
+ * Formats and their bits per value for head dim d (scales included):
+ *   f32   32                     reference
+ *   f16   16
+ *   bf16  16
+ *   q8    8 + 16/32 = 8.5        symmetric int8, groups of 32 along d, f16 scale
+ *   q4    4 + 32/32 = 5.0        affine 4-bit, groups of 32 (d if d < 32), f16 scale + min
+ *   q2    2 + 32/g               affine 2-bit (KIVI-style), groups of g = 16, f16 scale + min
+ *   tq4   4 + 16/d               TurboQuant: f16 norm, rotated unit vector scaled to unit
+ *   tq3   3 + 16/d                 variance, each coordinate snapped to the nearest
+ *   tq2   2 + 16/d                 Lloyd-Max centroid of N(0,1); indices bit-packed
+ * (the exact figure per d comes from ak_kv_format_bits.)
+ */
+#ifndef AK_KVFORMAT_H
+#define AK_KVFORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    AK_KV_F32, AK_KV_F16, AK_KV_BF16, AK_KV_Q8, AK_KV_Q4, AK_KV_Q2, AK_KV_TQ4, AK_KV_TQ3, AK_KV_TQ2,
+    AK_KV_NFORMATS
+} ak_kv_format;
+
+typedef struct {
+    const char *name;           /* "q8", as on the command line */
+    const char *desc;           /* one line: what the bits are */
+    int rotated;                /* stored in the basis R (see above) */
+    /* Bytes of one stored vector of d values (d even, 2..1024). */
+    size_t (*vec_bytes)(int d);
+    /* Stores x (d floats, original basis) into dst (vec_bytes(d) bytes).
+     * Rotated formats rotate internally. */
+    void (*quantize)(const float *x, int d, void *dst);
+    /* Reconstructs the vector in the original basis. */
+    void (*dequantize)(const void *src, int d, float *y);
+    /* out[j] = <q, x_j> for x_j at src + j*stride (j < n); q is in the
+     * stored basis (rotated by the caller for rotated formats). */
+    void (*dot)(const void *src, size_t stride, int n, const float *q, int d, float *out);
+    /* acc[0..d) += sum_j w[j] * x_j, in the stored basis. */
+    void (*axpy)(const void *src, size_t stride, int n, const float *w, int d, float *acc);
+} ak_kv_format_info;
+
+/* The table entry of f, or NULL when f is not a valid format. Its dot and
+ * axpy are this build's SIMD versions where there are any. */
+const ak_kv_format_info *ak_kv_format_get(ak_kv_format f);
+/* The same entry with the portable scalar dot and axpy (the reference the
+ * SIMD versions are tested against); quantize/dequantize are the same. */
+const ak_kv_format_info *ak_kv_format_get_scalar(ak_kv_format f);
+/* Which products ak_kv_format_get hands out: "avx512", "avx2", "neon" or
+ * "scalar". */
+const char *ak_kv_format_backend(void);
+/* Parses a name ("f16", "q4", "tq3", ...); returns 0, or -1 if unknown. */
+int ak_kv_format_parse(const char *name, ak_kv_format *out);
+/* Comma-separated list of every format name, for help and error messages. */
+const char *ak_kv_format_names(void);
+/* Bits per stored value for head dimension d, scales and norms included. */
+double ak_kv_format_bits(ak_kv_format f, int d);
+/* 1 if the format can store vectors of dimension d. */
+int ak_kv_format_supports(ak_kv_format f, int d);
+
+/* x <- R x and x <- R^T x for the rotated formats' basis (d floats). */
+void ak_kv_rotate(float *x, int d);
+void ak_kv_unrotate(float *x, int d);
+
+/* The Lloyd-Max centroids of N(0,1) the tq formats use, for 2, 3 and 4 bits
+ * (ascending, 2^bits values; constants in the table, NULL for other bits). */
+const float *ak_lloyd_max_centroids(int bits);
+/* Derives them: Lloyd's algorithm on the N(0,1) density (exact integrals
+ * via erf), iterated to convergence. Writes 2^bits centroids and the expected
+ * squared error per coordinate; returns 0, or -1 for bits outside 1..8. The
+ * tests check the table against this. */
+int ak_lloyd_max_derive(int bits, double *centroids, double *mse);
+
+#endif
