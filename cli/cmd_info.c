@@ -60,6 +60,7 @@ int cmd_info(int argc, char **argv) {
     printf("rms eps        %g\noutput         %s\nqkv bias       %s\n", c->rms_eps,
            c->tied_output ? "tied to token embeddings" : "output.weight", c->qkv_bias ? "yes" : "no");
     printf("weights        %.2f MiB\n", m->weight_bytes / 1048576.0);
+    printf("fingerprint    %s\n", m->fingerprint);
     const ak_cache_spec *s = &m->spec;
     printf("cache spec     %d layers x %d kv heads, K dim %d, V dim %d, ctx %d (f16: %zu bytes/token)\n",
            s->n_layer, s->n_head_kv, s->head_dim_k, s->head_dim_v, s->n_ctx,

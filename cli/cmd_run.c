@@ -152,6 +152,7 @@ int cmd_run(int argc, char **argv) {
     } else {
         if (np) fwrite(piece, 1, np, stdout);
         fputc('\n', stdout);
+        fflush(stdout);
     }
     double pf_ms = (t1 - t0) * 1e3, dec_ms = (t2 - t1) * 1e3;
     double pf_tps = n_ids / (t1 - t0), dec_tps = n_gen > 0 ? n_gen / (t2 - t1) : 0;

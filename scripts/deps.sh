@@ -5,6 +5,8 @@ set -e
 need=""
 pkg-config --exists libpcre2-8 2>/dev/null || need="$need libpcre2-dev"
 [ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
+[ -f /usr/include/xxhash.h ] || need="$need libxxhash-dev"
+[ -f /usr/include/sodium.h ] || need="$need libsodium-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 [ -z "$need" ] && exit 0
 echo "deps.sh: installing$need" >&2

@@ -261,8 +261,11 @@ static float vec_dot_with(const ak_kernel_backend *be, uint32_t type, const void
         be->mm_f(type, w, 0, 0, 1, n, x, 0, 1, &y, 1);
         return y;
     }
-    /* Big enough for any back end's layout of DOT_CHUNK columns (4 B/col). */
-    _Alignas(64) uint8_t xq[DOT_CHUNK * 4];
+    /* Big enough for any back end's layout of DOT_CHUNK columns (4 B/col);
+     * declared as floats because the layouts store floats in it (a char
+     * array accessed as float would break C's aliasing rules). */
+    _Alignas(64) float xq_buf[DOT_CHUNK];
+    uint8_t *xq = (uint8_t *)xq_buf;
     float sum = 0;
     for (int64_t c = 0; c < n; c += DOT_CHUNK) {
         int64_t m = ak_min64(DOT_CHUNK, n - c);

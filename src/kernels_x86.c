@@ -15,7 +15,13 @@
  * Tiles. A tile is R rows x T tokens of accumulators (at most 4 x 4): each
  * weight block, once unpacked, is used for T tokens and each activation block
  * for R rows. Tile functions are instantiated for every (R, T) so remainders
- * run the same code with smaller tiles.
+ * run the same code with smaller tiles. Weight rows stream from memory once
+ * per call in decode, so the next tile's bytes are prefetched.
+ *
+ * AVX-512 has two layouts for quantized products: with VBMI+VNNI (Ice Lake,
+ * Zen 4 and later) blocks are handled four at a time ("quads"), otherwise in
+ * pairs. Float weights with many tokens use packed panels (see below).
+ * AK_NO_QUADS forces the pair code, to test it on a VBMI machine.
  */
 #include "kernels_impl.h"
 
@@ -24,19 +30,185 @@
 
 #include "util.h"
 
+/* Weight rows are prefetched this many rows ahead (the next tile). */
+#define PF_ROWS 4
+
 #if defined(AK_SIMD_AVX512)
 /* ======================================================================== */
 /* AVX-512                                                                  */
 /* ======================================================================== */
 
+#define SIMD_NAME "avx512"
 #if defined(__AVX512VNNI__)
 #define Q8_OFFSET 128
-#define SIMD_NAME "avx512"
 #else
 #define Q8_OFFSET 0
-#define SIMD_NAME "avx512"
 #endif
 #define Q4_OFFSET 8
+
+#if defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && !defined(AK_NO_QUADS)
+/* XQ layout with VBMI: blocks go in fours, one 256-byte record per quad:
+ * elements 0..15 of the four blocks (16 bytes each), then elements 16..31,
+ * then dx and cx per 32-bit lane (lanes 4j..4j+3 belong to block j). Weight
+ * quads are rearranged to match with one vpermt2b, so two vpdpbusd cover
+ * 128 elements and their sums need one conversion: the per-block overhead
+ * (unpacking, scales, float conversion) is spread over four blocks. Missing
+ * blocks of a last partial quad are all zero. */
+typedef struct {
+    int8_t lo[64];
+    int8_t hi[64];
+    float d[16];
+    float c[16];
+} xq_quad;
+
+static size_t xq_row_bytes(uint32_t wtype, int64_t cols) {
+    (void)wtype;
+    return (size_t)((cols / AK_QK + 3) / 4) * sizeof(xq_quad);
+}
+
+static void quantize_x(uint32_t wtype, const float *x, void *dst, int64_t cols) {
+    const float o = wtype == GGML_TYPE_Q8_0 ? Q8_OFFSET : Q4_OFFSET;
+    const int64_t nb = cols / AK_QK;
+    xq_quad *out = dst;
+    for (int64_t b = 0; b < nb; b++) {
+        xq_quad *qd = &out[b >> 2];
+        const int j = (int)(b & 3);
+        __m512 v0 = _mm512_loadu_ps(x + b * AK_QK), v1 = _mm512_loadu_ps(x + b * AK_QK + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        _mm_storeu_si128((__m128i *)(qd->lo + 16 * j), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(qd->hi + 16 * j), _mm512_cvtepi32_epi8(q1));
+        _mm_storeu_ps(qd->d + 4 * j, _mm_set1_ps(d));
+        _mm_storeu_ps(qd->c + 4 * j, _mm_set1_ps((-o * (float)sum) * d * 0.25f));
+    }
+    for (int64_t b = nb; b & 3; b++) {   /* zero the rest of a partial quad */
+        xq_quad *qd = &out[b >> 2];
+        const int j = (int)(b & 3);
+        memset(qd->lo + 16 * j, 0, 16);
+        memset(qd->hi + 16 * j, 0, 16);
+        memset(qd->d + 4 * j, 0, 16);
+        memset(qd->c + 4 * j, 0, 16);
+    }
+}
+
+/* One row's quad of weight blocks, as unsigned bytes in XQ order. */
+typedef struct {
+    __m512i lo, hi;
+    __m512 d;       /* dw per 32-bit lane */
+} wquad;
+
+static inline __mmask64 byte_mask(int64_t n) {
+    return n >= 64 ? ~(__mmask64)0 : n <= 0 ? 0 : ((__mmask64)1 << n) - 1;
+}
+
+/* Loads 64 bytes at b + off, or (tail) only those below `valid`. */
+AK_INLINE __m512i load64(const uint8_t *b, int off, const int tail, int64_t valid) {
+    return tail ? _mm512_maskz_loadu_epi8(byte_mask(valid - off), b + off)
+                : _mm512_loadu_si512((const void *)(b + off));
+}
+
+/* nblk: 4, or 1..3 for the last quad (tail), whose bytes past the row's
+ * end are never read. */
+AK_INLINE wquad load_q8_quad(const uint8_t *b, const int tail, int nblk) {
+    /* Block j's quants are bytes 34j+2..34j+33. Elements 0..15 of all four
+     * come from bytes [0,128), elements 16..31 from [8,136): two permutes
+     * of two 64-byte loads each. Scales are the words at 34j. */
+    const __m512i idx_lo = _mm512_set_epi8(
+        119, 118, 117, 116, 115, 114, 113, 112, 111, 110, 109, 108, 107, 106, 105, 104,
+        85, 84, 83, 82, 81, 80, 79, 78, 77, 76, 75, 74, 73, 72, 71, 70,
+        51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36,
+        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+    const __m512i idx_hi = _mm512_set_epi8(   /* from bytes [8,72) and [72,136) */
+        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+        93, 92, 91, 90, 89, 88, 87, 86, 85, 84, 83, 82, 81, 80, 79, 78,
+        59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44,
+        25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10);
+    const __m512i idx_d = _mm512_set_epi16(
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        51, 51, 51, 51, 34, 34, 34, 34, 17, 17, 17, 17, 0, 0, 0, 0);
+    const int64_t valid = (int64_t)nblk * AK_Q8_0_BYTES;
+    __m512i a0 = load64(b, 0, tail, valid), a1 = load64(b, 64, tail, valid);
+    __m512i b0 = load64(b, 8, tail, valid), b1 = load64(b, 72, tail, valid);
+    const __m512i sign = _mm512_set1_epi8((char)0x80);   /* q + 128 as unsigned */
+    wquad w;
+    w.lo = _mm512_xor_si512(_mm512_permutex2var_epi8(a0, idx_lo, a1), sign);
+    w.hi = _mm512_xor_si512(_mm512_permutex2var_epi8(b0, idx_hi, b1), sign);
+    w.d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a0, idx_d, a1)));
+    return w;
+}
+
+AK_INLINE wquad load_q4_quad(const uint8_t *b, const int tail, int nblk) {
+    /* Block j's nibbles are bytes 18j+2..18j+17, all within [0,72): one
+     * permute of the loads at 0 and 8 gathers them; low nibbles are
+     * elements 0..15, high nibbles 16..31. */
+    const __m512i idx = _mm512_set_epi8(
+        127, 126, 125, 124, 123, 122, 121, 120, 119, 118, 117, 116, 115, 114, 113, 112,
+        53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42, 41, 40, 39, 38,
+        35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+        17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2);
+    const __m512i idx_d = _mm512_set_epi16(
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        27, 27, 27, 27, 18, 18, 18, 18, 9, 9, 9, 9, 0, 0, 0, 0);
+    const int64_t valid = (int64_t)nblk * AK_Q4_0_BYTES;
+    __m512i a0 = load64(b, 0, tail, valid), a1 = load64(b, 8, tail, valid);
+    __m512i z = _mm512_permutex2var_epi8(a0, idx, a1);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    wquad w;
+    w.lo = _mm512_and_si512(z, m4);
+    w.hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    w.d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx_d, a0)));
+    return w;
+}
+
+/* One quad of blocks (index p) for an R x T tile. */
+AK_INLINE void q_step(const int q8, const int R, const int T, const int tail, int nblk,
+                      __m512 acc[MAXR][MAXT], const uint8_t *W, size_t wrb, const uint8_t *xq,
+                      size_t xqs, int64_t p) {
+    const size_t quad_bytes = q8 ? 4 * AK_Q8_0_BYTES : 4 * AK_Q4_0_BYTES;
+    wquad w[MAXR];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const uint8_t *b = W + (size_t)r * wrb + (size_t)p * quad_bytes;
+        /* weights stream from memory once: fetch the next tile's ahead */
+        for (size_t off = 0; off < quad_bytes + 63; off += 64)
+            _mm_prefetch((const char *)(b + PF_ROWS * wrb + off), _MM_HINT_T0);
+        w[r] = q8 ? load_q8_quad(b, tail, nblk) : load_q4_quad(b, tail, nblk);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const xq_quad *x = (const xq_quad *)(xq + (size_t)t * xqs) + p;
+        __m512i xlo = _mm512_load_si512(x->lo), xhi = _mm512_load_si512(x->hi);
+        __m512 dx = _mm512_load_ps(x->d), cx = _mm512_load_ps(x->c);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].lo, xlo);
+            i = _mm512_dpbusd_epi32(i, w[r].hi, xhi);
+            __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dx, cx);
+            acc[r][t] = _mm512_fmadd_ps(f, w[r].d, acc[r][t]);
+        }
+    }
+}
+
+AK_INLINE void q_tile(const int q8, const int R, const int T, const uint8_t *W, size_t wrb,
+                      const uint8_t *xq, size_t xqs, int64_t nb, float *Y, int64_t ldy) {
+    __m512 acc[MAXR][MAXT];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    const int64_t nq = nb / 4;
+    for (int64_t p = 0; p < nq; p++) q_step(q8, R, T, 0, 4, acc, W, wrb, xq, xqs, p);
+    if (nb & 3) q_step(q8, R, T, 1, (int)(nb & 3), acc, W, wrb, xq, xqs, nq);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) Y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#else /* pairs of blocks, without VBMI */
 
 /* XQ layout: blocks go in pairs, one 192-byte record per pair: the 64 quants,
  * then dx and cx pre-expanded to one float per 32-bit lane (block 0 in lanes
@@ -151,9 +323,7 @@ AK_INLINE void q_step(const int q8, const int R, const int T, const int two, __m
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const uint8_t *b = W + (size_t)r * wrb + (size_t)p * pair_bytes;
-#ifdef PF_ROWS
         _mm_prefetch((const char *)(b + PF_ROWS * wrb), _MM_HINT_T0);
-#endif
         w[r] = q8 ? load_q8_pair(b, two) : load_q4_pair(b, two);
     }
 #pragma GCC unroll 4
@@ -185,6 +355,8 @@ AK_INLINE void q_tile(const int q8, const int R, const int T, const uint8_t *W, 
         for (int t = 0; t < T; t++) Y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+#endif /* VBMI */
+
 /* Float weights: 16 elements of a row as f32; `m` masks a partial tail. */
 AK_INLINE __m512 load_w16(const int ft, const uint8_t *row, int64_t k, const int tail, __mmask16 m) {
     if (ft == 0) {
@@ -203,9 +375,7 @@ AK_INLINE void f_step(const int ft, const int R, const int T, const int tail, __
     __m512 w[MAXR];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-#ifdef PF_ROWS
         _mm_prefetch((const char *)(W + (size_t)(r + PF_ROWS) * wrb + (ft ? 2 : 4) * k), _MM_HINT_T0);
-#endif
         w[r] = load_w16(ft, W + (size_t)r * wrb, k, tail, m);
     }
 #pragma GCC unroll 4
@@ -255,27 +425,23 @@ static void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
  * panel on the stack (conversion from F16/BF16 done once here), and a
  * micro-kernel accumulates PANEL_R outputs for NT tokens as outer products:
  * acc[t] += panel[k] * broadcast(x[t][k]). No horizontal sums, the panel
- * stays in L1 for all token tiles, and outputs are stored as vectors. */
-#ifndef PANEL_V
-#define PANEL_V 3               /* vectors of 16 rows per panel */
-#endif
+ * stays in cache for all token tiles, and outputs are stored as vectors. */
+#define PANEL_V 3                   /* vectors of 16 rows in a panel */
 #define PANEL_R (16 * PANEL_V)
-#ifndef KC
-#define KC 256
-#endif
-#ifndef NT_MAX
-#define NT_MAX 8
-#endif
-#define PACKED_MIN_TOKENS 16
+#define KC 256                      /* columns per panel: 48 KB of f32 */
+#define NT_MAX 8                    /* tokens per micro-kernel: 24 accumulators */
+#define PACKED_MIN_TOKENS 16        /* below this, packing does not pay */
 
 /* 16 x 16 transpose: r[i] holds row i; afterwards r[j] holds column j. */
 AK_INLINE void transpose16(__m512 r[16]) {
     __m512 t[16], u[16];
+#pragma GCC unroll 8
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
     /* u[4g + m], m = 0..3: per 128-bit lane j, column 4j + m of rows 4g..4g+3 */
+#pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         __m512 a = t[4 * g], b = t[4 * g + 1], c = t[4 * g + 2], d = t[4 * g + 3];
         u[4 * g + 0] = _mm512_shuffle_ps(a, c, 0x44);
@@ -283,6 +449,7 @@ AK_INLINE void transpose16(__m512 r[16]) {
         u[4 * g + 2] = _mm512_shuffle_ps(b, d, 0x44);
         u[4 * g + 3] = _mm512_shuffle_ps(b, d, 0xee);
     }
+#pragma GCC unroll 4
     for (int m = 0; m < 4; m++) {
         __m512 a = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);
         __m512 b = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd);
@@ -303,6 +470,7 @@ static void pack_panel(int ft, const uint8_t *W, size_t wrb, int mr, int64_t kc,
             int n = (int)ak_min64(16, kn - k);
             __mmask16 m = (__mmask16)((1u << n) - 1);
             __m512 r[16];
+#pragma GCC unroll 16
             for (int i = 0; i < 16; i++)
                 r[i] = i0 + i < mr ? load_w16(ft, W + (size_t)(i0 + i) * wrb + es * kc, k, 1, m)
                                    : _mm512_setzero_ps();
@@ -348,13 +516,11 @@ typedef void (*f_micro_fn)(const float *P, int64_t kn, const float *X, int64_t l
 #define MICRO(NT)                                                                          \
     static void f_micro_##NT(const float *P, int64_t kn, const float *X, int64_t ldx,      \
                              float *Y, int64_t ldy, const __mmask16 *m, int acc) {        \
-        if (NT <= NT_MAX) f_micro(NT <= NT_MAX ? NT : 1, P, kn, X, ldx, Y, ldy, m, acc);   \
+        f_micro(NT, P, kn, X, ldx, Y, ldy, m, acc);                                        \
     }
 MICRO(1) MICRO(2) MICRO(3) MICRO(4) MICRO(5) MICRO(6) MICRO(7) MICRO(8)
-MICRO(9) MICRO(10) MICRO(11) MICRO(12) MICRO(13) MICRO(14) MICRO(15) MICRO(16)
-static const f_micro_fn f_micros[16] = {
+static const f_micro_fn f_micros[NT_MAX] = {
     f_micro_1, f_micro_2, f_micro_3, f_micro_4, f_micro_5, f_micro_6, f_micro_7, f_micro_8,
-    f_micro_9, f_micro_10, f_micro_11, f_micro_12, f_micro_13, f_micro_14, f_micro_15, f_micro_16,
 };
 
 /* Loop order: column block outermost so that the tokens' X block stays in
@@ -487,6 +653,7 @@ AK_INLINE void q_tile(const int q8, const int R, const int T, const uint8_t *W, 
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *p = W + (size_t)r * wrb + (size_t)b * blk_bytes;
+            _mm_prefetch((const char *)(p + PF_ROWS * wrb), _MM_HINT_T0);
             w[r] = q8 ? load_q8(p) : load_q4(p);
         }
 #pragma GCC unroll 4
@@ -532,7 +699,10 @@ AK_INLINE void f_tile(const int ft, const int R, const int T, const uint8_t *W, 
     for (; k + 8 <= cols; k += 8) {
         __m256 w[MAXR];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) w[r] = load_w8(ft, W + (size_t)r * wrb, k);
+        for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)(W + (size_t)(r + PF_ROWS) * wrb + (ft ? 2 : 4) * k), _MM_HINT_T0);
+            w[r] = load_w8(ft, W + (size_t)r * wrb, k);
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) {
             __m256 xv = _mm256_loadu_ps(X + t * ldx + k);
@@ -565,8 +735,8 @@ static void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = ak_f16_to_f32(x[i]);
 }
 
-#define TILE_R 2
-#define TILE_T 3
+#define TILE_R 4
+#define TILE_T 2
 
 #endif /* AVX2 */
 

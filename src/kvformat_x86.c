@@ -1,26 +1,35 @@
 /* kvformat_x86.c - AVX-512 and AVX2 dot/axpy for the KV formats (see
  * kvformat_impl.h; the layouts are specified at the top of kvformat.c).
  *
- * Shape of every product. Vectors go four at a time ("rows"), so each chunk
- * of the query (dot) or of the accumulator (axpy) is loaded once per four
- * vectors and the four dot products reduce together; the n % 4 left over go
- * one at a time. Within a vector, chunks of W = 16 (AVX-512) or 8 (AVX2)
- * values; the last chunk of a d that W does not divide is masked.
+ * Shape of every product. Vectors go four at a time ("rows"): each chunk of
+ * the query (dot) or of the accumulator (axpy) is loaded once per four
+ * vectors, and four dot products reduce together; the n % 4 left over go one
+ * at a time. Within a vector, chunks of W = 16 (AVX-512) or 8 (AVX2) values.
  *
- * Decoding a chunk of b-bit codes: W codes are 2b (AVX-512) or b (AVX2)
- * bytes, loaded as one integer and broadcast; each 32-bit lane then shifts
- * its code to the bottom (one vpmultishiftqb with VBMI, else a byte shuffle
- * and a variable shift; vpsrlvd on AVX2). A permute (vpermps) indexed by the
- * low 4 (AVX2: 3) bits of each lane turns codes into floats in one
- * instruction: the table is the codebook for tq formats, and for q4/q2 the
- * group's levels m + s*{0..15} built with one FMA per group. Bits of the next
- * code above a 2- or 3-bit code land in the index too, so tables of fewer
- * than 16 (8) entries are repeated to fill the permute.
+ * Decoding W b-bit codes (2b or b bytes): load them as one integer, put each
+ * code at the bottom of its own 32-bit lane, then one permute (vpermps)
+ * indexed by the low 4 (AVX2: 3) bits of each lane turns codes into floats:
+ * the table is the codebook for tq formats, and for q4/q2 the group's levels
+ * m + s*{0..15} (one FMA per group). Bits of the next code sit above a 2- or
+ * 3-bit code, so tables of fewer entries are repeated to fill the permute.
+ *
+ * Putting codes in lanes. AVX2: broadcast, then a variable shift. AVX-512
+ * (on Zen 5 the permutes and FMAs share two pipes, shifts have their own, so
+ * spreading codes with shifts rather than shuffles is what pays):
+ *   4 and 2 bits: lane 2m takes the 32 bits at the chunk's start, lane 2m+1
+ *     the 32 bits holding code 8 on, both shift right by b*m: lane 2m holds
+ *     code m, lane 2m+1 code m+8 ("lane order P"). The query or accumulator
+ *     is put in order P once per call (d/16 permutes) instead of permuting
+ *     codes once per chunk of every vector.
+ *   3 bits: code 8 starts at byte 3, which one qword broadcast cannot hand to
+ *     the odd lanes without a blend; one vpmultishiftqb (VBMI) does it
+ *     faster, in natural order. Without VBMI: a byte shuffle and a shift.
  *
  * Per-vector factors stay out of the inner loop: tq's N/sqrt(d) multiplies
- * the finished dot product (axpy: the weight); group scales and mins are
- * converted from f16 once per vector into a small float array, from which
- * the loop broadcasts with plain loads.
+ * the finished dot product (axpy: the weight). Group scales and mins are
+ * converted from f16 once per vector, 16 vectors ahead, into a small float
+ * array from which the loop broadcasts with plain loads; q8's scale applies
+ * once per group, to the group's partial sum.
  */
 #include "kvformat_impl.h"
 
@@ -29,6 +38,7 @@
 
 #define AK_INLINE static inline __attribute__((always_inline))
 #define MAXMETA (2 * AK_KVF_MAX_D / AK_KVF_Q2_G)   /* f16 metadata values in one vector, at most */
+#define BLOCK 16                                   /* vectors whose metadata is converted ahead */
 
 static inline uint64_t ld64(const uint8_t *p) {
     uint64_t v;
@@ -41,6 +51,10 @@ static inline uint32_t ld32(const uint8_t *p) {
     return v;
 }
 
+/* Keeps a value in a register: stops the compiler from folding its load
+ * into each of the four rows' instructions (four loads instead of one). */
+#define PIN(x) __asm__("" : "+v"(x))
+
 /* Per-format constants; f is a compile-time constant wherever these run. */
 AK_INLINE int f_bits(int f) {
     return f == AK_KV_Q8 ? 8 : (f == AK_KV_Q4 || f == AK_KV_TQ4) ? 4 : f == AK_KV_TQ3 ? 3 : 2;
@@ -48,13 +62,33 @@ AK_INLINE int f_bits(int f) {
 AK_INLINE int f_group(int f) { return f == AK_KV_Q8 || f == AK_KV_Q4 ? 32 : f == AK_KV_Q2 ? 16 : 0; }
 AK_INLINE int f_tq(int f) { return f == AK_KV_TQ4 || f == AK_KV_TQ3 || f == AK_KV_TQ2; }
 AK_INLINE int f_affine(int f) { return f == AK_KV_Q4 || f == AK_KV_Q2; }
+AK_INLINE int f_packed(int f) { return f_affine(f) || f_tq(f); }   /* b-bit code streams */
 AK_INLINE const float *f_cb(int f) { return f == AK_KV_TQ4 ? ak_kvf_lm4 : f == AK_KV_TQ3 ? ak_kvf_lm3 : ak_kvf_lm2; }
-/* Where the code stream ends (the metadata starts). */
 AK_INLINE size_t f_code_bytes(int f, int d) { return ak_kvf_code_bytes(d, f_bits(f)); }
-AK_INLINE float tq_factor(int f, const uint8_t *v, int d) {
-    return ak_kvf_tq_factor(ak_kvf_rd16(v + f_code_bytes(f, d)), d);
+AK_INLINE int meta_count(int f, int d) {
+    int G = f_group(f);
+    return G ? ak_kvf_ngroups(d, G) * (f == AK_KV_Q8 ? 1 : 2) : 0;
 }
 static int valid_d(int d) { return d >= 2 && d <= AK_KVF_MAX_D && d % 2 == 0; }
+
+/* ak_kvf_tq_factor with F16C, for one vector and for four. */
+AK_INLINE float tq_factor(int f, const uint8_t *v, int d, float sqrt_d) {
+    return _cvtsh_ss(ak_kvf_rd16(v + f_code_bytes(f, d))) / sqrt_d;
+}
+AK_INLINE __m128 tq_factor4(int f, const uint8_t *const *v, int d, float sqrt_d) {
+    size_t o = f_code_bytes(f, d);
+    uint64_t h = (uint64_t)ak_kvf_rd16(v[0] + o) | (uint64_t)ak_kvf_rd16(v[1] + o) << 16 |
+                 (uint64_t)ak_kvf_rd16(v[2] + o) << 32 | (uint64_t)ak_kvf_rd16(v[3] + o) << 48;
+    return _mm_div_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)), _mm_set1_ps(sqrt_d));
+}
+
+/* The 16 floats a format's permutes look codes up in: the codebook
+ * (repeated) for tq, the codes 0..2^b-1 (repeated) for q4/q2, from which a
+ * group's levels are one FMA away. */
+AK_INLINE void base_table(int f, float *t) {
+    int m = (1 << f_bits(f)) - 1;
+    for (int i = 0; i < 16; i++) t[i] = f_tq(f) ? f_cb(f)[i & m] : (float)(i & m);
+}
 
 #if defined(AK_KVF_AVX512)
 /* ======================================================================== */
@@ -63,62 +97,59 @@ static int valid_d(int d) { return d >= 2 && d <= AK_KVF_MAX_D && d % 2 == 0; }
 
 const char ak_kvf_simd_name[] = "avx512";
 
+typedef __m512 vf;
+#define W 16
+
 AK_INLINE __mmask16 lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1); }
 
-/* Lane i of the result holds code i of w in its low b bits (junk above). */
-#define QW(b, m) (((long long)((b) * (2 * (m) + 1)) << 32) | (long long)((b) * 2 * (m)))
-AK_INLINE __m512i spread(__m512i w, int b) {
+/* Formats whose query/accumulator go in lane order P (see the top). */
+AK_INLINE int f_porder(int f) { return f_packed(f) && f_bits(f) != 3; }
+#define P_IDX _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15)
+#define P_INV _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)
+
+/* Codes of a whole chunk at c into lanes (order P for 4 and 2 bits). A
+ * 3-bit chunk is 6 bytes read as 8: the code stream is followed by N, so
+ * the 2 extra bytes are still the vector's. */
+AK_INLINE __m512i codes_whole(const uint8_t *c, int b) {
+    if (b == 4) {
+        const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+        return _mm512_srlv_epi32(_mm512_set1_epi64((long long)ld64(c)), sh);
+    }
+    if (b == 2) {   /* 16 codes in 32 bits: odd lanes shift 16 further */
+        const __m512i sh = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+        return _mm512_srlv_epi32(_mm512_set1_epi32((int)ld32(c)), sh);
+    }
+    __m512i w = _mm512_set1_epi64((long long)ld64(c));
 #if defined(__AVX512VBMI__)
-    /* byte 0 of lane i = the 8 bits of its qword starting at bit b*i */
-    const __m512i ctl = _mm512_set_epi64(QW(b, 7), QW(b, 6), QW(b, 5), QW(b, 4), QW(b, 3), QW(b, 2), QW(b, 1),
-                                         QW(b, 0));
+    /* byte 0 of lane i = the 8 bits of its qword from bit 3i */
+    const __m512i ctl = _mm512_set_epi64(45LL << 32 | 42, 39LL << 32 | 36, 33LL << 32 | 30, 27LL << 32 | 24,
+                                         21LL << 32 | 18, 15LL << 32 | 12, 9LL << 32 | 6, 3LL << 32 | 0);
     return _mm512_multishift_epi64_epi8(ctl, w);
 #else
-    /* bytes (b*i)/8 and the next to the bottom of lane i, then shift */
-#define SB(b, i) ((int)(0x80800000u | ((((b) * (i)) / 8 + 1) << 8) | (((b) * (i)) / 8)))
-#define SH(b, i) (((b) * (i)) % 8)
-    const __m512i shuf = _mm512_set_epi32(SB(b, 15), SB(b, 14), SB(b, 13), SB(b, 12), SB(b, 11), SB(b, 10),
-                                          SB(b, 9), SB(b, 8), SB(b, 7), SB(b, 6), SB(b, 5), SB(b, 4), SB(b, 3),
-                                          SB(b, 2), SB(b, 1), SB(b, 0));
-    const __m512i sh = _mm512_set_epi32(SH(b, 15), SH(b, 14), SH(b, 13), SH(b, 12), SH(b, 11), SH(b, 10), SH(b, 9),
-                                        SH(b, 8), SH(b, 7), SH(b, 6), SH(b, 5), SH(b, 4), SH(b, 3), SH(b, 2),
-                                        SH(b, 1), SH(b, 0));
+    /* bytes 3i/8 and 3i/8 + 1 to the bottom of lane i, shift by 3i % 8 */
+    const __m512i shuf = _mm512_setr_epi32(
+        (int)0x80800100, (int)0x80800100, (int)0x80800100, (int)0x80800201, (int)0x80800201, (int)0x80800201,
+        (int)0x80800302, (int)0x80800302, (int)0x80800403, (int)0x80800403, (int)0x80800403, (int)0x80800504,
+        (int)0x80800504, (int)0x80800504, (int)0x80800605, (int)0x80800605);
+    const __m512i sh = _mm512_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5, 0, 3, 6, 1, 4, 7, 2, 5);
     return _mm512_srlv_epi32(_mm512_shuffle_epi8(w, shuf), sh);
-#undef SB
-#undef SH
 #endif
 }
-#undef QW
 
-/* The 16 codes of the chunk at p broadcast to every qword; n < 16 codes are
- * loaded masked (a short last chunk may end the vector). A whole 3-bit chunk
- * is 6 bytes read as 8: the code stream is followed by N, so the 2 extra
- * bytes are still the vector's. */
-AK_INLINE __m512i load_codes(const uint8_t *p, int b, int n) {
-    if (n == 16) return b == 2 ? _mm512_set1_epi32((int)ld32(p)) : _mm512_set1_epi64((long long)ld64(p));
-    int nb = (b * n + 7) / 8;
-    return _mm512_broadcastq_epi64(_mm_maskz_loadu_epi8((__mmask16)((1u << nb) - 1), p));
-}
-
-/* The 16-entry permute table of a format: the codebook (repeated) for tq,
- * the codes 0..2^b-1 (repeated) for q4/q2, from which each group's levels
- * are one FMA away. */
-AK_INLINE __m512 base_table(int f) {
-    if (f_tq(f)) {
-        const float *c = f_cb(f);
-        int m = (1 << f_bits(f)) - 1;
-        return _mm512_setr_ps(c[0 & m], c[1 & m], c[2 & m], c[3 & m], c[4 & m], c[5 & m], c[6 & m], c[7 & m],
-                              c[8 & m], c[9 & m], c[10 & m], c[11 & m], c[12 & m], c[13 & m], c[14 & m], c[15 & m]);
-    }
-    if (f == AK_KV_Q4) return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    return _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+/* The same for a short last chunk of n codes: its bytes are loaded masked
+ * (the vector may end there) and laid out as a whole chunk. */
+AK_INLINE __m512i codes_short(const uint8_t *c, int b, int n) {
+    uint8_t t[16] = { 0 };
+    _mm_storeu_si128((__m128i *)t, _mm_maskz_loadu_epi8((__mmask16)((1u << ((b * n + 7) / 8)) - 1), c));
+    return codes_whole(t, b);
 }
 
 /* Values k .. k+n-1 (n <= 16, k a multiple of 16) of vector v as floats,
- * before group scales (q8) and per-vector factors (tq); q4/q2 get their
- * levels from tab. Lanes past n are finite (zero bytes decoded). */
-AK_INLINE __m512 decode(int f, const uint8_t *v, int k, int n, __m512 tab) {
+ * before q8's group scales and tq's factors; packed formats look codes up in
+ * tab. Lanes past n are finite (zero bytes decoded). */
+AK_INLINE vf decode(int f, const uint8_t *v, int k, int n, vf tab, vf hi) {
     __mmask16 m = lanes(n);
+    (void)hi;
     switch (f) {
     case AK_KV_F32: return n == 16 ? _mm512_loadu_ps(v + 4 * k) : _mm512_maskz_loadu_ps(m, v + 4 * k);
     case AK_KV_F16:
@@ -133,27 +164,51 @@ AK_INLINE __m512 decode(int f, const uint8_t *v, int k, int n, __m512 tab) {
     }
     default: {
         int b = f_bits(f);
-        return _mm512_permutexvar_ps(spread(load_codes(v + (size_t)k * b / 8, b, n), b), tab);
+        const uint8_t *c = v + (size_t)k * b / 8;
+        return _mm512_permutexvar_ps(n == 16 ? codes_whole(c, b) : codes_short(c, b, n), tab);
     }
     }
 }
 
-/* out[0..cnt) = mul * the cnt f16 values at p. */
-AK_INLINE void load_meta(const uint8_t *p, int cnt, float *out, float mul) {
+/* The query or accumulator as the products read it: in lane order P where
+ * the format wants it, zero-padded to whole chunks (no masks then). */
+AK_INLINE const float *to_order(int f, const float *x, int d, float *buf) {
+    if (!f_porder(f)) return x;
+    for (int k = 0; k < d; k += 16)
+        _mm512_store_ps(buf + k, _mm512_permutexvar_ps(P_IDX, _mm512_maskz_loadu_ps(lanes(d - k), x + k)));
+    return buf;
+}
+AK_INLINE void from_order(int f, const float *buf, int d, float *x) {
+    if (!f_porder(f)) return;
+    for (int k = 0; k < d; k += 16)
+        _mm512_mask_storeu_ps(x + k, lanes(d - k), _mm512_permutexvar_ps(P_INV, _mm512_load_ps(buf + k)));
+}
+
+/* The group metadata of vector v (meta_count f16 values) as floats times
+ * mul, into out (room for the count rounded up to 16); returns the index of
+ * value 0 in out. Whole 32-byte windows ending at the vector's end are
+ * loaded where the vector is that long: a masked load of 16-bit lanes costs
+ * about as much as the rest of a q4 dot product on Zen 5 (measured). */
+AK_INLINE int load_meta(int f, const uint8_t *v, int d, float *out, float mul) {
+    const int cnt = meta_count(f, d), pad = (16 - cnt % 16) % 16;
+    const uint8_t *m = v + f_code_bytes(f, d);
     __m512 s = _mm512_set1_ps(mul);
-    for (int i = 0; i < cnt; i += 16) {
-        __m256i h = _mm256_maskz_loadu_epi16(lanes(cnt - i), p + 2 * i);
-        _mm512_store_ps(out + i, _mm512_mul_ps(_mm512_cvtph_ps(h), s));
+    if (f_code_bytes(f, d) + 2 * (size_t)cnt >= 32) {
+        for (int i = cnt; i > 0; i -= 16) {   /* the first window may start among the codes */
+            __m256i h = _mm256_loadu_si256((const __m256i *)(m + 2 * (i - 16)));
+            _mm512_storeu_ps(out + pad + i - 16, _mm512_mul_ps(_mm512_cvtph_ps(h), s));
+        }
+        return pad;
     }
-}
-
-AK_INLINE int meta_count(int f, int d) {
-    int G = f_group(f);
-    return G ? ak_kvf_ngroups(d, G) * (f == AK_KV_Q8 ? 1 : 2) : 0;
+    for (int i = 0; i < cnt; i += 16) {
+        __m256i h = _mm256_maskz_loadu_epi16(lanes(cnt - i), m + 2 * i);
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtph_ps(h), s));
+    }
+    return 0;
 }
 
 /* Sums of four vectors' lanes: {sum a, sum b, sum c, sum d}. */
-AK_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+AK_INLINE __m128 reduce4(vf a, vf b, vf c, vf d) {
     __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
     __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xee));
     __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
@@ -161,83 +216,22 @@ AK_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
     s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xb1));
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s));
 }
+AK_INLINE float reduce1(vf a) { return _mm512_reduce_add_ps(a); }
 
-/* out[r] = <q, vector r> for R (1 or 4) vectors at v, stride apart. */
-AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *q, int d, float *out) {
-    const int G = f_group(f), step = G ? G : 16;
-    const uint8_t *v[4];
-    float meta[4][MAXMETA] __attribute__((aligned(64)));
-    __m512 acc[4], tab = f_tq(f) || f_affine(f) ? base_table(f) : _mm512_setzero_ps();
-    for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
-        acc[r] = _mm512_setzero_ps();
-        if (G) load_meta(v[r] + f_code_bytes(f, d), meta_count(f, d), meta[r], 1.0f);
-    }
-    for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
-        __m512 gt[4];   /* per group: the q4/q2 levels, or the q8 scale */
-        for (int r = 0; r < R; r++) {
-            if (f_affine(f))
-                gt[r] = _mm512_fmadd_ps(tab, _mm512_set1_ps(meta[r][2 * g]), _mm512_set1_ps(meta[r][2 * g + 1]));
-            else if (f == AK_KV_Q8)
-                gt[r] = _mm512_set1_ps(meta[r][g]);
-        }
-        for (int k = k0; k < k0 + step && k < d; k += 16) {
-            int n = d - k < 16 ? d - k : 16;
-            __m512 qk = n == 16 ? _mm512_loadu_ps(q + k) : _mm512_maskz_loadu_ps(lanes(n), q + k);
-            for (int r = 0; r < R; r++) {
-                __m512 x = decode(f, v[r], k, n, f_affine(f) ? gt[r] : tab);
-                if (f == AK_KV_Q8) x = _mm512_mul_ps(x, gt[r]);
-                acc[r] = _mm512_fmadd_ps(x, qk, acc[r]);
-            }
-        }
-    }
-    if (R == 4) {
-        __m128 s = reduce4(acc[0], acc[1], acc[2], acc[3]);
-        if (f_tq(f))
-            s = _mm_mul_ps(s, _mm_setr_ps(tq_factor(f, v[0], d), tq_factor(f, v[1], d), tq_factor(f, v[2], d),
-                                          tq_factor(f, v[3], d)));
-        _mm_storeu_ps(out, s);
-    } else
-        for (int r = 0; r < R; r++) {
-            float s = _mm512_reduce_add_ps(acc[r]);
-            out[r] = f_tq(f) ? s * tq_factor(f, v[r], d) : s;
-        }
-}
-
-/* acc += sum_r w[r] * vector r, for R (1 or 4) vectors at v, stride apart. */
-AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *w, int d,
-                         float *acc) {
-    const int G = f_group(f), step = G ? G : 16;
-    const uint8_t *v[4];
-    float meta[4][MAXMETA] __attribute__((aligned(64)));
-    __m512 wr[4], tab = f_tq(f) || f_affine(f) ? base_table(f) : _mm512_setzero_ps();
-    for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
-        /* weights fold into the scales, mins or tq factor */
-        if (G) load_meta(v[r] + f_code_bytes(f, d), meta_count(f, d), meta[r], w[r]);
-        wr[r] = _mm512_set1_ps(f_tq(f) ? w[r] * tq_factor(f, v[r], d) : w[r]);
-    }
-    for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
-        __m512 gt[4];
-        for (int r = 0; r < R; r++) {
-            if (f_affine(f))
-                gt[r] = _mm512_fmadd_ps(tab, _mm512_set1_ps(meta[r][2 * g]), _mm512_set1_ps(meta[r][2 * g + 1]));
-            else if (f == AK_KV_Q8)
-                gt[r] = _mm512_set1_ps(meta[r][g]);
-        }
-        for (int k = k0; k < k0 + step && k < d; k += 16) {
-            int n = d - k < 16 ? d - k : 16;
-            __m512 a = n == 16 ? _mm512_loadu_ps(acc + k) : _mm512_maskz_loadu_ps(lanes(n), acc + k);
-            for (int r = 0; r < R; r++) {
-                __m512 x = decode(f, v[r], k, n, f_affine(f) ? gt[r] : tab);
-                if (f_affine(f)) a = _mm512_add_ps(a, x);
-                else a = _mm512_fmadd_ps(x, f == AK_KV_Q8 ? gt[r] : wr[r], a);
-            }
-            if (n == 16) _mm512_storeu_ps(acc + k, a);
-            else _mm512_mask_storeu_ps(acc + k, lanes(n), a);
-        }
-    }
-}
+#define VZERO() _mm512_setzero_ps()
+#define VSET1(x) _mm512_set1_ps(x)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VLOADTAB(t) _mm512_loadu_ps(t)
+/* q/acc chunk k with n valid values: whole (padded) in order P */
+#define VLOAD_X(f, x, k, n) \
+    (f_porder(f) ? _mm512_load_ps((x) + (k)) : (n) == W ? _mm512_loadu_ps((x) + (k)) : _mm512_maskz_loadu_ps(lanes(n), (x) + (k)))
+#define VSTORE_X(f, x, k, n, a)                                                 \
+    do {                                                                        \
+        if (f_porder(f)) _mm512_store_ps((x) + (k), a);                         \
+        else if ((n) == W) _mm512_storeu_ps((x) + (k), a);                      \
+        else _mm512_mask_storeu_ps((x) + (k), lanes(n), a);                     \
+    } while (0)
 
 #else
 /* ======================================================================== */
@@ -246,12 +240,15 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t str
 
 const char ak_kvf_simd_name[] = "avx2";
 
+typedef __m256 vf;
+#define W 8
+
 AK_INLINE __m256i lanes(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* The first n (< 8) values of a short last chunk, copied out so that no
- * load passes the vector's end. */
+/* The first nbytes of a short last chunk, copied out so that no load
+ * passes the vector's end. */
 AK_INLINE __m128i load_short(const uint8_t *p, int nbytes) {
     uint8_t t[16] = { 0 };
     memcpy(t, p, (size_t)nbytes);
@@ -268,21 +265,11 @@ AK_INLINE __m256i load_codes(const uint8_t *p, int b, int n) {
     return _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh);
 }
 
-/* Tables of a format for 8-entry permutes: tq4 needs two (codes 0-7, 8-15). */
-AK_INLINE __m256 table_lo(int f) {
-    if (f_tq(f)) {
-        const float *c = f_cb(f);
-        int m = (1 << f_bits(f)) - 1;
-        return _mm256_setr_ps(c[0 & m], c[1 & m], c[2 & m], c[3 & m], c[4 & m], c[5 & m], c[6 & m], c[7 & m]);
-    }
-    return _mm256_setr_ps(0, 1, 2, 3, 0, 1, 2, 3);   /* q2 codes */
-}
-AK_INLINE __m256 table_hi(int f) { return f == AK_KV_TQ4 ? _mm256_loadu_ps(ak_kvf_lm4 + 8) : _mm256_setzero_ps(); }
-
-/* Values k .. k+n-1 (n <= 8, k a multiple of 8) as floats, before q8 scales
- * and tq factors; q2 takes its levels from lo, q4 its scale and min from
- * (lo, hi) broadcasts. */
-AK_INLINE __m256 decode(int f, const uint8_t *v, int k, int n, __m256 lo, __m256 hi) {
+/* Values k .. k+n-1 (n <= 8, k a multiple of 8) as floats, before q8's
+ * group scales and tq's factors. tab: the first 8 table entries (for tq4
+ * the second 8 are read from the codebook); for q2 the group's levels; for
+ * q4 a vector of the group's scale, with its min in hi. */
+AK_INLINE vf decode(int f, const uint8_t *v, int k, int n, vf tab, vf hi) {
     switch (f) {
     case AK_KV_F32:
         return n == 8 ? _mm256_loadu_ps((const float *)(v + 4 * k)) : _mm256_maskload_ps((const float *)(v + 4 * k), lanes(n));
@@ -296,142 +283,226 @@ AK_INLINE __m256 decode(int f, const uint8_t *v, int k, int n, __m256 lo, __m256
         __m128i c = n == 8 ? _mm_loadl_epi64((const __m128i *)(v + k)) : load_short(v + k, n);
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
     }
-    case AK_KV_Q4: {
+    case AK_KV_Q4: {   /* 16 levels: convert rather than look up */
         __m256i c = _mm256_and_si256(load_codes(v + (size_t)k / 2, 4, n), _mm256_set1_epi32(15));
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), lo, hi);
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), tab, hi);
     }
-    case AK_KV_TQ4: {
+    case AK_KV_TQ4: {   /* 16 entries: two permutes, code bit 3 picks */
         __m256i c = load_codes(v + (size_t)k / 2, 4, n);
-        __m256 a = _mm256_permutevar8x32_ps(lo, c), b = _mm256_permutevar8x32_ps(hi, c);
-        return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));   /* code bit 3 */
+        __m256 a = _mm256_permutevar8x32_ps(tab, c), b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(ak_kvf_lm4 + 8), c);
+        return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
     }
     default: {
         int b = f_bits(f);
-        return _mm256_permutevar8x32_ps(lo, load_codes(v + (size_t)k * b / 8, b, n));
+        return _mm256_permutevar8x32_ps(tab, load_codes(v + (size_t)k * b / 8, b, n));
     }
     }
 }
 
-AK_INLINE void load_meta(const uint8_t *p, int cnt, float *out, float mul) {
+/* Query and accumulator are read in their own order here. */
+AK_INLINE const float *to_order(int f, const float *x, int d, float *buf) { return x; }
+AK_INLINE void from_order(int f, const float *buf, int d, float *x) {}
+
+/* The group metadata of vector v as floats times mul, into out; returns the
+ * index of value 0 in out (0 here). */
+AK_INLINE int load_meta(int f, const uint8_t *v, int d, float *out, float mul) {
+    const int cnt = meta_count(f, d);
+    const uint8_t *p = v + f_code_bytes(f, d);
     int i = 0;
     for (; i + 8 <= cnt; i += 8)
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))),
                                                 _mm256_set1_ps(mul)));
     for (; i < cnt; i++) out[i] = _cvtsh_ss(ak_kvf_rd16(p + 2 * i)) * mul;
+    return 0;
 }
 
-AK_INLINE int meta_count(int f, int d) {
-    int G = f_group(f);
-    return G ? ak_kvf_ngroups(d, G) * (f == AK_KV_Q8 ? 1 : 2) : 0;
-}
-
-AK_INLINE __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+AK_INLINE __m128 reduce4(vf a, vf b, vf c, vf d) {
     __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
 }
-AK_INLINE float reduce1(__m256 a) {
+AK_INLINE float reduce1(vf a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_hadd_ps(s, s);
     return _mm_cvtss_f32(_mm_hadd_ps(s, s));
 }
 
-/* Per-group decode parameters (lo, hi) of vector r at group g. */
-AK_INLINE void group_params(int f, const float *meta, int g, __m256 *lo, __m256 *hi) {
-    if (f == AK_KV_Q2) *lo = _mm256_fmadd_ps(table_lo(f), _mm256_set1_ps(meta[2 * g]), _mm256_set1_ps(meta[2 * g + 1]));
-    if (f == AK_KV_Q4) {
-        *lo = _mm256_set1_ps(meta[2 * g]);
-        *hi = _mm256_set1_ps(meta[2 * g + 1]);
-    }
-    if (f == AK_KV_Q8) *lo = _mm256_set1_ps(meta[g]);
-}
-
-AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *q, int d, float *out) {
-    const int G = f_group(f), step = G ? G : 8;
-    const uint8_t *v[4];
-    float meta[4][MAXMETA];
-    __m256 acc[4], lo[4], hi[4];
-    for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
-        acc[r] = _mm256_setzero_ps();
-        lo[r] = table_lo(f);
-        hi[r] = table_hi(f);
-        if (G) load_meta(v[r] + f_code_bytes(f, d), meta_count(f, d), meta[r], 1.0f);
-    }
-    for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
-        if (G)
-            for (int r = 0; r < R; r++) group_params(f, meta[r], g, &lo[r], &hi[r]);
-        for (int k = k0; k < k0 + step && k < d; k += 8) {
-            int n = d - k < 8 ? d - k : 8;
-            __m256 qk = n == 8 ? _mm256_loadu_ps(q + k) : _mm256_maskload_ps(q + k, lanes(n));
-            for (int r = 0; r < R; r++) {
-                __m256 x = decode(f, v[r], k, n, lo[r], hi[r]);
-                if (f == AK_KV_Q8) x = _mm256_mul_ps(x, lo[r]);
-                acc[r] = _mm256_fmadd_ps(x, qk, acc[r]);
-            }
-        }
-    }
-    if (R == 4) {
-        __m128 s = reduce4(acc[0], acc[1], acc[2], acc[3]);
-        if (f_tq(f))
-            s = _mm_mul_ps(s, _mm_setr_ps(tq_factor(f, v[0], d), tq_factor(f, v[1], d), tq_factor(f, v[2], d),
-                                          tq_factor(f, v[3], d)));
-        _mm_storeu_ps(out, s);
-    } else
-        for (int r = 0; r < R; r++) {
-            float s = reduce1(acc[r]);
-            out[r] = f_tq(f) ? s * tq_factor(f, v[r], d) : s;
-        }
-}
-
-AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *w, int d,
-                         float *acc) {
-    const int G = f_group(f), step = G ? G : 8;
-    const uint8_t *v[4];
-    float meta[4][MAXMETA];
-    __m256 wr[4], lo[4], hi[4];
-    for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
-        lo[r] = table_lo(f);
-        hi[r] = table_hi(f);
-        if (G) load_meta(v[r] + f_code_bytes(f, d), meta_count(f, d), meta[r], w[r]);
-        wr[r] = _mm256_set1_ps(f_tq(f) ? w[r] * tq_factor(f, v[r], d) : w[r]);
-    }
-    for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
-        if (G)
-            for (int r = 0; r < R; r++) group_params(f, meta[r], g, &lo[r], &hi[r]);
-        for (int k = k0; k < k0 + step && k < d; k += 8) {
-            int n = d - k < 8 ? d - k : 8;
-            __m256 a = n == 8 ? _mm256_loadu_ps(acc + k) : _mm256_maskload_ps(acc + k, lanes(n));
-            for (int r = 0; r < R; r++) {
-                __m256 x = decode(f, v[r], k, n, lo[r], hi[r]);
-                if (f_affine(f)) a = _mm256_add_ps(a, x);
-                else a = _mm256_fmadd_ps(x, f == AK_KV_Q8 ? lo[r] : wr[r], a);
-            }
-            if (n == 8) _mm256_storeu_ps(acc + k, a);
-            else _mm256_maskstore_ps(acc + k, lanes(n), a);
-        }
-    }
-}
+#define VZERO() _mm256_setzero_ps()
+#define VSET1(x) _mm256_set1_ps(x)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VLOADTAB(t) _mm256_loadu_ps(t)
+#define VLOAD_X(f, x, k, n) ((n) == W ? _mm256_loadu_ps((x) + (k)) : _mm256_maskload_ps((x) + (k), lanes(n)))
+#define VSTORE_X(f, x, k, n, a)                                                 \
+    do {                                                                        \
+        if ((n) == W) _mm256_storeu_ps((x) + (k), a);                           \
+        else _mm256_maskstore_ps((x) + (k), lanes(n), a);                       \
+    } while (0)
 #endif
 
 /* ======================================================================== */
-/* Entry points (both back ends)                                            */
+/* The products (both back ends)                                            */
 /* ======================================================================== */
 
+/* The decode parameters of group g of a vector whose converted metadata is
+ * meta: for q4/q2 with AVX-512 and q2 with AVX2 the group's levels (table
+ * times scale plus min); for q4 with AVX2 the scale (min in *hi); for q8 the
+ * scale. */
+AK_INLINE vf group_param(int f, const float *meta, int g, vf tab, vf *hi) {
+    if (f == AK_KV_Q8) return VSET1(meta[g]);
+#if defined(AK_KVF_AVX2)
+    if (f == AK_KV_Q4) {
+        *hi = VSET1(meta[2 * g + 1]);
+        return VSET1(meta[2 * g]);
+    }
+#endif
+    return VFMA(tab, VSET1(meta[2 * g]), VSET1(meta[2 * g + 1]));
+}
+
+/* sum[r] += chunk k (n values) of vector r times the query's. */
+AK_INLINE void dot_chunk(const int f, const int R, const uint8_t *const *v, int k, const int n, const float *q, vf tab,
+                         const vf *gp, const vf *hi, vf *sum) {
+    vf qk = VLOAD_X(f, q, k, n);
+    PIN(qk);
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) sum[r] = VFMA(decode(f, v[r], k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]), qk, sum[r]);
+}
+
+/* acc chunk k (n values) += the weighted chunk k of every vector r. */
+AK_INLINE void axpy_chunk(const int f, const int R, const uint8_t *const *v, int k, const int n, float *acc, vf tab,
+                          const vf *gp, const vf *hi, const vf *wr) {
+    vf a = VLOAD_X(f, acc, k, n);
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) {
+        vf x = decode(f, v[r], k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]);
+        if (f_affine(f)) a = VADD(a, x);   /* levels carry the weight */
+        else a = VFMA(x, f == AK_KV_Q8 ? gp[r] : wr[r], a);
+    }
+    VSTORE_X(f, acc, k, n, a);
+}
+
+/* out[r] = <q, vector r> for R (1 or 4) vectors at v0, stride apart; meta0
+ * their converted metadata, mstride floats apart. */
+AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *meta0, int mstride,
+                        const float *q, int d, float sqrt_d, vf tab, float *out) {
+    const int G = f_group(f), step = G ? G : W;
+    const uint8_t *v[4];
+    const float *meta[4];
+    vf acc[4], gp[4], hi[4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) {
+        v[r] = v0 + (size_t)r * stride;
+        meta[r] = meta0 + r * mstride;
+        acc[r] = VZERO();
+        gp[r] = tab;
+        hi[r] = VZERO();
+    }
+    for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
+        vf t[4];   /* q8: the group's sum, scaled once at its end */
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) {
+            if (G) gp[r] = group_param(f, meta[r], g, tab, &hi[r]);
+            t[r] = VZERO();
+        }
+        for (int k = k0; k < k0 + step && k < d; k += W) {
+            /* whole chunks apart from the short last one, so that they
+             * compile without masks */
+            if (d - k >= W) dot_chunk(f, R, v, k, W, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
+            else dot_chunk(f, R, v, k, d - k, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
+        }
+        if (f == AK_KV_Q8)
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++) acc[r] = VFMA(t[r], gp[r], acc[r]);
+    }
+    if (R == 4) {
+        __m128 s = reduce4(acc[0], acc[1], acc[2], acc[3]);
+        if (f_tq(f)) s = _mm_mul_ps(s, tq_factor4(f, v, d, sqrt_d));
+        _mm_storeu_ps(out, s);
+    } else
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) {
+            float s = reduce1(acc[r]);
+            out[r] = f_tq(f) ? s * tq_factor(f, v[r], d, sqrt_d) : s;
+        }
+}
+
+/* acc += sum_r w[r] * vector r, for R (1 or 4) vectors at v0, stride apart;
+ * meta0 their metadata converted and multiplied by w[r]. */
+AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *meta0, int mstride,
+                         const float *w, int d, float sqrt_d, vf tab, float *acc) {
+    const int G = f_group(f), step = G ? G : W;
+    const uint8_t *v[4];
+    const float *meta[4];
+    vf wr[4], gp[4], hi[4];
+    float wf[4];   /* the weights, times tq's factors */
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) {
+        v[r] = v0 + (size_t)r * stride;
+        meta[r] = meta0 + r * mstride;
+        gp[r] = tab;
+        hi[r] = VZERO();
+    }
+    if (f_tq(f) && R == 4) _mm_storeu_ps(wf, _mm_mul_ps(_mm_loadu_ps(w), tq_factor4(f, v, d, sqrt_d)));
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) {
+        if (!(f_tq(f) && R == 4)) wf[r] = f_tq(f) ? w[r] * tq_factor(f, v[r], d, sqrt_d) : w[r];
+        wr[r] = VSET1(wf[r]);
+    }
+    for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
+        if (G)
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++) gp[r] = group_param(f, meta[r], g, tab, &hi[r]);
+        for (int k = k0; k < k0 + step && k < d; k += W) {
+            if (d - k >= W) axpy_chunk(f, R, v, k, W, acc, tab, gp, hi, wr);
+            else axpy_chunk(f, R, v, k, d - k, acc, tab, gp, hi, wr);
+        }
+    }
+}
+
+/* Vectors go in blocks of BLOCK whose metadata is converted first: the loop
+ * reading it then never waits on the stores that wrote it. */
 AK_INLINE void dot_impl(const int f, const void *src, size_t stride, int n, const float *q, int d, float *out) {
     if (!valid_d(d)) return;
     const uint8_t *p = src;
-    int j = 0;
-    for (; j + 4 <= n; j += 4) dot_rows(f, 4, p + (size_t)j * stride, stride, q, d, out + j);
-    for (; j < n; j++) dot_rows(f, 1, p + (size_t)j * stride, stride, q, d, out + j);
+    const int ms = (meta_count(f, d) + 15) & ~15;
+    float meta[f_group(f) ? BLOCK * MAXMETA : 1] __attribute__((aligned(64)));
+    float qbuf[AK_KVF_MAX_D] __attribute__((aligned(64))), t[16];
+    float sqrt_d = sqrtf((float)d);
+    int off = 0;
+    base_table(f, t);
+    vf tab = VLOADTAB(t);
+    q = to_order(f, q, d, qbuf);
+    for (int j0 = 0; j0 < n; j0 += BLOCK) {
+        int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
+        if (f_group(f))
+            for (int i = j0; i < j1; i++) off = load_meta(f, p + (size_t)i * stride, d, meta + (i - j0) * ms, 1.0f);
+        for (; j + 4 <= j1; j += 4)
+            dot_rows(f, 4, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, q, d, sqrt_d, tab, out + j);
+        for (; j < j1; j++)
+            dot_rows(f, 1, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, q, d, sqrt_d, tab, out + j);
+    }
 }
 
 AK_INLINE void axpy_impl(const int f, const void *src, size_t stride, int n, const float *w, int d, float *acc) {
     if (!valid_d(d)) return;
     const uint8_t *p = src;
-    int j = 0;
-    for (; j + 4 <= n; j += 4) axpy_rows(f, 4, p + (size_t)j * stride, stride, w + j, d, acc);
-    for (; j < n; j++) axpy_rows(f, 1, p + (size_t)j * stride, stride, w + j, d, acc);
+    const int ms = (meta_count(f, d) + 15) & ~15;
+    float meta[f_group(f) ? BLOCK * MAXMETA : 1] __attribute__((aligned(64)));
+    float abuf[AK_KVF_MAX_D] __attribute__((aligned(64))), t[16];
+    float sqrt_d = sqrtf((float)d);
+    int off = 0;
+    base_table(f, t);
+    vf tab = VLOADTAB(t);
+    float *a = (float *)to_order(f, acc, d, abuf);
+    for (int j0 = 0; j0 < n; j0 += BLOCK) {
+        int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
+        if (f_group(f))   /* weights fold into the scales and mins */
+            for (int i = j0; i < j1; i++) off = load_meta(f, p + (size_t)i * stride, d, meta + (i - j0) * ms, w[i]);
+        for (; j + 4 <= j1; j += 4)
+            axpy_rows(f, 4, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, w + j, d, sqrt_d, tab, a);
+        for (; j < j1; j++)
+            axpy_rows(f, 1, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, w + j, d, sqrt_d, tab, a);
+    }
+    from_order(f, abuf, d, acc);
 }
 
 #define ENTRY(F, ID)                                                                                    \

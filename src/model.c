@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <xxhash.h>
+
 #include "kernels.h"
 
 /* ---- loading ------------------------------------------------------------ */
@@ -199,12 +201,35 @@ static void page_in(ak_model *m, ak_progress_fn cb, void *ud) {
     (void)sink;
 }
 
+/* The model fingerprint: XXH64 over the metadata (keys, types, values; the
+ * tokenizer's vocabulary and merges among them), the tensor table (names,
+ * types, shapes, offsets) and the first and last 4 KiB of every tensor's data,
+ * so another model, another quantization or a fine-tune of the same shape all
+ * fingerprint differently, without reading gigabytes of weights. */
+static void fingerprint(ak_model *m) {
+    const gguf_file *g = &m->gguf;
+    XXH64_state_t *st = XXH64_createState();
+    if (!st) { snprintf(m->fingerprint, sizeof m->fingerprint, "0000000000000000"); return; }
+    XXH64_reset(st, 0x616b6b76);
+    /* the metadata section is one contiguous byte range of the file */
+    XXH64_update(st, g->map, (size_t)(g->data_offset < g->size ? g->data_offset : g->size));
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *t = &g->tensors[i];
+        size_t n = t->nbytes < 4096 ? t->nbytes : 4096;
+        XXH64_update(st, t->data, n);
+        XXH64_update(st, (const uint8_t *)t->data + t->nbytes - n, n);
+    }
+    snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)XXH64_digest(st));
+    XXH64_freeState(st);
+}
+
 ak_model *ak_model_load(const char *path, ak_progress_fn cb, void *ud, ak_error *err) {
     ak_model *m = ak_calloc(1, sizeof *m, err);
     if (!m) return NULL;
     if (gguf_open(&m->gguf, path, err) < 0) { free(m); return NULL; }
     if (load_config(m, err) < 0 || load_weights(m, err) < 0) { ak_model_free(m); return NULL; }
     page_in(m, cb, ud);
+    fingerprint(m);
     return m;
 }
 

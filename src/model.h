@@ -76,6 +76,7 @@ typedef struct {
     ak_layer *layers;   // (n_layer)
     float *inv_freq;    // (rope_dim / 2) RoPE inverse frequencies, Llama-3 factors applied
     size_t weight_bytes;
+    char fingerprint[17];   /* hex XXH64 identifying weights + tokenizer, see ak_model_load */
 } ak_model;
 
 /* Called with the fraction done while a long operation runs (may be NULL). */

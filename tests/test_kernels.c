@@ -5,7 +5,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "../src/gguf.h"
@@ -420,6 +422,40 @@ TEST(kernel_matmul_vs_reference) {
         printf("    %-4s max |Y - ref| / sum|w x| = %.2e\n", tname(type), worst);
     }
     ak_pool_free(pool);
+}
+
+/* Rows that end exactly where an inaccessible page begins: a kernel that
+ * reads past the end of a row (tails of 1..3 blocks, odd float lengths)
+ * crashes here instead of silently reading a neighbour's bytes. */
+TEST(kernel_no_overread_past_row_end) {
+    long page = sysconf(_SC_PAGESIZE);
+    uint8_t *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(map != MAP_FAILED, "mmap");
+    REQUIRE(mprotect(map + page, (size_t)page, PROT_NONE) == 0, "mprotect");
+    ak_rng r;
+    ak_rng_seed(&r, 5);
+    float w[160], x[4 * 160], y[4], wd[160];
+    const int64_t lens[] = { 32, 64, 96, 160, 1, 5, 17, 31 };
+    for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
+        uint32_t type = all_types[ti];
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            int64_t n = lens[li];
+            if (is_quant(type) && n % 32) continue;
+            size_t rb = ak_row_bytes(type, n);
+            uint8_t *row = map + page - rb;
+            fill_normal(&r, w, n, 1.0f);
+            fill_normal(&r, x, 4 * n, 1.0f);
+            ak_quantize_row(type, w, row, n);
+            ak_dequantize_row(type, row, wd, n);
+            float d = ak_vec_dot(type, row, x, n);
+            ak_matmul(NULL, type, row, 1, n, x, 4, y);   /* one row, four tokens */
+            double abs_sum, want = ref_dot(wd, x, n, &abs_sum);
+            double tol = is_quant(type) ? 0.02 * abs_sum + 1e-6 : 1e-5 * abs_sum + 1e-6;
+            CHECK(fabs(d - want) <= tol && fabs(y[0] - want) <= tol, "%s n=%lld: %g %g want %g",
+                  tname(type), (long long)n, d, y[0], want);
+        }
+    }
+    munmap(map, 2 * (size_t)page);
 }
 
 /* ------------------------------------------------------------------------ */

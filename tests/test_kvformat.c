@@ -66,6 +66,14 @@ TEST(kvformat_parse_names) {
     const char *be = ak_kv_format_backend();
     CHECK(be && (!strcmp(be, "avx512") || !strcmp(be, "avx2") || !strcmp(be, "neon") || !strcmp(be, "scalar")),
           "backend %s", be ? be : "(null)");
+    /* a SIMD build hands out its own products, a scalar one the reference */
+    for (int f = 0; f < NF; f++) {
+        const ak_kv_format_info *a = ak_kv_format_get((ak_kv_format)f), *b = ak_kv_format_get_scalar((ak_kv_format)f);
+        int same = a->dot == b->dot || a->axpy == b->axpy;
+        CHECK(same == !strcmp(be, "scalar"), "%s: backend %s, SIMD products %s", a->name, be, same ? "missing" : "present");
+        CHECK(a->quantize == b->quantize && a->dequantize == b->dequantize && a->vec_bytes == b->vec_bytes,
+              "%s: the scalar entry stores differently", a->name);
+    }
 }
 
 TEST(kvformat_supports) {
