@@ -127,6 +127,22 @@ static int valid_d(int d) { return d >= 2 && d <= AK_KVF_MAX_D && d % 2 == 0; }
 
 static void wr16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
+/* IEEE half to float, inline (ak_f16_to_f32 is the same function out of
+ * line; the reference products call this once per value). The exponent and
+ * mantissa shifted into place read as a float 2^-112 times the value,
+ * subnormals included; inf and NaN are set apart. */
+static inline float h2f(uint16_t h) {
+    uint32_t em = h & 0x7fffu, bits = em << 13;
+    float f;
+    memcpy(&f, &bits, 4);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, 4);
+    if (em >= 0x7c00u) bits = 0x7f800000u | (em & 0x3ffu) << 13;
+    bits |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* The next f16 below / above h (h finite). */
 static uint16_t f16_down(uint16_t h) { return h == 0 ? 0x8001 : (h & 0x8000) ? h + 1 : h - 1; }
 static uint16_t f16_up(uint16_t h) { return h == 0x8000 ? 0x0001 : (h & 0x8000) ? h - 1 : h + 1; }
@@ -356,32 +372,34 @@ static void quantize(ak_kv_format f, const float *x, int d, void *dst) {
 static void decode(ak_kv_format f, const uint8_t *p, int d, float *y) {
     fmt_shape s = shape(f);
     uint8_t code[AK_KVF_MAX_D];
+    const uint8_t *meta = p + ak_kvf_code_bytes(d, s.bits);
     switch (f) {
     case AK_KV_F32: memcpy(y, p, (size_t)d * sizeof(float)); break;
     case AK_KV_F16:
-        for (int i = 0; i < d; i++) y[i] = ak_f16_to_f32(ak_kvf_rd16(p + 2 * i));
+        for (int i = 0; i < d; i++) y[i] = h2f(ak_kvf_rd16(p + 2 * i));
         break;
     case AK_KV_BF16:
         for (int i = 0; i < d; i++) y[i] = ak_bf16_to_f32(ak_kvf_rd16(p + 2 * i));
         break;
     case AK_KV_Q8:
-        for (int i = 0; i < d; i++)
-            y[i] = ak_f16_to_f32(ak_kvf_rd16(p + d + 2 * (i / AK_KVF_Q8_G))) * (float)(int8_t)p[i];
-        break;
-    case AK_KV_Q4:
-    case AK_KV_Q2: {
-        const uint8_t *meta = p + ak_kvf_code_bytes(d, s.bits);
-        unpack_codes(p, d, s.bits, code);
-        for (int i = 0; i < d; i++) {
-            const uint8_t *gm = meta + 4 * (i / s.group);
-            y[i] = ak_f16_to_f32(ak_kvf_rd16(gm + 2)) + ak_f16_to_f32(ak_kvf_rd16(gm)) * (float)code[i];
+        for (int g0 = 0; g0 < d; g0 += s.group) {
+            float sc = h2f(ak_kvf_rd16(meta + 2 * (g0 / s.group)));
+            for (int i = g0; i < g0 + s.group && i < d; i++) y[i] = sc * (float)(int8_t)p[i];
         }
         break;
-    }
+    case AK_KV_Q4:
+    case AK_KV_Q2:
+        unpack_codes(p, d, s.bits, code);
+        for (int g0 = 0; g0 < d; g0 += s.group) {
+            const uint8_t *gm = meta + 4 * (g0 / s.group);
+            float sc = h2f(ak_kvf_rd16(gm)), mn = h2f(ak_kvf_rd16(gm + 2));
+            for (int i = g0; i < g0 + s.group && i < d; i++) y[i] = mn + sc * (float)code[i];
+        }
+        break;
     case AK_KV_TQ4:
     case AK_KV_TQ3:
     case AK_KV_TQ2: {
-        float fac = ak_kvf_tq_factor(ak_kvf_rd16(p + ak_kvf_code_bytes(d, s.bits)), d);
+        float fac = ak_kvf_tq_factor(ak_kvf_rd16(meta), d);
         unpack_codes(p, d, s.bits, code);
         for (int i = 0; i < d; i++) y[i] = fac * s.cb[code[i]];
         break;
@@ -401,9 +419,12 @@ static void dot_scalar(ak_kv_format f, const void *src, size_t stride, int n, co
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
         decode(f, (const uint8_t *)src + (size_t)j * stride, d, y);
-        float s = 0;
-        for (int i = 0; i < d; i++) s += q[i] * y[i];
-        out[j] = s;
+        float s[8] = { 0 };   /* 8 chains, not one: no wait on each add (and SIMD-able) */
+        int i = 0;
+        for (; i + 8 <= d; i += 8)
+            for (int k = 0; k < 8; k++) s[k] += q[i + k] * y[i + k];
+        for (; i < d; i++) s[0] += q[i] * y[i];
+        out[j] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
     }
 }
 
@@ -412,7 +433,8 @@ static void axpy_scalar(ak_kv_format f, const void *src, size_t stride, int n, c
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
         decode(f, (const uint8_t *)src + (size_t)j * stride, d, y);
-        for (int i = 0; i < d; i++) acc[i] += w[j] * y[i];
+        float wj = w[j];   /* hoisted: w may alias acc as far as the compiler knows */
+        for (int i = 0; i < d; i++) acc[i] += wj * y[i];
     }
 }
 

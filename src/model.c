@@ -364,7 +364,16 @@ static void embed(const ak_model *m, int32_t tok, float *out) {
     ak_dequantize_row(e->type, (const uint8_t *)e->data + ak_row_bytes(e->type, e->cols) * tok, out, e->cols);
 }
 
+static int forward(ak_ctx *c, const ak_batch *b, ak_error *err);
+
 int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
+    unsigned fp_mode = ak_flush_denormals();
+    int rc = forward(c, b, err);
+    ak_restore_denormals(fp_mode);
+    return rc;
+}
+
+static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     const ak_model *m = c->m;
     const ak_config *cf = &m->cfg;
     int n = b->n, dim = cf->dim, hd = cf->head_dim;

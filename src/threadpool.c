@@ -100,6 +100,7 @@ static void *worker_main(void *arg) {
     ak_worker *w = arg;
     ak_pool *p = w->pool;
     unsigned seen = 0;
+    ak_flush_denormals(); /* workers only run kernels: see util.h */
     for (;;) {
         if (!spin_until_change(&p->gen, seen)) {
             pthread_mutex_lock(&p->mu);

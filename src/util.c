@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 int ak_fail(ak_error *err, const char *fmt, ...) {
     if (err) {
@@ -154,4 +157,30 @@ float ak_rng_normal(ak_rng *r) {
     float u1 = ak_rng_uniform(r), u2 = ak_rng_uniform(r);
     if (u1 < 1e-7f) u1 = 1e-7f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+unsigned ak_flush_denormals(void) {
+#if defined(__SSE2__)
+    unsigned old = _mm_getcsr();
+    _mm_setcsr(old | 0x8040); /* FTZ (bit 15) and DAZ (bit 6) */
+    return old;
+#elif defined(__aarch64__)
+    uint64_t old;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(old));
+    __asm__ volatile("msr fpcr, %0" : : "r"(old | (1ull << 24))); /* FZ */
+    return (unsigned)old;
+#else
+    return 0;
+#endif
+}
+
+void ak_restore_denormals(unsigned mode) {
+#if defined(__SSE2__)
+    _mm_setcsr(mode);
+#elif defined(__aarch64__)
+    uint64_t m = mode;
+    __asm__ volatile("msr fpcr, %0" : : "r"(m));
+#else
+    (void)mode;
+#endif
 }

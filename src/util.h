@@ -37,6 +37,14 @@ uint16_t ak_f32_to_f16(float f);
 float ak_bf16_to_f32(uint16_t h);
 uint16_t ak_f32_to_bf16(float f);
 
+/* Makes the calling thread flush denormal floats to zero (inputs and
+ * results) and returns the previous mode for ak_restore_denormals. Tiny
+ * activations (SiLU of large negative inputs) would otherwise fall into
+ * microcode assists that make a matrix product several times slower; values
+ * below 1e-38 carry nothing the model needs. No-op where unsupported. */
+unsigned ak_flush_denormals(void);
+void ak_restore_denormals(unsigned mode);
+
 /* Number of online CPUs (>= 1). */
 int ak_num_cpus(void);
 

@@ -431,6 +431,45 @@ TEST(kvformat_roundtrip_grouped) {
         }
 }
 
+/* Every value of a grouped format is within half its group's stored step
+ * of the input, also far from zero (a group's min rounded to f16 must not
+ * land above the values it covers) and for tiny or constant groups. */
+TEST(kvformat_roundtrip_max_error) {
+    ak_rng r;
+    ak_rng_seed(&r, 55);
+    ak_kv_format fs[3] = { AK_KV_Q8, AK_KV_Q4, AK_KV_Q2 };
+    static const float offsets[4] = { 0, 1000.3f, -517.77f, 3e-3f };
+    static const float scales[4] = { 1, 1, 0.01f, 1e-4f };
+    for (int k = 0; k < 3; k++) {
+        const ak_kv_format_info *in = ak_kv_format_get(fs[k]);
+        int G = fs[k] == AK_KV_Q2 ? 16 : 32, bits = fs[k] == AK_KV_Q8 ? 8 : fs[k] == AK_KV_Q4 ? 4 : 2, bad = 0;
+        for (int o = 0; o < 4 && !bad; o++)
+            for (int v = 0; v < 300 && !bad; v++) {
+                int d = v % 3 == 0 ? 80 : 64;
+                float x[MAXD], y[MAXD];
+                uint8_t buf[4 * MAXD];
+                for (int i = 0; i < d; i++) x[i] = offsets[o] + scales[o] * ak_rng_normal(&r);
+                if (v % 7 == 0)
+                    for (int i = 0; i < 16; i++) x[i] = x[0];   /* a constant group */
+                in->quantize(x, d, buf);
+                in->dequantize(buf, d, y);
+                size_t cb = (size_t)d * bits / 8;
+                for (int i = 0; i < d && !bad; i++) {
+                    int g = i / G;
+                    double s = bits == 8 ? ak_f16_to_f32((uint16_t)(buf[cb + 2 * g] | buf[cb + 2 * g + 1] << 8))
+                                         : ak_f16_to_f32((uint16_t)(buf[cb + 4 * g] | buf[cb + 4 * g + 1] << 8));
+                    /* half a step, plus float rounding of m + s*q */
+                    double lim = s / 2 * (1 + 1e-6) + 1e-6 * fabs(x[i]);
+                    if (!(fabs((double)y[i] - x[i]) <= lim)) {
+                        CHECK(0, "%s d=%d offset %g: value %d = %.7g comes back %.7g (step %g)", in->name, d,
+                              offsets[o], i, x[i], y[i], s);
+                        bad = 1;
+                    }
+                }
+            }
+    }
+}
+
 TEST(kvformat_roundtrip_tq) {
     /* Lloyd-Max distortion of N(0,1) per coordinate, +10% */
     static const double D[5] = { 0, 0, 0.1175, 0.0345, 0.0095 };
@@ -586,6 +625,45 @@ TEST(kvformat_simd_vs_scalar) {
                 }
             }
             free(buf);
+        }
+    }
+}
+
+/* Vectors packed back to back (stride == vec_bytes) in a buffer of exactly
+ * their size: under AddressSanitizer (make asan) any read before the first
+ * vector or past the last one fails here; otherwise checks the products on
+ * every d. */
+TEST(kvformat_products_tight_buffers) {
+    ak_rng r;
+    ak_rng_seed(&r, 77);
+    for (int f = 0; f < NF; f++) {
+        const ak_kv_format_info *vs = ak_kv_format_get((ak_kv_format)f), *sc = ak_kv_format_get_scalar((ak_kv_format)f);
+        int bad = 0;
+        for (int d = 2; d <= MAXD && !bad; d += d < 160 ? 2 : 62) {
+            size_t vb = vs->vec_bytes(d);
+            for (int n = 1; n <= 5 && !bad; n += 4) {
+                uint8_t *buf = malloc(vb * n);
+                float x[MAXD], q[MAXD], w[5], o1[5], o2[5], a1[MAXD], a2[MAXD];
+                for (int j = 0; j < n; j++) {
+                    gen_gauss(&r, x, d);
+                    vs->quantize(x, d, buf + j * vb);
+                    w[j] = ak_rng_normal(&r);
+                }
+                gen_gauss(&r, q, d);
+                for (int i = 0; i < d; i++) a1[i] = a2[i] = 0;
+                vs->dot(buf, vb, n, q, d, o1);
+                sc->dot(buf, vb, n, q, d, o2);
+                vs->axpy(buf, vb, n, w, d, a1);
+                sc->axpy(buf, vb, n, w, d, a2);
+                double s = 0, e = 0;
+                for (int j = 0; j < n; j++) s += fabs(o2[j]), e = fmax(e, fabs(o1[j] - o2[j]));
+                for (int i = 0; i < d; i++) s += fabs(a2[i]), e = fmax(e, fabs(a1[i] - a2[i]));
+                if (!(e <= 1e-4 * (s + 1))) {
+                    CHECK(0, "%s d=%d n=%d: SIMD and scalar differ by %g", vs->name, d, n, e);
+                    bad = 1;
+                }
+                free(buf);
+            }
         }
     }
 }
