@@ -6,7 +6,7 @@
 set -e
 BIN=${1:-build/agentkv}
 BENCH_DIR=${BENCH_DIR:-build/bench-models}
-TYPES=${TYPES:-"f16 q8_0 q4_0"}
+TYPES=${TYPES:-"f32 f16 bf16 q8_0 q4_0"}
 THREADS=${THREADS:-2}
 mkdir -p "$BENCH_DIR"
 printf '%-6s %12s %12s %10s\n' type pp_tok_s tg_tok_s tg_GB_s > "$BENCH_DIR/summary.txt"
