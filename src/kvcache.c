@@ -166,6 +166,37 @@ int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error
     return 0;
 }
 
+static uint8_t *vector_at(const ak_kv *kv, int layer, int is_v, int head, int pos) {
+    if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer || head < 0 ||
+        head >= kv->spec.n_head_kv)
+        return NULL;
+    ak_block *b = kv->table[pos / kv->T];
+    if (!b) return NULL;
+    int d = is_v ? kv->spec.head_dim_v : kv->spec.head_dim_k;
+    size_t vb = ak_kv_format_get(is_v ? b->fv : b->fk)->vec_bytes(d);
+    size_t off = is_v ? ak_block_v_offset(kv->pool, b->fk, b->fv, layer) : ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
+    return b->data + off + ((size_t)head * kv->T + pos % kv->T) * vb;
+}
+
+const uint8_t *ak_kv_vector(const ak_kv *kv, int layer, int is_v, int head, int pos) {
+    return pos < kv->length ? vector_at(kv, layer, is_v, head, pos) : NULL;
+}
+
+uint8_t *ak_kv_vector_mut(ak_kv *kv, int layer, int is_v, int head, int pos) {
+    if (pos < 0 || pos >= kv->capacity) return NULL;
+    ak_block *b = kv->table[pos / kv->T];
+    if (!b || b->refcount != 1) return NULL;
+    return vector_at(kv, layer, is_v, head, pos);
+}
+
+int ak_kv_set_length(ak_kv *kv, int n, ak_error *err) {
+    if (n < 0 || n > kv->capacity) return ak_fail(err, "length %d outside the capacity %d", n, kv->capacity);
+    for (int i = 0; i * kv->T < n; i++)
+        if (!kv->table[i]) return ak_fail(err, "positions of block %d were never prepared", i);
+    kv->length = n;
+    return 0;
+}
+
 size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q) {
     return (size_t)n_q * (2 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
 }

@@ -67,6 +67,17 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
  * or -1 with err set if pos >= length. */
 int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error *err);
 
+/* Raw access for persistence and hand-off: the stored bytes of one vector
+ * (key if is_v == 0, else value) of one layer, KV head and position, in the
+ * sequence's format (vec_bytes of it). ak_kv_vector needs pos < length;
+ * ak_kv_vector_mut needs pos prepared (ak_kv_prepare) and exclusively owned.
+ * Both return NULL when the position is not available. */
+const uint8_t *ak_kv_vector(const ak_kv *kv, int layer, int is_v, int head, int pos);
+uint8_t *ak_kv_vector_mut(ak_kv *kv, int layer, int is_v, int head, int pos);
+/* Declares positions [0, n) written (after filling them through
+ * ak_kv_vector_mut). Returns 0, or -1 with err set if some are not prepared. */
+int ak_kv_set_length(ak_kv *kv, int n, ak_error *err);
+
 /* Floats of scratch ak_kv_attend needs for n_q queries on caches of spec
  * (any block size up to AK_KV_MAX_BLOCK_TOKENS). */
 #define AK_KV_MAX_BLOCK_TOKENS 4096

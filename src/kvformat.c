@@ -7,8 +7,11 @@
  * STORAGE LAYOUT
  * One stored vector is one token's key or value for one KV head of one layer:
  * d values, d even, 2 <= d <= 1024. No header: the block holding vectors
- * records their format and d. Multi-byte fields are little-endian; "f16" is
- * IEEE binary16. Sizes are exact (no padding), vectors sit at any byte offset.
+ * records their format and d. Multi-byte fields are little-endian (the code
+ * assumes a little-endian host: x86-64, AArch64); "f16" is IEEE binary16.
+ * Sizes are exact (no padding); vectors sit at any byte offset. Quantizers
+ * are scalar C on every build, so the bytes stored for an input do not
+ * depend on the machine. Inputs must be finite.
  *
  *   f32   d x f32                                                  4d bytes
  *   f16   d x f16 (round to nearest even)                          2d bytes
@@ -65,12 +68,13 @@
  *   N = |x| sqrt(d)/|c|   .00889 .03284 .11642         .00918 .03382 .11890
  *   (reconstruction keeps the norm |x|)
  *   projection            .00886 .03256 .11291         .00915 .03352 .11530
- * The projection is best everywhere (keeping the norm loses at 2 bits, where
- * |c| is furthest from sqrt(d)); it is also exact for spiky vectors whose
- * rotated coordinates all have one magnitude, and it makes
- * quantize(dequantize(v)) == v: re-quantizing a reconstruction gives back the
- * same codes and the same N (storing |x| would shrink N by |c|/sqrt(d) on
- * every round).
+ * Keeping the norm helps at 4 and 3 bits but hurts at 2, where |c| is
+ * furthest from sqrt(d); the projection beats both at every width. It is
+ * also exact for vectors whose rotated coordinates all have one magnitude (a
+ * spike), and it makes quantize(dequantize(v)) == v: re-quantizing a
+ * reconstruction gives back the same codes and the same N (storing |x|
+ * would shrink N by |c|/sqrt(d) on every round). A zero vector stores N = 0
+ * and codes 0.
  *
  * GROUPS PER TOKEN (q2). KIVI quantizes keys per channel across tokens and
  * values per token. Here every format, for keys and values alike, quantizes

@@ -24,7 +24,12 @@
  *   tq4   4 + 16/d               TurboQuant: f16 norm, rotated unit vector scaled to unit
  *   tq3   3 + 16/d                 variance, each coordinate snapped to the nearest
  *   tq2   2 + 16/d                 Lloyd-Max centroid of N(0,1); indices bit-packed
- * (the exact figure per d comes from ak_kv_format_bits.)
+ * (the exact figure per d comes from ak_kv_format_bits; the byte layout of
+ * every format, which is what blocks persist, is specified at the top of
+ * kvformat.c.)
+ *
+ * Everything here is a pure function of its arguments (constant tables
+ * only): safe from any thread. Vectors need no alignment.
  */
 #ifndef AK_KVFORMAT_H
 #define AK_KVFORMAT_H
@@ -72,6 +77,23 @@ const char *ak_kv_format_names(void);
 double ak_kv_format_bits(ak_kv_format f, int d);
 /* 1 if the format can store vectors of dimension d. */
 int ak_kv_format_supports(ak_kv_format f, int d);
+
+/* One component of a stored vector (codes, scales, norm...), for writing a
+ * cache as separate tensors with honest dtypes (the store) and reading it
+ * back. A vector's components are contiguous and in order: component i
+ * occupies bytes [offset, offset + bytes) of the vector's vec_bytes(d). */
+typedef struct {
+    const char *name;     /* "values", "q", "codes", "scale", "scale_min", "norm" */
+    const char *dtype;    /* safetensors dtype: "F32", "F16", "BF16", "I8", "U8" */
+    size_t offset;
+    size_t bytes;
+    int ndim;             /* 0..2: extra dimensions per vector */
+    int64_t shape[2];     /* e.g. {ngroups, 2} for (scale, min) pairs */
+} ak_kv_component;
+
+/* Fills out[0..n) with the components of format f at head dim d and returns
+ * n (1 or 2), or 0 if f cannot store d. */
+int ak_kv_format_components(ak_kv_format f, int d, ak_kv_component out[2]);
 
 /* x <- R x and x <- R^T x for the rotated formats' basis (d floats). */
 void ak_kv_rotate(float *x, int d);

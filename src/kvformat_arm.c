@@ -228,7 +228,7 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t str
     }
 }
 
-#define BLOCK 16   /* vectors whose metadata is converted ahead */
+#define BLOCK 16   /* vectors whose metadata is converted together */
 
 AK_INLINE void dot_impl(const int f, const void *src, size_t stride, int n, const float *q, int d, float *out) {
     if (!valid_d(d)) return;

@@ -203,3 +203,27 @@ TEST(kvcache_bad_arguments) {
     CHECK(ak_parse_bytes("12X", &b) < 0 && ak_parse_bytes("-5", &b) < 0 && ak_parse_bytes("", &b) < 0,
           "bad sizes accepted");
 }
+
+TEST(kvformat_components_cover_each_vector) {
+    const int dims[] = {8, 64, 80, 96, 128, 256};
+    for (int f = 0; f < AK_KV_NFORMATS; f++)
+        for (int i = 0; i < 6; i++) {
+            ak_kv_component c[2];
+            int n = ak_kv_format_components((ak_kv_format)f, dims[i], c);
+            REQUIRE(n >= 1, "%s d=%d: no components", ak_kv_format_get((ak_kv_format)f)->name, dims[i]);
+            size_t pos = 0;
+            for (int j = 0; j < n; j++) {
+                CHECK(c[j].offset == pos, "%s d=%d: component %s at %zu, expected %zu",
+                      ak_kv_format_get((ak_kv_format)f)->name, dims[i], c[j].name, c[j].offset, pos);
+                size_t el = !strcmp(c[j].dtype, "F32") ? 4 : !strcmp(c[j].dtype, "I8") || !strcmp(c[j].dtype, "U8") ? 1 : 2;
+                int64_t cnt = 1;
+                for (int k = 0; k < c[j].ndim; k++) cnt *= c[j].shape[k];
+                CHECK((size_t)cnt * el == c[j].bytes, "%s d=%d: %s shape does not match its bytes",
+                      ak_kv_format_get((ak_kv_format)f)->name, dims[i], c[j].name);
+                pos += c[j].bytes;
+            }
+            CHECK(pos == ak_kv_format_get((ak_kv_format)f)->vec_bytes(dims[i]), "%s d=%d: components cover %zu of %zu",
+                  ak_kv_format_get((ak_kv_format)f)->name, dims[i], pos,
+                  ak_kv_format_get((ak_kv_format)f)->vec_bytes(dims[i]));
+        }
+}
