@@ -656,8 +656,14 @@ TEST(kvformat_products_tight_buffers) {
                 vs->axpy(buf, vb, n, w, d, a1);
                 sc->axpy(buf, vb, n, w, d, a2);
                 double s = 0, e = 0;
-                for (int j = 0; j < n; j++) s += fabs(o2[j]), e = fmax(e, fabs(o1[j] - o2[j]));
-                for (int i = 0; i < d; i++) s += fabs(a2[i]), e = fmax(e, fabs(a1[i] - a2[i]));
+                for (int j = 0; j < n; j++) {
+                    s += fabs(o2[j]);
+                    e = fmax(e, fabs(o1[j] - o2[j]));
+                }
+                for (int i = 0; i < d; i++) {
+                    s += fabs(a2[i]);
+                    e = fmax(e, fabs(a1[i] - a2[i]));
+                }
                 if (!(e <= 1e-4 * (s + 1))) {
                     CHECK(0, "%s d=%d n=%d: SIMD and scalar differ by %g", vs->name, d, n, e);
                     bad = 1;
