@@ -75,8 +75,11 @@ int cmd_perplexity(int argc, char **argv) {
     const char *ck = ak_kv_format_get(co.fk)->name, *cv = ak_kv_format_get(co.fv)->name;
     if (json) {
         printf("{\"ppl\": %.6f, \"ppl_stderr\": %.6f, \"chunks\": %d, \"n_ctx\": %d, \"tokens_scored\": %ld, "
-               "\"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"seconds\": %.3f",
-               r.ppl, r.ppl_stderr, r.chunks, n_ctx, r.scored, ck, cv, secs);
+               "\"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"bits_k\": %.4f, \"bits_v\": %.4f, "
+               "\"seconds\": %.3f",
+               r.ppl, r.ppl_stderr, r.chunks, n_ctx, r.scored, ck, cv,
+               ak_kv_format_bits(co.fk, lm.model->spec.head_dim_k), ak_kv_format_bits(co.fv, lm.model->spec.head_dim_v),
+               secs);
         if (r.have_kl)
             printf(", \"base_ppl\": %.6f, \"delta_ppl_pct\": %.6f, \"kl_mean\": %.8f, \"kl_max\": %.6f, "
                    "\"top1_agree\": %.6f", r.base_ppl, r.delta_ppl_pct, r.kl_mean, r.kl_max, r.top1_agree);

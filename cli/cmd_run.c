@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/agent.h"
 #include "../src/sampler.h"
 #include "args.h"
 #include "commands.h"
@@ -26,8 +27,19 @@ static const char *usage_text =
     "  --repeat-last-n N    tokens the penalty looks back over (default 64)\n"
     "  --seed S             RNG seed (default: from the clock); same seed, same output\n"
     CACHE_OPTS_HELP
+    "  --agent NAME         run as a persistent agent: its KV cache is restored from and saved to\n"
+    "                       the memory directory; a prompt that extends the last one prefills only\n"
+    "                       the new tokens (stderr: match, tier, reused, prefilled, restore_ms)\n"
+    "  --memory-dir DIR     where agent caches live (default ./agentkv-memory)\n"
+    "  --memory-key-file F  seal agent files with this 32-byte key (XChaCha20-Poly1305)\n"
+    "  --disk-budget BYTES  keep the memory directory under this size (LRU files go first)\n"
     "  --no-bos             don't add the BOS token the vocabulary asks for\n"
     "  --json               print one JSON object (tokens, text, timings) instead of streaming\n";
+
+static void log_line(void *ud, const char *line) {
+    (void)ud;
+    fprintf(stderr, "agentkv: %s\n", line);
+}
 
 int cmd_run(int argc, char **argv) {
     ak_args a;
@@ -37,6 +49,8 @@ int cmd_run(int argc, char **argv) {
     ak_sampler_params sp = ak_sampler_defaults();
     cache_opts co;
     cache_opts_init(&co);
+    const char *agent_id = NULL, *memory_dir = "./agentkv-memory", *key_file = NULL;
+    size_t disk_budget = 0;
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -55,10 +69,19 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(f, "--seed")) { sp.seed = (uint64_t)args_int(&a, f, 0, INT64_MAX); seed_set = 1; }
         else if (!strcmp(f, "--no-bos")) no_bos = 1;
         else if (!strcmp(f, "--json")) json = 1;
-        else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!strcmp(f, "--agent")) agent_id = args_value(&a, f);
+        else if (!strcmp(f, "--memory-dir")) memory_dir = args_value(&a, f);
+        else if (!strcmp(f, "--memory-key-file")) key_file = args_value(&a, f);
+        else if (!strcmp(f, "--disk-budget")) {
+            const char *v = args_value(&a, f);
+            if (v && (ak_parse_bytes(v, &disk_budget) < 0 || !disk_budget))
+                args_error(&a, "--disk-budget: '%s' is not a positive byte size", v);
+        } else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
     if (!a.failed && !prompt == !prompt_file) args_error(&a, "give exactly one of -p PROMPT or -f PROMPT_FILE");
+    if (!a.failed && agent_id && !ak_agent_id_valid(agent_id))
+        args_error(&a, "--agent: invalid id '%s' (1-128 of [A-Za-z0-9_.-], not starting with '.')", agent_id);
     if (a.failed) return AK_EXIT_USAGE;
     if (!seed_set) sp.seed = (uint64_t)time(NULL);
 
@@ -78,6 +101,8 @@ int cmd_run(int argc, char **argv) {
     size_t n_ids = 0;
     ak_kv *kv = NULL;
     ak_block_pool *pool = NULL;
+    ak_store *store = NULL;
+    ak_agents *agents = NULL;
     ak_ctx *ctx = NULL;
     ak_sampler *smp = NULL;
     float *logits = NULL;
@@ -90,7 +115,17 @@ int cmd_run(int argc, char **argv) {
         ak_fail(&err, "prompt has %zu tokens, the context is %d (-c)", n_ids, n_ctx);
         goto fail;
     }
-    if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) { rc = 1; goto done; }
+    if (agent_id) {
+        uint8_t key[AK_STORE_KEY_BYTES];
+        if (key_file && ak_store_read_key(key_file, key, &err) < 0) goto fail;
+        if (!(store = ak_store_open(memory_dir, key_file ? key : NULL, &err))) goto fail;
+        if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
+        ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, AK_SAVE_EVERY_TURN, disk_budget,
+                               log_line, NULL};
+        if (!(agents = ak_agents_new(&ac, &err))) goto fail;
+    } else if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) {
+        goto done;
+    }
     if (!(ctx = ak_ctx_new(lm.model, n_ids < 256 ? (int)n_ids : 256, n_threads, &err))) goto fail;
     if (!(smp = ak_sampler_new(&sp, cfg->vocab, &err))) goto fail;
     if (!(logits = ak_malloc((size_t)cfg->vocab * sizeof(float), &err))) goto fail;
@@ -100,7 +135,15 @@ int cmd_run(int argc, char **argv) {
     progress pg;
     progress_init(&pg, "prefill");
     double t0 = ak_now();
-    if (ak_eval(ctx, kv, ids, (int)n_ids, 0, logits, NULL, progress_update, &pg, &err) < 0) goto fail;
+    if (agents) {
+        ak_turn turn;
+        if (ak_agent_begin(agents, ctx, agent_id, ids, (int)n_ids, logits, &turn, &err) < 0) goto fail;
+        fprintf(stderr, "agent=%s match=%s tier=%s reused=%d prefilled=%d restore_ms=%.2f prefill_ms=%.2f\n",
+                agent_id, ak_match_name(turn.match), ak_tier_name(turn.tier), turn.reused, turn.prefilled,
+                turn.restore_ms, turn.prefill_ms);
+    } else if (ak_eval(ctx, kv, ids, (int)n_ids, 0, logits, NULL, progress_update, &pg, &err) < 0) {
+        goto fail;
+    }
     progress_done(&pg);
     double t1 = ak_now();
 
@@ -136,11 +179,14 @@ int cmd_run(int argc, char **argv) {
             }
         }
         if (n_gen == n_predict || pos + 1 >= n_ctx) { pos++; break; }
-        if (ak_eval(ctx, kv, &tok, 1, pos, logits, NULL, NULL, NULL, &err) < 0) goto fail;
+        if (agents ? ak_agent_step(agents, ctx, agent_id, tok, logits, &err)
+                   : ak_eval(ctx, kv, &tok, 1, pos, logits, NULL, NULL, NULL, &err))
+            goto fail;
         pos++;
     }
     size_t np = ak_detok_flush(&dt, piece, piece_cap);
     double t2 = ak_now();
+    if (agents && ak_agent_end(agents, agent_id, &err) < 0) goto fail;
     if (json) {
         if (np) {
             char *nt = realloc(text, text_len + np + 1);
@@ -173,6 +219,8 @@ done:
     free(text); free(piece); free(ids); free(hist); free(logits); free(file_text);
     ak_sampler_free(smp);
     ak_ctx_free(ctx);
+    ak_agents_free(agents);
+    ak_store_close(store);
     cache_close(pool, kv);
     unload_model(&lm);
     return rc;

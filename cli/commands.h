@@ -11,5 +11,7 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_kv(int argc, char **argv);   /* agentkv bench kv */
+int cmd_cache(int argc, char **argv);
+int cmd_bench_ttft(int argc, char **argv); /* agentkv bench ttft */
 
 #endif

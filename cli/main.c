@@ -14,6 +14,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"info", cmd_info, "architecture, hyperparameters, tokenizer and tensors of a model"},
     {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
+    {"cache", cmd_cache, "list, inspect, verify, remove and gc agent caches in a memory directory"},
     {"synth", cmd_synth, "write a GGUF with random weights of a real model's shape"},
     {"bench", cmd_bench, "benchmarks (bench engine: prefill and decode speed)"},
 };

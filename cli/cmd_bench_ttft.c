@@ -1,0 +1,222 @@
+/* cmd_bench_ttft.c - agentkv bench ttft: time to first token of an agent
+ * whose prompt extends its cached context by one token, served cold (full
+ * re-prefill), warm (restored from its file, after dropping the file from the
+ * page cache, and again from the page cache) and hot (blocks in RAM); and the
+ * restore throughput next to a plain sequential read of the same file. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../src/agent.h"
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+
+static const char *usage_text =
+    "usage: agentkv bench ttft -m MODEL [--contexts 1024,4096,16384] [-ctk F -ctv F] [-t T]\n"
+    "                          [--memory-dir DIR] [--json]\n"
+    "  TTFT of a turn that extends an agent's context by one token: cold (full prefill),\n"
+    "  warm (restore from disk; page cache dropped first, then again from the page cache),\n"
+    "  hot (in RAM); restore GB/s next to a plain read of the same file\n";
+
+/* Fraction of the file's pages in the page cache (-1 if unknown). */
+static double resident(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    struct stat st;
+    double r = -1;
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        void *m = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) {
+            size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (st.st_size + pg - 1) / pg, in = 0;
+            unsigned char *vec = malloc(n);
+            if (vec && mincore(m, st.st_size, vec) == 0) {
+                for (size_t i = 0; i < n; i++) in += vec[i] & 1;
+                r = (double)in / n;
+            }
+            free(vec);
+            munmap(m, st.st_size);
+        }
+    }
+    close(fd);
+    return r;
+}
+
+static int drop_cache(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    fdatasync(fd);
+    int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    return rc;
+}
+
+/* Seconds to read the whole file sequentially with read(2). */
+static double plain_read(const char *path, size_t *bytes) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    size_t cap = 8 << 20, n = 0;
+    char *buf = malloc(cap);
+    double t0 = ak_now();
+    ssize_t r;
+    while (buf && (r = read(fd, buf, cap)) > 0) n += (size_t)r;
+    double dt = ak_now() - t0;
+    free(buf);
+    close(fd);
+    *bytes = n;
+    return dt;
+}
+
+int cmd_bench_ttft(int argc, char **argv) {
+    ak_args a;
+    args_init(&a, "bench ttft", argc, argv);
+    const char *model_path = NULL, *contexts = "1024,4096,16384", *dir = NULL;
+    int n_threads = 0, json = 0;
+    cache_opts co;
+    cache_opts_init(&co);
+    const char *f;
+    while ((f = args_next(&a))) {
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); fputs(CACHE_OPTS_HELP, stdout); return 0; }
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
+        else if (!strcmp(f, "--contexts")) contexts = args_value(&a, f);
+        else if (!strcmp(f, "--memory-dir")) dir = args_value(&a, f);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--json")) json = 1;
+        else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+    }
+    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    int ctxs[16], n_ctxs = 0;
+    for (const char *p = contexts; !a.failed && p && *p && n_ctxs < 16;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 2 || (*end && *end != ',')) { args_error(&a, "--contexts: bad list '%s'", contexts); break; }
+        ctxs[n_ctxs++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (a.failed) return AK_EXIT_USAGE;
+    loaded_model lm;
+    if (load_model(&lm, "bench ttft", model_path) < 0) return 1;
+    const ak_model *m = lm.model;
+    char tmpl[] = "/tmp/agentkv-ttft-XXXXXX";
+    if (!dir && !(dir = mkdtemp(tmpl))) { perror("mkdtemp"); unload_model(&lm); return 1; }
+    ak_error err = {{0}};
+    int rc = 1, max_ctx = 0;
+    for (int i = 0; i < n_ctxs; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
+    if (max_ctx + 1 > m->spec.n_ctx) {
+        fprintf(stderr, "agentkv bench ttft: context %d exceeds the model's %d (synth a model with --ctx)\n",
+                max_ctx + 1, m->spec.n_ctx);
+        unload_model(&lm);
+        return 1;
+    }
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    ak_ctx *ctx = store ? ak_ctx_new(m, 512, n_threads, &err) : NULL;
+    int32_t *toks = malloc(sizeof(int32_t) * (max_ctx + 1));
+    float *logits = malloc(sizeof(float) * m->cfg.vocab);
+    if (!ctx || !toks || !logits) goto fail;
+    ak_rng rng;
+    ak_rng_seed(&rng, 3);
+    for (int i = 0; i <= max_ctx; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % m->cfg.vocab);
+    if (!json)
+        fprintf(stderr, "bench ttft: %s, K %s / V %s, memory dir %s\n", m->gguf.path, ak_kv_format_get(co.fk)->name,
+                ak_kv_format_get(co.fv)->name, dir);
+    if (json) printf("{\"model\": \"%s\", \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"results\": [", m->gguf.path,
+                     ak_kv_format_get(co.fk)->name, ak_kv_format_get(co.fv)->name);
+    else printf("%8s %10s %10s %10s %10s %9s %10s %9s %9s %s\n", "context", "cold_ms", "warm_ms", "warm_pc_ms", "hot_ms",
+                "cold/warm", "file_MB", "rest_GB/s", "read_GB/s", "page cache dropped");
+    for (int ci = 0; ci < n_ctxs; ci++) {
+        int L = ctxs[ci];
+        char id[32], path[1024];
+        snprintf(id, sizeof id, "bench-%d", L);
+        snprintf(path, sizeof path, "%s/%s.safetensors", dir, id);
+        ak_store_remove(store, id, NULL);
+        /* phase 0 cold: full prefill of L tokens, saved at the end of the turn.
+         * phases 1 and 2 warm: a fresh process-like state (new pool, new
+         * agents) restores the file and prefills one more token; phase 1 after
+         * dropping the file from the page cache, phase 2 from the page cache.
+         * phase 3 hot: the agent of phase 2 takes another turn in RAM. Every
+         * turn saves, so each warm turn restores the previous turn's file. */
+        double ms[4] = {0}, rest_ms[3] = {0}, resident_after_drop = -1;
+        uint64_t rest_bytes[3] = {0};
+        ak_block_pool *pool = NULL;
+        ak_agents *ag = NULL;
+        for (int phase = 0; phase < 4; phase++) {
+            if (phase < 3) {
+                ak_agents_free(ag);
+                ak_block_pool_free(pool);
+                ag = NULL;
+                pool = ak_block_pool_new(&m->spec, co.block_tokens, co.budget, &err);
+                ak_agents_config ac = {m, pool, store, co.fk, co.fv, max_ctx + 1, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+                if (!pool || !(ag = ak_agents_new(&ac, &err))) goto fail_phase;
+            }
+            if (phase == 1) {
+                drop_cache(path);
+                resident_after_drop = resident(path);
+            }
+            int n = phase == 0 ? L : L + 1;
+            ak_turn t;
+            progress pg;
+            progress_init(&pg, phase == 0 ? "cold prefill" : "restore");
+            double t0 = ak_now();
+            if (ak_agent_begin(ag, ctx, id, toks, n, logits, &t, &err) < 0) goto fail_phase;
+            ms[phase] = (ak_now() - t0) * 1e3;
+            progress_done(&pg);
+            static const ak_tier want[4] = {AK_TIER_COLD, AK_TIER_WARM, AK_TIER_WARM, AK_TIER_HOT};
+            if (t.tier != want[phase]) {
+                ak_fail(&err, "context %d phase %d: expected tier %s, got %s", L, phase, ak_tier_name(want[phase]),
+                        ak_tier_name(t.tier));
+                goto fail_phase;
+            }
+            if (phase == 1 || phase == 2) { rest_ms[phase] = t.restore_ms; rest_bytes[phase] = t.restore_bytes; }
+            if (ak_agent_end(ag, id, &err) < 0) goto fail_phase;
+        }
+        ak_agents_free(ag);
+        ak_block_pool_free(pool);
+        {
+            size_t fb = 0, fb2 = 0;
+            drop_cache(path);
+            double rd_cold = plain_read(path, &fb);
+            double rd_warm = plain_read(path, &fb2);
+            double rest_gbs_cold = rest_ms[1] > 0 ? rest_bytes[1] / (rest_ms[1] * 1e6) : 0;
+            double rest_gbs_warm = rest_ms[2] > 0 ? rest_bytes[2] / (rest_ms[2] * 1e6) : 0;
+            double rd_gbs_cold = rd_cold > 0 ? fb / (rd_cold * 1e9) : 0, rd_gbs_warm = rd_warm > 0 ? fb2 / (rd_warm * 1e9) : 0;
+            if (json)
+                printf("%s{\"context\": %d, \"cold_ms\": %.2f, \"warm_ms\": %.2f, \"warm_page_cache_ms\": %.2f, "
+                       "\"hot_ms\": %.2f, \"cold_over_warm\": %.1f, \"file_bytes\": %zu, \"restore_ms\": %.2f, "
+                       "\"restore_page_cache_ms\": %.2f, \"restore_gb_s\": %.3f, \"restore_page_cache_gb_s\": %.3f, "
+                       "\"read_gb_s\": %.3f, \"read_page_cache_gb_s\": %.3f, \"resident_after_drop\": %.3f}",
+                       ci ? ", " : "", L, ms[0], ms[1], ms[2], ms[3], ms[0] / ms[1], fb, rest_ms[1], rest_ms[2],
+                       rest_gbs_cold, rest_gbs_warm, rd_gbs_cold, rd_gbs_warm, resident_after_drop);
+            else {
+                printf("%8d %10.1f %10.2f %10.2f %10.2f %8.0fx %10.1f %9.2f %9.2f %s\n", L, ms[0], ms[1], ms[2], ms[3],
+                       ms[0] / ms[1], fb / 1e6, rest_gbs_cold, rd_gbs_cold,
+                       resident_after_drop < 0 ? "unknown" : resident_after_drop < 0.05 ? "yes" : "no (still cached)");
+                printf("%8s page cache: restore %.2f GB/s vs plain read %.2f GB/s (%.0f%%); dropped: restore %.2f vs "
+                       "read %.2f GB/s (%.0f%%)\n", "", rest_gbs_warm, rd_gbs_warm,
+                       rd_gbs_warm > 0 ? 100 * rest_gbs_warm / rd_gbs_warm : 0, rest_gbs_cold, rd_gbs_cold,
+                       rd_gbs_cold > 0 ? 100 * rest_gbs_cold / rd_gbs_cold : 0);
+            }
+            fflush(stdout);
+        }
+        continue;
+    fail_phase:
+        ak_agents_free(ag);
+        ak_block_pool_free(pool);
+        goto fail;
+    }
+    if (json) printf("]}\n");
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "agentkv bench ttft: %s\n", err.msg);
+done:
+    free(toks);
+    free(logits);
+    ak_ctx_free(ctx);
+    ak_store_close(store);
+    unload_model(&lm);
+    return rc;
+}

@@ -1,0 +1,335 @@
+/* agent.c - see agent.h */
+#include "agent.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    int32_t *tokens;        /* (cap) the history whose KV the cache holds */
+    int n, cap;
+    ak_kv *kv;              /* NULL unless hot */
+    uint64_t last_use;
+    int dirty;              /* history changed since the last save */
+    int in_turn;            /* begin() called and end() not yet */
+} agent;
+
+struct ak_agents {
+    ak_agents_config cfg;
+    agent **v;
+    int n, cap;
+    uint64_t clock;
+};
+
+const char *ak_match_name(ak_match m) {
+    static const char *names[] = {"new", "exact", "extend", "diverge"};
+    return (unsigned)m < 4 ? names[m] : "?";
+}
+
+const char *ak_tier_name(ak_tier t) {
+    static const char *names[] = {"hot", "warm", "cold"};
+    return (unsigned)t < 3 ? names[t] : "?";
+}
+
+int ak_save_policy_parse(const char *s, ak_save_policy *out) {
+    if (!strcmp(s, "turn")) *out = AK_SAVE_EVERY_TURN;
+    else if (!strcmp(s, "evict")) *out = AK_SAVE_ON_EVICT;
+    else if (!strcmp(s, "shutdown")) *out = AK_SAVE_ON_SHUTDOWN;
+    else return -1;
+    return 0;
+}
+
+static void logf_(ak_agents *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(ak_agents *a, const char *fmt, ...) {
+    if (!a->cfg.log) return;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    a->cfg.log(a->cfg.log_ud, line);
+}
+
+ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
+    if (!cfg->model || !cfg->pool || cfg->n_ctx <= 0) {
+        ak_fail(err, "agents: model, pool and a positive context are required");
+        return NULL;
+    }
+    ak_agents *a = ak_calloc(1, sizeof *a, err);
+    if (!a) return NULL;
+    a->cfg = *cfg;
+    return a;
+}
+
+static void free_agent(agent *g) {
+    if (!g) return;
+    ak_kv_free(g->kv);
+    free(g->tokens);
+    free(g);
+}
+
+static int save_agent(ak_agents *a, agent *g, ak_error *err) {
+    if (!a->cfg.store || !g->dirty || !g->kv) return 0;
+    if (ak_store_save(a->cfg.store, g->id, g->kv, g->tokens, g->n, a->cfg.model->fingerprint,
+                      a->cfg.model->cfg.name, err) < 0)
+        return -1;
+    g->dirty = 0;
+    return 0;
+}
+
+void ak_agents_free(ak_agents *a) {
+    if (!a) return;
+    for (int i = 0; i < a->n; i++) {
+        ak_error err = {{0}};
+        if (save_agent(a, a->v[i], &err) < 0) logf_(a, "agent %s: save at shutdown failed: %s", a->v[i]->id, err.msg);
+        free_agent(a->v[i]);
+    }
+    free(a->v);
+    free(a);
+}
+
+int ak_agents_flush(ak_agents *a, ak_error *err) {
+    int rc = 0;
+    for (int i = 0; i < a->n; i++) {
+        ak_error e = {{0}};
+        if (save_agent(a, a->v[i], &e) < 0 && rc == 0) {
+            rc = -1;
+            if (err) *err = e;
+        }
+    }
+    return rc;
+}
+
+static agent *find(const ak_agents *a, const char *id) {
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->v[i]->id, id)) return a->v[i];
+    return NULL;
+}
+
+static agent *create(ak_agents *a, const char *id, ak_error *err) {
+    if (a->n == a->cap) {
+        int nc = a->cap ? a->cap * 2 : 8;
+        agent **nv = realloc(a->v, sizeof(agent *) * nc);
+        if (!nv) { ak_fail(err, "out of memory"); return NULL; }
+        a->v = nv;
+        a->cap = nc;
+    }
+    agent *g = ak_calloc(1, sizeof *g, err);
+    if (!g) return NULL;
+    snprintf(g->id, sizeof g->id, "%s", id);
+    a->v[a->n++] = g;
+    return g;
+}
+
+static int set_history(agent *g, const int32_t *tokens, int n, ak_error *err) {
+    if (n > g->cap) {
+        int nc = n < 64 ? 64 : n;
+        int32_t *nt = realloc(g->tokens, sizeof(int32_t) * nc);
+        if (!nt) return ak_fail(err, "out of memory");
+        g->tokens = nt;
+        g->cap = nc;
+    }
+    if (tokens != g->tokens) memmove(g->tokens, tokens, sizeof(int32_t) * n);
+    g->n = n;
+    return 0;
+}
+
+/* Bytes free in the pool's budget (SIZE_MAX when there is no budget). */
+static size_t pool_free(ak_agents *a) {
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(a->cfg.pool, &st);
+    if (!st.budget) return SIZE_MAX;
+    return st.used >= st.budget ? 0 : st.budget - st.used;
+}
+
+/* Moves one agent out of RAM: writes it if its file is not current, frees
+ * its blocks. Without a store its memory is simply dropped (cold next time). */
+static int evict(ak_agents *a, agent *g, ak_error *err) {
+    if (a->cfg.store && g->dirty && save_agent(a, g, err) < 0) return -1;
+    if (!a->cfg.store) g->n = 0;
+    ak_kv_free(g->kv);
+    g->kv = NULL;
+    logf_(a, "agent %s: evicted to %s (%d tokens)", g->id, a->cfg.store ? "disk" : "nothing", g->n);
+    return 0;
+}
+
+/* Makes room for `need` more bytes by evicting least-recently-used agents
+ * other than `keep` that are not in a turn. Returns the number evicted, or -1
+ * with err set when even evicting every idle agent cannot make room. */
+static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *err) {
+    int evicted = 0;
+    while (pool_free(a) < need) {
+        agent *lru = NULL;
+        for (int i = 0; i < a->n; i++) {
+            agent *g = a->v[i];
+            if (g == keep || !g->kv || g->in_turn) continue;
+            if (!lru || g->last_use < lru->last_use) lru = g;
+        }
+        if (!lru) {
+            ak_block_pool_stats st;
+            ak_block_pool_get_stats(a->cfg.pool, &st);
+            return ak_fail(err, "KV budget exhausted: %zu more bytes needed, %zu of %zu in use and no idle agent "
+                           "to evict", need, st.used, st.budget);
+        }
+        if (evict(a, lru, err) < 0) return -1;
+        evicted++;
+    }
+    return evicted;
+}
+
+static size_t bytes_for(ak_agents *a, const agent *g, int n_pos) {
+    int T = ak_block_pool_block_tokens(a->cfg.pool);
+    int have = g->kv ? ak_kv_n_blocks(g->kv) : 0, want = (n_pos + T - 1) / T;
+    size_t bb = ak_block_pool_block_bytes(a->cfg.pool, a->cfg.fk, a->cfg.fv);
+    return want > have ? (size_t)(want - have) * bb : 0;
+}
+
+/* Brings g's cache into RAM from the store if there is a usable file. */
+static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
+    ak_store_entry e;
+    ak_error ie = {{0}};
+    if (ak_store_inspect(a->cfg.store, g->id, &e, NULL, &ie) != 0) return;
+    int n_file = e.readable ? e.n_tokens : 0;
+    if (n_file > a->cfg.n_ctx) n_file = a->cfg.n_ctx;
+    int ev = ensure_room(a, bytes_for(a, g, n_file), g, &ie);
+    if (ev < 0) { logf_(a, "agent %s: cannot restore: %s", g->id, ie.msg); return; }
+    t->evicted += ev;
+    ak_store_load_info info;
+    ak_store_status st = ak_store_load(a->cfg.store, g->id, a->cfg.model->fingerprint, a->cfg.model->cfg.vocab,
+                                       g->kv, &info, &ie);
+    if (st == AK_STORE_HIT) {
+        if (set_history(g, info.tokens, info.n_tokens, err) == 0) {
+            t->tier = AK_TIER_WARM;
+            t->restore_ms = info.total_ms;
+            t->restore_bytes = info.bytes_read;
+            g->dirty = 0;
+        } else {
+            ak_kv_truncate(g->kv, 0);
+            g->n = 0;
+        }
+        free(info.tokens);
+    } else if (st != AK_STORE_ABSENT) {
+        logf_(a, "agent %s: cache %s, recomputing: %s", g->id, ak_store_status_name(st), ie.msg);
+    }
+}
+
+int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
+                   ak_turn *t, ak_error *err) {
+    memset(t, 0, sizeof *t);
+    if (!ak_agent_id_valid(id))
+        return ak_fail(err, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (n < 1) return ak_fail(err, "agent %s: empty prompt", id);
+    if (n > a->cfg.n_ctx) return ak_fail(err, "agent %s: prompt of %d tokens exceeds the context of %d", id, n, a->cfg.n_ctx);
+    agent *g = find(a, id);
+    if (!g && !(g = create(a, id, err))) return -1;
+    g->last_use = ++a->clock;
+    t->tier = AK_TIER_HOT;
+    if (!g->kv) {
+        t->tier = AK_TIER_COLD;
+        g->n = 0;
+        g->kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
+        if (!g->kv) return -1;
+        if (a->cfg.store) restore(a, g, t, err);
+    }
+    /* token-level match against what the cache holds */
+    int common = 0;
+    while (common < g->n && common < n && g->tokens[common] == tokens[common]) common++;
+    if (g->n == 0) t->match = AK_MATCH_NEW;
+    else if (common == g->n && common == n) t->match = AK_MATCH_EXACT;
+    else if (common == g->n) t->match = AK_MATCH_EXTEND;
+    else t->match = AK_MATCH_DIVERGE;
+    if (t->match == AK_MATCH_NEW) t->tier = AK_TIER_COLD;
+    /* the last prompt token is always computed: its logits start the turn */
+    int keep = common < n ? common : n - 1;
+    ak_kv_truncate(g->kv, keep);
+    int ev = ensure_room(a, bytes_for(a, g, n), g, err);
+    if (ev < 0) {
+        g->n = keep;
+        return -1;
+    }
+    t->evicted += ev;
+    g->in_turn = 1;
+    double t0 = ak_now();
+    if (ak_eval(c, g->kv, tokens + keep, n - keep, keep, logits, NULL, NULL, NULL, err) < 0) {
+        /* whatever was written past keep is not trusted: the history says keep */
+        ak_kv_truncate(g->kv, keep);
+        g->n = keep;
+        g->in_turn = 0;
+        return -1;
+    }
+    t->prefill_ms = (ak_now() - t0) * 1e3;
+    t->reused = keep;
+    t->prefilled = n - keep;
+    if (set_history(g, tokens, n, err) < 0) {
+        ak_kv_truncate(g->kv, 0);
+        g->n = 0;
+        g->in_turn = 0;
+        return -1;
+    }
+    if (t->prefilled > 0) g->dirty = 1;
+    return 0;
+}
+
+int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float *logits, ak_error *err) {
+    agent *g = find(a, id);
+    if (!g || !g->kv || !g->in_turn) return ak_fail(err, "agent %s: no turn in progress", id);
+    if (g->n >= a->cfg.n_ctx) return ak_fail(err, "agent %s: context of %d tokens is full", id, a->cfg.n_ctx);
+    int ev = ensure_room(a, bytes_for(a, g, g->n + 1), g, err);
+    if (ev < 0) return -1;
+    if (ak_eval(c, g->kv, &token, 1, g->n, logits, NULL, NULL, NULL, err) < 0) {
+        ak_kv_truncate(g->kv, g->n);
+        return -1;
+    }
+    if (g->n + 1 > g->cap) {
+        int32_t *nt = realloc(g->tokens, sizeof(int32_t) * (g->cap * 2 + 1));
+        if (!nt) { ak_kv_truncate(g->kv, g->n); return ak_fail(err, "out of memory"); }
+        g->tokens = nt;
+        g->cap = g->cap * 2 + 1;
+    }
+    g->tokens[g->n++] = token;
+    g->dirty = 1;
+    g->last_use = ++a->clock;
+    return 0;
+}
+
+int ak_agent_end(ak_agents *a, const char *id, ak_error *err) {
+    agent *g = find(a, id);
+    if (!g) return ak_fail(err, "agent %s: unknown", id);
+    g->in_turn = 0;
+    if (a->cfg.save == AK_SAVE_EVERY_TURN && save_agent(a, g, err) < 0) return -1;
+    if (a->cfg.store && a->cfg.disk_budget) {
+        ak_error ge = {{0}};
+        if (ak_store_gc(a->cfg.store, a->cfg.disk_budget, NULL, &ge) < 0) logf_(a, "disk budget: %s", ge.msg);
+    }
+    return 0;
+}
+
+int ak_agent_remove(ak_agents *a, const char *id, ak_error *err) {
+    int found = 0;
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->v[i]->id, id)) {
+            free_agent(a->v[i]);
+            a->v[i] = a->v[--a->n];
+            found = 1;
+            break;
+        }
+    if (a->cfg.store && ak_agent_id_valid(id)) {
+        int r = ak_store_remove(a->cfg.store, id, err);
+        if (r < 0) return -1;
+        if (r == 0) found = 1;
+    }
+    return found ? 0 : 1;
+}
+
+int ak_agents_count(const ak_agents *a) { return a->n; }
+
+void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out) {
+    const agent *g = a->v[i];
+    out->id = g->id;
+    out->n_tokens = g->n;
+    out->tier = g->kv ? AK_TIER_HOT : AK_TIER_WARM;
+    out->bytes = g->kv ? ak_kv_bytes(g->kv) : 0;
+    out->last_use = g->last_use;
+    out->dirty = g->dirty;
+}

@@ -1,0 +1,108 @@
+/* agent.h - agents: named, persistent KV memories on top of the block pool
+ * and the store.
+ *
+ * An agent has an id, the token history its cache holds, and (while hot) a
+ * sequence in the block pool. A turn starts with the agent's whole prompt;
+ * it is matched against the history at token level:
+ *   EXACT    the prompt is the history: nothing to prefill (the last token is
+ *            recomputed for its logits, so 1 token is prefilled);
+ *   EXTEND   the prompt extends the history: only the new tokens are
+ *            prefilled (the paper's cross-phase context injection);
+ *   DIVERGE  they share a prefix: the cache keeps the longest common prefix,
+ *            drops the rest, and prefills from there;
+ *   NEW      nothing cached: everything is prefilled.
+ * and says which tier served it: HOT (blocks in RAM), WARM (restored from the
+ * memory directory without re-prefill), COLD (no usable cache: recompute).
+ *
+ * When the pool's budget would be exceeded, least-recently-used idle agents
+ * are written out (if their file is not already current) and their blocks
+ * freed. Saves happen per the save policy; a disk budget evicts the least
+ * recently used files.
+ *
+ * An ak_agents is used by one thread at a time (the server serializes).
+ */
+#ifndef AK_AGENT_H
+#define AK_AGENT_H
+
+#include <stdint.h>
+
+#include "blockpool.h"
+#include "model.h"
+#include "store.h"
+
+typedef enum { AK_SAVE_EVERY_TURN, AK_SAVE_ON_EVICT, AK_SAVE_ON_SHUTDOWN } ak_save_policy;
+typedef enum { AK_MATCH_NEW, AK_MATCH_EXACT, AK_MATCH_EXTEND, AK_MATCH_DIVERGE } ak_match;
+typedef enum { AK_TIER_HOT, AK_TIER_WARM, AK_TIER_COLD } ak_tier;
+
+const char *ak_match_name(ak_match m);   /* "new", "exact", "extend", "diverge" */
+const char *ak_tier_name(ak_tier t);     /* "hot", "warm", "cold" */
+/* Parses "turn", "evict", "shutdown"; 0 or -1. */
+int ak_save_policy_parse(const char *s, ak_save_policy *out);
+
+typedef void (*ak_log_fn)(void *ud, const char *line);
+
+typedef struct {
+    const ak_model *model;
+    ak_block_pool *pool;      /* its budget is the hot tier's size */
+    ak_store *store;          /* NULL: memory only (evicted agents go cold) */
+    ak_kv_format fk, fv;
+    int n_ctx;                /* positions per agent */
+    ak_save_policy save;
+    uint64_t disk_budget;     /* 0: none */
+    ak_log_fn log;            /* one line per notable event (may be NULL) */
+    void *log_ud;
+} ak_agents_config;
+
+typedef struct {
+    ak_match match;
+    ak_tier tier;
+    int reused;               /* tokens whose KV came from the cache */
+    int prefilled;            /* tokens computed this turn before decoding */
+    double restore_ms;        /* warm: loading the file into blocks */
+    double prefill_ms;
+    uint64_t restore_bytes;
+    int evicted;              /* agents moved out of RAM to make room */
+} ak_turn;
+
+typedef struct ak_agents ak_agents;
+
+ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err);
+/* Saves dirty agents when there is a store (whatever the policy: nothing
+ * committed is lost at a clean shutdown), then frees everything. */
+void ak_agents_free(ak_agents *a);
+
+/* Starts a turn of agent id (created if unknown) with its whole prompt
+ * tokens[0..n): afterwards the agent's cache holds exactly those tokens and
+ * logits (vocab floats) are the next-token logits. Returns 0 and fills t, or
+ * -1 with err set (invalid id, prompt longer than n_ctx, the budget cannot
+ * fit this agent even alone, ...); the agent is then left as it was or
+ * emptied, never inconsistent. */
+int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
+                   ak_turn *t, ak_error *err);
+/* Appends a generated token to the agent's cache and computes the logits
+ * after it. Returns 0, or -1 with err set (context full, budget). */
+int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float *logits, ak_error *err);
+/* Ends the turn: saves per the policy, applies the disk budget. Returns 0, or
+ * -1 with err set if a save failed (the agent stays dirty and hot). */
+int ak_agent_end(ak_agents *a, const char *id, ak_error *err);
+/* Forgets the agent: its blocks and its file. Returns 0, 1 if unknown. */
+int ak_agent_remove(ak_agents *a, const char *id, ak_error *err);
+/* Writes every dirty agent to the store. Returns 0, or -1 (first error). */
+int ak_agents_flush(ak_agents *a, ak_error *err);
+
+typedef struct {
+    const char *id;
+    int n_tokens;
+    ak_tier tier;             /* HOT if in RAM, WARM if only on disk */
+    size_t bytes;             /* RAM bytes when hot */
+    uint64_t last_use;        /* turn counter */
+    int dirty;
+} ak_agent_info;
+
+/* Number of agents known in memory (hot, or evicted this run). */
+int ak_agents_count(const ak_agents *a);
+/* Info of the i-th agent (0 <= i < count); pointers valid until the next call
+ * that changes the set. */
+void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out);
+
+#endif

@@ -1,0 +1,1439 @@
+/* store.c - see store.h. The agent file format (version 1), also in
+ * docs/agent-file-format.md:
+ *
+ * A plain agent file <dir>/<agent_id>.safetensors is a safetensors file:
+ *     u64 LE  N                header length, a multiple of 8
+ *     N bytes JSON             one object, padded with spaces to N bytes
+ *     data                     the tensors' bytes, back to back, in the
+ *                              order of the header, no gaps
+ * The JSON object holds "__metadata__" (first) and one entry per tensor:
+ *     "layers.<l>.<k|v>.<component>": {"dtype": D, "shape": S,
+ *                                     "data_offsets": [begin, end]}
+ * for l = 0..n_layer-1, K before V, the components of the format in the
+ * order ak_kv_format_components gives (values | q, scale | codes, scale_min |
+ * codes, norm), with D the component's dtype and
+ *     S = [n_head_kv, n_tokens] + the component's own shape
+ * (e.g. q4 at head dim 128: codes U8 [H, n, 64], scale_min F16 [H, n, 4, 2]).
+ * Tensor bytes are the vectors' stored bytes (kvformat.c), head-major: head
+ * h, token t at ((h * n_tokens) + t) * component_bytes. Little-endian.
+ *
+ * __metadata__ maps strings to strings:
+ *     format              "agentkv.agent"
+ *     format_version      "1"
+ *     agent_id            the id (equal to the file name's)
+ *     model_fingerprint   ak_model.fingerprint (hex)
+ *     model_name          informational
+ *     n_layer n_head_kv head_dim_k head_dim_v n_ctx     the cache spec
+ *     kv_format_k kv_format_v                          "q4", "tq3", ...
+ *     block_tokens        block size of the pool it was saved from
+ *                         (informational: restore works at any block size)
+ *     n_tokens            positions stored
+ *     tokens              their token ids, decimal, comma-separated ("" if none)
+ *     created             unix seconds of the snapshot
+ *     checksum_algorithm  "xxh3-64" (XXH3_64bits, seed 0)
+ *     checksums           a JSON object as a string: tensor name -> 16
+ *                         lowercase hex digits of the hash of its bytes
+ *     metadata_checksum   16 hex digits: XXH3_64bits over every other
+ *                         metadata entry sorted by key (bytewise), each as
+ *                         key, 0x00, value, 0x00. Covers the token ids,
+ *                         which no tensor checksum does.
+ * Integers are canonical decimal (no sign, no leading zero). Readers of
+ * version 1 ignore metadata keys they do not know (the checksum covers them).
+ *
+ * A sealed file wraps this whole image (store_impl.h has the layout):
+ * magic "AKVSEAL1", version, chunk size, image size, key id, then the image
+ * through crypto_secretstream_xchacha20poly1305 in 64 KiB chunks, the last
+ * tagged FINAL.
+ *
+ * Saving: <id>.safetensors.tmp.<pid>.<tid> in the same directory, fallocate,
+ * write, fsync, close, rename over <id>.safetensors, fsync the directory.
+ * A crash at any point leaves the old file or the new one, never a mix;
+ * leftover temp files are removed when a store is next opened.
+ *
+ * Fault injection (read by ak_store_open, kept in the store, for crash tests):
+ *   AK_FAULT_KILL_AT=N       the save path raises SIGKILL on itself at its
+ *                            Nth step (counted per save from 1: fallocate,
+ *                            each write() call, fsync, rename, directory
+ *                            fsync); a write step first writes half its bytes
+ *   AK_FAULT_FAIL_AT=N[:ERR] the Nth step fails with ENOSPC (or EIO, EDQUOT)
+ *                            instead of running
+ *   AK_FAULT_WRITE_CHUNK=B   bytes per write() (default 1 MiB), so that tiny
+ *                            caches take many steps
+ */
+#include "store.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "blockpool.h"
+#include "store_impl.h"
+
+#define FORMAT_NAME "agentkv.agent"
+#define FORMAT_VERSION 1
+#define SUFFIX ".safetensors"
+#define TMP_MARK ".safetensors.tmp."
+#define DEFAULT_WRITE_CHUNK (1u << 20)
+#define STALE_TMP_SECONDS 3600
+#define MAX_DIM 65536
+
+struct ak_store {
+    char dir[PATH_MAX];
+    int has_key;
+    uint8_t key[AK_STORE_KEY_BYTES];
+    uint8_t key_id[8];
+    long kill_at, fail_at;      /* fault injection: step numbers, 0 = off */
+    int fail_errno;
+    size_t write_chunk;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+int ak_agent_id_valid(const char *id) {
+    if (!id || !id[0] || id[0] == '.') return 0;
+    size_t n = 0;
+    for (const char *p = id; *p; p++, n++) {
+        unsigned char c = (unsigned char)*p;
+        if (n >= AK_AGENT_ID_MAX) return 0;
+        if (!(isascii(c) && (isalnum(c) || c == '_' || c == '.' || c == '-'))) return 0;
+    }
+    return 1;
+}
+
+const char *ak_store_status_name(ak_store_status st) {
+    switch (st) {
+    case AK_STORE_HIT: return "hit";
+    case AK_STORE_ABSENT: return "absent";
+    case AK_STORE_STALE: return "stale";
+    case AK_STORE_CORRUPT: return "corrupt";
+    case AK_STORE_ERROR: return "error";
+    }
+    return "?";
+}
+
+static void hex64(uint64_t h, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)h); }
+
+static double ms_since(double t0) { return (ak_now() - t0) * 1e3; }
+
+static int path_of(const ak_store *s, const char *id, const char *suffix, char *out, size_t n) {
+    int w = snprintf(out, n, "%s/%s%s", s->dir, id, suffix);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+/* Canonical decimal: digits only, no leading zero (but "0"), within [lo, hi]. */
+static int parse_dec(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s || (s[0] == '0' && s[1])) return -1;
+    int64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if (v > (INT64_MAX - (*p - '0')) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ak_fail(err, "key file %s: %s", path, strerror(errno));
+    uint8_t buf[AK_STORE_KEY_BYTES + 1];
+    size_t n = 0;
+    for (;;) {   /* read up to 33 bytes to tell "exactly 32" from "longer" */
+        ssize_t r = read(fd, buf + n, sizeof buf - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            sodium_memzero(buf, sizeof buf);
+            return ak_fail(err, "key file %s: %s", path, strerror(e));
+        }
+        if (r == 0 || (n += (size_t)r) == sizeof buf) break;
+    }
+    close(fd);
+    if (n != AK_STORE_KEY_BYTES) {
+        sodium_memzero(buf, sizeof buf);
+        return ak_fail(err, "key file %s: must hold exactly %d raw bytes, it has %s%zu", path, AK_STORE_KEY_BYTES,
+                       n > AK_STORE_KEY_BYTES ? "more than " : "", n > AK_STORE_KEY_BYTES ? (size_t)AK_STORE_KEY_BYTES : n);
+    }
+    memcpy(key, buf, AK_STORE_KEY_BYTES);
+    sodium_memzero(buf, sizeof buf);
+    return 0;
+}
+
+/* ------------------------------------------------------------ the layout */
+
+/* One tensor of an agent file. */
+typedef struct {
+    char name[48];
+    int layer, is_v;
+    ak_kv_component comp;
+    int ndim;
+    int64_t shape[4];
+    uint64_t offset, bytes;   /* within the data section */
+} tensor_desc;
+
+/* The tensors of a cache of spec s in formats fk/fv holding n tokens, in file
+ * order, into a malloc'd array (*out, count returned) and the data section's
+ * size. Returns -1 (why set) if a format cannot store the head dim or the
+ * sizes overflow. Both the writer and the reader use this: the reader
+ * requires the file's table to be exactly this one. */
+static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t n, tensor_desc **out,
+                          uint64_t *data_bytes, char *why, size_t whyn) {
+    ak_kv_component ck[2], cv[2];
+    int nck = ak_kv_format_components(fk, s->head_dim_k, ck);
+    int ncv = ak_kv_format_components(fv, s->head_dim_v, cv);
+    if (!nck || !ncv) {
+        snprintf(why, whyn, "formats %s/%s cannot store head dims %d/%d", ak_kv_format_get(fk)->name,
+                 ak_kv_format_get(fv)->name, s->head_dim_k, s->head_dim_v);
+        return -1;
+    }
+    int count = s->n_layer * (nck + ncv);
+    tensor_desc *t = calloc((size_t)count, sizeof *t);
+    if (!t) { snprintf(why, whyn, "out of memory"); return -1; }
+    uint64_t off = 0;
+    int i = 0;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int v = 0; v < 2; v++)
+            for (int c = 0; c < (v ? ncv : nck); c++, i++) {
+                tensor_desc *d = &t[i];
+                d->layer = l;
+                d->is_v = v;
+                d->comp = v ? cv[c] : ck[c];
+                snprintf(d->name, sizeof d->name, "layers.%d.%c.%s", l, v ? 'v' : 'k', d->comp.name);
+                d->ndim = 2 + d->comp.ndim;
+                d->shape[0] = s->n_head_kv;
+                d->shape[1] = n;
+                for (int k = 0; k < d->comp.ndim; k++) d->shape[2 + k] = d->comp.shape[k];
+                uint64_t b;
+                if (__builtin_mul_overflow((uint64_t)s->n_head_kv, (uint64_t)n, &b) ||
+                    __builtin_mul_overflow(b, (uint64_t)d->comp.bytes, &b) || __builtin_add_overflow(off, b, &off)) {
+                    free(t);
+                    snprintf(why, whyn, "tensor sizes overflow");
+                    return -1;
+                }
+                d->offset = off - b;
+                d->bytes = b;
+            }
+    *out = t;
+    *data_bytes = off;
+    return count;
+}
+
+/* Copies positions [0, n) of every vector between a sequence and tensor
+ * bytes laid out by t (nt tensors, grouped by layer and K/V). to_kv = 1:
+ * into kv (positions prepared and exclusively owned), 0: out of it. Runs of
+ * positions inside one block are contiguous per head (blockpool.h), so a
+ * format with one component moves a run with one memcpy; the run's ends are
+ * checked so that a layout change falls back to a vector at a time. Returns
+ * 0, or -1 if a vector is not available. */
+static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, int n) {
+    const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(kv));
+    int T = ak_block_pool_block_tokens(ak_kv_pool(kv));
+    for (int i = 0; i < nt;) {
+        int l = t[i].layer, v = t[i].is_v, nc = 1;
+        while (i + nc < nt && t[i + nc].layer == l && t[i + nc].is_v == v) nc++;
+        size_t vb = ak_kv_format_get(v ? ak_kv_format_v(kv) : ak_kv_format_k(kv))
+                        ->vec_bytes(v ? s->head_dim_v : s->head_dim_k);
+        for (int h = 0; h < s->n_head_kv; h++)
+            for (int p0 = 0; p0 < n;) {
+                int r = T - p0 % T;
+                if (r > n - p0) r = n - p0;
+                uint8_t *a = to_kv ? ak_kv_vector_mut(kv, l, v, h, p0) : (uint8_t *)ak_kv_vector(kv, l, v, h, p0);
+                uint8_t *z = to_kv ? ak_kv_vector_mut(kv, l, v, h, p0 + r - 1)
+                                   : (uint8_t *)ak_kv_vector(kv, l, v, h, p0 + r - 1);
+                if (!a || !z) return -1;
+                int contiguous = z == a + (size_t)(r - 1) * vb;
+                for (int c = 0; c < nc; c++) {
+                    const ak_kv_component *cp = &t[i + c].comp;
+                    uint8_t *tp = data + t[i + c].offset + ((size_t)h * n + p0) * cp->bytes;
+                    if (nc == 1 && contiguous) {
+                        if (to_kv) memcpy(a, tp, (size_t)r * vb);
+                        else memcpy(tp, a, (size_t)r * vb);
+                        continue;
+                    }
+                    for (int j = 0; j < r; j++) {
+                        uint8_t *vp = contiguous ? a + (size_t)j * vb
+                                      : to_kv    ? ak_kv_vector_mut(kv, l, v, h, p0 + j)
+                                                 : (uint8_t *)ak_kv_vector(kv, l, v, h, p0 + j);
+                        if (!vp) return -1;
+                        if (to_kv) memcpy(vp + cp->offset, tp + (size_t)j * cp->bytes, cp->bytes);
+                        else memcpy(tp + (size_t)j * cp->bytes, vp + cp->offset, cp->bytes);
+                    }
+                }
+                p0 += r;
+            }
+        i += nc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- open/close */
+
+static int mkdir_p(const char *dir, ak_error *err) {
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0700) != 0 && errno != EEXIST) return ak_fail(err, "store: mkdir %s: %s", buf, strerror(errno));
+            *p = c;
+            if (!c) break;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) return ak_fail(err, "store: %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return ak_fail(err, "store: %s is not a directory", dir);
+    return 0;
+}
+
+/* Parses "<id>.safetensors.tmp.<pid>.<tid>"; returns the pid, 0 if the rest
+ * is malformed, -1 if name is not a temp file of ours at all. */
+static long temp_pid(const char *name) {
+    const char *m = strstr(name, TMP_MARK);
+    if (!m || m == name) return -1;
+    const char *p = m + strlen(TMP_MARK);
+    char *end;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (errno || end == p || *end != '.' || pid <= 0) return 0;
+    return pid;
+}
+
+/* Removes temp files left by saves that died: those whose process is gone,
+ * malformed ones, and any older than an hour (a save never takes that long;
+ * this also covers pids reused since, or pids of another PID namespace). A
+ * temp file of a live process is a save in flight: it stays. */
+static void remove_stale_temps(const ak_store *s) {
+    DIR *d = opendir(s->dir);
+    if (!d) return;
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d))) {
+        long pid = temp_pid(e->d_name);
+        if (pid < 0) continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", s->dir, e->d_name) >= (int)sizeof path) continue;
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        int stale = pid == 0 || now - st.st_mtime > STALE_TMP_SECONDS;
+        if (!stale && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) stale = 1;
+        if (stale) unlink(path);
+    }
+    closedir(d);
+}
+
+static int parse_fault_env(ak_store *s, ak_error *err) {
+    const char *v;
+    int64_t x;
+    if ((v = getenv("AK_FAULT_KILL_AT")) && *v) {
+        if (parse_dec(v, 1, INT32_MAX, &x)) return ak_fail(err, "AK_FAULT_KILL_AT=%s: expected a step number >= 1", v);
+        s->kill_at = (long)x;
+    }
+    if ((v = getenv("AK_FAULT_FAIL_AT")) && *v) {
+        char num[32];
+        const char *colon = strchr(v, ':');
+        size_t k = colon ? (size_t)(colon - v) : strlen(v);
+        if (k >= sizeof num) return ak_fail(err, "AK_FAULT_FAIL_AT=%s: bad step number", v);
+        memcpy(num, v, k);
+        num[k] = 0;
+        if (parse_dec(num, 1, INT32_MAX, &x)) return ak_fail(err, "AK_FAULT_FAIL_AT=%s: bad step number", v);
+        s->fail_at = (long)x;
+        s->fail_errno = ENOSPC;
+        if (colon) {
+            if (!strcmp(colon + 1, "ENOSPC")) s->fail_errno = ENOSPC;
+            else if (!strcmp(colon + 1, "EIO")) s->fail_errno = EIO;
+            else if (!strcmp(colon + 1, "EDQUOT")) s->fail_errno = EDQUOT;
+            else return ak_fail(err, "AK_FAULT_FAIL_AT=%s: error must be ENOSPC, EIO or EDQUOT", v);
+        }
+    }
+    if ((v = getenv("AK_FAULT_WRITE_CHUNK")) && *v) {
+        if (parse_dec(v, 1, 1 << 30, &x)) return ak_fail(err, "AK_FAULT_WRITE_CHUNK=%s: expected bytes >= 1", v);
+        s->write_chunk = (size_t)x;
+    }
+    return 0;
+}
+
+ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
+    if (!dir || !*dir) { ak_fail(err, "store: empty directory name"); return NULL; }
+    /* room for "/<128-char id>.safetensors.tmp.<pid>.<tid>" after the dir */
+    if (strlen(dir) > PATH_MAX - 256) { ak_fail(err, "store: directory name too long"); return NULL; }
+    if (ak_seal_init() != 0) { ak_fail(err, "store: libsodium failed to initialize"); return NULL; }
+    ak_store *s = ak_calloc(1, sizeof *s, err);
+    if (!s) return NULL;
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    size_t n = strlen(s->dir);
+    while (n > 1 && s->dir[n - 1] == '/') s->dir[--n] = 0;
+    s->write_chunk = DEFAULT_WRITE_CHUNK;
+    if (parse_fault_env(s, err) != 0 || mkdir_p(s->dir, err) != 0) { free(s); return NULL; }
+    if (key) {
+        s->has_key = 1;
+        memcpy(s->key, key, AK_STORE_KEY_BYTES);
+        ak_seal_key_id(s->key, s->key_id);
+    }
+    remove_stale_temps(s);
+    return s;
+}
+
+void ak_store_close(ak_store *s) {
+    if (!s) return;
+    sodium_memzero(s->key, sizeof s->key);
+    free(s);
+}
+
+const char *ak_store_dir(const ak_store *s) { return s->dir; }
+int ak_store_sealed(const ak_store *s) { return s->has_key; }
+
+/* ---------------------------------------------------------------- snapshot */
+
+struct ak_snapshot {
+    char id[AK_AGENT_ID_MAX + 1];
+    char fingerprint[65];
+    char model_name[128];
+    ak_cache_spec spec;
+    ak_kv_format fk, fv;
+    int block_tokens;
+    int n_tokens;
+    int64_t created;
+    int32_t *tokens;
+    tensor_desc *t;
+    int nt;
+    uint8_t *data;
+    uint64_t data_bytes;
+};
+
+static int fingerprint_ok(const char *fp) {
+    size_t n = fp ? strlen(fp) : 0;
+    if (n < 1 || n > 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isgraph((unsigned char)fp[i])) return 0;
+    return 1;
+}
+
+ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                               const char *fingerprint, const char *model_name, ak_error *err) {
+    if (!ak_agent_id_valid(agent_id)) { ak_fail(err, "store: invalid agent id"); return NULL; }
+    if (!fingerprint_ok(fingerprint)) {
+        ak_fail(err, "store: agent %s: model fingerprint must be 1..64 printable characters", agent_id);
+        return NULL;
+    }
+    if (n_tokens < 0 || n_tokens > ak_kv_length(kv) || (n_tokens > 0 && !tokens)) {
+        ak_fail(err, "store: agent %s: %d tokens to save but the cache holds %d", agent_id, n_tokens, ak_kv_length(kv));
+        return NULL;
+    }
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0) { ak_fail(err, "store: agent %s: negative token id at %d", agent_id, i); return NULL; }
+    ak_snapshot *sn = ak_calloc(1, sizeof *sn, err);
+    if (!sn) return NULL;
+    snprintf(sn->id, sizeof sn->id, "%s", agent_id);
+    snprintf(sn->fingerprint, sizeof sn->fingerprint, "%s", fingerprint);
+    snprintf(sn->model_name, sizeof sn->model_name, "%s", model_name ? model_name : "");
+    for (char *p = sn->model_name; *p; p++)   /* keep the metadata one clean line */
+        if ((unsigned char)*p < 32 || *p == 127) *p = '?';
+    sn->spec = *ak_block_pool_spec(ak_kv_pool(kv));
+    sn->fk = ak_kv_format_k(kv);
+    sn->fv = ak_kv_format_v(kv);
+    sn->block_tokens = ak_block_pool_block_tokens(ak_kv_pool(kv));
+    sn->n_tokens = n_tokens;
+    sn->created = (int64_t)time(NULL);
+    char why[128];
+    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens, &sn->t, &sn->data_bytes, why, sizeof why);
+    if (sn->nt < 0) { ak_fail(err, "store: agent %s: %s", agent_id, why); free(sn); return NULL; }
+    sn->tokens = ak_malloc(sizeof(int32_t) * (size_t)n_tokens, err);
+    sn->data = sn->tokens ? ak_malloc(sn->data_bytes, err) : NULL;
+    if (!sn->data) { ak_snapshot_free(sn); return NULL; }
+    if (n_tokens) memcpy(sn->tokens, tokens, sizeof(int32_t) * (size_t)n_tokens);
+    if (transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, n_tokens) != 0) {
+        ak_fail(err, "store: agent %s: a cached vector below position %d is not readable", agent_id, n_tokens);
+        ak_snapshot_free(sn);
+        return NULL;
+    }
+    return sn;
+}
+
+size_t ak_snapshot_bytes(const ak_snapshot *sn) {
+    return (size_t)sn->data_bytes + (size_t)sn->n_tokens * 8 + 4096;
+}
+
+void ak_snapshot_free(ak_snapshot *sn) {
+    if (!sn) return;
+    free(sn->tokens);
+    free(sn->t);
+    free(sn->data);
+    free(sn);
+}
+
+/* ---------------------------------------------------- the metadata header */
+
+typedef struct {
+    const char *key;
+    const char *val;
+} kv_pair;
+
+static int cmp_pair(const void *a, const void *b) { return strcmp(((const kv_pair *)a)->key, ((const kv_pair *)b)->key); }
+
+/* metadata_checksum over pairs (sorted in place), skipping the entry
+ * "metadata_checksum" itself. Returns -1 on a duplicate key or no memory. */
+static int metadata_hash(kv_pair *p, int n, char out[17]) {
+    qsort(p, (size_t)n, sizeof *p, cmp_pair);
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (i && !strcmp(p[i].key, p[i - 1].key)) return -1;
+        len += strlen(p[i].key) + strlen(p[i].val) + 2;
+    }
+    char *buf = malloc(len + 1), *w = buf;
+    if (!buf) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(p[i].key, "metadata_checksum")) continue;
+        size_t a = strlen(p[i].key) + 1, b = strlen(p[i].val) + 1;
+        memcpy(w, p[i].key, a);
+        memcpy(w + a, p[i].val, b);
+        w += a + b;
+    }
+    hex64(XXH3_64bits(buf, (size_t)(w - buf)), out);
+    free(buf);
+    return 0;
+}
+
+/* Builds the safetensors header of sn (u64 length + padded JSON) into a
+ * malloc'd buffer of *len bytes; hashes every tensor on the way. */
+static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
+    enum { NP = 20 };
+    char num[12][24], cks_hex[17], meta_hex[17];
+    char *tokens = NULL, *cks_str = NULL, *json = NULL;
+    uint8_t *out = NULL;
+    cJSON *root = NULL, *cks = cJSON_CreateObject();
+    if (!cks) goto oom;
+    for (int i = 0; i < sn->nt; i++) {
+        hex64(XXH3_64bits(sn->data + sn->t[i].offset, (size_t)sn->t[i].bytes), cks_hex);
+        if (!cJSON_AddStringToObject(cks, sn->t[i].name, cks_hex)) goto oom;
+    }
+    if (!(cks_str = cJSON_PrintUnformatted(cks))) goto oom;
+    if (!(tokens = malloc((size_t)sn->n_tokens * 12 + 1))) goto oom;
+    size_t tl = 0;
+    for (int i = 0; i < sn->n_tokens; i++) tl += (size_t)sprintf(tokens + tl, i ? ",%d" : "%d", sn->tokens[i]);
+    tokens[tl] = 0;
+
+    const ak_cache_spec *s = &sn->spec;
+    int64_t ints[] = {s->n_layer, s->n_head_kv, s->head_dim_k, s->head_dim_v, s->n_ctx, sn->block_tokens,
+                      sn->n_tokens, sn->created};
+    for (int i = 0; i < 8; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
+    kv_pair p[NP] = {
+        {"format", FORMAT_NAME}, {"format_version", "1"}, {"agent_id", sn->id},
+        {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name}, {"n_layer", num[0]},
+        {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]}, {"n_ctx", num[4]},
+        {"kv_format_k", ak_kv_format_get(sn->fk)->name}, {"kv_format_v", ak_kv_format_get(sn->fv)->name},
+        {"block_tokens", num[5]}, {"n_tokens", num[6]}, {"tokens", tokens}, {"created", num[7]},
+        {"checksum_algorithm", "xxh3-64"}, {"checksums", cks_str},
+    };
+    int np = 18;
+    kv_pair sorted[NP];
+    memcpy(sorted, p, sizeof(kv_pair) * np);
+    if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
+    p[np++] = (kv_pair){"metadata_checksum", meta_hex};
+
+    cJSON *meta;
+    if (!(root = cJSON_CreateObject()) || !(meta = cJSON_AddObjectToObject(root, "__metadata__"))) goto oom;
+    for (int i = 0; i < np; i++)
+        if (!cJSON_AddStringToObject(meta, p[i].key, p[i].val)) goto oom;
+    for (int i = 0; i < sn->nt; i++) {
+        const tensor_desc *t = &sn->t[i];
+        cJSON *o = cJSON_AddObjectToObject(root, t->name), *sh, *of;
+        if (!o || !cJSON_AddStringToObject(o, "dtype", t->comp.dtype) || !(sh = cJSON_AddArrayToObject(o, "shape")))
+            goto oom;
+        for (int k = 0; k < t->ndim; k++)
+            if (!cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[k]))) goto oom;
+        if (!(of = cJSON_AddArrayToObject(o, "data_offsets")) ||
+            !cJSON_AddItemToArray(of, cJSON_CreateNumber((double)t->offset)) ||
+            !cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(t->offset + t->bytes))))
+            goto oom;
+    }
+    if (!(json = cJSON_PrintUnformatted(root))) goto oom;
+    size_t jl = strlen(json), N = (jl + 7) / 8 * 8;
+    if (!(out = malloc(8 + N))) goto oom;
+    for (int i = 0; i < 8; i++) out[i] = (uint8_t)((uint64_t)N >> (8 * i));
+    memcpy(out + 8, json, jl);
+    memset(out + 8 + jl, ' ', N - jl);
+    *len = 8 + N;
+    goto done;
+oom:
+    ak_fail(err, "store: agent %s: out of memory building the file header", sn->id);
+done:
+    cJSON_Delete(cks);
+    cJSON_Delete(root);
+    free(cks_str);
+    free(json);
+    free(tokens);
+    return out;
+}
+
+/* ------------------------------------------------------------- saving */
+
+typedef struct {
+    const ak_store *s;
+    const char *tmp;
+    int step;
+} save_ctx;
+
+enum { STEP_RUN, STEP_KILL, STEP_FAIL };
+
+/* Counts one step of the save path and says whether fault injection wants
+ * it to die or fail. */
+static int step(save_ctx *c) {
+    c->step++;
+    if (c->s->kill_at == c->step) return STEP_KILL;
+    if (c->s->fail_at == c->step) return STEP_FAIL;
+    return STEP_RUN;
+}
+
+/* write()s all n bytes in calls of at most write_chunk bytes, each a step.
+ * Returns 0, or -1 with errno set. */
+static int write_all(save_ctx *c, int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        size_t k = n < c->s->write_chunk ? n : c->s->write_chunk;
+        int f = step(c);
+        if (f == STEP_KILL) {
+            if (write(fd, p, k / 2) < 0) { /* dying anyway */ }
+            raise(SIGKILL);
+        }
+        if (f == STEP_FAIL) { errno = c->s->fail_errno; return -1; }
+        ssize_t w = write(fd, p, k);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        if (w == 0) { errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Called before each non-write step: dies there if fault injection says
+ * so; returns -1 with errno set if the step is to fail instead of running,
+ * else 0. */
+static int inject(save_ctx *c) {
+    int f = step(c);
+    if (f == STEP_KILL) raise(SIGKILL);
+    if (f == STEP_FAIL) { errno = c->s->fail_errno; return -1; }
+    return 0;
+}
+
+/* Writes the image (hdr then data) sealed: chunks of it are pushed through
+ * the secretstream into an output buffer that is written out whenever it
+ * holds write_chunk bytes. */
+static int write_sealed(save_ctx *c, int fd, const uint8_t *hdr, size_t hl, const uint8_t *data, uint64_t dl,
+                        const char **what) {
+    const ak_store *s = c->s;
+    ak_seal z;
+    uint8_t sh[AK_SEAL_HEADER_BYTES];
+    uint64_t total = hl + dl;
+    ak_seal_begin(&z, s->key, total, AK_SEAL_CHUNK, sh);
+    size_t cap = s->write_chunk > AK_SEAL_CHUNK + AK_SEAL_ABYTES ? s->write_chunk : AK_SEAL_CHUNK + AK_SEAL_ABYTES;
+    uint8_t *out = malloc(cap + AK_SEAL_HEADER_BYTES), *in = malloc(AK_SEAL_CHUNK);
+    int rc = -1;
+    *what = "out of memory";
+    if (!out || !in) { errno = ENOMEM; goto done; }
+    *what = "write";
+    memcpy(out, sh, AK_SEAL_HEADER_BYTES);
+    size_t used = AK_SEAL_HEADER_BYTES;
+    for (uint64_t pos = 0; pos < total;) {
+        size_t n = ak_seal_next_bytes(&z);
+        const uint8_t *src;
+        if (pos + n <= hl) src = hdr + pos;
+        else if (pos >= hl) src = data + (pos - hl);
+        else { /* the chunk straddles header and data */
+            memcpy(in, hdr + pos, hl - pos);
+            memcpy(in + (hl - pos), data, n - (hl - pos));
+            src = in;
+        }
+        if (used + n + AK_SEAL_ABYTES > cap) {
+            if (write_all(c, fd, out, used) != 0) goto done;
+            used = 0;
+        }
+        used += ak_seal_push(&z, src, out + used);
+        pos += n;
+    }
+    if (used && write_all(c, fd, out, used) != 0) goto done;
+    rc = 0;
+done:
+    sodium_memzero(&z, sizeof z);
+    if (in) sodium_memzero(in, AK_SEAL_CHUNK);
+    free(in);
+    free(out);
+    return rc;
+}
+
+static int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
+    char path[PATH_MAX], tmp[PATH_MAX], sfx[64];
+    snprintf(sfx, sizeof sfx, "%s%ld.%ld", TMP_MARK, (long)getpid(), (long)syscall(SYS_gettid));
+    if (path_of(s, sn->id, SUFFIX, path, sizeof path) || path_of(s, sn->id, sfx, tmp, sizeof tmp))
+        return ak_fail(err, "store: path too long for agent %s", sn->id);
+    size_t hl = 0;
+    uint8_t *hdr = build_header(sn, &hl, err);
+    if (!hdr) return -1;
+    uint64_t total = s->has_key ? ak_seal_file_bytes(hl + sn->data_bytes, AK_SEAL_CHUNK) : hl + sn->data_bytes;
+
+    save_ctx c = {s, tmp, 0};
+    const char *what = "open";
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) { /* left by a dead thread of a reused pid */
+        unlink(tmp);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) goto fail;
+    /* reserve the blocks first: a full disk fails here, before any write */
+    what = "fallocate";
+    if ((inject(&c) || fallocate(fd, 0, 0, (off_t)total) != 0) && errno != EOPNOTSUPP && errno != ENOSYS &&
+        errno != EINVAL && c.s->fail_at != c.step ? 1 : c.s->fail_at == c.step)
+        goto fail;
+    what = "write";
+    if (s->has_key) {
+        if (write_sealed(&c, fd, hdr, hl, sn->data, sn->data_bytes, &what) != 0) goto fail;
+    } else if (write_all(&c, fd, hdr, hl) != 0 || write_all(&c, fd, sn->data, sn->data_bytes) != 0) {
+        goto fail;
+    }
+    what = "fsync";
+    if (inject(&c) || fsync(fd) != 0) goto fail;
+    what = "close";
+    int rc = close(fd);
+    fd = -1;
+    if (rc != 0) goto fail;
+    what = "rename";
+    if (inject(&c) || rename(tmp, path) != 0) goto fail;
+    free(hdr);
+    /* The new file is in place; without this fsync the rename itself might
+     * not survive a power loss. */
+    if (inject(&c) || fsync_dir(s->dir) != 0)
+        return ak_fail(err, "store: saving agent %s: fsync of directory %s: %s (the new file is in place but may not "
+                            "survive a crash)", sn->id, s->dir, strerror(errno));
+    return 0;
+fail:;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    free(hdr);
+    return ak_fail(err, "store: saving agent %s: %s %s: %s (the previous file, if any, is intact)", sn->id, what,
+                   !strcmp(what, "rename") ? path : tmp, strerror(e));
+}
+
+int ak_store_save(ak_store *s, const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                  const char *fingerprint, const char *model_name, ak_error *err) {
+    ak_snapshot *sn = ak_store_snapshot(agent_id, kv, tokens, n_tokens, fingerprint, model_name, err);
+    if (!sn) return -1;
+    int rc = ak_store_write_snapshot(s, sn, err);
+    ak_snapshot_free(sn);
+    return rc;
+}
+
+/* ------------------------------------------------------------- reading */
+
+/* The outcome of a check: a status, a short reason word for the quarantine
+ * file name, and a message. */
+typedef struct {
+    ak_store_status st;
+    const char *slug;
+    char msg[400];
+} verdict;
+
+__attribute__((format(printf, 4, 5))) static ak_store_status
+judge(verdict *v, ak_store_status st, const char *slug, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+    v->st = st;
+    v->slug = slug;
+    return st;
+}
+
+/* An open agent file and its image (the safetensors bytes: the file itself,
+ * or what its seal holds), filled on demand in order. */
+typedef struct {
+    const ak_store *s;
+    int fd;
+    struct stat st;
+    int sealed;
+    uint8_t *img;
+    uint64_t img_size;
+    uint64_t have;          /* img[0, have) is filled */
+    uint64_t file_pos;      /* next ciphertext byte (sealed) */
+    ak_seal z;
+    uint8_t *cbuf;          /* ciphertext staging (sealed) */
+    size_t cbuf_cap;
+    uint64_t bytes_read;
+    double read_ms;
+} reader;
+
+static void reader_close(reader *r) {
+    if (r->fd >= 0) close(r->fd);
+    if (r->sealed) {
+        sodium_memzero(&r->z, sizeof r->z);
+        if (r->img) sodium_memzero(r->img, (size_t)r->have);   /* plaintext of a sealed file */
+    }
+    free(r->img);
+    free(r->cbuf);
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+}
+
+static ak_store_status pread_all(reader *r, uint8_t *dst, size_t n, uint64_t off, verdict *v) {
+    while (n > 0) {
+        ssize_t k = pread(r->fd, dst, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)off, strerror(errno));
+        if (k == 0) /* the file shrank under us: not its fault, not ours to judge */
+            return judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
+        dst += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+        r->bytes_read += (uint64_t)k;
+    }
+    return AK_STORE_HIT;
+}
+
+/* Opens path and decides plain or sealed; on HIT img[0, 8) is available. */
+static ak_store_status reader_open(reader *r, const ak_store *s, const char *path, verdict *v) {
+    memset(r, 0, sizeof *r);
+    r->s = s;
+    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (r->fd < 0) {
+        if (errno == ENOENT) return judge(v, AK_STORE_ABSENT, NULL, "no such file");
+        return judge(v, AK_STORE_ERROR, NULL, "open: %s", strerror(errno));
+    }
+    if (fstat(r->fd, &r->st) != 0) return judge(v, AK_STORE_ERROR, NULL, "fstat: %s", strerror(errno));
+    if (!S_ISREG(r->st.st_mode)) return judge(v, AK_STORE_CORRUPT, "notfile", "not a regular file");
+    uint64_t size = (uint64_t)r->st.st_size;
+    posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    posix_fadvise(r->fd, 0, 0, POSIX_FADV_WILLNEED);
+    if (size < 8) return judge(v, AK_STORE_CORRUPT, "truncated", "truncated: %llu bytes", (unsigned long long)size);
+    uint8_t head[AK_SEAL_HEADER_BYTES];
+    size_t hn = size < sizeof head ? (size_t)size : sizeof head;
+    if (pread_all(r, head, hn, 0, v) != AK_STORE_HIT) return v->st;
+    r->sealed = memcmp(head, AK_SEAL_MAGIC, 8) == 0;
+    if (!r->sealed) {
+        if (s->has_key)
+            return judge(v, AK_STORE_STALE, NULL, "a plain file, but this store keeps its files sealed (encrypted)");
+        r->img_size = size;
+    } else {
+        if (!s->has_key) return judge(v, AK_STORE_STALE, NULL, "a sealed (encrypted) file, but the store has no key");
+        if (size < AK_SEAL_HEADER_BYTES)
+            return judge(v, AK_STORE_CORRUPT, "truncated", "truncated sealed file: %llu bytes", (unsigned long long)size);
+        ak_seal_info si;
+        ak_seal_parse(head, &si);
+        if (si.version > AK_SEAL_VERSION)
+            return judge(v, AK_STORE_STALE, NULL, "sealed with format version %u, newer than this build's %u", si.version,
+                         AK_SEAL_VERSION);
+        if (si.version != AK_SEAL_VERSION) return judge(v, AK_STORE_CORRUPT, "seal", "bad seal version %u", si.version);
+        if (memcmp(si.key_id, s->key_id, 8) != 0)
+            return judge(v, AK_STORE_STALE, NULL, "sealed under another key (wrong key)");
+        if (si.chunk < AK_SEAL_MIN_CHUNK || si.chunk > AK_SEAL_MAX_CHUNK || si.plain_bytes < 8)
+            return judge(v, AK_STORE_CORRUPT, "seal", "bad seal header (chunk %u, image %llu bytes)", si.chunk,
+                         (unsigned long long)si.plain_bytes);
+        uint64_t want = ak_seal_file_bytes(si.plain_bytes, si.chunk);
+        if (want != size)
+            return judge(v, AK_STORE_CORRUPT, "truncated", "sealed file is %llu bytes, its header says %llu (%s)",
+                         (unsigned long long)size, (unsigned long long)want, size < want ? "truncated" : "trailing bytes");
+        if (ak_unseal_begin(&r->z, s->key, head) != 0)
+            return judge(v, AK_STORE_CORRUPT, "seal", "secretstream header rejected");
+        r->img_size = si.plain_bytes;
+        r->file_pos = AK_SEAL_HEADER_BYTES;
+        r->cbuf_cap = ((1u << 20) / si.chunk + 1) * (si.chunk + AK_SEAL_ABYTES);
+        if (!(r->cbuf = malloc(r->cbuf_cap))) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
+    }
+    if (!(r->img = malloc((size_t)r->img_size)))
+        return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)r->img_size);
+    if (!r->sealed) {
+        memcpy(r->img, head, 8);
+        r->have = 8;
+    }
+    return AK_STORE_HIT;
+}
+
+/* Makes img[0, upto) available (upto <= img_size): reads it, or reads and
+ * opens the sealed chunks that hold it, authenticating each. */
+static ak_store_status reader_need(reader *r, uint64_t upto, verdict *v) {
+    double t0 = ak_now();
+    ak_store_status st = AK_STORE_HIT;
+    if (!r->sealed) {
+        if (upto > r->have) st = pread_all(r, r->img + r->have, (size_t)(upto - r->have), r->have, v);
+        if (st == AK_STORE_HIT && upto > r->have) r->have = upto;
+    } else {
+        while (r->have < upto && st == AK_STORE_HIT) {
+            /* a batch of whole chunks, about 1 MiB of ciphertext */
+            size_t cb = 0, k = 0;
+            uint64_t left = r->img_size - r->have;
+            while (left > 0 && cb + r->z.chunk + AK_SEAL_ABYTES <= r->cbuf_cap) {
+                uint64_t n = left < r->z.chunk ? left : r->z.chunk;
+                cb += (size_t)n + AK_SEAL_ABYTES;
+                left -= n;
+                k++;
+            }
+            if ((st = pread_all(r, r->cbuf, cb, r->file_pos, v)) != AK_STORE_HIT) break;
+            r->file_pos += cb;
+            const uint8_t *c = r->cbuf;
+            for (size_t i = 0; i < k; i++) {
+                size_t n = ak_seal_next_bytes(&r->z);
+                uint64_t idx = r->have / r->z.chunk;
+                int rc = ak_unseal_pull(&r->z, c, r->img + r->have);
+                if (rc == -1) {
+                    st = judge(v, AK_STORE_CORRUPT, "seal",
+                               "authentication failed in sealed chunk %llu (tampered or torn)", (unsigned long long)idx);
+                    break;
+                }
+                if (rc == -2) {
+                    st = judge(v, AK_STORE_CORRUPT, "seal", "sealed chunk %llu has the wrong tag (chunks dropped or "
+                               "reordered)", (unsigned long long)idx);
+                    break;
+                }
+                c += n + AK_SEAL_ABYTES;
+                r->have += n;
+            }
+        }
+    }
+    r->read_ms += ms_since(t0);
+    return st;
+}
+
+/* What the metadata says (after parse_header). */
+typedef struct {
+    char agent_id[AK_AGENT_ID_MAX + 1];
+    char fingerprint[65];
+    char model_name[128];
+    ak_cache_spec spec;
+    ak_kv_format fk, fv;
+    int block_tokens;
+    int n_tokens;
+    int64_t created;
+    int32_t *tokens;        /* malloc'd */
+    uint64_t hdr_end;       /* 8 + N: where the data section begins */
+    cJSON *root;            /* the parsed header */
+} agent_meta;
+
+static void meta_free(agent_meta *m) {
+    free(m->tokens);
+    cJSON_Delete(m->root);
+    memset(m, 0, sizeof *m);
+}
+
+static const char *meta_str(const cJSON *meta, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(meta, key);
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+/* Reads and checks the header of r's image: length, JSON, padding, the
+ * metadata (every required key, canonical integers, known version, matching
+ * metadata checksum, agent id equal to `id`), and parses the token ids.
+ * CORRUPT for anything malformed; STALE for a newer format version or an
+ * unknown KV format. Does not look at the tensor table. */
+static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, verdict *v) {
+    memset(m, 0, sizeof *m);
+    uint64_t N = 0;
+    for (int i = 7; i >= 0; i--) N = N << 8 | r->img[i];
+    if (N > r->img_size - 8)
+        return judge(v, AK_STORE_CORRUPT, "truncated", "header length %llu runs past the end of the %llu-byte image",
+                     (unsigned long long)N, (unsigned long long)r->img_size);
+    if (N < 2) return judge(v, AK_STORE_CORRUPT, "header", "header length %llu is too small", (unsigned long long)N);
+    if (reader_need(r, 8 + N, v) != AK_STORE_HIT) return v->st;
+    m->hdr_end = 8 + N;
+    const char *json = (const char *)r->img + 8, *end = NULL;
+    if (json[0] != '{') return judge(v, AK_STORE_CORRUPT, "json", "header is not a JSON object");
+    m->root = cJSON_ParseWithLengthOpts(json, (size_t)N, &end, 0);
+    if (!m->root || !cJSON_IsObject(m->root))
+        return judge(v, AK_STORE_CORRUPT, "json", "header is not valid JSON (near byte %lld)",
+                     end ? (long long)(end - json) + 8 : -1LL);
+    for (const char *p = end; p < json + N; p++)
+        if (*p != ' ') return judge(v, AK_STORE_CORRUPT, "json", "header padding has a non-space byte at %lld",
+                                    (long long)(p - json) + 8);
+
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->root, "__metadata__");
+    if (!cJSON_IsObject(meta)) return judge(v, AK_STORE_CORRUPT, "metadata", "no __metadata__ object");
+    int np = cJSON_GetArraySize(meta);
+    kv_pair *pairs = calloc((size_t)np + 1, sizeof *pairs);
+    if (!pairs) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
+    int i = 0;
+    for (const cJSON *it = meta->child; it; it = it->next, i++) {
+        if (!cJSON_IsString(it) || !it->string) {
+            free(pairs);
+            return judge(v, AK_STORE_CORRUPT, "metadata", "metadata value %s is not a string", it->string ? it->string : "?");
+        }
+        pairs[i] = (kv_pair){it->string, it->valuestring};
+    }
+    const char *fmt = meta_str(meta, "format"), *ver = meta_str(meta, "format_version");
+    int64_t x;
+    if (!fmt || strcmp(fmt, FORMAT_NAME)) {
+        free(pairs);
+        return judge(v, AK_STORE_CORRUPT, "metadata", "not an agentkv agent file (format \"%.40s\")", fmt ? fmt : "");
+    }
+    if (!ver || parse_dec(ver, 1, INT32_MAX, &x)) {
+        free(pairs);
+        return judge(v, AK_STORE_CORRUPT, "metadata", "bad format_version \"%.20s\"", ver ? ver : "");
+    }
+    if (x != FORMAT_VERSION) {
+        free(pairs);
+        return judge(v, AK_STORE_STALE, NULL, "format version %lld is newer than this build's %d", (long long)x,
+                     FORMAT_VERSION);
+    }
+    char want[17];
+    const char *got = meta_str(meta, "metadata_checksum");
+    int dup = metadata_hash(pairs, np, want);
+    free(pairs);
+    if (dup) return judge(v, AK_STORE_CORRUPT, "metadata", "duplicate metadata key");
+    if (!got || strcmp(got, want))
+        return judge(v, AK_STORE_CORRUPT, "metadata", "metadata checksum mismatch (%.16s, computed %s)", got ? got : "none",
+                     want);
+
+    static const char *required[] = {"agent_id", "model_fingerprint", "model_name", "n_layer", "n_head_kv",
+                                     "head_dim_k", "head_dim_v", "n_ctx", "kv_format_k", "kv_format_v",
+                                     "block_tokens", "n_tokens", "tokens", "created", "checksum_algorithm",
+                                     "checksums"};
+    for (size_t k = 0; k < sizeof required / sizeof *required; k++)
+        if (!meta_str(meta, required[k])) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata key %s missing", required[k]);
+    const char *aid = meta_str(meta, "agent_id"), *fp = meta_str(meta, "model_fingerprint");
+    const char *name = meta_str(meta, "model_name");
+    if (strcmp(aid, id))
+        return judge(v, AK_STORE_CORRUPT, "id", "agent_id \"%.40s\" does not match the file name", aid);
+    if (!fingerprint_ok(fp) || strlen(name) >= sizeof m->model_name)
+        return judge(v, AK_STORE_CORRUPT, "metadata", "bad model_fingerprint or model_name");
+    if (strcmp(meta_str(meta, "checksum_algorithm"), "xxh3-64"))
+        return judge(v, AK_STORE_CORRUPT, "metadata", "unknown checksum_algorithm");
+    snprintf(m->agent_id, sizeof m->agent_id, "%s", aid);
+    snprintf(m->fingerprint, sizeof m->fingerprint, "%s", fp);
+    snprintf(m->model_name, sizeof m->model_name, "%s", name);
+    struct { const char *key; int64_t lo, hi; int64_t val; } ints[] = {
+        {"n_layer", 1, MAX_DIM, 0}, {"n_head_kv", 1, MAX_DIM, 0}, {"head_dim_k", 1, 1024, 0},
+        {"head_dim_v", 1, 1024, 0}, {"n_ctx", 0, INT32_MAX, 0}, {"block_tokens", 1, INT32_MAX, 0},
+        {"n_tokens", 0, INT32_MAX, 0}, {"created", 0, INT64_MAX, 0},
+    };
+    for (size_t k = 0; k < sizeof ints / sizeof *ints; k++)
+        if (parse_dec(meta_str(meta, ints[k].key), ints[k].lo, ints[k].hi, &ints[k].val))
+            return judge(v, AK_STORE_CORRUPT, "metadata", "metadata %s \"%.20s\" is not an integer in [%lld, %lld]",
+                         ints[k].key, meta_str(meta, ints[k].key), (long long)ints[k].lo, (long long)ints[k].hi);
+    m->spec = (ak_cache_spec){(int)ints[0].val, (int)ints[1].val, (int)ints[2].val, (int)ints[3].val, (int)ints[4].val};
+    m->block_tokens = (int)ints[5].val;
+    m->n_tokens = (int)ints[6].val;
+    m->created = ints[7].val;
+    /* a format this build does not know was written by a newer one */
+    if (ak_kv_format_parse(meta_str(meta, "kv_format_k"), &m->fk) || ak_kv_format_parse(meta_str(meta, "kv_format_v"), &m->fv))
+        return judge(v, AK_STORE_STALE, NULL, "unknown KV format %.10s/%.10s", meta_str(meta, "kv_format_k"),
+                     meta_str(meta, "kv_format_v"));
+
+    const char *tp = meta_str(meta, "tokens");
+    if (!(m->tokens = malloc(sizeof(int32_t) * ((size_t)m->n_tokens + 1)))) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
+    int nt = 0;
+    while (*tp) {
+        int64_t t = 0;
+        const char *p = tp;
+        if (*p == '0' && p[1] >= '0' && p[1] <= '9') break;  /* not canonical */
+        while (*p >= '0' && *p <= '9' && t <= INT32_MAX) t = t * 10 + (*p++ - '0');
+        if (p == tp || t > INT32_MAX || (*p != ',' && *p) || nt >= m->n_tokens) break;
+        m->tokens[nt++] = (int32_t)t;
+        tp = *p ? p + 1 : p;
+        if (*p && !*tp) { nt = -1; break; }   /* trailing comma */
+    }
+    if (*tp || nt != m->n_tokens)
+        return judge(v, AK_STORE_CORRUPT, "tokens", "token list does not hold %d canonical ids", m->n_tokens);
+    return AK_STORE_HIT;
+}
+
+/* The tensor table of the header against the layout the metadata implies,
+ * the image size, the token ids against vocab (> 0), and every checksum.
+ * img must be complete. */
+static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, verdict *v) {
+    char why[128];
+    tensor_desc *t = NULL;
+    uint64_t data_bytes = 0;
+    int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens, &t, &data_bytes, why, sizeof why);
+    if (nt < 0) return judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
+    ak_store_status st = AK_STORE_HIT;
+    cJSON *cks = NULL;
+    uint64_t have = r->img_size - m->hdr_end;
+    if (have != data_bytes) {
+        st = judge(v, AK_STORE_CORRUPT, "truncated", "data section is %llu bytes, the tensors need %llu (%s)",
+                   (unsigned long long)have, (unsigned long long)data_bytes, have < data_bytes ? "truncated" : "trailing bytes");
+        goto done;
+    }
+    if (cJSON_GetArraySize(m->root) != nt + 1) {
+        st = judge(v, AK_STORE_CORRUPT, "tensors", "header has %d tensors, expected %d", cJSON_GetArraySize(m->root) - 1, nt);
+        goto done;
+    }
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->root, "__metadata__");
+    cks = cJSON_Parse(meta_str(meta, "checksums"));
+    if (!cJSON_IsObject(cks) || cJSON_GetArraySize(cks) != nt) {
+        st = judge(v, AK_STORE_CORRUPT, "metadata", "checksums is not an object with one entry per tensor");
+        goto done;
+    }
+    for (int i = 0; i < nt; i++) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(m->root, t[i].name);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
+        const cJSON *of = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
+        int ok = cJSON_IsObject(o) && cJSON_GetArraySize(o) == 3 && cJSON_IsString(dt) &&
+                 !strcmp(dt->valuestring, t[i].comp.dtype) && cJSON_IsArray(sh) && cJSON_GetArraySize(sh) == t[i].ndim &&
+                 cJSON_IsArray(of) && cJSON_GetArraySize(of) == 2;
+        for (int k = 0; ok && k < t[i].ndim; k++) {
+            const cJSON *e = cJSON_GetArrayItem(sh, k);
+            ok = cJSON_IsNumber(e) && e->valuedouble == (double)t[i].shape[k];
+        }
+        if (ok) {
+            const cJSON *b = cJSON_GetArrayItem(of, 0), *e = cJSON_GetArrayItem(of, 1);
+            ok = cJSON_IsNumber(b) && cJSON_IsNumber(e) && b->valuedouble == (double)t[i].offset &&
+                 e->valuedouble == (double)(t[i].offset + t[i].bytes);
+        }
+        if (!ok) {
+            st = judge(v, AK_STORE_CORRUPT, "tensors", "tensor %s: missing, or dtype, shape or offsets differ from the "
+                       "layout of %s/%s", t[i].name, ak_kv_format_get(m->fk)->name, ak_kv_format_get(m->fv)->name);
+            goto done;
+        }
+        const char *want = meta_str(cks, t[i].name);
+        char got[17];
+        hex64(XXH3_64bits(r->img + m->hdr_end + t[i].offset, (size_t)t[i].bytes), got);
+        if (!want || strcmp(want, got)) {
+            st = judge(v, AK_STORE_CORRUPT, "checksum", "checksum mismatch in %s (file says %.16s, data hashes to %s)",
+                       t[i].name, want ? want : "nothing", got);
+            goto done;
+        }
+    }
+    for (int i = 0; vocab > 0 && i < m->n_tokens; i++)
+        if (m->tokens[i] >= vocab) {
+            st = judge(v, AK_STORE_CORRUPT, "tokens", "token id %d at position %d is outside the vocabulary of %d",
+                       m->tokens[i], i, vocab);
+            goto done;
+        }
+done:
+    cJSON_Delete(cks);
+    free(t);
+    return st;
+}
+
+/* STALE unless the file is for this model, spec and formats and fits. */
+static ak_store_status check_expect(const agent_meta *m, const char *fingerprint, const ak_kv *kv, verdict *v) {
+    if (fingerprint && strcmp(m->fingerprint, fingerprint))
+        return judge(v, AK_STORE_STALE, NULL, "saved for model %s, not %s", m->fingerprint, fingerprint);
+    if (!kv) return AK_STORE_HIT;
+    const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(kv)), *f = &m->spec;
+    if (s->n_layer != f->n_layer || s->n_head_kv != f->n_head_kv || s->head_dim_k != f->head_dim_k ||
+        s->head_dim_v != f->head_dim_v || s->n_ctx != f->n_ctx)
+        return judge(v, AK_STORE_STALE, NULL,
+                     "cache spec %d layers x %d KV heads x %d/%d dims, n_ctx %d; expected %d x %d x %d/%d, n_ctx %d",
+                     f->n_layer, f->n_head_kv, f->head_dim_k, f->head_dim_v, f->n_ctx, s->n_layer, s->n_head_kv,
+                     s->head_dim_k, s->head_dim_v, s->n_ctx);
+    if (m->fk != ak_kv_format_k(kv) || m->fv != ak_kv_format_v(kv))
+        return judge(v, AK_STORE_STALE, NULL, "KV formats %s/%s, expected %s/%s", ak_kv_format_get(m->fk)->name,
+                     ak_kv_format_get(m->fv)->name, ak_kv_format_get(ak_kv_format_k(kv))->name,
+                     ak_kv_format_get(ak_kv_format_v(kv))->name);
+    if (m->n_tokens > ak_kv_capacity(kv))
+        return judge(v, AK_STORE_STALE, NULL, "%d tokens do not fit the sequence's capacity %d", m->n_tokens,
+                     ak_kv_capacity(kv));
+    return AK_STORE_HIT;
+}
+
+/* Opens and checks the file of id completely (r, m filled on HIT; the
+ * caller closes and frees both in any case). */
+static ak_store_status check_file(const ak_store *s, const char *path, const char *id, const char *fingerprint,
+                                  int vocab, const ak_kv *kv, reader *r, agent_meta *m, verdict *v, double *verify_ms) {
+    memset(m, 0, sizeof *m);
+    if (reader_open(r, s, path, v) != AK_STORE_HIT) return v->st;
+    double t0 = ak_now(), rd0 = r->read_ms;
+    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, id, m, v) != AK_STORE_HIT ||
+        check_expect(m, fingerprint, kv, v) != AK_STORE_HIT)
+        goto out;
+    /* the body is read only once the header says the file is usable */
+    if (reader_need(r, r->img_size, v) != AK_STORE_HIT) goto out;
+    check_body(r, m, vocab, v);
+out:
+    *verify_ms = ms_since(t0) - (r->read_ms - rd0);
+    return v->st;
+}
+
+/* Moves the file at path (if it still is the inode fd refers to, when fd >=
+ * 0) into quarantine/. Returns 0, or -1 with why set. */
+static int quarantine_path(const ak_store *s, const char *id, const char *path, int fd, const char *reason,
+                           char *dst, size_t dn, char *why, size_t whyn) {
+    char qdir[PATH_MAX];
+    snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir);
+    if (mkdir(qdir, 0700) != 0 && errno != EEXIST) {
+        snprintf(why, whyn, "mkdir %s: %s", qdir, strerror(errno));
+        return -1;
+    }
+    struct stat a, b;
+    if (fd >= 0 && fstat(fd, &a) == 0 && (stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)) {
+        /* replaced by a new save while we read it: the new file is not ours to move */
+        snprintf(why, whyn, "the file was replaced meanwhile; the new one was left in place");
+        return -1;
+    }
+    long now = (long)time(NULL);
+    for (int k = 0; k < 1000; k++) {
+        int w = k ? snprintf(dst, dn, "%s/%s%s.%s.%ld.%d", qdir, id, SUFFIX, reason, now, k)
+                  : snprintf(dst, dn, "%s/%s%s.%s.%ld", qdir, id, SUFFIX, reason, now);
+        if (w < 0 || (size_t)w >= dn) break;
+        if (access(dst, F_OK) == 0) continue;
+        if (rename(path, dst) == 0) return 0;
+        snprintf(why, whyn, "rename to %s: %s", dst, strerror(errno));
+        return -1;
+    }
+    snprintf(why, whyn, "no free quarantine name");
+    return -1;
+}
+
+static int reason_ok(const char *r) {
+    if (!r || !*r || strlen(r) > 32) return 0;
+    for (; *r; r++)
+        if (!((*r >= 'a' && *r <= 'z') || (*r >= '0' && *r <= '9') || *r == '-')) return 0;
+    return 1;
+}
+
+int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_error *err) {
+    char path[PATH_MAX], dst[PATH_MAX], why[PATH_MAX + 64];
+    if (!ak_agent_id_valid(id)) return ak_fail(err, "store: invalid agent id");
+    if (!reason_ok(reason)) return ak_fail(err, "store: quarantine reason must be a short [a-z0-9-] word");
+    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_fail(err, "store: path too long");
+    if (access(path, F_OK) != 0) return errno == ENOENT ? 1 : ak_fail(err, "store: %s: %s", path, strerror(errno));
+    if (quarantine_path(s, id, path, -1, reason, dst, sizeof dst, why, sizeof why) != 0)
+        return ak_fail(err, "store: %s: quarantine: %s", path, why);
+    return 0;
+}
+
+ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
+                              ak_store_load_info *info, ak_error *err) {
+    ak_store_load_info dummy;
+    if (!info) info = &dummy;
+    memset(info, 0, sizeof *info);
+    if (!ak_agent_id_valid(id)) { ak_fail(err, "store: invalid agent id"); return AK_STORE_ERROR; }
+    char path[PATH_MAX];
+    if (path_of(s, id, SUFFIX, path, sizeof path)) { ak_fail(err, "store: path too long"); return AK_STORE_ERROR; }
+    double t0 = ak_now();
+    reader r;
+    agent_meta m;
+    verdict v = {AK_STORE_HIT, NULL, ""};
+    ak_store_status st = check_file(s, path, id, fingerprint, vocab, kv, &r, &m, &v, &info->verify_ms);
+    info->bytes_read = r.bytes_read;
+    info->read_ms = r.read_ms;
+    if (st == AK_STORE_HIT) {
+        /* verified: only now does anything reach the sequence */
+        double t1 = ak_now();
+        ak_error e2 = {{0}};
+        tensor_desc *t = NULL;
+        uint64_t db;
+        char why[128];
+        int nt = layout_tensors(&m.spec, m.fk, m.fv, m.n_tokens, &t, &db, why, sizeof why);
+        ak_kv_truncate(kv, 0);
+        if (nt < 0) st = judge(&v, AK_STORE_ERROR, NULL, "%s", why);
+        else if (ak_kv_prepare(kv, 0, m.n_tokens, &e2) != 0) st = judge(&v, AK_STORE_ERROR, NULL, "%s", e2.msg);
+        else if (transfer(kv, 1, r.img + m.hdr_end, t, nt, m.n_tokens) != 0 || ak_kv_set_length(kv, m.n_tokens, &e2) != 0)
+            st = judge(&v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
+        if (st != AK_STORE_HIT) ak_kv_truncate(kv, 0);
+        free(t);
+        info->restore_ms = ms_since(t1);
+        if (st == AK_STORE_HIT) {
+            futimens(r.fd, NULL);   /* recently used, for ak_store_gc; best effort */
+            info->tokens = m.tokens;
+            info->n_tokens = m.n_tokens;
+            m.tokens = NULL;
+        }
+    }
+    if (st == AK_STORE_CORRUPT) {
+        char dst[PATH_MAX], why[PATH_MAX + 64];
+        if (quarantine_path(s, id, path, r.fd, v.slug ? v.slug : "corrupt", dst, sizeof dst, why, sizeof why) == 0) {
+            info->quarantined = 1;
+            ak_fail(err, "store: %s: corrupt: %s; moved to %s", path, v.msg, dst);
+        } else {
+            ak_fail(err, "store: %s: corrupt: %s; not moved: %s", path, v.msg, why);
+        }
+    } else if (st != AK_STORE_HIT) {
+        ak_fail(err, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
+    }
+    reader_close(&r);
+    meta_free(&m);
+    info->total_ms = ms_since(t0);
+    return st;
+}
+
+ak_store_status ak_store_verify(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_error *err) {
+    if (!ak_agent_id_valid(id)) { ak_fail(err, "store: invalid agent id"); return AK_STORE_ERROR; }
+    char path[PATH_MAX];
+    if (path_of(s, id, SUFFIX, path, sizeof path)) { ak_fail(err, "store: path too long"); return AK_STORE_ERROR; }
+    reader r;
+    agent_meta m;
+    verdict v = {AK_STORE_HIT, NULL, ""};
+    double ms;
+    ak_store_status st = check_file(s, path, id, fingerprint, vocab, NULL, &r, &m, &v, &ms);
+    if (st != AK_STORE_HIT) ak_fail(err, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
+    reader_close(&r);
+    meta_free(&m);
+    return st;
+}
+
+/* ------------------------------------------------ listing, gc, removal */
+
+static void entry_from_meta(ak_store_entry *e, const agent_meta *m) {
+    e->readable = 1;
+    e->n_tokens = m->n_tokens;
+    e->fk = m->fk;
+    e->fv = m->fv;
+    e->spec = m->spec;
+    e->block_tokens = m->block_tokens;
+    e->created = m->created;
+    snprintf(e->fingerprint, sizeof e->fingerprint, "%s", m->fingerprint);
+    snprintf(e->model_name, sizeof e->model_name, "%s", m->model_name);
+}
+
+/* Fills e from the file of id: size and mtime always (returns 1 if absent),
+ * the metadata when the header is readable and sound. */
+static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char **metadata_json, verdict *v) {
+    char path[PATH_MAX];
+    memset(e, 0, sizeof *e);
+    snprintf(e->id, sizeof e->id, "%s", id);
+    if (path_of(s, id, SUFFIX, path, sizeof path)) { judge(v, AK_STORE_ERROR, NULL, "path too long"); return -1; }
+    reader r;
+    agent_meta m;
+    ak_store_status st = reader_open(&r, s, path, v);
+    if (st == AK_STORE_ABSENT) { reader_close(&r); return 1; }
+    if (r.fd >= 0) {
+        e->bytes = (uint64_t)r.st.st_size;
+        e->mtime = (int64_t)r.st.st_mtim.tv_sec;
+        e->mtime_ns = (int64_t)r.st.st_mtim.tv_nsec;
+        /* sealed-ness is visible even when we cannot open the seal */
+        uint8_t head[8];
+        e->sealed = r.sealed || (pread(r.fd, head, 8, 0) == 8 && !memcmp(head, AK_SEAL_MAGIC, 8));
+    }
+    int rc = -1;
+    if (st == AK_STORE_HIT && reader_need(&r, 8, v) == AK_STORE_HIT && parse_header(&r, id, &m, v) == AK_STORE_HIT) {
+        entry_from_meta(e, &m);
+        rc = 0;
+        if (metadata_json) {
+            *metadata_json = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(m.root, "__metadata__"));
+            if (!*metadata_json) rc = -1, judge(v, AK_STORE_ERROR, NULL, "out of memory");
+        }
+    }
+    meta_free(&m);
+    reader_close(&r);
+    return rc;
+}
+
+/* Names of the agent files in the directory (malloc'd array of malloc'd
+ * ids), with size and mtime when stat_them. */
+static int scan_ids(const ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
+    DIR *d = opendir(s->dir);
+    if (!d) return ak_fail(err, "store: opendir %s: %s", s->dir, strerror(errno));
+    int cap = 16, cnt = 0;
+    ak_store_entry *es = malloc(sizeof *es * (size_t)cap);
+    if (!es) { closedir(d); return ak_fail(err, "store: out of memory"); }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name), sl = strlen(SUFFIX);
+        if (len <= sl || strcmp(de->d_name + len - sl, SUFFIX) || len - sl > AK_AGENT_ID_MAX) continue;
+        char id[AK_AGENT_ID_MAX + 1];
+        memcpy(id, de->d_name, len - sl);
+        id[len - sl] = 0;
+        if (!ak_agent_id_valid(id)) continue;
+        char path[PATH_MAX];
+        struct stat st;
+        if (path_of(s, id, SUFFIX, path, sizeof path) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (cnt == cap) {
+            ak_store_entry *ne = realloc(es, sizeof *es * (size_t)(cap *= 2));
+            if (!ne) { free(es); closedir(d); return ak_fail(err, "store: out of memory"); }
+            es = ne;
+        }
+        ak_store_entry *e = &es[cnt++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->id, sizeof e->id, "%s", id);
+        e->bytes = (uint64_t)st.st_size;
+        e->mtime = (int64_t)st.st_mtim.tv_sec;
+        e->mtime_ns = (int64_t)st.st_mtim.tv_nsec;
+    }
+    closedir(d);
+    *out = es;
+    *n = cnt;
+    return 0;
+}
+
+static int cmp_entry_id(const void *a, const void *b) {
+    return strcmp(((const ak_store_entry *)a)->id, ((const ak_store_entry *)b)->id);
+}
+
+static int cmp_entry_age(const void *a, const void *b) {
+    const ak_store_entry *x = a, *y = b;
+    if (x->mtime != y->mtime) return x->mtime < y->mtime ? -1 : 1;
+    if (x->mtime_ns != y->mtime_ns) return x->mtime_ns < y->mtime_ns ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+int ak_store_list(ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
+    ak_store_entry *es;
+    int cnt;
+    if (scan_ids(s, &es, &cnt, err) != 0) return -1;
+    int k = 0;
+    for (int i = 0; i < cnt; i++) {
+        verdict v = {AK_STORE_HIT, NULL, ""};
+        char id[AK_AGENT_ID_MAX + 1];
+        snprintf(id, sizeof id, "%s", es[i].id);
+        if (read_entry(s, id, &es[k], NULL, &v) != 1) k++;   /* 1: removed since the scan */
+    }
+    qsort(es, (size_t)k, sizeof *es, cmp_entry_id);
+    *out = es;
+    *n = k;
+    return 0;
+}
+
+int ak_store_inspect(ak_store *s, const char *id, ak_store_entry *out, char **metadata_json, ak_error *err) {
+    if (metadata_json) *metadata_json = NULL;
+    if (!ak_agent_id_valid(id)) return ak_fail(err, "store: invalid agent id");
+    verdict v = {AK_STORE_HIT, NULL, ""};
+    int rc = read_entry(s, id, out, metadata_json, &v);
+    if (rc < 0) ak_fail(err, "store: %s/%s%s: %s: %s", s->dir, id, SUFFIX, ak_store_status_name(v.st), v.msg);
+    return rc;
+}
+
+int ak_store_remove(ak_store *s, const char *id, ak_error *err) {
+    char path[PATH_MAX];
+    if (!ak_agent_id_valid(id)) return ak_fail(err, "store: invalid agent id");
+    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_fail(err, "store: path too long");
+    if (unlink(path) != 0) return errno == ENOENT ? 1 : ak_fail(err, "store: unlink %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int ak_store_gc(ak_store *s, uint64_t budget, uint64_t *bytes_after, ak_error *err) {
+    ak_store_entry *es;
+    int cnt, removed = 0;
+    if (scan_ids(s, &es, &cnt, err) != 0) return -1;
+    uint64_t total = 0;
+    for (int i = 0; i < cnt; i++) total += es[i].bytes;
+    qsort(es, (size_t)cnt, sizeof *es, cmp_entry_age);
+    for (int i = 0; i < cnt && total > budget; i++) {
+        char path[PATH_MAX];
+        if (path_of(s, es[i].id, SUFFIX, path, sizeof path)) continue;
+        if (unlink(path) != 0 && errno != ENOENT) {
+            int e = errno;
+            free(es);
+            return ak_fail(err, "store: gc: unlink %s: %s", path, strerror(e));
+        }
+        total -= es[i].bytes;
+        removed++;
+    }
+    free(es);
+    if (bytes_after) *bytes_after = total;
+    return removed;
+}

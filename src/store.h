@@ -1,0 +1,181 @@
+/* store.h - the persistent store of agent KV caches: one safetensors file
+ * per agent, written atomically, verified completely before restore,
+ * optionally sealed (encrypted and authenticated) at rest.
+ *
+ * A store is a directory:
+ *     <dir>/<agent_id>.safetensors          one agent (plain or sealed)
+ *     <dir>/<agent_id>.safetensors.tmp.*    a save in flight (or a stale one)
+ *     <dir>/quarantine/<agent_id>.safetensors.<reason>.<unix time>
+ *                                           files found corrupt, moved aside
+ * The file format is specified in docs/agent-file-format.md (and at the top
+ * of store.c).
+ *
+ * Saving is two steps so that an agent manager holds its locks only while
+ * memory is copied: ak_store_snapshot copies the first n tokens of a live
+ * sequence into an owned snapshot (no I/O), ak_store_write_snapshot does the
+ * file I/O (any thread, any time later), ak_snapshot_free frees it.
+ *
+ * Loading never lets a byte reach the sequence before the whole file has
+ * been verified (structure, metadata, model, geometry, formats, token ids,
+ * every checksum, and for sealed files every authentication tag). A load that
+ * does not hit says why in err (one line naming the file: the caller logs
+ * it) and in its status:
+ *   ABSENT   no file for this id;
+ *   STALE    a sound file this caller cannot use (another model fingerprint,
+ *            cache spec, KV format, a newer format version, longer than the
+ *            sequence's capacity, sealed under another key, sealed while the
+ *            store has no key or plain while it has one): left in place;
+ *   CORRUPT  torn, truncated, tampered or malformed: moved to quarantine/
+ *            (by ak_store_load; ak_store_verify only reports);
+ *   ERROR    undecided (read error, out of memory, KV budget exhausted):
+ *            the file is left in place.
+ *
+ * Every function may be called from any thread; a store holds no mutable
+ * state after ak_store_open. Two saves of one id race benignly (each file is
+ * whole; the last rename wins). The caller must not write a sequence while
+ * ak_store_snapshot reads it, nor use it while ak_store_load fills it.
+ */
+#ifndef AK_STORE_H
+#define AK_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "kvformat.h"
+#include "util.h"
+
+#define AK_AGENT_ID_MAX 128
+#define AK_STORE_KEY_BYTES 32
+
+typedef struct ak_store ak_store;
+typedef struct ak_snapshot ak_snapshot;
+
+typedef enum {
+    AK_STORE_HIT = 0,
+    AK_STORE_ABSENT,
+    AK_STORE_STALE,
+    AK_STORE_CORRUPT,
+    AK_STORE_ERROR
+} ak_store_status;
+
+/* 1 if id matches [A-Za-z0-9_.-]{1,128} and does not start with '.', else 0.
+ * Such an id can only name a file inside the store's directory. */
+int ak_agent_id_valid(const char *id);
+
+/* "hit", "absent", "stale", "corrupt", "error". */
+const char *ak_store_status_name(ak_store_status st);
+
+/* Reads an encryption key: the file must hold exactly 32 bytes (raw, e.g.
+ * `head -c 32 /dev/urandom > key`). Returns 0, or -1 with err set. */
+int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_error *err);
+
+/* Opens the store in dir, creating the directory (and its parents, mode
+ * 0700) if missing, and removes stale temporary files (those of processes no
+ * longer running, or older than an hour). key: NULL for plain files, else 32
+ * bytes (copied): every file is then sealed, and only sealed files under the
+ * same key are loaded. Reads the fault-injection variables (see store.c:
+ * AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT, AK_FAULT_WRITE_CHUNK). Returns NULL
+ * with err set on failure. */
+ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err);
+/* Wipes the key and frees the store. NULL is fine. */
+void ak_store_close(ak_store *s);
+const char *ak_store_dir(const ak_store *s);
+int ak_store_sealed(const ak_store *s);
+
+/* Copies positions [0, n_tokens) of kv (n_tokens <= ak_kv_length(kv)) and
+ * their token ids into a new snapshot, laid out as the file's tensors. Memory
+ * copies only; no I/O. fingerprint identifies the model (ak_model.fingerprint,
+ * 1..64 printable characters), model_name is informational (may be NULL).
+ * Returns NULL with err set on bad arguments or out of memory. */
+ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                               const char *fingerprint, const char *model_name, ak_error *err);
+/* Bytes the snapshot holds (about the file size). */
+size_t ak_snapshot_bytes(const ak_snapshot *snap);
+void ak_snapshot_free(ak_snapshot *snap);
+
+/* Writes snap as <dir>/<agent_id>.safetensors: temp file in the same
+ * directory, fsync, rename over the old file, fsync of the directory.
+ * Returns 0, or -1 with err set ("store: PATH: what: strerror"); a failure
+ * before the rename leaves the previous file intact and removes the temp. */
+int ak_store_write_snapshot(ak_store *s, const ak_snapshot *snap, ak_error *err);
+
+/* ak_store_snapshot + ak_store_write_snapshot + ak_snapshot_free. */
+int ak_store_save(ak_store *s, const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                  const char *fingerprint, const char *model_name, ak_error *err);
+
+typedef struct {
+    int32_t *tokens;       /* n_tokens ids (malloc'd, the caller frees); NULL unless a hit */
+    int n_tokens;
+    uint64_t bytes_read;   /* bytes of the file read */
+    double read_ms;        /* reading (and decrypting) the file */
+    double verify_ms;      /* parsing, checks, checksums */
+    double restore_ms;     /* copying the vectors into the sequence's blocks */
+    double total_ms;
+    int quarantined;       /* 1 if the file was moved to quarantine/ */
+} ak_store_load_info;
+
+/* Restores agent_id into kv: the file must be for the model `fingerprint`,
+ * the cache spec of kv's pool, kv's K and V formats (the pool's block size
+ * does not matter), hold at most ak_kv_capacity(kv) tokens, and token ids in
+ * [0, vocab) (vocab <= 0: not checked). On a hit, kv's previous contents are
+ * dropped and it holds the file's n_tokens positions (the ids are in info),
+ * and the file's mtime is set to now (for ak_store_gc). On any other status kv
+ * is untouched, except ERROR after the verification (KV budget exhausted),
+ * which leaves kv empty. info may be NULL. */
+ak_store_status ak_store_load(ak_store *s, const char *agent_id, const char *fingerprint, int vocab, ak_kv *kv,
+                              ak_store_load_info *info, ak_error *err);
+
+/* Everything ak_store_load checks that needs no sequence: the whole file,
+ * every checksum; the model if fingerprint is not NULL; token ids if vocab >
+ * 0. Moves nothing. Returns the status ak_store_load would give (HIT when
+ * sound). */
+ak_store_status ak_store_verify(ak_store *s, const char *agent_id, const char *fingerprint, int vocab,
+                                ak_error *err);
+
+/* One agent file, as ak_store_list and ak_store_inspect see it. */
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    uint64_t bytes;        /* file size */
+    int64_t mtime;         /* unix seconds: last save or load */
+    int64_t mtime_ns;      /* nanoseconds part */
+    int sealed;
+    int readable;          /* 1 if the metadata below were read (a plain file, or
+                              sealed under this store's key, with a sound header);
+                              else they are zero / "" */
+    int n_tokens;
+    ak_kv_format fk, fv;
+    ak_cache_spec spec;
+    int block_tokens;      /* the saving pool's (informational) */
+    int64_t created;       /* unix seconds */
+    char fingerprint[65];
+    char model_name[128];
+} ak_store_entry;
+
+/* Every agent file of the store (temp and quarantined files excluded), sorted
+ * by id, into a malloc'd array (*out, the caller frees; *n entries). Reads
+ * each file's header (checking its metadata checksum, not the tensors').
+ * Returns 0, or -1 with err set. */
+int ak_store_list(ak_store *s, ak_store_entry **out, int *n, ak_error *err);
+
+/* The entry of one agent and, if metadata_json is not NULL, its whole
+ * __metadata__ as a JSON object (malloc'd, the caller frees). Returns 0; 1 if
+ * there is no such file; -1 with err set if it cannot be read or its header
+ * is not sound. */
+int ak_store_inspect(ak_store *s, const char *agent_id, ak_store_entry *out, char **metadata_json, ak_error *err);
+
+/* Deletes the agent's file. Returns 0, 1 if there was none, -1 on error. */
+int ak_store_remove(ak_store *s, const char *agent_id, ak_error *err);
+
+/* Moves the agent's file to quarantine/<id>.safetensors.<reason>.<time>
+ * (reason: a short word, [a-z0-9-]). Returns 0, 1 if there was none, -1 on
+ * error. */
+int ak_store_quarantine(ak_store *s, const char *agent_id, const char *reason, ak_error *err);
+
+/* Deletes least recently used agent files (oldest mtime first) until the
+ * agent files of the directory total at most disk_budget bytes. Returns the
+ * number of files deleted (*bytes_after, if not NULL, gets the total left),
+ * or -1 with err set. */
+int ak_store_gc(ak_store *s, uint64_t disk_budget, uint64_t *bytes_after, ak_error *err);
+
+#endif

@@ -1,0 +1,302 @@
+/* test_agent.c - agents over the block pool and the store: token-level
+ * prefix matching, tiers, exact restores, eviction under a RAM budget, and
+ * recovery from bad files. */
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../src/agent.h"
+#include "../src/sampler.h"
+#include "../src/synth.h"
+#include "../src/tokenizer.h"
+#include "test.h"
+
+typedef struct {
+    ak_model *m;
+    ak_ctx *ctx;
+    float *logits;
+} env;
+
+static int env_open(ak_test_ctx *t, env *e, const char *path) {
+    ak_error err = {{0}};
+    memset(e, 0, sizeof *e);
+    e->m = ak_model_load(path, NULL, NULL, &err);
+    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
+    e->logits = e->m ? malloc(sizeof(float) * e->m->cfg.vocab) : NULL;
+    if (!e->ctx || !e->logits) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", path, err.msg); return -1; }
+    return 0;
+}
+
+static void env_close(env *e) {
+    ak_ctx_free(e->ctx);
+    ak_model_free(e->m);
+    free(e->logits);
+}
+
+static const char *mem_dir(const char *name) {
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s/%s", test_tmp_dir(), name);
+    return buf;
+}
+
+static ak_agents *agents_for(env *e, ak_block_pool **pool, ak_store *store, ak_kv_format fk, ak_kv_format fv,
+                             size_t budget) {
+    ak_error err = {{0}};
+    *pool = ak_block_pool_new(&e->m->spec, 0, budget, &err);
+    ak_agents_config c = {e->m, *pool, store, fk, fv, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    return *pool ? ak_agents_new(&c, &err) : NULL;
+}
+
+/* A turn: begin with prompt, then n greedy tokens (appended to out). */
+static int turn(ak_test_ctx *t, env *e, ak_agents *ag, const char *id, const int32_t *prompt, int n_prompt, int n_gen,
+                int32_t *out, ak_turn *info) {
+    ak_error err = {{0}};
+    if (ak_agent_begin(ag, e->ctx, id, prompt, n_prompt, e->logits, info, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "begin %s: %s", id, err.msg);
+        return -1;
+    }
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = ak_argmax(e->logits, e->m->cfg.vocab);
+        if (i + 1 < n_gen && ak_agent_step(ag, e->ctx, id, out[i], e->logits, &err) < 0) {
+            ak_test_fail(t, __FILE__, __LINE__, "step %s: %s", id, err.msg);
+            return -1;
+        }
+    }
+    if (ak_agent_end(ag, id, &err) < 0) { ak_test_fail(t, __FILE__, __LINE__, "end %s: %s", id, err.msg); return -1; }
+    return 0;
+}
+
+/* Greedy tokens from a fresh cache, prompt prefilled in one go. */
+static void reprefill(env *e, ak_kv_format fk, ak_kv_format fv, const int32_t *prompt, int n, int n_gen, int32_t *out) {
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_kv *kv = ak_kv_new(pool, fk, fv, 512, &err);
+    ak_eval(e->ctx, kv, prompt, n, 0, e->logits, NULL, NULL, NULL, &err);
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = ak_argmax(e->logits, e->m->cfg.vocab);
+        ak_eval(e->ctx, kv, &out[i], 1, n + i, e->logits, NULL, NULL, NULL, &err);
+    }
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+}
+
+TEST(agent_prefix_matching) {
+    env e;
+    char path[512];
+    if (env_open(t, &e, test_path(path, sizeof path, "models/stories260K.gguf")) < 0) return;
+    ak_block_pool *pool;
+    ak_agents *ag = agents_for(&e, &pool, NULL, AK_KV_F16, AK_KV_F16, 0);
+    REQUIRE(ag, "agents");
+    int32_t p[64], g[16];
+    for (int i = 0; i < 64; i++) p[i] = 1 + (i * 13) % 500;
+    ak_turn ti;
+    REQUIRE(turn(t, &e, ag, "a", p, 20, 4, g, &ti) == 0, "turn 1");
+    CHECK(ti.match == AK_MATCH_NEW && ti.tier == AK_TIER_COLD && ti.reused == 0 && ti.prefilled == 20,
+          "new: %s/%s reused %d prefilled %d", ak_match_name(ti.match), ak_tier_name(ti.tier), ti.reused, ti.prefilled);
+    /* the cache now holds p[0..20) + g[0..3): extend with those and 5 more */
+    int32_t q[64];
+    memcpy(q, p, 20 * sizeof(int32_t));
+    memcpy(q + 20, g, 3 * sizeof(int32_t));
+    for (int i = 23; i < 28; i++) q[i] = 7 + i;
+    REQUIRE(turn(t, &e, ag, "a", q, 28, 2, g, &ti) == 0, "turn 2");
+    CHECK(ti.match == AK_MATCH_EXTEND && ti.tier == AK_TIER_HOT && ti.reused == 23 && ti.prefilled == 5,
+          "extend: %s/%s reused %d prefilled %d", ak_match_name(ti.match), ak_tier_name(ti.tier), ti.reused,
+          ti.prefilled);
+    /* history is q[0..28) + g[0]: the same prompt again is EXACT */
+    q[28] = g[0];
+    REQUIRE(turn(t, &e, ag, "a", q, 29, 1, g, &ti) == 0, "turn 3");
+    CHECK(ti.match == AK_MATCH_EXACT && ti.reused == 28 && ti.prefilled == 1, "exact: %s reused %d prefilled %d",
+          ak_match_name(ti.match), ti.reused, ti.prefilled);
+    /* change token 10: DIVERGE keeps 10 */
+    q[10] ^= 1;
+    REQUIRE(turn(t, &e, ag, "a", q, 29, 1, g, &ti) == 0, "turn 4");
+    CHECK(ti.match == AK_MATCH_DIVERGE && ti.reused == 10 && ti.prefilled == 19, "diverge: %s reused %d prefilled %d",
+          ak_match_name(ti.match), ti.reused, ti.prefilled);
+    /* a second agent never sees the first one's cache */
+    REQUIRE(turn(t, &e, ag, "b", q, 29, 1, g, &ti) == 0, "agent b");
+    CHECK(ti.match == AK_MATCH_NEW && ti.reused == 0, "agent b reused %d tokens of agent a", ti.reused);
+    ak_error err = {{0}};
+    CHECK(ak_agent_begin(ag, e.ctx, "../etc", q, 5, e.logits, &ti, &err) < 0 && strstr(err.msg, "invalid agent id"),
+          "hostile id accepted: %s", err.msg);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    env_close(&e);
+}
+
+/* Generation after a warm restore == from the hot cache == after a full
+ * re-prefill, token for token, for several cache formats. */
+static void check_restore_exact(ak_test_ctx *t, const char *model_path, const char *dirname) {
+    env e;
+    if (env_open(t, &e, model_path) < 0) return;
+    const ak_kv_format fmts[][2] = {{AK_KV_F16, AK_KV_F16}, {AK_KV_Q8, AK_KV_TQ3}, {AK_KV_Q4, AK_KV_Q4},
+                                    {AK_KV_F32, AK_KV_F32}};
+    for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
+        ak_error err = {{0}};
+        char d[64];
+        snprintf(d, sizeof d, "%s-%zu", dirname, fi);
+        ak_store *store = ak_store_open(mem_dir(d), NULL, &err);
+        REQUIRE(store, "%s", err.msg);
+        int32_t p[128], g1[12], g2[12], g3[12], g4[12];
+        for (int i = 0; i < 40; i++) p[i] = 1 + (i * 31 + 7) % (e.m->cfg.vocab - 1);
+        ak_turn ti;
+        ak_block_pool *pool1, *pool2;
+        ak_agents *hot = agents_for(&e, &pool1, store, fmts[fi][0], fmts[fi][1], 0);
+        REQUIRE(hot && turn(t, &e, hot, "x", p, 40, 12, g1, &ti) == 0, "turn 1");
+        /* phase 2 prompt: everything so far plus the last generated token */
+        memcpy(p + 40, g1, sizeof g1);
+        /* warm: a new pool and agent set (as after a restart) restores the file */
+        ak_agents *warm = agents_for(&e, &pool2, store, fmts[fi][0], fmts[fi][1], 0);
+        REQUIRE(warm && turn(t, &e, warm, "x", p, 52, 12, g2, &ti) == 0, "warm turn");
+        CHECK(ti.tier == AK_TIER_WARM && ti.match == AK_MATCH_EXTEND && ti.reused == 51 && ti.prefilled == 1,
+              "warm turn: %s/%s reused %d prefilled %d", ak_tier_name(ti.tier), ak_match_name(ti.match), ti.reused,
+              ti.prefilled);
+        REQUIRE(turn(t, &e, hot, "x", p, 52, 12, g3, &ti) == 0, "hot turn");
+        CHECK(ti.tier == AK_TIER_HOT, "hot turn tier %s", ak_tier_name(ti.tier));
+        reprefill(&e, fmts[fi][0], fmts[fi][1], p, 52, 12, g4);
+        CHECK(!memcmp(g2, g3, sizeof g2), "K %s / V %s: warm and hot generations differ",
+              ak_kv_format_get(fmts[fi][0])->name, ak_kv_format_get(fmts[fi][1])->name);
+        CHECK(!memcmp(g2, g4, sizeof g2), "K %s / V %s: warm and re-prefill generations differ",
+              ak_kv_format_get(fmts[fi][0])->name, ak_kv_format_get(fmts[fi][1])->name);
+        ak_agents_free(hot);
+        ak_agents_free(warm);
+        ak_block_pool_free(pool1);
+        ak_block_pool_free(pool2);
+        ak_store_close(store);
+    }
+    env_close(&e);
+}
+
+TEST(agent_restore_is_exact_stories260K) {
+    char path[512];
+    check_restore_exact(t, test_path(path, sizeof path, "models/stories260K.gguf"), "exact-stories");
+}
+
+TEST(agent_restore_is_exact_synthetic) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/agent-synth.gguf", test_tmp_dir());
+    ak_synth_opts o;
+    ak_synth_defaults(&o);
+    o.path = path; o.dim = 128; o.n_layers = 2; o.n_heads = 4; o.n_kv_heads = 2; o.ffn = 256; o.vocab = 400;
+    o.ctx = 1024; o.wtype = GGML_TYPE_Q8_0; o.seed = 5; o.n_threads = 2;
+    ak_error err = {{0}};
+    REQUIRE(ak_synth_write(&o, &err) == 0, "%s", err.msg);
+    check_restore_exact(t, path, "exact-synth");
+}
+
+/* Round-robin turns of n agents (3 rounds, 33 tokens a turn) under budget;
+ * counts the tiers of the turns after each agent's first. */
+static void round_robin(ak_test_ctx *t, env *e, ak_store *store, ak_kv_format fmt, size_t budget, int n, int *warm,
+                        int *hot, int *cold, size_t *peak) {
+    *warm = *hot = *cold = 0;
+    ak_block_pool *pool;
+    ak_agents *ag = agents_for(e, &pool, store, fmt, fmt, budget);
+    if (!ag) { ak_test_fail(t, __FILE__, __LINE__, "agents"); return; }
+    static int32_t hist[24][128];
+    int32_t gen[4];
+    int len[24] = {0};
+    for (int round = 0; round < 3; round++)
+        for (int a = 0; a < n; a++) {
+            char id[16];
+            snprintf(id, sizeof id, "agent%d", a);
+            for (int i = 0; i < 30; i++) hist[a][len[a] + i] = 5 + (a * 97 + (len[a] + i) * 13) % 4000;
+            len[a] += 30;
+            ak_turn ti;
+            if (turn(t, e, ag, id, hist[a], len[a], 4, gen, &ti) < 0) goto out;
+            if (round > 0) {
+                *warm += ti.tier == AK_TIER_WARM;
+                *hot += ti.tier == AK_TIER_HOT;
+                *cold += ti.tier == AK_TIER_COLD;
+                CHECK(ti.reused == len[a] - 30, "%s reused %d of %d", id, ti.reused, len[a] - 30);
+            }
+            memcpy(hist[a] + len[a], gen, 3 * sizeof(int32_t));
+            len[a] += 3;
+        }
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    *peak = st.peak;
+out:
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+}
+
+TEST(agent_capacity_and_eviction_round_robin) {
+    env e;
+    char path[512];
+    if (env_open(t, &e, test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf")) < 0) return;
+    ak_error err = {{0}};
+    ak_store *store = ak_store_open(mem_dir("rr"), NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    /* agents end at 99 tokens = 4 blocks of 32; the budget holds 3 of them in f16 */
+    ak_block_pool *probe = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    size_t f16_agent = 4 * ak_block_pool_block_bytes(probe, AK_KV_F16, AK_KV_F16);
+    size_t budget = 3 * f16_agent + f16_agent / 2;
+    int fit[2] = {(int)(budget / (4 * ak_block_pool_block_bytes(probe, AK_KV_Q4, AK_KV_Q4))),
+                  (int)(budget / (4 * ak_block_pool_block_bytes(probe, AK_KV_TQ3, AK_KV_TQ3)))};
+    ak_block_pool_free(probe);
+    const ak_kv_format fmts[2] = {AK_KV_Q4, AK_KV_TQ3};
+    for (int fi = 0; fi < 2; fi++) {
+        int warm, hot, cold;
+        size_t peak;
+        /* as many agents as the budget holds: after their first turn, all hot */
+        round_robin(t, &e, store, fmts[fi], budget, fit[fi] < 24 ? fit[fi] : 24, &warm, &hot, &cold, &peak);
+        printf("    budget %zu B (3 agents in f16): %d agents in %s, later turns %d hot %d warm %d cold, peak %zu B\n",
+               budget, fit[fi], ak_kv_format_get(fmts[fi])->name, hot, warm, cold, peak);
+        CHECK(cold == 0 && warm == 0, "%s: agents that fit were evicted (%d warm, %d cold)",
+              ak_kv_format_get(fmts[fi])->name, warm, cold);
+        CHECK(peak <= budget, "peak %zu over budget %zu", peak, budget);
+        /* more agents than fit: evicted ones come back warm, never cold */
+        int more = fit[fi] + 4 < 24 ? fit[fi] + 4 : 24;
+        round_robin(t, &e, store, fmts[fi], budget, more, &warm, &hot, &cold, &peak);
+        printf("    %d agents in %s: later turns %d hot %d warm %d cold, peak %zu B\n", more,
+               ak_kv_format_get(fmts[fi])->name, hot, warm, cold, peak);
+        CHECK(cold == 0, "%d cold re-prefills after the first turn", cold);
+        CHECK(warm > 0, "no agent was evicted and restored");
+        CHECK(peak <= budget, "peak %zu over budget %zu", peak, budget);
+    }
+    CHECK(fit[0] >= 10 && fit[1] >= 15, "the budget of 3 f16 agents holds only %d q4 / %d tq3 agents", fit[0], fit[1]);
+    ak_store_close(store);
+    env_close(&e);
+}
+
+TEST(agent_bad_file_takes_cold_path) {
+    env e;
+    char path[512];
+    if (env_open(t, &e, test_path(path, sizeof path, "models/stories260K.gguf")) < 0) return;
+    ak_error err = {{0}};
+    ak_store *store = ak_store_open(mem_dir("bad"), NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    int32_t p[64], g1[8], g2[8], ref[8];
+    for (int i = 0; i < 30; i++) p[i] = 1 + (i * 17) % 500;
+    ak_turn ti;
+    ak_block_pool *pool1, *pool2;
+    ak_agents *a1 = agents_for(&e, &pool1, store, AK_KV_Q8, AK_KV_Q8, 0);
+    REQUIRE(a1 && turn(t, &e, a1, "z", p, 30, 8, g1, &ti) == 0, "turn 1");
+    ak_agents_free(a1);
+    ak_block_pool_free(pool1);
+    /* flip one byte in the middle of the file */
+    char fp[600];
+    snprintf(fp, sizeof fp, "%s/z.safetensors", mem_dir("bad"));
+    FILE *f = fopen(fp, "r+b");
+    REQUIRE(f, "no agent file %s", fp);
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, sz - 20, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, sz - 20, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+    memcpy(p + 30, g1, 7 * sizeof(int32_t));
+    ak_agents *a2 = agents_for(&e, &pool2, store, AK_KV_Q8, AK_KV_Q8, 0);
+    REQUIRE(a2 && turn(t, &e, a2, "z", p, 37, 8, g2, &ti) == 0, "turn after corruption");
+    CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0 && ti.prefilled == 37, "corrupt file served as %s, reused %d",
+          ak_tier_name(ti.tier), ti.reused);
+    reprefill(&e, AK_KV_Q8, AK_KV_Q8, p, 37, 8, ref);
+    CHECK(!memcmp(g2, ref, sizeof ref), "output after the cold path differs from a re-prefill");
+    struct stat st;
+    char qd[600];
+    snprintf(qd, sizeof qd, "%s/quarantine", mem_dir("bad"));
+    CHECK(stat(qd, &st) == 0, "bad file was not moved aside");
+    ak_agents_free(a2);
+    ak_block_pool_free(pool2);
+    ak_store_close(store);
+    env_close(&e);
+}
