@@ -11,7 +11,6 @@ struct ak_kv {
     ak_block_pool *pool;
     ak_cache_spec spec;
     ak_kv_format fk, fv;
-    const ak_kv_format_info *ik, *iv;
     int T;              /* tokens per block */
     int capacity;
     int length;
@@ -42,8 +41,6 @@ ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ct
     kv->spec = *s;
     kv->fk = fk;
     kv->fv = fv;
-    kv->ik = ik;
-    kv->iv = iv;
     kv->T = ak_block_pool_block_tokens(pool);
     kv->capacity = n_ctx;
     kv->n_table = (n_ctx + kv->T - 1) / kv->T;
@@ -138,10 +135,11 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
     ak_block *b = kv->table[pos / kv->T];
     if (!b || b->refcount != 1) return ak_fail(err, "KV write at position %d: block not prepared", pos);
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, slot = pos % kv->T;
-    size_t vbk = kv->ik->vec_bytes(dk), vbv = kv->iv->vec_bytes(dv);
+    /* the block's formats, which need not be the sequence's (see sink) */
+    const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
+    size_t vbk = ik->vec_bytes(dk), vbv = iv->vec_bytes(dv);
     uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
     uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
-    const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
     for (int h = 0; h < kv->spec.n_head_kv; h++) {
         ik->quantize(k + (size_t)h * dk, dk, kb + ((size_t)h * kv->T + slot) * vbk);
         iv->quantize(v + (size_t)h * dv, dv, vb + ((size_t)h * kv->T + slot) * vbv);

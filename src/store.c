@@ -706,8 +706,8 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     if (fd < 0) goto fail;
     /* reserve the blocks first: a full disk fails here, before any write */
     what = "fallocate";
-    if ((inject(&c) || fallocate(fd, 0, 0, (off_t)total) != 0) && errno != EOPNOTSUPP && errno != ENOSYS &&
-        errno != EINVAL && c.s->fail_at != c.step ? 1 : c.s->fail_at == c.step)
+    if (inject(&c) != 0) goto fail;
+    if (fallocate(fd, 0, 0, (off_t)total) != 0 && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
         goto fail;
     what = "write";
     if (s->has_key) {
@@ -866,8 +866,8 @@ static ak_store_status reader_open(reader *r, const ak_store *s, const char *pat
     if (!(r->img = malloc((size_t)r->img_size)))
         return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)r->img_size);
     if (!r->sealed) {
-        memcpy(r->img, head, 8);
-        r->have = 8;
+        memcpy(r->img, head, hn);
+        r->have = hn;
     }
     return AK_STORE_HIT;
 }
@@ -1040,20 +1040,24 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
         return judge(v, AK_STORE_STALE, NULL, "unknown KV format %.10s/%.10s", meta_str(meta, "kv_format_k"),
                      meta_str(meta, "kv_format_v"));
 
-    const char *tp = meta_str(meta, "tokens");
+    /* every id takes a digit and a comma: bounds n_tokens before allocating */
+    const char *p = meta_str(meta, "tokens");
+    if ((uint64_t)m->n_tokens > (strlen(p) + 1) / 2)
+        return judge(v, AK_STORE_CORRUPT, "tokens", "token list too short for %d ids", m->n_tokens);
     if (!(m->tokens = malloc(sizeof(int32_t) * ((size_t)m->n_tokens + 1)))) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
-    int nt = 0;
-    while (*tp) {
+    int nt = 0, ok = 1;
+    while (*p && ok) {
+        /* canonical decimal ids in [0, 2^31), separated by single commas */
+        if (nt >= m->n_tokens || *p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9')) { ok = 0; break; }
         int64_t t = 0;
-        const char *p = tp;
-        if (*p == '0' && p[1] >= '0' && p[1] <= '9') break;  /* not canonical */
-        while (*p >= '0' && *p <= '9' && t <= INT32_MAX) t = t * 10 + (*p++ - '0');
-        if (p == tp || t > INT32_MAX || (*p != ',' && *p) || nt >= m->n_tokens) break;
+        while (ok && *p >= '0' && *p <= '9')
+            if ((t = t * 10 + (*p++ - '0')) > INT32_MAX) ok = 0;
+        if (!ok) break;
         m->tokens[nt++] = (int32_t)t;
-        tp = *p ? p + 1 : p;
-        if (*p && !*tp) { nt = -1; break; }   /* trailing comma */
+        if (*p == ',' && p[1]) p++;
+        else if (*p) ok = 0;
     }
-    if (*tp || nt != m->n_tokens)
+    if (!ok || nt != m->n_tokens)
         return judge(v, AK_STORE_CORRUPT, "tokens", "token list does not hold %d canonical ids", m->n_tokens);
     return AK_STORE_HIT;
 }
@@ -1065,6 +1069,13 @@ static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, ver
     char why[128];
     tensor_desc *t = NULL;
     uint64_t data_bytes = 0;
+    ak_kv_component c2[2];
+    /* the count first: a hostile n_layer must not size an allocation */
+    int64_t want = (int64_t)m->spec.n_layer * (ak_kv_format_components(m->fk, m->spec.head_dim_k, c2) +
+                                                ak_kv_format_components(m->fv, m->spec.head_dim_v, c2));
+    if (cJSON_GetArraySize(m->root) - 1 != want)
+        return judge(v, AK_STORE_CORRUPT, "tensors", "header has %d tensors, expected %lld", cJSON_GetArraySize(m->root) - 1,
+                     (long long)want);
     int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens, &t, &data_bytes, why, sizeof why);
     if (nt < 0) return judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
     ak_store_status st = AK_STORE_HIT;
@@ -1073,10 +1084,6 @@ static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, ver
     if (have != data_bytes) {
         st = judge(v, AK_STORE_CORRUPT, "truncated", "data section is %llu bytes, the tensors need %llu (%s)",
                    (unsigned long long)have, (unsigned long long)data_bytes, have < data_bytes ? "truncated" : "trailing bytes");
-        goto done;
-    }
-    if (cJSON_GetArraySize(m->root) != nt + 1) {
-        st = judge(v, AK_STORE_CORRUPT, "tensors", "header has %d tensors, expected %d", cJSON_GetArraySize(m->root) - 1, nt);
         goto done;
     }
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->root, "__metadata__");
@@ -1173,7 +1180,10 @@ out:
 static int quarantine_path(const ak_store *s, const char *id, const char *path, int fd, const char *reason,
                            char *dst, size_t dn, char *why, size_t whyn) {
     char qdir[PATH_MAX];
-    snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir);
+    if (snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir) >= (int)sizeof qdir) {
+        snprintf(why, whyn, "path too long");
+        return -1;
+    }
     if (mkdir(qdir, 0700) != 0 && errno != EEXIST) {
         snprintf(why, whyn, "mkdir %s: %s", qdir, strerror(errno));
         return -1;
@@ -1249,9 +1259,11 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
         info->restore_ms = ms_since(t1);
         if (st == AK_STORE_HIT) {
             futimens(r.fd, NULL);   /* recently used, for ak_store_gc; best effort */
-            info->tokens = m.tokens;
             info->n_tokens = m.n_tokens;
-            m.tokens = NULL;
+            if (info != &dummy) { /* handed to the caller; else freed below */
+                info->tokens = m.tokens;
+                m.tokens = NULL;
+            }
         }
     }
     if (st == AK_STORE_CORRUPT) {
@@ -1309,15 +1321,14 @@ static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char
     if (path_of(s, id, SUFFIX, path, sizeof path)) { judge(v, AK_STORE_ERROR, NULL, "path too long"); return -1; }
     reader r;
     agent_meta m;
+    memset(&m, 0, sizeof m);
     ak_store_status st = reader_open(&r, s, path, v);
     if (st == AK_STORE_ABSENT) { reader_close(&r); return 1; }
     if (r.fd >= 0) {
         e->bytes = (uint64_t)r.st.st_size;
         e->mtime = (int64_t)r.st.st_mtim.tv_sec;
         e->mtime_ns = (int64_t)r.st.st_mtim.tv_nsec;
-        /* sealed-ness is visible even when we cannot open the seal */
-        uint8_t head[8];
-        e->sealed = r.sealed || (pread(r.fd, head, 8, 0) == 8 && !memcmp(head, AK_SEAL_MAGIC, 8));
+        e->sealed = r.sealed;   /* known even when the seal cannot be opened */
     }
     int rc = -1;
     if (st == AK_STORE_HIT && reader_need(&r, 8, v) == AK_STORE_HIT && parse_header(&r, id, &m, v) == AK_STORE_HIT) {

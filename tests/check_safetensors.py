@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """An independent safetensors reader (stdlib only) for agentkv agent files.
 
-usage: check_safetensors.py FILE
+usage: check_safetensors.py FILE...
 Parses the header, checks every tensor's dtype, shape and byte range against
 the safetensors rules (contiguous, non-overlapping, covering the data section,
-size = product(shape) * dtype size), checks the agentkv metadata keys, and
-prints one line per tensor. Exits 1 with a message on any violation.
+size = product(shape) * dtype size), checks the agentkv metadata keys and that
+the tensors are the per-layer K and V tensors the metadata implies
+([n_head_kv, n_tokens, ...] each), and prints one line per tensor. Exits 1
+with a message naming the file on the first violation. (The checksums are
+XXH3, which the standard library lacks: only their form is checked here.)
 """
 import json
+import re
 import struct
 import sys
 
@@ -16,61 +20,89 @@ DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16"
 REQUIRED_META = ["format", "format_version", "agent_id", "model_fingerprint", "n_layer", "n_head_kv",
                  "head_dim_k", "head_dim_v", "kv_format_k", "kv_format_v", "block_tokens", "n_tokens",
                  "tokens", "checksums"]
+TENSOR_NAME = re.compile(r"^layers\.(\d+)\.([kv])\.(values|q|codes|scale|scale_min|norm)$")
 
 
-def fail(msg):
-    print("check_safetensors: " + msg, file=sys.stderr)
-    sys.exit(1)
+class Bad(Exception):
+    pass
 
 
-def main():
-    if len(sys.argv) != 2:
-        fail("usage: check_safetensors.py FILE")
-    data = open(sys.argv[1], "rb").read()
+def check(path):
+    data = open(path, "rb").read()
     if len(data) < 8:
-        fail("file shorter than the 8-byte header length")
+        raise Bad("file shorter than the 8-byte header length")
     (n,) = struct.unpack("<Q", data[:8])
     if 8 + n > len(data):
-        fail("header length %d runs past the end of the file" % n)
+        raise Bad("header length %d runs past the end of the file" % n)
+    if n % 8:
+        raise Bad("header length %d is not a multiple of 8" % n)
     header = json.loads(data[8:8 + n].decode("utf-8"))
     meta = header.pop("__metadata__", None)
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-        fail("__metadata__ missing or not a map of strings")
+        raise Bad("__metadata__ missing or not a map of strings")
     for k in REQUIRED_META:
         if k not in meta:
-            fail("metadata key %s missing" % k)
+            raise Bad("metadata key %s missing" % k)
+    if meta["format"] != "agentkv.agent":
+        raise Bad("format is %r" % meta["format"])
     body = len(data) - 8 - n
     spans = []
     for name, t in header.items():
         dt, shape, offs = t["dtype"], t["shape"], t["data_offsets"]
         if dt not in DTYPE_SIZE:
-            fail("%s: unknown dtype %s" % (name, dt))
+            raise Bad("%s: unknown dtype %s" % (name, dt))
         count = 1
         for s in shape:
             count *= s
         if offs[1] - offs[0] != count * DTYPE_SIZE[dt]:
-            fail("%s: %d bytes for shape %s of %s" % (name, offs[1] - offs[0], shape, dt))
+            raise Bad("%s: %d bytes for shape %s of %s" % (name, offs[1] - offs[0], shape, dt))
         if not 0 <= offs[0] <= offs[1] <= body:
-            fail("%s: offsets %s outside the data section of %d bytes" % (name, offs, body))
+            raise Bad("%s: offsets %s outside the data section of %d bytes" % (name, offs, body))
         spans.append((offs[0], offs[1], name))
         print("%-24s %-5s %s" % (name, dt, shape))
     spans.sort()
     pos = 0
     for b, e, name in spans:
         if b != pos:
-            fail("%s starts at %d, expected %d (gap or overlap)" % (name, b, pos))
+            raise Bad("%s starts at %d, expected %d (gap or overlap)" % (name, b, pos))
         pos = e
     if pos != body:
-        fail("tensors cover %d of %d data bytes" % (pos, body))
+        raise Bad("tensors cover %d of %d data bytes" % (pos, body))
     n_tokens = int(meta["n_tokens"])
     toks = meta["tokens"].split(",") if meta["tokens"] else []
-    if len(toks) != n_tokens:
-        fail("%d token ids for n_tokens %d" % (len(toks), n_tokens))
+    if len(toks) != n_tokens or not all(re.fullmatch(r"0|[1-9][0-9]*", x) for x in toks):
+        raise Bad("%d token ids for n_tokens %d" % (len(toks), n_tokens))
+    # the tensors: per layer, K and V, each [n_head_kv, n_tokens, ...]
+    n_layer, n_head_kv = int(meta["n_layer"]), int(meta["n_head_kv"])
+    seen = set()
+    for name, t in header.items():
+        m = TENSOR_NAME.match(name)
+        if not m or int(m.group(1)) >= n_layer:
+            raise Bad("unexpected tensor %s" % name)
+        if t["shape"][:2] != [n_head_kv, n_tokens]:
+            raise Bad("%s: shape %s does not start with [n_head_kv, n_tokens]" % (name, t["shape"]))
+        seen.add((int(m.group(1)), m.group(2)))
+    if seen != {(l, kv) for l in range(n_layer) for kv in "kv"}:
+        raise Bad("not every layer has K and V tensors")
     sums = json.loads(meta["checksums"])
     if set(sums) != set(header):
-        fail("checksums do not name exactly the tensors")
+        raise Bad("checksums do not name exactly the tensors")
+    if not all(isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v) for v in sums.values()):
+        raise Bad("a checksum is not 16 lowercase hex digits")
     print("ok: %d tensors, %d tokens, K %s / V %s" % (len(header), n_tokens, meta["kv_format_k"],
                                                       meta["kv_format_v"]))
+
+
+def main():
+    if len(sys.argv) < 2:
+        print("usage: check_safetensors.py FILE...", file=sys.stderr)
+        sys.exit(1)
+    for path in sys.argv[1:]:
+        try:
+            check(path)
+        except (Bad, ValueError, KeyError, TypeError, IndexError, OSError) as e:
+            print("check_safetensors: %s: %s" % (path, e), file=sys.stderr)
+            sys.exit(1)
 
 
 main()
