@@ -8,6 +8,7 @@ pkg-config --exists libpcre2-8 2>/dev/null || need="$need libpcre2-dev"
 [ -f /usr/include/xxhash.h ] || need="$need libxxhash-dev"
 [ -f /usr/include/sodium.h ] || need="$need libsodium-dev"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
+command -v python3 >/dev/null 2>&1 || need="$need python3"
 [ -z "$need" ] && exit 0
 echo "deps.sh: installing$need" >&2
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
