@@ -265,3 +265,46 @@ TEST(cli_bad_model_files) {
     free(b);
     free(orig);
 }
+
+TEST(cli_run_agent_restores_warm_across_processes) {
+    char args[2048], path[512], dir[512];
+    snprintf(dir, sizeof dir, "%s/cli-mem", test_tmp_dir());
+    const char *model = test_path(path, sizeof path, "models/stories260K.gguf");
+    snprintf(args, sizeof args, "run -m %s --agent planner --memory-dir %s -ctk q8 -ctv tq3 -p 'Once upon a time' -n 16 --temp 0",
+             model, dir);
+    cmd_result r1 = run_cli(args);
+    CHECK(r1.code == 0 && strstr(r1.err, "tier=cold"), "first run: exit %d, %s", r1.code, r1.err);
+    /* the second prompt extends the first one and its continuation */
+    char prompt2[1024];
+    char *nl = strchr(r1.out, '\n');
+    if (nl) *nl = 0;
+    snprintf(prompt2, sizeof prompt2, "Once upon a time%s. The end", r1.out);
+    snprintf(args, sizeof args, "run -m %s --agent planner --memory-dir %s -ctk q8 -ctv tq3 -p '%s' -n 8 --temp 0",
+             model, dir, prompt2);
+    cmd_result r2 = run_cli(args);
+    int reused = 0, prefilled = 0;
+    const char *p = strstr(r2.err, "reused=");
+    if (p) sscanf(p, "reused=%d prefilled=%d", &reused, &prefilled);
+    CHECK(r2.code == 0 && strstr(r2.err, "tier=warm") && strstr(r2.err, "match=extend"), "second run: exit %d, %s",
+          r2.code, r2.err);
+    CHECK(reused > 10 && prefilled > 0 && prefilled < 8, "reused %d prefilled %d", reused, prefilled);
+    /* same output as a plain run of the full prompt with the same cache format */
+    snprintf(args, sizeof args, "run -m %s -ctk q8 -ctv tq3 -p '%s' -n 8 --temp 0", model, prompt2);
+    cmd_result r3 = run_cli(args);
+    CHECK(r3.code == 0 && !strcmp(r2.out, r3.out), "restored run \"%s\" != plain run \"%s\"", r2.out, r3.out);
+    /* the file is readable by an independent safetensors reader */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "python3 tests/check_safetensors.py %s/planner.safetensors >/dev/null", dir);
+    CHECK(system(cmd) == 0, "check_safetensors.py rejected the agent file");
+    snprintf(args, sizeof args, "cache ls --memory-dir %s", dir);
+    cmd_result r4 = run_cli(args);
+    CHECK(r4.code == 0 && strstr(r4.out, "planner"), "cache ls: %s", r4.out);
+    snprintf(args, sizeof args, "cache verify --memory-dir %s -m %s", dir, model);
+    cmd_result r5 = run_cli(args);
+    CHECK(r5.code == 0 && strstr(r5.out, "planner") && strstr(r5.out, "ok"), "cache verify: %s %s", r5.out, r5.err);
+    snprintf(args, sizeof args, "run -m %s --agent ../evil --memory-dir %s -p hi", model, dir);
+    cmd_result r6 = run_cli(args);
+    CHECK(r6.code == 2 && strstr(r6.err, "invalid id"), "hostile agent id: exit %d %s", r6.code, r6.err);
+    cmd_result *rs[] = {&r1, &r2, &r3, &r4, &r5, &r6};
+    for (int i = 0; i < 6; i++) free_result(rs[i]);
+}
