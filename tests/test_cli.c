@@ -308,3 +308,31 @@ TEST(cli_run_agent_restores_warm_across_processes) {
     cmd_result *rs[] = {&r1, &r2, &r3, &r4, &r5, &r6};
     for (int i = 0; i < 6; i++) free_result(rs[i]);
 }
+
+TEST(cli_cache_flags_bad_input) {
+    char args[1024], path[512];
+    const char *model = test_path(path, sizeof path, "models/stories260K.gguf");
+    struct { const char *flags; int code; const char *want; } cases[] = {
+        {"-ctk q5_9", 2, "unknown cache format"},
+        {"-ctv nope", 2, "unknown cache format"},
+        {"--kv-budget 0", 2, "positive byte size"},
+        {"--kv-budget lots", 2, "positive byte size"},
+        {"-c 999999", 1, "longer than the model"},
+        {"--kv-budget 1K", 1, "KV budget exhausted"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(args, sizeof args, "run -m %s -p 'Once upon a time' -n 4 %s", model, cases[i].flags);
+        cmd_result r = run_cli(args);
+        CHECK(r.code == cases[i].code && count_lines(r.err) == 1 && strstr(r.err, cases[i].want),
+              "'%s': exit %d (want %d), stderr: %s", cases[i].flags, r.code, cases[i].code, r.err);
+        free_result(&r);
+    }
+    /* every format runs end to end */
+    const char *fmts[] = {"f32", "f16", "bf16", "q8", "q4", "q2", "tq4", "tq3", "tq2"};
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+        snprintf(args, sizeof args, "run -m %s -p 'Once upon a time' -n 8 --temp 0 -ctk q8 -ctv %s", model, fmts[i]);
+        cmd_result r = run_cli(args);
+        CHECK(r.code == 0 && strlen(r.out) > 8, "-ctv %s: exit %d %s", fmts[i], r.code, r.err);
+        free_result(&r);
+    }
+}
