@@ -115,7 +115,7 @@ typedef struct {
     int quarantined;       /* 1 if the file was moved to quarantine/ */
 } ak_store_load_info;
 
-/* Restores agent_id into kv: the file must be for the model `fingerprint`,
+/* Restores agent_id into kv (not NULL): the file must be for the model `fingerprint`,
  * the cache spec of kv's pool, kv's K and V formats (the pool's block size
  * does not matter), hold at most ak_kv_capacity(kv) tokens, and token ids in
  * [0, vocab) (vocab <= 0: not checked). On a hit, kv's previous contents are

@@ -663,7 +663,7 @@ TEST(store_hostile_agent_ids_are_rejected) {
     longid[129] = 0;
     memcpy(maxid, longid, 128);
     maxid[128] = 0;
-    const char *bad[] = {"../x", ".hidden", "a/b", "", "a\n", "..", ".", "a b", "x\\y", "ä", "a:b", "/etc/passwd", longid};
+    const char *bad[] = {"../x", ".hidden", "a/b", "", "a\n", "a\\n", "..", ".", "a b", "x\\y", "ä", "a:b", "/etc/passwd", longid};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(!ak_agent_id_valid(bad[i]), "accepted \"%s\"", bad[i]);
     CHECK(!ak_agent_id_valid(NULL), "accepted NULL");
     const char *good[] = {"a", "planner", "agent-1.v2_x", "A.b-C_0", "a..b", maxid};
