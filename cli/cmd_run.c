@@ -33,6 +33,8 @@ static const char *usage_text =
     "  --memory-dir DIR     where agent caches live (default ./agentkv-memory)\n"
     "  --memory-key-file F  seal agent files with this 32-byte key (XChaCha20-Poly1305)\n"
     "  --disk-budget BYTES  keep the memory directory under this size (LRU files go first)\n"
+    "  --save-policy P      when an agent's cache is written: turn (after every turn, default),\n"
+    "                       evict (when it leaves RAM) or shutdown (at exit); all save at a clean exit\n"
     "  --no-bos             don't add the BOS token the vocabulary asks for\n"
     "  --json               print one JSON object (tokens, text, timings) instead of streaming\n";
 
@@ -51,6 +53,7 @@ int cmd_run(int argc, char **argv) {
     cache_opts_init(&co);
     const char *agent_id = NULL, *memory_dir = "./agentkv-memory", *key_file = NULL;
     size_t disk_budget = 0;
+    ak_save_policy save_policy = AK_SAVE_EVERY_TURN;
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -72,6 +75,11 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(f, "--agent")) agent_id = args_value(&a, f);
         else if (!strcmp(f, "--memory-dir")) memory_dir = args_value(&a, f);
         else if (!strcmp(f, "--memory-key-file")) key_file = args_value(&a, f);
+        else if (!strcmp(f, "--save-policy")) {
+            const char *v = args_value(&a, f);
+            if (v && ak_save_policy_parse(v, &save_policy) < 0)
+                args_error(&a, "--save-policy: '%s' is not turn, evict or shutdown", v);
+        }
         else if (!strcmp(f, "--disk-budget")) {
             const char *v = args_value(&a, f);
             if (v && (ak_parse_bytes(v, &disk_budget) < 0 || !disk_budget))
@@ -120,7 +128,7 @@ int cmd_run(int argc, char **argv) {
         if (key_file && ak_store_read_key(key_file, key, &err) < 0) goto fail;
         if (!(store = ak_store_open(memory_dir, key_file ? key : NULL, &err))) goto fail;
         if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
-        ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, AK_SAVE_EVERY_TURN, disk_budget,
+        ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, save_policy, disk_budget,
                                log_line, NULL};
         if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     } else if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) {

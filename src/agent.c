@@ -1,6 +1,7 @@
 /* agent.c - see agent.h */
 #include "agent.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,11 +16,29 @@ typedef struct {
     int in_turn;            /* begin() called and end() not yet */
 } agent;
 
+/* A save waiting for the writer thread: the agent's cache was copied into
+ * the snapshot, so the agent may be evicted or decode on meanwhile. */
+typedef struct pending {
+    struct pending *next;
+    char id[AK_AGENT_ID_MAX + 1];
+    ak_snapshot *snap;
+} pending;
+
 struct ak_agents {
     ak_agents_config cfg;
     agent **v;
     int n, cap;
     uint64_t clock;
+    /* background writer: file I/O off the engine's thread */
+    pthread_t writer;
+    int writer_running;
+    pthread_mutex_t mu;         /* guards the fields below */
+    pthread_cond_t cv;
+    pending *head, *tail;       /* queued saves, oldest first */
+    int writing;                /* a save is being written (not in the queue) */
+    char writing_id[AK_AGENT_ID_MAX + 1];
+    int stop;
+    uint64_t saves_done, saves_failed;
 };
 
 const char *ak_match_name(ak_match m) {
@@ -51,6 +70,47 @@ static void logf_(ak_agents *a, const char *fmt, ...) {
     a->cfg.log(a->cfg.log_ud, line);
 }
 
+static void *writer_main(void *arg) {
+    ak_agents *a = arg;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->head && !a->stop) pthread_cond_wait(&a->cv, &a->mu);
+        if (!a->head) break; /* stop, and nothing left to write */
+        pending *p = a->head;
+        a->head = p->next;
+        if (!a->head) a->tail = NULL;
+        a->writing = 1;
+        snprintf(a->writing_id, sizeof a->writing_id, "%s", p->id);
+        pthread_mutex_unlock(&a->mu);
+        ak_error err = {{0}};
+        int rc = ak_store_write_snapshot(a->cfg.store, p->snap, &err);
+        if (rc < 0) logf_(a, "agent %s: save failed (the previous file is kept): %s", p->id, err.msg);
+        ak_snapshot_free(p->snap);
+        free(p);
+        pthread_mutex_lock(&a->mu);
+        a->writing = 0;
+        if (rc < 0) a->saves_failed++;
+        else a->saves_done++;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* Waits until no save of `id` (NULL: of any agent) is queued or being
+ * written, so that a restore reads the newest file. */
+static void wait_saved(ak_agents *a, const char *id) {
+    if (!a->writer_running) return;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        int busy = a->writing && (!id || !strcmp(a->writing_id, id));
+        for (pending *p = a->head; p && !busy; p = p->next) busy = !id || !strcmp(p->id, id);
+        if (!busy) break;
+        pthread_cond_wait(&a->cv, &a->mu);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
 ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     if (!cfg->model || !cfg->pool || cfg->n_ctx <= 0) {
         ak_fail(err, "agents: model, pool and a positive context are required");
@@ -59,6 +119,18 @@ ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     ak_agents *a = ak_calloc(1, sizeof *a, err);
     if (!a) return NULL;
     a->cfg = *cfg;
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    if (cfg->store) {
+        if (pthread_create(&a->writer, NULL, writer_main, a) != 0) {
+            ak_fail(err, "agents: cannot start the writer thread");
+            pthread_mutex_destroy(&a->mu);
+            pthread_cond_destroy(&a->cv);
+            free(a);
+            return NULL;
+        }
+        a->writer_running = 1;
+    }
     return a;
 }
 
@@ -69,22 +141,60 @@ static void free_agent(agent *g) {
     free(g);
 }
 
-static int save_agent(ak_agents *a, agent *g, ak_error *err) {
+/* Saves g if its file is not current: copies its cache into a snapshot (the
+ * only part done on this thread) and queues the write. sync = 1 waits for
+ * the file and reports its error. Returns 0, or -1 with err set. */
+static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     if (!a->cfg.store || !g->dirty || !g->kv) return 0;
-    if (ak_store_save(a->cfg.store, g->id, g->kv, g->tokens, g->n, a->cfg.model->fingerprint,
-                      a->cfg.model->cfg.name, err) < 0)
-        return -1;
+    ak_snapshot *snap = ak_store_snapshot(g->id, g->kv, g->tokens, g->n, a->cfg.model->fingerprint,
+                                          a->cfg.model->cfg.name, err);
+    if (!snap) return -1;
+    if (sync || !a->writer_running) {
+        wait_saved(a, g->id); /* an older queued save must not land after this one */
+        int rc = ak_store_write_snapshot(a->cfg.store, snap, err);
+        ak_snapshot_free(snap);
+        if (rc < 0) return -1;
+        g->dirty = 0;
+        return 0;
+    }
+    pending *p = malloc(sizeof *p);
+    if (!p) {
+        ak_snapshot_free(snap);
+        return ak_fail(err, "out of memory");
+    }
+    p->next = NULL;
+    p->snap = snap;
+    snprintf(p->id, sizeof p->id, "%s", g->id);
+    pthread_mutex_lock(&a->mu);
+    if (a->tail) a->tail->next = p;
+    else a->head = p;
+    a->tail = p;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
     g->dirty = 0;
     return 0;
+}
+
+static void stop_writer(ak_agents *a) {
+    if (!a->writer_running) return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->writer, NULL);
+    a->writer_running = 0;
 }
 
 void ak_agents_free(ak_agents *a) {
     if (!a) return;
     for (int i = 0; i < a->n; i++) {
         ak_error err = {{0}};
-        if (save_agent(a, a->v[i], &err) < 0) logf_(a, "agent %s: save at shutdown failed: %s", a->v[i]->id, err.msg);
-        free_agent(a->v[i]);
+        if (save_agent(a, a->v[i], 0, &err) < 0) logf_(a, "agent %s: save at shutdown failed: %s", a->v[i]->id, err.msg);
     }
+    stop_writer(a); /* writes everything queued, then ends */
+    for (int i = 0; i < a->n; i++) free_agent(a->v[i]);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
     free(a->v);
     free(a);
 }
@@ -93,11 +203,21 @@ int ak_agents_flush(ak_agents *a, ak_error *err) {
     int rc = 0;
     for (int i = 0; i < a->n; i++) {
         ak_error e = {{0}};
-        if (save_agent(a, a->v[i], &e) < 0 && rc == 0) {
+        if (save_agent(a, a->v[i], 0, &e) < 0 && rc == 0) {
             rc = -1;
             if (err) *err = e;
         }
     }
+    pthread_mutex_lock(&a->mu);
+    uint64_t failed_before = a->saves_failed;
+    pthread_mutex_unlock(&a->mu);
+    wait_saved(a, NULL);
+    pthread_mutex_lock(&a->mu);
+    if (a->saves_failed > failed_before && rc == 0) {
+        rc = -1;
+        ak_fail(err, "a save failed (see the log)");
+    }
+    pthread_mutex_unlock(&a->mu);
     return rc;
 }
 
@@ -146,7 +266,7 @@ static size_t pool_free(ak_agents *a) {
 /* Moves one agent out of RAM: writes it if its file is not current, frees
  * its blocks. Without a store its memory is simply dropped (cold next time). */
 static int evict(ak_agents *a, agent *g, ak_error *err) {
-    if (a->cfg.store && g->dirty && save_agent(a, g, err) < 0) return -1;
+    if (a->cfg.store && g->dirty && save_agent(a, g, 0, err) < 0) return -1;
     if (!a->cfg.store) g->n = 0;
     ak_kv_free(g->kv);
     g->kv = NULL;
@@ -189,6 +309,7 @@ static size_t bytes_for(ak_agents *a, const agent *g, int n_pos) {
 static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     ak_store_entry e;
     ak_error ie = {{0}};
+    wait_saved(a, g->id); /* its last save may still be on its way to disk */
     if (ak_store_inspect(a->cfg.store, g->id, &e, NULL, &ie) != 0) return;
     int n_file = e.readable ? e.n_tokens : 0;
     if (n_file > a->cfg.n_ctx) n_file = a->cfg.n_ctx;
@@ -297,7 +418,7 @@ int ak_agent_end(ak_agents *a, const char *id, ak_error *err) {
     agent *g = find(a, id);
     if (!g) return ak_fail(err, "agent %s: unknown", id);
     g->in_turn = 0;
-    if (a->cfg.save == AK_SAVE_EVERY_TURN && save_agent(a, g, err) < 0) return -1;
+    if (a->cfg.save == AK_SAVE_EVERY_TURN && save_agent(a, g, 0, err) < 0) return -1;
     if (a->cfg.store && a->cfg.disk_budget) {
         ak_error ge = {{0}};
         if (ak_store_gc(a->cfg.store, a->cfg.disk_budget, NULL, &ge) < 0) logf_(a, "disk budget: %s", ge.msg);
@@ -315,6 +436,7 @@ int ak_agent_remove(ak_agents *a, const char *id, ak_error *err) {
             break;
         }
     if (a->cfg.store && ak_agent_id_valid(id)) {
+        wait_saved(a, id);
         int r = ak_store_remove(a->cfg.store, id, err);
         if (r < 0) return -1;
         if (r == 0) found = 1;

@@ -143,6 +143,8 @@ static void check_restore_exact(ak_test_ctx *t, const char *model_path, const ch
         REQUIRE(hot && turn(t, &e, hot, "x", p, 40, 12, g1, &ti) == 0, "turn 1");
         /* phase 2 prompt: everything so far plus the last generated token */
         memcpy(p + 40, g1, sizeof g1);
+        /* saves are written by a background thread: wait for the file */
+        REQUIRE(ak_agents_flush(hot, &err) == 0, "flush: %s", err.msg);
         /* warm: a new pool and agent set (as after a restart) restores the file */
         ak_agents *warm = agents_for(&e, &pool2, store, fmts[fi][0], fmts[fi][1], 0);
         REQUIRE(warm && turn(t, &e, warm, "x", p, 52, 12, g2, &ti) == 0, "warm turn");
