@@ -826,7 +826,6 @@ typedef struct {
     size_t cbuf_cap;
     uint64_t bytes_read;
     double read_ms;
-    int mapped;             /* img is a read-only mapping of the plain file */
 } reader;
 
 static void reader_close(reader *r) {
@@ -835,8 +834,7 @@ static void reader_close(reader *r) {
         sodium_memzero(&r->z, sizeof r->z);
         if (r->img) sodium_memzero(r->img, (size_t)r->have);   /* plaintext of a sealed file */
     }
-    if (r->mapped) munmap(r->img, (size_t)r->img_size);
-    else free(r->img);
+    free(r->img);
     free(r->cbuf);
     memset(r, 0, sizeof *r);
     r->fd = -1;
@@ -905,24 +903,6 @@ static ak_store_status reader_open(reader *r, const ak_store *s, const char *pat
         r->file_pos = AK_SEAL_HEADER_BYTES;
         r->cbuf_cap = ((1u << 20) / si.chunk + 1) * (si.chunk + AK_SEAL_ABYTES);
         if (!(r->cbuf = malloc(r->cbuf_cap))) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
-    }
-    if (!r->sealed && r->img_size >= ((uint64_t)1 << 20)) {
-        /* Large plain files are mapped, not read: the page cache's pages are
-         * verified and copied into the blocks directly, saving a copy of the
-         * whole file into fresh memory. Files are only ever replaced by
-         * rename, never rewritten in place, so the mapped bytes cannot
-         * change under the verification. */
-        double t0 = ak_now();
-        void *m = mmap(NULL, (size_t)r->img_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, r->fd, 0);
-        if (m != MAP_FAILED) {
-            madvise(m, (size_t)r->img_size, MADV_SEQUENTIAL);
-            r->img = m;
-            r->mapped = 1;
-            r->have = r->img_size;
-            r->bytes_read = r->img_size;
-            r->read_ms += ms_since(t0);
-            return AK_STORE_HIT;
-        }
     }
     if (!(r->img = big_alloc((size_t)r->img_size)))
         return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)r->img_size);
