@@ -197,7 +197,7 @@ static void round_robin(ak_test_ctx *t, env *e, ak_store *store, ak_kv_format fm
     int len[24] = {0};
     for (int round = 0; round < 3; round++)
         for (int a = 0; a < n; a++) {
-            char id[16];
+            char id[32];
             snprintf(id, sizeof id, "agent%d", a);
             for (int i = 0; i < 30; i++) hist[a][len[a] + i] = 5 + (a * 97 + (len[a] + i) * 13) % 4000;
             len[a] += 30;
