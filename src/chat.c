@@ -1,0 +1,397 @@
+/* chat.c - native renderers for the chat-template families (see chat.h). */
+#include "chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- growable output buffer ------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int failed;          /* an allocation failed; later appends are no-ops */
+} sbuf;
+
+static void sb_putn(sbuf *b, const char *s, size_t n) {
+    if (b->failed || n == 0) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) { b->failed = 1; return; }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { if (s) sb_putn(b, s, strlen(s)); }
+
+static int is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* Appends s with ASCII whitespace stripped from both ends (Jinja trim). */
+static void sb_put_trim(sbuf *b, const char *s) {
+    size_t n = strlen(s), a = 0;
+    while (a < n && is_ws(s[a])) a++;
+    while (n > a && is_ws(s[n - 1])) n--;
+    sb_putn(b, s + a, n - a);
+}
+
+/* ---- roles --------------------------------------------------------------- */
+
+typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } role_t;
+
+/* Checks every message and fills roles[]; -1 with err set on a bad one. */
+static int classify(const ak_chat_msg *msgs, int n, role_t *roles, ak_error *err) {
+    for (int i = 0; i < n; i++) {
+        if (!msgs[i].role) return ak_fail(err, "chat: message %d has no role", i);
+        if (!msgs[i].content) return ak_fail(err, "chat: message %d has no content", i);
+        if (strcmp(msgs[i].role, "system") == 0) roles[i] = ROLE_SYSTEM;
+        else if (strcmp(msgs[i].role, "user") == 0) roles[i] = ROLE_USER;
+        else if (strcmp(msgs[i].role, "assistant") == 0) roles[i] = ROLE_ASSISTANT;
+        else
+            return ak_fail(err, "chat: message %d has unknown role \"%.64s\" "
+                                "(expected system, user or assistant)", i, msgs[i].role);
+    }
+    return 0;
+}
+
+/* ---- template inspection ----------------------------------------------- */
+
+static int has(const char *t, size_t n, const char *needle) {
+    return memmem(t, n, needle, strlen(needle)) != NULL;
+}
+
+static ak_chat_family detect_n(const char *t, size_t n) {
+    if (!t || n == 0) return AK_CHAT_PLAIN;
+    if (has(t, n, "<|start_header_id|>")) return AK_CHAT_LLAMA3;
+    if (has(t, n, "<|im_start|>")) return AK_CHAT_CHATML;
+    if (has(t, n, "<start_of_turn>")) return AK_CHAT_GEMMA;
+    if (has(t, n, "<|user|>") && has(t, n, "<|end|>")) return AK_CHAT_PHI3;
+    if (has(t, n, "[INST]")) return has(t, n, "<<SYS>>") ? AK_CHAT_LLAMA2 : AK_CHAT_MISTRAL;
+    return AK_CHAT_PLAIN;
+}
+
+/* Copies the Jinja string-literal text s[0..n) into b, undoing the escapes
+ * \n, \t, \\, \' and \". */
+static void sb_put_unescaped(sbuf *b, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n) {
+            char c = s[++i];
+            char o = c == 'n' ? '\n' : c == 't' ? '\t' : c;
+            sb_putn(b, &o, 1);
+        } else {
+            sb_putn(b, &s[i], 1);
+        }
+    }
+}
+
+/* Finds a literal default system message in a ChatML template: the text
+ * between "<|im_start|>system\n" (escaped or real newline) and "<|im_end|>"
+ * inside one string literal (no quotes, braces or '+' in between). Appends
+ * the whole default system turn to b and returns 1 if found, else 0. */
+static int chatml_default_system(sbuf *b, const char *t) {
+    static const char open[] = "<|im_start|>system";
+    const char *p = t;
+    while (t && (p = strstr(p, open)) != NULL) {
+        p += sizeof open - 1;
+        const char *s;
+        if (p[0] == '\\' && p[1] == 'n') s = p + 2;
+        else if (p[0] == '\n') s = p + 1;
+        else continue;
+        const char *e = strstr(s, "<|im_end|>");
+        if (!e || e == s) continue;
+        size_t len = (size_t)(e - s);
+        if (memchr(s, '\'', len) || memchr(s, '"', len) || memchr(s, '{', len) ||
+            memchr(s, '}', len) || memchr(s, '+', len))
+            continue;
+        sb_puts(b, "<|im_start|>system\n");
+        sb_put_unescaped(b, s, len);
+        sb_puts(b, "<|im_end|>\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* Appends the Llama 3.1/3.2 date: the template's literal default
+ * (`date_string = "..."`) if present, else AK_CHAT_LLAMA3_DATE. */
+static void llama3_date(sbuf *b, const char *t) {
+    static const char key[] = "date_string = \"";
+    const char *p = t ? strstr(t, key) : NULL;
+    if (p) {
+        p += sizeof key - 1;
+        const char *e = strchr(p, '"');
+        if (e && e > p && e - p < 64 && !memchr(p, '\n', (size_t)(e - p))) {
+            sb_putn(b, p, (size_t)(e - p));
+            return;
+        }
+    }
+    sb_puts(b, AK_CHAT_LLAMA3_DATE);
+}
+
+/* ---- public API ----------------------------------------------------------- */
+
+ak_chat_family ak_chat_detect(const char *template_text) {
+    return template_text ? detect_n(template_text, strlen(template_text)) : AK_CHAT_PLAIN;
+}
+
+ak_chat_family ak_chat_detect_gguf(const gguf_file *f) {
+    const gguf_kv *kv = f ? gguf_find(f, "tokenizer.chat_template") : NULL;
+    if (!kv || kv->type != GGUF_TYPE_STRING) return AK_CHAT_PLAIN;
+    return detect_n(kv->v.str.data, (size_t)kv->v.str.len);
+}
+
+char *ak_chat_template_gguf(const gguf_file *f, ak_error *err) {
+    const gguf_kv *kv = f ? gguf_find(f, "tokenizer.chat_template") : NULL;
+    if (!kv || kv->type != GGUF_TYPE_STRING) return NULL;
+    size_t n = (size_t)kv->v.str.len;
+    char *s = ak_malloc(n + 1, err);
+    if (!s) return NULL;
+    memcpy(s, kv->v.str.data, n);
+    s[n] = '\0';
+    return s;
+}
+
+static const char *const family_names[] = {
+    "llama3", "chatml", "llama2", "mistral", "gemma", "phi3", "plain",
+};
+#define N_FAMILIES ((int)(sizeof family_names / sizeof family_names[0]))
+
+const char *ak_chat_family_name(ak_chat_family f) {
+    return (int)f >= 0 && (int)f < N_FAMILIES ? family_names[f] : "unknown";
+}
+
+int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err) {
+    if (!name) return ak_fail(err, "chat: no template family name given");
+    for (int i = 0; i < N_FAMILIES; i++) {
+        if (strcasecmp(name, family_names[i]) == 0) {
+            *out = (ak_chat_family)i;
+            return 0;
+        }
+    }
+    return ak_fail(err, "chat: unknown template family \"%.64s\" (expected llama3, chatml, "
+                        "llama2, mistral, gemma, phi3 or plain)", name);
+}
+
+const char *ak_chat_end_of_turn(ak_chat_family f) {
+    switch (f) {
+    case AK_CHAT_LLAMA3: return "<|eot_id|>";
+    case AK_CHAT_CHATML: return "<|im_end|>";
+    case AK_CHAT_LLAMA2: return "</s>";
+    case AK_CHAT_MISTRAL: return "</s>";
+    case AK_CHAT_GEMMA: return "<end_of_turn>";
+    case AK_CHAT_PHI3: return "<|end|>";
+    case AK_CHAT_PLAIN: return "\nUser:";
+    }
+    return "";
+}
+
+/* ---- renderers -------------------------------------------------------------- */
+
+static const char *const role_names[] = { "system", "user", "assistant" };
+
+static void render_llama3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
+                          const char *bos, const char *tmpl) {
+    int v31 = !tmpl || strstr(tmpl, "Cutting Knowledge Date") != NULL;
+    int i = 0;
+    sb_puts(b, bos);
+    if (v31) {
+        sb_puts(b, "<|start_header_id|>system<|end_header_id|>\n\n"
+                   "Cutting Knowledge Date: December 2023\nToday Date: ");
+        llama3_date(b, tmpl);
+        sb_puts(b, "\n\n");
+        if (r[0] == ROLE_SYSTEM) sb_put_trim(b, m[i++].content);
+        sb_puts(b, "<|eot_id|>");
+    }
+    for (; i < n; i++) {
+        sb_puts(b, "<|start_header_id|>");
+        sb_puts(b, role_names[r[i]]);
+        sb_puts(b, "<|end_header_id|>\n\n");
+        sb_put_trim(b, m[i].content);
+        sb_puts(b, "<|eot_id|>");
+    }
+    if (gen) sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void render_chatml(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
+                          const char *tmpl) {
+    if (r[0] != ROLE_SYSTEM) chatml_default_system(b, tmpl);
+    for (int i = 0; i < n; i++) {
+        sb_puts(b, "<|im_start|>");
+        sb_puts(b, role_names[r[i]]);
+        sb_puts(b, "\n");
+        sb_puts(b, m[i].content);
+        sb_puts(b, "<|im_end|>\n");
+    }
+    if (gen) sb_puts(b, "<|im_start|>assistant\n");
+}
+
+static void render_llama2(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
+                          const char *bos, const char *eos) {
+    const char *sys = r[0] == ROLE_SYSTEM ? m[0].content : NULL;
+    int first = sys ? 1 : 0;
+    for (int i = first; i < n; i++) {
+        if (r[i] == ROLE_SYSTEM) continue;   /* the template ignores later ones */
+        sbuf c = {0};
+        if (i == first && sys) {
+            sb_puts(&c, "<<SYS>>\n");
+            sb_puts(&c, sys);
+            sb_puts(&c, "\n<</SYS>>\n\n");
+        }
+        sb_puts(&c, m[i].content);
+        if (c.failed) { b->failed = 1; free(c.p); return; }
+        const char *text = c.p ? c.p : "";
+        if (r[i] == ROLE_USER) {
+            sb_puts(b, bos);
+            sb_puts(b, "[INST] ");
+            sb_put_trim(b, text);
+            sb_puts(b, " [/INST]");
+        } else {
+            sb_puts(b, " ");
+            sb_put_trim(b, text);
+            sb_puts(b, " ");
+            sb_puts(b, eos);
+        }
+        free(c.p);
+    }
+}
+
+static int render_mistral(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
+                          const char *bos, const char *eos, ak_error *err) {
+    const char *sys = r[0] == ROLE_SYSTEM ? m[0].content : NULL;
+    int first = sys ? 1 : 0;
+    for (int i = first; i < n; i++)
+        if (r[i] == ROLE_SYSTEM)
+            return ak_fail(err, "chat: mistral accepts a system message only as the first "
+                                "message (message %d is one)", i);
+    sb_puts(b, bos);
+    for (int i = first; i < n; i++) {
+        if (r[i] == ROLE_USER) {
+            sb_puts(b, "[INST]");
+            if (sys && i == n - 1) {
+                sb_puts(b, sys);
+                sb_puts(b, "\n\n");
+            }
+            sb_puts(b, m[i].content);
+            sb_puts(b, "[/INST]");
+        } else {
+            sb_puts(b, m[i].content);
+            sb_puts(b, eos);
+        }
+    }
+    return 0;
+}
+
+static void gemma_turn(sbuf *b, const char *role, const char *pending, const char *content) {
+    sb_puts(b, "<start_of_turn>");
+    sb_puts(b, role);
+    sb_puts(b, "\n");
+    if (pending && content) {
+        sbuf c = {0};
+        sb_puts(&c, pending);
+        sb_puts(&c, "\n\n");
+        sb_puts(&c, content);
+        if (c.failed) b->failed = 1;
+        else sb_put_trim(b, c.p);
+        free(c.p);
+    } else {
+        sb_put_trim(b, pending ? pending : content);
+    }
+    sb_puts(b, "<end_of_turn>\n");
+}
+
+static void render_gemma(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
+                         const char *bos) {
+    const char *pending = NULL;   /* system text waiting for the next user turn */
+    sbuf acc = {0};               /* joins several pending system messages */
+    sb_puts(b, bos);
+    for (int i = 0; i < n; i++) {
+        if (r[i] == ROLE_SYSTEM) {
+            if (pending) {
+                sb_puts(&acc, "\n\n");
+                sb_puts(&acc, m[i].content);
+            } else {
+                acc.len = 0;
+                if (acc.p) acc.p[0] = '\0';
+                sb_puts(&acc, m[i].content);
+            }
+            if (acc.failed) { b->failed = 1; break; }
+            pending = acc.p ? acc.p : "";
+        } else if (r[i] == ROLE_USER) {
+            gemma_turn(b, "user", pending, m[i].content);
+            pending = NULL;
+        } else {
+            gemma_turn(b, "model", NULL, m[i].content);
+        }
+    }
+    if (pending) gemma_turn(b, "user", pending, NULL);
+    free(acc.p);
+    if (gen) sb_puts(b, "<start_of_turn>model\n");
+}
+
+static void render_phi3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
+                        const char *eos) {
+    for (int i = 0; i < n; i++) {
+        if (r[i] == ROLE_SYSTEM && m[i].content[0] == '\0') continue;
+        sb_puts(b, "<|");
+        sb_puts(b, role_names[r[i]]);
+        sb_puts(b, "|>\n");
+        sb_puts(b, m[i].content);
+        sb_puts(b, "<|end|>\n");
+    }
+    sb_puts(b, gen ? "<|assistant|>\n" : eos);
+}
+
+static void render_plain(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
+                         const char *bos) {
+    static const char *const label[] = { "System: ", "User: ", "Assistant: " };
+    sb_puts(b, bos);
+    for (int i = 0; i < n; i++) {
+        sb_puts(b, label[r[i]]);
+        sb_puts(b, m[i].content);
+        sb_puts(b, "\n");
+    }
+    if (gen) sb_puts(b, "Assistant:");
+}
+
+int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
+                   const char *bos, const char *eos, const char *template_text, char **out,
+                   ak_error *err) {
+    *out = NULL;
+    if (!msgs || n < 1) return ak_fail(err, "chat: no messages to render");
+    if ((int)f < 0 || (int)f >= N_FAMILIES)
+        return ak_fail(err, "chat: unknown template family %d", (int)f);
+    if (!bos) bos = "";
+    if (!eos) eos = "";
+    role_t *roles = ak_malloc((size_t)n * sizeof *roles, err);
+    if (!roles) return -1;
+    if (classify(msgs, n, roles, err) != 0) { free(roles); return -1; }
+
+    int gen = add_generation_prompt != 0;
+    sbuf b = {0};
+    int rc = 0;
+    switch (f) {
+    case AK_CHAT_LLAMA3: render_llama3(&b, msgs, roles, n, gen, bos, template_text); break;
+    case AK_CHAT_CHATML: render_chatml(&b, msgs, roles, n, gen, template_text); break;
+    case AK_CHAT_LLAMA2: render_llama2(&b, msgs, roles, n, bos, eos); break;
+    case AK_CHAT_MISTRAL: rc = render_mistral(&b, msgs, roles, n, bos, eos, err); break;
+    case AK_CHAT_GEMMA: render_gemma(&b, msgs, roles, n, gen, bos); break;
+    case AK_CHAT_PHI3: render_phi3(&b, msgs, roles, n, gen, eos); break;
+    case AK_CHAT_PLAIN: render_plain(&b, msgs, roles, n, gen, bos); break;
+    }
+    free(roles);
+    if (rc == 0 && !b.failed && !b.p) {   /* rendered nothing: still return "" */
+        b.p = malloc(1);
+        if (b.p) b.p[0] = '\0';
+        else b.failed = 1;
+    }
+    if (rc == 0 && b.failed) rc = ak_fail(err, "chat: out of memory rendering the prompt");
+    if (rc != 0) { free(b.p); return -1; }
+    *out = b.p;
+    return 0;
+}
