@@ -61,3 +61,22 @@ void args_unknown(ak_args *a, const char *flag) {
 }
 
 int args_stderr_is_tty(void) { return isatty(2); }
+
+int args_int_list(ak_args *a, const char *flag, const char *list, long lo, long hi, int *out, int max) {
+    int n = 0;
+    const char *p = list;
+    if (a->failed || !list) return 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < lo || v > hi || (*end && *end != ',') || n == max) {
+            args_error(a, "%s: bad list '%s' (up to %d integers in [%ld, %ld], comma-separated)", flag, list, max, lo, hi);
+            return 0;
+        }
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (!n) args_error(a, "%s: empty list", flag);
+    return n;
+}

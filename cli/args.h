@@ -29,6 +29,10 @@ const char *args_value(ak_args *a, const char *flag);
  * message, sets a->failed and returns 0 (the caller checks a->failed). */
 long long args_int(ak_args *a, const char *flag, long long lo, long long hi);
 double args_float(ak_args *a, const char *flag, double lo, double hi);
+/* Parses a comma-separated list of integers in [lo, hi] (e.g. "1024,4096")
+ * into out (at most max entries); returns the count, or 0 after printing an
+ * error and setting a->failed (empty list, bad number, too many entries). */
+int args_int_list(ak_args *a, const char *flag, const char *list, long lo, long hi, int *out, int max);
 /* Prints "agentkv CMD: unknown flag X (see agentkv CMD --help)" and sets failed. */
 void args_unknown(ak_args *a, const char *flag);
 /* Prints "agentkv CMD: <message>" and sets failed. */

@@ -111,18 +111,8 @@ int cmd_bench_kv(int argc, char **argv) {
         else args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    int ctxs[16], n_ctxs = 0;
-    if (!a.failed) {
-        const char *p = contexts;
-        while (*p && n_ctxs < 16) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p || v < 1 || v > (1 << 20)) { args_error(&a, "--contexts: bad list '%s'", contexts); break; }
-            ctxs[n_ctxs++] = (int)v;
-            p = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') { args_error(&a, "--contexts: bad list '%s'", contexts); break; }
-        }
-    }
+    int ctxs[16];
+    int n_ctxs = args_int_list(&a, "--contexts", contexts, 1, 1 << 20, ctxs, 16);
     if (a.failed) return AK_EXIT_USAGE;
     loaded_model lm;
     if (load_model(&lm, "bench kv", model_path) < 0) return 1;

@@ -89,14 +89,8 @@ int cmd_bench_ttft(int argc, char **argv) {
         else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    int ctxs[16], n_ctxs = 0;
-    for (const char *p = contexts; !a.failed && p && *p && n_ctxs < 16;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 2 || (*end && *end != ',')) { args_error(&a, "--contexts: bad list '%s'", contexts); break; }
-        ctxs[n_ctxs++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
+    int ctxs[16];
+    int n_ctxs = args_int_list(&a, "--contexts", contexts, 2, 1 << 20, ctxs, 16);
     if (a.failed) return AK_EXIT_USAGE;
     loaded_model lm;
     if (load_model(&lm, "bench ttft", model_path) < 0) return 1;

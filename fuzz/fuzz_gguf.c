@@ -25,15 +25,6 @@ static uint64_t touch(uint64_t h, const void *p, uint64_t n) {
     return h;
 }
 
-static size_t elem_size(uint32_t t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_file f;
@@ -55,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 for (uint64_t j = 0; j < kv->v.arr.count; j++)
                     h = touch(h, kv->v.arr.strs[j].data, kv->v.arr.strs[j].len);
             } else {
-                size_t es = elem_size(kv->v.arr.type);
+                size_t es = gguf_type_size(kv->v.arr.type);
                 if (!es) __builtin_trap();   /* the reader must reject unknown element types */
                 h = touch(h, kv->v.arr.data, kv->v.arr.count * es);
             }

@@ -67,7 +67,7 @@ static int rd_str(cursor *c, gguf_str *s, const char *what) {
     return 0;
 }
 
-static size_t scalar_size(uint32_t t) {
+size_t gguf_type_size(uint32_t t) {
     switch (t) {
     case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
     case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
@@ -120,7 +120,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
                 if (rd_str(c, &kv->v.arr.strs[i], "array string") < 0) return -1;
             return 0;
         }
-        size_t es = scalar_size(et);
+        size_t es = gguf_type_size(et);
         if (!es) {
             snprintf(msg, sizeof msg, "array '%.*s' has unsupported element type %u",
                      (int)(kv->key.len > 64 ? 64 : kv->key.len), kv->key.data, et);
@@ -134,7 +134,7 @@ static int parse_kv(cursor *c, gguf_kv *kv) {
         c->p += n * es;
         return 0;
     }
-    size_t sz = scalar_size(kv->type);
+    size_t sz = gguf_type_size(kv->type);
     if (!sz) {
         snprintf(msg, sizeof msg, "metadata '%.*s' has unknown value type %u",
                  (int)(kv->key.len > 64 ? 64 : kv->key.len), kv->key.data, kv->type);

@@ -136,6 +136,9 @@ int gguf_str_eq(gguf_str s, const char *c);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 
 const char *gguf_type_name(uint32_t type);          /* metadata value type */
+/* Bytes of one numeric metadata value (or array element) of this type; 0 for
+ * STRING, ARRAY and unknown types. */
+size_t gguf_type_size(uint32_t type);
 const char *gguf_tensor_type_name(uint32_t type);   /* "F32", "Q4_0", ... or "?" */
 /* Elements and bytes per block; 0 for types the engine does not know. */
 uint32_t gguf_type_block_elems(uint32_t type);

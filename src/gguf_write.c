@@ -107,16 +107,6 @@ static int put_str(gguf_writer *w, bytes *b, const char *s, uint64_t len) {
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-/* Element size of a numeric metadata type; 0 for STRING/ARRAY/unknown. */
-static size_t elem_size(uint32_t t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
 
 /* ---- output ------------------------------------------------------------- */
 
@@ -297,7 +287,7 @@ int gguf_writer_kv_arr_str_len(gguf_writer *w, const char *key, const gguf_str *
  * (little-endian; every platform agentkv builds on is). */
 int gguf_writer_kv_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *data, uint64_t n) {
     if (!w || not_alignment(w, key) < 0) return -1;
-    size_t es = elem_size(elem_type);
+    size_t es = gguf_type_size(elem_type);
     if (!es) return wfail(w, "metadata '%s': array element type %u is not numeric", key ? key : "", elem_type);
     if (!data && n) return wfail(w, "metadata '%s': NULL array", key ? key : "");
     if (n > SIZE_MAX / es) return wfail(w, "metadata '%s': array of %llu elements is too large",
