@@ -202,6 +202,20 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
     return b;
 }
 
+size_t ak_block_pool_prefault(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, size_t bytes) {
+    if (!ak_kv_format_get(fk) || !ak_kv_format_get(fv)) return 0;
+    size_t bb = ak_block_pool_block_bytes(p, fk, fv), n = bb ? (bytes + bb - 1) / bb : 0, got = 0;
+    ak_block **b = n ? calloc(n, sizeof *b) : NULL;
+    if (!b) return 0;
+    for (; got < n; got++) {
+        if (!(b[got] = ak_block_alloc(p, fk, fv, NULL))) break;
+        memset(b[got]->data, 0, bb);   /* the touch is the point */
+    }
+    for (size_t i = 0; i < got; i++) ak_block_unref(p, b[i]);
+    free(b);
+    return got * bb;
+}
+
 ak_block *ak_block_clone(ak_block_pool *p, const ak_block *b, ak_error *err) {
     ak_block *c = ak_block_alloc(p, b->fk, b->fv, err);
     if (c) memcpy(c->data, b->data, ak_block_pool_block_bytes(p, b->fk, b->fv));

@@ -372,11 +372,11 @@ static void quantize(ak_kv_format f, const float *x, int d, void *dst) {
 /* Decoding (stored basis) and the scalar reference products                */
 /* ------------------------------------------------------------------------ */
 
-/* y = the stored vector in its stored basis (rotated for tq formats). */
-static void decode(ak_kv_format f, const uint8_t *p, int d, float *y) {
+/* y = the stored vector in its stored basis (rotated for tq formats), from
+ * its code stream p and its metadata meta. */
+static void decode(ak_kv_format f, const uint8_t *p, const uint8_t *meta, int d, float *y) {
     fmt_shape s = shape(f);
     uint8_t code[AK_KVF_MAX_D];
-    const uint8_t *meta = p + ak_kvf_code_bytes(d, s.bits);
     switch (f) {
     case AK_KV_F32: memcpy(y, p, (size_t)d * sizeof(float)); break;
     case AK_KV_F16:
@@ -414,15 +414,17 @@ static void decode(ak_kv_format f, const uint8_t *p, int d, float *y) {
 
 static void dequantize(ak_kv_format f, const void *src, int d, float *y) {
     if (!valid_d(d)) return;
-    decode(f, src, d, y);
+    decode(f, src, (const uint8_t *)src + ak_kvf_code_bytes(d, shape(f).bits), d, y);
     if (shape(f).cb) ak_kv_unrotate(y, d);
 }
 
-static void dot_scalar(ak_kv_format f, const void *src, size_t stride, int n, const float *q, int d, float *out) {
+static void dot_scalar(ak_kv_format f, const void *codes, size_t cstride, const void *meta, size_t mstride, int n,
+                       const float *q, int d, float *out) {
     float y[AK_KVF_MAX_D];
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
-        decode(f, (const uint8_t *)src + (size_t)j * stride, d, y);
+        decode(f, (const uint8_t *)codes + (size_t)j * cstride, meta ? (const uint8_t *)meta + (size_t)j * mstride : NULL,
+               d, y);
         float s[8] = { 0 };   /* 8 chains, not one: no wait on each add (and SIMD-able) */
         int i = 0;
         for (; i + 8 <= d; i += 8)
@@ -432,11 +434,13 @@ static void dot_scalar(ak_kv_format f, const void *src, size_t stride, int n, co
     }
 }
 
-static void axpy_scalar(ak_kv_format f, const void *src, size_t stride, int n, const float *w, int d, float *acc) {
+static void axpy_scalar(ak_kv_format f, const void *codes, size_t cstride, const void *meta, size_t mstride, int n,
+                        const float *w, int d, float *acc) {
     float y[AK_KVF_MAX_D];
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
-        decode(f, (const uint8_t *)src + (size_t)j * stride, d, y);
+        decode(f, (const uint8_t *)codes + (size_t)j * cstride, meta ? (const uint8_t *)meta + (size_t)j * mstride : NULL,
+               d, y);
         float wj = w[j];   /* hoisted: w may alias acc as far as the compiler knows */
         for (int i = 0; i < d; i++) acc[i] += wj * y[i];
     }
@@ -447,11 +451,13 @@ static void axpy_scalar(ak_kv_format f, const void *src, size_t stride, int n, c
     static size_t vec_bytes_##F(int d) { return vec_bytes(ID, d); }                                           \
     static void quantize_##F(const float *x, int d, void *dst) { quantize(ID, x, d, dst); }                   \
     static void dequantize_##F(const void *src, int d, float *y) { dequantize(ID, src, d, y); }               \
-    static void dot_##F(const void *src, size_t stride, int n, const float *q, int d, float *out) {           \
-        dot_scalar(ID, src, stride, n, q, d, out);                                                            \
+    static void dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d,     \
+                        float *out) {                                                                         \
+        dot_scalar(ID, c, cs, m, ms, n, q, d, out);                                                           \
     }                                                                                                         \
-    static void axpy_##F(const void *src, size_t stride, int n, const float *w, int d, float *acc) {          \
-        axpy_scalar(ID, src, stride, n, w, d, acc);                                                           \
+    static void axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d,    \
+                         float *acc) {                                                                        \
+        axpy_scalar(ID, c, cs, m, ms, n, w, d, acc);                                                          \
     }
 ENTRY_POINTS(f32, AK_KV_F32)
 ENTRY_POINTS(f16, AK_KV_F16)

@@ -82,15 +82,18 @@ static int kv_equal(const ak_kv *a, const ak_kv *b) {
         ak_kv_format_v(a) != ak_kv_format_v(b))
         return 0;
     const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(a));
-    size_t vbk = ak_kv_format_get(ak_kv_format_k(a))->vec_bytes(s->head_dim_k);
-    size_t vbv = ak_kv_format_get(ak_kv_format_v(a))->vec_bytes(s->head_dim_v);
     for (int l = 0; l < s->n_layer; l++)
-        for (int v = 0; v < 2; v++)
-            for (int h = 0; h < s->n_head_kv; h++)
-                for (int p = 0; p < ak_kv_length(a); p++) {
-                    const uint8_t *x = ak_kv_vector(a, l, v, h, p), *y = ak_kv_vector(b, l, v, h, p);
-                    if (!x || !y || memcmp(x, y, v ? vbv : vbk)) return 0;
-                }
+        for (int v = 0; v < 2; v++) {
+            ak_kv_format f = v ? ak_kv_format_v(a) : ak_kv_format_k(a);
+            int d = v ? s->head_dim_v : s->head_dim_k;
+            size_t bytes[2] = {ak_kv_format_code_bytes(f, d), ak_kv_format_meta_bytes(f, d)};
+            for (int c = 0; c < 2; c++)
+                for (int h = 0; bytes[c] && h < s->n_head_kv; h++)
+                    for (int p = 0; p < ak_kv_length(a); p++) {
+                        const uint8_t *x = ak_kv_stored(a, l, v, c, h, p), *y = ak_kv_stored(b, l, v, c, h, p);
+                        if (!x || !y || memcmp(x, y, bytes[c])) return 0;
+                    }
+        }
     return 1;
 }
 
