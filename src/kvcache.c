@@ -108,9 +108,9 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
     ak_block **nb = b1 - b0 + 1 <= 64 ? fresh : ak_calloc(b1 - b0 + 1, sizeof(ak_block *), err);
     if (!nb) return -1;
     int rc = 0;
+    for (int i = b0; i <= b1; i++) nb[i - b0] = NULL;   /* the unwinding below reads every entry */
     for (int i = b0; i <= b1; i++) {
         ak_block *b = kv->table[i];
-        nb[i - b0] = NULL;
         if (!b) nb[i - b0] = ak_block_alloc(kv->pool, kv->fk, kv->fv, err);
         else if (ak_block_refcount(kv->pool, b) > 1) nb[i - b0] = ak_block_clone(kv->pool, b, err);
         else continue;

@@ -41,9 +41,16 @@
  * A b-bit code stream holds code i in bits [b*i, b*i + b) of the stream read
  * as one little-endian integer (bit k is bit k%8 of byte k/8); it takes
  * ceil(b*d/8) bytes. 8 codes take exactly b bytes and 16 codes 2b bytes:
- * the SIMD loops step by those. In tq formats the codes come before N so
- * that an 8-byte load of the last 16 3-bit codes (6 bytes) stays inside the
- * vector.
+ * the SIMD loops step by those.
+ *
+ * SPLIT STORAGE. quantize writes, and dequantize reads, a whole vector:
+ * its code stream, then its metadata. Blocks keep the two apart (the code
+ * streams of a head's vectors in one run, their metadata in another:
+ * blockpool.h), so the products (dot, axpy) take a code pointer and a
+ * metadata pointer with a stride each; a whole vector is the case
+ * (p, stride, p + code bytes, stride). The products read nothing outside
+ * those bytes: a SIMD load that would run past a code stream is moved back
+ * to end at the stream's end and shifted.
  *
  * ROTATION (tq formats). R = H*S. S is diagonal, S[i][i] = -1 when bit 63
  * of splitmix64 output number i+1 (i = 0, 1, ...) from the seed

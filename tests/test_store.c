@@ -436,6 +436,67 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     ak_store_close(st);
 }
 
+/* A cache large enough (about 7 MB) that a restore reads and hashes with two
+ * threads, each half of the tensors: exact round trip; a flipped byte in the
+ * first tensor (the worker's half) and in the last (the caller's) are each
+ * caught and named; and a restore into a sequence whose pool has no room for
+ * a second copy of the cache still hits (verifying a whole image first). */
+TEST(store_large_restore_threads_and_tight_budget) {
+    const char *dir = dir_for("large");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = {4, 4, 128, 128, 4096};
+    cache a;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_Q8, AK_KV_Q4, 2048, 2000, 21) == 0, "fill");
+    size_t len;
+    uint8_t *img = saved_image(st, dir, "big", &a, &len);
+    REQUIRE(img && len > ((size_t)5 << 20), "image of %zu bytes", len);
+    cache b;
+    REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
+    ak_store_load_info info;
+    CHECK(ak_store_load(st, "big", FP, VOCAB, b.kv, &info, &err) == AK_STORE_HIT, "load: %s", err.msg);
+    CHECK(kv_equal(a.kv, b.kv) && info.n_tokens == 2000 && info.bytes_read == len, "restore differs (%llu of %zu bytes read)",
+          (unsigned long long)info.bytes_read, len);
+    free(info.tokens);
+    cache_free(&b);
+    uint64_t N = 0;
+    memcpy(&N, img, 8);
+    struct { size_t at; const char *name; } flips[] = {{8 + N + 100, "layers.0.k.q"}, {len - 3, "layers.3.v.scale_min"}};
+    uint8_t *bad = malloc(len);
+    for (int i = 0; i < 2; i++) {
+        memcpy(bad, img, len);
+        bad[flips[i].at] ^= 0x10;
+        CHECK(load_damaged(t, st, dir, "big", bad, len, &a, &err) == AK_STORE_CORRUPT && strstr(err.msg, flips[i].name),
+              "flip in %s: %s", flips[i].name, err.msg);
+        CHECK(quarantined(dir, "big") == 1, "not quarantined");
+    }
+    /* a budget of the cache plus one block: the sequence's old block leaves
+     * no room for a second copy */
+    REQUIRE(write_bytes(file_of(dir, "big"), img, len) == 0, "rewrite");
+    ak_block_pool *pool = ak_block_pool_new(&s, 32, ak_kv_bytes(a.kv) + ak_block_pool_block_bytes(a.pool, AK_KV_Q8, AK_KV_Q4), &err);
+    ak_kv *c = pool ? ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 2048, &err) : NULL;
+    REQUIRE(c, "%s", err.msg);
+    float k[4 * 128] = {0}, v[4 * 128] = {0};
+    REQUIRE(ak_kv_prepare(c, 0, 1, &err) == 0 && ak_kv_write(c, 0, 0, k, v, &err) == 0, "%s", err.msg);
+    CHECK(ak_store_load(st, "big", FP, VOCAB, c, NULL, &err) == AK_STORE_HIT, "tight budget: %s", err.msg);
+    CHECK(kv_equal(a.kv, c), "tight-budget restore differs");
+    /* no room at all: an error, and the (empty) sequence is left as it was */
+    ak_block_pool_set_budget(pool, ak_kv_bytes(c));
+    ak_kv *e = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 2048, &err);
+    CHECK(ak_store_load(st, "big", FP, VOCAB, e, NULL, &err) == AK_STORE_ERROR && strstr(err.msg, "budget"),
+          "no room: %s", err.msg);
+    CHECK(ak_kv_length(e) == 0 && ak_kv_n_blocks(e) == 0, "a failed restore left blocks");
+    CHECK(exists(file_of(dir, "big")), "a budget miss moved the file");
+    ak_kv_free(e);
+    ak_kv_free(c);
+    ak_block_pool_free(pool);
+    free(bad);
+    free(img);
+    cache_free(&a);
+    ak_store_close(st);
+}
+
 /* Replaces the first occurrence of `from` by `to` (same length) in img. */
 static int patch(uint8_t *img, size_t len, const char *from, const char *to) {
     size_t fl = strlen(from);
