@@ -108,23 +108,115 @@ AK_INLINE void dot_k(const ksb *w, const ak_xq_k *x, __m256 *acc) {
     *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(w->dmin * x->d), *acc);
 }
 
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
+/* AVX-512 VNNI: a super-block is four 64-byte vectors of unsigned quants in
+ * element order; vpdpbusd sums 4 products per 32-bit lane, and every lane
+ * lies within one sub-block (16 or 32 elements), so the lane sums are
+ * converted to float and scaled by d * sc per lane (a float vector made once
+ * per row super-block): 3 instructions per 64 elements instead of 8. */
+typedef struct {
+    __m512i u[4];
+    __m512 s[4];      /* d * sc of each lane's sub-block */
+    __m256i mn;       /* as ksb.mn */
+    float dmin;
+} kblk;
+typedef __m512 kacc;
+
+AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kblk *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m512 scf;
+    if (kt == KT_Q6K) {
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; n++) {
+            __m256i l0 = load256(b + 64 * n), l1 = load256(b + 64 * n + 32), h = load256(b + 128 + 32 * n);
+            __m256i u0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+            __m256i u1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+            __m256i u2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m30));
+            __m256i u3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+            o->u[2 * n] = _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
+            o->u[2 * n + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(u2), u3, 1);
+        }
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)(b + 192));
+        float d = _cvtsh_ss(ak_load_u16(b + 208));
+        scf = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)), _mm512_set1_ps(d));
+        o->mn = _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc8), 5);
+        o->dmin = d;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)   /* lane k of vector c: sub-block 4c + k/4 */
+            o->s[c] = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(4 * c),
+                                            _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2)), scf);
+        return;
+    }
+    uint8_t sc[8], mn[8];
+    ak_kq_scales_k4(b + 4, sc, mn);
+    const uint8_t *qs = b + (kt == KT_Q5K ? 48 : 16);
+    __m256i qh = kt == KT_Q5K ? load256(b + 16) : _mm256_setzero_si256();
+    const __m256i one = _mm256_set1_epi8(1);
+    float d = _cvtsh_ss(ak_load_u16(b));
+    scf = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc))),
+                                               _mm256_set1_ps(d)));
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m256i q = load256(qs + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (kt == KT_Q5K) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        }
+        o->u[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        /* lane k of vector c: sub-block 2c + k/8 */
+        o->s[c] = _mm512_permutexvar_ps(_mm512_setr_epi32(2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c,
+                                                          2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
+                                                          2 * c + 1, 2 * c + 1, 2 * c + 1), scf);
+    }
+    __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
+    o->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    o->dmin = _cvtsh_ss(ak_load_u16(b + 2));
+}
+
+AK_INLINE void dot_kb(const kblk *w, const ak_xq_k *x, kacc *acc) {
+    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[0],
+                                                                     _mm512_load_si512(x->q))), w->s[0]);
+#pragma GCC unroll 3
+    for (int c = 1; c < 4; c++)
+        t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[c],
+                                                                    _mm512_load_si512(x->q + 64 * c))), w->s[c], t);
+    __m256 corr = _mm256_cvtepi32_ps(_mm256_madd_epi16(w->mn, _mm256_load_si256((const __m256i *)x->bsums)));
+    *acc = _mm512_fmadd_ps(t, _mm512_set1_ps(x->d), *acc);
+    *acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(corr), _mm512_set1_ps(w->dmin * x->d), *acc);
+}
+AK_INLINE kacc kacc_zero(void) { return _mm512_setzero_ps(); }
+AK_INLINE float kacc_sum(kacc a) { return _mm512_reduce_add_ps(a); }
+AK_INLINE kacc kacc_add(kacc a, kacc b) { return _mm512_add_ps(a, b); }
+#else
+typedef ksb kblk;
+typedef __m256 kacc;
+AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kblk *o) { unpack_k(kt, b, o); }
+AK_INLINE void dot_kb(const kblk *w, const ak_xq_k *x, kacc *acc) { dot_k(w, x, acc); }
+AK_INLINE kacc kacc_zero(void) { return _mm256_setzero_ps(); }
+AK_INLINE float kacc_sum(kacc a) { return hsum8(a); }
+AK_INLINE kacc kacc_add(kacc a, kacc b) { return _mm256_add_ps(a, b); }
+#endif
+
 /* One row times one token, unpacking in registers (decode). */
 AK_INLINE float row_dot_k(const int kt, const uint8_t *w, size_t bb, const ak_xq_k *x, int64_t nsb) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    kacc acc0 = kacc_zero(), acc1 = kacc_zero();
     int64_t b = 0;
     for (; b + 2 <= nsb; b += 2) {   /* two chains for latency */
-        ksb k0, k1;
-        unpack_k(kt, w + (size_t)b * bb, &k0);
-        dot_k(&k0, x + b, &acc0);
-        unpack_k(kt, w + (size_t)(b + 1) * bb, &k1);
-        dot_k(&k1, x + b + 1, &acc1);
+        kblk k0, k1;
+        unpack_kb(kt, w + (size_t)b * bb, &k0);
+        dot_kb(&k0, x + b, &acc0);
+        unpack_kb(kt, w + (size_t)(b + 1) * bb, &k1);
+        dot_kb(&k1, x + b + 1, &acc1);
     }
     if (b < nsb) {
-        ksb k0;
-        unpack_k(kt, w + (size_t)b * bb, &k0);
-        dot_k(&k0, x + b, &acc0);
+        kblk k0;
+        unpack_kb(kt, w + (size_t)b * bb, &k0);
+        dot_kb(&k0, x + b, &acc0);
     }
-    return hsum8(_mm256_add_ps(acc0, acc1));
+    return kacc_sum(kacc_add(acc0, acc1));
 }
 
 #define PANEL_ROWS 4
@@ -139,24 +231,24 @@ AK_INLINE void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb,
         const int R = (int)ak_min64(PANEL_ROWS, r1 - r);
         for (int64_t tc = t0; tc < t1; tc += PANEL_TOKS) {
             const int T = (int)ak_min64(PANEL_TOKS, t1 - tc);
-            __m256 acc[PANEL_TOKS][PANEL_ROWS];
+            kacc acc[PANEL_TOKS][PANEL_ROWS];
             for (int t = 0; t < T; t++)
-                for (int i = 0; i < PANEL_ROWS; i++) acc[t][i] = _mm256_setzero_ps();
+                for (int i = 0; i < PANEL_ROWS; i++) acc[t][i] = kacc_zero();
             for (int64_t b = 0; b < nsb; b++) {
-                ksb ub[PANEL_ROWS];
-                for (int i = 0; i < R; i++) unpack_k(kt, W + (size_t)(r + i) * wrb + (size_t)b * bb, &ub[i]);
+                kblk ub[PANEL_ROWS];
+                for (int i = 0; i < R; i++) unpack_kb(kt, W + (size_t)(r + i) * wrb + (size_t)b * bb, &ub[i]);
                 for (int t = 0; t < T; t++) {
                     const ak_xq_k *x = (const ak_xq_k *)(xq + (size_t)(tc + t) * xqs) + b;
                     if (R == PANEL_ROWS) {
 #pragma GCC unroll 4
-                        for (int i = 0; i < PANEL_ROWS; i++) dot_k(&ub[i], x, &acc[t][i]);
+                        for (int i = 0; i < PANEL_ROWS; i++) dot_kb(&ub[i], x, &acc[t][i]);
                     } else {
-                        for (int i = 0; i < R; i++) dot_k(&ub[i], x, &acc[t][i]);
+                        for (int i = 0; i < R; i++) dot_kb(&ub[i], x, &acc[t][i]);
                     }
                 }
             }
             for (int t = 0; t < T; t++)
-                for (int i = 0; i < R; i++) Y[(tc + t) * ldy + r + i] = hsum8(acc[t][i]);
+                for (int i = 0; i < R; i++) Y[(tc + t) * ldy + r + i] = kacc_sum(acc[t][i]);
         }
     }
 }
@@ -243,7 +335,12 @@ static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64
 }
 
 const ak_kernel_backend ak_kq_backend_simd = {
-    "avx2", ak_kq_xq_row_bytes, ak_kq_quantize_x, mm_q, NULL, NULL, NULL,
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
+    "avx512vnni",
+#else
+    "avx2",
+#endif
+    ak_kq_xq_row_bytes, ak_kq_quantize_x, mm_q, NULL, NULL, NULL,
 };
 
 #else

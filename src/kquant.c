@@ -350,7 +350,10 @@ size_t ak_kq_xq_row_bytes(uint32_t wtype, int64_t cols) {
  * writes q. */
 static float quant8(const float *x, int n, int8_t *q) {
     float amax = 0;
-    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    for (int i = 0; i < n; i++) {   /* not fmaxf: GCC calls libm for it */
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
     float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
     for (int i = 0; i < n; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
     return d;
