@@ -253,12 +253,166 @@ AK_INLINE void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb,
     }
 }
 
+
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
+/* Prefill / batched decode with VNNI: rows are unpacked once per call into
+ * records whose scales are 16-bit per pair of elements, so that
+ *     isum += vpdpwssd(vpmaddubsw(u, x), sc)
+ * accumulates a whole super-block exactly in int32 (pair sums <= 16002,
+ * times |sc| <= 128, four terms per lane per super-block: < 2^26) and the
+ * float work (convert, scale by d * dx, the min term) is once per
+ * super-block. Tiles of 2 rows x 4 tokens keep 8 integer and 8 float
+ * accumulators in registers. */
+typedef struct {
+    __m512i u[4];
+    __m512i sc[4];    /* int16 scale of each 16-bit lane's sub-block */
+    __m256i mn;       /* int16 per 16 elements: mins, or Q6_K's 32 * sc */
+    float d, dmin;
+} kpan;
+
+AK_INLINE void unpack_pan(const int kt, const uint8_t *b, kpan *o) {
+    kblk k;
+    unpack_kb(kt, b, &k);   /* quants and mins as for decode; scales below */
+    for (int c = 0; c < 4; c++) o->u[c] = k.u[c];
+    o->mn = k.mn;
+    o->dmin = k.dmin;
+    const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i sc16;
+    if (kt == KT_Q6K) {
+        sc16 = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192))));
+        o->d = _cvtsh_ss(ak_load_u16(b + 208));
+        for (int c = 0; c < 4; c++)   /* lane k of vector c: elements 64c + 2k, +1: sub-block 4c + k/8 */
+            o->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)(4 * c)),
+                                                                 _mm512_srli_epi16(lane, 3)), sc16);
+    } else {
+        uint8_t sc[8], mn[8];
+        ak_kq_scales_k4(b + 4, sc, mn);
+        sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        o->d = _cvtsh_ss(ak_load_u16(b));
+        for (int c = 0; c < 4; c++)   /* sub-block 2c + k/16 */
+            o->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)(2 * c)),
+                                                                 _mm512_srli_epi16(lane, 4)), sc16);
+    }
+}
+
+/* Y[t][r] (+)= rows P[r * nsb ..] x tokens for an R x T tile over nsb
+ * super-blocks; add = 1 accumulates into Y. */
+AK_INLINE void pan_tile(const int q6, const int R, const int T, const kpan *P, int64_t nsb,
+                        const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, int add) {
+    __m512 acc[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const ak_xq_k *x[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) x[t] = (const ak_xq_k *)(xq + (size_t)t * xqs) + b;
+        __m512i ia[2][4];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) ia[r][t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i xv[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) xv[t] = _mm512_load_si512(x[t]->q + 64 * c);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                const kpan *p = P + r * nsb + b;
+                __m512i u = _mm512_load_si512(&p->u[c]), sc = _mm512_load_si512(&p->sc[c]);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], _mm512_maddubs_epi16(u, xv[t]), sc);
+            }
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            const kpan *p = P + r * nsb + b;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                __m256i corr = _mm256_madd_epi16(p->mn, _mm256_load_si256((const __m256i *)x[t]->bsums));
+                if (q6) {
+                    __m512i i = _mm512_sub_epi32(ia[r][t], _mm512_zextsi256_si512(corr));
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(p->d * x[t]->d), acc[r][t]);
+                } else {
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(p->d * x[t]->d), acc[r][t]);
+                    acc[r][t] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(corr)),
+                                                 _mm512_set1_ps(p->dmin * x[t]->d), acc[r][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            float v = _mm512_reduce_add_ps(acc[r][t]);
+            Y[t * ldy + r] = add ? Y[t * ldy + r] + v : v;
+        }
+}
+
+typedef void (*pan_tile_fn)(const kpan *P, int64_t nsb, const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, int add);
+#define PT(Q, R, T)                                                                                     \
+    static void pt_##Q##_##R##_##T(const kpan *P, int64_t nsb, const uint8_t *xq, size_t xqs, float *Y, \
+                                   int64_t ldy, int add) {                                              \
+        pan_tile(Q, R, T, P, nsb, xq, xqs, Y, ldy, add);                                                \
+    }
+PT(0, 1, 1) PT(0, 1, 2) PT(0, 1, 3) PT(0, 1, 4) PT(0, 2, 1) PT(0, 2, 2) PT(0, 2, 3) PT(0, 2, 4)
+PT(1, 1, 1) PT(1, 1, 2) PT(1, 1, 3) PT(1, 1, 4) PT(1, 2, 1) PT(1, 2, 2) PT(1, 2, 3) PT(1, 2, 4)
+static const pan_tile_fn pan_tiles[2][2][4] = {
+    {{pt_0_1_1, pt_0_1_2, pt_0_1_3, pt_0_1_4}, {pt_0_2_1, pt_0_2_2, pt_0_2_3, pt_0_2_4}},
+    {{pt_1_1_1, pt_1_1_2, pt_1_1_3, pt_1_1_4}, {pt_1_2_1, pt_1_2_2, pt_1_2_3, pt_1_2_4}},
+};
+
+#define PAN_SB 16   /* super-blocks per unpacked chunk: 2 rows x 16 x 576 B, in L1 */
+
+/* Rows [r0, r1) x tokens [t0, t1): pairs of rows unpacked a chunk of
+ * super-blocks at a time, then every token of the range runs over them. */
+AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
+                          int64_t nsb, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y,
+                          int64_t ldy) {
+    kpan P[2 * PAN_SB];
+    const int q6 = kt == KT_Q6K;
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int R = (int)ak_min64(2, r1 - r);
+        for (int64_t b0 = 0; b0 < nsb; b0 += PAN_SB) {
+            const int64_t nb = ak_min64(PAN_SB, nsb - b0);
+            for (int i = 0; i < R; i++)
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = W + (size_t)(r + i) * wrb + (size_t)(b0 + b) * bb;
+                    /* the next pair's bytes: weights stream from memory, and
+                     * two interleaved rows defeat the hardware prefetcher */
+                    if (r + 2 + i < r1)
+                        for (size_t off = 0; off < bb + 63; off += 64)
+                            _mm_prefetch((const char *)(blk + 2 * wrb + off), _MM_HINT_T0);
+                    unpack_pan(kt, blk, &P[i * nb + b]);
+                }
+            for (int64_t t = t0; t < t1; t += 4) {
+                const int T = (int)ak_min64(4, t1 - t);
+                pan_tiles[q6][R - 1][T - 1](P, nb, xq + (size_t)t * xqs + (size_t)b0 * sizeof(ak_xq_k), xqs,
+                                            Y + t * ldy + r, ldy, b0 > 0);
+            }
+        }
+    }
+}
+#endif
+
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
+#define MM_K_MANY(KT, BB) mm_k_tiles(KT, BB, W, wrb, r0, r1, nsb, xq, xqs, t0, t1, Y, ldy)
+#define MM_K_MIN_TOKENS 2
+#else
+#define MM_K_MANY(KT, BB) mm_k_panel(KT, BB, W, wrb, r0, r1, nsb, xq, xqs, t0, t1, Y, ldy)
+#define MM_K_MIN_TOKENS 4
+#endif
+
 #define MM_K(NAME, KT, BB)                                                                          \
     static void NAME(const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,            \
                      const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) { \
         const int64_t nsb = cols / AK_QKK;                                                          \
-        if (t1 - t0 >= 4) {                                                                         \
-            mm_k_panel(KT, BB, W, wrb, r0, r1, nsb, xq, xqs, t0, t1, Y, ldy);                       \
+        if (t1 - t0 >= MM_K_MIN_TOKENS) {                                                           \
+            MM_K_MANY(KT, BB);                                                                      \
             return;                                                                                 \
         }                                                                                           \
         for (int64_t t = t0; t < t1; t++)                                                           \

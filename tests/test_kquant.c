@@ -252,6 +252,7 @@ TEST(kquant_matmul_vs_reference) {
     ak_rng_seed(&r, 3);
     const int64_t shapes[][3] = {   /* rows, cols, tokens: decode, remainders, panels */
         {1, 256, 1}, {7, 512, 1}, {67, 256, 2}, {130, 768, 3}, {5, 256, 4}, {66, 512, 17}, {130, 1024, 70},
+        {9, 4608, 6},   /* more super-blocks than one unpacked chunk (16) */
     };
     for (size_t ti = 0; ti < N_KQ; ti++) {
         uint32_t type = kq_types[ti].type;
