@@ -62,9 +62,10 @@ void ak_kq_quantize_row(uint32_t type, const float *x, void *dst, int64_t n);
 void ak_kq_dequantize_row(uint32_t type, const void *src, float *y, int64_t n);
 
 /* Back ends for these types (same interface as the Q8_0/Q4_0 ones; mm_f is
- * unused). The scalar one is the reference; the SIMD one exists on x86. */
+ * unused). The scalar one is the reference; the SIMD one is
+ * kernels_kquant_x86.c's or kernels_kquant_arm.c's. */
 extern const ak_kernel_backend ak_kq_backend_scalar;
-#if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2)
+#if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2) || defined(AK_SIMD_NEON)
 #define AK_KQ_SIMD 1
 extern const ak_kernel_backend ak_kq_backend_simd;
 #endif
