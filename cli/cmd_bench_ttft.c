@@ -164,10 +164,12 @@ static int restore_only(const ak_model *m, const cache_opts *co, ak_store *store
             free(info.tokens);
             ak_kv_truncate(kv, 0);
         }
+        ak_store_load_info best = {0};
         for (int k = 0; k < reps; k++) {   /* from the page cache */
             t0 = ak_now();
             if (ak_store_load(store, id, m->fingerprint, m->cfg.vocab, kv, &info, &err) != AK_STORE_HIT) { free(rw); goto fail_kv; }
             rw[k] = ak_now() - t0;
+            if (k == 0 || info.total_ms < best.total_ms) best = info;
             free(info.tokens);
             ak_kv_truncate(kv, 0);
             rw[reps + k] = plain_read(path, &fb);
@@ -186,6 +188,9 @@ static int restore_only(const ak_model *m, const cache_opts *co, ak_store *store
             printf("%8d %9.2f | %10.2f %9.2f %9.2f %4.0f%% | %10.3f %9.2f %9.2f %4.0f%% | %11.2f %s\n", L, fb / 1e6,
                    rest_drop * 1e3, g[0], g[1], 100 * g[0] / g[1], rest_pc * 1e3, g[2], g[3], 100 * g[2] / g[3], fresh_ms,
                    resid < 0 ? "unknown" : resid < 0.05 ? "yes" : "no (still cached)");
+        if (!json)
+            printf("%8s best cached restore: %.3f ms = header and checks %.3f + read and hash %.3f + blocks %.3f\n", "",
+                   best.total_ms, best.verify_ms, best.read_ms, best.restore_ms);
         fflush(stdout);
         ak_kv_free(kv);
         ak_block_pool_free(pool);

@@ -75,6 +75,35 @@ void ak_block_pool_get_stats(ak_block_pool *p, ak_block_pool_stats *out);
  * they are freed). */
 void ak_block_pool_set_budget(ak_block_pool *p, size_t budget);
 
+/* CENTERING. A pool may hold a key mean and a value mean (a model-level
+ * constant, see calib.h): for each layer and KV head, a vector of
+ * head_dim_k (head_dim_v) floats. Blocks whose K (V) format is in the pool's
+ * centering set (by default the formats for which ak_kv_format_centers is
+ * 1) store k - mu_k[layer][head] (v - mu_v[layer][head]) instead of k (v):
+ * the quantizer then covers the vectors' spread around their mean, not
+ * their common offset from zero. Reading a vector back adds the mean again,
+ * and attention adds it back exactly: q . mu_k to the scores of a centered
+ * key block, and mu_v times the softmax weight that went to centered value
+ * blocks to the output. So attention over centered blocks equals attention
+ * over the reconstructed vectors, whatever mix of formats a sequence holds.
+ * The means are named by one short id that agent files record: a file
+ * centered with other means (or none) is a miss, never mixed in. */
+
+/* Sets the pool's means (mu_k and/or mu_v; NULL: that side not centered;
+ * both NULL clears), copying n_layer * n_head_kv * head_dim_k (_v) floats.
+ * id: 1..32 characters [0-9a-z.-] naming them; k_mask / v_mask: the formats
+ * each applies to (bit f set: format f), 0 for the default set. Only while
+ * the pool holds no block (mixing would corrupt caches); returns 0, or -1
+ * with err set. */
+int ak_block_pool_set_centers(ak_block_pool *p, const float *mu_k, const float *mu_v, const char *id, unsigned k_mask,
+                              unsigned v_mask, ak_error *err);
+/* The mean subtracted from keys (is_v = 0) or values (1) of format f at
+ * layer l, KV head h, or NULL when such vectors are not centered. */
+const float *ak_block_pool_center(const ak_block_pool *p, int is_v, ak_kv_format f, int layer, int head);
+/* The id of the means applied to keys (values) of format f, or NULL when
+ * they are not centered. */
+const char *ak_block_pool_center_id(const ak_block_pool *p, int is_v, ak_kv_format f);
+
 /* Makes memory for `bytes` worth of blocks of formats fk/fv ready in
  * advance: allocates them, touches every page, and puts them on the free
  * list, so that later allocations (a restore above all) do not pay the

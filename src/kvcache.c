@@ -151,6 +151,19 @@ static void get_vec(const ak_kv *kv, const uint8_t *region, ak_kv_format f, int 
     if (mb) memcpy(vec + cb, region + comp_offset(kv, f, d, 1, h, slot), mb);
 }
 
+/* x minus the mean mu (if any) into buf; returns what to quantize. */
+static const float *center(const float *x, int d, const float *mu, float *buf) {
+    if (!mu) return x;
+    for (int i = 0; i < d; i++) buf[i] = x[i] - mu[i];
+    return buf;
+}
+
+/* The inverse of center, in place. */
+static void uncenter(float *x, int d, const float *mu) {
+    if (mu)
+        for (int i = 0; i < d; i++) x[i] += mu[i];
+}
+
 int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, ak_error *err) {
     if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer)
         return ak_fail(err, "KV write at layer %d position %d is out of range", layer, pos);
@@ -162,10 +175,13 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
     uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
     uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
     uint8_t tmp[4 * 1024 + 64];   /* one vector (f32 at d = 1024 at most) */
+    float xc[1024];
     for (int h = 0; h < kv->spec.n_head_kv; h++) {
-        ik->quantize(k + (size_t)h * dk, dk, tmp);
+        const float *kh = k + (size_t)h * dk, *vh = v + (size_t)h * dv;
+        /* centered where the pool says so (blockpool.h) */
+        ik->quantize(center(kh, dk, ak_block_pool_center(kv->pool, 0, b->fk, layer, h), xc), dk, tmp);
         put_vec(kv, kb, b->fk, dk, h, slot, tmp);
-        iv->quantize(v + (size_t)h * dv, dv, tmp);
+        iv->quantize(center(vh, dv, ak_block_pool_center(kv->pool, 1, b->fv, layer, h), xc), dv, tmp);
         put_vec(kv, vb, b->fv, dv, h, slot, tmp);
     }
     if (pos + 1 > kv->length) kv->length = pos + 1;
@@ -184,8 +200,10 @@ int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error
     for (int h = 0; h < kv->spec.n_head_kv; h++) {
         get_vec(kv, kb, b->fk, dk, h, slot, tmp);
         ik->dequantize(tmp, dk, k + (size_t)h * dk);
+        uncenter(k + (size_t)h * dk, dk, ak_block_pool_center(kv->pool, 0, b->fk, layer, h));
         get_vec(kv, vb, b->fv, dv, h, slot, tmp);
         iv->dequantize(tmp, dv, v + (size_t)h * dv);
+        uncenter(v + (size_t)h * dv, dv, ak_block_pool_center(kv->pool, 1, b->fv, layer, h));
     }
     return 0;
 }
@@ -234,16 +252,21 @@ int ak_kv_set_length(ak_kv *kv, int n, ak_error *err) {
 }
 
 size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q) {
-    return (size_t)n_q * (2 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
+    return (size_t)n_q * (4 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
 }
 
 void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
                   float *scratch) {
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
-    float *m = scratch, *l = m + n_q, *q_rot = l + n_q, *acc_rot = q_rot + (size_t)n_q * dk;
-    float *sc = acc_rot + (size_t)n_q * dv;
+    /* scratch: running max, sum, sum of the weights on centered values,
+     * q . mu; the rotated queries; the rotated value accumulator; the
+     * block's scores */
+    float *m = scratch, *l = m + n_q, *lc = l + n_q, *qmu = lc + n_q, *q_rot = qmu + n_q;
+    float *acc_rot = q_rot + (size_t)n_q * dk, *sc = acc_rot + (size_t)n_q * dv;
     int have_qrot = 0, have_vrot = 0;
-    for (int i = 0; i < n_q; i++) { m[i] = -INFINITY; l[i] = 0; }
+    const float *qmu_of = NULL;   /* the key mean qmu was computed for */
+    const float *vmu = NULL;      /* the value mean of centered value blocks */
+    for (int i = 0; i < n_q; i++) { m[i] = -INFINITY; l[i] = 0; lc[i] = 0; }
     memset(out, 0, sizeof(float) * n_q * dv);
     for (int bi = 0; bi * T < n; bi++) {
         const ak_block *b = kv->table[bi];
@@ -256,10 +279,23 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
         const uint8_t *vr = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
         const uint8_t *kc = kr + (size_t)kv_head * T * kcb, *km = kr + (size_t)kv->spec.n_head_kv * T * kcb + (size_t)kv_head * T * kmb;
         const uint8_t *vc = vr + (size_t)kv_head * T * vcb, *vm = vr + (size_t)kv->spec.n_head_kv * T * vcb + (size_t)kv_head * T * vmb;
+        /* centering of this block's keys and values (blockpool.h) */
+        const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
+        const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
+        if (mv) vmu = mv;   /* one mean per (pool, layer, head) */
         if (ik->rotated && !have_qrot) { /* rotate the queries once, not every key */
             memcpy(q_rot, q, sizeof(float) * n_q * dk);
             for (int i = 0; i < n_q; i++) ak_kv_rotate(q_rot + (size_t)i * dk, dk);
             have_qrot = 1;
+        }
+        if (mu && mu != qmu_of) { /* centered keys: their scores get q . mu back */
+            for (int i = 0; i < n_q; i++) {
+                const float *qi = q + (size_t)i * dk;
+                float s = 0;
+                for (int d = 0; d < dk; d++) s += qi[d] * mu[d];
+                qmu[i] = s;
+            }
+            qmu_of = mu;
         }
         if (iv->rotated && !have_vrot) {
             memset(acc_rot, 0, sizeof(float) * n_q * dv);
@@ -268,15 +304,16 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
         for (int i = 0; i < n_q; i++) {
             const float *qi = (ik->rotated ? q_rot : q) + (size_t)i * dk;
             ik->dot(kc, kcb, km, kmb, cnt, qi, dk, sc);
-            float bm = -INFINITY;
+            float bm = -INFINITY, add = mu ? qmu[i] : 0.0f;
             for (int j = 0; j < cnt; j++) {
-                sc[j] *= scale;
+                sc[j] = (sc[j] + add) * scale;
                 if (sc[j] > bm) bm = sc[j];
             }
             float *acc = out + (size_t)i * dv, *accr = acc_rot + (size_t)i * dv;
             if (bm > m[i]) { /* rescale what was accumulated under the old maximum */
                 float r = expf(m[i] - bm);
                 l[i] *= r;
+                lc[i] *= r;
                 for (int d = 0; d < dv; d++) acc[d] *= r;
                 if (have_vrot)
                     for (int d = 0; d < dv; d++) accr[d] *= r;
@@ -288,6 +325,7 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
                 ls += sc[j];
             }
             l[i] += ls;
+            if (mv) lc[i] += ls;   /* weight that went to centered values */
             iv->axpy(vc, vcb, vm, vmb, cnt, sc, dv, iv->rotated ? accr : acc);
         }
     }
@@ -298,6 +336,8 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
             ak_kv_unrotate(accr, dv);
             for (int d = 0; d < dv; d++) acc[d] += accr[d];
         }
+        if (vmu)   /* centered values get their mean back, times their weight */
+            for (int d = 0; d < dv; d++) acc[d] += lc[i] * vmu[d];
         for (int d = 0; d < dv; d++) acc[d] *= inv;
     }
 }

@@ -337,9 +337,10 @@ static void quant_tq(const float *x, int d, int b, const float *cb, uint8_t *dst
         memcpy(y, x, (size_t)d * sizeof(float));
         ak_kv_rotate(y, d);
         float sc = (float)(sqrt((double)d) / n);
+        for (int i = 0; i < d; i++) y[i] *= sc;
         double yc = 0, cc = 0;
         for (int i = 0; i < d; i++) {
-            float v = y[i] * sc;
+            float v = y[i];
             int k = 0;
             for (int t = 0; t + 1 < K; t++) k += v > bound[t];   /* nearest centroid */
             code[i] = (uint8_t)k;
@@ -540,6 +541,10 @@ int ak_kv_format_parse(const char *name, ak_kv_format *out) {
 const char *ak_kv_format_names(void) { return "f32, f16, bf16, q8, q4, q2, tq4, tq3, tq2"; }
 
 int ak_kv_format_supports(ak_kv_format f, int d) { return (unsigned)f < AK_KV_NFORMATS && valid_d(d); }
+
+int ak_kv_format_centers(ak_kv_format f) {
+    return f == AK_KV_Q4 || f == AK_KV_Q2 || f == AK_KV_TQ4 || f == AK_KV_TQ3 || f == AK_KV_TQ2;
+}
 
 double ak_kv_format_bits(ak_kv_format f, int d) {
     if (!ak_kv_format_supports(f, d)) return 0;

@@ -82,6 +82,12 @@ const char *ak_kv_format_backend(void);
 int ak_kv_format_parse(const char *name, ak_kv_format *out);
 /* Comma-separated list of every format name, for help and error messages. */
 const char *ak_kv_format_names(void);
+/* 1 if vectors stored in f gain from centering (blockpool.h: a per-layer,
+ * per-head mean subtracted before quantizing): the 4-, 3- and 2-bit formats,
+ * whose error grows with the range or norm the quantizer must cover. 0 for
+ * f32, f16, bf16 and q8, which are near-exact anyway (so their loads skip
+ * the calibration). */
+int ak_kv_format_centers(ak_kv_format f);
 /* Bits per stored value for head dimension d, scales and norms included. */
 double ak_kv_format_bits(ak_kv_format f, int d);
 /* 1 if the format can store vectors of dimension d. */

@@ -89,7 +89,7 @@
 #include "store_impl.h"
 
 #define FORMAT_NAME "agentkv.agent"
-#define FORMAT_VERSION 1
+#define FORMAT_VERSION 2   /* 2: key_center and value_center (version 1 files have neither: "none") */
 #define SUFFIX ".safetensors"
 #define TMP_MARK ".safetensors.tmp."
 #define DEFAULT_WRITE_CHUNK (1u << 20)
@@ -410,6 +410,7 @@ struct ak_snapshot {
     int block_tokens;
     int n_tokens;
     int64_t created;
+    char center[2][33];     /* key_center, value_center: a calibration id or "none" */
     int32_t *tokens;
     tensor_desc *t;
     int nt;
@@ -451,6 +452,10 @@ ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int3
     sn->block_tokens = ak_block_pool_block_tokens(ak_kv_pool(kv));
     sn->n_tokens = n_tokens;
     sn->created = (int64_t)time(NULL);
+    for (int v = 0; v < 2; v++) {
+        const char *c = ak_block_pool_center_id(ak_kv_pool(kv), v, v ? sn->fv : sn->fk);
+        snprintf(sn->center[v], sizeof sn->center[v], "%s", c ? c : "none");
+    }
     char why[128];
     sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens, &sn->t, &sn->data_bytes, why, sizeof why);
     if (sn->nt < 0) { ak_fail(err, "store: agent %s: %s", agent_id, why); free(sn); return NULL; }
@@ -518,7 +523,7 @@ static int metadata_hash(kv_pair *p, int n, char out[17]) {
 /* Builds the safetensors header of sn (u64 length + padded JSON) into a
  * malloc'd buffer of *len bytes; hashes every tensor on the way. */
 static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
-    enum { NP = 20 };
+    enum { NP = 24 };
     char num[12][24], cks_hex[17], meta_hex[17];
     char *tokens = NULL, *cks_str = NULL, *json = NULL;
     uint8_t *out = NULL;
@@ -539,14 +544,15 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
                       sn->n_tokens, sn->created};
     for (int i = 0; i < 8; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", FORMAT_NAME}, {"format_version", "1"}, {"agent_id", sn->id},
+        {"format", FORMAT_NAME}, {"format_version", "2"}, {"agent_id", sn->id},
         {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name}, {"n_layer", num[0]},
         {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]}, {"n_ctx", num[4]},
         {"kv_format_k", ak_kv_format_get(sn->fk)->name}, {"kv_format_v", ak_kv_format_get(sn->fv)->name},
         {"block_tokens", num[5]}, {"n_tokens", num[6]}, {"tokens", tokens}, {"created", num[7]},
         {"checksum_algorithm", "xxh3-64"}, {"checksums", cks_str},
+        {"key_center", sn->center[0]}, {"value_center", sn->center[1]},
     };
-    int np = 18;
+    int np = 20;
     kv_pair sorted[NP];
     memcpy(sorted, p, sizeof(kv_pair) * np);
     if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
@@ -945,6 +951,7 @@ typedef struct {
     int block_tokens;
     int n_tokens;
     int64_t created;
+    char center[2][33];     /* key_center, value_center ("none" in version 1) */
     int32_t *tokens;        /* malloc'd */
     uint64_t hdr_end;       /* 8 + N: where the data section begins */
     cJSON *root;            /* the parsed header */
@@ -1009,7 +1016,7 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
         free(pairs);
         return judge(v, AK_STORE_CORRUPT, "metadata", "bad format_version \"%.20s\"", ver ? ver : "");
     }
-    if (x != FORMAT_VERSION) {
+    if (x > FORMAT_VERSION) {
         free(pairs);
         return judge(v, AK_STORE_STALE, NULL, "format version %lld is newer than this build's %d", (long long)x,
                      FORMAT_VERSION);
@@ -1037,6 +1044,16 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
         return judge(v, AK_STORE_CORRUPT, "metadata", "bad model_fingerprint or model_name");
     if (strcmp(meta_str(meta, "checksum_algorithm"), "xxh3-64"))
         return judge(v, AK_STORE_CORRUPT, "metadata", "unknown checksum_algorithm");
+    static const char *ckeys[2] = {"key_center", "value_center"};
+    for (int k = 0; k < 2; k++) {   /* version 1 predates centering: "none" */
+        const char *c = x >= 2 ? meta_str(meta, ckeys[k]) : "none";
+        size_t cl = c ? strlen(c) : 0;
+        int ok = cl >= 1 && cl <= 32;
+        for (size_t i = 0; ok && i < cl; i++)
+            ok = (c[i] >= '0' && c[i] <= '9') || (c[i] >= 'a' && c[i] <= 'z') || c[i] == '.' || c[i] == '-';
+        if (!ok) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata %s missing or not an id", ckeys[k]);
+        snprintf(m->center[k], sizeof m->center[k], "%s", c);
+    }
     snprintf(m->agent_id, sizeof m->agent_id, "%s", aid);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%s", fp);
     snprintf(m->model_name, sizeof m->model_name, "%s", name);
@@ -1205,6 +1222,12 @@ static ak_store_status check_expect(const agent_meta *m, const char *fingerprint
         return judge(v, AK_STORE_STALE, NULL, "KV formats %s/%s, expected %s/%s", ak_kv_format_get(m->fk)->name,
                      ak_kv_format_get(m->fv)->name, ak_kv_format_get(ak_kv_format_k(kv))->name,
                      ak_kv_format_get(ak_kv_format_v(kv))->name);
+    for (int k = 0; k < 2; k++) {   /* all vectors of a sequence share one centering (blockpool.h) */
+        const char *c = ak_block_pool_center_id(ak_kv_pool(kv), k, k ? m->fv : m->fk);
+        if (strcmp(m->center[k], c ? c : "none"))
+            return judge(v, AK_STORE_STALE, NULL, "%s centered with %s, this cache uses %s", k ? "values" : "keys",
+                         m->center[k], c ? c : "none");
+    }
     if (m->n_tokens > ak_kv_capacity(kv))
         return judge(v, AK_STORE_STALE, NULL, "%d tokens do not fit the sequence's capacity %d", m->n_tokens,
                      ak_kv_capacity(kv));

@@ -387,7 +387,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     REQUIRE(img, "no image");
     uint64_t N = 0;
     memcpy(&N, img, 8);
-    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"1\"");
+    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"2\"");
     REQUIRE(vkey, "no format_version in the header");
     size_t vpos = (size_t)(vkey - (const char *)img) + strlen("\"format_version\":\"");
     /* positions: every bit of the length, one bit of every header byte, and
@@ -497,6 +497,81 @@ TEST(store_large_restore_threads_and_tight_budget) {
     ak_store_close(st);
 }
 
+/* Centered caches (blockpool.h): the file records the centering; a restore
+ * into a pool with the same means is exact, into one with other means or
+ * none a miss (STALE, kept), never silently mixed. */
+TEST(store_centering_is_recorded_and_checked) {
+    const char *dir = dir_for("center");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = small_spec();
+    size_t nk = (size_t)s.n_layer * s.n_head_kv * s.head_dim_k, nv = (size_t)s.n_layer * s.n_head_kv * s.head_dim_v;
+    float *mk = malloc(sizeof(float) * nk), *mv = malloc(sizeof(float) * nv);
+    ak_rng r;
+    ak_rng_seed(&r, 5);
+    for (size_t i = 0; i < nk; i++) mk[i] = ak_rng_normal(&r);
+    for (size_t i = 0; i < nv; i++) mv[i] = ak_rng_normal(&r);
+    /* three pools: the means under id t1, other means under t2, none */
+    ak_block_pool *pools[3];
+    const char *ids[3] = {"t1", "t2", NULL};
+    for (int i = 0; i < 3; i++) {
+        pools[i] = ak_block_pool_new(&s, 32, 0, &err);
+        REQUIRE(pools[i], "%s", err.msg);
+        if (ids[i]) {
+            if (i == 1) mk[0] += 1;
+            REQUIRE(ak_block_pool_set_centers(pools[i], mk, mv, ids[i], 0, 0, &err) == 0, "%s", err.msg);
+        }
+    }
+    cache a;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_TQ4, AK_KV_Q4, 128, 70, 9) == 0, "fill");
+    /* a's vectors, written again into a centered sequence */
+    ak_kv *src = ak_kv_new(pools[0], AK_KV_TQ4, AK_KV_Q4, 128, &err);
+    REQUIRE(src && ak_kv_prepare(src, 0, 70, &err) == 0, "%s", err.msg);
+    float k[2 * 64], v[2 * 32];
+    for (int p = 0; p < 70; p++)
+        for (int l = 0; l < s.n_layer; l++) {
+            REQUIRE(ak_kv_read(a.kv, l, p, k, v, &err) == 0 && ak_kv_write(src, l, p, k, v, &err) == 0, "%s", err.msg);
+        }
+    REQUIRE(ak_store_save(st, "c", src, a.tokens, 70, FP, "m", &err) == 0, "save: %s", err.msg);
+    size_t len;
+    char *img = ak_read_file(file_of(dir, "c"), &len, &err);
+    REQUIRE(img && len > 8, "read");
+    CHECK(strstr(img + 8, "\"key_center\":\"t1\"") && strstr(img + 8, "\"value_center\":\"t1\""),
+          "centering not recorded");
+    free(img);
+    for (int i = 0; i < 3; i++) {
+        ak_kv *dst = ak_kv_new(pools[i], AK_KV_TQ4, AK_KV_Q4, 128, &err);
+        ak_store_status rs = ak_store_load(st, "c", FP, VOCAB, dst, NULL, &err);
+        if (i == 0) CHECK(rs == AK_STORE_HIT && kv_equal(src, dst), "same means: %s %s", ak_store_status_name(rs), err.msg);
+        else
+            CHECK(rs == AK_STORE_STALE && strstr(err.msg, "keys centered with t1") && ak_kv_length(dst) == 0 &&
+                      exists(file_of(dir, "c")),
+                  "pool %d: %s %s", i, ak_store_status_name(rs), err.msg);
+        ak_kv_free(dst);
+    }
+    /* an f16/q8 cache is not centered: "none" recorded, any pool takes it */
+    ak_kv *plain = ak_kv_new(pools[0], AK_KV_F16, AK_KV_Q8, 128, &err);
+    REQUIRE(plain && ak_kv_prepare(plain, 0, 3, &err) == 0, "%s", err.msg);
+    for (int p = 0; p < 3; p++)
+        for (int l = 0; l < s.n_layer; l++) REQUIRE(ak_kv_write(plain, l, p, k, v, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_store_save(st, "p", plain, a.tokens, 3, FP, "m", &err) == 0, "save: %s", err.msg);
+    ak_kv *dst = ak_kv_new(pools[2], AK_KV_F16, AK_KV_Q8, 128, &err);
+    CHECK(ak_store_load(st, "p", FP, VOCAB, dst, NULL, &err) == AK_STORE_HIT && kv_equal(plain, dst), "plain: %s", err.msg);
+    char files[1400] = "";
+    add_file(files, sizeof files, file_of(dir, "c"));
+    add_file(files, sizeof files, file_of(dir, "p"));
+    CHECK(run_checker(files) == 0, "the independent checker rejected a centered file");
+    ak_kv_free(dst);
+    ak_kv_free(plain);
+    ak_kv_free(src);
+    cache_free(&a);
+    for (int i = 0; i < 3; i++) ak_block_pool_free(pools[i]);
+    free(mk);
+    free(mv);
+    ak_store_close(st);
+}
+
 /* Replaces the first occurrence of `from` by `to` (same length) in img. */
 static int patch(uint8_t *img, size_t len, const char *from, const char *to) {
     size_t fl = strlen(from);
@@ -546,15 +621,15 @@ TEST(store_stale_files_miss_without_quarantine) {
     /* a newer format version: a miss, kept */
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "a"), &len, &err);
-    REQUIRE(img && patch(img, len, "\"format_version\":\"1\"", "\"format_version\":\"2\"") == 0, "patch");
-    REQUIRE(write_bytes(file_of(dir, "v2"), img, len) == 0, "write");
+    REQUIRE(img && patch(img, len, "\"format_version\":\"2\"", "\"format_version\":\"3\"") == 0, "patch");
+    REQUIRE(write_bytes(file_of(dir, "v3"), img, len) == 0, "write");
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
-    r = ak_store_load(st, "v2", FP, VOCAB, b.kv, NULL, &err);
-    CHECK(r == AK_STORE_STALE && strstr(err.msg, "version 2"), "version 2: %s: %s", ak_store_status_name(r), err.msg);
-    CHECK(exists(file_of(dir, "v2")) && ak_kv_length(b.kv) == 0, "version 2 moved or loaded");
+    r = ak_store_load(st, "v3", FP, VOCAB, b.kv, NULL, &err);
+    CHECK(r == AK_STORE_STALE && strstr(err.msg, "version 3"), "version 3: %s: %s", ak_store_status_name(r), err.msg);
+    CHECK(exists(file_of(dir, "v3")) && ak_kv_length(b.kv) == 0, "version 3 moved or loaded");
     cache_free(&b);
     /* a file under another agent's name is not that agent's memory */
-    REQUIRE(patch(img, len, "\"format_version\":\"2\"", "\"format_version\":\"1\"") == 0, "patch");
+    REQUIRE(patch(img, len, "\"format_version\":\"3\"", "\"format_version\":\"2\"") == 0, "patch");
     REQUIRE(write_bytes(file_of(dir, "b"), img, len) == 0, "write");
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
     CHECK(ak_store_load(st, "b", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_CORRUPT && strstr(err.msg, "agent_id"),
