@@ -36,6 +36,7 @@ typedef struct {
     float d, dmin;
 } ksb;
 
+/* Sum of the 8 lanes. */
 AK_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -43,6 +44,7 @@ AK_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* 32 bytes from p, unaligned. */
 AK_INLINE __m256i load256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* Unpacks one super-block of type kt at b. */
@@ -124,7 +126,7 @@ typedef struct {
     __m256i mn;       /* int16 per 16 elements: mins, or Q6_K's 32 * sc */
     float d, dmin;
 } kpan;
-typedef kpan kblk;
+typedef kpan kblk;        /* the unpacked form the generic loops use */
 typedef __m512 kacc;
 
 AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kpan *o) {
@@ -189,12 +191,14 @@ AK_INLINE void dot_kb(const kpan *w, const ak_xq_k *x, kacc *acc) {
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(w->d * x->d), *acc);
     *acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(corr)), _mm512_set1_ps(w->dmin * x->d), *acc);
 }
+/* Float accumulators of one output: zero, horizontal sum, sum of two. */
 AK_INLINE kacc kacc_zero(void) { return _mm512_setzero_ps(); }
 AK_INLINE float kacc_sum(kacc a) { return _mm512_reduce_add_ps(a); }
 AK_INLINE kacc kacc_add(kacc a, kacc b) { return _mm512_add_ps(a, b); }
 #else
 typedef ksb kblk;
 typedef __m256 kacc;
+/* Without VNNI the generic loops use the AVX2 unpacked form. */
 AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kblk *o) { unpack_k(kt, b, o); }
 AK_INLINE void dot_kb(const kblk *w, const ak_xq_k *x, kacc *acc) { dot_k(w, x, acc); }
 AK_INLINE kacc kacc_zero(void) { return _mm256_setzero_ps(); }
@@ -375,6 +379,8 @@ AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb,
 #define MM_K_MIN_TOKENS 4
 #endif
 
+/* mm_q for one K type: register-unpacked rows per token for decode, the
+ * tile or panel loops when enough tokens share the unpacking. */
 #define MM_K(NAME, KT, BB)                                                                          \
     static void NAME(const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,            \
                      const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) { \
@@ -408,6 +414,7 @@ AK_INLINE __m256i bits_to_0x10(const uint8_t *p) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+/* dot of one row of a 32-block type (kt) with one token's XQ (q, d, s). */
 AK_INLINE float row_dot_32(const int kt, const uint8_t *w, const int8_t *q, const float *ds, const float *ss,
                            int64_t nb) {
     const size_t bb = kt == KT_Q41 ? 20 : kt == KT_Q50 ? 22 : 24;
@@ -428,6 +435,7 @@ AK_INLINE float row_dot_32(const int kt, const uint8_t *w, const int8_t *q, cons
     return hsum8(acc) + extra;
 }
 
+/* mm_q for one 32-block type: rows x tokens of row_dot_32. */
 #define MM_32(NAME, KT)                                                                             \
     static void NAME(const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,            \
                      const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) { \
@@ -443,6 +451,7 @@ MM_32(mm_q41, KT_Q41)
 MM_32(mm_q50, KT_Q50)
 MM_32(mm_q51, KT_Q51)
 
+/* kernels_impl.h's mm_q contract for every type of kquant.h. */
 static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
                  const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
     switch (wtype) {
