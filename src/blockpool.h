@@ -8,11 +8,14 @@
  *
  * Layout of a block's bytes, for each layer l in order, a K region then a V
  * region; each region (format f, head dim d, T = block_tokens, H = n_head_kv)
- * is its format's components apart (ak_kv_format_components):
- *     codes:    [H][T] code streams of ak_kv_format_code_bytes(f, d) bytes
- *     metadata: [H][T] of ak_kv_format_meta_bytes(f, d) bytes (scales, norm;
+ * holds, for each head in order, its T vectors' components apart
+ * (ak_kv_format_components):
+ *     codes:    [T] code streams of ak_kv_format_code_bytes(f, d) bytes
+ *     metadata: [T] of ak_kv_format_meta_bytes(f, d) bytes (scales, norm;
  *               absent for f32/f16/bf16)
- * Head-major so that attention for one head streams two contiguous runs.
+ * Head-major so that attention for one head streams one contiguous run (the
+ * metadata right after the codes it goes with: measured faster than all
+ * heads' metadata together, which is one more stream per block).
  * Components apart, because that is how an agent file stores them (one
  * tensor per layer, K/V and component, [H][n_tokens] each; see store.c): a
  * restore reads each (layer, K/V, component, head, block) piece straight

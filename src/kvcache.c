@@ -130,12 +130,12 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
 }
 
 /* Where component comp (0 codes, 1 metadata) of the vector of KV head h at
- * slot `slot` sits within a K or V region of a block: each region is
- * [codes: n_head_kv x T x cb][metadata: n_head_kv x T x mb] (blockpool.h). */
+ * slot `slot` sits within a K or V region of a block: the region is, per
+ * head, [codes: T x cb][metadata: T x mb] (blockpool.h). */
 static size_t comp_offset(const ak_kv *kv, ak_kv_format f, int d, int comp, int h, int slot) {
     size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
-    size_t i = (size_t)h * kv->T + slot;
-    return comp == 0 ? i * cb : (size_t)kv->spec.n_head_kv * kv->T * cb + i * mb;
+    size_t head = (size_t)h * kv->T * (cb + mb);
+    return comp == 0 ? head + (size_t)slot * cb : head + (size_t)kv->T * cb + (size_t)slot * mb;
 }
 
 /* Stores a whole vector (codes then metadata, as quantize writes it) into a
@@ -268,17 +268,28 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
     const float *vmu = NULL;      /* the value mean of centered value blocks */
     for (int i = 0; i < n_q; i++) { m[i] = -INFINITY; l[i] = 0; lc[i] = 0; }
     memset(out, 0, sizeof(float) * n_q * dv);
+    ak_kv_format fk = AK_KV_NFORMATS, fv = AK_KV_NFORMATS;   /* the format pair the sizes below are for */
+    const ak_kv_format_info *ik = NULL, *iv = NULL;
+    size_t kcb = 0, kmb = 0, vcb = 0, vmb = 0, koff = 0, voff = 0;
     for (int bi = 0; bi * T < n; bi++) {
         const ak_block *b = kv->table[bi];
         int cnt = n - bi * T < T ? n - bi * T : T;
-        const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
+        if (b->fk != fk || b->fv != fv) { /* sizes per format pair, not per block */
+            fk = b->fk;
+            fv = b->fv;
+            ik = ak_kv_format_get(fk);
+            iv = ak_kv_format_get(fv);
+            kcb = ak_kv_format_code_bytes(fk, dk);
+            kmb = ak_kv_format_meta_bytes(fk, dk);
+            vcb = ak_kv_format_code_bytes(fv, dv);
+            vmb = ak_kv_format_meta_bytes(fv, dv);
+            koff = ak_block_k_offset(kv->pool, fk, fv, layer);
+            voff = ak_block_v_offset(kv->pool, fk, fv, layer);
+        }
         /* codes and metadata of this head's T vectors: two runs (blockpool.h) */
-        size_t kcb = ak_kv_format_code_bytes(b->fk, dk), kmb = ak_kv_format_meta_bytes(b->fk, dk);
-        size_t vcb = ak_kv_format_code_bytes(b->fv, dv), vmb = ak_kv_format_meta_bytes(b->fv, dv);
-        const uint8_t *kr = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
-        const uint8_t *vr = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
-        const uint8_t *kc = kr + (size_t)kv_head * T * kcb, *km = kr + (size_t)kv->spec.n_head_kv * T * kcb + (size_t)kv_head * T * kmb;
-        const uint8_t *vc = vr + (size_t)kv_head * T * vcb, *vm = vr + (size_t)kv->spec.n_head_kv * T * vcb + (size_t)kv_head * T * vmb;
+        const uint8_t *kr = b->data + koff, *vr = b->data + voff;
+        const uint8_t *kc = kr + (size_t)kv_head * T * (kcb + kmb), *km = kc + (size_t)T * kcb;
+        const uint8_t *vc = vr + (size_t)kv_head * T * (vcb + vmb), *vm = vc + (size_t)T * vcb;
         /* centering of this block's keys and values (blockpool.h) */
         const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
         const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);

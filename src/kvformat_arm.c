@@ -78,9 +78,11 @@ AK_INLINE float32x4_t lookup(uint32x4_t idx, const uint8x16x4_t *t, int b) {
 
 /* The 8 values of the chunk whose bytes start at c, before q8's group
  * scale and tq's factor; q4/q2 apply their group's scale s and min m. A
- * whole 3-bit chunk is 3 bytes: read as 4 only where `room` says a fourth
- * byte of the same code stream follows. */
-AK_INLINE v8 decode(int f, const uint8_t *c, int room, float32x4_t s, float32x4_t m, const uint8x16x4_t *t) {
+ * whole 3-bit chunk is 3 bytes, read as 4 inside its code stream (vectors'
+ * streams sit next to each other, blockpool.h): from the byte before it
+ * (back = 1: it is not the stream's first chunk), or from its start when a
+ * fourth byte follows (back = 0), else byte by byte (back = -1). */
+AK_INLINE v8 decode(int f, const uint8_t *c, int back, float32x4_t s, float32x4_t m, const uint8x16x4_t *t) {
     switch (f) {
     case AK_KV_F32: return v8_load((const float *)(const void *)c);
     case AK_KV_F16:
@@ -96,7 +98,9 @@ AK_INLINE v8 decode(int f, const uint8_t *c, int room, float32x4_t s, float32x4_
     default: {
         const int b = f_bits(f);
         uint32_t w = b == 2 ? (uint32_t)c[0] | (uint32_t)c[1] << 8
-                     : b == 4 || room ? ld32(c) : (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16;
+                     : b == 4 ? ld32(c)
+                     : back >= 0 ? ld32(c - back) >> (8 * back)
+                                 : (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16;
         const int32_t sh[8] = { 0, -b, -2 * b, -3 * b, -4 * b, -5 * b, -6 * b, -7 * b };
         uint32x4_t wv = vdupq_n_u32(w), mask = vdupq_n_u32((1u << b) - 1);
         uint32x4_t lo = vandq_u32(vshlq_u32(wv, vld1q_s32(sh)), mask);
@@ -106,6 +110,9 @@ AK_INLINE v8 decode(int f, const uint8_t *c, int room, float32x4_t s, float32x4_
     }
     }
 }
+
+/* decode's `back` for whole 3-bit chunk k of a stream of cb bytes. */
+AK_INLINE int chunk_back(int k, int cb) { return k > 0 ? 1 : cb >= 4 ? 0 : -1; }
 
 /* Where chunk k (a multiple of 8) of vector v starts. */
 AK_INLINE const uint8_t *chunk_at(int f, const uint8_t *v, int k) {
@@ -119,7 +126,7 @@ AK_INLINE v8 decode_short(int f, const uint8_t *v, int k, int n, float32x4_t s, 
     uint8_t buf[32] = { 0 };
     int nb = f == AK_KV_F32 ? 4 * n : (f == AK_KV_F16 || f == AK_KV_BF16) ? 2 * n : (f_bits(f) * n + 7) / 8;
     memcpy(buf, chunk_at(f, v, k), (size_t)nb);
-    return decode(f, buf, 1, s, m, t);
+    return decode(f, buf, 0, s, m, t);
 }
 
 /* The cnt f16 metadata values at p as floats times mul, into out. */
@@ -180,7 +187,7 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stri
                 v8 qk = v8_load(q + k);
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < R; r++)
-                    dst[r] = v8_fma(dst[r], decode(f, chunk_at(f, v[r], k), k * f_bits(f) / 8 + 4 <= cb, s[r], m[r], t), qk);
+                    dst[r] = v8_fma(dst[r], decode(f, chunk_at(f, v[r], k), chunk_back(k, cb), s[r], m[r], t), qk);
             } else {
                 float qb[8] = { 0 };
                 memcpy(qb, q + k, sizeof(float) * (size_t)(d - k));
@@ -226,7 +233,7 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t str
             v8 a = v8_load(n == 8 ? acc + k : ab);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
-                v8 x = n == 8 ? decode(f, chunk_at(f, v[r], k), k * f_bits(f) / 8 + 4 <= cb, s[r], m[r], t)
+                v8 x = n == 8 ? decode(f, chunk_at(f, v[r], k), chunk_back(k, cb), s[r], m[r], t)
                               : decode_short(f, v[r], k, n, s[r], m[r], t);
                 if (f_affine(f)) a = (v8){ vaddq_f32(a.a, x.a), vaddq_f32(a.b, x.b) };
                 else a = v8_fma_n(a, x, f == AK_KV_Q8 ? s[r] : wr[r]);

@@ -80,22 +80,6 @@ AK_INLINE __m128 tq_factor4(const uint8_t *const *m, float sqrt_d) {
     return _mm_div_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)), _mm_set1_ps(sqrt_d));
 }
 
-/* L (4 or 8) bytes of a code stream of cb bytes from byte o, as a little-
- * endian integer, without reading past the stream: a load that would run
- * over is moved back to end at the stream's end and shifted (the bytes past
- * the end read as zero). Streams sit next to other vectors' (blockpool.h),
- * so reading past one is not allowed even where it would not fault. */
-AK_INLINE uint64_t ld_code_bytes(const uint8_t *c0, size_t o, size_t cb, const int L) {
-    if (o + L <= cb) return L == 8 ? ld64(c0 + o) : ld32(c0 + o);
-    if (cb >= (size_t)L) {
-        uint64_t w = L == 8 ? ld64(c0 + cb - L) : ld32(c0 + cb - L);
-        return w >> (8 * (o + L - cb));
-    }
-    uint64_t w = 0;
-    memcpy(&w, c0 + o, cb - o);
-    return w;
-}
-
 /* The 16 floats a format's permutes look codes up in: the codebook
  * (repeated) for tq, the codes 0..2^b-1 (repeated) for q4/q2, from which a
  * group's levels are one FMA away. */
@@ -122,9 +106,9 @@ AK_INLINE int f_porder(int f) { return f_packed(f) && f_bits(f) != 3; }
 #define P_INV _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)
 
 /* Codes of a whole chunk (the 2b bytes at its start in the low bits of
- * bits, a 3-bit chunk's 6 bytes read as 8) into lanes (order P for 4 and 2
- * bits). */
-AK_INLINE __m512i codes_whole(uint64_t bits, int b) {
+ * bits; a 3-bit chunk's 6 bytes read as 8, from `back` (0 or 2) bytes
+ * before it) into lanes (order P for 4 and 2 bits). */
+AK_INLINE __m512i codes_whole(uint64_t bits, int b, const int back) {
     if (b == 4) {
         const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
         return _mm512_srlv_epi32(_mm512_set1_epi64((long long)bits), sh);
@@ -138,15 +122,20 @@ AK_INLINE __m512i codes_whole(uint64_t bits, int b) {
     /* byte 0 of lane i = the 8 bits of its qword from bit 3i */
     const __m512i ctl = _mm512_set_epi64(45LL << 32 | 42, 39LL << 32 | 36, 33LL << 32 | 30, 27LL << 32 | 24,
                                          21LL << 32 | 18, 15LL << 32 | 12, 9LL << 32 | 6, 3LL << 32 | 0);
-    return _mm512_multishift_epi64_epi8(ctl, w);
+    /* loaded from 2 bytes early: 16 bits further (offsets past 63 wrap
+     * within the qword; only a lane's low 3 bits are used) */
+    return _mm512_multishift_epi64_epi8(back ? _mm512_add_epi64(ctl, _mm512_set1_epi64(16LL << 32 | 16)) : ctl, w);
 #else
     /* bytes 3i/8 and 3i/8 + 1 to the bottom of lane i, shift by 3i % 8 */
     const __m512i shuf = _mm512_setr_epi32(
         (int)0x80800100, (int)0x80800100, (int)0x80800100, (int)0x80800201, (int)0x80800201, (int)0x80800201,
         (int)0x80800302, (int)0x80800302, (int)0x80800403, (int)0x80800403, (int)0x80800403, (int)0x80800504,
         (int)0x80800504, (int)0x80800504, (int)0x80800605, (int)0x80800605);
+    /* loaded from 2 bytes early: bytes 2 further (index 8, the next copy of
+     * the qword, lands above the 3 bits that are used) */
+    const __m512i shuf2 = _mm512_add_epi32(shuf, _mm512_set1_epi32(0x0202));
     const __m512i sh = _mm512_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5, 0, 3, 6, 1, 4, 7, 2, 5);
-    return _mm512_srlv_epi32(_mm512_shuffle_epi8(w, shuf), sh);
+    return _mm512_srlv_epi32(_mm512_shuffle_epi8(w, back ? shuf2 : shuf), sh);
 #endif
 }
 
@@ -155,7 +144,7 @@ AK_INLINE __m512i codes_whole(uint64_t bits, int b) {
 AK_INLINE __m512i codes_short(const uint8_t *c, int b, int n) {
     uint8_t t[16] = { 0 };
     _mm_storeu_si128((__m128i *)t, _mm_maskz_loadu_epi8((__mmask16)((1u << ((b * n + 7) / 8)) - 1), c));
-    return codes_whole(ld64(t), b);
+    return codes_whole(ld64(t), b, 0);
 }
 
 /* Values k .. k+n-1 (n <= 16, k a multiple of 16) of vector v (its code
@@ -181,8 +170,15 @@ AK_INLINE vf decode(int f, const uint8_t *v, size_t cb, int k, int n, vf tab, vf
         int b = f_bits(f);
         size_t o = (size_t)k * b / 8;
         if (n < 16) return _mm512_permutexvar_ps(codes_short(v + o, b, n), tab);
-        uint64_t bits = b == 4 ? ld64(v + o) : b == 2 ? ld32(v + o) : ld_code_bytes(v, o, cb, 8);
-        return _mm512_permutexvar_ps(codes_whole(bits, b), tab);
+        if (b != 3) return _mm512_permutexvar_ps(codes_whole(b == 4 ? ld64(v + o) : ld32(v + o), b, 0), tab);
+        /* 6 bytes read as 8 inside the code stream (streams sit next to
+         * each other, blockpool.h): from 2 bytes early but for the first
+         * chunk, which a stream of 8 bytes or more follows */
+        if (o >= 2) return _mm512_permutexvar_ps(codes_whole(ld64(v + o - 2), 3, 2), tab);
+        if (cb >= 8) return _mm512_permutexvar_ps(codes_whole(ld64(v + o), 3, 0), tab);
+        uint8_t t[8] = { 0 };
+        memcpy(t, v + o, 6);
+        return _mm512_permutexvar_ps(codes_whole(ld64(t), 3, 0), tab);
     }
     }
 }
@@ -264,12 +260,22 @@ AK_INLINE __m128i load_short(const uint8_t *p, int nbytes) {
 
 /* Lane i holds code i of the 8 codes from byte o of the code stream v (cb
  * bytes) in its low b bits (junk above). Whole 3- and 2-bit chunks (3 and 2
- * bytes) are read as 4 where the stream goes on that far. */
+ * bytes) are read as 4 inside the stream (streams sit next to each other,
+ * blockpool.h): from 4 - b bytes early (the shifts grow to match) but for
+ * the first chunk, which a stream of 4 bytes or more follows. */
 AK_INLINE __m256i load_codes(const uint8_t *v, size_t o, size_t cb, int b, int n) {
-    uint32_t w;
-    if (n == 8) w = b == 4 ? ld32(v + o) : (uint32_t)ld_code_bytes(v, o, cb, 4);
-    else w = (uint32_t)_mm_cvtsi128_si32(load_short(v + o, (b * n + 7) / 8));
     __m256i sh = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
+    uint32_t w;
+    if (n < 8) w = (uint32_t)_mm_cvtsi128_si32(load_short(v + o, (b * n + 7) / 8));
+    else if (b == 4) w = ld32(v + o);
+    else if (o >= (size_t)(4 - b)) {
+        w = ld32(v + o - (4 - b));
+        sh = _mm256_add_epi32(sh, _mm256_set1_epi32(8 * (4 - b)));
+    } else if (cb >= 4) w = ld32(v + o);
+    else {
+        w = 0;
+        memcpy(&w, v + o, (size_t)b);
+    }
     return _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh);
 }
 
@@ -347,18 +353,18 @@ AK_INLINE float reduce1(vf a) {
 /* ======================================================================== */
 
 /* The decode parameters of group g of a vector whose converted metadata is
- * meta: for q4/q2 with AVX-512 and q2 with AVX2 the group's levels (table
- * times scale plus min); for q4 with AVX2 the scale (min in *hi); for q8 the
- * scale. */
-AK_INLINE vf group_param(int f, const float *meta, int g, vf tab, vf *hi) {
-    if (f == AK_KV_Q8) return VSET1(meta[g]);
+ * meta, times the weight w (axpy; 1 for dot, an exact no-op): for q4/q2
+ * with AVX-512 and q2 with AVX2 the group's levels (table times scale plus
+ * min); for q4 with AVX2 the scale (min in *hi); for q8 the scale. */
+AK_INLINE vf group_param(int f, const float *meta, int g, float w, vf tab, vf *hi) {
+    if (f == AK_KV_Q8) return VSET1(meta[g] * w);
 #if defined(AK_KVF_AVX2)
     if (f == AK_KV_Q4) {
-        *hi = VSET1(meta[2 * g + 1]);
-        return VSET1(meta[2 * g]);
+        *hi = VSET1(meta[2 * g + 1] * w);
+        return VSET1(meta[2 * g] * w);
     }
 #endif
-    return VFMA(tab, VSET1(meta[2 * g]), VSET1(meta[2 * g + 1]));
+    return VFMA(tab, VSET1(meta[2 * g] * w), VSET1(meta[2 * g + 1] * w));
 }
 
 /* sum[r] += chunk k (n values) of vector r times the query's. */
@@ -393,6 +399,8 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *c0, size_t cstr
     const uint8_t *v[4], *mr[4];
     const float *meta[4];
     vf acc[4], gp[4], hi[4];
+    __m128 fac4 = _mm_setzero_ps();
+    float fac[4] = {0, 0, 0, 0};
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
         v[r] = c0 + (size_t)r * cstride;
@@ -402,11 +410,16 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *c0, size_t cstr
         gp[r] = tab;
         hi[r] = VZERO();
     }
+    /* tq's factors now, so that their pointers are not live in the loop */
+    if (f_tq(f) && R == 4) fac4 = tq_factor4(mr, sqrt_d);
+    else if (f_tq(f))
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) fac[r] = tq_factor(mr[r], sqrt_d);
     for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
         vf t[4];   /* q8: the group's sum, scaled once at its end */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            if (G) gp[r] = group_param(f, meta[r], g, tab, &hi[r]);
+            if (G) gp[r] = group_param(f, meta[r], g, 1.0f, tab, &hi[r]);
             t[r] = VZERO();
         }
         for (int k = k0; k < k0 + step && k < d; k += W) {
@@ -421,18 +434,19 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *c0, size_t cstr
     }
     if (R == 4) {
         __m128 s = reduce4(acc[0], acc[1], acc[2], acc[3]);
-        if (f_tq(f)) s = _mm_mul_ps(s, tq_factor4(mr, sqrt_d));
+        if (f_tq(f)) s = _mm_mul_ps(s, fac4);
         _mm_storeu_ps(out, s);
     } else
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
             float s = reduce1(acc[r]);
-            out[r] = f_tq(f) ? s * tq_factor(mr[r], sqrt_d) : s;
+            out[r] = f_tq(f) ? s * fac[r] : s;
         }
 }
 
 /* acc += sum_r w[r] * vector r, for R (1 or 4) vectors as in dot_rows;
- * meta0 their group metadata converted and multiplied by w[r]. */
+ * meta0 their converted group metadata (the weights are applied to each
+ * group's scale and min, two scalar products per group). */
 AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *c0, size_t cstride, const uint8_t *m0, size_t mstride,
                          const float *meta0, int fstride, const float *w, int d, float sqrt_d, vf tab, float *acc) {
     const int G = f_group(f), step = G ? G : W;
@@ -458,7 +472,7 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *c0, size_t cst
     for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
         if (G)
             _Pragma("GCC unroll 4")
-            for (int r = 0; r < R; r++) gp[r] = group_param(f, meta[r], g, tab, &hi[r]);
+            for (int r = 0; r < R; r++) gp[r] = group_param(f, meta[r], g, w[r], tab, &hi[r]);
         for (int k = k0; k < k0 + step && k < d; k += W) {
             if (d - k >= W) axpy_chunk(f, R, v, cb, k, W, acc, tab, gp, hi, wr);
             else axpy_chunk(f, R, v, cb, k, d - k, acc, tab, gp, hi, wr);
@@ -468,9 +482,8 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *c0, size_t cst
 
 /* The group metadata of vectors j0..j1 as floats into meta, cnt per vector
  * (fstride floats apart: cnt, or cnt rounded up to 16 when each vector's is
- * converted apart), times w[j] if w is not NULL. Returns fstride. */
-AK_INLINE int convert_meta(const int f, const uint8_t *m0, size_t mstride, int j0, int j1, int d, const float *w,
-                           float *meta) {
+ * converted apart). Returns fstride. */
+AK_INLINE int convert_meta(const int f, const uint8_t *m0, size_t mstride, int j0, int j1, int d, float *meta) {
     const int cnt = meta_count(f, d);
     int fs = cnt;
     if (mstride == 2 * (size_t)cnt) load_f16(m0 + (size_t)j0 * mstride, cnt * (j1 - j0), meta);   /* one run */
@@ -478,11 +491,6 @@ AK_INLINE int convert_meta(const int f, const uint8_t *m0, size_t mstride, int j
         fs = (cnt + 15) & ~15;
         for (int i = j0; i < j1; i++) load_f16(m0 + (size_t)i * mstride, cnt, meta + (i - j0) * fs);
     }
-    if (w)   /* weights fold into the scales and mins */
-        for (int i = j0; i < j1; i++) {
-            float *p = meta + (i - j0) * fs, wi = w[i];
-            for (int c = 0; c < cnt; c++) p[c] *= wi;
-        }
     return fs;
 }
 
@@ -501,7 +509,7 @@ AK_INLINE void dot_impl(const int f, const void *codes, size_t cstride, const vo
     q = to_order(f, q, d, qbuf);
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
-        if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, NULL, meta);
+        if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, meta);
         for (; j + 4 <= j1; j += 4)
             dot_rows(f, 4, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
                      meta + (j - j0) * fs, fs, q, d, sqrt_d, tab, out + j);
@@ -524,7 +532,7 @@ AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const v
     float *a = (float *)to_order(f, acc, d, abuf);
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
-        if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, w, meta);
+        if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, meta);
         for (; j + 4 <= j1; j += 4)
             axpy_rows(f, 4, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
                       meta + (j - j0) * fs, fs, w + j, d, sqrt_d, tab, a);

@@ -1330,6 +1330,7 @@ typedef struct {
     int i0, i1;              /* tensors [i0, i1) */
     uint8_t *const *blk;     /* data of block b */
     const size_t *toff;      /* offset of tensor i's head 0 within a block */
+    const size_t *hstep;     /* bytes from one head's run of tensor i to the next's */
     int H, T, n;
     uint64_t data_off;       /* file offset of the data section */
     /* results */
@@ -1382,7 +1383,7 @@ static void *dl_run(void *arg) {
         for (int h = 0; h < j->H; h++)
             for (int b = 0, p0 = 0; p0 < j->n; b++, p0 += j->T) {
                 int r = j->n - p0 < j->T ? j->n - p0 : j->T;
-                piece[cnt].iov_base = j->blk[b] + j->toff[i] + (size_t)h * j->T * cb;
+                piece[cnt].iov_base = j->blk[b] + j->toff[i] + (size_t)h * j->hstep[i];
                 piece[cnt].iov_len = (size_t)r * cb;
                 batch += piece[cnt++].iov_len;
                 int last = h == j->H - 1 && p0 + j->T >= j->n;
@@ -1430,7 +1431,7 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     int nt = 0;
     ak_kv *tmp = NULL;
     uint8_t **blk = NULL;
-    size_t *toff = NULL;
+    size_t *toff = NULL, *hstep = NULL;
     if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, id, m, v) != AK_STORE_HIT ||
         check_expect(m, fingerprint, kv, v) != AK_STORE_HIT || check_table(r, m, &t, &nt, &want, v) != AK_STORE_HIT) {
         info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
@@ -1448,13 +1449,19 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     }
     blk = malloc(sizeof *blk * (size_t)(nb ? nb : 1));
     toff = malloc(sizeof *toff * (size_t)(nt ? nt : 1));
-    if (!blk || !toff) {
+    hstep = malloc(sizeof *hstep * (size_t)(nt ? nt : 1));
+    if (!blk || !toff || !hstep) {
         judge(v, AK_STORE_ERROR, NULL, "out of memory");
         goto out;
     }
     /* block b's data starts with layer 0's K codes of head 0 (blockpool.h) */
     for (int b = 0; b < nb; b++) blk[b] = ak_kv_stored_mut(tmp, 0, 0, 0, 0, b * T);
-    for (int i = 0; i < nt && nb; i++) toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0) - blk[0]);
+    int H = ak_block_pool_spec(pool)->n_head_kv;
+    for (int i = 0; i < nt && nb; i++) {
+        uint8_t *h0 = ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0);
+        toff[i] = (size_t)(h0 - blk[0]);
+        hstep[i] = H > 1 ? (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 1, 0) - h0) : 0;
+    }
     posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
     dl_job jobs[2];
     uint64_t data_bytes = nt ? t[nt - 1].offset + t[nt - 1].bytes : 0;
@@ -1462,8 +1469,8 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     if (data_bytes >= TWO_THREADS_BYTES)
         while (split < nt && t[split].offset + t[split].bytes <= data_bytes / 2) split++;
     for (int k = 0; k < 2; k++)
-        jobs[k] = (dl_job){r->fd, t, (const char (*)[17])want, k ? split : 0, k ? nt : split, blk, toff,
-                           ak_block_pool_spec(pool)->n_head_kv, T, n, m->hdr_end, 0, -1, 0, 0, 0};
+        jobs[k] = (dl_job){r->fd, t, (const char (*)[17])want, k ? split : 0, k ? nt : split, blk, toff, hstep,
+                           H, T, n, m->hdr_end, 0, -1, 0, 0, 0};
     pthread_t th;
     int threaded = split > 0 && pthread_create(&th, NULL, dl_run, &jobs[0]) == 0;
     if (!threaded) jobs[1].i0 = 0;
@@ -1497,6 +1504,7 @@ out:
     ak_kv_free(tmp);   /* kv's old blocks after a swap, else the unverified copy */
     free(blk);
     free(toff);
+    free(hstep);
     free(t);
     free(want);
     return v->st;
