@@ -1454,8 +1454,10 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
         judge(v, AK_STORE_ERROR, NULL, "out of memory");
         goto out;
     }
-    /* block b's data starts with layer 0's K codes of head 0 (blockpool.h) */
-    for (int b = 0; b < nb; b++) blk[b] = ak_kv_stored_mut(tmp, 0, 0, 0, 0, b * T);
+    /* block b's data starts with layer 0's K metadata of head 0, or its
+     * codes for a format without metadata (blockpool.h) */
+    int kc0 = ak_kv_format_meta_bytes(m->fk, m->spec.head_dim_k) ? 1 : 0;
+    for (int b = 0; b < nb; b++) blk[b] = ak_kv_stored_mut(tmp, 0, 0, kc0, 0, b * T);
     int H = ak_block_pool_spec(pool)->n_head_kv;
     for (int i = 0; i < nt && nb; i++) {
         uint8_t *h0 = ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0);
