@@ -84,7 +84,7 @@ uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, in
  * differ in pool, formats or capacity. */
 int ak_kv_swap(ak_kv *a, ak_kv *b);
 /* Declares positions [0, n) written (after filling them through
- * ak_kv_vector_mut). Returns 0, or -1 with err set if some are not prepared. */
+ * ak_kv_stored_mut). Returns 0, or -1 with err set if some are not prepared. */
 int ak_kv_set_length(ak_kv *kv, int n, ak_error *err);
 
 /* Floats of scratch ak_kv_attend needs for n_q queries on caches of spec
