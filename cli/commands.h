@@ -5,6 +5,7 @@
 #define AK_COMMANDS_H
 
 int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);

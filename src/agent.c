@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     char id[AK_AGENT_ID_MAX + 1];
@@ -12,6 +13,7 @@ typedef struct {
     int n, cap;
     ak_kv *kv;              /* NULL unless hot */
     uint64_t last_use;
+    int64_t last_unix;      /* wall-clock seconds of last_use */
     int dirty;              /* history changed since the last save */
     int in_turn;            /* begin() called and end() not yet */
     int ephemeral;          /* never saved; dropped when evicted */
@@ -239,6 +241,11 @@ int ak_agents_flush(ak_agents *a, ak_error *err) {
     return rc;
 }
 
+static void touch(ak_agents *a, agent *g) {
+    g->last_use = ++a->clock;
+    g->last_unix = (int64_t)time(NULL);
+}
+
 static agent *find(const ak_agents *a, const char *id) {
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->v[i]->id, id)) return a->v[i];
@@ -376,7 +383,7 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     if (g && g->in_turn) return ak_fail(err, "agent %s: a turn is already in progress", id);
     if (!g && !(g = create(a, id, err))) return -1;
     g->ephemeral = (flags & AK_AGENT_EPHEMERAL) != 0;
-    g->last_use = ++a->clock;
+    touch(a, g);
     t->tier = AK_TIER_HOT;
     if (g->ahead) {
         t->tier = AK_TIER_WARM;
@@ -425,7 +432,7 @@ int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, 
         return -1;
     }
     if (changed) g->dirty = 1;
-    g->last_use = ++a->clock;
+    touch(a, g);
     return 0;
 }
 
@@ -441,7 +448,7 @@ int ak_agent_append(ak_agents *a, const char *id, int32_t token, ak_error *err) 
     }
     g->tokens[g->n++] = token;
     g->dirty = 1;
-    g->last_use = ++a->clock;
+    touch(a, g);
     return 0;
 }
 
@@ -536,6 +543,7 @@ void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out) {
     out->tier = g->kv ? AK_TIER_HOT : AK_TIER_WARM;
     out->bytes = g->kv ? ak_kv_bytes(g->kv) : 0;
     out->last_use = g->last_use;
+    out->last_unix = g->last_unix;
     out->dirty = g->dirty;
     out->ephemeral = g->ephemeral;
     out->in_turn = g->in_turn;
@@ -545,6 +553,14 @@ int ak_agents_find(const ak_agents *a, const char *id) {
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->v[i]->id, id)) return i;
     return -1;
+}
+
+int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens, int n) {
+    const agent *g = find(a, id);
+    if (!g || !g->kv) return 0;
+    int common = 0;
+    while (common < g->n && common < n && g->tokens[common] == tokens[common]) common++;
+    return common;
 }
 
 int ak_agent_restoring(const ak_agents *a, const char *id) {
@@ -576,6 +592,7 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
     j->fingerprint = a->cfg.model->fingerprint;
     j->vocab = a->cfg.model->cfg.vocab;
     j->reserved = need;
+    j->status = AK_STORE_ABSENT; /* until it runs */
     a->reserved += need;
     g->restoring = 1;
     *job = j;
@@ -597,7 +614,7 @@ void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j) {
         g->ahead = 1;
         g->ahead_ms = j->info.total_ms;
         g->ahead_bytes = j->info.bytes_read;
-        g->last_use = ++a->clock;
+        touch(a, g);
     } else if (j->status != AK_STORE_HIT && j->status != AK_STORE_ABSENT) {
         logf_(a, "agent %s: cache %s, recomputing: %s", j->id, ak_store_status_name(j->status), j->err.msg);
     }

@@ -160,10 +160,15 @@ typedef struct {
     ak_tier tier;             /* HOT if in RAM, WARM if only on disk */
     size_t bytes;             /* RAM bytes when hot */
     uint64_t last_use;        /* turn counter */
+    int64_t last_unix;        /* wall-clock seconds of the last use */
     int dirty;
     int ephemeral;
     int in_turn;
 } ak_agent_info;
+
+/* Length of the common prefix of tokens[0..n) and the history of agent id
+ * as its cache holds it now (0 if unknown or not in RAM). */
+int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens, int n);
 
 /* Index of agent id for ak_agents_get, or -1 if unknown. */
 int ak_agents_find(const ak_agents *a, const char *id);
