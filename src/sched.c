@@ -80,6 +80,7 @@ struct ak_sched {
     /* engine thread only */
     ak_request *waiting, *active;
     int n_active, n_waiting, n_io, n_anon;
+    int changed;                  /* a request finished or started this round */
     int32_t *b_tok, *b_pos;
     ak_kv **b_seq;
     float **b_logits;
@@ -307,6 +308,7 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const 
     pthread_cond_broadcast(&s->out_cv);
     pthread_mutex_unlock(&s->mu);
     r->state = R_DONE;
+    s->changed = 1;
 }
 
 /* Finds the earliest stop string in text[from..len); returns its offset or -1. */
@@ -748,7 +750,10 @@ static void *engine_main(void *arg) {
         prefetch(s);
         step(s);
         sweep(s);
-        idle = s->n_active == 0;
+        /* with nothing running, sleep unless this round freed an agent or
+         * room that a waiting request may take */
+        idle = s->n_active == 0 && !s->changed;
+        s->changed = 0;
     }
     shutdown_requests(s);
     return NULL;
