@@ -392,7 +392,8 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
         t->restored_ahead = 1;
         g->ahead = 0;
     }
-    if (!g->kv) {
+    int fresh = !g->kv;   /* a failed open must leave it cold, not hot and empty */
+    if (fresh) {
         t->tier = AK_TIER_COLD;
         g->n = 0;
         g->kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
@@ -412,7 +413,15 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
     int ev = ensure_room(a, bytes_for(a, g, n_reserve) + extra, g, err);
-    if (ev < 0) return -1;
+    if (ev < 0) {
+        if (fresh) {
+            /* its file (if any) is still there: the next open restores it */
+            ak_kv_free(g->kv);
+            g->kv = NULL;
+            g->n = 0;
+        }
+        return -1;
+    }
     t->evicted += ev;
     g->in_turn = 1;
     t->reused = keep;
