@@ -1,6 +1,16 @@
 /* cmd_bench.c - agentkv bench engine: prefill and decode speed, as
  * llama-bench's pp/tg: pp = a batch of P tokens from an empty cache, tg = N
- * tokens generated one at a time from an empty cache. Median of repeats. */
+ * tokens generated one at a time from an empty cache. Median of repeats.
+ *
+ * With --batch B it also measures batched decode: B sequences, each with its
+ * own cache after a short prompt, advanced together by one ak_forward of B
+ * tokens (one per sequence) per step, beside one sequence decoded the same
+ * way in the same run; aggregate tokens/s and the ratio.
+ *
+ * Bandwidth: decode reads every weight once per step plus each sequence's
+ * KV cache; bytes read per step / step time is compared with a STREAM-style
+ * copy (memcpy of 512 MiB slices on the same threads, counting bytes read
+ * plus bytes written, as STREAM does) measured in the same run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +21,16 @@
 #include "common.h"
 
 static const char *usage_text =
-    "usage: agentkv bench engine -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPEATS] [--json]\n"
-    "  prefill (pp) and decode (tg) tokens/s, median of REPEATS runs (default 3)\n" CACHE_OPTS_HELP;
+    "usage: agentkv bench engine -m MODEL [-p 512] [-n 128] [-t THREADS] [-r REPEATS] [--batch B] [--json]\n"
+    "  prefill (pp) and decode (tg) tokens/s, median of REPEATS runs (default 3),\n"
+    "  decode memory bandwidth (weights + KV read per token / time) beside a\n"
+    "  measured copy bandwidth\n"
+    "  --batch B            also decode B sequences together (one forward pass of B\n"
+    "                       tokens per step, each sequence after a short prompt):\n"
+    "                       aggregate tokens/s vs one sequence decoded the same way\n"
+    "                       (ratio: median over repeats of adjacent runs' ratios)\n"
+    "  --batch-prompt N     prompt tokens per sequence before batched decode (default 32)\n"
+    "  --no-copy-bench      skip the copy-bandwidth measurement\n" CACHE_OPTS_HELP;
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -24,11 +42,71 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* ---- STREAM-style copy bandwidth ---------------------------------------- */
+
+typedef struct {
+    uint8_t *src, *dst;
+    size_t n;
+} copy_job;
+
+static void copy_task(void *arg, int ith, int nth) {
+    copy_job *j = arg;
+    size_t per = (j->n / (size_t)nth + 4095) & ~(size_t)4095;
+    size_t a = per * (size_t)ith, b = a + per > j->n ? j->n : a + per;
+    if (a < b) memcpy(j->dst + a, j->src + a, b - a);
+}
+
+/* Best of 5 copies of `bytes` on the pool's threads, in GB/s of bytes read
+ * plus written; 0 if the buffers cannot be had. */
+static double copy_bandwidth(ak_pool *pool, size_t bytes) {
+    copy_job j = {malloc(bytes), malloc(bytes), bytes};
+    double best = 0;
+    if (j.src && j.dst) {
+        memset(j.src, 1, bytes);   /* first touch outside the timing */
+        memset(j.dst, 2, bytes);
+        for (int r = 0; r < 5; r++) {
+            double t0 = ak_now();
+            ak_pool_run(pool, copy_task, &j);
+            double gbs = 2.0 * (double)bytes / (ak_now() - t0) / 1e9;
+            if (gbs > best) best = gbs;
+        }
+    }
+    free(j.src); free(j.dst);
+    return best;
+}
+
+/* ---- batched decode ------------------------------------------------------ */
+
+/* B sequences (kvs[0..B)), each already holding `start` positions, advanced
+ * n steps by one forward pass of B tokens per step. Returns aggregate
+ * tokens/s, or -1 with err set; *kv_bytes gets the mean bytes of the caches
+ * (all B) over the run (first and last step). */
+static double decode_batched(ak_ctx *ctx, ak_kv **kvs, int B, int start, int n, const int32_t *toks,
+                             float **logits, double *kv_bytes, ak_error *err) {
+    int32_t tok[256], pos[256];
+    if (B > 256) { ak_fail(err, "batch too large"); return -1; }
+    double kv0 = 0, kv1 = 0;
+    for (int s = 0; s < B; s++) kv0 += (double)ak_kv_bytes(kvs[s]);
+    ak_batch b = {B, tok, pos, kvs, logits};
+    double t0 = ak_now();
+    for (int i = 0; i < n; i++) {
+        for (int s = 0; s < B; s++) {
+            tok[s] = toks[(i + 7 * s) % n];
+            pos[s] = start + i;
+        }
+        if (ak_forward(ctx, &b, err) < 0) return -1;
+    }
+    double dt = ak_now() - t0;
+    for (int s = 0; s < B; s++) kv1 += (double)ak_kv_bytes(kvs[s]);
+    *kv_bytes = 0.5 * (kv0 + kv1);
+    return (double)B * n / dt;
+}
+
 static int bench_engine(int argc, char **argv) {
     ak_args a;
     args_init(&a, "bench engine", argc, argv);
     const char *model_path = NULL;
-    int n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, json = 0;
+    int n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, json = 0, batch = 0, batch_prompt = 32, copy_bench = 1;
     cache_opts co;
     cache_opts_init(&co);
     const char *f;
@@ -40,6 +118,9 @@ static int bench_engine(int argc, char **argv) {
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "-r") || !strcmp(f, "--repeats")) reps = (int)args_int(&a, f, 1, 100);
         else if (!strcmp(f, "--json")) json = 1;
+        else if (!strcmp(f, "--batch")) batch = (int)args_int(&a, f, 1, 256);
+        else if (!strcmp(f, "--batch-prompt")) batch_prompt = (int)args_int(&a, f, 1, 1 << 16);
+        else if (!strcmp(f, "--no-copy-bench")) copy_bench = 0;
         else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
@@ -59,8 +140,18 @@ static int bench_engine(int argc, char **argv) {
         unload_model(&lm);
         return 1;
     }
-    ak_ctx *ctx = ak_ctx_new(m, n_pp > 0 ? n_pp : 1, n_threads, &err);
-    if (!toks || !logits || !pp || !tg || !ctx) {
+    int max_batch = n_pp > batch ? n_pp : batch;
+    ak_ctx *ctx = ak_ctx_new(m, max_batch > 0 ? max_batch : 1, n_threads, &err);
+    /* batched decode: B caches from the same pool, B logits rows */
+    int B = n_tg > 0 ? batch : 0;
+    ak_kv **bkv = B ? calloc(B, sizeof *bkv) : NULL;
+    float **blog = B ? calloc(B, sizeof *blog) : NULL;
+    float *blogbuf = B ? malloc(sizeof(float) * m->cfg.vocab * B) : NULL;
+    int32_t *btoks = B ? malloc(sizeof(int32_t) * (batch_prompt + n_tg)) : NULL;
+    int32_t *bprompt = B ? malloc(sizeof(int32_t) * batch_prompt) : NULL;
+    double *bt1 = calloc(reps, sizeof(double)), *btn = calloc(reps, sizeof(double));
+    double *brat = calloc(reps, sizeof(double));
+    if (!toks || !logits || !pp || !tg || !ctx || !bt1 || !btn || !brat || (B && (!bkv || !blog || !blogbuf || !btoks || !bprompt))) {
         if (!err.msg[0]) ak_fail(&err, "out of memory");
         goto fail;
     }
@@ -89,21 +180,70 @@ static int bench_engine(int argc, char **argv) {
         if (!json) fprintf(stderr, "  repeat %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s\n", r + 1, reps, n_pp, pp[r],
                            n_tg, tg[r]);
     }
+    /* KV read per tg step: the cache grows from 0 to n_tg positions, so on
+     * average half of what it holds at the end */
+    double tg_kv = n_tg > 0 ? 0.5 * (double)ak_kv_bytes(kv) : 0;
+
+    double b1_kv = 0, bn_kv = 0;
+    if (B) {
+        for (int i = 0; i < batch_prompt + n_tg; i++) btoks[i] = (int32_t)(ak_rng_u32(&rng) % m->cfg.vocab);
+        for (int s = 0; s < B; s++) {
+            blog[s] = blogbuf + (size_t)s * m->cfg.vocab;
+            bkv[s] = ak_kv_new(pool, co.fk, co.fv, batch_prompt + n_tg + 1, &err);
+            if (!bkv[s]) goto fail;
+            /* a different prompt per sequence: rotate the token list */
+            for (int i = 0; i < batch_prompt; i++) bprompt[i] = btoks[(i + 5 * s) % (batch_prompt + n_tg)];
+            if (ak_eval(ctx, bkv[s], bprompt, batch_prompt, 0, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
+        }
+        for (int r = 0; r < reps; r++) {
+            for (int s = 0; s < B; s++) ak_kv_truncate(bkv[s], batch_prompt);
+            bt1[r] = decode_batched(ctx, bkv, 1, batch_prompt, n_tg, btoks, blog, &b1_kv, &err);
+            if (bt1[r] < 0) goto fail;
+            ak_kv_truncate(bkv[0], batch_prompt);
+            btn[r] = decode_batched(ctx, bkv, B, batch_prompt, n_tg, btoks, blog, &bn_kv, &err);
+            if (btn[r] < 0) goto fail;
+            brat[r] = btn[r] / bt1[r];   /* adjacent runs: the ratio is less noisy than the medians' */
+            if (!json) fprintf(stderr, "  repeat %d/%d: batch 1 %.2f tok/s, batch %d %.2f tok/s (aggregate)\n", r + 1,
+                               reps, bt1[r], B, btn[r]);
+        }
+    }
+    double copy_gbs = copy_bench ? copy_bandwidth(ak_ctx_pool(ctx), (size_t)512 << 20) : 0;
+
     double pp_med = median(pp, reps), tg_med = median(tg, reps);
-    double gbs = tg_med * m->weight_bytes / 1e9;
-    if (json)
+    double b1_med = B ? median(bt1, reps) : 0, bn_med = B ? median(btn, reps) : 0;
+    double b_ratio = B ? median(brat, reps) : 0;
+    const double wb = (double)m->weight_bytes;
+    double gbs = tg_med * wb / 1e9;                        /* weights only, as before */
+    double tg_bw = tg_med * (wb + tg_kv) / 1e9;            /* weights + KV */
+    double bn_bw = B ? bn_med / B * (wb + bn_kv) / 1e9 : 0; /* steps/s x bytes per step */
+    double pct = copy_gbs > 0 ? 100 * tg_bw / copy_gbs : 0, bn_pct = copy_gbs > 0 ? 100 * bn_bw / copy_gbs : 0;
+    const char *tn = gguf_tensor_type_name(m->layers[0].wq.type);
+    if (json) {
         printf("{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"n_pp\": %d, \"n_tg\": %d, "
-               "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"weight_bytes\": %zu, \"tg_weight_gb_s\": %.2f}\n",
-               m->gguf.path, gguf_tensor_type_name(m->layers[0].wq.type), nt, n_pp, n_tg, pp_med, tg_med,
-               m->weight_bytes, gbs);
-    else
-        printf("pp%d %.2f tok/s | tg%d %.2f tok/s (%.1f GB/s of weights) | %s, %d threads\n", n_pp, pp_med, n_tg,
-               tg_med, gbs, gguf_tensor_type_name(m->layers[0].wq.type), nt);
+               "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"weight_bytes\": %zu, \"tg_weight_gb_s\": %.2f, "
+               "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %.2f, \"tg_bw_pct\": %.1f",
+               m->gguf.path, tn, nt, n_pp, n_tg, pp_med, tg_med, m->weight_bytes, gbs, tg_kv, tg_bw, copy_gbs, pct);
+        if (B)
+            printf(", \"batch\": %d, \"batch_prompt\": %d, \"batch1_tok_s\": %.3f, \"batch_tok_s\": %.3f, "
+                   "\"batch_ratio\": %.3f, \"batch_kv_bytes\": %.0f, \"batch_gb_s\": %.2f, \"batch_bw_pct\": %.1f",
+                   B, batch_prompt, b1_med, bn_med, b_ratio, bn_kv, bn_bw, bn_pct);
+        printf("}\n");
+    } else {
+        printf("pp%d %.2f tok/s | tg%d %.2f tok/s (%.1f GB/s of weights + KV", n_pp, pp_med, n_tg, tg_med, tg_bw);
+        if (copy_gbs > 0) printf(", %.0f%% of copy bandwidth %.1f GB/s", pct, copy_gbs);
+        printf(") | %s, %d threads\n", tn, nt);
+        if (B)
+            printf("batch %d after %d-token prompts: %.2f tok/s aggregate vs %.2f tok/s for 1 sequence = %.2fx "
+                   "(%.1f GB/s of weights + KV, %.0f%% of copy)\n",
+                   B, batch_prompt, bn_med, b1_med, b_ratio, bn_bw, bn_pct);
+    }
     rc = 0;
     goto done;
 fail:
     fprintf(stderr, "agentkv bench engine: %s\n", err.msg);
 done:
+    for (int s = 0; s < B && bkv; s++) ak_kv_free(bkv[s]);
+    free(bkv); free(blog); free(blogbuf); free(btoks); free(bprompt); free(bt1); free(btn); free(brat);
     free(toks); free(logits); free(pp); free(tg);
     ak_ctx_free(ctx);
     cache_close(pool, kv);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/calib.h"
 #include "../src/perplexity.h"
 #include "args.h"
 #include "commands.h"
@@ -17,6 +18,8 @@ static const char *usage_text =
     "  --json             print a JSON object instead\n"
     "  --kl-base FILE     save the next-token distributions (top 32 + rest) as a baseline\n"
     "  --kl FILE          compare against a saved baseline: mean KL, delta PPL, argmax agreement\n"
+    "  --no-center        store K/V as they are (by default 4/3/2-bit formats subtract the model's\n"
+    "                     key/value means, calibrated on a built-in text: see docs/kv-formats.md)\n"
     CACHE_OPTS_HELP;
 
 static void on_chunk(void *ud, int chunk, int n_chunks, double ppl) {
@@ -29,7 +32,7 @@ int cmd_perplexity(int argc, char **argv) {
     ak_args a;
     args_init(&a, "perplexity", argc, argv);
     const char *model_path = NULL, *file = NULL;
-    int n_ctx = 512, n_threads = 0, json = 0, max_chunks = 0;
+    int n_ctx = 512, n_threads = 0, json = 0, max_chunks = 0, key_center = 1;
     const char *kl_out = NULL, *kl_in = NULL;
     cache_opts co;
     cache_opts_init(&co);
@@ -44,6 +47,7 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(f, "--json")) json = 1;
         else if (!strcmp(f, "--kl-base")) kl_out = args_value(&a, f);
         else if (!strcmp(f, "--kl")) kl_in = args_value(&a, f);
+        else if (!strcmp(f, "--no-center")) key_center = 0;
         else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
@@ -68,6 +72,8 @@ int cmd_perplexity(int argc, char **argv) {
     if (ak_tokenize(lm.tok, text, len, add_bos ? AK_TOK_ADD_SPECIAL : 0, &ids, &n_ids, &err) < 0) goto out;
     if (cache_open(&co, lm.model, n_ctx, "perplexity", &pool, &kv) < 0) { err.msg[0] = 0; goto out; }
     if (!(ctx = ak_ctx_new(lm.model, n_ctx < 512 ? n_ctx : 512, n_threads, &err))) goto out;
+    if (key_center && ak_calib_install(ctx, lm.tok, pool, co.fk, co.fv, &err) < 0) goto out;
+    const char *center = ak_block_pool_center_id(pool, 0, co.fk), *vcenter = ak_block_pool_center_id(pool, 1, co.fv);
     ak_ppl_opts po = {max_chunks, add_bos ? ak_tokenizer_bos(lm.tok) : -1, kl_out, kl_in, 0,
                       json ? NULL : on_chunk, NULL};
     if (ak_perplexity(ctx, kv, ids, n_ids, n_ctx, &po, &r, &err) < 0) goto out;
@@ -76,17 +82,18 @@ int cmd_perplexity(int argc, char **argv) {
     if (json) {
         printf("{\"ppl\": %.6f, \"ppl_stderr\": %.6f, \"chunks\": %d, \"n_ctx\": %d, \"tokens_scored\": %ld, "
                "\"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"bits_k\": %.4f, \"bits_v\": %.4f, "
-               "\"seconds\": %.3f",
+               "\"key_center\": \"%s\", \"value_center\": \"%s\", \"seconds\": %.3f",
                r.ppl, r.ppl_stderr, r.chunks, n_ctx, r.scored, ck, cv,
                ak_kv_format_bits(co.fk, lm.model->spec.head_dim_k), ak_kv_format_bits(co.fv, lm.model->spec.head_dim_v),
-               secs);
+               center ? center : "none", vcenter ? vcenter : "none", secs);
         if (r.have_kl)
             printf(", \"base_ppl\": %.6f, \"delta_ppl_pct\": %.6f, \"kl_mean\": %.8f, \"kl_max\": %.6f, "
                    "\"top1_agree\": %.6f", r.base_ppl, r.delta_ppl_pct, r.kl_mean, r.kl_max, r.top1_agree);
         printf("}\n");
     } else {
-        printf("PPL = %.4f +/- %.4f (%d chunks of %d, %ld tokens scored, cache K %s / V %s, %.1f s)\n", r.ppl,
-               r.ppl_stderr, r.chunks, n_ctx, r.scored, ck, cv, secs);
+        printf("PPL = %.4f +/- %.4f (%d chunks of %d, %ld tokens scored, cache K %s%s / V %s%s, %.1f s)\n", r.ppl,
+               r.ppl_stderr, r.chunks, n_ctx, r.scored, ck, center ? " centered" : "", cv, vcenter ? " centered" : "",
+               secs);
         if (r.have_kl)
             printf("vs baseline: PPL %.4f, delta PPL %+.4f%%, mean KL %.6f (max %.4f), argmax agrees %.2f%%\n",
                    r.base_ppl, r.delta_ppl_pct, r.kl_mean, r.kl_max, r.top1_agree * 100);

@@ -15,8 +15,9 @@ static const char *usage_text =
     "  writes a valid GGUF model with random weights (same seed => same file)\n"
     "  -o, --output FILE   output path (written as FILE.tmp, renamed when complete)\n"
     "  --like PRESET       llama-1b, llama-3b, llama-8b, qwen2-0.5b, tinyllama-1.1b, stories15m\n"
-    "  --type TYPE         f32, f16, bf16, q8_0, q4_0 for the 2-D matrices (default f16);\n"
-    "                      norms and biases stay f32\n"
+    "  --type TYPE         f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k\n"
+    "                      for the 2-D matrices (default f16; K types need dim and ffn\n"
+    "                      multiples of 256); norms and biases stay f32\n"
     "  --seed S            random seed (default 1)\n"
     "  shape (required without --like, override the preset with it):\n"
     "  --arch A            llama or qwen2 (qwen2: q/k/v biases)\n"
@@ -31,7 +32,9 @@ static const char *usage_text =
 static int parse_type(const char *s, uint32_t *t) {
     static const struct { const char *name; uint32_t type; } types[] = {
         {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16},
-        {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0},
+        {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1},
+        {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1}, {"q4_k", GGML_TYPE_Q4_K},
+        {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (!strcasecmp(s, types[i].name)) { *t = types[i].type; return 0; }
@@ -83,7 +86,7 @@ int cmd_synth(int argc, char **argv) {
     if (a.failed) return AK_EXIT_USAGE;
     if (!o.path) args_error(&a, "-o FILE is required");
     else if (like && ak_synth_preset(&o, like) < 0) args_error(&a, "unknown preset '%s' (see --help)", like);
-    else if (type && parse_type(type, &o.wtype) < 0) args_error(&a, "--type: '%s' is not f32, f16, bf16, q8_0 or q4_0", type);
+    else if (type && parse_type(type, &o.wtype) < 0) args_error(&a, "--type: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", type);
     else if (arch && strcmp(arch, "llama") && strcmp(arch, "qwen2")) args_error(&a, "--arch: '%s' is not llama or qwen2", arch);
     else if (vocab && o.vocab_from) args_error(&a, "--vocab and --vocab-from exclude each other");
     else if (!like) {

@@ -36,6 +36,11 @@ struct ak_block_pool {
     ak_block_pool_stats st;   /* guarded by mu */
     size_class classes[MAX_CLASSES];  /* guarded by mu */
     slab *slabs;                      /* guarded by mu */
+    /* centering (blockpool.h): set only while no block exists, then read
+     * without the lock */
+    float *center[2];                 /* K: n_layer * n_head_kv * head_dim_k, V likewise; or NULL */
+    unsigned center_mask[2];          /* formats each applies to */
+    char center_id[33];
 };
 
 /* Memory for one block of `bytes`, 64-byte aligned; NULL when out of memory.
@@ -125,7 +130,58 @@ void ak_block_pool_free(ak_block_pool *p) {
         free(sl);
     }
     pthread_mutex_destroy(&p->mu);
+    free(p->center[0]);
+    free(p->center[1]);
     free(p);
+}
+
+int ak_block_pool_set_centers(ak_block_pool *p, const float *mu_k, const float *mu_v, const char *id, unsigned k_mask,
+                              unsigned v_mask, ak_error *err) {
+    const float *mu[2] = {mu_k, mu_v};
+    size_t n[2] = {(size_t)p->spec.n_layer * p->spec.n_head_kv * p->spec.head_dim_k,
+                   (size_t)p->spec.n_layer * p->spec.n_head_kv * p->spec.head_dim_v};
+    if (mu_k || mu_v) {
+        size_t l = id ? strlen(id) : 0;
+        if (l < 1 || l > 32) return ak_fail(err, "centering id must be 1..32 characters");
+        for (size_t i = 0; i < l; i++)
+            if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'z') || id[i] == '.' || id[i] == '-'))
+                return ak_fail(err, "centering id \"%s\" has a character outside [0-9a-z.-]", id);
+        for (int s = 0; s < 2; s++)
+            for (size_t i = 0; mu[s] && i < n[s]; i++)
+                if (!isfinite(mu[s][i])) return ak_fail(err, "centering mean has a non-finite value at %zu", i);
+    }
+    pthread_mutex_lock(&p->mu);
+    size_t live = p->st.blocks;
+    pthread_mutex_unlock(&p->mu);
+    if (live) return ak_fail(err, "centering means set on a pool that holds %zu blocks", live);
+    float *copy[2] = {NULL, NULL};
+    for (int s = 0; s < 2; s++)
+        if (mu[s]) {
+            if (!(copy[s] = ak_malloc(n[s] * sizeof(float), err))) { free(copy[0]); return -1; }
+            memcpy(copy[s], mu[s], n[s] * sizeof(float));
+        }
+    unsigned def = 0;
+    for (int f = 0; f < AK_KV_NFORMATS; f++) def |= ak_kv_format_centers((ak_kv_format)f) ? 1u << f : 0;
+    for (int s = 0; s < 2; s++) {
+        free(p->center[s]);
+        p->center[s] = copy[s];
+    }
+    p->center_mask[0] = k_mask ? k_mask : def;
+    p->center_mask[1] = v_mask ? v_mask : def;
+    snprintf(p->center_id, sizeof p->center_id, "%s", mu_k || mu_v ? id : "");
+    return 0;
+}
+
+const float *ak_block_pool_center(const ak_block_pool *p, int is_v, ak_kv_format f, int layer, int head) {
+    is_v = !!is_v;
+    if (!p->center[is_v] || !((p->center_mask[is_v] >> f) & 1)) return NULL;
+    int d = is_v ? p->spec.head_dim_v : p->spec.head_dim_k;
+    return p->center[is_v] + ((size_t)layer * p->spec.n_head_kv + head) * d;
+}
+
+const char *ak_block_pool_center_id(const ak_block_pool *p, int is_v, ak_kv_format f) {
+    is_v = !!is_v;
+    return p->center[is_v] && ((p->center_mask[is_v] >> f) & 1) ? p->center_id : NULL;
 }
 
 const ak_cache_spec *ak_block_pool_spec(const ak_block_pool *p) { return &p->spec; }
@@ -200,6 +256,20 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
     if (p->st.used > p->st.peak) p->st.peak = p->st.used;
     pthread_mutex_unlock(&p->mu);
     return b;
+}
+
+size_t ak_block_pool_prefault(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, size_t bytes) {
+    if (!ak_kv_format_get(fk) || !ak_kv_format_get(fv)) return 0;
+    size_t bb = ak_block_pool_block_bytes(p, fk, fv), n = bb ? (bytes + bb - 1) / bb : 0, got = 0;
+    ak_block **b = n ? calloc(n, sizeof *b) : NULL;
+    if (!b) return 0;
+    for (; got < n; got++) {
+        if (!(b[got] = ak_block_alloc(p, fk, fv, NULL))) break;
+        memset(b[got]->data, 0, bb);   /* the touch is the point */
+    }
+    for (size_t i = 0; i < got; i++) ak_block_unref(p, b[i]);
+    free(b);
+    return got * bb;
 }
 
 ak_block *ak_block_clone(ak_block_pool *p, const ak_block *b, ak_error *err) {

@@ -6,10 +6,17 @@
  * kvcache.h); blocks are reference-counted so that sequences can share them,
  * and a shared block is copied before it is written (copy-on-write).
  *
- * Layout of a block's bytes, for each layer l in order:
- *     K: [n_head_kv][block_tokens] vectors of kfmt->vec_bytes(head_dim_k)
- *     V: [n_head_kv][block_tokens] vectors of vfmt->vec_bytes(head_dim_v)
- * Head-major so that attention for one head streams contiguous memory.
+ * Layout of a block's bytes, for each layer l in order, a K region then a V
+ * region; each region (format f, head dim d, T = block_tokens, H = n_head_kv)
+ * is its format's components apart (ak_kv_format_components):
+ *     codes:    [H][T] code streams of ak_kv_format_code_bytes(f, d) bytes
+ *     metadata: [H][T] of ak_kv_format_meta_bytes(f, d) bytes (scales, norm;
+ *               absent for f32/f16/bf16)
+ * Head-major so that attention for one head streams two contiguous runs.
+ * Components apart, because that is how an agent file stores them (one
+ * tensor per layer, K/V and component, [H][n_tokens] each; see store.c): a
+ * restore reads each (layer, K/V, component, head, block) piece straight
+ * from the file into the block, one contiguous range to another.
  *
  * Default block size: 32 tokens. Small enough that a sequence wastes at most
  * 31 positions and that shared prefixes split at fine grain; large enough that
@@ -67,6 +74,44 @@ void ak_block_pool_get_stats(ak_block_pool *p, ak_block_pool_stats *out);
 /* Changes the budget; blocks already live stay (used may exceed it until
  * they are freed). */
 void ak_block_pool_set_budget(ak_block_pool *p, size_t budget);
+
+/* CENTERING. A pool may hold a key mean and a value mean (a model-level
+ * constant, see calib.h): for each layer and KV head, a vector of
+ * head_dim_k (head_dim_v) floats. Blocks whose K (V) format is in the pool's
+ * centering set (by default the formats for which ak_kv_format_centers is
+ * 1) store k - mu_k[layer][head] (v - mu_v[layer][head]) instead of k (v):
+ * the quantizer then covers the vectors' spread around their mean, not
+ * their common offset from zero. Reading a vector back adds the mean again,
+ * and attention adds it back exactly: q . mu_k to the scores of a centered
+ * key block, and mu_v times the softmax weight that went to centered value
+ * blocks to the output. So attention over centered blocks equals attention
+ * over the reconstructed vectors, whatever mix of formats a sequence holds.
+ * The means are named by one short id that agent files record: a file
+ * centered with other means (or none) is a miss, never mixed in. */
+
+/* Sets the pool's means (mu_k and/or mu_v; NULL: that side not centered;
+ * both NULL clears), copying n_layer * n_head_kv * head_dim_k (_v) floats.
+ * id: 1..32 characters [0-9a-z.-] naming them; k_mask / v_mask: the formats
+ * each applies to (bit f set: format f), 0 for the default set. Only while
+ * the pool holds no block (mixing would corrupt caches); returns 0, or -1
+ * with err set. */
+int ak_block_pool_set_centers(ak_block_pool *p, const float *mu_k, const float *mu_v, const char *id, unsigned k_mask,
+                              unsigned v_mask, ak_error *err);
+/* The mean subtracted from keys (is_v = 0) or values (1) of format f at
+ * layer l, KV head h, or NULL when such vectors are not centered. */
+const float *ak_block_pool_center(const ak_block_pool *p, int is_v, ak_kv_format f, int layer, int head);
+/* The id of the means applied to keys (values) of format f, or NULL when
+ * they are not centered. */
+const char *ak_block_pool_center_id(const ak_block_pool *p, int is_v, ak_kv_format f);
+
+/* Makes memory for `bytes` worth of blocks of formats fk/fv ready in
+ * advance: allocates them, touches every page, and puts them on the free
+ * list, so that later allocations (a restore above all) do not pay the
+ * first touch of fresh pages (measured: most of a restore's time on a VM).
+ * Optional, e.g. once at startup for the whole budget. Counts against the
+ * budget only while it runs; stops early (returning the bytes prepared)
+ * when the budget or memory runs out. */
+size_t ak_block_pool_prefault(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, size_t bytes);
 
 /* A new block (refcount 1, contents undefined). Returns NULL with err set
  * when the budget cannot fit it ("KV budget exhausted: ...") or memory runs

@@ -12,6 +12,7 @@
  * results differ only in the order of float additions.
  */
 #include "kernels_impl.h"
+#include "kquant.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -30,7 +31,7 @@ int ak_wtype_supported(uint32_t type) {
     case GGML_TYPE_Q8_0: case GGML_TYPE_Q4_0:
         return 1;
     default:
-        return 0;
+        return ak_kq_type(type);   /* Q4_1, Q5_0, Q5_1, K-quants: kquant.c */
     }
 }
 
@@ -41,11 +42,13 @@ size_t ak_row_bytes(uint32_t type, int64_t n) {
     case GGML_TYPE_F16: case GGML_TYPE_BF16: return (size_t)n * 2;
     case GGML_TYPE_Q8_0: return (size_t)(n / AK_QK) * AK_Q8_0_BYTES;
     case GGML_TYPE_Q4_0: return (size_t)(n / AK_QK) * AK_Q4_0_BYTES;
-    default: return 0;
+    default: return ak_kq_row_bytes(type, n);
     }
 }
 
-static int is_quantized(uint32_t type) { return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0; }
+static int is_quantized(uint32_t type) {
+    return type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || ak_kq_type(type);
+}
 
 /* The back end ak_matmul and ak_vec_dot use. */
 static const ak_kernel_backend *simd_backend(void) {
@@ -111,7 +114,7 @@ void ak_quantize_row(uint32_t type, const float *x, void *dst, int64_t n) {
         break;
     case GGML_TYPE_Q8_0: quantize_row_q8_0(x, d, n); break;
     case GGML_TYPE_Q4_0: quantize_row_q4_0(x, d, n); break;
-    default: break;
+    default: ak_kq_quantize_row(type, x, dst, n); break;
     }
 }
 
@@ -139,7 +142,7 @@ void ak_dequantize_row(uint32_t type, const void *src, float *y, int64_t n) {
             }
         }
         break;
-    default: break;
+    default: ak_kq_dequantize_row(type, src, y, n); break;
     }
 }
 
@@ -252,9 +255,20 @@ const ak_kernel_backend ak_backend_scalar = {
  * chunk is an even number of blocks (back ends may pair blocks). */
 #define DOT_CHUNK 1024
 
+/* The back end for weights of `type`: kquant.c's types have their own (with
+ * their own activation layout), scalar or SIMD as `be` is. */
+static const ak_kernel_backend *backend_for(const ak_kernel_backend *be, uint32_t type) {
+    if (!ak_kq_type(type)) return be;
+#if defined(AK_KQ_SIMD)
+    if (be != &ak_backend_scalar && be != &ak_kq_backend_scalar) return &ak_kq_backend_simd;
+#endif
+    return &ak_kq_backend_scalar;
+}
+
 static float vec_dot_with(const ak_kernel_backend *be, uint32_t type, const void *row,
                           const float *x, int64_t n) {
     const uint8_t *w = row;
+    be = backend_for(be, type);
     float y = 0;
     if (!ak_wtype_supported(type)) return 0;
     if (!is_quantized(type)) {
@@ -341,6 +355,7 @@ static void matmul_with(const ak_kernel_backend *be, ak_pool *pool, uint32_t wty
                         int64_t ntok, float *Y) {
     if (rows <= 0 || ntok <= 0) return;
     if (!ak_wtype_supported(wtype)) { memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y); return; }
+    be = backend_for(be, wtype);
     int nth = ak_pool_size(pool);
     mm_job j = {0};
     j.be = be; j.wtype = wtype; j.W = W; j.wrb = ak_row_bytes(wtype, cols);

@@ -108,9 +108,9 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
     ak_block **nb = b1 - b0 + 1 <= 64 ? fresh : ak_calloc(b1 - b0 + 1, sizeof(ak_block *), err);
     if (!nb) return -1;
     int rc = 0;
+    for (int i = b0; i <= b1; i++) nb[i - b0] = NULL;   /* the unwinding below reads every entry */
     for (int i = b0; i <= b1; i++) {
         ak_block *b = kv->table[i];
-        nb[i - b0] = NULL;
         if (!b) nb[i - b0] = ak_block_alloc(kv->pool, kv->fk, kv->fv, err);
         else if (ak_block_refcount(kv->pool, b) > 1) nb[i - b0] = ak_block_clone(kv->pool, b, err);
         else continue;
@@ -129,6 +129,41 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
     return rc;
 }
 
+/* Where component comp (0 codes, 1 metadata) of the vector of KV head h at
+ * slot `slot` sits within a K or V region of a block: each region is
+ * [codes: n_head_kv x T x cb][metadata: n_head_kv x T x mb] (blockpool.h). */
+static size_t comp_offset(const ak_kv *kv, ak_kv_format f, int d, int comp, int h, int slot) {
+    size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
+    size_t i = (size_t)h * kv->T + slot;
+    return comp == 0 ? i * cb : (size_t)kv->spec.n_head_kv * kv->T * cb + i * mb;
+}
+
+/* Stores a whole vector (codes then metadata, as quantize writes it) into a
+ * region at head h, slot `slot`, and reads one back. */
+static void put_vec(const ak_kv *kv, uint8_t *region, ak_kv_format f, int d, int h, int slot, const uint8_t *vec) {
+    size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
+    memcpy(region + comp_offset(kv, f, d, 0, h, slot), vec, cb);
+    if (mb) memcpy(region + comp_offset(kv, f, d, 1, h, slot), vec + cb, mb);
+}
+static void get_vec(const ak_kv *kv, const uint8_t *region, ak_kv_format f, int d, int h, int slot, uint8_t *vec) {
+    size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
+    memcpy(vec, region + comp_offset(kv, f, d, 0, h, slot), cb);
+    if (mb) memcpy(vec + cb, region + comp_offset(kv, f, d, 1, h, slot), mb);
+}
+
+/* x minus the mean mu (if any) into buf; returns what to quantize. */
+static const float *center(const float *x, int d, const float *mu, float *buf) {
+    if (!mu) return x;
+    for (int i = 0; i < d; i++) buf[i] = x[i] - mu[i];
+    return buf;
+}
+
+/* The inverse of center, in place. */
+static void uncenter(float *x, int d, const float *mu) {
+    if (mu)
+        for (int i = 0; i < d; i++) x[i] += mu[i];
+}
+
 int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, ak_error *err) {
     if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer)
         return ak_fail(err, "KV write at layer %d position %d is out of range", layer, pos);
@@ -137,12 +172,17 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, slot = pos % kv->T;
     /* the block's formats, which need not be the sequence's (see sink) */
     const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
-    size_t vbk = ik->vec_bytes(dk), vbv = iv->vec_bytes(dv);
     uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
     uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
+    uint8_t tmp[4 * 1024 + 64];   /* one vector (f32 at d = 1024 at most) */
+    float xc[1024];
     for (int h = 0; h < kv->spec.n_head_kv; h++) {
-        ik->quantize(k + (size_t)h * dk, dk, kb + ((size_t)h * kv->T + slot) * vbk);
-        iv->quantize(v + (size_t)h * dv, dv, vb + ((size_t)h * kv->T + slot) * vbv);
+        const float *kh = k + (size_t)h * dk, *vh = v + (size_t)h * dv;
+        /* centered where the pool says so (blockpool.h) */
+        ik->quantize(center(kh, dk, ak_block_pool_center(kv->pool, 0, b->fk, layer, h), xc), dk, tmp);
+        put_vec(kv, kb, b->fk, dk, h, slot, tmp);
+        iv->quantize(center(vh, dv, ak_block_pool_center(kv->pool, 1, b->fv, layer, h), xc), dv, tmp);
+        put_vec(kv, vb, b->fv, dv, h, slot, tmp);
     }
     if (pos + 1 > kv->length) kv->length = pos + 1;
     return 0;
@@ -154,37 +194,53 @@ int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error
     const ak_block *b = kv->table[pos / kv->T];
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, slot = pos % kv->T;
     const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
-    size_t vbk = ik->vec_bytes(dk), vbv = iv->vec_bytes(dv);
     const uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
     const uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
+    uint8_t tmp[4 * 1024 + 64];
     for (int h = 0; h < kv->spec.n_head_kv; h++) {
-        ik->dequantize(kb + ((size_t)h * kv->T + slot) * vbk, dk, k + (size_t)h * dk);
-        iv->dequantize(vb + ((size_t)h * kv->T + slot) * vbv, dv, v + (size_t)h * dv);
+        get_vec(kv, kb, b->fk, dk, h, slot, tmp);
+        ik->dequantize(tmp, dk, k + (size_t)h * dk);
+        uncenter(k + (size_t)h * dk, dk, ak_block_pool_center(kv->pool, 0, b->fk, layer, h));
+        get_vec(kv, vb, b->fv, dv, h, slot, tmp);
+        iv->dequantize(tmp, dv, v + (size_t)h * dv);
+        uncenter(v + (size_t)h * dv, dv, ak_block_pool_center(kv->pool, 1, b->fv, layer, h));
     }
     return 0;
 }
 
-static uint8_t *vector_at(const ak_kv *kv, int layer, int is_v, int head, int pos) {
+static uint8_t *component_at(const ak_kv *kv, int layer, int is_v, int comp, int head, int pos) {
     if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer || head < 0 ||
-        head >= kv->spec.n_head_kv)
+        head >= kv->spec.n_head_kv || comp < 0 || comp > 1)
         return NULL;
     ak_block *b = kv->table[pos / kv->T];
     if (!b) return NULL;
     int d = is_v ? kv->spec.head_dim_v : kv->spec.head_dim_k;
-    size_t vb = ak_kv_format_get(is_v ? b->fv : b->fk)->vec_bytes(d);
+    ak_kv_format f = is_v ? b->fv : b->fk;
+    if (comp == 1 && !ak_kv_format_meta_bytes(f, d)) return NULL;
     size_t off = is_v ? ak_block_v_offset(kv->pool, b->fk, b->fv, layer) : ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
-    return b->data + off + ((size_t)head * kv->T + pos % kv->T) * vb;
+    return b->data + off + comp_offset(kv, f, d, comp, head, pos % kv->T);
 }
 
-const uint8_t *ak_kv_vector(const ak_kv *kv, int layer, int is_v, int head, int pos) {
-    return pos < kv->length ? vector_at(kv, layer, is_v, head, pos) : NULL;
+const uint8_t *ak_kv_stored(const ak_kv *kv, int layer, int is_v, int comp, int head, int pos) {
+    return pos < kv->length ? component_at(kv, layer, is_v, comp, head, pos) : NULL;
 }
 
-uint8_t *ak_kv_vector_mut(ak_kv *kv, int layer, int is_v, int head, int pos) {
+uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, int pos) {
     if (pos < 0 || pos >= kv->capacity) return NULL;
     ak_block *b = kv->table[pos / kv->T];
     if (!b || b->refcount != 1) return NULL;
-    return vector_at(kv, layer, is_v, head, pos);
+    return component_at(kv, layer, is_v, comp, head, pos);
+}
+
+int ak_kv_swap(ak_kv *a, ak_kv *b) {
+    if (a->pool != b->pool || a->fk != b->fk || a->fv != b->fv || a->capacity != b->capacity) return -1;
+    ak_block **t = a->table;
+    int n = a->length;
+    a->table = b->table;
+    a->length = b->length;
+    b->table = t;
+    b->length = n;
+    return 0;
 }
 
 int ak_kv_set_length(ak_kv *kv, int n, ak_error *err) {
@@ -196,28 +252,50 @@ int ak_kv_set_length(ak_kv *kv, int n, ak_error *err) {
 }
 
 size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q) {
-    return (size_t)n_q * (2 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
+    return (size_t)n_q * (4 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
 }
 
 void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
                   float *scratch) {
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
-    float *m = scratch, *l = m + n_q, *q_rot = l + n_q, *acc_rot = q_rot + (size_t)n_q * dk;
-    float *sc = acc_rot + (size_t)n_q * dv;
+    /* scratch: running max, sum, sum of the weights on centered values,
+     * q . mu; the rotated queries; the rotated value accumulator; the
+     * block's scores */
+    float *m = scratch, *l = m + n_q, *lc = l + n_q, *qmu = lc + n_q, *q_rot = qmu + n_q;
+    float *acc_rot = q_rot + (size_t)n_q * dk, *sc = acc_rot + (size_t)n_q * dv;
     int have_qrot = 0, have_vrot = 0;
-    for (int i = 0; i < n_q; i++) { m[i] = -INFINITY; l[i] = 0; }
+    const float *qmu_of = NULL;   /* the key mean qmu was computed for */
+    const float *vmu = NULL;      /* the value mean of centered value blocks */
+    for (int i = 0; i < n_q; i++) { m[i] = -INFINITY; l[i] = 0; lc[i] = 0; }
     memset(out, 0, sizeof(float) * n_q * dv);
     for (int bi = 0; bi * T < n; bi++) {
         const ak_block *b = kv->table[bi];
         int cnt = n - bi * T < T ? n - bi * T : T;
         const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
-        size_t vbk = ik->vec_bytes(dk), vbv = iv->vec_bytes(dv);
-        const uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer) + (size_t)kv_head * T * vbk;
-        const uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer) + (size_t)kv_head * T * vbv;
+        /* codes and metadata of this head's T vectors: two runs (blockpool.h) */
+        size_t kcb = ak_kv_format_code_bytes(b->fk, dk), kmb = ak_kv_format_meta_bytes(b->fk, dk);
+        size_t vcb = ak_kv_format_code_bytes(b->fv, dv), vmb = ak_kv_format_meta_bytes(b->fv, dv);
+        const uint8_t *kr = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
+        const uint8_t *vr = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
+        const uint8_t *kc = kr + (size_t)kv_head * T * kcb, *km = kr + (size_t)kv->spec.n_head_kv * T * kcb + (size_t)kv_head * T * kmb;
+        const uint8_t *vc = vr + (size_t)kv_head * T * vcb, *vm = vr + (size_t)kv->spec.n_head_kv * T * vcb + (size_t)kv_head * T * vmb;
+        /* centering of this block's keys and values (blockpool.h) */
+        const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
+        const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
+        if (mv) vmu = mv;   /* one mean per (pool, layer, head) */
         if (ik->rotated && !have_qrot) { /* rotate the queries once, not every key */
             memcpy(q_rot, q, sizeof(float) * n_q * dk);
             for (int i = 0; i < n_q; i++) ak_kv_rotate(q_rot + (size_t)i * dk, dk);
             have_qrot = 1;
+        }
+        if (mu && mu != qmu_of) { /* centered keys: their scores get q . mu back */
+            for (int i = 0; i < n_q; i++) {
+                const float *qi = q + (size_t)i * dk;
+                float s = 0;
+                for (int d = 0; d < dk; d++) s += qi[d] * mu[d];
+                qmu[i] = s;
+            }
+            qmu_of = mu;
         }
         if (iv->rotated && !have_vrot) {
             memset(acc_rot, 0, sizeof(float) * n_q * dv);
@@ -225,16 +303,17 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
         }
         for (int i = 0; i < n_q; i++) {
             const float *qi = (ik->rotated ? q_rot : q) + (size_t)i * dk;
-            ik->dot(kb, vbk, cnt, qi, dk, sc);
-            float bm = -INFINITY;
+            ik->dot(kc, kcb, km, kmb, cnt, qi, dk, sc);
+            float bm = -INFINITY, add = mu ? qmu[i] : 0.0f;
             for (int j = 0; j < cnt; j++) {
-                sc[j] *= scale;
+                sc[j] = (sc[j] + add) * scale;
                 if (sc[j] > bm) bm = sc[j];
             }
             float *acc = out + (size_t)i * dv, *accr = acc_rot + (size_t)i * dv;
             if (bm > m[i]) { /* rescale what was accumulated under the old maximum */
                 float r = expf(m[i] - bm);
                 l[i] *= r;
+                lc[i] *= r;
                 for (int d = 0; d < dv; d++) acc[d] *= r;
                 if (have_vrot)
                     for (int d = 0; d < dv; d++) accr[d] *= r;
@@ -246,7 +325,8 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
                 ls += sc[j];
             }
             l[i] += ls;
-            iv->axpy(vb, vbv, cnt, sc, dv, iv->rotated ? accr : acc);
+            if (mv) lc[i] += ls;   /* weight that went to centered values */
+            iv->axpy(vc, vcb, vm, vmb, cnt, sc, dv, iv->rotated ? accr : acc);
         }
     }
     for (int i = 0; i < n_q; i++) {
@@ -256,6 +336,8 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
             ak_kv_unrotate(accr, dv);
             for (int d = 0; d < dv; d++) acc[d] += accr[d];
         }
+        if (vmu)   /* centered values get their mean back, times their weight */
+            for (int d = 0; d < dv; d++) acc[d] += lc[i] * vmu[d];
         for (int d = 0; d < dv; d++) acc[d] *= inv;
     }
 }

@@ -67,13 +67,22 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
  * or -1 with err set if pos >= length. */
 int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error *err);
 
-/* Raw access for persistence and hand-off: the stored bytes of one vector
- * (key if is_v == 0, else value) of one layer, KV head and position, in the
- * sequence's format (vec_bytes of it). ak_kv_vector needs pos < length;
- * ak_kv_vector_mut needs pos prepared (ak_kv_prepare) and exclusively owned.
- * Both return NULL when the position is not available. */
-const uint8_t *ak_kv_vector(const ak_kv *kv, int layer, int is_v, int head, int pos);
-uint8_t *ak_kv_vector_mut(ak_kv *kv, int layer, int is_v, int head, int pos);
+/* Raw access for persistence and hand-off: the stored bytes of component
+ * comp (0: the code stream, 1: the metadata; see ak_kv_format_components)
+ * of one vector (key if is_v == 0, else value) of one layer, KV head and
+ * position, in the sequence's format. Within a block, the components of
+ * consecutive positions of one (layer, is_v, comp, head) are back to back
+ * (blockpool.h), so positions up to the block's end can be copied as one
+ * run. ak_kv_stored needs pos < length; ak_kv_stored_mut needs pos
+ * prepared (ak_kv_prepare) and exclusively owned. Both return NULL when the
+ * position is not available or the format has no component comp. */
+const uint8_t *ak_kv_stored(const ak_kv *kv, int layer, int is_v, int comp, int head, int pos);
+uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, int pos);
+/* Exchanges the contents (blocks and length) of two sequences of the same
+ * pool, formats and capacity: a restore fills a fresh sequence and swaps it
+ * in only once it is verified. Returns 0, or -1 (nothing changed) if they
+ * differ in pool, formats or capacity. */
+int ak_kv_swap(ak_kv *a, ak_kv *b);
 /* Declares positions [0, n) written (after filling them through
  * ak_kv_vector_mut). Returns 0, or -1 with err set if some are not prepared. */
 int ak_kv_set_length(ak_kv *kv, int n, ak_error *err);

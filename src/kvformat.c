@@ -41,9 +41,16 @@
  * A b-bit code stream holds code i in bits [b*i, b*i + b) of the stream read
  * as one little-endian integer (bit k is bit k%8 of byte k/8); it takes
  * ceil(b*d/8) bytes. 8 codes take exactly b bytes and 16 codes 2b bytes:
- * the SIMD loops step by those. In tq formats the codes come before N so
- * that an 8-byte load of the last 16 3-bit codes (6 bytes) stays inside the
- * vector.
+ * the SIMD loops step by those.
+ *
+ * SPLIT STORAGE. quantize writes, and dequantize reads, a whole vector:
+ * its code stream, then its metadata. Blocks keep the two apart (the code
+ * streams of a head's vectors in one run, their metadata in another:
+ * blockpool.h), so the products (dot, axpy) take a code pointer and a
+ * metadata pointer with a stride each; a whole vector is the case
+ * (p, stride, p + code bytes, stride). The products read nothing outside
+ * those bytes: a SIMD load that would run past a code stream is moved back
+ * to end at the stream's end and shifted.
  *
  * ROTATION (tq formats). R = H*S. S is diagonal, S[i][i] = -1 when bit 63
  * of splitmix64 output number i+1 (i = 0, 1, ...) from the seed
@@ -330,9 +337,10 @@ static void quant_tq(const float *x, int d, int b, const float *cb, uint8_t *dst
         memcpy(y, x, (size_t)d * sizeof(float));
         ak_kv_rotate(y, d);
         float sc = (float)(sqrt((double)d) / n);
+        for (int i = 0; i < d; i++) y[i] *= sc;
         double yc = 0, cc = 0;
         for (int i = 0; i < d; i++) {
-            float v = y[i] * sc;
+            float v = y[i];
             int k = 0;
             for (int t = 0; t + 1 < K; t++) k += v > bound[t];   /* nearest centroid */
             code[i] = (uint8_t)k;
@@ -372,11 +380,11 @@ static void quantize(ak_kv_format f, const float *x, int d, void *dst) {
 /* Decoding (stored basis) and the scalar reference products                */
 /* ------------------------------------------------------------------------ */
 
-/* y = the stored vector in its stored basis (rotated for tq formats). */
-static void decode(ak_kv_format f, const uint8_t *p, int d, float *y) {
+/* y = the stored vector in its stored basis (rotated for tq formats), from
+ * its code stream p and its metadata meta. */
+static void decode(ak_kv_format f, const uint8_t *p, const uint8_t *meta, int d, float *y) {
     fmt_shape s = shape(f);
     uint8_t code[AK_KVF_MAX_D];
-    const uint8_t *meta = p + ak_kvf_code_bytes(d, s.bits);
     switch (f) {
     case AK_KV_F32: memcpy(y, p, (size_t)d * sizeof(float)); break;
     case AK_KV_F16:
@@ -414,15 +422,17 @@ static void decode(ak_kv_format f, const uint8_t *p, int d, float *y) {
 
 static void dequantize(ak_kv_format f, const void *src, int d, float *y) {
     if (!valid_d(d)) return;
-    decode(f, src, d, y);
+    decode(f, src, (const uint8_t *)src + ak_kvf_code_bytes(d, shape(f).bits), d, y);
     if (shape(f).cb) ak_kv_unrotate(y, d);
 }
 
-static void dot_scalar(ak_kv_format f, const void *src, size_t stride, int n, const float *q, int d, float *out) {
+static void dot_scalar(ak_kv_format f, const void *codes, size_t cstride, const void *meta, size_t mstride, int n,
+                       const float *q, int d, float *out) {
     float y[AK_KVF_MAX_D];
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
-        decode(f, (const uint8_t *)src + (size_t)j * stride, d, y);
+        decode(f, (const uint8_t *)codes + (size_t)j * cstride, meta ? (const uint8_t *)meta + (size_t)j * mstride : NULL,
+               d, y);
         float s[8] = { 0 };   /* 8 chains, not one: no wait on each add (and SIMD-able) */
         int i = 0;
         for (; i + 8 <= d; i += 8)
@@ -432,11 +442,13 @@ static void dot_scalar(ak_kv_format f, const void *src, size_t stride, int n, co
     }
 }
 
-static void axpy_scalar(ak_kv_format f, const void *src, size_t stride, int n, const float *w, int d, float *acc) {
+static void axpy_scalar(ak_kv_format f, const void *codes, size_t cstride, const void *meta, size_t mstride, int n,
+                        const float *w, int d, float *acc) {
     float y[AK_KVF_MAX_D];
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
-        decode(f, (const uint8_t *)src + (size_t)j * stride, d, y);
+        decode(f, (const uint8_t *)codes + (size_t)j * cstride, meta ? (const uint8_t *)meta + (size_t)j * mstride : NULL,
+               d, y);
         float wj = w[j];   /* hoisted: w may alias acc as far as the compiler knows */
         for (int i = 0; i < d; i++) acc[i] += wj * y[i];
     }
@@ -447,11 +459,13 @@ static void axpy_scalar(ak_kv_format f, const void *src, size_t stride, int n, c
     static size_t vec_bytes_##F(int d) { return vec_bytes(ID, d); }                                           \
     static void quantize_##F(const float *x, int d, void *dst) { quantize(ID, x, d, dst); }                   \
     static void dequantize_##F(const void *src, int d, float *y) { dequantize(ID, src, d, y); }               \
-    static void dot_##F(const void *src, size_t stride, int n, const float *q, int d, float *out) {           \
-        dot_scalar(ID, src, stride, n, q, d, out);                                                            \
+    static void dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d,     \
+                        float *out) {                                                                         \
+        dot_scalar(ID, c, cs, m, ms, n, q, d, out);                                                           \
     }                                                                                                         \
-    static void axpy_##F(const void *src, size_t stride, int n, const float *w, int d, float *acc) {          \
-        axpy_scalar(ID, src, stride, n, w, d, acc);                                                           \
+    static void axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d,    \
+                         float *acc) {                                                                        \
+        axpy_scalar(ID, c, cs, m, ms, n, w, d, acc);                                                          \
     }
 ENTRY_POINTS(f32, AK_KV_F32)
 ENTRY_POINTS(f16, AK_KV_F16)
@@ -527,6 +541,10 @@ int ak_kv_format_parse(const char *name, ak_kv_format *out) {
 const char *ak_kv_format_names(void) { return "f32, f16, bf16, q8, q4, q2, tq4, tq3, tq2"; }
 
 int ak_kv_format_supports(ak_kv_format f, int d) { return (unsigned)f < AK_KV_NFORMATS && valid_d(d); }
+
+int ak_kv_format_centers(ak_kv_format f) {
+    return f == AK_KV_Q4 || f == AK_KV_Q2 || f == AK_KV_TQ4 || f == AK_KV_TQ3 || f == AK_KV_TQ2;
+}
 
 double ak_kv_format_bits(ak_kv_format f, int d) {
     if (!ak_kv_format_supports(f, d)) return 0;

@@ -53,11 +53,20 @@ typedef struct {
     void (*quantize)(const float *x, int d, void *dst);
     /* Reconstructs the vector in the original basis. */
     void (*dequantize)(const void *src, int d, float *y);
-    /* out[j] = <q, x_j> for x_j at src + j*stride (j < n); q is in the
-     * stored basis (rotated by the caller for rotated formats). */
-    void (*dot)(const void *src, size_t stride, int n, const float *q, int d, float *out);
-    /* acc[0..d) += sum_j w[j] * x_j, in the stored basis. */
-    void (*axpy)(const void *src, size_t stride, int n, const float *w, int d, float *acc);
+    /* out[j] = <q, x_j> for n stored vectors x_j (j < n) whose code streams
+     * (component 0, see ak_kv_format_components) are at codes + j*cstride
+     * and whose metadata (component 1: scales, norm; ignored by f32, f16 and
+     * bf16, which may pass NULL) at meta + j*mstride. A vector stored whole
+     * (quantize's output) at p + j*stride is (p, stride, p + code bytes,
+     * stride); a block keeps the two apart (blockpool.h). Nothing is read
+     * outside those bytes. q is in the stored basis (rotated by the caller
+     * for rotated formats). */
+    void (*dot)(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *q, int d,
+                float *out);
+    /* acc[0..d) += sum_j w[j] * x_j, in the stored basis (vectors as for
+     * dot). */
+    void (*axpy)(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *w, int d,
+                 float *acc);
 } ak_kv_format_info;
 
 /* The table entry of f, or NULL when f is not a valid format. Its dot and
@@ -73,6 +82,12 @@ const char *ak_kv_format_backend(void);
 int ak_kv_format_parse(const char *name, ak_kv_format *out);
 /* Comma-separated list of every format name, for help and error messages. */
 const char *ak_kv_format_names(void);
+/* 1 if vectors stored in f gain from centering (blockpool.h: a per-layer,
+ * per-head mean subtracted before quantizing): the 4-, 3- and 2-bit formats,
+ * whose error grows with the range or norm the quantizer must cover. 0 for
+ * f32, f16, bf16 and q8, which are near-exact anyway (so their loads skip
+ * the calibration). */
+int ak_kv_format_centers(ak_kv_format f);
 /* Bits per stored value for head dimension d, scales and norms included. */
 double ak_kv_format_bits(ak_kv_format f, int d);
 /* 1 if the format can store vectors of dimension d. */
@@ -94,6 +109,11 @@ typedef struct {
 /* Fills out[0..n) with the components of format f at head dim d and returns
  * n (1 or 2), or 0 if f cannot store d. */
 int ak_kv_format_components(ak_kv_format f, int d, ak_kv_component out[2]);
+/* Bytes of a stored vector's code stream (component 0) and of its metadata
+ * (component 1; 0 for f32, f16, bf16) at head dim d; 0 if f cannot store d.
+ * code_bytes + meta_bytes == vec_bytes. */
+size_t ak_kv_format_code_bytes(ak_kv_format f, int d);
+size_t ak_kv_format_meta_bytes(ak_kv_format f, int d);
 
 /* x <- R x and x <- R^T x for the rotated formats' basis (d floats). */
 void ak_kv_rotate(float *x, int d);

@@ -78,8 +78,9 @@ AK_INLINE float32x4_t lookup(uint32x4_t idx, const uint8x16x4_t *t, int b) {
 
 /* The 8 values of the chunk whose bytes start at c, before q8's group
  * scale and tq's factor; q4/q2 apply their group's scale s and min m. A
- * whole 3-bit chunk is 3 bytes read as 4: N follows the code stream. */
-AK_INLINE v8 decode(int f, const uint8_t *c, float32x4_t s, float32x4_t m, const uint8x16x4_t *t) {
+ * whole 3-bit chunk is 3 bytes: read as 4 only where `room` says a fourth
+ * byte of the same code stream follows. */
+AK_INLINE v8 decode(int f, const uint8_t *c, int room, float32x4_t s, float32x4_t m, const uint8x16x4_t *t) {
     switch (f) {
     case AK_KV_F32: return v8_load((const float *)(const void *)c);
     case AK_KV_F16:
@@ -94,7 +95,8 @@ AK_INLINE v8 decode(int f, const uint8_t *c, float32x4_t s, float32x4_t m, const
     }
     default: {
         const int b = f_bits(f);
-        uint32_t w = b == 2 ? (uint32_t)c[0] | (uint32_t)c[1] << 8 : ld32(c);
+        uint32_t w = b == 2 ? (uint32_t)c[0] | (uint32_t)c[1] << 8
+                     : b == 4 || room ? ld32(c) : (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16;
         const int32_t sh[8] = { 0, -b, -2 * b, -3 * b, -4 * b, -5 * b, -6 * b, -7 * b };
         uint32x4_t wv = vdupq_n_u32(w), mask = vdupq_n_u32((1u << b) - 1);
         uint32x4_t lo = vandq_u32(vshlq_u32(wv, vld1q_s32(sh)), mask);
@@ -117,13 +119,11 @@ AK_INLINE v8 decode_short(int f, const uint8_t *v, int k, int n, float32x4_t s, 
     uint8_t buf[32] = { 0 };
     int nb = f == AK_KV_F32 ? 4 * n : (f == AK_KV_F16 || f == AK_KV_BF16) ? 2 * n : (f_bits(f) * n + 7) / 8;
     memcpy(buf, chunk_at(f, v, k), (size_t)nb);
-    return decode(f, buf, s, m, t);
+    return decode(f, buf, 1, s, m, t);
 }
 
-/* The group metadata of vector v as floats times mul, into out. */
-AK_INLINE void load_meta(int f, const uint8_t *v, int d, float *out, float mul) {
-    const int cnt = meta_count(f, d);
-    const uint8_t *p = v + f_code_bytes(f, d);
+/* The cnt f16 metadata values at p as floats times mul, into out. */
+AK_INLINE void load_meta(const uint8_t *p, int cnt, float *out, float mul) {
     int i = 0;
     for (; i + 4 <= cnt; i += 4) {
         uint16_t h[4];
@@ -133,9 +133,10 @@ AK_INLINE void load_meta(int f, const uint8_t *v, int d, float *out, float mul) 
     for (; i < cnt; i++) out[i] = ak_f16_to_f32(ak_kvf_rd16(p + 2 * i)) * mul;
 }
 
-AK_INLINE float tq_factor(int f, const uint8_t *v, int d, float sqrt_d) {
+/* N/sqrt(d) of a tq vector whose N is at m. */
+AK_INLINE float tq_factor(const uint8_t *m, float sqrt_d) {
     __fp16 h;
-    uint16_t u = ak_kvf_rd16(v + f_code_bytes(f, d));
+    uint16_t u = ak_kvf_rd16(m);
     memcpy(&h, &u, 2);
     return (float)h / sqrt_d;
 }
@@ -149,9 +150,14 @@ AK_INLINE void group_param(int f, const float *meta, int g, float32x4_t *s, floa
     }
 }
 
-AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *meta0, int mstride,
-                        const float *q, int d, float sqrt_d, const uint8x16x4_t *t, float *out) {
+/* out[r] = <q, vector r> for R (1 or 4) vectors whose code streams are at
+ * v0, stride apart, and raw metadata at m0, mst apart (tq's N); meta0 their
+ * converted group metadata, mstride floats apart. */
+AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stride, const uint8_t *m0, size_t mst,
+                        const float *meta0, int mstride, const float *q, int d, float sqrt_d, const uint8x16x4_t *t,
+                        float *out) {
     const int G = f_group(f), step = G ? G : 8;
+    const int cb = (int)f_code_bytes(f, d);
     const uint8_t *v[4];
     v8 acc[4];
     float32x4_t s[4], m[4];
@@ -173,7 +179,8 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stri
             if (d - k >= 8) {
                 v8 qk = v8_load(q + k);
                 _Pragma("GCC unroll 4")
-                for (int r = 0; r < R; r++) dst[r] = v8_fma(dst[r], decode(f, chunk_at(f, v[r], k), s[r], m[r], t), qk);
+                for (int r = 0; r < R; r++)
+                    dst[r] = v8_fma(dst[r], decode(f, chunk_at(f, v[r], k), k * f_bits(f) / 8 + 4 <= cb, s[r], m[r], t), qk);
             } else {
                 float qb[8] = { 0 };
                 memcpy(qb, q + k, sizeof(float) * (size_t)(d - k));
@@ -189,20 +196,24 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stri
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
         float x = vaddvq_f32(vaddq_f32(acc[r].a, acc[r].b));
-        out[r] = f_tq(f) ? x * tq_factor(f, v[r], d, sqrt_d) : x;
+        out[r] = f_tq(f) ? x * tq_factor(m0 + (size_t)r * mst, sqrt_d) : x;
     }
 }
 
-AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *meta0, int mstride,
-                         const float *w, int d, float sqrt_d, const uint8x16x4_t *t, float *acc) {
+/* acc += sum_r w[r] * vector r, for R (1 or 4) vectors as in dot_rows;
+ * meta0 their group metadata converted and multiplied by w[r]. */
+AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t stride, const uint8_t *m0, size_t mst,
+                         const float *meta0, int mstride, const float *w, int d, float sqrt_d, const uint8x16x4_t *t,
+                         float *acc) {
     const int G = f_group(f), step = G ? G : 8;
+    const int cb = (int)f_code_bytes(f, d);
     const uint8_t *v[4];
     float32x4_t s[4], m[4], wr[4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
         v[r] = v0 + (size_t)r * stride;
         s[r] = m[r] = vdupq_n_f32(0);
-        wr[r] = vdupq_n_f32(f_tq(f) ? w[r] * tq_factor(f, v[r], d, sqrt_d) : w[r]);
+        wr[r] = vdupq_n_f32(f_tq(f) ? w[r] * tq_factor(m0 + (size_t)r * mst, sqrt_d) : w[r]);
     }
     for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
         if (G)   /* metadata carries the weights */
@@ -215,7 +226,8 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t str
             v8 a = v8_load(n == 8 ? acc + k : ab);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) {
-                v8 x = n == 8 ? decode(f, chunk_at(f, v[r], k), s[r], m[r], t) : decode_short(f, v[r], k, n, s[r], m[r], t);
+                v8 x = n == 8 ? decode(f, chunk_at(f, v[r], k), k * f_bits(f) / 8 + 4 <= cb, s[r], m[r], t)
+                              : decode_short(f, v[r], k, n, s[r], m[r], t);
                 if (f_affine(f)) a = (v8){ vaddq_f32(a.a, x.a), vaddq_f32(a.b, x.b) };
                 else a = v8_fma_n(a, x, f == AK_KV_Q8 ? s[r] : wr[r]);
             }
@@ -230,9 +242,10 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t str
 
 #define BLOCK 16   /* vectors whose metadata is converted together */
 
-AK_INLINE void dot_impl(const int f, const void *src, size_t stride, int n, const float *q, int d, float *out) {
+AK_INLINE void dot_impl(const int f, const void *codes, size_t stride, const void *mp, size_t mst, int n,
+                        const float *q, int d, float *out) {
     if (!valid_d(d)) return;
-    const uint8_t *p = src;
+    const uint8_t *p = codes, *mb = mp;
     const int ms = meta_count(f, d);
     float meta[f_group(f) ? BLOCK * MAXMETA : 1];
     float sqrt_d = sqrtf((float)d);
@@ -240,17 +253,20 @@ AK_INLINE void dot_impl(const int f, const void *src, size_t stride, int n, cons
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
         if (f_group(f))
-            for (int i = j0; i < j1; i++) load_meta(f, p + (size_t)i * stride, d, meta + (i - j0) * ms, 1.0f);
+            for (int i = j0; i < j1; i++) load_meta(mb + (size_t)i * mst, ms, meta + (i - j0) * ms, 1.0f);
         for (; j + 4 <= j1; j += 4)
-            dot_rows(f, 4, p + (size_t)j * stride, stride, meta + (j - j0) * ms, ms, q, d, sqrt_d, &t, out + j);
+            dot_rows(f, 4, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms, ms,
+                     q, d, sqrt_d, &t, out + j);
         for (; j < j1; j++)
-            dot_rows(f, 1, p + (size_t)j * stride, stride, meta + (j - j0) * ms, ms, q, d, sqrt_d, &t, out + j);
+            dot_rows(f, 1, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms, ms,
+                     q, d, sqrt_d, &t, out + j);
     }
 }
 
-AK_INLINE void axpy_impl(const int f, const void *src, size_t stride, int n, const float *w, int d, float *acc) {
+AK_INLINE void axpy_impl(const int f, const void *codes, size_t stride, const void *mp, size_t mst, int n,
+                         const float *w, int d, float *acc) {
     if (!valid_d(d)) return;
-    const uint8_t *p = src;
+    const uint8_t *p = codes, *mb = mp;
     const int ms = meta_count(f, d);
     float meta[f_group(f) ? BLOCK * MAXMETA : 1];
     float sqrt_d = sqrtf((float)d);
@@ -258,20 +274,24 @@ AK_INLINE void axpy_impl(const int f, const void *src, size_t stride, int n, con
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
         if (f_group(f))
-            for (int i = j0; i < j1; i++) load_meta(f, p + (size_t)i * stride, d, meta + (i - j0) * ms, w[i]);
+            for (int i = j0; i < j1; i++) load_meta(mb + (size_t)i * mst, ms, meta + (i - j0) * ms, w[i]);
         for (; j + 4 <= j1; j += 4)
-            axpy_rows(f, 4, p + (size_t)j * stride, stride, meta + (j - j0) * ms, ms, w + j, d, sqrt_d, &t, acc);
+            axpy_rows(f, 4, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms,
+                      ms, w + j, d, sqrt_d, &t, acc);
         for (; j < j1; j++)
-            axpy_rows(f, 1, p + (size_t)j * stride, stride, meta + (j - j0) * ms, ms, w + j, d, sqrt_d, &t, acc);
+            axpy_rows(f, 1, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms,
+                      ms, w + j, d, sqrt_d, &t, acc);
     }
 }
 
-#define ENTRY(F, ID)                                                                                    \
-    void ak_kvf_simd_dot_##F(const void *src, size_t stride, int n, const float *q, int d, float *out) { \
-        dot_impl(ID, src, stride, n, q, d, out);                                                        \
-    }                                                                                                   \
-    void ak_kvf_simd_axpy_##F(const void *src, size_t stride, int n, const float *w, int d, float *acc) { \
-        axpy_impl(ID, src, stride, n, w, d, acc);                                                       \
+#define ENTRY(F, ID)                                                                                          \
+    void ak_kvf_simd_dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d, \
+                             float *out) {                                                                    \
+        dot_impl(ID, c, cs, m, ms, n, q, d, out);                                                             \
+    }                                                                                                         \
+    void ak_kvf_simd_axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d, \
+                              float *acc) {                                                                   \
+        axpy_impl(ID, c, cs, m, ms, n, w, d, acc);                                                            \
     }
 ENTRY(f32, AK_KV_F32)
 ENTRY(f16, AK_KV_F16)

@@ -56,8 +56,10 @@ extern const float ak_kvf_lm2[4], ak_kvf_lm3[8], ak_kvf_lm4[16];
 /* The SIMD back end's name ("avx512", "avx2", "neon"). */
 extern const char ak_kvf_simd_name[];
 #define AK_KVF_DECLARE(F)                                                                              \
-    void ak_kvf_simd_dot_##F(const void *src, size_t stride, int n, const float *q, int d, float *out); \
-    void ak_kvf_simd_axpy_##F(const void *src, size_t stride, int n, const float *w, int d, float *acc);
+    void ak_kvf_simd_dot_##F(const void *codes, size_t cstride, const void *meta, size_t mstride, int n,          \
+                             const float *q, int d, float *out);                                                  \
+    void ak_kvf_simd_axpy_##F(const void *codes, size_t cstride, const void *meta, size_t mstride, int n,         \
+                              const float *w, int d, float *acc);
 AK_KVF_DECLARE(f32)
 AK_KVF_DECLARE(f16)
 AK_KVF_DECLARE(bf16)

@@ -34,3 +34,13 @@ int ak_kv_format_components(ak_kv_format f, int d, ak_kv_component out[2]) {
     }
     return 2;
 }
+
+size_t ak_kv_format_code_bytes(ak_kv_format f, int d) {
+    ak_kv_component c[2];
+    return ak_kv_format_components(f, d, c) ? c[0].bytes : 0;
+}
+
+size_t ak_kv_format_meta_bytes(ak_kv_format f, int d) {
+    ak_kv_component c[2];
+    return ak_kv_format_components(f, d, c) == 2 ? c[1].bytes : 0;
+}

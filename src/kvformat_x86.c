@@ -71,15 +71,29 @@ AK_INLINE int meta_count(int f, int d) {
 }
 static int valid_d(int d) { return d >= 2 && d <= AK_KVF_MAX_D && d % 2 == 0; }
 
-/* ak_kvf_tq_factor with F16C, for one vector and for four. */
-AK_INLINE float tq_factor(int f, const uint8_t *v, int d, float sqrt_d) {
-    return _cvtsh_ss(ak_kvf_rd16(v + f_code_bytes(f, d))) / sqrt_d;
-}
-AK_INLINE __m128 tq_factor4(int f, const uint8_t *const *v, int d, float sqrt_d) {
-    size_t o = f_code_bytes(f, d);
-    uint64_t h = (uint64_t)ak_kvf_rd16(v[0] + o) | (uint64_t)ak_kvf_rd16(v[1] + o) << 16 |
-                 (uint64_t)ak_kvf_rd16(v[2] + o) << 32 | (uint64_t)ak_kvf_rd16(v[3] + o) << 48;
+/* ak_kvf_tq_factor with F16C, for one vector and for four (m: where each
+ * vector's N is). */
+AK_INLINE float tq_factor(const uint8_t *m, float sqrt_d) { return _cvtsh_ss(ak_kvf_rd16(m)) / sqrt_d; }
+AK_INLINE __m128 tq_factor4(const uint8_t *const *m, float sqrt_d) {
+    uint64_t h = (uint64_t)ak_kvf_rd16(m[0]) | (uint64_t)ak_kvf_rd16(m[1]) << 16 | (uint64_t)ak_kvf_rd16(m[2]) << 32 |
+                 (uint64_t)ak_kvf_rd16(m[3]) << 48;
     return _mm_div_ps(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)), _mm_set1_ps(sqrt_d));
+}
+
+/* L (4 or 8) bytes of a code stream of cb bytes from byte o, as a little-
+ * endian integer, without reading past the stream: a load that would run
+ * over is moved back to end at the stream's end and shifted (the bytes past
+ * the end read as zero). Streams sit next to other vectors' (blockpool.h),
+ * so reading past one is not allowed even where it would not fault. */
+AK_INLINE uint64_t ld_code_bytes(const uint8_t *c0, size_t o, size_t cb, const int L) {
+    if (o + L <= cb) return L == 8 ? ld64(c0 + o) : ld32(c0 + o);
+    if (cb >= (size_t)L) {
+        uint64_t w = L == 8 ? ld64(c0 + cb - L) : ld32(c0 + cb - L);
+        return w >> (8 * (o + L - cb));
+    }
+    uint64_t w = 0;
+    memcpy(&w, c0 + o, cb - o);
+    return w;
 }
 
 /* The 16 floats a format's permutes look codes up in: the codebook
@@ -107,19 +121,19 @@ AK_INLINE int f_porder(int f) { return f_packed(f) && f_bits(f) != 3; }
 #define P_IDX _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15)
 #define P_INV _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)
 
-/* Codes of a whole chunk at c into lanes (order P for 4 and 2 bits). A
- * 3-bit chunk is 6 bytes read as 8: the code stream is followed by N, so
- * the 2 extra bytes are still the vector's. */
-AK_INLINE __m512i codes_whole(const uint8_t *c, int b) {
+/* Codes of a whole chunk (the 2b bytes at its start in the low bits of
+ * bits, a 3-bit chunk's 6 bytes read as 8) into lanes (order P for 4 and 2
+ * bits). */
+AK_INLINE __m512i codes_whole(uint64_t bits, int b) {
     if (b == 4) {
         const __m512i sh = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
-        return _mm512_srlv_epi32(_mm512_set1_epi64((long long)ld64(c)), sh);
+        return _mm512_srlv_epi32(_mm512_set1_epi64((long long)bits), sh);
     }
     if (b == 2) {   /* 16 codes in 32 bits: odd lanes shift 16 further */
         const __m512i sh = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-        return _mm512_srlv_epi32(_mm512_set1_epi32((int)ld32(c)), sh);
+        return _mm512_srlv_epi32(_mm512_set1_epi32((int)(uint32_t)bits), sh);
     }
-    __m512i w = _mm512_set1_epi64((long long)ld64(c));
+    __m512i w = _mm512_set1_epi64((long long)bits);
 #if defined(__AVX512VBMI__)
     /* byte 0 of lane i = the 8 bits of its qword from bit 3i */
     const __m512i ctl = _mm512_set_epi64(45LL << 32 | 42, 39LL << 32 | 36, 33LL << 32 | 30, 27LL << 32 | 24,
@@ -141,13 +155,14 @@ AK_INLINE __m512i codes_whole(const uint8_t *c, int b) {
 AK_INLINE __m512i codes_short(const uint8_t *c, int b, int n) {
     uint8_t t[16] = { 0 };
     _mm_storeu_si128((__m128i *)t, _mm_maskz_loadu_epi8((__mmask16)((1u << ((b * n + 7) / 8)) - 1), c));
-    return codes_whole(t, b);
+    return codes_whole(ld64(t), b);
 }
 
-/* Values k .. k+n-1 (n <= 16, k a multiple of 16) of vector v as floats,
- * before q8's group scales and tq's factors; packed formats look codes up in
- * tab. Lanes past n are finite (zero bytes decoded). */
-AK_INLINE vf decode(int f, const uint8_t *v, int k, int n, vf tab, vf hi) {
+/* Values k .. k+n-1 (n <= 16, k a multiple of 16) of vector v (its code
+ * stream, cb bytes) as floats, before q8's group scales and tq's factors;
+ * packed formats look codes up in tab. Lanes past n are finite (zero bytes
+ * decoded). */
+AK_INLINE vf decode(int f, const uint8_t *v, size_t cb, int k, int n, vf tab, vf hi) {
     __mmask16 m = lanes(n);
     (void)hi;
     switch (f) {
@@ -164,8 +179,10 @@ AK_INLINE vf decode(int f, const uint8_t *v, int k, int n, vf tab, vf hi) {
     }
     default: {
         int b = f_bits(f);
-        const uint8_t *c = v + (size_t)k * b / 8;
-        return _mm512_permutexvar_ps(n == 16 ? codes_whole(c, b) : codes_short(c, b, n), tab);
+        size_t o = (size_t)k * b / 8;
+        if (n < 16) return _mm512_permutexvar_ps(codes_short(v + o, b, n), tab);
+        uint64_t bits = b == 4 ? ld64(v + o) : b == 2 ? ld32(v + o) : ld_code_bytes(v, o, cb, 8);
+        return _mm512_permutexvar_ps(codes_whole(bits, b), tab);
     }
     }
 }
@@ -184,27 +201,17 @@ AK_INLINE void from_order(int f, const float *buf, int d, float *x) {
         _mm512_mask_storeu_ps(x + k, lanes(d - k), _mm512_permutexvar_ps(P_INV, _mm512_load_ps(buf + k)));
 }
 
-/* The group metadata of vector v (meta_count f16 values) as floats times
- * mul, into out (room for the count rounded up to 16); returns the index of
- * value 0 in out. Whole 32-byte windows ending at the vector's end are
- * loaded where the vector is that long: a masked load of 16-bit lanes costs
- * about as much as the rest of a q4 dot product on Zen 5 (measured). */
-AK_INLINE int load_meta(int f, const uint8_t *v, int d, float *out, float mul) {
-    const int cnt = meta_count(f, d), pad = (16 - cnt % 16) % 16;
-    const uint8_t *m = v + f_code_bytes(f, d);
-    __m512 s = _mm512_set1_ps(mul);
-    if (f_code_bytes(f, d) + 2 * (size_t)cnt >= 32) {
-        for (int i = cnt; i > 0; i -= 16) {   /* the first window may start among the codes */
-            __m256i h = _mm256_loadu_si256((const __m256i *)(m + 2 * (i - 16)));
-            _mm512_storeu_ps(out + pad + i - 16, _mm512_mul_ps(_mm512_cvtph_ps(h), s));
-        }
-        return pad;
-    }
-    for (int i = 0; i < cnt; i += 16) {
-        __m256i h = _mm256_maskz_loadu_epi16(lanes(cnt - i), m + 2 * i);
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtph_ps(h), s));
-    }
-    return 0;
+/* cnt f16 values at m as floats into out (room for cnt rounded up to 16):
+ * whole 16-value loads, one masked load for the rest. Blocks keep the
+ * metadata of consecutive vectors back to back, so the products convert a
+ * run of vectors' metadata with one call (a masked load of 16-bit lanes
+ * costs about as much as the rest of a q4 dot product on Zen 5: one per run,
+ * not one per vector). */
+AK_INLINE void load_f16(const uint8_t *m, int cnt, float *out) {
+    int i = 0;
+    for (; i + 16 <= cnt; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(m + 2 * i))));
+    if (i < cnt) _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes(cnt - i), m + 2 * i)));
 }
 
 /* Sums of four vectors' lanes: {sum a, sum b, sum c, sum d}. */
@@ -255,22 +262,23 @@ AK_INLINE __m128i load_short(const uint8_t *p, int nbytes) {
     return _mm_loadu_si128((const __m128i *)t);
 }
 
-/* Lane i holds code i of the 8 codes at p in its low b bits (junk above).
- * Whole 3- and 2-bit chunks (3 and 2 bytes) are read as 4: the code stream
- * is followed by N (2 bytes) or group metadata, still the vector's. */
-AK_INLINE __m256i load_codes(const uint8_t *p, int b, int n) {
+/* Lane i holds code i of the 8 codes from byte o of the code stream v (cb
+ * bytes) in its low b bits (junk above). Whole 3- and 2-bit chunks (3 and 2
+ * bytes) are read as 4 where the stream goes on that far. */
+AK_INLINE __m256i load_codes(const uint8_t *v, size_t o, size_t cb, int b, int n) {
     uint32_t w;
-    if (n == 8) w = ld32(p);
-    else w = (uint32_t)_mm_cvtsi128_si32(load_short(p, (b * n + 7) / 8));
+    if (n == 8) w = b == 4 ? ld32(v + o) : (uint32_t)ld_code_bytes(v, o, cb, 4);
+    else w = (uint32_t)_mm_cvtsi128_si32(load_short(v + o, (b * n + 7) / 8));
     __m256i sh = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
     return _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh);
 }
 
-/* Values k .. k+n-1 (n <= 8, k a multiple of 8) as floats, before q8's
- * group scales and tq's factors. tab: the first 8 table entries (for tq4
- * the second 8 are read from the codebook); for q2 the group's levels; for
- * q4 a vector of the group's scale, with its min in hi. */
-AK_INLINE vf decode(int f, const uint8_t *v, int k, int n, vf tab, vf hi) {
+/* Values k .. k+n-1 (n <= 8, k a multiple of 8) of vector v (its code
+ * stream, cb bytes) as floats, before q8's group scales and tq's factors.
+ * tab: the first 8 table entries (for tq4 the second 8 are read from the
+ * codebook); for q2 the group's levels; for q4 a vector of the group's
+ * scale, with its min in hi. */
+AK_INLINE vf decode(int f, const uint8_t *v, size_t cb, int k, int n, vf tab, vf hi) {
     switch (f) {
     case AK_KV_F32:
         return n == 8 ? _mm256_loadu_ps((const float *)(v + 4 * k)) : _mm256_maskload_ps((const float *)(v + 4 * k), lanes(n));
@@ -285,17 +293,17 @@ AK_INLINE vf decode(int f, const uint8_t *v, int k, int n, vf tab, vf hi) {
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c));
     }
     case AK_KV_Q4: {   /* 16 levels: convert rather than look up */
-        __m256i c = _mm256_and_si256(load_codes(v + (size_t)k / 2, 4, n), _mm256_set1_epi32(15));
+        __m256i c = _mm256_and_si256(load_codes(v, (size_t)k / 2, cb, 4, n), _mm256_set1_epi32(15));
         return _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), tab, hi);
     }
     case AK_KV_TQ4: {   /* 16 entries: two permutes, code bit 3 picks */
-        __m256i c = load_codes(v + (size_t)k / 2, 4, n);
+        __m256i c = load_codes(v, (size_t)k / 2, cb, 4, n);
         __m256 a = _mm256_permutevar8x32_ps(tab, c), b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(ak_kvf_lm4 + 8), c);
         return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
     }
     default: {
         int b = f_bits(f);
-        return _mm256_permutevar8x32_ps(tab, load_codes(v + (size_t)k * b / 8, b, n));
+        return _mm256_permutevar8x32_ps(tab, load_codes(v, (size_t)k * b / 8, cb, b, n));
     }
     }
 }
@@ -304,17 +312,11 @@ AK_INLINE vf decode(int f, const uint8_t *v, int k, int n, vf tab, vf hi) {
 AK_INLINE const float *to_order(int f, const float *x, int d, float *buf) { return x; }
 AK_INLINE void from_order(int f, const float *buf, int d, float *x) {}
 
-/* The group metadata of vector v as floats times mul, into out; returns the
- * index of value 0 in out (0 here). */
-AK_INLINE int load_meta(int f, const uint8_t *v, int d, float *out, float mul) {
-    const int cnt = meta_count(f, d);
-    const uint8_t *p = v + f_code_bytes(f, d);
+/* cnt f16 values at m as floats into out. */
+AK_INLINE void load_f16(const uint8_t *m, int cnt, float *out) {
     int i = 0;
-    for (; i + 8 <= cnt; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))),
-                                                _mm256_set1_ps(mul)));
-    for (; i < cnt; i++) out[i] = _cvtsh_ss(ak_kvf_rd16(p + 2 * i)) * mul;
-    return 0;
+    for (; i + 8 <= cnt; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(m + 2 * i))));
+    for (; i < cnt; i++) out[i] = _cvtsh_ss(ak_kvf_rd16(m + 2 * i));
 }
 
 AK_INLINE __m128 reduce4(vf a, vf b, vf c, vf d) {
@@ -360,39 +362,42 @@ AK_INLINE vf group_param(int f, const float *meta, int g, vf tab, vf *hi) {
 }
 
 /* sum[r] += chunk k (n values) of vector r times the query's. */
-AK_INLINE void dot_chunk(const int f, const int R, const uint8_t *const *v, int k, const int n, const float *q, vf tab,
-                         const vf *gp, const vf *hi, vf *sum) {
+AK_INLINE void dot_chunk(const int f, const int R, const uint8_t *const *v, size_t cb, int k, const int n,
+                         const float *q, vf tab, const vf *gp, const vf *hi, vf *sum) {
     vf qk = VLOAD_X(f, q, k, n);
     PIN(qk);
     _Pragma("GCC unroll 4")
-    for (int r = 0; r < R; r++) sum[r] = VFMA(decode(f, v[r], k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]), qk, sum[r]);
+    for (int r = 0; r < R; r++) sum[r] = VFMA(decode(f, v[r], cb, k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]), qk, sum[r]);
 }
 
 /* acc chunk k (n values) += the weighted chunk k of every vector r. */
-AK_INLINE void axpy_chunk(const int f, const int R, const uint8_t *const *v, int k, const int n, float *acc, vf tab,
-                          const vf *gp, const vf *hi, const vf *wr) {
+AK_INLINE void axpy_chunk(const int f, const int R, const uint8_t *const *v, size_t cb, int k, const int n, float *acc,
+                          vf tab, const vf *gp, const vf *hi, const vf *wr) {
     vf a = VLOAD_X(f, acc, k, n);
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        vf x = decode(f, v[r], k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]);
+        vf x = decode(f, v[r], cb, k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]);
         if (f_affine(f)) a = VADD(a, x);   /* levels carry the weight */
         else a = VFMA(x, f == AK_KV_Q8 ? gp[r] : wr[r], a);
     }
     VSTORE_X(f, acc, k, n, a);
 }
 
-/* out[r] = <q, vector r> for R (1 or 4) vectors at v0, stride apart; meta0
- * their converted metadata, mstride floats apart. */
-AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *meta0, int mstride,
-                        const float *q, int d, float sqrt_d, vf tab, float *out) {
+/* out[r] = <q, vector r> for R (1 or 4) vectors whose code streams are at
+ * c0, cstride apart, and raw metadata at m0, mstride apart (tq's N); meta0
+ * their converted group metadata, fstride floats apart. */
+AK_INLINE void dot_rows(const int f, const int R, const uint8_t *c0, size_t cstride, const uint8_t *m0, size_t mstride,
+                        const float *meta0, int fstride, const float *q, int d, float sqrt_d, vf tab, float *out) {
     const int G = f_group(f), step = G ? G : W;
-    const uint8_t *v[4];
+    const size_t cb = f_code_bytes(f, d);
+    const uint8_t *v[4], *mr[4];
     const float *meta[4];
     vf acc[4], gp[4], hi[4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
-        meta[r] = meta0 + r * mstride;
+        v[r] = c0 + (size_t)r * cstride;
+        mr[r] = m0 ? m0 + (size_t)r * mstride : NULL;
+        meta[r] = meta0 + r * fstride;
         acc[r] = VZERO();
         gp[r] = tab;
         hi[r] = VZERO();
@@ -407,8 +412,8 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stri
         for (int k = k0; k < k0 + step && k < d; k += W) {
             /* whole chunks apart from the short last one, so that they
              * compile without masks */
-            if (d - k >= W) dot_chunk(f, R, v, k, W, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
-            else dot_chunk(f, R, v, k, d - k, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
+            if (d - k >= W) dot_chunk(f, R, v, cb, k, W, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
+            else dot_chunk(f, R, v, cb, k, d - k, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
         }
         if (f == AK_KV_Q8)
             _Pragma("GCC unroll 4")
@@ -416,36 +421,38 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stri
     }
     if (R == 4) {
         __m128 s = reduce4(acc[0], acc[1], acc[2], acc[3]);
-        if (f_tq(f)) s = _mm_mul_ps(s, tq_factor4(f, v, d, sqrt_d));
+        if (f_tq(f)) s = _mm_mul_ps(s, tq_factor4(mr, sqrt_d));
         _mm_storeu_ps(out, s);
     } else
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
             float s = reduce1(acc[r]);
-            out[r] = f_tq(f) ? s * tq_factor(f, v[r], d, sqrt_d) : s;
+            out[r] = f_tq(f) ? s * tq_factor(mr[r], sqrt_d) : s;
         }
 }
 
-/* acc += sum_r w[r] * vector r, for R (1 or 4) vectors at v0, stride apart;
- * meta0 their metadata converted and multiplied by w[r]. */
-AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t stride, const float *meta0, int mstride,
-                         const float *w, int d, float sqrt_d, vf tab, float *acc) {
+/* acc += sum_r w[r] * vector r, for R (1 or 4) vectors as in dot_rows;
+ * meta0 their group metadata converted and multiplied by w[r]. */
+AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *c0, size_t cstride, const uint8_t *m0, size_t mstride,
+                         const float *meta0, int fstride, const float *w, int d, float sqrt_d, vf tab, float *acc) {
     const int G = f_group(f), step = G ? G : W;
-    const uint8_t *v[4];
+    const size_t cb = f_code_bytes(f, d);
+    const uint8_t *v[4], *mr[4];
     const float *meta[4];
     vf wr[4], gp[4], hi[4];
     float wf[4];   /* the weights, times tq's factors */
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
-        meta[r] = meta0 + r * mstride;
+        v[r] = c0 + (size_t)r * cstride;
+        mr[r] = m0 ? m0 + (size_t)r * mstride : NULL;
+        meta[r] = meta0 + r * fstride;
         gp[r] = tab;
         hi[r] = VZERO();
     }
-    if (f_tq(f) && R == 4) _mm_storeu_ps(wf, _mm_mul_ps(_mm_loadu_ps(w), tq_factor4(f, v, d, sqrt_d)));
+    if (f_tq(f) && R == 4) _mm_storeu_ps(wf, _mm_mul_ps(_mm_loadu_ps(w), tq_factor4(mr, sqrt_d)));
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        if (!(f_tq(f) && R == 4)) wf[r] = f_tq(f) ? w[r] * tq_factor(f, v[r], d, sqrt_d) : w[r];
+        if (!(f_tq(f) && R == 4)) wf[r] = f_tq(f) ? w[r] * tq_factor(mr[r], sqrt_d) : w[r];
         wr[r] = VSET1(wf[r]);
     }
     for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
@@ -453,65 +460,89 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t str
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) gp[r] = group_param(f, meta[r], g, tab, &hi[r]);
         for (int k = k0; k < k0 + step && k < d; k += W) {
-            if (d - k >= W) axpy_chunk(f, R, v, k, W, acc, tab, gp, hi, wr);
-            else axpy_chunk(f, R, v, k, d - k, acc, tab, gp, hi, wr);
+            if (d - k >= W) axpy_chunk(f, R, v, cb, k, W, acc, tab, gp, hi, wr);
+            else axpy_chunk(f, R, v, cb, k, d - k, acc, tab, gp, hi, wr);
         }
     }
 }
 
+/* The group metadata of vectors j0..j1 as floats into meta, cnt per vector
+ * (fstride floats apart: cnt, or cnt rounded up to 16 when each vector's is
+ * converted apart), times w[j] if w is not NULL. Returns fstride. */
+AK_INLINE int convert_meta(const int f, const uint8_t *m0, size_t mstride, int j0, int j1, int d, const float *w,
+                           float *meta) {
+    const int cnt = meta_count(f, d);
+    int fs = cnt;
+    if (mstride == 2 * (size_t)cnt) load_f16(m0 + (size_t)j0 * mstride, cnt * (j1 - j0), meta);   /* one run */
+    else {
+        fs = (cnt + 15) & ~15;
+        for (int i = j0; i < j1; i++) load_f16(m0 + (size_t)i * mstride, cnt, meta + (i - j0) * fs);
+    }
+    if (w)   /* weights fold into the scales and mins */
+        for (int i = j0; i < j1; i++) {
+            float *p = meta + (i - j0) * fs, wi = w[i];
+            for (int c = 0; c < cnt; c++) p[c] *= wi;
+        }
+    return fs;
+}
+
 /* Vectors go in blocks of BLOCK whose metadata is converted first (measured
  * on q4/q8/q2: about 20% faster than converting four vectors' at a time). */
-AK_INLINE void dot_impl(const int f, const void *src, size_t stride, int n, const float *q, int d, float *out) {
+AK_INLINE void dot_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
+                        const float *q, int d, float *out) {
     if (!valid_d(d)) return;
-    const uint8_t *p = src;
-    const int ms = (meta_count(f, d) + 15) & ~15;
-    float meta[f_group(f) ? BLOCK * MAXMETA : 1] __attribute__((aligned(64)));
+    const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
+    float meta[f_group(f) ? BLOCK * MAXMETA + 16 : 1] __attribute__((aligned(64)));
     float qbuf[AK_KVF_MAX_D] __attribute__((aligned(64))), t[16];
     float sqrt_d = sqrtf((float)d);
-    int off = 0;
+    int fs = 0;
     base_table(f, t);
     vf tab = VLOADTAB(t);
     q = to_order(f, q, d, qbuf);
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
-        if (f_group(f))
-            for (int i = j0; i < j1; i++) off = load_meta(f, p + (size_t)i * stride, d, meta + (i - j0) * ms, 1.0f);
+        if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, NULL, meta);
         for (; j + 4 <= j1; j += 4)
-            dot_rows(f, 4, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, q, d, sqrt_d, tab, out + j);
+            dot_rows(f, 4, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
+                     meta + (j - j0) * fs, fs, q, d, sqrt_d, tab, out + j);
         for (; j < j1; j++)
-            dot_rows(f, 1, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, q, d, sqrt_d, tab, out + j);
+            dot_rows(f, 1, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
+                     meta + (j - j0) * fs, fs, q, d, sqrt_d, tab, out + j);
     }
 }
 
-AK_INLINE void axpy_impl(const int f, const void *src, size_t stride, int n, const float *w, int d, float *acc) {
+AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
+                         const float *w, int d, float *acc) {
     if (!valid_d(d)) return;
-    const uint8_t *p = src;
-    const int ms = (meta_count(f, d) + 15) & ~15;
-    float meta[f_group(f) ? BLOCK * MAXMETA : 1] __attribute__((aligned(64)));
+    const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
+    float meta[f_group(f) ? BLOCK * MAXMETA + 16 : 1] __attribute__((aligned(64)));
     float abuf[AK_KVF_MAX_D] __attribute__((aligned(64))), t[16];
     float sqrt_d = sqrtf((float)d);
-    int off = 0;
+    int fs = 0;
     base_table(f, t);
     vf tab = VLOADTAB(t);
     float *a = (float *)to_order(f, acc, d, abuf);
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
-        if (f_group(f))   /* weights fold into the scales and mins */
-            for (int i = j0; i < j1; i++) off = load_meta(f, p + (size_t)i * stride, d, meta + (i - j0) * ms, w[i]);
+        if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, w, meta);
         for (; j + 4 <= j1; j += 4)
-            axpy_rows(f, 4, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, w + j, d, sqrt_d, tab, a);
+            axpy_rows(f, 4, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
+                      meta + (j - j0) * fs, fs, w + j, d, sqrt_d, tab, a);
         for (; j < j1; j++)
-            axpy_rows(f, 1, p + (size_t)j * stride, stride, meta + off + (j - j0) * ms, ms, w + j, d, sqrt_d, tab, a);
+            axpy_rows(f, 1, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
+                      meta + (j - j0) * fs, fs, w + j, d, sqrt_d, tab, a);
     }
     from_order(f, abuf, d, acc);
 }
 
-#define ENTRY(F, ID)                                                                                    \
-    void ak_kvf_simd_dot_##F(const void *src, size_t stride, int n, const float *q, int d, float *out) { \
-        dot_impl(ID, src, stride, n, q, d, out);                                                        \
-    }                                                                                                   \
-    void ak_kvf_simd_axpy_##F(const void *src, size_t stride, int n, const float *w, int d, float *acc) { \
-        axpy_impl(ID, src, stride, n, w, d, acc);                                                       \
+#define ENTRY(F, ID)                                                                                          \
+    void ak_kvf_simd_dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d, \
+                             float *out) {                                                                    \
+        dot_impl(ID, c, cs, m, ms, n, q, d, out);                                                             \
+    }                                                                                                         \
+    void ak_kvf_simd_axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d, \
+                              float *acc) {                                                                   \
+        axpy_impl(ID, c, cs, m, ms, n, w, d, acc);                                                            \
     }
 ENTRY(f32, AK_KV_F32)
 ENTRY(f16, AK_KV_F16)

@@ -71,8 +71,10 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
@@ -87,7 +89,7 @@
 #include "store_impl.h"
 
 #define FORMAT_NAME "agentkv.agent"
-#define FORMAT_VERSION 1
+#define FORMAT_VERSION 2   /* 2: key_center and value_center (version 1 files have neither: "none") */
 #define SUFFIX ".safetensors"
 #define TMP_MARK ".safetensors.tmp."
 #define DEFAULT_WRITE_CHUNK (1u << 20)
@@ -200,6 +202,7 @@ static void *big_alloc(size_t n) {
 typedef struct {
     char name[48];
     int layer, is_v;
+    int ci;                   /* component index (0 codes, 1 metadata) */
     ak_kv_component comp;
     int ndim;
     int64_t shape[4];
@@ -233,6 +236,7 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
                 d->layer = l;
                 d->is_v = v;
                 d->comp = v ? cv[c] : ck[c];
+                d->ci = c;
                 snprintf(d->name, sizeof d->name, "layers.%d.%c.%s", l, v ? 'v' : 'k', d->comp.name);
                 d->ndim = 2 + d->comp.ndim;
                 d->shape[0] = s->n_head_kv;
@@ -253,70 +257,27 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
     return count;
 }
 
-/* dst[j * ds .. + piece) = src[j * ss .. + piece) for j < n. The usual
- * component sizes get a constant-size memcpy (a few moves) instead of a
- * library call per vector: twice as fast for two-component formats. */
-static void copy_strided(uint8_t *dst, size_t ds, const uint8_t *src, size_t ss, size_t piece, int n) {
-    switch (piece) {
-#define CASE(B)                                                                     \
-    case B:                                                                         \
-        for (int j = 0; j < n; j++) memcpy(dst + (size_t)j * ds, src + (size_t)j * ss, B); \
-        return;
-    CASE(2) CASE(4) CASE(8) CASE(16) CASE(32) CASE(64) CASE(128)
-#undef CASE
-    default:
-        for (int j = 0; j < n; j++) memcpy(dst + (size_t)j * ds, src + (size_t)j * ss, piece);
-    }
-}
-
 /* Copies positions [0, n) of every vector between a sequence and tensor
- * bytes laid out by t (nt tensors, grouped by layer and K/V). to_kv = 1:
- * into kv (positions prepared and exclusively owned), 0: out of it. Runs of
- * positions inside one block are contiguous per head (blockpool.h), so a
- * format with one component moves a run with one memcpy; the run's ends are
- * checked so that a layout change falls back to a vector at a time. Returns
- * 0, or -1 if a vector is not available. */
+ * bytes laid out by t (nt tensors). to_kv = 1: into kv (positions prepared
+ * and exclusively owned), 0: out of it. A tensor's bytes for one head and
+ * the positions of one block are one run in the tensor and one run in the
+ * block (blockpool.h): one memcpy each. Returns 0, or -1 if a vector is not
+ * available. */
 static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, int n) {
     const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(kv));
     int T = ak_block_pool_block_tokens(ak_kv_pool(kv));
-    for (int i = 0; i < nt;) {
-        int l = t[i].layer, v = t[i].is_v, nc = 1;
-        while (i + nc < nt && t[i + nc].layer == l && t[i + nc].is_v == v) nc++;
-        size_t vb = ak_kv_format_get(v ? ak_kv_format_v(kv) : ak_kv_format_k(kv))
-                        ->vec_bytes(v ? s->head_dim_v : s->head_dim_k);
+    for (int i = 0; i < nt; i++) {
+        size_t cb = t[i].comp.bytes;
         for (int h = 0; h < s->n_head_kv; h++)
-            for (int p0 = 0; p0 < n;) {
-                int r = T - p0 % T;
-                if (r > n - p0) r = n - p0;
-                uint8_t *a = to_kv ? ak_kv_vector_mut(kv, l, v, h, p0) : (uint8_t *)ak_kv_vector(kv, l, v, h, p0);
-                uint8_t *z = to_kv ? ak_kv_vector_mut(kv, l, v, h, p0 + r - 1)
-                                   : (uint8_t *)ak_kv_vector(kv, l, v, h, p0 + r - 1);
-                if (!a || !z) return -1;
-                int contiguous = z == a + (size_t)(r - 1) * vb;
-                for (int c = 0; c < nc; c++) {
-                    const ak_kv_component *cp = &t[i + c].comp;
-                    uint8_t *tp = data + t[i + c].offset + ((size_t)h * n + p0) * cp->bytes;
-                    if (nc == 1 && contiguous) {
-                        if (to_kv) memcpy(a, tp, (size_t)r * vb);
-                        else memcpy(tp, a, (size_t)r * vb);
-                        continue;
-                    }
-                    if (contiguous) {
-                        if (to_kv) copy_strided(a + cp->offset, vb, tp, cp->bytes, cp->bytes, r);
-                        else copy_strided(tp, cp->bytes, a + cp->offset, vb, cp->bytes, r);
-                        continue;
-                    }
-                    for (int j = 0; j < r; j++) {
-                        uint8_t *vp = to_kv ? ak_kv_vector_mut(kv, l, v, h, p0 + j)
-                                            : (uint8_t *)ak_kv_vector(kv, l, v, h, p0 + j);
-                        if (!vp) return -1;
-                        if (to_kv) memcpy(vp + cp->offset, tp + (size_t)j * cp->bytes, cp->bytes);
-                        else memcpy(tp + (size_t)j * cp->bytes, vp + cp->offset, cp->bytes);
-                    }
-                }
-                p0 += r;
+            for (int p0 = 0; p0 < n; p0 += T) {
+                int r = n - p0 < T ? n - p0 : T;
+                uint8_t *a = to_kv ? ak_kv_stored_mut(kv, t[i].layer, t[i].is_v, t[i].ci, h, p0)
+                                   : (uint8_t *)ak_kv_stored(kv, t[i].layer, t[i].is_v, t[i].ci, h, p0);
+                if (!a) return -1;
+                uint8_t *tp = data + t[i].offset + ((size_t)h * n + p0) * cb;
+                if (to_kv) memcpy(a, tp, (size_t)r * cb);
+                else memcpy(tp, a, (size_t)r * cb);
             }
-        i += nc;
     }
     return 0;
 }
@@ -449,6 +410,7 @@ struct ak_snapshot {
     int block_tokens;
     int n_tokens;
     int64_t created;
+    char center[2][33];     /* key_center, value_center: a calibration id or "none" */
     int32_t *tokens;
     tensor_desc *t;
     int nt;
@@ -490,6 +452,10 @@ ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int3
     sn->block_tokens = ak_block_pool_block_tokens(ak_kv_pool(kv));
     sn->n_tokens = n_tokens;
     sn->created = (int64_t)time(NULL);
+    for (int v = 0; v < 2; v++) {
+        const char *c = ak_block_pool_center_id(ak_kv_pool(kv), v, v ? sn->fv : sn->fk);
+        snprintf(sn->center[v], sizeof sn->center[v], "%s", c ? c : "none");
+    }
     char why[128];
     sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens, &sn->t, &sn->data_bytes, why, sizeof why);
     if (sn->nt < 0) { ak_fail(err, "store: agent %s: %s", agent_id, why); free(sn); return NULL; }
@@ -557,7 +523,7 @@ static int metadata_hash(kv_pair *p, int n, char out[17]) {
 /* Builds the safetensors header of sn (u64 length + padded JSON) into a
  * malloc'd buffer of *len bytes; hashes every tensor on the way. */
 static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
-    enum { NP = 20 };
+    enum { NP = 24 };
     char num[12][24], cks_hex[17], meta_hex[17];
     char *tokens = NULL, *cks_str = NULL, *json = NULL;
     uint8_t *out = NULL;
@@ -578,14 +544,15 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
                       sn->n_tokens, sn->created};
     for (int i = 0; i < 8; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", FORMAT_NAME}, {"format_version", "1"}, {"agent_id", sn->id},
+        {"format", FORMAT_NAME}, {"format_version", "2"}, {"agent_id", sn->id},
         {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name}, {"n_layer", num[0]},
         {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]}, {"n_ctx", num[4]},
         {"kv_format_k", ak_kv_format_get(sn->fk)->name}, {"kv_format_v", ak_kv_format_get(sn->fv)->name},
         {"block_tokens", num[5]}, {"n_tokens", num[6]}, {"tokens", tokens}, {"created", num[7]},
         {"checksum_algorithm", "xxh3-64"}, {"checksums", cks_str},
+        {"key_center", sn->center[0]}, {"value_center", sn->center[1]},
     };
-    int np = 18;
+    int np = 20;
     kv_pair sorted[NP];
     memcpy(sorted, p, sizeof(kv_pair) * np);
     if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
@@ -823,6 +790,7 @@ typedef struct {
     int sealed;
     uint8_t *img;
     uint64_t img_size;
+    uint64_t cap;           /* bytes img has room for (plain files grow it on demand) */
     uint64_t have;          /* img[0, have) is filled */
     uint64_t file_pos;      /* next ciphertext byte (sealed) */
     ak_seal z;
@@ -908,8 +876,11 @@ static ak_store_status reader_open(reader *r, const ak_store *s, const char *pat
         r->cbuf_cap = ((1u << 20) / si.chunk + 1) * (si.chunk + AK_SEAL_ABYTES);
         if (!(r->cbuf = malloc(r->cbuf_cap))) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
     }
-    if (!(r->img = big_alloc((size_t)r->img_size)))
-        return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)r->img_size);
+    /* a plain file's image is read on demand (its header, then either the
+     * whole image or, restoring, straight into blocks: see load_direct) */
+    r->cap = r->sealed ? r->img_size : hn;
+    if (!(r->img = big_alloc((size_t)r->cap)))
+        return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)r->cap);
     if (!r->sealed) {
         memcpy(r->img, head, hn);
         r->have = hn;
@@ -923,6 +894,14 @@ static ak_store_status reader_need(reader *r, uint64_t upto, verdict *v) {
     double t0 = ak_now();
     ak_store_status st = AK_STORE_HIT;
     if (!r->sealed) {
+        if (upto > r->cap) {
+            uint8_t *n = big_alloc((size_t)upto);
+            if (!n) return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)upto);
+            memcpy(n, r->img, (size_t)r->have);
+            free(r->img);
+            r->img = n;
+            r->cap = upto;
+        }
         if (upto > r->have) st = pread_all(r, r->img + r->have, (size_t)(upto - r->have), r->have, v);
         if (st == AK_STORE_HIT && upto > r->have) r->have = upto;
     } else {
@@ -972,6 +951,7 @@ typedef struct {
     int block_tokens;
     int n_tokens;
     int64_t created;
+    char center[2][33];     /* key_center, value_center ("none" in version 1) */
     int32_t *tokens;        /* malloc'd */
     uint64_t hdr_end;       /* 8 + N: where the data section begins */
     cJSON *root;            /* the parsed header */
@@ -1036,7 +1016,7 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
         free(pairs);
         return judge(v, AK_STORE_CORRUPT, "metadata", "bad format_version \"%.20s\"", ver ? ver : "");
     }
-    if (x != FORMAT_VERSION) {
+    if (x > FORMAT_VERSION) {
         free(pairs);
         return judge(v, AK_STORE_STALE, NULL, "format version %lld is newer than this build's %d", (long long)x,
                      FORMAT_VERSION);
@@ -1064,6 +1044,16 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
         return judge(v, AK_STORE_CORRUPT, "metadata", "bad model_fingerprint or model_name");
     if (strcmp(meta_str(meta, "checksum_algorithm"), "xxh3-64"))
         return judge(v, AK_STORE_CORRUPT, "metadata", "unknown checksum_algorithm");
+    static const char *ckeys[2] = {"key_center", "value_center"};
+    for (int k = 0; k < 2; k++) {   /* version 1 predates centering: "none" */
+        const char *c = x >= 2 ? meta_str(meta, ckeys[k]) : "none";
+        size_t cl = c ? strlen(c) : 0;
+        int ok = cl >= 1 && cl <= 32;
+        for (size_t i = 0; ok && i < cl; i++)
+            ok = (c[i] >= '0' && c[i] <= '9') || (c[i] >= 'a' && c[i] <= 'z') || c[i] == '.' || c[i] == '-';
+        if (!ok) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata %s missing or not an id", ckeys[k]);
+        snprintf(m->center[k], sizeof m->center[k], "%s", c);
+    }
     snprintf(m->agent_id, sizeof m->agent_id, "%s", aid);
     snprintf(m->fingerprint, sizeof m->fingerprint, "%s", fp);
     snprintf(m->model_name, sizeof m->model_name, "%s", name);
@@ -1107,20 +1097,23 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     return AK_STORE_HIT;
 }
 
-/* The tensor table of the header against the layout the metadata implies,
- * the image size, the token ids against vocab (> 0), and every checksum.
- * img must be complete. */
-static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, verdict *v) {
+/* The tensor table of the header against the layout the metadata implies
+ * and the image size: on HIT *tout gets the tensors (nt returned in *ntout)
+ * and *wout each one's checksum as the file states it (16 hex digits, ""
+ * if absent), both malloc'd (the caller frees). Needs the header only. */
+static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc **tout, int *ntout, char (**wout)[17],
+                                   verdict *v) {
     char why[128];
     tensor_desc *t = NULL;
+    char (*want)[17] = NULL;
     uint64_t data_bytes = 0;
     ak_kv_component c2[2];
     /* the count first: a hostile n_layer must not size an allocation */
-    int64_t want = (int64_t)m->spec.n_layer * (ak_kv_format_components(m->fk, m->spec.head_dim_k, c2) +
-                                                ak_kv_format_components(m->fv, m->spec.head_dim_v, c2));
-    if (cJSON_GetArraySize(m->root) - 1 != want)
+    int64_t count = (int64_t)m->spec.n_layer * (ak_kv_format_components(m->fk, m->spec.head_dim_k, c2) +
+                                                 ak_kv_format_components(m->fv, m->spec.head_dim_v, c2));
+    if (cJSON_GetArraySize(m->root) - 1 != count)
         return judge(v, AK_STORE_CORRUPT, "tensors", "header has %d tensors, expected %lld", cJSON_GetArraySize(m->root) - 1,
-                     (long long)want);
+                     (long long)count);
     int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens, &t, &data_bytes, why, sizeof why);
     if (nt < 0) return judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
     ak_store_status st = AK_STORE_HIT;
@@ -1135,6 +1128,10 @@ static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, ver
     cks = cJSON_Parse(meta_str(meta, "checksums"));
     if (!cJSON_IsObject(cks) || cJSON_GetArraySize(cks) != nt) {
         st = judge(v, AK_STORE_CORRUPT, "metadata", "checksums is not an object with one entry per tensor");
+        goto done;
+    }
+    if (!(want = calloc((size_t)nt, sizeof *want))) {
+        st = judge(v, AK_STORE_ERROR, NULL, "out of memory");
         goto done;
     }
     for (int i = 0; i < nt; i++) {
@@ -1159,24 +1156,53 @@ static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, ver
                        "layout of %s/%s", t[i].name, ak_kv_format_get(m->fk)->name, ak_kv_format_get(m->fv)->name);
             goto done;
         }
-        const char *want = meta_str(cks, t[i].name);
-        char got[17];
-        hex64(XXH3_64bits(r->img + m->hdr_end + t[i].offset, (size_t)t[i].bytes), got);
-        if (!want || strcmp(want, got)) {
-            st = judge(v, AK_STORE_CORRUPT, "checksum", "checksum mismatch in %s (file says %.16s, data hashes to %s)",
-                       t[i].name, want ? want : "nothing", got);
-            goto done;
-        }
+        const char *w = meta_str(cks, t[i].name);
+        snprintf(want[i], sizeof want[i], "%s", w && strlen(w) == 16 ? w : "");
     }
-    for (int i = 0; vocab > 0 && i < m->n_tokens; i++)
-        if (m->tokens[i] >= vocab) {
-            st = judge(v, AK_STORE_CORRUPT, "tokens", "token id %d at position %d is outside the vocabulary of %d",
-                       m->tokens[i], i, vocab);
-            goto done;
-        }
 done:
     cJSON_Delete(cks);
+    if (st != AK_STORE_HIT) {
+        free(t);
+        free(want);
+        return st;
+    }
+    *tout = t;
+    *ntout = nt;
+    *wout = want;
+    return st;
+}
+
+/* CORRUPT unless got (a tensor's hash) is what the file states for it. */
+static ak_store_status check_sum(const tensor_desc *t, const char *want, uint64_t got, verdict *v) {
+    char g[17];
+    hex64(got, g);
+    if (want[0] && !strcmp(want, g)) return AK_STORE_HIT;
+    return judge(v, AK_STORE_CORRUPT, "checksum", "checksum mismatch in %s (file says %.16s, data hashes to %s)", t->name,
+                 want[0] ? want : "nothing", g);
+}
+
+/* The token ids against vocab (> 0). */
+static ak_store_status check_tokens(const agent_meta *m, int vocab, verdict *v) {
+    for (int i = 0; vocab > 0 && i < m->n_tokens; i++)
+        if (m->tokens[i] >= vocab)
+            return judge(v, AK_STORE_CORRUPT, "tokens", "token id %d at position %d is outside the vocabulary of %d",
+                         m->tokens[i], i, vocab);
+    return AK_STORE_HIT;
+}
+
+/* The tensor table, every checksum over the image, the token ids. img must
+ * be complete. */
+static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, verdict *v) {
+    tensor_desc *t = NULL;
+    char (*want)[17] = NULL;
+    int nt = 0;
+    if (check_table(r, m, &t, &nt, &want, v) != AK_STORE_HIT) return v->st;
+    ak_store_status st = AK_STORE_HIT;
+    for (int i = 0; i < nt && st == AK_STORE_HIT; i++)
+        st = check_sum(&t[i], want[i], XXH3_64bits(r->img + m->hdr_end + t[i].offset, (size_t)t[i].bytes), v);
+    if (st == AK_STORE_HIT) st = check_tokens(m, vocab, v);
     free(t);
+    free(want);
     return st;
 }
 
@@ -1196,6 +1222,12 @@ static ak_store_status check_expect(const agent_meta *m, const char *fingerprint
         return judge(v, AK_STORE_STALE, NULL, "KV formats %s/%s, expected %s/%s", ak_kv_format_get(m->fk)->name,
                      ak_kv_format_get(m->fv)->name, ak_kv_format_get(ak_kv_format_k(kv))->name,
                      ak_kv_format_get(ak_kv_format_v(kv))->name);
+    for (int k = 0; k < 2; k++) {   /* all vectors of a sequence share one centering (blockpool.h) */
+        const char *c = ak_block_pool_center_id(ak_kv_pool(kv), k, k ? m->fv : m->fk);
+        if (strcmp(m->center[k], c ? c : "none"))
+            return judge(v, AK_STORE_STALE, NULL, "%s centered with %s, this cache uses %s", k ? "values" : "keys",
+                         m->center[k], c ? c : "none");
+    }
     if (m->n_tokens > ak_kv_capacity(kv))
         return judge(v, AK_STORE_STALE, NULL, "%d tokens do not fit the sequence's capacity %d", m->n_tokens,
                      ak_kv_capacity(kv));
@@ -1271,6 +1303,201 @@ int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_erro
     return 0;
 }
 
+/* ---------------------------------------------- restoring straight into blocks */
+
+/* A plain file's tensors are read with preadv straight into the blocks of
+ * a fresh sequence: each (tensor, head, block) piece is one run in the file
+ * and one in the block (blockpool.h), and the pieces of a tensor, taken head
+ * by head and block by block, tile the tensor's bytes in file order. Each
+ * batch of pieces (up to IOV_BATCH of them, about BATCH_BYTES) is hashed
+ * right after it is read, while it is still in cache, into the tensor's
+ * streaming XXH3. Two threads (the caller and one worker) take half of the
+ * tensors each, so reading and hashing overlap. Nothing is visible to the
+ * caller's sequence until every checksum has passed: the fresh sequence is
+ * swapped in only then, and freed otherwise. */
+#define IOV_BATCH 1024
+#define BATCH_BYTES ((size_t)256 << 10)
+#define TWO_THREADS_BYTES ((uint64_t)4 << 20)   /* below this, one thread */
+
+typedef struct {
+    int fd;
+    const tensor_desc *t;
+    const char (*want)[17];
+    int i0, i1;              /* tensors [i0, i1) */
+    uint8_t *const *blk;     /* data of block b */
+    const size_t *toff;      /* offset of tensor i's head 0 within a block */
+    int H, T, n;
+    uint64_t data_off;       /* file offset of the data section */
+    /* results */
+    uint64_t bytes;
+    int bad;                 /* first tensor whose checksum failed, or -1 */
+    uint64_t bad_hash;
+    int err;                 /* errno of a failed read; -1: the file shrank */
+    uint64_t err_off;
+} dl_job;
+
+/* Reads the cnt pieces of iov (their bytes back to back in the file from
+ * off) into place; iov is consumed. Returns 0, or -1 with j->err set. */
+static int read_pieces(dl_job *j, struct iovec *iov, int cnt, uint64_t off) {
+    while (cnt > 0) {
+        ssize_t k = preadv(j->fd, iov, cnt, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            j->err = k < 0 ? errno : -1;
+            j->err_off = off;
+            return -1;
+        }
+        j->bytes += (uint64_t)k;
+        off += (uint64_t)k;
+        while (cnt > 0 && (size_t)k >= iov->iov_len) {   /* a short read: skip what came in */
+            k -= (ssize_t)iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + k;
+            iov->iov_len -= (size_t)k;
+        }
+    }
+    return 0;
+}
+
+static void *dl_run(void *arg) {
+    dl_job *j = arg;
+    struct iovec iov[IOV_BATCH], piece[IOV_BATCH];
+    XXH3_state_t hs;
+    j->bad = -1;
+    j->err = 0;
+    for (int i = j->i0; i < j->i1; i++) {
+        const tensor_desc *t = &j->t[i];
+        size_t cb = t->comp.bytes;
+        uint64_t off = j->data_off + t->offset;
+        XXH3_64bits_reset(&hs);
+        int cnt = 0;
+        size_t batch = 0;
+        for (int h = 0; h < j->H; h++)
+            for (int b = 0, p0 = 0; p0 < j->n; b++, p0 += j->T) {
+                int r = j->n - p0 < j->T ? j->n - p0 : j->T;
+                piece[cnt].iov_base = j->blk[b] + j->toff[i] + (size_t)h * j->T * cb;
+                piece[cnt].iov_len = (size_t)r * cb;
+                batch += piece[cnt++].iov_len;
+                int last = h == j->H - 1 && p0 + j->T >= j->n;
+                if (cnt == IOV_BATCH || batch >= BATCH_BYTES || last) {
+                    memcpy(iov, piece, sizeof(struct iovec) * (size_t)cnt);
+                    if (read_pieces(j, iov, cnt, off) != 0) return NULL;
+                    for (int k = 0; k < cnt; k++) XXH3_64bits_update(&hs, piece[k].iov_base, piece[k].iov_len);
+                    off += batch;
+                    cnt = 0;
+                    batch = 0;
+                }
+            }
+        uint64_t got = XXH3_64bits_digest(&hs);
+        char g[17];
+        hex64(got, g);
+        if (!j->want[i][0] || strcmp(j->want[i], g)) {
+            j->bad = i;
+            j->bad_hash = got;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* ak_store_load for a plain file: checks the header, reads the tensors into
+ * a fresh sequence while verifying them (above), checks the token ids, and
+ * only then swaps the fresh sequence's contents into kv. Sets *fallback
+ * (and returns HIT, having touched nothing) when this path does not apply:
+ * a sealed file, or no room in the KV budget for a second copy of the cache
+ * while kv still holds its old one (the caller then verifies a whole image
+ * in memory first, as for sealed files). */
+static ak_store_status load_direct(const ak_store *s, const char *path, const char *id, const char *fingerprint,
+                                   int vocab, ak_kv *kv, reader *r, agent_meta *m, verdict *v,
+                                   ak_store_load_info *info, int *fallback) {
+    memset(m, 0, sizeof *m);
+    *fallback = 0;
+    if (reader_open(r, s, path, v) != AK_STORE_HIT) return v->st;
+    if (r->sealed) {
+        *fallback = 1;
+        return AK_STORE_HIT;
+    }
+    double t0 = ak_now(), rd0 = r->read_ms;
+    tensor_desc *t = NULL;
+    char (*want)[17] = NULL;
+    int nt = 0;
+    ak_kv *tmp = NULL;
+    uint8_t **blk = NULL;
+    size_t *toff = NULL;
+    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, id, m, v) != AK_STORE_HIT ||
+        check_expect(m, fingerprint, kv, v) != AK_STORE_HIT || check_table(r, m, &t, &nt, &want, v) != AK_STORE_HIT) {
+        info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
+        goto out;
+    }
+    info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
+    double t1 = ak_now();
+    ak_error e2 = {{0}};
+    ak_block_pool *pool = ak_kv_pool(kv);
+    int T = ak_block_pool_block_tokens(pool), n = m->n_tokens, nb = (n + T - 1) / T;
+    if (!(tmp = ak_kv_new(pool, m->fk, m->fv, ak_kv_capacity(kv), &e2)) || ak_kv_prepare(tmp, 0, n, &e2) != 0) {
+        if (ak_kv_n_blocks(kv) > 0) *fallback = 1;   /* the old cache holds the budget: verify first, then swap */
+        else judge(v, AK_STORE_ERROR, NULL, "%s", e2.msg);
+        goto out;
+    }
+    blk = malloc(sizeof *blk * (size_t)(nb ? nb : 1));
+    toff = malloc(sizeof *toff * (size_t)(nt ? nt : 1));
+    if (!blk || !toff) {
+        judge(v, AK_STORE_ERROR, NULL, "out of memory");
+        goto out;
+    }
+    /* block b's data starts with layer 0's K codes of head 0 (blockpool.h) */
+    for (int b = 0; b < nb; b++) blk[b] = ak_kv_stored_mut(tmp, 0, 0, 0, 0, b * T);
+    for (int i = 0; i < nt && nb; i++) toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0) - blk[0]);
+    posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
+    dl_job jobs[2];
+    uint64_t data_bytes = nt ? t[nt - 1].offset + t[nt - 1].bytes : 0;
+    int split = 0;   /* the worker takes tensors [0, split), the caller the rest */
+    if (data_bytes >= TWO_THREADS_BYTES)
+        while (split < nt && t[split].offset + t[split].bytes <= data_bytes / 2) split++;
+    for (int k = 0; k < 2; k++)
+        jobs[k] = (dl_job){r->fd, t, (const char (*)[17])want, k ? split : 0, k ? nt : split, blk, toff,
+                           ak_block_pool_spec(pool)->n_head_kv, T, n, m->hdr_end, 0, -1, 0, 0, 0};
+    pthread_t th;
+    int threaded = split > 0 && pthread_create(&th, NULL, dl_run, &jobs[0]) == 0;
+    if (!threaded) jobs[1].i0 = 0;
+    dl_run(&jobs[1]);
+    if (threaded) pthread_join(th, NULL);
+    double fused = ms_since(t1);
+    r->read_ms += fused;
+    for (int k = 0; k < 2; k++) r->bytes_read += jobs[k].bytes;
+    int bad = -1;
+    for (int k = 0; k < 2; k++) {
+        if (jobs[k].err) {
+            if (jobs[k].err < 0) judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
+            else judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)jobs[k].err_off,
+                       strerror(jobs[k].err));
+            goto out;
+        }
+        if (jobs[k].bad >= 0 && (bad < 0 || jobs[k].bad < bad)) bad = jobs[k].bad;
+    }
+    if (bad >= 0) {
+        check_sum(&t[bad], want[bad], jobs[bad >= split ? 1 : 0].bad_hash, v);
+        goto out;
+    }
+    if (check_tokens(m, vocab, v) != AK_STORE_HIT) goto out;
+    /* verified: only now does anything reach the caller's sequence */
+    if (ak_kv_set_length(tmp, n, &e2) != 0 || ak_kv_swap(kv, tmp) != 0) {
+        judge(v, AK_STORE_ERROR, NULL, "the sequence refused the restored blocks");
+        goto out;
+    }
+    info->restore_ms = ms_since(t1) - fused;
+out:
+    ak_kv_free(tmp);   /* kv's old blocks after a swap, else the unverified copy */
+    free(blk);
+    free(toff);
+    free(t);
+    free(want);
+    return v->st;
+}
+
 ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
                               ak_store_load_info *info, ak_error *err) {
     ak_store_load_info dummy;
@@ -1283,10 +1510,25 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
     reader r;
     agent_meta m;
     verdict v = {AK_STORE_HIT, NULL, ""};
-    ak_store_status st = check_file(s, path, id, fingerprint, vocab, kv, &r, &m, &v, &info->verify_ms);
+    int fallback = 0;
+    ak_store_status st = load_direct(s, path, id, fingerprint, vocab, kv, &r, &m, &v, info, &fallback);
+    int direct = !fallback;
+    if (fallback) {   /* a sealed file, or no room for two copies: verify a whole image first */
+        reader_close(&r);
+        meta_free(&m);
+        v = (verdict){AK_STORE_HIT, NULL, ""};
+        st = check_file(s, path, id, fingerprint, vocab, kv, &r, &m, &v, &info->verify_ms);
+    }
     info->bytes_read = r.bytes_read;
     info->read_ms = r.read_ms;
-    if (st == AK_STORE_HIT) {
+    if (st == AK_STORE_HIT && direct) {
+        futimens(r.fd, NULL);   /* recently used, for ak_store_gc; best effort */
+        info->n_tokens = m.n_tokens;
+        if (info != &dummy) {
+            info->tokens = m.tokens;
+            m.tokens = NULL;
+        }
+    } else if (st == AK_STORE_HIT) {
         /* verified: only now does anything reach the sequence */
         double t1 = ak_now();
         ak_error e2 = {{0}};

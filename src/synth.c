@@ -415,6 +415,12 @@ static uint32_t file_type(uint32_t wtype) {
     case GGML_TYPE_F16: return 1;
     case GGML_TYPE_Q4_0: return 2;
     case GGML_TYPE_Q8_0: return 7;
+    case GGML_TYPE_Q4_1: return 3;
+    case GGML_TYPE_Q5_0: return 8;
+    case GGML_TYPE_Q5_1: return 9;
+    case GGML_TYPE_Q4_K: return 14;   /* Q4_K_S: every matrix Q4_K */
+    case GGML_TYPE_Q5_K: return 16;   /* Q5_K_S */
+    case GGML_TYPE_Q6_K: return 18;
     case GGML_TYPE_BF16: return 32;
     default: return 0;
     }
@@ -426,8 +432,9 @@ static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
         return ak_fail(err, "%s: architecture '%s' is not llama or qwen2", p, o->arch ? o->arch : "");
     *qkv_bias = strcmp(o->arch, "qwen2") == 0;
     uint32_t t = o->wtype;
-    if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16 && t != GGML_TYPE_Q8_0 && t != GGML_TYPE_Q4_0)
-        return ak_fail(err, "%s: weight type %s is not F32, F16, BF16, Q8_0 or Q4_0", p, gguf_tensor_type_name(t));
+    if (!ak_wtype_supported(t))
+        return ak_fail(err, "%s: weight type %s is not F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K",
+                       p, gguf_tensor_type_name(t));
     if (o->dim < 1 || o->dim > 65536) return ak_fail(err, "%s: dim %d out of range", p, o->dim);
     if (o->n_layers < 1 || o->n_layers > 1024) return ak_fail(err, "%s: %d layers out of range", p, o->n_layers);
     if (o->n_heads < 1 || o->dim % o->n_heads)

@@ -39,7 +39,7 @@ typedef struct {
     float rope_base;
     float rms_eps;
     int tied;                 /* 1: no output.weight, token_embd is reused */
-    uint32_t wtype;           /* GGML_TYPE_F32, F16, BF16, Q8_0 or Q4_0 */
+    uint32_t wtype;           /* F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K */
     uint64_t seed;
     const char *vocab_from;   /* GGUF whose tokenizer.* metadata is copied, or NULL */
     int n_threads;            /* generation threads; <= 0: all cores */

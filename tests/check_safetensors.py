@@ -45,6 +45,12 @@ def check(path):
             raise Bad("metadata key %s missing" % k)
     if meta["format"] != "agentkv.agent":
         raise Bad("format is %r" % meta["format"])
+    if meta["format_version"] not in ("1", "2"):
+        raise Bad("format_version %r" % meta["format_version"])
+    if meta["format_version"] == "2":  # the centering of K and V (docs/kv-formats.md)
+        for k in ("key_center", "value_center"):
+            if not re.fullmatch(r"[0-9a-z.-]{1,32}", meta.get(k, "")):
+                raise Bad("%s missing or not an id" % k)
     body = len(data) - 8 - n
     spans = []
     for name, t in header.items():

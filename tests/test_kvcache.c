@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../src/blockpool.h"
+#include "../src/calib.h"
 #include "../src/kvcache.h"
 #include "test.h"
 
@@ -226,4 +227,159 @@ TEST(kvformat_components_cover_each_vector) {
                   ak_kv_format_get((ak_kv_format)f)->name, dims[i], pos,
                   ak_kv_format_get((ak_kv_format)f)->vec_bytes(dims[i]));
         }
+}
+
+/* Random means for every layer and head of s (keys offset like real ones:
+ * a few large channels), installed in pool under id "t" for the formats in
+ * mask (both sides). */
+static int set_random_centers(ak_block_pool *pool, const ak_cache_spec *s, unsigned mask, ak_rng *rng) {
+    size_t nk = (size_t)s->n_layer * s->n_head_kv * s->head_dim_k, nv = (size_t)s->n_layer * s->n_head_kv * s->head_dim_v;
+    float *mk = malloc(sizeof(float) * nk), *mv = malloc(sizeof(float) * nv);
+    for (size_t i = 0; i < nk; i++) mk[i] = ak_rng_normal(rng) * (i % 8 == 1 ? 4.0f : 1.0f);
+    for (size_t i = 0; i < nv; i++) mv[i] = ak_rng_normal(rng);
+    ak_error err = {{0}};
+    int rc = ak_block_pool_set_centers(pool, mk, mv, "t", mask, mask, &err);
+    free(mk);
+    free(mv);
+    return rc;
+}
+
+/* Centering an f32 cache changes nothing but rounding: attention over a
+ * centered f32 cache equals attention over a plain one (1e-5 relative), and
+ * the vectors read back equal what was written. Then with the quantized
+ * formats: attention over centered blocks still equals the double reference
+ * over the reconstructed vectors (which ak_kv_read returns with the means
+ * added back), with K and V centered or not independently. */
+TEST(kvcache_centering_is_exact_in_attention) {
+    ak_cache_spec s = spec_of(2, 2, 64, 512);
+    ak_error err = {{0}};
+    ak_rng rng;
+    ak_rng_seed(&rng, 808);
+    ak_block_pool *plain = ak_block_pool_new(&s, 32, 0, &err), *cent = ak_block_pool_new(&s, 32, 0, &err);
+    REQUIRE(plain && cent && set_random_centers(cent, &s, 1u << AK_KV_F32, &rng) == 0, "setup: %s", err.msg);
+    CHECK(ak_block_pool_center(cent, 0, AK_KV_F32, 1, 1) && !ak_block_pool_center(cent, 0, AK_KV_F16, 1, 1) &&
+              !ak_block_pool_center(plain, 0, AK_KV_F32, 0, 0) && !strcmp(ak_block_pool_center_id(cent, 1, AK_KV_F32), "t"),
+          "centering applies to the masked formats only");
+    ak_kv *a = ak_kv_new(plain, AK_KV_F32, AK_KV_F32, 300, &err), *b = ak_kv_new(cent, AK_KV_F32, AK_KV_F32, 300, &err);
+    REQUIRE(a && b, "%s", err.msg);
+    ak_rng r1, r2;
+    ak_rng_seed(&r1, 9);
+    ak_rng_seed(&r2, 9);
+    REQUIRE(fill(a, &s, 0, 257, &r1) == 0 && fill(b, &s, 0, 257, &r2) == 0, "fill");
+    float k1[128], v1[128], k2[128], v2[128];
+    double rd = 0;
+    for (int p = 0; p < 257; p += 17) {
+        ak_kv_read(a, 1, p, k1, v1, NULL);
+        ak_kv_read(b, 1, p, k2, v2, NULL);
+        for (int i = 0; i < 128; i++) rd = fmax(rd, fmax(fabs(k1[i] - k2[i]), fabs(v1[i] - v2[i])));
+    }
+    CHECK(rd <= 1e-5, "read back differs by %g", rd);
+    int group = 4;
+    float q[4 * 64], o1[4 * 64], o2[4 * 64];
+    float *scratch = malloc(sizeof(float) * ak_kv_attend_scratch(&s, group));
+    double worst = 0;
+    const int lens[] = {1, 32, 33, 257};
+    for (int li = 0; li < 4; li++)
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++) {
+                for (int i = 0; i < group * 64; i++) q[i] = ak_rng_normal(&rng);
+                ak_kv_attend(a, l, h, q, group, lens[li], 0.125f, o1, scratch);
+                ak_kv_attend(b, l, h, q, group, lens[li], 0.125f, o2, scratch);
+                double mx = 0, e = 0;
+                for (int i = 0; i < group * 64; i++) {
+                    mx = fmax(mx, fabs(o1[i]));
+                    e = fmax(e, fabs(o1[i] - o2[i]));
+                }
+                worst = fmax(worst, e / (mx > 1e-6 ? mx : 1e-6));
+            }
+    CHECK(worst <= 1e-5, "centered f32 attention differs by %.3e relative", worst);
+    printf("    centered vs plain f32 attention: max relative difference %.2e\n", worst);
+    free(scratch);
+    ak_kv_free(a);
+    ak_kv_free(b);
+    /* quantized formats, centered by default mask: exact w.r.t. the reconstruction */
+    ak_block_pool *qp = ak_block_pool_new(&s, 32, 0, &err);
+    REQUIRE(qp && set_random_centers(qp, &s, 0, &rng) == 0, "%s", err.msg);
+    const ak_kv_format pairs[][2] = {{AK_KV_Q4, AK_KV_Q4}, {AK_KV_TQ4, AK_KV_TQ3}, {AK_KV_Q8, AK_KV_TQ2}, {AK_KV_Q2, AK_KV_F16}};
+    for (int pi = 0; pi < 4; pi++) {
+        ak_kv *kv = ak_kv_new(qp, pairs[pi][0], pairs[pi][1], 300, &err);
+        REQUIRE(kv && fill(kv, &s, 0, 257, &rng) == 0, "fill %s", err.msg);
+        double e = 0;
+        for (int li = 0; li < 4; li++) e = fmax(e, attention_error(kv, &s, 2, lens[li], &rng));
+        CHECK(e <= 1e-4, "centered K %s / V %s: relative error %.3e vs the reference", ak_kv_format_get(pairs[pi][0])->name,
+              ak_kv_format_get(pairs[pi][1])->name, e);
+        ak_kv_free(kv);
+    }
+    CHECK(set_random_centers(qp, &s, 0, &rng) == 0, "no blocks live: means may change");
+    ak_kv *kv = ak_kv_new(qp, AK_KV_Q4, AK_KV_Q4, 64, &err);
+    REQUIRE(kv && fill(kv, &s, 0, 1, &rng) == 0, "fill");
+    CHECK(ak_block_pool_set_centers(qp, NULL, NULL, NULL, 0, 0, &err) < 0 && strstr(err.msg, "blocks"),
+          "means changed under live blocks: %s", err.msg);
+    ak_kv_free(kv);
+    ak_block_pool_free(qp);
+    ak_block_pool_free(plain);
+    ak_block_pool_free(cent);
+}
+
+/* The calibration of stories260K against an independent computation of the
+ * same definition (calib.h): the text in chunks of at most 512 tokens, each
+ * a fresh f32 sequence starting with BOS, position 0 of each left out, the
+ * plain mean of every other key and value per layer and head. Also: the
+ * same id twice, and only formats that gain get it installed. */
+TEST(calib_means_match_their_definition) {
+    char path[1024];
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(test_path(path, sizeof path, "models/stories260K.gguf"), NULL, NULL, &err);
+    ak_tokenizer *tk = m ? ak_tokenizer_load(&m->gguf, &err) : NULL;
+    ak_ctx *ctx = tk ? ak_ctx_new(m, 64, 1, &err) : NULL;
+    REQUIRE(ctx, "%s", err.msg);
+    ak_calib c, c2;
+    REQUIRE(ak_calib_compute(ctx, tk, &c, &err) == 0 && ak_calib_compute(ctx, tk, &c2, &err) == 0, "%s", err.msg);
+    CHECK(!strcmp(c.id, c2.id) && strlen(c.id) == 19 && !strncmp(c.id, "c1-", 3), "ids %s / %s", c.id, c2.id);
+    const ak_cache_spec *s = &m->spec;
+    int H = s->n_head_kv, dk = s->head_dim_k, dv = s->head_dim_v, L = s->n_layer;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *text = ak_calib_text();
+    REQUIRE(ak_tokenize(tk, text, strlen(text), AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0 && n > 100, "tokenize");
+    int chunk = s->n_ctx < 512 ? s->n_ctx : 512;
+    double *sk = calloc((size_t)L * H * dk, sizeof(double)), *sv = calloc((size_t)L * H * dv, sizeof(double));
+    float *k = malloc(sizeof(float) * H * dk), *v = malloc(sizeof(float) * H * dv);
+    int32_t *buf = malloc(sizeof(int32_t) * chunk);
+    ak_block_pool *pool = ak_block_pool_new(s, 0, 0, &err);
+    long cnt = 0;
+    for (size_t at = 1; at < n;) {   /* ids[0] is BOS */
+        int len = 1;
+        buf[0] = ids[0];
+        while (len < chunk && at < n) buf[len++] = ids[at++];
+        ak_kv *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, chunk, &err);
+        REQUIRE(kv && ak_eval(ctx, kv, buf, len, 0, NULL, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        for (int p = 1; p < len; p++, cnt++)
+            for (int l = 0; l < L; l++) {
+                ak_kv_read(kv, l, p, k, v, NULL);
+                for (int i = 0; i < H * dk; i++) sk[(size_t)l * H * dk + i] += k[i];
+                for (int i = 0; i < H * dv; i++) sv[(size_t)l * H * dv + i] += v[i];
+            }
+        ak_kv_free(kv);
+    }
+    double e = 0;
+    for (size_t i = 0; i < (size_t)L * H * dk; i++) e = fmax(e, fabs(sk[i] / cnt - c.mu_k[i]));
+    for (size_t i = 0; i < (size_t)L * H * dv; i++) e = fmax(e, fabs(sv[i] / cnt - c.mu_v[i]));
+    CHECK(e <= 1e-5, "means differ from their definition by %g (%ld positions)", e, cnt);
+    /* installing: q8/f16 gain nothing (no calibration run), q4 keys do */
+    ak_block_pool *p2 = ak_block_pool_new(s, 0, 0, &err);
+    CHECK(ak_calib_install(ctx, tk, p2, AK_KV_Q8, AK_KV_F16, &err) == 0 && !ak_block_pool_center_id(p2, 0, AK_KV_Q4),
+          "q8/f16 installed means");
+    CHECK(ak_calib_install(ctx, tk, p2, AK_KV_Q4, AK_KV_F16, &err) == 1 &&
+              !strcmp(ak_block_pool_center_id(p2, 0, AK_KV_Q4), c.id) && !ak_block_pool_center_id(p2, 1, AK_KV_F16) &&
+              !ak_block_pool_center_id(p2, 0, AK_KV_Q8),
+          "q4 keys: %s", err.msg);
+    ak_block_pool_free(p2);
+    ak_block_pool_free(pool);
+    free(buf); free(k); free(v); free(sk); free(sv); free(ids);
+    ak_calib_free(&c);
+    ak_calib_free(&c2);
+    ak_ctx_free(ctx);
+    ak_tokenizer_free(tk);
+    ak_model_free(m);
 }

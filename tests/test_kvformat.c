@@ -517,7 +517,8 @@ static double check_products(const ak_kv_format_info *in, ak_kv_format f, int d,
     memcpy(qr, q, sizeof q);
     if (in->rotated) ak_kv_rotate(qr, d);
     for (int j = 0; j < n; j++) out[j] = NAN;
-    in->dot(buf + 1, stride, n, qr, d, out);
+    size_t cb = ak_kv_format_code_bytes(f, d);   /* vectors whole: metadata right after the codes */
+    in->dot(buf + 1, stride, buf + 1 + cb, stride, n, qr, d, out);
     double nq = 0;
     for (int i = 0; i < d; i++) nq += (double)q[i] * q[i];
     nq = sqrt(nq);
@@ -535,7 +536,7 @@ static double check_products(const ak_kv_format_info *in, ak_kv_format f, int d,
     gen_gauss(r, acc, d);
     for (int i = 0; i < d; i++) a0[i] = ref[i] = acc[i];
     if (in->rotated) ak_kv_rotate(acc, d);
-    in->axpy(buf + 1, stride, n, w, d, acc);
+    in->axpy(buf + 1, stride, buf + 1 + cb, stride, n, w, d, acc);
     if (in->rotated) ak_kv_unrotate(acc, d);
     for (int j = 0; j < n; j++) {
         double nx = 0;
@@ -589,12 +590,15 @@ TEST(kvformat_simd_vs_scalar) {
         int bad = 0;
         for (int d = 2; d <= 272 && !bad; d += 2) {
             size_t vb = vs->vec_bytes(d), stride = vb + 3;
-            uint8_t *buf = malloc(stride * N);
+            size_t cb = ak_kv_format_code_bytes((ak_kv_format)f, d), mb = ak_kv_format_meta_bytes((ak_kv_format)f, d);
+            uint8_t *buf = malloc(stride * N), *cbuf = malloc(cb * N), *mbuf = malloc(mb * N + 1);
             float q[MAXD], w[N], o1[N], o2[N], a1[MAXD], a2[MAXD], x[MAXD];
             double nx[N], nq = 0;
             for (int j = 0; j < N; j++) {
                 if (j & 1) gen_heavy(&r, x, d); else gen_gauss(&r, x, d);
                 vs->quantize(x, d, buf + j * stride);
+                memcpy(cbuf + j * cb, buf + j * stride, cb);   /* the same vectors, as a block keeps them */
+                memcpy(mbuf + j * mb, buf + j * stride + cb, mb);
                 float y[MAXD];
                 vs->dequantize(buf + j * stride, d, y);
                 nx[j] = 0;
@@ -606,8 +610,9 @@ TEST(kvformat_simd_vs_scalar) {
             for (int i = 0; i < d; i++) nq += (double)q[i] * q[i];
             nq = sqrt(nq);
             for (int n = 1; n <= N && !bad; n++) {
-                vs->dot(buf, stride, n, q, d, o1);
-                sc->dot(buf, stride, n, q, d, o2);
+                /* SIMD on split runs against scalar on whole vectors */
+                vs->dot(cbuf, cb, mbuf, mb, n, q, d, o1);
+                sc->dot(buf, stride, buf + cb, stride, n, q, d, o2);
                 for (int j = 0; j < n; j++)
                     if (!(fabs(o1[j] - o2[j]) <= 2e-6 * nq * nx[j])) {
                         CHECK(0, "%s d=%d n=%d dot %d: simd %.9g scalar %.9g", vs->name, d, n, j, o1[j], o2[j]);
@@ -615,8 +620,8 @@ TEST(kvformat_simd_vs_scalar) {
                     }
                 double s = 0, diff = 0;
                 for (int i = 0; i < d; i++) a1[i] = a2[i] = 0.5f;
-                vs->axpy(buf, stride, n, w, d, a1);
-                sc->axpy(buf, stride, n, w, d, a2);
+                vs->axpy(cbuf, cb, mbuf, mb, n, w, d, a1);
+                sc->axpy(buf, stride, buf + cb, stride, n, w, d, a2);
                 for (int j = 0; j < n; j++) s += fabs(w[j]) * nx[j];
                 for (int i = 0; i < d; i++) diff = fmax(diff, fabs(a1[i] - a2[i]));
                 if (!(diff <= 2e-6 * (s + 1))) {
@@ -625,6 +630,8 @@ TEST(kvformat_simd_vs_scalar) {
                 }
             }
             free(buf);
+            free(cbuf);
+            free(mbuf);
         }
     }
 }
@@ -641,20 +648,33 @@ TEST(kvformat_products_tight_buffers) {
         int bad = 0;
         for (int d = 2; d <= MAXD && !bad; d += d < 160 ? 2 : 62) {
             size_t vb = vs->vec_bytes(d);
+            size_t cb = ak_kv_format_code_bytes((ak_kv_format)f, d), mb = ak_kv_format_meta_bytes((ak_kv_format)f, d);
             for (int n = 1; n <= 5 && !bad; n += 4) {
-                uint8_t *buf = malloc(vb * n);
+                /* whole vectors, and the same split into a code run and a
+                 * metadata run of exactly their sizes (as in a block) */
+                uint8_t *buf = malloc(vb * n), *cbuf = malloc(cb * n), *mbuf = mb ? malloc(mb * n) : NULL;
                 float x[MAXD], q[MAXD], w[5], o1[5], o2[5], a1[MAXD], a2[MAXD];
                 for (int j = 0; j < n; j++) {
                     gen_gauss(&r, x, d);
                     vs->quantize(x, d, buf + j * vb);
+                    memcpy(cbuf + j * cb, buf + j * vb, cb);
+                    if (mb) memcpy(mbuf + j * mb, buf + j * vb + cb, mb);
                     w[j] = ak_rng_normal(&r);
                 }
                 gen_gauss(&r, q, d);
                 for (int i = 0; i < d; i++) a1[i] = a2[i] = 0;
-                vs->dot(buf, vb, n, q, d, o1);
-                sc->dot(buf, vb, n, q, d, o2);
-                vs->axpy(buf, vb, n, w, d, a1);
-                sc->axpy(buf, vb, n, w, d, a2);
+                vs->dot(cbuf, cb, mbuf, mb, n, q, d, o1);
+                sc->dot(buf, vb, buf + cb, vb, n, q, d, o2);
+                vs->axpy(cbuf, cb, mbuf, mb, n, w, d, a1);
+                sc->axpy(buf, vb, buf + cb, vb, n, w, d, a2);
+                {   /* and the SIMD products on whole vectors too */
+                    float o3[5], a3[MAXD];
+                    for (int i = 0; i < d; i++) a3[i] = 0;
+                    vs->dot(buf, vb, buf + cb, vb, n, q, d, o3);
+                    vs->axpy(buf, vb, buf + cb, vb, n, w, d, a3);
+                    for (int j = 0; j < n; j++) CHECK(o3[j] == o1[j], "%s d=%d: whole vs split dot differ", vs->name, d);
+                    for (int i = 0; i < d; i++) CHECK(a3[i] == a1[i], "%s d=%d: whole vs split axpy differ", vs->name, d);
+                }
                 double s = 0, e = 0;
                 for (int j = 0; j < n; j++) {
                     s += fabs(o2[j]);
@@ -669,6 +689,8 @@ TEST(kvformat_products_tight_buffers) {
                     bad = 1;
                 }
                 free(buf);
+                free(cbuf);
+                free(mbuf);
             }
         }
     }

@@ -82,15 +82,18 @@ static int kv_equal(const ak_kv *a, const ak_kv *b) {
         ak_kv_format_v(a) != ak_kv_format_v(b))
         return 0;
     const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(a));
-    size_t vbk = ak_kv_format_get(ak_kv_format_k(a))->vec_bytes(s->head_dim_k);
-    size_t vbv = ak_kv_format_get(ak_kv_format_v(a))->vec_bytes(s->head_dim_v);
     for (int l = 0; l < s->n_layer; l++)
-        for (int v = 0; v < 2; v++)
-            for (int h = 0; h < s->n_head_kv; h++)
-                for (int p = 0; p < ak_kv_length(a); p++) {
-                    const uint8_t *x = ak_kv_vector(a, l, v, h, p), *y = ak_kv_vector(b, l, v, h, p);
-                    if (!x || !y || memcmp(x, y, v ? vbv : vbk)) return 0;
-                }
+        for (int v = 0; v < 2; v++) {
+            ak_kv_format f = v ? ak_kv_format_v(a) : ak_kv_format_k(a);
+            int d = v ? s->head_dim_v : s->head_dim_k;
+            size_t bytes[2] = {ak_kv_format_code_bytes(f, d), ak_kv_format_meta_bytes(f, d)};
+            for (int c = 0; c < 2; c++)
+                for (int h = 0; bytes[c] && h < s->n_head_kv; h++)
+                    for (int p = 0; p < ak_kv_length(a); p++) {
+                        const uint8_t *x = ak_kv_stored(a, l, v, c, h, p), *y = ak_kv_stored(b, l, v, c, h, p);
+                        if (!x || !y || memcmp(x, y, bytes[c])) return 0;
+                    }
+        }
     return 1;
 }
 
@@ -384,7 +387,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     REQUIRE(img, "no image");
     uint64_t N = 0;
     memcpy(&N, img, 8);
-    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"1\"");
+    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"2\"");
     REQUIRE(vkey, "no format_version in the header");
     size_t vpos = (size_t)(vkey - (const char *)img) + strlen("\"format_version\":\"");
     /* positions: every bit of the length, one bit of every header byte, and
@@ -430,6 +433,142 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     free(bit);
     free(img);
     cache_free(&a);
+    ak_store_close(st);
+}
+
+/* A cache large enough (about 7 MB) that a restore reads and hashes with two
+ * threads, each half of the tensors: exact round trip; a flipped byte in the
+ * first tensor (the worker's half) and in the last (the caller's) are each
+ * caught and named; and a restore into a sequence whose pool has no room for
+ * a second copy of the cache still hits (verifying a whole image first). */
+TEST(store_large_restore_threads_and_tight_budget) {
+    const char *dir = dir_for("large");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = {4, 4, 128, 128, 4096};
+    cache a;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_Q8, AK_KV_Q4, 2048, 2000, 21) == 0, "fill");
+    size_t len;
+    uint8_t *img = saved_image(st, dir, "big", &a, &len);
+    REQUIRE(img && len > ((size_t)5 << 20), "image of %zu bytes", len);
+    cache b;
+    REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
+    ak_store_load_info info;
+    CHECK(ak_store_load(st, "big", FP, VOCAB, b.kv, &info, &err) == AK_STORE_HIT, "load: %s", err.msg);
+    CHECK(kv_equal(a.kv, b.kv) && info.n_tokens == 2000 && info.bytes_read == len, "restore differs (%llu of %zu bytes read)",
+          (unsigned long long)info.bytes_read, len);
+    free(info.tokens);
+    cache_free(&b);
+    uint64_t N = 0;
+    memcpy(&N, img, 8);
+    struct { size_t at; const char *name; } flips[] = {{8 + N + 100, "layers.0.k.q"}, {len - 3, "layers.3.v.scale_min"}};
+    uint8_t *bad = malloc(len);
+    for (int i = 0; i < 2; i++) {
+        memcpy(bad, img, len);
+        bad[flips[i].at] ^= 0x10;
+        CHECK(load_damaged(t, st, dir, "big", bad, len, &a, &err) == AK_STORE_CORRUPT && strstr(err.msg, flips[i].name),
+              "flip in %s: %s", flips[i].name, err.msg);
+        CHECK(quarantined(dir, "big") == 1, "not quarantined");
+    }
+    /* a budget of the cache plus one block: the sequence's old block leaves
+     * no room for a second copy */
+    REQUIRE(write_bytes(file_of(dir, "big"), img, len) == 0, "rewrite");
+    ak_block_pool *pool = ak_block_pool_new(&s, 32, ak_kv_bytes(a.kv) + ak_block_pool_block_bytes(a.pool, AK_KV_Q8, AK_KV_Q4), &err);
+    ak_kv *c = pool ? ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 2048, &err) : NULL;
+    REQUIRE(c, "%s", err.msg);
+    float k[4 * 128] = {0}, v[4 * 128] = {0};
+    REQUIRE(ak_kv_prepare(c, 0, 1, &err) == 0 && ak_kv_write(c, 0, 0, k, v, &err) == 0, "%s", err.msg);
+    CHECK(ak_store_load(st, "big", FP, VOCAB, c, NULL, &err) == AK_STORE_HIT, "tight budget: %s", err.msg);
+    CHECK(kv_equal(a.kv, c), "tight-budget restore differs");
+    /* no room at all: an error, and the (empty) sequence is left as it was */
+    ak_block_pool_set_budget(pool, ak_kv_bytes(c));
+    ak_kv *e = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 2048, &err);
+    CHECK(ak_store_load(st, "big", FP, VOCAB, e, NULL, &err) == AK_STORE_ERROR && strstr(err.msg, "budget"),
+          "no room: %s", err.msg);
+    CHECK(ak_kv_length(e) == 0 && ak_kv_n_blocks(e) == 0, "a failed restore left blocks");
+    CHECK(exists(file_of(dir, "big")), "a budget miss moved the file");
+    ak_kv_free(e);
+    ak_kv_free(c);
+    ak_block_pool_free(pool);
+    free(bad);
+    free(img);
+    cache_free(&a);
+    ak_store_close(st);
+}
+
+/* Centered caches (blockpool.h): the file records the centering; a restore
+ * into a pool with the same means is exact, into one with other means or
+ * none a miss (STALE, kept), never silently mixed. */
+TEST(store_centering_is_recorded_and_checked) {
+    const char *dir = dir_for("center");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = small_spec();
+    size_t nk = (size_t)s.n_layer * s.n_head_kv * s.head_dim_k, nv = (size_t)s.n_layer * s.n_head_kv * s.head_dim_v;
+    float *mk = malloc(sizeof(float) * nk), *mv = malloc(sizeof(float) * nv);
+    ak_rng r;
+    ak_rng_seed(&r, 5);
+    for (size_t i = 0; i < nk; i++) mk[i] = ak_rng_normal(&r);
+    for (size_t i = 0; i < nv; i++) mv[i] = ak_rng_normal(&r);
+    /* three pools: the means under id t1, other means under t2, none */
+    ak_block_pool *pools[3];
+    const char *ids[3] = {"t1", "t2", NULL};
+    for (int i = 0; i < 3; i++) {
+        pools[i] = ak_block_pool_new(&s, 32, 0, &err);
+        REQUIRE(pools[i], "%s", err.msg);
+        if (ids[i]) {
+            if (i == 1) mk[0] += 1;
+            REQUIRE(ak_block_pool_set_centers(pools[i], mk, mv, ids[i], 0, 0, &err) == 0, "%s", err.msg);
+        }
+    }
+    cache a;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_TQ4, AK_KV_Q4, 128, 70, 9) == 0, "fill");
+    /* a's vectors, written again into a centered sequence */
+    ak_kv *src = ak_kv_new(pools[0], AK_KV_TQ4, AK_KV_Q4, 128, &err);
+    REQUIRE(src && ak_kv_prepare(src, 0, 70, &err) == 0, "%s", err.msg);
+    float k[2 * 64], v[2 * 32];
+    for (int p = 0; p < 70; p++)
+        for (int l = 0; l < s.n_layer; l++) {
+            REQUIRE(ak_kv_read(a.kv, l, p, k, v, &err) == 0 && ak_kv_write(src, l, p, k, v, &err) == 0, "%s", err.msg);
+        }
+    REQUIRE(ak_store_save(st, "c", src, a.tokens, 70, FP, "m", &err) == 0, "save: %s", err.msg);
+    size_t len;
+    char *img = ak_read_file(file_of(dir, "c"), &len, &err);
+    REQUIRE(img && len > 8, "read");
+    CHECK(strstr(img + 8, "\"key_center\":\"t1\"") && strstr(img + 8, "\"value_center\":\"t1\""),
+          "centering not recorded");
+    free(img);
+    for (int i = 0; i < 3; i++) {
+        ak_kv *dst = ak_kv_new(pools[i], AK_KV_TQ4, AK_KV_Q4, 128, &err);
+        ak_store_status rs = ak_store_load(st, "c", FP, VOCAB, dst, NULL, &err);
+        if (i == 0) CHECK(rs == AK_STORE_HIT && kv_equal(src, dst), "same means: %s %s", ak_store_status_name(rs), err.msg);
+        else
+            CHECK(rs == AK_STORE_STALE && strstr(err.msg, "keys centered with t1") && ak_kv_length(dst) == 0 &&
+                      exists(file_of(dir, "c")),
+                  "pool %d: %s %s", i, ak_store_status_name(rs), err.msg);
+        ak_kv_free(dst);
+    }
+    /* an f16/q8 cache is not centered: "none" recorded, any pool takes it */
+    ak_kv *plain = ak_kv_new(pools[0], AK_KV_F16, AK_KV_Q8, 128, &err);
+    REQUIRE(plain && ak_kv_prepare(plain, 0, 3, &err) == 0, "%s", err.msg);
+    for (int p = 0; p < 3; p++)
+        for (int l = 0; l < s.n_layer; l++) REQUIRE(ak_kv_write(plain, l, p, k, v, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_store_save(st, "p", plain, a.tokens, 3, FP, "m", &err) == 0, "save: %s", err.msg);
+    ak_kv *dst = ak_kv_new(pools[2], AK_KV_F16, AK_KV_Q8, 128, &err);
+    CHECK(ak_store_load(st, "p", FP, VOCAB, dst, NULL, &err) == AK_STORE_HIT && kv_equal(plain, dst), "plain: %s", err.msg);
+    char files[1400] = "";
+    add_file(files, sizeof files, file_of(dir, "c"));
+    add_file(files, sizeof files, file_of(dir, "p"));
+    CHECK(run_checker(files) == 0, "the independent checker rejected a centered file");
+    ak_kv_free(dst);
+    ak_kv_free(plain);
+    ak_kv_free(src);
+    cache_free(&a);
+    for (int i = 0; i < 3; i++) ak_block_pool_free(pools[i]);
+    free(mk);
+    free(mv);
     ak_store_close(st);
 }
 
@@ -482,15 +621,15 @@ TEST(store_stale_files_miss_without_quarantine) {
     /* a newer format version: a miss, kept */
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "a"), &len, &err);
-    REQUIRE(img && patch(img, len, "\"format_version\":\"1\"", "\"format_version\":\"2\"") == 0, "patch");
-    REQUIRE(write_bytes(file_of(dir, "v2"), img, len) == 0, "write");
+    REQUIRE(img && patch(img, len, "\"format_version\":\"2\"", "\"format_version\":\"3\"") == 0, "patch");
+    REQUIRE(write_bytes(file_of(dir, "v3"), img, len) == 0, "write");
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
-    r = ak_store_load(st, "v2", FP, VOCAB, b.kv, NULL, &err);
-    CHECK(r == AK_STORE_STALE && strstr(err.msg, "version 2"), "version 2: %s: %s", ak_store_status_name(r), err.msg);
-    CHECK(exists(file_of(dir, "v2")) && ak_kv_length(b.kv) == 0, "version 2 moved or loaded");
+    r = ak_store_load(st, "v3", FP, VOCAB, b.kv, NULL, &err);
+    CHECK(r == AK_STORE_STALE && strstr(err.msg, "version 3"), "version 3: %s: %s", ak_store_status_name(r), err.msg);
+    CHECK(exists(file_of(dir, "v3")) && ak_kv_length(b.kv) == 0, "version 3 moved or loaded");
     cache_free(&b);
     /* a file under another agent's name is not that agent's memory */
-    REQUIRE(patch(img, len, "\"format_version\":\"2\"", "\"format_version\":\"1\"") == 0, "patch");
+    REQUIRE(patch(img, len, "\"format_version\":\"3\"", "\"format_version\":\"2\"") == 0, "patch");
     REQUIRE(write_bytes(file_of(dir, "b"), img, len) == 0, "write");
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
     CHECK(ak_store_load(st, "b", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_CORRUPT && strstr(err.msg, "agent_id"),

@@ -389,8 +389,10 @@ TEST(synth_bad_shapes_and_progress) {
     tiny_opts(&o, path, GGML_TYPE_F16, 1);
     o.arch = "gpt2";
     CHECK(ak_synth_write(&o, &err) < 0 && strstr(err.msg, "gpt2"), "'%s'", err.msg);
-    tiny_opts(&o, path, GGML_TYPE_Q4_1, 1);
-    CHECK(ak_synth_write(&o, &err) < 0 && strstr(err.msg, "Q4_1"), "'%s'", err.msg);
+    tiny_opts(&o, path, GGML_TYPE_Q2_K, 1);   /* a type the engine does not compute with */
+    CHECK(ak_synth_write(&o, &err) < 0 && strstr(err.msg, "Q2_K"), "'%s'", err.msg);
+    tiny_opts(&o, path, GGML_TYPE_Q4_K, 1);   /* dim 64: not a whole super-block */
+    CHECK(ak_synth_write(&o, &err) < 0 && strstr(err.msg, "multiples of 256"), "'%s'", err.msg);
     tiny_opts(&o, path, GGML_TYPE_F16, 1);
     o.vocab = 100;
     CHECK(ak_synth_write(&o, &err) < 0 && strstr(err.msg, "vocab 100"), "'%s'", err.msg);

@@ -1,6 +1,7 @@
 /* test_weights.c - every weight type computes what the F32 model computes,
  * within the precision the type implies: synthetic models with the same seed
- * (hence the same underlying F32 weights) in F32, F16, BF16, Q8_0 and Q4_0,
+ * (hence the same underlying F32 weights) in F32, F16, BF16, Q8_0, Q4_0 and
+ * the K-quant / legacy types Q6_K, Q5_K, Q4_K, Q5_1, Q5_0, Q4_1,
  * for llama and qwen2, tied and untied. */
 #include <string.h>
 
@@ -48,6 +49,16 @@ static void compare_types(ak_test_ctx *t, const char *arch, int tied) {
         {GGML_TYPE_BF16, "BF16", 3e-2, 0.9},
         {GGML_TYPE_Q8_0, "Q8_0", 3e-2, 0.9},
         {GGML_TYPE_Q4_0, "Q4_0", 3e-1, 0.6},
+        /* K-quants and the other 32-blocks: weight error (relative RMS, see
+         * test_kquant) 0.018 (Q6_K), ~0.04 (5-bit), ~0.075 (4-bit) against
+         * Q8_0's ~0.005 and Q4_0's ~0.1; activations are 8-bit per 256 for K
+         * types. Tolerances scale with that. */
+        {GGML_TYPE_Q6_K, "Q6_K", 6e-2, 0.85},
+        {GGML_TYPE_Q5_K, "Q5_K", 1.2e-1, 0.75},
+        {GGML_TYPE_Q4_K, "Q4_K", 2.5e-1, 0.6},
+        {GGML_TYPE_Q5_1, "Q5_1", 1.2e-1, 0.75},
+        {GGML_TYPE_Q5_0, "Q5_0", 1.2e-1, 0.75},
+        {GGML_TYPE_Q4_1, "Q4_1", 2.5e-1, 0.6},
     };
     float *ref = NULL;
     int V = 0;
