@@ -57,7 +57,7 @@ test: $(BUILD)/agentkv-tests $(BUILD)/agentkv
 	AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
 
 demo: $(BUILD)/agentkv
-	sh scripts/demo.sh $(BUILD)/agentkv $(MODEL)
+	python3 scripts/demo.py $(BUILD)/agentkv $(MODEL)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
