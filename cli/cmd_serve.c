@@ -144,7 +144,7 @@ int cmd_serve(int argc, char **argv) {
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     if (!(metrics = ak_metrics_new(&err))) goto fail;
     ak_sched_config sc = {lm.model, lm.tok, agents, pool, store, n_threads, n_ctx, step_tokens, max_agents, metrics,
-                          log_line, NULL};
+                          log_line, NULL, 0};
     if (!(sched = ak_sched_start(&sc, &err))) goto fail;
     ak_server_config vc = {host, port, sched, lm.model, lm.tok, model_id, api_key, max_body, family, template_text,
                            n_ctx, metrics, log_line, NULL};

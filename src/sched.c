@@ -468,6 +468,7 @@ static void admit(ak_sched *s) {
 
 /* Hands warm agents of waiting requests to the I/O thread (two at a time). */
 static void prefetch(ak_sched *s) {
+    if (s->cfg.no_prefetch) return;
     for (ak_request *r = s->waiting; r && s->n_io < 2; r = r->next) {
         if (r->anonymous || r->prefetch_tried) continue;
         r->prefetch_tried = 1;

@@ -43,6 +43,7 @@ typedef struct {
     ak_metrics *metrics;      /* may be NULL */
     ak_log_fn log;            /* may be NULL */
     void *log_ud;
+    int no_prefetch;          /* 1: warm agents are restored only when admitted (benchmarks) */
 } ak_sched_config;
 
 typedef struct {
