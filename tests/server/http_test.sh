@@ -73,6 +73,21 @@ print(text)
 EOF
 check "completions streamed (SSE, [DONE], usage): same text" '[ $? = 0 ] && cmp -s "$WORK/run.txt" "$WORK/sse_text.txt"'
 
+# --- batched with other agents: three requests at once, each equal to its own agentkv run
+i=0
+PIDS=""
+for P in "Lily and Tom went to the park" "The little dog was sad because" "Once upon a time"; do
+    i=$((i + 1))
+    "$BIN" run -m "$MODEL" -p "$P" -n 32 --temp 0 -c 256 2>/dev/null > "$WORK/run$i.txt"
+    (post /v1/completions "{\"model\":\"stories260K\",\"prompt\":\"$P\",\"max_tokens\":32,\"temperature\":0,\"stream\":$([ $i = 2 ] && echo true || echo false)}" "$WORK/b$i.json" -H "X-Agent-Id: batch-$i" > /dev/null) &
+    PIDS="$PIDS $!"
+done
+wait $PIDS   # not a bare wait: the server is a child too
+for i in 1 3; do jget "$WORK/b$i.json" 'd["choices"][0]["text"]' > "$WORK/b$i.txt"; done
+python3 -c "import json,sys; print(''.join(c.get('text','') for l in open(sys.argv[1]) if l.startswith('data: {') for c in json.loads(l[6:])['choices']))" "$WORK/b2.json" > "$WORK/b2.txt"
+check "three agents at once (one streamed): each equals its agentkv run" \
+    'cmp -s $WORK/run1.txt $WORK/b1.txt && cmp -s $WORK/run2.txt $WORK/b2.txt && cmp -s $WORK/run3.txt $WORK/b3.txt'
+
 # --- stop strings are enforced and not echoed
 WORD=$(cut -c 12-16 "$WORK/run.txt")   # a piece of the greedy text
 st=$(post /v1/completions "{\"model\":\"stories260K\",\"prompt\":\"$PROMPT\",\"max_tokens\":24,\"temperature\":0,\"stop\":[\"$WORD\"]}" "$WORK/s.json")
