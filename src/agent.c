@@ -572,6 +572,11 @@ int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens
     return common;
 }
 
+int ak_agent_hot(const ak_agents *a, const char *id) {
+    const agent *g = find(a, id);
+    return g && g->kv;
+}
+
 int ak_agent_restoring(const ak_agents *a, const char *id) {
     const agent *g = find(a, id);
     return g && g->restoring;

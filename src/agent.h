@@ -140,6 +140,8 @@ void ak_restore_job_run(ak_restore_job *j);
  * and frees the job. The agent's next turn reports tier warm with
  * restored_ahead = 1. */
 void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j);
+/* 1 if agent id's cache is in RAM. */
+int ak_agent_hot(const ak_agents *a, const char *id);
 /* 1 while a prefetch of id is in flight. */
 int ak_agent_restoring(const ak_agents *a, const char *id);
 

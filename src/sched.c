@@ -405,6 +405,46 @@ static void unlink_waiting(ak_sched *s, ak_request *r, ak_request *prev) {
     s->n_waiting--;
 }
 
+#define MAX_IO 2   /* restores queued or running on the I/O thread */
+
+/* Hands r's agent to the I/O thread if it is warm. Returns 1 if a restore
+ * is now in flight, 0 if there is nothing to restore (hot, new, or no
+ * usable file), -1 if it cannot start now (no room, I/O queue full). */
+static int start_prefetch(ak_sched *s, ak_request *r) {
+    if (s->n_io >= MAX_IO) return -1;
+    ak_restore_job *job = NULL;
+    ak_error err = {{0}};
+    int rc = ak_agent_prefetch(s->cfg.agents, r->id, outstanding(s), &job, &err);
+    if (rc <= 0) return rc;
+    io_item *it = malloc(sizeof *it);
+    if (!it) {
+        ak_agent_prefetch_done(s->cfg.agents, job); /* nothing loaded: the turn restores */
+        return 0;
+    }
+    it->job = job;
+    it->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    io_item **tail = &s->io_queue;
+    while (*tail) tail = &(*tail)->next;
+    *tail = it;
+    s->n_io++;
+    pthread_cond_signal(&s->io_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
+/* Hands warm agents of requests still waiting for a slot to the I/O thread,
+ * so their caches are in RAM when their turn comes. */
+static void prefetch(ak_sched *s) {
+    if (s->cfg.no_prefetch) return;
+    for (ak_request *r = s->waiting; r && s->n_io < MAX_IO; r = r->next) {
+        if (r->anonymous || r->prefetch_tried) continue;
+        int rc = start_prefetch(s, r);
+        if (rc < 0) break; /* no room yet: retry at a later step */
+        r->prefetch_tried = 1;
+    }
+}
+
 /* Admits waiting requests in arrival order (see sched.h). */
 static void admit(ak_sched *s) {
     char (*blocked)[AK_AGENT_ID_MAX + 2] = NULL;
@@ -422,6 +462,20 @@ static void admit(ak_sched *s) {
             prev = r;
             r = nx;
             continue;
+        }
+        /* a warm agent is restored on the I/O thread while the batch goes
+         * on; the request is admitted when its cache is in RAM */
+        if (!r->anonymous && !s->cfg.no_prefetch && !r->prefetch_tried &&
+            !ak_agent_hot(s->cfg.agents, r->id)) {
+            int rc = start_prefetch(s, r);
+            if (rc != 0 && (rc > 0 || s->n_active > 0 || s->n_io > 0)) {
+                if (rc > 0) r->prefetch_tried = 1;
+                snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+                prev = r;
+                r = nx;
+                continue;
+            }
+            r->prefetch_tried = 1; /* nothing to restore, or nothing else running: open restores */
         }
         if (r->anonymous) pick_anonymous(s, r);
         ak_error err = {{0}};
@@ -464,31 +518,6 @@ static void admit(ak_sched *s) {
         r = nx;
     }
     free(blocked);
-}
-
-/* Hands warm agents of waiting requests to the I/O thread (two at a time). */
-static void prefetch(ak_sched *s) {
-    if (s->cfg.no_prefetch) return;
-    for (ak_request *r = s->waiting; r && s->n_io < 2; r = r->next) {
-        if (r->anonymous || r->prefetch_tried) continue;
-        r->prefetch_tried = 1;
-        ak_restore_job *job = NULL;
-        ak_error err = {{0}};
-        int rc = ak_agent_prefetch(s->cfg.agents, r->id, outstanding(s), &job, &err);
-        if (rc < 0) { r->prefetch_tried = 0; break; } /* no room yet: retry at a later step */
-        if (rc == 0) continue;
-        io_item *it = malloc(sizeof *it);
-        if (!it) { ak_agent_prefetch_done(s->cfg.agents, job); continue; } /* nothing loaded: the turn restores */
-        it->job = job;
-        it->next = NULL;
-        pthread_mutex_lock(&s->mu);
-        io_item **tail = &s->io_queue;
-        while (*tail) tail = &(*tail)->next;
-        *tail = it;
-        s->n_io++;
-        pthread_cond_signal(&s->io_cv);
-        pthread_mutex_unlock(&s->mu);
-    }
 }
 
 /* One forward pass over every running request (see sched.h). */
