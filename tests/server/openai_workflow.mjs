@@ -26,10 +26,10 @@ function check(name, cond, detail = "") {
   console.log(`ok   ${name}`);
 }
 
-function startServer() {
+function startServer(extra = ["--kv-budget", "120K", "-ctk", "q8", "-ctv", "q8"], dir = memDir) {
   return new Promise((resolve, reject) => {
-    const p = spawn(bin, ["serve", "-m", model, "--port", "0", "--memory-dir", memDir, "-t", "2", "-c", "512",
-                          "--kv-budget", "120K", "-ctk", "q8", "-ctv", "q8"], { stdio: ["ignore", "ignore", "pipe"] });
+    const p = spawn(bin, ["serve", "-m", model, "--port", "0", "--memory-dir", dir, "-t", "2", "-c", "512", ...extra],
+                    { stdio: ["ignore", "ignore", "pipe"] });
     let log = "";
     p.stderr.on("data", (d) => {
       log += d;
@@ -78,8 +78,45 @@ async function turn(client, agent, phase, stream) {
   return { text, usage, agentkv };
 }
 
+// 32 agents, each told its own secret, then asked for it: all at once under
+// a KV budget that holds a few of them (evictions to disk), vs one agent at a
+// time on a fresh server with no budget. Greedy: the replies must be equal.
+async function secrets(extra, concurrent) {
+  const dir = mkdtempSync(join(tmpdir(), "agentkv-secrets-"));
+  const srv = await startServer(extra, dir);
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${srv.port}/v1`, apiKey: "unused", maxRetries: 0, timeout: 600000 });
+  const names = ["Tom", "Lily", "Sue", "Max", "Ben", "Anna", "Sam", "Mia"];
+  const out = {};
+  const one = async (i, phase) => {
+    const id = `secret-${i}`;
+    const first = { role: "user", content: `${names[i % 8]} has a secret. The secret number is ${i * 37 + 11}.` };
+    const msgs = phase === 0 ? [first] : [first, { role: "assistant", content: out[id][0] }, { role: "user", content: "What is the secret number?" }];
+    const r = await client.chat.completions.create({ model: "stories260K", messages: msgs, max_tokens: 12, temperature: 0 },
+                                                   { headers: { "X-Agent-Id": id } });
+    (out[id] ??= []).push(r.choices[0].message.content);
+    return r.agentkv.tier;
+  };
+  const tiers = [];
+  for (const phase of [0, 1]) {
+    if (concurrent) tiers.push(...await Promise.all([...Array(32).keys()].map((i) => one(i, phase))));
+    else for (let i = 0; i < 32; i++) tiers.push(await one(i, phase));
+  }
+  const code = await stopServer(srv);
+  rmSync(dir, { recursive: true, force: true });
+  return { out, tiers, code };
+}
+
 let server;
 try {
+  const alone = await secrets(["--max-agents", "1"], false);
+  const crowd = await secrets(["--kv-budget", "256K", "--max-agents", "8"], true);
+  const warm = crowd.tiers.slice(32).filter((t) => t === "warm").length;
+  check(`32 agents at once under a small budget: ${warm} of 32 came back warm from disk`, warm >= 8);
+  const diff = Object.keys(alone.out).filter((id) => JSON.stringify(alone.out[id]) !== JSON.stringify(crowd.out[id]));
+  check("32 agents: every reply equals the agent's reply when run alone (no leaks)", diff.length === 0,
+        JSON.stringify(diff.map((id) => [id, alone.out[id], crowd.out[id]])));
+  check("32 agents: both servers exit 0", alone.code === 0 && crowd.code === 0);
+
   server = await startServer();
   let client = new OpenAI({ baseURL: `http://127.0.0.1:${server.port}/v1`, apiKey: "unused" });
   const models = await client.models.list();
