@@ -272,3 +272,42 @@ TEST(sched_same_agent_serialized_and_admission_errors) {
     ak_request_release(x);
     rig_close(&r);
 }
+
+/* Shutdown with requests running and queued: running ones end with their
+ * text so far (finish length), queued ones get 503, nothing hangs, and the
+ * agents can be saved afterwards. */
+TEST(sched_shutdown_cuts_running_and_fails_queued) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/sched-shutdown", test_tmp_dir());
+    rig r;
+    if (rig_open(t, &r, "models/tiny-llama-h64-gqa-f32.gguf", 0, dir, 2, 64) < 0) return;
+    ak_request *q[6];
+    for (int i = 0; i < 6; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "cut-%d", i);
+        q[i] = submit_text(t, &r, id, "Once upon a time there was a", 400, 0);
+        REQUIRE(q[i], "submit %d", i);
+    }
+    /* let the first two get going */
+    size_t have = 0;
+    ak_request_wait(q[0], have, 10000);
+    ak_sched_shutdown(r.s);
+    int cut = 0, refused = 0;
+    for (int i = 0; i < 6; i++) {
+        ak_req_result res;
+        char *text = collect(q[i], &res);
+        if (res.finish == AK_FINISH_LENGTH && res.completion_tokens < 400) cut++;
+        if (res.finish == AK_FINISH_ERROR && res.status == 503) refused++;
+        free(text);
+        ak_request_release(q[i]);
+    }
+    CHECK(cut >= 1 && cut + refused == 6, "cut %d, refused %d of 6", cut, refused);
+    ak_error err = {{0}};
+    CHECK(ak_agents_flush(r.agents, &err) == 0, "flush after shutdown: %s", err.msg);
+    char f[600];
+    snprintf(f, sizeof f, "%s/cut-0.safetensors", dir);
+    FILE *fp = fopen(f, "rb");
+    CHECK(fp != NULL, "the cut agent was saved");
+    if (fp) fclose(fp);
+    rig_close(&r);
+}
