@@ -5,7 +5,8 @@
 # Per type: pp (prefill tok/s), tg (decode tok/s), batched decode of BATCH
 # sequences (aggregate tok/s) and its ratio to one sequence, and decode's
 # bandwidth (weights + KV read per token / time) as a % of a copy bandwidth
-# measured in the same run.
+# (STREAM-style, bytes read + written) measured in the same run; a read-only
+# bandwidth is shown beside it.
 # Env: TYPES="f32 f16 bf16 q8_0 q4_0 q6_k q5_k q4_k", THREADS=2, PP=512,
 #      TG=128, REPEATS=3, BATCH=8.
 set -e
@@ -16,7 +17,7 @@ THREADS=${THREADS:-2}
 BATCH=${BATCH:-8}
 mkdir -p "$BENCH_DIR"
 S="$BENCH_DIR/summary.txt"
-printf '%-6s %9s %9s %11s %7s %8s %8s %6s\n' type pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s copy_GB tg_bw% > "$S"
+printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s\n' type pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s copy_GB read_GB tg_bw% > "$S"
 # one JSON field's value
 field() { echo "$1" | sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p"; }
 for t in $TYPES; do
@@ -25,9 +26,9 @@ for t in $TYPES; do
     j=$("$BIN" bench engine -m "$m" -p "${PP:-512}" -n "${TG:-128}" -t "$THREADS" -r "${REPEATS:-3}" \
         --batch "$BATCH" --json)
     echo "$j"
-    printf '%-6s %9s %9s %11s %7s %8s %8s %6s\n' "$t" "$(field "$j" pp_tok_s)" "$(field "$j" tg_tok_s)" \
+    printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s\n' "$t" "$(field "$j" pp_tok_s)" "$(field "$j" tg_tok_s)" \
         "$(field "$j" batch_tok_s)" "$(field "$j" batch_ratio)" "$(field "$j" tg_gb_s)" \
-        "$(field "$j" copy_gb_s)" "$(field "$j" tg_bw_pct)" >> "$S"
+        "$(field "$j" copy_gb_s)" "$(field "$j" read_gb_s)" "$(field "$j" tg_bw_pct)" >> "$S"
 done
 echo
 echo "llama.cpp reference (same shape, 2 threads, pp512 / tg128): F16 145 / 21.4, Q8_0 109 / 31, Q4_0 173 / 54"

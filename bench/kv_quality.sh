@@ -1,7 +1,9 @@
 #!/bin/sh
 # kv_quality.sh BIN - perplexity and KL divergence of each KV cache format
 # against the f16 cache, on the held-out text of tiny-llama-h64 (head dim 64)
-# and on stories260K (head dim 8). Prints a markdown table.
+# and on stories260K (head dim 8). Prints a markdown table. 4/3/2-bit formats
+# are centered by default (docs/kv-formats.md); FLAGS=--no-center measures
+# them without.
 set -e
 BIN=${1:-build/agentkv}
 SHARED=${SHARED:-../shared}
@@ -15,7 +17,7 @@ run() { # model text ctx label
         "$label" "$c" "$(sed 's/.*"ppl": \([0-9.]*\).*/\1/' "$OUT/$label-f16.json")"
     for p in $PAIRS; do
         k=${p%/*}; v=${p#*/}
-        j=$("$BIN" perplexity -m "$m" -f "$f" -c "$c" --kl "$OUT/$label.kl" -ctk "$k" -ctv "$v" --json)
+        j=$("$BIN" perplexity -m "$m" -f "$f" -c "$c" --kl "$OUT/$label.kl" -ctk "$k" -ctv "$v" --json ${FLAGS:-})
         echo "$j" > "$OUT/$label-$k-$v.json"
         echo "$j" | python3 -c '
 import json,sys

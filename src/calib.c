@@ -156,12 +156,14 @@ out:
 }
 
 int ak_calib_install(ak_ctx *ctx, const ak_tokenizer *tk, ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv,
-                     ak_error *err) {
-    if (!ak_kv_format_centers(fk) && !ak_kv_format_centers(fv)) return 0;
+                     unsigned sides, ak_error *err) {
+    if (!((sides & AK_CENTER_K) && ak_kv_format_centers(fk)) && !((sides & AK_CENTER_V) && ak_kv_format_centers(fv)))
+        return 0;
     ak_calib c;
     if (ak_calib_compute(ctx, tk, &c, err) < 0) return -1;
     /* all of it; the pool applies each part to the formats that gain */
-    int rc = ak_block_pool_set_centers(pool, c.mu_k, c.mu_v, c.id, 0, 0, err);
+    int rc = ak_block_pool_set_centers(pool, sides & AK_CENTER_K ? c.mu_k : NULL, sides & AK_CENTER_V ? c.mu_v : NULL,
+                                       c.id, 0, 0, err);
     ak_calib_free(&c);
     return rc < 0 ? -1 : 1;
 }

@@ -44,11 +44,16 @@ typedef struct {
 int ak_calib_compute(ak_ctx *ctx, const ak_tokenizer *tk, ak_calib *out, ak_error *err);
 void ak_calib_free(ak_calib *c);
 
-/* If keys of format fk or values of format fv gain from centering: computes
- * the calibration and sets it in pool (which must hold no block yet; the pool
- * applies each to the formats that gain). Otherwise does nothing. Returns 0,
- * 1 if means were installed, or -1 with err set. */
+/* Which sides ak_calib_install centers. */
+#define AK_CENTER_K 1u
+#define AK_CENTER_V 2u
+
+/* If keys of format fk (with AK_CENTER_K in sides) or values of format fv
+ * (with AK_CENTER_V) gain from centering: computes the calibration and sets
+ * those sides' means in pool (which must hold no block yet; the pool applies
+ * each to the formats that gain). Otherwise does nothing. Returns 0, 1 if
+ * means were installed, or -1 with err set. */
 int ak_calib_install(ak_ctx *ctx, const ak_tokenizer *tk, ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv,
-                     ak_error *err);
+                     unsigned sides, ak_error *err);
 
 #endif

@@ -10,6 +10,10 @@
  * is what makes the SIMD code fast (int8 dot product instructions). Every back
  * end quantizes activations with the same arithmetic, so the scalar and SIMD
  * results differ only in the order of float additions.
+ *
+ * Q4_1, Q5_0, Q5_1 and the K-quants (Q4_K, Q5_K, Q6_K) live in kquant.c and
+ * kernels_kquant_*.c, with their own activation layouts; backend_for() hands
+ * them their back end, and the driver below is shared.
  */
 #include "kernels_impl.h"
 #include "kquant.h"

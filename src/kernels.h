@@ -1,9 +1,12 @@
 /* kernels.h - weight formats and the products the forward pass is made of.
  *
- * Weight types are ggml's (see gguf.h): F32, F16, BF16, Q8_0, Q4_0.
+ * Weight types are ggml's (see gguf.h): F32, F16, BF16, Q8_0, Q4_0, and (see
+ * kquant.h for their layouts) Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
  *   Q8_0: blocks of 32: f16 scale d, 32 x int8 q;           x = d * q
  *   Q4_0: blocks of 32: f16 scale d, 16 bytes; byte j holds element j in its
  *         low nibble and element j+16 in its high nibble;    x = d * (q - 8)
+ * K types (256-element super-blocks) multiply with activations quantized per
+ * 256, the others per 32.
  * A "row" is one output neuron's weights (ne[0] elements of a GGUF tensor).
  *
  * Every SIMD path (AVX-512, AVX2, NEON, chosen at build time by the compiler's
@@ -26,7 +29,8 @@ size_t ak_row_bytes(uint32_t type, int64_t n);
 const char *ak_simd_name(void);
 
 /* Float rows <-> a weight type (n a multiple of the block size). Quantizers
- * round to nearest, as the reference implementation does. */
+ * round to nearest; Q8_0/Q4_0 use the reference implementation's arithmetic,
+ * the others our own fits (kquant.c). */
 void ak_quantize_row(uint32_t type, const float *x, void *dst, int64_t n);
 void ak_dequantize_row(uint32_t type, const void *src, float *y, int64_t n);
 

@@ -29,6 +29,7 @@ AK_INLINE int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #endif
 }
 
+/* The same bytes, as signed (values here are 0..63). */
 AK_INLINE int8x16_t s8(uint8x16_t v) { return vreinterpretq_s8_u8(v); }
 
 /* Bits 0..15 of h as bytes 0x10 (set) or 0 (clear). */
@@ -38,6 +39,7 @@ AK_INLINE uint8x16_t bits16_to_0x10(uint32_t h) {
     return vandq_u8(vtstq_u8(v, vld1q_u8(bit)), vdupq_n_u8(0x10));
 }
 
+/* dot of one row of a K type with one token's XQ records (nsb of them). */
 static float row_dot_k(uint32_t wtype, const uint8_t *w, const ak_xq_k *x, int64_t nsb) {
     const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x03);
     float sum = 0;
@@ -97,6 +99,7 @@ static float row_dot_k(uint32_t wtype, const uint8_t *w, const ak_xq_k *x, int64
     return sum;
 }
 
+/* dot of one row of a 32-block type with one token's XQ (q, d, s). */
 static float row_dot_32(uint32_t wtype, const uint8_t *w, const int8_t *q, const float *ds, const float *ss,
                         int64_t nb) {
     const size_t bb = wtype == GGML_TYPE_Q4_1 ? 20 : wtype == GGML_TYPE_Q5_0 ? 22 : 24;
@@ -120,6 +123,7 @@ static float row_dot_32(uint32_t wtype, const uint8_t *w, const int8_t *q, const
     return sum;
 }
 
+/* kernels_impl.h's mm_q contract, one row and token at a time. */
 static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
                  const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
     for (int64_t t = t0; t < t1; t++) {

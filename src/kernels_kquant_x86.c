@@ -36,6 +36,7 @@ typedef struct {
     float d, dmin;
 } ksb;
 
+/* Sum of the 8 lanes. */
 AK_INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -43,6 +44,7 @@ AK_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* 32 bytes from p, unaligned. */
 AK_INLINE __m256i load256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* Unpacks one super-block of type kt at b. */
@@ -109,24 +111,29 @@ AK_INLINE void dot_k(const ksb *w, const ak_xq_k *x, __m256 *acc) {
 }
 
 #if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
-/* AVX-512 VNNI: a super-block is four 64-byte vectors of unsigned quants in
- * element order; vpdpbusd sums 4 products per 32-bit lane, and every lane
- * lies within one sub-block (16 or 32 elements), so the lane sums are
- * converted to float and scaled by d * sc per lane (a float vector made once
- * per row super-block): 3 instructions per 64 elements instead of 8. */
+/* AVX-512 VNNI: a super-block is unpacked into four 64-byte vectors of
+ * unsigned quants in element order and four vectors of 16-bit scales, one
+ * per pair of elements (the lanes of vpmaddubsw's pair sums), so that
+ *     isum += vpdpwssd(vpmaddubsw(u, x), sc)
+ * accumulates the whole super-block exactly in int32 (pair sums <= 16002,
+ * times |sc| <= 128, four terms per lane: < 2^26): two instructions per 64
+ * elements, and the float work (convert, scale by d * dx, the min term) once
+ * per super-block. Q4_K/Q5_K nibbles come from one 32-byte broadcast per 64
+ * elements, shifted by 0 (low half) or 4 (high half) per 256-bit lane. */
 typedef struct {
     __m512i u[4];
-    __m512 s[4];      /* d * sc of each lane's sub-block */
-    __m256i mn;       /* as ksb.mn */
-    float dmin;
-} kblk;
+    __m512i sc[4];    /* int16 scale of each 16-bit lane's sub-block */
+    __m256i mn;       /* int16 per 16 elements: mins, or Q6_K's 32 * sc */
+    float d, dmin;
+} kpan;
+typedef kpan kblk;        /* the unpacked form the generic loops use */
 typedef __m512 kacc;
 
-AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kblk *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m512 scf;
+AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kpan *o) {
+    const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     if (kt == KT_Q6K) {
-        const __m256i m30 = _mm256_set1_epi8(0x30);
+        const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 2
         for (int n = 0; n < 2; n++) {
             __m256i l0 = load256(b + 64 * n), l1 = load256(b + 64 * n + 32), h = load256(b + 128 + 32 * n);
@@ -138,61 +145,60 @@ AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kblk *o) {
             o->u[2 * n] = _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
             o->u[2 * n + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(u2), u3, 1);
         }
-        __m128i sc8 = _mm_loadu_si128((const __m128i *)(b + 192));
-        float d = _cvtsh_ss(ak_load_u16(b + 208));
-        scf = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)), _mm512_set1_ps(d));
-        o->mn = _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc8), 5);
-        o->dmin = d;
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+        o->d = o->dmin = _cvtsh_ss(ak_load_u16(b + 208));
+        o->mn = _mm256_slli_epi16(sc16, 5);
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++)   /* lane k of vector c: sub-block 4c + k/4 */
-            o->s[c] = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(4 * c),
-                                            _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2)), scf);
+        for (int c = 0; c < 4; c++)   /* lane k of vector c: elements 64c + 2k, +1: sub-block 4c + k/8 */
+            o->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)(4 * c)),
+                                                                 _mm512_srli_epi16(lane, 3)),
+                                                _mm512_zextsi256_si512(sc16));
         return;
     }
     uint8_t sc[8], mn[8];
     ak_kq_scales_k4(b + 4, sc, mn);
+    __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
     const uint8_t *qs = b + (kt == KT_Q5K ? 48 : 16);
-    __m256i qh = kt == KT_Q5K ? load256(b + 16) : _mm256_setzero_si256();
-    const __m256i one = _mm256_set1_epi8(1);
-    float d = _cvtsh_ss(ak_load_u16(b));
-    scf = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc))),
-                                               _mm256_set1_ps(d)));
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const __m512i sh4 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i qh = kt == KT_Q5K ? _mm512_broadcast_i64x4(load256(b + 16)) : _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
-        __m256i q = load256(qs + 32 * c);
-        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        if (kt == KT_Q5K) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        /* low nibbles (elements 64c..+31) in the low half, high in the high */
+        __m512i q = _mm512_broadcast_i64x4(load256(qs + 32 * c));
+        __m512i u = _mm512_and_si512(_mm512_srlv_epi16(q, sh4), m4);
+        if (kt == KT_Q5K) {   /* bit 2c (low half) or 2c + 1 (high half) of qh, to bit 4 */
+            __m512i s = _mm512_add_epi16(_mm512_set1_epi16((short)(2 * c)), _mm512_srli_epi16(sh4, 2));
+            u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, s), one), 4));
         }
-        o->u[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        /* lane k of vector c: sub-block 2c + k/8 */
-        o->s[c] = _mm512_permutexvar_ps(_mm512_setr_epi32(2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c,
-                                                          2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
-                                                          2 * c + 1, 2 * c + 1, 2 * c + 1), scf);
+        o->u[c] = u;
+        o->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)(2 * c)),
+                                                             _mm512_srli_epi16(lane, 4)), sc16);
     }
     __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
     o->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+    o->d = _cvtsh_ss(ak_load_u16(b));
     o->dmin = _cvtsh_ss(ak_load_u16(b + 2));
 }
 
-AK_INLINE void dot_kb(const kblk *w, const ak_xq_k *x, kacc *acc) {
-    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[0],
-                                                                     _mm512_load_si512(x->q))), w->s[0]);
-#pragma GCC unroll 3
-    for (int c = 1; c < 4; c++)
-        t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w->u[c],
-                                                                    _mm512_load_si512(x->q + 64 * c))), w->s[c], t);
-    __m256 corr = _mm256_cvtepi32_ps(_mm256_madd_epi16(w->mn, _mm256_load_si256((const __m256i *)x->bsums)));
-    *acc = _mm512_fmadd_ps(t, _mm512_set1_ps(x->d), *acc);
-    *acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(corr), _mm512_set1_ps(w->dmin * x->d), *acc);
+/* acc += this super-block's contribution for one token. */
+AK_INLINE void dot_kb(const kpan *w, const ak_xq_k *x, kacc *acc) {
+    __m512i ia = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+        ia = _mm512_dpwssd_epi32(ia, _mm512_maddubs_epi16(w->u[c], _mm512_load_si512(x->q + 64 * c)), w->sc[c]);
+    __m256i corr = _mm256_madd_epi16(w->mn, _mm256_load_si256((const __m256i *)x->bsums));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(w->d * x->d), *acc);
+    *acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(corr)), _mm512_set1_ps(w->dmin * x->d), *acc);
 }
+/* Float accumulators of one output: zero, horizontal sum, sum of two. */
 AK_INLINE kacc kacc_zero(void) { return _mm512_setzero_ps(); }
 AK_INLINE float kacc_sum(kacc a) { return _mm512_reduce_add_ps(a); }
 AK_INLINE kacc kacc_add(kacc a, kacc b) { return _mm512_add_ps(a, b); }
 #else
 typedef ksb kblk;
 typedef __m256 kacc;
+/* Without VNNI the generic loops use the AVX2 unpacked form. */
 AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kblk *o) { unpack_k(kt, b, o); }
 AK_INLINE void dot_kb(const kblk *w, const ak_xq_k *x, kacc *acc) { dot_k(w, x, acc); }
 AK_INLINE kacc kacc_zero(void) { return _mm256_setzero_ps(); }
@@ -255,46 +261,12 @@ AK_INLINE void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb,
 
 
 #if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
-/* Prefill / batched decode with VNNI: rows are unpacked once per call into
- * records whose scales are 16-bit per pair of elements, so that
- *     isum += vpdpwssd(vpmaddubsw(u, x), sc)
- * accumulates a whole super-block exactly in int32 (pair sums <= 16002,
- * times |sc| <= 128, four terms per lane per super-block: < 2^26) and the
- * float work (convert, scale by d * dx, the min term) is once per
- * super-block. Tiles of 2 rows x 4 tokens keep 8 integer and 8 float
+/* Prefill / batched decode: pairs of rows are unpacked once per call (a
+ * chunk of super-blocks at a time) and every token of the range runs over
+ * them in tiles of 2 rows x 4 tokens, with 8 integer and 8 float
  * accumulators in registers. */
-typedef struct {
-    __m512i u[4];
-    __m512i sc[4];    /* int16 scale of each 16-bit lane's sub-block */
-    __m256i mn;       /* int16 per 16 elements: mins, or Q6_K's 32 * sc */
-    float d, dmin;
-} kpan;
+AK_INLINE void unpack_pan(const int kt, const uint8_t *b, kpan *o) { unpack_kb(kt, b, o); }
 
-AK_INLINE void unpack_pan(const int kt, const uint8_t *b, kpan *o) {
-    kblk k;
-    unpack_kb(kt, b, &k);   /* quants and mins as for decode; scales below */
-    for (int c = 0; c < 4; c++) o->u[c] = k.u[c];
-    o->mn = k.mn;
-    o->dmin = k.dmin;
-    const __m512i lane = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
-                                          15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __m512i sc16;
-    if (kt == KT_Q6K) {
-        sc16 = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192))));
-        o->d = _cvtsh_ss(ak_load_u16(b + 208));
-        for (int c = 0; c < 4; c++)   /* lane k of vector c: elements 64c + 2k, +1: sub-block 4c + k/8 */
-            o->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)(4 * c)),
-                                                                 _mm512_srli_epi16(lane, 3)), sc16);
-    } else {
-        uint8_t sc[8], mn[8];
-        ak_kq_scales_k4(b + 4, sc, mn);
-        sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
-        o->d = _cvtsh_ss(ak_load_u16(b));
-        for (int c = 0; c < 4; c++)   /* sub-block 2c + k/16 */
-            o->sc[c] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)(2 * c)),
-                                                                 _mm512_srli_epi16(lane, 4)), sc16);
-    }
-}
 
 /* Y[t][r] (+)= rows P[r * nsb ..] x tokens for an R x T tile over nsb
  * super-blocks; add = 1 accumulates into Y. */
@@ -407,6 +379,8 @@ AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb,
 #define MM_K_MIN_TOKENS 4
 #endif
 
+/* mm_q for one K type: register-unpacked rows per token for decode, the
+ * tile or panel loops when enough tokens share the unpacking. */
 #define MM_K(NAME, KT, BB)                                                                          \
     static void NAME(const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,            \
                      const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) { \
@@ -440,6 +414,7 @@ AK_INLINE __m256i bits_to_0x10(const uint8_t *p) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+/* dot of one row of a 32-block type (kt) with one token's XQ (q, d, s). */
 AK_INLINE float row_dot_32(const int kt, const uint8_t *w, const int8_t *q, const float *ds, const float *ss,
                            int64_t nb) {
     const size_t bb = kt == KT_Q41 ? 20 : kt == KT_Q50 ? 22 : 24;
@@ -460,6 +435,7 @@ AK_INLINE float row_dot_32(const int kt, const uint8_t *w, const int8_t *q, cons
     return hsum8(acc) + extra;
 }
 
+/* mm_q for one 32-block type: rows x tokens of row_dot_32. */
 #define MM_32(NAME, KT)                                                                             \
     static void NAME(const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,            \
                      const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) { \
@@ -475,6 +451,7 @@ MM_32(mm_q41, KT_Q41)
 MM_32(mm_q50, KT_Q50)
 MM_32(mm_q51, KT_Q51)
 
+/* kernels_impl.h's mm_q contract for every type of kquant.h. */
 static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
                  const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
     switch (wtype) {

@@ -46,6 +46,7 @@ int ak_kq_is_k(uint32_t t) {
     return t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
 }
 
+/* Bytes of one block of t; 0 for types outside this module. */
 static size_t block_bytes(uint32_t t) {
     switch (t) {
     case GGML_TYPE_Q4_1: return Q4_1_BYTES;
@@ -64,12 +65,14 @@ size_t ak_kq_row_bytes(uint32_t t, int64_t n) {
     return (size_t)(n / be) * block_bytes(t);
 }
 
+/* Stores v as a little-endian IEEE half (round to nearest even) / reads one. */
 static void put_half(uint8_t *p, float v) {
     uint16_t h = ak_f32_to_f16(v);
     memcpy(p, &h, 2);
 }
 static float get_half(const uint8_t *p) { return ak_f16_to_f32(ak_load_u16(p)); }
 
+/* v clamped to [lo, hi]. */
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* ------------------------------------------------------------------------ */
@@ -88,20 +91,24 @@ static void quantize_block_min(const float *x, int nmax, uint8_t *dst, uint8_t q
     for (int i = 0; i < AK_QK; i++) q[i] = (uint8_t)clampi((int)lroundf((x[i] - mh) * id), 0, nmax);
 }
 
+/* 32 values 0..15 (low 4 bits used) into 16 bytes: j low, j + 16 high. */
 static void pack_nibbles(const uint8_t q[32], uint8_t *qs) {
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((q[j] & 15) | ((q[j + 16] & 15) << 4));
 }
 
+/* Bit 4 of each of 32 values into a little-endian u32 (bit j: value j). */
 static void pack_qh32(const uint8_t q[32], uint8_t *qh) {
     uint32_t h = 0;
     for (int j = 0; j < 32; j++) h |= (uint32_t)((q[j] >> 4) & 1) << j;
     for (int i = 0; i < 4; i++) qh[i] = (uint8_t)(h >> (8 * i));   /* little-endian */
 }
 
+/* The little-endian u32 at p. */
 static uint32_t get_qh32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* Rows of n floats (n a multiple of 32) as Q4_1 / Q5_1 blocks. */
 static void quantize_q4_1(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / AK_QK; b++, x += AK_QK, dst += Q4_1_BYTES) {
         uint8_t q[32];
@@ -205,6 +212,7 @@ static void quantize_k45_block(const float *x, int nmax, uint8_t *dst, uint8_t *
         }
 }
 
+/* Rows of n floats (n a multiple of 256) as Q4_K / Q5_K super-blocks. */
 static void quantize_q4_k(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / AK_QKK; b++, x += AK_QKK, dst += Q4_K_BYTES)
         quantize_k45_block(x, 15, dst, NULL, dst + 16);
@@ -236,6 +244,7 @@ static float fit_scale_6(const float *x) {
     return best;
 }
 
+/* Rows of n floats (n a multiple of 256) as Q6_K super-blocks (see top). */
 static void quantize_q6_k(const float *x, uint8_t *dst, int64_t n) {
     for (int64_t b = 0; b < n / AK_QKK; b++, x += AK_QKK, dst += Q6_K_BYTES) {
         float s[16], smax = 0;
@@ -452,6 +461,7 @@ static float dotk(uint32_t t, const uint8_t *w, const ak_xq_k *x, int64_t nsb) {
     return sum;
 }
 
+/* kernels_impl.h's mm_q contract, one row and token at a time. */
 static void scalar_mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
                         int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
                         float *Y, int64_t ldy) {

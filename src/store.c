@@ -1,4 +1,4 @@
-/* store.c - see store.h. The agent file format (version 1), also in
+/* store.c - see store.h. The agent file format (version 2), also in
  * docs/agent-file-format.md:
  *
  * A plain agent file <dir>/<agent_id>.safetensors is a safetensors file:
@@ -19,7 +19,7 @@
  *
  * __metadata__ maps strings to strings:
  *     format              "agentkv.agent"
- *     format_version      "1"
+ *     format_version      "2" (version 1 is read too: no centering)
  *     agent_id            the id (equal to the file name's)
  *     model_fingerprint   ak_model.fingerprint (hex)
  *     model_name          informational
@@ -30,6 +30,10 @@
  *     n_tokens            positions stored
  *     tokens              their token ids, decimal, comma-separated ("" if none)
  *     created             unix seconds of the snapshot
+ *     key_center          the calibration id of the means subtracted from
+ *     value_center        keys / values before quantizing (blockpool.h,
+ *                         calib.h), or "none"; a restore needs the same on
+ *                         its pool (else STALE)
  *     checksum_algorithm  "xxh3-64" (XXH3_64bits, seed 0)
  *     checksums           a JSON object as a string: tensor name -> 16
  *                         lowercase hex digits of the hash of its bytes
