@@ -297,6 +297,7 @@ static int evict(ak_agents *a, agent *g, ak_error *err) {
     if (!a->cfg.store || g->ephemeral) g->n = 0;
     ak_kv_free(g->kv);
     g->kv = NULL;
+    g->ahead = 0;
     logf_(a, "agent %s: evicted to %s (%d tokens)", g->id, a->cfg.store ? "disk" : "nothing", g->n);
     return 0;
 }
@@ -385,12 +386,11 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     g->ephemeral = (flags & AK_AGENT_EPHEMERAL) != 0;
     touch(a, g);
     t->tier = AK_TIER_HOT;
-    if (g->ahead) {
+    if (g->ahead) {   /* cleared only when the open succeeds: a retry reports it too */
         t->tier = AK_TIER_WARM;
         t->restore_ms = g->ahead_ms;
         t->restore_bytes = g->ahead_bytes;
         t->restored_ahead = 1;
-        g->ahead = 0;
     }
     int fresh = !g->kv;   /* a failed open must leave it cold, not hot and empty */
     if (fresh) {
@@ -424,6 +424,7 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     }
     t->evicted += ev;
     g->in_turn = 1;
+    g->ahead = 0;
     t->reused = keep;
     t->prefilled = n - keep;
     *kv = g->kv;
