@@ -294,6 +294,15 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const 
             logf_(s, "agent %s: %s", agent_of(r), err.msg);
         ak_metrics_completion(s->cfg.metrics, r->n_gen);
     }
+    if (r->state == R_PREFILL || r->state == R_DECODE) {
+        const ak_turn *t = &r->res.turn;
+        static const char *why_name[] = {"running", "stop", "length", "error"};
+        logf_(s, "%s%s: %s/%s, %d prompt tokens (%d cached, %d prefilled%s), %d generated, ttft %.1f ms, %s",
+              r->anonymous ? "anonymous " : "agent ", r->anonymous ? "request" : r->id, ak_tier_name(t->tier),
+              ak_match_name(t->match), r->n_prompt, t->reused, t->prefilled,
+              t->tier == AK_TIER_WARM ? (t->restored_ahead ? ", restored ahead" : ", restored on admission") : "",
+              r->n_gen, r->sampled ? (r->t_first - r->t_submit) * 1e3 : 0.0, why_name[why]);
+    }
     size_t nf = r->piece ? ak_detok_flush(&r->dt, r->piece, ak_detok_bound(s->cfg.tok)) : 0;
     if (nf && why != AK_FINISH_ERROR) append_text(s, r, r->piece, nf);
     double now = ak_now();
