@@ -43,7 +43,7 @@ static int rig_open(rig *r, loaded_model *lm, const cache_opts *co, const char *
     ak_agents_config ac = {lm->model, r->pool, r->store, co->fk, co->fv, n_ctx, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
     if (!(r->agents = ak_agents_new(&ac, err))) return -1;
     ak_sched_config sc = {lm->model, lm->tok, r->agents, r->pool, r->store, n_threads, n_ctx, step_tokens, max_active,
-                          NULL, NULL, NULL, no_prefetch};
+                          NULL, NULL, NULL, no_prefetch, 200};
     if (!(r->s = ak_sched_start(&sc, err))) return -1;
     return 0;
 }

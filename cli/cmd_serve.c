@@ -28,6 +28,8 @@ static const char *usage_text =
     "  -t, --threads N        threads (default: all cores)\n"
     "  --max-agents N         requests running at once, batched together (default 16); more queue\n"
     "  --step-tokens N        tokens per engine step: decode tokens + a prefill chunk (default 256)\n"
+    "  --step-ms MS           while agents decode, size prefill chunks so a step takes about MS\n"
+    "                         (default 200; 0 = always --step-tokens)\n"
     "  --api-key-file F       require 'Authorization: Bearer KEY' (KEY: the file's first line)\n"
     "  --model-id NAME        the model name clients use (default: the file name without .gguf)\n"
     "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
@@ -64,7 +66,7 @@ int cmd_serve(int argc, char **argv) {
     args_init(&a, "serve", argc, argv);
     const char *model_path = NULL, *host = "127.0.0.1", *memory_dir = "./agentkv-memory", *key_file = NULL;
     const char *api_key_file = NULL, *model_id_arg = NULL, *template_arg = NULL;
-    int port = 8080, n_ctx = 0, n_threads = 0, max_agents = 16, step_tokens = 256;
+    int port = 8080, n_ctx = 0, n_threads = 0, max_agents = 16, step_tokens = 256, step_ms = 200;
     size_t disk_budget = 0, max_body = 4u << 20;
     ak_save_policy save_policy = AK_SAVE_EVERY_TURN;
     cache_opts co;
@@ -84,6 +86,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--max-agents")) max_agents = (int)args_int(&a, f, 1, 4096);
         else if (!strcmp(f, "--step-tokens")) step_tokens = (int)args_int(&a, f, 1, 1 << 16);
+        else if (!strcmp(f, "--step-ms")) step_ms = (int)args_int(&a, f, 0, 600000);
         else if (!strcmp(f, "--save-policy")) {
             const char *v = args_value(&a, f);
             if (v && ak_save_policy_parse(v, &save_policy) < 0)
@@ -144,7 +147,7 @@ int cmd_serve(int argc, char **argv) {
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     if (!(metrics = ak_metrics_new(&err))) goto fail;
     ak_sched_config sc = {lm.model, lm.tok, agents, pool, store, n_threads, n_ctx, step_tokens, max_agents, metrics,
-                          log_line, NULL, 0};
+                          log_line, NULL, 0, step_ms};
     if (!(sched = ak_sched_start(&sc, &err))) goto fail;
     ak_server_config vc = {host, port, sched, lm.model, lm.tok, model_id, api_key, max_body, family, template_text,
                            n_ctx, metrics, log_line, NULL};

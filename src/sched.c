@@ -81,6 +81,7 @@ struct ak_sched {
     ak_request *waiting, *active;
     int n_active, n_waiting, n_io, n_anon;
     int changed;                  /* a request finished or started this round */
+    double prefill_tps;           /* measured prompt tokens per second (EMA), 0 until known */
     int32_t *b_tok, *b_pos;
     ak_kv **b_seq;
     float **b_logits;
@@ -543,6 +544,14 @@ static void step(ak_sched *s) {
         nseq++;
         r->step_k = 1;
     }
+    /* with agents decoding, a step's prefill chunk is what fits in step_ms
+     * at the measured speed: their next token is never more than a step away */
+    int n_decode = nb;
+    if (n_decode && s->cfg.step_ms > 0 && s->prefill_tps > 0) {
+        int chunk = (int)(s->prefill_tps * s->cfg.step_ms / 1e3);
+        if (chunk < 16) chunk = 16;
+        if (nb + chunk < cap) cap = nb + chunk;
+    }
     for (ak_request *r = s->active; r && nb < cap; r = r->next) {
         if (r->state != R_PREFILL) continue;
         int k = r->n_prompt - r->pos;
@@ -565,6 +574,10 @@ static void step(ak_sched *s) {
     int rc = ak_forward(s->ctx, &b, &err);
     double dt = ak_now() - t0;
     ak_metrics_batch(s->cfg.metrics, nseq);
+    if (rc == 0 && nb - n_decode >= 16) {
+        double tps = (nb - n_decode) / dt; /* decode tokens ride along almost free */
+        s->prefill_tps = s->prefill_tps > 0 ? 0.7 * s->prefill_tps + 0.3 * tps : tps;
+    }
     for (ak_request *r = s->active; r; r = r->next) {
         if (!r->step_k) continue;
         if (rc < 0) {
@@ -827,6 +840,7 @@ ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err) {
     s->cfg = *cfg;
     if (s->cfg.max_active <= 0) s->cfg.max_active = 16;
     if (s->cfg.step_tokens <= 0) s->cfg.step_tokens = 256;
+    if (s->cfg.step_ms < 0) s->cfg.step_ms = 0;
     if (s->cfg.step_tokens < s->cfg.max_active + 16) s->cfg.step_tokens = s->cfg.max_active + 16;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);

@@ -9,7 +9,8 @@
  *   2. runs ONE forward pass holding one decode token of every decoding
  *      request (the weights are read once for the whole batch) plus a bounded
  *      chunk of prompt tokens (chunked prefill: a 16K prompt cannot stall the
- *      others for more than a step);
+ *      others for more than a step; while others decode, the chunk is sized
+ *      from the measured prefill speed so that a step takes about step_ms);
  *   3. samples, detokenizes, enforces stop strings and hands the text to the
  *      request's reader.
  * An I/O thread restores warm agents named by queued requests while the
@@ -44,6 +45,8 @@ typedef struct {
     ak_log_fn log;            /* may be NULL */
     void *log_ud;
     int no_prefetch;          /* 1: warm agents are restored only when admitted (benchmarks) */
+    int step_ms;              /* while agents decode, prefill chunks are sized so that a step
+                                 takes about this long (default 200; 0 = always step_tokens) */
 } ak_sched_config;
 
 typedef struct {

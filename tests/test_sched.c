@@ -31,7 +31,7 @@ static int rig_open(ak_test_ctx *t, rig *r, const char *model, size_t budget, co
     }
     if (r->agents) {
         ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, 512, step_tokens, max_active, NULL,
-                              NULL, NULL, 0};
+                              NULL, NULL, 0, 0};
         r->s = ak_sched_start(&sc, &err);
     }
     if (!r->s) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", model, err.msg); return -1; }
