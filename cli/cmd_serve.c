@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../src/agent.h"
 #include "../src/chat.h"
@@ -35,6 +36,7 @@ static const char *usage_text =
     "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
     "  --max-body BYTES       largest request body (default 4M)\n"
     CACHE_OPTS_HELP
+    "  (serve's default KV budget: half of the RAM left beside the weights)\n"
     "  SIGINT/SIGTERM: stop accepting, cut running requests, save every dirty agent, exit 0.\n";
 
 static void log_line(void *ud, const char *line) {
@@ -142,6 +144,14 @@ int cmd_serve(int argc, char **argv) {
     uint8_t key[AK_STORE_KEY_BYTES];
     if (key_file && ak_store_read_key(key_file, key, &err) < 0) goto fail;
     if (!(store = ak_store_open(memory_dir, key_file ? key : NULL, &err))) goto fail;
+    if (!co.budget) {
+        /* a server without a budget would keep every agent in RAM forever:
+         * default to half of what the machine has beside the weights */
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        size_t ram = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+        size_t w = lm.model->weight_bytes;
+        co.budget = ram > w ? (ram - w) / 2 : 256u << 20;
+    }
     if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
     ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, save_policy, disk_budget, log_line, NULL};
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
@@ -152,13 +162,11 @@ int cmd_serve(int argc, char **argv) {
     ak_server_config vc = {host, port, sched, lm.model, lm.tok, model_id, api_key, max_body, family, template_text,
                            n_ctx, metrics, log_line, NULL};
     if (!(server = ak_server_start(&vc, &err))) goto fail;
-    ak_block_pool_stats st;
-    ak_block_pool_get_stats(pool, &st);
     fprintf(stderr,
-            "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %s%zu bytes, "
+            "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "
             "memory %s%s%s)\n",
             model_id, host, ak_server_port(server), ak_chat_family_name(family), n_ctx, ak_kv_format_get(co.fk)->name,
-            ak_kv_format_get(co.fv)->name, st.budget ? "" : "none ", st.budget, memory_dir, key_file ? ", sealed" : "",
+            ak_kv_format_get(co.fv)->name, co.budget / 1048576.0, memory_dir, key_file ? ", sealed" : "",
             api_key ? ", API key required" : "");
     fflush(stderr);
     int sig = 0;
