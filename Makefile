@@ -27,7 +27,7 @@ PCRE_LIBS   := $(shell pkg-config --libs libpcre2-8)
 ARCHFLAG    := $(if $(ARCH),-march=$(ARCH),)
 CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -pthread \
            -D_GNU_SOURCE $(PCRE_CFLAGS) $(SAN) -MMD -MP
-LDLIBS  += $(PCRE_LIBS) -lcjson -lxxhash -lsodium -lm -pthread
+LDLIBS  += $(PCRE_LIBS) -lmicrohttpd -lcjson -lxxhash -lsodium -lm -pthread
 
 LIB_SRC  := $(wildcard src/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
@@ -57,7 +57,7 @@ test: $(BUILD)/agentkv-tests $(BUILD)/agentkv
 	AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
 
 demo: $(BUILD)/agentkv
-	sh scripts/demo.sh $(BUILD)/agentkv $(MODEL)
+	python3 scripts/demo.py $(BUILD)/agentkv $(MODEL)
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test

@@ -5,6 +5,7 @@
 #define AK_COMMANDS_H
 
 int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
@@ -13,5 +14,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_bench_kv(int argc, char **argv);   /* agentkv bench kv */
 int cmd_cache(int argc, char **argv);
 int cmd_bench_ttft(int argc, char **argv); /* agentkv bench ttft */
+int cmd_bench_serve(int argc, char **argv); /* agentkv bench serve */
 
 #endif

@@ -11,6 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate text from a prompt"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with persistent agent memory"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"info", cmd_info, "architecture, hyperparameters, tokenizer and tensors of a model"},
     {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},

@@ -7,6 +7,8 @@ pkg-config --exists libpcre2-8 2>/dev/null || need="$need libpcre2-dev"
 [ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
 [ -f /usr/include/xxhash.h ] || need="$need libxxhash-dev"
 [ -f /usr/include/sodium.h ] || need="$need libsodium-dev"
+[ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"
+command -v curl >/dev/null 2>&1 || need="$need curl"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 [ -z "$need" ] && exit 0

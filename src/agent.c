@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     char id[AK_AGENT_ID_MAX + 1];
@@ -12,9 +13,27 @@ typedef struct {
     int n, cap;
     ak_kv *kv;              /* NULL unless hot */
     uint64_t last_use;
+    int64_t last_unix;      /* wall-clock seconds of last_use */
     int dirty;              /* history changed since the last save */
     int in_turn;            /* begin() called and end() not yet */
+    int ephemeral;          /* never saved; dropped when evicted */
+    int restoring;          /* a prefetch job is loading it */
+    int ahead;              /* restored by a prefetch, not yet reported */
+    double ahead_ms;
+    uint64_t ahead_bytes;
 } agent;
+
+struct ak_restore_job {
+    char id[AK_AGENT_ID_MAX + 1];
+    ak_store *store;
+    const char *fingerprint;
+    int vocab;
+    ak_kv *kv;
+    size_t reserved;
+    ak_store_status status;
+    ak_store_load_info info;
+    ak_error err;
+};
 
 /* A save waiting for the writer thread: the agent's cache was copied into
  * the snapshot, so the agent may be evicted or decode on meanwhile. */
@@ -39,6 +58,7 @@ struct ak_agents {
     char writing_id[AK_AGENT_ID_MAX + 1];
     int stop;
     uint64_t saves_done, saves_failed;
+    size_t reserved;            /* bytes promised to restores in flight */
 };
 
 const char *ak_match_name(ak_match m) {
@@ -145,7 +165,7 @@ static void free_agent(agent *g) {
  * only part done on this thread) and queues the write. sync = 1 waits for
  * the file and reports its error. Returns 0, or -1 with err set. */
 static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
-    if (!a->cfg.store || !g->dirty || !g->kv) return 0;
+    if (!a->cfg.store || !g->dirty || !g->kv || g->ephemeral) return 0;
     ak_snapshot *snap = ak_store_snapshot(g->id, g->kv, g->tokens, g->n, a->cfg.model->fingerprint,
                                           a->cfg.model->cfg.name, err);
     if (!snap) return -1;
@@ -221,6 +241,11 @@ int ak_agents_flush(ak_agents *a, ak_error *err) {
     return rc;
 }
 
+static void touch(ak_agents *a, agent *g) {
+    g->last_use = ++a->clock;
+    g->last_unix = (int64_t)time(NULL);
+}
+
 static agent *find(const ak_agents *a, const char *id) {
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->v[i]->id, id)) return a->v[i];
@@ -255,21 +280,24 @@ static int set_history(agent *g, const int32_t *tokens, int n, ak_error *err) {
     return 0;
 }
 
-/* Bytes free in the pool's budget (SIZE_MAX when there is no budget). */
+/* Bytes free in the pool's budget, less what restores in flight were
+ * promised (SIZE_MAX when there is no budget). */
 static size_t pool_free(ak_agents *a) {
     ak_block_pool_stats st;
     ak_block_pool_get_stats(a->cfg.pool, &st);
     if (!st.budget) return SIZE_MAX;
-    return st.used >= st.budget ? 0 : st.budget - st.used;
+    size_t taken = st.used + a->reserved;
+    return taken >= st.budget ? 0 : st.budget - taken;
 }
 
 /* Moves one agent out of RAM: writes it if its file is not current, frees
  * its blocks. Without a store its memory is simply dropped (cold next time). */
 static int evict(ak_agents *a, agent *g, ak_error *err) {
     if (a->cfg.store && g->dirty && save_agent(a, g, 0, err) < 0) return -1;
-    if (!a->cfg.store) g->n = 0;
+    if (!a->cfg.store || g->ephemeral) g->n = 0;
     ak_kv_free(g->kv);
     g->kv = NULL;
+    g->ahead = 0;
     logf_(a, "agent %s: evicted to %s (%d tokens)", g->id, a->cfg.store ? "disk" : "nothing", g->n);
     return 0;
 }
@@ -279,6 +307,7 @@ static int evict(ak_agents *a, agent *g, ak_error *err) {
  * with err set when even evicting every idle agent cannot make room. */
 static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *err) {
     int evicted = 0;
+    if (need == 0) return 0;
     while (pool_free(a) < need) {
         agent *lru = NULL;
         for (int i = 0; i < a->n; i++) {
@@ -289,8 +318,8 @@ static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
         if (!lru) {
             ak_block_pool_stats st;
             ak_block_pool_get_stats(a->cfg.pool, &st);
-            return ak_fail(err, "KV budget exhausted: %zu more bytes needed, %zu of %zu in use and no idle agent "
-                           "to evict", need, st.used, st.budget);
+            return ak_fail(err, "KV budget exhausted: %zu more bytes needed, %zu of %zu in use (%zu promised to "
+                           "restores) and no idle agent to evict", need, st.used, st.budget, a->reserved);
         }
         if (evict(a, lru, err) < 0) return -1;
         evicted++;
@@ -298,7 +327,7 @@ static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
     return evicted;
 }
 
-static size_t bytes_for(ak_agents *a, const agent *g, int n_pos) {
+static size_t bytes_for(const ak_agents *a, const agent *g, int n_pos) {
     int T = ak_block_pool_block_tokens(a->cfg.pool);
     int have = g->kv ? ak_kv_n_blocks(g->kv) : 0, want = (n_pos + T - 1) / T;
     size_t bb = ak_block_pool_block_bytes(a->cfg.pool, a->cfg.fk, a->cfg.fv);
@@ -335,23 +364,41 @@ static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     }
 }
 
-int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
-                   ak_turn *t, ak_error *err) {
+static int id_ok(const char *id, int flags) {
+    if (flags & AK_AGENT_EPHEMERAL) return id[0] == '.' && id[1] && ak_agent_id_valid(id + 1);
+    return ak_agent_id_valid(id);
+}
+
+int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens, int n, int n_reserve,
+                  size_t extra, ak_kv **kv, ak_turn *t, ak_error *err) {
     memset(t, 0, sizeof *t);
-    if (!ak_agent_id_valid(id))
+    *kv = NULL;
+    if (!id_ok(id, flags))
         return ak_fail(err, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
     if (n < 1) return ak_fail(err, "agent %s: empty prompt", id);
     if (n > a->cfg.n_ctx) return ak_fail(err, "agent %s: prompt of %d tokens exceeds the context of %d", id, n, a->cfg.n_ctx);
+    if (n_reserve < n) n_reserve = n;
+    if (n_reserve > a->cfg.n_ctx) n_reserve = a->cfg.n_ctx;
     agent *g = find(a, id);
+    if (g && g->restoring) return ak_fail(err, "agent %s: a restore is in flight", id);
+    if (g && g->in_turn) return ak_fail(err, "agent %s: a turn is already in progress", id);
     if (!g && !(g = create(a, id, err))) return -1;
-    g->last_use = ++a->clock;
+    g->ephemeral = (flags & AK_AGENT_EPHEMERAL) != 0;
+    touch(a, g);
     t->tier = AK_TIER_HOT;
-    if (!g->kv) {
+    if (g->ahead) {   /* cleared only when the open succeeds: a retry reports it too */
+        t->tier = AK_TIER_WARM;
+        t->restore_ms = g->ahead_ms;
+        t->restore_bytes = g->ahead_bytes;
+        t->restored_ahead = 1;
+    }
+    int fresh = !g->kv;   /* a failed open must leave it cold, not hot and empty */
+    if (fresh) {
         t->tier = AK_TIER_COLD;
         g->n = 0;
         g->kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
         if (!g->kv) return -1;
-        if (a->cfg.store) restore(a, g, t, err);
+        if (a->cfg.store && !g->ephemeral) restore(a, g, t, err);
     }
     /* token-level match against what the cache holds */
     int common = 0;
@@ -364,54 +411,105 @@ int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *token
     /* the last prompt token is always computed: its logits start the turn */
     int keep = common < n ? common : n - 1;
     ak_kv_truncate(g->kv, keep);
-    int ev = ensure_room(a, bytes_for(a, g, n), g, err);
+    if (keep < g->n) g->n = keep;
+    int ev = ensure_room(a, bytes_for(a, g, n_reserve) + extra, g, err);
     if (ev < 0) {
-        g->n = keep;
+        if (fresh) {
+            /* its file (if any) is still there: the next open restores it */
+            ak_kv_free(g->kv);
+            g->kv = NULL;
+            g->n = 0;
+        }
         return -1;
     }
     t->evicted += ev;
     g->in_turn = 1;
-    double t0 = ak_now();
-    if (ak_eval(c, g->kv, tokens + keep, n - keep, keep, logits, NULL, NULL, NULL, err) < 0) {
-        /* whatever was written past keep is not trusted: the history says keep */
-        ak_kv_truncate(g->kv, keep);
-        g->n = keep;
-        g->in_turn = 0;
-        return -1;
-    }
-    t->prefill_ms = (ak_now() - t0) * 1e3;
+    g->ahead = 0;
     t->reused = keep;
     t->prefilled = n - keep;
+    *kv = g->kv;
+    return 0;
+}
+
+int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_error *err) {
+    agent *g = find(a, id);
+    if (!g || !g->kv || !g->in_turn) return ak_fail(err, "agent %s: no turn in progress", id);
+    int changed = n != g->n;
     if (set_history(g, tokens, n, err) < 0) {
         ak_kv_truncate(g->kv, 0);
         g->n = 0;
         g->in_turn = 0;
         return -1;
     }
-    if (t->prefilled > 0) g->dirty = 1;
+    if (changed) g->dirty = 1;
+    touch(a, g);
     return 0;
+}
+
+int ak_agent_append(ak_agents *a, const char *id, int32_t token, ak_error *err) {
+    agent *g = find(a, id);
+    if (!g || !g->kv || !g->in_turn) return ak_fail(err, "agent %s: no turn in progress", id);
+    if (g->n + 1 > g->cap) {
+        int nc = g->cap * 2 + 1;
+        int32_t *nt = realloc(g->tokens, sizeof(int32_t) * nc);
+        if (!nt) { ak_kv_truncate(g->kv, g->n); return ak_fail(err, "out of memory"); }
+        g->tokens = nt;
+        g->cap = nc;
+    }
+    g->tokens[g->n++] = token;
+    g->dirty = 1;
+    touch(a, g);
+    return 0;
+}
+
+int ak_agent_reserve(ak_agents *a, const char *id, int n_pos, size_t extra, ak_error *err) {
+    agent *g = find(a, id);
+    if (!g || !g->kv) return ak_fail(err, "agent %s: not in memory", id);
+    if (n_pos > a->cfg.n_ctx) return ak_fail(err, "agent %s: context of %d tokens is full", id, a->cfg.n_ctx);
+    size_t need = bytes_for(a, g, n_pos);
+    return ensure_room(a, need ? need + extra : 0, g, err) < 0 ? -1 : 0;
+}
+
+void ak_agent_abort(ak_agents *a, const char *id) {
+    agent *g = find(a, id);
+    if (!g) return;
+    if (g->kv) ak_kv_truncate(g->kv, g->n);
+    g->in_turn = 0;
+}
+
+size_t ak_agent_bytes_needed(const ak_agents *a, const char *id, int n_pos) {
+    const agent *g = find(a, id);
+    if (!g) return ak_agents_bytes_for(a, n_pos);
+    return bytes_for(a, g, n_pos);
+}
+
+size_t ak_agents_bytes_for(const ak_agents *a, int n_pos) {
+    int T = ak_block_pool_block_tokens(a->cfg.pool);
+    return (size_t)((n_pos + T - 1) / T) * ak_block_pool_block_bytes(a->cfg.pool, a->cfg.fk, a->cfg.fv);
+}
+
+int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
+                   ak_turn *t, ak_error *err) {
+    ak_kv *kv;
+    if (ak_agent_open(a, id, 0, tokens, n, n, 0, &kv, t, err) < 0) return -1;
+    double t0 = ak_now();
+    if (ak_eval(c, kv, tokens + t->reused, t->prefilled, t->reused, logits, NULL, NULL, NULL, err) < 0) {
+        ak_agent_abort(a, id); /* whatever was written past the history is not trusted */
+        return -1;
+    }
+    t->prefill_ms = (ak_now() - t0) * 1e3;
+    return ak_agent_commit(a, id, tokens, n, err);
 }
 
 int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float *logits, ak_error *err) {
     agent *g = find(a, id);
     if (!g || !g->kv || !g->in_turn) return ak_fail(err, "agent %s: no turn in progress", id);
-    if (g->n >= a->cfg.n_ctx) return ak_fail(err, "agent %s: context of %d tokens is full", id, a->cfg.n_ctx);
-    int ev = ensure_room(a, bytes_for(a, g, g->n + 1), g, err);
-    if (ev < 0) return -1;
+    if (ak_agent_reserve(a, id, g->n + 1, 0, err) < 0) return -1;
     if (ak_eval(c, g->kv, &token, 1, g->n, logits, NULL, NULL, NULL, err) < 0) {
         ak_kv_truncate(g->kv, g->n);
         return -1;
     }
-    if (g->n + 1 > g->cap) {
-        int32_t *nt = realloc(g->tokens, sizeof(int32_t) * (g->cap * 2 + 1));
-        if (!nt) { ak_kv_truncate(g->kv, g->n); return ak_fail(err, "out of memory"); }
-        g->tokens = nt;
-        g->cap = g->cap * 2 + 1;
-    }
-    g->tokens[g->n++] = token;
-    g->dirty = 1;
-    g->last_use = ++a->clock;
-    return 0;
+    return ak_agent_append(a, id, token, err);
 }
 
 int ak_agent_end(ak_agents *a, const char *id, ak_error *err) {
@@ -430,6 +528,8 @@ int ak_agent_remove(ak_agents *a, const char *id, ak_error *err) {
     int found = 0;
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->v[i]->id, id)) {
+            if (a->v[i]->in_turn || a->v[i]->restoring)
+                return ak_fail(err, "agent %s is busy (a turn or a restore is in progress)", id);
             free_agent(a->v[i]);
             a->v[i] = a->v[--a->n];
             found = 1;
@@ -453,5 +553,87 @@ void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out) {
     out->tier = g->kv ? AK_TIER_HOT : AK_TIER_WARM;
     out->bytes = g->kv ? ak_kv_bytes(g->kv) : 0;
     out->last_use = g->last_use;
+    out->last_unix = g->last_unix;
     out->dirty = g->dirty;
+    out->ephemeral = g->ephemeral;
+    out->in_turn = g->in_turn;
+}
+
+int ak_agents_find(const ak_agents *a, const char *id) {
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->v[i]->id, id)) return i;
+    return -1;
+}
+
+int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens, int n) {
+    const agent *g = find(a, id);
+    if (!g || !g->kv) return 0;
+    int common = 0;
+    while (common < g->n && common < n && g->tokens[common] == tokens[common]) common++;
+    return common;
+}
+
+int ak_agent_hot(const ak_agents *a, const char *id) {
+    const agent *g = find(a, id);
+    return g && g->kv;
+}
+
+int ak_agent_restoring(const ak_agents *a, const char *id) {
+    const agent *g = find(a, id);
+    return g && g->restoring;
+}
+
+int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job **job, ak_error *err) {
+    *job = NULL;
+    if (!a->cfg.store || !ak_agent_id_valid(id)) return 0;
+    agent *g = find(a, id);
+    if (g && (g->kv || g->in_turn || g->restoring)) return 0;
+    wait_saved(a, id);
+    ak_store_entry e;
+    ak_error ie = {{0}};
+    if (ak_store_inspect(a->cfg.store, id, &e, NULL, &ie) != 0 || !e.readable) return 0;
+    int n_file = e.n_tokens < a->cfg.n_ctx ? e.n_tokens : a->cfg.n_ctx;
+    size_t need = ak_agents_bytes_for(a, n_file);
+    if (!g && !(g = create(a, id, err))) return -1;
+    if (ensure_room(a, need + extra, g, err) < 0) return -1;
+    ak_restore_job *j = ak_calloc(1, sizeof *j, err);
+    if (!j) return -1;
+    if (!(j->kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err))) {
+        free(j);
+        return -1;
+    }
+    snprintf(j->id, sizeof j->id, "%s", id);
+    j->store = a->cfg.store;
+    j->fingerprint = a->cfg.model->fingerprint;
+    j->vocab = a->cfg.model->cfg.vocab;
+    j->reserved = need;
+    j->status = AK_STORE_ABSENT; /* until it runs */
+    a->reserved += need;
+    g->restoring = 1;
+    *job = j;
+    return 1;
+}
+
+void ak_restore_job_run(ak_restore_job *j) {
+    j->status = ak_store_load(j->store, j->id, j->fingerprint, j->vocab, j->kv, &j->info, &j->err);
+}
+
+void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j) {
+    a->reserved -= j->reserved;
+    agent *g = find(a, j->id);
+    if (g) g->restoring = 0;
+    if (j->status == AK_STORE_HIT && g && !g->kv && set_history(g, j->info.tokens, j->info.n_tokens, &j->err) == 0) {
+        g->kv = j->kv;
+        j->kv = NULL;
+        g->dirty = 0;
+        g->ahead = 1;
+        g->ahead_ms = j->info.total_ms;
+        g->ahead_bytes = j->info.bytes_read;
+        touch(a, g);
+    } else if (j->status != AK_STORE_HIT && j->status != AK_STORE_ABSENT) {
+        logf_(a, "agent %s: cache %s, recomputing: %s", j->id, ak_store_status_name(j->status), j->err.msg);
+    }
+    ak_kv_free(j->kv);
+    free(j->info.tokens);
+    free(j);
 }

@@ -19,7 +19,15 @@
  * freed. Saves happen per the save policy; a disk budget evicts the least
  * recently used files.
  *
- * An ak_agents is used by one thread at a time (the server serializes).
+ * A turn is either one call (ak_agent_begin: match, restore, prefill) or,
+ * for a scheduler that batches many agents into one forward pass, three
+ * steps: ak_agent_open (match, restore, make room; no compute), the caller's
+ * own ak_forward over the returned sequence, ak_agent_commit/_append (the
+ * history now says what the cache holds).
+ *
+ * An ak_agents is used by one thread at a time (the server's engine thread),
+ * except ak_restore_job_run, which runs a restore prepared by
+ * ak_agent_prefetch on any thread (the server's I/O thread).
  */
 #ifndef AK_AGENT_H
 #define AK_AGENT_H
@@ -62,7 +70,13 @@ typedef struct {
     double prefill_ms;
     uint64_t restore_bytes;
     int evicted;              /* agents moved out of RAM to make room */
+    int restored_ahead;       /* warm: restored by a prefetch before the turn */
 } ak_turn;
+
+/* Flags of ak_agent_open. EPHEMERAL: an internal agent (id starting with '.',
+ * which no client can name) that is never saved and is simply dropped when
+ * evicted: requests without an agent id reuse cached prefixes through these. */
+#define AK_AGENT_EPHEMERAL 1
 
 typedef struct ak_agents ak_agents;
 
@@ -79,6 +93,58 @@ void ak_agents_free(ak_agents *a);
  * emptied, never inconsistent. */
 int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
                    ak_turn *t, ak_error *err);
+/* Opens a turn without computing: finds or creates agent id, restores it if
+ * it is not hot, matches tokens[0..n) against its history, truncates its
+ * cache to the reused prefix (never the whole prompt: the last token is
+ * always recomputed for its logits) and makes room for n_reserve >= n
+ * positions while keeping `extra` more bytes free for other running turns
+ * (evicting idle LRU agents). On success *kv holds positions [0, t->reused);
+ * the caller computes tokens [t->reused, n) into it and then calls
+ * ak_agent_commit. t->prefilled is n - t->reused, t->prefill_ms is 0.
+ * Returns 0, or -1 with err set (invalid id, prompt too long, a restore in
+ * flight, a turn already open, no room); the agent is then as it was
+ * or emptied, never inconsistent. */
+int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens, int n, int n_reserve,
+                  size_t extra, ak_kv **kv, ak_turn *t, ak_error *err);
+/* Records that the agent's cache now holds exactly tokens[0..n) (the caller
+ * wrote positions up to n). Returns 0, or -1 with err set (out of memory: the
+ * agent is then emptied). */
+int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_error *err);
+/* Records one more token the caller wrote at position = history length.
+ * Returns 0, or -1 with err set. */
+int ak_agent_append(ak_agents *a, const char *id, int32_t token, ak_error *err);
+/* Makes room for the agent's cache to reach n_pos positions (keeping `extra`
+ * bytes free). Returns 0, or -1 with err set. */
+int ak_agent_reserve(ak_agents *a, const char *id, int n_pos, size_t extra, ak_error *err);
+/* A failed forward: drops whatever the cache holds past the history and
+ * ends the turn without saving. */
+void ak_agent_abort(ak_agents *a, const char *id);
+/* Bytes of blocks the agent still needs to grow to n_pos positions (0 if it
+ * has them); for a scheduler's admission control. */
+size_t ak_agent_bytes_needed(const ak_agents *a, const char *id, int n_pos);
+/* Bytes of blocks n_pos positions take. */
+size_t ak_agents_bytes_for(const ak_agents *a, int n_pos);
+
+/* Restores that run off the engine thread (the paper's interleaving: an I/O
+ * thread loads the next agents while the engine decodes others). */
+typedef struct ak_restore_job ak_restore_job;
+/* If agent id is not hot, not in a turn, not being restored and has a file:
+ * reserves room for it (evicting idle LRU agents, keeping `extra` free),
+ * marks it restoring and returns 1 with the job in *job. Returns 0 when there
+ * is nothing to restore, -1 with err set when there is no room now. */
+int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job **job, ak_error *err);
+/* Runs the restore: file I/O and every check. Any thread; touches nothing of
+ * the ak_agents but the store and the pool (both thread-safe). */
+void ak_restore_job_run(ak_restore_job *j);
+/* Engine thread: installs the result (a miss leaves the agent cold, logged)
+ * and frees the job. The agent's next turn reports tier warm with
+ * restored_ahead = 1. */
+void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j);
+/* 1 if agent id's cache is in RAM. */
+int ak_agent_hot(const ak_agents *a, const char *id);
+/* 1 while a prefetch of id is in flight. */
+int ak_agent_restoring(const ak_agents *a, const char *id);
+
 /* Appends a generated token to the agent's cache and computes the logits
  * after it. Returns 0, or -1 with err set (context full, budget). */
 int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float *logits, ak_error *err);
@@ -96,8 +162,18 @@ typedef struct {
     ak_tier tier;             /* HOT if in RAM, WARM if only on disk */
     size_t bytes;             /* RAM bytes when hot */
     uint64_t last_use;        /* turn counter */
+    int64_t last_unix;        /* wall-clock seconds of the last use */
     int dirty;
+    int ephemeral;
+    int in_turn;
 } ak_agent_info;
+
+/* Length of the common prefix of tokens[0..n) and the history of agent id
+ * as its cache holds it now (0 if unknown or not in RAM). */
+int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens, int n);
+
+/* Index of agent id for ak_agents_get, or -1 if unknown. */
+int ak_agents_find(const ak_agents *a, const char *id);
 
 /* Number of agents known in memory (hot, or evicted this run). */
 int ak_agents_count(const ak_agents *a);

@@ -1,0 +1,201 @@
+/* cmd_serve.c - agentkv serve: the OpenAI-compatible multi-agent server. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../src/agent.h"
+#include "../src/chat.h"
+#include "../src/server.h"
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+
+static const char *usage_text =
+    "usage: agentkv serve -m MODEL [flags]\n"
+    "  serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) plus agent memory\n"
+    "  (/v1/agents), /health and /metrics. Name an agent with the header X-Agent-Id or the body\n"
+    "  field agent_id; its KV cache persists in the memory directory and is restored on its next turn.\n"
+    "  -m, --model FILE       GGUF model\n"
+    "  --host ADDR            address to bind (default 127.0.0.1: loopback only)\n"
+    "  --port N               port (default 8080; 0 = any free port, printed at start)\n"
+    "  --memory-dir DIR       where agent caches live (default ./agentkv-memory)\n"
+    "  --memory-key-file F    seal agent files with this 32-byte key (XChaCha20-Poly1305)\n"
+    "  --disk-budget BYTES    keep the memory directory under this size (LRU files go first)\n"
+    "  --save-policy P        turn (after every turn, default), evict, shutdown\n"
+    "  -c, --ctx-size N       positions per agent (default: the model's, at most 4096)\n"
+    "  -t, --threads N        threads (default: all cores)\n"
+    "  --max-agents N         requests running at once, batched together (default 16); more queue\n"
+    "  --step-tokens N        tokens per engine step: decode tokens + a prefill chunk (default 256)\n"
+    "  --step-ms MS           while agents decode, size prefill chunks so a step takes about MS\n"
+    "                         (default 200; 0 = always --step-tokens)\n"
+    "  --api-key-file F       require 'Authorization: Bearer KEY' (KEY: the file's first line)\n"
+    "  --model-id NAME        the model name clients use (default: the file name without .gguf)\n"
+    "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
+    "  --max-body BYTES       largest request body (default 4M)\n"
+    CACHE_OPTS_HELP
+    "  (serve's default KV budget: half of the RAM left beside the weights)\n"
+    "  SIGINT/SIGTERM: stop accepting, cut running requests, save every dirty agent, exit 0.\n";
+
+static void log_line(void *ud, const char *line) {
+    (void)ud;
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    fprintf(stderr, "%02d:%02d:%02d agentkv: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, line);
+}
+
+/* The first line of the key file, trimmed. */
+static char *read_api_key(const char *path, ak_error *err) {
+    size_t len;
+    char *k = ak_read_file(path, &len, err);
+    if (!k) return NULL;
+    size_t n = strcspn(k, "\r\n");
+    while (n && (k[n - 1] == ' ' || k[n - 1] == '\t')) n--;
+    k[n] = 0;
+    if (!n) {
+        free(k);
+        ak_fail(err, "%s: the API key file is empty", path);
+        return NULL;
+    }
+    return k;
+}
+
+int cmd_serve(int argc, char **argv) {
+    ak_args a;
+    args_init(&a, "serve", argc, argv);
+    const char *model_path = NULL, *host = "127.0.0.1", *memory_dir = "./agentkv-memory", *key_file = NULL;
+    const char *api_key_file = NULL, *model_id_arg = NULL, *template_arg = NULL;
+    int port = 8080, n_ctx = 0, n_threads = 0, max_agents = 16, step_tokens = 256, step_ms = 200;
+    size_t disk_budget = 0, max_body = 4u << 20;
+    ak_save_policy save_policy = AK_SAVE_EVERY_TURN;
+    cache_opts co;
+    cache_opts_init(&co);
+    const char *f;
+    while ((f = args_next(&a))) {
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
+        else if (!strcmp(f, "--host")) host = args_value(&a, f);
+        else if (!strcmp(f, "--port")) port = (int)args_int(&a, f, 0, 65535);
+        else if (!strcmp(f, "--memory-dir")) memory_dir = args_value(&a, f);
+        else if (!strcmp(f, "--memory-key-file")) key_file = args_value(&a, f);
+        else if (!strcmp(f, "--api-key-file")) api_key_file = args_value(&a, f);
+        else if (!strcmp(f, "--model-id")) model_id_arg = args_value(&a, f);
+        else if (!strcmp(f, "--chat-template")) template_arg = args_value(&a, f);
+        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) n_ctx = (int)args_int(&a, f, 2, 1 << 24);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--max-agents")) max_agents = (int)args_int(&a, f, 1, 4096);
+        else if (!strcmp(f, "--step-tokens")) step_tokens = (int)args_int(&a, f, 1, 1 << 16);
+        else if (!strcmp(f, "--step-ms")) step_ms = (int)args_int(&a, f, 0, 600000);
+        else if (!strcmp(f, "--save-policy")) {
+            const char *v = args_value(&a, f);
+            if (v && ak_save_policy_parse(v, &save_policy) < 0)
+                args_error(&a, "--save-policy: '%s' is not turn, evict or shutdown", v);
+        } else if (!strcmp(f, "--disk-budget") || !strcmp(f, "--max-body")) {
+            const char *v = args_value(&a, f);
+            size_t *dst = !strcmp(f, "--max-body") ? &max_body : &disk_budget;
+            if (v && (ak_parse_bytes(v, dst) < 0 || !*dst)) args_error(&a, "%s: '%s' is not a positive byte size", f, v);
+        } else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+    }
+    ak_chat_family family = AK_CHAT_PLAIN;
+    ak_error err = {{0}};
+    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && template_arg && ak_chat_family_parse(template_arg, &family, &err) < 0)
+        args_error(&a, "--chat-template: %s", err.msg);
+    if (a.failed) return AK_EXIT_USAGE;
+
+    /* the signals are taken by sigwait below: block them before any thread starts */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    loaded_model lm;
+    if (load_model(&lm, "serve", model_path) < 0) return 1;
+    const ak_config *cfg = &lm.model->cfg;
+    if (!n_ctx) n_ctx = cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
+    if (n_ctx > cfg->n_ctx_train) {
+        fprintf(stderr, "agentkv serve: -c %d is longer than the model's context of %d\n", n_ctx, cfg->n_ctx_train);
+        unload_model(&lm);
+        return AK_EXIT_USAGE;
+    }
+    int rc = 1;
+    char *api_key = NULL, *template_text = NULL, model_id[256];
+    ak_store *store = NULL;
+    ak_block_pool *pool = NULL;
+    ak_agents *agents = NULL;
+    ak_metrics *metrics = NULL;
+    ak_sched *sched = NULL;
+    ak_server *server = NULL;
+    if (model_id_arg) snprintf(model_id, sizeof model_id, "%s", model_id_arg);
+    else {
+        const char *base = strrchr(model_path, '/');
+        snprintf(model_id, sizeof model_id, "%s", base ? base + 1 : model_path);
+        size_t l = strlen(model_id);
+        if (l > 5 && !strcmp(model_id + l - 5, ".gguf")) model_id[l - 5] = 0;
+    }
+    template_text = ak_chat_template_gguf(&lm.model->gguf, &err);
+    if (!template_arg) family = ak_chat_detect(template_text);
+    if (api_key_file && !(api_key = read_api_key(api_key_file, &err))) goto fail;
+    uint8_t key[AK_STORE_KEY_BYTES];
+    if (key_file && ak_store_read_key(key_file, key, &err) < 0) goto fail;
+    if (!(store = ak_store_open(memory_dir, key_file ? key : NULL, &err))) goto fail;
+    if (!co.budget) {
+        /* a server without a budget would keep every agent in RAM forever:
+         * default to half of what the machine has beside the weights */
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        size_t ram = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+        size_t w = lm.model->weight_bytes;
+        co.budget = ram > w ? (ram - w) / 2 : 256u << 20;
+    }
+    if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
+    ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, save_policy, disk_budget, log_line, NULL};
+    if (!(agents = ak_agents_new(&ac, &err))) goto fail;
+    if (!(metrics = ak_metrics_new(&err))) goto fail;
+    ak_sched_config sc = {lm.model, lm.tok, agents, pool, store, n_threads, n_ctx, step_tokens, max_agents, metrics,
+                          log_line, NULL, 0, step_ms};
+    if (!(sched = ak_sched_start(&sc, &err))) goto fail;
+    ak_server_config vc = {host, port, sched, lm.model, lm.tok, model_id, api_key, max_body, family, template_text,
+                           n_ctx, metrics, log_line, NULL};
+    if (!(server = ak_server_start(&vc, &err))) goto fail;
+    fprintf(stderr,
+            "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "
+            "memory %s%s%s)\n",
+            model_id, host, ak_server_port(server), ak_chat_family_name(family), n_ctx, ak_kv_format_get(co.fk)->name,
+            ak_kv_format_get(co.fv)->name, co.budget / 1048576.0, memory_dir, key_file ? ", sealed" : "",
+            api_key ? ", API key required" : "");
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_line(NULL, sig == SIGINT ? "SIGINT: shutting down" : "SIGTERM: shutting down");
+    ak_server_quiesce(server);   /* no new connections */
+    ak_sched_shutdown(sched);    /* queued requests get 503, running ones end with their text so far */
+    ak_server_stop(server);      /* open connections finish */
+    server = NULL;
+    ak_sched_free(sched);
+    sched = NULL;
+    if (ak_agents_flush(agents, &err) < 0) {
+        fprintf(stderr, "agentkv serve: saving agents at shutdown: %s\n", err.msg);
+        goto done;
+    }
+    log_line(NULL, "every agent saved; bye");
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "agentkv serve: %s\n", err.msg);
+done:
+    ak_server_stop(server);
+    ak_sched_free(sched);
+    ak_agents_free(agents);
+    ak_metrics_free(metrics);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    free(api_key);
+    free(template_text);
+    unload_model(&lm);
+    return rc;
+}

@@ -1,0 +1,948 @@
+/* sched.c - see sched.h
+ *
+ * Threads and locks. s->mu guards everything a non-engine thread can touch:
+ * the incoming queue, the ops queue, the I/O queues, each request's shared
+ * part (text, visible, done, result, cancelled, refs) and the stopping flag.
+ * The engine thread alone walks the waiting and active lists and calls into
+ * the agents; it takes s->mu only to exchange messages. Readers wait on
+ * out_cv, the engine on engine_cv, the I/O thread on io_cv.
+ */
+#include "sched.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { R_QUEUED, R_PREFILL, R_DECODE, R_DONE } rstate;
+
+struct ak_request {
+    ak_sched *s;
+    struct ak_request *next;      /* incoming / waiting / active list link */
+    /* parameters, immutable after submit */
+    char id[AK_AGENT_ID_MAX + 2];
+    int anonymous;
+    int32_t *prompt;
+    int n_prompt, max_tokens, n_reserve, stop_at_eog;
+    char *stop[AK_MAX_STOP];
+    int n_stop;
+    size_t stop_max;              /* longest stop string */
+    /* engine thread only */
+    rstate state;
+    ak_kv *kv;
+    int pos, step_k, prefetch_tried;
+    ak_sampler *smp;
+    int32_t *hist;
+    int n_hist, n_gen;
+    int32_t next_tok;
+    float *logits;
+    ak_detok dt;
+    char *piece;
+    double t_submit, t_admit, t_first, t_last, prefill_s;
+    int sampled;                  /* a first token was sampled (ttft recorded) */
+    /* shared, under s->mu */
+    int refs;
+    char *text;
+    size_t len, cap, visible;
+    int done, cancelled;
+    ak_req_result res;
+};
+
+enum { OP_LIST, OP_REMOVE, OP_GAUGES };
+
+typedef struct op {
+    struct op *next;
+    int kind;
+    const char *id;
+    int rc, done;
+    ak_error err;
+    ak_sched_agent *list;
+    int n;
+    ak_metrics_gauges *g;
+} op;
+
+typedef struct io_item {
+    struct io_item *next;
+    ak_restore_job *job;
+} io_item;
+
+struct ak_sched {
+    ak_sched_config cfg;
+    ak_ctx *ctx;
+    pthread_t engine, io;
+    int engine_started, io_started, shut;
+    pthread_mutex_t mu;
+    pthread_cond_t engine_cv, out_cv, io_cv;
+    int stopping;
+    ak_request *incoming, *incoming_tail;
+    op *ops;
+    io_item *io_queue, *io_done;
+    /* engine thread only */
+    ak_request *waiting, *active;
+    int n_active, n_waiting, n_io, n_anon;
+    int changed;                  /* a request finished or started this round */
+    double prefill_tps;           /* measured prompt tokens per second (EMA), 0 until known */
+    int32_t *b_tok, *b_pos;
+    ak_kv **b_seq;
+    float **b_logits;
+};
+
+static void logf_(ak_sched *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(ak_sched *s, const char *fmt, ...) {
+    if (!s->cfg.log) return;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s->cfg.log(s->cfg.log_ud, line);
+}
+
+static void free_request(ak_request *r) {
+    ak_sampler_free(r->smp);
+    free(r->prompt);
+    free(r->hist);
+    free(r->logits);
+    free(r->piece);
+    free(r->text);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r);
+}
+
+/* Drops one reference; call with s->mu held. */
+static void unref_locked(ak_request *r) {
+    if (--r->refs == 0) free_request(r);
+}
+
+void ak_request_release(ak_request *r) {
+    if (!r) return;
+    ak_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ak_request_cancel(ak_request *r) {
+    pthread_mutex_lock(&r->s->mu);
+    r->cancelled = 1;
+    pthread_cond_signal(&r->s->engine_cv);
+    pthread_mutex_unlock(&r->s->mu);
+}
+
+int ak_request_wait(ak_request *r, size_t have, int timeout_ms) {
+    ak_sched *s = r->s;
+    struct timespec until;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!r->done && r->visible <= have) {
+        if (timeout_ms < 0) pthread_cond_wait(&s->out_cv, &s->mu);
+        else if (pthread_cond_timedwait(&s->out_cv, &s->mu, &until) != 0) break;
+    }
+    int done = r->done;
+    pthread_mutex_unlock(&s->mu);
+    return done;
+}
+
+size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res) {
+    ak_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    size_t vis = r->visible;
+    if (chunk) {
+        *chunk = NULL;
+        *n = 0;
+        if (vis > from) {
+            *chunk = malloc(vis - from + 1);
+            if (*chunk) {
+                memcpy(*chunk, r->text + from, vis - from);
+                (*chunk)[vis - from] = 0;
+                *n = vis - from;
+            } else {
+                vis = from; /* nothing consumed: the caller retries */
+            }
+        }
+    }
+    if (res) *res = r->res;
+    pthread_mutex_unlock(&s->mu);
+    return vis;
+}
+
+/* ---------------------------------------------------------------- submit */
+
+ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err) {
+    *status = 400;
+    if (p->n_prompt < 1) { ak_fail(err, "the prompt is empty (no tokens)"); return NULL; }
+    if (p->n_prompt >= s->cfg.n_ctx) {
+        ak_fail(err, "the prompt has %d tokens; the context is %d, so nothing could be generated", p->n_prompt,
+                s->cfg.n_ctx);
+        return NULL;
+    }
+    if (p->max_tokens < 1) { ak_fail(err, "max_tokens must be at least 1"); return NULL; }
+    int anonymous = !p->agent_id || !p->agent_id[0];
+    if (!anonymous && !ak_agent_id_valid(p->agent_id)) {
+        ak_fail(err, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+        return NULL;
+    }
+    if (p->n_stop < 0 || p->n_stop > AK_MAX_STOP) { ak_fail(err, "at most %d stop sequences", AK_MAX_STOP); return NULL; }
+    long reserve = (long)p->n_prompt + p->max_tokens;
+    if (reserve > s->cfg.n_ctx) reserve = s->cfg.n_ctx;
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(s->cfg.pool, &st);
+    size_t need = ak_agents_bytes_for(s->cfg.agents, (int)reserve);
+    if (st.budget && need > st.budget) {
+        ak_fail(err, "this request needs %zu bytes of KV cache for %ld tokens (prompt %d + max_tokens); the KV "
+                "budget is %zu bytes: lower max_tokens or shorten the prompt", need, reserve, p->n_prompt, st.budget);
+        return NULL;
+    }
+    *status = 500;
+    ak_request *r = ak_calloc(1, sizeof *r, err);
+    if (!r) return NULL;
+    r->s = s;
+    r->refs = 2; /* the caller's and the engine's */
+    r->anonymous = anonymous;
+    if (!anonymous) snprintf(r->id, sizeof r->id, "%s", p->agent_id);
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    r->n_reserve = (int)reserve;
+    r->stop_at_eog = p->stop_at_eog;
+    int vocab = s->cfg.model->cfg.vocab;
+    r->prompt = ak_malloc(sizeof(int32_t) * (size_t)p->n_prompt, err);
+    r->hist = ak_malloc(sizeof(int32_t) * ((size_t)r->n_reserve + 1), err);
+    r->logits = ak_malloc(sizeof(float) * (size_t)vocab, err);
+    r->piece = ak_malloc(ak_detok_bound(s->cfg.tok), err);
+    if (!r->prompt || !r->hist || !r->logits || !r->piece) goto fail;
+    memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+    memcpy(r->hist, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+    r->n_hist = p->n_prompt;
+    for (int i = 0; i < p->n_stop; i++) {
+        if (!p->stop[i] || !p->stop[i][0]) { *status = 400; ak_fail(err, "stop sequences must not be empty"); goto fail; }
+        if (!(r->stop[i] = strdup(p->stop[i]))) { ak_fail(err, "out of memory"); goto fail; }
+        r->n_stop = i + 1;
+        size_t l = strlen(p->stop[i]);
+        if (l > r->stop_max) r->stop_max = l;
+    }
+    if (!(r->smp = ak_sampler_new(&p->sp, vocab, err))) { *status = 400; goto fail; }
+    ak_detok_init(&r->dt);
+    r->t_submit = ak_now();
+    r->res.prompt_tokens = p->n_prompt;
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        *status = 503;
+        ak_fail(err, "the server is shutting down");
+        goto fail;
+    }
+    if (s->incoming_tail) s->incoming_tail->next = r;
+    else s->incoming = r;
+    s->incoming_tail = r;
+    pthread_cond_signal(&s->engine_cv);
+    pthread_mutex_unlock(&s->mu);
+    return r;
+fail:
+    free_request(r);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- engine */
+
+static const char *agent_of(const ak_request *r) { return r->id; }
+
+static int agent_active(const ak_sched *s, const char *id) {
+    for (const ak_request *r = s->active; r; r = r->next)
+        if (!strcmp(r->id, id)) return 1;
+    return 0;
+}
+
+/* Bytes the running requests may still need to reach their reservations. */
+static size_t outstanding(const ak_sched *s) {
+    size_t sum = 0;
+    for (const ak_request *r = s->active; r; r = r->next)
+        sum += ak_agent_bytes_needed(s->cfg.agents, agent_of(r), r->n_reserve);
+    return sum;
+}
+
+/* Appends bytes to the request's text (engine thread; takes s->mu). */
+static int append_text(ak_sched *s, ak_request *r, const char *b, size_t n) {
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (r->len + n + 1 > r->cap) {
+        size_t nc = (r->len + n + 1) * 2;
+        char *nt = realloc(r->text, nc);
+        if (!nt) rc = -1;
+        else { r->text = nt; r->cap = nc; }
+    }
+    if (rc == 0) {
+        memcpy(r->text + r->len, b, n);
+        r->len += n;
+        r->text[r->len] = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Ends a request: the agent's turn ends (saved per the policy), readers see
+ * the whole text and the result. Engine thread; r leaves the active list in
+ * the caller's sweep (state R_DONE). */
+static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg) {
+    if (r->state == R_PREFILL || r->state == R_DECODE) {
+        ak_error err = {{0}};
+        if (why == AK_FINISH_ERROR) ak_agent_abort(s->cfg.agents, agent_of(r));
+        if (ak_agent_end(s->cfg.agents, agent_of(r), &err) < 0)
+            logf_(s, "agent %s: %s", agent_of(r), err.msg);
+        ak_metrics_completion(s->cfg.metrics, r->n_gen);
+    }
+    if (r->state == R_PREFILL || r->state == R_DECODE) {
+        const ak_turn *t = &r->res.turn;
+        static const char *why_name[] = {"running", "stop", "length", "error"};
+        logf_(s, "%s%s: %s/%s, %d prompt tokens (%d cached, %d prefilled%s), %d generated, ttft %.1f ms, %s",
+              r->anonymous ? "anonymous " : "agent ", r->anonymous ? "request" : r->id, ak_tier_name(t->tier),
+              ak_match_name(t->match), r->n_prompt, t->reused, t->prefilled,
+              t->tier == AK_TIER_WARM ? (t->restored_ahead ? ", restored ahead" : ", restored on admission") : "",
+              r->n_gen, r->sampled ? (r->t_first - r->t_submit) * 1e3 : 0.0, why_name[why]);
+    }
+    size_t nf = r->piece ? ak_detok_flush(&r->dt, r->piece, ak_detok_bound(s->cfg.tok)) : 0;
+    if (nf && why != AK_FINISH_ERROR) append_text(s, r, r->piece, nf);
+    double now = ak_now();
+    pthread_mutex_lock(&s->mu);
+    r->visible = r->len;
+    r->res.finish = why;
+    r->res.status = status;
+    if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
+    r->res.completion_tokens = r->n_gen;
+    if (r->sampled) r->res.decode_ms = (now - r->t_first) * 1e3;
+    r->done = 1;
+    pthread_cond_broadcast(&s->out_cv);
+    pthread_mutex_unlock(&s->mu);
+    r->state = R_DONE;
+    s->changed = 1;
+}
+
+/* Finds the earliest stop string in text[from..len); returns its offset or -1. */
+static long find_stop(const ak_request *r, size_t from) {
+    long best = -1;
+    for (int i = 0; i < r->n_stop; i++) {
+        const char *hit = memmem(r->text + from, r->len - from, r->stop[i], strlen(r->stop[i]));
+        if (hit && (best < 0 || hit - r->text < best)) best = hit - r->text;
+    }
+    return best;
+}
+
+/* Samples the next token from r->logits and hands its text out; decides
+ * whether the request goes on (r->next_tok is fed at the next step) or ends.
+ * The rules are `agentkv run`'s, so that greedy output is the same. */
+static void next_token(ak_sched *s, ak_request *r) {
+    const int n_ctx = s->cfg.n_ctx;
+    if (r->n_gen >= r->max_tokens || r->pos >= n_ctx) { finish(s, r, AK_FINISH_LENGTH, 0, NULL); return; }
+    int32_t tok = ak_sample(r->smp, r->logits, r->hist, r->n_hist);
+    double now = ak_now();
+    if (!r->sampled) {
+        r->sampled = 1;
+        r->t_first = now;
+        double ttft = now - r->t_submit;
+        ak_metrics_turn(s->cfg.metrics, r->res.turn.tier, r->n_prompt, r->res.turn.reused, ttft,
+                        r->res.turn.restore_ms / 1e3, r->res.turn.restore_bytes, r->res.turn.restored_ahead);
+        pthread_mutex_lock(&s->mu);
+        r->res.ttft_ms = ttft * 1e3;
+        pthread_mutex_unlock(&s->mu);
+    } else {
+        ak_metrics_token(s->cfg.metrics, r->res.turn.tier, now - r->t_last);
+    }
+    r->t_last = now;
+    if (r->stop_at_eog && ak_token_is_eog(s->cfg.tok, tok)) { finish(s, r, AK_FINISH_STOP, 0, NULL); return; }
+    r->hist[r->n_hist++] = tok;
+    r->n_gen++;
+    size_t np = 0;
+    if (ak_detok_push(&r->dt, s->cfg.tok, tok, r->piece, ak_detok_bound(s->cfg.tok), &np) < 0 ||
+        (np && append_text(s, r, r->piece, np) < 0)) {
+        finish(s, r, AK_FINISH_ERROR, 500, "cannot decode a generated token (out of memory?)");
+        return;
+    }
+    if (r->n_stop && np) {
+        pthread_mutex_lock(&s->mu);
+        size_t from = r->len - np >= r->stop_max ? r->len - np - r->stop_max + 1 : 0;
+        long at = find_stop(r, from);
+        if (at >= 0) {
+            r->len = (size_t)at;
+            r->text[r->len] = 0;
+        } else {
+            /* hold back what could still become a stop string, on a character boundary */
+            size_t vis = r->len >= r->stop_max ? r->len - r->stop_max + 1 : 0;
+            while (vis > r->visible && ((unsigned char)r->text[vis] & 0xC0) == 0x80) vis--;
+            if (vis > r->visible) r->visible = vis;
+            pthread_cond_broadcast(&s->out_cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (at >= 0) { finish(s, r, AK_FINISH_STOP, 0, NULL); return; }
+    } else if (np) {
+        pthread_mutex_lock(&s->mu);
+        r->visible = r->len;
+        pthread_cond_broadcast(&s->out_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (r->n_gen == r->max_tokens || r->pos + 1 >= n_ctx) { finish(s, r, AK_FINISH_LENGTH, 0, NULL); return; }
+    r->next_tok = tok;
+}
+
+/* An anonymous request reuses the idle ephemeral agent whose cache shares
+ * the longest prefix with its prompt, or gets a new one. */
+static void pick_anonymous(ak_sched *s, ak_request *r) {
+    int best = -1, best_len = 0;
+    for (int i = 0; i < s->n_anon; i++) {
+        char id[32];
+        snprintf(id, sizeof id, ".anon-%d", i);
+        if (agent_active(s, id)) continue;
+        int m = ak_agent_match_len(s->cfg.agents, id, r->prompt, r->n_prompt);
+        if (best < 0 || m > best_len) { best = i; best_len = m; }
+    }
+    if (best < 0 || (best_len == 0 && s->n_anon < s->cfg.max_active)) best = s->n_anon++;
+    snprintf(r->id, sizeof r->id, ".anon-%d", best);
+}
+
+static int id_listed(char (*ids)[AK_AGENT_ID_MAX + 2], int n, const char *id) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ids[i], id)) return 1;
+    return 0;
+}
+
+static void unlink_waiting(ak_sched *s, ak_request *r, ak_request *prev) {
+    if (prev) prev->next = r->next;
+    else s->waiting = r->next;
+    r->next = NULL;
+    s->n_waiting--;
+}
+
+#define MAX_IO 2   /* restores queued or running on the I/O thread */
+
+/* Hands r's agent to the I/O thread if it is warm. Returns 1 if a restore
+ * is now in flight, 0 if there is nothing to restore (hot, new, or no
+ * usable file), -1 if it cannot start now (no room, I/O queue full). */
+static int start_prefetch(ak_sched *s, ak_request *r) {
+    if (s->n_io >= MAX_IO) return -1;
+    ak_restore_job *job = NULL;
+    ak_error err = {{0}};
+    int rc = ak_agent_prefetch(s->cfg.agents, r->id, outstanding(s), &job, &err);
+    if (rc <= 0) return rc;
+    io_item *it = malloc(sizeof *it);
+    if (!it) {
+        ak_agent_prefetch_done(s->cfg.agents, job); /* nothing loaded: the turn restores */
+        return 0;
+    }
+    it->job = job;
+    it->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    io_item **tail = &s->io_queue;
+    while (*tail) tail = &(*tail)->next;
+    *tail = it;
+    s->n_io++;
+    pthread_cond_signal(&s->io_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
+/* Hands warm agents of requests still waiting for a slot to the I/O thread,
+ * so their caches are in RAM when their turn comes. */
+static void prefetch(ak_sched *s) {
+    if (s->cfg.no_prefetch) return;
+    for (ak_request *r = s->waiting; r && s->n_io < MAX_IO; r = r->next) {
+        if (r->anonymous || r->prefetch_tried) continue;
+        int rc = start_prefetch(s, r);
+        if (rc < 0) break; /* no room yet: retry at a later step */
+        r->prefetch_tried = 1;
+    }
+}
+
+/* Admits waiting requests in arrival order (see sched.h). */
+static void admit(ak_sched *s) {
+    char (*blocked)[AK_AGENT_ID_MAX + 2] = NULL;
+    int n_blocked = 0;
+    if (s->n_waiting) blocked = malloc(sizeof *blocked * (size_t)s->n_waiting);
+    if (!blocked && s->n_waiting) return; /* out of memory: try next step */
+    ak_request *prev = NULL, *r = s->waiting;
+    while (r) {
+        ak_request *nx = r->next;
+        if (s->n_active >= s->cfg.max_active) break;
+        if (!r->anonymous && (id_listed(blocked, n_blocked, r->id) || agent_active(s, r->id) ||
+                              ak_agent_restoring(s->cfg.agents, r->id))) {
+            /* a later request of a busy agent waits behind the earlier one */
+            if (!id_listed(blocked, n_blocked, r->id)) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+            prev = r;
+            r = nx;
+            continue;
+        }
+        /* a warm agent is restored on the I/O thread while the batch goes
+         * on; the request is admitted when its cache is in RAM */
+        if (!r->anonymous && !s->cfg.no_prefetch && !r->prefetch_tried &&
+            !ak_agent_hot(s->cfg.agents, r->id)) {
+            int rc = start_prefetch(s, r);
+            if (rc != 0 && (rc > 0 || s->n_active > 0 || s->n_io > 0)) {
+                if (rc > 0) r->prefetch_tried = 1;
+                snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+                prev = r;
+                r = nx;
+                continue;
+            }
+            r->prefetch_tried = 1; /* nothing to restore, or nothing else running: open restores */
+        }
+        if (r->anonymous) pick_anonymous(s, r);
+        ak_error err = {{0}};
+        ak_turn t;
+        ak_kv *kv;
+        int flags = r->anonymous ? AK_AGENT_EPHEMERAL : 0;
+        if (ak_agent_open(s->cfg.agents, r->id, flags, r->prompt, r->n_prompt, r->n_reserve, outstanding(s), &kv, &t,
+                          &err) < 0) {
+            if (strstr(err.msg, "KV budget exhausted") && (s->n_active > 0 || s->n_io > 0)) {
+                /* room comes back when a running request ends */
+                if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+                else r->id[0] = 0;
+                prev = r;
+                r = nx;
+                continue;
+            }
+            unlink_waiting(s, r, prev);
+            finish(s, r, AK_FINISH_ERROR, strstr(err.msg, "KV budget") ? 400 : 500, err.msg);
+            pthread_mutex_lock(&s->mu);
+            unref_locked(r);
+            pthread_mutex_unlock(&s->mu);
+            r = nx;
+            continue;
+        }
+        ak_metrics_evictions(s->cfg.metrics, t.evicted);
+        unlink_waiting(s, r, prev);
+        r->kv = kv;
+        r->pos = t.reused;
+        r->state = R_PREFILL;
+        r->t_admit = ak_now();
+        pthread_mutex_lock(&s->mu);
+        r->res.turn = t;
+        r->res.queue_ms = (r->t_admit - r->t_submit) * 1e3;
+        pthread_mutex_unlock(&s->mu);
+        /* append to the active list, keeping admission order */
+        ak_request **tail = &s->active;
+        while (*tail) tail = &(*tail)->next;
+        *tail = r;
+        s->n_active++;
+        r = nx;
+    }
+    free(blocked);
+}
+
+/* One forward pass over every running request (see sched.h). */
+static void step(ak_sched *s) {
+    int nb = 0, nseq = 0, cap = s->cfg.step_tokens;
+    for (ak_request *r = s->active; r; r = r->next) {
+        r->step_k = 0;
+        if (r->state != R_DECODE || nb >= cap) continue;
+        s->b_tok[nb] = r->next_tok;
+        s->b_pos[nb] = r->pos;
+        s->b_seq[nb] = r->kv;
+        s->b_logits[nb] = r->logits;
+        nb++;
+        nseq++;
+        r->step_k = 1;
+    }
+    /* with agents decoding, a step's prefill chunk is what fits in step_ms
+     * at the measured speed: their next token is never more than a step away */
+    int n_decode = nb;
+    if (n_decode && s->cfg.step_ms > 0 && s->prefill_tps > 0) {
+        int chunk = (int)(s->prefill_tps * s->cfg.step_ms / 1e3);
+        if (chunk < 16) chunk = 16;
+        if (nb + chunk < cap) cap = nb + chunk;
+    }
+    for (ak_request *r = s->active; r && nb < cap; r = r->next) {
+        if (r->state != R_PREFILL) continue;
+        int k = r->n_prompt - r->pos;
+        if (k > cap - nb) k = cap - nb;
+        for (int i = 0; i < k; i++) {
+            int p = r->pos + i;
+            s->b_tok[nb] = r->prompt[p];
+            s->b_pos[nb] = p;
+            s->b_seq[nb] = r->kv;
+            s->b_logits[nb] = p == r->n_prompt - 1 ? r->logits : NULL;
+            nb++;
+        }
+        r->step_k = k;
+        nseq++;
+    }
+    if (nb == 0) return;
+    ak_batch b = {nb, s->b_tok, s->b_pos, s->b_seq, s->b_logits};
+    ak_error err = {{0}};
+    double t0 = ak_now();
+    int rc = ak_forward(s->ctx, &b, &err);
+    double dt = ak_now() - t0;
+    ak_metrics_batch(s->cfg.metrics, nseq);
+    if (rc == 0 && nb - n_decode >= 16) {
+        double tps = (nb - n_decode) / dt; /* decode tokens ride along almost free */
+        s->prefill_tps = s->prefill_tps > 0 ? 0.7 * s->prefill_tps + 0.3 * tps : tps;
+    }
+    for (ak_request *r = s->active; r; r = r->next) {
+        if (!r->step_k) continue;
+        if (rc < 0) {
+            logf_(s, "agent %s: forward pass failed: %s", agent_of(r), err.msg);
+            finish(s, r, AK_FINISH_ERROR, 500, err.msg);
+            continue;
+        }
+        ak_error e = {{0}};
+        if (r->state == R_PREFILL) {
+            r->pos += r->step_k;
+            r->prefill_s += dt;
+            if (r->pos < r->n_prompt) continue;
+            if (ak_agent_commit(s->cfg.agents, agent_of(r), r->prompt, r->n_prompt, &e) < 0) {
+                finish(s, r, AK_FINISH_ERROR, 500, e.msg);
+                continue;
+            }
+            pthread_mutex_lock(&s->mu);
+            r->res.turn.prefill_ms = r->prefill_s * 1e3;
+            r->res.started = 1;
+            pthread_mutex_unlock(&s->mu);
+            r->state = R_DECODE;
+        } else {
+            if (ak_agent_append(s->cfg.agents, agent_of(r), r->next_tok, &e) < 0) {
+                finish(s, r, AK_FINISH_ERROR, 500, e.msg);
+                continue;
+            }
+            r->pos++;
+        }
+        next_token(s, r);
+    }
+}
+
+/* Removes finished requests from the active list. */
+static void sweep(ak_sched *s) {
+    ak_request **pp = &s->active;
+    while (*pp) {
+        ak_request *r = *pp;
+        if (r->state == R_DONE) {
+            *pp = r->next;
+            s->n_active--;
+            pthread_mutex_lock(&s->mu);
+            unref_locked(r);
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            pp = &r->next;
+        }
+    }
+}
+
+static int cmp_agent(const void *x, const void *y) {
+    return strcmp(((const ak_sched_agent *)x)->id, ((const ak_sched_agent *)y)->id);
+}
+
+static int agent_busy(const ak_sched *s, const char *id) {
+    if (agent_active(s, id)) return 1;
+    for (const ak_request *r = s->waiting; r; r = r->next)
+        if (!strcmp(r->id, id)) return 1;
+    return 0;
+}
+
+static void run_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    if (o->kind == OP_REMOVE) {
+        if (agent_busy(s, o->id)) o->rc = 2;
+        else o->rc = ak_agent_remove(ag, o->id, &o->err);
+        return;
+    }
+    ak_store_entry *files = NULL;
+    int n_files = 0;
+    if (s->cfg.store && ak_store_list(s->cfg.store, &files, &n_files, &o->err) < 0) {
+        if (o->kind == OP_LIST) { o->rc = -1; return; }
+        n_files = 0;
+    }
+    int n_ag = ak_agents_count(ag), n = 0;
+    ak_sched_agent *v = calloc((size_t)(n_ag + n_files) + 1, sizeof *v);
+    if (!v) {
+        free(files);
+        o->rc = ak_fail(&o->err, "out of memory");
+        return;
+    }
+    int hot = 0;
+    for (int i = 0; i < n_ag; i++) {
+        ak_agent_info in;
+        ak_agents_get(ag, i, &in);
+        if (in.ephemeral) continue;
+        if (in.tier != AK_TIER_HOT && in.n_tokens == 0) continue;
+        ak_sched_agent *x = &v[n++];
+        snprintf(x->id, sizeof x->id, "%s", in.id);
+        x->n_tokens = in.n_tokens;
+        x->tier = in.tier;
+        x->bytes = in.bytes;
+        x->last_use = in.last_unix;
+        x->busy = agent_busy(s, in.id);
+        hot += in.tier == AK_TIER_HOT;
+    }
+    int n_known = n;
+    uint64_t warm_bytes = 0;
+    for (int i = 0; i < n_files; i++) {
+        warm_bytes += files[i].bytes;
+        int j = 0;
+        while (j < n_known && strcmp(v[j].id, files[i].id)) j++;
+        if (j < n_known) {
+            if (v[j].tier != AK_TIER_HOT) { v[j].bytes = files[i].bytes; v[j].n_tokens = files[i].n_tokens; }
+            continue;
+        }
+        ak_sched_agent *x = &v[n++];
+        snprintf(x->id, sizeof x->id, "%s", files[i].id);
+        x->n_tokens = files[i].n_tokens;
+        x->tier = AK_TIER_WARM;
+        x->bytes = files[i].bytes;
+        x->last_use = files[i].mtime;
+        x->busy = agent_busy(s, files[i].id);
+    }
+    free(files);
+    if (o->kind == OP_GAUGES) {
+        ak_block_pool_stats st;
+        ak_block_pool_get_stats(s->cfg.pool, &st);
+        o->g->agents_hot = hot;
+        o->g->agents_warm = n - hot;
+        o->g->bytes_hot = st.used;
+        o->g->bytes_budget = st.budget;
+        o->g->bytes_warm = warm_bytes;
+        o->g->active = s->n_active;
+        o->g->queued = s->n_waiting;
+        free(v);
+        o->rc = 0;
+        return;
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_agent);
+    o->list = v;
+    o->n = n;
+    o->rc = 0;
+}
+
+/* Fails everything at shutdown: queued requests with 503, running ones cut. */
+static void shutdown_requests(ak_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    ak_request *in = s->incoming;
+    s->incoming = s->incoming_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (in) {
+        ak_request *nx = in->next;
+        in->next = s->waiting;
+        s->waiting = in;
+        s->n_waiting++;
+        in = nx;
+    }
+    while (s->waiting) {
+        ak_request *r = s->waiting;
+        unlink_waiting(s, r, NULL);
+        finish(s, r, AK_FINISH_ERROR, 503, "the server is shutting down");
+        pthread_mutex_lock(&s->mu);
+        unref_locked(r);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (ak_request *r = s->active; r; r = r->next) finish(s, r, AK_FINISH_LENGTH, 0, NULL);
+    sweep(s);
+}
+
+static void *engine_main(void *arg) {
+    ak_sched *s = arg;
+    ak_flush_denormals();
+    int idle = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (idle && !s->stopping && !s->incoming && !s->ops && !s->io_done)
+            pthread_cond_wait(&s->engine_cv, &s->mu);
+        ak_request *in = s->incoming;
+        s->incoming = s->incoming_tail = NULL;
+        op *ops = s->ops;
+        s->ops = NULL;
+        io_item *done = s->io_done;
+        s->io_done = NULL;
+        int stopping = s->stopping;
+        /* cancellations (the client went away) */
+        for (ak_request *r = s->active; r; r = r->next)
+            if (r->cancelled && r->state != R_DONE) r->step_k = -1;
+        pthread_mutex_unlock(&s->mu);
+        ak_request **tail = &s->waiting;
+        while (*tail) tail = &(*tail)->next;
+        *tail = in;
+        for (; in; in = in->next) s->n_waiting++;
+        while (done) {
+            io_item *nx = done->next;
+            ak_agent_prefetch_done(s->cfg.agents, done->job);
+            s->n_io--;
+            free(done);
+            done = nx;
+        }
+        while (ops) {
+            op *nx = ops->next;
+            run_op(s, ops);
+            pthread_mutex_lock(&s->mu);
+            ops->done = 1;
+            pthread_cond_broadcast(&s->out_cv);
+            pthread_mutex_unlock(&s->mu);
+            ops = nx;
+        }
+        if (stopping) break;
+        for (ak_request *r = s->active; r; r = r->next)
+            if (r->step_k == -1) { r->step_k = 0; finish(s, r, AK_FINISH_STOP, 0, NULL); }
+        /* cancelled while queued */
+        ak_request *prev = NULL;
+        for (ak_request *r = s->waiting; r;) {
+            ak_request *nx = r->next;
+            pthread_mutex_lock(&s->mu);
+            int c = r->cancelled;
+            pthread_mutex_unlock(&s->mu);
+            if (c) {
+                unlink_waiting(s, r, prev);
+                finish(s, r, AK_FINISH_STOP, 0, NULL);
+                pthread_mutex_lock(&s->mu);
+                unref_locked(r);
+                pthread_mutex_unlock(&s->mu);
+            } else {
+                prev = r;
+            }
+            r = nx;
+        }
+        sweep(s);
+        admit(s);
+        prefetch(s);
+        step(s);
+        sweep(s);
+        /* with nothing running, sleep unless this round freed an agent or
+         * room that a waiting request may take */
+        idle = s->n_active == 0 && !s->changed;
+        s->changed = 0;
+    }
+    shutdown_requests(s);
+    return NULL;
+}
+
+static void *io_main(void *arg) {
+    ak_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->io_queue && !s->stopping) pthread_cond_wait(&s->io_cv, &s->mu);
+        if (!s->io_queue) break;
+        io_item *it = s->io_queue;
+        s->io_queue = it->next;
+        pthread_mutex_unlock(&s->mu);
+        ak_restore_job_run(it->job);
+        pthread_mutex_lock(&s->mu);
+        it->next = s->io_done;
+        s->io_done = it;
+        pthread_cond_signal(&s->engine_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err) {
+    if (!cfg->model || !cfg->tok || !cfg->agents || !cfg->pool || cfg->n_ctx < 2) {
+        ak_fail(err, "scheduler: model, tokenizer, agents, pool and a context are required");
+        return NULL;
+    }
+    ak_sched *s = ak_calloc(1, sizeof *s, err);
+    if (!s) return NULL;
+    s->cfg = *cfg;
+    if (s->cfg.max_active <= 0) s->cfg.max_active = 16;
+    if (s->cfg.step_tokens <= 0) s->cfg.step_tokens = 256;
+    if (s->cfg.step_ms < 0) s->cfg.step_ms = 0;
+    if (s->cfg.step_tokens < s->cfg.max_active + 16) s->cfg.step_tokens = s->cfg.max_active + 16;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->engine_cv, NULL);
+    pthread_cond_init(&s->out_cv, NULL);
+    pthread_cond_init(&s->io_cv, NULL);
+    int cap = s->cfg.step_tokens;
+    s->b_tok = ak_malloc(sizeof(int32_t) * (size_t)cap, err);
+    s->b_pos = ak_malloc(sizeof(int32_t) * (size_t)cap, err);
+    s->b_seq = ak_malloc(sizeof(ak_kv *) * (size_t)cap, err);
+    s->b_logits = ak_malloc(sizeof(float *) * (size_t)cap, err);
+    if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
+    if (!(s->ctx = ak_ctx_new(cfg->model, cap, cfg->n_threads, err))) goto fail;
+    if (pthread_create(&s->io, NULL, io_main, s) != 0) { ak_fail(err, "scheduler: cannot start the I/O thread"); goto fail; }
+    s->io_started = 1;
+    if (pthread_create(&s->engine, NULL, engine_main, s) != 0) { ak_fail(err, "scheduler: cannot start the engine"); goto fail; }
+    s->engine_started = 1;
+    return s;
+fail:
+    ak_sched_free(s);
+    return NULL;
+}
+
+void ak_sched_shutdown(ak_sched *s) {
+    if (!s || s->shut) return;
+    s->shut = 1;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->engine_cv);
+    pthread_cond_broadcast(&s->io_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->engine_started) pthread_join(s->engine, NULL);
+    if (s->io_started) pthread_join(s->io, NULL);
+    /* restores that finished (or never started: their status says absent,
+     * so nothing is installed) after the engine left */
+    io_item *lists[2] = {s->io_queue, s->io_done};
+    for (int i = 0; i < 2; i++)
+        for (io_item *it = lists[i]; it;) {
+            io_item *nx = it->next;
+            ak_agent_prefetch_done(s->cfg.agents, it->job);
+            free(it);
+            it = nx;
+        }
+    s->io_queue = s->io_done = NULL;
+}
+
+void ak_sched_free(ak_sched *s) {
+    if (!s) return;
+    ak_sched_shutdown(s);
+    ak_ctx_free(s->ctx);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_logits);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->engine_cv);
+    pthread_cond_destroy(&s->out_cv);
+    pthread_cond_destroy(&s->io_cv);
+    free(s);
+}
+
+/* Queues an op for the engine and waits for it. */
+static int post_op(ak_sched *s, op *o) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return ak_fail(&o->err, "the server is shutting down");
+    }
+    o->next = s->ops;
+    s->ops = o;
+    pthread_cond_signal(&s->engine_cv);
+    while (!o->done) pthread_cond_wait(&s->out_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_LIST;
+    if (post_op(s, &o) < 0 || o.rc < 0) {
+        if (err) *err = o.err;
+        return -1;
+    }
+    *out = o.list;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_remove_agent(ak_sched *s, const char *id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_REMOVE;
+    o.id = id;
+    if (post_op(s, &o) < 0 || o.rc < 0) {
+        if (err) *err = o.err;
+        return -1;
+    }
+    return o.rc;
+}
+
+void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g) {
+    memset(g, 0, sizeof *g);
+    op o = {0};
+    o.kind = OP_GAUGES;
+    o.g = g;
+    post_op(s, &o);
+}

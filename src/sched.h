@@ -1,0 +1,132 @@
+/* sched.h - the engine loop: continuous batching of many agents' turns.
+ *
+ * One engine thread owns the model context and the agents. Each step it
+ *   1. admits queued requests in arrival order (requests of one agent are
+ *      serialized: a later one waits for the earlier one to finish) while
+ *      their prompt plus max_tokens fits in the KV budget next to what the
+ *      running requests may still grow into (idle agents are evicted LRU to
+ *      disk to make room; what does not fit waits);
+ *   2. runs ONE forward pass holding one decode token of every decoding
+ *      request (the weights are read once for the whole batch) plus a bounded
+ *      chunk of prompt tokens (chunked prefill: a 16K prompt cannot stall the
+ *      others for more than a step; while others decode, the chunk is sized
+ *      from the measured prefill speed so that a step takes about step_ms);
+ *   3. samples, detokenizes, enforces stop strings and hands the text to the
+ *      request's reader.
+ * An I/O thread restores warm agents named by queued requests while the
+ * engine decodes others, so their caches are in RAM when their turn comes.
+ *
+ * Requests are submitted and read from any thread (the HTTP handlers).
+ */
+#ifndef AK_SCHED_H
+#define AK_SCHED_H
+
+#include <stdint.h>
+
+#include "agent.h"
+#include "metrics.h"
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+#define AK_MAX_STOP 5   /* OpenAI allows 4 from the client; one more for the chat family's end of turn */
+
+typedef struct {
+    const ak_model *model;
+    const ak_tokenizer *tok;
+    ak_agents *agents;        /* used only by the engine thread while it runs */
+    ak_block_pool *pool;      /* the agents' pool (for gauges) */
+    ak_store *store;          /* the agents' store or NULL (for gauges) */
+    int n_threads;
+    int n_ctx;
+    int step_tokens;          /* tokens per forward step, decode + prefill (default 256) */
+    int max_active;           /* requests running at once (default 16) */
+    ak_metrics *metrics;      /* may be NULL */
+    ak_log_fn log;            /* may be NULL */
+    void *log_ud;
+    int no_prefetch;          /* 1: warm agents are restored only when admitted (benchmarks) */
+    int step_ms;              /* while agents decode, prefill chunks are sized so that a step
+                                 takes about this long (default 200; 0 = always step_tokens) */
+} ak_sched_config;
+
+typedef struct {
+    const char *agent_id;     /* NULL or "": anonymous (prefix reuse, nothing persisted) */
+    const int32_t *prompt;    /* copied */
+    int n_prompt;
+    int max_tokens;           /* >= 1 */
+    ak_sampler_params sp;
+    const char *stop[AK_MAX_STOP];   /* copied; enforced on the text, not returned */
+    int n_stop;
+    int stop_at_eog;          /* stop at end-of-generation tokens (always 1 for chat) */
+} ak_req_params;
+
+typedef enum {
+    AK_FINISH_NONE = 0,       /* still running */
+    AK_FINISH_STOP,           /* end of generation or a stop string */
+    AK_FINISH_LENGTH,         /* max_tokens, the context, or cut at shutdown */
+    AK_FINISH_ERROR           /* see status and error */
+} ak_finish;
+
+typedef struct {
+    ak_finish finish;
+    int status;               /* HTTP status for AK_FINISH_ERROR (400, 500, 503) */
+    char error[512];
+    ak_turn turn;             /* valid once started */
+    int started;              /* admitted and its prefill done */
+    int prompt_tokens, completion_tokens;
+    double queue_ms;          /* submit to admission */
+    double ttft_ms;           /* submit to first token */
+    double decode_ms;         /* first token to finish */
+} ak_req_result;
+
+typedef struct ak_sched ak_sched;
+typedef struct ak_request ak_request;
+
+/* Starts the engine and I/O threads. Returns NULL with err set on failure. */
+ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err);
+/* Stops accepting, fails queued requests (503), cuts running ones
+ * (finish LENGTH, their text so far kept), joins the threads. Afterwards
+ * every request is finished and the agents are the caller's again (flush
+ * them); handles stay valid until released. NULL is fine. */
+void ak_sched_shutdown(ak_sched *s);
+/* Frees the scheduler (shutting it down first if needed). Every request
+ * handle must have been released. NULL is fine. */
+void ak_sched_free(ak_sched *s);
+
+/* Queues a request. Returns a handle the caller must release, or NULL with
+ * err set and *status the HTTP status: 400 for a request that can never run
+ * (empty prompt, prompt not shorter than the context, prompt + max_tokens
+ * larger than the whole KV budget, invalid agent id, bad sampling
+ * parameters), 503 when stopping, 500 out of memory. */
+ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err);
+/* Waits until the request has more than `have` bytes of text or is finished,
+ * or timeout_ms passes (< 0: no limit). Returns 1 if finished, else 0. */
+int ak_request_wait(ak_request *r, size_t have, int timeout_ms);
+/* Copies text[from, len) into a malloc'd buffer (*chunk, NUL-terminated; may
+ * be NULL when there is nothing new) and the result so far into *res (may be
+ * NULL). Returns the new length. */
+size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res);
+/* The client went away: the engine ends the request at its next step. */
+void ak_request_cancel(ak_request *r);
+void ak_request_release(ak_request *r);
+
+/* One agent as the engine sees it, for GET /v1/agents. */
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    int n_tokens;
+    ak_tier tier;             /* hot (RAM) or warm (disk only) */
+    uint64_t bytes;           /* RAM bytes when hot, file bytes when warm */
+    int64_t last_use;         /* unix seconds */
+    int busy;                 /* a request is running or queued */
+} ak_sched_agent;
+
+/* Every agent (in RAM or with a file), sorted by id: *out malloc'd. Runs on
+ * the engine thread between steps. Returns 0, or -1 with err set. */
+int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *err);
+/* Forgets an agent (memory and file). Returns 0, 1 if unknown, 2 if busy
+ * (a request of it is running or queued), -1 with err set. */
+int ak_sched_remove_agent(ak_sched *s, const char *id, ak_error *err);
+/* Gauges for /metrics (engine thread, between steps). */
+void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g);
+
+#endif

@@ -1,0 +1,55 @@
+/* server.h - the OpenAI-compatible HTTP front end (libmicrohttpd).
+ *
+ * Endpoints:
+ *   POST   /v1/chat/completions   messages rendered with the model's chat template
+ *   POST   /v1/completions        a raw prompt (tokenized as `agentkv run` does)
+ *   GET    /v1/models             the one model served
+ *   GET    /v1/agents             every agent (in RAM or on disk)
+ *   GET    /v1/agents/{id}        one agent
+ *   DELETE /v1/agents/{id}        forget an agent (memory and file)
+ *   GET    /health                liveness, no key needed
+ *   GET    /metrics               Prometheus text format
+ * The agent of a request is the header X-Agent-Id or the body field
+ * agent_id; without one, cached prefixes are reused but nothing persists.
+ * Errors are OpenAI's body {"error": {"message", "type", "param", "code"}}.
+ *
+ * Why libmicrohttpd: Debian ships and maintains it, it does HTTP/1.1 with
+ * chunked responses (what SSE needs) and a thread per connection, so a
+ * handler can block on its request while the engine runs the batch.
+ */
+#ifndef AK_SERVER_H
+#define AK_SERVER_H
+
+#include "chat.h"
+#include "metrics.h"
+#include "sched.h"
+
+typedef struct {
+    const char *host;          /* address to bind (default 127.0.0.1) */
+    int port;                  /* 0: any free port (see ak_server_port) */
+    ak_sched *sched;
+    const ak_model *model;
+    const ak_tokenizer *tok;
+    const char *model_id;      /* the name /v1/models lists and requests must name */
+    const char *api_key;       /* NULL: no key required */
+    size_t max_body;           /* bytes; larger bodies get 413 */
+    ak_chat_family family;
+    const char *template_text; /* the model's chat template (may be NULL) */
+    int n_ctx;
+    ak_metrics *metrics;
+    ak_log_fn log;             /* may be NULL */
+    void *log_ud;
+} ak_server_config;
+
+typedef struct ak_server ak_server;
+
+/* Binds and starts serving. Returns NULL with err set (address in use, bad host). */
+ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err);
+/* The port actually bound. */
+int ak_server_port(const ak_server *s);
+/* Stops accepting new connections; those open go on. */
+void ak_server_quiesce(ak_server *s);
+/* Waits for open connections to end and frees the server. NULL is fine. */
+void ak_server_stop(ak_server *s);
+
+#endif

@@ -1,0 +1,167 @@
+// openai_workflow.mjs BIN MODEL NODE_MODULES_DIR - the official `openai` npm
+// client against `agentkv serve`: a planner / worker / critic workflow over
+// three phases, streaming and not. Phase 2 of every agent must report
+// cached_tokens > 0 and tier hot or warm; the server is then restarted and
+// phase 3 must report tier warm. Greedy replies must equal `agentkv run` on
+// the same rendered prompt. Exits 1 on the first failed check.
+import { spawn, execFileSync } from "node:child_process";
+import { createRequire } from "node:module";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const [bin, model, nodeModules] = process.argv.slice(2);
+const require = createRequire(join(resolve(nodeModules), "noop.js"));
+const OpenAI = require("openai").default ?? require("openai");
+const memDir = mkdtempSync(join(tmpdir(), "agentkv-openai-"));
+let passed = 0;
+function check(name, cond, detail = "") {
+  if (!cond) {
+    console.log(`FAIL ${name} ${detail}`);
+    if (server) console.log(server.getLog());
+    process.exitCode = 1;
+    throw new Error(name);
+  }
+  passed++;
+  console.log(`ok   ${name}`);
+}
+
+function startServer(extra = ["--kv-budget", "120K", "-ctk", "q8", "-ctv", "q8"], dir = memDir) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(bin, ["serve", "-m", model, "--port", "0", "--memory-dir", dir, "-t", "2", "-c", "512", ...extra],
+                    { stdio: ["ignore", "ignore", "pipe"] });
+    let log = "";
+    p.stderr.on("data", (d) => {
+      log += d;
+      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
+    });
+    p.on("exit", (code) => { p.exitCode_ = code; if (!p.port) reject(new Error("server exited: " + log)); });
+    p.getLog = () => log;
+  });
+}
+
+function stopServer(p) {
+  return new Promise((resolve) => {
+    if (p.exitCode_ !== undefined) return resolve(p.exitCode_);
+    p.on("exit", (code) => resolve(code));
+    p.kill("SIGTERM");
+  });
+}
+
+const roles = {
+  planner: "You are the planner. You break a task into steps.",
+  worker: "You are the worker. You do the steps.",
+  critic: "You are the critic. You find what is wrong.",
+};
+const asks = ["The task: a story about a red ball.", "Go on with the next part.", "Finish it in one line."];
+const history = { planner: [], worker: [], critic: [] };
+
+async function turn(client, agent, phase, stream) {
+  const messages = [{ role: "system", content: roles[agent] }, ...history[agent], { role: "user", content: asks[phase] }];
+  const req = { model: "stories260K", messages, max_tokens: 16, temperature: 0 };
+  const opts = { headers: { "X-Agent-Id": agent } };
+  let text = "", usage, agentkv;
+  if (stream) {
+    const s = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }, opts);
+    for await (const chunk of s) {
+      for (const c of chunk.choices) text += c.delta?.content ?? "";
+      if (chunk.usage) { usage = chunk.usage; agentkv = chunk.agentkv; }
+    }
+  } else {
+    const r = await client.chat.completions.create(req, opts);
+    text = r.choices[0].message.content;
+    usage = r.usage;
+    agentkv = r.agentkv;
+  }
+  history[agent].push({ role: "user", content: asks[phase] }, { role: "assistant", content: text });
+  return { text, usage, agentkv };
+}
+
+// 32 agents, each told its own secret, then asked for it: all at once under
+// a KV budget that holds a few of them (evictions to disk), vs one agent at a
+// time on a fresh server with no budget. Greedy: the replies must be equal.
+async function secrets(extra, concurrent) {
+  const dir = mkdtempSync(join(tmpdir(), "agentkv-secrets-"));
+  const srv = await startServer(extra, dir);
+  const client = new OpenAI({ baseURL: `http://127.0.0.1:${srv.port}/v1`, apiKey: "unused", maxRetries: 0, timeout: 600000 });
+  const names = ["Tom", "Lily", "Sue", "Max", "Ben", "Anna", "Sam", "Mia"];
+  const out = {};
+  const one = async (i, phase) => {
+    const id = `secret-${i}`;
+    const first = { role: "user", content: `${names[i % 8]} has a secret. The secret number is ${i * 37 + 11}.` };
+    const msgs = phase === 0 ? [first] : [first, { role: "assistant", content: out[id][0] }, { role: "user", content: "What is the secret number?" }];
+    const r = await client.chat.completions.create({ model: "stories260K", messages: msgs, max_tokens: 12, temperature: 0 },
+                                                   { headers: { "X-Agent-Id": id } });
+    (out[id] ??= []).push(r.choices[0].message.content);
+    return r.agentkv.tier;
+  };
+  const tiers = [];
+  for (const phase of [0, 1]) {
+    if (concurrent) tiers.push(...await Promise.all([...Array(32).keys()].map((i) => one(i, phase))));
+    else for (let i = 0; i < 32; i++) tiers.push(await one(i, phase));
+  }
+  const code = await stopServer(srv);
+  rmSync(dir, { recursive: true, force: true });
+  return { out, tiers, code };
+}
+
+let server;
+try {
+  const alone = await secrets(["--max-agents", "1"], false);
+  const crowd = await secrets(["--kv-budget", "256K", "--max-agents", "8"], true);
+  const warm = crowd.tiers.slice(32).filter((t) => t === "warm").length;
+  check(`32 agents at once under a small budget: ${warm} of 32 came back warm from disk`, warm >= 8);
+  const diff = Object.keys(alone.out).filter((id) => JSON.stringify(alone.out[id]) !== JSON.stringify(crowd.out[id]));
+  check("32 agents: every reply equals the agent's reply when run alone (no leaks)", diff.length === 0,
+        JSON.stringify(diff.map((id) => [id, alone.out[id], crowd.out[id]])));
+  check("32 agents: both servers exit 0", alone.code === 0 && crowd.code === 0);
+
+  server = await startServer();
+  let client = new OpenAI({ baseURL: `http://127.0.0.1:${server.port}/v1`, apiKey: "unused" });
+  const models = await client.models.list();
+  check("models.list names the model", models.data.some((m) => m.id === "stories260K"));
+
+  // greedy over the client equals agentkv run on the same text (plain template)
+  const c = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+  const ref = execFileSync(bin, ["run", "-m", model, "-p", "Once upon a time", "-n", "20", "--temp", "0"], { stdio: ["ignore", "pipe", "ignore"] }).toString().replace(/\n$/, "");
+  check("completions.create greedy == agentkv run", c.choices[0].text === ref, JSON.stringify([c.choices[0].text, ref]));
+
+  // phase 1 and 2, all three agents concurrently; streaming for the worker
+  for (const phase of [0, 1]) {
+    const results = await Promise.all(Object.keys(roles).map((a) => turn(client, a, phase, a === "worker")));
+    Object.keys(roles).forEach((a, i) => {
+      const r = results[i];
+      check(`phase ${phase + 1} ${a}: a reply with usage`, r.text.length > 0 && r.usage?.prompt_tokens > 0, JSON.stringify(r));
+      if (phase === 1)
+        check(`phase 2 ${a}: cached_tokens > 0, tier ${r.agentkv?.tier}`,
+              r.usage.prompt_tokens_details.cached_tokens > 0 && ["hot", "warm"].includes(r.agentkv.tier), JSON.stringify(r.usage));
+    });
+  }
+  const code = await stopServer(server);
+  check("SIGTERM: the server exits 0 after saving", code === 0, server.getLog());
+
+  server = await startServer();
+  client = new OpenAI({ baseURL: `http://127.0.0.1:${server.port}/v1`, apiKey: "unused" });
+  const results = await Promise.all(Object.keys(roles).map((a) => turn(client, a, 2, a !== "worker")));
+  Object.keys(roles).forEach((a, i) => {
+    const r = results[i];
+    check(`phase 3 after restart ${a}: tier warm, cached_tokens ${r.usage.prompt_tokens_details.cached_tokens}`,
+          r.agentkv.tier === "warm" && r.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(r.agentkv));
+  });
+  const agents = await client.get("/agents");
+  check("GET /v1/agents through the client lists the three", ["planner", "worker", "critic"].every((a) => agents.data.some((x) => x.id === a)));
+  let status = 0;
+  try {
+    await client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "hi" }] });
+  } catch (e) {
+    status = e.status;
+  }
+  check("an unknown model raises the client's 404 error", status === 404);
+  console.log(`openai: ${passed} passed, 0 failed`);
+} catch (e) {
+  if (!process.exitCode) { console.log("FAIL", e?.stack ?? e); process.exitCode = 1; }
+} finally {
+  if (server) await stopServer(server);
+  rmSync(memDir, { recursive: true, force: true });
+}
