@@ -18,9 +18,6 @@ static const char *usage_text =
     "  --json             print a JSON object instead\n"
     "  --kl-base FILE     save the next-token distributions (top 32 + rest) as a baseline\n"
     "  --kl FILE          compare against a saved baseline: mean KL, delta PPL, argmax agreement\n"
-    "  --center k|v|kv|none  which of K and V 4/3/2-bit formats store minus the model's mean\n"
-    "                     (calibrated on a built-in text; default k: see docs/kv-formats.md)\n"
-    "  --no-center        the same as --center none\n"
     CACHE_OPTS_HELP;
 
 static void on_chunk(void *ud, int chunk, int n_chunks, double ppl) {
@@ -34,7 +31,6 @@ int cmd_perplexity(int argc, char **argv) {
     args_init(&a, "perplexity", argc, argv);
     const char *model_path = NULL, *file = NULL;
     int n_ctx = 512, n_threads = 0, json = 0, max_chunks = 0;
-    unsigned key_center = AK_CENTER_K;
     const char *kl_out = NULL, *kl_in = NULL;
     cache_opts co;
     cache_opts_init(&co);
@@ -49,15 +45,6 @@ int cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(f, "--json")) json = 1;
         else if (!strcmp(f, "--kl-base")) kl_out = args_value(&a, f);
         else if (!strcmp(f, "--kl")) kl_in = args_value(&a, f);
-        else if (!strcmp(f, "--no-center")) key_center = 0;
-        else if (!strcmp(f, "--center")) {
-            const char *w = args_value(&a, f);
-            if (w && !strcmp(w, "k")) key_center = AK_CENTER_K;
-            else if (w && !strcmp(w, "v")) key_center = AK_CENTER_V;
-            else if (w && !strcmp(w, "kv")) key_center = AK_CENTER_K | AK_CENTER_V;
-            else if (w && !strcmp(w, "none")) key_center = 0;
-            else if (w) args_error(&a, "--center: '%s' is not k, v, kv or none", w);
-        }
         else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
@@ -82,7 +69,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (ak_tokenize(lm.tok, text, len, add_bos ? AK_TOK_ADD_SPECIAL : 0, &ids, &n_ids, &err) < 0) goto out;
     if (cache_open(&co, lm.model, n_ctx, "perplexity", &pool, &kv) < 0) { err.msg[0] = 0; goto out; }
     if (!(ctx = ak_ctx_new(lm.model, n_ctx < 512 ? n_ctx : 512, n_threads, &err))) goto out;
-    if (key_center && ak_calib_install(ctx, lm.tok, pool, co.fk, co.fv, key_center, &err) < 0) goto out;
+    if (co.center && ak_calib_install(ctx, lm.tok, pool, co.fk, co.fv, co.center, &err) < 0) goto out;
     const char *center = ak_block_pool_center_id(pool, 0, co.fk), *vcenter = ak_block_pool_center_id(pool, 1, co.fv);
     ak_ppl_opts po = {max_chunks, add_bos ? ak_tokenizer_bos(lm.tok) : -1, kl_out, kl_in, 0,
                       json ? NULL : on_chunk, NULL};

@@ -135,6 +135,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (!(ctx = ak_ctx_new(lm.model, n_ids < 256 ? (int)n_ids : 256, n_threads, &err))) goto fail;
+    if (cache_center(&co, ctx, lm.tok, pool, "run") < 0) goto done;
     if (!(smp = ak_sampler_new(&sp, cfg->vocab, &err))) goto fail;
     if (!(logits = ak_malloc((size_t)cfg->vocab * sizeof(float), &err))) goto fail;
     if (!(hist = ak_malloc((n_ids + n_predict + 1) * sizeof(int32_t), &err))) goto fail;

@@ -153,6 +153,17 @@ int cmd_serve(int argc, char **argv) {
         co.budget = ram > w ? (ram - w) / 2 : 256u << 20;
     }
     if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
+    {
+        /* the model's KV means, before any block is written (agent files
+         * record them: a restart computes the same and restores) */
+        ak_ctx *cal = ak_ctx_new(lm.model, 512, n_threads, &err);
+        if (!cal) goto fail;
+        int crc = cache_center(&co, cal, lm.tok, pool, "serve");
+        ak_ctx_free(cal);
+        if (crc < 0) goto done; /* cache_center printed why */
+    }
+    /* touch the first part of the hot tier now, not during a restore */
+    ak_block_pool_prefault(pool, co.fk, co.fv, co.budget < (512u << 20) ? co.budget : (512u << 20));
     ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, save_policy, disk_budget, log_line, NULL};
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     if (!(metrics = ak_metrics_new(&err))) goto fail;

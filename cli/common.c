@@ -1,6 +1,8 @@
 /* common.c - see common.h */
 #include "common.h"
 
+#include "../src/calib.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +84,7 @@ void cache_opts_init(cache_opts *o) {
     o->fv = AK_KV_F16;
     o->budget = 0;
     o->block_tokens = 0;
+    o->center = AK_CENTER_K;
 }
 
 int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag) {
@@ -100,10 +103,40 @@ int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag) {
             args_error(a, "--kv-budget: '%s' is not a positive byte size (e.g. 512M, 10.2G)", v);
         return 1;
     }
+    if (!strcmp(flag, "--no-center")) {
+        o->center = 0;
+        return 1;
+    }
+    if (!strcmp(flag, "--center")) {
+        const char *w = args_value(a, flag);
+        if (w && !strcmp(w, "k")) o->center = AK_CENTER_K;
+        else if (w && !strcmp(w, "v")) o->center = AK_CENTER_V;
+        else if (w && !strcmp(w, "kv")) o->center = AK_CENTER_K | AK_CENTER_V;
+        else if (w && !strcmp(w, "none")) o->center = 0;
+        else if (w) args_error(a, "--center: '%s' is not k, v, kv or none", w);
+        return 1;
+    }
     if (!strcmp(flag, "--kv-block")) {
         o->block_tokens = (int)args_int(a, flag, 1, AK_KV_MAX_BLOCK_TOKENS);
         return 1;
     }
+    return 0;
+}
+
+int cache_center(const cache_opts *o, ak_ctx *ctx, const ak_tokenizer *tk, ak_block_pool *pool, const char *cmd) {
+    int k = (o->center & AK_CENTER_K) && ak_kv_format_centers(o->fk);
+    int v = (o->center & AK_CENTER_V) && ak_kv_format_centers(o->fv);
+    if (!k && !v) return 0;
+    fprintf(stderr, "agentkv %s: calibrating the model's %s means for centering (--no-center skips)...\n", cmd,
+            k && v ? "key and value" : k ? "key" : "value");
+    ak_error err = {{0}};
+    double t0 = ak_now();
+    if (ak_calib_install(ctx, tk, pool, o->fk, o->fv, o->center, &err) < 0) {
+        fprintf(stderr, "agentkv %s: %s\n", cmd, err.msg);
+        return -1;
+    }
+    fprintf(stderr, "agentkv %s: centering %s (%.1f s)\n", cmd, ak_block_pool_center_id(pool, k ? 0 : 1, k ? o->fk : o->fv),
+            ak_now() - t0);
     return 0;
 }
 

@@ -37,6 +37,7 @@ typedef struct {
     ak_kv_format fk, fv;    /* -ctk / -ctv, default f16 */
     size_t budget;          /* --kv-budget, 0 = unlimited */
     int block_tokens;       /* --kv-block, 0 = default */
+    unsigned center;        /* --center: AK_CENTER_K / _V bits (default keys) */
 } cache_opts;
 
 #define CACHE_OPTS_HELP                                                                  \
@@ -44,12 +45,21 @@ typedef struct {
     "  -ctv, --cache-type-v F   format of cached values (default f16)\n"                 \
     "                           formats: f32 f16 bf16 q8 q4 q2 tq4 tq3 tq2\n"            \
     "  --kv-budget BYTES        RAM budget of the KV block pool (e.g. 2G; default: none)\n" \
-    "  --kv-block N             tokens per KV block (default 32)\n"
+    "  --kv-block N             tokens per KV block (default 32)\n"                     \
+    "  --center k|v|kv|none     store 4/3/2-bit K and/or V minus the model's mean (default k;\n" \
+    "                           computed once per process over a built-in text)\n"        \
+    "  --no-center              the same as --center none\n"
 
 void cache_opts_init(cache_opts *o);
 /* If flag is one of the cache flags, parses its value into o (errors go
  * through a) and returns 1; returns 0 for other flags. */
 int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag);
+/* Installs the model's KV means in pool (which holds no block yet) when
+ * o->center asks for a side whose format gains from centering; prints one
+ * line while it computes them. Returns 0, or -1 after printing
+ * "agentkv CMD: reason". */
+int cache_center(const cache_opts *o, ak_ctx *ctx, const ak_tokenizer *tk, ak_block_pool *pool, const char *cmd);
+
 /* Makes the block pool and one sequence of n_ctx positions; on failure prints
  * "agentkv CMD: reason" and returns -1 (nothing to free). */
 int cache_open(const cache_opts *o, const ak_model *m, int n_ctx, const char *cmd, ak_block_pool **pool, ak_kv **kv);
