@@ -488,6 +488,7 @@ static void admit(ak_sched *s) {
             r->prefetch_tried = 1; /* nothing to restore, or nothing else running: open restores */
         }
         if (r->anonymous) pick_anonymous(s, r);
+        double t_open = ak_now(); /* a restore in the open is service time, not queueing */
         ak_error err = {{0}};
         ak_turn t;
         ak_kv *kv;
@@ -515,7 +516,7 @@ static void admit(ak_sched *s) {
         r->kv = kv;
         r->pos = t.reused;
         r->state = R_PREFILL;
-        r->t_admit = ak_now();
+        r->t_admit = t_open;
         pthread_mutex_lock(&s->mu);
         r->res.turn = t;
         r->res.queue_ms = (r->t_admit - r->t_submit) * 1e3;

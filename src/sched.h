@@ -74,7 +74,9 @@ typedef struct {
     ak_turn turn;             /* valid once started */
     int started;              /* admitted and its prefill done */
     int prompt_tokens, completion_tokens;
-    double queue_ms;          /* submit to admission */
+    double queue_ms;          /* submit to admission: waiting for a batch slot, KV room, or a
+                                 restore on the I/O thread (a restore done at admission is not
+                                 queueing: it counts in ttft_ms - queue_ms) */
     double ttft_ms;           /* submit to first token */
     double decode_ms;         /* first token to finish */
 } ak_req_result;
