@@ -3,7 +3,7 @@
 #   make test       build and run every test (ends with "N passed, N failed")
 #   make demo       the main job (MODEL=path/to/model.gguf to override)
 #   make asan       tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make fuzz       libFuzzer on the GGUF reader, bounded time (FUZZ_SECONDS)
+#   make fuzz       libFuzzer on the GGUF reader and the agent-file reader, bounded time (FUZZ_SECONDS each)
 #   make bench      engine benchmarks on synthetic 1B-shaped models
 # ARCH=native by default (SIMD chosen by the compiler's target); ARCH= for a
 # portable scalar build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
@@ -63,12 +63,16 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 fuzz:
-	@mkdir -p $(BUILD)/fuzz/corpus
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/store-corpus
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(PCRE_CFLAGS) \
 	    fuzz/fuzz_gguf.c src/gguf.c src/util.c -o $(BUILD)/fuzz/fuzz_gguf -lm
-	@# the log is kept whole; the fuzzer's exit status (not tail's) is make's
+	clang -std=c11 -O1 -g -D_GNU_SOURCE $(ARCHFLAG) -fsanitize=fuzzer,address,undefined $(PCRE_CFLAGS) \
+	    fuzz/fuzz_store.c $(LIB_SRC) -o $(BUILD)/fuzz/fuzz_store $(LDLIBS)
+	@# the logs are kept whole; each fuzzer's exit status (not tail's) is make's
 	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(BUILD)/fuzz/ \
 	    $(BUILD)/fuzz/corpus fuzz/seeds > $(BUILD)/fuzz/log 2>&1; rc=$$?; tail -5 $(BUILD)/fuzz/log; exit $$rc
+	$(BUILD)/fuzz/fuzz_store -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(BUILD)/fuzz/ \
+	    $(BUILD)/fuzz/store-corpus fuzz/store-seeds > $(BUILD)/fuzz/store-log 2>&1; rc=$$?; tail -5 $(BUILD)/fuzz/store-log; exit $$rc
 
 bench: $(BUILD)/agentkv
 	sh bench/engine.sh $(BUILD)/agentkv
