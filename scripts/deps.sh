@@ -9,6 +9,9 @@ pkg-config --exists libpcre2-8 2>/dev/null || need="$need libpcre2-dev"
 [ -f /usr/include/sodium.h ] || need="$need libsodium-dev"
 [ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"
 command -v curl >/dev/null 2>&1 || need="$need curl"
+# the server tests run the official openai npm client
+command -v node >/dev/null 2>&1 || need="$need nodejs"
+command -v npm >/dev/null 2>&1 || need="$need npm"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 [ -z "$need" ] && exit 0
