@@ -17,7 +17,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
     {"cache", cmd_cache, "list, inspect, verify, remove and gc agent caches in a memory directory"},
     {"synth", cmd_synth, "write a GGUF with random weights of a real model's shape"},
-    {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill)"},
+    {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching)"},
 };
 
 static void usage(FILE *out) {
