@@ -79,16 +79,7 @@ int ak_save_policy_parse(const char *s, ak_save_policy *out) {
     return 0;
 }
 
-static void logf_(ak_agents *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(ak_agents *a, const char *fmt, ...) {
-    if (!a->cfg.log) return;
-    char line[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    a->cfg.log(a->cfg.log_ud, line);
-}
+#define logf_(a, ...) ak_logf((a)->cfg.log, (a)->cfg.log_ud, __VA_ARGS__)
 
 static void *writer_main(void *arg) {
     ak_agents *a = arg;

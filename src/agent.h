@@ -47,7 +47,6 @@ const char *ak_tier_name(ak_tier t);     /* "hot", "warm", "cold" */
 /* Parses "turn", "evict", "shutdown"; 0 or -1. */
 int ak_save_policy_parse(const char *s, ak_save_policy *out);
 
-typedef void (*ak_log_fn)(void *ud, const char *line);
 
 typedef struct {
     const ak_model *model;

@@ -30,16 +30,7 @@ typedef struct {
     int too_large;
 } conn;
 
-static void logf_(ak_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(ak_server *s, const char *fmt, ...) {
-    if (!s->cfg.log) return;
-    char line[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    s->cfg.log(s->cfg.log_ud, line);
-}
+#define logf_(s, ...) ak_logf((s)->cfg.log, (s)->cfg.log_ud, __VA_ARGS__)
 
 /* ------------------------------------------------------------ responses */
 

@@ -184,3 +184,13 @@ void ak_restore_denormals(unsigned mode) {
     (void)mode;
 #endif
 }
+
+void ak_logf(ak_log_fn fn, void *ud, const char *fmt, ...) {
+    if (!fn) return;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fn(ud, line);
+}

@@ -45,6 +45,11 @@ uint16_t ak_f32_to_bf16(float f);
 unsigned ak_flush_denormals(void);
 void ak_restore_denormals(unsigned mode);
 
+/* Where modules send one-line log messages (servers, agents); ud is the
+ * caller's. ak_logf formats into a line and calls fn (nothing if fn is NULL). */
+typedef void (*ak_log_fn)(void *ud, const char *line);
+void ak_logf(ak_log_fn fn, void *ud, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Number of online CPUs (>= 1). */
 int ak_num_cpus(void);
 
