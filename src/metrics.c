@@ -140,6 +140,17 @@ static void put(sbuf *b, const char *fmt, ...) {
     }
 }
 
+/* One metric with its HELP and TYPE lines and a single unlabelled sample. */
+static void put_one(sbuf *b, const char *type, const char *name, const char *help, const char *value) {
+    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %s\n", name, help, name, type, name, value);
+}
+
+static void put_u64(sbuf *b, const char *type, const char *name, const char *help, uint64_t v) {
+    char num[32];
+    snprintf(num, sizeof num, "%llu", (unsigned long long)v);
+    put_one(b, type, name, help, num);
+}
+
 static void put_hist(sbuf *b, const char *name, const char *label, const histogram *h, const double *bounds,
                      int nb) {
     uint64_t cum = 0;
@@ -159,6 +170,16 @@ static void put_hist(sbuf *b, const char *name, const char *label, const histogr
     }
 }
 
+static void put_tier_hist(sbuf *b, const char *name, const char *help, const histogram *h,
+                          const char *const *tiers) {
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int t = 0; t < N_TIERS; t++) {
+        char label[32];
+        snprintf(label, sizeof label, "tier=\"%s\"", tiers[t]);
+        put_hist(b, name, label, &h[t], lat_bounds, N_LAT);
+    }
+}
+
 char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
     sbuf b = {malloc(4096), 0, 4096, 0};
     if (!b.s) return NULL;
@@ -170,49 +191,27 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
     for (int i = 0; i < m->n_req; i++)
         put(&b, "agentkv_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->req[i].endpoint,
             m->req[i].status, (unsigned long long)m->req[i].count);
-    put(&b, "# HELP agentkv_prompt_tokens_total Prompt tokens of completed turns.\n"
-            "# TYPE agentkv_prompt_tokens_total counter\nagentkv_prompt_tokens_total %llu\n",
-        (unsigned long long)m->prompt_tokens);
-    put(&b, "# HELP agentkv_cached_tokens_total Prompt tokens served from an agent's cache.\n"
-            "# TYPE agentkv_cached_tokens_total counter\nagentkv_cached_tokens_total %llu\n",
-        (unsigned long long)m->cached_tokens);
-    put(&b, "# HELP agentkv_completion_tokens_total Generated tokens.\n"
-            "# TYPE agentkv_completion_tokens_total counter\nagentkv_completion_tokens_total %llu\n",
-        (unsigned long long)m->completion_tokens);
+    put_u64(&b, "counter", "agentkv_prompt_tokens_total", "Prompt tokens of completed turns.", m->prompt_tokens);
+    put_u64(&b, "counter", "agentkv_cached_tokens_total", "Prompt tokens served from an agent's cache.",
+            m->cached_tokens);
+    put_u64(&b, "counter", "agentkv_completion_tokens_total", "Generated tokens.", m->completion_tokens);
     put(&b, "# HELP agentkv_hits_total Turns by the tier that served the agent's memory.\n"
             "# TYPE agentkv_hits_total counter\n");
     for (int t = 0; t < N_TIERS; t++)
         put(&b, "agentkv_hits_total{tier=\"%s\"} %llu\n", tiers[t], (unsigned long long)m->hits[t]);
-    put(&b, "# HELP agentkv_ttft_seconds Time from request to first token, by tier.\n"
-            "# TYPE agentkv_ttft_seconds histogram\n");
-    for (int t = 0; t < N_TIERS; t++) {
-        char label[32];
-        snprintf(label, sizeof label, "tier=\"%s\"", tiers[t]);
-        put_hist(&b, "agentkv_ttft_seconds", label, &m->ttft[t], lat_bounds, N_LAT);
-    }
-    put(&b, "# HELP agentkv_token_latency_seconds Time between generated tokens, by tier of the turn.\n"
-            "# TYPE agentkv_token_latency_seconds histogram\n");
-    for (int t = 0; t < N_TIERS; t++) {
-        char label[32];
-        snprintf(label, sizeof label, "tier=\"%s\"", tiers[t]);
-        put_hist(&b, "agentkv_token_latency_seconds", label, &m->token_gap[t], lat_bounds, N_LAT);
-    }
+    put_tier_hist(&b, "agentkv_ttft_seconds", "Time from request to first token, by tier.", m->ttft, tiers);
+    put_tier_hist(&b, "agentkv_token_latency_seconds", "Time between generated tokens, by tier of the turn.",
+                  m->token_gap, tiers);
     put(&b, "# HELP agentkv_batch_size Sequences per engine step.\n# TYPE agentkv_batch_size histogram\n");
     put_hist(&b, "agentkv_batch_size", "", &m->batch, batch_bounds, N_BATCH);
-    put(&b, "# HELP agentkv_evictions_total Agents moved out of RAM to make room.\n"
-            "# TYPE agentkv_evictions_total counter\nagentkv_evictions_total %llu\n",
-        (unsigned long long)m->evictions);
-    put(&b, "# HELP agentkv_restores_total Warm restores (from the memory directory).\n"
-            "# TYPE agentkv_restores_total counter\nagentkv_restores_total %llu\n",
-        (unsigned long long)m->restores);
-    put(&b, "# HELP agentkv_restores_ahead_total Warm restores done by the I/O thread before the turn.\n"
-            "# TYPE agentkv_restores_ahead_total counter\nagentkv_restores_ahead_total %llu\n",
-        (unsigned long long)m->restores_ahead);
-    put(&b, "# HELP agentkv_restore_bytes_total Bytes read by warm restores.\n"
-            "# TYPE agentkv_restore_bytes_total counter\nagentkv_restore_bytes_total %llu\n",
-        (unsigned long long)m->restore_bytes);
-    put(&b, "# HELP agentkv_restore_seconds_total Time spent in warm restores.\n"
-            "# TYPE agentkv_restore_seconds_total counter\nagentkv_restore_seconds_total %.6f\n", m->restore_s);
+    put_u64(&b, "counter", "agentkv_evictions_total", "Agents moved out of RAM to make room.", m->evictions);
+    put_u64(&b, "counter", "agentkv_restores_total", "Warm restores (from the memory directory).", m->restores);
+    put_u64(&b, "counter", "agentkv_restores_ahead_total", "Warm restores done by the I/O thread before the turn.",
+            m->restores_ahead);
+    put_u64(&b, "counter", "agentkv_restore_bytes_total", "Bytes read by warm restores.", m->restore_bytes);
+    char secs[32];
+    snprintf(secs, sizeof secs, "%.6f", m->restore_s);
+    put_one(&b, "counter", "agentkv_restore_seconds_total", "Time spent in warm restores.", secs);
     pthread_mutex_unlock(&m->mu);
     if (g) {
         put(&b, "# HELP agentkv_agents Agents by tier (hot: KV in RAM; warm: on disk only).\n"
@@ -222,13 +221,9 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
                 "# TYPE agentkv_tier_bytes gauge\nagentkv_tier_bytes{tier=\"hot\"} %llu\n"
                 "agentkv_tier_bytes{tier=\"warm\"} %llu\n",
             (unsigned long long)g->bytes_hot, (unsigned long long)g->bytes_warm);
-        put(&b, "# HELP agentkv_kv_budget_bytes RAM budget of the KV pool (0: none).\n"
-                "# TYPE agentkv_kv_budget_bytes gauge\nagentkv_kv_budget_bytes %llu\n",
-            (unsigned long long)g->bytes_budget);
-        put(&b, "# HELP agentkv_requests_active Requests prefilling or decoding.\n"
-                "# TYPE agentkv_requests_active gauge\nagentkv_requests_active %d\n", g->active);
-        put(&b, "# HELP agentkv_requests_queued Requests waiting for admission.\n"
-                "# TYPE agentkv_requests_queued gauge\nagentkv_requests_queued %d\n", g->queued);
+        put_u64(&b, "gauge", "agentkv_kv_budget_bytes", "RAM budget of the KV pool (0: none).", g->bytes_budget);
+        put_u64(&b, "gauge", "agentkv_requests_active", "Requests prefilling or decoding.", (uint64_t)g->active);
+        put_u64(&b, "gauge", "agentkv_requests_queued", "Requests waiting for admission.", (uint64_t)g->queued);
     }
     if (b.failed) {
         free(b.s);
