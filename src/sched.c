@@ -59,6 +59,9 @@ typedef struct op {
     ak_sched_agent *list;
     int n;
     ak_metrics_gauges *g;
+    const ak_store_entry *files;  /* the store's files, listed by the caller (file I/O stays
+                                     off the engine thread) */
+    int n_files;
 } op;
 
 typedef struct io_item {
@@ -637,16 +640,11 @@ static void run_op(ak_sched *s, op *o) {
         else o->rc = ak_agent_remove(ag, o->id, &o->err);
         return;
     }
-    ak_store_entry *files = NULL;
-    int n_files = 0;
-    if (s->cfg.store && ak_store_list(s->cfg.store, &files, &n_files, &o->err) < 0) {
-        if (o->kind == OP_LIST) { o->rc = -1; return; }
-        n_files = 0;
-    }
+    const ak_store_entry *files = o->files;
+    int n_files = o->n_files;
     int n_ag = ak_agents_count(ag), n = 0;
     ak_sched_agent *v = calloc((size_t)(n_ag + n_files) + 1, sizeof *v);
     if (!v) {
-        free(files);
         o->rc = ak_fail(&o->err, "out of memory");
         return;
     }
@@ -683,7 +681,6 @@ static void run_op(ak_sched *s, op *o) {
         x->last_use = files[i].mtime;
         x->busy = agent_busy(s, files[i].id);
     }
-    free(files);
     if (o->kind == OP_GAUGES) {
         ak_block_pool_stats st;
         ak_block_pool_get_stats(s->cfg.pool, &st);
@@ -908,10 +905,24 @@ static int post_op(ak_sched *s, op *o) {
     return 0;
 }
 
+/* Lists the store's files on the calling thread: reading every header is
+ * file I/O the engine must not wait for. Returns 0, or -1 with err set. */
+static int list_files(ak_sched *s, op *o, ak_error *err) {
+    ak_store_entry *files = NULL;
+    int n = 0;
+    if (s->cfg.store && ak_store_list(s->cfg.store, &files, &n, err) < 0) return -1;
+    o->files = files;
+    o->n_files = n;
+    return 0;
+}
+
 int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *err) {
     op o = {0};
     o.kind = OP_LIST;
-    if (post_op(s, &o) < 0 || o.rc < 0) {
+    if (list_files(s, &o, err) < 0) return -1;
+    int rc = post_op(s, &o);
+    free((void *)o.files);
+    if (rc < 0 || o.rc < 0) {
         if (err) *err = o.err;
         return -1;
     }
@@ -936,5 +947,8 @@ void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g) {
     op o = {0};
     o.kind = OP_GAUGES;
     o.g = g;
+    ak_error err = {{0}};
+    list_files(s, &o, &err);   /* no files listed: warm gauges read 0 */
     post_op(s, &o);
+    free((void *)o.files);
 }
