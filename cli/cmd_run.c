@@ -30,11 +30,7 @@ static const char *usage_text =
     "  --agent NAME         run as a persistent agent: its KV cache is restored from and saved to\n"
     "                       the memory directory; a prompt that extends the last one prefills only\n"
     "                       the new tokens (stderr: match, tier, reused, prefilled, restore_ms)\n"
-    "  --memory-dir DIR     where agent caches live (default ./agentkv-memory)\n"
-    "  --memory-key-file F  seal agent files with this 32-byte key (XChaCha20-Poly1305)\n"
-    "  --disk-budget BYTES  keep the memory directory under this size (LRU files go first)\n"
-    "  --save-policy P      when an agent's cache is written: turn (after every turn, default),\n"
-    "                       evict (when it leaves RAM) or shutdown (at exit); all save at a clean exit\n"
+    MEMORY_OPTS_HELP
     "  --no-bos             don't add the BOS token the vocabulary asks for\n"
     "  --json               print one JSON object (tokens, text, timings) instead of streaming\n";
 
@@ -51,9 +47,9 @@ int cmd_run(int argc, char **argv) {
     ak_sampler_params sp = ak_sampler_defaults();
     cache_opts co;
     cache_opts_init(&co);
-    const char *agent_id = NULL, *memory_dir = "./agentkv-memory", *key_file = NULL;
-    size_t disk_budget = 0;
-    ak_save_policy save_policy = AK_SAVE_EVERY_TURN;
+    const char *agent_id = NULL;
+    memory_opts mo;
+    memory_opts_init(&mo);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -73,18 +69,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(f, "--no-bos")) no_bos = 1;
         else if (!strcmp(f, "--json")) json = 1;
         else if (!strcmp(f, "--agent")) agent_id = args_value(&a, f);
-        else if (!strcmp(f, "--memory-dir")) memory_dir = args_value(&a, f);
-        else if (!strcmp(f, "--memory-key-file")) key_file = args_value(&a, f);
-        else if (!strcmp(f, "--save-policy")) {
-            const char *v = args_value(&a, f);
-            if (v && ak_save_policy_parse(v, &save_policy) < 0)
-                args_error(&a, "--save-policy: '%s' is not turn, evict or shutdown", v);
-        }
-        else if (!strcmp(f, "--disk-budget")) {
-            const char *v = args_value(&a, f);
-            if (v && (ak_parse_bytes(v, &disk_budget) < 0 || !disk_budget))
-                args_error(&a, "--disk-budget: '%s' is not a positive byte size", v);
-        } else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!memory_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
     if (!a.failed && !prompt == !prompt_file) args_error(&a, "give exactly one of -p PROMPT or -f PROMPT_FILE");
@@ -124,11 +109,9 @@ int cmd_run(int argc, char **argv) {
         goto fail;
     }
     if (agent_id) {
-        uint8_t key[AK_STORE_KEY_BYTES];
-        if (key_file && ak_store_read_key(key_file, key, &err) < 0) goto fail;
-        if (!(store = ak_store_open(memory_dir, key_file ? key : NULL, &err))) goto fail;
+        if (!(store = memory_opts_open(&mo, &err))) goto fail;
         if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
-        ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, save_policy, disk_budget,
+        ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, mo.save, mo.disk_budget,
                                log_line, NULL};
         if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     } else if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) {

@@ -21,10 +21,6 @@ static const char *usage_text =
     "  -m, --model FILE       GGUF model\n"
     "  --host ADDR            address to bind (default 127.0.0.1: loopback only)\n"
     "  --port N               port (default 8080; 0 = any free port, printed at start)\n"
-    "  --memory-dir DIR       where agent caches live (default ./agentkv-memory)\n"
-    "  --memory-key-file F    seal agent files with this 32-byte key (XChaCha20-Poly1305)\n"
-    "  --disk-budget BYTES    keep the memory directory under this size (LRU files go first)\n"
-    "  --save-policy P        turn (after every turn, default), evict, shutdown\n"
     "  -c, --ctx-size N       positions per agent (default: the model's, at most 4096)\n"
     "  -t, --threads N        threads (default: all cores)\n"
     "  --max-agents N         requests running at once, batched together (default 16); more queue\n"
@@ -35,6 +31,7 @@ static const char *usage_text =
     "  --model-id NAME        the model name clients use (default: the file name without .gguf)\n"
     "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
     "  --max-body BYTES       largest request body (default 4M)\n"
+    MEMORY_OPTS_HELP
     CACHE_OPTS_HELP
     "  (serve's default KV budget: half of the RAM left beside the weights)\n"
     "  SIGINT/SIGTERM: stop accepting, cut running requests, save every dirty agent, exit 0.\n";
@@ -66,11 +63,12 @@ static char *read_api_key(const char *path, ak_error *err) {
 int cmd_serve(int argc, char **argv) {
     ak_args a;
     args_init(&a, "serve", argc, argv);
-    const char *model_path = NULL, *host = "127.0.0.1", *memory_dir = "./agentkv-memory", *key_file = NULL;
+    const char *model_path = NULL, *host = "127.0.0.1";
     const char *api_key_file = NULL, *model_id_arg = NULL, *template_arg = NULL;
     int port = 8080, n_ctx = 0, n_threads = 0, max_agents = 16, step_tokens = 256, step_ms = 200;
-    size_t disk_budget = 0, max_body = 4u << 20;
-    ak_save_policy save_policy = AK_SAVE_EVERY_TURN;
+    size_t max_body = 4u << 20;
+    memory_opts mo;
+    memory_opts_init(&mo);
     cache_opts co;
     cache_opts_init(&co);
     const char *f;
@@ -79,8 +77,6 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
         else if (!strcmp(f, "--host")) host = args_value(&a, f);
         else if (!strcmp(f, "--port")) port = (int)args_int(&a, f, 0, 65535);
-        else if (!strcmp(f, "--memory-dir")) memory_dir = args_value(&a, f);
-        else if (!strcmp(f, "--memory-key-file")) key_file = args_value(&a, f);
         else if (!strcmp(f, "--api-key-file")) api_key_file = args_value(&a, f);
         else if (!strcmp(f, "--model-id")) model_id_arg = args_value(&a, f);
         else if (!strcmp(f, "--chat-template")) template_arg = args_value(&a, f);
@@ -89,15 +85,11 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(f, "--max-agents")) max_agents = (int)args_int(&a, f, 1, 4096);
         else if (!strcmp(f, "--step-tokens")) step_tokens = (int)args_int(&a, f, 1, 1 << 16);
         else if (!strcmp(f, "--step-ms")) step_ms = (int)args_int(&a, f, 0, 600000);
-        else if (!strcmp(f, "--save-policy")) {
+        else if (!strcmp(f, "--max-body")) {
             const char *v = args_value(&a, f);
-            if (v && ak_save_policy_parse(v, &save_policy) < 0)
-                args_error(&a, "--save-policy: '%s' is not turn, evict or shutdown", v);
-        } else if (!strcmp(f, "--disk-budget") || !strcmp(f, "--max-body")) {
-            const char *v = args_value(&a, f);
-            size_t *dst = !strcmp(f, "--max-body") ? &max_body : &disk_budget;
-            if (v && (ak_parse_bytes(v, dst) < 0 || !*dst)) args_error(&a, "%s: '%s' is not a positive byte size", f, v);
-        } else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+            if (v && (ak_parse_bytes(v, &max_body) < 0 || !max_body))
+                args_error(&a, "--max-body: '%s' is not a positive byte size", v);
+        } else if (!memory_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     ak_chat_family family = AK_CHAT_PLAIN;
     ak_error err = {{0}};
@@ -141,9 +133,7 @@ int cmd_serve(int argc, char **argv) {
     template_text = ak_chat_template_gguf(&lm.model->gguf, &err);
     if (!template_arg) family = ak_chat_detect(template_text);
     if (api_key_file && !(api_key = read_api_key(api_key_file, &err))) goto fail;
-    uint8_t key[AK_STORE_KEY_BYTES];
-    if (key_file && ak_store_read_key(key_file, key, &err) < 0) goto fail;
-    if (!(store = ak_store_open(memory_dir, key_file ? key : NULL, &err))) goto fail;
+    if (!(store = memory_opts_open(&mo, &err))) goto fail;
     if (!co.budget) {
         /* a server without a budget would keep every agent in RAM forever:
          * default to half of what the machine has beside the weights */
@@ -164,7 +154,7 @@ int cmd_serve(int argc, char **argv) {
     }
     /* touch the first part of the hot tier now, not during a restore */
     ak_block_pool_prefault(pool, co.fk, co.fv, co.budget < (512u << 20) ? co.budget : (512u << 20));
-    ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, save_policy, disk_budget, log_line, NULL};
+    ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, mo.save, mo.disk_budget, log_line, NULL};
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     if (!(metrics = ak_metrics_new(&err))) goto fail;
     ak_sched_config sc = {lm.model, lm.tok, agents, pool, store, n_threads, n_ctx, step_tokens, max_agents, metrics,
@@ -177,7 +167,7 @@ int cmd_serve(int argc, char **argv) {
             "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "
             "memory %s%s%s)\n",
             model_id, host, ak_server_port(server), ak_chat_family_name(family), n_ctx, ak_kv_format_get(co.fk)->name,
-            ak_kv_format_get(co.fv)->name, co.budget / 1048576.0, memory_dir, key_file ? ", sealed" : "",
+            ak_kv_format_get(co.fv)->name, co.budget / 1048576.0, mo.dir, mo.key_file ? ", sealed" : "",
             api_key ? ", API key required" : "");
     fflush(stderr);
     int sig = 0;

@@ -3,6 +3,7 @@
 
 #include "../src/calib.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,41 @@ int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag) {
         return 1;
     }
     return 0;
+}
+
+void memory_opts_init(memory_opts *o) {
+    o->dir = "./agentkv-memory";
+    o->key_file = NULL;
+    o->disk_budget = 0;
+    o->save = AK_SAVE_EVERY_TURN;
+}
+
+int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag) {
+    if (!strcmp(flag, "--memory-dir")) {
+        const char *v = args_value(a, flag);
+        if (v) o->dir = v;
+    } else if (!strcmp(flag, "--memory-key-file")) {
+        o->key_file = args_value(a, flag);
+    } else if (!strcmp(flag, "--save-policy")) {
+        const char *v = args_value(a, flag);
+        if (v && ak_save_policy_parse(v, &o->save) < 0)
+            args_error(a, "--save-policy: '%s' is not turn, evict or shutdown", v);
+    } else if (!strcmp(flag, "--disk-budget")) {
+        const char *v = args_value(a, flag);
+        if (v && (ak_parse_bytes(v, &o->disk_budget) < 0 || !o->disk_budget))
+            args_error(a, "--disk-budget: '%s' is not a positive byte size", v);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+ak_store *memory_opts_open(const memory_opts *o, ak_error *err) {
+    uint8_t key[AK_STORE_KEY_BYTES];
+    if (o->key_file && ak_store_read_key(o->key_file, key, err) < 0) return NULL;
+    ak_store *s = ak_store_open(o->dir, o->key_file ? key : NULL, err);
+    sodium_memzero(key, sizeof key);
+    return s;
 }
 
 int cache_center(const cache_opts *o, ak_ctx *ctx, const ak_tokenizer *tk, ak_block_pool *pool, const char *cmd) {

@@ -3,6 +3,7 @@
 #ifndef AK_CLI_COMMON_H
 #define AK_CLI_COMMON_H
 
+#include "../src/agent.h"
 #include "../src/blockpool.h"
 #include "../src/model.h"
 #include "args.h"
@@ -64,6 +65,29 @@ int cache_center(const cache_opts *o, ak_ctx *ctx, const ak_tokenizer *tk, ak_bl
  * "agentkv CMD: reason" and returns -1 (nothing to free). */
 int cache_open(const cache_opts *o, const ak_model *m, int n_ctx, const char *cmd, ak_block_pool **pool, ak_kv **kv);
 void cache_close(ak_block_pool *pool, ak_kv *kv);
+
+/* Agent memory flags shared by run and serve. */
+typedef struct {
+    const char *dir;          /* --memory-dir, default ./agentkv-memory */
+    const char *key_file;     /* --memory-key-file, NULL: plain files */
+    size_t disk_budget;       /* --disk-budget, 0 = none */
+    ak_save_policy save;      /* --save-policy, default every turn */
+} memory_opts;
+
+#define MEMORY_OPTS_HELP                                                                       \
+    "  --memory-dir DIR         where agent caches live (default ./agentkv-memory)\n"           \
+    "  --memory-key-file F      seal agent files with this 32-byte key (XChaCha20-Poly1305)\n"  \
+    "  --disk-budget BYTES      keep the memory directory under this size (LRU files go first)\n" \
+    "  --save-policy P          when an agent's cache is written: turn (after every turn, default),\n" \
+    "                           evict (when it leaves RAM) or shutdown (at exit); all save at a\n" \
+    "                           clean exit\n"
+
+void memory_opts_init(memory_opts *o);
+/* If flag is one of the memory flags, parses its value into o (errors go
+ * through a) and returns 1; returns 0 for other flags. */
+int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag);
+/* Opens the store o names (reading its key, if any). Returns NULL with err set. */
+ak_store *memory_opts_open(const memory_opts *o, ak_error *err);
 
 /* Reads a prompt file; on failure prints the error and returns NULL. */
 char *read_prompt_file(const char *cmd, const char *path, size_t *len);
