@@ -122,8 +122,14 @@ int main(int argc, char **argv) {
         }
     }
     fprintf(stderr, "fresh vectors: error per coordinate %.5f (least-squares norm)\n", err / ne / D);
+    /* Here a window is c_{i-2}*64 + c_{i-1}*8 + c_i (a shift register);
+     * the format indexes by c_i*64 + c_{i-1}*8 + c_{i-2} (the bits of the
+     * code stream as they lie): print in that order. */
     printf("const float ak_kvf_tcq3_table[512] = {\n");
-    for (int w = 0; w < NT; w++) printf("%s%.9gf,%s", w % 8 ? " " : "    ", T[w], w % 8 == 7 ? "\n" : "");
+    for (int k = 0; k < NT; k++) {
+        int w = (k & 7) << 6 | (k & 0x38) | k >> 6;
+        printf("%s%.9gf,%s", k % 8 ? " " : "    ", T[w], k % 8 == 7 ? "\n" : "");
+    }
     printf("};\n");
     free(Y);
     free(sum);

@@ -71,7 +71,13 @@ AK_KVF_DECLARE(q2)
 AK_KVF_DECLARE(tq4)
 AK_KVF_DECLARE(tq3)
 AK_KVF_DECLARE(tq2)
+AK_KVF_DECLARE(tcq3)
 #undef AK_KVF_DECLARE
+/* tcq3's products in plain C (kvformat.c), for back ends without a gather. */
+void ak_kvf_tcq3_dot_c(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *q, int d,
+                       float *out);
+void ak_kvf_tcq3_axpy_c(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *w,
+                        int d, float *acc);
 #endif
 
 #endif

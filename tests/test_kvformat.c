@@ -537,7 +537,7 @@ TEST(kvformat_tcq3_exhaustive) {
         for (int p = 0; p < 4096; p++) {
             double e = 0;
             for (int i = 0, w = 0; i < d; i++) {
-                w = (w << 3 | (p >> (3 * i) & 7)) & 511;
+                w = w >> 3 | (p >> (3 * i) & 7) << 6;   /* c_i*64 + c_{i-1}*8 + c_{i-2} */
                 e += ((double)y[i] - ak_kvf_tcq3_table[w]) * ((double)y[i] - ak_kvf_tcq3_table[w]);
             }
             best = fmin(best, e);
@@ -546,7 +546,7 @@ TEST(kvformat_tcq3_exhaustive) {
         double got = 0, yc = 0, cc = 0;
         float tv[4];
         for (int i = 0, w = 0; i < d; i++) {
-            w = (w << 3 | (bits >> (3 * i) & 7)) & 511;
+            w = w >> 3 | (bits >> (3 * i) & 7) << 6;
             tv[i] = ak_kvf_tcq3_table[w];
             got += ((double)y[i] - tv[i]) * ((double)y[i] - tv[i]);
             yc += (double)y[i] * tv[i];
