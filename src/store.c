@@ -79,6 +79,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -1345,35 +1346,54 @@ int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_erro
  * bytes in file order. Each batch of pieces (up to IOV_BATCH of them, about
  * BATCH_BYTES) is hashed right after it is read, while it is still in
  * cache, into the tensor's streaming XXH3. Two threads (the caller and one
- * worker) take half of the tensors each, so reading and hashing overlap.
- * Nothing is visible to the caller's sequence until every checksum has
- * passed: the fresh sequence is swapped in only then, and freed otherwise. */
+ * worker) claim tensors one at a time from a shared counter, so reading
+ * and hashing overlap, and a thread the scheduler leaves waiting (a busy
+ * machine) delays the restore by at most the tensor it holds: the caller
+ * takes the rest, waits only for tensors claimed, never for the worker to
+ * exit (the worker is detached; the last of the two frees the shared
+ * state). Nothing is visible to the caller's sequence until every checksum
+ * has passed: the fresh sequence is swapped in only then, and freed
+ * otherwise. (Measured, 16K tokens q4, restore CPU time single-threaded:
+ * 1.4x a plain read of the file, of which pieces 0.15x, hashing 0.25x.) */
 #define IOV_BATCH 1024
 #define BATCH_BYTES ((size_t)256 << 10)
 #define TWO_THREADS_BYTES ((uint64_t)4 << 20)   /* below this, one thread */
 
+typedef struct dl_shared dl_shared;
+
+/* One thread's results. */
 typedef struct {
-    int fd;
-    const tensor_desc *t;
-    const char (*want)[17];
-    int i0, i1;              /* tensors [i0, i1) */
-    uint8_t *const *blk;     /* data of block b */
-    const size_t *toff;      /* offset of tensor i's piece within a block */
-    int nb;                  /* blocks */
-    uint64_t data_off;       /* file offset of the data section */
-    /* results */
+    dl_shared *sh;
     uint64_t bytes;
-    int bad;                 /* first tensor whose checksum failed, or -1 */
+    int bad;                 /* the tensor whose checksum failed, or -1 */
     uint64_t bad_hash;
     int err;                 /* errno of a failed read; -1: the file shrank */
     uint64_t err_off;
 } dl_job;
 
+struct dl_shared {
+    /* set before the threads start, read-only after */
+    int fd;
+    const tensor_desc *t;
+    const char (*want)[17];
+    int nt;                  /* tensors */
+    uint8_t *const *blk;     /* data of block b */
+    const size_t *toff;      /* offset of tensor i's piece within a block */
+    int nb;                  /* blocks */
+    uint64_t data_off;       /* file offset of the data section */
+    /* atomics */
+    int next;                /* the next tensor to claim */
+    int done;                /* tensors claimed and finished (or skipped) */
+    int stop;                /* a read or checksum failed: skip the rest */
+    int refs;                /* threads holding this; the last frees it */
+    dl_job job[2];           /* [0] the worker, [1] the caller */
+};
+
 /* Reads the cnt pieces of iov (their bytes back to back in the file from
  * off) into place; iov is consumed. Returns 0, or -1 with j->err set. */
 static int read_pieces(dl_job *j, struct iovec *iov, int cnt, uint64_t off) {
     while (cnt > 0) {
-        ssize_t k = preadv(j->fd, iov, cnt, (off_t)off);
+        ssize_t k = preadv(j->sh->fd, iov, cnt, (off_t)off);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) {
             j->err = k < 0 ? errno : -1;
@@ -1395,42 +1415,63 @@ static int read_pieces(dl_job *j, struct iovec *iov, int cnt, uint64_t off) {
     return 0;
 }
 
-/* Reads and hashes tensors [j->i0, j->i1) (above); stops at the first
- * failed read or checksum, recorded in j. */
-static void *dl_run(void *arg) {
-    dl_job *j = arg;
+/* Reads and hashes tensor i (above). Returns 0, or -1 with the failed read
+ * or checksum recorded in j. */
+static int dl_tensor(dl_job *j, int i) {
+    const dl_shared *sh = j->sh;
+    const tensor_desc *t = &sh->t[i];
     struct iovec iov[IOV_BATCH], piece[IOV_BATCH];
     XXH3_state_t hs;
-    j->bad = -1;
-    j->err = 0;
-    for (int i = j->i0; i < j->i1; i++) {
-        const tensor_desc *t = &j->t[i];
-        uint64_t off = j->data_off + t->offset;
-        XXH3_64bits_reset(&hs);
-        int cnt = 0;
-        size_t batch = 0;
-        for (int b = 0; b < j->nb; b++) {
-            piece[cnt].iov_base = j->blk[b] + j->toff[i];
-            piece[cnt].iov_len = (size_t)t->piece;
-            batch += piece[cnt++].iov_len;
-            if (cnt == IOV_BATCH || batch >= BATCH_BYTES || b == j->nb - 1) {
-                memcpy(iov, piece, sizeof(struct iovec) * (size_t)cnt);
-                if (read_pieces(j, iov, cnt, off) != 0) return NULL;
-                for (int k = 0; k < cnt; k++) XXH3_64bits_update(&hs, piece[k].iov_base, piece[k].iov_len);
-                off += batch;
-                cnt = 0;
-                batch = 0;
-            }
-        }
-        uint64_t got = XXH3_64bits_digest(&hs);
-        char g[17];
-        hex64(got, g);
-        if (!j->want[i][0] || strcmp(j->want[i], g)) {
-            j->bad = i;
-            j->bad_hash = got;
-            return NULL;
+    uint64_t off = sh->data_off + t->offset;
+    XXH3_64bits_reset(&hs);
+    int cnt = 0;
+    size_t batch = 0;
+    for (int b = 0; b < sh->nb; b++) {
+        piece[cnt].iov_base = sh->blk[b] + sh->toff[i];
+        piece[cnt].iov_len = (size_t)t->piece;
+        batch += piece[cnt++].iov_len;
+        if (cnt == IOV_BATCH || batch >= BATCH_BYTES || b == sh->nb - 1) {
+            memcpy(iov, piece, sizeof(struct iovec) * (size_t)cnt);
+            if (read_pieces(j, iov, cnt, off) != 0) return -1;
+            for (int k = 0; k < cnt; k++) XXH3_64bits_update(&hs, piece[k].iov_base, piece[k].iov_len);
+            off += batch;
+            cnt = 0;
+            batch = 0;
         }
     }
+    uint64_t got = XXH3_64bits_digest(&hs);
+    char g[17];
+    hex64(got, g);
+    if (!sh->want[i][0] || strcmp(sh->want[i], g)) {
+        j->bad = i;
+        j->bad_hash = got;
+        return -1;
+    }
+    return 0;
+}
+
+/* Claims and restores tensors until none is left; after a failure (any
+ * thread's) claims the rest without reading them. */
+static void dl_work(dl_job *j) {
+    dl_shared *sh = j->sh;
+    for (;;) {
+        int i = __atomic_fetch_add(&sh->next, 1, __ATOMIC_RELAXED);
+        if (i >= sh->nt) break;
+        if (!__atomic_load_n(&sh->stop, __ATOMIC_RELAXED) && dl_tensor(j, i) != 0)
+            __atomic_store_n(&sh->stop, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&sh->done, 1, __ATOMIC_RELEASE);   /* publishes j's results so far */
+    }
+}
+
+static void dl_release(dl_shared *sh) {
+    if (__atomic_sub_fetch(&sh->refs, 1, __ATOMIC_ACQ_REL) == 0) free(sh);
+}
+
+static void *dl_thread(void *arg) {
+    dl_job *j = arg;
+    dl_shared *sh = j->sh;
+    dl_work(j);
+    dl_release(sh);   /* touches nothing of the caller's after its last claim */
     return NULL;
 }
 
@@ -1490,34 +1531,49 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     for (int i = 0; i < nt && nb; i++)
         toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0) - blk[0]);
     posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
-    dl_job jobs[2];
     uint64_t data_bytes = nt ? t[nt - 1].offset + t[nt - 1].bytes : 0;
-    int split = 0;   /* the worker takes tensors [0, split), the caller the rest */
-    if (data_bytes >= TWO_THREADS_BYTES)
-        while (split < nt && t[split].offset + t[split].bytes <= data_bytes / 2) split++;
-    for (int k = 0; k < 2; k++)
-        jobs[k] = (dl_job){r->fd, t, (const char (*)[17])want, k ? split : 0, k ? nt : split, blk, toff, nb,
-                           m->hdr_end, 0, -1, 0, 0, 0};
-    pthread_t th;
-    int threaded = split > 0 && pthread_create(&th, NULL, dl_run, &jobs[0]) == 0;
-    if (!threaded) jobs[1].i0 = 0;
-    dl_run(&jobs[1]);
-    if (threaded) pthread_join(th, NULL);
+    dl_shared *sh = calloc(1, sizeof *sh);
+    if (!sh) {
+        judge(v, AK_STORE_ERROR, NULL, "out of memory");
+        goto out;
+    }
+    *sh = (dl_shared){r->fd, t, (const char (*)[17])want, nt, blk, toff, nb, m->hdr_end, 0, 0, 0, 1, {{0}}};
+    for (int k = 0; k < 2; k++) sh->job[k] = (dl_job){sh, 0, -1, 0, 0, 0};
+    if (data_bytes >= TWO_THREADS_BYTES) {
+        pthread_attr_t at;
+        pthread_t th;
+        sh->refs = 2;
+        if (pthread_attr_init(&at) != 0) sh->refs = 1;
+        else {
+            if (pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) != 0 ||
+                pthread_create(&th, &at, dl_thread, &sh->job[0]) != 0)
+                sh->refs = 1;   /* no worker: the caller does it all */
+            pthread_attr_destroy(&at);
+        }
+    }
+    dl_work(&sh->job[1]);
+    while (__atomic_load_n(&sh->done, __ATOMIC_ACQUIRE) < nt) sched_yield();   /* the worker's last tensor */
     double fused = ms_since(t1);
     r->read_ms += fused;
-    for (int k = 0; k < 2; k++) r->bytes_read += jobs[k].bytes;
+    dl_job res[2] = {sh->job[0], sh->job[1]};   /* complete: every claimed tensor is done */
+    dl_release(sh);
+    for (int k = 0; k < 2; k++) r->bytes_read += res[k].bytes;
     int bad = -1;
+    uint64_t bad_hash = 0;
     for (int k = 0; k < 2; k++) {
-        if (jobs[k].err) {
-            if (jobs[k].err < 0) judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
-            else judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)jobs[k].err_off,
-                       strerror(jobs[k].err));
+        if (res[k].err) {
+            if (res[k].err < 0) judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
+            else judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)res[k].err_off,
+                       strerror(res[k].err));
             goto out;
         }
-        if (jobs[k].bad >= 0 && (bad < 0 || jobs[k].bad < bad)) bad = jobs[k].bad;
+        if (res[k].bad >= 0 && (bad < 0 || res[k].bad < bad)) {
+            bad = res[k].bad;
+            bad_hash = res[k].bad_hash;
+        }
     }
     if (bad >= 0) {
-        check_sum(&t[bad], want[bad], jobs[bad >= split ? 1 : 0].bad_hash, v);
+        check_sum(&t[bad], want[bad], bad_hash, v);
         goto out;
     }
     if (check_tokens(m, vocab, v) != AK_STORE_HIT) goto out;
