@@ -223,13 +223,69 @@ static void fingerprint(ak_model *m) {
     XXH64_freeState(st);
 }
 
+/* Drops the mapping's pages of [p, p + n) from this process (whole pages
+ * inside the range only). They are clean file pages: touching them again
+ * reads them back, so this is always safe. */
+static void release_pages(const ak_model *m, const void *p, size_t n) {
+    if (!m->gguf.owns_map) return;
+    uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Copies every matrix the kernels have a packed layout for (kernels.h) into
+ * one allocation and points its ak_weight.packed there; the forward pass then
+ * reads only the copy, so the mapping's pages of those matrices are released
+ * and resident memory stays at one copy of the weights. Reports progress
+ * (the copy reads every byte). Returns the number of bytes packed, or -1 and
+ * sets err when the memory cannot be had. */
+static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *err) {
+    const ak_config *c = &m->cfg;
+    int nw = 7 * c->n_layer + 1;
+    ak_weight **ws = ak_malloc((size_t)nw * sizeof *ws, err);
+    if (!ws) return -1;
+    int k = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        ak_layer *L = &m->layers[l];
+        ak_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (int i = 0; i < 7; i++) ws[k++] = lw[i];
+    }
+    ws[k++] = &m->output;
+    size_t total = 0, done = 0;
+    for (int i = 0; i < nw; i++) total += ak_packed_bytes(ws[i]->type, ws[i]->rows, ws[i]->cols);
+    if (total == 0) { free(ws); return 0; }
+    m->packed_mem = aligned_alloc(64, total);
+    if (!m->packed_mem) {
+        free(ws);
+        return ak_fail(err, "%s: out of memory for the %.1f MB packed copy of the weights", m->gguf.path, total / 1e6);
+    }
+    m->packed_bytes = total;
+    uint8_t *dst = m->packed_mem;
+    for (int i = 0; i < nw; i++) {
+        ak_weight *w = ws[i];
+        size_t n = ak_packed_bytes(w->type, w->rows, w->cols);
+        if (!n) continue;
+        ak_pack_weights(w->type, w->data, w->rows, w->cols, dst);
+        w->packed = dst;
+        dst += n;
+        done += n;
+        release_pages(m, w->data, ak_row_bytes(w->type, w->cols) * (size_t)w->rows);
+        if (cb) cb(ud, (double)done / total);
+    }
+    if (c->tied_output) m->tok_embd.packed = m->output.packed;
+    free(ws);
+    return (int64_t)total;
+}
+
 ak_model *ak_model_load(const char *path, ak_progress_fn cb, void *ud, ak_error *err) {
     ak_model *m = ak_calloc(1, sizeof *m, err);
     if (!m) return NULL;
     if (gguf_open(&m->gguf, path, err) < 0) { free(m); return NULL; }
     if (load_config(m, err) < 0 || load_weights(m, err) < 0) { ak_model_free(m); return NULL; }
-    page_in(m, cb, ud);
     fingerprint(m);
+    int64_t packed = pack_weights(m, cb, ud, err);
+    if (packed < 0) { ak_model_free(m); return NULL; }
+    /* a packed model was read whole by the packing; the rest is paged in */
+    if (packed == 0) page_in(m, cb, ud);
     return m;
 }
 
@@ -243,6 +299,7 @@ void ak_model_free(ak_model *m) {
     free(m->layers);
     free(m->out_norm);
     free(m->inv_freq);
+    free(m->packed_mem);
     gguf_close(&m->gguf);
     free(m);
 }
@@ -359,6 +416,12 @@ static void attn_worker(void *ud, int ith, int nth) {
     }
 }
 
+/* Y (n x w->rows) = X (n x w->cols) W^T, from the packed copy when there is one. */
+static void matmul(ak_pool *pool, const ak_weight *w, const float *X, int n, float *Y) {
+    if (w->packed) ak_matmul_packed(pool, w->type, w->packed, w->rows, w->cols, X, n, Y);
+    else ak_matmul(pool, w->type, w->data, w->rows, w->cols, X, n, Y);
+}
+
 static void embed(const ak_model *m, int32_t tok, float *out) {
     const ak_weight *e = &m->tok_embd;
     ak_dequantize_row(e->type, (const uint8_t *)e->data + ak_row_bytes(e->type, e->cols) * tok, out, e->cols);
@@ -417,9 +480,9 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     for (int l = 0; l < cf->n_layer; l++) {
         const ak_layer *L = &m->layers[l];
         for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->attn_norm, dim, cf->rms_eps);
-        ak_matmul(c->pool, L->wq.type, L->wq.data, qd, dim, c->xb, n, c->q);
-        ak_matmul(c->pool, L->wk.type, L->wk.data, kvd, dim, c->xb, n, c->k);
-        ak_matmul(c->pool, L->wv.type, L->wv.data, kvd, dim, c->xb, n, c->v);
+        matmul(c->pool, &L->wq, c->xb, n, c->q);
+        matmul(c->pool, &L->wk, c->xb, n, c->k);
+        matmul(c->pool, &L->wv, c->xb, n, c->v);
         for (int i = 0; i < n; i++) {
             float *q = c->q + (size_t)i * qd, *k = c->k + (size_t)i * kvd, *v = c->v + (size_t)i * kvd;
             if (L->bq) {
@@ -433,17 +496,17 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         }
         attn_task at = {c, b, l};
         ak_pool_run(c->pool, attn_worker, &at);
-        ak_matmul(c->pool, L->wo.type, L->wo.data, dim, qd, c->att, n, c->xb);
+        matmul(c->pool, &L->wo, c->att, n, c->xb);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
 
         for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
-        ak_matmul(c->pool, L->w_gate.type, L->w_gate.data, cf->ffn, dim, c->xb, n, c->hb);
-        ak_matmul(c->pool, L->w_up.type, L->w_up.data, cf->ffn, dim, c->xb, n, c->hb2);
+        matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
+        matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
         for (size_t j = 0; j < (size_t)n * cf->ffn; j++) {
             float g = c->hb[j];
             c->hb[j] = g / (1.0f + expf(-g)) * c->hb2[j];
         }
-        ak_matmul(c->pool, L->w_down.type, L->w_down.data, dim, cf->ffn, c->hb, n, c->xb);
+        matmul(c->pool, &L->w_down, c->hb, n, c->xb);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
     }
     /* final norm and output projection, only for tokens that want logits */
@@ -454,7 +517,7 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         int cnt = nr - r0 < LOGIT_ROWS ? nr - r0 : LOGIT_ROWS;
         for (int j = 0; j < cnt; j++)
             rmsnorm(c->xb + (size_t)j * dim, c->x + (size_t)c->rows[r0 + j] * dim, m->out_norm, dim, cf->rms_eps);
-        ak_matmul(c->pool, m->output.type, m->output.data, cf->vocab, dim, c->xb, cnt, c->logits);
+        matmul(c->pool, &m->output, c->xb, cnt, c->logits);
         for (int j = 0; j < cnt; j++)
             memcpy(b->logits_out[c->rows[r0 + j]], c->logits + (size_t)j * cf->vocab, cf->vocab * sizeof(float));
     }

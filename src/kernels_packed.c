@@ -1,0 +1,310 @@
+/* kernels_packed.c - Q4_0 and Q8_0 weight matrices regrouped for VNNI.
+ *
+ * Why. A row-major Q4_0 matrix makes every dot product end in a horizontal
+ * sum, and every 32-element block pay its own scale conversion and float
+ * multiply per row and token. Regrouping rows by 16 turns the product around:
+ * one 64-byte vector holds 4 consecutive elements of 16 rows, so one VNNI
+ * instruction (u8 x s8, four products summed per 32-bit lane) against four
+ * activation bytes broadcast to every lane advances 16 rows at once. A block
+ * of 32 columns is then 8 such instructions per token, one conversion and one
+ * FMA for 16 rows, and no horizontal sums at all; each unpacked weight vector
+ * is reused for up to 8 tokens (prefill, batched decode).
+ *
+ * Packed layout ("R16"). Rows are taken 16 at a time; the last group is
+ * padded with zero rows. Group g of a matrix with nb = cols / 32 blocks per row
+ * starts at g * group_bytes (a multiple of 64) and holds
+ *     codes:  nb records, one per block of 32 columns, then
+ *     scales: nb records of 16 f16 scales (row r of the group at index r).
+ * Code records:
+ *     Q4_0: 4 vectors of 64 bytes (256 bytes). In vector p (0..3), bytes
+ *           4r..4r+3 hold row r's elements 4p..4p+3 in their low nibbles and
+ *           elements 16+4p..16+4p+3 in their high nibbles, as stored (q + 8).
+ *     Q8_0: 8 vectors of 64 bytes (512 bytes). In vector j (0..7), bytes
+ *           4r..4r+3 hold row r's elements 4j..4j+3 as q + 128 (unsigned).
+ * Same bytes as the row-major blocks: the packed copy replaces them.
+ *
+ * Activations ("XP"), per token: cols int8 quants (d = amax/127, round half
+ * to even, as the other back ends), nb float scales d, nb int32 offsets
+ * c = -o * sum(q) with o the weight's offset (8 for Q4_0, 128 for Q8_0); the
+ * integer sum of a block starts at c, so the offset costs nothing.
+ *
+ * Only built where AVX512-VNNI is available; elsewhere ak_packed_bytes says 0
+ * and the engine uses the row-major kernels.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels_impl.h"
+#include "util.h"
+
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__) && !defined(AK_NO_PACKED)
+#define AK_PACKED 1
+#include <immintrin.h>
+#endif
+
+#define GROUP 16            /* rows per group */
+#define TILE_T 8            /* tokens per tile */
+#define TOKEN_CHUNK 64      /* tokens per work item in prefill */
+#define STACK_XP 65536      /* one token's activations when the heap is exhausted */
+
+static int packable(uint32_t wtype) { return wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0; }
+
+static size_t code_record_bytes(uint32_t wtype) { return wtype == GGML_TYPE_Q8_0 ? 512 : 256; }
+
+/* Bytes of one group of 16 rows: codes then scales, rounded up to 64. */
+static size_t group_bytes(uint32_t wtype, int64_t cols) {
+    size_t nb = (size_t)(cols / AK_QK);
+    return ak_round64(nb * (code_record_bytes(wtype) + 2 * GROUP));
+}
+
+/* Bytes of the packed copy of a rows x cols matrix of wtype, or 0 when this
+ * build has no packed kernels for it (then ak_matmul is the way). */
+size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
+#if defined(AK_PACKED)
+    if (!packable(wtype) || rows <= 0 || cols <= 0 || cols % AK_QK) return 0;
+    return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wtype, cols);
+#else
+    (void)wtype; (void)rows; (void)cols;
+    return 0;
+#endif
+}
+
+/* Writes the packed copy of W (rows x cols, row-major blocks of wtype) to P,
+ * which has ak_packed_bytes(...) bytes (64-byte aligned for speed). Plain C:
+ * this runs once per model load. */
+void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P) {
+    const int64_t nb = cols / AK_QK, ng = (rows + GROUP - 1) / GROUP;
+    const size_t wrb = ak_row_bytes(wtype, cols), gb = group_bytes(wtype, cols), crb = code_record_bytes(wtype);
+    const int q8 = wtype == GGML_TYPE_Q8_0;
+    for (int64_t g = 0; g < ng; g++) {
+        uint8_t *grp = (uint8_t *)P + (size_t)g * gb;
+        memset(grp, 0, gb);
+        uint8_t *codes = grp, *scales = grp + (size_t)nb * crb;
+        for (int r = 0; r < GROUP; r++) {
+            int64_t row = g * GROUP + r;
+            if (row >= rows) break;   /* padding rows stay zero: scale 0 */
+            const uint8_t *src = (const uint8_t *)W + (size_t)row * wrb;
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *rec = codes + (size_t)b * crb;
+                if (q8) {
+                    const uint8_t *blk = src + (size_t)b * AK_Q8_0_BYTES;
+                    memcpy(scales + (size_t)b * 2 * GROUP + 2 * r, blk, 2);
+                    for (int j = 0; j < 8; j++)
+                        for (int i = 0; i < 4; i++) rec[64 * j + 4 * r + i] = blk[2 + 4 * j + i] ^ 0x80;
+                } else {
+                    const uint8_t *blk = src + (size_t)b * AK_Q4_0_BYTES;
+                    memcpy(scales + (size_t)b * 2 * GROUP + 2 * r, blk, 2);
+                    /* byte j of a block: element j low, element j + 16 high,
+                     * which is exactly the pairing vector p wants */
+                    for (int p = 0; p < 4; p++)
+                        for (int i = 0; i < 4; i++) rec[64 * p + 4 * r + i] = blk[2 + 4 * p + i];
+                }
+            }
+        }
+    }
+}
+
+#if defined(AK_PACKED)
+
+#define AK_INLINE_P static inline __attribute__((always_inline))
+
+static size_t xp_row_bytes(int64_t cols) {
+    size_t nb = (size_t)(cols / AK_QK);
+    return ak_round64((size_t)cols + nb * 8);
+}
+
+/* One token's activations into the XP layout (see the top). */
+static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) {
+    const int64_t nb = cols / AK_QK;
+    int8_t *q = (int8_t *)dst;
+    float *ds = (float *)(dst + cols);
+    int32_t *cs = (int32_t *)(dst + cols + 4 * nb);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + b * AK_QK), v1 = _mm512_loadu_ps(x + b * AK_QK + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        _mm_storeu_si128((__m128i *)(q + b * AK_QK), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(q + b * AK_QK + 16), _mm512_cvtepi32_epi8(q1));
+        ds[b] = d;
+        cs[b] = -offset * sum;
+    }
+}
+
+static inline int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* One group of 16 rows times T tokens: Y[t * ldy + r] for r < nvalid.
+ * grp is the group's start; xp token t's XP row is at xp + t * xps. With one
+ * or two tokens the eight products of a block run as two chains, so decode
+ * is not bound by the instruction's latency. */
+AK_INLINE_P void tile(const int q8, const int T, const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps,
+                      int64_t cols, float *Y, int64_t ldy, int nvalid) {
+    const size_t crb = q8 ? 512 : 256;
+    const uint8_t *scales = grp + (size_t)nb * crb;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[TILE_T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = grp + (size_t)b * crb;
+        _mm_prefetch((const char *)(rec + 4 * crb), _MM_HINT_T0);
+        _mm_prefetch((const char *)(rec + 4 * crb + 64), _MM_HINT_T0);
+        if (q8) {
+            _mm_prefetch((const char *)(rec + 4 * crb + 128), _MM_HINT_T0);
+            _mm_prefetch((const char *)(rec + 4 * crb + 192), _MM_HINT_T0);
+        }
+        __m512i w[8];
+        if (q8) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) w[j] = _mm512_load_si512((const void *)(rec + 64 * j));
+        } else {
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m512i z = _mm512_load_si512((const void *)(rec + 64 * p));
+                w[p] = _mm512_and_si512(z, m4);
+                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            }
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * 2 * GROUP)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const uint8_t *xt = xp + (size_t)t * xps;
+            const int8_t *q = (const int8_t *)xt + b * AK_QK;
+            float dx;
+            memcpy(&dx, xt + cols + 4 * b, 4);
+            __m512i s0 = _mm512_set1_epi32(load_i32(xt + cols + 4 * (cols / AK_QK) + 4 * b));
+            if (T <= 2) {
+                __m512i s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int j = 0; j < 8; j += 2) {
+                    s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(q + 4 * j)));
+                    s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(load_i32(q + 4 * j + 4)));
+                }
+                s0 = _mm512_add_epi32(s0, s1);
+            } else {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(q + 4 * j)));
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+        }
+    }
+    const __mmask16 m = nvalid >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nvalid) - 1);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(Y + (size_t)t * ldy, m, acc[t]);
+}
+
+typedef void (*tile_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
+                        int64_t ldy, int nvalid);
+#define TILE_FN(Q, T)                                                                                        \
+    static void tile_##Q##_##T(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, \
+                               float *Y, int64_t ldy, int nvalid) {                                          \
+        tile(Q, T, grp, nb, xp, xps, cols, Y, ldy, nvalid);                                                  \
+    }
+#define TILE_FNS(Q) TILE_FN(Q, 1) TILE_FN(Q, 2) TILE_FN(Q, 3) TILE_FN(Q, 4) TILE_FN(Q, 5) TILE_FN(Q, 6) \
+    TILE_FN(Q, 7) TILE_FN(Q, 8)
+TILE_FNS(0)
+TILE_FNS(1)
+static const tile_fn tiles[2][TILE_T] = {
+    { tile_0_1, tile_0_2, tile_0_3, tile_0_4, tile_0_5, tile_0_6, tile_0_7, tile_0_8 },
+    { tile_1_1, tile_1_2, tile_1_3, tile_1_4, tile_1_5, tile_1_6, tile_1_7, tile_1_8 },
+};
+
+typedef struct {
+    uint32_t wtype;
+    const uint8_t *P;
+    int64_t rows, cols, ntok;
+    const float *X;
+    float *Y;
+    uint8_t *xp;
+    size_t xps, gb;
+    int64_t ng, gchunk, ngc, tchunk, ntc;
+    atomic_llong next;
+} pk_job;
+
+static void pk_quantize_task(void *arg, int ith, int nth) {
+    pk_job *j = arg;
+    int64_t per = (j->ntok + nth - 1) / nth;
+    int64_t t0 = ith * per, t1 = ak_min64(j->ntok, t0 + per);
+    int offset = j->wtype == GGML_TYPE_Q8_0 ? 128 : 8;
+    for (int64_t t = t0; t < t1; t++) quantize_xp(offset, j->X + t * j->cols, j->xp + (size_t)t * j->xps, j->cols);
+}
+
+static void pk_task(void *arg, int ith, int nth) {
+    (void)ith; (void)nth;
+    pk_job *j = arg;
+    const int q8 = j->wtype == GGML_TYPE_Q8_0;
+    const int64_t nb = j->cols / AK_QK, n_items = j->ngc * j->ntc;
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (i >= n_items) break;
+        int64_t tc = i / j->ngc, gc = i % j->ngc;
+        int64_t g0 = gc * j->gchunk, g1 = ak_min64(j->ng, g0 + j->gchunk);
+        int64_t t0 = tc * j->tchunk, t1 = ak_min64(j->ntok, t0 + j->tchunk);
+        for (int64_t g = g0; g < g1; g++) {
+            int nvalid = (int)ak_min64(GROUP, j->rows - g * GROUP);
+            for (int64_t t = t0; t < t1; t += TILE_T) {
+                int T = (int)ak_min64(TILE_T, t1 - t);
+                tiles[q8][T - 1](j->P + (size_t)g * j->gb, nb, j->xp + (size_t)t * j->xps, j->xps, j->cols,
+                                 j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
+            }
+        }
+    }
+}
+
+#endif /* AK_PACKED */
+
+/* Y (ntok x rows) = X (ntok x cols) times W^T, with W given as its packed
+ * copy P (ak_pack_weights). Same contract and same activation rounding as
+ * ak_matmul. Must only be called when ak_packed_bytes(wtype, ...) > 0. */
+void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
+                      int64_t ntok, float *Y) {
+#if defined(AK_PACKED)
+    if (rows <= 0 || ntok <= 0) return;
+    int nth = ak_pool_size(pool);
+    pk_job j = {0};
+    j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
+    j.xps = xp_row_bytes(cols);
+    j.gb = group_bytes(wtype, cols);
+    j.ng = (rows + GROUP - 1) / GROUP;
+    atomic_init(&j.next, 0);
+    size_t need = j.xps * (size_t)ntok;
+    uint8_t *owned = NULL;
+    j.xp = pool ? ak_pool_scratch(pool, need) : NULL;
+    if (!j.xp) j.xp = owned = aligned_alloc(64, need);
+    if (!j.xp) {
+        /* Out of memory: one token at a time through the stack. */
+        _Alignas(64) uint8_t one[STACK_XP];
+        if (j.xps > sizeof one) { memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y); return; }
+        for (int64_t t = 0; t < ntok; t++) {
+            pk_job k = j;
+            k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xp = one;
+            k.tchunk = 1; k.ntc = 1; k.gchunk = k.ng; k.ngc = 1;
+            atomic_init(&k.next, 0);
+            pk_quantize_task(&k, 0, 1);
+            pk_task(&k, 0, 1);
+        }
+        return;
+    }
+    if (ntok >= 2 * nth) ak_pool_run(pool, pk_quantize_task, &j);
+    else pk_quantize_task(&j, 0, 1);
+    /* Work items: a token chunk (activations shared by the threads stay in
+     * cache) times a run of row groups, enough items per thread to balance. */
+    j.tchunk = ntok > TILE_T ? TOKEN_CHUNK : ntok;
+    j.ntc = (ntok + j.tchunk - 1) / j.tchunk;
+    int64_t want = nth > 1 ? (int64_t)nth * 8 / j.ntc : 1;
+    if (want < 1) want = 1;
+    j.gchunk = (j.ng + want - 1) / want;
+    j.ngc = (j.ng + j.gchunk - 1) / j.gchunk;
+    ak_pool_run(pool, pk_task, &j);
+    free(owned);
+#else
+    (void)pool; (void)wtype; (void)P; (void)cols; (void)X;
+    memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y);
+#endif
+}
