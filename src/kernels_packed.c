@@ -45,6 +45,7 @@
 #define GROUP 16            /* rows per group */
 #define TILE_T 8            /* tokens per tile */
 #define TOKEN_CHUNK 64      /* tokens per work item in prefill */
+#define PF_BYTES 4096      /* prefetch distance in the codes stream */
 #define STACK_XP 65536      /* one token's activations when the heap is exhausted */
 
 static int packable(uint32_t wtype) { return wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0; }
@@ -139,6 +140,20 @@ static inline int32_t load_i32(const void *p) {
     return v;
 }
 
+/* acc + the u8 x s8 products of w with 4 activation bytes at p broadcast to
+ * every lane. GCC does not fold the broadcast into the instruction (it emits
+ * a separate vpbroadcastd, doubling the instructions of the inner loop), so
+ * it is written out where the compiler takes GNU assembly. */
+typedef struct { int8_t b[4]; } four_bytes;
+AK_INLINE_P __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const four_bytes *)p));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(load_i32(p)));
+#endif
+}
+
 /* One group of 16 rows times T tokens: Y[t * ldy + r] for r < nvalid.
  * grp is the group's start; xp token t's XP row is at xp + t * xps. With one
  * or two tokens the eight products of a block run as two chains, so decode
@@ -153,12 +168,13 @@ AK_INLINE_P void tile(const int q8, const int T, const uint8_t *grp, int64_t nb,
     for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = grp + (size_t)b * crb;
-        _mm_prefetch((const char *)(rec + 4 * crb), _MM_HINT_T0);
-        _mm_prefetch((const char *)(rec + 4 * crb + 64), _MM_HINT_T0);
-        if (q8) {
-            _mm_prefetch((const char *)(rec + 4 * crb + 128), _MM_HINT_T0);
-            _mm_prefetch((const char *)(rec + 4 * crb + 192), _MM_HINT_T0);
-        }
+        /* Weights stream from memory once per decode step; with few tokens
+         * the work per record is too short for out-of-order execution to
+         * reach the next loads, so they are fetched PF_BYTES ahead (past
+         * the group's end too: the next group follows). */
+#pragma GCC unroll 8
+        for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)(scales + (size_t)b * 2 * GROUP + PF_BYTES / 8), _MM_HINT_T0);
         __m512i w[8];
         if (q8) {
 #pragma GCC unroll 8
@@ -183,13 +199,13 @@ AK_INLINE_P void tile(const int q8, const int T, const uint8_t *grp, int64_t nb,
                 __m512i s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int j = 0; j < 8; j += 2) {
-                    s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(q + 4 * j)));
-                    s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(load_i32(q + 4 * j + 4)));
+                    s0 = dpbusd_bcast(s0, w[j], q + 4 * j);
+                    s1 = dpbusd_bcast(s1, w[j + 1], q + 4 * j + 4);
                 }
                 s0 = _mm512_add_epi32(s0, s1);
             } else {
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(q + 4 * j)));
+                for (int j = 0; j < 8; j++) s0 = dpbusd_bcast(s0, w[j], q + 4 * j);
             }
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
         }
