@@ -37,9 +37,12 @@
 #include "kernels_impl.h"
 #include "util.h"
 
-#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__) && !defined(AK_NO_PACKED)
-#define AK_PACKED 1
+#if defined(AK_SIMD_AVX512) && !defined(AK_NO_PACKED)
+#define AK_PACKED 1         /* float weights: AVX-512 */
 #include <immintrin.h>
+#if defined(__AVX512VNNI__)
+#define AK_PACKED_Q 1       /* Q4_0, Q8_0: AVX512-VNNI too */
+#endif
 #endif
 
 #define GROUP 16            /* rows per group */
@@ -48,12 +51,24 @@
 #define PF_BYTES 4096      /* prefetch distance in the codes stream */
 #define STACK_XP 65536      /* one token's activations when the heap is exhausted */
 
-static int packable(uint32_t wtype) { return wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0; }
+static int is_float(uint32_t wtype) {
+    return wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16 || wtype == GGML_TYPE_BF16;
+}
+static size_t float_bytes(uint32_t wtype) { return wtype == GGML_TYPE_F32 ? 4 : 2; }
+
+static int packable(uint32_t wtype) {
+#if defined(AK_PACKED_Q)
+    if (wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0) return 1;
+#endif
+    return is_float(wtype);
+}
 
 static size_t code_record_bytes(uint32_t wtype) { return wtype == GGML_TYPE_Q8_0 ? 512 : 256; }
 
-/* Bytes of one group of 16 rows: codes then scales, rounded up to 64. */
+/* Bytes of one group of 16 rows, rounded up to 64: codes then scales, or for
+ * float weights one 16-row column after the other. */
 static size_t group_bytes(uint32_t wtype, int64_t cols) {
+    if (is_float(wtype)) return ak_round64((size_t)cols * GROUP * float_bytes(wtype));
     size_t nb = (size_t)(cols / AK_QK);
     return ak_round64(nb * (code_record_bytes(wtype) + 2 * GROUP));
 }
@@ -62,7 +77,7 @@ static size_t group_bytes(uint32_t wtype, int64_t cols) {
  * build has no packed kernels for it (then ak_matmul is the way). */
 size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
 #if defined(AK_PACKED)
-    if (!packable(wtype) || rows <= 0 || cols <= 0 || cols % AK_QK) return 0;
+    if (!packable(wtype) || rows <= 0 || cols <= 0 || (!is_float(wtype) && cols % AK_QK)) return 0;
     return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wtype, cols);
 #else
     (void)wtype; (void)rows; (void)cols;
@@ -77,28 +92,38 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
     const int64_t nb = cols / AK_QK, ng = (rows + GROUP - 1) / GROUP;
     const size_t wrb = ak_row_bytes(wtype, cols), gb = group_bytes(wtype, cols), crb = code_record_bytes(wtype);
     const int q8 = wtype == GGML_TYPE_Q8_0;
+    if (is_float(wtype)) {
+        const size_t es = float_bytes(wtype);
+        for (int64_t g = 0; g < ng; g++) {
+            uint8_t *grp = (uint8_t *)P + (size_t)g * gb;
+            memset(grp, 0, gb);
+            for (int r = 0; r < GROUP && g * GROUP + r < rows; r++) {
+                const uint8_t *src = (const uint8_t *)W + (size_t)(g * GROUP + r) * wrb;
+                for (int64_t k = 0; k < cols; k++) memcpy(grp + ((size_t)k * GROUP + r) * es, src + k * es, es);
+            }
+        }
+        return;
+    }
+    const size_t used = (size_t)nb * (crb + 2 * GROUP);
     for (int64_t g = 0; g < ng; g++) {
         uint8_t *grp = (uint8_t *)P + (size_t)g * gb;
-        memset(grp, 0, gb);
+        int nrow = (int)(rows - g * GROUP < GROUP ? rows - g * GROUP : GROUP);
+        if (nrow < GROUP) memset(grp, 0, gb);   /* padding rows: scale 0, codes 0 */
+        else memset(grp + used, 0, gb - used);
         uint8_t *codes = grp, *scales = grp + (size_t)nb * crb;
-        for (int r = 0; r < GROUP; r++) {
-            int64_t row = g * GROUP + r;
-            if (row >= rows) break;   /* padding rows stay zero: scale 0 */
-            const uint8_t *src = (const uint8_t *)W + (size_t)row * wrb;
-            for (int64_t b = 0; b < nb; b++) {
-                uint8_t *rec = codes + (size_t)b * crb;
-                if (q8) {
-                    const uint8_t *blk = src + (size_t)b * AK_Q8_0_BYTES;
-                    memcpy(scales + (size_t)b * 2 * GROUP + 2 * r, blk, 2);
-                    for (int j = 0; j < 8; j++)
-                        for (int i = 0; i < 4; i++) rec[64 * j + 4 * r + i] = blk[2 + 4 * j + i] ^ 0x80;
-                } else {
-                    const uint8_t *blk = src + (size_t)b * AK_Q4_0_BYTES;
-                    memcpy(scales + (size_t)b * 2 * GROUP + 2 * r, blk, 2);
-                    /* byte j of a block: element j low, element j + 16 high,
-                     * which is exactly the pairing vector p wants */
-                    for (int p = 0; p < 4; p++)
-                        for (int i = 0; i < 4; i++) rec[64 * p + 4 * r + i] = blk[2 + 4 * p + i];
+        const uint8_t *src = (const uint8_t *)W + (size_t)g * GROUP * wrb;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *rec = codes + (size_t)b * crb, *sc = scales + (size_t)b * 2 * GROUP;
+            for (int r = 0; r < nrow; r++) {
+                const uint8_t *blk = src + (size_t)r * wrb + (size_t)b * (q8 ? AK_Q8_0_BYTES : AK_Q4_0_BYTES);
+                memcpy(sc + 2 * r, blk, 2);
+                /* Q4_0 byte j holds element j (low) and j + 16 (high): the
+                 * pairing vector p wants, so the bytes move as they are */
+                for (int p = 0; p < (q8 ? 8 : 4); p++) {
+                    uint32_t v;
+                    memcpy(&v, blk + 2 + 4 * p, 4);
+                    if (q8) v ^= 0x80808080u;
+                    memcpy(rec + 64 * p + 4 * r, &v, 4);
                 }
             }
         }
@@ -108,6 +133,8 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
 #if defined(AK_PACKED)
 
 #define AK_INLINE_P static inline __attribute__((always_inline))
+
+#if defined(AK_PACKED_Q)
 
 static size_t xp_row_bytes(int64_t cols) {
     size_t nb = (size_t)(cols / AK_QK);
@@ -231,6 +258,98 @@ static const tile_fn tiles[2][TILE_T] = {
     { tile_1_1, tile_1_2, tile_1_3, tile_1_4, tile_1_5, tile_1_6, tile_1_7, tile_1_8 },
 };
 
+#endif /* AK_PACKED_Q */
+
+/* ---- float weights ----
+ * G groups (16 or 32 rows) times T tokens; each weight vector (one column of
+ * 16 rows, converted to f32) is used by T FMAs against the tokens' values
+ * broadcast from memory. With few accumulators (decode), columns go round
+ * robin over U sets of them so the FMA latency is hidden. */
+#define GMAX 2
+
+AK_INLINE_P __m512 load_col(const int ft, const uint8_t *p) {
+    if (ft == 0) return _mm512_load_ps((const float *)p);
+    __m256i h = _mm256_load_si256((const __m256i *)p);
+    if (ft == 1) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));   /* bf16: the top half */
+}
+
+AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *grp, size_t gb, int64_t cols,
+                       const float *X, int64_t ldx, float *Y, int64_t ldy, int nvalid0, int nvalid1) {
+    enum { UMAX = 4 };
+    const int U = G * T <= 2 ? 4 : G * T <= 4 ? 2 : 1;
+    const size_t cb = (size_t)GROUP * (ft == 0 ? 4 : 2);   /* bytes per column */
+    __m512 acc[UMAX][GMAX][TILE_T];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) acc[u][g][t] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 4 <= cols; k += 4) {
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (size_t off = 0; off < 4 * cb; off += 64)
+                _mm_prefetch((const char *)(grp + g * gb + (size_t)k * cb + PF_BYTES + off), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const int u = c % U;
+            __m512 w[GMAX];
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) w[g] = load_col(ft, grp + g * gb + (size_t)(k + c) * cb);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                __m512 x = _mm512_set1_ps(X[t * ldx + k + c]);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) acc[u][g][t] = _mm512_fmadd_ps(w[g], x, acc[u][g][t]);
+            }
+        }
+    }
+    for (; k < cols; k++) {
+        __m512 w[GMAX];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) w[g] = load_col(ft, grp + g * gb + (size_t)k * cb);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 x = _mm512_set1_ps(X[t * ldx + k]);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) acc[0][g][t] = _mm512_fmadd_ps(w[g], x, acc[0][g][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        int nv = g == 0 ? nvalid0 : nvalid1;
+        const __mmask16 m = nv >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nv) - 1);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 a = acc[0][g][t];
+#pragma GCC unroll 4
+            for (int u = 1; u < U; u++) a = _mm512_add_ps(a, acc[u][g][t]);
+            _mm512_mask_storeu_ps(Y + (size_t)t * ldy + g * GROUP, m, a);
+        }
+    }
+}
+
+typedef void (*ftile_fn)(const uint8_t *grp, size_t gb, int64_t cols, const float *X, int64_t ldx, float *Y,
+                         int64_t ldy, int nvalid0, int nvalid1);
+#define FTILE_FN(F, G, T)                                                                                    \
+    static void ftile_##F##_##G##_##T(const uint8_t *grp, size_t gb, int64_t cols, const float *X,          \
+                                      int64_t ldx, float *Y, int64_t ldy, int nvalid0, int nvalid1) {       \
+        ftile(F, G, T, grp, gb, cols, X, ldx, Y, ldy, nvalid0, nvalid1);                                    \
+    }
+#define FTILE_FNS(F, G) FTILE_FN(F, G, 1) FTILE_FN(F, G, 2) FTILE_FN(F, G, 3) FTILE_FN(F, G, 4)               \
+    FTILE_FN(F, G, 5) FTILE_FN(F, G, 6) FTILE_FN(F, G, 7) FTILE_FN(F, G, 8)
+#define FTILE_ROW(F, G) { ftile_##F##_##G##_1, ftile_##F##_##G##_2, ftile_##F##_##G##_3, ftile_##F##_##G##_4, \
+                          ftile_##F##_##G##_5, ftile_##F##_##G##_6, ftile_##F##_##G##_7, ftile_##F##_##G##_8 }
+FTILE_FNS(0, 1) FTILE_FNS(0, 2) FTILE_FNS(1, 1) FTILE_FNS(1, 2) FTILE_FNS(2, 1) FTILE_FNS(2, 2)
+static const ftile_fn ftiles[3][GMAX][TILE_T] = {
+    { FTILE_ROW(0, 1), FTILE_ROW(0, 2) },
+    { FTILE_ROW(1, 1), FTILE_ROW(1, 2) },
+    { FTILE_ROW(2, 1), FTILE_ROW(2, 2) },
+};
+
 typedef struct {
     uint32_t wtype;
     const uint8_t *P;
@@ -243,6 +362,7 @@ typedef struct {
     atomic_llong next;
 } pk_job;
 
+#if defined(AK_PACKED_Q)
 static void pk_quantize_task(void *arg, int ith, int nth) {
     pk_job *j = arg;
     int64_t per = (j->ntok + nth - 1) / nth;
@@ -250,6 +370,7 @@ static void pk_quantize_task(void *arg, int ith, int nth) {
     int offset = j->wtype == GGML_TYPE_Q8_0 ? 128 : 8;
     for (int64_t t = t0; t < t1; t++) quantize_xp(offset, j->X + t * j->cols, j->xp + (size_t)t * j->xps, j->cols);
 }
+#endif
 
 static void pk_task(void *arg, int ith, int nth) {
     (void)ith; (void)nth;
@@ -262,6 +383,21 @@ static void pk_task(void *arg, int ith, int nth) {
         int64_t tc = i / j->ngc, gc = i % j->ngc;
         int64_t g0 = gc * j->gchunk, g1 = ak_min64(j->ng, g0 + j->gchunk);
         int64_t t0 = tc * j->tchunk, t1 = ak_min64(j->ntok, t0 + j->tchunk);
+        if (is_float(j->wtype)) {
+            const int ft = ak_ftype_index(j->wtype);
+            for (int64_t g = g0; g < g1; g += GMAX) {
+                int G = (int)ak_min64(GMAX, g1 - g);
+                int nv0 = (int)ak_min64(GROUP, j->rows - g * GROUP);
+                int nv1 = G > 1 ? (int)ak_min64(GROUP, j->rows - (g + 1) * GROUP) : 0;
+                for (int64_t t = t0; t < t1; t += TILE_T) {
+                    int T = (int)ak_min64(TILE_T, t1 - t);
+                    ftiles[ft][G - 1][T - 1](j->P + (size_t)g * j->gb, j->gb, j->cols, j->X + t * j->cols, j->cols,
+                                             j->Y + t * j->rows + g * GROUP, j->rows, nv0, nv1);
+                }
+            }
+            continue;
+        }
+#if defined(AK_PACKED_Q)
         for (int64_t g = g0; g < g1; g++) {
             int nvalid = (int)ak_min64(GROUP, j->rows - g * GROUP);
             for (int64_t t = t0; t < t1; t += TILE_T) {
@@ -270,6 +406,7 @@ static void pk_task(void *arg, int ith, int nth) {
                                  j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
             }
         }
+#endif
     }
 }
 
@@ -285,10 +422,25 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     int nth = ak_pool_size(pool);
     pk_job j = {0};
     j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
-    j.xps = xp_row_bytes(cols);
     j.gb = group_bytes(wtype, cols);
     j.ng = (rows + GROUP - 1) / GROUP;
     atomic_init(&j.next, 0);
+    /* Work items: a token chunk (activations shared by the threads stay in
+     * cache) times a run of row groups (an even number: float tiles take
+     * groups in pairs), enough items per thread to balance. */
+    j.tchunk = ntok > TILE_T ? TOKEN_CHUNK : ntok;
+    j.ntc = (ntok + j.tchunk - 1) / j.tchunk;
+    int64_t want = nth > 1 ? (int64_t)nth * 8 / j.ntc : 1;
+    if (want < 1) want = 1;
+    j.gchunk = (j.ng + want - 1) / want;
+    j.gchunk += j.gchunk & 1;
+    j.ngc = (j.ng + j.gchunk - 1) / j.gchunk;
+    if (is_float(wtype)) {
+        ak_pool_run(pool, pk_task, &j);
+        return;
+    }
+#if defined(AK_PACKED_Q)
+    j.xps = xp_row_bytes(cols);
     size_t need = j.xps * (size_t)ntok;
     uint8_t *owned = NULL;
     j.xp = pool ? ak_pool_scratch(pool, need) : NULL;
@@ -309,16 +461,9 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     }
     if (ntok >= 2 * nth) ak_pool_run(pool, pk_quantize_task, &j);
     else pk_quantize_task(&j, 0, 1);
-    /* Work items: a token chunk (activations shared by the threads stay in
-     * cache) times a run of row groups, enough items per thread to balance. */
-    j.tchunk = ntok > TILE_T ? TOKEN_CHUNK : ntok;
-    j.ntc = (ntok + j.tchunk - 1) / j.tchunk;
-    int64_t want = nth > 1 ? (int64_t)nth * 8 / j.ntc : 1;
-    if (want < 1) want = 1;
-    j.gchunk = (j.ng + want - 1) / want;
-    j.ngc = (j.ng + j.gchunk - 1) / j.gchunk;
     ak_pool_run(pool, pk_task, &j);
     free(owned);
+#endif
 #else
     (void)pool; (void)wtype; (void)P; (void)cols; (void)X;
     memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y);

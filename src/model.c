@@ -253,12 +253,20 @@ static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *
     size_t total = 0, done = 0;
     for (int i = 0; i < nw; i++) total += ak_packed_bytes(ws[i]->type, ws[i]->rows, ws[i]->cols);
     if (total == 0) { free(ws); return 0; }
-    m->packed_mem = aligned_alloc(64, total);
-    if (!m->packed_mem) {
+    /* Anonymous memory in 2 MB pages where the kernel allows: a 4 KB page
+     * fault per page made the copy ten times slower than the copying, and
+     * decode walks all of it every token (fewer TLB misses). */
+    size_t huge = (size_t)2 << 20, len = (total + huge - 1) / huge * huge;
+    void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
         free(ws);
         return ak_fail(err, "%s: out of memory for the %.1f MB packed copy of the weights", m->gguf.path, total / 1e6);
     }
-    m->packed_bytes = total;
+#ifdef MADV_HUGEPAGE
+    madvise(mem, len, MADV_HUGEPAGE);
+#endif
+    m->packed_mem = mem;
+    m->packed_bytes = len;
     uint8_t *dst = m->packed_mem;
     for (int i = 0; i < nw; i++) {
         ak_weight *w = ws[i];
@@ -299,7 +307,7 @@ void ak_model_free(ak_model *m) {
     free(m->layers);
     free(m->out_norm);
     free(m->inv_freq);
-    free(m->packed_mem);
+    if (m->packed_mem) munmap(m->packed_mem, m->packed_bytes);
     gguf_close(&m->gguf);
     free(m);
 }
