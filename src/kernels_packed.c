@@ -56,7 +56,7 @@ static int is_float(uint32_t wtype) {
 }
 static size_t float_bytes(uint32_t wtype) { return wtype == GGML_TYPE_F32 ? 4 : 2; }
 
-static int packable(uint32_t wtype) {
+static inline int packable(uint32_t wtype) {
 #if defined(AK_PACKED_Q)
     if (wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0) return 1;
 #endif
@@ -375,8 +375,7 @@ static void pk_quantize_task(void *arg, int ith, int nth) {
 static void pk_task(void *arg, int ith, int nth) {
     (void)ith; (void)nth;
     pk_job *j = arg;
-    const int q8 = j->wtype == GGML_TYPE_Q8_0;
-    const int64_t nb = j->cols / AK_QK, n_items = j->ngc * j->ntc;
+    const int64_t n_items = j->ngc * j->ntc;
     for (;;) {
         int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (i >= n_items) break;
@@ -398,6 +397,8 @@ static void pk_task(void *arg, int ith, int nth) {
             continue;
         }
 #if defined(AK_PACKED_Q)
+        const int q8 = j->wtype == GGML_TYPE_Q8_0;
+        const int64_t nb = j->cols / AK_QK;
         for (int64_t g = g0; g < g1; g++) {
             int nvalid = (int)ak_min64(GROUP, j->rows - g * GROUP);
             for (int64_t t = t0; t < t1; t += TILE_T) {
