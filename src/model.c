@@ -333,6 +333,9 @@ struct ak_ctx {
     int32_t *rows;  // (B) indices of tokens that want logits
     float *att_scratch;     // (threads, att_scratch_n) for ak_kv_attend
     size_t att_scratch_n;
+    float *run_scratch;     // (threads, run_scratch_n) for ak_kv_attend_run, grown on demand
+    size_t run_scratch_n;
+    int32_t *units;         // (B * n_head_kv, 3) attention work: first token, tokens, KV head
 };
 
 ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *err) {
@@ -358,7 +361,8 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
     c->rows = ak_malloc(B * sizeof(int32_t), err);
     c->att_scratch_n = ak_kv_attend_scratch(&m->spec, cf->n_head / cf->n_head_kv);
     c->att_scratch = ak_malloc(c->att_scratch_n * ak_pool_size(c->pool) * sizeof(float), err);
-    if (!c->att_scratch || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
+    c->units = ak_malloc(B * cf->n_head_kv * 3 * sizeof(int32_t), err);
+    if (!c->att_scratch || !c->units || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
         !c->rope_cs || !c->rows) {
         ak_ctx_free(c);
         return NULL;
@@ -371,6 +375,7 @@ void ak_ctx_free(ak_ctx *c) {
     ak_pool_free(c->pool);
     free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->att);
     free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows); free(c->att_scratch);
+    free(c->run_scratch); free(c->units);
     free(c);
 }
 
@@ -404,10 +409,48 @@ typedef struct {
     ak_ctx *c;
     const ak_batch *b;
     int layer;
+    int n_units;
 } attn_task;
 
-/* Each (token, KV head) pair is one unit of work: the query heads that share
- * a KV head attend together, so each block is read once for all of them. */
+/* Tokens of one sequence at consecutive positions attend together, this
+ * many at a time (ak_kv_attend_run): each block is dequantized once for all
+ * of them, and there are still enough units to keep the threads busy. */
+#define RUN_TOKENS 16
+
+/* Splits the batch into attention units (c->units): a run of up to
+ * RUN_TOKENS consecutive tokens of one sequence at consecutive positions,
+ * times one KV head (the query heads that share it attend together). When
+ * run scratch cannot be had, every unit is a single token. Returns the count. */
+static int attention_units(ak_ctx *c, const ak_batch *b) {
+    const ak_config *cf = &c->m->cfg;
+    int group = cf->n_head / cf->n_head_kv, nth = ak_pool_size(c->pool), n = 0, runs = 1;
+    size_t need = 0;
+    for (int i = 0; i + 1 < b->n; i++)
+        if (b->seq[i + 1] == b->seq[i] && b->pos[i + 1] == b->pos[i] + 1) {
+            size_t k = ak_kv_attend_run_scratch(b->seq[i], group * RUN_TOKENS);
+            if (k > need) need = k;
+        }
+    if (need > c->run_scratch_n) {
+        float *p = realloc(c->run_scratch, need * (size_t)nth * sizeof(float));
+        if (p) { c->run_scratch = p; c->run_scratch_n = need; }
+        else runs = 0;
+    }
+    for (int i = 0; i < b->n;) {
+        int len = 1;
+        while (runs && len < RUN_TOKENS && i + len < b->n && b->seq[i + len] == b->seq[i] &&
+               b->pos[i + len] == b->pos[i] + len)
+            len++;
+        for (int g = 0; g < cf->n_head_kv; g++) {
+            c->units[3 * n] = i;
+            c->units[3 * n + 1] = len;
+            c->units[3 * n + 2] = g;
+            n++;
+        }
+        i += len;
+    }
+    return n;
+}
+
 static void attn_worker(void *ud, int ith, int nth) {
     attn_task *t = ud;
     const ak_config *cf = &t->c->m->cfg;
@@ -415,12 +458,16 @@ static void attn_worker(void *ud, int ith, int nth) {
     size_t qd = (size_t)cf->n_head * hd;
     float scale = 1.0f / sqrtf((float)hd);
     float *scratch = t->c->att_scratch + t->c->att_scratch_n * ith;
-    int units = t->b->n * cf->n_head_kv;
-    for (int u = ith; u < units; u += nth) {
-        int i = u / cf->n_head_kv, g = u % cf->n_head_kv;
+    float *run_scratch = t->c->run_scratch + t->c->run_scratch_n * ith;
+    for (int u = ith; u < t->n_units; u += nth) {
+        int i = t->c->units[3 * u], len = t->c->units[3 * u + 1], g = t->c->units[3 * u + 2];
         size_t off = i * qd + (size_t)g * group * hd;
-        ak_kv_attend(t->b->seq[i], t->layer, g, t->c->q + off, group, t->b->pos[i] + 1, scale, t->c->att + off,
-                     scratch);
+        if (len == 1)
+            ak_kv_attend(t->b->seq[i], t->layer, g, t->c->q + off, group, t->b->pos[i] + 1, scale, t->c->att + off,
+                         scratch);
+        else
+            ak_kv_attend_run(t->b->seq[i], t->layer, g, t->c->q + off, qd, group, len, t->b->pos[i], scale,
+                             t->c->att + off, qd, run_scratch);
     }
 }
 
@@ -476,6 +523,7 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             }
         if (ak_kv_prepare(b->seq[i], lo, hi, err) < 0) return -1;
     }
+    int n_units = attention_units(c, b);
     int half = cf->rope_dim / 2;
     for (int i = 0; i < n; i++) {
         embed(m, b->token[i], c->x + (size_t)i * dim);
@@ -502,7 +550,7 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
             if (ak_kv_write(b->seq[i], l, b->pos[i], k, v, err) < 0) return -1;
         }
-        attn_task at = {c, b, l};
+        attn_task at = {c, b, l, n_units};
         ak_pool_run(c->pool, attn_worker, &at);
         matmul(c->pool, &L->wo, c->att, n, c->xb);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
