@@ -8,7 +8,7 @@ set -e
 BIN=${1:-build/agentkv}
 SHARED=${SHARED:-../shared}
 OUT=${OUT:-build/kv-quality}
-PAIRS=${PAIRS:-"q8/q8 q4/q4 q8/tq3 tq4/tq4 tq3/tq3 q8/q4 tq2/tq2 q2/q2"}
+PAIRS=${PAIRS:-"q8/q8 q4/q4 q8/tq3 q8/tcq3 tq4/tq4 tq3/tq3 tcq3/tcq3 q8/q4 tq2/tq2 q2/q2"}
 mkdir -p "$OUT"
 run() { # model text ctx label
     m=$1; f=$2; c=$3; label=$4

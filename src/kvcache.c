@@ -130,12 +130,13 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
 }
 
 /* Where component comp (0 codes, 1 metadata) of the vector of KV head h at
- * slot `slot` sits within a K or V region of a block: the region is, per
- * head, [metadata: T x mb][codes: T x cb] (blockpool.h). */
+ * slot `slot` sits within a K or V region of a block: the region is
+ * [metadata: H x T x mb][codes: H x T x cb], head-major inside each
+ * (blockpool.h). */
 static size_t comp_offset(const ak_kv *kv, ak_kv_format f, int d, int comp, int h, int slot) {
-    size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
-    size_t head = (size_t)h * kv->T * (cb + mb);
-    return comp == 0 ? head + (size_t)kv->T * mb + (size_t)slot * cb : head + (size_t)slot * mb;
+    size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d), T = (size_t)kv->T;
+    return comp == 0 ? (size_t)kv->spec.n_head_kv * T * mb + ((size_t)h * T + (size_t)slot) * cb
+                     : ((size_t)h * T + (size_t)slot) * mb;
 }
 
 /* Stores a whole vector (codes then metadata, as quantize writes it) into a
@@ -288,8 +289,9 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
         }
         /* codes and metadata of this head's T vectors: two runs (blockpool.h) */
         const uint8_t *kr = b->data + koff, *vr = b->data + voff;
-        const uint8_t *km = kr + (size_t)kv_head * T * (kcb + kmb), *kc = km + (size_t)T * kmb;
-        const uint8_t *vm = vr + (size_t)kv_head * T * (vcb + vmb), *vc = vm + (size_t)T * vmb;
+        size_t H = (size_t)kv->spec.n_head_kv;
+        const uint8_t *km = kr + (size_t)kv_head * T * kmb, *kc = kr + H * T * kmb + (size_t)kv_head * T * kcb;
+        const uint8_t *vm = vr + (size_t)kv_head * T * vmb, *vc = vr + H * T * vmb + (size_t)kv_head * T * vcb;
         /* centering of this block's keys and values (blockpool.h) */
         const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
         const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);

@@ -71,8 +71,9 @@ int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error
  * comp (0: the code stream, 1: the metadata; see ak_kv_format_components)
  * of one vector (key if is_v == 0, else value) of one layer, KV head and
  * position, in the sequence's format. Within a block, the components of
- * consecutive positions of one (layer, is_v, comp, head) are back to back
- * (blockpool.h), so positions up to the block's end can be copied as one
+ * consecutive positions of one (layer, is_v, comp, head) are back to back,
+ * and so are those of consecutive heads (blockpool.h): from head 0's first
+ * slot, a block's whole component (n_head_kv * block_tokens entries) is one
  * run. ak_kv_stored needs pos < length; ak_kv_stored_mut needs pos
  * prepared (ak_kv_prepare) and exclusively owned. Both return NULL when the
  * position is not available or the format has no component comp. */

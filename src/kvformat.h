@@ -24,6 +24,9 @@
  *   tq4   4 + 16/d               TurboQuant: f16 norm, rotated unit vector scaled to unit
  *   tq3   3 + 16/d                 variance, each coordinate snapped to the nearest
  *   tq2   2 + 16/d                 Lloyd-Max centroid of N(0,1); indices bit-packed
+ *   tcq3  3 + 16/d               tq3's rotation and norm, but the 3-bit codes are a path
+ *                                  through a trellis (each value is read from a table by
+ *                                  its own and the two previous codes), chosen by Viterbi
  * (the exact figure per d comes from ak_kv_format_bits; the byte layout of
  * every format, which is what blocks persist, is specified at the top of
  * kvformat.c.)
@@ -38,7 +41,7 @@
 #include <stdint.h>
 
 typedef enum {
-    AK_KV_F32, AK_KV_F16, AK_KV_BF16, AK_KV_Q8, AK_KV_Q4, AK_KV_Q2, AK_KV_TQ4, AK_KV_TQ3, AK_KV_TQ2,
+    AK_KV_F32, AK_KV_F16, AK_KV_BF16, AK_KV_Q8, AK_KV_Q4, AK_KV_Q2, AK_KV_TQ4, AK_KV_TQ3, AK_KV_TQ2, AK_KV_TCQ3,
     AK_KV_NFORMATS
 } ak_kv_format;
 

@@ -311,4 +311,14 @@ ENTRY(tq3, AK_KV_TQ3)
 ENTRY(tq2, AK_KV_TQ2)
 #undef ENTRY
 
+/* tcq3: NEON has no gather for its 512-entry table; the plain C products
+ * (kvformat.c), which the compiler vectorizes around the look-ups. */
+void ak_kvf_simd_dot_tcq3(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d, float *out) {
+    ak_kvf_tcq3_dot_c(c, cs, m, ms, n, q, d, out);
+}
+void ak_kvf_simd_axpy_tcq3(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d,
+                           float *acc) {
+    ak_kvf_tcq3_axpy_c(c, cs, m, ms, n, w, d, acc);
+}
+
 #endif

@@ -51,6 +51,8 @@ static inline float ak_kvf_tq_factor(uint16_t n16, int d) { return ak_f16_to_f32
 
 /* The codebooks (kvformat.c), ascending. */
 extern const float ak_kvf_lm2[4], ak_kvf_lm3[8], ak_kvf_lm4[16];
+/* tcq3's table of 512 values, indexed by a window of three codes. */
+extern const float ak_kvf_tcq3_table[512];
 
 #ifdef AK_KVF_SIMD
 /* The SIMD back end's name ("avx512", "avx2", "neon"). */
@@ -69,7 +71,13 @@ AK_KVF_DECLARE(q2)
 AK_KVF_DECLARE(tq4)
 AK_KVF_DECLARE(tq3)
 AK_KVF_DECLARE(tq2)
+AK_KVF_DECLARE(tcq3)
 #undef AK_KVF_DECLARE
+/* tcq3's products in plain C (kvformat.c), for back ends without a gather. */
+void ak_kvf_tcq3_dot_c(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *q, int d,
+                       float *out);
+void ak_kvf_tcq3_axpy_c(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *w,
+                        int d, float *acc);
 #endif
 
 #endif

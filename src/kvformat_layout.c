@@ -20,7 +20,8 @@ int ak_kv_format_components(ak_kv_format f, int d, ak_kv_component out[2]) {
     case AK_KV_Q4: code_bits = 4; group = 32; break;
     case AK_KV_Q2: code_bits = 2; group = 16; break;
     case AK_KV_TQ4: code_bits = 4; break;
-    case AK_KV_TQ3: code_bits = 3; break;
+    case AK_KV_TQ3:
+    case AK_KV_TCQ3: code_bits = 3; break;
     case AK_KV_TQ2: code_bits = 2; break;
     default: return 0;
     }

@@ -563,4 +563,73 @@ ENTRY(tq3, AK_KV_TQ3)
 ENTRY(tq2, AK_KV_TQ2)
 #undef ENTRY
 
+/* tcq3 (layout: kvformat.c): value i is T[w_i], w_i the 9 bits [3i-6, 3i+3)
+ * of the code stream (zeros before it). Eight values at a time, on AVX2 and
+ * AVX-512 builds alike (the gather, not the width, is the limit): the 32
+ * bits from the byte before the chunk's 3 bytes (for the first chunk, those
+ * 3 bytes moved up by 8: zeros before the stream) are broadcast, lane k
+ * shifted right by 3k + 2 and masked to 9 bits, and one gather reads the
+ * table. Nothing outside a vector's code bytes is read. The d % 8 values
+ * left go one by one. */
+AK_INLINE __m256i tcq3_windows(const uint8_t *c, int i) {
+    uint32_t v = i ? ld32(c + 3 * i / 8 - 1) : (uint32_t)c[0] << 8 | (uint32_t)c[1] << 16 | (uint32_t)c[2] << 24;
+    __m256i x = _mm256_srlv_epi32(_mm256_set1_epi32((int)v), _mm256_setr_epi32(2, 5, 8, 11, 14, 17, 20, 23));
+    return _mm256_and_si256(x, _mm256_set1_epi32(511));
+}
+
+/* Code j of a 3-bit stream (0 for j < 0), reading only its own bytes. */
+static inline unsigned tcq3_code(const uint8_t *c, int j) {
+    if (j < 0) return 0;
+    int bit = 3 * j;
+    unsigned v = c[bit >> 3];
+    if ((bit & 7) + 3 > 8) v |= (unsigned)c[(bit >> 3) + 1] << 8;
+    return (v >> (bit & 7)) & 7;
+}
+
+static inline float tcq3_tail_value(const uint8_t *c, int i) {
+    return ak_kvf_tcq3_table[tcq3_code(c, i) << 6 | tcq3_code(c, i - 1) << 3 | tcq3_code(c, i - 2)];
+}
+
+void ak_kvf_simd_dot_tcq3(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *q,
+                          int d, float *out) {
+    if (!valid_d(d)) return;
+    float sqrt_d = sqrtf((float)d);
+    int d8 = d & ~7;
+    for (int j = 0; j < n; j++) {
+        const uint8_t *c = (const uint8_t *)codes + (size_t)j * cstride;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 16 <= d8; i += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_i32gather_ps(ak_kvf_tcq3_table, tcq3_windows(c, i), 4), _mm256_loadu_ps(q + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_i32gather_ps(ak_kvf_tcq3_table, tcq3_windows(c, i + 8), 4),
+                                 _mm256_loadu_ps(q + i + 8), a1);
+        }
+        if (i < d8) a0 = _mm256_fmadd_ps(_mm256_i32gather_ps(ak_kvf_tcq3_table, tcq3_windows(c, i), 4), _mm256_loadu_ps(q + i), a0);
+        __m256 a = _mm256_add_ps(a0, a1);
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        float s = _mm_cvtss_f32(h);
+        for (i = d8; i < d; i++) s += q[i] * tcq3_tail_value(c, i);
+        out[j] = s * tq_factor((const uint8_t *)meta + (size_t)j * mstride, sqrt_d);
+    }
+}
+
+void ak_kvf_simd_axpy_tcq3(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *w,
+                           int d, float *acc) {
+    if (!valid_d(d)) return;
+    float sqrt_d = sqrtf((float)d);
+    int d8 = d & ~7;
+    for (int j = 0; j < n; j++) {
+        const uint8_t *c = (const uint8_t *)codes + (size_t)j * cstride;
+        float wf = w[j] * tq_factor((const uint8_t *)meta + (size_t)j * mstride, sqrt_d);
+        __m256 vw = _mm256_set1_ps(wf);
+        for (int i = 0; i < d8; i += 8) {
+            __m256 v = _mm256_i32gather_ps(ak_kvf_tcq3_table, tcq3_windows(c, i), 4);
+            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vw, v, _mm256_loadu_ps(acc + i)));
+        }
+        for (int i = d8; i < d; i++) acc[i] += wf * tcq3_tail_value(c, i);
+    }
+}
+
 #endif

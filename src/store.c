@@ -1,4 +1,4 @@
-/* store.c - see store.h. The agent file format (version 2), also in
+/* store.c - see store.h. The agent file format (version 3), also in
  * docs/agent-file-format.md:
  *
  * A plain agent file <dir>/<agent_id>.safetensors is a safetensors file:
@@ -12,21 +12,29 @@
  * for l = 0..n_layer-1, K before V, the components of the format in the
  * order ak_kv_format_components gives (values | q, scale | codes, scale_min |
  * codes, norm), with D the component's dtype and
- *     S = [n_head_kv, n_tokens] + the component's own shape
- * (e.g. q4 at head dim 128: codes U8 [H, n, 64], scale_min F16 [H, n, 4, 2]).
- * Tensor bytes are the vectors' stored bytes (kvformat.c), head-major: head
- * h, token t at ((h * n_tokens) + t) * component_bytes. Little-endian.
+ *     S = [n_blocks, n_head_kv, block_tokens] + the component's own shape
+ * where n_blocks = ceil(n_tokens / block_tokens) (e.g. q4 at head dim 128,
+ * blocks of 32: codes U8 [B, H, 32, 64], scale_min F16 [B, H, 32, 4, 2]).
+ * Tensor bytes are the vectors' stored bytes (kvformat.c), block-major then
+ * head-major: block b, head h, slot s (position b * block_tokens + s) at
+ * ((b * n_head_kv + h) * block_tokens + s) * component_bytes. Slots past
+ * n_tokens in the last block are zero bytes. Little-endian. This is the
+ * in-memory layout of a block's component (blockpool.h), so a restore into
+ * a pool of the same block size reads one contiguous piece per (tensor,
+ * block).
  *
  * __metadata__ maps strings to strings:
  *     format              "agentkv.agent"
- *     format_version      "2" (version 1 is read too: no centering)
+ *     format_version      "3" (only this version is read; 1 and 2, laid
+ *                         out [n_head_kv, n_tokens, ...], are a miss: STALE)
  *     agent_id            the id (equal to the file name's)
  *     model_fingerprint   ak_model.fingerprint (hex)
  *     model_name          informational
  *     n_layer n_head_kv head_dim_k head_dim_v n_ctx     the cache spec
  *     kv_format_k kv_format_v                          "q4", "tq3", ...
- *     block_tokens        block size of the pool it was saved from
- *                         (informational: restore works at any block size)
+ *     block_tokens        block size of the pool it was saved from, 1..4096
+ *                         (the tensors' third dimension; a restore into a
+ *                         pool of another block size copies through memory)
  *     n_tokens            positions stored
  *     tokens              their token ids, decimal, comma-separated ("" if none)
  *     created             unix seconds of the snapshot
@@ -41,8 +49,8 @@
  *                         metadata entry sorted by key (bytewise), each as
  *                         key, 0x00, value, 0x00. Covers the token ids,
  *                         which no tensor checksum does.
- * Integers are canonical decimal (no sign, no leading zero). Readers of
- * version 1 ignore metadata keys they do not know (the checksum covers them).
+ * Integers are canonical decimal (no sign, no leading zero). Readers
+ * ignore metadata keys they do not know (the checksum covers them).
  *
  * A sealed file wraps this whole image (store_impl.h has the layout):
  * magic "AKVSEAL1", version, chunk size, image size, key id, then the image
@@ -93,7 +101,11 @@
 #include "store_impl.h"
 
 #define FORMAT_NAME "agentkv.agent"
-#define FORMAT_VERSION 2   /* 2: key_center and value_center (version 1 files have neither: "none") */
+/* 3: tensors [blocks][H][T], padded to whole blocks (2: [H][n_tokens]; 2
+ * added key_center and value_center). Only this version is read: an older
+ * file is a miss (STALE), re-saved at the agent's next save. */
+#define FORMAT_VERSION 3
+#define FORMAT_VERSION_STR "3"
 #define SUFFIX ".safetensors"
 #define TMP_MARK ".safetensors.tmp."
 #define DEFAULT_WRITE_CHUNK (1u << 20)
@@ -209,17 +221,18 @@ typedef struct {
     int ci;                   /* component index (0 codes, 1 metadata) */
     ak_kv_component comp;
     int ndim;
-    int64_t shape[4];
+    int64_t shape[5];         /* [blocks, heads, T] + the component's own (up to 2) */
     uint64_t offset, bytes;   /* within the data section */
+    uint64_t piece;           /* bytes of one block: [n_head_kv][T] components */
 } tensor_desc;
 
-/* The tensors of a cache of spec s in formats fk/fv holding n tokens, in file
- * order, into a malloc'd array (*out, count returned) and the data section's
- * size. Returns -1 (why set) if a format cannot store the head dim or the
- * sizes overflow. Both the writer and the reader use this: the reader
- * requires the file's table to be exactly this one. */
-static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t n, tensor_desc **out,
-                          uint64_t *data_bytes, char *why, size_t whyn) {
+/* The tensors of a cache of spec s in formats fk/fv holding n tokens in
+ * blocks of T, in file order, into a malloc'd array (*out, count returned)
+ * and the data section's size. Returns -1 (why set) if a format cannot store
+ * the head dim or the sizes overflow. Both the writer and the reader use
+ * this: the reader requires the file's table to be exactly this one. */
+static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t n, int T,
+                          tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn) {
     ak_kv_component ck[2], cv[2];
     int nck = ak_kv_format_components(fk, s->head_dim_k, ck);
     int ncv = ak_kv_format_components(fv, s->head_dim_v, cv);
@@ -228,6 +241,11 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
                  ak_kv_format_get(fv)->name, s->head_dim_k, s->head_dim_v);
         return -1;
     }
+    if (T < 1 || T > AK_KV_MAX_BLOCK_TOKENS || n < 0) {
+        snprintf(why, whyn, "block size %d outside [1, %d]", T, AK_KV_MAX_BLOCK_TOKENS);
+        return -1;
+    }
+    int64_t nb = (n + T - 1) / T;
     int count = s->n_layer * (nck + ncv);
     tensor_desc *t = calloc((size_t)count, sizeof *t);
     if (!t) { snprintf(why, whyn, "out of memory"); return -1; }
@@ -242,12 +260,13 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
                 d->comp = v ? cv[c] : ck[c];
                 d->ci = c;
                 snprintf(d->name, sizeof d->name, "layers.%d.%c.%s", l, v ? 'v' : 'k', d->comp.name);
-                d->ndim = 2 + d->comp.ndim;
-                d->shape[0] = s->n_head_kv;
-                d->shape[1] = n;
-                for (int k = 0; k < d->comp.ndim; k++) d->shape[2 + k] = d->comp.shape[k];
+                d->ndim = 3 + d->comp.ndim;
+                d->shape[0] = nb;
+                d->shape[1] = s->n_head_kv;
+                d->shape[2] = T;
+                for (int k = 0; k < d->comp.ndim; k++) d->shape[3 + k] = d->comp.shape[k];
                 uint64_t b;
-                if (__builtin_mul_overflow((uint64_t)s->n_head_kv, (uint64_t)n, &b) ||
+                if (__builtin_mul_overflow((uint64_t)nb * (uint64_t)T, (uint64_t)s->n_head_kv, &b) ||
                     __builtin_mul_overflow(b, (uint64_t)d->comp.bytes, &b) || __builtin_add_overflow(off, b, &off)) {
                     free(t);
                     snprintf(why, whyn, "tensor sizes overflow");
@@ -255,6 +274,7 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
                 }
                 d->offset = off - b;
                 d->bytes = b;
+                d->piece = (uint64_t)s->n_head_kv * (uint64_t)T * d->comp.bytes;
             }
     *out = t;
     *data_bytes = off;
@@ -262,26 +282,35 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
 }
 
 /* Copies positions [0, n) of every vector between a sequence and tensor
- * bytes laid out by t (nt tensors). to_kv = 1: into kv (positions prepared
- * and exclusively owned), 0: out of it. A tensor's bytes for one head and
- * the positions of one block are one run in the tensor and one run in the
- * block (blockpool.h): one memcpy each. Returns 0, or -1 if a vector is not
- * available. */
-static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, int n) {
+ * bytes laid out by t (nt tensors, file blocks of Tf positions). to_kv = 1:
+ * into kv (positions prepared and exclusively owned), 0: out of it, and
+ * then the file's slots past n are zeroed. A run of positions that stays
+ * within one file block and one pool block is contiguous on both sides
+ * (blockpool.h): one memcpy per (tensor, head, run); with equal block sizes
+ * a run is a whole block. Returns 0, or -1 if a vector is not available. */
+static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, int n, int Tf) {
     const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(kv));
-    int T = ak_block_pool_block_tokens(ak_kv_pool(kv));
+    int Tp = ak_block_pool_block_tokens(ak_kv_pool(kv)), H = s->n_head_kv;
     for (int i = 0; i < nt; i++) {
         size_t cb = t[i].comp.bytes;
-        for (int h = 0; h < s->n_head_kv; h++)
-            for (int p0 = 0; p0 < n; p0 += T) {
-                int r = n - p0 < T ? n - p0 : T;
-                uint8_t *a = to_kv ? ak_kv_stored_mut(kv, t[i].layer, t[i].is_v, t[i].ci, h, p0)
-                                   : (uint8_t *)ak_kv_stored(kv, t[i].layer, t[i].is_v, t[i].ci, h, p0);
+        uint8_t *td = data + t[i].offset;
+        for (int h = 0; h < H; h++)
+            for (int p = 0; p < n;) {
+                int r = Tf - p % Tf, rp = Tp - p % Tp;
+                if (rp < r) r = rp;
+                if (n - p < r) r = n - p;
+                uint8_t *a = to_kv ? ak_kv_stored_mut(kv, t[i].layer, t[i].is_v, t[i].ci, h, p)
+                                   : (uint8_t *)ak_kv_stored(kv, t[i].layer, t[i].is_v, t[i].ci, h, p);
                 if (!a) return -1;
-                uint8_t *tp = data + t[i].offset + ((size_t)h * n + p0) * cb;
+                uint8_t *tp = td + (((size_t)(p / Tf) * H + (size_t)h) * Tf + (size_t)(p % Tf)) * cb;
                 if (to_kv) memcpy(a, tp, (size_t)r * cb);
                 else memcpy(tp, a, (size_t)r * cb);
+                p += r;
             }
+        if (!to_kv && n % Tf)   /* the last block's unused slots: zeros, so the file is a function of the cache */
+            for (int h = 0; h < H; h++)
+                memset(td + (((size_t)(n / Tf) * H + (size_t)h) * Tf + (size_t)(n % Tf)) * cb, 0,
+                       (size_t)(Tf - n % Tf) * cb);
     }
     return 0;
 }
@@ -461,7 +490,7 @@ ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int3
         snprintf(sn->center[v], sizeof sn->center[v], "%s", c ? c : "none");
     }
     char why[128];
-    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens, &sn->t, &sn->data_bytes, why, sizeof why);
+    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens, sn->block_tokens, &sn->t, &sn->data_bytes, why, sizeof why);
     if (sn->nt < 0) { ak_fail(err, "store: agent %s: %s", agent_id, why); free(sn); return NULL; }
     sn->tokens = ak_malloc(sizeof(int32_t) * (size_t)n_tokens, err);
     sn->data = sn->tokens ? big_alloc(sn->data_bytes) : NULL;
@@ -472,7 +501,7 @@ ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int3
         return NULL;
     }
     if (n_tokens) memcpy(sn->tokens, tokens, sizeof(int32_t) * (size_t)n_tokens);
-    if (transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, n_tokens) != 0) {
+    if (transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, n_tokens, sn->block_tokens) != 0) {
         ak_fail(err, "store: agent %s: a cached vector below position %d is not readable", agent_id, n_tokens);
         ak_snapshot_free(sn);
         return NULL;
@@ -548,7 +577,7 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
                       sn->n_tokens, sn->created};
     for (int i = 0; i < 8; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", FORMAT_NAME}, {"format_version", "2"}, {"agent_id", sn->id},
+        {"format", FORMAT_NAME}, {"format_version", FORMAT_VERSION_STR}, {"agent_id", sn->id},
         {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name}, {"n_layer", num[0]},
         {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]}, {"n_ctx", num[4]},
         {"kv_format_k", ak_kv_format_get(sn->fk)->name}, {"kv_format_v", ak_kv_format_get(sn->fv)->name},
@@ -955,7 +984,7 @@ typedef struct {
     int block_tokens;
     int n_tokens;
     int64_t created;
-    char center[2][33];     /* key_center, value_center ("none" in version 1) */
+    char center[2][33];     /* key_center, value_center */
     int32_t *tokens;        /* malloc'd */
     uint64_t hdr_end;       /* 8 + N: where the data section begins */
     cJSON *root;            /* the parsed header */
@@ -1020,10 +1049,10 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
         free(pairs);
         return judge(v, AK_STORE_CORRUPT, "metadata", "bad format_version \"%.20s\"", ver ? ver : "");
     }
-    if (x > FORMAT_VERSION) {
+    if (x != FORMAT_VERSION) {
         free(pairs);
-        return judge(v, AK_STORE_STALE, NULL, "format version %lld is newer than this build's %d", (long long)x,
-                     FORMAT_VERSION);
+        return judge(v, AK_STORE_STALE, NULL, "format version %lld is %s than this build's %d", (long long)x,
+                     x > FORMAT_VERSION ? "newer" : "older", FORMAT_VERSION);
     }
     char want[17];
     const char *got = meta_str(meta, "metadata_checksum");
@@ -1049,8 +1078,8 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     if (strcmp(meta_str(meta, "checksum_algorithm"), "xxh3-64"))
         return judge(v, AK_STORE_CORRUPT, "metadata", "unknown checksum_algorithm");
     static const char *ckeys[2] = {"key_center", "value_center"};
-    for (int k = 0; k < 2; k++) {   /* version 1 predates centering: "none" */
-        const char *c = x >= 2 ? meta_str(meta, ckeys[k]) : "none";
+    for (int k = 0; k < 2; k++) {
+        const char *c = meta_str(meta, ckeys[k]);
         size_t cl = c ? strlen(c) : 0;
         int ok = cl >= 1 && cl <= 32;
         for (size_t i = 0; ok && i < cl; i++)
@@ -1063,7 +1092,7 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     snprintf(m->model_name, sizeof m->model_name, "%s", name);
     struct { const char *key; int64_t lo, hi; int64_t val; } ints[] = {
         {"n_layer", 1, MAX_DIM, 0}, {"n_head_kv", 1, MAX_DIM, 0}, {"head_dim_k", 1, 1024, 0},
-        {"head_dim_v", 1, 1024, 0}, {"n_ctx", 0, INT32_MAX, 0}, {"block_tokens", 1, INT32_MAX, 0},
+        {"head_dim_v", 1, 1024, 0}, {"n_ctx", 0, INT32_MAX, 0}, {"block_tokens", 1, AK_KV_MAX_BLOCK_TOKENS, 0},
         {"n_tokens", 0, INT32_MAX, 0}, {"created", 0, INT64_MAX, 0},
     };
     for (size_t k = 0; k < sizeof ints / sizeof *ints; k++)
@@ -1118,7 +1147,7 @@ static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc *
     if (cJSON_GetArraySize(m->root) - 1 != count)
         return judge(v, AK_STORE_CORRUPT, "tensors", "header has %d tensors, expected %lld", cJSON_GetArraySize(m->root) - 1,
                      (long long)count);
-    int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens, &t, &data_bytes, why, sizeof why);
+    int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens, m->block_tokens, &t, &data_bytes, why, sizeof why);
     if (nt < 0) return judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
     ak_store_status st = AK_STORE_HIT;
     cJSON *cks = NULL;
@@ -1310,15 +1339,15 @@ int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_erro
 /* ---------------------------------------------- restoring straight into blocks */
 
 /* A plain file's tensors are read with preadv straight into the blocks of
- * a fresh sequence: each (tensor, head, block) piece is one run in the file
- * and one in the block (blockpool.h), and the pieces of a tensor, taken head
- * by head and block by block, tile the tensor's bytes in file order. Each
- * batch of pieces (up to IOV_BATCH of them, about BATCH_BYTES) is hashed
- * right after it is read, while it is still in cache, into the tensor's
- * streaming XXH3. Two threads (the caller and one worker) take half of the
- * tensors each, so reading and hashing overlap. Nothing is visible to the
- * caller's sequence until every checksum has passed: the fresh sequence is
- * swapped in only then, and freed otherwise. */
+ * a fresh sequence whose block size is the file's: block b's piece of a
+ * tensor (its [n_head_kv][T] components) is one run in the file and one in
+ * the block (blockpool.h), and a tensor's pieces, block by block, tile its
+ * bytes in file order. Each batch of pieces (up to IOV_BATCH of them, about
+ * BATCH_BYTES) is hashed right after it is read, while it is still in
+ * cache, into the tensor's streaming XXH3. Two threads (the caller and one
+ * worker) take half of the tensors each, so reading and hashing overlap.
+ * Nothing is visible to the caller's sequence until every checksum has
+ * passed: the fresh sequence is swapped in only then, and freed otherwise. */
 #define IOV_BATCH 1024
 #define BATCH_BYTES ((size_t)256 << 10)
 #define TWO_THREADS_BYTES ((uint64_t)4 << 20)   /* below this, one thread */
@@ -1329,9 +1358,8 @@ typedef struct {
     const char (*want)[17];
     int i0, i1;              /* tensors [i0, i1) */
     uint8_t *const *blk;     /* data of block b */
-    const size_t *toff;      /* offset of tensor i's head 0 within a block */
-    const size_t *hstep;     /* bytes from one head's run of tensor i to the next's */
-    int H, T, n;
+    const size_t *toff;      /* offset of tensor i's piece within a block */
+    int nb;                  /* blocks */
     uint64_t data_off;       /* file offset of the data section */
     /* results */
     uint64_t bytes;
@@ -1367,6 +1395,8 @@ static int read_pieces(dl_job *j, struct iovec *iov, int cnt, uint64_t off) {
     return 0;
 }
 
+/* Reads and hashes tensors [j->i0, j->i1) (above); stops at the first
+ * failed read or checksum, recorded in j. */
 static void *dl_run(void *arg) {
     dl_job *j = arg;
     struct iovec iov[IOV_BATCH], piece[IOV_BATCH];
@@ -1375,27 +1405,23 @@ static void *dl_run(void *arg) {
     j->err = 0;
     for (int i = j->i0; i < j->i1; i++) {
         const tensor_desc *t = &j->t[i];
-        size_t cb = t->comp.bytes;
         uint64_t off = j->data_off + t->offset;
         XXH3_64bits_reset(&hs);
         int cnt = 0;
         size_t batch = 0;
-        for (int h = 0; h < j->H; h++)
-            for (int b = 0, p0 = 0; p0 < j->n; b++, p0 += j->T) {
-                int r = j->n - p0 < j->T ? j->n - p0 : j->T;
-                piece[cnt].iov_base = j->blk[b] + j->toff[i] + (size_t)h * j->hstep[i];
-                piece[cnt].iov_len = (size_t)r * cb;
-                batch += piece[cnt++].iov_len;
-                int last = h == j->H - 1 && p0 + j->T >= j->n;
-                if (cnt == IOV_BATCH || batch >= BATCH_BYTES || last) {
-                    memcpy(iov, piece, sizeof(struct iovec) * (size_t)cnt);
-                    if (read_pieces(j, iov, cnt, off) != 0) return NULL;
-                    for (int k = 0; k < cnt; k++) XXH3_64bits_update(&hs, piece[k].iov_base, piece[k].iov_len);
-                    off += batch;
-                    cnt = 0;
-                    batch = 0;
-                }
+        for (int b = 0; b < j->nb; b++) {
+            piece[cnt].iov_base = j->blk[b] + j->toff[i];
+            piece[cnt].iov_len = (size_t)t->piece;
+            batch += piece[cnt++].iov_len;
+            if (cnt == IOV_BATCH || batch >= BATCH_BYTES || b == j->nb - 1) {
+                memcpy(iov, piece, sizeof(struct iovec) * (size_t)cnt);
+                if (read_pieces(j, iov, cnt, off) != 0) return NULL;
+                for (int k = 0; k < cnt; k++) XXH3_64bits_update(&hs, piece[k].iov_base, piece[k].iov_len);
+                off += batch;
+                cnt = 0;
+                batch = 0;
             }
+        }
         uint64_t got = XXH3_64bits_digest(&hs);
         char g[17];
         hex64(got, g);
@@ -1431,7 +1457,7 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     int nt = 0;
     ak_kv *tmp = NULL;
     uint8_t **blk = NULL;
-    size_t *toff = NULL, *hstep = NULL;
+    size_t *toff = NULL;
     if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, id, m, v) != AK_STORE_HIT ||
         check_expect(m, fingerprint, kv, v) != AK_STORE_HIT || check_table(r, m, &t, &nt, &want, v) != AK_STORE_HIT) {
         info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
@@ -1442,6 +1468,10 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     ak_error e2 = {{0}};
     ak_block_pool *pool = ak_kv_pool(kv);
     int T = ak_block_pool_block_tokens(pool), n = m->n_tokens, nb = (n + T - 1) / T;
+    if (m->block_tokens != T) {   /* blocks of another size: pieces do not map 1:1, copy from a verified image */
+        *fallback = 1;
+        goto out;
+    }
     if (!(tmp = ak_kv_new(pool, m->fk, m->fv, ak_kv_capacity(kv), &e2)) || ak_kv_prepare(tmp, 0, n, &e2) != 0) {
         if (ak_kv_n_blocks(kv) > 0) *fallback = 1;   /* the old cache holds the budget: verify first, then swap */
         else judge(v, AK_STORE_ERROR, NULL, "%s", e2.msg);
@@ -1449,8 +1479,7 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     }
     blk = malloc(sizeof *blk * (size_t)(nb ? nb : 1));
     toff = malloc(sizeof *toff * (size_t)(nt ? nt : 1));
-    hstep = malloc(sizeof *hstep * (size_t)(nt ? nt : 1));
-    if (!blk || !toff || !hstep) {
+    if (!blk || !toff) {
         judge(v, AK_STORE_ERROR, NULL, "out of memory");
         goto out;
     }
@@ -1458,12 +1487,8 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
      * codes for a format without metadata (blockpool.h) */
     int kc0 = ak_kv_format_meta_bytes(m->fk, m->spec.head_dim_k) ? 1 : 0;
     for (int b = 0; b < nb; b++) blk[b] = ak_kv_stored_mut(tmp, 0, 0, kc0, 0, b * T);
-    int H = ak_block_pool_spec(pool)->n_head_kv;
-    for (int i = 0; i < nt && nb; i++) {
-        uint8_t *h0 = ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0);
-        toff[i] = (size_t)(h0 - blk[0]);
-        hstep[i] = H > 1 ? (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 1, 0) - h0) : 0;
-    }
+    for (int i = 0; i < nt && nb; i++)
+        toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0) - blk[0]);
     posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
     dl_job jobs[2];
     uint64_t data_bytes = nt ? t[nt - 1].offset + t[nt - 1].bytes : 0;
@@ -1471,8 +1496,8 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     if (data_bytes >= TWO_THREADS_BYTES)
         while (split < nt && t[split].offset + t[split].bytes <= data_bytes / 2) split++;
     for (int k = 0; k < 2; k++)
-        jobs[k] = (dl_job){r->fd, t, (const char (*)[17])want, k ? split : 0, k ? nt : split, blk, toff, hstep,
-                           H, T, n, m->hdr_end, 0, -1, 0, 0, 0};
+        jobs[k] = (dl_job){r->fd, t, (const char (*)[17])want, k ? split : 0, k ? nt : split, blk, toff, nb,
+                           m->hdr_end, 0, -1, 0, 0, 0};
     pthread_t th;
     int threaded = split > 0 && pthread_create(&th, NULL, dl_run, &jobs[0]) == 0;
     if (!threaded) jobs[1].i0 = 0;
@@ -1506,7 +1531,6 @@ out:
     ak_kv_free(tmp);   /* kv's old blocks after a swap, else the unverified copy */
     free(blk);
     free(toff);
-    free(hstep);
     free(t);
     free(want);
     return v->st;
@@ -1549,11 +1573,11 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
         tensor_desc *t = NULL;
         uint64_t db;
         char why[128];
-        int nt = layout_tensors(&m.spec, m.fk, m.fv, m.n_tokens, &t, &db, why, sizeof why);
+        int nt = layout_tensors(&m.spec, m.fk, m.fv, m.n_tokens, m.block_tokens, &t, &db, why, sizeof why);
         ak_kv_truncate(kv, 0);
         if (nt < 0) st = judge(&v, AK_STORE_ERROR, NULL, "%s", why);
         else if (ak_kv_prepare(kv, 0, m.n_tokens, &e2) != 0) st = judge(&v, AK_STORE_ERROR, NULL, "%s", e2.msg);
-        else if (transfer(kv, 1, r.img + m.hdr_end, t, nt, m.n_tokens) != 0 || ak_kv_set_length(kv, m.n_tokens, &e2) != 0)
+        else if (transfer(kv, 1, r.img + m.hdr_end, t, nt, m.n_tokens, m.block_tokens) != 0 || ak_kv_set_length(kv, m.n_tokens, &e2) != 0)
             st = judge(&v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
         if (st != AK_STORE_HIT) ak_kv_truncate(kv, 0);
         free(t);

@@ -6,7 +6,8 @@ Parses the header, checks every tensor's dtype, shape and byte range against
 the safetensors rules (contiguous, non-overlapping, covering the data section,
 size = product(shape) * dtype size), checks the agentkv metadata keys and that
 the tensors are the per-layer K and V tensors the metadata implies
-([n_head_kv, n_tokens, ...] each), and prints one line per tensor. Exits 1
+([n_blocks, n_head_kv, block_tokens, ...] each, n_blocks = ceil(n_tokens /
+block_tokens): format version 3), and prints one line per tensor. Exits 1
 with a message naming the file on the first violation. (The checksums are
 XXH3, which the standard library lacks: only their form is checked here.)
 """
@@ -45,12 +46,11 @@ def check(path):
             raise Bad("metadata key %s missing" % k)
     if meta["format"] != "agentkv.agent":
         raise Bad("format is %r" % meta["format"])
-    if meta["format_version"] not in ("1", "2"):
-        raise Bad("format_version %r" % meta["format_version"])
-    if meta["format_version"] == "2":  # the centering of K and V (docs/kv-formats.md)
-        for k in ("key_center", "value_center"):
-            if not re.fullmatch(r"[0-9a-z.-]{1,32}", meta.get(k, "")):
-                raise Bad("%s missing or not an id" % k)
+    if meta["format_version"] != "3":
+        raise Bad("format_version %r (this checker reads version 3)" % meta["format_version"])
+    for k in ("key_center", "value_center"):  # the centering of K and V (docs/kv-formats.md)
+        if not re.fullmatch(r"[0-9a-z.-]{1,32}", meta.get(k, "")):
+            raise Bad("%s missing or not an id" % k)
     body = len(data) - 8 - n
     spans = []
     for name, t in header.items():
@@ -78,15 +78,19 @@ def check(path):
     toks = meta["tokens"].split(",") if meta["tokens"] else []
     if len(toks) != n_tokens or not all(re.fullmatch(r"0|[1-9][0-9]*", x) for x in toks):
         raise Bad("%d token ids for n_tokens %d" % (len(toks), n_tokens))
-    # the tensors: per layer, K and V, each [n_head_kv, n_tokens, ...]
-    n_layer, n_head_kv = int(meta["n_layer"]), int(meta["n_head_kv"])
+    # the tensors: per layer, K and V, each [n_blocks, n_head_kv, block_tokens, ...]
+    n_layer, n_head_kv, block_tokens = int(meta["n_layer"]), int(meta["n_head_kv"]), int(meta["block_tokens"])
+    if not 1 <= block_tokens <= 4096:
+        raise Bad("block_tokens %d outside [1, 4096]" % block_tokens)
+    n_blocks = (n_tokens + block_tokens - 1) // block_tokens
     seen = set()
     for name, t in header.items():
         m = TENSOR_NAME.match(name)
         if not m or int(m.group(1)) >= n_layer:
             raise Bad("unexpected tensor %s" % name)
-        if t["shape"][:2] != [n_head_kv, n_tokens]:
-            raise Bad("%s: shape %s does not start with [n_head_kv, n_tokens]" % (name, t["shape"]))
+        if t["shape"][:3] != [n_blocks, n_head_kv, block_tokens]:
+            raise Bad("%s: shape %s does not start with [n_blocks, n_head_kv, block_tokens] = %s"
+                      % (name, t["shape"], [n_blocks, n_head_kv, block_tokens]))
         seen.add((int(m.group(1)), m.group(2)))
     if seen != {(l, kv) for l in range(n_layer) for kv in "kv"}:
         raise Bad("not every layer has K and V tensors")

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "../src/blockpool.h"
 #include "../src/kvcache.h"
 #include "../src/store.h"
@@ -225,6 +227,84 @@ TEST(store_roundtrip_every_format_pair) {
     ak_store_close(st);
 }
 
+/* The file's tensor bytes against the documented layout: the vector of
+ * layer l, K/V, head h at position p = b * T + s is component c of what the
+ * format's quantizer makes of the input, at ((b * H + h) * T + s) * bytes
+ * in tensor layers.<l>.<k|v>.<component>, shaped [n_blocks, H, T, ...];
+ * slots past n_tokens are zero. Blocks of 16, 37 positions: a partial last
+ * block. */
+TEST(store_tensor_bytes_follow_the_documented_layout) {
+    const char *dir = dir_for("layout");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    enum { L = 2, H = 3, DK = 16, DV = 8, T = 16, N = 37, NB = 3 };
+    ak_cache_spec s = {L, H, DK, DV, 128};
+    const ak_kv_format fmt[2] = {AK_KV_Q4, AK_KV_TQ3};
+    ak_block_pool *pool = ak_block_pool_new(&s, T, 0, &err);
+    ak_kv *kv = pool ? ak_kv_new(pool, fmt[0], fmt[1], 128, &err) : NULL;
+    REQUIRE(kv && ak_kv_prepare(kv, 0, N, &err) == 0, "%s", err.msg);
+    static float x[N][L][2][H * DK];
+    int32_t tokens[N];
+    ak_rng rng;
+    ak_rng_seed(&rng, 77);
+    for (int p = 0; p < N; p++) {
+        tokens[p] = p;
+        for (int l = 0; l < L; l++) {
+            for (int v = 0; v < 2; v++)
+                for (int i = 0; i < H * (v ? DV : DK); i++) x[p][l][v][i] = ak_rng_normal(&rng);
+            REQUIRE(ak_kv_write(kv, l, p, x[p][l][0], x[p][l][1], &err) == 0, "%s", err.msg);
+        }
+    }
+    REQUIRE(ak_store_save(st, "lay", kv, tokens, N, FP, NULL, &err) == 0, "save: %s", err.msg);
+    size_t len;
+    uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "lay"), &len, &err);
+    REQUIRE(img && len > 8, "read: %s", err.msg);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | img[i];
+    REQUIRE(8 + hl <= len, "header length");
+    cJSON *root = cJSON_ParseWithLength((const char *)img + 8, (size_t)hl);
+    REQUIRE(root, "header JSON");
+    int bad = 0, checked = 0;
+    for (int l = 0; l < L; l++)
+        for (int v = 0; v < 2; v++) {
+            int d = v ? DV : DK;
+            ak_kv_component comp[2];
+            int nc = ak_kv_format_components(fmt[v], d, comp);
+            for (int c = 0; c < nc; c++) {
+                char name[64];
+                snprintf(name, sizeof name, "layers.%d.%c.%s", l, v ? 'v' : 'k', comp[c].name);
+                const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, name);
+                const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
+                const cJSON *of = cJSON_GetObjectItemCaseSensitive(o, "data_offsets");
+                REQUIRE(o && cJSON_GetArraySize(sh) >= 3 && cJSON_GetArraySize(of) == 2, "tensor %s", name);
+                CHECK(cJSON_GetArrayItem(sh, 0)->valueint == NB && cJSON_GetArrayItem(sh, 1)->valueint == H &&
+                          cJSON_GetArrayItem(sh, 2)->valueint == T,
+                      "%s: shape does not start with [%d, %d, %d]", name, NB, H, T);
+                size_t off = 8 + (size_t)hl + (size_t)cJSON_GetArrayItem(of, 0)->valuedouble;
+                size_t end = 8 + (size_t)hl + (size_t)cJSON_GetArrayItem(of, 1)->valuedouble;
+                CHECK(end - off == (size_t)NB * H * T * comp[c].bytes && end <= len, "%s: %zu bytes", name, end - off);
+                if (end - off != (size_t)NB * H * T * comp[c].bytes || end > len) continue;
+                for (int b = 0; b < NB; b++)
+                    for (int h = 0; h < H; h++)
+                        for (int sl = 0; sl < T; sl++) {
+                            int p = b * T + sl;
+                            uint8_t want[64] = {0};
+                            if (p < N) ak_kv_format_get(fmt[v])->quantize(x[p][l][v] + (size_t)h * d, d, want);
+                            const uint8_t *got = img + off + (((size_t)b * H + h) * T + sl) * comp[c].bytes;
+                            bad += memcmp(got, want + (p < N ? comp[c].offset : 0), comp[c].bytes) != 0;
+                            checked++;
+                        }
+            }
+        }
+    CHECK(checked == L * (2 + 2) * NB * H * T && bad == 0, "%d of %d vectors' components misplaced", bad, checked);
+    cJSON_Delete(root);
+    free(img);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    ak_store_close(st);
+}
+
 TEST(store_roundtrip_edges) {
     const char *dir = dir_for("edges");
     ak_error err = {{0}};
@@ -387,7 +467,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     REQUIRE(img, "no image");
     uint64_t N = 0;
     memcpy(&N, img, 8);
-    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"2\"");
+    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"3\"");
     REQUIRE(vkey, "no format_version in the header");
     size_t vpos = (size_t)(vkey - (const char *)img) + strlen("\"format_version\":\"");
     /* positions: every bit of the length, one bit of every header byte, and
@@ -413,7 +493,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
         bad[pos[i]] ^= (uint8_t)(1u << bit[i]);
         const char *id = "orig";
         ak_store_status r = load_damaged(t, st, dir, id, bad, len, &a, &err);
-        /* a flipped version digit may read as a newer version: a miss, kept */
+        /* a flipped version digit may read as another version: a miss, kept */
         int version_byte = pos[i] == vpos;
         CHECK(r == AK_STORE_CORRUPT || (version_byte && r == AK_STORE_STALE),
               "flip of bit %d at byte %zu (of %zu, header %llu): %s %s", bit[i], pos[i], len, (unsigned long long)N,
@@ -618,18 +698,23 @@ TEST(store_stale_files_miss_without_quarantine) {
     CHECK(ak_store_load(st, "a", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_HIT && kv_equal(a.kv, b.kv), "%s", err.msg);
     cache_free(&b);
 
-    /* a newer format version: a miss, kept */
+    /* a newer format version, and an older one (version 2 laid tensors out
+     * [n_head_kv, n_tokens, ...]): a miss, kept */
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "a"), &len, &err);
-    REQUIRE(img && patch(img, len, "\"format_version\":\"2\"", "\"format_version\":\"3\"") == 0, "patch");
-    REQUIRE(write_bytes(file_of(dir, "v3"), img, len) == 0, "write");
-    REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
-    r = ak_store_load(st, "v3", FP, VOCAB, b.kv, NULL, &err);
-    CHECK(r == AK_STORE_STALE && strstr(err.msg, "version 3"), "version 3: %s: %s", ak_store_status_name(r), err.msg);
-    CHECK(exists(file_of(dir, "v3")) && ak_kv_length(b.kv) == 0, "version 3 moved or loaded");
-    cache_free(&b);
+    const char *vers[2][3] = {{"\"format_version\":\"4\"", "v4", "newer"}, {"\"format_version\":\"2\"", "v2", "older"}};
+    for (int k = 0; k < 2; k++) {
+        REQUIRE(img && patch(img, len, "\"format_version\":\"3\"", vers[k][0]) == 0, "patch");
+        REQUIRE(write_bytes(file_of(dir, vers[k][1]), img, len) == 0, "write");
+        REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
+        r = ak_store_load(st, vers[k][1], FP, VOCAB, b.kv, NULL, &err);
+        CHECK(r == AK_STORE_STALE && strstr(err.msg, vers[k][2]), "%s: %s: %s", vers[k][1], ak_store_status_name(r),
+              err.msg);
+        CHECK(exists(file_of(dir, vers[k][1])) && ak_kv_length(b.kv) == 0, "%s moved or loaded", vers[k][1]);
+        cache_free(&b);
+        REQUIRE(patch(img, len, vers[k][0], "\"format_version\":\"3\"") == 0, "patch");
+    }
     /* a file under another agent's name is not that agent's memory */
-    REQUIRE(patch(img, len, "\"format_version\":\"3\"", "\"format_version\":\"2\"") == 0, "patch");
     REQUIRE(write_bytes(file_of(dir, "b"), img, len) == 0, "write");
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
     CHECK(ak_store_load(st, "b", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_CORRUPT && strstr(err.msg, "agent_id"),
