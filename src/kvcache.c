@@ -256,6 +256,15 @@ size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q) {
     return (size_t)n_q * (4 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
 }
 
+/* Where one head's T vectors are inside a block's K or V region (component-
+ * major, blockpool.h): all heads' metadata, then all heads' codes. */
+static inline void head_runs(const ak_kv *kv, const uint8_t *region, int head, size_t cb, size_t mb,
+                             const uint8_t **meta, const uint8_t **codes) {
+    size_t H = (size_t)kv->spec.n_head_kv, T = (size_t)kv->T;
+    *meta = region + (size_t)head * T * mb;
+    *codes = region + H * T * mb + (size_t)head * T * cb;
+}
+
 void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
                   float *scratch) {
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
@@ -289,9 +298,9 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
         }
         /* codes and metadata of this head's T vectors: two runs (blockpool.h) */
         const uint8_t *kr = b->data + koff, *vr = b->data + voff;
-        size_t H = (size_t)kv->spec.n_head_kv;
-        const uint8_t *km = kr + (size_t)kv_head * T * kmb, *kc = kr + H * T * kmb + (size_t)kv_head * T * kcb;
-        const uint8_t *vm = vr + (size_t)kv_head * T * vmb, *vc = vr + H * T * vmb + (size_t)kv_head * T * vcb;
+        const uint8_t *km, *kc, *vm, *vc;
+        head_runs(kv, kr, kv_head, kcb, kmb, &km, &kc);
+        head_runs(kv, vr, kv_head, vcb, vmb, &vm, &vc);
         /* centering of this block's keys and values (blockpool.h) */
         const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
         const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
@@ -490,8 +499,9 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
             voff = ak_block_v_offset(kv->pool, fk, fv, layer);
         }
         const uint8_t *kr = b->data + koff, *vr = b->data + voff;
-        const uint8_t *km = kr + (size_t)kv_head * T * (kcb + kmb), *kc = km + (size_t)T * kmb;
-        const uint8_t *vm = vr + (size_t)kv_head * T * (vcb + vmb), *vc = vm + (size_t)T * vmb;
+        const uint8_t *km, *kc, *vm, *vc;
+        head_runs(kv, kr, kv_head, kcb, kmb, &km, &kc);
+        head_runs(kv, vr, kv_head, vcb, vmb, &vm, &vc);
         const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
         const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
         if (mv) vmu = mv;
