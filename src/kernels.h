@@ -50,4 +50,17 @@ void ak_matmul(ak_pool *pool, uint32_t wtype, const void *W, int64_t rows, int64
 void ak_matmul_scalar(uint32_t wtype, const void *W, int64_t rows, int64_t cols,
                       const float *X, int64_t ntok, float *Y);
 
+
+/* Packed weights. Where the back end has kernels for a regrouped layout
+ * (kernels_packed.c: Q4_0 and Q8_0 with AVX512-VNNI), a matrix can be copied
+ * once into it and multiplied from there, faster than from the row-major
+ * blocks. ak_packed_bytes gives the copy's size, or 0 when there is no packed
+ * kernel for this type in this build (then use ak_matmul). */
+size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols);
+/* Writes the packed copy of W into P (ak_packed_bytes bytes, 64-byte aligned). */
+void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P);
+/* ak_matmul's contract, with W given by its packed copy P. */
+void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols,
+                      const float *X, int64_t ntok, float *Y);
+
 #endif

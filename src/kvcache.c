@@ -256,6 +256,15 @@ size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q) {
     return (size_t)n_q * (4 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
 }
 
+/* Where one head's T vectors are inside a block's K or V region (component-
+ * major, blockpool.h): all heads' metadata, then all heads' codes. */
+static inline void head_runs(const ak_kv *kv, const uint8_t *region, int head, size_t cb, size_t mb,
+                             const uint8_t **meta, const uint8_t **codes) {
+    size_t H = (size_t)kv->spec.n_head_kv, T = (size_t)kv->T;
+    *meta = region + (size_t)head * T * mb;
+    *codes = region + H * T * mb + (size_t)head * T * cb;
+}
+
 void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
                   float *scratch) {
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
@@ -289,9 +298,9 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
         }
         /* codes and metadata of this head's T vectors: two runs (blockpool.h) */
         const uint8_t *kr = b->data + koff, *vr = b->data + voff;
-        size_t H = (size_t)kv->spec.n_head_kv;
-        const uint8_t *km = kr + (size_t)kv_head * T * kmb, *kc = kr + H * T * kmb + (size_t)kv_head * T * kcb;
-        const uint8_t *vm = vr + (size_t)kv_head * T * vmb, *vc = vr + H * T * vmb + (size_t)kv_head * T * vcb;
+        const uint8_t *km, *kc, *vm, *vc;
+        head_runs(kv, kr, kv_head, kcb, kmb, &km, &kc);
+        head_runs(kv, vr, kv_head, vcb, vmb, &vm, &vc);
         /* centering of this block's keys and values (blockpool.h) */
         const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
         const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
@@ -353,4 +362,236 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
             for (int d = 0; d < dv; d++) acc[d] += lc[i] * vmu[d];
         for (int d = 0; d < dv; d++) acc[d] *= inv;
     }
+}
+
+/* ---- attention for a run of prefill tokens ------------------------------
+ * ak_kv_attend per token reads (and dequantizes inside its dot products)
+ * every key and value once per query token: a 2K-token prompt decodes each
+ * block two thousand times. Here a run of consecutive tokens of one sequence
+ * shares the work: each block of this head is dequantized once into f32
+ * scratch (keys transposed, so the scores of one query against 16 keys are
+ * one vector FMA per dimension, no horizontal sums), then every query of the
+ * run that can see the block takes its scores, its online-softmax update and
+ * its weighted values from there. The arithmetic per query is the same as
+ * ak_kv_attend's (same basis, same centering terms), only the order of the
+ * float sums differs. */
+
+#define PF_CHUNK 16   /* keys or value dims per inner vector loop */
+
+size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows) {
+    size_t dk = (size_t)kv->spec.head_dim_k, dv = (size_t)kv->spec.head_dim_v;
+    size_t Tp = ((size_t)kv->T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
+    /* m, l, lc, qmu per row; rotated queries; rotated accumulators; keys
+     * (dk x Tp), values (Tp x dv), one row's scores (Tp); a vector to
+     * dequantize into */
+    return (size_t)n_rows * (4 + dk + dv) + dk * Tp + Tp * dv + 4 * Tp + (dk > dv ? dk : dv);
+}
+
+/* GCC/Clang vector extensions: SIMD on any target (AVX-512, NEON, or
+ * scalar code the compiler writes), without per-target intrinsics. */
+typedef float v16f __attribute__((vector_size(64), aligned(4)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* e^x per lane for x <= 0 (scores minus their running maximum), relative
+ * error below 3e-7; -inf and anything under -87 give 0 or a denormal-free
+ * tiny value (2^-126 scale). x = n ln2 + r, |r| <= ln2/2, e^r by its
+ * degree-6 Taylor polynomial, 2^n through the exponent bits. */
+static inline v16f exp_v16(v16f x) {
+    const v16f zero = {0};
+    v16f t = x;
+    for (int i = 0; i < 16; i++) t[i] = x[i] < -87.0f ? -87.0f : x[i];   /* also maps -inf */
+    v16f y = t * 1.44269504f - 0.5f;
+    v16i n = __builtin_convertvector(y, v16i);   /* trunc toward 0 of t*log2e - 0.5: round(t*log2e) */
+    v16f nf = __builtin_convertvector(n, v16f);
+    v16f r = t - nf * 0.693145752f - nf * 1.42860677e-6f;
+    v16f p = zero + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    v16i e = (n + 127) << 23;
+    v16f scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
+/* Scores of `nr` (1..4) queries against the block's keys kt (dk x Tp,
+ * transposed): s[i * Tp + j] = q_i . k_j for j < Tp (keys past the block's
+ * count are zero). Four queries at a time keep four independent chains of
+ * vector FMAs in flight. */
+static void run_scores(const float *const *q, int nr, const float *kt, int dk, int Tp, float *s) {
+    for (int j0 = 0; j0 < Tp; j0 += PF_CHUNK) {
+        v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int d = 0; d < dk; d++) {
+            v16f k;
+            memcpy(&k, kt + (size_t)d * Tp + j0, sizeof k);
+            a0 += q[0][d] * k;
+            if (nr > 1) a1 += q[1][d] * k;
+            if (nr > 2) a2 += q[2][d] * k;
+            if (nr > 3) a3 += q[3][d] * k;
+        }
+        memcpy(s + j0, &a0, sizeof a0);
+        if (nr > 1) memcpy(s + Tp + j0, &a1, sizeof a1);
+        if (nr > 2) memcpy(s + 2 * Tp + j0, &a2, sizeof a2);
+        if (nr > 3) memcpy(s + 3 * Tp + j0, &a3, sizeof a3);
+    }
+}
+
+/* acc[0..dv) += sum_{j < c} p[j] * v_j for the block's values v (Tp x dv),
+ * keys taken two at a time (two chains). */
+static void run_values(const float *p, int c, const float *v, int dv, float *acc) {
+    int d0 = 0;
+    for (; d0 + PF_CHUNK <= dv; d0 += PF_CHUNK) {
+        v16f a, b = {0}, x, y;
+        memcpy(&a, acc + d0, sizeof a);
+        int j = 0;
+        for (; j + 2 <= c; j += 2) {
+            memcpy(&x, v + (size_t)j * dv + d0, sizeof x);
+            memcpy(&y, v + (size_t)(j + 1) * dv + d0, sizeof y);
+            a += p[j] * x;
+            b += p[j + 1] * y;
+        }
+        if (j < c) {
+            memcpy(&x, v + (size_t)j * dv + d0, sizeof x);
+            a += p[j] * x;
+        }
+        a += b;
+        memcpy(acc + d0, &a, sizeof a);
+    }
+    for (; d0 < dv; d0++)
+        for (int j = 0; j < c; j++) acc[d0] += p[j] * v[(size_t)j * dv + d0];
+}
+
+void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
+                      int pos0, float scale, float *out, size_t ostride, float *scratch) {
+    const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
+    const int Tp = (T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK, R = n_q * nt;   /* query rows */
+    float *m = scratch, *l = m + R, *lc = l + R, *qmu = lc + R, *q_rot = qmu + R;
+    float *acc_rot = q_rot + (size_t)R * dk, *kt = acc_rot + (size_t)R * dv, *vf = kt + (size_t)dk * Tp;
+    float *sc4 = vf + (size_t)Tp * dv, *tmp = sc4 + 4 * Tp;
+    int have_qrot = 0, have_vrot = 0;
+    const float *qmu_of = NULL, *vmu = NULL;
+#define QROW(r) (q + (size_t)((r) / n_q) * qstride + (size_t)((r) % n_q) * dk)
+#define OROW(r) (out + (size_t)((r) / n_q) * ostride + (size_t)((r) % n_q) * dv)
+    for (int r = 0; r < R; r++) {
+        m[r] = -INFINITY; l[r] = 0; lc[r] = 0;
+        memset(OROW(r), 0, sizeof(float) * dv);
+    }
+    ak_kv_format fk = AK_KV_NFORMATS, fv = AK_KV_NFORMATS;
+    const ak_kv_format_info *ik = NULL, *iv = NULL;
+    size_t kcb = 0, kmb = 0, vcb = 0, vmb = 0, koff = 0, voff = 0;
+    const int n_end = pos0 + nt;   /* positions the last token sees */
+    for (int bi = 0; bi * T < n_end; bi++) {
+        const ak_block *b = kv->table[bi];
+        int cnt = n_end - bi * T < T ? n_end - bi * T : T;
+        if (b->fk != fk || b->fv != fv) {
+            fk = b->fk;
+            fv = b->fv;
+            ik = ak_kv_format_get(fk);
+            iv = ak_kv_format_get(fv);
+            kcb = ak_kv_format_code_bytes(fk, dk);
+            kmb = ak_kv_format_meta_bytes(fk, dk);
+            vcb = ak_kv_format_code_bytes(fv, dv);
+            vmb = ak_kv_format_meta_bytes(fv, dv);
+            koff = ak_block_k_offset(kv->pool, fk, fv, layer);
+            voff = ak_block_v_offset(kv->pool, fk, fv, layer);
+        }
+        const uint8_t *kr = b->data + koff, *vr = b->data + voff;
+        const uint8_t *km, *kc, *vm, *vc;
+        head_runs(kv, kr, kv_head, kcb, kmb, &km, &kc);
+        head_runs(kv, vr, kv_head, vcb, vmb, &vm, &vc);
+        const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
+        const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
+        if (mv) vmu = mv;
+        if (ik->rotated && !have_qrot) {
+            for (int r = 0; r < R; r++) {
+                memcpy(q_rot + (size_t)r * dk, QROW(r), sizeof(float) * dk);
+                ak_kv_rotate(q_rot + (size_t)r * dk, dk);
+            }
+            have_qrot = 1;
+        }
+        if (mu && mu != qmu_of) {
+            for (int r = 0; r < R; r++) {
+                const float *qi = QROW(r);
+                float s = 0;
+                for (int d = 0; d < dk; d++) s += qi[d] * mu[d];
+                qmu[r] = s;
+            }
+            qmu_of = mu;
+        }
+        if (iv->rotated && !have_vrot) {
+            memset(acc_rot, 0, sizeof(float) * R * dv);
+            have_vrot = 1;
+        }
+        /* the block's keys (transposed) and values in f32, stored basis:
+         * axpy with weight 1 into zeros is the format's own dequantizer */
+        static const float one = 1.0f;
+        memset(kt, 0, sizeof(float) * dk * Tp);
+        for (int j = 0; j < cnt; j++) {
+            memset(tmp, 0, sizeof(float) * dk);
+            ik->axpy(kc + (size_t)j * kcb, kcb, km + (size_t)j * kmb, kmb, 1, &one, dk, tmp);
+            for (int d = 0; d < dk; d++) kt[(size_t)d * Tp + j] = tmp[d];
+        }
+        memset(vf, 0, sizeof(float) * cnt * dv);
+        for (int j = 0; j < cnt; j++)
+            iv->axpy(vc + (size_t)j * vcb, vcb, vm + (size_t)j * vmb, vmb, 1, &one, dv, vf + (size_t)j * dv);
+        /* rows that see this block, four at a time for the scores */
+        int r_first = (bi * T - pos0) * n_q;   /* row of the first token that sees position bi*T */
+        if (r_first < 0) r_first = 0;
+        for (int r0 = r_first; r0 < R; r0 += 4) {
+            int nr = R - r0 < 4 ? R - r0 : 4;
+            const float *qs[4];
+            for (int i = 0; i < nr; i++) qs[i] = ik->rotated ? q_rot + (size_t)(r0 + i) * dk : QROW(r0 + i);
+            run_scores(qs, nr, kt, dk, Tp, sc4);
+            for (int i = 0; i < nr; i++) {
+                int r = r0 + i;
+                float *sc = sc4 + (size_t)i * Tp;
+                int c = pos0 + r / n_q + 1 - bi * T;   /* keys of this block row r sees */
+                if (c <= 0) continue;
+                if (c > cnt) c = cnt;
+                float bm = -INFINITY, add = mu ? qmu[r] : 0.0f;
+                for (int j = 0; j < c; j++) {
+                    sc[j] = (sc[j] + add) * scale;
+                    if (sc[j] > bm) bm = sc[j];
+                }
+                float *acc = OROW(r), *accr = acc_rot + (size_t)r * dv;
+                if (bm > m[r]) {
+                    float f = expf(m[r] - bm);
+                    l[r] *= f;
+                    lc[r] *= f;
+                    for (int d = 0; d < dv; d++) acc[d] *= f;
+                    if (have_vrot)
+                        for (int d = 0; d < dv; d++) accr[d] *= f;
+                    m[r] = bm;
+                }
+                float ls = 0;
+                for (int j0 = 0; j0 < c; j0 += PF_CHUNK) {
+                    v16f x;
+                    memcpy(&x, sc + j0, sizeof x);
+                    x = exp_v16(x - m[r]);
+                    for (int jj = c - j0; jj < PF_CHUNK; jj++) x[jj] = 0;   /* keys past c: weight 0 */
+                    memcpy(sc + j0, &x, sizeof x);
+                    for (int jj = 0; jj < PF_CHUNK; jj++) ls += x[jj];
+                }
+                l[r] += ls;
+                if (mv) lc[r] += ls;
+                run_values(sc, c, vf, dv, iv->rotated ? accr : acc);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float *acc = OROW(r), inv = l[r] > 0 ? 1.0f / l[r] : 0;
+        if (have_vrot) {
+            float *accr = acc_rot + (size_t)r * dv;
+            ak_kv_unrotate(accr, dv);
+            for (int d = 0; d < dv; d++) acc[d] += accr[d];
+        }
+        if (vmu)
+            for (int d = 0; d < dv; d++) acc[d] += lc[r] * vmu[d];
+        for (int d = 0; d < dv; d++) acc[d] *= inv;
+    }
+#undef QROW
+#undef OROW
 }

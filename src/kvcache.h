@@ -99,4 +99,15 @@ size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q);
 void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
                   float *scratch);
 
+/* Floats of scratch ak_kv_attend_run needs for n_rows = n_q * nt query rows
+ * on kv (or any sequence of the same pool). */
+size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows);
+/* ak_kv_attend for nt consecutive tokens of the sequence at positions pos0 ..
+ * pos0 + nt - 1, each seeing positions [0, its own]: token t's n_q queries
+ * are at q + t * qstride (head_dim_k floats each, one after the other), its
+ * outputs at out + t * ostride (head_dim_v floats each). Each block is
+ * dequantized once for all nt * n_q queries (prefill). pos0 + nt <= length. */
+void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
+                      int pos0, float scale, float *out, size_t ostride, float *scratch);
+
 #endif

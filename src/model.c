@@ -223,13 +223,77 @@ static void fingerprint(ak_model *m) {
     XXH64_freeState(st);
 }
 
+/* Drops the mapping's pages of [p, p + n) from this process (whole pages
+ * inside the range only). They are clean file pages: touching them again
+ * reads them back, so this is always safe. */
+static void release_pages(const ak_model *m, const void *p, size_t n) {
+    if (!m->gguf.owns_map) return;
+    uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Copies every matrix the kernels have a packed layout for (kernels.h) into
+ * one allocation and points its ak_weight.packed there; the forward pass then
+ * reads only the copy, so the mapping's pages of those matrices are released
+ * and resident memory stays at one copy of the weights. Reports progress
+ * (the copy reads every byte). Returns the number of bytes packed, or -1 and
+ * sets err when the memory cannot be had. */
+static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *err) {
+    const ak_config *c = &m->cfg;
+    int nw = 7 * c->n_layer + 1;
+    ak_weight **ws = ak_malloc((size_t)nw * sizeof *ws, err);
+    if (!ws) return -1;
+    int k = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        ak_layer *L = &m->layers[l];
+        ak_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (int i = 0; i < 7; i++) ws[k++] = lw[i];
+    }
+    ws[k++] = &m->output;
+    size_t total = 0, done = 0;
+    for (int i = 0; i < nw; i++) total += ak_packed_bytes(ws[i]->type, ws[i]->rows, ws[i]->cols);
+    if (total == 0) { free(ws); return 0; }
+    /* Anonymous memory in 2 MB pages where the kernel allows: a 4 KB page
+     * fault per page made the copy ten times slower than the copying, and
+     * decode walks all of it every token (fewer TLB misses). */
+    size_t huge = (size_t)2 << 20, len = (total + huge - 1) / huge * huge;
+    void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        free(ws);
+        return ak_fail(err, "%s: out of memory for the %.1f MB packed copy of the weights", m->gguf.path, total / 1e6);
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(mem, len, MADV_HUGEPAGE);
+#endif
+    m->packed_mem = mem;
+    m->packed_bytes = len;
+    uint8_t *dst = m->packed_mem;
+    for (int i = 0; i < nw; i++) {
+        ak_weight *w = ws[i];
+        size_t n = ak_packed_bytes(w->type, w->rows, w->cols);
+        if (!n) continue;
+        ak_pack_weights(w->type, w->data, w->rows, w->cols, dst);
+        w->packed = dst;
+        dst += n;
+        done += n;
+        release_pages(m, w->data, ak_row_bytes(w->type, w->cols) * (size_t)w->rows);
+        if (cb) cb(ud, (double)done / total);
+    }
+    if (c->tied_output) m->tok_embd.packed = m->output.packed;
+    free(ws);
+    return (int64_t)total;
+}
+
 ak_model *ak_model_load(const char *path, ak_progress_fn cb, void *ud, ak_error *err) {
     ak_model *m = ak_calloc(1, sizeof *m, err);
     if (!m) return NULL;
     if (gguf_open(&m->gguf, path, err) < 0) { free(m); return NULL; }
     if (load_config(m, err) < 0 || load_weights(m, err) < 0) { ak_model_free(m); return NULL; }
-    page_in(m, cb, ud);
     fingerprint(m);
+    int64_t packed = pack_weights(m, cb, ud, err);
+    if (packed < 0) { ak_model_free(m); return NULL; }
+    /* a packed model was read whole by the packing; the rest is paged in */
+    if (packed == 0) page_in(m, cb, ud);
     return m;
 }
 
@@ -243,6 +307,7 @@ void ak_model_free(ak_model *m) {
     free(m->layers);
     free(m->out_norm);
     free(m->inv_freq);
+    if (m->packed_mem) munmap(m->packed_mem, m->packed_bytes);
     gguf_close(&m->gguf);
     free(m);
 }
@@ -268,6 +333,9 @@ struct ak_ctx {
     int32_t *rows;  // (B) indices of tokens that want logits
     float *att_scratch;     // (threads, att_scratch_n) for ak_kv_attend
     size_t att_scratch_n;
+    float *run_scratch;     // (threads, run_scratch_n) for ak_kv_attend_run, grown on demand
+    size_t run_scratch_n;
+    int32_t *units;         // (B * n_head_kv, 3) attention work: first token, tokens, KV head
 };
 
 ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *err) {
@@ -293,7 +361,8 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
     c->rows = ak_malloc(B * sizeof(int32_t), err);
     c->att_scratch_n = ak_kv_attend_scratch(&m->spec, cf->n_head / cf->n_head_kv);
     c->att_scratch = ak_malloc(c->att_scratch_n * ak_pool_size(c->pool) * sizeof(float), err);
-    if (!c->att_scratch || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
+    c->units = ak_malloc(B * cf->n_head_kv * 3 * sizeof(int32_t), err);
+    if (!c->att_scratch || !c->units || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
         !c->rope_cs || !c->rows) {
         ak_ctx_free(c);
         return NULL;
@@ -306,6 +375,7 @@ void ak_ctx_free(ak_ctx *c) {
     ak_pool_free(c->pool);
     free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->att);
     free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows); free(c->att_scratch);
+    free(c->run_scratch); free(c->units);
     free(c);
 }
 
@@ -339,10 +409,48 @@ typedef struct {
     ak_ctx *c;
     const ak_batch *b;
     int layer;
+    int n_units;
 } attn_task;
 
-/* Each (token, KV head) pair is one unit of work: the query heads that share
- * a KV head attend together, so each block is read once for all of them. */
+/* Tokens of one sequence at consecutive positions attend together, this
+ * many at a time (ak_kv_attend_run): each block is dequantized once for all
+ * of them, and there are still enough units to keep the threads busy. */
+#define RUN_TOKENS 16
+
+/* Splits the batch into attention units (c->units): a run of up to
+ * RUN_TOKENS consecutive tokens of one sequence at consecutive positions,
+ * times one KV head (the query heads that share it attend together). When
+ * run scratch cannot be had, every unit is a single token. Returns the count. */
+static int attention_units(ak_ctx *c, const ak_batch *b) {
+    const ak_config *cf = &c->m->cfg;
+    int group = cf->n_head / cf->n_head_kv, nth = ak_pool_size(c->pool), n = 0, runs = 1;
+    size_t need = 0;
+    for (int i = 0; i + 1 < b->n; i++)
+        if (b->seq[i + 1] == b->seq[i] && b->pos[i + 1] == b->pos[i] + 1) {
+            size_t k = ak_kv_attend_run_scratch(b->seq[i], group * RUN_TOKENS);
+            if (k > need) need = k;
+        }
+    if (need > c->run_scratch_n) {
+        float *p = realloc(c->run_scratch, need * (size_t)nth * sizeof(float));
+        if (p) { c->run_scratch = p; c->run_scratch_n = need; }
+        else runs = 0;
+    }
+    for (int i = 0; i < b->n;) {
+        int len = 1;
+        while (runs && len < RUN_TOKENS && i + len < b->n && b->seq[i + len] == b->seq[i] &&
+               b->pos[i + len] == b->pos[i] + len)
+            len++;
+        for (int g = 0; g < cf->n_head_kv; g++) {
+            c->units[3 * n] = i;
+            c->units[3 * n + 1] = len;
+            c->units[3 * n + 2] = g;
+            n++;
+        }
+        i += len;
+    }
+    return n;
+}
+
 static void attn_worker(void *ud, int ith, int nth) {
     attn_task *t = ud;
     const ak_config *cf = &t->c->m->cfg;
@@ -350,13 +458,23 @@ static void attn_worker(void *ud, int ith, int nth) {
     size_t qd = (size_t)cf->n_head * hd;
     float scale = 1.0f / sqrtf((float)hd);
     float *scratch = t->c->att_scratch + t->c->att_scratch_n * ith;
-    int units = t->b->n * cf->n_head_kv;
-    for (int u = ith; u < units; u += nth) {
-        int i = u / cf->n_head_kv, g = u % cf->n_head_kv;
+    float *run_scratch = t->c->run_scratch + t->c->run_scratch_n * ith;
+    for (int u = ith; u < t->n_units; u += nth) {
+        int i = t->c->units[3 * u], len = t->c->units[3 * u + 1], g = t->c->units[3 * u + 2];
         size_t off = i * qd + (size_t)g * group * hd;
-        ak_kv_attend(t->b->seq[i], t->layer, g, t->c->q + off, group, t->b->pos[i] + 1, scale, t->c->att + off,
-                     scratch);
+        if (len == 1)
+            ak_kv_attend(t->b->seq[i], t->layer, g, t->c->q + off, group, t->b->pos[i] + 1, scale, t->c->att + off,
+                         scratch);
+        else
+            ak_kv_attend_run(t->b->seq[i], t->layer, g, t->c->q + off, qd, group, len, t->b->pos[i], scale,
+                             t->c->att + off, qd, run_scratch);
     }
+}
+
+/* Y (n x w->rows) = X (n x w->cols) W^T, from the packed copy when there is one. */
+static void matmul(ak_pool *pool, const ak_weight *w, const float *X, int n, float *Y) {
+    if (w->packed) ak_matmul_packed(pool, w->type, w->packed, w->rows, w->cols, X, n, Y);
+    else ak_matmul(pool, w->type, w->data, w->rows, w->cols, X, n, Y);
 }
 
 static void embed(const ak_model *m, int32_t tok, float *out) {
@@ -405,6 +523,7 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             }
         if (ak_kv_prepare(b->seq[i], lo, hi, err) < 0) return -1;
     }
+    int n_units = attention_units(c, b);
     int half = cf->rope_dim / 2;
     for (int i = 0; i < n; i++) {
         embed(m, b->token[i], c->x + (size_t)i * dim);
@@ -417,9 +536,9 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     for (int l = 0; l < cf->n_layer; l++) {
         const ak_layer *L = &m->layers[l];
         for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->attn_norm, dim, cf->rms_eps);
-        ak_matmul(c->pool, L->wq.type, L->wq.data, qd, dim, c->xb, n, c->q);
-        ak_matmul(c->pool, L->wk.type, L->wk.data, kvd, dim, c->xb, n, c->k);
-        ak_matmul(c->pool, L->wv.type, L->wv.data, kvd, dim, c->xb, n, c->v);
+        matmul(c->pool, &L->wq, c->xb, n, c->q);
+        matmul(c->pool, &L->wk, c->xb, n, c->k);
+        matmul(c->pool, &L->wv, c->xb, n, c->v);
         for (int i = 0; i < n; i++) {
             float *q = c->q + (size_t)i * qd, *k = c->k + (size_t)i * kvd, *v = c->v + (size_t)i * kvd;
             if (L->bq) {
@@ -431,19 +550,19 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
             if (ak_kv_write(b->seq[i], l, b->pos[i], k, v, err) < 0) return -1;
         }
-        attn_task at = {c, b, l};
+        attn_task at = {c, b, l, n_units};
         ak_pool_run(c->pool, attn_worker, &at);
-        ak_matmul(c->pool, L->wo.type, L->wo.data, dim, qd, c->att, n, c->xb);
+        matmul(c->pool, &L->wo, c->att, n, c->xb);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
 
         for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
-        ak_matmul(c->pool, L->w_gate.type, L->w_gate.data, cf->ffn, dim, c->xb, n, c->hb);
-        ak_matmul(c->pool, L->w_up.type, L->w_up.data, cf->ffn, dim, c->xb, n, c->hb2);
+        matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
+        matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
         for (size_t j = 0; j < (size_t)n * cf->ffn; j++) {
             float g = c->hb[j];
             c->hb[j] = g / (1.0f + expf(-g)) * c->hb2[j];
         }
-        ak_matmul(c->pool, L->w_down.type, L->w_down.data, dim, cf->ffn, c->hb, n, c->xb);
+        matmul(c->pool, &L->w_down, c->hb, n, c->xb);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
     }
     /* final norm and output projection, only for tokens that want logits */
@@ -454,7 +573,7 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         int cnt = nr - r0 < LOGIT_ROWS ? nr - r0 : LOGIT_ROWS;
         for (int j = 0; j < cnt; j++)
             rmsnorm(c->xb + (size_t)j * dim, c->x + (size_t)c->rows[r0 + j] * dim, m->out_norm, dim, cf->rms_eps);
-        ak_matmul(c->pool, m->output.type, m->output.data, cf->vocab, dim, c->xb, cnt, c->logits);
+        matmul(c->pool, &m->output, c->xb, cnt, c->logits);
         for (int j = 0; j < cnt; j++)
             memcpy(b->logits_out[c->rows[r0 + j]], c->logits + (size_t)j * cf->vocab, cf->vocab * sizeof(float));
     }

@@ -49,6 +49,7 @@ typedef struct {
     uint32_t type;
     int64_t rows;       /* output features */
     int64_t cols;       /* input features */
+    const void *packed; /* the same matrix in the kernels' packed layout, or NULL */
 } ak_weight;
 
 typedef struct {
@@ -76,6 +77,8 @@ typedef struct {
     ak_layer *layers;   // (n_layer)
     float *inv_freq;    // (rope_dim / 2) RoPE inverse frequencies, Llama-3 factors applied
     size_t weight_bytes;
+    void *packed_mem;   /* one mapping for every ak_weight.packed copy, or NULL */
+    size_t packed_bytes;    /* its length */
     char fingerprint[17];   /* hex XXH64 identifying weights + tokenizer, see ak_model_load */
 } ak_model;
 

@@ -356,8 +356,12 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
     float *x = malloc(sizeof(float) * ntok * cols), *xd = malloc(sizeof(float) * ntok * cols);
     float *y1 = malloc(sizeof(float) * ntok * rows), *y2 = malloc(sizeof(float) * ntok * rows);
     float *y3 = malloc(sizeof(float) * ntok * rows);
+    float *y4 = malloc(sizeof(float) * ntok * rows), *y5 = malloc(sizeof(float) * ntok * rows);
     uint8_t *W = malloc(rb * rows);
-    int ok = w && wd && x && xd && y1 && y2 && y3 && W;
+    /* the packed layout (kernels.h), where this build has one for the type */
+    size_t pb = ak_packed_bytes(type, rows, cols);
+    void *P = pb ? aligned_alloc(64, (pb + 63) & ~(size_t)63) : NULL;
+    int ok = w && wd && x && xd && y1 && y2 && y3 && y4 && y5 && W && (!pb || P);
     CHECK(ok, "out of memory");
     int failures = 0;
     if (ok) {
@@ -370,16 +374,31 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
         if (is_quant(type)) for (int64_t k = 0; k < ntok; k++) ref_quant_x(x + k * cols, cols, xd + k * cols);
         else memcpy(xd, x, sizeof(float) * ntok * cols);
         /* NaN sentinels catch outputs nobody wrote */
-        for (int64_t i = 0; i < ntok * rows; i++) y1[i] = y2[i] = y3[i] = NAN;
+        for (int64_t i = 0; i < ntok * rows; i++) y1[i] = y2[i] = y3[i] = y4[i] = y5[i] = NAN;
         ak_matmul(pool, type, W, rows, cols, x, ntok, y1);
         ak_matmul(NULL, type, W, rows, cols, x, ntok, y2);
         ak_matmul_scalar(type, W, rows, cols, x, ntok, y3);
+        if (pb) {
+            ak_pack_weights(type, W, rows, cols, P);
+            ak_matmul_packed(pool, type, P, rows, cols, x, ntok, y4);
+            ak_matmul_packed(NULL, type, P, rows, cols, x, ntok, y5);
+        }
         for (int64_t k = 0; k < ntok && failures < 5; k++) {
             for (int64_t i = 0; i < rows && failures < 5; i++) {
                 double abs_sum, want = ref_dot(wd + i * cols, xd + k * cols, cols, &abs_sum);
                 double tol = 1e-5 * abs_sum + 1e-6;
                 float a = y1[k * rows + i], b = y2[k * rows + i], c = y3[k * rows + i];
                 *worst = fmax(*worst, fabs(a - want) / abs_sum);
+                if (pb) {
+                    float p1 = y4[k * rows + i], p2 = y5[k * rows + i];
+                    *worst = fmax(*worst, fabs(p1 - want) / abs_sum);
+                    if (!(fabs(p1 - want) <= tol) || memcmp(&p1, &p2, 4) != 0) {
+                        failures++;
+                        CHECK(0, "%s packed %lldx%lld ntok=%lld Y[%lld][%lld]: pool %.9g, single %.9g, want %.9g",
+                              tname(type), (long long)rows, (long long)cols, (long long)ntok, (long long)k,
+                              (long long)i, p1, p2, want);
+                    }
+                }
                 if (!(fabs(a - want) <= tol && fabs(b - want) <= tol && fabs(c - want) <= tol)) {
                     failures++;
                     CHECK(0, "%s %lldx%lld ntok=%lld Y[%lld][%lld]: pool %.9g, single %.9g, scalar %.9g, want %.9g",
@@ -395,7 +414,7 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
             }
         }
     }
-    free(w); free(wd); free(x); free(xd); free(y1); free(y2); free(y3); free(W);
+    free(w); free(wd); free(x); free(xd); free(y1); free(y2); free(y3); free(y4); free(y5); free(W); free(P);
     return failures;
 }
 
@@ -419,7 +438,8 @@ TEST(kernel_matmul_vs_reference) {
                     check_matmul_shape(t, pool, type, rows_list[ri], cols_list[ci], ntok_list[ki], &r, &worst);
         /* one larger, prefill-like shape */
         check_matmul_shape(t, pool, type, 260, 2048, 130, &r, &worst);
-        printf("    %-4s max |Y - ref| / sum|w x| = %.2e\n", tname(type), worst);
+        printf("    %-4s max |Y - ref| / sum|w x| = %.2e%s\n", tname(type), worst,
+               ak_packed_bytes(type, 16, 32) ? " (row-major and packed kernels)" : "");
     }
     ak_pool_free(pool);
 }

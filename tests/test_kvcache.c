@@ -232,6 +232,93 @@ TEST(kvformat_components_cover_each_vector) {
 /* Random means for every layer and head of s (keys offset like real ones:
  * a few large channels), installed in pool under id "t" for the formats in
  * mask (both sides). */
+static int set_random_centers(ak_block_pool *pool, const ak_cache_spec *s, unsigned mask, ak_rng *rng);
+
+/* Double-precision attention of `group` queries q (dk each) over positions
+ * [0, n) of head h, from vectors read back (K, V: n x n_head_kv x d). */
+static void ref_attention(const float *K, const float *V, const ak_cache_spec *s, int h, const float *q, int group,
+                          int n, float scale, double *out) {
+    int dk = s->head_dim_k, dv = s->head_dim_v, nk = s->n_head_kv * dk, nv = s->n_head_kv * dv;
+    double *sc = malloc(sizeof(double) * n);
+    for (int g = 0; g < group; g++) {
+        double mx = -1e300, sum = 0;
+        for (int p = 0; p < n; p++) {
+            double d = 0;
+            for (int j = 0; j < dk; j++) d += (double)q[g * dk + j] * K[(size_t)p * nk + h * dk + j];
+            sc[p] = d * scale;
+            if (sc[p] > mx) mx = sc[p];
+        }
+        for (int p = 0; p < n; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
+        for (int j = 0; j < dv; j++) {
+            double r = 0;
+            for (int p = 0; p < n; p++) r += sc[p] * V[(size_t)p * nv + h * dv + j];
+            out[g * dv + j] = r / sum;
+        }
+    }
+    free(sc);
+}
+
+/* The prefill path: a run of consecutive tokens attending together (each
+ * block dequantized once for all of them, causal within the run) gives, for
+ * every token, the double reference over the positions it sees: every
+ * format pair, runs that start mid-block and cross block boundaries, a last
+ * partial block, group 1 and 4, blocks of 16 and 32, centered or not. */
+TEST(kvcache_attend_run_matches_reference) {
+    const int dims[] = {64, 8};
+    ak_rng rng;
+    ak_rng_seed(&rng, 4242);
+    double worst_all = 0;
+    int cases = 0;
+    for (int di = 0; di < 2; di++)
+        for (int f = 0; f < AK_KV_NFORMATS; f++)
+            for (int pass = 0; pass < 2; pass++) {
+                int d = dims[di];
+                ak_kv_format fk = (ak_kv_format)f, fv = pass ? fk : (ak_kv_format)((f + 3) % AK_KV_NFORMATS);
+                if (!ak_kv_format_supports(fk, d) || !ak_kv_format_supports(fv, d)) continue;
+                int group = pass ? 4 : 1, T = (f + pass) % 2 ? 16 : 32;
+                ak_cache_spec s = spec_of(2, 2, d, 512);
+                ak_error err = {{0}};
+                ak_block_pool *pool = ak_block_pool_new(&s, T, 0, &err);
+                REQUIRE(pool, "pool: %s", err.msg);
+                if (di == 0 && f % 2) REQUIRE(set_random_centers(pool, &s, 0, &rng) == 0, "centers");
+                ak_kv *kv = ak_kv_new(pool, fk, fv, 300, &err);
+                REQUIRE(kv && fill(kv, &s, 0, 150, &rng) == 0, "setup: %s", err.msg);
+                int nk = s.n_head_kv * d, nv = s.n_head_kv * d, nt = 21, pos0 = 129 - nt;   /* 108..128 */
+                float *K = malloc(sizeof(float) * 150 * nk), *V = malloc(sizeof(float) * 150 * nv);
+                float *q = malloc(sizeof(float) * nt * group * d), *out = malloc(sizeof(float) * nt * group * d);
+                float *scratch = malloc(sizeof(float) * ak_kv_attend_run_scratch(kv, nt * group));
+                double *ref = malloc(sizeof(double) * group * d), worst = 0;
+                float scale = 1.0f / sqrtf((float)d);
+                for (int l = 0; l < 2; l++) {
+                    for (int p = 0; p < 150; p++) ak_kv_read(kv, l, p, K + (size_t)p * nk, V + (size_t)p * nv, NULL);
+                    for (int h = 0; h < 2; h++) {
+                        for (int i = 0; i < nt * group * d; i++) q[i] = ak_rng_normal(&rng);
+                        for (int i = 0; i < nt * group * d; i++) out[i] = NAN;
+                        ak_kv_attend_run(kv, l, h, q, (size_t)group * d, group, nt, pos0, scale, out,
+                                         (size_t)group * d, scratch);
+                        for (int t = 0; t < nt; t++) {
+                            ref_attention(K, V, &s, h, q + (size_t)t * group * d, group, pos0 + t + 1, scale, ref);
+                            double mx = 0, e = 0;
+                            for (int i = 0; i < group * d; i++) {
+                                mx = fmax(mx, fabs(ref[i]));
+                                double o = out[(size_t)t * group * d + i];
+                                e = isnan(o) ? INFINITY : fmax(e, fabs(o - ref[i]));
+                            }
+                            worst = fmax(worst, e / (mx > 1e-6 ? mx : 1e-6));
+                        }
+                    }
+                }
+                CHECK(worst <= 1e-4, "run attention K %s / V %s, d %d, group %d, block %d: relative error %.3e",
+                      ak_kv_format_get(fk)->name, ak_kv_format_get(fv)->name, d, group, T, worst);
+                worst_all = fmax(worst_all, worst);
+                cases++;
+                free(K); free(V); free(q); free(out); free(scratch); free(ref);
+                ak_kv_free(kv);
+                ak_block_pool_free(pool);
+            }
+    printf("    %d format/shape cases, max relative error vs double reference %.2e\n", cases, worst_all);
+}
+
 static int set_random_centers(ak_block_pool *pool, const ak_cache_spec *s, unsigned mask, ak_rng *rng) {
     size_t nk = (size_t)s->n_layer * s->n_head_kv * s->head_dim_k, nv = (size_t)s->n_layer * s->n_head_kv * s->head_dim_v;
     float *mk = malloc(sizeof(float) * nk), *mv = malloc(sizeof(float) * nv);

@@ -1,0 +1,472 @@
+/* kernels_packed.c - Q4_0 and Q8_0 weight matrices regrouped for VNNI.
+ *
+ * Why. A row-major Q4_0 matrix makes every dot product end in a horizontal
+ * sum, and every 32-element block pay its own scale conversion and float
+ * multiply per row and token. Regrouping rows by 16 turns the product around:
+ * one 64-byte vector holds 4 consecutive elements of 16 rows, so one VNNI
+ * instruction (u8 x s8, four products summed per 32-bit lane) against four
+ * activation bytes broadcast to every lane advances 16 rows at once. A block
+ * of 32 columns is then 8 such instructions per token, one conversion and one
+ * FMA for 16 rows, and no horizontal sums at all; each unpacked weight vector
+ * is reused for up to 8 tokens (prefill, batched decode).
+ *
+ * Packed layout ("R16"). Rows are taken 16 at a time; the last group is
+ * padded with zero rows. Group g of a matrix with nb = cols / 32 blocks per row
+ * starts at g * group_bytes (a multiple of 64) and holds
+ *     codes:  nb records, one per block of 32 columns, then
+ *     scales: nb records of 16 f16 scales (row r of the group at index r).
+ * Code records:
+ *     Q4_0: 4 vectors of 64 bytes (256 bytes). In vector p (0..3), bytes
+ *           4r..4r+3 hold row r's elements 4p..4p+3 in their low nibbles and
+ *           elements 16+4p..16+4p+3 in their high nibbles, as stored (q + 8).
+ *     Q8_0: 8 vectors of 64 bytes (512 bytes). In vector j (0..7), bytes
+ *           4r..4r+3 hold row r's elements 4j..4j+3 as q + 128 (unsigned).
+ * Same bytes as the row-major blocks: the packed copy replaces them.
+ *
+ * Activations ("XP"), per token: cols int8 quants (d = amax/127, round half
+ * to even, as the other back ends), nb float scales d, nb int32 offsets
+ * c = -o * sum(q) with o the weight's offset (8 for Q4_0, 128 for Q8_0); the
+ * integer sum of a block starts at c, so the offset costs nothing.
+ *
+ * Only built where AVX512-VNNI is available; elsewhere ak_packed_bytes says 0
+ * and the engine uses the row-major kernels.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels_impl.h"
+#include "util.h"
+
+#if defined(AK_SIMD_AVX512) && !defined(AK_NO_PACKED)
+#define AK_PACKED 1         /* float weights: AVX-512 */
+#include <immintrin.h>
+#if defined(__AVX512VNNI__)
+#define AK_PACKED_Q 1       /* Q4_0, Q8_0: AVX512-VNNI too */
+#endif
+#endif
+
+#define GROUP 16            /* rows per group */
+#define TILE_T 8            /* tokens per tile */
+#define TOKEN_CHUNK 64      /* tokens per work item in prefill */
+#define PF_BYTES 4096      /* prefetch distance in the codes stream */
+#define STACK_XP 65536      /* one token's activations when the heap is exhausted */
+
+static int is_float(uint32_t wtype) {
+    return wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16 || wtype == GGML_TYPE_BF16;
+}
+static size_t float_bytes(uint32_t wtype) { return wtype == GGML_TYPE_F32 ? 4 : 2; }
+
+static inline int packable(uint32_t wtype) {
+#if defined(AK_PACKED_Q)
+    if (wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0) return 1;
+#endif
+    return is_float(wtype);
+}
+
+static size_t code_record_bytes(uint32_t wtype) { return wtype == GGML_TYPE_Q8_0 ? 512 : 256; }
+
+/* Bytes of one group of 16 rows, rounded up to 64: codes then scales, or for
+ * float weights one 16-row column after the other. */
+static size_t group_bytes(uint32_t wtype, int64_t cols) {
+    if (is_float(wtype)) return ak_round64((size_t)cols * GROUP * float_bytes(wtype));
+    size_t nb = (size_t)(cols / AK_QK);
+    return ak_round64(nb * (code_record_bytes(wtype) + 2 * GROUP));
+}
+
+/* Bytes of the packed copy of a rows x cols matrix of wtype, or 0 when this
+ * build has no packed kernels for it (then ak_matmul is the way). */
+size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
+#if defined(AK_PACKED)
+    if (!packable(wtype) || rows <= 0 || cols <= 0 || (!is_float(wtype) && cols % AK_QK)) return 0;
+    return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wtype, cols);
+#else
+    (void)wtype; (void)rows; (void)cols;
+    return 0;
+#endif
+}
+
+/* Writes the packed copy of W (rows x cols, row-major blocks of wtype) to P,
+ * which has ak_packed_bytes(...) bytes (64-byte aligned for speed). Plain C:
+ * this runs once per model load. */
+void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P) {
+    const int64_t nb = cols / AK_QK, ng = (rows + GROUP - 1) / GROUP;
+    const size_t wrb = ak_row_bytes(wtype, cols), gb = group_bytes(wtype, cols), crb = code_record_bytes(wtype);
+    const int q8 = wtype == GGML_TYPE_Q8_0;
+    if (is_float(wtype)) {
+        const size_t es = float_bytes(wtype);
+        for (int64_t g = 0; g < ng; g++) {
+            uint8_t *grp = (uint8_t *)P + (size_t)g * gb;
+            memset(grp, 0, gb);
+            for (int r = 0; r < GROUP && g * GROUP + r < rows; r++) {
+                const uint8_t *src = (const uint8_t *)W + (size_t)(g * GROUP + r) * wrb;
+                for (int64_t k = 0; k < cols; k++) memcpy(grp + ((size_t)k * GROUP + r) * es, src + k * es, es);
+            }
+        }
+        return;
+    }
+    const size_t used = (size_t)nb * (crb + 2 * GROUP);
+    for (int64_t g = 0; g < ng; g++) {
+        uint8_t *grp = (uint8_t *)P + (size_t)g * gb;
+        int nrow = (int)(rows - g * GROUP < GROUP ? rows - g * GROUP : GROUP);
+        if (nrow < GROUP) memset(grp, 0, gb);   /* padding rows: scale 0, codes 0 */
+        else memset(grp + used, 0, gb - used);
+        uint8_t *codes = grp, *scales = grp + (size_t)nb * crb;
+        const uint8_t *src = (const uint8_t *)W + (size_t)g * GROUP * wrb;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *rec = codes + (size_t)b * crb, *sc = scales + (size_t)b * 2 * GROUP;
+            for (int r = 0; r < nrow; r++) {
+                const uint8_t *blk = src + (size_t)r * wrb + (size_t)b * (q8 ? AK_Q8_0_BYTES : AK_Q4_0_BYTES);
+                memcpy(sc + 2 * r, blk, 2);
+                /* Q4_0 byte j holds element j (low) and j + 16 (high): the
+                 * pairing vector p wants, so the bytes move as they are */
+                for (int p = 0; p < (q8 ? 8 : 4); p++) {
+                    uint32_t v;
+                    memcpy(&v, blk + 2 + 4 * p, 4);
+                    if (q8) v ^= 0x80808080u;
+                    memcpy(rec + 64 * p + 4 * r, &v, 4);
+                }
+            }
+        }
+    }
+}
+
+#if defined(AK_PACKED)
+
+#define AK_INLINE_P static inline __attribute__((always_inline))
+
+#if defined(AK_PACKED_Q)
+
+static size_t xp_row_bytes(int64_t cols) {
+    size_t nb = (size_t)(cols / AK_QK);
+    return ak_round64((size_t)cols + nb * 8);
+}
+
+/* One token's activations into the XP layout (see the top). */
+static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) {
+    const int64_t nb = cols / AK_QK;
+    int8_t *q = (int8_t *)dst;
+    float *ds = (float *)(dst + cols);
+    int32_t *cs = (int32_t *)(dst + cols + 4 * nb);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + b * AK_QK), v1 = _mm512_loadu_ps(x + b * AK_QK + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        _mm_storeu_si128((__m128i *)(q + b * AK_QK), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(q + b * AK_QK + 16), _mm512_cvtepi32_epi8(q1));
+        ds[b] = d;
+        cs[b] = -offset * sum;
+    }
+}
+
+static inline int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* acc + the u8 x s8 products of w with 4 activation bytes at p broadcast to
+ * every lane. GCC does not fold the broadcast into the instruction (it emits
+ * a separate vpbroadcastd, doubling the instructions of the inner loop), so
+ * it is written out where the compiler takes GNU assembly. */
+typedef struct { int8_t b[4]; } four_bytes;
+AK_INLINE_P __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const four_bytes *)p));
+    return acc;
+#else
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(load_i32(p)));
+#endif
+}
+
+/* One group of 16 rows times T tokens: Y[t * ldy + r] for r < nvalid.
+ * grp is the group's start; xp token t's XP row is at xp + t * xps. With one
+ * or two tokens the eight products of a block run as two chains, so decode
+ * is not bound by the instruction's latency. */
+AK_INLINE_P void tile(const int q8, const int T, const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps,
+                      int64_t cols, float *Y, int64_t ldy, int nvalid) {
+    const size_t crb = q8 ? 512 : 256;
+    const uint8_t *scales = grp + (size_t)nb * crb;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[TILE_T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = grp + (size_t)b * crb;
+        /* Weights stream from memory once per decode step; with few tokens
+         * the work per record is too short for out-of-order execution to
+         * reach the next loads, so they are fetched PF_BYTES ahead (past
+         * the group's end too: the next group follows). */
+#pragma GCC unroll 8
+        for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
+        _mm_prefetch((const char *)(scales + (size_t)b * 2 * GROUP + PF_BYTES / 8), _MM_HINT_T0);
+        __m512i w[8];
+        if (q8) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) w[j] = _mm512_load_si512((const void *)(rec + 64 * j));
+        } else {
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m512i z = _mm512_load_si512((const void *)(rec + 64 * p));
+                w[p] = _mm512_and_si512(z, m4);
+                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            }
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * 2 * GROUP)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const uint8_t *xt = xp + (size_t)t * xps;
+            const int8_t *q = (const int8_t *)xt + b * AK_QK;
+            float dx;
+            memcpy(&dx, xt + cols + 4 * b, 4);
+            __m512i s0 = _mm512_set1_epi32(load_i32(xt + cols + 4 * (cols / AK_QK) + 4 * b));
+            if (T <= 2) {
+                __m512i s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int j = 0; j < 8; j += 2) {
+                    s0 = dpbusd_bcast(s0, w[j], q + 4 * j);
+                    s1 = dpbusd_bcast(s1, w[j + 1], q + 4 * j + 4);
+                }
+                s0 = _mm512_add_epi32(s0, s1);
+            } else {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) s0 = dpbusd_bcast(s0, w[j], q + 4 * j);
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
+        }
+    }
+    const __mmask16 m = nvalid >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nvalid) - 1);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(Y + (size_t)t * ldy, m, acc[t]);
+}
+
+typedef void (*tile_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
+                        int64_t ldy, int nvalid);
+#define TILE_FN(Q, T)                                                                                        \
+    static void tile_##Q##_##T(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, \
+                               float *Y, int64_t ldy, int nvalid) {                                          \
+        tile(Q, T, grp, nb, xp, xps, cols, Y, ldy, nvalid);                                                  \
+    }
+#define TILE_FNS(Q) TILE_FN(Q, 1) TILE_FN(Q, 2) TILE_FN(Q, 3) TILE_FN(Q, 4) TILE_FN(Q, 5) TILE_FN(Q, 6) \
+    TILE_FN(Q, 7) TILE_FN(Q, 8)
+TILE_FNS(0)
+TILE_FNS(1)
+static const tile_fn tiles[2][TILE_T] = {
+    { tile_0_1, tile_0_2, tile_0_3, tile_0_4, tile_0_5, tile_0_6, tile_0_7, tile_0_8 },
+    { tile_1_1, tile_1_2, tile_1_3, tile_1_4, tile_1_5, tile_1_6, tile_1_7, tile_1_8 },
+};
+
+#endif /* AK_PACKED_Q */
+
+/* ---- float weights ----
+ * G groups (16 or 32 rows) times T tokens; each weight vector (one column of
+ * 16 rows, converted to f32) is used by T FMAs against the tokens' values
+ * broadcast from memory. With few accumulators (decode), columns go round
+ * robin over U sets of them so the FMA latency is hidden. */
+#define GMAX 2
+
+AK_INLINE_P __m512 load_col(const int ft, const uint8_t *p) {
+    if (ft == 0) return _mm512_load_ps((const float *)p);
+    __m256i h = _mm256_load_si256((const __m256i *)p);
+    if (ft == 1) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));   /* bf16: the top half */
+}
+
+AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *grp, size_t gb, int64_t cols,
+                       const float *X, int64_t ldx, float *Y, int64_t ldy, int nvalid0, int nvalid1) {
+    enum { UMAX = 4 };
+    const int U = G * T <= 2 ? 4 : G * T <= 4 ? 2 : 1;
+    const size_t cb = (size_t)GROUP * (ft == 0 ? 4 : 2);   /* bytes per column */
+    __m512 acc[UMAX][GMAX][TILE_T];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) acc[u][g][t] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 4 <= cols; k += 4) {
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (size_t off = 0; off < 4 * cb; off += 64)
+                _mm_prefetch((const char *)(grp + g * gb + (size_t)k * cb + PF_BYTES + off), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const int u = c % U;
+            __m512 w[GMAX];
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) w[g] = load_col(ft, grp + g * gb + (size_t)(k + c) * cb);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) {
+                __m512 x = _mm512_set1_ps(X[t * ldx + k + c]);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) acc[u][g][t] = _mm512_fmadd_ps(w[g], x, acc[u][g][t]);
+            }
+        }
+    }
+    for (; k < cols; k++) {
+        __m512 w[GMAX];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) w[g] = load_col(ft, grp + g * gb + (size_t)k * cb);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 x = _mm512_set1_ps(X[t * ldx + k]);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) acc[0][g][t] = _mm512_fmadd_ps(w[g], x, acc[0][g][t]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        int nv = g == 0 ? nvalid0 : nvalid1;
+        const __mmask16 m = nv >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nv) - 1);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            __m512 a = acc[0][g][t];
+#pragma GCC unroll 4
+            for (int u = 1; u < U; u++) a = _mm512_add_ps(a, acc[u][g][t]);
+            _mm512_mask_storeu_ps(Y + (size_t)t * ldy + g * GROUP, m, a);
+        }
+    }
+}
+
+typedef void (*ftile_fn)(const uint8_t *grp, size_t gb, int64_t cols, const float *X, int64_t ldx, float *Y,
+                         int64_t ldy, int nvalid0, int nvalid1);
+#define FTILE_FN(F, G, T)                                                                                    \
+    static void ftile_##F##_##G##_##T(const uint8_t *grp, size_t gb, int64_t cols, const float *X,          \
+                                      int64_t ldx, float *Y, int64_t ldy, int nvalid0, int nvalid1) {       \
+        ftile(F, G, T, grp, gb, cols, X, ldx, Y, ldy, nvalid0, nvalid1);                                    \
+    }
+#define FTILE_FNS(F, G) FTILE_FN(F, G, 1) FTILE_FN(F, G, 2) FTILE_FN(F, G, 3) FTILE_FN(F, G, 4)               \
+    FTILE_FN(F, G, 5) FTILE_FN(F, G, 6) FTILE_FN(F, G, 7) FTILE_FN(F, G, 8)
+#define FTILE_ROW(F, G) { ftile_##F##_##G##_1, ftile_##F##_##G##_2, ftile_##F##_##G##_3, ftile_##F##_##G##_4, \
+                          ftile_##F##_##G##_5, ftile_##F##_##G##_6, ftile_##F##_##G##_7, ftile_##F##_##G##_8 }
+FTILE_FNS(0, 1) FTILE_FNS(0, 2) FTILE_FNS(1, 1) FTILE_FNS(1, 2) FTILE_FNS(2, 1) FTILE_FNS(2, 2)
+static const ftile_fn ftiles[3][GMAX][TILE_T] = {
+    { FTILE_ROW(0, 1), FTILE_ROW(0, 2) },
+    { FTILE_ROW(1, 1), FTILE_ROW(1, 2) },
+    { FTILE_ROW(2, 1), FTILE_ROW(2, 2) },
+};
+
+typedef struct {
+    uint32_t wtype;
+    const uint8_t *P;
+    int64_t rows, cols, ntok;
+    const float *X;
+    float *Y;
+    uint8_t *xp;
+    size_t xps, gb;
+    int64_t ng, gchunk, ngc, tchunk, ntc;
+    atomic_llong next;
+} pk_job;
+
+#if defined(AK_PACKED_Q)
+static void pk_quantize_task(void *arg, int ith, int nth) {
+    pk_job *j = arg;
+    int64_t per = (j->ntok + nth - 1) / nth;
+    int64_t t0 = ith * per, t1 = ak_min64(j->ntok, t0 + per);
+    int offset = j->wtype == GGML_TYPE_Q8_0 ? 128 : 8;
+    for (int64_t t = t0; t < t1; t++) quantize_xp(offset, j->X + t * j->cols, j->xp + (size_t)t * j->xps, j->cols);
+}
+#endif
+
+static void pk_task(void *arg, int ith, int nth) {
+    (void)ith; (void)nth;
+    pk_job *j = arg;
+    const int64_t n_items = j->ngc * j->ntc;
+    for (;;) {
+        int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (i >= n_items) break;
+        int64_t tc = i / j->ngc, gc = i % j->ngc;
+        int64_t g0 = gc * j->gchunk, g1 = ak_min64(j->ng, g0 + j->gchunk);
+        int64_t t0 = tc * j->tchunk, t1 = ak_min64(j->ntok, t0 + j->tchunk);
+        if (is_float(j->wtype)) {
+            const int ft = ak_ftype_index(j->wtype);
+            for (int64_t g = g0; g < g1; g += GMAX) {
+                int G = (int)ak_min64(GMAX, g1 - g);
+                int nv0 = (int)ak_min64(GROUP, j->rows - g * GROUP);
+                int nv1 = G > 1 ? (int)ak_min64(GROUP, j->rows - (g + 1) * GROUP) : 0;
+                for (int64_t t = t0; t < t1; t += TILE_T) {
+                    int T = (int)ak_min64(TILE_T, t1 - t);
+                    ftiles[ft][G - 1][T - 1](j->P + (size_t)g * j->gb, j->gb, j->cols, j->X + t * j->cols, j->cols,
+                                             j->Y + t * j->rows + g * GROUP, j->rows, nv0, nv1);
+                }
+            }
+            continue;
+        }
+#if defined(AK_PACKED_Q)
+        const int q8 = j->wtype == GGML_TYPE_Q8_0;
+        const int64_t nb = j->cols / AK_QK;
+        for (int64_t g = g0; g < g1; g++) {
+            int nvalid = (int)ak_min64(GROUP, j->rows - g * GROUP);
+            for (int64_t t = t0; t < t1; t += TILE_T) {
+                int T = (int)ak_min64(TILE_T, t1 - t);
+                tiles[q8][T - 1](j->P + (size_t)g * j->gb, nb, j->xp + (size_t)t * j->xps, j->xps, j->cols,
+                                 j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
+            }
+        }
+#endif
+    }
+}
+
+#endif /* AK_PACKED */
+
+/* Y (ntok x rows) = X (ntok x cols) times W^T, with W given as its packed
+ * copy P (ak_pack_weights). Same contract and same activation rounding as
+ * ak_matmul. Must only be called when ak_packed_bytes(wtype, ...) > 0. */
+void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
+                      int64_t ntok, float *Y) {
+#if defined(AK_PACKED)
+    if (rows <= 0 || ntok <= 0) return;
+    int nth = ak_pool_size(pool);
+    pk_job j = {0};
+    j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
+    j.gb = group_bytes(wtype, cols);
+    j.ng = (rows + GROUP - 1) / GROUP;
+    atomic_init(&j.next, 0);
+    /* Work items: a token chunk (activations shared by the threads stay in
+     * cache) times a run of row groups (an even number: float tiles take
+     * groups in pairs), enough items per thread to balance. */
+    j.tchunk = ntok > TILE_T ? TOKEN_CHUNK : ntok;
+    j.ntc = (ntok + j.tchunk - 1) / j.tchunk;
+    int64_t want = nth > 1 ? (int64_t)nth * 8 / j.ntc : 1;
+    if (want < 1) want = 1;
+    j.gchunk = (j.ng + want - 1) / want;
+    j.gchunk += j.gchunk & 1;
+    j.ngc = (j.ng + j.gchunk - 1) / j.gchunk;
+    if (is_float(wtype)) {
+        ak_pool_run(pool, pk_task, &j);
+        return;
+    }
+#if defined(AK_PACKED_Q)
+    j.xps = xp_row_bytes(cols);
+    size_t need = j.xps * (size_t)ntok;
+    uint8_t *owned = NULL;
+    j.xp = pool ? ak_pool_scratch(pool, need) : NULL;
+    if (!j.xp) j.xp = owned = aligned_alloc(64, need);
+    if (!j.xp) {
+        /* Out of memory: one token at a time through the stack. */
+        _Alignas(64) uint8_t one[STACK_XP];
+        if (j.xps > sizeof one) { memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y); return; }
+        for (int64_t t = 0; t < ntok; t++) {
+            pk_job k = j;
+            k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xp = one;
+            k.tchunk = 1; k.ntc = 1; k.gchunk = k.ng; k.ngc = 1;
+            atomic_init(&k.next, 0);
+            pk_quantize_task(&k, 0, 1);
+            pk_task(&k, 0, 1);
+        }
+        return;
+    }
+    if (ntok >= 2 * nth) ak_pool_run(pool, pk_quantize_task, &j);
+    else pk_quantize_task(&j, 0, 1);
+    ak_pool_run(pool, pk_task, &j);
+    free(owned);
+#endif
+#else
+    (void)pool; (void)wtype; (void)P; (void)cols; (void)X;
+    memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y);
+#endif
+}
