@@ -1530,8 +1530,15 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     for (int b = 0; b < nb; b++) blk[b] = ak_kv_stored_mut(tmp, 0, 0, kc0, 0, b * T);
     for (int i = 0; i < nt && nb; i++)
         toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0) - blk[0]);
-    posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
     uint64_t data_bytes = nt ? t[nt - 1].offset + t[nt - 1].bytes : 0;
+    /* WILLNEED has the kernel read the whole file ahead, but walking the
+     * page cache for it costs about 5% of a cached 2000-token restore: ask
+     * only when the data's last byte is not cached (the file is read and
+     * written in order, so its last page is the last to leave the cache) */
+    uint8_t probe;
+    struct iovec pv = {&probe, 1};
+    if (data_bytes && preadv2(r->fd, &pv, 1, (off_t)(m->hdr_end + data_bytes - 1), RWF_NOWAIT) != 1)
+        posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
     dl_shared *sh = calloc(1, sizeof *sh);
     if (!sh) {
         judge(v, AK_STORE_ERROR, NULL, "out of memory");
