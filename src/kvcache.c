@@ -1,5 +1,6 @@
 /* kvcache.c - see kvcache.h */
 #include "kvcache.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -342,9 +343,11 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
                 m[i] = bm;
             }
             float ls = 0;
-            for (int j = 0; j < cnt; j++) {
-                sc[j] = expf(sc[j] - m[i]);
-                ls += sc[j];
+            for (int j0 = 0; j0 < cnt; j0 += 16) {   /* sc has room for cnt rounded up to 16 */
+                ak_v16f x = ak_exp_v16(ak_v16f_load(sc + j0) - m[i]);
+                for (int jj = cnt - j0; jj < 16; jj++) x[jj] = 0;
+                ak_v16f_store(sc + j0, x);
+                for (int jj = 0; jj < 16; jj++) ls += x[jj];
             }
             l[i] += ls;
             if (mv) lc[i] += ls;   /* weight that went to centered values */
@@ -387,35 +390,7 @@ size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows) {
     return (size_t)n_rows * (4 + dk + dv) + dk * Tp + Tp * dv + 4 * Tp + (dk > dv ? dk : dv);
 }
 
-/* GCC/Clang vector extensions: SIMD on any target (AVX-512, NEON, or
- * scalar code the compiler writes), without per-target intrinsics. */
-typedef float v16f __attribute__((vector_size(64), aligned(4)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-
-/* e^x per lane for x <= 0 (scores minus their running maximum), relative
- * error below 3e-7; -inf and anything under -87 give 0 or a denormal-free
- * tiny value (2^-126 scale). x = n ln2 + r, |r| <= ln2/2, e^r by its
- * degree-6 Taylor polynomial, 2^n through the exponent bits. */
-static inline v16f exp_v16(v16f x) {
-    const v16f zero = {0};
-    v16f t = x;
-    for (int i = 0; i < 16; i++) t[i] = x[i] < -87.0f ? -87.0f : x[i];   /* also maps -inf */
-    v16f y = t * 1.44269504f - 0.5f;
-    v16i n = __builtin_convertvector(y, v16i);   /* trunc toward 0 of t*log2e - 0.5: round(t*log2e) */
-    v16f nf = __builtin_convertvector(n, v16f);
-    v16f r = t - nf * 0.693145752f - nf * 1.42860677e-6f;
-    v16f p = zero + 1.0f / 720;
-    p = p * r + 1.0f / 120;
-    p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    v16i e = (n + 127) << 23;
-    v16f scale;
-    memcpy(&scale, &e, sizeof scale);
-    return p * scale;
-}
+typedef ak_v16f v16f;
 
 /* Scores of `nr` (1..4) queries against the block's keys kt (dk x Tp,
  * transposed): s[i * Tp + j] = q_i . k_j for j < Tp (keys past the block's
@@ -570,7 +545,7 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
                 for (int j0 = 0; j0 < c; j0 += PF_CHUNK) {
                     v16f x;
                     memcpy(&x, sc + j0, sizeof x);
-                    x = exp_v16(x - m[r]);
+                    x = ak_exp_v16(x - m[r]);
                     for (int jj = c - j0; jj < PF_CHUNK; jj++) x[jj] = 0;   /* keys past c: weight 0 */
                     memcpy(sc + j0, &x, sizeof x);
                     for (int jj = 0; jj < PF_CHUNK; jj++) ls += x[jj];

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "kernels.h"
+#include "vmath.h"
 
 /* ---- loading ------------------------------------------------------------ */
 
@@ -558,10 +559,7 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
         matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
         matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
-        for (size_t j = 0; j < (size_t)n * cf->ffn; j++) {
-            float g = c->hb[j];
-            c->hb[j] = g / (1.0f + expf(-g)) * c->hb2[j];
-        }
+        ak_silu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
         matmul(c->pool, &L->w_down, c->hb, n, c->xb);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
     }
