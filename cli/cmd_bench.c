@@ -31,7 +31,9 @@ static const char *usage_text =
     "                       aggregate tokens/s vs one sequence decoded the same way\n"
     "                       (ratio: median over repeats of adjacent runs' ratios)\n"
     "  --batch-prompt N     prompt tokens per sequence before batched decode (default 32)\n"
-    "  --no-copy-bench      skip the copy-bandwidth measurement\n" CACHE_OPTS_HELP;
+    "  --no-copy-bench      skip the copy-bandwidth measurement\n"
+    "  --tg-after-prompt    decode the N tokens after the P-token prompt (a chat turn at\n"
+    "                       context P) instead of from an empty cache\n" CACHE_OPTS_HELP;
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -132,6 +134,7 @@ static int bench_engine(int argc, char **argv) {
     args_init(&a, "bench engine", argc, argv);
     const char *model_path = NULL;
     int n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, json = 0, batch = 0, batch_prompt = 32, copy_bench = 1;
+    int tg_after = 0;   /* decode after the prompt instead of from an empty cache */
     cache_opts co;
     cache_opts_init(&co);
     const char *f;
@@ -146,6 +149,7 @@ static int bench_engine(int argc, char **argv) {
         else if (!strcmp(f, "--batch")) batch = (int)args_int(&a, f, 1, 256);
         else if (!strcmp(f, "--batch-prompt")) batch_prompt = (int)args_int(&a, f, 1, 1 << 16);
         else if (!strcmp(f, "--no-copy-bench")) copy_bench = 0;
+        else if (!strcmp(f, "--tg-after-prompt")) tg_after = 1;
         else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
@@ -154,7 +158,8 @@ static int bench_engine(int argc, char **argv) {
     if (load_model(&lm, "bench", model_path) < 0) return 1;
     const ak_model *m = lm.model;
     ak_error err = {{0}};
-    int rc = 1, ctx_len = (n_pp > n_tg ? n_pp : n_tg) + 1;
+    if (n_pp == 0) tg_after = 0;
+    int rc = 1, ctx_len = (tg_after ? n_pp + n_tg : n_pp > n_tg ? n_pp : n_tg) + 1;
     int32_t *toks = malloc(sizeof(int32_t) * (ctx_len + 1));
     float *logits = malloc(sizeof(float) * m->cfg.vocab);
     double *pp = calloc(reps, sizeof(double)), *tg = calloc(reps, sizeof(double));
@@ -196,10 +201,11 @@ static int bench_engine(int argc, char **argv) {
             pp[r] = n_pp / (ak_now() - t0);
         }
         if (n_tg > 0) {
-            ak_kv_truncate(kv, 0);
+            int at = tg_after ? n_pp : 0;   /* positions before the first generated token */
+            ak_kv_truncate(kv, at);
             double t0 = ak_now();
             for (int i = 0; i < n_tg; i++)
-                if (ak_eval(ctx, kv, toks + i, 1, i, logits, NULL, NULL, NULL, &err) < 0) goto fail;
+                if (ak_eval(ctx, kv, toks + at + i, 1, at + i, logits, NULL, NULL, NULL, &err) < 0) goto fail;
             tg[r] = n_tg / (ak_now() - t0);
         }
         if (!json) fprintf(stderr, "  repeat %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s\n", r + 1, reps, n_pp, pp[r],
@@ -207,7 +213,8 @@ static int bench_engine(int argc, char **argv) {
     }
     /* KV read per tg step: the cache grows from 0 to n_tg positions, so on
      * average half of what it holds at the end */
-    double tg_kv = n_tg > 0 ? 0.5 * (double)ak_kv_bytes(kv) : 0;
+    double tg_kv = n_tg <= 0 ? 0 : tg_after ? (double)ak_kv_bytes(kv) * (n_pp + 0.5 * n_tg) / (n_pp + n_tg)
+                                         : 0.5 * (double)ak_kv_bytes(kv);
 
     double b1_kv = 0, bn_kv = 0;
     if (B) {
@@ -247,16 +254,18 @@ static int bench_engine(int argc, char **argv) {
     if (json) {
         printf("{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"n_pp\": %d, \"n_tg\": %d, "
                "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"weight_bytes\": %zu, \"tg_weight_gb_s\": %.2f, "
-               "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %.2f, \"read_gb_s\": %.2f, \"tg_bw_pct\": %.1f",
+               "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %.2f, \"read_gb_s\": %.2f, \"tg_bw_pct\": %.1f, "
+               "\"tg_after_prompt\": %s",
                m->gguf.path, tn, nt, n_pp, n_tg, pp_med, tg_med, m->weight_bytes, gbs, tg_kv, tg_bw, copy_gbs,
-               read_gbs, pct);
+               read_gbs, pct, tg_after ? "true" : "false");
         if (B)
             printf(", \"batch\": %d, \"batch_prompt\": %d, \"batch1_tok_s\": %.3f, \"batch_tok_s\": %.3f, "
                    "\"batch_ratio\": %.3f, \"batch_kv_bytes\": %.0f, \"batch_gb_s\": %.2f, \"batch_bw_pct\": %.1f",
                    B, batch_prompt, b1_med, bn_med, b_ratio, bn_kv, bn_bw, bn_pct);
         printf("}\n");
     } else {
-        printf("pp%d %.2f tok/s | tg%d %.2f tok/s (%.1f GB/s of weights + KV", n_pp, pp_med, n_tg, tg_med, tg_bw);
+        printf("pp%d %.2f tok/s | tg%d%s %.2f tok/s (%.1f GB/s of weights + KV", n_pp, pp_med, n_tg,
+               tg_after ? " after the prompt" : "", tg_med, tg_bw);
         if (copy_gbs > 0)
             printf(", %.0f%% of copy bandwidth %.1f GB/s; read-only %.1f GB/s", pct, copy_gbs, read_gbs);
         printf(") | %s, %d threads\n", tn, nt);
