@@ -9,6 +9,9 @@
 # bandwidth is shown beside it.
 # Env: TYPES="f32 f16 bf16 q8_0 q4_0 q6_k q5_k q4_k", THREADS=2, PP=512,
 #      TG=128, REPEATS=3, BATCH=8.
+# LLAMA_BENCH=/path/to/llama-bench (a llama.cpp CPU build of your own; none
+# is shipped) runs llama.cpp on the same file right after each of ours and
+# adds its pp/tg and our ratio to it: ratios from one run, not from memory.
 set -e
 BIN=${1:-build/agentkv}
 BENCH_DIR=${BENCH_DIR:-build/bench-models}
@@ -17,18 +20,33 @@ THREADS=${THREADS:-2}
 BATCH=${BATCH:-8}
 mkdir -p "$BENCH_DIR"
 S="$BENCH_DIR/summary.txt"
-printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s\n' type pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s copy_GB read_GB tg_bw% > "$S"
+printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' type pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s copy_GB read_GB tg_bw% \
+    "${LLAMA_BENCH:+llama.cpp_pp/tg ours/theirs}" > "$S"
 # one JSON field's value
 field() { echo "$1" | sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p"; }
+# llama-bench's mean t/s for test $2 (pp512, tg128) in its markdown output $1
+lb_field() { echo "$1" | awk -F'|' -v t="$2" 'NF > 3 && $(NF-2) ~ t { split($(NF-1), a, " "); print a[1] }'; }
 for t in $TYPES; do
     m="$BENCH_DIR/llama-1b-$t.gguf"
     [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --type "$t" --seed 1
     j=$("$BIN" bench engine -m "$m" -p "${PP:-512}" -n "${TG:-128}" -t "$THREADS" -r "${REPEATS:-3}" \
         --batch "$BATCH" --json)
     echo "$j"
-    printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s\n' "$t" "$(field "$j" pp_tok_s)" "$(field "$j" tg_tok_s)" \
+    peer=""
+    if [ -n "$LLAMA_BENCH" ]; then
+        l=$("$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "${PP:-512}" -n "${TG:-128}" -r "${REPEATS:-3}" 2>/dev/null || true)
+        echo "$l"
+        lpp=$(lb_field "$l" "pp${PP:-512}"); ltg=$(lb_field "$l" "tg${TG:-128}")
+        if [ -n "$lpp" ] && [ -n "$ltg" ]; then
+            peer=$(awk -v a="$(field "$j" pp_tok_s)" -v b="$(field "$j" tg_tok_s)" -v c="$lpp" -v d="$ltg" \
+                'BEGIN { printf "%s/%s %.2fx/%.2fx", c, d, a / c, b / d }')
+        else
+            peer="(llama-bench gave no figures)"
+        fi
+    fi
+    printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' "$t" "$(field "$j" pp_tok_s)" "$(field "$j" tg_tok_s)" \
         "$(field "$j" batch_tok_s)" "$(field "$j" batch_ratio)" "$(field "$j" tg_gb_s)" \
-        "$(field "$j" copy_gb_s)" "$(field "$j" read_gb_s)" "$(field "$j" tg_bw_pct)" >> "$S"
+        "$(field "$j" copy_gb_s)" "$(field "$j" read_gb_s)" "$(field "$j" tg_bw_pct)" "$peer" >> "$S"
 done
 echo
 echo "llama.cpp reference (same shape, 2 threads, pp512 / tg128): F16 145 / 21.4, Q8_0 109 / 31, Q4_0 173 / 54"
