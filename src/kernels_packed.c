@@ -99,7 +99,10 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
             memset(grp, 0, gb);
             for (int r = 0; r < GROUP && g * GROUP + r < rows; r++) {
                 const uint8_t *src = (const uint8_t *)W + (size_t)(g * GROUP + r) * wrb;
-                for (int64_t k = 0; k < cols; k++) memcpy(grp + ((size_t)k * GROUP + r) * es, src + k * es, es);
+                if (es == 2)   /* constant sizes: moves, not memcpy calls */
+                    for (int64_t k = 0; k < cols; k++) memcpy(grp + ((size_t)k * GROUP + r) * 2, src + k * 2, 2);
+                else
+                    for (int64_t k = 0; k < cols; k++) memcpy(grp + ((size_t)k * GROUP + r) * 4, src + k * 4, 4);
             }
         }
         return;

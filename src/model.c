@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -233,6 +234,34 @@ static void release_pages(const ak_model *m, const void *p, size_t n) {
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+typedef struct {
+    ak_model *m;
+    ak_weight **ws;
+    int nw;
+    size_t total;
+    ak_progress_fn cb;
+    void *ud;
+    atomic_int next;
+    atomic_size_t done;
+} pack_job;
+
+/* Threads take matrices from a shared counter; thread 0 reports progress. */
+static void pack_task(void *arg, int ith, int nth) {
+    (void)nth;
+    pack_job *j = arg;
+    for (;;) {
+        int i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->nw) break;
+        ak_weight *w = j->ws[i];
+        if (!w->packed) continue;
+        ak_pack_weights(w->type, w->data, w->rows, w->cols, (void *)w->packed);
+        release_pages(j->m, w->data, ak_row_bytes(w->type, w->cols) * (size_t)w->rows);
+        size_t d = atomic_fetch_add(&j->done, ak_packed_bytes(w->type, w->rows, w->cols)) +
+                   ak_packed_bytes(w->type, w->rows, w->cols);
+        if (ith == 0 && j->cb) j->cb(j->ud, (double)d / j->total);
+    }
+}
+
 /* Copies every matrix the kernels have a packed layout for (kernels.h) into
  * one allocation and points its ak_weight.packed there; the forward pass then
  * reads only the copy, so the mapping's pages of those matrices are released
@@ -251,7 +280,7 @@ static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *
         for (int i = 0; i < 7; i++) ws[k++] = lw[i];
     }
     ws[k++] = &m->output;
-    size_t total = 0, done = 0;
+    size_t total = 0;
     for (int i = 0; i < nw; i++) total += ak_packed_bytes(ws[i]->type, ws[i]->rows, ws[i]->cols);
     if (total == 0) { free(ws); return 0; }
     /* Anonymous memory in 2 MB pages where the kernel allows: a 4 KB page
@@ -269,17 +298,19 @@ static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *
     m->packed_mem = mem;
     m->packed_bytes = len;
     uint8_t *dst = m->packed_mem;
-    for (int i = 0; i < nw; i++) {
-        ak_weight *w = ws[i];
-        size_t n = ak_packed_bytes(w->type, w->rows, w->cols);
-        if (!n) continue;
-        ak_pack_weights(w->type, w->data, w->rows, w->cols, dst);
-        w->packed = dst;
+    for (int i = 0; i < nw; i++) {   /* place every copy first: the threads then fill them */
+        size_t n = ak_packed_bytes(ws[i]->type, ws[i]->rows, ws[i]->cols);
+        ws[i]->packed = n ? dst : NULL;
         dst += n;
-        done += n;
-        release_pages(m, w->data, ak_row_bytes(w->type, w->cols) * (size_t)w->rows);
-        if (cb) cb(ud, (double)done / total);
     }
+    /* the copy reads the whole file: all cores, a matrix at a time */
+    pack_job j = { .m = m, .ws = ws, .nw = nw, .total = total, .cb = cb, .ud = ud };
+    atomic_init(&j.next, 0);
+    atomic_init(&j.done, 0);
+    ak_error perr = {{0}};
+    ak_pool *pool = ak_pool_new(0, &perr);
+    ak_pool_run(pool, pack_task, &j);   /* NULL pool: the caller does it all */
+    ak_pool_free(pool);
     if (c->tied_output) m->tok_embd.packed = m->output.packed;
     free(ws);
     return (int64_t)total;
