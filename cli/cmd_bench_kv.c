@@ -25,7 +25,7 @@ typedef struct { ak_kv_format k, v; } fmt_pair;
 static const fmt_pair pairs[] = {
     {AK_KV_F32, AK_KV_F32}, {AK_KV_F16, AK_KV_F16}, {AK_KV_BF16, AK_KV_BF16}, {AK_KV_Q8, AK_KV_Q8},
     {AK_KV_Q4, AK_KV_Q4},   {AK_KV_Q2, AK_KV_Q2},   {AK_KV_TQ4, AK_KV_TQ4},   {AK_KV_TQ3, AK_KV_TQ3},
-    {AK_KV_TQ2, AK_KV_TQ2}, {AK_KV_Q8, AK_KV_TQ3},  {AK_KV_Q8, AK_KV_Q4},
+    {AK_KV_TQ2, AK_KV_TQ2}, {AK_KV_Q8, AK_KV_TQ3},  {AK_KV_Q8, AK_KV_Q4},     {AK_KV_Q8, AK_KV_TCQ3},
 };
 #define N_PAIRS ((int)(sizeof pairs / sizeof pairs[0]))
 
