@@ -344,10 +344,9 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
             }
             float ls = 0;
             for (int j0 = 0; j0 < cnt; j0 += 16) {   /* sc has room for cnt rounded up to 16 */
-                ak_v16f x = ak_exp_v16(ak_v16f_load(sc + j0) - m[i]);
-                for (int jj = cnt - j0; jj < 16; jj++) x[jj] = 0;
-                ak_v16f_store(sc + j0, x);
-                for (int jj = 0; jj < 16; jj++) ls += x[jj];
+                ak_exp16(sc + j0, sc + j0, m[i]);
+                for (int jj = cnt - j0; jj < 16; jj++) sc[j0 + jj] = 0;
+                for (int jj = 0; jj < 16; jj++) ls += sc[j0 + jj];
             }
             l[i] += ls;
             if (mv) lc[i] += ls;   /* weight that went to centered values */
@@ -543,12 +542,9 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
                 }
                 float ls = 0;
                 for (int j0 = 0; j0 < c; j0 += PF_CHUNK) {
-                    v16f x;
-                    memcpy(&x, sc + j0, sizeof x);
-                    x = ak_exp_v16(x - m[r]);
-                    for (int jj = c - j0; jj < PF_CHUNK; jj++) x[jj] = 0;   /* keys past c: weight 0 */
-                    memcpy(sc + j0, &x, sizeof x);
-                    for (int jj = 0; jj < PF_CHUNK; jj++) ls += x[jj];
+                    ak_exp16(sc + j0, sc + j0, m[r]);
+                    for (int jj = c - j0; jj < PF_CHUNK; jj++) sc[j0 + jj] = 0;   /* keys past c: weight 0 */
+                    for (int jj = 0; jj < PF_CHUNK; jj++) ls += sc[j0 + jj];
                 }
                 l[r] += ls;
                 if (mv) lc[r] += ls;

@@ -12,24 +12,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Vectors are passed by pointer only: by value, GCC notes on targets
+ * without AVX-512 that the calling convention of 64-byte vectors changed. */
 typedef float ak_v16f __attribute__((vector_size(64), aligned(4)));
 typedef int32_t ak_v16i __attribute__((vector_size(64)));
 
-static inline ak_v16f ak_v16f_load(const float *p) {
-    ak_v16f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void ak_v16f_store(float *p, ak_v16f v) { memcpy(p, &v, sizeof v); }
-
-/* x = n ln2 + r with |r| <= ln2/2 (n rounded with the 1.5 * 2^23 trick),
- * e^r by its degree-6 Taylor polynomial, 2^n through the exponent bits. */
-static inline ak_v16f ak_exp_v16(ak_v16f x) {
+/* *v = e^(*v) per lane. x = n ln2 + r, |r| <= ln2/2 (n rounded with the
+ * 1.5 * 2^23 trick), e^r by its degree-6 Taylor polynomial, 2^n through the
+ * exponent bits. */
+static inline void ak_exp_v16(ak_v16f *v) {
     const ak_v16f zero = {0};
     ak_v16f t;
     /* clamp; -inf and NaN (unused lanes past a row's end) go to -87, so
      * the conversion to int below is always in range */
-    for (int i = 0; i < 16; i++) t[i] = !(x[i] >= -87.0f) ? -87.0f : x[i] > 88.0f ? 88.0f : x[i];
+    for (int i = 0; i < 16; i++) t[i] = !((*v)[i] >= -87.0f) ? -87.0f : (*v)[i] > 88.0f ? 88.0f : (*v)[i];
     ak_v16f nf = (t * 1.44269504f + 12582912.0f) - 12582912.0f;
     ak_v16i n = __builtin_convertvector(nf, ak_v16i);
     ak_v16f r = t - nf * 0.693145752f - nf * 1.42860677e-6f;
@@ -43,20 +39,35 @@ static inline ak_v16f ak_exp_v16(ak_v16f x) {
     ak_v16i e = (n + 127) << 23;
     ak_v16f scale;
     memcpy(&scale, &e, sizeof scale);
-    return p * scale;
+    *v = p * scale;
+}
+
+/* y[i] = e^(x[i] - sub) for i < 16 (y may be x). */
+static inline void ak_exp16(float *y, const float *x, float sub) {
+    ak_v16f v;
+    memcpy(&v, x, sizeof v);
+    v -= sub;
+    ak_exp_v16(&v);
+    memcpy(y, &v, sizeof v);
 }
 
 /* g[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u, i < n (SwiGLU's gate). */
 static inline void ak_silu_mul(float *g, const float *u, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        ak_v16f x = ak_v16f_load(g + i);
-        ak_v16f_store(g + i, x / (1.0f + ak_exp_v16(-x)) * ak_v16f_load(u + i));
+        ak_v16f x, e, uu;
+        memcpy(&x, g + i, sizeof x);
+        memcpy(&uu, u + i, sizeof uu);
+        e = -x;
+        ak_exp_v16(&e);
+        x = x / (1.0f + e) * uu;
+        memcpy(g + i, &x, sizeof x);
     }
     for (; i < n; i++) {
-        ak_v16f x = {0};
-        x[0] = -g[i];
-        g[i] = g[i] / (1.0f + ak_exp_v16(x)[0]) * u[i];
+        ak_v16f e = {0};
+        e[0] = -g[i];
+        ak_exp_v16(&e);
+        g[i] = g[i] / (1.0f + e[0]) * u[i];
     }
 }
 
