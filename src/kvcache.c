@@ -266,104 +266,169 @@ static inline void head_runs(const ak_kv *kv, const uint8_t *region, int head, s
     *codes = region + H * T * mb + (size_t)head * T * cb;
 }
 
+/* ---- what both attention paths share ------------------------------------
+ * Query rows: row r is query head r % n_q of token r / n_q, at
+ * q + (r / n_q) * qstride + (r % n_q) * dk; its output likewise in out. Each
+ * row carries an online softmax over the blocks: running maximum m, sum l,
+ * the part lc of l that went to centered values, q . mu for centered keys,
+ * and for rotated formats the query in the rotated basis and a value
+ * accumulator in that basis (un-rotated once at the end). */
+typedef struct {
+    const float *q, *vmu, *qmu_of;   /* vmu: mean of centered values; qmu_of: the key mean qmu is for */
+    float *out;
+    size_t qstride, ostride;
+    int n_q, R, dk, dv, have_qrot, have_vrot;
+    float *m, *l, *lc, *qmu, *q_rot, *acc_rot;
+} attn_rows;
+
+/* One head of one block as attention reads it: the formats' products, the
+ * runs of codes and metadata with their strides, the centering means. */
+typedef struct {
+    ak_kv_format fk, fv;   /* the pair the sizes are for (AK_KV_NFORMATS: none yet) */
+    const ak_kv_format_info *ik, *iv;
+    size_t kcb, kmb, vcb, vmb, koff, voff;
+    const uint8_t *km, *kc, *vm, *vc;
+    const float *mu, *mv;
+} head_view;
+
+static const float *row_q(const attn_rows *a, int r) {
+    return a->q + (size_t)(r / a->n_q) * a->qstride + (size_t)(r % a->n_q) * a->dk;
+}
+static float *row_out(const attn_rows *a, int r) {
+    return a->out + (size_t)(r / a->n_q) * a->ostride + (size_t)(r % a->n_q) * a->dv;
+}
+
+/* Carves the rows' state from scratch (R * (4 + dk + dv) floats) and zeroes
+ * the outputs. Returns the scratch past what it took. */
+static float *rows_init(attn_rows *a, const ak_kv *kv, const float *q, size_t qstride, int n_q, int nt, float *out,
+                        size_t ostride, float *scratch) {
+    memset(a, 0, sizeof *a);
+    a->q = q; a->qstride = qstride; a->out = out; a->ostride = ostride; a->n_q = n_q; a->R = n_q * nt;
+    a->dk = kv->spec.head_dim_k; a->dv = kv->spec.head_dim_v;
+    a->m = scratch; a->l = a->m + a->R; a->lc = a->l + a->R; a->qmu = a->lc + a->R; a->q_rot = a->qmu + a->R;
+    a->acc_rot = a->q_rot + (size_t)a->R * a->dk;
+    for (int r = 0; r < a->R; r++) {
+        a->m[r] = -INFINITY; a->l[r] = 0; a->lc[r] = 0;
+        memset(row_out(a, r), 0, sizeof(float) * a->dv);
+    }
+    return a->acc_rot + (size_t)a->R * a->dv;
+}
+
+/* Points h at head `head` of block b (sizes recomputed only when the
+ * block's format pair changes) and readies the rows for it: rotated queries,
+ * q . mu for centered keys, the rotated value accumulators. */
+static void block_enter(attn_rows *a, head_view *h, const ak_kv *kv, const ak_block *b, int layer, int head) {
+    if (b->fk != h->fk || b->fv != h->fv) {
+        h->fk = b->fk;
+        h->fv = b->fv;
+        h->ik = ak_kv_format_get(h->fk);
+        h->iv = ak_kv_format_get(h->fv);
+        h->kcb = ak_kv_format_code_bytes(h->fk, a->dk);
+        h->kmb = ak_kv_format_meta_bytes(h->fk, a->dk);
+        h->vcb = ak_kv_format_code_bytes(h->fv, a->dv);
+        h->vmb = ak_kv_format_meta_bytes(h->fv, a->dv);
+        h->koff = ak_block_k_offset(kv->pool, h->fk, h->fv, layer);
+        h->voff = ak_block_v_offset(kv->pool, h->fk, h->fv, layer);
+    }
+    /* codes and metadata of this head's T vectors: two runs (blockpool.h) */
+    head_runs(kv, b->data + h->koff, head, h->kcb, h->kmb, &h->km, &h->kc);
+    head_runs(kv, b->data + h->voff, head, h->vcb, h->vmb, &h->vm, &h->vc);
+    /* centering of this block's keys and values (blockpool.h) */
+    h->mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, head);
+    h->mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, head);
+    if (h->mv) a->vmu = h->mv;   /* one mean per (pool, layer, head) */
+    if (h->ik->rotated && !a->have_qrot) { /* rotate the queries once, not every key */
+        for (int r = 0; r < a->R; r++) {
+            memcpy(a->q_rot + (size_t)r * a->dk, row_q(a, r), sizeof(float) * a->dk);
+            ak_kv_rotate(a->q_rot + (size_t)r * a->dk, a->dk);
+        }
+        a->have_qrot = 1;
+    }
+    if (h->mu && h->mu != a->qmu_of) { /* centered keys: their scores get q . mu back */
+        for (int r = 0; r < a->R; r++) {
+            const float *qi = row_q(a, r);
+            float s = 0;
+            for (int d = 0; d < a->dk; d++) s += qi[d] * h->mu[d];
+            a->qmu[r] = s;
+        }
+        a->qmu_of = h->mu;
+    }
+    if (h->iv->rotated && !a->have_vrot) {
+        memset(a->acc_rot, 0, sizeof(float) * a->R * a->dv);
+        a->have_vrot = 1;
+    }
+}
+
+/* The query of row r in the basis of the block's keys. */
+static const float *row_query(const attn_rows *a, const head_view *h, int r) {
+    return h->ik->rotated ? a->q_rot + (size_t)r * a->dk : row_q(a, r);
+}
+
+/* Row r's online-softmax step over the c raw scores sc[0..c) of one block:
+ * rescales what the row accumulated if the maximum grew, turns sc into
+ * weights (zero from c up to c rounded to 16; sc must have room) and adds
+ * them to the sums. Returns where the block's weighted values go: the
+ * row's output, or its rotated accumulator. */
+static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, int c, float scale) {
+    float bm = -INFINITY, add = h->mu ? a->qmu[r] : 0.0f;
+    for (int j = 0; j < c; j++) {
+        sc[j] = (sc[j] + add) * scale;
+        if (sc[j] > bm) bm = sc[j];
+    }
+    float *acc = row_out(a, r), *accr = a->acc_rot + (size_t)r * a->dv;
+    if (bm > a->m[r]) { /* rescale what was accumulated under the old maximum */
+        float f = expf(a->m[r] - bm);
+        a->l[r] *= f;
+        a->lc[r] *= f;
+        for (int d = 0; d < a->dv; d++) acc[d] *= f;
+        if (a->have_vrot)
+            for (int d = 0; d < a->dv; d++) accr[d] *= f;
+        a->m[r] = bm;
+    }
+    float ls = 0;
+    for (int j0 = 0; j0 < c; j0 += 16) {
+        ak_exp16(sc + j0, sc + j0, a->m[r]);
+        for (int jj = c - j0; jj < 16; jj++) sc[j0 + jj] = 0;   /* keys past c: weight 0 */
+        for (int jj = 0; jj < 16; jj++) ls += sc[j0 + jj];
+    }
+    a->l[r] += ls;
+    if (h->mv) a->lc[r] += ls;   /* weight that went to centered values */
+    return h->iv->rotated ? accr : acc;
+}
+
+/* Every row's output: rotated part back, value means back, divided by the sum. */
+static void rows_finish(attn_rows *a) {
+    for (int r = 0; r < a->R; r++) {
+        float *acc = row_out(a, r), inv = a->l[r] > 0 ? 1.0f / a->l[r] : 0;
+        if (a->have_vrot) {
+            float *accr = a->acc_rot + (size_t)r * a->dv;
+            ak_kv_unrotate(accr, a->dv);
+            for (int d = 0; d < a->dv; d++) acc[d] += accr[d];
+        }
+        if (a->vmu)   /* centered values get their mean back, times their weight */
+            for (int d = 0; d < a->dv; d++) acc[d] += a->lc[r] * a->vmu[d];
+        for (int d = 0; d < a->dv; d++) acc[d] *= inv;
+    }
+}
+
+/* Decode: the products of the format read each block in place. */
 void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
                   float *scratch) {
-    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
-    /* scratch: running max, sum, sum of the weights on centered values,
-     * q . mu; the rotated queries; the rotated value accumulator; the
-     * block's scores */
-    float *m = scratch, *l = m + n_q, *lc = l + n_q, *qmu = lc + n_q, *q_rot = qmu + n_q;
-    float *acc_rot = q_rot + (size_t)n_q * dk, *sc = acc_rot + (size_t)n_q * dv;
-    int have_qrot = 0, have_vrot = 0;
-    const float *qmu_of = NULL;   /* the key mean qmu was computed for */
-    const float *vmu = NULL;      /* the value mean of centered value blocks */
-    for (int i = 0; i < n_q; i++) { m[i] = -INFINITY; l[i] = 0; lc[i] = 0; }
-    memset(out, 0, sizeof(float) * n_q * dv);
-    ak_kv_format fk = AK_KV_NFORMATS, fv = AK_KV_NFORMATS;   /* the format pair the sizes below are for */
-    const ak_kv_format_info *ik = NULL, *iv = NULL;
-    size_t kcb = 0, kmb = 0, vcb = 0, vmb = 0, koff = 0, voff = 0;
+    const int T = kv->T;
+    attn_rows a;
+    float *sc = rows_init(&a, kv, q, 0, n_q, 1, out, 0, scratch);   /* the block's scores (room for T rounded to 16) */
+    head_view h = { .fk = AK_KV_NFORMATS, .fv = AK_KV_NFORMATS };
     for (int bi = 0; bi * T < n; bi++) {
         const ak_block *b = kv->table[bi];
         int cnt = n - bi * T < T ? n - bi * T : T;
-        if (b->fk != fk || b->fv != fv) { /* sizes per format pair, not per block */
-            fk = b->fk;
-            fv = b->fv;
-            ik = ak_kv_format_get(fk);
-            iv = ak_kv_format_get(fv);
-            kcb = ak_kv_format_code_bytes(fk, dk);
-            kmb = ak_kv_format_meta_bytes(fk, dk);
-            vcb = ak_kv_format_code_bytes(fv, dv);
-            vmb = ak_kv_format_meta_bytes(fv, dv);
-            koff = ak_block_k_offset(kv->pool, fk, fv, layer);
-            voff = ak_block_v_offset(kv->pool, fk, fv, layer);
-        }
-        /* codes and metadata of this head's T vectors: two runs (blockpool.h) */
-        const uint8_t *kr = b->data + koff, *vr = b->data + voff;
-        const uint8_t *km, *kc, *vm, *vc;
-        head_runs(kv, kr, kv_head, kcb, kmb, &km, &kc);
-        head_runs(kv, vr, kv_head, vcb, vmb, &vm, &vc);
-        /* centering of this block's keys and values (blockpool.h) */
-        const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
-        const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
-        if (mv) vmu = mv;   /* one mean per (pool, layer, head) */
-        if (ik->rotated && !have_qrot) { /* rotate the queries once, not every key */
-            memcpy(q_rot, q, sizeof(float) * n_q * dk);
-            for (int i = 0; i < n_q; i++) ak_kv_rotate(q_rot + (size_t)i * dk, dk);
-            have_qrot = 1;
-        }
-        if (mu && mu != qmu_of) { /* centered keys: their scores get q . mu back */
-            for (int i = 0; i < n_q; i++) {
-                const float *qi = q + (size_t)i * dk;
-                float s = 0;
-                for (int d = 0; d < dk; d++) s += qi[d] * mu[d];
-                qmu[i] = s;
-            }
-            qmu_of = mu;
-        }
-        if (iv->rotated && !have_vrot) {
-            memset(acc_rot, 0, sizeof(float) * n_q * dv);
-            have_vrot = 1;
-        }
-        for (int i = 0; i < n_q; i++) {
-            const float *qi = (ik->rotated ? q_rot : q) + (size_t)i * dk;
-            ik->dot(kc, kcb, km, kmb, cnt, qi, dk, sc);
-            float bm = -INFINITY, add = mu ? qmu[i] : 0.0f;
-            for (int j = 0; j < cnt; j++) {
-                sc[j] = (sc[j] + add) * scale;
-                if (sc[j] > bm) bm = sc[j];
-            }
-            float *acc = out + (size_t)i * dv, *accr = acc_rot + (size_t)i * dv;
-            if (bm > m[i]) { /* rescale what was accumulated under the old maximum */
-                float r = expf(m[i] - bm);
-                l[i] *= r;
-                lc[i] *= r;
-                for (int d = 0; d < dv; d++) acc[d] *= r;
-                if (have_vrot)
-                    for (int d = 0; d < dv; d++) accr[d] *= r;
-                m[i] = bm;
-            }
-            float ls = 0;
-            for (int j0 = 0; j0 < cnt; j0 += 16) {   /* sc has room for cnt rounded up to 16 */
-                ak_exp16(sc + j0, sc + j0, m[i]);
-                for (int jj = cnt - j0; jj < 16; jj++) sc[j0 + jj] = 0;
-                for (int jj = 0; jj < 16; jj++) ls += sc[j0 + jj];
-            }
-            l[i] += ls;
-            if (mv) lc[i] += ls;   /* weight that went to centered values */
-            iv->axpy(vc, vcb, vm, vmb, cnt, sc, dv, iv->rotated ? accr : acc);
+        block_enter(&a, &h, kv, b, layer, kv_head);
+        for (int r = 0; r < n_q; r++) {
+            h.ik->dot(h.kc, h.kcb, h.km, h.kmb, cnt, row_query(&a, &h, r), a.dk, sc);
+            float *dst = row_softmax(&a, &h, r, sc, cnt, scale);
+            h.iv->axpy(h.vc, h.vcb, h.vm, h.vmb, cnt, sc, a.dv, dst);
         }
     }
-    for (int i = 0; i < n_q; i++) {
-        float *acc = out + (size_t)i * dv, inv = l[i] > 0 ? 1.0f / l[i] : 0;
-        if (have_vrot) {
-            float *accr = acc_rot + (size_t)i * dv;
-            ak_kv_unrotate(accr, dv);
-            for (int d = 0; d < dv; d++) acc[d] += accr[d];
-        }
-        if (vmu)   /* centered values get their mean back, times their weight */
-            for (int d = 0; d < dv; d++) acc[d] += lc[i] * vmu[d];
-        for (int d = 0; d < dv; d++) acc[d] *= inv;
-    }
+    rows_finish(&a);
 }
 
 /* ---- attention for a run of prefill tokens ------------------------------
@@ -441,128 +506,44 @@ static void run_values(const float *p, int c, const float *v, int dv, float *acc
 void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
                       int pos0, float scale, float *out, size_t ostride, float *scratch) {
     const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
-    const int Tp = (T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK, R = n_q * nt;   /* query rows */
-    float *m = scratch, *l = m + R, *lc = l + R, *qmu = lc + R, *q_rot = qmu + R;
-    float *acc_rot = q_rot + (size_t)R * dk, *kt = acc_rot + (size_t)R * dv, *vf = kt + (size_t)dk * Tp;
-    float *sc4 = vf + (size_t)Tp * dv, *tmp = sc4 + 4 * Tp;
-    int have_qrot = 0, have_vrot = 0;
-    const float *qmu_of = NULL, *vmu = NULL;
-#define QROW(r) (q + (size_t)((r) / n_q) * qstride + (size_t)((r) % n_q) * dk)
-#define OROW(r) (out + (size_t)((r) / n_q) * ostride + (size_t)((r) % n_q) * dv)
-    for (int r = 0; r < R; r++) {
-        m[r] = -INFINITY; l[r] = 0; lc[r] = 0;
-        memset(OROW(r), 0, sizeof(float) * dv);
-    }
-    ak_kv_format fk = AK_KV_NFORMATS, fv = AK_KV_NFORMATS;
-    const ak_kv_format_info *ik = NULL, *iv = NULL;
-    size_t kcb = 0, kmb = 0, vcb = 0, vmb = 0, koff = 0, voff = 0;
+    const int Tp = (T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
+    attn_rows a;
+    float *kt = rows_init(&a, kv, q, qstride, n_q, nt, out, ostride, scratch);
+    float *vf = kt + (size_t)dk * Tp, *sc4 = vf + (size_t)Tp * dv, *tmp = sc4 + 4 * Tp;
+    head_view h = { .fk = AK_KV_NFORMATS, .fv = AK_KV_NFORMATS };
     const int n_end = pos0 + nt;   /* positions the last token sees */
     for (int bi = 0; bi * T < n_end; bi++) {
         const ak_block *b = kv->table[bi];
         int cnt = n_end - bi * T < T ? n_end - bi * T : T;
-        if (b->fk != fk || b->fv != fv) {
-            fk = b->fk;
-            fv = b->fv;
-            ik = ak_kv_format_get(fk);
-            iv = ak_kv_format_get(fv);
-            kcb = ak_kv_format_code_bytes(fk, dk);
-            kmb = ak_kv_format_meta_bytes(fk, dk);
-            vcb = ak_kv_format_code_bytes(fv, dv);
-            vmb = ak_kv_format_meta_bytes(fv, dv);
-            koff = ak_block_k_offset(kv->pool, fk, fv, layer);
-            voff = ak_block_v_offset(kv->pool, fk, fv, layer);
-        }
-        const uint8_t *kr = b->data + koff, *vr = b->data + voff;
-        const uint8_t *km, *kc, *vm, *vc;
-        head_runs(kv, kr, kv_head, kcb, kmb, &km, &kc);
-        head_runs(kv, vr, kv_head, vcb, vmb, &vm, &vc);
-        const float *mu = ak_block_pool_center(kv->pool, 0, b->fk, layer, kv_head);
-        const float *mv = ak_block_pool_center(kv->pool, 1, b->fv, layer, kv_head);
-        if (mv) vmu = mv;
-        if (ik->rotated && !have_qrot) {
-            for (int r = 0; r < R; r++) {
-                memcpy(q_rot + (size_t)r * dk, QROW(r), sizeof(float) * dk);
-                ak_kv_rotate(q_rot + (size_t)r * dk, dk);
-            }
-            have_qrot = 1;
-        }
-        if (mu && mu != qmu_of) {
-            for (int r = 0; r < R; r++) {
-                const float *qi = QROW(r);
-                float s = 0;
-                for (int d = 0; d < dk; d++) s += qi[d] * mu[d];
-                qmu[r] = s;
-            }
-            qmu_of = mu;
-        }
-        if (iv->rotated && !have_vrot) {
-            memset(acc_rot, 0, sizeof(float) * R * dv);
-            have_vrot = 1;
-        }
+        block_enter(&a, &h, kv, b, layer, kv_head);
         /* the block's keys (transposed) and values in f32, stored basis:
          * axpy with weight 1 into zeros is the format's own dequantizer */
         static const float one = 1.0f;
         memset(kt, 0, sizeof(float) * dk * Tp);
         for (int j = 0; j < cnt; j++) {
             memset(tmp, 0, sizeof(float) * dk);
-            ik->axpy(kc + (size_t)j * kcb, kcb, km + (size_t)j * kmb, kmb, 1, &one, dk, tmp);
+            h.ik->axpy(h.kc + (size_t)j * h.kcb, h.kcb, h.km + (size_t)j * h.kmb, h.kmb, 1, &one, dk, tmp);
             for (int d = 0; d < dk; d++) kt[(size_t)d * Tp + j] = tmp[d];
         }
         memset(vf, 0, sizeof(float) * cnt * dv);
         for (int j = 0; j < cnt; j++)
-            iv->axpy(vc + (size_t)j * vcb, vcb, vm + (size_t)j * vmb, vmb, 1, &one, dv, vf + (size_t)j * dv);
+            h.iv->axpy(h.vc + (size_t)j * h.vcb, h.vcb, h.vm + (size_t)j * h.vmb, h.vmb, 1, &one, dv, vf + (size_t)j * dv);
         /* rows that see this block, four at a time for the scores */
         int r_first = (bi * T - pos0) * n_q;   /* row of the first token that sees position bi*T */
         if (r_first < 0) r_first = 0;
-        for (int r0 = r_first; r0 < R; r0 += 4) {
-            int nr = R - r0 < 4 ? R - r0 : 4;
+        for (int r0 = r_first; r0 < a.R; r0 += 4) {
+            int nr = a.R - r0 < 4 ? a.R - r0 : 4;
             const float *qs[4];
-            for (int i = 0; i < nr; i++) qs[i] = ik->rotated ? q_rot + (size_t)(r0 + i) * dk : QROW(r0 + i);
+            for (int i = 0; i < nr; i++) qs[i] = row_query(&a, &h, r0 + i);
             run_scores(qs, nr, kt, dk, Tp, sc4);
             for (int i = 0; i < nr; i++) {
-                int r = r0 + i;
-                float *sc = sc4 + (size_t)i * Tp;
-                int c = pos0 + r / n_q + 1 - bi * T;   /* keys of this block row r sees */
+                int r = r0 + i, c = pos0 + r / n_q + 1 - bi * T;   /* keys of this block row r sees */
                 if (c <= 0) continue;
                 if (c > cnt) c = cnt;
-                float bm = -INFINITY, add = mu ? qmu[r] : 0.0f;
-                for (int j = 0; j < c; j++) {
-                    sc[j] = (sc[j] + add) * scale;
-                    if (sc[j] > bm) bm = sc[j];
-                }
-                float *acc = OROW(r), *accr = acc_rot + (size_t)r * dv;
-                if (bm > m[r]) {
-                    float f = expf(m[r] - bm);
-                    l[r] *= f;
-                    lc[r] *= f;
-                    for (int d = 0; d < dv; d++) acc[d] *= f;
-                    if (have_vrot)
-                        for (int d = 0; d < dv; d++) accr[d] *= f;
-                    m[r] = bm;
-                }
-                float ls = 0;
-                for (int j0 = 0; j0 < c; j0 += PF_CHUNK) {
-                    ak_exp16(sc + j0, sc + j0, m[r]);
-                    for (int jj = c - j0; jj < PF_CHUNK; jj++) sc[j0 + jj] = 0;   /* keys past c: weight 0 */
-                    for (int jj = 0; jj < PF_CHUNK; jj++) ls += sc[j0 + jj];
-                }
-                l[r] += ls;
-                if (mv) lc[r] += ls;
-                run_values(sc, c, vf, dv, iv->rotated ? accr : acc);
+                float *sc = sc4 + (size_t)i * Tp;
+                run_values(sc, c, vf, dv, row_softmax(&a, &h, r, sc, c, scale));
             }
         }
     }
-    for (int r = 0; r < R; r++) {
-        float *acc = OROW(r), inv = l[r] > 0 ? 1.0f / l[r] : 0;
-        if (have_vrot) {
-            float *accr = acc_rot + (size_t)r * dv;
-            ak_kv_unrotate(accr, dv);
-            for (int d = 0; d < dv; d++) acc[d] += accr[d];
-        }
-        if (vmu)
-            for (int d = 0; d < dv; d++) acc[d] += lc[r] * vmu[d];
-        for (int d = 0; d < dv; d++) acc[d] *= inv;
-    }
-#undef QROW
-#undef OROW
+    rows_finish(&a);
 }
