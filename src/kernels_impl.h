@@ -63,6 +63,25 @@ extern const ak_kernel_backend ak_backend_simd;     /* kernels_x86.c / kernels_a
 
 #endif
 
+#if defined(AK_SIMD_AVX512)
+#include <immintrin.h>
+
+/* One block of 32 activations to 8 bits, the XQ contract (d = amax / 127,
+ * q = round-half-even(x / d)): quants of elements 0..15 in *lo and 16..31
+ * in *hi, their sum in *sum; returns d. Every AVX-512 layout starts here. */
+static inline float ak_quantize_block_avx512(const float *x, __m128i *lo, __m128i *hi, int *sum) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    *lo = _mm512_cvtepi32_epi8(q0);
+    *hi = _mm512_cvtepi32_epi8(q1);
+    return d;
+}
+#endif
+
 /* Little helpers shared by the back ends. */
 static inline uint16_t ak_load_u16(const uint8_t *p) {
     uint16_t v;

@@ -151,14 +151,11 @@ static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) 
     float *ds = (float *)(dst + cols);
     int32_t *cs = (int32_t *)(dst + cols + 4 * nb);
     for (int64_t b = 0; b < nb; b++) {
-        __m512 v0 = _mm512_loadu_ps(x + b * AK_QK), v1 = _mm512_loadu_ps(x + b * AK_QK + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
-        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        _mm_storeu_si128((__m128i *)(q + b * AK_QK), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)(q + b * AK_QK + 16), _mm512_cvtepi32_epi8(q1));
+        __m128i q0, q1;
+        int sum;
+        float d = ak_quantize_block_avx512(x + b * AK_QK, &q0, &q1, &sum);
+        _mm_storeu_si128((__m128i *)(q + b * AK_QK), q0);
+        _mm_storeu_si128((__m128i *)(q + b * AK_QK + 16), q1);
         ds[b] = d;
         cs[b] = -offset * sum;
     }

@@ -73,14 +73,11 @@ static void quantize_x(uint32_t wtype, const float *x, void *dst, int64_t cols) 
     for (int64_t b = 0; b < nb; b++) {
         xq_quad *qd = &out[b >> 2];
         const int j = (int)(b & 3);
-        __m512 v0 = _mm512_loadu_ps(x + b * AK_QK), v1 = _mm512_loadu_ps(x + b * AK_QK + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
-        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        _mm_storeu_si128((__m128i *)(qd->lo + 16 * j), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)(qd->hi + 16 * j), _mm512_cvtepi32_epi8(q1));
+        __m128i q0, q1;
+        int sum;
+        float d = ak_quantize_block_avx512(x + b * AK_QK, &q0, &q1, &sum);
+        _mm_storeu_si128((__m128i *)(qd->lo + 16 * j), q0);
+        _mm_storeu_si128((__m128i *)(qd->hi + 16 * j), q1);
         _mm_storeu_ps(qd->d + 4 * j, _mm_set1_ps(d));
         _mm_storeu_ps(qd->c + 4 * j, _mm_set1_ps((-o * (float)sum) * d * 0.25f));
     }
@@ -232,14 +229,11 @@ static void quantize_x(uint32_t wtype, const float *x, void *dst, int64_t cols) 
     for (int64_t b = 0; b < nb; b++) {
         xq_pair *pr = &out[b >> 1];
         const int h = (int)(b & 1);
-        __m512 v0 = _mm512_loadu_ps(x + b * AK_QK), v1 = _mm512_loadu_ps(x + b * AK_QK + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
-        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-        int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-        _mm_storeu_si128((__m128i *)(pr->q + 32 * h), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128((__m128i *)(pr->q + 32 * h + 16), _mm512_cvtepi32_epi8(q1));
+        __m128i q0, q1;
+        int sum;
+        float d = ak_quantize_block_avx512(x + b * AK_QK, &q0, &q1, &sum);
+        _mm_storeu_si128((__m128i *)(pr->q + 32 * h), q0);
+        _mm_storeu_si128((__m128i *)(pr->q + 32 * h + 16), q1);
         _mm256_storeu_ps(pr->d + 8 * h, _mm256_set1_ps(d));
         _mm256_storeu_ps(pr->c + 8 * h, _mm256_set1_ps((-o * (float)sum) * d * 0.125f));
     }
