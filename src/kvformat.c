@@ -423,21 +423,30 @@ static void quant_affine(const float *x, int d, int b, int G, uint8_t *dst) {
     pack_codes(code, d, b, dst);
 }
 
+/* y = sqrt(d) R x / |x|: x rotated and scaled so that its coordinates have
+ * unit variance (what the tq and tcq3 codebooks are fitted to). Returns |x|,
+ * or 0 (y untouched) when x is zero or not finite. */
+static double rotate_to_unit_variance(const float *x, int d, float *y) {
+    double n2 = 0;
+    for (int i = 0; i < d; i++) n2 += (double)x[i] * x[i];
+    double n = sqrt(n2);
+    if (!(n > 0 && isfinite(n))) return 0;
+    memcpy(y, x, (size_t)d * sizeof(float));
+    ak_kv_rotate(y, d);
+    float sc = (float)(sqrt((double)d) / n);
+    for (int i = 0; i < d; i++) y[i] *= sc;
+    return n;
+}
+
 static void quant_tq(const float *x, int d, int b, const float *cb, uint8_t *dst) {
     int K = 1 << b;
     float y[AK_KVF_MAX_D], bound[15];
     uint8_t code[AK_KVF_MAX_D];
     for (int k = 0; k + 1 < K; k++) bound[k] = 0.5f * (cb[k] + cb[k + 1]);
-    double n2 = 0;
-    for (int i = 0; i < d; i++) n2 += (double)x[i] * x[i];
-    double n = sqrt(n2);
+    double n = rotate_to_unit_variance(x, d, y);
     uint16_t nh = 0;
     memset(code, 0, sizeof code);
-    if (n > 0 && isfinite(n)) {
-        memcpy(y, x, (size_t)d * sizeof(float));
-        ak_kv_rotate(y, d);
-        float sc = (float)(sqrt((double)d) / n);
-        for (int i = 0; i < d; i++) y[i] *= sc;
+    if (n > 0) {
         double yc = 0, cc = 0;
         for (int i = 0; i < d; i++) {
             float v = y[i];
@@ -464,16 +473,10 @@ static void quant_tcq3(const float *x, int d, uint8_t *dst) {
     float y[AK_KVF_MAX_D], cost[NS], nc[NS];
     uint8_t from[AK_KVF_MAX_D][NS];   /* back pointers: the previous state; 64 KiB at d = 1024 */
     uint8_t code[AK_KVF_MAX_D];
-    double n2 = 0;
-    for (int i = 0; i < d; i++) n2 += (double)x[i] * x[i];
-    double n = sqrt(n2);
+    double n = rotate_to_unit_variance(x, d, y);
     uint16_t nh = 0;
     memset(code, 0, sizeof code);
-    if (n > 0 && isfinite(n)) {
-        memcpy(y, x, (size_t)d * sizeof(float));
-        ak_kv_rotate(y, d);
-        float sc = (float)(sqrt((double)d) / n);
-        for (int i = 0; i < d; i++) y[i] *= sc;
+    if (n > 0) {
         for (int s = 0; s < NS; s++) cost[s] = s ? INFINITY : 0.0f;
         /* State ns = (a, c) (codes i-1, i) is reached from s = (b, a) for
          * the 8 codes b at i-2, through the window w = b*64 + ns. b runs
