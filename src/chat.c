@@ -352,7 +352,11 @@ static void render_plain(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
     static const char *const label[] = { "System: ", "User: ", "Assistant: " };
     sb_puts(b, bos);
     for (int i = 0; i < n; i++) {
-        sb_puts(b, label[r[i]]);
+        /* A reply generated after "Assistant:" starts with its own space;
+         * echoed back as is it must not get a second one, or the agent's
+         * cached reply would no longer match its own re-rendered tokens. */
+        if (r[i] == ROLE_ASSISTANT && m[i].content[0] == ' ') sb_puts(b, "Assistant:");
+        else sb_puts(b, label[r[i]]);
         sb_puts(b, m[i].content);
         sb_puts(b, "\n");
     }

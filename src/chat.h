@@ -55,7 +55,10 @@
  *            prompt "<|assistant|>\n", or eos at the end when it is off. No bos.
  *   plain    Fallback for models without a template: bos, then per message
  *            "System: ", "User: " or "Assistant: " + content + "\n"; the
- *            generation prompt is "Assistant:" (no trailing space).
+ *            generation prompt is "Assistant:" (no trailing space), so the
+ *            model's reply starts with its own space: an assistant message
+ *            whose content starts with a space gets "Assistant:" without one
+ *            (a reply sent back verbatim renders as it was generated).
  *
  * "trim" strips ASCII whitespace (space, \t, \n, \v, \f, \r) from both ends
  * (Jinja's trim also strips Unicode spaces; messages that begin or end with

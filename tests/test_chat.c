@@ -212,6 +212,11 @@ TEST(chat_llama2_plain_and_variants) {
     REQUIRE(ak_chat_render(AK_CHAT_PLAIN, m, 4, 1, NULL, NULL, NULL, &out, &err) == 0, "%s", err.msg);
     same_text(t, "plain", out, "System: Sys.\nUser:  Q1 \nAssistant: A1\nUser: Q2\nAssistant:");
     free(out);
+    /* a reply echoed back with the space the model generated after "Assistant:" */
+    const ak_chat_msg echo[] = { {"user", "Q1"}, {"assistant", " A1"}, {"user", "Q2"} };
+    REQUIRE(ak_chat_render(AK_CHAT_PLAIN, echo, 3, 1, NULL, NULL, NULL, &out, &err) == 0, "%s", err.msg);
+    same_text(t, "plain, echoed reply", out, "User: Q1\nAssistant: A1\nUser: Q2\nAssistant:");
+    free(out);
 
     /* Llama 3.0 template (no date preamble): every message is a header turn. */
     const char *l30 = "{% set content = '<|start_header_id|>' + message['role'] + "
