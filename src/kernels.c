@@ -309,9 +309,7 @@ float ak_vec_dot_scalar(uint32_t type, const void *row, const float *x, int64_t 
 /* Matrix multiplication: the threaded driver                               */
 /* ------------------------------------------------------------------------ */
 
-/* Prefill is cut into (token chunk x row chunk) items taken by the threads
- * from an atomic counter, token chunk outermost so that threads share one
- * chunk of activations that stays in cache while weights stream past. */
+/* Tokens per work item in prefill (see ak_mm_items in kernels_impl.h). */
 #define MM_TOKEN_CHUNK 64
 
 typedef struct {
@@ -325,8 +323,7 @@ typedef struct {
     float *Y;
     uint8_t *xq;          /* quantized activations, ntok rows of xqs bytes */
     size_t xqs;
-    int64_t rchunk, tchunk, nrc, ntc;
-    atomic_llong next;    /* next work item */
+    ak_mm_items items;    /* rows x token chunks */
 } mm_job;
 
 static void mm_quantize_task(void *arg, int ith, int nth) {
@@ -340,13 +337,8 @@ static void mm_quantize_task(void *arg, int ith, int nth) {
 static void mm_task(void *arg, int ith, int nth) {
     (void)ith; (void)nth;
     mm_job *j = arg;
-    int64_t n_items = j->nrc * j->ntc;
-    for (;;) {
-        int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (i >= n_items) break;
-        int64_t tc = i / j->nrc, rc = i % j->nrc;
-        int64_t r0 = rc * j->rchunk, r1 = ak_min64(j->rows, r0 + j->rchunk);
-        int64_t t0 = tc * j->tchunk, t1 = ak_min64(j->ntok, t0 + j->tchunk);
+    int64_t r0, r1, t0, t1;
+    while (ak_mm_items_next(&j->items, &r0, &r1, &t0, &t1)) {
         if (j->xq)
             j->be->mm_q(j->wtype, j->W, j->wrb, r0, r1, j->cols, j->xq, j->xqs, t0, t1, j->Y, j->rows);
         else
@@ -364,7 +356,6 @@ static void matmul_with(const ak_kernel_backend *be, ak_pool *pool, uint32_t wty
     mm_job j = {0};
     j.be = be; j.wtype = wtype; j.W = W; j.wrb = ak_row_bytes(wtype, cols);
     j.rows = rows; j.cols = cols; j.X = X; j.ntok = ntok; j.Y = Y;
-    atomic_init(&j.next, 0);
 
     uint8_t *owned = NULL;
     if (is_quantized(wtype)) {
@@ -384,15 +375,8 @@ static void matmul_with(const ak_kernel_backend *be, ak_pool *pool, uint32_t wty
         else mm_quantize_task(&j, 0, 1);
     }
 
-    /* Work items: enough per thread to balance, each a multiple of 16 rows
-     * (so tile loops rarely see remainders) and big enough to amortize. */
-    j.tchunk = ntok > 1 ? MM_TOKEN_CHUNK : 1;
-    j.ntc = (ntok + j.tchunk - 1) / j.tchunk;
-    int64_t want = nth > 1 ? (int64_t)nth * 8 / j.ntc : 1;   /* row chunks per token chunk */
-    if (want < 1) want = 1;
-    j.rchunk = (rows + want - 1) / want;
-    j.rchunk = (j.rchunk + 15) & ~(int64_t)15;
-    j.nrc = (rows + j.rchunk - 1) / j.rchunk;
+    /* row chunks of 16 rows or more, so tile loops rarely see remainders */
+    ak_mm_items_init(&j.items, rows, ntok, MM_TOKEN_CHUNK, nth, 16);
     ak_pool_run(pool, mm_task, &j);
     free(owned);
 }

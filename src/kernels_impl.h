@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "gguf.h"
@@ -81,6 +82,47 @@ static inline float ak_quantize_block_avx512(const float *x, __m128i *lo, __m128
     return d;
 }
 #endif
+
+/* ---- Work items of a threaded product, shared by the drivers ----
+ * A product is cut into (token chunk x unit chunk) items that threads claim
+ * from an atomic counter, token chunk outermost so that threads share one
+ * chunk of activations that stays in cache while weights stream past. Units
+ * are rows (kernels.c) or 16-row groups (kernels_packed.c). */
+typedef struct {
+    int64_t units, ntok;
+    int64_t uchunk, tchunk, nuc, ntc;
+    atomic_llong next;
+} ak_mm_items;
+
+/* Enough items per thread to balance (8), each unit chunk a multiple of
+ * `round` units; tchunk tokens per item when there is more than one token
+ * (decode: the single token is one chunk). */
+static inline void ak_mm_items_init(ak_mm_items *w, int64_t units, int64_t ntok, int64_t tchunk, int nth,
+                                    int64_t round) {
+    w->units = units;
+    w->ntok = ntok;
+    w->tchunk = ntok > 1 ? (tchunk < ntok ? tchunk : ntok) : 1;
+    w->ntc = (ntok + w->tchunk - 1) / w->tchunk;
+    int64_t want = nth > 1 ? (int64_t)nth * 8 / w->ntc : 1;   /* unit chunks per token chunk */
+    if (want < 1) want = 1;
+    w->uchunk = (units + want - 1) / want;
+    w->uchunk = (w->uchunk + round - 1) / round * round;
+    w->nuc = (units + w->uchunk - 1) / w->uchunk;
+    atomic_init(&w->next, 0);
+}
+
+/* Claims the next item: units [u0, u1) of tokens [t0, t1). Returns 0 when
+ * none is left. Safe from any number of threads. */
+static inline int ak_mm_items_next(ak_mm_items *w, int64_t *u0, int64_t *u1, int64_t *t0, int64_t *t1) {
+    int64_t i = atomic_fetch_add_explicit(&w->next, 1, memory_order_relaxed);
+    if (i >= w->nuc * w->ntc) return 0;
+    int64_t tc = i / w->nuc, uc = i % w->nuc;
+    *u0 = uc * w->uchunk;
+    *u1 = *u0 + w->uchunk < w->units ? *u0 + w->uchunk : w->units;
+    *t0 = tc * w->tchunk;
+    *t1 = *t0 + w->tchunk < w->ntok ? *t0 + w->tchunk : w->ntok;
+    return 1;
+}
 
 /* Little helpers shared by the back ends. */
 static inline uint16_t ak_load_u16(const uint8_t *p) {

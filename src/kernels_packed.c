@@ -358,8 +358,8 @@ typedef struct {
     float *Y;
     uint8_t *xp;
     size_t xps, gb;
-    int64_t ng, gchunk, ngc, tchunk, ntc;
-    atomic_llong next;
+    int64_t ng;             /* groups of 16 rows */
+    ak_mm_items items;      /* groups x token chunks */
 } pk_job;
 
 #if defined(AK_PACKED_Q)
@@ -375,13 +375,8 @@ static void pk_quantize_task(void *arg, int ith, int nth) {
 static void pk_task(void *arg, int ith, int nth) {
     (void)ith; (void)nth;
     pk_job *j = arg;
-    const int64_t n_items = j->ngc * j->ntc;
-    for (;;) {
-        int64_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (i >= n_items) break;
-        int64_t tc = i / j->ngc, gc = i % j->ngc;
-        int64_t g0 = gc * j->gchunk, g1 = ak_min64(j->ng, g0 + j->gchunk);
-        int64_t t0 = tc * j->tchunk, t1 = ak_min64(j->ntok, t0 + j->tchunk);
+    int64_t g0, g1, t0, t1;
+    while (ak_mm_items_next(&j->items, &g0, &g1, &t0, &t1)) {
         if (is_float(j->wtype)) {
             const int ft = ak_ftype_index(j->wtype);
             for (int64_t g = g0; g < g1; g += GMAX) {
@@ -425,17 +420,8 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
     j.gb = group_bytes(wtype, cols);
     j.ng = (rows + GROUP - 1) / GROUP;
-    atomic_init(&j.next, 0);
-    /* Work items: a token chunk (activations shared by the threads stay in
-     * cache) times a run of row groups (an even number: float tiles take
-     * groups in pairs), enough items per thread to balance. */
-    j.tchunk = ntok > TILE_T ? TOKEN_CHUNK : ntok;
-    j.ntc = (ntok + j.tchunk - 1) / j.tchunk;
-    int64_t want = nth > 1 ? (int64_t)nth * 8 / j.ntc : 1;
-    if (want < 1) want = 1;
-    j.gchunk = (j.ng + want - 1) / want;
-    j.gchunk += j.gchunk & 1;
-    j.ngc = (j.ng + j.gchunk - 1) / j.gchunk;
+    /* an even number of groups per item: float tiles take them in pairs */
+    ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, 2);
     if (is_float(wtype)) {
         ak_pool_run(pool, pk_task, &j);
         return;
@@ -453,8 +439,7 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
         for (int64_t t = 0; t < ntok; t++) {
             pk_job k = j;
             k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xp = one;
-            k.tchunk = 1; k.ntc = 1; k.gchunk = k.ng; k.ngc = 1;
-            atomic_init(&k.next, 0);
+            ak_mm_items_init(&k.items, k.ng, 1, 1, 1, 2);
             pk_quantize_task(&k, 0, 1);
             pk_task(&k, 0, 1);
         }
