@@ -76,7 +76,7 @@ static int fill_random(ak_kv *kv, const ak_cache_spec *s, int len, ak_rng *rng, 
 static double time_attention(const ak_kv *kv, const ak_cache_spec *s, int group, int len) {
     int dk = s->head_dim_k, dv = s->head_dim_v;
     float *q = malloc(sizeof(float) * group * dk), *out = malloc(sizeof(float) * group * dv);
-    float *scratch = malloc(sizeof(float) * ak_kv_attend_scratch(s, group));
+    float *scratch = malloc(sizeof(float) * ak_kv_attend_scratch(kv, group));
     if (!q || !out || !scratch) { free(q); free(out); free(scratch); return -1; }
     for (int i = 0; i < group * dk; i++) q[i] = (float)sin(i * 0.37);
     float scale = 1.0f / sqrtf((float)dk);

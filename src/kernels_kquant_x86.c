@@ -206,23 +206,26 @@ AK_INLINE float kacc_sum(kacc a) { return hsum8(a); }
 AK_INLINE kacc kacc_add(kacc a, kacc b) { return _mm256_add_ps(a, b); }
 #endif
 
+/* Every path below sums a row's super-blocks in one order, whatever the
+ * number of tokens: one chain of float accumulations over each chunk of
+ * PAN_SB super-blocks (horizontal sum at its end), the chunks' sums added in
+ * order. A token's result then does not depend on how many tokens share the
+ * pass (decode, batched decode, prefill agree to the last bit). */
+#define PAN_SB 16   /* super-blocks per chunk: 2 rows x 16 x 576 B of unpacked tiles stay in L1 */
+
 /* One row times one token, unpacking in registers (decode). */
 AK_INLINE float row_dot_k(const int kt, const uint8_t *w, size_t bb, const ak_xq_k *x, int64_t nsb) {
-    kacc acc0 = kacc_zero(), acc1 = kacc_zero();
-    int64_t b = 0;
-    for (; b + 2 <= nsb; b += 2) {   /* two chains for latency */
-        kblk k0, k1;
-        unpack_kb(kt, w + (size_t)b * bb, &k0);
-        dot_kb(&k0, x + b, &acc0);
-        unpack_kb(kt, w + (size_t)(b + 1) * bb, &k1);
-        dot_kb(&k1, x + b + 1, &acc1);
+    float sum = 0;
+    for (int64_t b0 = 0; b0 < nsb; b0 += PAN_SB) {
+        kacc acc = kacc_zero();
+        for (int64_t b = b0; b < nsb && b < b0 + PAN_SB; b++) {
+            kblk k;
+            unpack_kb(kt, w + (size_t)b * bb, &k);
+            dot_kb(&k, x + b, &acc);
+        }
+        sum = b0 ? sum + kacc_sum(acc) : kacc_sum(acc);
     }
-    if (b < nsb) {
-        kblk k0;
-        unpack_kb(kt, w + (size_t)b * bb, &k0);
-        dot_kb(&k0, x + b, &acc0);
-    }
-    return kacc_sum(kacc_add(acc0, acc1));
+    return sum;
 }
 
 #define PANEL_ROWS 4
@@ -238,9 +241,10 @@ AK_INLINE void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb,
         for (int64_t tc = t0; tc < t1; tc += PANEL_TOKS) {
             const int T = (int)ak_min64(PANEL_TOKS, t1 - tc);
             kacc acc[PANEL_TOKS][PANEL_ROWS];
+            for (int64_t b0 = 0; b0 < nsb; b0 += PAN_SB) {
             for (int t = 0; t < T; t++)
                 for (int i = 0; i < PANEL_ROWS; i++) acc[t][i] = kacc_zero();
-            for (int64_t b = 0; b < nsb; b++) {
+            for (int64_t b = b0; b < nsb && b < b0 + PAN_SB; b++) {
                 kblk ub[PANEL_ROWS];
                 for (int i = 0; i < R; i++) unpack_kb(kt, W + (size_t)(r + i) * wrb + (size_t)b * bb, &ub[i]);
                 for (int t = 0; t < T; t++) {
@@ -254,7 +258,11 @@ AK_INLINE void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb,
                 }
             }
             for (int t = 0; t < T; t++)
-                for (int i = 0; i < R; i++) Y[(tc + t) * ldy + r + i] = kacc_sum(acc[t][i]);
+                for (int i = 0; i < R; i++) {
+                    float v = kacc_sum(acc[t][i]);
+                    Y[(tc + t) * ldy + r + i] = b0 ? Y[(tc + t) * ldy + r + i] + v : v;
+                }
+            }
         }
     }
 }
@@ -270,7 +278,7 @@ AK_INLINE void unpack_pan(const int kt, const uint8_t *b, kpan *o) { unpack_kb(k
 
 /* Y[t][r] (+)= rows P[r * nsb ..] x tokens for an R x T tile over nsb
  * super-blocks; add = 1 accumulates into Y. */
-AK_INLINE void pan_tile(const int q6, const int R, const int T, const kpan *P, int64_t nsb,
+AK_INLINE void pan_tile(const int R, const int T, const kpan *P, int64_t nsb,
                         const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, int add) {
     __m512 acc[2][4];
 #pragma GCC unroll 2
@@ -304,15 +312,11 @@ AK_INLINE void pan_tile(const int q6, const int R, const int T, const kpan *P, i
             const kpan *p = P + r * nsb + b;
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
+                /* as dot_kb, Q6_K included (dmin = d): the same rounding */
                 __m256i corr = _mm256_madd_epi16(p->mn, _mm256_load_si256((const __m256i *)x[t]->bsums));
-                if (q6) {
-                    __m512i i = _mm512_sub_epi32(ia[r][t], _mm512_zextsi256_si512(corr));
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(p->d * x[t]->d), acc[r][t]);
-                } else {
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(p->d * x[t]->d), acc[r][t]);
-                    acc[r][t] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(corr)),
-                                                 _mm512_set1_ps(p->dmin * x[t]->d), acc[r][t]);
-                }
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(p->d * x[t]->d), acc[r][t]);
+                acc[r][t] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(corr)),
+                                             _mm512_set1_ps(p->dmin * x[t]->d), acc[r][t]);
             }
         }
     }
@@ -326,19 +330,16 @@ AK_INLINE void pan_tile(const int q6, const int R, const int T, const kpan *P, i
 }
 
 typedef void (*pan_tile_fn)(const kpan *P, int64_t nsb, const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, int add);
-#define PT(Q, R, T)                                                                                     \
-    static void pt_##Q##_##R##_##T(const kpan *P, int64_t nsb, const uint8_t *xq, size_t xqs, float *Y, \
-                                   int64_t ldy, int add) {                                              \
-        pan_tile(Q, R, T, P, nsb, xq, xqs, Y, ldy, add);                                                \
+#define PT(R, T)                                                                                          \
+    static void pt_##R##_##T(const kpan *P, int64_t nsb, const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, \
+                             int add) {                                                                    \
+        pan_tile(R, T, P, nsb, xq, xqs, Y, ldy, add);                                                      \
     }
-PT(0, 1, 1) PT(0, 1, 2) PT(0, 1, 3) PT(0, 1, 4) PT(0, 2, 1) PT(0, 2, 2) PT(0, 2, 3) PT(0, 2, 4)
-PT(1, 1, 1) PT(1, 1, 2) PT(1, 1, 3) PT(1, 1, 4) PT(1, 2, 1) PT(1, 2, 2) PT(1, 2, 3) PT(1, 2, 4)
-static const pan_tile_fn pan_tiles[2][2][4] = {
-    {{pt_0_1_1, pt_0_1_2, pt_0_1_3, pt_0_1_4}, {pt_0_2_1, pt_0_2_2, pt_0_2_3, pt_0_2_4}},
-    {{pt_1_1_1, pt_1_1_2, pt_1_1_3, pt_1_1_4}, {pt_1_2_1, pt_1_2_2, pt_1_2_3, pt_1_2_4}},
+PT(1, 1) PT(1, 2) PT(1, 3) PT(1, 4) PT(2, 1) PT(2, 2) PT(2, 3) PT(2, 4)
+static const pan_tile_fn pan_tiles[2][4] = {
+    {pt_1_1, pt_1_2, pt_1_3, pt_1_4}, {pt_2_1, pt_2_2, pt_2_3, pt_2_4},
 };
 
-#define PAN_SB 16   /* super-blocks per unpacked chunk: 2 rows x 16 x 576 B, in L1 */
 
 /* Rows [r0, r1) x tokens [t0, t1): pairs of rows unpacked a chunk of
  * super-blocks at a time, then every token of the range runs over them. */
@@ -346,7 +347,6 @@ AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb,
                           int64_t nsb, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y,
                           int64_t ldy) {
     kpan P[2 * PAN_SB];
-    const int q6 = kt == KT_Q6K;
     for (int64_t r = r0; r < r1; r += 2) {
         const int R = (int)ak_min64(2, r1 - r);
         for (int64_t b0 = 0; b0 < nsb; b0 += PAN_SB) {
@@ -363,7 +363,7 @@ AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb,
                 }
             for (int64_t t = t0; t < t1; t += 4) {
                 const int T = (int)ak_min64(4, t1 - t);
-                pan_tiles[q6][R - 1][T - 1](P, nb, xq + (size_t)t * xqs + (size_t)b0 * sizeof(ak_xq_k), xqs,
+                pan_tiles[R - 1][T - 1](P, nb, xq + (size_t)t * xqs + (size_t)b0 * sizeof(ak_xq_k), xqs,
                                             Y + t * ldy + r, ldy, b0 > 0);
             }
         }

@@ -261,11 +261,14 @@ static const tile_fn tiles[2][TILE_T] = {
 #endif /* AK_PACKED_Q */
 
 /* ---- float weights ----
- * G groups (16 or 32 rows) times T tokens; each weight vector (one column of
- * 16 rows, converted to f32) is used by T FMAs against the tokens' values
- * broadcast from memory. With few accumulators (decode), columns go round
- * robin over U sets of them so the FMA latency is hidden. */
-#define GMAX 2
+ * G groups of 16 rows times T tokens; each weight vector (one column of 16
+ * rows, converted to f32) is used by T FMAs against the tokens' values
+ * broadcast from memory. Every output is one chain of FMAs over the columns
+ * in order, whatever G and T are: a token's result does not depend on how
+ * many tokens share the pass (decode, batched decode and prefill agree to
+ * the last bit). What hides the FMA latency when there are few tokens is
+ * more rows: G goes up to 8 for one token, 4 for two, 2 from three on. */
+#define GMAX 8
 
 AK_INLINE_P __m512 load_col(const int ft, const uint8_t *p) {
     if (ft == 0) return _mm512_load_ps((const float *)p);
@@ -274,81 +277,88 @@ AK_INLINE_P __m512 load_col(const int ft, const uint8_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));   /* bf16: the top half */
 }
 
+/* Groups at grp, grp + gb, ...; nrows: rows of the matrix from the first
+ * group's first row on (the last group may be partly padding). */
 AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *grp, size_t gb, int64_t cols,
-                       const float *X, int64_t ldx, float *Y, int64_t ldy, int nvalid0, int nvalid1) {
-    enum { UMAX = 4 };
-    const int U = G * T <= 2 ? 4 : G * T <= 4 ? 2 : 1;
+                       const float *X, int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {
     const size_t cb = (size_t)GROUP * (ft == 0 ? 4 : 2);   /* bytes per column */
-    __m512 acc[UMAX][GMAX][TILE_T];
-#pragma GCC unroll 4
-    for (int u = 0; u < U; u++)
-#pragma GCC unroll 2
-        for (int g = 0; g < G; g++)
+    __m512 acc[GMAX][TILE_T];
 #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) acc[u][g][t] = _mm512_setzero_ps();
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[g][t] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 4 <= cols; k += 4) {
-#pragma GCC unroll 2
+#pragma GCC unroll 8
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
             for (size_t off = 0; off < 4 * cb; off += 64)
                 _mm_prefetch((const char *)(grp + g * gb + (size_t)k * cb + PF_BYTES + off), _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            const int u = c % U;
             __m512 w[GMAX];
-#pragma GCC unroll 2
+#pragma GCC unroll 8
             for (int g = 0; g < G; g++) w[g] = load_col(ft, grp + g * gb + (size_t)(k + c) * cb);
 #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 __m512 x = _mm512_set1_ps(X[t * ldx + k + c]);
-#pragma GCC unroll 2
-                for (int g = 0; g < G; g++) acc[u][g][t] = _mm512_fmadd_ps(w[g], x, acc[u][g][t]);
+#pragma GCC unroll 8
+                for (int g = 0; g < G; g++) acc[g][t] = _mm512_fmadd_ps(w[g], x, acc[g][t]);
             }
         }
     }
     for (; k < cols; k++) {
         __m512 w[GMAX];
-#pragma GCC unroll 2
+#pragma GCC unroll 8
         for (int g = 0; g < G; g++) w[g] = load_col(ft, grp + g * gb + (size_t)k * cb);
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             __m512 x = _mm512_set1_ps(X[t * ldx + k]);
-#pragma GCC unroll 2
-            for (int g = 0; g < G; g++) acc[0][g][t] = _mm512_fmadd_ps(w[g], x, acc[0][g][t]);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) acc[g][t] = _mm512_fmadd_ps(w[g], x, acc[g][t]);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 8
     for (int g = 0; g < G; g++) {
-        int nv = g == 0 ? nvalid0 : nvalid1;
+        int64_t nv = nrows - (int64_t)g * GROUP;
         const __mmask16 m = nv >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nv) - 1);
 #pragma GCC unroll 8
-        for (int t = 0; t < T; t++) {
-            __m512 a = acc[0][g][t];
-#pragma GCC unroll 4
-            for (int u = 1; u < U; u++) a = _mm512_add_ps(a, acc[u][g][t]);
-            _mm512_mask_storeu_ps(Y + (size_t)t * ldy + g * GROUP, m, a);
-        }
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(Y + (size_t)t * ldy + g * GROUP, m, acc[g][t]);
     }
 }
 
 typedef void (*ftile_fn)(const uint8_t *grp, size_t gb, int64_t cols, const float *X, int64_t ldx, float *Y,
-                         int64_t ldy, int nvalid0, int nvalid1);
+                         int64_t ldy, int64_t nrows);
 #define FTILE_FN(F, G, T)                                                                                    \
     static void ftile_##F##_##G##_##T(const uint8_t *grp, size_t gb, int64_t cols, const float *X,          \
-                                      int64_t ldx, float *Y, int64_t ldy, int nvalid0, int nvalid1) {       \
-        ftile(F, G, T, grp, gb, cols, X, ldx, Y, ldy, nvalid0, nvalid1);                                    \
+                                      int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {                  \
+        ftile(F, G, T, grp, gb, cols, X, ldx, Y, ldy, nrows);                                               \
     }
-#define FTILE_FNS(F, G) FTILE_FN(F, G, 1) FTILE_FN(F, G, 2) FTILE_FN(F, G, 3) FTILE_FN(F, G, 4)               \
-    FTILE_FN(F, G, 5) FTILE_FN(F, G, 6) FTILE_FN(F, G, 7) FTILE_FN(F, G, 8)
-#define FTILE_ROW(F, G) { ftile_##F##_##G##_1, ftile_##F##_##G##_2, ftile_##F##_##G##_3, ftile_##F##_##G##_4, \
-                          ftile_##F##_##G##_5, ftile_##F##_##G##_6, ftile_##F##_##G##_7, ftile_##F##_##G##_8 }
-FTILE_FNS(0, 1) FTILE_FNS(0, 2) FTILE_FNS(1, 1) FTILE_FNS(1, 2) FTILE_FNS(2, 1) FTILE_FNS(2, 2)
-static const ftile_fn ftiles[3][GMAX][TILE_T] = {
-    { FTILE_ROW(0, 1), FTILE_ROW(0, 2) },
-    { FTILE_ROW(1, 1), FTILE_ROW(1, 2) },
-    { FTILE_ROW(2, 1), FTILE_ROW(2, 2) },
-};
+/* the (G, T) pairs used: G in {8, 4, 2, 1} for T = 1, {4, 2, 1} for T = 2,
+ * {2, 1} for T >= 3 */
+#define FTILE_FNS(F) FTILE_FN(F, 8, 1) FTILE_FN(F, 4, 1) FTILE_FN(F, 4, 2) \
+    FTILE_FN(F, 2, 1) FTILE_FN(F, 2, 2) FTILE_FN(F, 2, 3) FTILE_FN(F, 2, 4) FTILE_FN(F, 2, 5) FTILE_FN(F, 2, 6) \
+    FTILE_FN(F, 2, 7) FTILE_FN(F, 2, 8) FTILE_FN(F, 1, 1) FTILE_FN(F, 1, 2) FTILE_FN(F, 1, 3) FTILE_FN(F, 1, 4) \
+    FTILE_FN(F, 1, 5) FTILE_FN(F, 1, 6) FTILE_FN(F, 1, 7) FTILE_FN(F, 1, 8)
+FTILE_FNS(0) FTILE_FNS(1) FTILE_FNS(2)
+#define FTILE_TABLE(F) {                                                                                      \
+        [0] = {ftile_##F##_1_1, ftile_##F##_1_2, ftile_##F##_1_3, ftile_##F##_1_4, ftile_##F##_1_5,           \
+               ftile_##F##_1_6, ftile_##F##_1_7, ftile_##F##_1_8},                                            \
+        [1] = {ftile_##F##_2_1, ftile_##F##_2_2, ftile_##F##_2_3, ftile_##F##_2_4, ftile_##F##_2_5,           \
+               ftile_##F##_2_6, ftile_##F##_2_7, ftile_##F##_2_8},                                            \
+        [3] = {ftile_##F##_4_1, ftile_##F##_4_2},                                                             \
+        [7] = {ftile_##F##_8_1},                                                                              \
+    }
+static const ftile_fn ftiles[3][GMAX][TILE_T] = { FTILE_TABLE(0), FTILE_TABLE(1), FTILE_TABLE(2) };
+
+/* The most groups a tile of T tokens takes, and the largest instantiated
+ * count not above n. */
+static int ftile_groups(int T, int64_t n) {
+    int gmax = T == 1 ? 8 : T == 2 ? 4 : 2;
+    for (int g = gmax; g > 1; g /= 2)
+        if (n >= g) return g;
+    return 1;
+}
 
 typedef struct {
     uint32_t wtype;
@@ -379,14 +389,12 @@ static void pk_task(void *arg, int ith, int nth) {
     while (ak_mm_items_next(&j->items, &g0, &g1, &t0, &t1)) {
         if (is_float(j->wtype)) {
             const int ft = ak_ftype_index(j->wtype);
-            for (int64_t g = g0; g < g1; g += GMAX) {
-                int G = (int)ak_min64(GMAX, g1 - g);
-                int nv0 = (int)ak_min64(GROUP, j->rows - g * GROUP);
-                int nv1 = G > 1 ? (int)ak_min64(GROUP, j->rows - (g + 1) * GROUP) : 0;
-                for (int64_t t = t0; t < t1; t += TILE_T) {
-                    int T = (int)ak_min64(TILE_T, t1 - t);
+            for (int64_t t = t0; t < t1; t += TILE_T) {
+                int T = (int)ak_min64(TILE_T, t1 - t);
+                for (int64_t g = g0, G; g < g1; g += G) {
+                    G = ftile_groups(T, g1 - g);
                     ftiles[ft][G - 1][T - 1](j->P + (size_t)g * j->gb, j->gb, j->cols, j->X + t * j->cols, j->cols,
-                                             j->Y + t * j->rows + g * GROUP, j->rows, nv0, nv1);
+                                             j->Y + t * j->rows + g * GROUP, j->rows, j->rows - g * GROUP);
                 }
             }
             continue;
@@ -420,8 +428,8 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
     j.gb = group_bytes(wtype, cols);
     j.ng = (rows + GROUP - 1) / GROUP;
-    /* an even number of groups per item: float tiles take them in pairs */
-    ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, 2);
+    /* float tiles take groups in eights for decode, in pairs for prefill */
+    ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, is_float(wtype) ? (ntok == 1 ? 8 : 2) : 2);
     if (is_float(wtype)) {
         ak_pool_run(pool, pk_task, &j);
         return;

@@ -253,9 +253,6 @@ int ak_kv_set_length(ak_kv *kv, int n, ak_error *err) {
     return 0;
 }
 
-size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q) {
-    return (size_t)n_q * (4 + spec->head_dim_k + spec->head_dim_v) + AK_KV_MAX_BLOCK_TOKENS;
-}
 
 /* Where one head's T vectors are inside a block's K or V region (component-
  * major, blockpool.h): all heads' metadata, then all heads' codes. */
@@ -364,17 +361,43 @@ static const float *row_query(const attn_rows *a, const head_view *h, int r) {
     return h->ik->rotated ? a->q_rot + (size_t)r * a->dk : row_q(a, r);
 }
 
+/* The maximum and the sum of 16 lanes, as trees (4 dependent steps, not 16). */
+static inline float hmax16(ak_v16f v) {
+    float t[16];
+    for (int i = 0; i < 16; i++) t[i] = v[i];
+    for (int s = 8; s >= 1; s /= 2)
+        for (int i = 0; i < s; i++) t[i] = t[i + s] > t[i] ? t[i + s] : t[i];
+    return t[0];
+}
+static inline float hsum16(ak_v16f v) {
+    float t[16];
+    for (int i = 0; i < 16; i++) t[i] = v[i];
+    for (int s = 8; s >= 1; s /= 2)
+        for (int i = 0; i < s; i++) t[i] += t[i + s];
+    return t[0];
+}
+
 /* Row r's online-softmax step over the c raw scores sc[0..c) of one block:
  * rescales what the row accumulated if the maximum grew, turns sc into
  * weights (zero from c up to c rounded to 16; sc must have room) and adds
  * them to the sums. Returns where the block's weighted values go: the
- * row's output, or its rotated accumulator. */
+ * row's output, or its rotated accumulator. Sixteen scores at a time: the
+ * maximum and the sum are vectors until the end (a scalar chain of
+ * dependent max or add per key costs more than the rest of the step). */
 static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, int c, float scale) {
-    float bm = -INFINITY, add = h->mu ? a->qmu[r] : 0.0f;
-    for (int j = 0; j < c; j++) {
-        sc[j] = (sc[j] + add) * scale;
-        if (sc[j] > bm) bm = sc[j];
+    const float add = h->mu ? a->qmu[r] : 0.0f;
+    const ak_v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const ak_v16f ninf = (ak_v16f){0} - INFINITY;
+    ak_v16f mx = ninf, sum = {0};
+    for (int j0 = 0; j0 < c; j0 += 16) {
+        ak_v16f v = (AK_V16F_LD(sc + j0) + add) * scale;
+        ak_v16i in = lane < c - j0;   /* -1 for keys the row sees */
+        v = (ak_v16f)(((ak_v16i)v & in) | ((ak_v16i)ninf & ~in));
+        AK_V16F_ST(sc + j0, v);
+        ak_v16i gt = v > mx;
+        mx = (ak_v16f)(((ak_v16i)v & gt) | ((ak_v16i)mx & ~gt));
     }
+    float bm = hmax16(mx);
     float *acc = row_out(a, r), *accr = a->acc_rot + (size_t)r * a->dv;
     if (bm > a->m[r]) { /* rescale what was accumulated under the old maximum */
         float f = expf(a->m[r] - bm);
@@ -385,12 +408,15 @@ static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, in
             for (int d = 0; d < a->dv; d++) accr[d] *= f;
         a->m[r] = bm;
     }
-    float ls = 0;
     for (int j0 = 0; j0 < c; j0 += 16) {
-        ak_exp16(sc + j0, sc + j0, a->m[r]);
-        for (int jj = c - j0; jj < 16; jj++) sc[j0 + jj] = 0;   /* keys past c: weight 0 */
-        for (int jj = 0; jj < 16; jj++) ls += sc[j0 + jj];
+        ak_v16f v = AK_V16F_LD(sc + j0) - a->m[r];
+        ak_exp_v16(&v);   /* keys past c: e^-inf, clamped to e^-87; zeroed next */
+        ak_v16i in = lane < c - j0;
+        v = (ak_v16f)((ak_v16i)v & in);
+        AK_V16F_ST(sc + j0, v);
+        sum += v;
     }
+    float ls = hsum16(sum);
     a->l[r] += ls;
     if (h->mv) a->lc[r] += ls;   /* weight that went to centered values */
     return h->iv->rotated ? accr : acc;
@@ -411,37 +437,18 @@ static void rows_finish(attn_rows *a) {
     }
 }
 
-/* Decode: the products of the format read each block in place. */
-void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
-                  float *scratch) {
-    const int T = kv->T;
-    attn_rows a;
-    float *sc = rows_init(&a, kv, q, 0, n_q, 1, out, 0, scratch);   /* the block's scores (room for T rounded to 16) */
-    head_view h = { .fk = AK_KV_NFORMATS, .fv = AK_KV_NFORMATS };
-    for (int bi = 0; bi * T < n; bi++) {
-        const ak_block *b = kv->table[bi];
-        int cnt = n - bi * T < T ? n - bi * T : T;
-        block_enter(&a, &h, kv, b, layer, kv_head);
-        for (int r = 0; r < n_q; r++) {
-            h.ik->dot(h.kc, h.kcb, h.km, h.kmb, cnt, row_query(&a, &h, r), a.dk, sc);
-            float *dst = row_softmax(&a, &h, r, sc, cnt, scale);
-            h.iv->axpy(h.vc, h.vcb, h.vm, h.vmb, cnt, sc, a.dv, dst);
-        }
-    }
-    rows_finish(&a);
-}
-
-/* ---- attention for a run of prefill tokens ------------------------------
- * ak_kv_attend per token reads (and dequantizes inside its dot products)
- * every key and value once per query token: a 2K-token prompt decodes each
- * block two thousand times. Here a run of consecutive tokens of one sequence
- * shares the work: each block of this head is dequantized once into f32
- * scratch (keys transposed, so the scores of one query against 16 keys are
- * one vector FMA per dimension, no horizontal sums), then every query of the
- * run that can see the block takes its scores, its online-softmax update and
- * its weighted values from there. The arithmetic per query is the same as
- * ak_kv_attend's (same basis, same centering terms), only the order of the
- * float sums differs. */
+/* ---- attention -----------------------------------------------------------
+ * Decode and prefill are one computation: the rows (query heads of a KV
+ * head, times the tokens of a run) read each block of that head decoded
+ * once into f32 scratch (keys transposed by the format's dequant_t, so the
+ * scores of a query against 16 keys are one vector FMA per dimension with
+ * no horizontal sums; values as rows), then every row that can see the
+ * block takes its scores, its online-softmax update and its weighted values
+ * from there. A row's arithmetic depends only on its own query and on the
+ * keys it sees, not on which other rows share the pass, so a token's
+ * attention is the same to the last bit whether it was decoded alone,
+ * batched, or prefilled inside a run: a cache restored from disk and one
+ * rebuilt by re-prefilling hold the same bits (a test relies on it). */
 
 #define PF_CHUNK 16   /* keys or value dims per inner vector loop */
 
@@ -449,56 +456,98 @@ size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows) {
     size_t dk = (size_t)kv->spec.head_dim_k, dv = (size_t)kv->spec.head_dim_v;
     size_t Tp = ((size_t)kv->T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
     /* m, l, lc, qmu per row; rotated queries; rotated accumulators; keys
-     * (dk x Tp), values (Tp x dv), one row's scores (Tp); a vector to
-     * dequantize into */
-    return (size_t)n_rows * (4 + dk + dv) + dk * Tp + Tp * dv + 4 * Tp + (dk > dv ? dk : dv);
+     * (dk x Tp), values (Tp x dv), four rows' scores (4 x Tp) */
+    return (size_t)n_rows * (4 + dk + dv) + dk * Tp + Tp * dv + 4 * Tp;
+}
+
+size_t ak_kv_attend_scratch(const ak_kv *kv, int n_q) { return ak_kv_attend_run_scratch(kv, n_q); }
+
+void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
+                  float *scratch) {
+    if (n <= 0) {   /* nothing to see: zeros, as the softmax over no keys leaves them */
+        memset(out, 0, sizeof(float) * (size_t)n_q * (size_t)kv->spec.head_dim_v);
+        return;
+    }
+    ak_kv_attend_run(kv, layer, kv_head, q, 0, n_q, 1, n - 1, scale, out, 0, scratch);
 }
 
 typedef ak_v16f v16f;
 
-/* Scores of `nr` (1..4) queries against the block's keys kt (dk x Tp,
+/* Scores of NR (1..4) queries against the block's keys kt (dk x Tp,
  * transposed): s[i * Tp + j] = q_i . k_j for j < Tp (keys past the block's
- * count are zero). Four queries at a time keep four independent chains of
- * vector FMAs in flight. */
-static void run_scores(const float *const *q, int nr, const float *kt, int dk, int Tp, float *s) {
-    for (int j0 = 0; j0 < Tp; j0 += PF_CHUNK) {
-        v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+ * count are zero). NR queries times two vectors of 16 keys: up to eight
+ * independent chains of vector FMAs in flight. NR is a constant where this
+ * is inlined, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) void run_scores_n(const int NR, const float *const *q, const float *kt,
+                                                               int dk, int Tp, float *s) {
+    int j0 = 0;
+    for (; j0 + 2 * PF_CHUNK <= Tp; j0 += 2 * PF_CHUNK) {
+        v16f a[4] = {{0}}, b[4] = {{0}};
         for (int d = 0; d < dk; d++) {
-            v16f k;
-            memcpy(&k, kt + (size_t)d * Tp + j0, sizeof k);
-            a0 += q[0][d] * k;
-            if (nr > 1) a1 += q[1][d] * k;
-            if (nr > 2) a2 += q[2][d] * k;
-            if (nr > 3) a3 += q[3][d] * k;
+            v16f k = AK_V16F_LD(kt + (size_t)d * Tp + j0), k2 = AK_V16F_LD(kt + (size_t)d * Tp + j0 + PF_CHUNK);
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < NR; i++) {
+                a[i] += q[i][d] * k;
+                b[i] += q[i][d] * k2;
+            }
         }
-        memcpy(s + j0, &a0, sizeof a0);
-        if (nr > 1) memcpy(s + Tp + j0, &a1, sizeof a1);
-        if (nr > 2) memcpy(s + 2 * Tp + j0, &a2, sizeof a2);
-        if (nr > 3) memcpy(s + 3 * Tp + j0, &a3, sizeof a3);
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < NR; i++) {
+            AK_V16F_ST(s + (size_t)i * Tp + j0, a[i]);
+            AK_V16F_ST(s + (size_t)i * Tp + j0 + PF_CHUNK, b[i]);
+        }
+    }
+    if (j0 < Tp) {   /* one vector of keys left */
+        v16f a[4] = {{0}};
+        for (int d = 0; d < dk; d++) {
+            v16f k = AK_V16F_LD(kt + (size_t)d * Tp + j0);
+            _Pragma("GCC unroll 4")
+            for (int i = 0; i < NR; i++) a[i] += q[i][d] * k;
+        }
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < NR; i++) AK_V16F_ST(s + (size_t)i * Tp + j0, a[i]);
+    }
+}
+static void run_scores(const float *const *q, int nr, const float *kt, int dk, int Tp, float *s) {
+    switch (nr) {
+    case 1: run_scores_n(1, q, kt, dk, Tp, s); break;
+    case 2: run_scores_n(2, q, kt, dk, Tp, s); break;
+    case 3: run_scores_n(3, q, kt, dk, Tp, s); break;
+    default: run_scores_n(4, q, kt, dk, Tp, s); break;
     }
 }
 
-/* acc[0..dv) += sum_{j < c} p[j] * v_j for the block's values v (Tp x dv),
- * keys taken two at a time (two chains). */
+/* acc[0..dv) += sum_{j < c} p[j] * v_j for the block's values v (Tp x dv):
+ * NC chunks of 16 dimensions at once from d0, keys two at a time, so that
+ * 2 NC chains of FMAs are in flight (one chain per chunk waits on the FMA's
+ * latency). */
+static inline __attribute__((always_inline)) void run_values_n(const int NC, const float *p, int c, const float *v,
+                                                               int dv, int d0, float *acc) {
+    v16f a[4], b[4];
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < NC; k++) {
+        a[k] = AK_V16F_LD(acc + d0 + k * PF_CHUNK);
+        b[k] = (v16f){0};
+    }
+    int j = 0;
+    for (; j + 2 <= c; j += 2) {
+        const float *x = v + (size_t)j * dv + d0, *y = x + dv;
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < NC; k++) {
+            a[k] += p[j] * AK_V16F_LD(x + k * PF_CHUNK);
+            b[k] += p[j + 1] * AK_V16F_LD(y + k * PF_CHUNK);
+        }
+    }
+    if (j < c)
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < NC; k++) a[k] += p[j] * AK_V16F_LD(v + (size_t)j * dv + d0 + k * PF_CHUNK);
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < NC; k++) AK_V16F_ST(acc + d0 + k * PF_CHUNK, a[k] + b[k]);
+}
 static void run_values(const float *p, int c, const float *v, int dv, float *acc) {
     int d0 = 0;
-    for (; d0 + PF_CHUNK <= dv; d0 += PF_CHUNK) {
-        v16f a, b = {0}, x, y;
-        memcpy(&a, acc + d0, sizeof a);
-        int j = 0;
-        for (; j + 2 <= c; j += 2) {
-            memcpy(&x, v + (size_t)j * dv + d0, sizeof x);
-            memcpy(&y, v + (size_t)(j + 1) * dv + d0, sizeof y);
-            a += p[j] * x;
-            b += p[j + 1] * y;
-        }
-        if (j < c) {
-            memcpy(&x, v + (size_t)j * dv + d0, sizeof x);
-            a += p[j] * x;
-        }
-        a += b;
-        memcpy(acc + d0, &a, sizeof a);
-    }
+    for (; d0 + 4 * PF_CHUNK <= dv; d0 += 4 * PF_CHUNK) run_values_n(4, p, c, v, dv, d0, acc);
+    for (; d0 + PF_CHUNK <= dv; d0 += PF_CHUNK) run_values_n(1, p, c, v, dv, d0, acc);
     for (; d0 < dv; d0++)
         for (int j = 0; j < c; j++) acc[d0] += p[j] * v[(size_t)j * dv + d0];
 }
@@ -509,25 +558,20 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
     const int Tp = (T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
     attn_rows a;
     float *kt = rows_init(&a, kv, q, qstride, n_q, nt, out, ostride, scratch);
-    float *vf = kt + (size_t)dk * Tp, *sc4 = vf + (size_t)Tp * dv, *tmp = sc4 + 4 * Tp;
+    float *vf = kt + (size_t)dk * Tp, *sc4 = vf + (size_t)Tp * dv;
     head_view h = { .fk = AK_KV_NFORMATS, .fv = AK_KV_NFORMATS };
     const int n_end = pos0 + nt;   /* positions the last token sees */
     for (int bi = 0; bi * T < n_end; bi++) {
         const ak_block *b = kv->table[bi];
         int cnt = n_end - bi * T < T ? n_end - bi * T : T;
         block_enter(&a, &h, kv, b, layer, kv_head);
-        /* the block's keys (transposed) and values in f32, stored basis:
-         * axpy with weight 1 into zeros is the format's own dequantizer */
-        static const float one = 1.0f;
-        memset(kt, 0, sizeof(float) * dk * Tp);
-        for (int j = 0; j < cnt; j++) {
-            memset(tmp, 0, sizeof(float) * dk);
-            h.ik->axpy(h.kc + (size_t)j * h.kcb, h.kcb, h.km + (size_t)j * h.kmb, h.kmb, 1, &one, dk, tmp);
-            for (int d = 0; d < dk; d++) kt[(size_t)d * Tp + j] = tmp[d];
-        }
-        memset(vf, 0, sizeof(float) * cnt * dv);
-        for (int j = 0; j < cnt; j++)
-            h.iv->axpy(h.vc + (size_t)j * h.vcb, h.vcb, h.vm + (size_t)j * h.vmb, h.vmb, 1, &one, dv, vf + (size_t)j * dv);
+        /* the block's keys (transposed) and values in f32, stored basis;
+         * keys past cnt are zeros (their scores are never used, but they
+         * must be finite) */
+        if (cnt < Tp)
+            for (int d = 0; d < dk; d++) memset(kt + (size_t)d * Tp + cnt, 0, sizeof(float) * (size_t)(Tp - cnt));
+        h.ik->dequant_t(h.kc, h.kcb, h.km, h.kmb, cnt, dk, kt, (size_t)Tp);
+        h.iv->dequant(h.vc, h.vcb, h.vm, h.vmb, cnt, dv, vf, (size_t)dv);
         /* rows that see this block, four at a time for the scores */
         int r_first = (bi * T - pos0) * n_q;   /* row of the first token that sees position bi*T */
         if (r_first < 0) r_first = 0;

@@ -4,9 +4,10 @@
  * holds positions [i*T, (i+1)*T) for every layer, in the sequence's K and V
  * formats (kvformat.h). The forward pass prepares the positions it is about
  * to write, writes each layer's keys and values, and asks for attention over
- * the first n positions; it never indexes cache memory itself. Attention runs
- * on the stored format (dequantizing inside the products) with an online
- * softmax over blocks, so no O(n) scratch is needed per head.
+ * the first n positions; it never indexes cache memory itself. Attention
+ * decodes one block at a time into f32 scratch (once for every query that
+ * reads it) with an online softmax over blocks, so its scratch is one
+ * block's worth per head, whatever n is.
  */
 #ifndef AK_KVCACHE_H
 #define AK_KVCACHE_H
@@ -88,14 +89,16 @@ int ak_kv_swap(ak_kv *a, ak_kv *b);
  * ak_kv_stored_mut). Returns 0, or -1 with err set if some are not prepared. */
 int ak_kv_set_length(ak_kv *kv, int n, ak_error *err);
 
-/* Floats of scratch ak_kv_attend needs for n_q queries on caches of spec
- * (any block size up to AK_KV_MAX_BLOCK_TOKENS). */
+/* Floats of scratch ak_kv_attend needs for n_q queries on kv (or any
+ * sequence of the same pool). */
 #define AK_KV_MAX_BLOCK_TOKENS 4096
-size_t ak_kv_attend_scratch(const ak_cache_spec *spec, int n_q);
+size_t ak_kv_attend_scratch(const ak_kv *kv, int n_q);
 
 /* For each of the n_q query vectors q[i] (head_dim_k floats each, the query
  * heads that share KV head kv_head): out[i] (head_dim_v floats) =
- * softmax(q[i] . K[0..n) * scale) . V[0..n) over layer `layer`. n <= length. */
+ * softmax(q[i] . K[0..n) * scale) . V[0..n) over layer `layer`. n <= length.
+ * The same arithmetic as ak_kv_attend_run for a token at position n - 1:
+ * the result does not depend on which call computed it. */
 void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
                   float *scratch);
 

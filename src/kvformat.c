@@ -729,8 +729,44 @@ void ak_kvf_tcq3_axpy_c(const void *codes, size_t cstride, const void *meta, siz
 #define DESC_TQ2 "Hadamard-rotated 2-bit Lloyd-Max codes, f16 norm: 2 + 16/d bits"
 #define DESC_TCQ3 "Hadamard-rotated 3-bit trellis codes (Viterbi, 512-value table), f16 norm: 3 + 16/d bits"
 
-#define ROW(F, DESC, ROT, DOT, AXPY) { #F, DESC, ROT, vec_bytes_##F, quantize_##F, dequantize_##F, DOT, AXPY }
-#define SCALAR_ROW(F, DESC, ROT) ROW(F, DESC, ROT, dot_##F, axpy_##F)
+/* dequant and dequant_t through the format's own axpy: vector j is axpy
+ * with weight 1 into zeros (stored basis, the format's own arithmetic); the
+ * scalar reference, and the SIMD entries without versions of their own. */
+#define DQ_VIA_AXPY(NAME, AXPY)                                                                                \
+    static void NAME##_dequant(const void *c, size_t cs, const void *m, size_t ms, int n, int d, float *out,   \
+                               size_t os) {                                                                    \
+        static const float one = 1.0f;                                                                         \
+        for (int j = 0; j < n; j++) {                                                                          \
+            float *o = out + (size_t)j * os;                                                                   \
+            memset(o, 0, sizeof(float) * (size_t)d);                                                           \
+            AXPY((const uint8_t *)c + (size_t)j * cs, cs, m ? (const uint8_t *)m + (size_t)j * ms : NULL, ms, 1, \
+                 &one, d, o);                                                                                  \
+        }                                                                                                      \
+    }                                                                                                          \
+    static void NAME##_dequant_t(const void *c, size_t cs, const void *m, size_t ms, int n, int d, float *out, \
+                                 size_t os) {                                                                  \
+        float y[AK_KVF_MAX_D];                                                                                 \
+        if (!valid_d(d)) return;                                                                               \
+        for (int j = 0; j < n; j++) {                                                                          \
+            NAME##_dequant((const uint8_t *)c + (size_t)j * cs, cs, m ? (const uint8_t *)m + (size_t)j * ms : NULL, \
+                           ms, 1, d, y, 0);                                                                    \
+            for (int i = 0; i < d; i++) out[(size_t)i * os + j] = y[i];                                        \
+        }                                                                                                      \
+    }
+DQ_VIA_AXPY(scalar_f32, axpy_f32)
+DQ_VIA_AXPY(scalar_f16, axpy_f16)
+DQ_VIA_AXPY(scalar_bf16, axpy_bf16)
+DQ_VIA_AXPY(scalar_q8, axpy_q8)
+DQ_VIA_AXPY(scalar_q4, axpy_q4)
+DQ_VIA_AXPY(scalar_q2, axpy_q2)
+DQ_VIA_AXPY(scalar_tq4, axpy_tq4)
+DQ_VIA_AXPY(scalar_tq3, axpy_tq3)
+DQ_VIA_AXPY(scalar_tq2, axpy_tq2)
+DQ_VIA_AXPY(scalar_tcq3, axpy_tcq3)
+
+#define ROW(F, DESC, ROT, DOT, AXPY, DQ, DQT) \
+    { #F, DESC, ROT, vec_bytes_##F, quantize_##F, dequantize_##F, DOT, AXPY, DQ, DQT }
+#define SCALAR_ROW(F, DESC, ROT) ROW(F, DESC, ROT, dot_##F, axpy_##F, scalar_##F##_dequant, scalar_##F##_dequant_t)
 
 static const ak_kv_format_info scalar_table[AK_KV_NFORMATS] = {
     SCALAR_ROW(f32, DESC_F32, 0), SCALAR_ROW(f16, DESC_F16, 0), SCALAR_ROW(bf16, DESC_BF16, 0),
@@ -740,12 +776,25 @@ static const ak_kv_format_info scalar_table[AK_KV_NFORMATS] = {
 };
 
 #ifdef AK_KVF_SIMD
-#define SIMD_ROW(F, DESC, ROT) ROW(F, DESC, ROT, ak_kvf_simd_dot_##F, ak_kvf_simd_axpy_##F)
+#ifdef AK_KVF_SIMD_DEQUANT
+#define SIMD_ROW(F, DESC, ROT) \
+    ROW(F, DESC, ROT, ak_kvf_simd_dot_##F, ak_kvf_simd_axpy_##F, ak_kvf_simd_dequant_##F, ak_kvf_simd_dequant_t_##F)
+DQ_VIA_AXPY(simd_tcq3, ak_kvf_simd_axpy_tcq3)
+#define SIMD_ROW_TCQ3(DESC) \
+    ROW(tcq3, DESC, 1, ak_kvf_simd_dot_tcq3, ak_kvf_simd_axpy_tcq3, simd_tcq3_dequant, simd_tcq3_dequant_t)
+#else
+#define DQ_SIMD(F) DQ_VIA_AXPY(simd_##F, ak_kvf_simd_axpy_##F)
+DQ_SIMD(f32) DQ_SIMD(f16) DQ_SIMD(bf16) DQ_SIMD(q8) DQ_SIMD(q4)
+DQ_SIMD(q2) DQ_SIMD(tq4) DQ_SIMD(tq3) DQ_SIMD(tq2) DQ_SIMD(tcq3)
+#define SIMD_ROW(F, DESC, ROT) \
+    ROW(F, DESC, ROT, ak_kvf_simd_dot_##F, ak_kvf_simd_axpy_##F, simd_##F##_dequant, simd_##F##_dequant_t)
+#define SIMD_ROW_TCQ3(DESC) SIMD_ROW(tcq3, DESC, 1)
+#endif
 static const ak_kv_format_info simd_table[AK_KV_NFORMATS] = {
     SIMD_ROW(f32, DESC_F32, 0), SIMD_ROW(f16, DESC_F16, 0), SIMD_ROW(bf16, DESC_BF16, 0),
     SIMD_ROW(q8, DESC_Q8, 0),   SIMD_ROW(q4, DESC_Q4, 0),   SIMD_ROW(q2, DESC_Q2, 0),
     SIMD_ROW(tq4, DESC_TQ4, 1), SIMD_ROW(tq3, DESC_TQ3, 1), SIMD_ROW(tq2, DESC_TQ2, 1),
-    SIMD_ROW(tcq3, DESC_TCQ3, 1),
+    SIMD_ROW_TCQ3(DESC_TCQ3),
 };
 #else
 #define simd_table scalar_table

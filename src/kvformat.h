@@ -70,6 +70,16 @@ typedef struct {
      * dot). */
     void (*axpy)(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *w, int d,
                  float *acc);
+    /* The n stored vectors (as for dot) in f32, in the stored basis:
+     * vector j to out + j * ostride (dequant), or value i of vector j to
+     * out[i * ostride + j] (dequant_t: transposed). Attention decodes a
+     * block's keys and values once with these for every query that reads
+     * them. The SIMD versions and the scalar ones may differ in the last
+     * bit; each is a pure function of the stored bytes. */
+    void (*dequant)(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, int d, float *out,
+                    size_t ostride);
+    void (*dequant_t)(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, int d, float *out,
+                      size_t ostride);
 } ak_kv_format_info;
 
 /* The table entry of f, or NULL when f is not a valid format. Its dot and

@@ -73,6 +73,26 @@ AK_KVF_DECLARE(tq3)
 AK_KVF_DECLARE(tq2)
 AK_KVF_DECLARE(tcq3)
 #undef AK_KVF_DECLARE
+#if defined(AK_KVF_AVX512) || defined(AK_KVF_AVX2)
+/* dequant and dequant_t (kvformat.h) of the x86 back ends, for every
+ * format but tcq3 (whose gathers, not its layout, bound it). */
+#define AK_KVF_SIMD_DEQUANT 1
+#define AK_KVF_DECLARE_DQ(F)                                                                                 \
+    void ak_kvf_simd_dequant_##F(const void *codes, size_t cstride, const void *meta, size_t mstride, int n,    \
+                                 int d, float *out, size_t ostride);                                            \
+    void ak_kvf_simd_dequant_t_##F(const void *codes, size_t cstride, const void *meta, size_t mstride, int n,  \
+                                   int d, float *out, size_t ostride);
+AK_KVF_DECLARE_DQ(f32)
+AK_KVF_DECLARE_DQ(f16)
+AK_KVF_DECLARE_DQ(bf16)
+AK_KVF_DECLARE_DQ(q8)
+AK_KVF_DECLARE_DQ(q4)
+AK_KVF_DECLARE_DQ(q2)
+AK_KVF_DECLARE_DQ(tq4)
+AK_KVF_DECLARE_DQ(tq3)
+AK_KVF_DECLARE_DQ(tq2)
+#undef AK_KVF_DECLARE_DQ
+#endif
 /* tcq3's products in plain C (kvformat.c), for back ends without a gather. */
 void ak_kvf_tcq3_dot_c(const void *codes, size_t cstride, const void *meta, size_t mstride, int n, const float *q, int d,
                        float *out);

@@ -225,6 +225,7 @@ AK_INLINE float reduce1(vf a) { return _mm512_reduce_add_ps(a); }
 #define VSET1(x) _mm512_set1_ps(x)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm512_add_ps(a, b)
+#define VMUL(a, b) _mm512_mul_ps(a, b)
 #define VLOADTAB(t) _mm512_loadu_ps(t)
 /* q/acc chunk k with n valid values: whole (padded) in order P */
 #define VLOAD_X(f, x, k, n) \
@@ -339,6 +340,7 @@ AK_INLINE float reduce1(vf a) {
 #define VSET1(x) _mm256_set1_ps(x)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm256_add_ps(a, b)
+#define VMUL(a, b) _mm256_mul_ps(a, b)
 #define VLOADTAB(t) _mm256_loadu_ps(t)
 #define VLOAD_X(f, x, k, n) ((n) == W ? _mm256_loadu_ps((x) + (k)) : _mm256_maskload_ps((x) + (k), lanes(n)))
 #define VSTORE_X(f, x, k, n, a)                                                 \
@@ -543,6 +545,137 @@ AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const v
     from_order(f, abuf, d, acc);
 }
 
+/* ---- whole vectors to f32 (attention's blocks) ----------------------------
+ * dequant: vector j to out + j * ostride; dequant_t: value i of vector j to
+ * out[i * ostride + j] (keys transposed, so that attention's scores are
+ * vector FMAs over keys). Values in the stored basis: decode, then q8's
+ * scale or tq's factor (q4/q2's levels include theirs). The transposed form
+ * takes W vectors at a time, decodes one chunk of each into a register and
+ * transposes the W x W tile in registers; in lane order P (see the top) the
+ * transpose's row i is dimension perm(i), so no permute is spent on it. */
+
+/* W x W transpose of r (row j, lane i) into r (row i, lane j). */
+#if defined(AK_KVF_AVX512)
+AK_INLINE void transpose_tile(vf *r) {
+    vf t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {   /* u[i + e]: rows i..i+3, element 4L + e of 128-bit lane L */
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int e = 0; e < 4; e++) {
+        vf a = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), b = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
+        vf c = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88), d = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
+        r[e] = _mm512_shuffle_f32x4(a, c, 0x88);        /* lane 0 */
+        r[8 + e] = _mm512_shuffle_f32x4(a, c, 0xdd);    /* lane 2 */
+        r[4 + e] = _mm512_shuffle_f32x4(b, d, 0x88);    /* lane 1 */
+        r[12 + e] = _mm512_shuffle_f32x4(b, d, 0xdd);   /* lane 3 */
+    }
+}
+/* Dimension (within the chunk) that lane i holds in the format's order. */
+AK_INLINE int lane_dim(int f, int i) { return f_porder(f) ? (i & 1 ? 8 + i / 2 : i / 2) : i; }
+AK_INLINE vf natural(int f, vf x) { return f_porder(f) ? _mm512_permutexvar_ps(P_INV, x) : x; }
+#define VSTORE_N(p, n, a) ((n) == W ? _mm512_storeu_ps(p, a) : _mm512_mask_storeu_ps(p, lanes(n), a))
+#else
+AK_INLINE void transpose_tile(vf *r) {
+    vf t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int e = 0; e < 4; e++) {
+        r[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
+        r[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
+    }
+}
+AK_INLINE int lane_dim(int f, int i) { return i; }
+AK_INLINE vf natural(int f, vf x) { return x; }
+#define VSTORE_N(p, n, a) ((n) == W ? _mm256_storeu_ps(p, a) : _mm256_maskstore_ps(p, lanes(n), a))
+#endif
+
+/* Chunk k (n values) of vector v in f32: gp, hi its group's parameters
+ * (group_param with weight 1), fac tq's factor. */
+AK_INLINE vf dq_chunk(const int f, const uint8_t *v, size_t cb, int k, int n, vf tab, vf gp, vf hi, float fac) {
+    vf x = decode(f, v, cb, k, n, f == AK_KV_Q8 ? tab : gp, hi);
+    if (f == AK_KV_Q8) x = VMUL(x, gp);
+    if (f_tq(f)) x = VMUL(x, VSET1(fac));
+    return x;
+}
+
+AK_INLINE void dequant_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
+                            int d, float *out, size_t ostride) {
+    if (!valid_d(d)) return;
+    const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
+    const int G = f_group(f), step = G ? G : W;
+    const size_t cb = f_code_bytes(f, d);
+    float meta[f_group(f) ? BLOCK * MAXMETA + 16 : 1] __attribute__((aligned(64))), t[16];
+    float sqrt_d = sqrtf((float)d);
+    int fs = 0;
+    base_table(f, t);
+    vf tab = VLOADTAB(t);
+    for (int j0 = 0; j0 < n; j0 += BLOCK) {
+        int j1 = j0 + BLOCK < n ? j0 + BLOCK : n;
+        if (G) fs = convert_meta(f, m, mstride, j0, j1, d, meta);
+        for (int j = j0; j < j1; j++) {
+            const uint8_t *v = p + (size_t)j * cstride;
+            float fac = f_tq(f) ? tq_factor(m + (size_t)j * mstride, sqrt_d) : 1.0f, *o = out + (size_t)j * ostride;
+            vf gp = tab, hi = VZERO();
+            for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
+                if (G) gp = group_param(f, meta + (j - j0) * fs, g, 1.0f, tab, &hi);
+                for (int k = k0; k < k0 + step && k < d; k += W) {
+                    if (d - k >= W) VSTORE_N(o + k, W, natural(f, dq_chunk(f, v, cb, k, W, tab, gp, hi, fac)));
+                    else VSTORE_N(o + k, d - k, natural(f, dq_chunk(f, v, cb, k, d - k, tab, gp, hi, fac)));
+                }
+            }
+        }
+    }
+}
+
+AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
+                              int d, float *out, size_t ostride) {
+    if (!valid_d(d)) return;
+    const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
+    const int G = f_group(f);
+    const size_t cb = f_code_bytes(f, d);
+    float meta[f_group(f) ? W * MAXMETA + 16 : 1] __attribute__((aligned(64))), t[16];
+    float sqrt_d = sqrtf((float)d), fac[W];
+    int fs = 0;
+    base_table(f, t);
+    vf tab = VLOADTAB(t);
+    for (int j0 = 0; j0 < n; j0 += W) {
+        const int nv = n - j0 < W ? n - j0 : W;   /* vectors of this tile; the rest of it is zeros */
+        if (G) fs = convert_meta(f, m, mstride, j0, j0 + nv, d, meta);
+        for (int j = 0; j < nv; j++) fac[j] = f_tq(f) ? tq_factor(m + (size_t)(j0 + j) * mstride, sqrt_d) : 1.0f;
+        for (int k = 0; k < d; k += W) {
+            const int nk = d - k < W ? d - k : W, g = G ? k / G : 0;
+            vf x[W];
+            for (int j = 0; j < W; j++) {
+                if (j >= nv) { x[j] = VZERO(); continue; }
+                vf gp = tab, hi = VZERO();
+                if (G) gp = group_param(f, meta + j * fs, g, 1.0f, tab, &hi);
+                const uint8_t *v = p + (size_t)(j0 + j) * cstride;
+                x[j] = nk == W ? dq_chunk(f, v, cb, k, W, tab, gp, hi, fac[j]) : dq_chunk(f, v, cb, k, nk, tab, gp, hi, fac[j]);
+            }
+            transpose_tile(x);
+            for (int i = 0; i < W; i++) {
+                int dim = lane_dim(f, i);
+                if (dim < nk) VSTORE_N(out + (size_t)(k + dim) * ostride + j0, nv, x[i]);
+            }
+        }
+    }
+}
+
 #define ENTRY(F, ID)                                                                                          \
     void ak_kvf_simd_dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d, \
                              float *out) {                                                                    \
@@ -551,6 +684,14 @@ AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const v
     void ak_kvf_simd_axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d, \
                               float *acc) {                                                                   \
         axpy_impl(ID, c, cs, m, ms, n, w, d, acc);                                                            \
+    }                                                                                                         \
+    void ak_kvf_simd_dequant_##F(const void *c, size_t cs, const void *m, size_t ms, int n, int d, float *out, \
+                                 size_t os) {                                                                \
+        dequant_impl(ID, c, cs, m, ms, n, d, out, os);                                                        \
+    }                                                                                                         \
+    void ak_kvf_simd_dequant_t_##F(const void *c, size_t cs, const void *m, size_t ms, int n, int d,         \
+                                   float *out, size_t os) {                                                   \
+        dequant_t_impl(ID, c, cs, m, ms, n, d, out, os);                                                      \
     }
 ENTRY(f32, AK_KV_F32)
 ENTRY(f16, AK_KV_F16)

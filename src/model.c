@@ -363,8 +363,6 @@ struct ak_ctx {
     float *logits;  // (LOGIT_ROWS, vocab)
     float *rope_cs; // (B, rope_dim) cos, sin pairs per token
     int32_t *rows;  // (B) indices of tokens that want logits
-    float *att_scratch;     // (threads, att_scratch_n) for ak_kv_attend
-    size_t att_scratch_n;
     float *run_scratch;     // (threads, run_scratch_n) for ak_kv_attend_run, grown on demand
     size_t run_scratch_n;
     int32_t *units;         // (B * n_head_kv, 3) attention work: first token, tokens, KV head
@@ -391,10 +389,8 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
     c->logits = ak_malloc((size_t)LOGIT_ROWS * cf->vocab * sizeof(float), err);
     c->rope_cs = ak_malloc(B * cf->rope_dim * sizeof(float), err);
     c->rows = ak_malloc(B * sizeof(int32_t), err);
-    c->att_scratch_n = ak_kv_attend_scratch(&m->spec, cf->n_head / cf->n_head_kv);
-    c->att_scratch = ak_malloc(c->att_scratch_n * ak_pool_size(c->pool) * sizeof(float), err);
     c->units = ak_malloc(B * cf->n_head_kv * 3 * sizeof(int32_t), err);
-    if (!c->att_scratch || !c->units || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
+    if (!c->units || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
         !c->rope_cs || !c->rows) {
         ak_ctx_free(c);
         return NULL;
@@ -406,7 +402,7 @@ void ak_ctx_free(ak_ctx *c) {
     if (!c) return;
     ak_pool_free(c->pool);
     free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->att);
-    free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows); free(c->att_scratch);
+    free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows);
     free(c->run_scratch); free(c->units);
     free(c);
 }
@@ -450,28 +446,21 @@ typedef struct {
 #define RUN_TOKENS 16
 
 /* Splits the batch into attention units (c->units): a run of up to
- * RUN_TOKENS consecutive tokens of one sequence at consecutive positions,
- * times one KV head (the query heads that share it attend together). When
- * run scratch cannot be had, every unit is a single token. Returns the count. */
-static int attention_units(ak_ctx *c, const ak_batch *b) {
+ * RUN_TOKENS consecutive tokens of one sequence at consecutive positions
+ * (a decoding sequence's one token is a run of one), times one KV head (the
+ * query heads that share it attend together), and grows the per-thread
+ * scratch to what the largest unit needs. Returns the count, or -1 with err
+ * set if the scratch cannot be had. */
+static int attention_units(ak_ctx *c, const ak_batch *b, ak_error *err) {
     const ak_config *cf = &c->m->cfg;
-    int group = cf->n_head / cf->n_head_kv, nth = ak_pool_size(c->pool), n = 0, runs = 1;
+    int group = cf->n_head / cf->n_head_kv, nth = ak_pool_size(c->pool), n = 0;
     size_t need = 0;
-    for (int i = 0; i + 1 < b->n; i++)
-        if (b->seq[i + 1] == b->seq[i] && b->pos[i + 1] == b->pos[i] + 1) {
-            size_t k = ak_kv_attend_run_scratch(b->seq[i], group * RUN_TOKENS);
-            if (k > need) need = k;
-        }
-    if (need > c->run_scratch_n) {
-        float *p = realloc(c->run_scratch, need * (size_t)nth * sizeof(float));
-        if (p) { c->run_scratch = p; c->run_scratch_n = need; }
-        else runs = 0;
-    }
     for (int i = 0; i < b->n;) {
         int len = 1;
-        while (runs && len < RUN_TOKENS && i + len < b->n && b->seq[i + len] == b->seq[i] &&
-               b->pos[i + len] == b->pos[i] + len)
+        while (len < RUN_TOKENS && i + len < b->n && b->seq[i + len] == b->seq[i] && b->pos[i + len] == b->pos[i] + len)
             len++;
+        size_t k = ak_kv_attend_run_scratch(b->seq[i], group * len);
+        if (k > need) need = k;
         for (int g = 0; g < cf->n_head_kv; g++) {
             c->units[3 * n] = i;
             c->units[3 * n + 1] = len;
@@ -479,6 +468,12 @@ static int attention_units(ak_ctx *c, const ak_batch *b) {
             n++;
         }
         i += len;
+    }
+    if (need > c->run_scratch_n) {
+        float *p = realloc(c->run_scratch, need * (size_t)nth * sizeof(float));
+        if (!p) return ak_fail(err, "out of memory for attention scratch (%zu bytes)", need * (size_t)nth * sizeof(float));
+        c->run_scratch = p;
+        c->run_scratch_n = need;
     }
     return n;
 }
@@ -489,17 +484,12 @@ static void attn_worker(void *ud, int ith, int nth) {
     int group = cf->n_head / cf->n_head_kv, hd = cf->head_dim;
     size_t qd = (size_t)cf->n_head * hd;
     float scale = 1.0f / sqrtf((float)hd);
-    float *scratch = t->c->att_scratch + t->c->att_scratch_n * ith;
-    float *run_scratch = t->c->run_scratch + t->c->run_scratch_n * ith;
+    float *scratch = t->c->run_scratch + t->c->run_scratch_n * ith;
     for (int u = ith; u < t->n_units; u += nth) {
         int i = t->c->units[3 * u], len = t->c->units[3 * u + 1], g = t->c->units[3 * u + 2];
         size_t off = i * qd + (size_t)g * group * hd;
-        if (len == 1)
-            ak_kv_attend(t->b->seq[i], t->layer, g, t->c->q + off, group, t->b->pos[i] + 1, scale, t->c->att + off,
-                         scratch);
-        else
-            ak_kv_attend_run(t->b->seq[i], t->layer, g, t->c->q + off, qd, group, len, t->b->pos[i], scale,
-                             t->c->att + off, qd, run_scratch);
+        ak_kv_attend_run(t->b->seq[i], t->layer, g, t->c->q + off, qd, group, len, t->b->pos[i], scale,
+                         t->c->att + off, qd, scratch);
     }
 }
 
@@ -542,6 +532,8 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         if (b->pos[i] > expect)
             return ak_fail(err, "position %d leaves a gap (sequence holds %d positions)", b->pos[i], expect);
     }
+    int n_units = attention_units(c, b, err);
+    if (n_units < 0) return -1;
     /* make every position writable first: a full budget fails here, before
      * any sequence changed */
     for (int i = 0; i < n; i++) {
@@ -555,7 +547,6 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             }
         if (ak_kv_prepare(b->seq[i], lo, hi, err) < 0) return -1;
     }
-    int n_units = attention_units(c, b);
     int half = cf->rope_dim / 2;
     for (int i = 0; i < n; i++) {
         embed(m, b->token[i], c->x + (size_t)i * dim);

@@ -778,3 +778,82 @@ TEST(kvformat_products_tight_buffers) {
         }
     }
 }
+
+/* dequant and dequant_t (a block's vectors in f32 for attention, as rows
+ * and transposed) against the scalar reference's, for every format, on code
+ * and metadata runs of exactly their size (ASan catches a read past them),
+ * vector counts around the SIMD tile (8 or 16) and the metadata block,
+ * every kind of short last chunk, and output strides wider than the data:
+ * what lies between the written values must stay untouched. */
+TEST(kvformat_dequant_vs_scalar) {
+    ak_rng r;
+    ak_rng_seed(&r, 91);
+    static const int ds[] = { 2, 6, 14, 16, 30, 32, 64, 66, 96, 128, 130, 272 };
+    static const int ns[] = { 1, 3, 4, 5, 8, 9, 15, 16, 17, 32, 33 };
+    enum { NMAX = 33, OS = 37 /* transposed stride, > NMAX */, RS = 280 /* row stride, > max d */ };
+    const float fill = -12345.0f;
+    float *t1 = malloc(sizeof(float) * 272 * OS), *t2 = malloc(sizeof(float) * 272 * OS);
+    float *r1 = malloc(sizeof(float) * NMAX * RS), *r2 = malloc(sizeof(float) * NMAX * RS), x[MAXD];
+    for (int f = 0; f < NF; f++) {
+        const ak_kv_format_info *vs = ak_kv_format_get((ak_kv_format)f), *sc = ak_kv_format_get_scalar((ak_kv_format)f);
+        int bad = 0;
+        for (size_t di = 0; di < sizeof ds / sizeof *ds && !bad; di++) {
+            int d = ds[di];
+            size_t cb = ak_kv_format_code_bytes((ak_kv_format)f, d), mb = ak_kv_format_meta_bytes((ak_kv_format)f, d);
+            size_t vb = vs->vec_bytes(d);
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns && !bad; ni++) {
+                int n = ns[ni];
+                uint8_t *buf = malloc(vb * n), *cbuf = malloc(cb * n), *mbuf = mb ? malloc(mb * n) : NULL;
+                double nx[NMAX];
+                for (int j = 0; j < n; j++) {
+                    if (j & 1) gen_heavy(&r, x, d); else gen_gauss(&r, x, d);
+                    vs->quantize(x, d, buf + j * vb);
+                    memcpy(cbuf + j * cb, buf + j * vb, cb);
+                    if (mb) memcpy(mbuf + j * mb, buf + j * vb + cb, mb);
+                    float y[MAXD];
+                    vs->dequantize(buf + j * vb, d, y);
+                    nx[j] = 0;
+                    for (int i = 0; i < d; i++) nx[j] = fmax(nx[j], fabs(y[i]));
+                }
+                for (int i = 0; i < 272 * OS; i++) t1[i] = t2[i] = fill;
+                for (int i = 0; i < NMAX * RS; i++) r1[i] = r2[i] = fill;
+                vs->dequant_t(cbuf, cb, mbuf, mb, n, d, t1, OS);
+                sc->dequant_t(buf, vb, buf + cb, vb, n, d, t2, OS);
+                vs->dequant(cbuf, cb, mbuf, mb, n, d, r1, RS);
+                sc->dequant(buf, vb, buf + cb, vb, n, d, r2, RS);
+                for (int i = 0; i < d && !bad; i++)
+                    for (int j = 0; j < OS && !bad; j++) {
+                        float a = t1[i * OS + j], b = t2[i * OS + j];
+                        if (j >= n ? a != fill || b != fill : !(fabs(a - b) <= 1e-6 * (nx[j] + 1e-30))) {
+                            CHECK(0, "%s d=%d n=%d dequant_t value %d of vector %d: %.9g, scalar %.9g", vs->name, d, n,
+                                  i, j, a, b);
+                            bad = 1;
+                        }
+                        /* the transposed and the row forms hold the same values */
+                        if (j < n && t1[i * OS + j] != r1[j * RS + i]) {
+                            CHECK(0, "%s d=%d n=%d: dequant and dequant_t differ at %d,%d", vs->name, d, n, j, i);
+                            bad = 1;
+                        }
+                    }
+                for (int i = d; i < 272 && !bad; i++)
+                    if (t1[i * OS] != fill) {
+                        CHECK(0, "%s d=%d n=%d: dequant_t wrote row %d", vs->name, d, n, i);
+                        bad = 1;
+                    }
+                for (int j = 0; j < NMAX && !bad; j++)
+                    for (int i = 0; i < RS && !bad; i++) {
+                        float a = r1[j * RS + i], b = r2[j * RS + i];
+                        if (j >= n || i >= d ? a != fill || b != fill : !(fabs(a - b) <= 1e-6 * (nx[j] + 1e-30))) {
+                            CHECK(0, "%s d=%d n=%d dequant vector %d value %d: %.9g, scalar %.9g", vs->name, d, n, j, i,
+                                  a, b);
+                            bad = 1;
+                        }
+                    }
+                free(buf);
+                free(cbuf);
+                free(mbuf);
+            }
+        }
+    }
+    free(t1); free(t2); free(r1); free(r2);
+}
