@@ -199,19 +199,15 @@ int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_erro
     return 0;
 }
 
-/* A buffer for a whole cache (snapshot data, file images; free() it). Large
- * ones are 2 MiB-aligned and marked for transparent huge pages: the first
- * touch of fresh 4 KiB pages, not the copying, was what a 100 MB snapshot or
- * restore spent its time on (about 3 ms per MB on a VM, against 0.1 ms per
- * MB of memcpy). */
-static void *big_alloc(size_t n) {
-    const size_t huge = (size_t)2 << 20;
-    if (n < 2 * huge) return malloc(n ? n : 1);
-    void *p = NULL;
-    if (posix_memalign(&p, huge, n) != 0) return NULL;
-    madvise(p, n / huge * huge, MADV_HUGEPAGE);   /* advice only: failure is harmless */
-    return p;
-}
+/* A buffer for a whole cache (snapshot data, file images; free() it).
+ * Plain 4 KiB pages: transparent huge pages (MADV_HUGEPAGE) made the first
+ * touch cheaper in a fresh process, but with the kernel's usual
+ * defrag=madvise a fault in such a region compacts memory when no free 2 MiB
+ * page is at hand, and once the page cache had churned that stalled the
+ * engine thread: saving a 16K-token q4 agent (168 MB) took 300-400 ms
+ * against 65-75 ms with 4 KiB pages, a 1K-token one 20-24 ms against 4.6
+ * (measured on a Xeon VM, kernel 6.18). */
+static void *big_alloc(size_t n) { return malloc(n ? n : 1); }
 
 /* ------------------------------------------------------------ the layout */
 
