@@ -361,20 +361,34 @@ static const float *row_query(const attn_rows *a, const head_view *h, int r) {
     return h->ik->rotated ? a->q_rot + (size_t)r * a->dk : row_q(a, r);
 }
 
-/* The maximum and the sum of 16 lanes, as trees (4 dependent steps, not 16). */
+/* The maximum and the sum of 16 lanes, as trees (4 dependent steps, not
+ * 16): lane i with lane i + s for s = 8, 4, 2, 1, by whole-vector shuffles. */
+#if defined(__clang__)
+#define SHUF16(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
+#else
+#define SHUF16(v, ...) __builtin_shuffle(v, (ak_v16i){__VA_ARGS__})
+#endif
+#define FOLD16(v, OP)                                                                  \
+    do {                                                                               \
+        OP(v, SHUF16(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));        \
+        OP(v, SHUF16(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));        \
+        OP(v, SHUF16(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));        \
+        OP(v, SHUF16(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));        \
+    } while (0)
+#define MAX_INTO(a, b)                                                                 \
+    do {                                                                               \
+        ak_v16f b_ = (b);                                                              \
+        ak_v16i gt_ = b_ > (a);                                                        \
+        (a) = (ak_v16f)(((ak_v16i)b_ & gt_) | ((ak_v16i)(a) & ~gt_));                  \
+    } while (0)
+#define ADD_INTO(a, b) ((a) += (b))
 static inline float hmax16(ak_v16f v) {
-    float t[16];
-    for (int i = 0; i < 16; i++) t[i] = v[i];
-    for (int s = 8; s >= 1; s /= 2)
-        for (int i = 0; i < s; i++) t[i] = t[i + s] > t[i] ? t[i + s] : t[i];
-    return t[0];
+    FOLD16(v, MAX_INTO);
+    return v[0];
 }
 static inline float hsum16(ak_v16f v) {
-    float t[16];
-    for (int i = 0; i < 16; i++) t[i] = v[i];
-    for (int s = 8; s >= 1; s /= 2)
-        for (int i = 0; i < s; i++) t[i] += t[i + s];
-    return t[0];
+    FOLD16(v, ADD_INTO);
+    return v[0];
 }
 
 /* Row r's online-softmax step over the c raw scores sc[0..c) of one block:

@@ -558,16 +558,19 @@ AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const v
 #if defined(AK_KVF_AVX512)
 AK_INLINE void transpose_tile(vf *r) {
     vf t[16], u[16];
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < 16; i += 4) {   /* u[i + e]: rows i..i+3, element 4L + e of 128-bit lane L */
         u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
         u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
         u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
         u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
     }
+    _Pragma("GCC unroll 16")
     for (int e = 0; e < 4; e++) {
         vf a = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), b = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
         vf c = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88), d = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
@@ -584,16 +587,19 @@ AK_INLINE vf natural(int f, vf x) { return f_porder(f) ? _mm512_permutexvar_ps(P
 #else
 AK_INLINE void transpose_tile(vf *r) {
     vf t[8], u[8];
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
     }
+    _Pragma("GCC unroll 16")
     for (int i = 0; i < 8; i += 4) {
         u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
         u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
         u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
         u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
     }
+    _Pragma("GCC unroll 16")
     for (int e = 0; e < 4; e++) {
         r[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
         r[4 + e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
@@ -660,6 +666,7 @@ AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, co
         for (int k = 0; k < d; k += W) {
             const int nk = d - k < W ? d - k : W, g = G ? k / G : 0;
             vf x[W];
+            _Pragma("GCC unroll 16")
             for (int j = 0; j < W; j++) {
                 if (j >= nv) { x[j] = VZERO(); continue; }
                 vf gp = tab, hi = VZERO();
@@ -668,6 +675,7 @@ AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, co
                 x[j] = nk == W ? dq_chunk(f, v, cb, k, W, tab, gp, hi, fac[j]) : dq_chunk(f, v, cb, k, nk, tab, gp, hi, fac[j]);
             }
             transpose_tile(x);
+            _Pragma("GCC unroll 16")
             for (int i = 0; i < W; i++) {
                 int dim = lane_dim(f, i);
                 if (dim < nk) VSTORE_N(out + (size_t)(k + dim) * ostride + j0, nv, x[i]);
