@@ -31,11 +31,13 @@ typedef float ak_v16f_mem __attribute__((vector_size(64), aligned(4), may_alias)
  * 1.5 * 2^23 trick), e^r by its degree-6 Taylor polynomial, 2^n through the
  * exponent bits. */
 static inline void ak_exp_v16(ak_v16f *v) {
-    const ak_v16f zero = {0};
-    ak_v16f t = *v;
-    /* clamp; -inf and NaN (unused lanes past a row's end) go to -87, so
-     * the conversion to int below is always in range */
-    for (int i = 0; i < 16; i++) t[i] = !((*v)[i] >= -87.0f) ? -87.0f : (*v)[i] > 88.0f ? 88.0f : (*v)[i];
+    const ak_v16f zero = {0}, lo = zero - 87.0f, hi = zero + 88.0f;
+    /* clamp, as whole-vector selects; -inf and NaN (unused lanes past a
+     * row's end) go to -87, so the conversion to int below is always in
+     * range */
+    ak_v16i ok = *v >= lo, big = *v > hi;
+    ak_v16f t = (ak_v16f)(((ak_v16i)*v & ok) | ((ak_v16i)lo & ~ok));
+    t = (ak_v16f)(((ak_v16i)hi & big) | ((ak_v16i)t & ~big));
     ak_v16f nf = (t * 1.44269504f + 12582912.0f) - 12582912.0f;
     ak_v16i n = __builtin_convertvector(nf, ak_v16i);
     ak_v16f r = t - nf * 0.693145752f - nf * 1.42860677e-6f;
