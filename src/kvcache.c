@@ -356,6 +356,23 @@ static void block_enter(attn_rows *a, head_view *h, const ak_kv *kv, const ak_bl
     }
 }
 
+/* Asks for the bytes of head `head` of block b (keys and values, codes and
+ * metadata) to be brought into cache, one block ahead of their use: in
+ * decode the weights streamed through since the last step have pushed a
+ * long context's cache out to memory, and its blocks are not adjacent, so
+ * the hardware prefetchers cannot guess them. The sizes are the current
+ * block's (h): a block of another format pair is merely prefetched wrong. */
+static void block_prefetch(const ak_kv *kv, const head_view *h, const ak_block *b, int head) {
+    const uint8_t *km, *kc, *vm, *vc;
+    size_t T = (size_t)kv->T;
+    head_runs(kv, b->data + h->koff, head, h->kcb, h->kmb, &km, &kc);
+    head_runs(kv, b->data + h->voff, head, h->vcb, h->vmb, &vm, &vc);
+    const uint8_t *p[4] = {km, kc, vm, vc};
+    size_t n[4] = {T * h->kmb, T * h->kcb, T * h->vmb, T * h->vcb};
+    for (int i = 0; i < 4; i++)
+        for (size_t o = 0; o < n[i]; o += 64) __builtin_prefetch(p[i] + o);
+}
+
 /* The query of row r in the basis of the block's keys. */
 static const float *row_query(const attn_rows *a, const head_view *h, int r) {
     return h->ik->rotated ? a->q_rot + (size_t)r * a->dk : row_q(a, r);
@@ -579,6 +596,7 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
         const ak_block *b = kv->table[bi];
         int cnt = n_end - bi * T < T ? n_end - bi * T : T;
         block_enter(&a, &h, kv, b, layer, kv_head);
+        if ((bi + 1) * T < n_end) block_prefetch(kv, &h, kv->table[bi + 1], kv_head);
         /* the block's keys (transposed) and values in f32, stored basis;
          * keys past cnt are zeros (their scores are never used, but they
          * must be finite) */
