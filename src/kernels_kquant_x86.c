@@ -191,10 +191,9 @@ AK_INLINE void dot_kb(const kpan *w, const ak_xq_k *x, kacc *acc) {
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_set1_ps(w->d * x->d), *acc);
     *acc = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(corr)), _mm512_set1_ps(w->dmin * x->d), *acc);
 }
-/* Float accumulators of one output: zero, horizontal sum, sum of two. */
+/* Float accumulators of one output: zero, horizontal sum. */
 AK_INLINE kacc kacc_zero(void) { return _mm512_setzero_ps(); }
 AK_INLINE float kacc_sum(kacc a) { return _mm512_reduce_add_ps(a); }
-AK_INLINE kacc kacc_add(kacc a, kacc b) { return _mm512_add_ps(a, b); }
 #else
 typedef ksb kblk;
 typedef __m256 kacc;
@@ -203,7 +202,6 @@ AK_INLINE void unpack_kb(const int kt, const uint8_t *b, kblk *o) { unpack_k(kt,
 AK_INLINE void dot_kb(const kblk *w, const ak_xq_k *x, kacc *acc) { dot_k(w, x, acc); }
 AK_INLINE kacc kacc_zero(void) { return _mm256_setzero_ps(); }
 AK_INLINE float kacc_sum(kacc a) { return hsum8(a); }
-AK_INLINE kacc kacc_add(kacc a, kacc b) { return _mm256_add_ps(a, b); }
 #endif
 
 /* Every path below sums a row's super-blocks in one order, whatever the
