@@ -395,8 +395,7 @@ static const float *row_query(const attn_rows *a, const head_view *h, int r) {
 #define MAX_INTO(a, b)                                                                 \
     do {                                                                               \
         ak_v16f b_ = (b);                                                              \
-        ak_v16i gt_ = b_ > (a);                                                        \
-        (a) = (ak_v16f)(((ak_v16i)b_ & gt_) | ((ak_v16i)(a) & ~gt_));                  \
+        (a) = AK_V16F_SELECT(b_ > (a), b_, (a));                                       \
     } while (0)
 #define ADD_INTO(a, b) ((a) += (b))
 static inline float hmax16(ak_v16f v) {
@@ -422,11 +421,9 @@ static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, in
     ak_v16f mx = ninf, sum = {0};
     for (int j0 = 0; j0 < c; j0 += 16) {
         ak_v16f v = (AK_V16F_LD(sc + j0) + add) * scale;
-        ak_v16i in = lane < c - j0;   /* -1 for keys the row sees */
-        v = (ak_v16f)(((ak_v16i)v & in) | ((ak_v16i)ninf & ~in));
+        v = AK_V16F_SELECT(lane < c - j0, v, ninf);   /* keys past c: -inf */
         AK_V16F_ST(sc + j0, v);
-        ak_v16i gt = v > mx;
-        mx = (ak_v16f)(((ak_v16i)v & gt) | ((ak_v16i)mx & ~gt));
+        MAX_INTO(mx, v);
     }
     float bm = hmax16(mx);
     float *acc = row_out(a, r), *accr = a->acc_rot + (size_t)r * a->dv;
@@ -442,8 +439,7 @@ static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, in
     for (int j0 = 0; j0 < c; j0 += 16) {
         ak_v16f v = AK_V16F_LD(sc + j0) - a->m[r];
         ak_exp_v16(&v);   /* keys past c: e^-inf, clamped to e^-87; zeroed next */
-        ak_v16i in = lane < c - j0;
-        v = (ak_v16f)((ak_v16i)v & in);
+        v = AK_V16F_SELECT(lane < c - j0, v, (ak_v16f){0});
         AK_V16F_ST(sc + j0, v);
         sum += v;
     }

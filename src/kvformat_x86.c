@@ -554,22 +554,38 @@ AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const v
  * transposes the W x W tile in registers; in lane order P (see the top) the
  * transpose's row i is dimension perm(i), so no permute is spent on it. */
 
-/* W x W transpose of r (row j, lane i) into r (row i, lane j). */
+/* W x W transpose of r (row j, lane i) into r (row i, lane j). The first
+ * two steps work within 128-bit lanes and are the same at both widths:
+ * afterwards u[i + e] holds rows i..i+3 of element 4L + e of each 128-bit
+ * lane L; the last step moves 128-bit lanes, which only AVX-512 has four of. */
+#if defined(AK_KVF_AVX512)
+#define V_UNPACKLO _mm512_unpacklo_ps
+#define V_UNPACKHI _mm512_unpackhi_ps
+#define V_SHUFFLE _mm512_shuffle_ps
+#else
+#define V_UNPACKLO _mm256_unpacklo_ps
+#define V_UNPACKHI _mm256_unpackhi_ps
+#define V_SHUFFLE _mm256_shuffle_ps
+#endif
+AK_INLINE void transpose_in_lanes(const vf *r, vf *u) {
+    vf t[W];
+    _Pragma("GCC unroll 16")
+    for (int i = 0; i < W; i += 2) {
+        t[i] = V_UNPACKLO(r[i], r[i + 1]);
+        t[i + 1] = V_UNPACKHI(r[i], r[i + 1]);
+    }
+    _Pragma("GCC unroll 16")
+    for (int i = 0; i < W; i += 4) {
+        u[i] = V_SHUFFLE(t[i], t[i + 2], 0x44);
+        u[i + 1] = V_SHUFFLE(t[i], t[i + 2], 0xee);
+        u[i + 2] = V_SHUFFLE(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = V_SHUFFLE(t[i + 1], t[i + 3], 0xee);
+    }
+}
 #if defined(AK_KVF_AVX512)
 AK_INLINE void transpose_tile(vf *r) {
-    vf t[16], u[16];
-    _Pragma("GCC unroll 16")
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    _Pragma("GCC unroll 16")
-    for (int i = 0; i < 16; i += 4) {   /* u[i + e]: rows i..i+3, element 4L + e of 128-bit lane L */
-        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
+    vf u[16];
+    transpose_in_lanes(r, u);
     _Pragma("GCC unroll 16")
     for (int e = 0; e < 4; e++) {
         vf a = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), b = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
@@ -586,19 +602,8 @@ AK_INLINE vf natural(int f, vf x) { return f_porder(f) ? _mm512_permutexvar_ps(P
 #define VSTORE_N(p, n, a) ((n) == W ? _mm512_storeu_ps(p, a) : _mm512_mask_storeu_ps(p, lanes(n), a))
 #else
 AK_INLINE void transpose_tile(vf *r) {
-    vf t[8], u[8];
-    _Pragma("GCC unroll 16")
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    _Pragma("GCC unroll 16")
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
+    vf u[8];
+    transpose_in_lanes(r, u);
     _Pragma("GCC unroll 16")
     for (int e = 0; e < 4; e++) {
         r[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);

@@ -26,6 +26,9 @@ typedef int32_t ak_v16i __attribute__((vector_size(64)));
 typedef float ak_v16f_mem __attribute__((vector_size(64), aligned(4), may_alias));
 #define AK_V16F_LD(p) (*(const ak_v16f_mem *)(const void *)(p))
 #define AK_V16F_ST(p, v) (*(ak_v16f_mem *)(void *)(p) = (v))
+/* Per lane, a where the mask m (a vector comparison's result: -1 or 0) is
+ * set, else b. */
+#define AK_V16F_SELECT(m, a, b) ((ak_v16f)(((ak_v16i)(a) & (m)) | ((ak_v16i)(b) & ~(m))))
 
 /* *v = e^(*v) per lane. x = n ln2 + r, |r| <= ln2/2 (n rounded with the
  * 1.5 * 2^23 trick), e^r by its degree-6 Taylor polynomial, 2^n through the
@@ -35,9 +38,8 @@ static inline void ak_exp_v16(ak_v16f *v) {
     /* clamp, as whole-vector selects; -inf and NaN (unused lanes past a
      * row's end) go to -87, so the conversion to int below is always in
      * range */
-    ak_v16i ok = *v >= lo, big = *v > hi;
-    ak_v16f t = (ak_v16f)(((ak_v16i)*v & ok) | ((ak_v16i)lo & ~ok));
-    t = (ak_v16f)(((ak_v16i)hi & big) | ((ak_v16i)t & ~big));
+    ak_v16f t = AK_V16F_SELECT(*v >= lo, *v, lo);
+    t = AK_V16F_SELECT(t > hi, hi, t);
     ak_v16f nf = (t * 1.44269504f + 12582912.0f) - 12582912.0f;
     ak_v16i n = __builtin_convertvector(nf, ak_v16i);
     ak_v16f r = t - nf * 0.693145752f - nf * 1.42860677e-6f;
@@ -52,14 +54,6 @@ static inline void ak_exp_v16(ak_v16f *v) {
     ak_v16f scale;
     memcpy(&scale, &e, sizeof scale);
     *v = p * scale;
-}
-
-/* y[i] = e^(x[i] - sub) for i < 16 (y may be x). */
-static inline void ak_exp16(float *y, const float *x, float sub) {
-    ak_v16f v = AK_V16F_LD(x);
-    v -= sub;
-    ak_exp_v16(&v);
-    AK_V16F_ST(y, v);
 }
 
 /* g[i] = silu(g[i]) * u[i] = g / (1 + e^-g) * u, i < n (SwiGLU's gate). */
