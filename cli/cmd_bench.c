@@ -269,10 +269,13 @@ static int bench_engine(int argc, char **argv) {
         if (copy_gbs > 0)
             printf(", %.0f%% of copy bandwidth %.1f GB/s; read-only %.1f GB/s", pct, copy_gbs, read_gbs);
         printf(") | %s, %d threads\n", tn, nt);
-        if (B)
+        if (B) {
             printf("batch %d after %d-token prompts: %.2f tok/s aggregate vs %.2f tok/s for 1 sequence = %.2fx "
-                   "(%.1f GB/s of weights + KV, %.0f%% of copy)\n",
-                   B, batch_prompt, bn_med, b1_med, b_ratio, bn_bw, bn_pct);
+                   "(%.1f GB/s of weights + KV",
+                   B, batch_prompt, bn_med, b1_med, b_ratio, bn_bw);
+            if (copy_gbs > 0) printf(", %.0f%% of copy", bn_pct);
+            printf(")\n");
+        }
     }
     rc = 0;
     goto done;

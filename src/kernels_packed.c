@@ -48,7 +48,8 @@
 #define GROUP 16            /* rows per group */
 #define TILE_T 8            /* tokens per tile */
 #define TOKEN_CHUNK 64      /* tokens per work item in prefill */
-#define PF_BYTES 4096      /* prefetch distance in the codes stream */
+#define PF_BYTES 4096      /* prefetch distance in the codes stream, into L1 */
+#define PF_FAR 32768       /* and further ahead into L2 (see tile) */
 #define STACK_XP 65536      /* one token's activations when the heap is exhausted */
 
 static int is_float(uint32_t wtype) {
@@ -73,11 +74,21 @@ static size_t group_bytes(uint32_t wtype, int64_t cols) {
     return ak_round64(nb * (code_record_bytes(wtype) + 2 * GROUP));
 }
 
+/* Bytes of one token's activations in the XP layout (see the top). */
+static inline size_t xp_row_bytes(int64_t cols) {
+    size_t nb = (size_t)(cols / AK_QK);
+    return ak_round64((size_t)cols + nb * 8);
+}
+
 /* Bytes of the packed copy of a rows x cols matrix of wtype, or 0 when this
- * build has no packed kernels for it (then ak_matmul is the way). */
+ * build has no packed kernels for it (then ak_matmul is the way). Quantized
+ * rows so long that one token's activations would not fit the stack buffer
+ * of the out-of-memory path (over ~52K columns) are not packed either: that
+ * way a packed product can always be computed. */
 size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
 #if defined(AK_PACKED)
     if (!packable(wtype) || rows <= 0 || cols <= 0 || (!is_float(wtype) && cols % AK_QK)) return 0;
+    if (!is_float(wtype) && xp_row_bytes(cols) > STACK_XP) return 0;
     return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wtype, cols);
 #else
     (void)wtype; (void)rows; (void)cols;
@@ -139,11 +150,6 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
 
 #if defined(AK_PACKED_Q)
 
-static size_t xp_row_bytes(int64_t cols) {
-    size_t nb = (size_t)(cols / AK_QK);
-    return ak_round64((size_t)cols + nb * 8);
-}
-
 /* One token's activations into the XP layout (see the top). */
 static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) {
     const int64_t nb = cols / AK_QK;
@@ -198,9 +204,17 @@ AK_INLINE_P void tile(const int q8, const int T, const uint8_t *grp, int64_t nb,
         /* Weights stream from memory once per decode step; with few tokens
          * the work per record is too short for out-of-order execution to
          * reach the next loads, so they are fetched PF_BYTES ahead (past
-         * the group's end too: the next group follows). */
+         * the group's end too: the next group follows). With several
+         * tokens the loop is as long in compute as in memory, and the
+         * L1 prefetches alone (bounded by L1's fill buffers) let the two
+         * take turns: a second stream of prefetches far ahead into L2
+         * keeps memory busy while the core computes (8 tokens: the
+         * matrix in 0.47 -> 0.41 ms; one token: unchanged). */
 #pragma GCC unroll 8
         for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
+        if (T > 1)
+#pragma GCC unroll 8
+            for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_FAR + off), _MM_HINT_T1);
         _mm_prefetch((const char *)(scales + (size_t)b * 2 * GROUP + PF_BYTES / 8), _MM_HINT_T0);
         __m512i w[8];
         if (q8) {
@@ -428,9 +442,9 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     j.xp = pool ? ak_pool_scratch(pool, need) : NULL;
     if (!j.xp) j.xp = owned = aligned_alloc(64, need);
     if (!j.xp) {
-        /* Out of memory: one token at a time through the stack. */
+        /* Out of memory: one token at a time through the stack (it holds
+         * one token of any matrix ak_packed_bytes agreed to pack). */
         _Alignas(64) uint8_t one[STACK_XP];
-        if (j.xps > sizeof one) { memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y); return; }
         for (int64_t t = 0; t < ntok; t++) {
             pk_job k = j;
             k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xp = one;
