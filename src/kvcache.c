@@ -356,21 +356,39 @@ static void block_enter(attn_rows *a, head_view *h, const ak_kv *kv, const ak_bl
     }
 }
 
-/* Asks for the bytes of head `head` of block b (keys and values, codes and
- * metadata) to be brought into cache, one block ahead of their use: in
- * decode the weights streamed through since the last step have pushed a
- * long context's cache out to memory, and its blocks are not adjacent, so
- * the hardware prefetchers cannot guess them. The sizes are the current
+/* The bytes of head `head` of a block to come (keys and values, codes and
+ * metadata), asked into L2 a few lines at a time while the current block is
+ * computed. Why: in decode the weights streamed through since the last step
+ * have pushed a long context's cache out to memory, and its blocks are not
+ * adjacent, so the hardware prefetchers cannot guess them. Why in steps:
+ * every prefetch takes a fill buffer until its line arrives, and a block's
+ * 60-70 lines asked at once stalled the core on the 16 or so buffers there
+ * are (15% of attention's time in decode at 2K). The sizes are the current
  * block's (h): a block of another format pair is merely prefetched wrong. */
-static void block_prefetch(const ak_kv *kv, const head_view *h, const ak_block *b, int head) {
-    const uint8_t *km, *kc, *vm, *vc;
+typedef struct {
+    const uint8_t *p[4];
+    size_t n[4];
+    int run;        /* run being prefetched (4: done) */
+    size_t at;      /* next byte of it */
+} kv_prefetch;
+
+static void prefetch_start(kv_prefetch *pf, const ak_kv *kv, const head_view *h, const ak_block *b, int head) {
     size_t T = (size_t)kv->T;
-    head_runs(kv, b->data + h->koff, head, h->kcb, h->kmb, &km, &kc);
-    head_runs(kv, b->data + h->voff, head, h->vcb, h->vmb, &vm, &vc);
-    const uint8_t *p[4] = {km, kc, vm, vc};
-    size_t n[4] = {T * h->kmb, T * h->kcb, T * h->vmb, T * h->vcb};
-    for (int i = 0; i < 4; i++)
-        for (size_t o = 0; o < n[i]; o += 64) __builtin_prefetch(p[i] + o);
+    head_runs(kv, b->data + h->koff, head, h->kcb, h->kmb, &pf->p[0], &pf->p[1]);
+    head_runs(kv, b->data + h->voff, head, h->vcb, h->vmb, &pf->p[2], &pf->p[3]);
+    pf->n[0] = T * h->kmb; pf->n[1] = T * h->kcb; pf->n[2] = T * h->vmb; pf->n[3] = T * h->vcb;
+    pf->run = 0;
+    pf->at = 0;
+}
+
+/* Asks for up to `lines` more cache lines (all that are left if lines < 0). */
+static void prefetch_step(kv_prefetch *pf, int lines) {
+    while (pf->run < 4 && lines != 0) {
+        if (pf->at >= pf->n[pf->run]) { pf->run++; pf->at = 0; continue; }
+        __builtin_prefetch(pf->p[pf->run] + pf->at, 0, 2);
+        pf->at += 64;
+        lines--;
+    }
 }
 
 /* The query of row r in the basis of the block's keys. */
@@ -407,6 +425,15 @@ static inline float hsum16(ak_v16f v) {
     return v[0];
 }
 
+/* x[0..n) *= f, sixteen at a time: the weighted values that follow load the
+ * row as vectors, and scalar stores just before make those loads wait (they
+ * cannot be forwarded from several narrower stores). */
+static inline void scale_row(float *x, int n, float f) {
+    int d = 0;
+    for (; d + 16 <= n; d += 16) AK_V16F_ST(x + d, AK_V16F_LD(x + d) * f);
+    for (; d < n; d++) x[d] *= f;
+}
+
 /* Row r's online-softmax step over the c raw scores sc[0..c) of one block:
  * rescales what the row accumulated if the maximum grew, turns sc into
  * weights (zero from c up to c rounded to 16; sc must have room) and adds
@@ -431,9 +458,8 @@ static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, in
         float f = expf(a->m[r] - bm);
         a->l[r] *= f;
         a->lc[r] *= f;
-        for (int d = 0; d < a->dv; d++) acc[d] *= f;
-        if (a->have_vrot)
-            for (int d = 0; d < a->dv; d++) accr[d] *= f;
+        scale_row(acc, a->dv, f);
+        if (a->have_vrot) scale_row(accr, a->dv, f);
         a->m[r] = bm;
     }
     for (int j0 = 0; j0 < c; j0 += 16) {
@@ -477,6 +503,8 @@ static void rows_finish(attn_rows *a) {
  * batched, or prefilled inside a run: a cache restored from disk and one
  * rebuilt by re-prefilling hold the same bits (a test relies on it). */
 
+#define PF_AHEAD 2    /* blocks ahead that attention prefetches */
+#define PF_LINES 12   /* lines it asks for at each step */
 #define PF_CHUNK 16   /* keys or value dims per inner vector loop */
 
 size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows) {
@@ -592,13 +620,16 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
         const ak_block *b = kv->table[bi];
         int cnt = n_end - bi * T < T ? n_end - bi * T : T;
         block_enter(&a, &h, kv, b, layer, kv_head);
-        if ((bi + 1) * T < n_end) block_prefetch(kv, &h, kv->table[bi + 1], kv_head);
+        kv_prefetch pf = { .run = 4 };
+        if ((bi + PF_AHEAD) * T < n_end) prefetch_start(&pf, kv, &h, kv->table[bi + PF_AHEAD], kv_head);
         /* the block's keys (transposed) and values in f32, stored basis;
          * keys past cnt are zeros (their scores are never used, but they
          * must be finite) */
         if (cnt < Tp)
             for (int d = 0; d < dk; d++) memset(kt + (size_t)d * Tp + cnt, 0, sizeof(float) * (size_t)(Tp - cnt));
+        prefetch_step(&pf, PF_LINES);
         h.ik->dequant_t(h.kc, h.kcb, h.km, h.kmb, cnt, dk, kt, (size_t)Tp);
+        prefetch_step(&pf, PF_LINES);
         h.iv->dequant(h.vc, h.vcb, h.vm, h.vmb, cnt, dv, vf, (size_t)dv);
         /* rows that see this block, four at a time for the scores */
         int r_first = (bi * T - pos0) * n_q;   /* row of the first token that sees position bi*T */
@@ -609,6 +640,7 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
             for (int i = 0; i < nr; i++) qs[i] = row_query(&a, &h, r0 + i);
             run_scores(qs, nr, kt, dk, Tp, sc4);
             for (int i = 0; i < nr; i++) {
+                prefetch_step(&pf, PF_LINES);
                 int r = r0 + i, c = pos0 + r / n_q + 1 - bi * T;   /* keys of this block row r sees */
                 if (c <= 0) continue;
                 if (c > cnt) c = cnt;
@@ -616,6 +648,7 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
                 run_values(sc, c, vf, dv, row_softmax(&a, &h, r, sc, c, scale));
             }
         }
+        prefetch_step(&pf, -1);
     }
     rows_finish(&a);
 }

@@ -642,9 +642,14 @@ AK_INLINE void dequant_impl(const int f, const void *codes, size_t cstride, cons
             const uint8_t *v = p + (size_t)j * cstride;
             float fac = f_tq(f) ? tq_factor(m + (size_t)j * mstride, sqrt_d) : 1.0f, *o = out + (size_t)j * ostride;
             vf gp = tab, hi = VZERO();
+            /* unrolled: with d a constant (the entry points pass 64 and 128
+             * as such) the loops over groups and chunks disappear */
+            _Pragma("GCC unroll 8")
             for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
                 if (G) gp = group_param(f, meta + (j - j0) * fs, g, 1.0f, tab, &hi);
-                for (int k = k0; k < k0 + step && k < d; k += W) {
+                const int kend = k0 + step < d ? k0 + step : d;
+                _Pragma("GCC unroll 8")
+                for (int k = k0; k < kend; k += W) {
                     if (d - k >= W) VSTORE_N(o + k, W, natural(f, dq_chunk(f, v, cb, k, W, tab, gp, hi, fac)));
                     else VSTORE_N(o + k, d - k, natural(f, dq_chunk(f, v, cb, k, d - k, tab, gp, hi, fac)));
                 }
@@ -668,6 +673,7 @@ AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, co
         const int nv = n - j0 < W ? n - j0 : W;   /* vectors of this tile; the rest of it is zeros */
         if (G) fs = convert_meta(f, m, mstride, j0, j0 + nv, d, meta);
         for (int j = 0; j < nv; j++) fac[j] = f_tq(f) ? tq_factor(m + (size_t)(j0 + j) * mstride, sqrt_d) : 1.0f;
+        _Pragma("GCC unroll 8")
         for (int k = 0; k < d; k += W) {
             const int nk = d - k < W ? d - k : W, g = G ? k / G : 0;
             vf x[W];
@@ -700,11 +706,15 @@ AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, co
     }                                                                                                         \
     void ak_kvf_simd_dequant_##F(const void *c, size_t cs, const void *m, size_t ms, int n, int d, float *out, \
                                  size_t os) {                                                                \
-        dequant_impl(ID, c, cs, m, ms, n, d, out, os);                                                        \
+        if (d == 64) dequant_impl(ID, c, cs, m, ms, n, 64, out, os);                                          \
+        else if (d == 128) dequant_impl(ID, c, cs, m, ms, n, 128, out, os);                                   \
+        else dequant_impl(ID, c, cs, m, ms, n, d, out, os);                                                   \
     }                                                                                                         \
     void ak_kvf_simd_dequant_t_##F(const void *c, size_t cs, const void *m, size_t ms, int n, int d,         \
                                    float *out, size_t os) {                                                   \
-        dequant_t_impl(ID, c, cs, m, ms, n, d, out, os);                                                      \
+        if (d == 64) dequant_t_impl(ID, c, cs, m, ms, n, 64, out, os);                                        \
+        else if (d == 128) dequant_t_impl(ID, c, cs, m, ms, n, 128, out, os);                                 \
+        else dequant_t_impl(ID, c, cs, m, ms, n, d, out, os);                                                 \
     }
 ENTRY(f32, AK_KV_F32)
 ENTRY(f16, AK_KV_F16)
