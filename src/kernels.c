@@ -335,10 +335,10 @@ static void mm_quantize_task(void *arg, int ith, int nth) {
 }
 
 static void mm_task(void *arg, int ith, int nth) {
-    (void)ith; (void)nth;
+    (void)nth;
     mm_job *j = arg;
     int64_t r0, r1, t0, t1;
-    while (ak_mm_items_next(&j->items, &r0, &r1, &t0, &t1)) {
+    while (ak_mm_items_next(&j->items, ith, &r0, &r1, &t0, &t1)) {
         if (j->xq)
             j->be->mm_q(j->wtype, j->W, j->wrb, r0, r1, j->cols, j->xq, j->xqs, t0, t1, j->Y, j->rows);
         else

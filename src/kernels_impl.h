@@ -85,13 +85,23 @@ static inline float ak_quantize_block_avx512(const float *x, __m128i *lo, __m128
 
 /* ---- Work items of a threaded product, shared by the drivers ----
  * A product is cut into (token chunk x unit chunk) items that threads claim
- * from an atomic counter, token chunk outermost so that threads share one
- * chunk of activations that stays in cache while weights stream past. Units
- * are rows (kernels.c) or 16-row groups (kernels_packed.c). */
+ * atomically. Units are rows (kernels.c) or 16-row groups (kernels_packed.c).
+ * With several token chunks (prefill) every thread claims from one counter,
+ * token chunk outermost, so that the threads share one chunk of activations
+ * that stays in cache while weights stream past. With one (decode, batched
+ * decode) the items are split into one contiguous range per thread: each
+ * thread then reads one long stretch of the weights, which the prefetchers
+ * (hardware, and the kernels' own far ahead) can follow, where items dealt
+ * out in turn cut every thread's stream into pieces a prefetch distance
+ * long. A thread that finishes its range takes what is left of the others'
+ * (the machine is shared; a thread may be descheduled). */
+#define AK_MM_RANGES 16
 typedef struct {
     int64_t units, ntok;
     int64_t uchunk, tchunk, nuc, ntc;
-    atomic_llong next;
+    int nranges;                          /* 1, or one per thread (at most AK_MM_RANGES) */
+    int64_t end[AK_MM_RANGES];            /* range r: items [end[r - 1], end[r]) */
+    atomic_llong next[AK_MM_RANGES];      /* next item of range r */
 } ak_mm_items;
 
 /* Enough items per thread to balance (8), each unit chunk a multiple of
@@ -108,14 +118,27 @@ static inline void ak_mm_items_init(ak_mm_items *w, int64_t units, int64_t ntok,
     w->uchunk = (units + want - 1) / want;
     w->uchunk = (w->uchunk + round - 1) / round * round;
     w->nuc = (units + w->uchunk - 1) / w->uchunk;
-    atomic_init(&w->next, 0);
+    int64_t items = w->nuc * w->ntc;
+    w->nranges = w->ntc == 1 && nth > 1 ? (nth < AK_MM_RANGES ? nth : AK_MM_RANGES) : 1;
+    if (w->nranges > items) w->nranges = (int)items > 0 ? (int)items : 1;
+    for (int r = 0; r < w->nranges; r++) {
+        atomic_init(&w->next[r], r * items / w->nranges);
+        w->end[r] = (r + 1) * items / w->nranges;
+    }
 }
 
-/* Claims the next item: units [u0, u1) of tokens [t0, t1). Returns 0 when
- * none is left. Safe from any number of threads. */
-static inline int ak_mm_items_next(ak_mm_items *w, int64_t *u0, int64_t *u1, int64_t *t0, int64_t *t1) {
-    int64_t i = atomic_fetch_add_explicit(&w->next, 1, memory_order_relaxed);
-    if (i >= w->nuc * w->ntc) return 0;
+/* Claims the next item for thread ith: units [u0, u1) of tokens [t0, t1),
+ * from the thread's own range first. Returns 0 when none is left. Safe from
+ * any number of threads. */
+static inline int ak_mm_items_next(ak_mm_items *w, int ith, int64_t *u0, int64_t *u1, int64_t *t0, int64_t *t1) {
+    int64_t i = -1;
+    for (int k = 0; k < w->nranges && i < 0; k++) {
+        int r = (ith + k) % w->nranges;
+        if (atomic_load_explicit(&w->next[r], memory_order_relaxed) >= w->end[r]) continue;
+        int64_t c = atomic_fetch_add_explicit(&w->next[r], 1, memory_order_relaxed);
+        if (c < w->end[r]) i = c;
+    }
+    if (i < 0) return 0;
     int64_t tc = i / w->nuc, uc = i % w->nuc;
     *u0 = uc * w->uchunk;
     *u1 = *u0 + w->uchunk < w->units ? *u0 + w->uchunk : w->units;

@@ -384,10 +384,10 @@ static void pk_quantize_task(void *arg, int ith, int nth) {
 #endif
 
 static void pk_task(void *arg, int ith, int nth) {
-    (void)ith; (void)nth;
+    (void)nth;
     pk_job *j = arg;
     int64_t g0, g1, t0, t1;
-    while (ak_mm_items_next(&j->items, &g0, &g1, &t0, &t1)) {
+    while (ak_mm_items_next(&j->items, ith, &g0, &g1, &t0, &t1)) {
         if (is_float(j->wtype)) {
             const int ft = ak_ftype_index(j->wtype);
             for (int64_t t = t0; t < t1; t += TILE_T) {
