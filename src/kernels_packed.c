@@ -187,90 +187,109 @@ AK_INLINE_P __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p) {
 #endif
 }
 
-/* One group of 16 rows times T tokens: Y[t * ldy + r] for r < nvalid.
- * grp is the group's start; xp token t's XP row is at xp + t * xps. With one
- * or two tokens the eight products of a block run as two chains, so decode
- * is not bound by the instruction's latency. */
-AK_INLINE_P void tile(const int q8, const int T, const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps,
-                      int64_t cols, float *Y, int64_t ldy, int nvalid) {
+/* G groups of 16 rows (at grp, grp + gb) times T tokens: Y[t * ldy + g * 16
+ * + r] for g * 16 + r < nvalid. xp token t's XP row is at xp + t * xps. With
+ * one or two tokens the eight products of a block run as two chains, so
+ * decode is not bound by the instruction's latency; with one token two
+ * groups go side by side, two weight streams (more lines in flight: decode
+ * reads faster). A group's arithmetic is the same whatever G and T are. */
+AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nb,
+                      const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
     const size_t crb = q8 ? 512 : 256;
-    const uint8_t *scales = grp + (size_t)nb * crb;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[TILE_T];
+    __m512 acc[2][TILE_T];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) acc[t] = _mm512_setzero_ps();
+        for (int t = 0; t < T; t++) acc[g][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = grp + (size_t)b * crb;
-        /* Weights stream from memory once per decode step; with few tokens
-         * the work per record is too short for out-of-order execution to
-         * reach the next loads, so they are fetched PF_BYTES ahead (past
-         * the group's end too: the next group follows). With several
-         * tokens the loop is as long in compute as in memory, and the
-         * L1 prefetches alone (bounded by L1's fill buffers) let the two
-         * take turns: a second stream of prefetches far ahead into L2
-         * keeps memory busy while the core computes (8 tokens: the
-         * matrix in 0.47 -> 0.41 ms; one token: unchanged). */
+        __m512i w[2][8];
+        __m512 dw[2];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            const uint8_t *rec = grp + g * gb + (size_t)b * crb, *scales = grp + g * gb + (size_t)nb * crb;
+            /* Weights stream from memory once per decode step; with few
+             * tokens the work per record is too short for out-of-order
+             * execution to reach the next loads, so they are fetched
+             * PF_BYTES ahead (past the group's end too: the next group
+             * follows). With several tokens the loop is as long in compute
+             * as in memory, and the L1 prefetches alone (bounded by L1's
+             * fill buffers) let the two take turns: a second stream of
+             * prefetches far ahead into L2 keeps memory busy while the core
+             * computes (8 tokens: the matrix in 0.47 -> 0.41 ms). */
 #pragma GCC unroll 8
-        for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
-        if (T > 1)
+            for (size_t off = 0; off < crb; off += 64)
+                _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
+            if (T > 1)
 #pragma GCC unroll 8
-            for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_FAR + off), _MM_HINT_T1);
-        _mm_prefetch((const char *)(scales + (size_t)b * 2 * GROUP + PF_BYTES / 8), _MM_HINT_T0);
-        __m512i w[8];
-        if (q8) {
+                for (size_t off = 0; off < crb; off += 64)
+                    _mm_prefetch((const char *)(rec + PF_FAR + off), _MM_HINT_T1);
+            _mm_prefetch((const char *)(scales + (size_t)b * 2 * GROUP + PF_BYTES / 8), _MM_HINT_T0);
+            if (q8) {
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) w[j] = _mm512_load_si512((const void *)(rec + 64 * j));
-        } else {
+                for (int j = 0; j < 8; j++) w[g][j] = _mm512_load_si512((const void *)(rec + 64 * j));
+            } else {
 #pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) {
-                __m512i z = _mm512_load_si512((const void *)(rec + 64 * p));
-                w[p] = _mm512_and_si512(z, m4);
-                w[p + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                for (int p = 0; p < 4; p++) {
+                    __m512i z = _mm512_load_si512((const void *)(rec + 64 * p));
+                    w[g][p] = _mm512_and_si512(z, m4);
+                    w[g][p + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                }
             }
+            dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * 2 * GROUP)));
         }
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * 2 * GROUP)));
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const uint8_t *xt = xp + (size_t)t * xps;
             const int8_t *q = (const int8_t *)xt + b * AK_QK;
             float dx;
             memcpy(&dx, xt + cols + 4 * b, 4);
-            __m512i s0 = _mm512_set1_epi32(load_i32(xt + cols + 4 * (cols / AK_QK) + 4 * b));
-            if (T <= 2) {
-                __m512i s1 = _mm512_setzero_si512();
+            const int32_t c = load_i32(xt + cols + 4 * (cols / AK_QK) + 4 * b);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) {
+                __m512i s0 = _mm512_set1_epi32(c);
+                if (T <= 2) {
+                    __m512i s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
-                for (int j = 0; j < 8; j += 2) {
-                    s0 = dpbusd_bcast(s0, w[j], q + 4 * j);
-                    s1 = dpbusd_bcast(s1, w[j + 1], q + 4 * j + 4);
-                }
-                s0 = _mm512_add_epi32(s0, s1);
-            } else {
+                    for (int j = 0; j < 8; j += 2) {
+                        s0 = dpbusd_bcast(s0, w[g][j], q + 4 * j);
+                        s1 = dpbusd_bcast(s1, w[g][j + 1], q + 4 * j + 4);
+                    }
+                    s0 = _mm512_add_epi32(s0, s1);
+                } else {
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) s0 = dpbusd_bcast(s0, w[j], q + 4 * j);
+                    for (int j = 0; j < 8; j++) s0 = dpbusd_bcast(s0, w[g][j], q + 4 * j);
+                }
+                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw[g], _mm512_set1_ps(dx)), acc[g][t]);
             }
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[t]);
         }
     }
-    const __mmask16 m = nvalid >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nvalid) - 1);
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        int nv = nvalid - g * GROUP;
+        if (nv <= 0) break;
+        const __mmask16 m = nv >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nv) - 1);
 #pragma GCC unroll 8
-    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(Y + (size_t)t * ldy, m, acc[t]);
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(Y + (size_t)t * ldy + g * GROUP, m, acc[g][t]);
+    }
 }
 
-typedef void (*tile_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
-                        int64_t ldy, int nvalid);
-#define TILE_FN(Q, T)                                                                                        \
-    static void tile_##Q##_##T(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, \
-                               float *Y, int64_t ldy, int nvalid) {                                          \
-        tile(Q, T, grp, nb, xp, xps, cols, Y, ldy, nvalid);                                                  \
+typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols,
+                        float *Y, int64_t ldy, int nvalid);
+#define TILE_FN(Q, G, T)                                                                                    \
+    static void tile_##Q##_##G##_##T(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t *xp,          \
+                                     size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {        \
+        tile(Q, G, T, grp, gb, nb, xp, xps, cols, Y, ldy, nvalid);                                          \
     }
-#define TILE_FNS(Q) TILE_FN(Q, 1) TILE_FN(Q, 2) TILE_FN(Q, 3) TILE_FN(Q, 4) TILE_FN(Q, 5) TILE_FN(Q, 6) \
-    TILE_FN(Q, 7) TILE_FN(Q, 8)
+#define TILE_FNS(Q) TILE_FN(Q, 1, 1) TILE_FN(Q, 1, 2) TILE_FN(Q, 1, 3) TILE_FN(Q, 1, 4) TILE_FN(Q, 1, 5)    \
+    TILE_FN(Q, 1, 6) TILE_FN(Q, 1, 7) TILE_FN(Q, 1, 8) TILE_FN(Q, 2, 1)
 TILE_FNS(0)
 TILE_FNS(1)
 static const tile_fn tiles[2][TILE_T] = {
-    { tile_0_1, tile_0_2, tile_0_3, tile_0_4, tile_0_5, tile_0_6, tile_0_7, tile_0_8 },
-    { tile_1_1, tile_1_2, tile_1_3, tile_1_4, tile_1_5, tile_1_6, tile_1_7, tile_1_8 },
+    { tile_0_1_1, tile_0_1_2, tile_0_1_3, tile_0_1_4, tile_0_1_5, tile_0_1_6, tile_0_1_7, tile_0_1_8 },
+    { tile_1_1_1, tile_1_1_2, tile_1_1_3, tile_1_1_4, tile_1_1_5, tile_1_1_6, tile_1_1_7, tile_1_1_8 },
 };
+static const tile_fn tiles_pair[2] = { tile_0_2_1, tile_1_2_1 };   /* two groups, one token */
 
 #endif /* AK_PACKED_Q */
 
@@ -403,12 +422,14 @@ static void pk_task(void *arg, int ith, int nth) {
 #if defined(AK_PACKED_Q)
         const int q8 = j->wtype == GGML_TYPE_Q8_0;
         const int64_t nb = j->cols / AK_QK;
-        for (int64_t g = g0; g < g1; g++) {
-            int nvalid = (int)ak_min64(GROUP, j->rows - g * GROUP);
+        for (int64_t g = g0, G; g < g1; g += G) {
+            G = t1 - t0 == 1 && g + 1 < g1 ? 2 : 1;
+            int nvalid = (int)ak_min64(G * GROUP, j->rows - g * GROUP);
             for (int64_t t = t0; t < t1; t += TILE_T) {
                 int T = (int)ak_min64(TILE_T, t1 - t);
-                tiles[q8][T - 1](j->P + (size_t)g * j->gb, nb, j->xp + (size_t)t * j->xps, j->xps, j->cols,
-                                 j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
+                (G == 2 ? tiles_pair[q8] : tiles[q8][T - 1])(j->P + (size_t)g * j->gb, j->gb, nb,
+                                                             j->xp + (size_t)t * j->xps, j->xps, j->cols,
+                                                             j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
             }
         }
 #endif
