@@ -187,26 +187,28 @@ AK_INLINE_P __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p) {
 #endif
 }
 
-/* G groups of 16 rows (at grp, grp + gb) times T tokens: Y[t * ldy + g * 16
- * + r] for g * 16 + r < nvalid. xp token t's XP row is at xp + t * xps. With
- * one or two tokens the eight products of a block run as two chains, so
- * decode is not bound by the instruction's latency. The drivers take groups
- * two at a time: two weight streams per thread keep more lines in flight
- * (Q4_0 decode +7%, batch-8 decode +6%; at 8 tokens some accumulators spill,
- * which costs less). A group's arithmetic is the same whatever G and T are. */
+/* G groups of 16 rows (at grp, grp + gb, ...) times T tokens: Y[t * ldy +
+ * g * 16 + r] for g * 16 + r < nvalid. xp token t's XP row is at xp + t *
+ * xps. With one or two tokens the eight products of a block run as two
+ * chains, so decode is not bound by the instruction's latency. The drivers
+ * take groups four at a time for one token and two at a time otherwise:
+ * more weight streams per thread keep more lines in flight (one group ->
+ * two: Q4_0 decode +7%, batch-8 decode +6%, where some accumulators spill;
+ * two -> four for one token: Q4_0 and Q8_0 decode +2-4%). A group's
+ * arithmetic is the same whatever G and T are. */
 AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nb,
                       const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
     const size_t crb = q8 ? 512 : 256;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[2][TILE_T];
-#pragma GCC unroll 2
+    __m512 acc[4][TILE_T];
+#pragma GCC unroll 4
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[g][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m512i w[2][8];
-        __m512 dw[2];
-#pragma GCC unroll 2
+        __m512i w[4][8];
+        __m512 dw[4];
+#pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             const uint8_t *rec = grp + g * gb + (size_t)b * crb, *scales = grp + g * gb + (size_t)nb * crb;
             /* Weights stream from memory once per decode step; with few
@@ -248,7 +250,7 @@ AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp
             float dx;
             memcpy(&dx, xt + cols + 4 * b, 4);
             const int32_t c = load_i32(xt + cols + 4 * (cols / AK_QK) + 4 * b);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int g = 0; g < G; g++) {
                 __m512i s0 = _mm512_set1_epi32(c);
                 if (T <= 2) {
@@ -267,7 +269,7 @@ AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp
             }
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
         int nv = nvalid - g * GROUP;
         if (nv <= 0) break;
@@ -288,7 +290,8 @@ typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t
     TILE_FN(Q, G, 6) TILE_FN(Q, G, 7) TILE_FN(Q, G, 8)
 #define TILE_ROW(Q, G) { tile_##Q##_##G##_1, tile_##Q##_##G##_2, tile_##Q##_##G##_3, tile_##Q##_##G##_4, \
                          tile_##Q##_##G##_5, tile_##Q##_##G##_6, tile_##Q##_##G##_7, tile_##Q##_##G##_8 }
-TILE_FNS(0, 1) TILE_FNS(0, 2) TILE_FNS(1, 1) TILE_FNS(1, 2)
+TILE_FNS(0, 1) TILE_FNS(0, 2) TILE_FNS(1, 1) TILE_FNS(1, 2) TILE_FN(0, 4, 1) TILE_FN(1, 4, 1)
+static const tile_fn tiles_quad[2] = { tile_0_4_1, tile_1_4_1 };
 static const tile_fn tiles[2][2][TILE_T] = {   /* [q8][groups - 1][tokens - 1] */
     { TILE_ROW(0, 1), TILE_ROW(0, 2) },
     { TILE_ROW(1, 1), TILE_ROW(1, 2) },
@@ -426,11 +429,11 @@ static void pk_task(void *arg, int ith, int nth) {
         const int q8 = j->wtype == GGML_TYPE_Q8_0;
         const int64_t nb = j->cols / AK_QK;
         for (int64_t g = g0, G; g < g1; g += G) {
-            G = (int)ak_min64(2, g1 - g);
+            G = t1 - t0 == 1 && g1 - g >= 4 ? 4 : (int)ak_min64(2, g1 - g);   /* one token: four streams */
             int nvalid = (int)ak_min64(G * GROUP, j->rows - g * GROUP);
             for (int64_t t = t0; t < t1; t += TILE_T) {
                 int T = (int)ak_min64(TILE_T, t1 - t);
-                tiles[q8][G - 1][T - 1](j->P + (size_t)g * j->gb, j->gb, nb, j->xp + (size_t)t * j->xps, j->xps,
+                (G == 4 ? tiles_quad[q8] : tiles[q8][G - 1][T - 1])(j->P + (size_t)g * j->gb, j->gb, nb, j->xp + (size_t)t * j->xps, j->xps,
                                         j->cols, j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
             }
         }
