@@ -252,16 +252,24 @@ static int bench_engine(int argc, char **argv) {
     double pct = copy_gbs > 0 ? 100 * tg_bw / copy_gbs : 0, bn_pct = copy_gbs > 0 ? 100 * bn_bw / copy_gbs : 0;
     const char *tn = gguf_tensor_type_name(m->layers[0].wq.type);
     if (json) {
+        /* without the copy measurement (--no-copy-bench) its fields are null */
+        char cp[32] = "null", rd[32] = "null", pc[32] = "null", bpc[32] = "null";
+        if (copy_gbs > 0) {
+            snprintf(cp, sizeof cp, "%.2f", copy_gbs);
+            snprintf(rd, sizeof rd, "%.2f", read_gbs);
+            snprintf(pc, sizeof pc, "%.1f", pct);
+            snprintf(bpc, sizeof bpc, "%.1f", bn_pct);
+        }
         printf("{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"n_pp\": %d, \"n_tg\": %d, "
                "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"weight_bytes\": %zu, \"tg_weight_gb_s\": %.2f, "
-               "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %.2f, \"read_gb_s\": %.2f, \"tg_bw_pct\": %.1f, "
+               "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %s, \"read_gb_s\": %s, \"tg_bw_pct\": %s, "
                "\"tg_after_prompt\": %s",
-               m->gguf.path, tn, nt, n_pp, n_tg, pp_med, tg_med, m->weight_bytes, gbs, tg_kv, tg_bw, copy_gbs,
-               read_gbs, pct, tg_after ? "true" : "false");
+               m->gguf.path, tn, nt, n_pp, n_tg, pp_med, tg_med, m->weight_bytes, gbs, tg_kv, tg_bw, cp, rd, pc,
+               tg_after ? "true" : "false");
         if (B)
             printf(", \"batch\": %d, \"batch_prompt\": %d, \"batch1_tok_s\": %.3f, \"batch_tok_s\": %.3f, "
-                   "\"batch_ratio\": %.3f, \"batch_kv_bytes\": %.0f, \"batch_gb_s\": %.2f, \"batch_bw_pct\": %.1f",
-                   B, batch_prompt, b1_med, bn_med, b_ratio, bn_kv, bn_bw, bn_pct);
+                   "\"batch_ratio\": %.3f, \"batch_kv_bytes\": %.0f, \"batch_gb_s\": %.2f, \"batch_bw_pct\": %s",
+                   B, batch_prompt, b1_med, bn_med, b_ratio, bn_kv, bn_bw, bpc);
         printf("}\n");
     } else {
         printf("pp%d %.2f tok/s | tg%d%s %.2f tok/s (%.1f GB/s of weights + KV", n_pp, pp_med, n_tg,

@@ -336,3 +336,34 @@ TEST(cli_cache_flags_bad_input) {
         free_result(&r);
     }
 }
+
+/* `bench engine --json`: one JSON object with positive speeds, and the copy
+ * measurement's fields numbers when it ran and null under --no-copy-bench
+ * (they once read 0, a figure nobody measured). */
+TEST(cli_bench_engine_json) {
+    char args[1024], path[512];
+    const char *model = test_path(path, sizeof path, "models/stories260K.gguf");
+    for (int no_copy = 0; no_copy < 2; no_copy++) {
+        snprintf(args, sizeof args, "bench engine -m %s -p 8 -n 8 -r 1 --batch 2 --json%s", model,
+                 no_copy ? " --no-copy-bench" : "");
+        cmd_result r = run_cli(args);
+        cJSON *j = r.code == 0 ? cJSON_Parse(r.out) : NULL;
+        CHECK(j, "%s: exit %d, not one JSON object: %s %s", args, r.code, r.out, r.err);
+        if (j) {
+            const char *copy_fields[] = {"copy_gb_s", "read_gb_s", "tg_bw_pct", "batch_bw_pct"};
+            for (int i = 0; i < 4; i++) {
+                cJSON *f = cJSON_GetObjectItem(j, copy_fields[i]);
+                CHECK(no_copy ? cJSON_IsNull(f) : cJSON_IsNumber(f) && f->valuedouble > 0,
+                      "%s%s: %s", copy_fields[i], no_copy ? " under --no-copy-bench" : "", r.out);
+            }
+            double b1 = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "batch1_tok_s"));
+            double bn = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "batch_tok_s"));
+            double ratio = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "batch_ratio"));
+            CHECK(b1 > 0 && bn > 0 && ratio > 0 && cJSON_GetNumberValue(cJSON_GetObjectItem(j, "pp_tok_s")) > 0 &&
+                      cJSON_GetNumberValue(cJSON_GetObjectItem(j, "tg_tok_s")) > 0,
+                  "figures must be positive: %s", r.out);
+            cJSON_Delete(j);
+        }
+        free_result(&r);
+    }
+}
