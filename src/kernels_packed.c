@@ -291,11 +291,11 @@ typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t
 #define TILE_ROW(Q, G) { tile_##Q##_##G##_1, tile_##Q##_##G##_2, tile_##Q##_##G##_3, tile_##Q##_##G##_4, \
                          tile_##Q##_##G##_5, tile_##Q##_##G##_6, tile_##Q##_##G##_7, tile_##Q##_##G##_8 }
 TILE_FNS(0, 1) TILE_FNS(0, 2) TILE_FNS(1, 1) TILE_FNS(1, 2) TILE_FN(0, 4, 1) TILE_FN(1, 4, 1)
-static const tile_fn tiles_quad[2] = { tile_0_4_1, tile_1_4_1 };
 static const tile_fn tiles[2][2][TILE_T] = {   /* [q8][groups - 1][tokens - 1] */
     { TILE_ROW(0, 1), TILE_ROW(0, 2) },
     { TILE_ROW(1, 1), TILE_ROW(1, 2) },
 };
+static const tile_fn tiles_quad[2] = { tile_0_4_1, tile_1_4_1 };   /* [q8]: four groups, one token */
 
 #endif /* AK_PACKED_Q */
 
@@ -433,8 +433,9 @@ static void pk_task(void *arg, int ith, int nth) {
             int nvalid = (int)ak_min64(G * GROUP, j->rows - g * GROUP);
             for (int64_t t = t0; t < t1; t += TILE_T) {
                 int T = (int)ak_min64(TILE_T, t1 - t);
-                (G == 4 ? tiles_quad[q8] : tiles[q8][G - 1][T - 1])(j->P + (size_t)g * j->gb, j->gb, nb, j->xp + (size_t)t * j->xps, j->xps,
-                                        j->cols, j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
+                const tile_fn fn = G == 4 ? tiles_quad[q8] : tiles[q8][G - 1][T - 1];
+                fn(j->P + (size_t)g * j->gb, j->gb, nb, j->xp + (size_t)t * j->xps, j->xps, j->cols,
+                   j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
             }
         }
 #endif
