@@ -147,6 +147,13 @@ static inline int ak_mm_items_next(ak_mm_items *w, int ith, int64_t *u0, int64_t
     return 1;
 }
 
+/* The K-quant half of kernels.h's packed layout (kernels_packed_k.c): Q4_K,
+ * Q5_K and Q6_K; kernels_packed.c's entry points hand those types here. */
+size_t ak_packed_k_bytes(uint32_t wtype, int64_t rows, int64_t cols);
+void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P);
+void ak_matmul_packed_k(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
+                        int64_t ntok, float *Y);
+
 /* Little helpers shared by the back ends. */
 static inline uint16_t ak_load_u16(const uint8_t *p) {
     uint16_t v;

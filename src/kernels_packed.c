@@ -55,6 +55,9 @@
 static int is_float(uint32_t wtype) {
     return wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16 || wtype == GGML_TYPE_BF16;
 }
+static int is_k(uint32_t wtype) {   /* kernels_packed_k.c's */
+    return wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K;
+}
 static size_t float_bytes(uint32_t wtype) { return wtype == GGML_TYPE_F32 ? 4 : 2; }
 
 static inline int packable(uint32_t wtype) {
@@ -86,6 +89,7 @@ static inline size_t xp_row_bytes(int64_t cols) {
  * of the out-of-memory path (over ~52K columns) are not packed either: that
  * way a packed product can always be computed. */
 size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
+    if (is_k(wtype)) return ak_packed_k_bytes(wtype, rows, cols);
 #if defined(AK_PACKED)
     if (!packable(wtype) || rows <= 0 || cols <= 0 || (!is_float(wtype) && cols % AK_QK)) return 0;
     if (!is_float(wtype) && xp_row_bytes(cols) > STACK_XP) return 0;
@@ -100,6 +104,10 @@ size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
  * which has ak_packed_bytes(...) bytes (64-byte aligned for speed). Plain C:
  * this runs once per model load. */
 void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P) {
+    if (is_k(wtype)) {
+        ak_pack_weights_k(wtype, W, rows, cols, P);
+        return;
+    }
     const int64_t nb = cols / AK_QK, ng = (rows + GROUP - 1) / GROUP;
     const size_t wrb = ak_row_bytes(wtype, cols), gb = group_bytes(wtype, cols), crb = code_record_bytes(wtype);
     const int q8 = wtype == GGML_TYPE_Q8_0;
@@ -449,6 +457,10 @@ static void pk_task(void *arg, int ith, int nth) {
  * ak_matmul. Must only be called when ak_packed_bytes(wtype, ...) > 0. */
 void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
                       int64_t ntok, float *Y) {
+    if (is_k(wtype)) {
+        ak_matmul_packed_k(pool, wtype, P, rows, cols, X, ntok, Y);
+        return;
+    }
 #if defined(AK_PACKED)
     if (rows <= 0 || ntok <= 0) return;
     int nth = ak_pool_size(pool);

@@ -253,19 +253,25 @@ TEST(kquant_matmul_vs_reference) {
     const int64_t shapes[][3] = {   /* rows, cols, tokens: decode, remainders, panels */
         {1, 256, 1}, {7, 512, 1}, {67, 256, 2}, {130, 768, 3}, {5, 256, 4}, {66, 512, 17}, {130, 1024, 70},
         {9, 4608, 6},   /* more super-blocks than one unpacked chunk (16) */
+        {100, 512, 1}, {83, 256, 8}, {50, 768, 13},   /* packed: 4 groups, 8-token tiles, remainders */
     };
     for (size_t ti = 0; ti < N_KQ; ti++) {
         uint32_t type = kq_types[ti].type;
-        double worst = 0;
-        int failures = 0;
+        double worst = 0, worst_packed = 0;
+        int failures = 0, packed = 0;
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0] && failures < 5; si++) {
             int64_t rows = shapes[si][0], cols = shapes[si][1], ntok = shapes[si][2];
             size_t rb = ak_row_bytes(type, cols);
             float *wd = malloc(sizeof(float) * rows * cols), *x = malloc(sizeof(float) * ntok * cols);
             float *xd = malloc(sizeof(float) * ntok * cols), *w = malloc(sizeof(float) * cols);
             float *y1 = malloc(sizeof(float) * ntok * rows), *y2 = malloc(sizeof(float) * ntok * rows);
+            float *y3 = malloc(sizeof(float) * ntok * rows), *y4 = malloc(sizeof(float) * ntok * rows);
+            float *y5 = malloc(sizeof(float) * ntok * rows);
             uint8_t *W = malloc(rb * rows);
-            REQUIRE(wd && x && xd && w && y1 && y2 && W, "out of memory");
+            /* the packed layout, where this build has one for the type */
+            size_t pb = ak_packed_bytes(type, rows, cols);
+            void *P = pb ? aligned_alloc(64, (pb + 63) & ~(size_t)63) : NULL;
+            REQUIRE(wd && x && xd && w && y1 && y2 && y3 && y4 && y5 && W && (!pb || P), "out of memory");
             for (int64_t i = 0; i < rows; i++) {
                 fill_normal(&r, w, cols, 0.3f);
                 ak_quantize_row(type, w, W + i * rb, cols);
@@ -273,9 +279,18 @@ TEST(kquant_matmul_vs_reference) {
             }
             fill_normal(&r, x, ntok * cols, 1.0f);
             for (int64_t k = 0; k < ntok; k++) ref_quant_x(x + k * cols, cols, kq_types[ti].qk, xd + k * cols);
-            for (int64_t i = 0; i < ntok * rows; i++) y1[i] = y2[i] = NAN;
+            for (int64_t i = 0; i < ntok * rows; i++) y1[i] = y2[i] = y3[i] = y4[i] = y5[i] = NAN;
             ak_matmul(pool, type, W, rows, cols, x, ntok, y1);
             ak_matmul_scalar(type, W, rows, cols, x, ntok, y2);
+            if (pb) {
+                /* all tokens at once on the pool, on one thread, and one
+                 * token per call (decode): the same bits every way */
+                ak_pack_weights(type, W, rows, cols, P);
+                ak_matmul_packed(pool, type, P, rows, cols, x, ntok, y3);
+                ak_matmul_packed(NULL, type, P, rows, cols, x, ntok, y4);
+                for (int64_t k = 0; k < ntok; k++) ak_matmul_packed(pool, type, P, rows, cols, x + k * cols, 1, y5 + k * rows);
+                packed = 1;
+            }
             for (int64_t k = 0; k < ntok && failures < 5; k++)
                 for (int64_t i = 0; i < rows && failures < 5; i++) {
                     double abs_sum, want = ref_dot(wd + i * cols, xd + k * cols, cols, &abs_sum);
@@ -288,10 +303,21 @@ TEST(kquant_matmul_vs_reference) {
                               kq_types[ti].name, (long long)rows, (long long)cols, (long long)ntok, (long long)k,
                               (long long)i, a, b, want);
                     }
+                    if (pb) {
+                        float p1 = y3[k * rows + i], p2 = y4[k * rows + i], p3 = y5[k * rows + i];
+                        worst_packed = fmax(worst_packed, fabs(p1 - want) / abs_sum);
+                        if (!(fabs(p1 - want) <= tol) || memcmp(&p1, &p2, 4) || memcmp(&p1, &p3, 4)) {
+                            failures++;
+                            CHECK(0, "%s packed %lldx%lld ntok=%lld Y[%lld][%lld]: pool %.9g, single thread %.9g, "
+                                  "one token per call %.9g, want %.9g", kq_types[ti].name, (long long)rows,
+                                  (long long)cols, (long long)ntok, (long long)k, (long long)i, p1, p2, p3, want);
+                        }
+                    }
                 }
-            free(wd); free(x); free(xd); free(w); free(y1); free(y2); free(W);
+            free(wd); free(x); free(xd); free(w); free(y1); free(y2); free(y3); free(y4); free(y5); free(W); free(P);
         }
-        printf("    %s max |Y - ref| / sum|w x| = %.2e\n", kq_types[ti].name, worst);
+        if (packed) printf("    %s max |Y - ref| / sum|w x| = %.2e, packed kernels %.2e\n", kq_types[ti].name, worst, worst_packed);
+        else printf("    %s max |Y - ref| / sum|w x| = %.2e\n", kq_types[ti].name, worst);
     }
     ak_pool_free(pool);
 }

@@ -1,0 +1,467 @@
+/* kernels_packed_k.c - Q4_K, Q5_K and Q6_K weight matrices regrouped for VNNI.
+ *
+ * The idea is kernels_packed.c's: rows are taken 16 at a time, and one
+ * 64-byte vector holds 4 consecutive elements of 16 rows, so that one
+ * vpdpbusd (u8 weights x s8 activations, four products per 32-bit lane)
+ * against 4 activation bytes broadcast to every lane advances 16 rows at
+ * once, with no horizontal sums. What K super-blocks add is integer scales
+ * per sub-block: a sub-block's sums (one int32 lane per row) are multiplied
+ * by the 16 rows' scales (vpmulld) and added up exactly, so that a
+ * super-block of 256 elements costs one conversion and one or two FMAs per
+ * 16 rows and token, as in the row-major kernels (kernels_kquant_x86.c).
+ *
+ * Packed layout ("K16"). Groups of 16 rows; the last group is padded with
+ * zero rows. Group g of a matrix with nsb = cols / 256 super-blocks per row
+ * starts at g * nsb * RB and holds nsb records of RB bytes (a multiple of
+ * 64), one per super-block, each the 16 rows' bytes of that super-block:
+ *   Q4_K (RB 2368):
+ *     0     codes: 4 chunks c of 64 elements x 8 vectors p of 64 bytes; in
+ *           vector (c, p), bytes 4r..4r+3 are row r's qs[32c + 4p .. +3]:
+ *           low nibbles elements 64c + 4p .. +3 (sub-block 2c), high
+ *           nibbles 64c + 32 + 4p .. +3 (sub-block 2c + 1)
+ *     2048  sc[8][16]: sub-block j's scale of row r at 16j + r (u8, < 64)
+ *     2176  mn[4][16][2]: the mins of sub-blocks 2k and 2k + 1 of row r at
+ *           32k + 2r and 32k + 2r + 1 (u8, < 64)
+ *     2304  d[16], then 2336 dmin[16] (IEEE halves)
+ *   Q5_K (RB 2880): Q4_K's codes; 2048: the fifth bits, 8 vectors p of 64
+ *     bytes, bytes 4r..4r+3 of vector p being row r's qh[4p .. +3] (bit 2c
+ *     the fifth bit of element 64c + 4p + i, bit 2c + 1 that of
+ *     64c + 32 + 4p + i); then sc, mn, d, dmin as Q4_K from 2560.
+ *   Q6_K (RB 3392):
+ *     0     codes: for n < 2 and p < 8, at 192 (8n + p): two vectors of
+ *           low bits, bytes 4r..4r+3 of vector kk being row r's
+ *           ql[64n + 32kk + 4p .. +3], and one of high bits, row r's
+ *           qh[32n + 4p .. +3]. Element 128n + 32k + 4p + i has its low 4
+ *           bits in nibble k >> 1 of vector k & 1, its high 2 at bits 2k.
+ *     3072  sc[16][16]: scale i of row r at 16i + r (s8)
+ *     3328  d[16] (IEEE halves), then zero to 3392
+ * Same bytes as the row-major blocks but for the scales (stored unpacked, 1-3%
+ * more): the packed copy replaces them.
+ *
+ * Activations ("XK"), per token and super-block, 384 bytes: 256 int8 quants
+ * (d = amax / 127 over the super-block, round half to even: the row-major K
+ * kernels' arithmetic, kquant.c), then at 256 the 8 int16 sums of each 32
+ * (for the mins), at 272 the 16 int32 values -32 * (sum of each 16) (Q6_K's
+ * offset of 32, with which a sub-block's integer sum starts), at 336 the
+ * float d.
+ *
+ * Arithmetic per row and super-block, the same whatever the number of
+ * tokens or groups in the pass (decode, batched decode and prefill agree to
+ * the last bit):
+ *     isum = sum_j sc_j * (sum_i u_i x_i [+ Q6_K: -32 sum_i x_i])   (exact int32)
+ *     corr = sum_j mn_j * (sum_i x_i)                                 (Q4_K, Q5_K)
+ *     acc  = fma(isum, d * dx, acc), then acc = fma(-corr, dmin * dx, acc)
+ * No overflow: |isum| < 2^27 for every type.
+ *
+ * Only built where AVX512-VNNI is available; elsewhere ak_packed_k_bytes
+ * says 0 and the row-major kernels take these types.
+ */
+#include <stdlib.h>
+
+#include "kernels_impl.h"
+#include "kquant.h"
+#include "util.h"
+
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__) && !defined(AK_NO_PACKED)
+#define AK_PACKED_K 1
+#include <immintrin.h>
+#endif
+
+#define GROUP 16            /* rows per group */
+#define TILE_T 8            /* tokens per tile */
+#define TOKEN_CHUNK 64      /* tokens per work item in prefill */
+#define PF_BYTES 4096       /* prefetch distance in a group's stream, into L1 */
+#define PF_FAR 65536        /* and further ahead into L2, with several tokens */
+#define XK_BYTES 384        /* one super-block of one token's activations */
+#define XK_S32 256
+#define XK_C16 272
+#define XK_D 336
+#define STACK_XK 36864      /* one token's activations when the heap is exhausted: 96 super-blocks */
+
+enum { KP_Q4K, KP_Q5K, KP_Q6K };
+
+static int kp_kind(uint32_t wtype) {
+    return wtype == GGML_TYPE_Q4_K ? KP_Q4K : wtype == GGML_TYPE_Q5_K ? KP_Q5K : wtype == GGML_TYPE_Q6_K ? KP_Q6K : -1;
+}
+
+/* Record bytes and the offsets inside a record, per kind. */
+static inline size_t rec_bytes(int kt) { return kt == KP_Q4K ? 2368 : kt == KP_Q5K ? 2880 : 3392; }
+static inline size_t off_sc(int kt) { return kt == KP_Q4K ? 2048 : kt == KP_Q5K ? 2560 : 3072; }
+static inline size_t off_mn(int kt) { return off_sc(kt) + 128; }
+static inline size_t off_d(int kt) { return kt == KP_Q6K ? 3328 : off_sc(kt) + 256; }
+static inline size_t off_dmin(int kt) { return off_d(kt) + 32; }
+
+/* Bytes of the packed copy of a rows x cols matrix of wtype, or 0 when this
+ * build has no packed kernels for it. Rows so long that one token's
+ * activations would not fit the out-of-memory path's stack buffer (over
+ * 24576 columns) are left to the row-major kernels, so that a packed product
+ * can always be computed. */
+size_t ak_packed_k_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
+#if defined(AK_PACKED_K)
+    int kt = kp_kind(wtype);
+    if (kt < 0 || rows <= 0 || cols <= 0 || cols % AK_QKK) return 0;
+    if ((size_t)(cols / AK_QKK) * XK_BYTES > STACK_XK) return 0;
+    return (size_t)((rows + GROUP - 1) / GROUP) * (size_t)(cols / AK_QKK) * rec_bytes(kt);
+#else
+    (void)wtype; (void)rows; (void)cols;
+    return 0;
+#endif
+}
+
+static inline void put4(uint8_t *dst, const uint8_t *src) { memcpy(dst, src, 4); }
+
+/* One row's super-block (row-major bytes at blk) into record rec as row r. */
+static void pack_superblock(int kt, const uint8_t *blk, uint8_t *rec, int r) {
+    if (kt == KP_Q6K) {
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        for (int n = 0; n < 2; n++)
+            for (int p = 0; p < 8; p++) {
+                uint8_t *v = rec + 192 * (8 * n + p);
+                put4(v + 4 * r, ql + 64 * n + 4 * p);
+                put4(v + 64 + 4 * r, ql + 64 * n + 32 + 4 * p);
+                put4(v + 128 + 4 * r, qh + 32 * n + 4 * p);
+            }
+        for (int i = 0; i < 16; i++) rec[off_sc(kt) + 16 * i + r] = (uint8_t)sc[i];
+        memcpy(rec + off_d(kt) + 2 * r, blk + 208, 2);
+        return;
+    }
+    const uint8_t *qs = blk + (kt == KP_Q5K ? 48 : 16);
+    for (int c = 0; c < 4; c++)
+        for (int p = 0; p < 8; p++) put4(rec + 512 * c + 64 * p + 4 * r, qs + 32 * c + 4 * p);
+    if (kt == KP_Q5K)
+        for (int p = 0; p < 8; p++) put4(rec + 2048 + 64 * p + 4 * r, blk + 16 + 4 * p);
+    uint8_t sc[8], mn[8];
+    ak_kq_scales_k4(blk + 4, sc, mn);
+    for (int j = 0; j < 8; j++) {
+        rec[off_sc(kt) + 16 * j + r] = sc[j];
+        rec[off_mn(kt) + 32 * (j / 2) + 2 * r + (j & 1)] = mn[j];
+    }
+    memcpy(rec + off_d(kt) + 2 * r, blk, 2);
+    memcpy(rec + off_dmin(kt) + 2 * r, blk + 2, 2);
+}
+
+/* Writes the packed copy of W (rows x cols of wtype, row-major) to P, which
+ * has ak_packed_k_bytes(...) bytes. Plain C: this runs once per model load. */
+void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P) {
+    const int kt = kp_kind(wtype);
+    const int64_t nsb = cols / AK_QKK, ng = (rows + GROUP - 1) / GROUP;
+    const size_t wrb = ak_row_bytes(wtype, cols), rb = rec_bytes(kt);
+    const size_t bb = wrb / (size_t)nsb;   /* bytes of one row-major super-block */
+    for (int64_t g = 0; g < ng; g++) {
+        uint8_t *grp = (uint8_t *)P + (size_t)g * (size_t)nsb * rb;
+        memset(grp, 0, (size_t)nsb * rb);   /* padding rows and bytes: scale 0, codes 0 */
+        int nrow = (int)(rows - g * GROUP < GROUP ? rows - g * GROUP : GROUP);
+        for (int r = 0; r < nrow; r++) {
+            const uint8_t *src = (const uint8_t *)W + (size_t)(g * GROUP + r) * wrb;
+            for (int64_t b = 0; b < nsb; b++) pack_superblock(kt, src + (size_t)b * bb, grp + (size_t)b * rb, r);
+        }
+    }
+}
+
+#if defined(AK_PACKED_K)
+
+#define AK_INLINE_K static inline __attribute__((always_inline))
+
+/* One token's activations into the XK layout (see the top). */
+static void quantize_xk(const float *x, uint8_t *dst, int64_t cols) {
+    for (int64_t b = 0; b < cols / AK_QKK; b++, x += AK_QKK, dst += XK_BYTES) {
+        __m512 amax = _mm512_setzero_ps();
+        for (int i = 0; i < AK_QKK; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+        float d = _mm512_reduce_max_ps(amax) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        int16_t *s32 = (int16_t *)(dst + XK_S32);
+        int32_t *c16 = (int32_t *)(dst + XK_C16);
+        int sum16[16];
+        for (int i = 0; i < 16; i++) {
+            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * i), _mm512_set1_ps(id)));   /* half-even */
+            _mm_storeu_si128((__m128i *)(dst + 16 * i), _mm512_cvtepi32_epi8(q));
+            sum16[i] = _mm512_reduce_add_epi32(q);
+            c16[i] = -32 * sum16[i];
+        }
+        for (int j = 0; j < 8; j++) s32[j] = (int16_t)(sum16[2 * j] + sum16[2 * j + 1]);   /* |.| <= 32 * 127 */
+        memcpy(dst + XK_D, &d, 4);
+    }
+}
+
+/* acc + u8 x s8 products of w with 4 activation bytes at p broadcast to every
+ * lane (vpdpbusd), and + s16 x s16 products of w with an int16 pair at p
+ * (vpdpwssd). Written out for GCC, which does not fold the broadcast. */
+typedef struct { int8_t b[4]; } four_bytes;
+AK_INLINE_K __m512i dpbusd_b(__m512i acc, __m512i w, const void *p) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const four_bytes *)p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(v));
+#endif
+}
+AK_INLINE_K __m512i dpwssd_b(__m512i acc, __m512i w, const void *p) {
+#if defined(__GNUC__)
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const four_bytes *)p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpwssd_epi32(acc, w, _mm512_set1_epi32(v));
+#endif
+}
+
+/* Weights stream from memory once per decode step: the lines PF_BYTES
+ * ahead (past the group's end too: the next group follows) are asked for in
+ * eight parts, one per step of a record's loop; asked for all at once they
+ * wait on L1's fill buffers and stall the core. With several tokens the
+ * loop is as long in compute as in memory, so a second stream goes PF_FAR
+ * ahead into L2 (kernels_packed.c measured why). */
+AK_INLINE_K void prefetch_part(const int kt, const int T, const uint8_t *rec, int step) {
+    const int lines = (int)(rec_bytes(kt) / 64), a = step * lines / 8, b = (step + 1) * lines / 8;
+#pragma GCC unroll 8
+    for (int l = a; l < b; l++) {
+        _mm_prefetch((const char *)(rec + PF_BYTES + 64 * l), _MM_HINT_T0);
+        if (T > 1) _mm_prefetch((const char *)(rec + PF_FAR + 64 * l), _MM_HINT_T1);
+    }
+}
+
+/* Every 16-bit lane shifted left by n, or right by -n. */
+AK_INLINE_K __m512i shift16(__m512i v, int n) {
+    return n >= 0 ? _mm512_sll_epi16(v, _mm_cvtsi32_si128(n)) : _mm512_srl_epi16(v, _mm_cvtsi32_si128(-n));
+}
+
+/* Q4_K / Q5_K, step j of a record: sub-block j = 2c + h (low nibbles of
+ * chunk c for h = 0, high for h = 1) for T tokens, into isum. */
+AK_INLINE_K void k4_step(const int kt, const int T, const uint8_t *rec, int j, const uint8_t *x0, size_t xks,
+                         __m512i *isum) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
+    const int c = j >> 1, h = j & 1;
+    prefetch_part(kt, T, rec, j);
+    __m512i w[8];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        __m512i v = shift16(_mm512_load_si512((const void *)(rec + 512 * c + 64 * p)), -4 * h);
+        if (kt == KP_Q5K) {   /* bit j of the qh bytes, to bit 4 */
+            __m512i q = shift16(_mm512_load_si512((const void *)(rec + 2048 + 64 * p)), 4 - j);
+            w[p] = _mm512_ternarylogic_epi32(v, _mm512_and_si512(q, b4), m4, 0xec);   /* (v & m4) | q */
+        } else {
+            w[p] = _mm512_and_si512(v, m4);
+        }
+    }
+    const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(rec + off_sc(kt) + 16 * j)));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; t++) {
+        const uint8_t *q = x0 + (size_t)t * xks + 64 * c + 32 * h;
+        __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) s = dpbusd_b(s, w[p], q + 4 * p);
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
+    }
+}
+
+/* Q6_K, step j = 4n + k of a record: elements 128n + 32k .. +31 (sub-blocks
+ * 8n + 2k and 8n + 2k + 1) for T tokens, into isum. */
+AK_INLINE_K void k6_step(const int T, const uint8_t *rec, int j, const uint8_t *x0, size_t xks, __m512i *isum) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const int n = j >> 2, k = j & 3;
+    prefetch_part(KP_Q6K, T, rec, j);
+    __m512i w[8];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        const uint8_t *v3 = rec + 192 * (8 * n + p);
+        __m512i lo = shift16(_mm512_load_si512((const void *)(v3 + 64 * (k & 1))), -4 * (k >> 1));
+        __m512i hi = shift16(_mm512_load_si512((const void *)(v3 + 128)), 4 - 2 * k);   /* bits 2k, 2k + 1 to 4, 5 */
+        w[p] = _mm512_ternarylogic_epi32(lo, _mm512_and_si512(hi, m30), m4, 0xec);   /* (lo & m4) | hi */
+    }
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; hh++) {
+        const int i = 8 * n + 2 * k + hh;
+        const __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(rec + off_sc(KP_Q6K) + 16 * i)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) {
+            const uint8_t *xt = x0 + (size_t)t * xks;
+            const uint8_t *q = xt + 128 * n + 32 * k + 16 * hh;
+            int32_t c16;
+            memcpy(&c16, xt + XK_C16 + 4 * i, 4);
+            __m512i s = _mm512_set1_epi32(c16);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) s = dpbusd_b(s, w[4 * hh + p], q + 4 * p);
+            isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
+        }
+    }
+}
+
+/* G groups of 16 rows (records at grp, grp + gb, ...) times T tokens (XK
+ * rows xk + t * xks): Y[t * ldy + g * 16 + r] for g * 16 + r < nvalid. The
+ * groups of a super-block are taken one after the other, so a group's
+ * arithmetic does not depend on G or T; several groups are several streams
+ * of weights in flight (decode takes four). */
+AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nsb,
+                       const uint8_t *xk, size_t xks, float *Y, int64_t ldy, int nvalid) {
+    const size_t rb = rec_bytes(kt);
+    __m512 acc[4][TILE_T];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) acc[g][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *x0 = xk + (size_t)b * XK_BYTES;
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const uint8_t *rec = grp + g * gb + (size_t)b * rb;
+            __m512i isum[TILE_T];
+#pragma GCC unroll 8
+            for (int t = 0; t < T; t++) isum[t] = _mm512_setzero_si512();
+            if (kt != KP_Q6K) {
+                if (T <= 2) {
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) k4_step(kt, T, rec, j, x0, xks, isum);
+                } else {   /* unrolled, the unpacked weights of all steps spill */
+#pragma GCC unroll 1
+                    for (int j = 0; j < 8; j++) k4_step(kt, T, rec, j, x0, xks, isum);
+                }
+                __m512i mn[4];
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    mn[k] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)(rec + off_mn(kt) + 32 * k)));
+                const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + off_d(kt))));
+                const __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + off_dmin(kt))));
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *xt = x0 + (size_t)t * xks;
+                    __m512i corr = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) corr = dpwssd_b(corr, mn[k], xt + XK_S32 + 4 * k);
+                    float dx;
+                    memcpy(&dx, xt + XK_D, 4);
+                    const __m512 vdx = _mm512_set1_ps(dx);
+                    acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, vdx), acc[g][t]);
+                    acc[g][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_mul_ps(dm, vdx), acc[g][t]);
+                }
+            } else {
+                if (T <= 2) {
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) k6_step(T, rec, j, x0, xks, isum);
+                } else {
+#pragma GCC unroll 1
+                    for (int j = 0; j < 8; j++) k6_step(T, rec, j, x0, xks, isum);
+                }
+                const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + off_d(kt))));
+#pragma GCC unroll 8
+                for (int t = 0; t < T; t++) {
+                    float dx;
+                    memcpy(&dx, x0 + (size_t)t * xks + XK_D, 4);
+                    acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+                                                acc[g][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        int nv = nvalid - g * GROUP;
+        if (nv <= 0) break;
+        const __mmask16 m = nv >= GROUP ? (__mmask16)0xffff : (__mmask16)((1u << nv) - 1);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(Y + (size_t)t * ldy + g * GROUP, m, acc[g][t]);
+    }
+}
+
+typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
+                         int64_t ldy, int nvalid);
+#define KTILE_FN(K, G, T)                                                                                   \
+    static void ktile_##K##_##G##_##T(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk,       \
+                                      size_t xks, float *Y, int64_t ldy, int nvalid) {                     \
+        ktile(K, G, T, grp, gb, nsb, xk, xks, Y, ldy, nvalid);                                              \
+    }
+/* Per kind: one group with 1..8 tokens, two groups with 1..4, four with one. */
+#define KTILE_KIND(K) KTILE_FN(K, 1, 1) KTILE_FN(K, 1, 2) KTILE_FN(K, 1, 3) KTILE_FN(K, 1, 4) KTILE_FN(K, 1, 5) \
+    KTILE_FN(K, 1, 6) KTILE_FN(K, 1, 7) KTILE_FN(K, 1, 8) KTILE_FN(K, 2, 1) KTILE_FN(K, 2, 2) KTILE_FN(K, 2, 3)  \
+    KTILE_FN(K, 2, 4) KTILE_FN(K, 4, 1)
+#define KTILE_ROWS(K)                                                                                         \
+    { { ktile_##K##_1_1, ktile_##K##_1_2, ktile_##K##_1_3, ktile_##K##_1_4, ktile_##K##_1_5, ktile_##K##_1_6, \
+        ktile_##K##_1_7, ktile_##K##_1_8 },                                                                   \
+      { ktile_##K##_2_1, ktile_##K##_2_2, ktile_##K##_2_3, ktile_##K##_2_4, NULL, NULL, NULL, NULL },         \
+      { ktile_##K##_4_1, NULL, NULL, NULL, NULL, NULL, NULL, NULL } }
+KTILE_KIND(0) KTILE_KIND(1) KTILE_KIND(2)
+static const ktile_fn ktiles[3][3][TILE_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
+
+typedef struct {
+    int kt;
+    const uint8_t *P;
+    int64_t rows, cols, ntok, nsb;
+    const float *X;
+    float *Y;
+    uint8_t *xk;
+    size_t xks, gb;
+    int64_t ng;             /* groups of 16 rows */
+    ak_mm_items items;      /* groups x token chunks */
+} kp_job;
+
+static void kp_quantize_task(void *arg, int ith, int nth) {
+    kp_job *j = arg;
+    int64_t per = (j->ntok + nth - 1) / nth;
+    int64_t t0 = ith * per, t1 = ak_min64(j->ntok, t0 + per);
+    for (int64_t t = t0; t < t1; t++) quantize_xk(j->X + t * j->cols, j->xk + (size_t)t * j->xks, j->cols);
+}
+
+static void kp_task(void *arg, int ith, int nth) {
+    (void)nth;
+    kp_job *j = arg;
+    int64_t g0, g1, t0, t1;
+    while (ak_mm_items_next(&j->items, ith, &g0, &g1, &t0, &t1)) {
+        for (int64_t t = t0; t < t1; t += TILE_T) {
+            const int T = (int)ak_min64(TILE_T, t1 - t);
+            for (int64_t g = g0, G; g < g1; g += G) {
+                /* four streams for one token, two for up to four tokens */
+                G = T == 1 && g1 - g >= 4 ? 4 : T <= 4 && g1 - g >= 2 ? 2 : 1;
+                const int nvalid = (int)ak_min64(G * GROUP, j->rows - g * GROUP);
+                ktiles[j->kt][G == 4 ? 2 : G - 1][T - 1](j->P + (size_t)g * j->gb, j->gb, j->nsb,
+                                                         j->xk + (size_t)t * j->xks, j->xks,
+                                                         j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
+            }
+        }
+    }
+}
+
+#endif /* AK_PACKED_K */
+
+/* Y (ntok x rows) = X (ntok x cols) times W^T, with W given as its packed
+ * copy P (ak_pack_weights_k). The activations are quantized as the row-major
+ * K kernels do. Must only be called when ak_packed_k_bytes(...) > 0. */
+void ak_matmul_packed_k(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
+                        int64_t ntok, float *Y) {
+#if defined(AK_PACKED_K)
+    if (rows <= 0 || ntok <= 0) return;
+    int nth = ak_pool_size(pool);
+    kp_job j = {0};
+    j.kt = kp_kind(wtype); j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
+    j.nsb = cols / AK_QKK;
+    j.gb = (size_t)j.nsb * rec_bytes(j.kt);
+    j.ng = (rows + GROUP - 1) / GROUP;
+    j.xks = (size_t)j.nsb * XK_BYTES;
+    ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, 4);
+    size_t need = j.xks * (size_t)ntok;
+    uint8_t *owned = NULL;
+    j.xk = pool ? ak_pool_scratch(pool, need) : NULL;
+    if (!j.xk) j.xk = owned = aligned_alloc(64, need);
+    if (!j.xk) {
+        /* Out of memory: one token at a time through the stack (it holds
+         * one token of any matrix ak_packed_k_bytes agreed to pack). */
+        _Alignas(64) uint8_t one[STACK_XK];
+        for (int64_t t = 0; t < ntok; t++) {
+            kp_job k = j;
+            k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xk = one;
+            ak_mm_items_init(&k.items, k.ng, 1, 1, 1, 4);
+            kp_quantize_task(&k, 0, 1);
+            kp_task(&k, 0, 1);
+        }
+        return;
+    }
+    if (ntok >= 2 * nth) ak_pool_run(pool, kp_quantize_task, &j);
+    else kp_quantize_task(&j, 0, 1);
+    ak_pool_run(pool, kp_task, &j);
+    free(owned);
+#else
+    (void)pool; (void)wtype; (void)P; (void)cols; (void)X;
+    memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y);
+#endif
+}
