@@ -322,6 +322,24 @@ TEST(kquant_matmul_vs_reference) {
     ak_pool_free(pool);
 }
 
+/* The packed K kernels' out-of-memory path holds one token's activations on
+ * the stack: rows longer than it holds must be left to the row-major
+ * kernels, so that a packed product can always be computed. */
+TEST(kquant_packed_declines_rows_too_long_for_its_fallback) {
+    const uint32_t k[] = {GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    int built = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!ak_packed_bytes(k[i], 16, 256)) continue;   /* no packed kernels in this build */
+        built++;
+        CHECK(ak_packed_bytes(k[i], 16, 24576) > 0, "type %u: 24576 columns should be packed", k[i]);
+        CHECK(ak_packed_bytes(k[i], 16, 24576 + 256) == 0, "type %u: 24832 columns packed, past the fallback", k[i]);
+        CHECK(ak_packed_bytes(k[i], 16, 300) == 0, "type %u: 300 columns are not whole super-blocks", k[i]);
+        CHECK(ak_packed_bytes(k[i], 17, 512) == 2 * ak_packed_bytes(k[i], 16, 512),
+              "type %u: 17 rows should take two groups of 16", k[i]);
+    }
+    printf("    %s\n", built ? "packed K kernels in this build" : "no packed K kernels in this build (row-major only)");
+}
+
 /* Any K-quant GGUF among the shared models loads and computes finite logits. */
 TEST(kquant_shared_models_load) {
     char dir[512];
