@@ -1,4 +1,4 @@
-/* kernels_packed.c - Q4_0 and Q8_0 weight matrices regrouped for VNNI.
+/* kernels_packed.c - Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (and float) weight matrices regrouped for VNNI.
  *
  * Why. A row-major Q4_0 matrix makes every dot product end in a horizontal
  * sum, and every 32-element block pay its own scale conversion and float
@@ -14,22 +14,31 @@
  * padded with zero rows. Group g of a matrix with nb = cols / 32 blocks per row
  * starts at g * group_bytes (a multiple of 64) and holds
  *     codes:  nb records, one per block of 32 columns, then
- *     scales: nb records of 16 f16 scales (row r of the group at index r).
+ *     scales: nb records of 16 f16 scales d (row r of the group at index r),
+ *             for Q4_1 / Q5_1 followed by the 16 f16 minimums m.
  * Code records:
- *     Q4_0: 4 vectors of 64 bytes (256 bytes). In vector p (0..3), bytes
- *           4r..4r+3 hold row r's elements 4p..4p+3 in their low nibbles and
- *           elements 16+4p..16+4p+3 in their high nibbles, as stored (q + 8).
+ *     Q4_0, Q4_1: 4 vectors of 64 bytes (256 bytes). In vector p (0..3),
+ *           bytes 4r..4r+3 hold row r's elements 4p..4p+3 in their low
+ *           nibbles and elements 16+4p..16+4p+3 in their high nibbles, as
+ *           stored (Q4_0: q + 8).
+ *     Q5_0, Q5_1: Q4_0's 4 vectors, then one of fifth bits (320 bytes):
+ *           its byte 4r + i holds, at bit p, the fifth bit of row r's
+ *           element 4p + i and at bit 4 + p that of element 16 + 4p + i
+ *           (Q5_0: q + 16).
  *     Q8_0: 8 vectors of 64 bytes (512 bytes). In vector j (0..7), bytes
  *           4r..4r+3 hold row r's elements 4j..4j+3 as q + 128 (unsigned).
  * Same bytes as the row-major blocks: the packed copy replaces them.
  *
  * Activations ("XP"), per token: cols int8 quants (d = amax/127, round half
  * to even, as the other back ends), nb float scales d, nb int32 offsets
- * c = -o * sum(q) with o the weight's offset (8 for Q4_0, 128 for Q8_0); the
- * integer sum of a block starts at c, so the offset costs nothing.
+ * c = -o * sum(q) with o the weight's offset (8 for Q4_0, 16 for Q5_0, 128
+ * for Q8_0, 0 for Q4_1 / Q5_1), nb floats s = d * sum(q) (for the minimums
+ * m: a block adds m * s). The integer sum of a block starts at c, so the
+ * offset costs nothing.
  *
- * Only built where AVX512-VNNI is available; elsewhere ak_packed_bytes says 0
- * and the engine uses the row-major kernels.
+ * The quantized tiles are built where AVX512-VNNI is available, the float
+ * ones where AVX-512 is; elsewhere ak_packed_bytes says 0 and the engine uses
+ * the row-major kernels.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -62,31 +71,49 @@ static size_t float_bytes(uint32_t wtype) { return wtype == GGML_TYPE_F32 ? 4 : 
 
 static inline int packable(uint32_t wtype) {
 #if defined(AK_PACKED_Q)
-    if (wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0) return 1;
+    if (wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q8_0 || wtype == GGML_TYPE_Q4_1 ||
+        wtype == GGML_TYPE_Q5_0 || wtype == GGML_TYPE_Q5_1)
+        return 1;
 #endif
     return is_float(wtype);
 }
 
-static size_t code_record_bytes(uint32_t wtype) { return wtype == GGML_TYPE_Q8_0 ? 512 : 256; }
+/* The 32-block types, as the tiles tell them apart. */
+enum { PQ_Q40, PQ_Q80, PQ_Q41, PQ_Q50, PQ_Q51, PQ_KINDS };
+static int pq_kind(uint32_t wtype) {
+    switch (wtype) {
+    case GGML_TYPE_Q8_0: return PQ_Q80;
+    case GGML_TYPE_Q4_1: return PQ_Q41;
+    case GGML_TYPE_Q5_0: return PQ_Q50;
+    case GGML_TYPE_Q5_1: return PQ_Q51;
+    default: return PQ_Q40;
+    }
+}
+static inline int pq_has_min(int kind) { return kind == PQ_Q41 || kind == PQ_Q51; }
+static inline int pq_has_hbits(int kind) { return kind == PQ_Q50 || kind == PQ_Q51; }
+static inline int pq_offset(int kind) { return kind == PQ_Q40 ? 8 : kind == PQ_Q50 ? 16 : kind == PQ_Q80 ? 128 : 0; }
+static inline size_t code_record_bytes_k(int kind) { return kind == PQ_Q80 ? 512 : pq_has_hbits(kind) ? 320 : 256; }
+static inline size_t scale_record_bytes_k(int kind) { return pq_has_min(kind) ? 4 * GROUP : 2 * GROUP; }
+static size_t code_record_bytes(uint32_t wtype) { return code_record_bytes_k(pq_kind(wtype)); }
 
 /* Bytes of one group of 16 rows, rounded up to 64: codes then scales, or for
  * float weights one 16-row column after the other. */
 static size_t group_bytes(uint32_t wtype, int64_t cols) {
     if (is_float(wtype)) return ak_round64((size_t)cols * GROUP * float_bytes(wtype));
     size_t nb = (size_t)(cols / AK_QK);
-    return ak_round64(nb * (code_record_bytes(wtype) + 2 * GROUP));
+    return ak_round64(nb * (code_record_bytes(wtype) + scale_record_bytes_k(pq_kind(wtype))));
 }
 
 /* Bytes of one token's activations in the XP layout (see the top). */
 static inline size_t xp_row_bytes(int64_t cols) {
     size_t nb = (size_t)(cols / AK_QK);
-    return ak_round64((size_t)cols + nb * 8);
+    return ak_round64((size_t)cols + nb * 12);
 }
 
 /* Bytes of the packed copy of a rows x cols matrix of wtype, or 0 when this
  * build has no packed kernels for it (then ak_matmul is the way). Quantized
  * rows so long that one token's activations would not fit the stack buffer
- * of the out-of-memory path (over ~52K columns) are not packed either: that
+ * of the out-of-memory path (over ~47K columns) are not packed either: that
  * way a packed product can always be computed. */
 size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
     if (is_k(wtype)) return ak_packed_k_bytes(wtype, rows, cols);
@@ -110,7 +137,6 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
     }
     const int64_t nb = cols / AK_QK, ng = (rows + GROUP - 1) / GROUP;
     const size_t wrb = ak_row_bytes(wtype, cols), gb = group_bytes(wtype, cols), crb = code_record_bytes(wtype);
-    const int q8 = wtype == GGML_TYPE_Q8_0;
     if (is_float(wtype)) {
         const size_t es = float_bytes(wtype);
         for (int64_t g = 0; g < ng; g++) {
@@ -126,7 +152,12 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
         }
         return;
     }
-    const size_t used = (size_t)nb * (crb + 2 * GROUP);
+    const int kind = pq_kind(wtype);
+    const size_t srb = scale_record_bytes_k(kind), bb = wrb / (size_t)nb;   /* bytes of a row-major block */
+    const size_t used = (size_t)nb * (crb + srb);
+    /* where a row-major block keeps its nibbles and its fifth bits */
+    const size_t qs_at = kind == PQ_Q40 ? 2 : kind == PQ_Q41 ? 4 : kind == PQ_Q50 ? 6 : 8;
+    const size_t qh_at = kind == PQ_Q50 ? 2 : 4;
     for (int64_t g = 0; g < ng; g++) {
         uint8_t *grp = (uint8_t *)P + (size_t)g * gb;
         int nrow = (int)(rows - g * GROUP < GROUP ? rows - g * GROUP : GROUP);
@@ -135,17 +166,32 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
         uint8_t *codes = grp, *scales = grp + (size_t)nb * crb;
         const uint8_t *src = (const uint8_t *)W + (size_t)g * GROUP * wrb;
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *rec = codes + (size_t)b * crb, *sc = scales + (size_t)b * 2 * GROUP;
+            uint8_t *rec = codes + (size_t)b * crb, *sc = scales + (size_t)b * srb;
             for (int r = 0; r < nrow; r++) {
-                const uint8_t *blk = src + (size_t)r * wrb + (size_t)b * (q8 ? AK_Q8_0_BYTES : AK_Q4_0_BYTES);
+                const uint8_t *blk = src + (size_t)r * wrb + (size_t)b * bb;
                 memcpy(sc + 2 * r, blk, 2);
-                /* Q4_0 byte j holds element j (low) and j + 16 (high): the
-                 * pairing vector p wants, so the bytes move as they are */
-                for (int p = 0; p < (q8 ? 8 : 4); p++) {
-                    uint32_t v;
-                    memcpy(&v, blk + 2 + 4 * p, 4);
-                    if (q8) v ^= 0x80808080u;
-                    memcpy(rec + 64 * p + 4 * r, &v, 4);
+                if (pq_has_min(kind)) memcpy(sc + 2 * GROUP + 2 * r, blk + 2, 2);
+                if (kind == PQ_Q80) {
+                    for (int p = 0; p < 8; p++) {
+                        uint32_t v;
+                        memcpy(&v, blk + 2 + 4 * p, 4);
+                        v ^= 0x80808080u;
+                        memcpy(rec + 64 * p + 4 * r, &v, 4);
+                    }
+                    continue;
+                }
+                /* the nibbles' byte j holds element j (low) and j + 16
+                 * (high): the pairing vector p wants, so they move as they are */
+                for (int p = 0; p < 4; p++) memcpy(rec + 64 * p + 4 * r, blk + qs_at + 4 * p, 4);
+                if (pq_has_hbits(kind)) {
+                    uint32_t qh = (uint32_t)blk[qh_at] | (uint32_t)blk[qh_at + 1] << 8 | (uint32_t)blk[qh_at + 2] << 16 |
+                         (uint32_t)blk[qh_at + 3] << 24;   /* little-endian in the file */
+                    for (int i = 0; i < 4; i++) {
+                        unsigned v = 0;
+                        for (int p = 0; p < 4; p++)
+                            v |= ((qh >> (4 * p + i)) & 1u) << p | ((qh >> (16 + 4 * p + i)) & 1u) << (4 + p);
+                        rec[256 + 4 * r + i] = (uint8_t)v;
+                    }
                 }
             }
         }
@@ -162,7 +208,7 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
 static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) {
     const int64_t nb = cols / AK_QK;
     int8_t *q = (int8_t *)dst;
-    float *ds = (float *)(dst + cols);
+    float *ds = (float *)(dst + cols), *ss = (float *)(dst + cols + 8 * nb);
     int32_t *cs = (int32_t *)(dst + cols + 4 * nb);
     for (int64_t b = 0; b < nb; b++) {
         __m128i q0, q1;
@@ -172,6 +218,7 @@ static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) 
         _mm_storeu_si128((__m128i *)(q + b * AK_QK + 16), q1);
         ds[b] = d;
         cs[b] = -offset * sum;
+        ss[b] = d * (float)sum;   /* as kquant.c's activations: the same s */
     }
 }
 
@@ -204,10 +251,11 @@ AK_INLINE_P __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p) {
  * two: Q4_0 decode +7%, batch-8 decode +6%, where some accumulators spill;
  * two -> four for one token: Q4_0 and Q8_0 decode +2-4%). A group's
  * arithmetic is the same whatever G and T are. */
-AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nb,
+AK_INLINE_P void tile(const int kind, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nb,
                       const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
-    const size_t crb = q8 ? 512 : 256;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int q8 = kind == PQ_Q80;
+    const size_t crb = code_record_bytes_k(kind), srb = scale_record_bytes_k(kind);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
     __m512 acc[4][TILE_T];
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++)
@@ -215,7 +263,7 @@ AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp
         for (int t = 0; t < T; t++) acc[g][t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m512i w[4][8];
-        __m512 dw[4];
+        __m512 dw[4], mw[4];
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             const uint8_t *rec = grp + g * gb + (size_t)b * crb, *scales = grp + g * gb + (size_t)nb * crb;
@@ -237,26 +285,39 @@ AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp
 #pragma GCC unroll 8
                 for (size_t off = 0; off < crb; off += 64)
                     _mm_prefetch((const char *)(rec + PF_FAR + off), _MM_HINT_T1);
-            _mm_prefetch((const char *)(scales + (size_t)b * 2 * GROUP + PF_BYTES / 8), _MM_HINT_T0);
+            _mm_prefetch((const char *)(scales + (size_t)b * srb + PF_BYTES / 8 * (srb / 32)), _MM_HINT_T0);
             if (q8) {
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) w[g][j] = _mm512_load_si512((const void *)(rec + 64 * j));
             } else {
+                const __m512i hb = pq_has_hbits(kind) ? _mm512_load_si512((const void *)(rec + 256))
+                                                      : _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++) {
                     __m512i z = _mm512_load_si512((const void *)(rec + 64 * p));
-                    w[g][p] = _mm512_and_si512(z, m4);
-                    w[g][p + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                    if (pq_has_hbits(kind)) {   /* bits p and 4 + p of hb, to bit 4 */
+                        __m512i l = _mm512_and_si512(_mm512_slli_epi16(hb, 4 - p), b4);
+                        __m512i h = _mm512_and_si512(p ? _mm512_srli_epi16(hb, p) : hb, b4);
+                        w[g][p] = _mm512_ternarylogic_epi32(z, l, m4, 0xec);   /* (z & m4) | l */
+                        w[g][p + 4] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), h, m4, 0xec);
+                    } else {
+                        w[g][p] = _mm512_and_si512(z, m4);
+                        w[g][p + 4] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+                    }
                 }
             }
-            dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * 2 * GROUP)));
+            dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * srb)));
+            mw[g] = pq_has_min(kind)
+                        ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scales + (size_t)b * srb + 2 * GROUP)))
+                        : _mm512_setzero_ps();
         }
 #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             const uint8_t *xt = xp + (size_t)t * xps;
             const int8_t *q = (const int8_t *)xt + b * AK_QK;
-            float dx;
+            float dx, sx;
             memcpy(&dx, xt + cols + 4 * b, 4);
+            memcpy(&sx, xt + cols + 8 * (cols / AK_QK) + 4 * b, 4);
             const int32_t c = load_i32(xt + cols + 4 * (cols / AK_QK) + 4 * b);
 #pragma GCC unroll 4
             for (int g = 0; g < G; g++) {
@@ -274,6 +335,7 @@ AK_INLINE_P void tile(const int q8, const int G, const int T, const uint8_t *grp
                     for (int j = 0; j < 8; j++) s0 = dpbusd_bcast(s0, w[g][j], q + 4 * j);
                 }
                 acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw[g], _mm512_set1_ps(dx)), acc[g][t]);
+                if (pq_has_min(kind)) acc[g][t] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(sx), acc[g][t]);
             }
         }
     }
@@ -298,12 +360,16 @@ typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t
     TILE_FN(Q, G, 6) TILE_FN(Q, G, 7) TILE_FN(Q, G, 8)
 #define TILE_ROW(Q, G) { tile_##Q##_##G##_1, tile_##Q##_##G##_2, tile_##Q##_##G##_3, tile_##Q##_##G##_4, \
                          tile_##Q##_##G##_5, tile_##Q##_##G##_6, tile_##Q##_##G##_7, tile_##Q##_##G##_8 }
-TILE_FNS(0, 1) TILE_FNS(0, 2) TILE_FNS(1, 1) TILE_FNS(1, 2) TILE_FN(0, 4, 1) TILE_FN(1, 4, 1)
-static const tile_fn tiles[2][2][TILE_T] = {   /* [q8][groups - 1][tokens - 1] */
-    { TILE_ROW(0, 1), TILE_ROW(0, 2) },
-    { TILE_ROW(1, 1), TILE_ROW(1, 2) },
+/* kinds: 0 Q4_0, 1 Q8_0, 2 Q4_1, 3 Q5_0, 4 Q5_1 (PQ_*) */
+#define TILE_KIND(Q) TILE_FNS(Q, 1) TILE_FNS(Q, 2) TILE_FN(Q, 4, 1)
+TILE_KIND(0) TILE_KIND(1) TILE_KIND(2) TILE_KIND(3) TILE_KIND(4)
+static const tile_fn tiles[PQ_KINDS][2][TILE_T] = {   /* [kind][groups - 1][tokens - 1] */
+    { TILE_ROW(0, 1), TILE_ROW(0, 2) }, { TILE_ROW(1, 1), TILE_ROW(1, 2) }, { TILE_ROW(2, 1), TILE_ROW(2, 2) },
+    { TILE_ROW(3, 1), TILE_ROW(3, 2) }, { TILE_ROW(4, 1), TILE_ROW(4, 2) },
 };
-static const tile_fn tiles_quad[2] = { tile_0_4_1, tile_1_4_1 };   /* [q8]: four groups, one token */
+static const tile_fn tiles_quad[PQ_KINDS] = {   /* [kind]: four groups, one token */
+    tile_0_4_1, tile_1_4_1, tile_2_4_1, tile_3_4_1, tile_4_4_1,
+};
 
 #endif /* AK_PACKED_Q */
 
@@ -411,7 +477,7 @@ static void pk_quantize_task(void *arg, int ith, int nth) {
     pk_job *j = arg;
     int64_t per = (j->ntok + nth - 1) / nth;
     int64_t t0 = ith * per, t1 = ak_min64(j->ntok, t0 + per);
-    int offset = j->wtype == GGML_TYPE_Q8_0 ? 128 : 8;
+    int offset = pq_offset(pq_kind(j->wtype));
     for (int64_t t = t0; t < t1; t++) quantize_xp(offset, j->X + t * j->cols, j->xp + (size_t)t * j->xps, j->cols);
 }
 #endif
@@ -434,14 +500,14 @@ static void pk_task(void *arg, int ith, int nth) {
             continue;
         }
 #if defined(AK_PACKED_Q)
-        const int q8 = j->wtype == GGML_TYPE_Q8_0;
+        const int kind = pq_kind(j->wtype);
         const int64_t nb = j->cols / AK_QK;
         for (int64_t g = g0, G; g < g1; g += G) {
             G = t1 - t0 == 1 && g1 - g >= 4 ? 4 : (int)ak_min64(2, g1 - g);   /* one token: four streams */
             int nvalid = (int)ak_min64(G * GROUP, j->rows - g * GROUP);
             for (int64_t t = t0; t < t1; t += TILE_T) {
                 int T = (int)ak_min64(TILE_T, t1 - t);
-                const tile_fn fn = G == 4 ? tiles_quad[q8] : tiles[q8][G - 1][T - 1];
+                const tile_fn fn = G == 4 ? tiles_quad[kind] : tiles[kind][G - 1][T - 1];
                 fn(j->P + (size_t)g * j->gb, j->gb, nb, j->xp + (size_t)t * j->xps, j->xps, j->cols,
                    j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
             }

@@ -449,12 +449,12 @@ TEST(kernel_matmul_vs_reference) {
  * the stack (64 KiB); rows too long for it must be left to the row-major
  * kernels instead of packed (they once produced zeros there). */
 TEST(kernel_packed_declines_rows_too_long_for_its_fallback) {
-    const uint32_t q[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 };
-    for (int i = 0; i < 2; i++) {
+    const uint32_t q[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1 };
+    for (int i = 0; i < 5; i++) {
         if (!ak_packed_bytes(q[i], 16, 32)) continue;   /* no packed kernels in this build */
-        CHECK(ak_packed_bytes(q[i], 16, 32768) > 0, "%s: 32768 columns should be packed", tname(q[i]));
-        CHECK(ak_packed_bytes(q[i], 16, 65536) == 0, "%s: 65536 columns packed, past the fallback's buffer",
-              tname(q[i]));
+        CHECK(ak_packed_bytes(q[i], 16, 32768) > 0, "type %u: 32768 columns should be packed", q[i]);
+        CHECK(ak_packed_bytes(q[i], 16, 65536) == 0, "type %u: 65536 columns packed, past the fallback's buffer",
+              q[i]);
     }
 }
 
