@@ -92,16 +92,16 @@ static int pq_kind(uint32_t wtype) {
 static inline int pq_has_min(int kind) { return kind == PQ_Q41 || kind == PQ_Q51; }
 static inline int pq_has_hbits(int kind) { return kind == PQ_Q50 || kind == PQ_Q51; }
 static inline int pq_offset(int kind) { return kind == PQ_Q40 ? 8 : kind == PQ_Q50 ? 16 : kind == PQ_Q80 ? 128 : 0; }
-static inline size_t code_record_bytes_k(int kind) { return kind == PQ_Q80 ? 512 : pq_has_hbits(kind) ? 320 : 256; }
-static inline size_t scale_record_bytes_k(int kind) { return pq_has_min(kind) ? 4 * GROUP : 2 * GROUP; }
-static size_t code_record_bytes(uint32_t wtype) { return code_record_bytes_k(pq_kind(wtype)); }
+static inline size_t code_record_bytes_of(int kind) { return kind == PQ_Q80 ? 512 : pq_has_hbits(kind) ? 320 : 256; }
+static inline size_t scale_record_bytes_of(int kind) { return pq_has_min(kind) ? 4 * GROUP : 2 * GROUP; }
+static size_t code_record_bytes(uint32_t wtype) { return code_record_bytes_of(pq_kind(wtype)); }
 
 /* Bytes of one group of 16 rows, rounded up to 64: codes then scales, or for
  * float weights one 16-row column after the other. */
 static size_t group_bytes(uint32_t wtype, int64_t cols) {
     if (is_float(wtype)) return ak_round64((size_t)cols * GROUP * float_bytes(wtype));
     size_t nb = (size_t)(cols / AK_QK);
-    return ak_round64(nb * (code_record_bytes(wtype) + scale_record_bytes_k(pq_kind(wtype))));
+    return ak_round64(nb * (code_record_bytes(wtype) + scale_record_bytes_of(pq_kind(wtype))));
 }
 
 /* Bytes of one token's activations in the XP layout (see the top). */
@@ -153,7 +153,7 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
         return;
     }
     const int kind = pq_kind(wtype);
-    const size_t srb = scale_record_bytes_k(kind), bb = wrb / (size_t)nb;   /* bytes of a row-major block */
+    const size_t srb = scale_record_bytes_of(kind), bb = wrb / (size_t)nb;   /* bytes of a row-major block */
     const size_t used = (size_t)nb * (crb + srb);
     /* where a row-major block keeps its nibbles and its fifth bits */
     const size_t qs_at = kind == PQ_Q40 ? 2 : kind == PQ_Q41 ? 4 : kind == PQ_Q50 ? 6 : 8;
@@ -254,7 +254,7 @@ AK_INLINE_P __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p) {
 AK_INLINE_P void tile(const int kind, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nb,
                       const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
     const int q8 = kind == PQ_Q80;
-    const size_t crb = code_record_bytes_k(kind), srb = scale_record_bytes_k(kind);
+    const size_t crb = code_record_bytes_of(kind), srb = scale_record_bytes_of(kind);
     const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
     __m512 acc[4][TILE_T];
 #pragma GCC unroll 4
