@@ -83,6 +83,25 @@ static inline float ak_quantize_block_avx512(const float *x, __m128i *lo, __m128
 }
 #endif
 
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
+/* acc + the u8 x s8 products of w with 4 activation bytes at p broadcast to
+ * every lane (vpdpbusd). GCC does not fold the broadcast into the
+ * instruction (it emits a separate vpbroadcastd, doubling the instructions
+ * of the packed kernels' inner loops), so it is written out where the
+ * compiler takes GNU assembly. */
+typedef struct { int8_t b[4]; } ak_four_bytes;
+static inline __attribute__((always_inline)) __m512i ak_dpbusd_bcast(__m512i acc, __m512i w, const void *p) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const ak_four_bytes *)p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(v));
+#endif
+}
+#endif
+
 /* ---- Work items of a threaded product, shared by the drivers ----
  * A product is cut into (token chunk x unit chunk) items that threads claim
  * atomically. Units are rows (kernels.c) or 16-row groups (kernels_packed.c).
@@ -148,11 +167,19 @@ static inline int ak_mm_items_next(ak_mm_items *w, int ith, int64_t *u0, int64_t
 }
 
 /* The K-quant half of kernels.h's packed layout (kernels_packed_k.c): Q4_K,
- * Q5_K and Q6_K; kernels_packed.c's entry points hand those types here. */
+ * Q5_K and Q6_K. kernels_packed.c's entry points and its threaded driver
+ * hand those types here for what differs: the layout, the activations
+ * ("XK", ak_packed_k_xk_bytes per token) and the tiles of one work item. */
+#define AK_PACKED_STACK 65536   /* one token's activations when the heap is exhausted */
 size_t ak_packed_k_bytes(uint32_t wtype, int64_t rows, int64_t cols);
 void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P);
-void ak_matmul_packed_k(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
-                        int64_t ntok, float *Y);
+size_t ak_packed_k_group_bytes(uint32_t wtype, int64_t cols);
+size_t ak_packed_k_xk_bytes(int64_t cols);
+void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols);
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) from groups at P (gb bytes each)
+ * and the tokens' XK rows (xk, xks bytes apart); Y is ntok x rows. */
+void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
+                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y);
 
 /* Little helpers shared by the back ends. */
 static inline uint16_t ak_load_u16(const uint8_t *p) {

@@ -59,7 +59,6 @@
 #define TOKEN_CHUNK 64      /* tokens per work item in prefill */
 #define PF_BYTES 4096      /* prefetch distance in the codes stream, into L1 */
 #define PF_FAR 65536       /* and further ahead into L2 (see tile) */
-#define STACK_XP 65536      /* one token's activations when the heap is exhausted */
 
 static int is_float(uint32_t wtype) {
     return wtype == GGML_TYPE_F32 || wtype == GGML_TYPE_F16 || wtype == GGML_TYPE_BF16;
@@ -119,7 +118,7 @@ size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
     if (is_k(wtype)) return ak_packed_k_bytes(wtype, rows, cols);
 #if defined(AK_PACKED)
     if (!packable(wtype) || rows <= 0 || cols <= 0 || (!is_float(wtype) && cols % AK_QK)) return 0;
-    if (!is_float(wtype) && xp_row_bytes(cols) > STACK_XP) return 0;
+    if (!is_float(wtype) && xp_row_bytes(cols) > AK_PACKED_STACK) return 0;
     return (size_t)((rows + GROUP - 1) / GROUP) * group_bytes(wtype, cols);
 #else
     (void)wtype; (void)rows; (void)cols;
@@ -228,19 +227,6 @@ static inline int32_t load_i32(const void *p) {
     return v;
 }
 
-/* acc + the u8 x s8 products of w with 4 activation bytes at p broadcast to
- * every lane. GCC does not fold the broadcast into the instruction (it emits
- * a separate vpbroadcastd, doubling the instructions of the inner loop), so
- * it is written out where the compiler takes GNU assembly. */
-typedef struct { int8_t b[4]; } four_bytes;
-AK_INLINE_P __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t *p) {
-#if defined(__GNUC__)
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const four_bytes *)p));
-    return acc;
-#else
-    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(load_i32(p)));
-#endif
-}
 
 /* G groups of 16 rows (at grp, grp + gb, ...) times T tokens: Y[t * ldy +
  * g * 16 + r] for g * 16 + r < nvalid. xp token t's XP row is at xp + t *
@@ -326,13 +312,13 @@ AK_INLINE_P void tile(const int kind, const int G, const int T, const uint8_t *g
                     __m512i s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
                     for (int j = 0; j < 8; j += 2) {
-                        s0 = dpbusd_bcast(s0, w[g][j], q + 4 * j);
-                        s1 = dpbusd_bcast(s1, w[g][j + 1], q + 4 * j + 4);
+                        s0 = ak_dpbusd_bcast(s0, w[g][j], q + 4 * j);
+                        s1 = ak_dpbusd_bcast(s1, w[g][j + 1], q + 4 * j + 4);
                     }
                     s0 = _mm512_add_epi32(s0, s1);
                 } else {
 #pragma GCC unroll 8
-                    for (int j = 0; j < 8; j++) s0 = dpbusd_bcast(s0, w[g][j], q + 4 * j);
+                    for (int j = 0; j < 8; j++) s0 = ak_dpbusd_bcast(s0, w[g][j], q + 4 * j);
                 }
                 acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw[g], _mm512_set1_ps(dx)), acc[g][t]);
                 if (pq_has_min(kind)) acc[g][t] = _mm512_fmadd_ps(mw[g], _mm512_set1_ps(sx), acc[g][t]);
@@ -478,7 +464,12 @@ static void pk_quantize_task(void *arg, int ith, int nth) {
     int64_t per = (j->ntok + nth - 1) / nth;
     int64_t t0 = ith * per, t1 = ak_min64(j->ntok, t0 + per);
     int offset = pq_offset(pq_kind(j->wtype));
-    for (int64_t t = t0; t < t1; t++) quantize_xp(offset, j->X + t * j->cols, j->xp + (size_t)t * j->xps, j->cols);
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = j->X + t * j->cols;
+        uint8_t *dst = j->xp + (size_t)t * j->xps;
+        if (is_k(j->wtype)) ak_packed_k_quantize(x, dst, j->cols);
+        else quantize_xp(offset, x, dst, j->cols);
+    }
 }
 #endif
 
@@ -500,6 +491,10 @@ static void pk_task(void *arg, int ith, int nth) {
             continue;
         }
 #if defined(AK_PACKED_Q)
+        if (is_k(j->wtype)) {
+            ak_packed_k_item(j->wtype, j->P, j->gb, j->rows, j->cols, g0, g1, t0, t1, j->xp, j->xps, j->Y);
+            continue;
+        }
         const int kind = pq_kind(j->wtype);
         const int64_t nb = j->cols / AK_QK;
         for (int64_t g = g0, G; g < g1; g += G) {
@@ -523,25 +518,22 @@ static void pk_task(void *arg, int ith, int nth) {
  * ak_matmul. Must only be called when ak_packed_bytes(wtype, ...) > 0. */
 void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
                       int64_t ntok, float *Y) {
-    if (is_k(wtype)) {
-        ak_matmul_packed_k(pool, wtype, P, rows, cols, X, ntok, Y);
-        return;
-    }
 #if defined(AK_PACKED)
     if (rows <= 0 || ntok <= 0) return;
     int nth = ak_pool_size(pool);
     pk_job j = {0};
     j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
-    j.gb = group_bytes(wtype, cols);
+    j.gb = is_k(wtype) ? ak_packed_k_group_bytes(wtype, cols) : group_bytes(wtype, cols);
     j.ng = (rows + GROUP - 1) / GROUP;
-    /* an even number of groups per item: float tiles take them in pairs */
-    ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, 2);
+    /* groups per item: even, as float tiles take them in pairs; K tiles four */
+    const int64_t round = is_k(wtype) ? 4 : 2;
+    ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, round);
     if (is_float(wtype)) {
         ak_pool_run(pool, pk_task, &j);
         return;
     }
 #if defined(AK_PACKED_Q)
-    j.xps = xp_row_bytes(cols);
+    j.xps = is_k(wtype) ? ak_packed_k_xk_bytes(cols) : xp_row_bytes(cols);
     size_t need = j.xps * (size_t)ntok;
     uint8_t *owned = NULL;
     j.xp = pool ? ak_pool_scratch(pool, need) : NULL;
@@ -549,11 +541,11 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     if (!j.xp) {
         /* Out of memory: one token at a time through the stack (it holds
          * one token of any matrix ak_packed_bytes agreed to pack). */
-        _Alignas(64) uint8_t one[STACK_XP];
+        _Alignas(64) uint8_t one[AK_PACKED_STACK];
         for (int64_t t = 0; t < ntok; t++) {
             pk_job k = j;
             k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xp = one;
-            ak_mm_items_init(&k.items, k.ng, 1, 1, 1, 2);
+            ak_mm_items_init(&k.items, k.ng, 1, 1, 1, round);
             pk_quantize_task(&k, 0, 1);
             pk_task(&k, 0, 1);
         }

@@ -56,10 +56,11 @@
  * The integer sums are exact whatever order the instructions take (|s_j| <
  * 2^17), so chains may be split as latency asks.
  *
- * Only built where AVX512-VNNI is available; elsewhere ak_packed_k_bytes
- * says 0 and the row-major kernels take these types.
+ * The threaded driver is kernels_packed.c's (ak_matmul_packed); this file
+ * gives it the layout, the XK quantizer and the tiles of a work item. Only
+ * built where AVX512-VNNI is available; elsewhere ak_packed_k_bytes says 0
+ * and the row-major kernels take these types.
  */
-#include <stdlib.h>
 
 #include "kernels_impl.h"
 #include "kquant.h"
@@ -72,14 +73,12 @@
 
 #define GROUP 16            /* rows per group */
 #define TILE_T 8            /* tokens per tile */
-#define TOKEN_CHUNK 64      /* tokens per work item in prefill */
 #define PF_L1 1024          /* prefetch distances in a group's stream, into L1 */
 #define PF_L2 4096          /* and into L2 */
 #define XK_BYTES 384        /* one super-block of one token's activations */
 #define XK_S32 256
 #define XK_C16 272
 #define XK_D 336
-#define STACK_XK 36864      /* one token's activations when the heap is exhausted: 96 super-blocks */
 
 enum { KP_Q4K, KP_Q5K, KP_Q6K };
 
@@ -94,17 +93,23 @@ static inline size_t off_mn(int kt) { return off_sc(kt) + 128; }
 static inline size_t off_d(int kt) { return kt == KP_Q6K ? 3328 : off_sc(kt) + 256; }
 static inline size_t off_dmin(int kt) { return off_d(kt) + 32; }
 
+/* Bytes of one group of 16 rows, and of one token's XK row. */
+size_t ak_packed_k_group_bytes(uint32_t wtype, int64_t cols) {
+    return (size_t)(cols / AK_QKK) * rec_bytes(kp_kind(wtype));
+}
+size_t ak_packed_k_xk_bytes(int64_t cols) { return (size_t)(cols / AK_QKK) * XK_BYTES; }
+
 /* Bytes of the packed copy of a rows x cols matrix of wtype, or 0 when this
  * build has no packed kernels for it. Rows so long that one token's
  * activations would not fit the out-of-memory path's stack buffer (over
- * 24576 columns) are left to the row-major kernels, so that a packed product
+ * 43520 columns) are left to the row-major kernels, so that a packed product
  * can always be computed. */
 size_t ak_packed_k_bytes(uint32_t wtype, int64_t rows, int64_t cols) {
 #if defined(AK_PACKED_K)
     int kt = kp_kind(wtype);
     if (kt < 0 || rows <= 0 || cols <= 0 || cols % AK_QKK) return 0;
-    if ((size_t)(cols / AK_QKK) * XK_BYTES > STACK_XK) return 0;
-    return (size_t)((rows + GROUP - 1) / GROUP) * (size_t)(cols / AK_QKK) * rec_bytes(kt);
+    if (ak_packed_k_xk_bytes(cols) > AK_PACKED_STACK) return 0;
+    return (size_t)((rows + GROUP - 1) / GROUP) * ak_packed_k_group_bytes(wtype, cols);
 #else
     (void)wtype; (void)rows; (void)cols;
     return 0;
@@ -167,7 +172,7 @@ void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols
 #define AK_INLINE_K static inline __attribute__((always_inline))
 
 /* One token's activations into the XK layout (see the top). */
-static void quantize_xk(const float *x, uint8_t *dst, int64_t cols) {
+void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols) {
     for (int64_t b = 0; b < cols / AK_QKK; b++, x += AK_QKK, dst += XK_BYTES) {
         __m512 amax = _mm512_setzero_ps();
         for (int i = 0; i < AK_QKK; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
@@ -186,23 +191,11 @@ static void quantize_xk(const float *x, uint8_t *dst, int64_t cols) {
     }
 }
 
-/* acc + u8 x s8 products of w with 4 activation bytes at p broadcast to every
- * lane (vpdpbusd), and + s16 x s16 products of w with an int16 pair at p
- * (vpdpwssd). Written out for GCC, which does not fold the broadcast. */
-typedef struct { int8_t b[4]; } four_bytes;
-AK_INLINE_K __m512i dpbusd_b(__m512i acc, __m512i w, const void *p) {
-#if defined(__GNUC__)
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const four_bytes *)p));
-    return acc;
-#else
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(v));
-#endif
-}
+/* acc + the s16 x s16 products of w with an int16 pair at p broadcast to
+ * every lane (vpdpwssd), written out as ak_dpbusd_bcast is. */
 AK_INLINE_K __m512i dpwssd_b(__m512i acc, __m512i w, const void *p) {
 #if defined(__GNUC__)
-    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const four_bytes *)p));
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const ak_four_bytes *)p));
     return acc;
 #else
     int32_t v;
@@ -260,8 +253,8 @@ AK_INLINE_K void k4_step(const int kt, const int T, const uint8_t *rec, int j, c
         __m512i s = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int p = 0; p < 8; p += 2) {
-            s = dpbusd_b(s, w[p], q + 4 * p);
-            s1 = dpbusd_b(s1, w[p + 1], q + 4 * p + 4);
+            s = ak_dpbusd_bcast(s, w[p], q + 4 * p);
+            s1 = ak_dpbusd_bcast(s1, w[p + 1], q + 4 * p + 4);
         }
         s = _mm512_add_epi32(s, s1);
         fsum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, fsum[t]);
@@ -295,7 +288,7 @@ AK_INLINE_K void k6_step(const int T, const uint8_t *rec, int j, const uint8_t *
             memcpy(&c16, xt + XK_C16 + 4 * i, 4);
             __m512i s = _mm512_set1_epi32(c16);
 #pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) s = dpbusd_b(s, w[4 * hh + p], q + 4 * p);
+            for (int p = 0; p < 4; p++) s = ak_dpbusd_bcast(s, w[4 * hh + p], q + 4 * p);
             fsum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, fsum[t]);
         }
     }
@@ -394,84 +387,22 @@ typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8
 KTILE_KIND(0) KTILE_KIND(1) KTILE_KIND(2)
 static const ktile_fn ktiles[3][3][TILE_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
 
-typedef struct {
-    int kt;
-    const uint8_t *P;
-    int64_t rows, cols, ntok, nsb;
-    const float *X;
-    float *Y;
-    uint8_t *xk;
-    size_t xks, gb;
-    int64_t ng;             /* groups of 16 rows */
-    ak_mm_items items;      /* groups x token chunks */
-} kp_job;
-
-static void kp_quantize_task(void *arg, int ith, int nth) {
-    kp_job *j = arg;
-    int64_t per = (j->ntok + nth - 1) / nth;
-    int64_t t0 = ith * per, t1 = ak_min64(j->ntok, t0 + per);
-    for (int64_t t = t0; t < t1; t++) quantize_xk(j->X + t * j->cols, j->xk + (size_t)t * j->xks, j->cols);
-}
-
-static void kp_task(void *arg, int ith, int nth) {
-    (void)nth;
-    kp_job *j = arg;
-    int64_t g0, g1, t0, t1;
-    while (ak_mm_items_next(&j->items, ith, &g0, &g1, &t0, &t1)) {
-        for (int64_t t = t0; t < t1; t += TILE_T) {
-            const int T = (int)ak_min64(TILE_T, t1 - t);
-            for (int64_t g = g0, G; g < g1; g += G) {
-                /* four streams for one token, two for up to four tokens */
-                G = T == 1 && g1 - g >= 4 ? 4 : T <= 4 && g1 - g >= 2 ? 2 : 1;
-                const int nvalid = (int)ak_min64(G * GROUP, j->rows - g * GROUP);
-                ktiles[j->kt][G == 4 ? 2 : G - 1][T - 1](j->P + (size_t)g * j->gb, j->gb, j->nsb,
-                                                         j->xk + (size_t)t * j->xks, j->xks,
-                                                         j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
-            }
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_impl.h's contract for
+ * one work item of kernels_packed.c's driver). */
+void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
+                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
+    const int kt = kp_kind(wtype);
+    const int64_t nsb = cols / AK_QKK;
+    for (int64_t t = t0; t < t1; t += TILE_T) {
+        const int T = (int)ak_min64(TILE_T, t1 - t);
+        for (int64_t g = g0, G; g < g1; g += G) {
+            /* four streams for one token, two for up to four tokens */
+            G = T == 1 && g1 - g >= 4 ? 4 : T <= 4 && g1 - g >= 2 ? 2 : 1;
+            const int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
+            ktiles[kt][G == 4 ? 2 : G - 1][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks,
+                                                  Y + t * rows + g * GROUP, rows, nvalid);
         }
     }
 }
 
 #endif /* AK_PACKED_K */
-
-/* Y (ntok x rows) = X (ntok x cols) times W^T, with W given as its packed
- * copy P (ak_pack_weights_k). The activations are quantized as the row-major
- * K kernels do. Must only be called when ak_packed_k_bytes(...) > 0. */
-void ak_matmul_packed_k(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
-                        int64_t ntok, float *Y) {
-#if defined(AK_PACKED_K)
-    if (rows <= 0 || ntok <= 0) return;
-    int nth = ak_pool_size(pool);
-    kp_job j = {0};
-    j.kt = kp_kind(wtype); j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
-    j.nsb = cols / AK_QKK;
-    j.gb = (size_t)j.nsb * rec_bytes(j.kt);
-    j.ng = (rows + GROUP - 1) / GROUP;
-    j.xks = (size_t)j.nsb * XK_BYTES;
-    ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, 4);
-    size_t need = j.xks * (size_t)ntok;
-    uint8_t *owned = NULL;
-    j.xk = pool ? ak_pool_scratch(pool, need) : NULL;
-    if (!j.xk) j.xk = owned = aligned_alloc(64, need);
-    if (!j.xk) {
-        /* Out of memory: one token at a time through the stack (it holds
-         * one token of any matrix ak_packed_k_bytes agreed to pack). */
-        _Alignas(64) uint8_t one[STACK_XK];
-        for (int64_t t = 0; t < ntok; t++) {
-            kp_job k = j;
-            k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xk = one;
-            ak_mm_items_init(&k.items, k.ng, 1, 1, 1, 4);
-            kp_quantize_task(&k, 0, 1);
-            kp_task(&k, 0, 1);
-        }
-        return;
-    }
-    if (ntok >= 2 * nth) ak_pool_run(pool, kp_quantize_task, &j);
-    else kp_quantize_task(&j, 0, 1);
-    ak_pool_run(pool, kp_task, &j);
-    free(owned);
-#else
-    (void)pool; (void)wtype; (void)P; (void)cols; (void)X;
-    memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y);
-#endif
-}

@@ -331,8 +331,8 @@ TEST(kquant_packed_declines_rows_too_long_for_its_fallback) {
     for (int i = 0; i < 3; i++) {
         if (!ak_packed_bytes(k[i], 16, 256)) continue;   /* no packed kernels in this build */
         built++;
-        CHECK(ak_packed_bytes(k[i], 16, 24576) > 0, "type %u: 24576 columns should be packed", k[i]);
-        CHECK(ak_packed_bytes(k[i], 16, 24576 + 256) == 0, "type %u: 24832 columns packed, past the fallback", k[i]);
+        CHECK(ak_packed_bytes(k[i], 16, 43520) > 0, "type %u: 43520 columns should be packed", k[i]);
+        CHECK(ak_packed_bytes(k[i], 16, 43520 + 256) == 0, "type %u: 43776 columns packed, past the fallback", k[i]);
         CHECK(ak_packed_bytes(k[i], 16, 300) == 0, "type %u: 300 columns are not whole super-blocks", k[i]);
         CHECK(ak_packed_bytes(k[i], 17, 512) == 2 * ak_packed_bytes(k[i], 16, 512),
               "type %u: 17 rows should take two groups of 16", k[i]);
