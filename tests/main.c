@@ -1,5 +1,6 @@
 /* main.c - the test runner: runs every registered TEST (or those whose name
- * contains argv[1]) and prints "N passed, N failed" last. */
+ * contains argv[1]) and prints "N passed, N failed, N skipped" last. Exit
+ * status 1 when any test failed; skips alone do not fail the run. */
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,6 +25,14 @@ void ak_test_fail(ak_test_ctx *t, const char *file, int line, const char *fmt, .
     fputc('\n', stderr);
     va_end(ap);
     t->failures++;
+}
+
+void ak_test_skip(ak_test_ctx *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->skip_reason, sizeof t->skip_reason, fmt, ap);
+    va_end(ap);
+    if (!t->skip_reason[0]) snprintf(t->skip_reason, sizeof t->skip_reason, "(no reason given)");
 }
 
 const char *test_shared_dir(void) {
@@ -52,14 +61,15 @@ static int cmp_tests(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     qsort(tests, n_tests, sizeof tests[0], cmp_tests);
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < n_tests; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
-        ak_test_ctx t = { tests[i].name, 0 };
+        ak_test_ctx t = { tests[i].name, 0, "" };
         double t0 = ak_now();
         tests[i].fn(&t);
         double dt = ak_now() - t0;
         if (t.failures) { failed++; printf("FAIL %s (%.2fs)\n", tests[i].name, dt); }
+        else if (t.skip_reason[0]) { skipped++; printf("SKIP %s: %s (%.2fs)\n", tests[i].name, t.skip_reason, dt); }
         else { passed++; printf("ok   %s (%.2fs)\n", tests[i].name, dt); }
         fflush(stdout);
     }
@@ -68,6 +78,6 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

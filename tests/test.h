@@ -1,12 +1,15 @@
 /* test.h - a tiny test harness. Each TEST registers itself at startup; the
  * runner (tests/main.c) runs them all (or those whose name contains argv[1])
- * and ends with the line "N passed, N failed".
+ * and ends with the line "N passed, N failed, N skipped".
  *
  *   TEST(gguf_rejects_bad_magic) {
  *       CHECK(x == 1, "x was %d", x);      // records a failure, continues
  *       REQUIRE(p != NULL, "no p");         // records a failure, returns
+ *       if (!have_root) SKIP("needs root"); // counted as skipped, returns
  *   }
- */
+ *
+ * A skipped test is never counted as passed: the runner prints
+ * "SKIP name: reason". A test that failed before it skipped counts as failed. */
 #ifndef AK_TEST_H
 #define AK_TEST_H
 
@@ -17,12 +20,15 @@
 typedef struct {
     const char *name;
     int failures;
+    char skip_reason[256];   /* non-empty: the test skipped itself (SKIP) */
 } ak_test_ctx;
 
 typedef void (*ak_test_fn)(ak_test_ctx *t);
 void ak_test_register(const char *name, ak_test_fn fn);
 void ak_test_fail(ak_test_ctx *t, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Marks the test skipped with a reason (printf format); the caller returns. */
+void ak_test_skip(ak_test_ctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Directory of shared models and golden outputs (env AK_SHARED, default
  * "../shared"); test paths are built with test_path. */
@@ -50,6 +56,15 @@ const char *test_tmp_dir(void);
             ak_test_fail(t, __FILE__, __LINE__, __VA_ARGS__);             \
             return;                                                       \
         }                                                                 \
+    } while (0)
+
+/* Skips the rest of the test: reported as SKIP with the reason, counted
+ * apart from passes. Use only where the test cannot run here (a missing
+ * device, no privilege), never to hide a failure. */
+#define SKIP(...)                                                         \
+    do {                                                                  \
+        ak_test_skip(t, __VA_ARGS__);                                     \
+        return;                                                           \
     } while (0)
 
 #endif
