@@ -3,7 +3,8 @@
 #   make test       build and run every test (ends with "N passed, N failed")
 #   make demo       the main job (MODEL=path/to/model.gguf to override)
 #   make asan       tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make fuzz       libFuzzer on the GGUF reader and the agent-file reader, bounded time (FUZZ_SECONDS each)
+#   make fuzz       every libFuzzer target fuzz/fuzz_*.c, FUZZ_SECONDS each (FUZZ_TARGETS="gguf store"
+#                   picks some, FUZZ_JOBS=2 runs two at a time)
 #   make bench      engine benchmarks on synthetic 1B-shaped models
 # ARCH=native by default (SIMD chosen by the compiler's target); ARCH= for a
 # portable scalar build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
@@ -16,6 +17,7 @@ SAN     ?=
 SHARED  ?= ../shared
 MODEL   ?= $(SHARED)/models/stories260K.gguf
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 
 DEPS_OK := $(shell sh scripts/deps.sh >&2 && echo ok)
 ifneq ($(DEPS_OK),ok)
@@ -30,7 +32,7 @@ ARCHFLAG    := $(if $(ARCH),-march=$(ARCH),)
 # meet 32-byte compiler-made halves (stack round trips). Where the compiler
 # takes the flag (x86), loops it vectorizes use the full width too.
 ARCHFLAG    += $(shell $(CC) $(ARCHFLAG) -mprefer-vector-width=512 -x c -c -o /dev/null /dev/null 2>/dev/null && echo -mprefer-vector-width=512)
-CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -pthread \
+CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -pthread \
            -D_GNU_SOURCE $(PCRE_CFLAGS) $(SAN) -MMD -MP
 LDLIBS  += $(PCRE_LIBS) -lmicrohttpd -lcjson -lxxhash -lsodium -lm -pthread
 
@@ -71,19 +73,38 @@ demo: $(BUILD)/agentkv
 	python3 scripts/demo.py $(BUILD)/agentkv $(MODEL)
 
 asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
-fuzz:
-	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/store-corpus
-	clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(PCRE_CFLAGS) \
-	    fuzz/fuzz_gguf.c src/gguf.c src/util.c -o $(BUILD)/fuzz/fuzz_gguf -lm
-	clang -std=c11 -O1 -g -D_GNU_SOURCE $(ARCHFLAG) -fsanitize=fuzzer,address,undefined $(PCRE_CFLAGS) \
-	    fuzz/fuzz_store.c $(LIB_SRC) -o $(BUILD)/fuzz/fuzz_store $(LDLIBS)
-	@# the logs are kept whole; each fuzzer's exit status (not tail's) is make's
-	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(BUILD)/fuzz/ \
-	    $(BUILD)/fuzz/corpus fuzz/seeds > $(BUILD)/fuzz/log 2>&1; rc=$$?; tail -5 $(BUILD)/fuzz/log; exit $$rc
-	$(BUILD)/fuzz/fuzz_store -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=$(BUILD)/fuzz/ \
-	    $(BUILD)/fuzz/store-corpus fuzz/store-seeds > $(BUILD)/fuzz/store-log 2>&1; rc=$$?; tail -5 $(BUILD)/fuzz/store-log; exit $$rc
+# Fuzzing: every fuzz/fuzz_NAME.c is a libFuzzer target linked against the
+# whole library, built with clang under ASan + UBSan (fuzz/run.sh runs them;
+# seeds in fuzz/corpus/NAME/, working corpus in $(BUILD)/fuzz/NAME/, logs and
+# failing inputs in $(BUILD)/fuzz/). The library objects are compiled once
+# for every target. Targets that need a model read AK_FUZZ_MODEL.
+FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
+FUZZ_ALL     := $(FUZZ_SRC:fuzz/fuzz_%.c=%)
+FUZZ_TARGETS ?= $(FUZZ_ALL)
+FUZZ_CC      ?= clang
+FUZZ_DIR     := $(BUILD)/fuzz
+FUZZ_SAN     := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow
+FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter \
+                -Wno-missing-field-initializers \
+                -pthread -D_GNU_SOURCE $(PCRE_CFLAGS) $(FUZZ_SAN) -MMD -MP
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+AK_FUZZ_MODEL ?= $(SHARED)/models/stories260K.gguf
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+
+.PRECIOUS: $(FUZZ_DIR)/obj/%.o
+
+fuzz: fuzz-build
+	AK_SHARED=$(SHARED) AK_FUZZ_MODEL=$(AK_FUZZ_MODEL) FUZZ_JOBS=$(FUZZ_JOBS) sh fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 bench: $(BUILD)/agentkv
 	sh bench/engine.sh $(BUILD)/agentkv
@@ -91,5 +112,6 @@ bench: $(BUILD)/agentkv
 clean:
 	rm -rf build build-asan build-scalar
 
-.PHONY: all test demo asan fuzz bench clean
+.PHONY: all test demo asan fuzz fuzz-build bench clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(wildcard $(FUZZ_DIR)/obj/*/*.d)

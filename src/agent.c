@@ -124,7 +124,7 @@ static void wait_saved(ak_agents *a, const char *id) {
 
 ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     if (!cfg->model || !cfg->pool || cfg->n_ctx <= 0) {
-        ak_fail(err, "agents: model, pool and a positive context are required");
+        ak_failc(err, AK_ERR_INVALID, "agents: model, pool and a positive context are required");
         return NULL;
     }
     ak_agents *a = ak_calloc(1, sizeof *a, err);
@@ -171,7 +171,7 @@ static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     pending *p = malloc(sizeof *p);
     if (!p) {
         ak_snapshot_free(snap);
-        return ak_fail(err, "out of memory");
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory");
     }
     p->next = NULL;
     p->snap = snap;
@@ -247,7 +247,7 @@ static agent *create(ak_agents *a, const char *id, ak_error *err) {
     if (a->n == a->cap) {
         int nc = a->cap ? a->cap * 2 : 8;
         agent **nv = realloc(a->v, sizeof(agent *) * nc);
-        if (!nv) { ak_fail(err, "out of memory"); return NULL; }
+        if (!nv) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); return NULL; }
         a->v = nv;
         a->cap = nc;
     }
@@ -262,7 +262,7 @@ static int set_history(agent *g, const int32_t *tokens, int n, ak_error *err) {
     if (n > g->cap) {
         int nc = n < 64 ? 64 : n;
         int32_t *nt = realloc(g->tokens, sizeof(int32_t) * nc);
-        if (!nt) return ak_fail(err, "out of memory");
+        if (!nt) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
         g->tokens = nt;
         g->cap = nc;
     }
@@ -309,7 +309,7 @@ static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
         if (!lru) {
             ak_block_pool_stats st;
             ak_block_pool_get_stats(a->cfg.pool, &st);
-            return ak_fail(err, "KV budget exhausted: %zu more bytes needed, %zu of %zu in use (%zu promised to "
+            return ak_failc(err, AK_ERR_KV_BUDGET, "KV budget exhausted: %zu more bytes needed, %zu of %zu in use (%zu promised to "
                            "restores) and no idle agent to evict", need, st.used, st.budget, a->reserved);
         }
         if (evict(a, lru, err) < 0) return -1;
@@ -365,14 +365,14 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     memset(t, 0, sizeof *t);
     *kv = NULL;
     if (!id_ok(id, flags))
-        return ak_fail(err, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
-    if (n < 1) return ak_fail(err, "agent %s: empty prompt", id);
-    if (n > a->cfg.n_ctx) return ak_fail(err, "agent %s: prompt of %d tokens exceeds the context of %d", id, n, a->cfg.n_ctx);
+        return ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (n < 1) return ak_failc(err, AK_ERR_INVALID, "agent %s: empty prompt", id);
+    if (n > a->cfg.n_ctx) return ak_failc(err, AK_ERR_INVALID, "agent %s: prompt of %d tokens exceeds the context of %d", id, n, a->cfg.n_ctx);
     if (n_reserve < n) n_reserve = n;
     if (n_reserve > a->cfg.n_ctx) n_reserve = a->cfg.n_ctx;
     agent *g = find(a, id);
-    if (g && g->restoring) return ak_fail(err, "agent %s: a restore is in flight", id);
-    if (g && g->in_turn) return ak_fail(err, "agent %s: a turn is already in progress", id);
+    if (g && g->restoring) return ak_failc(err, AK_ERR_BUSY, "agent %s: a restore is in flight", id);
+    if (g && g->in_turn) return ak_failc(err, AK_ERR_BUSY, "agent %s: a turn is already in progress", id);
     if (!g && !(g = create(a, id, err))) return -1;
     g->ephemeral = (flags & AK_AGENT_EPHEMERAL) != 0;
     touch(a, g);
@@ -424,7 +424,7 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
 
 int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_error *err) {
     agent *g = find(a, id);
-    if (!g || !g->kv || !g->in_turn) return ak_fail(err, "agent %s: no turn in progress", id);
+    if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
     int changed = n != g->n;
     if (set_history(g, tokens, n, err) < 0) {
         ak_kv_truncate(g->kv, 0);
@@ -439,11 +439,11 @@ int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, 
 
 int ak_agent_append(ak_agents *a, const char *id, int32_t token, ak_error *err) {
     agent *g = find(a, id);
-    if (!g || !g->kv || !g->in_turn) return ak_fail(err, "agent %s: no turn in progress", id);
+    if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
     if (g->n + 1 > g->cap) {
         int nc = g->cap * 2 + 1;
         int32_t *nt = realloc(g->tokens, sizeof(int32_t) * nc);
-        if (!nt) { ak_kv_truncate(g->kv, g->n); return ak_fail(err, "out of memory"); }
+        if (!nt) { ak_kv_truncate(g->kv, g->n); return ak_failc(err, AK_ERR_NOMEM, "out of memory"); }
         g->tokens = nt;
         g->cap = nc;
     }
@@ -455,8 +455,8 @@ int ak_agent_append(ak_agents *a, const char *id, int32_t token, ak_error *err) 
 
 int ak_agent_reserve(ak_agents *a, const char *id, int n_pos, size_t extra, ak_error *err) {
     agent *g = find(a, id);
-    if (!g || !g->kv) return ak_fail(err, "agent %s: not in memory", id);
-    if (n_pos > a->cfg.n_ctx) return ak_fail(err, "agent %s: context of %d tokens is full", id, a->cfg.n_ctx);
+    if (!g || !g->kv) return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s: not in memory", id);
+    if (n_pos > a->cfg.n_ctx) return ak_failc(err, AK_ERR_INVALID, "agent %s: context of %d tokens is full", id, a->cfg.n_ctx);
     size_t need = bytes_for(a, g, n_pos);
     return ensure_room(a, need ? need + extra : 0, g, err) < 0 ? -1 : 0;
 }
@@ -494,7 +494,7 @@ int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *token
 
 int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float *logits, ak_error *err) {
     agent *g = find(a, id);
-    if (!g || !g->kv || !g->in_turn) return ak_fail(err, "agent %s: no turn in progress", id);
+    if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
     if (ak_agent_reserve(a, id, g->n + 1, 0, err) < 0) return -1;
     if (ak_eval(c, g->kv, &token, 1, g->n, logits, NULL, NULL, NULL, err) < 0) {
         ak_kv_truncate(g->kv, g->n);
@@ -505,7 +505,7 @@ int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float 
 
 int ak_agent_end(ak_agents *a, const char *id, ak_error *err) {
     agent *g = find(a, id);
-    if (!g) return ak_fail(err, "agent %s: unknown", id);
+    if (!g) return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s: unknown", id);
     g->in_turn = 0;
     if (a->cfg.save == AK_SAVE_EVERY_TURN && save_agent(a, g, 0, err) < 0) return -1;
     if (a->cfg.store && a->cfg.disk_budget) {
@@ -520,7 +520,7 @@ int ak_agent_remove(ak_agents *a, const char *id, ak_error *err) {
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->v[i]->id, id)) {
             if (a->v[i]->in_turn || a->v[i]->restoring)
-                return ak_fail(err, "agent %s is busy (a turn or a restore is in progress)", id);
+                return ak_failc(err, AK_ERR_BUSY, "agent %s is busy (a turn or a restore is in progress)", id);
             free_agent(a->v[i]);
             a->v[i] = a->v[--a->n];
             found = 1;

@@ -231,7 +231,7 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
         p->st.alloc_failures++;
         size_t used = p->st.used, budget = p->st.budget;
         pthread_mutex_unlock(&p->mu);
-        ak_fail(err, "KV budget exhausted: a %zu-byte block does not fit (%zu of %zu bytes in use)", bytes, used,
+        ak_failc(err, AK_ERR_KV_BUDGET, "KV budget exhausted: a %zu-byte block does not fit (%zu of %zu bytes in use)", bytes, used,
                 budget);
         return NULL;
     }
@@ -241,7 +241,7 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
         p->st.alloc_failures++;
         pthread_mutex_unlock(&p->mu);
         free(b);
-        ak_fail(err, "out of memory allocating a %zu-byte KV block", bytes);
+        ak_failc(err, AK_ERR_NOMEM, "out of memory allocating a %zu-byte KV block", bytes);
         return NULL;
     }
     p->st.used += bytes;

@@ -8,6 +8,7 @@
  * out_cv, the engine on engine_cv, the I/O thread on io_cv.
  */
 #include "sched.h"
+#include "textstop.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -169,26 +170,26 @@ size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_r
 
 ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err) {
     *status = 400;
-    if (p->n_prompt < 1) { ak_fail(err, "the prompt is empty (no tokens)"); return NULL; }
+    if (p->n_prompt < 1) { ak_failc(err, AK_ERR_INVALID, "the prompt is empty (no tokens)"); return NULL; }
     if (p->n_prompt >= s->cfg.n_ctx) {
-        ak_fail(err, "the prompt has %d tokens; the context is %d, so nothing could be generated", p->n_prompt,
+        ak_failc(err, AK_ERR_INVALID, "the prompt has %d tokens; the context is %d, so nothing could be generated", p->n_prompt,
                 s->cfg.n_ctx);
         return NULL;
     }
-    if (p->max_tokens < 1) { ak_fail(err, "max_tokens must be at least 1"); return NULL; }
+    if (p->max_tokens < 1) { ak_failc(err, AK_ERR_INVALID, "max_tokens must be at least 1"); return NULL; }
     int anonymous = !p->agent_id || !p->agent_id[0];
     if (!anonymous && !ak_agent_id_valid(p->agent_id)) {
-        ak_fail(err, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+        ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
         return NULL;
     }
-    if (p->n_stop < 0 || p->n_stop > AK_MAX_STOP) { ak_fail(err, "at most %d stop sequences", AK_MAX_STOP); return NULL; }
+    if (p->n_stop < 0 || p->n_stop > AK_MAX_STOP) { ak_failc(err, AK_ERR_INVALID, "at most %d stop sequences", AK_MAX_STOP); return NULL; }
     long reserve = (long)p->n_prompt + p->max_tokens;
     if (reserve > s->cfg.n_ctx) reserve = s->cfg.n_ctx;
     ak_block_pool_stats st;
     ak_block_pool_get_stats(s->cfg.pool, &st);
     size_t need = ak_agents_bytes_for(s->cfg.agents, (int)reserve);
     if (st.budget && need > st.budget) {
-        ak_fail(err, "this request needs %zu bytes of KV cache for %ld tokens (prompt %d + max_tokens); the KV "
+        ak_failc(err, AK_ERR_KV_BUDGET, "this request needs %zu bytes of KV cache for %ld tokens (prompt %d + max_tokens); the KV "
                 "budget is %zu bytes: lower max_tokens or shorten the prompt", need, reserve, p->n_prompt, st.budget);
         return NULL;
     }
@@ -213,8 +214,8 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     memcpy(r->hist, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
     r->n_hist = p->n_prompt;
     for (int i = 0; i < p->n_stop; i++) {
-        if (!p->stop[i] || !p->stop[i][0]) { *status = 400; ak_fail(err, "stop sequences must not be empty"); goto fail; }
-        if (!(r->stop[i] = strdup(p->stop[i]))) { ak_fail(err, "out of memory"); goto fail; }
+        if (!p->stop[i] || !p->stop[i][0]) { *status = 400; ak_failc(err, AK_ERR_INVALID, "stop sequences must not be empty"); goto fail; }
+        if (!(r->stop[i] = strdup(p->stop[i]))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
         r->n_stop = i + 1;
         size_t l = strlen(p->stop[i]);
         if (l > r->stop_max) r->stop_max = l;
@@ -227,7 +228,7 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
         *status = 503;
-        ak_fail(err, "the server is shutting down");
+        ak_failc(err, AK_ERR_SHUTDOWN, "the server is shutting down");
         goto fail;
     }
     if (s->incoming_tail) s->incoming_tail->next = r;
@@ -315,16 +316,6 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const 
     s->changed = 1;
 }
 
-/* Finds the earliest stop string in text[from..len); returns its offset or -1. */
-static long find_stop(const ak_request *r, size_t from) {
-    long best = -1;
-    for (int i = 0; i < r->n_stop; i++) {
-        const char *hit = memmem(r->text + from, r->len - from, r->stop[i], strlen(r->stop[i]));
-        if (hit && (best < 0 || hit - r->text < best)) best = hit - r->text;
-    }
-    return best;
-}
-
 /* Samples the next token from r->logits and hands its text out; decides
  * whether the request goes on (r->next_tok is fed at the next step) or ends.
  * The rules are `agentkv run`'s, so that greedy output is the same. */
@@ -357,15 +348,14 @@ static void next_token(ak_sched *s, ak_request *r) {
     }
     if (r->n_stop && np) {
         pthread_mutex_lock(&s->mu);
-        size_t from = r->len - np >= r->stop_max ? r->len - np - r->stop_max + 1 : 0;
-        long at = find_stop(r, from);
+        /* the text before the new piece held no stop string; what could
+         * still become one is held back (textstop.h) */
+        size_t vis;
+        long at = ak_textstop_scan(r->text, r->len, r->len - np, (const char *const *)r->stop, r->n_stop, 0, &vis);
         if (at >= 0) {
             r->len = (size_t)at;
             r->text[r->len] = 0;
         } else {
-            /* hold back what could still become a stop string, on a character boundary */
-            size_t vis = r->len >= r->stop_max ? r->len - r->stop_max + 1 : 0;
-            while (vis > r->visible && ((unsigned char)r->text[vis] & 0xC0) == 0x80) vis--;
             if (vis > r->visible) r->visible = vis;
             pthread_cond_broadcast(&s->out_cv);
         }
@@ -489,7 +479,7 @@ static void admit(ak_sched *s) {
         int flags = r->anonymous ? AK_AGENT_EPHEMERAL : 0;
         if (ak_agent_open(s->cfg.agents, r->id, flags, r->prompt, r->n_prompt, r->n_reserve, outstanding(s), &kv, &t,
                           &err) < 0) {
-            if (strstr(err.msg, "KV budget exhausted") && (s->n_active > 0 || s->n_io > 0)) {
+            if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
                 /* room comes back when a running request ends */
                 if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
                 else r->id[0] = 0;
@@ -498,7 +488,7 @@ static void admit(ak_sched *s) {
                 continue;
             }
             unlink_waiting(s, r, prev);
-            finish(s, r, AK_FINISH_ERROR, strstr(err.msg, "KV budget") ? 400 : 500, err.msg);
+            finish(s, r, AK_FINISH_ERROR, err.code == AK_ERR_KV_BUDGET || err.code == AK_ERR_INVALID ? 400 : 500, err.msg);
             pthread_mutex_lock(&s->mu);
             unref_locked(r);
             pthread_mutex_unlock(&s->mu);
@@ -645,7 +635,7 @@ static void run_op(ak_sched *s, op *o) {
     int n_ag = ak_agents_count(ag), n = 0;
     ak_sched_agent *v = calloc((size_t)(n_ag + n_files) + 1, sizeof *v);
     if (!v) {
-        o->rc = ak_fail(&o->err, "out of memory");
+        o->rc = ak_failc(&o->err, AK_ERR_NOMEM, "out of memory");
         return;
     }
     int hot = 0;
@@ -895,7 +885,7 @@ static int post_op(ak_sched *s, op *o) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
-        return ak_fail(&o->err, "the server is shutting down");
+        return ak_failc(&o->err, AK_ERR_SHUTDOWN, "the server is shutting down");
     }
     o->next = s->ops;
     s->ops = o;

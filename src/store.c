@@ -174,7 +174,7 @@ static int parse_dec(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 
 int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ak_fail(err, "key file %s: %s", path, strerror(errno));
+    if (fd < 0) return ak_failc(err, ak_err_code_of_errno(errno), "key file %s: %s", path, strerror(errno));
     uint8_t buf[AK_STORE_KEY_BYTES + 1];
     size_t n = 0;
     for (;;) {   /* read up to 33 bytes to tell "exactly 32" from "longer" */
@@ -184,14 +184,14 @@ int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_erro
             int e = errno;
             close(fd);
             sodium_memzero(buf, sizeof buf);
-            return ak_fail(err, "key file %s: %s", path, strerror(e));
+            return ak_failc(err, ak_err_code_of_errno(e), "key file %s: %s", path, strerror(e));
         }
         if (r == 0 || (n += (size_t)r) == sizeof buf) break;
     }
     close(fd);
     if (n != AK_STORE_KEY_BYTES) {
         sodium_memzero(buf, sizeof buf);
-        return ak_fail(err, "key file %s: must hold exactly %d raw bytes, it has %s%zu", path, AK_STORE_KEY_BYTES,
+        return ak_failc(err, AK_ERR_INVALID, "key file %s: must hold exactly %d raw bytes, it has %s%zu", path, AK_STORE_KEY_BYTES,
                        n > AK_STORE_KEY_BYTES ? "more than " : "", n > AK_STORE_KEY_BYTES ? (size_t)AK_STORE_KEY_BYTES : n);
     }
     memcpy(key, buf, AK_STORE_KEY_BYTES);
@@ -321,14 +321,14 @@ static int mkdir_p(const char *dir, ak_error *err) {
         if (*p == '/' || *p == 0) {
             char c = *p;
             *p = 0;
-            if (mkdir(buf, 0700) != 0 && errno != EEXIST) return ak_fail(err, "store: mkdir %s: %s", buf, strerror(errno));
+            if (mkdir(buf, 0700) != 0 && errno != EEXIST) return ak_failc(err, ak_err_code_of_errno(errno), "store: mkdir %s: %s", buf, strerror(errno));
             *p = c;
             if (!c) break;
         }
     }
     struct stat st;
-    if (stat(dir, &st) != 0) return ak_fail(err, "store: %s: %s", dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return ak_fail(err, "store: %s is not a directory", dir);
+    if (stat(dir, &st) != 0) return ak_failc(err, ak_err_code_of_errno(errno), "store: %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return ak_failc(err, AK_ERR_INVALID, "store: %s is not a directory", dir);
     return 0;
 }
 
@@ -400,9 +400,9 @@ static int parse_fault_env(ak_store *s, ak_error *err) {
 }
 
 ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
-    if (!dir || !*dir) { ak_fail(err, "store: empty directory name"); return NULL; }
+    if (!dir || !*dir) { ak_failc(err, AK_ERR_INVALID, "store: empty directory name"); return NULL; }
     /* room for "/<128-char id>.safetensors.tmp.<pid>.<tid>" after the dir */
-    if (strlen(dir) > PATH_MAX - 256) { ak_fail(err, "store: directory name too long"); return NULL; }
+    if (strlen(dir) > PATH_MAX - 256) { ak_failc(err, AK_ERR_INVALID, "store: directory name too long"); return NULL; }
     if (ak_seal_init() != 0) { ak_fail(err, "store: libsodium failed to initialize"); return NULL; }
     ak_store *s = ak_calloc(1, sizeof *s, err);
     if (!s) return NULL;
@@ -458,17 +458,17 @@ static int fingerprint_ok(const char *fp) {
 
 ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
                                const char *fingerprint, const char *model_name, ak_error *err) {
-    if (!ak_agent_id_valid(agent_id)) { ak_fail(err, "store: invalid agent id"); return NULL; }
+    if (!ak_agent_id_valid(agent_id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid agent id"); return NULL; }
     if (!fingerprint_ok(fingerprint)) {
-        ak_fail(err, "store: agent %s: model fingerprint must be 1..64 printable characters", agent_id);
+        ak_failc(err, AK_ERR_INVALID, "store: agent %s: model fingerprint must be 1..64 printable characters", agent_id);
         return NULL;
     }
     if (n_tokens < 0 || n_tokens > ak_kv_length(kv) || (n_tokens > 0 && !tokens)) {
-        ak_fail(err, "store: agent %s: %d tokens to save but the cache holds %d", agent_id, n_tokens, ak_kv_length(kv));
+        ak_failc(err, AK_ERR_INVALID, "store: agent %s: %d tokens to save but the cache holds %d", agent_id, n_tokens, ak_kv_length(kv));
         return NULL;
     }
     for (int i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0) { ak_fail(err, "store: agent %s: negative token id at %d", agent_id, i); return NULL; }
+        if (tokens[i] < 0) { ak_failc(err, AK_ERR_INVALID, "store: agent %s: negative token id at %d", agent_id, i); return NULL; }
     ak_snapshot *sn = ak_calloc(1, sizeof *sn, err);
     if (!sn) return NULL;
     snprintf(sn->id, sizeof sn->id, "%s", agent_id);
@@ -488,11 +488,11 @@ ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int3
     }
     char why[128];
     sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens, sn->block_tokens, &sn->t, &sn->data_bytes, why, sizeof why);
-    if (sn->nt < 0) { ak_fail(err, "store: agent %s: %s", agent_id, why); free(sn); return NULL; }
+    if (sn->nt < 0) { ak_failc(err, AK_ERR_INVALID, "store: agent %s: %s", agent_id, why); free(sn); return NULL; }
     sn->tokens = ak_malloc(sizeof(int32_t) * (size_t)n_tokens, err);
     sn->data = sn->tokens ? big_alloc(sn->data_bytes) : NULL;
     if (!sn->data) {
-        if (sn->tokens) ak_fail(err, "store: agent %s: out of memory for a %llu-byte snapshot", agent_id,
+        if (sn->tokens) ak_failc(err, AK_ERR_NOMEM, "store: agent %s: out of memory for a %llu-byte snapshot", agent_id,
                                 (unsigned long long)sn->data_bytes);
         ak_snapshot_free(sn);
         return NULL;
@@ -613,7 +613,7 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
     *len = 8 + N;
     goto done;
 oom:
-    ak_fail(err, "store: agent %s: out of memory building the file header", sn->id);
+    ak_failc(err, AK_ERR_NOMEM, "store: agent %s: out of memory building the file header", sn->id);
 done:
     cJSON_Delete(cks);
     cJSON_Delete(root);
@@ -732,7 +732,7 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     char path[PATH_MAX], tmp[PATH_MAX], sfx[64];
     snprintf(sfx, sizeof sfx, "%s%ld.%ld", TMP_MARK, (long)getpid(), (long)syscall(SYS_gettid));
     if (path_of(s, sn->id, SUFFIX, path, sizeof path) || path_of(s, sn->id, sfx, tmp, sizeof tmp))
-        return ak_fail(err, "store: path too long for agent %s", sn->id);
+        return ak_failc(err, AK_ERR_INVALID, "store: path too long for agent %s", sn->id);
     size_t hl = 0;
     uint8_t *hdr = build_header(sn, &hl, err);
     if (!hdr) return -1;
@@ -769,15 +769,15 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     /* The new file is in place; without this fsync the rename itself might
      * not survive a power loss. */
     if (inject(&c) || fsync_dir(s->dir) != 0)
-        return ak_fail(err, "store: saving agent %s: fsync of directory %s: %s (the new file is in place but may not "
-                            "survive a crash)", sn->id, s->dir, strerror(errno));
+        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving agent %s: fsync of directory %s: %s (the new "
+                        "file is in place but may not survive a crash)", sn->id, s->dir, strerror(errno));
     return 0;
 fail:;
     int e = errno;
     if (fd >= 0) close(fd);
     unlink(tmp);
     free(hdr);
-    return ak_fail(err, "store: saving agent %s: %s %s: %s (the previous file, if any, is intact)", sn->id, what,
+    return ak_failc(err, ak_err_code_of_errno(e), "store: saving agent %s: %s %s: %s (the previous file, if any, is intact)", sn->id, what,
                    !strcmp(what, "rename") ? path : tmp, strerror(e));
 }
 
@@ -798,7 +798,20 @@ typedef struct {
     ak_store_status st;
     const char *slug;
     char msg[400];
+    int code;           /* the ak_err_code the caller's ak_error gets */
 } verdict;
+
+/* The error code of a status (ERROR: an I/O error unless said otherwise). */
+static int status_code(ak_store_status st) {
+    switch (st) {
+    case AK_STORE_HIT: return AK_ERR_NONE;
+    case AK_STORE_ABSENT: return AK_ERR_NOT_FOUND;
+    case AK_STORE_STALE: return AK_ERR_STALE;
+    case AK_STORE_CORRUPT: return AK_ERR_CORRUPT;
+    case AK_STORE_ERROR: return AK_ERR_IO;
+    }
+    return AK_ERR_GENERIC;
+}
 
 __attribute__((format(printf, 4, 5))) static ak_store_status
 judge(verdict *v, ak_store_status st, const char *slug, const char *fmt, ...) {
@@ -808,7 +821,21 @@ judge(verdict *v, ak_store_status st, const char *slug, const char *fmt, ...) {
     va_end(ap);
     v->st = st;
     v->slug = slug;
+    v->code = status_code(st);
     return st;
+}
+
+/* judge(v, AK_STORE_ERROR, ...) with an error code other than IO (out of
+ * memory, KV budget). */
+__attribute__((format(printf, 3, 4))) static ak_store_status judge_error(verdict *v, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+    v->st = AK_STORE_ERROR;
+    v->slug = NULL;
+    v->code = code;
+    return AK_STORE_ERROR;
 }
 
 /* An open agent file and its image (the safetensors bytes: the file itself,
@@ -904,13 +931,13 @@ static ak_store_status reader_open(reader *r, const ak_store *s, const char *pat
         r->img_size = si.plain_bytes;
         r->file_pos = AK_SEAL_HEADER_BYTES;
         r->cbuf_cap = ((1u << 20) / si.chunk + 1) * (si.chunk + AK_SEAL_ABYTES);
-        if (!(r->cbuf = malloc(r->cbuf_cap))) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
+        if (!(r->cbuf = malloc(r->cbuf_cap))) return judge_error(v, AK_ERR_NOMEM, "out of memory");
     }
     /* a plain file's image is read on demand (its header, then either the
      * whole image or, restoring, straight into blocks: see load_direct) */
     r->cap = r->sealed ? r->img_size : hn;
     if (!(r->img = big_alloc((size_t)r->cap)))
-        return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)r->cap);
+        return judge_error(v, AK_ERR_NOMEM, "out of memory for %llu bytes", (unsigned long long)r->cap);
     if (!r->sealed) {
         memcpy(r->img, head, hn);
         r->have = hn;
@@ -926,7 +953,7 @@ static ak_store_status reader_need(reader *r, uint64_t upto, verdict *v) {
     if (!r->sealed) {
         if (upto > r->cap) {
             uint8_t *n = big_alloc((size_t)upto);
-            if (!n) return judge(v, AK_STORE_ERROR, NULL, "out of memory for %llu bytes", (unsigned long long)upto);
+            if (!n) return judge_error(v, AK_ERR_NOMEM, "out of memory for %llu bytes", (unsigned long long)upto);
             memcpy(n, r->img, (size_t)r->have);
             free(r->img);
             r->img = n;
@@ -1027,7 +1054,7 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     if (!cJSON_IsObject(meta)) return judge(v, AK_STORE_CORRUPT, "metadata", "no __metadata__ object");
     int np = cJSON_GetArraySize(meta);
     kv_pair *pairs = calloc((size_t)np + 1, sizeof *pairs);
-    if (!pairs) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
+    if (!pairs) return judge_error(v, AK_ERR_NOMEM, "out of memory");
     int i = 0;
     for (const cJSON *it = meta->child; it; it = it->next, i++) {
         if (!cJSON_IsString(it) || !it->string) {
@@ -1109,7 +1136,7 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     const char *p = meta_str(meta, "tokens");
     if ((uint64_t)m->n_tokens > (strlen(p) + 1) / 2)
         return judge(v, AK_STORE_CORRUPT, "tokens", "token list too short for %d ids", m->n_tokens);
-    if (!(m->tokens = malloc(sizeof(int32_t) * ((size_t)m->n_tokens + 1)))) return judge(v, AK_STORE_ERROR, NULL, "out of memory");
+    if (!(m->tokens = malloc(sizeof(int32_t) * ((size_t)m->n_tokens + 1)))) return judge_error(v, AK_ERR_NOMEM, "out of memory");
     int nt = 0, ok = 1;
     while (*p && ok) {
         /* canonical decimal ids in [0, 2^31), separated by single commas */
@@ -1161,7 +1188,7 @@ static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc *
         goto done;
     }
     if (!(want = calloc((size_t)nt, sizeof *want))) {
-        st = judge(v, AK_STORE_ERROR, NULL, "out of memory");
+        st = judge_error(v, AK_ERR_NOMEM, "out of memory");
         goto done;
     }
     for (int i = 0; i < nt; i++) {
@@ -1324,12 +1351,12 @@ static int reason_ok(const char *r) {
 
 int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_error *err) {
     char path[PATH_MAX], dst[PATH_MAX], why[PATH_MAX + 64];
-    if (!ak_agent_id_valid(id)) return ak_fail(err, "store: invalid agent id");
-    if (!reason_ok(reason)) return ak_fail(err, "store: quarantine reason must be a short [a-z0-9-] word");
-    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_fail(err, "store: path too long");
-    if (access(path, F_OK) != 0) return errno == ENOENT ? 1 : ak_fail(err, "store: %s: %s", path, strerror(errno));
+    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
+    if (!reason_ok(reason)) return ak_failc(err, AK_ERR_INVALID, "store: quarantine reason must be a short [a-z0-9-] word");
+    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
+    if (access(path, F_OK) != 0) return errno == ENOENT ? 1 : ak_failc(err, ak_err_code_of_errno(errno), "store: %s: %s", path, strerror(errno));
     if (quarantine_path(s, id, path, -1, reason, dst, sizeof dst, why, sizeof why) != 0)
-        return ak_fail(err, "store: %s: quarantine: %s", path, why);
+        return ak_failc(err, AK_ERR_IO, "store: %s: quarantine: %s", path, why);
     return 0;
 }
 
@@ -1513,13 +1540,13 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     }
     if (!(tmp = ak_kv_new(pool, m->fk, m->fv, ak_kv_capacity(kv), &e2)) || ak_kv_prepare(tmp, 0, n, &e2) != 0) {
         if (ak_kv_n_blocks(kv) > 0) *fallback = 1;   /* the old cache holds the budget: verify first, then swap */
-        else judge(v, AK_STORE_ERROR, NULL, "%s", e2.msg);
+        else judge_error(v, e2.code, "%s", e2.msg);
         goto out;
     }
     blk = malloc(sizeof *blk * (size_t)(nb ? nb : 1));
     toff = malloc(sizeof *toff * (size_t)(nt ? nt : 1));
     if (!blk || !toff) {
-        judge(v, AK_STORE_ERROR, NULL, "out of memory");
+        judge_error(v, AK_ERR_NOMEM, "out of memory");
         goto out;
     }
     /* block b's data starts with layer 0's K metadata of head 0, or its
@@ -1539,7 +1566,7 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
         posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
     dl_shared *sh = calloc(1, sizeof *sh);
     if (!sh) {
-        judge(v, AK_STORE_ERROR, NULL, "out of memory");
+        judge_error(v, AK_ERR_NOMEM, "out of memory");
         goto out;
     }
     *sh = (dl_shared){r->fd, t, (const char (*)[17])want, nt, blk, toff, nb, m->hdr_end, 0, 0, 0, 1, {{0}}};
@@ -1602,20 +1629,20 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
     ak_store_load_info dummy;
     if (!info) info = &dummy;
     memset(info, 0, sizeof *info);
-    if (!ak_agent_id_valid(id)) { ak_fail(err, "store: invalid agent id"); return AK_STORE_ERROR; }
+    if (!ak_agent_id_valid(id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid agent id"); return AK_STORE_ERROR; }
     char path[PATH_MAX];
-    if (path_of(s, id, SUFFIX, path, sizeof path)) { ak_fail(err, "store: path too long"); return AK_STORE_ERROR; }
+    if (path_of(s, id, SUFFIX, path, sizeof path)) { ak_failc(err, AK_ERR_INVALID, "store: path too long"); return AK_STORE_ERROR; }
     double t0 = ak_now();
     reader r;
     agent_meta m;
-    verdict v = {AK_STORE_HIT, NULL, ""};
+    verdict v = {AK_STORE_HIT, NULL, "", 0};
     int fallback = 0;
     ak_store_status st = load_direct(s, path, id, fingerprint, vocab, kv, &r, &m, &v, info, &fallback);
     int direct = !fallback;
     if (fallback) {   /* a sealed file, or no room for two copies: verify a whole image first */
         reader_close(&r);
         meta_free(&m);
-        v = (verdict){AK_STORE_HIT, NULL, ""};
+        v = (verdict){AK_STORE_HIT, NULL, "", 0};
         st = check_file(s, path, id, fingerprint, vocab, kv, &r, &m, &v, &info->verify_ms);
     }
     info->bytes_read = r.bytes_read;
@@ -1636,8 +1663,8 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
         char why[128];
         int nt = layout_tensors(&m.spec, m.fk, m.fv, m.n_tokens, m.block_tokens, &t, &db, why, sizeof why);
         ak_kv_truncate(kv, 0);
-        if (nt < 0) st = judge(&v, AK_STORE_ERROR, NULL, "%s", why);
-        else if (ak_kv_prepare(kv, 0, m.n_tokens, &e2) != 0) st = judge(&v, AK_STORE_ERROR, NULL, "%s", e2.msg);
+        if (nt < 0) st = judge_error(&v, AK_ERR_INVALID, "%s", why);
+        else if (ak_kv_prepare(kv, 0, m.n_tokens, &e2) != 0) st = judge_error(&v, e2.code, "%s", e2.msg);
         else if (transfer(kv, 1, r.img + m.hdr_end, t, nt, m.n_tokens, m.block_tokens) != 0 || ak_kv_set_length(kv, m.n_tokens, &e2) != 0)
             st = judge(&v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
         if (st != AK_STORE_HIT) ak_kv_truncate(kv, 0);
@@ -1656,12 +1683,12 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
         char dst[PATH_MAX], why[PATH_MAX + 64];
         if (quarantine_path(s, id, path, r.fd, v.slug ? v.slug : "corrupt", dst, sizeof dst, why, sizeof why) == 0) {
             info->quarantined = 1;
-            ak_fail(err, "store: %s: corrupt: %s; moved to %s", path, v.msg, dst);
+            ak_failc(err, AK_ERR_CORRUPT, "store: %s: corrupt: %s; moved to %s", path, v.msg, dst);
         } else {
-            ak_fail(err, "store: %s: corrupt: %s; not moved: %s", path, v.msg, why);
+            ak_failc(err, AK_ERR_CORRUPT, "store: %s: corrupt: %s; not moved: %s", path, v.msg, why);
         }
     } else if (st != AK_STORE_HIT) {
-        ak_fail(err, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
+        ak_failc(err, v.code, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
     }
     reader_close(&r);
     meta_free(&m);
@@ -1670,15 +1697,15 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
 }
 
 ak_store_status ak_store_verify(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_error *err) {
-    if (!ak_agent_id_valid(id)) { ak_fail(err, "store: invalid agent id"); return AK_STORE_ERROR; }
+    if (!ak_agent_id_valid(id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid agent id"); return AK_STORE_ERROR; }
     char path[PATH_MAX];
-    if (path_of(s, id, SUFFIX, path, sizeof path)) { ak_fail(err, "store: path too long"); return AK_STORE_ERROR; }
+    if (path_of(s, id, SUFFIX, path, sizeof path)) { ak_failc(err, AK_ERR_INVALID, "store: path too long"); return AK_STORE_ERROR; }
     reader r;
     agent_meta m;
-    verdict v = {AK_STORE_HIT, NULL, ""};
+    verdict v = {AK_STORE_HIT, NULL, "", 0};
     double ms;
     ak_store_status st = check_file(s, path, id, fingerprint, vocab, NULL, &r, &m, &v, &ms);
-    if (st != AK_STORE_HIT) ak_fail(err, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
+    if (st != AK_STORE_HIT) ak_failc(err, v.code, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
     reader_close(&r);
     meta_free(&m);
     return st;
@@ -1704,7 +1731,7 @@ static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char
     char path[PATH_MAX];
     memset(e, 0, sizeof *e);
     snprintf(e->id, sizeof e->id, "%s", id);
-    if (path_of(s, id, SUFFIX, path, sizeof path)) { judge(v, AK_STORE_ERROR, NULL, "path too long"); return -1; }
+    if (path_of(s, id, SUFFIX, path, sizeof path)) { judge_error(v, AK_ERR_INVALID, "path too long"); return -1; }
     reader r;
     agent_meta m;
     memset(&m, 0, sizeof m);
@@ -1722,7 +1749,7 @@ static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char
         rc = 0;
         if (metadata_json) {
             *metadata_json = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(m.root, "__metadata__"));
-            if (!*metadata_json) rc = -1, judge(v, AK_STORE_ERROR, NULL, "out of memory");
+            if (!*metadata_json) rc = -1, judge_error(v, AK_ERR_NOMEM, "out of memory");
         }
     }
     meta_free(&m);
@@ -1734,10 +1761,10 @@ static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char
  * ids), with size and mtime when stat_them. */
 static int scan_ids(const ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
     DIR *d = opendir(s->dir);
-    if (!d) return ak_fail(err, "store: opendir %s: %s", s->dir, strerror(errno));
+    if (!d) return ak_failc(err, ak_err_code_of_errno(errno), "store: opendir %s: %s", s->dir, strerror(errno));
     int cap = 16, cnt = 0;
     ak_store_entry *es = malloc(sizeof *es * (size_t)cap);
-    if (!es) { closedir(d); return ak_fail(err, "store: out of memory"); }
+    if (!es) { closedir(d); return ak_failc(err, AK_ERR_NOMEM, "store: out of memory"); }
     struct dirent *de;
     while ((de = readdir(d))) {
         size_t len = strlen(de->d_name), sl = strlen(SUFFIX);
@@ -1751,7 +1778,7 @@ static int scan_ids(const ak_store *s, ak_store_entry **out, int *n, ak_error *e
         if (path_of(s, id, SUFFIX, path, sizeof path) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         if (cnt == cap) {
             ak_store_entry *ne = realloc(es, sizeof *es * (size_t)(cap *= 2));
-            if (!ne) { free(es); closedir(d); return ak_fail(err, "store: out of memory"); }
+            if (!ne) { free(es); closedir(d); return ak_failc(err, AK_ERR_NOMEM, "store: out of memory"); }
             es = ne;
         }
         ak_store_entry *e = &es[cnt++];
@@ -1784,7 +1811,7 @@ int ak_store_list(ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
     if (scan_ids(s, &es, &cnt, err) != 0) return -1;
     int k = 0;
     for (int i = 0; i < cnt; i++) {
-        verdict v = {AK_STORE_HIT, NULL, ""};
+        verdict v = {AK_STORE_HIT, NULL, "", 0};
         char id[AK_AGENT_ID_MAX + 1];
         snprintf(id, sizeof id, "%s", es[i].id);
         if (read_entry(s, id, &es[k], NULL, &v) != 1) k++;   /* 1: removed since the scan */
@@ -1797,18 +1824,18 @@ int ak_store_list(ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
 
 int ak_store_inspect(ak_store *s, const char *id, ak_store_entry *out, char **metadata_json, ak_error *err) {
     if (metadata_json) *metadata_json = NULL;
-    if (!ak_agent_id_valid(id)) return ak_fail(err, "store: invalid agent id");
-    verdict v = {AK_STORE_HIT, NULL, ""};
+    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
+    verdict v = {AK_STORE_HIT, NULL, "", 0};
     int rc = read_entry(s, id, out, metadata_json, &v);
-    if (rc < 0) ak_fail(err, "store: %s/%s%s: %s: %s", s->dir, id, SUFFIX, ak_store_status_name(v.st), v.msg);
+    if (rc < 0) ak_failc(err, v.code, "store: %s/%s%s: %s: %s", s->dir, id, SUFFIX, ak_store_status_name(v.st), v.msg);
     return rc;
 }
 
 int ak_store_remove(ak_store *s, const char *id, ak_error *err) {
     char path[PATH_MAX];
-    if (!ak_agent_id_valid(id)) return ak_fail(err, "store: invalid agent id");
-    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_fail(err, "store: path too long");
-    if (unlink(path) != 0) return errno == ENOENT ? 1 : ak_fail(err, "store: unlink %s: %s", path, strerror(errno));
+    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
+    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
+    if (unlink(path) != 0) return errno == ENOENT ? 1 : ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -1825,7 +1852,7 @@ int ak_store_gc(ak_store *s, uint64_t budget, uint64_t *bytes_after, ak_error *e
         if (unlink(path) != 0 && errno != ENOENT) {
             int e = errno;
             free(es);
-            return ak_fail(err, "store: gc: unlink %s: %s", path, strerror(e));
+            return ak_failc(err, ak_err_code_of_errno(e), "store: gc: unlink %s: %s", path, strerror(e));
         }
         total -= es[i].bytes;
         removed++;

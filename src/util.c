@@ -18,39 +18,74 @@ int ak_fail(ak_error *err, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        err->code = AK_ERR_GENERIC;
     }
     return -1;
 }
 
+int ak_failc(ak_error *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return -1;
+}
+
+int ak_err_code_of_errno(int e) {
+    switch (e) {
+    case ENOSPC:
+    case EDQUOT: return AK_ERR_NOSPACE;
+    case ENOMEM: return AK_ERR_NOMEM;
+    case ENOENT: return AK_ERR_NOT_FOUND;
+    case EACCES:
+    case EPERM:
+    case EROFS: return AK_ERR_PERMISSION;
+    default: return AK_ERR_IO;
+    }
+}
+
+const char *ak_err_code_name(int code) {
+    static const char *names[] = {"none", "generic", "invalid", "nomem", "io", "nospace", "kv-budget",
+                                  "corrupt", "not-found", "stale", "busy", "permission", "shutdown"};
+    return code >= 0 && code < (int)(sizeof names / sizeof *names) ? names[code] : "?";
+}
+
 void *ak_malloc_(size_t n, ak_error *err, const char *file, int line) {
     void *p = malloc(n ? n : 1);
-    if (!p) ak_fail(err, "out of memory allocating %zu bytes (%s:%d)", n, file, line);
+    if (!p) ak_failc(err, AK_ERR_NOMEM, "out of memory allocating %zu bytes (%s:%d)", n, file, line);
     return p;
 }
 
 void *ak_calloc_(size_t n, size_t sz, ak_error *err, const char *file, int line) {
     void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) ak_fail(err, "out of memory allocating %zu x %zu bytes (%s:%d)", n, sz, file, line);
+    if (!p) ak_failc(err, AK_ERR_NOMEM, "out of memory allocating %zu x %zu bytes (%s:%d)", n, sz, file, line);
     return p;
 }
 
 char *ak_read_file(const char *path, size_t *len, ak_error *err) {
     FILE *f = fopen(path, "rb");
-    if (!f) { ak_fail(err, "%s: %s", path, strerror(errno)); return NULL; }
+    if (!f) {
+        int e = errno;
+        ak_failc(err, ak_err_code_of_errno(e), "%s: %s", path, strerror(e));
+        return NULL;
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
-    if (!buf) { fclose(f); ak_fail(err, "%s: out of memory", path); return NULL; }
+    if (!buf) { fclose(f); ak_failc(err, AK_ERR_NOMEM, "%s: out of memory", path); return NULL; }
     for (;;) {
         if (n + 1 >= cap) {
             char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); fclose(f); ak_fail(err, "%s: out of memory", path); return NULL; }
+            if (!nb) { free(buf); fclose(f); ak_failc(err, AK_ERR_NOMEM, "%s: out of memory", path); return NULL; }
             buf = nb; cap *= 2;
         }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         n += r;
         if (r == 0) break;
     }
-    if (ferror(f)) { free(buf); fclose(f); ak_fail(err, "%s: read error", path); return NULL; }
+    if (ferror(f)) { free(buf); fclose(f); ak_failc(err, AK_ERR_IO, "%s: read error", path); return NULL; }
     fclose(f);
     buf[n] = 0;
     if (len) *len = n;

@@ -10,13 +10,44 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* What kind of failure an ak_error describes. Callers branch on the code,
+ * never on the message (which is for people and may change). */
+typedef enum {
+    AK_ERR_NONE = 0,      /* no error */
+    AK_ERR_GENERIC,       /* unclassified (ak_fail) */
+    AK_ERR_INVALID,       /* an argument or request that can never work */
+    AK_ERR_NOMEM,         /* out of memory */
+    AK_ERR_IO,            /* an I/O error (read, write, fsync, rename ...) */
+    AK_ERR_NOSPACE,       /* the disk or quota is full (ENOSPC, EDQUOT) */
+    AK_ERR_KV_BUDGET,     /* the KV pool's RAM budget cannot fit the request now */
+    AK_ERR_CORRUPT,       /* data failed a check (checksum, authentication, format) */
+    AK_ERR_NOT_FOUND,     /* no such file, agent or item */
+    AK_ERR_STALE,         /* sound data this caller cannot use (another model, format, key) */
+    AK_ERR_BUSY,          /* the target is in use (a turn or restore in flight) */
+    AK_ERR_PERMISSION,    /* refused for its permissions (e.g. a key file others can read) */
+    AK_ERR_SHUTDOWN       /* the component is stopping */
+} ak_err_code;
+
 typedef struct {
     char msg[512];   /* one line, no trailing newline; "" when no error */
+    int code;        /* an ak_err_code; AK_ERR_NONE when no error. After msg so
+                        that `ak_error e = {{0}}` stays a valid initializer */
 } ak_error;
 
-/* Formats a message into err (if err is not NULL). Always returns -1 so that
- * callers can write `return ak_fail(err, "...")`. */
+/* Formats a message into err (if err is not NULL) and sets its code to
+ * AK_ERR_GENERIC. Always returns -1 so that callers can write
+ * `return ak_fail(err, "...")`. */
 int ak_fail(ak_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ak_fail with a code (an ak_err_code). Always returns -1. */
+int ak_failc(ak_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The code for a failed system call's errno: NOSPACE for ENOSPC/EDQUOT,
+ * NOMEM for ENOMEM, NOT_FOUND for ENOENT, PERMISSION for EACCES/EPERM/EROFS,
+ * else IO. */
+int ak_err_code_of_errno(int e);
+/* A short name of a code ("none", "generic", "invalid", "nomem", "io",
+ * "nospace", "kv-budget", "corrupt", "not-found", "stale", "busy", "permission",
+ * "shutdown"; "?" otherwise). */
+const char *ak_err_code_name(int code);
 
 /* Checked allocation: on failure sets err (naming file:line) and returns NULL. */
 void *ak_malloc_(size_t n, ak_error *err, const char *file, int line);

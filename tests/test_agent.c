@@ -302,3 +302,35 @@ TEST(agent_bad_file_takes_cold_path) {
     ak_store_close(store);
     env_close(&e);
 }
+
+/* A turn the KV budget cannot fit reports AK_ERR_KV_BUDGET (the scheduler
+ * branches on the code to wait or to answer 400), an invalid id
+ * AK_ERR_INVALID, a second open of a busy agent AK_ERR_BUSY. */
+TEST(agent_errors_carry_codes) {
+    env e;
+    char path[512];
+    if (env_open(t, &e, test_path(path, sizeof path, "models/stories260K.gguf")) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *probe = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    REQUIRE(probe, "%s", err.msg);
+    size_t block = ak_block_pool_block_bytes(probe, AK_KV_Q8, AK_KV_Q8);
+    ak_block_pool_free(probe);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_for(&e, &pool, NULL, AK_KV_Q8, AK_KV_Q8, 2 * block);
+    REQUIRE(ag, "agents");
+    int32_t p[200];
+    for (int i = 0; i < 200; i++) p[i] = 1 + (i * 7) % 300;
+    ak_kv *kv;
+    ak_turn ti;
+    CHECK(ak_agent_open(ag, "big", 0, p, 200, 200, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_KV_BUDGET,
+          "over budget: code %d (%s)", err.code, err.msg);
+    CHECK(ak_agent_open(ag, "../x", 0, p, 10, 10, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_INVALID,
+          "invalid id: code %d", err.code);
+    REQUIRE(ak_agent_open(ag, "a", 0, p, 10, 10, 0, &kv, &ti, &err) == 0, "open: %s", err.msg);
+    CHECK(ak_agent_open(ag, "a", 0, p, 10, 10, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_BUSY,
+          "busy: code %d", err.code);
+    ak_agent_abort(ag, "a");
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    env_close(&e);
+}

@@ -1204,3 +1204,55 @@ TEST(store_real_enospc_on_small_tmpfs) {
     CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "real ENOSPC: old file not intact or unclear error: %s", msg);
     printf("  e.g. %s\n", msg);
 }
+
+/* ------------------------------------------------------------ error codes */
+
+/* Each kind of failure carries its code (callers branch on it, never on the
+ * message): invalid ids, a full disk, an I/O error, absent, stale and
+ * corrupt files, and plain ak_fail. */
+TEST(store_errors_carry_codes) {
+    ak_error err = {{0}};
+    CHECK(err.code == AK_ERR_NONE, "a zeroed error has code %d", err.code);
+    ak_fail(&err, "x");
+    CHECK(err.code == AK_ERR_GENERIC, "ak_fail: code %d", err.code);
+    ak_failc(&err, AK_ERR_BUSY, "y %d", 1);
+    CHECK(err.code == AK_ERR_BUSY && !strcmp(err.msg, "y 1"), "ak_failc: code %d msg %s", err.code, err.msg);
+    CHECK(!strcmp(ak_err_code_name(AK_ERR_KV_BUDGET), "kv-budget") && !strcmp(ak_err_code_name(-1), "?"), "names");
+
+    const char *dir = dir_for("codes");
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = {2, 1, 16, 16, 64};
+    cache a, b;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 20, 3) == 0, "fill");
+    REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
+    err.code = 0;
+    CHECK(ak_store_save(st, "../x", a.kv, a.tokens, a.n, FP, NULL, &err) < 0 && err.code == AK_ERR_INVALID,
+          "invalid id: code %d", err.code);
+    CHECK(ak_store_load(st, "nobody", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_ABSENT && err.code == AK_ERR_NOT_FOUND,
+          "absent: code %d", err.code);
+    REQUIRE(ak_store_save(st, "c", a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    CHECK(ak_store_load(st, "c", "another-model", VOCAB, b.kv, NULL, &err) == AK_STORE_STALE && err.code == AK_ERR_STALE,
+          "stale: code %d", err.code);
+    const char *errs[] = {"ENOSPC", "EDQUOT", "EIO"};
+    const int codes[] = {AK_ERR_NOSPACE, AK_ERR_NOSPACE, AK_ERR_IO};
+    for (int i = 0; i < 3; i++) {
+        char spec[32];
+        snprintf(spec, sizeof spec, "2:%s", errs[i]);
+        setenv("AK_FAULT_FAIL_AT", spec, 1);
+        ak_store *f = ak_store_open(dir, NULL, &err);
+        unsetenv("AK_FAULT_FAIL_AT");
+        REQUIRE(f, "open: %s", err.msg);
+        err.code = 0;
+        CHECK(ak_store_save(f, "c", a.kv, a.tokens, a.n, FP, NULL, &err) < 0 && err.code == codes[i],
+              "%s: code %d (%s)", errs[i], err.code, err.msg);
+        ak_store_close(f);
+    }
+    REQUIRE(write_bytes(file_of(dir, "c"), "garbage, not a safetensors file", 31) == 0, "write");
+    CHECK(ak_store_load(st, "c", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_CORRUPT && err.code == AK_ERR_CORRUPT,
+          "corrupt: code %d", err.code);
+    quarantined(dir, "c");
+    cache_free(&a);
+    cache_free(&b);
+    ak_store_close(st);
+}
