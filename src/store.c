@@ -57,10 +57,12 @@
  * through crypto_secretstream_xchacha20poly1305 in 64 KiB chunks, the last
  * tagged FINAL.
  *
- * Saving: <id>.safetensors.tmp.<pid>.<tid> in the same directory, fallocate,
- * write, fsync, close, rename over <id>.safetensors, fsync the directory.
- * A crash at any point leaves the old file or the new one, never a mix;
- * leftover temp files are removed when a store is next opened.
+ * Saving: .<id>.safetensors.tmp.<pid>.<tid> in the same directory (the
+ * leading '.' keeps internal names apart from agent ids, which cannot start
+ * with one), fallocate, write, fsync, close, rename over <id>.safetensors,
+ * fsync the directory. A crash at any point leaves the old file or the new
+ * one, never a mix; leftover temp files are removed when a store is next
+ * opened.
  *
  * Fault injection (read by ak_store_open, kept in the store, for crash tests):
  *   AK_FAULT_KILL_AT=N       the save path raises SIGKILL on itself at its
@@ -332,11 +334,18 @@ static int mkdir_p(const char *dir, ak_error *err) {
     return 0;
 }
 
-/* Parses "<id>.safetensors.tmp.<pid>.<tid>"; returns the pid, 0 if the rest
- * is malformed, -1 if name is not a temp file of ours at all. */
+/* Parses a temp file name ".<id>.safetensors.tmp.<pid>.<tid>" (or the
+ * "<id>.safetensors.tmp.<pid>.<tid>" of older builds); returns the pid, 0 if
+ * the rest is malformed, -1 if name is not a temp file of ours at all. An
+ * agent file (ending in .safetensors) is never a temp file: an id may
+ * contain ".safetensors.tmp.", but no id starts with '.', and an older
+ * build's temp name ends in its thread id. */
 static long temp_pid(const char *name) {
-    const char *m = strstr(name, TMP_MARK);
-    if (!m || m == name) return -1;
+    size_t len = strlen(name), sl = strlen(SUFFIX);
+    if (len >= sl && !strcmp(name + len - sl, SUFFIX)) return -1;
+    const char *m = NULL;   /* the last mark: an id before it may hold one too */
+    for (const char *q = strstr(name, TMP_MARK); q; q = strstr(q + 1, TMP_MARK)) m = q;
+    if (!m || m == name || (name[0] == '.' && m == name + 1)) return -1;
     const char *p = m + strlen(TMP_MARK);
     char *end;
     errno = 0;
@@ -729,9 +738,10 @@ static int fsync_dir(const char *dir) {
 }
 
 int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
-    char path[PATH_MAX], tmp[PATH_MAX], sfx[64];
-    snprintf(sfx, sizeof sfx, "%s%ld.%ld", TMP_MARK, (long)getpid(), (long)syscall(SYS_gettid));
-    if (path_of(s, sn->id, SUFFIX, path, sizeof path) || path_of(s, sn->id, sfx, tmp, sizeof tmp))
+    char path[PATH_MAX], tmp[PATH_MAX];
+    int w = snprintf(tmp, sizeof tmp, "%s/.%s%s%ld.%ld", s->dir, sn->id, TMP_MARK, (long)getpid(),
+                     (long)syscall(SYS_gettid));
+    if (path_of(s, sn->id, SUFFIX, path, sizeof path) || w < 0 || (size_t)w >= sizeof tmp)
         return ak_failc(err, AK_ERR_INVALID, "store: path too long for agent %s", sn->id);
     size_t hl = 0;
     uint8_t *hdr = build_header(sn, &hl, err);

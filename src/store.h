@@ -4,7 +4,9 @@
  *
  * A store is a directory:
  *     <dir>/<agent_id>.safetensors          one agent (plain or sealed)
- *     <dir>/<agent_id>.safetensors.tmp.*    a save in flight (or a stale one)
+ *     <dir>/.<agent_id>.safetensors.tmp.*   a save in flight (or a stale one);
+ *                                           internal names start with '.',
+ *                                           which no agent id can
  *     <dir>/quarantine/<agent_id>.safetensors.<reason>.<unix time>
  *                                           files found corrupt, moved aside
  * The file format is specified in docs/agent-file-format.md (and at the top

@@ -1256,3 +1256,50 @@ TEST(store_errors_carry_codes) {
     cache_free(&b);
     ak_store_close(st);
 }
+
+/* An agent id may contain ".safetensors.tmp.": its file must not be taken
+ * for a stale temp file (and deleted) when the store is next opened, with a
+ * dead pid in the name or an old mtime. Temp files of saves in flight are
+ * named so that no id can produce them. */
+TEST(store_temp_names_cannot_collide_with_ids) {
+    const char *dir = dir_for("tmpids");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char id_dead[64], id_old[64];
+    snprintf(id_dead, sizeof id_dead, "x.safetensors.tmp.%d.2", (int)dead);
+    snprintf(id_old, sizeof id_old, "y.safetensors.tmp.%d.1", (int)getpid());
+    ak_cache_spec s = {2, 1, 16, 16, 64};
+    cache a, b;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 20, 3) == 0, "fill");
+    REQUIRE(ak_agent_id_valid(id_dead) && ak_agent_id_valid(id_old), "ids rejected");
+    REQUIRE(ak_store_save(st, id_dead, a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    REQUIRE(ak_store_save(st, id_old, a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    struct timespec old[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    REQUIRE(utimensat(AT_FDCWD, file_of(dir, id_old), old, 0) == 0, "utimensat");
+    char tmp_dead[700];   /* a temp file of today's naming, left by a dead save */
+    snprintf(tmp_dead, sizeof tmp_dead, "%s/.%s.safetensors.tmp.%d.3", dir, id_dead, (int)dead);
+    REQUIRE(write_bytes(tmp_dead, "x", 1) == 0, "write");
+    ak_store_close(st);
+    st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "reopen: %s", err.msg);
+    CHECK(!exists(tmp_dead), "a stale temp file was kept");
+    CHECK(exists(file_of(dir, id_dead)), "the file of agent %s was removed as a stale temp", id_dead);
+    CHECK(exists(file_of(dir, id_old)), "the file of agent %s was removed as a stale temp", id_old);
+    REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
+    CHECK(ak_store_load(st, id_dead, FP, VOCAB, b.kv, NULL, &err) == AK_STORE_HIT && kv_equal(a.kv, b.kv),
+          "load %s: %s", id_dead, err.msg);
+    CHECK(ak_store_load(st, id_old, FP, VOCAB, b.kv, NULL, &err) == AK_STORE_HIT && kv_equal(a.kv, b.kv),
+          "load %s: %s", id_old, err.msg);
+    ak_store_entry *es;
+    int n;
+    REQUIRE(ak_store_list(st, &es, &n, &err) == 0, "list: %s", err.msg);
+    CHECK(n == 2, "list has %d entries, expected the 2 agents", n);
+    free(es);
+    cache_free(&a);
+    cache_free(&b);
+    ak_store_close(st);
+}
