@@ -1,6 +1,7 @@
 /* chat.c - native renderers for the chat-template families (see chat.h). */
 #include "chat.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -11,24 +12,38 @@ typedef struct {
     char *p;
     size_t len, cap;
     int failed;          /* an allocation failed; later appends are no-ops */
+    /* Segments: with track set, mask[i] is 1 for bytes that came from a
+     * message (content) and 0 for the template's own markup. */
+    int track, content;
+    uint8_t *mask;
 } sbuf;
 
 static void sb_putn(sbuf *b, const char *s, size_t n) {
     if (b->failed || n == 0) return;
+    if (n > SIZE_MAX / 4 - b->len) { b->failed = 1; return; }
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1) cap *= 2;
         char *q = realloc(b->p, cap);
         if (!q) { b->failed = 1; return; }
         b->p = q;
+        if (b->track) {
+            uint8_t *m = realloc(b->mask, cap);
+            if (!m) { b->failed = 1; return; }
+            b->mask = m;
+        }
         b->cap = cap;
     }
     memcpy(b->p + b->len, s, n);
+    if (b->track) memset(b->mask + b->len, b->content ? 1 : 0, n);
     b->len += n;
     b->p[b->len] = '\0';
 }
 
 static void sb_puts(sbuf *b, const char *s) { if (s) sb_putn(b, s, strlen(s)); }
+
+/* Runs an append as message content (see sbuf.mask). */
+#define CONTENT(b, stmt) do { (b)->content = 1; stmt; (b)->content = 0; } while (0)
 
 static int is_ws(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
@@ -205,14 +220,14 @@ static void render_llama3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
                    "Cutting Knowledge Date: December 2023\nToday Date: ");
         llama3_date(b, tmpl);
         sb_puts(b, "\n\n");
-        if (r[0] == ROLE_SYSTEM) sb_put_trim(b, m[i++].content);
+        if (r[0] == ROLE_SYSTEM) CONTENT(b, sb_put_trim(b, m[i++].content));
         sb_puts(b, "<|eot_id|>");
     }
     for (; i < n; i++) {
         sb_puts(b, "<|start_header_id|>");
         sb_puts(b, role_names[r[i]]);
         sb_puts(b, "<|end_header_id|>\n\n");
-        sb_put_trim(b, m[i].content);
+        CONTENT(b, sb_put_trim(b, m[i].content));
         sb_puts(b, "<|eot_id|>");
     }
     if (gen) sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -225,7 +240,7 @@ static void render_chatml(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
         sb_puts(b, "<|im_start|>");
         sb_puts(b, role_names[r[i]]);
         sb_puts(b, "\n");
-        sb_puts(b, m[i].content);
+        CONTENT(b, sb_puts(b, m[i].content));
         sb_puts(b, "<|im_end|>\n");
     }
     if (gen) sb_puts(b, "<|im_start|>assistant\n");
@@ -249,11 +264,11 @@ static void render_llama2(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
         if (r[i] == ROLE_USER) {
             sb_puts(b, bos);
             sb_puts(b, "[INST] ");
-            sb_put_trim(b, text);
+            CONTENT(b, sb_put_trim(b, text));
             sb_puts(b, " [/INST]");
         } else {
             sb_puts(b, " ");
-            sb_put_trim(b, text);
+            CONTENT(b, sb_put_trim(b, text));
             sb_puts(b, " ");
             sb_puts(b, eos);
         }
@@ -273,14 +288,16 @@ static int render_mistral(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
     for (int i = first; i < n; i++) {
         if (r[i] == ROLE_USER) {
             sb_puts(b, "[INST]");
+            b->content = 1;
             if (sys && i == n - 1) {
                 sb_puts(b, sys);
                 sb_puts(b, "\n\n");
             }
             sb_puts(b, m[i].content);
+            b->content = 0;
             sb_puts(b, "[/INST]");
         } else {
-            sb_puts(b, m[i].content);
+            CONTENT(b, sb_puts(b, m[i].content));
             sb_puts(b, eos);
         }
     }
@@ -297,10 +314,10 @@ static void gemma_turn(sbuf *b, const char *role, const char *pending, const cha
         sb_puts(&c, "\n\n");
         sb_puts(&c, content);
         if (c.failed) b->failed = 1;
-        else sb_put_trim(b, c.p);
+        else CONTENT(b, sb_put_trim(b, c.p));
         free(c.p);
     } else {
-        sb_put_trim(b, pending ? pending : content);
+        CONTENT(b, sb_put_trim(b, pending ? pending : content));
     }
     sb_puts(b, "<end_of_turn>\n");
 }
@@ -341,7 +358,7 @@ static void render_phi3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, i
         sb_puts(b, "<|");
         sb_puts(b, role_names[r[i]]);
         sb_puts(b, "|>\n");
-        sb_puts(b, m[i].content);
+        CONTENT(b, sb_puts(b, m[i].content));
         sb_puts(b, "<|end|>\n");
     }
     sb_puts(b, gen ? "<|assistant|>\n" : eos);
@@ -357,16 +374,16 @@ static void render_plain(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
          * cached reply would no longer match its own re-rendered tokens. */
         if (r[i] == ROLE_ASSISTANT && m[i].content[0] == ' ') sb_puts(b, "Assistant:");
         else sb_puts(b, label[r[i]]);
-        sb_puts(b, m[i].content);
+        CONTENT(b, sb_puts(b, m[i].content));
         sb_puts(b, "\n");
     }
     if (gen) sb_puts(b, "Assistant:");
 }
 
-int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
-                   const char *bos, const char *eos, const char *template_text, char **out,
-                   ak_error *err) {
-    *out = NULL;
+/* Renders into b (its track flag chosen by the caller). Returns 0, or -1
+ * with err set; b is the caller's to free either way. */
+static int render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
+                  const char *bos, const char *eos, const char *template_text, sbuf *b, ak_error *err) {
     if (!msgs || n < 1) return ak_fail(err, "chat: no messages to render");
     if ((int)f < 0 || (int)f >= N_FAMILIES)
         return ak_fail(err, "chat: unknown template family %d", (int)f);
@@ -377,25 +394,48 @@ int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_gen
     if (classify(msgs, n, roles, err) != 0) { free(roles); return -1; }
 
     int gen = add_generation_prompt != 0;
-    sbuf b = {0};
     int rc = 0;
     switch (f) {
-    case AK_CHAT_LLAMA3: render_llama3(&b, msgs, roles, n, gen, bos, template_text); break;
-    case AK_CHAT_CHATML: render_chatml(&b, msgs, roles, n, gen, template_text); break;
-    case AK_CHAT_LLAMA2: render_llama2(&b, msgs, roles, n, bos, eos); break;
-    case AK_CHAT_MISTRAL: rc = render_mistral(&b, msgs, roles, n, bos, eos, err); break;
-    case AK_CHAT_GEMMA: render_gemma(&b, msgs, roles, n, gen, bos); break;
-    case AK_CHAT_PHI3: render_phi3(&b, msgs, roles, n, gen, eos); break;
-    case AK_CHAT_PLAIN: render_plain(&b, msgs, roles, n, gen, bos); break;
+    case AK_CHAT_LLAMA3: render_llama3(b, msgs, roles, n, gen, bos, template_text); break;
+    case AK_CHAT_CHATML: render_chatml(b, msgs, roles, n, gen, template_text); break;
+    case AK_CHAT_LLAMA2: render_llama2(b, msgs, roles, n, bos, eos); break;
+    case AK_CHAT_MISTRAL: rc = render_mistral(b, msgs, roles, n, bos, eos, err); break;
+    case AK_CHAT_GEMMA: render_gemma(b, msgs, roles, n, gen, bos); break;
+    case AK_CHAT_PHI3: render_phi3(b, msgs, roles, n, gen, eos); break;
+    case AK_CHAT_PLAIN: render_plain(b, msgs, roles, n, gen, bos); break;
     }
     free(roles);
-    if (rc == 0 && !b.failed && !b.p) {   /* rendered nothing: still return "" */
+    if (rc == 0 && b->failed) rc = ak_fail(err, "chat: out of memory rendering the prompt");
+    return rc;
+}
+
+int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
+                   const char *bos, const char *eos, const char *template_text, char **out,
+                   ak_error *err) {
+    *out = NULL;
+    sbuf b = {0};
+    int rc = render(f, msgs, n, add_generation_prompt, bos, eos, template_text, &b, err);
+    if (rc == 0 && !b.p) {   /* rendered nothing: still return "" */
         b.p = malloc(1);
         if (b.p) b.p[0] = '\0';
-        else b.failed = 1;
+        else rc = ak_fail(err, "chat: out of memory rendering the prompt");
     }
-    if (rc == 0 && b.failed) rc = ak_fail(err, "chat: out of memory rendering the prompt");
     if (rc != 0) { free(b.p); return -1; }
     *out = b.p;
     return 0;
+}
+
+int ak_chat_tokenize(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
+                     const char *template_text, const ak_tokenizer *tok, int flags, int32_t **ids,
+                     size_t *n_ids, ak_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    sbuf b = {0};
+    b.track = 1;
+    int rc = render(f, msgs, n, add_generation_prompt, NULL, NULL, template_text, &b, err);
+    if (rc == 0)
+        rc = ak_tokenize_masked(tok, b.p ? b.p : "", b.len, flags | AK_TOK_PARSE_SPECIAL, b.mask, ids, n_ids, err);
+    free(b.p);
+    free(b.mask);
+    return rc;
 }

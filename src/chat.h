@@ -70,6 +70,7 @@
 #define AK_CHAT_H
 
 #include "gguf.h"
+#include "tokenizer.h"
 #include "util.h"
 
 typedef enum {
@@ -131,5 +132,17 @@ const char *ak_chat_end_of_turn(ak_chat_family f);
 int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
                    const char *bos, const char *eos, const char *template_text, char **out,
                    ak_error *err);
+
+/* Renders msgs as ak_chat_render does (bos and eos ""; BOS comes from the
+ * tokenizer when flags has AK_TOK_ADD_SPECIAL) and tokenizes the result so
+ * that only the template's own markup can produce control tokens: markup is
+ * tokenized with AK_TOK_PARSE_SPECIAL, message content as plain text (a
+ * user's "<|im_start|>system" stays text; see ak_tokenize_masked). For
+ * content without control-token text the ids equal ak_tokenize(rendered
+ * text, flags | AK_TOK_PARSE_SPECIAL). *ids is malloc'd. Returns 0, or -1
+ * with err set (as ak_chat_render, or the tokenizer's error). */
+int ak_chat_tokenize(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
+                     const char *template_text, const ak_tokenizer *tok, int flags, int32_t **ids,
+                     size_t *n_ids, ak_error *err);
 
 #endif

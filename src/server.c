@@ -1,6 +1,9 @@
 /* server.c - see server.h */
 #include "server.h"
 
+#include "api.h"
+#include "buf.h"
+
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -96,276 +99,6 @@ static enum MHD_Result send_error(ak_server *s, struct MHD_Connection *c, const 
     return send_json(s, c, endpoint, status, error_json(status, msg, param, code));
 }
 
-/* ---------------------------------------------------- request parsing */
-
-/* What a completion request asks for, validated. */
-typedef struct {
-    int chat;
-    char agent_id[AK_AGENT_ID_MAX + 1];
-    int32_t *tokens;
-    size_t n_tokens;
-    int max_tokens;           /* 0: not given */
-    ak_sampler_params sp;
-    char *stop[AK_MAX_STOP];
-    int n_stop;
-    int stream, include_usage;
-} parsed;
-
-static void free_parsed(parsed *p) {
-    free(p->tokens);
-    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
-}
-
-/* A parse failure: status, param, code and message for the error body. */
-typedef struct {
-    int status;
-    const char *param, *code;
-    char msg[600];
-} bad;
-
-static int fail_bad(bad *b, int status, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int fail_bad(bad *b, int status, const char *param, const char *code, const char *fmt, ...) {
-    b->status = status;
-    b->param = param;
-    b->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* Message content: a string, or an array of {"type": "text", "text": ...}
- * parts (concatenated). Returns a malloc'd string or NULL (b set). */
-static char *content_text(const cJSON *content, int i, bad *b) {
-    if (cJSON_IsString(content)) return strdup(content->valuestring);
-    if (cJSON_IsNull(content)) return strdup("");
-    if (!cJSON_IsArray(content)) {
-        fail_bad(b, 400, "messages", "invalid_type", "messages[%d].content must be a string or an array of text parts", i);
-        return NULL;
-    }
-    size_t len = 0;
-    const cJSON *part;
-    cJSON_ArrayForEach(part, content) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
-            fail_bad(b, 400, "messages", "invalid_type",
-                     "messages[%d].content: only parts of type \"text\" with a string \"text\" are supported", i);
-            return NULL;
-        }
-        len += strlen(text->valuestring);
-    }
-    char *out = malloc(len + 1);
-    if (!out) return NULL;
-    out[0] = 0;
-    size_t at = 0;
-    cJSON_ArrayForEach(part, content) {
-        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-        size_t l = strlen(t);
-        memcpy(out + at, t, l);
-        at += l;
-    }
-    out[at] = 0;
-    return out;
-}
-
-/* Renders and tokenizes the messages of a chat request into p->tokens. */
-static int parse_messages(ak_server *s, const cJSON *msgs, parsed *p, bad *b) {
-    if (!msgs) return fail_bad(b, 400, "messages", "missing_required_parameter", "messages is required");
-    if (!cJSON_IsArray(msgs)) return fail_bad(b, 400, "messages", "invalid_type", "messages must be an array");
-    int n = cJSON_GetArraySize(msgs);
-    if (n < 1) return fail_bad(b, 400, "messages", "invalid_value", "messages must not be empty");
-    ak_chat_msg *m = calloc((size_t)n, sizeof *m);
-    char **texts = calloc((size_t)n, sizeof *texts);
-    int rc = -1;
-    if (!m || !texts) { fail_bad(b, 500, NULL, NULL, "out of memory"); goto done; }
-    for (int i = 0; i < n; i++) {
-        const cJSON *msg = cJSON_GetArrayItem(msgs, i);
-        if (!cJSON_IsObject(msg)) { fail_bad(b, 400, "messages", "invalid_type", "messages[%d] must be an object", i); goto done; }
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsString(role)) { fail_bad(b, 400, "messages", "invalid_type", "messages[%d].role must be a string", i); goto done; }
-        const char *r = role->valuestring;
-        if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            fail_bad(b, 400, "messages", "invalid_value",
-                     "messages[%d].role '%s' is not supported (system, developer, user, assistant)", i, role->valuestring);
-            goto done;
-        }
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-        if (!content) { fail_bad(b, 400, "messages", "missing_required_parameter", "messages[%d].content is required", i); goto done; }
-        if (!(texts[i] = content_text(content, i, b))) {
-            if (!b->status) fail_bad(b, 500, NULL, NULL, "out of memory");
-            goto done;
-        }
-        m[i].role = r;
-        m[i].content = texts[i];
-    }
-    char *text = NULL;
-    ak_error err = {{0}};
-    /* BOS comes from the tokenizer (as the vocabulary asks), not the text */
-    if (ak_chat_render(s->cfg.family, m, n, 1, NULL, NULL, s->cfg.template_text, &text, &err) < 0) {
-        fail_bad(b, 400, "messages", "invalid_value", "%s", err.msg);
-        goto done;
-    }
-    if (ak_tokenize(s->cfg.tok, text, strlen(text), AK_TOK_ADD_SPECIAL | AK_TOK_PARSE_SPECIAL, &p->tokens,
-                    &p->n_tokens, &err) < 0) {
-        fail_bad(b, 400, "messages", NULL, "%s", err.msg);
-        free(text);
-        goto done;
-    }
-    free(text);
-    rc = 0;
-done:
-    for (int i = 0; texts && i < n; i++) free(texts[i]);
-    free(texts);
-    free(m);
-    return rc;
-}
-
-/* Reads an integer field: absent -> 0 and *given 0; wrong type/range -> -1. */
-static int get_int(const cJSON *body, const char *name, long lo, long hi, long *out, int *given, bad *b) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
-    *given = 0;
-    if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble)
-        return fail_bad(b, 400, name, "invalid_type", "%s must be an integer", name);
-    if (v->valuedouble < lo || v->valuedouble > hi)
-        return fail_bad(b, 400, name, "invalid_value", "%s must be between %ld and %ld", name, lo, hi);
-    *out = (long)v->valuedouble;
-    *given = 1;
-    return 0;
-}
-
-static int get_num(const cJSON *body, const char *name, double lo, double hi, double *out, bad *b) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
-    if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v)) return fail_bad(b, 400, name, "invalid_type", "%s must be a number", name);
-    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return fail_bad(b, 400, name, "invalid_value", "%s must be between %g and %g", name, lo, hi);
-    *out = v->valuedouble;
-    return 0;
-}
-
-static int get_bool(const cJSON *body, const char *name, int *out, bad *b) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
-    if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return fail_bad(b, 400, name, "invalid_type", "%s must be a boolean", name);
-    *out = cJSON_IsTrue(v);
-    return 0;
-}
-
-/* Parses and validates a completion request body (see server.h). */
-static int parse_request(ak_server *s, struct MHD_Connection *c, const cJSON *body, int chat, parsed *p, bad *b) {
-    memset(p, 0, sizeof *p);
-    p->chat = chat;
-    if (!cJSON_IsObject(body)) return fail_bad(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
-    if (!model) return fail_bad(b, 400, "model", "missing_required_parameter", "model is required");
-    if (!cJSON_IsString(model)) return fail_bad(b, 400, "model", "invalid_type", "model must be a string");
-    if (strcmp(model->valuestring, s->cfg.model_id))
-        return fail_bad(b, 404, "model", "model_not_found", "The model '%.200s' does not exist (this server serves '%s')",
-                        model->valuestring, s->cfg.model_id);
-    /* the agent: header or body field; both must agree */
-    const char *hdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Agent-Id");
-    const cJSON *bid = cJSON_GetObjectItemCaseSensitive(body, "agent_id");
-    if (bid && !cJSON_IsNull(bid) && !cJSON_IsString(bid))
-        return fail_bad(b, 400, "agent_id", "invalid_type", "agent_id must be a string");
-    const char *id = hdr ? hdr : (cJSON_IsString(bid) ? bid->valuestring : NULL);
-    if (hdr && cJSON_IsString(bid) && strcmp(hdr, bid->valuestring))
-        return fail_bad(b, 400, "agent_id", "invalid_value", "X-Agent-Id and agent_id name different agents");
-    if (id) {
-        if (!ak_agent_id_valid(id))
-            return fail_bad(b, 400, "agent_id", "invalid_agent_id",
-                            "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
-        snprintf(p->agent_id, sizeof p->agent_id, "%s", id);
-    }
-    long v;
-    int given;
-    if (get_int(body, "n", 1, 1000000, &v, &given, b) < 0) return -1;
-    if (given && v != 1) return fail_bad(b, 400, "n", "invalid_value", "only n = 1 is supported");
-    if (get_int(body, "max_tokens", 1, 1 << 24, &v, &given, b) < 0) return -1;
-    if (given) p->max_tokens = (int)v;
-    if (get_int(body, "max_completion_tokens", 1, 1 << 24, &v, &given, b) < 0) return -1;
-    if (given) p->max_tokens = (int)v;
-    /* OpenAI's sampling: temperature (default 1) and top_p only */
-    p->sp = ak_sampler_defaults();
-    p->sp.temp = 1.0f;
-    p->sp.top_k = 0;
-    p->sp.top_p = 1.0f;
-    p->sp.min_p = 0.0f;
-    double d = p->sp.temp;
-    if (get_num(body, "temperature", 0, 2, &d, b) < 0) return -1;
-    p->sp.temp = (float)d;
-    d = p->sp.top_p;
-    if (get_num(body, "top_p", 1e-9, 1, &d, b) < 0) return -1;
-    p->sp.top_p = (float)d;
-    if (get_int(body, "seed", INT64_MIN / 2, INT64_MAX / 2, &v, &given, b) < 0) return -1;
-    if (given) p->sp.seed = (uint64_t)v;
-    else {
-        pthread_mutex_lock(&s->mu);
-        p->sp.seed = (uint64_t)time(NULL) ^ (s->id_salt + s->next_id * 0x9E3779B97F4A7C15ull);
-        pthread_mutex_unlock(&s->mu);
-    }
-    if (get_bool(body, "stream", &p->stream, b) < 0) return -1;
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
-    if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return fail_bad(b, 400, "stream_options", "invalid_type", "stream_options must be an object");
-        if (get_bool(so, "include_usage", &p->include_usage, b) < 0) return -1;
-    }
-    const cJSON *user = cJSON_GetObjectItemCaseSensitive(body, "user");
-    if (user && !cJSON_IsNull(user) && !cJSON_IsString(user))
-        return fail_bad(b, 400, "user", "invalid_type", "user must be a string");
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(body, "stop");
-    if (stop && !cJSON_IsNull(stop)) {
-        if (cJSON_IsString(stop)) {
-            if (!stop->valuestring[0]) return fail_bad(b, 400, "stop", "invalid_value", "stop must not be empty");
-            p->stop[p->n_stop++] = strdup(stop->valuestring);
-        } else if (cJSON_IsArray(stop)) {
-            if (cJSON_GetArraySize(stop) > 4) return fail_bad(b, 400, "stop", "invalid_value", "at most 4 stop sequences");
-            const cJSON *x;
-            cJSON_ArrayForEach(x, stop) {
-                if (!cJSON_IsString(x) || !x->valuestring[0])
-                    return fail_bad(b, 400, "stop", "invalid_type", "stop must be a string or an array of non-empty strings");
-                p->stop[p->n_stop++] = strdup(x->valuestring);
-            }
-        } else {
-            return fail_bad(b, 400, "stop", "invalid_type", "stop must be a string or an array of strings");
-        }
-        for (int i = 0; i < p->n_stop; i++)
-            if (!p->stop[i]) return fail_bad(b, 500, NULL, NULL, "out of memory");
-    }
-    ak_error err = {{0}};
-    if (chat) {
-        if (parse_messages(s, cJSON_GetObjectItemCaseSensitive(body, "messages"), p, b) < 0) return -1;
-        /* plain-text families end a turn with text, not a token */
-        const char *eot = ak_chat_end_of_turn(s->cfg.family);
-        int32_t *ids = NULL;
-        size_t n_ids = 0;
-        int special = ak_tokenize(s->cfg.tok, eot, strlen(eot), AK_TOK_PARSE_SPECIAL, &ids, &n_ids, &err) == 0 &&
-                      n_ids == 1 && ak_token_is_eog(s->cfg.tok, ids[0]);
-        free(ids);
-        if (!special && !(p->stop[p->n_stop++] = strdup(eot))) return fail_bad(b, 500, NULL, NULL, "out of memory");
-    } else {
-        const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(body, "prompt");
-        if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) == 1) prompt = cJSON_GetArrayItem(prompt, 0);
-        if (!prompt) return fail_bad(b, 400, "prompt", "missing_required_parameter", "prompt is required");
-        if (!cJSON_IsString(prompt))
-            return fail_bad(b, 400, "prompt", "invalid_type", "prompt must be a string (or an array of one string)");
-        if (ak_tokenize(s->cfg.tok, prompt->valuestring, strlen(prompt->valuestring), AK_TOK_ADD_SPECIAL, &p->tokens,
-                        &p->n_tokens, &err) < 0)
-            return fail_bad(b, 400, "prompt", NULL, "%s", err.msg);
-    }
-    if (p->n_tokens == 0) return fail_bad(b, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty");
-    if ((long)p->n_tokens >= s->cfg.n_ctx)
-        return fail_bad(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
-                        "the prompt has %zu tokens; this server's context is %d tokens", p->n_tokens, s->cfg.n_ctx);
-    long room = s->cfg.n_ctx - (long)p->n_tokens;
-    if (!p->max_tokens || p->max_tokens > room) p->max_tokens = (int)room;
-    return 0;
-}
-
 /* -------------------------------------------------------- completions */
 
 static void make_id(ak_server *s, const char *prefix, char *out, size_t cap) {
@@ -387,7 +120,7 @@ static cJSON *usage_json(const ak_req_result *res) {
     return u;
 }
 
-static cJSON *agentkv_json(const parsed *p, const ak_req_result *res) {
+static cJSON *agentkv_json(const ak_api_request *p, const ak_req_result *res) {
     cJSON *a = cJSON_CreateObject();
     if (p->agent_id[0]) cJSON_AddStringToObject(a, "agent_id", p->agent_id);
     else cJSON_AddNullToObject(a, "agent_id");
@@ -406,7 +139,7 @@ static cJSON *agentkv_json(const parsed *p, const ak_req_result *res) {
 }
 
 /* The skeleton of a response or chunk object. */
-static cJSON *response_head(ak_server *s, const parsed *p, const char *id, long created, int chunk) {
+static cJSON *response_head(ak_server *s, const ak_api_request *p, const char *id, long created, int chunk) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", id);
     cJSON_AddStringToObject(j, "object", p->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
@@ -417,7 +150,7 @@ static cJSON *response_head(ak_server *s, const parsed *p, const char *id, long 
 }
 
 /* A choice: for chat chunks a delta, for chat a message, else text. */
-static void add_choice(cJSON *j, const parsed *p, int chunk, const char *role, const char *text, const char *finish) {
+static void add_choice(cJSON *j, const ak_api_request *p, int chunk, const char *role, const char *text, const char *finish) {
     cJSON *choices = cJSON_AddArrayToObject(j, "choices");
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
@@ -438,37 +171,32 @@ static void add_choice(cJSON *j, const parsed *p, int chunk, const char *role, c
 typedef struct {
     ak_server *s;
     ak_request *r;
-    parsed p;
+    ak_api_request p;
     char id[64];
     long created;
     size_t have;              /* text bytes already sent */
-    char *out;                /* formatted events not yet handed to MHD */
-    size_t out_len, out_pos, out_cap;
+    ak_buf out;               /* formatted events not yet handed to MHD */
+    size_t out_pos;           /* bytes of out already handed to MHD */
     int sent_role, ended;
 } stream;
 
+/* Appends one SSE event "data: JSON\n\n" for j (consumed) to the stream's
+ * output. Returns 0, or -1 when out of memory (the stream then ends). */
 static int emit(stream *st, cJSON *j) {
     char *s = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     const char *src = s ? s : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
-    size_t n = strlen(src) + 8;
-    if (st->out_len + n > st->out_cap) {
-        size_t nc = (st->out_len + n) * 2;
-        char *no = realloc(st->out, nc);
-        if (!no) { free(s); return -1; }
-        st->out = no;
-        st->out_cap = nc;
-    }
-    st->out_len += (size_t)sprintf(st->out + st->out_len, "data: %s\n\n", src);
+    int rc = ak_buf_puts(&st->out, "data: ") | ak_buf_puts(&st->out, src) | ak_buf_puts(&st->out, "\n\n");
     free(s);
-    return 0;
+    return rc ? -1 : 0;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream *st = cls;
-    while (st->out_pos == st->out_len) {
-        st->out_pos = st->out_len = 0;
+    while (st->out_pos == st->out.len) {
+        st->out_pos = 0;
+        ak_buf_clear(&st->out);
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         if (st->p.chat && !st->sent_role) {
             cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
@@ -506,20 +234,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 emit(st, j);
             }
         }
-        static const char done_line[] = "data: [DONE]\n\n";
-        if (st->out_len + sizeof done_line > st->out_cap) {
-            char *no = realloc(st->out, st->out_len + sizeof done_line);
-            if (!no) return MHD_CONTENT_READER_END_WITH_ERROR;
-            st->out = no;
-            st->out_cap = st->out_len + sizeof done_line;
-        }
-        memcpy(st->out + st->out_len, done_line, sizeof done_line - 1);
-        st->out_len += sizeof done_line - 1;
+        if (ak_buf_puts(&st->out, "data: [DONE]\n\n") < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         st->ended = 1;
     }
-    size_t n = st->out_len - st->out_pos;
+    size_t n = st->out.len - st->out_pos;
     if (n > max) n = max;
-    memcpy(buf, st->out + st->out_pos, n);
+    memcpy(buf, st->out.p + st->out_pos, n);
     st->out_pos += n;
     return (ssize_t)n;
 }
@@ -528,8 +248,8 @@ static void stream_free(void *cls) {
     stream *st = cls;
     ak_request_cancel(st->r); /* a no-op when it finished */
     ak_request_release(st->r);
-    free_parsed(&st->p);
-    free(st->out);
+    ak_api_request_free(&st->p);
+    ak_buf_free(&st->out);
     free(st);
 }
 
@@ -538,16 +258,15 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     if (cn->too_large)
         return send_error(s, c, ep, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
                           s->cfg.max_body);
-    cJSON *body = cJSON_ParseWithLength(cn->body ? cn->body : "", cn->len);
-    if (!body) return send_error(s, c, ep, 400, NULL, "invalid_json", "the request body is not valid JSON");
-    parsed p;
-    bad b = {0};
-    if (parse_request(s, c, body, chat, &p, &b) < 0) {
-        cJSON_Delete(body);
-        free_parsed(&p);
+    ak_api_config ac = {s->cfg.tok, s->cfg.model_id, s->cfg.family, s->cfg.template_text, s->cfg.n_ctx};
+    pthread_mutex_lock(&s->mu);
+    uint64_t seed = (uint64_t)time(NULL) ^ (s->id_salt + s->next_id * 0x9E3779B97F4A7C15ull);
+    pthread_mutex_unlock(&s->mu);
+    ak_api_request p;
+    ak_api_error b;
+    if (ak_api_parse(&ac, cn->body, cn->len, chat, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Agent-Id"), seed,
+                     &p, &b) < 0)
         return send_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
-    }
-    cJSON_Delete(body);
     ak_req_params rp = {0};
     rp.agent_id = p.agent_id;
     rp.prompt = p.tokens;
@@ -558,10 +277,10 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     rp.n_stop = p.n_stop;
     rp.stop_at_eog = 1;
     int status = 0;
-    ak_error err = {{0}};
+    ak_error err = {0};
     ak_request *r = ak_sched_submit(s->cfg.sched, &rp, &status, &err);
     if (!r) {
-        free_parsed(&p);
+        ak_api_request_free(&p);
         return send_error(s, c, ep, status, status == 400 ? "max_tokens" : NULL, NULL, "%s", err.msg);
     }
     char id[64];
@@ -574,7 +293,7 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     ak_request_read(r, 0, NULL, NULL, &res);
     if (res.finish == AK_FINISH_ERROR) {
         ak_request_release(r);
-        free_parsed(&p);
+        ak_api_request_free(&p);
         return send_error(s, c, ep, res.status ? res.status : 500, NULL, NULL, "%s", res.error);
     }
     if (p.stream) {
@@ -582,7 +301,7 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
         if (!st) {
             ak_request_cancel(r);
             ak_request_release(r);
-            free_parsed(&p);
+            ak_api_request_free(&p);
             return send_error(s, c, ep, 500, NULL, NULL, "out of memory");
         }
         st->s = s;
@@ -610,7 +329,7 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     ak_request_release(r);
     if (res.finish == AK_FINISH_ERROR) {
         free(text);
-        free_parsed(&p);
+        ak_api_request_free(&p);
         return send_error(s, c, ep, res.status ? res.status : 500, NULL, NULL, "%s", res.error);
     }
     cJSON *j = response_head(s, &p, id, created, 0);
@@ -618,7 +337,7 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     cJSON_AddItemToObject(j, "usage", usage_json(&res));
     cJSON_AddItemToObject(j, "agentkv", agentkv_json(&p, &res));
     free(text);
-    free_parsed(&p);
+    ak_api_request_free(&p);
     return send_json(s, c, ep, 200, j);
 }
 
@@ -641,7 +360,7 @@ static enum MHD_Result handle_agents(ak_server *s, struct MHD_Connection *c, con
     if (id && !ak_agent_id_valid(id))
         return send_error(s, c, ep, 400, "agent_id", "invalid_agent_id",
                           "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
-    ak_error err = {{0}};
+    ak_error err = {0};
     if (!strcmp(method, "DELETE")) {
         if (!id) return send_error(s, c, ep, 405, NULL, NULL, "DELETE needs /v1/agents/{id}");
         int rc = ak_sched_remove_agent(s->cfg.sched, id, &err);

@@ -936,7 +936,7 @@ static int part_push(part **p, size_t *n, size_t *cap, part x) {
 /* Cuts text into raw fragments and special tokens. *parts is malloc'd (also
  * on failure, when it may be NULL). */
 static int partition(const ak_tokenizer *tk, const char *text, size_t len, int parse_special,
-                     part **parts, size_t *n_parts) {
+                     const uint8_t *plain, part **parts, size_t *n_parts) {
     part *p = NULL;
     size_t n = 0, cap = 0;
     *parts = NULL;
@@ -968,13 +968,18 @@ static int partition(const ak_tokenizer *tk, const char *text, size_t len, int p
         size_t qn = 0, qcap = 0;
         for (size_t j = 0; j < n && rc == 0; j++) {
             if (p[j].tok >= 0) { rc = part_push(&q, &qn, &qcap, p[j]); continue; }
-            size_t pos = p[j].off, end = p[j].off + p[j].len;
+            size_t pos = p[j].off, end = p[j].off + p[j].len, from = pos;
             const char *hit;
-            while (rc == 0 && (hit = memmem(text + pos, end - pos, st, sl)) != NULL) {
+            while (rc == 0 && (hit = memmem(text + from, end - from, st, sl)) != NULL) {
                 size_t h = (size_t)(hit - text);
+                /* a control token may not take any byte the caller marked plain */
+                if (plain && tk->type[id] != AK_TOKEN_USER_DEFINED && memchr(plain + h, 1, sl)) {
+                    from = h + 1;
+                    continue;
+                }
                 if (h > pos) rc = part_push(&q, &qn, &qcap, (part){ -1, pos, h - pos });
                 if (rc == 0) rc = part_push(&q, &qn, &qcap, (part){ id, h, sl });
-                pos = h + sl;
+                pos = from = h + sl;
             }
             if (rc == 0 && pos < end) rc = part_push(&q, &qn, &qcap, (part){ -1, pos, end - pos });
         }
@@ -988,6 +993,11 @@ static int partition(const ak_tokenizer *tk, const char *text, size_t len, int p
 
 int ak_tokenize(const ak_tokenizer *tk, const char *text, size_t len, int flags,
                 int32_t **ids, size_t *n_ids, ak_error *err) {
+    return ak_tokenize_masked(tk, text, len, flags, NULL, ids, n_ids, err);
+}
+
+int ak_tokenize_masked(const ak_tokenizer *tk, const char *text, size_t len, int flags, const uint8_t *plain,
+                       int32_t **ids, size_t *n_ids, ak_error *err) {
     *ids = NULL;
     *n_ids = 0;
     if (!text && len) return ak_fail(err, "ak_tokenize: NULL text");
@@ -997,7 +1007,7 @@ int ak_tokenize(const ak_tokenizer *tk, const char *text, size_t len, int flags,
     part *parts = NULL;
     size_t n_parts = 0;
     int rc = -1;
-    if (partition(tk, text, len, parse, &parts, &n_parts) < 0) { ak_fail(err, "out of memory"); goto done; }
+    if (partition(tk, text, len, parse, plain, &parts, &n_parts) < 0) { ak_fail(err, "out of memory"); goto done; }
     if (tk->model == MODEL_BPE) {
         sc.md = pcre2_match_data_create(8, NULL);
         if (!sc.md) { ak_fail(err, "out of memory"); goto done; }

@@ -68,6 +68,15 @@ void ak_tokenizer_free(ak_tokenizer *tk);
 int ak_tokenize(const ak_tokenizer *tk, const char *text, size_t len, int flags,
                 int32_t **ids, size_t *n_ids, ak_error *err);
 
+/* As ak_tokenize, where plain (NULL: none) marks bytes that no CONTROL or
+ * UNKNOWN token may cover: plain[i] == 1 for text[i] that must stay text
+ * even with AK_TOK_PARSE_SPECIAL (a chat message inside template markup).
+ * A special token's text that overlaps a plain byte is tokenized as the text
+ * around it is; USER_DEFINED tokens are cut out as always. With no plain byte
+ * set the result is ak_tokenize's. */
+int ak_tokenize_masked(const ak_tokenizer *tk, const char *text, size_t len, int flags, const uint8_t *plain,
+                       int32_t **ids, size_t *n_ids, ak_error *err);
+
 /* The bytes token id decodes to (see the decoding rules above); not
  * NUL-terminated, may be empty. Returns 0, or -1 if id is out of range (then
  * *bytes = "" and *len = 0). The pointer lives as long as tk. */
