@@ -34,7 +34,8 @@ static const char *usage_text =
     MEMORY_OPTS_HELP
     CACHE_OPTS_HELP
     "  (serve's default KV budget: half of the RAM left beside the weights)\n"
-    "  SIGINT/SIGTERM: stop accepting, cut running requests, save every dirty agent, exit 0.\n";
+    "  SIGINT/SIGTERM: stop accepting, cut running requests, save every dirty agent (failed\n"
+    "  saves retried), exit 0; exit 1 naming each agent that could not be saved.\n";
 
 static void log_line(void *ud, const char *line) {
     (void)ud;
@@ -180,6 +181,14 @@ int cmd_serve(int argc, char **argv) {
     ak_sched_free(sched);
     sched = NULL;
     if (ak_agents_flush(agents, &err) < 0) {
+        /* each agent by name: an operator must know whose memory is lost */
+        for (int i = 0; i < ak_agents_count(agents); i++) {
+            ak_agent_info in;
+            ak_agents_get(agents, i, &in);
+            if (in.dirty)
+                fprintf(stderr, "agentkv serve: agent %s NOT saved (%d tokens): %s\n", in.id, in.n_tokens,
+                        in.save_error[0] ? in.save_error : "no save succeeded");
+        }
         fprintf(stderr, "agentkv serve: saving agents at shutdown: %s\n", err.msg);
         goto done;
     }

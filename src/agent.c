@@ -1,4 +1,18 @@
-/* agent.c - see agent.h */
+/* agent.c - see agent.h
+ *
+ * Saving. An agent's history has a version (from one counter for all agents,
+ * so a version never repeats, not even for a removed and re-created id); the
+ * agent is dirty while the version confirmed on disk is not its current one.
+ * A save copies the cache into a snapshot (engine thread) and queues it for
+ * the writer thread; the agent stays dirty until the writer reports that the
+ * file is in place. A failed write is retried by the writer with the same
+ * snapshot (so it survives the agent's eviction) after a backoff that
+ * doubles from SAVE_BACKOFF_S up to SAVE_BACKOFF_MAX_S, at most SAVE_ATTEMPTS
+ * times in all; a newer snapshot of the same agent supersedes it. Waiting
+ * for saves (flush, a restore of the same agent, shutdown) skips the
+ * backoff. The writer reports every outcome in a results list that the
+ * engine thread applies to its agents (drain_results).
+ */
 #include "agent.h"
 
 #include <pthread.h>
@@ -7,6 +21,10 @@
 #include <string.h>
 #include <time.h>
 
+#define SAVE_ATTEMPTS 6
+#define SAVE_BACKOFF_S 0.25
+#define SAVE_BACKOFF_MAX_S 30.0
+
 typedef struct {
     char id[AK_AGENT_ID_MAX + 1];
     int32_t *tokens;        /* (cap) the history whose KV the cache holds */
@@ -14,7 +32,12 @@ typedef struct {
     ak_kv *kv;              /* NULL unless hot */
     uint64_t last_use;
     int64_t last_unix;      /* wall-clock seconds of last_use */
-    int dirty;              /* history changed since the last save */
+    uint64_t version;       /* of the history (0: never changed) */
+    uint64_t saved;         /* version known to be on disk (== version: clean) */
+    uint64_t queued;        /* version of the snapshot queued or being retried (0: none) */
+    int save_failed;        /* the last save of this agent failed for good */
+    char save_error[512];   /* its error */
+    int save_code;          /* and its code */
     int in_turn;            /* begin() called and end() not yet */
     int ephemeral;          /* never saved; dropped when evicted */
     int restoring;          /* a prefetch job is loading it */
@@ -41,23 +64,40 @@ typedef struct pending {
     struct pending *next;
     char id[AK_AGENT_ID_MAX + 1];
     ak_snapshot *snap;
+    uint64_t version;
+    int attempts;               /* writes tried so far */
+    double due;                 /* a retry: not before this time (ak_now) */
 } pending;
+
+/* The outcome of a save, from the writer to the engine thread. */
+typedef struct save_result {
+    struct save_result *next;
+    char id[AK_AGENT_ID_MAX + 1];
+    uint64_t version;
+    int ok;
+    char error[512];
+    int code;                   /* the error's ak_err_code */
+} save_result;
 
 struct ak_agents {
     ak_agents_config cfg;
     agent **v;
     int n, cap;
     uint64_t clock;
+    uint64_t next_version;
     /* background writer: file I/O off the engine's thread */
     pthread_t writer;
     int writer_running;
     pthread_mutex_t mu;         /* guards the fields below */
-    pthread_cond_t cv;
+    pthread_cond_t cv;          /* on CLOCK_MONOTONIC (retry deadlines) */
     pending *head, *tail;       /* queued saves, oldest first */
-    int writing;                /* a save is being written (not in the queue) */
+    pending *retry;             /* failed saves waiting for their next attempt */
+    save_result *results;       /* outcomes not yet applied to the agents */
+    int writing;                /* a save is being written (not in a list) */
     char writing_id[AK_AGENT_ID_MAX + 1];
+    int hurry;                  /* > 0: someone waits for saves: retry without backoff */
     int stop;
-    uint64_t saves_done, saves_failed;
+    uint64_t saves_done, saves_failed, saves_abandoned;
     size_t reserved;            /* bytes promised to restores in flight */
 };
 
@@ -81,45 +121,175 @@ int ak_save_policy_parse(const char *s, ak_save_policy *out) {
 
 #define logf_(a, ...) ak_logf((a)->cfg.log, (a)->cfg.log_ud, __VA_ARGS__)
 
+/* 1 if a newer snapshot of p's agent is queued or waiting for a retry (p
+ * need not be written). Call with a->mu held. */
+static int superseded(const ak_agents *a, const pending *p) {
+    const pending *lists[2] = {a->head, a->retry};
+    for (int k = 0; k < 2; k++)
+        for (const pending *q = lists[k]; q; q = q->next)
+            if (q != p && q->version > p->version && !strcmp(q->id, p->id)) return 1;
+    return 0;
+}
+
+/* Records the outcome of a save for the engine thread. Call with a->mu
+ * held. Out of memory: the outcome is lost and the agent stays as it was
+ * (dirty with a save queued) until it is saved again. */
+static void post_result(ak_agents *a, const pending *p, int ok, const ak_error *error) {
+    save_result *r = calloc(1, sizeof *r);
+    if (!r) return;
+    snprintf(r->id, sizeof r->id, "%s", p->id);
+    r->version = p->version;
+    r->ok = ok;
+    snprintf(r->error, sizeof r->error, "%s", error ? error->msg : "");
+    r->code = error ? error->code : AK_ERR_NONE;
+    r->next = a->results;
+    a->results = r;
+}
+
+/* The next save to write: the oldest queued one, else the retry that is due
+ * first once it is due (at once when someone waits or at stop). Waits on the
+ * condition until one is there; NULL when stopping with nothing left. Call
+ * with a->mu held. */
+static pending *next_save(ak_agents *a) {
+    for (;;) {
+        if (a->head) {
+            pending *p = a->head;
+            a->head = p->next;
+            if (!a->head) a->tail = NULL;
+            return p;
+        }
+        if (a->retry) {
+            pending **best = &a->retry;
+            for (pending **pp = &a->retry; *pp; pp = &(*pp)->next)
+                if ((*pp)->due < (*best)->due) best = pp;
+            double now = ak_now();
+            if (a->stop || a->hurry > 0 || (*best)->due <= now) {
+                pending *p = *best;
+                *best = p->next;
+                return p;
+            }
+            double due = (*best)->due;
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            double wait = due - now;
+            ts.tv_sec += (time_t)wait;
+            ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+            pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+            continue;
+        }
+        if (a->stop) return NULL;
+        pthread_cond_wait(&a->cv, &a->mu);
+    }
+}
+
 static void *writer_main(void *arg) {
     ak_agents *a = arg;
     pthread_mutex_lock(&a->mu);
-    for (;;) {
-        while (!a->head && !a->stop) pthread_cond_wait(&a->cv, &a->mu);
-        if (!a->head) break; /* stop, and nothing left to write */
-        pending *p = a->head;
-        a->head = p->next;
-        if (!a->head) a->tail = NULL;
+    pending *p;
+    while ((p = next_save(a))) {
+        if (superseded(a, p)) {   /* a newer snapshot will be written: this one must not land after it */
+            ak_snapshot_free(p->snap);
+            free(p);
+            pthread_cond_broadcast(&a->cv);
+            continue;
+        }
         a->writing = 1;
         snprintf(a->writing_id, sizeof a->writing_id, "%s", p->id);
         pthread_mutex_unlock(&a->mu);
         ak_error err = {{0}};
         int rc = ak_store_write_snapshot(a->cfg.store, p->snap, &err);
-        if (rc < 0) logf_(a, "agent %s: save failed (the previous file is kept): %s", p->id, err.msg);
-        ak_snapshot_free(p->snap);
-        free(p);
+        p->attempts++;
         pthread_mutex_lock(&a->mu);
         a->writing = 0;
-        if (rc < 0) a->saves_failed++;
-        else a->saves_done++;
+        int keep = 0;
+        if (rc == 0) {
+            a->saves_done++;
+            post_result(a, p, 1, NULL);
+        } else {
+            a->saves_failed++;
+            keep = p->attempts < SAVE_ATTEMPTS && !superseded(a, p);
+            if (keep) {
+                double backoff = SAVE_BACKOFF_S;
+                for (int i = 1; i < p->attempts && backoff < SAVE_BACKOFF_MAX_S; i++) backoff *= 2;
+                if (backoff > SAVE_BACKOFF_MAX_S) backoff = SAVE_BACKOFF_MAX_S;
+                p->due = ak_now() + backoff;
+                p->next = a->retry;
+                a->retry = p;
+            } else {
+                a->saves_abandoned++;
+                post_result(a, p, 0, &err);
+            }
+        }
         pthread_cond_broadcast(&a->cv);
+        /* only this thread takes saves off the lists, so p is still valid
+         * below even when kept; the log line is written without the lock */
+        pthread_mutex_unlock(&a->mu);
+        if (rc < 0)
+            logf_(a, "agent %s: save failed (attempt %d of %d; the previous file is kept; %s): %s", p->id,
+                  p->attempts, SAVE_ATTEMPTS, keep ? "will retry" : "the agent stays unsaved", err.msg);
+        if (!keep) {
+            ak_snapshot_free(p->snap);
+            free(p);
+        }
+        pthread_mutex_lock(&a->mu);
     }
     pthread_mutex_unlock(&a->mu);
     return NULL;
 }
 
-/* Waits until no save of `id` (NULL: of any agent) is queued or being
- * written, so that a restore reads the newest file. */
+static agent *find(const ak_agents *a, const char *id);
+
+/* Waits until no save of `id` (NULL: of any agent) is queued, being
+ * written or waiting for a retry, so that a restore reads the newest file;
+ * retries meanwhile skip their backoff (they stay bounded in number). */
 static void wait_saved(ak_agents *a, const char *id) {
     if (!a->writer_running) return;
     pthread_mutex_lock(&a->mu);
+    a->hurry++;
+    pthread_cond_broadcast(&a->cv);
     for (;;) {
         int busy = a->writing && (!id || !strcmp(a->writing_id, id));
-        for (pending *p = a->head; p && !busy; p = p->next) busy = !id || !strcmp(p->id, id);
+        const pending *lists[2] = {a->head, a->retry};
+        for (int k = 0; k < 2; k++)
+            for (const pending *p = lists[k]; p && !busy; p = p->next) busy = !id || !strcmp(p->id, id);
         if (!busy) break;
         pthread_cond_wait(&a->cv, &a->mu);
     }
+    a->hurry--;
     pthread_mutex_unlock(&a->mu);
+}
+
+/* Applies the writer's reported outcomes to the agents (engine thread). */
+static void drain_results(ak_agents *a) {
+    if (!a->writer_running) return;
+    pthread_mutex_lock(&a->mu);
+    save_result *r = a->results;
+    a->results = NULL;
+    pthread_mutex_unlock(&a->mu);
+    /* the list is newest first: apply oldest first */
+    save_result *rev = NULL;
+    while (r) {
+        save_result *nx = r->next;
+        r->next = rev;
+        rev = r;
+        r = nx;
+    }
+    for (r = rev; r;) {
+        agent *g = find(a, r->id);   /* NULL: removed since */
+        if (g && r->ok) {
+            if (r->version > g->saved) g->saved = r->version;
+            if (g->saved >= g->version) g->save_failed = 0;
+        } else if (g && r->version >= g->saved) {
+            g->save_failed = g->saved != g->version;
+            snprintf(g->save_error, sizeof g->save_error, "%s", r->error);
+            g->save_code = r->code;
+        }
+        if (g && g->queued == r->version) g->queued = 0;   /* a later save may snapshot again */
+        save_result *nx = r->next;
+        free(r);
+        r = nx;
+    }
 }
 
 ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
@@ -131,7 +301,11 @@ ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     if (!a) return NULL;
     a->cfg = *cfg;
     pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* retry deadlines are ak_now() times */
+    pthread_cond_init(&a->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (cfg->store) {
         if (pthread_create(&a->writer, NULL, writer_main, a) != 0) {
             ak_fail(err, "agents: cannot start the writer thread");
@@ -152,11 +326,16 @@ static void free_agent(agent *g) {
     free(g);
 }
 
-/* Saves g if its file is not current: copies its cache into a snapshot (the
- * only part done on this thread) and queues the write. sync = 1 waits for
- * the file and reports its error. Returns 0, or -1 with err set. */
+static int is_dirty(const agent *g) { return g->saved != g->version; }
+
+/* Saves g if its file is not current and no save of its current history is
+ * already on its way: copies its cache into a snapshot (the only part done
+ * on this thread) and queues the write. sync = 1 writes it here and reports
+ * its error. g stays dirty until the write is confirmed. Returns 0, or -1
+ * with err set. */
 static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
-    if (!a->cfg.store || !g->dirty || !g->kv || g->ephemeral) return 0;
+    if (!a->cfg.store || !is_dirty(g) || !g->kv || g->ephemeral) return 0;
+    if (!sync && g->queued == g->version) return 0;
     ak_snapshot *snap = ak_store_snapshot(g->id, g->kv, g->tokens, g->n, a->cfg.model->fingerprint,
                                           a->cfg.model->cfg.name, err);
     if (!snap) return -1;
@@ -164,17 +343,27 @@ static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
         wait_saved(a, g->id); /* an older queued save must not land after this one */
         int rc = ak_store_write_snapshot(a->cfg.store, snap, err);
         ak_snapshot_free(snap);
-        if (rc < 0) return -1;
-        g->dirty = 0;
+        pthread_mutex_lock(&a->mu);
+        if (rc < 0) a->saves_failed++;
+        else a->saves_done++;
+        pthread_mutex_unlock(&a->mu);
+        if (rc < 0) {
+            g->save_failed = 1;
+            snprintf(g->save_error, sizeof g->save_error, "%s", err ? err->msg : "");
+            g->save_code = err ? err->code : AK_ERR_IO;
+            return -1;
+        }
+        g->saved = g->version;
+        g->save_failed = 0;
         return 0;
     }
-    pending *p = malloc(sizeof *p);
+    pending *p = calloc(1, sizeof *p);
     if (!p) {
         ak_snapshot_free(snap);
         return ak_failc(err, AK_ERR_NOMEM, "out of memory");
     }
-    p->next = NULL;
     p->snap = snap;
+    p->version = g->version;
     snprintf(p->id, sizeof p->id, "%s", g->id);
     pthread_mutex_lock(&a->mu);
     if (a->tail) a->tail->next = p;
@@ -182,7 +371,7 @@ static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     a->tail = p;
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
-    g->dirty = 0;
+    g->queued = g->version;
     return 0;
 }
 
@@ -193,17 +382,25 @@ static void stop_writer(ak_agents *a) {
     pthread_cond_broadcast(&a->cv);
     pthread_mutex_unlock(&a->mu);
     pthread_join(a->writer, NULL);
+    drain_results(a);   /* frees the list */
     a->writer_running = 0;
 }
 
 void ak_agents_free(ak_agents *a) {
     if (!a) return;
+    drain_results(a);
     for (int i = 0; i < a->n; i++) {
         ak_error err = {{0}};
         if (save_agent(a, a->v[i], 0, &err) < 0) logf_(a, "agent %s: save at shutdown failed: %s", a->v[i]->id, err.msg);
     }
-    stop_writer(a); /* writes everything queued, then ends */
-    for (int i = 0; i < a->n; i++) free_agent(a->v[i]);
+    stop_writer(a); /* writes everything queued (retries included, without backoff), then ends */
+    for (int i = 0; i < a->n; i++) {
+        agent *g = a->v[i];
+        if (is_dirty(g) && !g->ephemeral && a->cfg.store)
+            logf_(a, "agent %s: NOT saved (%d tokens lost): %s", g->id, g->n,
+                  g->save_error[0] ? g->save_error : "no save succeeded");
+        free_agent(g);
+    }
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
     free(a->v);
@@ -211,25 +408,56 @@ void ak_agents_free(ak_agents *a) {
 }
 
 int ak_agents_flush(ak_agents *a, ak_error *err) {
-    int rc = 0;
+    if (!a->cfg.store) return 0;
+    drain_results(a);
     for (int i = 0; i < a->n; i++) {
         ak_error e = {{0}};
-        if (save_agent(a, a->v[i], 0, &e) < 0 && rc == 0) {
-            rc = -1;
-            if (err) *err = e;
+        agent *g = a->v[i];
+        if (save_agent(a, g, 0, &e) < 0) {   /* no snapshot (out of memory): it stays dirty, named below */
+            g->save_failed = 1;
+            snprintf(g->save_error, sizeof g->save_error, "%s", e.msg);
+            g->save_code = e.code;
         }
     }
-    pthread_mutex_lock(&a->mu);
-    uint64_t failed_before = a->saves_failed;
-    pthread_mutex_unlock(&a->mu);
     wait_saved(a, NULL);
-    pthread_mutex_lock(&a->mu);
-    if (a->saves_failed > failed_before && rc == 0) {
-        rc = -1;
-        ak_fail(err, "a save failed (see the log)");
+    drain_results(a);
+    int bad = 0, code = AK_ERR_IO;
+    char names[300] = "";
+    size_t nl = 0;
+    const char *last = "";
+    for (int i = 0; i < a->n; i++) {
+        agent *g = a->v[i];
+        if (g->ephemeral || !is_dirty(g)) continue;
+        if (bad++ < 8 && nl < sizeof names) {
+            int w = snprintf(names + nl, sizeof names - nl, "%s%s", nl ? ", " : "", g->id);
+            if (w > 0) nl += (size_t)w;
+        }
+        if (g->save_error[0]) {
+            last = g->save_error;
+            code = g->save_code ? g->save_code : AK_ERR_IO;
+        }
     }
+    if (!bad) return 0;
+    return ak_failc(err, code, "%d agent%s could not be saved: %s%s (last error: %s)", bad, bad > 1 ? "s" : "",
+                    names, bad > 8 ? ", ..." : "", last[0] ? last : "unknown");
+}
+
+int ak_agents_unsaved(ak_agents *a) {
+    drain_results(a);
+    int n = 0;
+    for (int i = 0; i < a->n; i++) n += a->cfg.store && !a->v[i]->ephemeral && is_dirty(a->v[i]);
+    return n;
+}
+
+void ak_agents_save_stats(ak_agents *a, ak_save_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->unsaved = ak_agents_unsaved(a);
+    pthread_mutex_lock(&a->mu);
+    st->saves = a->saves_done;
+    st->failures = a->saves_failed;
+    st->abandoned = a->saves_abandoned;
+    for (const pending *p = a->retry; p; p = p->next) st->retrying++;
     pthread_mutex_unlock(&a->mu);
-    return rc;
 }
 
 static void touch(ak_agents *a, agent *g) {
@@ -284,7 +512,7 @@ static size_t pool_free(ak_agents *a) {
 /* Moves one agent out of RAM: writes it if its file is not current, frees
  * its blocks. Without a store its memory is simply dropped (cold next time). */
 static int evict(ak_agents *a, agent *g, ak_error *err) {
-    if (a->cfg.store && g->dirty && save_agent(a, g, 0, err) < 0) return -1;
+    if (a->cfg.store && is_dirty(g) && save_agent(a, g, 0, err) < 0) return -1;
     if (!a->cfg.store || g->ephemeral) g->n = 0;
     ak_kv_free(g->kv);
     g->kv = NULL;
@@ -344,7 +572,8 @@ static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
             t->tier = AK_TIER_WARM;
             t->restore_ms = info.total_ms;
             t->restore_bytes = info.bytes_read;
-            g->dirty = 0;
+            g->version = g->saved = ++a->next_version;   /* the history is the file's */
+            g->save_failed = 0;
         } else {
             ak_kv_truncate(g->kv, 0);
             g->n = 0;
@@ -364,6 +593,7 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
                   size_t extra, ak_kv **kv, ak_turn *t, ak_error *err) {
     memset(t, 0, sizeof *t);
     *kv = NULL;
+    drain_results(a);
     if (!id_ok(id, flags))
         return ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
     if (n < 1) return ak_failc(err, AK_ERR_INVALID, "agent %s: empty prompt", id);
@@ -432,7 +662,7 @@ int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, 
         g->in_turn = 0;
         return -1;
     }
-    if (changed) g->dirty = 1;
+    if (changed) g->version = ++a->next_version;
     touch(a, g);
     return 0;
 }
@@ -448,7 +678,7 @@ int ak_agent_append(ak_agents *a, const char *id, int32_t token, ak_error *err) 
         g->cap = nc;
     }
     g->tokens[g->n++] = token;
-    g->dirty = 1;
+    g->version = ++a->next_version;
     touch(a, g);
     return 0;
 }
@@ -504,6 +734,7 @@ int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float 
 }
 
 int ak_agent_end(ak_agents *a, const char *id, ak_error *err) {
+    drain_results(a);
     agent *g = find(a, id);
     if (!g) return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s: unknown", id);
     g->in_turn = 0;
@@ -545,7 +776,9 @@ void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out) {
     out->bytes = g->kv ? ak_kv_bytes(g->kv) : 0;
     out->last_use = g->last_use;
     out->last_unix = g->last_unix;
-    out->dirty = g->dirty;
+    out->dirty = is_dirty(g) && !g->ephemeral;
+    out->save_failed = g->save_failed;
+    out->save_error = g->save_error;
     out->ephemeral = g->ephemeral;
     out->in_turn = g->in_turn;
 }
@@ -616,7 +849,8 @@ void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j) {
     if (j->status == AK_STORE_HIT && g && !g->kv && set_history(g, j->info.tokens, j->info.n_tokens, &j->err) == 0) {
         g->kv = j->kv;
         j->kv = NULL;
-        g->dirty = 0;
+        g->version = g->saved = ++a->next_version;   /* the history is the file's */
+        g->save_failed = 0;
         g->ahead = 1;
         g->ahead_ms = j->info.total_ms;
         g->ahead_bytes = j->info.bytes_read;

@@ -81,7 +81,9 @@ typedef struct ak_agents ak_agents;
 
 ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err);
 /* Saves dirty agents when there is a store (whatever the policy: nothing
- * committed is lost at a clean shutdown), then frees everything. */
+ * committed is lost at a clean shutdown; failed saves are retried without
+ * backoff, and agents still unsaved are logged by name), then frees
+ * everything. */
 void ak_agents_free(ak_agents *a);
 
 /* Starts a turn of agent id (created if unknown) with its whole prompt
@@ -147,13 +149,37 @@ int ak_agent_restoring(const ak_agents *a, const char *id);
 /* Appends a generated token to the agent's cache and computes the logits
  * after it. Returns 0, or -1 with err set (context full, budget). */
 int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float *logits, ak_error *err);
-/* Ends the turn: saves per the policy, applies the disk budget. Returns 0, or
- * -1 with err set if a save failed (the agent stays dirty and hot). */
+/* Ends the turn: saves per the policy (queues the write: see below),
+ * applies the disk budget. Returns 0, or -1 with err set if no snapshot
+ * could be taken (the agent stays dirty and hot). */
 int ak_agent_end(ak_agents *a, const char *id, ak_error *err);
 /* Forgets the agent: its blocks and its file. Returns 0, 1 if unknown. */
 int ak_agent_remove(ak_agents *a, const char *id, ak_error *err);
-/* Writes every dirty agent to the store. Returns 0, or -1 (first error). */
+
+/* Saves are written by a writer thread. An agent stays dirty until its file
+ * is confirmed written; a failed write is retried with the same snapshot
+ * (even after the agent was evicted) after a doubling backoff, a bounded
+ * number of times; an agent whose last save failed for good stays dirty
+ * (and is saved again at its next save point while its cache is in RAM). */
+
+/* Writes every dirty agent to the store and waits for every queued save
+ * (retries skip their backoff). Returns 0 when every agent is saved, or -1
+ * with err naming the agents that are not (up to 8, then "...") and the last
+ * error, its code that error's (AK_ERR_NOSPACE, AK_ERR_IO, ...). Those
+ * agents are also those with ak_agent_info.dirty set. */
 int ak_agents_flush(ak_agents *a, ak_error *err);
+/* Agents (not ephemeral) whose current history is not confirmed on disk. */
+int ak_agents_unsaved(ak_agents *a);
+
+typedef struct {
+    uint64_t saves;           /* files written */
+    uint64_t failures;        /* failed write attempts (each retry counts) */
+    uint64_t abandoned;       /* saves given up after their last attempt */
+    int retrying;             /* failed saves waiting for their next attempt */
+    int unsaved;              /* ak_agents_unsaved */
+} ak_save_stats;
+/* Counters of the writer, for /metrics (engine thread). */
+void ak_agents_save_stats(ak_agents *a, ak_save_stats *st);
 
 typedef struct {
     const char *id;
@@ -162,7 +188,9 @@ typedef struct {
     size_t bytes;             /* RAM bytes when hot */
     uint64_t last_use;        /* turn counter */
     int64_t last_unix;        /* wall-clock seconds of the last use */
-    int dirty;
+    int dirty;                /* its history is not confirmed on disk (never for ephemeral agents) */
+    int save_failed;          /* its last save failed for good */
+    const char *save_error;   /* that save's error ("" if none) */
     int ephemeral;
     int in_turn;
 } ak_agent_info;

@@ -224,6 +224,13 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
         put_u64(&b, "gauge", "agentkv_kv_budget_bytes", "RAM budget of the KV pool (0: none).", g->bytes_budget);
         put_u64(&b, "gauge", "agentkv_requests_active", "Requests prefilling or decoding.", (uint64_t)g->active);
         put_u64(&b, "gauge", "agentkv_requests_queued", "Requests waiting for admission.", (uint64_t)g->queued);
+        put_u64(&b, "counter", "agentkv_store_saves_total", "Agent files written to the memory directory.", g->saves);
+        put_u64(&b, "counter", "agentkv_store_save_failures_total",
+                "Failed agent file writes (each attempt counts; failed saves are retried).", g->save_failures);
+        put_u64(&b, "gauge", "agentkv_store_saves_retrying", "Failed saves waiting for their next attempt.",
+                (uint64_t)g->saves_retrying);
+        put_u64(&b, "gauge", "agentkv_agents_unsaved", "Agents whose memory is not yet confirmed on disk.",
+                (uint64_t)g->agents_unsaved);
     }
     if (b.failed) {
         free(b.s);

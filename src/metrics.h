@@ -40,6 +40,10 @@ typedef struct {
     uint64_t bytes_budget;     /* KV pool budget (0: none) */
     uint64_t bytes_warm;       /* agent files in the memory directory */
     int active, queued;        /* requests running / waiting */
+    uint64_t saves;            /* agent files written (a counter) */
+    uint64_t save_failures;    /* failed save attempts, retries included (a counter) */
+    int saves_retrying;        /* failed saves waiting for a retry */
+    int agents_unsaved;        /* agents whose history is not confirmed on disk */
 } ak_metrics_gauges;
 
 /* The whole exposition as a malloc'd NUL-terminated string, or NULL when out

@@ -681,6 +681,12 @@ static void run_op(ak_sched *s, op *o) {
         o->g->bytes_warm = warm_bytes;
         o->g->active = s->n_active;
         o->g->queued = s->n_waiting;
+        ak_save_stats ss;
+        ak_agents_save_stats(ag, &ss);
+        o->g->saves = ss.saves;
+        o->g->save_failures = ss.failures;
+        o->g->saves_retrying = ss.retrying;
+        o->g->agents_unsaved = ss.unsaved;
         free(v);
         o->rc = 0;
         return;

@@ -1,7 +1,10 @@
 /* test_agent.c - agents over the block pool and the store: token-level
  * prefix matching, tiers, exact restores, eviction under a RAM budget, and
  * recovery from bad files. */
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "../src/agent.h"
@@ -332,5 +335,112 @@ TEST(agent_errors_carry_codes) {
     ak_agent_abort(ag, "a");
     ak_agents_free(ag);
     ak_block_pool_free(pool);
+    env_close(&e);
+}
+
+/* Waits (up to 10 s) until the writer has counted `n` failed attempts. */
+static int wait_failures(ak_agents *ag, uint64_t n) {
+    ak_save_stats ss;
+    for (int i = 0; i < 1000; i++) {
+        ak_agents_save_stats(ag, &ss);
+        if (ss.failures >= n) return 0;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+/* A save that fails stays dirty, is retried, and is confirmed once the
+ * directory is back: the memory directory disappears (renamed away) during
+ * a turn, so the turn's queued save fails; after it returns a flush
+ * succeeds and the file holds the turn. */
+TEST(agent_failed_save_stays_dirty_and_is_retried) {
+    env e;
+    char path[512];
+    if (env_open(t, &e, test_path(path, sizeof path, "models/stories260K.gguf")) < 0) return;
+    char dir[512], away[600], file[700];
+    snprintf(dir, sizeof dir, "%s", mem_dir("retry"));
+    snprintf(away, sizeof away, "%s.away", dir);
+    snprintf(file, sizeof file, "%s/r.safetensors", dir);
+    ak_error err = {{0}};
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_for(&e, &pool, store, AK_KV_Q8, AK_KV_Q8, 0);
+    REQUIRE(ag, "agents");
+    int32_t p[40], g[4];
+    for (int i = 0; i < 30; i++) p[i] = 1 + (i * 11) % 400;
+    REQUIRE(rename(dir, away) == 0, "rename");
+    ak_turn ti;
+    REQUIRE(turn(t, &e, ag, "r", p, 30, 4, g, &ti) == 0, "turn");
+    CHECK(wait_failures(ag, 1) == 0, "the save did not fail");
+    ak_agent_info in;
+    REQUIRE(ak_agents_count(ag) == 1, "count");
+    ak_agents_get(ag, 0, &in);
+    CHECK(in.dirty, "a failed save left the agent clean");
+    CHECK(ak_agents_unsaved(ag) == 1, "unsaved %d", ak_agents_unsaved(ag));
+    REQUIRE(rename(away, dir) == 0, "rename back");
+    CHECK(ak_agents_flush(ag, &err) == 0, "flush after the directory returned: %s", err.msg);
+    CHECK(access(file, F_OK) == 0, "no file after the retry");
+    ak_agents_get(ag, 0, &in);
+    CHECK(!in.dirty && ak_agents_unsaved(ag) == 0, "still dirty after a successful retry");
+    ak_save_stats ss;
+    ak_agents_save_stats(ag, &ss);
+    CHECK(ss.failures >= 1 && ss.saves >= 1 && ss.abandoned == 0, "stats: %llu failures %llu saves %llu abandoned",
+          (unsigned long long)ss.failures, (unsigned long long)ss.saves, (unsigned long long)ss.abandoned);
+    /* the file holds the whole turn: 30 prompt tokens + 3 appended */
+    ak_store_entry en;
+    CHECK(ak_store_inspect(store, "r", &en, NULL, &err) == 0 && en.n_tokens == 33, "file has %d tokens: %s",
+          en.n_tokens, err.msg);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    env_close(&e);
+}
+
+static void collect_log(void *ud, const char *line) {
+    char *buf = ud;
+    size_t l = strlen(buf);
+    snprintf(buf + l, 8192 - l, "%s\n", line);
+}
+
+/* Saves that keep failing (fault injection: every save's first step fails
+ * with ENOSPC): retried a bounded number of times, counted, and the flush
+ * fails naming the agent with the disk-full code; the agent stays dirty. */
+TEST(agent_save_that_keeps_failing_is_reported) {
+    env e;
+    char path[512];
+    if (env_open(t, &e, test_path(path, sizeof path, "models/stories260K.gguf")) < 0) return;
+    ak_error err = {{0}};
+    setenv("AK_FAULT_FAIL_AT", "1:ENOSPC", 1);
+    ak_store *store = ak_store_open(mem_dir("fail"), NULL, &err);
+    unsetenv("AK_FAULT_FAIL_AT");
+    REQUIRE(store, "%s", err.msg);
+    static char log[8192];
+    log[0] = 0;
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_agents_config c = {e.m, pool, store, AK_KV_Q8, AK_KV_Q8, 512, AK_SAVE_EVERY_TURN, 0, collect_log, log};
+    ak_agents *ag = pool ? ak_agents_new(&c, &err) : NULL;
+    REQUIRE(ag, "agents: %s", err.msg);
+    int32_t p[40], g[4];
+    for (int i = 0; i < 30; i++) p[i] = 1 + (i * 13) % 400;
+    ak_turn ti;
+    REQUIRE(turn(t, &e, ag, "doomed", p, 30, 4, g, &ti) == 0, "turn");
+    err = (ak_error){{0}};
+    CHECK(ak_agents_flush(ag, &err) < 0, "flush reported success after failed saves");
+    CHECK(strstr(err.msg, "doomed") && err.code == AK_ERR_NOSPACE, "flush error (code %d): %s", err.code, err.msg);
+    ak_agent_info in;
+    ak_agents_get(ag, 0, &in);
+    CHECK(in.dirty && in.save_failed && strstr(in.save_error, "No space left"), "agent: dirty %d failed %d (%s)",
+          in.dirty, in.save_failed, in.save_error);
+    ak_save_stats ss;
+    ak_agents_save_stats(ag, &ss);
+    CHECK(ss.failures >= 2 && ss.failures <= 20 && ss.abandoned >= 1 && ss.saves == 0,
+          "retries not bounded or not counted: %llu failures, %llu abandoned", (unsigned long long)ss.failures,
+          (unsigned long long)ss.abandoned);
+    ak_agents_free(ag);
+    CHECK(strstr(log, "doomed") && strstr(log, "NOT saved"), "shutdown did not name the unsaved agent:\n%s", log);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
     env_close(&e);
 }

@@ -1,8 +1,17 @@
 /* test_sched.c - the engine loop: batched, chunked-prefill greedy output
  * equals the reference (llama.cpp's goldens, and per-agent sequential
  * re-prefill), agents stay isolated under eviction, admission errors. */
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../src/sched.h"
 #include "test.h"
@@ -337,4 +346,115 @@ TEST(sched_warm_agent_restored_ahead_while_another_decodes) {
     ak_request_release(busy);
     ak_request_release(w);
     rig_close(&r);
+}
+
+/* ------------------------------------------- the server's shutdown path */
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Sends one HTTP request to 127.0.0.1:port and reads the whole answer into
+ * out (n bytes, NUL-terminated); 5 s timeouts on connect, send and receive.
+ * Returns the bytes read, or -1. */
+static int http_post(int port, const char *path, const char *headers, const char *body, char *out, size_t n) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) { close(fd); return -1; }
+    char req[2048];
+    int l = snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", path, headers, strlen(body), body);
+    if (l <= 0 || (size_t)l >= sizeof req || write(fd, req, (size_t)l) != l) { close(fd); return -1; }
+    size_t got = 0;
+    for (int i = 0; i < 1000 && got + 1 < n; i++) {   /* bounded: at most 1000 reads of up to 5 s */
+        ssize_t k = read(fd, out + got, n - 1 - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    out[got] = 0;
+    close(fd);
+    return (int)got;
+}
+
+/* Waits up to ms for pid to exit; kills it (SIGKILL) if it does not.
+ * Returns its wait status, or -1 if it had to be killed. */
+static int wait_exit(pid_t pid, int ms) {
+    int ws = 0;
+    for (int i = 0; i < ms / 20; i++) {
+        if (waitpid(pid, &ws, WNOHANG) == pid) return ws;
+        sleep_ms(20);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &ws, 0);
+    return -1;
+}
+
+/* The released binary end to end: one turn of an agent while its memory
+ * directory is gone (renamed away), so that every save fails; on SIGTERM
+ * the server must not claim that every agent was saved: it exits non-zero
+ * and names the agent on stderr. */
+TEST(sched_serve_exits_nonzero_naming_unsaved_agents) {
+    const char *bin = getenv("AK_BIN");
+    if (!bin || !*bin) bin = "build/agentkv";
+    char dir[512], away[600], log[600], model[512];
+    snprintf(dir, sizeof dir, "%s/serve-unsaved", test_tmp_dir());
+    snprintf(away, sizeof away, "%s.away", dir);
+    snprintf(log, sizeof log, "%s/serve-unsaved.log", test_tmp_dir());
+    test_path(model, sizeof model, "models/stories260K.gguf");
+    pid_t pid = fork();
+    REQUIRE(pid >= 0, "fork");
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0) _exit(126);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
+        execl(bin, bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--memory-dir", dir, "-c", "256",
+              "-t", "1", "--model-id", "m", (char *)NULL);
+        _exit(127);
+    }
+    int port = 0;
+    char *text = NULL;
+    for (int i = 0; i < 1500 && !port; i++) {   /* up to 30 s to load and start */
+        free(text);
+        text = ak_read_file(log, NULL, NULL);
+        const char *p = text ? strstr(text, "on http://127.0.0.1:") : NULL;
+        if (p) port = atoi(p + strlen("on http://127.0.0.1:"));
+        else if (waitpid(pid, NULL, WNOHANG) == pid) break;
+        else sleep_ms(20);
+    }
+    if (!port) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        REQUIRE(0, "the server did not start:\n%s", text ? text : "");
+    }
+    free(text);
+    text = NULL;
+    int moved = rename(dir, away) == 0;
+    char resp[8192];
+    int got = http_post(port, "/v1/completions", "X-Agent-Id: keeper\r\n",
+                        "{\"model\":\"m\",\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}", resp,
+                        sizeof resp);
+    CHECK(got > 0 && strstr(resp, " 200 "), "the turn failed: %s", got > 0 ? resp : "no answer");
+    sleep_ms(300);   /* the turn's save is attempted (and fails) meanwhile */
+    kill(pid, SIGTERM);
+    int ws = wait_exit(pid, 60000);
+    text = ak_read_file(log, NULL, NULL);
+    CHECK(moved, "could not move the memory directory away");
+    CHECK(ws != -1, "the server did not exit within 60 s of SIGTERM");
+    CHECK(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) != 0, "exit status %d after a failed save:\n%s", ws,
+          text ? text : "");
+    CHECK(text && strstr(text, "keeper") && strstr(text, "NOT saved"), "the unsaved agent was not named:\n%s",
+          text ? text : "");
+    CHECK(text && !strstr(text, "every agent saved"), "claimed every agent saved:\n%s", text ? text : "");
+    free(text);
 }
