@@ -1,8 +1,13 @@
 /* test_server.c - runs the HTTP tests against the real binary: curl
- * (tests/server/http_test.sh) and the official `openai` npm client
- * (tests/server/openai_workflow.mjs, installed on first use into
- * BUILD/npm). Each script checks its own expectations and exits non-zero on
- * any failure; its output is shown when it fails. */
+ * (tests/server/http_test.sh), the official `openai` npm client
+ * (tests/server/openai_workflow.mjs, the pinned version installed on first
+ * use into BUILD/npm) and the isolation check of 64 concurrent agents
+ * (tests/server/isolation.py). Each script checks its own expectations and
+ * exits non-zero on any failure; its output is shown when it fails.
+ *
+ * Every script runs under `timeout -k`: GNU timeout signals its whole process
+ * group, so a hung script and every server it started get SIGTERM at the
+ * limit and SIGKILL KILL_GRACE_S later; `make test` cannot hang on them. */
 #include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,22 +16,33 @@
 #include "../src/util.h"
 #include "test.h"
 
+/* The exact `openai` npm version the workflow runs against: the newest that
+ * npm installs on the Node.js of Debian stable (20; 7.x needs Node >= 22).
+ * An installed copy of another version is replaced. */
+#define OPENAI_NPM_VERSION "6.49.0"
+#define KILL_GRACE_S 10
+
 static const char *bin(void) {
     const char *b = getenv("AK_BIN");
     return b && *b ? b : "build/agentkv";
 }
 
-/* Runs cmd with output to a log; on failure records it with the log's tail. */
-static int run_script(ak_test_ctx *t, const char *cmd, const char *log_name) {
+/* Runs cmd under `timeout -k KILL_GRACE_S limit_s` with its output to a log
+ * in the test's temp dir. Returns the exit code (124: timed out, 128 + n:
+ * killed by signal n); a non-zero code is recorded as a failure with the
+ * log's tail. */
+static int run_script(ak_test_ctx *t, const char *cmd, const char *log_name, int limit_s) {
     char log[512], full[4096];
     snprintf(log, sizeof log, "%s/%s", test_tmp_dir(), log_name);
-    snprintf(full, sizeof full, "%s >%s 2>&1 </dev/null", cmd, log);
+    snprintf(full, sizeof full, "timeout -k %d %d %s >%s 2>&1 </dev/null", KILL_GRACE_S, limit_s, cmd, log);
     int st = system(full);
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code != 0) {
         char *out = ak_read_file(log, NULL, NULL);
         size_t n = out ? strlen(out) : 0;
-        ak_test_fail(t, __FILE__, __LINE__, "`%s` exited %d:\n%s", cmd, code, out ? out + (n > 6000 ? n - 6000 : 0) : "");
+        ak_test_fail(t, __FILE__, __LINE__, "`%s` %s %d:\n%s", cmd,
+                     code == 124 || code == 137 ? "timed out (killed), exit" : "exited", code,
+                     out ? out + (n > 6000 ? n - 6000 : 0) : "");
         free(out);
     }
     return code;
@@ -35,7 +51,17 @@ static int run_script(ak_test_ctx *t, const char *cmd, const char *log_name) {
 TEST(server_http_with_curl) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "sh tests/server/http_test.sh %s %s", bin(), test_shared_dir());
-    run_script(t, cmd, "http_test.log");
+    run_script(t, cmd, "http_test.log", 300);
+}
+
+/* 1 when DIR/openai/package.json names OPENAI_NPM_VERSION. */
+static int openai_pinned(const char *mods) {
+    char probe[700];
+    snprintf(probe, sizeof probe, "%s/openai/package.json", mods);
+    char *pkg = ak_read_file(probe, NULL, NULL);
+    int ok = pkg && strstr(pkg, "\"version\": \"" OPENAI_NPM_VERSION "\"") != NULL;
+    free(pkg);
+    return ok;
 }
 
 TEST(server_openai_npm_client_workflow) {
@@ -43,16 +69,15 @@ TEST(server_openai_npm_client_workflow) {
     snprintf(dir, sizeof dir, "%s", bin());
     char *d = dirname(dir);
     snprintf(mods, sizeof mods, "%s/npm/node_modules", d);
-    char probe[700];
-    snprintf(probe, sizeof probe, "%s/openai/package.json", mods);
-    struct stat sb;
-    if (stat(probe, &sb) != 0) {
-        /* the test setup: the official client from the npm registry */
-        snprintf(cmd, sizeof cmd, "npm install --no-audit --no-fund --silent --prefix %s/npm openai", d);
-        REQUIRE(run_script(t, cmd, "npm_install.log") == 0, "cannot install the openai npm package");
+    if (!openai_pinned(mods)) {
+        /* the test setup: the official client from the npm registry, exact version */
+        snprintf(cmd, sizeof cmd, "npm install --no-audit --no-fund --silent --save-exact --prefix %s/npm openai@%s", d,
+                 OPENAI_NPM_VERSION);
+        REQUIRE(run_script(t, cmd, "npm_install.log", 300) == 0, "cannot install openai@%s from npm", OPENAI_NPM_VERSION);
+        REQUIRE(openai_pinned(mods), "npm installed another version than openai@%s", OPENAI_NPM_VERSION);
     }
     char model[512];
     snprintf(cmd, sizeof cmd, "node tests/server/openai_workflow.mjs %s %s %s", bin(),
              test_path(model, sizeof model, "models/stories260K.gguf"), mods);
-    run_script(t, cmd, "openai_workflow.log");
+    run_script(t, cmd, "openai_workflow.log", 300);
 }

@@ -4,13 +4,27 @@
 # agents (list, get, delete), metrics, bad input of every kind (each a 4xx
 # with an OpenAI error body, the server still serving), API keys, and a clean
 # SIGTERM that saves agents for a warm restart.
-# Prints one line per check and exits non-zero if any failed.
+# Prints one line per check and exits non-zero if any failed. The server is
+# killed on every exit path (normal end, a signal such as the runner's
+# timeout); every curl call gives up after 60 s.
 set -u
 BIN=${1:-build/agentkv}
 SHARED=${2:-../shared}
 MODEL=$SHARED/models/stories260K.gguf
 WORK=$(mktemp -d /tmp/agentkv-http.XXXXXX)
-trap 'kill $PID 2>/dev/null; rm -rf "$WORK"' EXIT
+PID=
+cleanup() {
+    if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
+        kill -TERM "$PID" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$PID" 2>/dev/null
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+# every request bounded in time, whatever the call site passes
+curl() { command curl --max-time 60 "$@"; }
 FAILED=0
 PASSED=0
 ok() { PASSED=$((PASSED + 1)); echo "ok   $1"; }

@@ -4,6 +4,11 @@
 // cached_tokens > 0 and tier hot or warm; the server is then restarted and
 // phase 3 must report tier warm. Greedy replies must equal `agentkv run` on
 // the same rendered prompt. Exits 1 on the first failed check.
+//
+// Every server it starts is killed on every exit path (a failed check, a
+// thrown request, the watchdog): SIGTERM, then SIGKILL if it has not exited
+// within STOP_GRACE_MS. Clients never retry (maxRetries 0: an error cannot
+// hide behind a retry) and give up on a request after REQUEST_TIMEOUT_MS.
 import { spawn, execFileSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -14,6 +19,19 @@ const [bin, model, nodeModules] = process.argv.slice(2);
 const require = createRequire(join(resolve(nodeModules), "noop.js"));
 const OpenAI = require("openai").default ?? require("openai");
 const memDir = mkdtempSync(join(tmpdir(), "agentkv-openai-"));
+const REQUEST_TIMEOUT_MS = 120000;
+const STOP_GRACE_MS = 20000;
+const WATCHDOG_MS = 280000;   // below test_server.c's timeout, so this script reports first
+const live = new Set();       // servers started and not yet exited
+const newClient = (port) =>
+  new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", maxRetries: 0, timeout: REQUEST_TIMEOUT_MS });
+// the last resort: whatever ends the process, no server outlives it
+process.on("exit", () => { for (const p of live) p.kill("SIGKILL"); });
+setTimeout(() => {
+  console.log(`FAIL watchdog: the workflow ran past ${WATCHDOG_MS / 1000} s`);
+  for (const p of live) { console.log(p.getLog()); p.kill("SIGKILL"); }
+  process.exit(1);
+}, WATCHDOG_MS).unref();
 let passed = 0;
 function check(name, cond, detail = "") {
   if (!cond) {
@@ -30,21 +48,29 @@ function startServer(extra = ["--kv-budget", "120K", "-ctk", "q8", "-ctv", "q8"]
   return new Promise((resolve, reject) => {
     const p = spawn(bin, ["serve", "-m", model, "--port", "0", "--memory-dir", dir, "-t", "2", "-c", "512", ...extra],
                     { stdio: ["ignore", "ignore", "pipe"] });
+    live.add(p);
     let log = "";
     p.stderr.on("data", (d) => {
       log += d;
       const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
       if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
     });
-    p.on("exit", (code) => { p.exitCode_ = code; if (!p.port) reject(new Error("server exited: " + log)); });
+    p.on("exit", (code, signal) => {
+      live.delete(p);
+      p.exitCode_ = code ?? signal;
+      if (!p.port) reject(new Error("server exited: " + log));
+    });
     p.getLog = () => log;
   });
 }
 
+// SIGTERM, then SIGKILL after STOP_GRACE_MS; resolves to the exit code (or
+// the signal's name when it was killed).
 function stopServer(p) {
   return new Promise((resolve) => {
     if (p.exitCode_ !== undefined) return resolve(p.exitCode_);
-    p.on("exit", (code) => resolve(code));
+    const hard = setTimeout(() => p.kill("SIGKILL"), STOP_GRACE_MS);
+    p.on("exit", (code, signal) => { clearTimeout(hard); resolve(code ?? signal); });
     p.kill("SIGTERM");
   });
 }
@@ -84,7 +110,7 @@ async function turn(client, agent, phase, stream) {
 async function secrets(extra, concurrent) {
   const dir = mkdtempSync(join(tmpdir(), "agentkv-secrets-"));
   const srv = await startServer(extra, dir);
-  const client = new OpenAI({ baseURL: `http://127.0.0.1:${srv.port}/v1`, apiKey: "unused", maxRetries: 0, timeout: 600000 });
+  const client = newClient(srv.port);
   const names = ["Tom", "Lily", "Sue", "Max", "Ben", "Anna", "Sam", "Mia"];
   const out = {};
   const one = async (i, phase) => {
@@ -97,12 +123,19 @@ async function secrets(extra, concurrent) {
     return r.agentkv.tier;
   };
   const tiers = [];
-  for (const phase of [0, 1]) {
-    if (concurrent) tiers.push(...await Promise.all([...Array(32).keys()].map((i) => one(i, phase))));
-    else for (let i = 0; i < 32; i++) tiers.push(await one(i, phase));
+  let code;
+  try {
+    for (const phase of [0, 1]) {
+      if (concurrent) tiers.push(...await Promise.all([...Array(32).keys()].map((i) => one(i, phase))));
+      else for (let i = 0; i < 32; i++) tiers.push(await one(i, phase));
+    }
+  } catch (e) {
+    console.log(srv.getLog());
+    throw e;
+  } finally {
+    code = await stopServer(srv);
+    rmSync(dir, { recursive: true, force: true });
   }
-  const code = await stopServer(srv);
-  rmSync(dir, { recursive: true, force: true });
   return { out, tiers, code };
 }
 
@@ -118,13 +151,14 @@ try {
   check("32 agents: both servers exit 0", alone.code === 0 && crowd.code === 0);
 
   server = await startServer();
-  let client = new OpenAI({ baseURL: `http://127.0.0.1:${server.port}/v1`, apiKey: "unused" });
+  let client = newClient(server.port);
   const models = await client.models.list();
   check("models.list names the model", models.data.some((m) => m.id === "stories260K"));
 
   // greedy over the client equals agentkv run on the same text (plain template)
   const c = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
-  const ref = execFileSync(bin, ["run", "-m", model, "-p", "Once upon a time", "-n", "20", "--temp", "0"], { stdio: ["ignore", "pipe", "ignore"] }).toString().replace(/\n$/, "");
+  const ref = execFileSync(bin, ["run", "-m", model, "-p", "Once upon a time", "-n", "20", "--temp", "0"],
+                           { stdio: ["ignore", "pipe", "ignore"], timeout: REQUEST_TIMEOUT_MS, killSignal: "SIGKILL" }).toString().replace(/\n$/, "");
   check("completions.create greedy == agentkv run", c.choices[0].text === ref, JSON.stringify([c.choices[0].text, ref]));
 
   // phase 1 and 2, all three agents concurrently; streaming for the worker
@@ -142,7 +176,7 @@ try {
   check("SIGTERM: the server exits 0 after saving", code === 0, server.getLog());
 
   server = await startServer();
-  client = new OpenAI({ baseURL: `http://127.0.0.1:${server.port}/v1`, apiKey: "unused" });
+  client = newClient(server.port);
   const results = await Promise.all(Object.keys(roles).map((a) => turn(client, a, 2, a !== "worker")));
   Object.keys(roles).forEach((a, i) => {
     const r = results[i];
@@ -162,6 +196,6 @@ try {
 } catch (e) {
   if (!process.exitCode) { console.log("FAIL", e?.stack ?? e); process.exitCode = 1; }
 } finally {
-  if (server) await stopServer(server);
+  for (const p of [...live]) await stopServer(p);
   rmSync(memDir, { recursive: true, force: true });
 }
