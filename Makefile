@@ -63,7 +63,14 @@ $(BUILD)/libagentkv.a: $(LIB_OBJ)
 $(BUILD)/agentkv: $(CLI_OBJ) $(BUILD)/libagentkv.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/libagentkv.a
+# The store's fault injection (AK_FAULT_*) exists only in the test binary:
+# a second object of store.c, linked ahead of the library (whose store.o
+# then goes unused), so the shipped agentkv has none.
+$(BUILD)/src/store_fault.o: src/store.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DAK_FAULT_INJECTION -c $< -o $@
+
+$(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/src/store_fault.o $(BUILD)/libagentkv.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 test: $(BUILD)/agentkv-tests $(BUILD)/agentkv
@@ -113,5 +120,5 @@ clean:
 	rm -rf build build-asan build-scalar
 
 .PHONY: all test demo asan fuzz fuzz-build bench clean
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
 -include $(wildcard $(FUZZ_DIR)/obj/*/*.d)

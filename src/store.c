@@ -64,7 +64,10 @@
  * one, never a mix; leftover temp files are removed when a store is next
  * opened.
  *
- * Fault injection (read by ak_store_open, kept in the store, for crash tests):
+ * Fault injection (read by ak_store_open, kept in the store, for crash
+ * tests), compiled only with AK_FAULT_INJECTION defined: the Makefile builds
+ * a second object of this file for the test binary; the library and the
+ * shipped agentkv ignore these variables:
  *   AK_FAULT_KILL_AT=N       the save path raises SIGKILL on itself at its
  *                            Nth step (counted per save from 1: fallocate,
  *                            each write() call, fsync, rename, directory
@@ -120,9 +123,11 @@ struct ak_store {
     int has_key;
     uint8_t key[AK_STORE_KEY_BYTES];
     uint8_t key_id[8];
+#ifdef AK_FAULT_INJECTION
     long kill_at, fail_at;      /* fault injection: step numbers, 0 = off */
     int fail_errno;
-    size_t write_chunk;
+#endif
+    size_t write_chunk;         /* bytes per write() */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -377,6 +382,16 @@ static void remove_stale_temps(const ak_store *s) {
     closedir(d);
 }
 
+#ifndef AK_FAULT_INJECTION
+/* A release build: the fault variables are not read. */
+static int parse_fault_env(ak_store *s, ak_error *err) {
+    (void)s;
+    (void)err;
+    return 0;
+}
+#else
+/* Reads AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT and AK_FAULT_WRITE_CHUNK into s.
+ * Returns 0, or -1 with err set on a malformed value. */
 static int parse_fault_env(ak_store *s, ak_error *err) {
     const char *v;
     int64_t x;
@@ -407,6 +422,7 @@ static int parse_fault_env(ak_store *s, ak_error *err) {
     }
     return 0;
 }
+#endif
 
 ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
     if (!dir || !*dir) { ak_failc(err, AK_ERR_INVALID, "store: empty directory name"); return NULL; }
@@ -646,9 +662,21 @@ enum { STEP_RUN, STEP_KILL, STEP_FAIL };
  * it to die or fail. */
 static int step(save_ctx *c) {
     c->step++;
+#ifdef AK_FAULT_INJECTION
     if (c->s->kill_at == c->step) return STEP_KILL;
     if (c->s->fail_at == c->step) return STEP_FAIL;
+#endif
     return STEP_RUN;
+}
+
+/* errno of an injected failure. */
+static int fault_errno(const save_ctx *c) {
+#ifdef AK_FAULT_INJECTION
+    return c->s->fail_errno;
+#else
+    (void)c;
+    return EIO;
+#endif
 }
 
 /* write()s all n bytes in calls of at most write_chunk bytes, each a step.
@@ -661,7 +689,7 @@ static int write_all(save_ctx *c, int fd, const uint8_t *p, size_t n) {
             if (write(fd, p, k / 2) < 0) { /* dying anyway */ }
             raise(SIGKILL);
         }
-        if (f == STEP_FAIL) { errno = c->s->fail_errno; return -1; }
+        if (f == STEP_FAIL) { errno = fault_errno(c); return -1; }
         ssize_t w = write(fd, p, k);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return -1;
@@ -678,7 +706,7 @@ static int write_all(save_ctx *c, int fd, const uint8_t *p, size_t n) {
 static int inject(save_ctx *c) {
     int f = step(c);
     if (f == STEP_KILL) raise(SIGKILL);
-    if (f == STEP_FAIL) { errno = c->s->fail_errno; return -1; }
+    if (f == STEP_FAIL) { errno = fault_errno(c); return -1; }
     return 0;
 }
 

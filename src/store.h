@@ -76,9 +76,9 @@ int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_erro
  * 0700) if missing, and removes stale temporary files (those of processes no
  * longer running, or older than an hour). key: NULL for plain files, else 32
  * bytes (copied): every file is then sealed, and only sealed files under the
- * same key are loaded. Reads the fault-injection variables (see store.c:
- * AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT, AK_FAULT_WRITE_CHUNK). Returns NULL
- * with err set on failure. */
+ * same key are loaded. In test builds only (AK_FAULT_INJECTION), reads the
+ * fault-injection variables (see store.c: AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT,
+ * AK_FAULT_WRITE_CHUNK). Returns NULL with err set on failure. */
 ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err);
 /* Wipes the key and frees the store. NULL is fine. */
 void ak_store_close(ak_store *s);

@@ -1303,3 +1303,28 @@ TEST(store_temp_names_cannot_collide_with_ids) {
     cache_free(&b);
     ak_store_close(st);
 }
+
+/* Fault injection is compiled into the test binary only: the shipped
+ * binary (AK_BIN) saves an agent normally with AK_FAULT_FAIL_AT set (in
+ * the test build the first step of every save would fail) and does not
+ * even parse the variable. */
+TEST(store_release_binary_ignores_fault_injection) {
+    const char *bin = getenv("AK_BIN");
+    if (!bin || !*bin) bin = "build/agentkv";
+    char dir[512], model[512], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/release-faults", test_tmp_dir());
+    test_path(model, sizeof model, "models/stories260K.gguf");
+    const char *specs[] = {"1", "1:EIO", "not-a-number"};
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "rel%d", i);
+        snprintf(cmd, sizeof cmd,
+                 "AK_FAULT_FAIL_AT='%s' AK_FAULT_KILL_AT=1 timeout 60 %s run -m %s --agent %s --memory-dir %s -p 'Once upon' "
+                 "-n 2 --temp 0 > /dev/null 2>&1 < /dev/null",
+                 specs[i], bin, model, id, dir);
+        int st = system(cmd);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "AK_FAULT_FAIL_AT=%s: agentkv run exited with status %d", specs[i],
+              st);
+        CHECK(exists(file_of(dir, id)), "AK_FAULT_FAIL_AT=%s: the agent file was not saved", specs[i]);
+    }
+}
