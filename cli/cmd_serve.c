@@ -30,7 +30,11 @@ static const char *usage_text =
     "  --api-key-file F       require 'Authorization: Bearer KEY' (KEY: the file's first line)\n"
     "  --model-id NAME        the model name clients use (default: the file name without .gguf)\n"
     "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
-    "  --max-body BYTES       largest request body (default 4M)\n"
+    "  --max-body BYTES       largest request body (default 4M; larger: 413, refused on Content-Length)\n"
+    "  --max-buffered BYTES   request-body bytes buffered across all connections (default 64M);\n"
+    "                         a body that would go over gets 503 with Retry-After: 1\n"
+    "  --timeout SECONDS      close a connection idle this long (default 30; generating is not idle)\n"
+    "  --max-conns-per-ip N   connections one client address may hold (default 128); more are closed\n"
     MEMORY_OPTS_HELP
     CACHE_OPTS_HELP
     "  (serve's default KV budget: half of the RAM left beside the weights)\n"
@@ -67,7 +71,8 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1";
     const char *api_key_file = NULL, *model_id_arg = NULL, *template_arg = NULL;
     int port = 8080, n_ctx = 0, n_threads = 0, max_agents = 16, step_tokens = 256, step_ms = 200;
-    size_t max_body = 4u << 20;
+    size_t max_body = 4u << 20, max_buffered = AK_SERVER_DEFAULT_MAX_BUFFERED;
+    unsigned conn_timeout = AK_SERVER_DEFAULT_TIMEOUT_S, conns_per_ip = AK_SERVER_DEFAULT_CONNS_PER_IP;
     memory_opts mo;
     memory_opts_init(&mo);
     cache_opts co;
@@ -90,7 +95,13 @@ int cmd_serve(int argc, char **argv) {
             const char *v = args_value(&a, f);
             if (v && (ak_parse_bytes(v, &max_body) < 0 || !max_body))
                 args_error(&a, "--max-body: '%s' is not a positive byte size", v);
-        } else if (!memory_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        } else if (!strcmp(f, "--max-buffered")) {
+            const char *v = args_value(&a, f);
+            if (v && (ak_parse_bytes(v, &max_buffered) < 0 || !max_buffered))
+                args_error(&a, "--max-buffered: '%s' is not a positive byte size", v);
+        } else if (!strcmp(f, "--timeout")) conn_timeout = (unsigned)args_int(&a, f, 1, 86400);
+        else if (!strcmp(f, "--max-conns-per-ip")) conns_per_ip = (unsigned)args_int(&a, f, 1, 512);
+        else if (!memory_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     ak_chat_family family = AK_CHAT_PLAIN;
     ak_error err = {{0}};
@@ -98,6 +109,9 @@ int cmd_serve(int argc, char **argv) {
     if (!a.failed && template_arg && ak_chat_family_parse(template_arg, &family, &err) < 0)
         args_error(&a, "--chat-template: %s", err.msg);
     if (a.failed) return AK_EXIT_USAGE;
+    if (!api_key_file && !ak_server_host_is_loopback(host))
+        fprintf(stderr, "agentkv serve: warning: --host %s is reachable from other machines and no --api-key-file "
+                        "is set: anyone who can connect can use and delete every agent\n", host);
 
     /* the signals are taken by sigwait below: block them before any thread starts */
     sigset_t sigs;
@@ -162,7 +176,7 @@ int cmd_serve(int argc, char **argv) {
                           log_line, NULL, 0, step_ms};
     if (!(sched = ak_sched_start(&sc, &err))) goto fail;
     ak_server_config vc = {host, port, sched, lm.model, lm.tok, model_id, api_key, max_body, family, template_text,
-                           n_ctx, metrics, log_line, NULL};
+                           n_ctx, metrics, log_line, NULL, conn_timeout, conns_per_ip, max_buffered};
     if (!(server = ak_server_start(&vc, &err))) goto fail;
     fprintf(stderr,
             "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "

@@ -6,11 +6,14 @@
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -24,16 +27,43 @@ struct ak_server {
     pthread_mutex_t mu;       /* guards next_id */
     uint64_t next_id;
     uint64_t id_salt;
+    atomic_size_t buffered;   /* request-body bytes reserved by all connections */
 };
 
 /* One connection's request: its body as it arrives. */
 typedef struct {
     char *body;
     size_t len, cap;
-    int too_large;
+    size_t reserved;          /* bytes of s->buffered this request holds */
+    int too_large;            /* over max_body: the rest is discarded, 413 */
+    int over_cap;             /* over max_buffered: the rest is discarded, 503 */
 } conn;
 
 #define logf_(s, ...) ak_logf((s)->cfg.log, (s)->cfg.log_ud, __VA_ARGS__)
+
+/* Grows the connection's share of the global body budget to `total` bytes.
+ * Returns 0, or -1 (nothing changed) when all connections together would
+ * hold more than max_buffered. */
+static int reserve(ak_server *s, conn *cn, size_t total) {
+    if (total <= cn->reserved) return 0;
+    size_t add = total - cn->reserved;
+    size_t before = atomic_fetch_add(&s->buffered, add);
+    if (before + add > s->cfg.max_buffered || before + add < before) {
+        atomic_fetch_sub(&s->buffered, add);
+        return -1;
+    }
+    cn->reserved = total;
+    return 0;
+}
+
+/* Frees the body and gives its share of the budget back. */
+static void release_body(ak_server *s, conn *cn) {
+    free(cn->body);
+    cn->body = NULL;
+    cn->len = cn->cap = 0;
+    atomic_fetch_sub(&s->buffered, cn->reserved);
+    cn->reserved = 0;
+}
 
 /* ------------------------------------------------------------ responses */
 
@@ -176,9 +206,57 @@ typedef struct {
     long created;
     size_t have;              /* text bytes already sent */
     ak_buf out;               /* formatted events not yet handed to MHD */
+    int fd;                   /* the client's socket, to notice it leaving (-1: unknown) */
+    struct MHD_Connection *c;
     size_t out_pos;           /* bytes of out already handed to MHD */
     int sent_role, ended;
 } stream;
+
+/* The client's socket, or -1 when MHD does not say. */
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+/* 1 when the peer has closed or reset the connection (or shut down its
+ * sending side: an HTTP client does that only when leaving). Data waiting to
+ * be read (a pipelined request) is not a departure. Never blocks. */
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd pf = {fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) return 1;
+    char ch;
+    ssize_t n = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* How often a waiting handler looks at its client's socket: a client that
+ * leaves is noticed within this time and its request cancelled (it then ends
+ * at the engine's next step). */
+#define AK_GONE_POLL_MS 50
+
+/* Waits like ak_request_wait (no limit), watching the client: returns 1 when
+ * r finished, 0 when it has more than `have` bytes, -1 when the client left
+ * (r is then cancelled). */
+static int wait_watching(ak_request *r, size_t have, int fd) {
+    for (;;) {
+        int done = ak_request_wait(r, have, AK_GONE_POLL_MS);
+        size_t len = ak_request_read(r, have, NULL, NULL, NULL);
+        if (done) return 1;
+        if (len > have) return 0;
+        if (client_gone(fd)) {
+            ak_request_cancel(r);
+            return -1;
+        }
+    }
+}
+
+/* Restarts the connection's idle timer: generation time is not idleness,
+ * and MHD would otherwise count it when the response is finally written. */
+static void touch(ak_server *s, struct MHD_Connection *c) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.conn_timeout_s);
+}
 
 /* Appends one SSE event "data: JSON\n\n" for j (consumed) to the stream's
  * output. Returns 0, or -1 when out of memory (the stream then ends). */
@@ -205,7 +283,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             if (emit(st, j) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
-        int done = ak_request_wait(st->r, st->have, -1);
+        int done = wait_watching(st->r, st->have, st->fd);
+        if (done < 0) return MHD_CONTENT_READER_END_WITH_ERROR;   /* the client left */
+        touch(st->s, st->c);
         char *chunk = NULL;
         size_t n = 0;
         ak_req_result res;
@@ -253,11 +333,46 @@ static void stream_free(void *cls) {
     free(st);
 }
 
+/* The client of a running request closed its connection: the request was
+ * cancelled (it ends at the engine's next step, its agent keeping what was
+ * computed); counted as status 499 (nginx's "client closed request"). Closes
+ * the connection. */
+static enum MHD_Result client_left(ak_server *s, ak_request *r, ak_api_request *p, const char *ep) {
+    ak_request_release(r);
+    ak_api_request_free(p);
+    ak_metrics_request(s->cfg.metrics, ep, 499);
+    return MHD_NO;
+}
+
+/* 503 for a body refused because all connections together already buffer
+ * max_buffered bytes; Retry-After asks the client to come back shortly. */
+static enum MHD_Result send_busy(ak_server *s, struct MHD_Connection *c, const char *ep) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "the server is buffering too many request bodies (%zu bytes); retry shortly",
+             s->cfg.max_buffered);
+    cJSON *j = error_json(503, msg, NULL, "server_busy");
+    char *body = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!body) return send_body(s, c, ep, 503, NULL, "application/json");
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result rc = MHD_queue_response(c, 503, r);
+    MHD_destroy_response(r);
+    ak_metrics_request(s->cfg.metrics, ep, 503);
+    return rc;
+}
+
 static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c, conn *cn, int chat) {
     const char *ep = chat ? "/v1/chat/completions" : "/v1/completions";
     if (cn->too_large)
         return send_error(s, c, ep, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
                           s->cfg.max_body);
+    if (cn->over_cap) return send_busy(s, c, ep);
     ak_api_config ac = {s->cfg.tok, s->cfg.model_id, s->cfg.family, s->cfg.template_text, s->cfg.n_ctx};
     pthread_mutex_lock(&s->mu);
     uint64_t seed = (uint64_t)time(NULL) ^ (s->id_salt + s->next_id * 0x9E3779B97F4A7C15ull);
@@ -267,6 +382,8 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     if (ak_api_parse(&ac, cn->body, cn->len, chat, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Agent-Id"), seed,
                      &p, &b) < 0)
         return send_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
+    release_body(s, cn);   /* parsed: the body no longer counts while the request runs */
+    int fd = conn_fd(c);
     ak_req_params rp = {0};
     rp.agent_id = p.agent_id;
     rp.prompt = p.tokens;
@@ -288,7 +405,8 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     long created = (long)time(NULL);
     /* wait for the first text (or the end), so that a request that fails
      * in the queue still gets its own HTTP status */
-    ak_request_wait(r, 0, -1);
+    if (wait_watching(r, 0, fd) < 0) return client_left(s, r, &p, ep);
+    touch(s, c);
     ak_req_result res;
     ak_request_read(r, 0, NULL, NULL, &res);
     if (res.finish == AK_FINISH_ERROR) {
@@ -305,6 +423,8 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
             return send_error(s, c, ep, 500, NULL, NULL, "out of memory");
         }
         st->s = s;
+        st->c = c;
+        st->fd = fd;
         st->r = r;
         st->p = p;
         st->created = created;
@@ -321,8 +441,8 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
         ak_metrics_request(s->cfg.metrics, ep, 200);
         return rc;
     }
-    while (!ak_request_wait(r, (size_t)-1, -1)) {
-    }
+    if (wait_watching(r, (size_t)-1, fd) < 0) return client_left(s, r, &p, ep);
+    touch(s, c);
     char *text = NULL;
     size_t n = 0;
     ak_request_read(r, 0, &text, &n, &res);
@@ -395,6 +515,16 @@ static enum MHD_Result handle_agents(ak_server *s, struct MHD_Connection *c, con
     return send_json(s, c, ep, 200, j);
 }
 
+/* The endpoint label of a URL for /metrics. */
+static const char *endpoint_of(const char *url) {
+    static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/agents",
+                                        "/health", "/metrics"};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (!strcmp(url, known[i])) return known[i];
+    if (!strncmp(url, "/v1/agents/", 11)) return "/v1/agents";
+    return "other";
+}
+
 static int authorized(ak_server *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -410,31 +540,50 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     ak_server *s = cls;
     conn *cn = *con_cls;
     if (!cn) {
+        /* the first call: only the headers have arrived. Everything that can
+         * be refused on them is refused now, before a body byte is read. */
         if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
         *con_cls = cn;
+        const char *ep = endpoint_of(url);
+        if (strcmp(url, "/health") && !authorized(s, c))
+            return send_error(s, c, ep, 401, NULL, "invalid_api_key",
+                              "a valid API key is required (Authorization: Bearer KEY)");
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || end == cl || v > s->cfg.max_body)
+                return send_error(s, c, ep, 413, NULL, "request_too_large",
+                                  "the request body is larger than %zu bytes", s->cfg.max_body);
+            if (reserve(s, cn, (size_t)v) < 0) return send_busy(s, c, ep);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!cn->too_large) {
-            if (cn->len + *upload_size > s->cfg.max_body) {
-                cn->too_large = 1;
-                free(cn->body);
-                cn->body = NULL;
-                cn->len = cn->cap = 0;
-            } else {
-                if (cn->len + *upload_size + 1 > cn->cap) {
-                    size_t nc = (cn->len + *upload_size + 1) * 2;
-                    if (nc > s->cfg.max_body + 1) nc = s->cfg.max_body + 1;
-                    char *nb = realloc(cn->body, nc);
-                    if (!nb) return MHD_NO;
-                    cn->body = nb;
-                    cn->cap = nc;
-                }
-                memcpy(cn->body + cn->len, upload, *upload_size);
-                cn->len += *upload_size;
-            }
-        }
+        size_t add = *upload_size;
         *upload_size = 0;
+        if (cn->too_large || cn->over_cap) return MHD_YES;   /* discarded */
+        if (cn->len + add > s->cfg.max_body) {
+            cn->too_large = 1;
+            release_body(s, cn);
+            return MHD_YES;
+        }
+        if (cn->len + add > cn->reserved && reserve(s, cn, cn->len + add) < 0) {
+            cn->over_cap = 1;
+            release_body(s, cn);
+            return MHD_YES;
+        }
+        if (cn->len + add + 1 > cn->cap) {
+            size_t nc = (cn->len + add + 1) * 2;
+            if (nc > s->cfg.max_body + 1) nc = s->cfg.max_body + 1;
+            char *nb = realloc(cn->body, nc);
+            if (!nb) return MHD_NO;
+            cn->body = nb;
+            cn->cap = nc;
+        }
+        memcpy(cn->body + cn->len, upload, add);
+        cn->len += add;
         return MHD_YES;
     }
     if (!strcmp(url, "/health")) {
@@ -443,9 +592,6 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cJSON_AddStringToObject(j, "model", s->cfg.model_id);
         return send_json(s, c, "/health", 200, j);
     }
-    const char *ep = !strcmp(url, "/metrics") ? "/metrics" : "other";
-    if (!authorized(s, c))
-        return send_error(s, c, ep, 401, NULL, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
     if (!strcmp(url, "/metrics")) {
         ak_metrics_gauges g;
         ak_sched_gauges(s->cfg.sched, &g);
@@ -476,12 +622,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
     (void)c;
     (void)toe;
+    ak_server *s = cls;
     conn *cn = *con_cls;
     if (cn) {
-        free(cn->body);
+        release_body(s, cn);
         free(cn);
     }
     *con_cls = NULL;
@@ -497,6 +643,10 @@ ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err) {
     s->cfg = *cfg;
     if (!s->cfg.host) s->cfg.host = "127.0.0.1";
     if (!s->cfg.max_body) s->cfg.max_body = 4u << 20;
+    if (!s->cfg.conn_timeout_s) s->cfg.conn_timeout_s = AK_SERVER_DEFAULT_TIMEOUT_S;
+    if (!s->cfg.max_conns_per_ip) s->cfg.max_conns_per_ip = AK_SERVER_DEFAULT_CONNS_PER_IP;
+    if (!s->cfg.max_buffered) s->cfg.max_buffered = AK_SERVER_DEFAULT_MAX_BUFFERED;
+    atomic_init(&s->buffered, 0);
     pthread_mutex_init(&s->mu, NULL);
     randombytes_buf(&s->id_salt, sizeof s->id_salt);
     struct addrinfo hints = {0}, *ai = NULL;
@@ -516,7 +666,8 @@ ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err) {
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_LIMIT, 512u,
-                            MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.conn_timeout_s, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            s->cfg.max_conns_per_ip, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         ak_fail(err, "server: cannot listen on %s:%d (address in use or not permitted?)", s->cfg.host, cfg->port);
@@ -530,6 +681,28 @@ ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err) {
 }
 
 int ak_server_port(const ak_server *s) { return s->port; }
+
+int ak_server_host_is_loopback(const char *host) {
+    if (!host) return 1;
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &ai) != 0 || !ai) return 0;
+    int all = 1;
+    for (struct addrinfo *p = ai; p && all; p = p->ai_next) {
+        if (p->ai_family == AF_INET) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)p->ai_addr;
+            all = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+        } else if (p->ai_family == AF_INET6) {
+            const struct in6_addr *a = &((const struct sockaddr_in6 *)p->ai_addr)->sin6_addr;
+            all = IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+        } else {
+            all = 0;
+        }
+    }
+    freeaddrinfo(ai);
+    return all;
+}
 
 void ak_server_quiesce(ak_server *s) {
     if (!s || !s->d) return;

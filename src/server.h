@@ -32,14 +32,25 @@ typedef struct {
     const ak_tokenizer *tok;
     const char *model_id;      /* the name /v1/models lists and requests must name */
     const char *api_key;       /* NULL: no key required */
-    size_t max_body;           /* bytes; larger bodies get 413 */
+    size_t max_body;           /* bytes; larger bodies get 413 (default 4 MiB) */
     ak_chat_family family;
     const char *template_text; /* the model's chat template (may be NULL) */
     int n_ctx;
     ak_metrics *metrics;
     ak_log_fn log;             /* may be NULL */
     void *log_ud;
+    /* limits against hostile or broken clients (0: the default) */
+    unsigned conn_timeout_s;   /* a connection idle this long is closed (default 30; time a
+                                  request spends generating is not idle) */
+    unsigned max_conns_per_ip; /* connections one client address may hold (default 128);
+                                  more are closed at once */
+    size_t max_buffered;       /* request-body bytes buffered across all connections (default
+                                  64 MiB); a body that would go over gets 503 + Retry-After: 1 */
 } ak_server_config;
+
+#define AK_SERVER_DEFAULT_TIMEOUT_S      30u
+#define AK_SERVER_DEFAULT_CONNS_PER_IP   128u
+#define AK_SERVER_DEFAULT_MAX_BUFFERED   ((size_t)64 << 20)
 
 typedef struct ak_server ak_server;
 
@@ -49,6 +60,10 @@ ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err);
 int ak_server_port(const ak_server *s);
 /* Stops accepting new connections; those open go on. */
 void ak_server_quiesce(ak_server *s);
+/* 1 when every address host resolves to is a loopback address (127.0.0.0/8,
+ * ::1, or an IPv4-mapped 127.x), so only this machine can connect; 0 when
+ * any is not, or host does not resolve (NULL means the default 127.0.0.1). */
+int ak_server_host_is_loopback(const char *host);
 /* Waits for open connections to end and frees the server. NULL is fine. */
 void ak_server_stop(ak_server *s);
 
