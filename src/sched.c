@@ -660,7 +660,9 @@ static void run_op(ak_sched *s, op *o) {
         int j = 0;
         while (j < n_known && strcmp(v[j].id, files[i].id)) j++;
         if (j < n_known) {
-            if (v[j].tier != AK_TIER_HOT) { v[j].bytes = files[i].bytes; v[j].n_tokens = files[i].n_tokens; }
+            /* an agent known here keeps its own token count: its file may
+             * still hold an older turn while the new save is queued */
+            if (v[j].tier != AK_TIER_HOT) v[j].bytes = files[i].bytes;
             continue;
         }
         ak_sched_agent *x = &v[n++];

@@ -81,3 +81,12 @@ TEST(server_openai_npm_client_workflow) {
              test_path(model, sizeof model, "models/stories260K.gguf"), mods);
     run_script(t, cmd, "openai_workflow.log", 300);
 }
+
+/* 64 agents at once under a small KV budget: every answer equals the same
+ * conversation on a fresh server, every cached-token count is the agent's
+ * own (tests/server/isolation.py). */
+TEST(server_isolation_64_agents) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "python3 tests/server/isolation.py %s %s", bin(), test_shared_dir());
+    run_script(t, cmd, "isolation.log", 300);
+}
