@@ -1,11 +1,13 @@
 # agentkv - build, test, demo, benchmarks, fuzzing.
 #   make            library + build/agentkv
-#   make test       build and run every test (ends with "N passed, N failed")
+#   make test       build and run every test (ends with "N passed, N failed, N skipped")
 #   make demo       the main job (MODEL=path/to/model.gguf to override)
 #   make asan       tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz       every libFuzzer target fuzz/fuzz_*.c, FUZZ_SECONDS each (FUZZ_TARGETS="gguf store"
 #                   picks some, FUZZ_JOBS=2 runs two at a time)
 #   make bench      engine benchmarks on synthetic 1B-shaped models
+#   make soak       the server under mixed traffic for SOAK_SECONDS (bench/soak.py; fails on 5xx,
+#                   RSS growth, leaked descriptors, a crash; plot and summary in BUILD/soak)
 # ARCH=native by default (SIMD chosen by the compiler's target); ARCH= for a
 # portable scalar build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
 
@@ -18,6 +20,7 @@ SHARED  ?= ../shared
 MODEL   ?= $(SHARED)/models/stories260K.gguf
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
+SOAK_SECONDS ?= 60
 
 DEPS_OK := $(shell sh scripts/deps.sh >&2 && echo ok)
 ifneq ($(DEPS_OK),ok)
@@ -116,9 +119,13 @@ fuzz: fuzz-build
 bench: $(BUILD)/agentkv
 	sh bench/engine.sh $(BUILD)/agentkv
 
+soak: $(BUILD)/agentkv
+	python3 bench/soak.py --bin $(BUILD)/agentkv --model $(SHARED)/models/stories260K.gguf \
+	    --seconds $(SOAK_SECONDS) --out $(BUILD)/soak
+
 clean:
 	rm -rf build build-asan build-scalar
 
-.PHONY: all test demo asan fuzz fuzz-build bench clean
+.PHONY: all test demo asan fuzz fuzz-build bench soak clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
 -include $(wildcard $(FUZZ_DIR)/obj/*/*.d)
