@@ -164,7 +164,7 @@ class Soak:
         self.outcomes = {}                      # "kind status" -> count
         self.ttft = []                          # (t, tier, ms)
         self.samples = []                       # (t, server run, rss MiB, fds)
-        self.failures = []
+        self.failures = {}                      # kind of failure -> [count, first message]
         self.server = None
         self.run_no = 0
         self.restart_window = False             # SIGTERM sent, new server not up yet
@@ -182,10 +182,12 @@ class Soak:
             key = "%s %s" % (kind, status)
             self.outcomes[key] = self.outcomes.get(key, 0) + 1
 
-    def fail(self, msg):
+    def fail(self, msg, kind=None):
+        """Records a failure; repeats of one kind (default: the message) are
+        counted, the first kept."""
         with self.lock:
-            if len(self.failures) < 200:
-                self.failures.append("%.1fs %s" % (self.t(), msg))
+            f = self.failures.setdefault(kind or msg, [0, "%.1fs %s" % (self.t(), msg)])
+            f[0] += 1
 
     # -------------------------------------------------------------- requests
     def request(self, kind, method, path, body=None, agent=None, raw=None, abandon=None):
@@ -222,7 +224,7 @@ class Soak:
             payload = r.read()
             self.count(kind, status)
             if status >= 500 and status != 503:
-                self.fail("%s %s -> %d: %s" % (method, path, status, payload[:200]))
+                self.fail("%s %s -> %d: %s" % (method, path, status, payload[:200]), "status %d" % status)
             if r.getheader("Content-Type", "").startswith("text/event-stream"):
                 events = [json.loads(line[6:]) for line in payload.decode().splitlines()
                           if line.startswith("data: {")]
@@ -238,7 +240,7 @@ class Soak:
                 self.count(kind, "cut by the restart")
             else:
                 self.count(kind, "no answer")
-                self.fail("%s %s: no answer (%s: %s)" % (method, path, type(e).__name__, e))
+                self.fail("%s %s: no answer (%s: %s)" % (method, path, type(e).__name__, e), "no answer")
             return None, None, None
         finally:
             conn.close()
@@ -523,15 +525,13 @@ class Soak:
                    "idle": {"%d %s" % k: v for k, v in self.idle.items()},
                    "warm_after_restart": self.warm_after_restart,
                    "rss_margin": "max(%.0f MiB, %.0f%%)" % (RSS_MARGIN_MIB, RSS_MARGIN_FRACTION * 100),
-                   "failures": self.failures}
+                   "failures": [{"count": n, "first": m} for n, m in self.failures.values()]}
         with open(os.path.join(args.out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
         print("soak: plot %s" % os.path.abspath(svg))
         print("soak: summary %s" % os.path.abspath(os.path.join(args.out, "summary.json")))
-        for f in self.failures[:30]:
-            print("soak: FAIL " + f)
-        if len(self.failures) > 30:
-            print("soak: ... %d failures in all" % len(self.failures))
+        for n, m in sorted(self.failures.values(), key=lambda f: float(f[1].split("s", 1)[0]))[:30]:
+            print("soak: FAIL %s%s" % (m, " (and %d more like it)" % (n - 1) if n > 1 else ""))
         print("soak: %s (%.0f s, %d requests)" % ("FAIL" if self.failures else "PASS", self.t(),
                                                  sum(self.outcomes.values())), flush=True)
         return 1 if self.failures else 0
