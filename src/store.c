@@ -182,6 +182,19 @@ static int parse_dec(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ak_failc(err, ak_err_code_of_errno(errno), "key file %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return ak_failc(err, ak_err_code_of_errno(e), "key file %s: %s", path, strerror(e));
+    }
+    /* as ssh does with private keys: the mode bits decide (not access(),
+     * which root would pass), so a key others may read is never used */
+    if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
+        close(fd);
+        return ak_failc(err, AK_ERR_PERMISSION, "key file %s: mode %04o lets group or others access it; it must be "
+                        "private to its owner (chmod 600 %s)", path, (unsigned)(sb.st_mode & 07777), path);
+    }
     uint8_t buf[AK_STORE_KEY_BYTES + 1];
     size_t n = 0;
     for (;;) {   /* read up to 33 bytes to tell "exactly 32" from "longer" */
@@ -537,9 +550,14 @@ size_t ak_snapshot_bytes(const ak_snapshot *sn) {
 
 void ak_snapshot_free(ak_snapshot *sn) {
     if (!sn) return;
+    /* a snapshot is the plaintext of what a sealed store encrypts: wiped
+     * before the memory goes back to the allocator */
+    if (sn->tokens) sodium_memzero(sn->tokens, sizeof(int32_t) * (size_t)sn->n_tokens);
+    if (sn->data) sodium_memzero(sn->data, (size_t)sn->data_bytes);
     free(sn->tokens);
     free(sn->t);
     free(sn->data);
+    sodium_memzero(sn, sizeof *sn);
     free(sn);
 }
 
@@ -575,6 +593,14 @@ static int metadata_hash(kv_pair *p, int n, char out[17]) {
     return 0;
 }
 
+/* Wipes the "tokens" metadata string of a parsed or built header (the
+ * token ids: plaintext of a sealed file) before the tree is freed. */
+static void wipe_tokens(cJSON *root) {
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    cJSON *tk = cJSON_GetObjectItemCaseSensitive(meta, "tokens");
+    if (cJSON_IsString(tk) && tk->valuestring) sodium_memzero(tk->valuestring, strlen(tk->valuestring));
+}
+
 /* Builds the safetensors header of sn (u64 length + padded JSON) into a
  * malloc'd buffer of *len bytes; hashes every tensor on the way. */
 static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
@@ -589,10 +615,15 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
         if (!cJSON_AddStringToObject(cks, sn->t[i].name, cks_hex)) goto oom;
     }
     if (!(cks_str = cJSON_PrintUnformatted(cks))) goto oom;
-    if (!(tokens = malloc((size_t)sn->n_tokens * 12 + 1))) goto oom;
-    size_t tl = 0;
-    for (int i = 0; i < sn->n_tokens; i++) tl += (size_t)sprintf(tokens + tl, i ? ",%d" : "%d", sn->tokens[i]);
-    tokens[tl] = 0;
+    /* ",-2147483648" is 12 bytes: 12 a token and the NUL */
+    size_t tcap = (size_t)sn->n_tokens * 12 + 1, tl = 0;
+    if (!(tokens = malloc(tcap))) goto oom;
+    tokens[0] = 0;
+    for (int i = 0; i < sn->n_tokens; i++) {
+        int w = snprintf(tokens + tl, tcap - tl, i ? ",%d" : "%d", sn->tokens[i]);
+        if (w < 0 || (size_t)w >= tcap - tl) goto oom;
+        tl += (size_t)w;
+    }
 
     const ak_cache_spec *s = &sn->spec;
     int64_t ints[] = {s->n_layer, s->n_head_kv, s->head_dim_k, s->head_dim_v, s->n_ctx, sn->block_tokens,
@@ -641,9 +672,12 @@ oom:
     ak_failc(err, AK_ERR_NOMEM, "store: agent %s: out of memory building the file header", sn->id);
 done:
     cJSON_Delete(cks);
+    wipe_tokens(root);   /* the token ids are plaintext of a sealed file */
     cJSON_Delete(root);
     free(cks_str);
+    if (json) sodium_memzero(json, strlen(json));
     free(json);
+    if (tokens) sodium_memzero(tokens, strlen(tokens));
     free(tokens);
     return out;
 }
@@ -653,6 +687,7 @@ done:
 typedef struct {
     const ak_store *s;
     const char *tmp;
+    const char *id;     /* the agent's (sealed files are bound to it) */
     int step;
 } save_ctx;
 
@@ -719,7 +754,7 @@ static int write_sealed(save_ctx *c, int fd, const uint8_t *hdr, size_t hl, cons
     ak_seal z;
     uint8_t sh[AK_SEAL_HEADER_BYTES];
     uint64_t total = hl + dl;
-    ak_seal_begin(&z, s->key, total, AK_SEAL_CHUNK, sh);
+    ak_seal_begin(&z, s->key, total, AK_SEAL_CHUNK, c->id, sh);
     size_t cap = s->write_chunk > AK_SEAL_CHUNK + AK_SEAL_ABYTES ? s->write_chunk : AK_SEAL_CHUNK + AK_SEAL_ABYTES;
     uint8_t *out = malloc(cap + AK_SEAL_HEADER_BYTES), *in = malloc(AK_SEAL_CHUNK);
     int rc = -1;
@@ -776,7 +811,7 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     if (!hdr) return -1;
     uint64_t total = s->has_key ? ak_seal_file_bytes(hl + sn->data_bytes, AK_SEAL_CHUNK) : hl + sn->data_bytes;
 
-    save_ctx c = {s, tmp, 0};
+    save_ctx c = {s, tmp, sn->id, 0};
     const char *what = "open";
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) { /* left by a dead thread of a reused pid */
@@ -803,6 +838,7 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     if (rc != 0) goto fail;
     what = "rename";
     if (inject(&c) || rename(tmp, path) != 0) goto fail;
+    sodium_memzero(hdr, hl);   /* holds the token ids */
     free(hdr);
     /* The new file is in place; without this fsync the rename itself might
      * not survive a power loss. */
@@ -814,6 +850,7 @@ fail:;
     int e = errno;
     if (fd >= 0) close(fd);
     unlink(tmp);
+    sodium_memzero(hdr, hl);
     free(hdr);
     return ak_failc(err, ak_err_code_of_errno(e), "store: saving agent %s: %s %s: %s (the previous file, if any, is intact)", sn->id, what,
                    !strcmp(what, "rename") ? path : tmp, strerror(e));
@@ -922,8 +959,9 @@ static ak_store_status pread_all(reader *r, uint8_t *dst, size_t n, uint64_t off
     return AK_STORE_HIT;
 }
 
-/* Opens path and decides plain or sealed; on HIT img[0, 8) is available. */
-static ak_store_status reader_open(reader *r, const ak_store *s, const char *path, verdict *v) {
+/* Opens path (the file of agent id: a sealed file must be bound to it) and
+ * decides plain or sealed; on HIT img[0, 8) is available. */
+static ak_store_status reader_open(reader *r, const ak_store *s, const char *path, const char *id, verdict *v) {
     memset(r, 0, sizeof *r);
     r->s = s;
     r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -954,6 +992,9 @@ static ak_store_status reader_open(reader *r, const ak_store *s, const char *pat
         if (si.version > AK_SEAL_VERSION)
             return judge(v, AK_STORE_STALE, NULL, "sealed with format version %u, newer than this build's %u", si.version,
                          AK_SEAL_VERSION);
+        if (si.version == 1)   /* not bound to its agent id: recomputed and re-saved as version 2 */
+            return judge(v, AK_STORE_STALE, NULL, "sealed with format version 1 (not bound to its agent id), older "
+                         "than this build's %u", AK_SEAL_VERSION);
         if (si.version != AK_SEAL_VERSION) return judge(v, AK_STORE_CORRUPT, "seal", "bad seal version %u", si.version);
         if (memcmp(si.key_id, s->key_id, 8) != 0)
             return judge(v, AK_STORE_STALE, NULL, "sealed under another key (wrong key)");
@@ -964,7 +1005,7 @@ static ak_store_status reader_open(reader *r, const ak_store *s, const char *pat
         if (want != size)
             return judge(v, AK_STORE_CORRUPT, "truncated", "sealed file is %llu bytes, its header says %llu (%s)",
                          (unsigned long long)size, (unsigned long long)want, size < want ? "truncated" : "trailing bytes");
-        if (ak_unseal_begin(&r->z, s->key, head) != 0)
+        if (ak_unseal_begin(&r->z, s->key, head, id) != 0)
             return judge(v, AK_STORE_CORRUPT, "seal", "secretstream header rejected");
         r->img_size = si.plain_bytes;
         r->file_pos = AK_SEAL_HEADER_BYTES;
@@ -1053,7 +1094,9 @@ typedef struct {
 } agent_meta;
 
 static void meta_free(agent_meta *m) {
+    if (m->tokens) sodium_memzero(m->tokens, sizeof(int32_t) * (size_t)m->n_tokens);
     free(m->tokens);
+    wipe_tokens(m->root);
     cJSON_Delete(m->root);
     memset(m, 0, sizeof *m);
 }
@@ -1334,7 +1377,7 @@ static ak_store_status check_expect(const agent_meta *m, const char *fingerprint
 static ak_store_status check_file(const ak_store *s, const char *path, const char *id, const char *fingerprint,
                                   int vocab, const ak_kv *kv, reader *r, agent_meta *m, verdict *v, double *verify_ms) {
     memset(m, 0, sizeof *m);
-    if (reader_open(r, s, path, v) != AK_STORE_HIT) return v->st;
+    if (reader_open(r, s, path, id, v) != AK_STORE_HIT) return v->st;
     double t0 = ak_now(), rd0 = r->read_ms;
     if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, id, m, v) != AK_STORE_HIT ||
         check_expect(m, fingerprint, kv, v) != AK_STORE_HIT)
@@ -1550,7 +1593,7 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
                                    ak_store_load_info *info, int *fallback) {
     memset(m, 0, sizeof *m);
     *fallback = 0;
-    if (reader_open(r, s, path, v) != AK_STORE_HIT) return v->st;
+    if (reader_open(r, s, path, id, v) != AK_STORE_HIT) return v->st;
     if (r->sealed) {
         *fallback = 1;
         return AK_STORE_HIT;
@@ -1773,7 +1816,7 @@ static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char
     reader r;
     agent_meta m;
     memset(&m, 0, sizeof m);
-    ak_store_status st = reader_open(&r, s, path, v);
+    ak_store_status st = reader_open(&r, s, path, id, v);
     if (st == AK_STORE_ABSENT) { reader_close(&r); return 1; }
     if (r.fd >= 0) {
         e->bytes = (uint64_t)r.st.st_size;

@@ -26,7 +26,8 @@
  *   STALE    a sound file this caller cannot use (another model fingerprint,
  *            cache spec, KV format, a newer format version, longer than the
  *            sequence's capacity, sealed under another key, sealed while the
- *            store has no key or plain while it has one): left in place;
+ *            store has no key or plain while it has one, seal version 1):
+ *            left in place;
  *   CORRUPT  torn, truncated, tampered or malformed: moved to quarantine/
  *            (by ak_store_load; ak_store_verify only reports);
  *   ERROR    undecided (read error, out of memory, KV budget exhausted):
@@ -69,7 +70,9 @@ int ak_agent_id_valid(const char *id);
 const char *ak_store_status_name(ak_store_status st);
 
 /* Reads an encryption key: the file must hold exactly 32 bytes (raw, e.g.
- * `head -c 32 /dev/urandom > key`). Returns 0, or -1 with err set. */
+ * `(umask 077; head -c 32 /dev/urandom > key)`) and be private to its owner
+ * (no mode bit in 077, as ssh requires of private keys: AK_ERR_PERMISSION
+ * otherwise, naming the mode). Returns 0, or -1 with err set. */
 int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_error *err);
 
 /* Opens the store in dir, creating the directory (and its parents, mode

@@ -5,8 +5,9 @@
  * Why secretstream: it authenticates every chunk and their order, and the
  * final tag makes truncation at a chunk boundary detectable, so a sealed file
  * can be opened as a stream without trusting a byte before its tag checked.
- * The plain header is passed as additional data of every chunk: changing the
- * chunk size, image size or key id breaks the first tag.
+ * The plain header and the agent id are passed as additional data of every
+ * chunk: changing the chunk size, image size or key id, or giving the file
+ * another agent's name, breaks the first tag.
  */
 #include "store_impl.h"
 
@@ -57,19 +58,27 @@ void ak_seal_parse(const uint8_t hdr[AK_SEAL_HEADER_BYTES], ak_seal_info *out) {
     memcpy(out->key_id, hdr + 24, 8);
 }
 
+/* The additional data of every chunk: the header's first bytes, the id. */
+static void set_ad(ak_seal *z, const uint8_t *hdr, const char *id) {
+    size_t n = strnlen(id ? id : "", AK_SEAL_ID_MAX);
+    memcpy(z->ad, hdr, AK_SEAL_AD_BYTES);
+    memcpy(z->ad + AK_SEAL_AD_BYTES, id ? id : "", n);
+    z->ad_len = AK_SEAL_AD_BYTES + n;
+}
+
 size_t ak_seal_next_bytes(const ak_seal *z) {
     uint64_t rest = z->plain_bytes - z->done;
     return rest < z->chunk ? (size_t)rest : z->chunk;
 }
 
-void ak_seal_begin(ak_seal *z, const uint8_t key[32], uint64_t plain_bytes, uint32_t chunk,
+void ak_seal_begin(ak_seal *z, const uint8_t key[32], uint64_t plain_bytes, uint32_t chunk, const char *id,
                    uint8_t hdr[AK_SEAL_HEADER_BYTES]) {
     memcpy(hdr, AK_SEAL_MAGIC, 8);
     put_u32(hdr + 8, AK_SEAL_VERSION);
     put_u32(hdr + 12, chunk);
     put_u64(hdr + 16, plain_bytes);
     ak_seal_key_id(key, hdr + 24);
-    memcpy(z->ad, hdr, AK_SEAL_AD_BYTES);
+    set_ad(z, hdr, id);
     z->chunk = chunk;
     z->plain_bytes = plain_bytes;
     z->done = 0;
@@ -80,17 +89,17 @@ size_t ak_seal_push(ak_seal *z, const uint8_t *in, uint8_t *out) {
     size_t n = ak_seal_next_bytes(z);
     int last = z->done + n == z->plain_bytes;
     unsigned long long clen = 0;
-    crypto_secretstream_xchacha20poly1305_push(&z->st, out, &clen, in, n, z->ad, AK_SEAL_AD_BYTES,
+    crypto_secretstream_xchacha20poly1305_push(&z->st, out, &clen, in, n, z->ad, z->ad_len,
                                                last ? crypto_secretstream_xchacha20poly1305_TAG_FINAL
                                                     : crypto_secretstream_xchacha20poly1305_TAG_MESSAGE);
     z->done += n;
     return (size_t)clen;
 }
 
-int ak_unseal_begin(ak_seal *z, const uint8_t key[32], const uint8_t hdr[AK_SEAL_HEADER_BYTES]) {
+int ak_unseal_begin(ak_seal *z, const uint8_t key[32], const uint8_t hdr[AK_SEAL_HEADER_BYTES], const char *id) {
     ak_seal_info in;
     ak_seal_parse(hdr, &in);
-    memcpy(z->ad, hdr, AK_SEAL_AD_BYTES);
+    set_ad(z, hdr, id);
     z->chunk = in.chunk;
     z->plain_bytes = in.plain_bytes;
     z->done = 0;
@@ -103,7 +112,7 @@ int ak_unseal_pull(ak_seal *z, const uint8_t *in, uint8_t *out) {
     unsigned char tag = 0;
     unsigned long long mlen = 0;
     if (crypto_secretstream_xchacha20poly1305_pull(&z->st, out, &mlen, &tag, in, n + AK_SEAL_ABYTES, z->ad,
-                                                   AK_SEAL_AD_BYTES) != 0)
+                                                   z->ad_len) != 0)
         return -1;
     if (mlen != n) return -1;
     unsigned char want = last ? crypto_secretstream_xchacha20poly1305_TAG_FINAL

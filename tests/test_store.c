@@ -871,7 +871,7 @@ TEST(store_key_file_must_be_32_bytes) {
     const size_t sizes[] = {0, 31, 32, 33, 40};
     for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/key%d", dir, i);
-        REQUIRE(write_bytes(path, buf, sizes[i]) == 0, "write");
+        REQUIRE(write_bytes(path, buf, sizes[i]) == 0 && chmod(path, 0600) == 0, "write");
         int rc = ak_store_read_key(path, key, &err);
         CHECK((rc == 0) == (sizes[i] == 32), "key of %zu bytes: rc %d %s", sizes[i], rc, err.msg);
         if (rc) CHECK(strstr(err.msg, path) && strstr(err.msg, "32"), "message: %s", err.msg);
@@ -1327,4 +1327,88 @@ TEST(store_release_binary_ignores_fault_injection) {
               st);
         CHECK(exists(file_of(dir, id)), "AK_FAULT_FAIL_AT=%s: the agent file was not saved", specs[i]);
     }
+}
+
+/* ------------------------------------------------------------------ keys */
+
+/* A key file that group or others may read or write is refused (as ssh
+ * refuses such private keys), naming its mode; the mode bits decide, so
+ * root (who passes any access check) is refused too. */
+TEST(store_key_file_must_be_private) {
+    const char *dir = dir_for("keymode");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_store_close(st);
+    char path[600];
+    snprintf(path, sizeof path, "%s/key", dir);
+    uint8_t buf[32] = {7}, key[32];
+    REQUIRE(write_bytes(path, buf, 32) == 0, "write");
+    const mode_t bad[] = {0644, 0640, 0604, 0620, 0602, 0660, 0666, 0610};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        REQUIRE(chmod(path, bad[i]) == 0, "chmod");
+        err.code = 0;
+        int rc = ak_store_read_key(path, key, &err);
+        char mode[8];
+        snprintf(mode, sizeof mode, "%04o", (unsigned)bad[i]);
+        CHECK(rc < 0 && err.code == AK_ERR_PERMISSION && strstr(err.msg, mode) && strstr(err.msg, path),
+              "mode %s accepted or unclear (code %d): %s", mode, err.code, err.msg);
+    }
+    const mode_t good[] = {0600, 0400};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        REQUIRE(chmod(path, good[i]) == 0, "chmod");
+        CHECK(ak_store_read_key(path, key, &err) == 0 && key[0] == 7, "mode %04o refused: %s", (unsigned)good[i],
+              err.msg);
+    }
+}
+
+/* A sealed file is bound to its agent id (in the authenticated data): the
+ * file of one agent copied to another's name fails authentication (CORRUPT,
+ * quarantined as "seal") before anything is decrypted for the reader; a
+ * version 1 sealed file (not bound) is STALE and left in place. */
+TEST(store_sealed_file_is_bound_to_its_agent_id) {
+    const char *dir = dir_for("sealbind");
+    ak_error err = {{0}};
+    uint8_t k1[32];
+    key_of(k1, 5);
+    ak_store *st = ak_store_open(dir, k1, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = small_spec();
+    cache a, b;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_Q8, AK_KV_Q8, 100, 40, 9) == 0, "fill");
+    REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
+    REQUIRE(ak_store_save(st, "alice", a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    size_t len;
+    uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "alice"), &len, &err);
+    REQUIRE(img, "read: %s", err.msg);
+    uint32_t version = (uint32_t)img[8] | (uint32_t)img[9] << 8 | (uint32_t)img[10] << 16 | (uint32_t)img[11] << 24;
+    CHECK(version == 2, "sealed format version %u, expected 2", version);
+    REQUIRE(write_bytes(file_of(dir, "bob"), img, len) == 0, "write");
+    ak_store_status r = ak_store_load(st, "bob", FP, VOCAB, b.kv, NULL, &err);
+    CHECK(r == AK_STORE_CORRUPT && err.code == AK_ERR_CORRUPT && strstr(err.msg, "authentication failed"),
+          "alice's file as bob's: %s: %s", ak_store_status_name(r), err.msg);
+    CHECK(ak_kv_length(b.kv) == 0, "a renamed file reached the sequence");
+    char qd[700], q[1400];
+    snprintf(qd, sizeof qd, "%s/quarantine", dir);
+    int seal_reason = 0;
+    DIR *d = opendir(qd);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strncmp(e->d_name, "bob.safetensors.seal.", 21)) seal_reason = 1;
+        snprintf(q, sizeof q, "%s/%s", qd, e->d_name);
+        if (e->d_name[0] != '.') unlink(q);
+    }
+    if (d) closedir(d);
+    CHECK(seal_reason, "the renamed file was not quarantined for a failed seal");
+    CHECK(ak_store_load(st, "alice", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_HIT && kv_equal(a.kv, b.kv),
+          "alice's own file: %s", err.msg);
+    /* version 1 (the id not authenticated): a miss, left in place */
+    img[8] = 1;
+    REQUIRE(write_bytes(file_of(dir, "carol"), img, len) == 0, "write");
+    r = ak_store_load(st, "carol", FP, VOCAB, b.kv, NULL, &err);
+    CHECK(r == AK_STORE_STALE && strstr(err.msg, "version 1") && exists(file_of(dir, "carol")),
+          "version 1 sealed file: %s: %s", ak_store_status_name(r), err.msg);
+    free(img);
+    cache_free(&a);
+    cache_free(&b);
+    ak_store_close(st);
 }
