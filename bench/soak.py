@@ -73,6 +73,7 @@ RSS_MARGIN_MIB = 8.0
 RSS_MARGIN_FRACTION = 0.10
 WARMUP_FRACTION = 0.15
 FD_SETTLE_S = 10.0
+DRAIN_S = 10.0                    # how long the server may take to finish/cancel what clients left
 REQUEST_TIMEOUT_S = 60.0
 MAX_REQUESTS = 2_000_000          # a bound on the whole run, far above what it reaches
 SERVER_FLAGS = ["-t", "2", "-c", "512", "--kv-budget", "1536K", "--kv-block", "16", "-ctk", "q8", "-ctv", "q8",
@@ -290,7 +291,7 @@ class Soak:
                     msgs = [{"role": "system", "content": rng.choice(OPENINGS)}, {"role": "user", "content": ASKS[0]}]
                     last_prompt = 0
             elif x < 0.55:
-                body = {"model": model, "messages": msgs, "max_tokens": 48, "temperature": 0.8}
+                body = {"model": model, "messages": msgs, "max_tokens": 96, "temperature": 0.8}
                 if rng.random() < 0.5:
                     body.update(stream=True)
                     self.request("abandoned stream", "POST", "/v1/chat/completions", body, agent=aid, abandon="stream")
@@ -377,6 +378,19 @@ class Soak:
                     break
             time.sleep(0.05)
         srv = self.server
+        # nothing may keep running for a client that is gone
+        t_drain, left = now(), None
+        while now() < t_drain + DRAIN_S:
+            left = metric_values(srv.port, ("agentkv_requests_active", "agentkv_requests_queued"))
+            if left is not None and sum(left) == 0:
+                break
+            time.sleep(0.1)
+        if left is None or sum(left) != 0:
+            self.fail("server run %d, %s: %s requests still running/queued %.0f s after the last client left" % (
+                self.run_no, label, left, DRAIN_S))
+        fails = metric_values(srv.port, ("agentkv_store_save_failures_total",))
+        if fails and fails[0] > 0:
+            self.fail("server run %d: %d failed saves" % (self.run_no, fails[0]), "failed saves")
         fds, best = None, None
         settle = now() + FD_SETTLE_S
         while now() < settle:
@@ -535,6 +549,25 @@ class Soak:
         print("soak: %s (%.0f s, %d requests)" % ("FAIL" if self.failures else "PASS", self.t(),
                                                  sum(self.outcomes.values())), flush=True)
         return 1 if self.failures else 0
+
+
+def metric_values(port, names):
+    """The values of the named unlabelled metrics in /metrics (a tuple), or
+    None when the server does not answer or lacks one."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+    except (OSError, http.client.HTTPException):
+        return None
+    out = []
+    for n in names:
+        m = re.search(r"^%s (\S+)$" % re.escape(n), text, re.M)
+        if not m:
+            return None
+        out.append(float(m.group(1)))
+    return tuple(out)
 
 
 def pct(sorted_v, p):
