@@ -19,13 +19,14 @@ static const char *bin(void) {
     return b && *b ? b : "build/agentkv";
 }
 
-/* Runs `agentkv ARGS` through the shell, capturing stdout and stderr. */
+/* Runs `agentkv ARGS` through the shell, capturing stdout and stderr; a run
+ * past 300 s is killed (code 124, or 137 when SIGTERM was not enough). */
 static cmd_result run_cli(const char *args) {
     cmd_result r = {-1, NULL, NULL};
     char out_path[512], err_path[512], cmd[4096];
     snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmp_dir());
     snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "%s %s >%s 2>%s </dev/null", bin(), args, out_path, err_path);
+    snprintf(cmd, sizeof cmd, "timeout -k 10 300 %s %s >%s 2>%s </dev/null", bin(), args, out_path, err_path);
     int st = system(cmd);
     r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     r.out = ak_read_file(out_path, NULL, NULL);
@@ -294,7 +295,7 @@ TEST(cli_run_agent_restores_warm_across_processes) {
     CHECK(r3.code == 0 && !strcmp(r2.out, r3.out), "restored run \"%s\" != plain run \"%s\"", r2.out, r3.out);
     /* the file is readable by an independent safetensors reader */
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "python3 tests/check_safetensors.py %s/planner.safetensors >/dev/null", dir);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 60 python3 tests/check_safetensors.py %s/planner.safetensors >/dev/null", dir);
     CHECK(system(cmd) == 0, "check_safetensors.py rejected the agent file");
     snprintf(args, sizeof args, "cache ls --memory-dir %s", dir);
     cmd_result r4 = run_cli(args);

@@ -165,7 +165,7 @@ static int run_checker(const char *files) {
     }
     size_t n = strlen(files) + 100;
     char *cmd = malloc(n);
-    snprintf(cmd, n, "python3 tests/check_safetensors.py %s > /dev/null 2>&1", files);
+    snprintf(cmd, n, "timeout -k 5 120 python3 tests/check_safetensors.py %s > /dev/null 2>&1", files);
     int rc = system(cmd);
     free(cmd);
     return rc;
