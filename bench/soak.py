@@ -576,9 +576,14 @@ def pct(sorted_v, p):
     return sorted_v[k]
 
 
+SVG_MAX_DOTS = 4000
+
+
 def write_svg(path, ttft, samples, seconds, t_restart):
-    """Two panels over time: TTFT of every answered turn (dots by tier, log
-    scale) and RSS (line, left axis) with descriptors (line, right axis)."""
+    """Two panels over time: TTFT (log scale) of answered turns, as dots by
+    tier (every k-th turn when there are more than SVG_MAX_DOTS) and p99 lines
+    by tier over short windows; RSS (line, left axis) with descriptors (line,
+    right axis)."""
     W, H, L, R, T = 900, 560, 70, 70, 30
     ph = 200
     top2 = T + ph + 70
@@ -594,17 +599,28 @@ def write_svg(path, ttft, samples, seconds, t_restart):
     if lhi <= llo:
         lhi = llo + 1
     y1 = lambda ms: T + ph - ph * (math.log10(max(ms, 10 ** llo)) - llo) / (lhi - llo)
-    out.append('<text x="%d" y="%d" font-size="13">TTFT per answered turn (ms, log scale)</text>' % (L, T - 10))
+    out.append('<text x="%d" y="%d" font-size="13">TTFT of answered turns (ms, log scale; lines: p99 per %.0f s)'
+               '</text>' % (L, T - 10, max(2.0, seconds / 90.0)))
     out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>' % (L, T, W - L - R, ph))
     for e in range(llo, lhi + 1):
         y = y1(10 ** e)
         out.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>' % (L, y, W - R, y))
         out.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (L - 5, y + 4, 10 ** e))
     order = {"warm": 0, "cold": 1, "hot": 2}   # the rarer tiers drawn on top
-    for t, tier, ms in sorted(ttft, key=lambda x: order.get(x[1], 3)):
+    stride = max(1, -(-len(ttft) // SVG_MAX_DOTS))
+    for t, tier, ms in sorted(ttft[::stride], key=lambda x: order.get(x[1], 3)):
         if ms > 0:
-            out.append('<circle cx="%.1f" cy="%.1f" r="1.3" fill="%s" fill-opacity="0.5"/>' % (
+            out.append('<circle cx="%.1f" cy="%.1f" r="1.3" fill="%s" fill-opacity="0.4"/>' % (
                 x_of(t), y1(ms), colors.get(tier, "#000")))
+    win = max(2.0, seconds / 90.0)
+    for tier, c in colors.items():
+        pts = []
+        for w in range(int(-(-seconds // win))):
+            v = sorted(ms for t, ti, ms in ttft if ti == tier and w * win <= t < (w + 1) * win and ms > 0)
+            if len(v) >= 5:
+                pts.append("%.1f,%.1f" % (x_of((w + 0.5) * win), y1(pct(v, 99))))
+        if len(pts) > 1:
+            out.append('<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>' % (c, " ".join(pts)))
     for k, (tier, c) in enumerate(colors.items()):
         out.append('<circle cx="%d" cy="%d" r="4" fill="%s"/><text x="%d" y="%d">%s</text>' % (
             W - R - 150 + 55 * k, T - 14, c, W - R - 143 + 55 * k, T - 10, tier))
