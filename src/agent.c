@@ -183,6 +183,13 @@ static pending *next_save(ak_agents *a) {
     }
 }
 
+/* Deletes least recently used files beyond the disk budget (writer
+ * thread: file I/O stays off the engine's thread). */
+static void apply_disk_budget(ak_agents *a) {
+    ak_error ge = {{0}};
+    if (ak_store_gc(a->cfg.store, a->cfg.disk_budget, NULL, &ge) < 0) logf_(a, "disk budget: %s", ge.msg);
+}
+
 static void *writer_main(void *arg) {
     ak_agents *a = arg;
     pthread_mutex_lock(&a->mu);
@@ -206,6 +213,11 @@ static void *writer_main(void *arg) {
         if (rc == 0) {
             a->saves_done++;
             post_result(a, p, 1, NULL);
+            if (a->cfg.disk_budget) {   /* only a save grows the directory; gc reads the store's index */
+                pthread_mutex_unlock(&a->mu);
+                apply_disk_budget(a);
+                pthread_mutex_lock(&a->mu);
+            }
         } else {
             a->saves_failed++;
             keep = p->attempts < SAVE_ATTEMPTS && !superseded(a, p);
@@ -355,6 +367,7 @@ static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
         }
         g->saved = g->version;
         g->save_failed = 0;
+        if (a->cfg.disk_budget) apply_disk_budget(a);
         return 0;
     }
     pending *p = calloc(1, sizeof *p);
@@ -558,7 +571,10 @@ static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     ak_store_entry e;
     ak_error ie = {{0}};
     wait_saved(a, g->id); /* its last save may still be on its way to disk */
-    if (ak_store_inspect(a->cfg.store, g->id, &e, NULL, &ie) != 0) return;
+    /* the index knows the files (no I/O); an id it lacks may have a file
+     * another process wrote since the store was opened: look once */
+    if (ak_store_lookup(a->cfg.store, g->id, &e) != 0 && ak_store_inspect(a->cfg.store, g->id, &e, NULL, &ie) != 0)
+        return;
     int n_file = e.readable ? e.n_tokens : 0;
     if (n_file > a->cfg.n_ctx) n_file = a->cfg.n_ctx;
     int ev = ensure_room(a, bytes_for(a, g, n_file), g, &ie);
@@ -739,10 +755,6 @@ int ak_agent_end(ak_agents *a, const char *id, ak_error *err) {
     if (!g) return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s: unknown", id);
     g->in_turn = 0;
     if (a->cfg.save == AK_SAVE_EVERY_TURN && save_agent(a, g, 0, err) < 0) return -1;
-    if (a->cfg.store && a->cfg.disk_budget) {
-        ak_error ge = {{0}};
-        if (ak_store_gc(a->cfg.store, a->cfg.disk_budget, NULL, &ge) < 0) logf_(a, "disk budget: %s", ge.msg);
-    }
     return 0;
 }
 
@@ -815,7 +827,9 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
     wait_saved(a, id);
     ak_store_entry e;
     ak_error ie = {{0}};
-    if (ak_store_inspect(a->cfg.store, id, &e, NULL, &ie) != 0 || !e.readable) return 0;
+    if ((ak_store_lookup(a->cfg.store, id, &e) != 0 && ak_store_inspect(a->cfg.store, id, &e, NULL, &ie) != 0) ||
+        !e.readable)
+        return 0;
     int n_file = e.n_tokens < a->cfg.n_ctx ? e.n_tokens : a->cfg.n_ctx;
     size_t need = ak_agents_bytes_for(a, n_file);
     if (!g && !(g = create(a, id, err))) return -1;

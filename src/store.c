@@ -128,7 +128,31 @@ struct ak_store {
     int fail_errno;
 #endif
     size_t write_chunk;         /* bytes per write() */
+    /* The index: what the directory holds, as found at open and changed by
+     * this store since (saves, loads, removals, quarantine, gc), so that
+     * listing, gauges and gc touch no file. Guarded by mu: saves run on
+     * other threads than listings. */
+    pthread_mutex_t mu;
+    ak_store_entry *idx;        /* agent files, sorted by id */
+    int n_idx, cap_idx;
+    struct qfile *q;            /* quarantined files, oldest first */
+    int nq, cap_q;
 };
+
+/* A file in quarantine/. */
+typedef struct qfile {
+    char name[NAME_MAX + 1];
+    uint64_t bytes;
+} qfile;
+
+/* At most this many files stay in quarantine/ (the oldest go first): a
+ * directory of corrupt files must not grow without bound. */
+#define QUARANTINE_MAX_FILES AK_STORE_QUARANTINE_MAX
+
+static void index_put(ak_store *s, const ak_store_entry *e);
+static void index_del(ak_store *s, const char *id);
+static void index_quarantined(ak_store *s, const char *path);
+static int index_build(ak_store *s, ak_error *err);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -455,11 +479,19 @@ ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
         ak_seal_key_id(s->key, s->key_id);
     }
     remove_stale_temps(s);
+    pthread_mutex_init(&s->mu, NULL);
+    if (index_build(s, err) != 0) {
+        ak_store_close(s);
+        return NULL;
+    }
     return s;
 }
 
 void ak_store_close(ak_store *s) {
     if (!s) return;
+    free(s->idx);
+    free(s->q);
+    pthread_mutex_destroy(&s->mu);
     sodium_memzero(s->key, sizeof s->key);
     free(s);
 }
@@ -832,6 +864,8 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     }
     what = "fsync";
     if (inject(&c) || fsync(fd) != 0) goto fail;
+    struct stat fst;
+    if (fstat(fd, &fst) != 0) memset(&fst, 0, sizeof fst);
     what = "close";
     int rc = close(fd);
     fd = -1;
@@ -840,6 +874,23 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     if (inject(&c) || rename(tmp, path) != 0) goto fail;
     sodium_memzero(hdr, hl);   /* holds the token ids */
     free(hdr);
+    ak_store_entry ie;
+    memset(&ie, 0, sizeof ie);
+    snprintf(ie.id, sizeof ie.id, "%s", sn->id);
+    ie.bytes = (uint64_t)fst.st_size;
+    ie.mtime = (int64_t)fst.st_mtim.tv_sec;
+    ie.mtime_ns = (int64_t)fst.st_mtim.tv_nsec;
+    ie.sealed = s->has_key;
+    ie.readable = 1;
+    ie.n_tokens = sn->n_tokens;
+    ie.fk = sn->fk;
+    ie.fv = sn->fv;
+    ie.spec = sn->spec;
+    ie.block_tokens = sn->block_tokens;
+    ie.created = sn->created;
+    snprintf(ie.fingerprint, sizeof ie.fingerprint, "%s", sn->fingerprint);
+    snprintf(ie.model_name, sizeof ie.model_name, "%s", sn->model_name);
+    index_put(s, &ie);
     /* The new file is in place; without this fsync the rename itself might
      * not survive a power loss. */
     if (inject(&c) || fsync_dir(s->dir) != 0)
@@ -1391,8 +1442,9 @@ out:
 }
 
 /* Moves the file at path (if it still is the inode fd refers to, when fd >=
- * 0) into quarantine/. Returns 0, or -1 with why set. */
-static int quarantine_path(const ak_store *s, const char *id, const char *path, int fd, const char *reason,
+ * 0) into quarantine/ and updates the index (which may delete the oldest
+ * quarantined files). Returns 0, or -1 with why set. */
+static int quarantine_path(ak_store *s, const char *id, const char *path, int fd, const char *reason,
                            char *dst, size_t dn, char *why, size_t whyn) {
     char qdir[PATH_MAX];
     if (snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir) >= (int)sizeof qdir) {
@@ -1415,7 +1467,11 @@ static int quarantine_path(const ak_store *s, const char *id, const char *path, 
                   : snprintf(dst, dn, "%s/%s%s.%s.%ld", qdir, id, SUFFIX, reason, now);
         if (w < 0 || (size_t)w >= dn) break;
         if (access(dst, F_OK) == 0) continue;
-        if (rename(path, dst) == 0) return 0;
+        if (rename(path, dst) == 0) {
+            index_del(s, id);
+            index_quarantined(s, dst);
+            return 0;
+        }
         snprintf(why, whyn, "rename to %s: %s", dst, strerror(errno));
         return -1;
     }
@@ -1705,6 +1761,24 @@ out:
     return v->st;
 }
 
+static void entry_from_meta(ak_store_entry *e, const agent_meta *m);
+
+/* After a hit: the index entry of id says what the file holds, its size,
+ * and that it was just used (its mtime, set by the caller, is now). */
+static void index_loaded(ak_store *s, const char *id, const reader *r, const agent_meta *m) {
+    ak_store_entry e;
+    memset(&e, 0, sizeof e);
+    snprintf(e.id, sizeof e.id, "%s", id);
+    entry_from_meta(&e, m);
+    e.bytes = (uint64_t)r->st.st_size;
+    e.sealed = r->sealed;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    e.mtime = (int64_t)now.tv_sec;
+    e.mtime_ns = (int64_t)now.tv_nsec;
+    index_put(s, &e);
+}
+
 ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
                               ak_store_load_info *info, ak_error *err) {
     ak_store_load_info dummy;
@@ -1730,6 +1804,7 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
     info->read_ms = r.read_ms;
     if (st == AK_STORE_HIT && direct) {
         futimens(r.fd, NULL);   /* recently used, for ak_store_gc; best effort */
+        index_loaded(s, id, &r, &m);
         info->n_tokens = m.n_tokens;
         if (info != &dummy) {
             info->tokens = m.tokens;
@@ -1753,6 +1828,7 @@ ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerpri
         info->restore_ms = ms_since(t1);
         if (st == AK_STORE_HIT) {
             futimens(r.fd, NULL);   /* recently used, for ak_store_gc; best effort */
+            index_loaded(s, id, &r, &m);
             info->n_tokens = m.n_tokens;
             if (info != &dummy) { /* handed to the caller; else freed below */
                 info->tokens = m.tokens;
@@ -1887,8 +1963,213 @@ static int cmp_entry_age(const void *a, const void *b) {
 }
 
 int ak_store_list(ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
-    ak_store_entry *es;
-    int cnt;
+    pthread_mutex_lock(&s->mu);
+    ak_store_entry *es = malloc(sizeof *es * (size_t)(s->n_idx ? s->n_idx : 1));
+    if (es && s->n_idx) memcpy(es, s->idx, sizeof *es * (size_t)s->n_idx);
+    int k = s->n_idx;
+    pthread_mutex_unlock(&s->mu);
+    if (!es) return ak_failc(err, AK_ERR_NOMEM, "store: out of memory");
+    *out = es;
+    *n = k;
+    return 0;
+}
+
+int ak_store_lookup(ak_store *s, const char *id, ak_store_entry *out) {
+    int rc = 1;
+    pthread_mutex_lock(&s->mu);
+    for (int lo = 0, hi = s->n_idx - 1; lo <= hi;) {
+        int mid = (lo + hi) / 2, c = strcmp(s->idx[mid].id, id);
+        if (!c) {
+            *out = s->idx[mid];
+            rc = 0;
+            break;
+        }
+        if (c < 0) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+int ak_store_inspect(ak_store *s, const char *id, ak_store_entry *out, char **metadata_json, ak_error *err) {
+    if (metadata_json) *metadata_json = NULL;
+    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
+    verdict v = {AK_STORE_HIT, NULL, "", 0};
+    int rc = read_entry(s, id, out, metadata_json, &v);
+    if (rc < 0) ak_failc(err, v.code, "store: %s/%s%s: %s: %s", s->dir, id, SUFFIX, ak_store_status_name(v.st), v.msg);
+    /* what was just read is the newest word on this file */
+    if (rc == 1) index_del(s, id);
+    else if (rc == 0 || out->bytes) index_put(s, out);
+    return rc;
+}
+
+int ak_store_remove(ak_store *s, const char *id, ak_error *err) {
+    char path[PATH_MAX];
+    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
+    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
+    if (unlink(path) != 0) {
+        if (errno == ENOENT) {
+            index_del(s, id);
+            return 1;
+        }
+        return ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
+    }
+    index_del(s, id);
+    return 0;
+}
+
+/* Deletes the oldest quarantined file. Call with s->mu held. */
+static void drop_oldest_quarantined(ak_store *s) {
+    char path[PATH_MAX + NAME_MAX + 16];
+    snprintf(path, sizeof path, "%s/quarantine/%s", s->dir, s->q[0].name);
+    unlink(path);   /* gone already is as good */
+    memmove(s->q, s->q + 1, sizeof *s->q * (size_t)(s->nq - 1));
+    s->nq--;
+}
+
+int ak_store_gc(ak_store *s, uint64_t budget, uint64_t *bytes_after, ak_error *err) {
+    int removed = 0;
+    pthread_mutex_lock(&s->mu);
+    uint64_t total = 0;
+    for (int i = 0; i < s->n_idx; i++) total += s->idx[i].bytes;
+    for (int i = 0; i < s->nq; i++) total += s->q[i].bytes;
+    /* corrupt files first (the oldest first): they serve no agent */
+    while (total > budget && s->nq > 0) {
+        total -= s->q[0].bytes;
+        drop_oldest_quarantined(s);
+        removed++;
+    }
+    ak_store_entry *es = NULL;
+    int cnt = s->n_idx;
+    if (total > budget) {
+        es = malloc(sizeof *es * (size_t)(cnt ? cnt : 1));
+        if (!es) {
+            pthread_mutex_unlock(&s->mu);
+            return ak_failc(err, AK_ERR_NOMEM, "store: gc: out of memory");
+        }
+        memcpy(es, s->idx, sizeof *es * (size_t)cnt);
+        qsort(es, (size_t)cnt, sizeof *es, cmp_entry_age);
+    }
+    int rc = 0;
+    for (int i = 0; es && i < cnt && total > budget; i++) {
+        char path[PATH_MAX];
+        if (path_of(s, es[i].id, SUFFIX, path, sizeof path)) continue;
+        if (unlink(path) != 0 && errno != ENOENT) {
+            int e = errno;
+            rc = ak_failc(err, ak_err_code_of_errno(e), "store: gc: unlink %s: %s", path, strerror(e));
+            break;
+        }
+        /* index_del takes the lock: remove the entry here */
+        for (int j = 0; j < s->n_idx; j++)
+            if (!strcmp(s->idx[j].id, es[i].id)) {
+                memmove(s->idx + j, s->idx + j + 1, sizeof *s->idx * (size_t)(s->n_idx - j - 1));
+                s->n_idx--;
+                break;
+            }
+        total -= es[i].bytes;
+        removed++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(es);
+    if (rc < 0) return -1;
+    if (bytes_after) *bytes_after = total;
+    return removed;
+}
+
+/* ---------------------------------------------------------------- index */
+
+/* Inserts e (or replaces the entry of its id), keeping the order by id. */
+static void index_put(ak_store *s, const ak_store_entry *e) {
+    pthread_mutex_lock(&s->mu);
+    int lo = 0, hi = s->n_idx;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (strcmp(s->idx[mid].id, e->id) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < s->n_idx && !strcmp(s->idx[lo].id, e->id)) {
+        s->idx[lo] = *e;
+    } else {
+        if (s->n_idx == s->cap_idx) {
+            int nc = s->cap_idx ? s->cap_idx * 2 : 16;
+            ak_store_entry *ni = realloc(s->idx, sizeof *ni * (size_t)nc);
+            if (!ni) {   /* out of memory: the file is simply not listed until the next open */
+                pthread_mutex_unlock(&s->mu);
+                return;
+            }
+            s->idx = ni;
+            s->cap_idx = nc;
+        }
+        memmove(s->idx + lo + 1, s->idx + lo, sizeof *s->idx * (size_t)(s->n_idx - lo));
+        s->idx[lo] = *e;
+        s->n_idx++;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void index_del(ak_store *s, const char *id) {
+    pthread_mutex_lock(&s->mu);
+    for (int j = 0; j < s->n_idx; j++)
+        if (!strcmp(s->idx[j].id, id)) {
+            memmove(s->idx + j, s->idx + j + 1, sizeof *s->idx * (size_t)(s->n_idx - j - 1));
+            s->n_idx--;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Appends a file to the quarantine list (the newest) and deletes the oldest
+ * beyond QUARANTINE_MAX_FILES. Call with s->mu held. */
+static void quarantine_add(ak_store *s, const char *name, uint64_t bytes) {
+    for (int i = 0; i < s->nq; i++)   /* a name used again: its old file is gone (deleted behind our back) */
+        if (!strcmp(s->q[i].name, name)) {
+            memmove(s->q + i, s->q + i + 1, sizeof *s->q * (size_t)(s->nq - i - 1));
+            s->nq--;
+            break;
+        }
+    if (s->nq == s->cap_q) {
+        int nc = s->cap_q ? s->cap_q * 2 : 8;
+        qfile *nq = realloc(s->q, sizeof *nq * (size_t)nc);
+        if (!nq) return;   /* not counted until the next open */
+        s->q = nq;
+        s->cap_q = nc;
+    }
+    snprintf(s->q[s->nq].name, sizeof s->q[s->nq].name, "%s", name);
+    s->q[s->nq].bytes = bytes;
+    s->nq++;
+    while (s->nq > QUARANTINE_MAX_FILES) drop_oldest_quarantined(s);
+}
+
+/* A file just moved to path (in quarantine/). */
+static void index_quarantined(ak_store *s, const char *path) {
+    struct stat st;
+    const char *name = strrchr(path, '/');
+    if (!name || lstat(path, &st) != 0) return;
+    pthread_mutex_lock(&s->mu);
+    quarantine_add(s, name + 1, (uint64_t)st.st_size);
+    pthread_mutex_unlock(&s->mu);
+}
+
+typedef struct {
+    char name[NAME_MAX + 1];
+    uint64_t bytes;
+    int64_t t, tn;
+} qscan;
+
+static int cmp_qscan(const void *a, const void *b) {
+    const qscan *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->tn != y->tn) return x->tn < y->tn ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* Builds the index at open: every agent file's header (as ak_store_list
+ * used to read on each call) and the quarantined files, oldest first (by
+ * the time they were moved there: a rename sets the change time). Returns
+ * 0, or -1 with err set. */
+static int index_build(ak_store *s, ak_error *err) {
+    ak_store_entry *es = NULL;
+    int cnt = 0;
     if (scan_ids(s, &es, &cnt, err) != 0) return -1;
     int k = 0;
     for (int i = 0; i < cnt; i++) {
@@ -1898,47 +2179,40 @@ int ak_store_list(ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
         if (read_entry(s, id, &es[k], NULL, &v) != 1) k++;   /* 1: removed since the scan */
     }
     qsort(es, (size_t)k, sizeof *es, cmp_entry_id);
-    *out = es;
-    *n = k;
-    return 0;
-}
-
-int ak_store_inspect(ak_store *s, const char *id, ak_store_entry *out, char **metadata_json, ak_error *err) {
-    if (metadata_json) *metadata_json = NULL;
-    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
-    verdict v = {AK_STORE_HIT, NULL, "", 0};
-    int rc = read_entry(s, id, out, metadata_json, &v);
-    if (rc < 0) ak_failc(err, v.code, "store: %s/%s%s: %s: %s", s->dir, id, SUFFIX, ak_store_status_name(v.st), v.msg);
-    return rc;
-}
-
-int ak_store_remove(ak_store *s, const char *id, ak_error *err) {
-    char path[PATH_MAX];
-    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
-    if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
-    if (unlink(path) != 0) return errno == ENOENT ? 1 : ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
-    return 0;
-}
-
-int ak_store_gc(ak_store *s, uint64_t budget, uint64_t *bytes_after, ak_error *err) {
-    ak_store_entry *es;
-    int cnt, removed = 0;
-    if (scan_ids(s, &es, &cnt, err) != 0) return -1;
-    uint64_t total = 0;
-    for (int i = 0; i < cnt; i++) total += es[i].bytes;
-    qsort(es, (size_t)cnt, sizeof *es, cmp_entry_age);
-    for (int i = 0; i < cnt && total > budget; i++) {
-        char path[PATH_MAX];
-        if (path_of(s, es[i].id, SUFFIX, path, sizeof path)) continue;
-        if (unlink(path) != 0 && errno != ENOENT) {
-            int e = errno;
-            free(es);
-            return ak_failc(err, ak_err_code_of_errno(e), "store: gc: unlink %s: %s", path, strerror(e));
+    s->idx = es;
+    s->n_idx = k;
+    s->cap_idx = cnt;
+    char qdir[PATH_MAX + 16];
+    snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir);
+    DIR *d = opendir(qdir);
+    if (!d) return 0;   /* none yet */
+    qscan *qs = NULL;
+    int nqs = 0, capqs = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char path[PATH_MAX + NAME_MAX + 32];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", qdir, de->d_name);
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (nqs == capqs) {
+            int nc = capqs ? capqs * 2 : 16;
+            qscan *n2 = realloc(qs, sizeof *n2 * (size_t)nc);
+            if (!n2) break;
+            qs = n2;
+            capqs = nc;
         }
-        total -= es[i].bytes;
-        removed++;
+        snprintf(qs[nqs].name, sizeof qs[nqs].name, "%s", de->d_name);
+        qs[nqs].bytes = (uint64_t)st.st_size;
+        qs[nqs].t = (int64_t)st.st_ctim.tv_sec;
+        qs[nqs].tn = (int64_t)st.st_ctim.tv_nsec;
+        nqs++;
     }
-    free(es);
-    if (bytes_after) *bytes_after = total;
-    return removed;
+    closedir(d);
+    if (nqs) qsort(qs, (size_t)nqs, sizeof *qs, cmp_qscan);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < nqs; i++) quarantine_add(s, qs[i].name, qs[i].bytes);   /* also applies the bound */
+    pthread_mutex_unlock(&s->mu);
+    free(qs);
+    return 0;
 }

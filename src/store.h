@@ -33,10 +33,20 @@
  *   ERROR    undecided (read error, out of memory, KV budget exhausted):
  *            the file is left in place.
  *
- * Every function may be called from any thread; a store holds no mutable
- * state after ak_store_open. Two saves of one id race benignly (each file is
- * whole; the last rename wins). The caller must not write a sequence while
- * ak_store_snapshot reads it, nor use it while ak_store_load fills it.
+ * The index. A store keeps in memory what its directory holds: each agent
+ * file's entry (size, mtime, the header's metadata) and the quarantined
+ * files, built at ak_store_open and kept current by this store's own saves,
+ * loads (a hit refreshes the entry and its use time), removals, quarantine
+ * moves, inspections and gc. Listing (ak_store_list, ak_store_lookup) and
+ * ak_store_gc read the index and touch no file but the ones gc deletes;
+ * files another process adds, changes or deletes meanwhile are seen at the
+ * next open (or when this store loads or inspects them).
+ *
+ * Every function may be called from any thread; the index is guarded by a
+ * mutex inside the store (saves run on writer threads while others list).
+ * Two saves of one id race benignly (each file is whole; the last rename
+ * wins). The caller must not write a sequence while ak_store_snapshot reads
+ * it, nor use it while ak_store_load fills it.
  */
 #ifndef AK_STORE_H
 #define AK_STORE_H
@@ -76,8 +86,10 @@ const char *ak_store_status_name(ak_store_status st);
 int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_error *err);
 
 /* Opens the store in dir, creating the directory (and its parents, mode
- * 0700) if missing, and removes stale temporary files (those of processes no
- * longer running, or older than an hour). key: NULL for plain files, else 32
+ * 0700) if missing, removes stale temporary files (those of processes no
+ * longer running, or older than an hour) and builds the index (reads every
+ * agent file's header, lists quarantine/, deleting its oldest files beyond
+ * the bound below). key: NULL for plain files, else 32
  * bytes (copied): every file is then sealed, and only sealed files under the
  * same key are loaded. In test builds only (AK_FAULT_INJECTION), reads the
  * fault-injection variables (see store.c: AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT,
@@ -158,29 +170,38 @@ typedef struct {
 } ak_store_entry;
 
 /* Every agent file of the store (temp and quarantined files excluded), sorted
- * by id, into a malloc'd array (*out, the caller frees; *n entries). Reads
- * each file's header (checking its metadata checksum, not the tensors').
- * Returns 0, or -1 with err set. */
+ * by id, into a malloc'd array (*out, the caller frees; *n entries), from
+ * the index: no file is read. The metadata of a file is as its header said
+ * when the index last read it (its metadata checksum checked, not the
+ * tensors'). Returns 0, or -1 with err set. */
 int ak_store_list(ak_store *s, ak_store_entry **out, int *n, ak_error *err);
 
-/* The entry of one agent and, if metadata_json is not NULL, its whole
- * __metadata__ as a JSON object (malloc'd, the caller frees). Returns 0; 1 if
- * there is no such file; -1 with err set if it cannot be read or its header
- * is not sound. */
+/* The index entry of one agent, without I/O. Returns 0, or 1 if the index
+ * has no file for id. */
+int ak_store_lookup(ak_store *s, const char *agent_id, ak_store_entry *out);
+
+/* The entry of one agent, read from its file (the index takes what was
+ * read), and, if metadata_json is not NULL, its whole __metadata__ as a JSON
+ * object (malloc'd, the caller frees). Returns 0; 1 if there is no such
+ * file; -1 with err set if it cannot be read or its header is not sound. */
 int ak_store_inspect(ak_store *s, const char *agent_id, ak_store_entry *out, char **metadata_json, ak_error *err);
 
 /* Deletes the agent's file. Returns 0, 1 if there was none, -1 on error. */
 int ak_store_remove(ak_store *s, const char *agent_id, ak_error *err);
 
 /* Moves the agent's file to quarantine/<id>.safetensors.<reason>.<time>
- * (reason: a short word, [a-z0-9-]). Returns 0, 1 if there was none, -1 on
- * error. */
+ * (reason: a short word, [a-z0-9-]). quarantine/ holds at most
+ * AK_STORE_QUARANTINE_MAX files: moving one more deletes the oldest.
+ * Returns 0, 1 if there was none, -1 on error. */
 int ak_store_quarantine(ak_store *s, const char *agent_id, const char *reason, ak_error *err);
+#define AK_STORE_QUARANTINE_MAX 32
 
-/* Deletes least recently used agent files (oldest mtime first) until the
- * agent files of the directory total at most disk_budget bytes. Returns the
- * number of files deleted (*bytes_after, if not NULL, gets the total left),
- * or -1 with err set. */
+/* Deletes files until the agent files and the quarantined files of the
+ * directory total at most disk_budget bytes: quarantined files first
+ * (oldest first: they serve no agent), then least recently used agent files
+ * (oldest mtime first, as the index knows them). No directory scan. Returns
+ * the number of files deleted (*bytes_after, if not NULL, gets the total
+ * left), or -1 with err set. */
 int ak_store_gc(ak_store *s, uint64_t disk_budget, uint64_t *bytes_after, ak_error *err);
 
 #endif

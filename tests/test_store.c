@@ -958,6 +958,9 @@ TEST(store_gc_removes_least_recently_used_first) {
         struct timespec ts[2] = {{1000000 + i * 1000, 0}, {1000000 + i * 1000, 0}};
         REQUIRE(utimensat(AT_FDCWD, file_of(dir, ids[i]), ts, 0) == 0, "utimensat");
     }
+    ak_store_close(st);   /* the index takes the mtimes set behind its back at the next open */
+    st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "reopen: %s", err.msg);
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
     CHECK(ak_store_load(st, "g0", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_HIT, "load: %s", err.msg);
     cache_free(&b);
@@ -986,6 +989,9 @@ TEST(store_list_inspect_verify_remove) {
     REQUIRE(ak_store_save(st, "alpha", a.kv, a.tokens, 10, FP, "tiny", &err) == 0, "%s", err.msg);
     REQUIRE(write_bytes(file_of(dir, "junk"), "not a safetensors file", 22) == 0, "write");
     REQUIRE(write_bytes(file_of(dir, ".hidden"), "x", 1) == 0, "write");
+    ak_store_close(st);   /* files written behind the store's back are indexed at the next open */
+    st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "reopen: %s", err.msg);
     ak_store_entry *es;
     int n;
     REQUIRE(ak_store_list(st, &es, &n, &err) == 0, "list: %s", err.msg);
@@ -1408,6 +1414,116 @@ TEST(store_sealed_file_is_bound_to_its_agent_id) {
     CHECK(r == AK_STORE_STALE && strstr(err.msg, "version 1") && exists(file_of(dir, "carol")),
           "version 1 sealed file: %s: %s", ak_store_status_name(r), err.msg);
     free(img);
+    cache_free(&a);
+    cache_free(&b);
+    ak_store_close(st);
+}
+
+/* ----------------------------------------------------------------- index */
+
+/* Lists come from the index, not the files: a file changed behind the
+ * store's back (its header now garbage) is not re-read by ak_store_list or
+ * ak_store_lookup, while the store's own saves and removals show at once;
+ * a reopened store sees the change. */
+TEST(store_list_reads_no_file) {
+    const char *dir = dir_for("index");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = {2, 1, 16, 16, 64};
+    cache a;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 20, 3) == 0, "fill");
+    REQUIRE(ak_store_save(st, "a", a.kv, a.tokens, 20, FP, "m", &err) == 0, "save: %s", err.msg);
+    REQUIRE(ak_store_save(st, "b", a.kv, a.tokens, 7, FP, "m", &err) == 0, "save: %s", err.msg);
+    REQUIRE(write_bytes(file_of(dir, "a"), "garbage behind the store's back", 31) == 0, "write");
+    ak_store_entry *es;
+    int n;
+    REQUIRE(ak_store_list(st, &es, &n, &err) == 0, "list: %s", err.msg);
+    CHECK(n == 2 && es[0].readable && es[0].n_tokens == 20 && es[1].n_tokens == 7 && es[0].bytes > 31,
+          "list re-read a file: %d entries, a: readable %d, %d tokens, %llu bytes", n, n ? es[0].readable : -1,
+          n ? es[0].n_tokens : -1, n ? (unsigned long long)es[0].bytes : 0ULL);
+    free(es);
+    ak_store_entry e;
+    CHECK(ak_store_lookup(st, "a", &e) == 0 && e.n_tokens == 20 && !strcmp(e.model_name, "m"), "lookup");
+    CHECK(ak_store_lookup(st, "zz", &e) == 1, "lookup of an unknown id");
+    CHECK(ak_store_remove(st, "b", &err) == 0 && ak_store_lookup(st, "b", &e) == 1, "removed file still indexed");
+    ak_store_close(st);
+    st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "reopen: %s", err.msg);
+    REQUIRE(ak_store_list(st, &es, &n, &err) == 0, "list: %s", err.msg);
+    CHECK(n == 1 && !es[0].readable && es[0].bytes == 31, "after reopening: %d entries", n);
+    free(es);
+    cache_free(&a);
+    ak_store_close(st);
+}
+
+/* Counts the files in dir/quarantine. */
+static int count_quarantine(const char *dir) {
+    char qd[700];
+    snprintf(qd, sizeof qd, "%s/quarantine", dir);
+    DIR *d = opendir(qd);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* The disk budget counts quarantined files, and gc deletes them (oldest
+ * first) before any agent's file; quarantine/ itself keeps at most
+ * AK_STORE_QUARANTINE_MAX files, the newest. */
+TEST(store_gc_counts_quarantine_and_quarantine_is_bounded) {
+    const char *dir = dir_for("gcq");
+    ak_error err = {{0}};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "open: %s", err.msg);
+    ak_cache_spec s = {2, 1, 16, 16, 64};
+    cache a, b;
+    REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 30, 3) == 0, "fill");
+    REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
+    uint64_t size = 0;
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "k%d", i);
+        REQUIRE(ak_store_save(st, id, a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+        struct stat sb;
+        stat(file_of(dir, id), &sb);
+        size = (uint64_t)sb.st_size;
+    }
+    /* two corrupt files of the agent's size, quarantined by loads */
+    uint8_t *junk = calloc(1, (size_t)size);
+    for (int i = 0; i < 2; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "bad%d", i);
+        REQUIRE(write_bytes(file_of(dir, id), junk, (size_t)size) == 0, "write");
+        CHECK(ak_store_load(st, id, FP, VOCAB, b.kv, NULL, &err) == AK_STORE_CORRUPT, "junk loaded: %s", err.msg);
+    }
+    REQUIRE(count_quarantine(dir) == 2, "%d files in quarantine", count_quarantine(dir));
+    uint64_t left = 0;
+    int removed = ak_store_gc(st, 4 * size, &left, &err);
+    CHECK(removed == 1 && left == 4 * size && count_quarantine(dir) == 1, "gc to 4 files: removed %d, left %llu, "
+          "%d quarantined", removed, (unsigned long long)left, count_quarantine(dir));
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "k%d", i);
+        CHECK(exists(file_of(dir, id)), "agent file %s deleted while quarantined files were left", id);
+    }
+    removed = ak_store_gc(st, 3 * size, &left, &err);
+    CHECK(removed == 1 && left == 3 * size && count_quarantine(dir) == 0, "gc to 3 files: removed %d", removed);
+    /* the bound: more corrupt files than it allows, one at a time */
+    int extra = AK_STORE_QUARANTINE_MAX + 5;
+    for (int i = 0; i < extra; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "q%03d", i);
+        REQUIRE(write_bytes(file_of(dir, id), "junk", 4) == 0, "write");
+        CHECK(ak_store_quarantine(st, id, "test", &err) == 0, "quarantine: %s", err.msg);
+    }
+    CHECK(count_quarantine(dir) == AK_STORE_QUARANTINE_MAX, "%d files in quarantine, bound %d",
+          count_quarantine(dir), AK_STORE_QUARANTINE_MAX);
+    /* the oldest went first: q000..q004 are gone, the newest is there */
+    CHECK(quarantined(dir, "q000") == 0 && quarantined(dir, "q004") == 0 && quarantined(dir, "q005") == 1,
+          "not the oldest quarantined files were deleted");
+    free(junk);
     cache_free(&a);
     cache_free(&b);
     ak_store_close(st);
