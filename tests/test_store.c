@@ -1528,3 +1528,38 @@ TEST(store_gc_counts_quarantine_and_quarantine_is_bounded) {
     cache_free(&b);
     ak_store_close(st);
 }
+
+/* A snapshot is plaintext of what a sealed store encrypts: freeing it wipes
+ * its buffers. Seen through the allocator: a block of the data's size
+ * allocated right after the free is (with glibc's per-size caches) the
+ * same memory, and must not hold the cache's values any more. (Under a
+ * sanitizer the allocator hands out other memory: the check then holds
+ * trivially.) */
+TEST(store_snapshot_free_wipes_plaintext) {
+    ak_cache_spec s = {1, 1, 16, 16, 64};
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&s, 32, 0, &err);
+    ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 64, &err) : NULL;
+    REQUIRE(kv, "%s", err.msg);
+    const float mark = 1234.5f;
+    float k[16], v[16];
+    for (int i = 0; i < 16; i++) k[i] = v[i] = mark;
+    int32_t tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    REQUIRE(ak_kv_prepare(kv, 0, 8, &err) == 0, "%s", err.msg);
+    for (int p = 0; p < 8; p++) REQUIRE(ak_kv_write(kv, 0, p, k, v, &err) == 0, "%s", err.msg);
+    int found = 0, tried = 0;
+    for (int round = 0; round < 4; round++) {
+        ak_snapshot *sn = ak_store_snapshot("w", kv, tokens, 8, FP, NULL, &err);
+        REQUIRE(sn, "%s", err.msg);
+        size_t data = ak_snapshot_bytes(sn) - 8 * 8 - 4096;
+        ak_snapshot_free(sn);
+        uint8_t *p = malloc(data);
+        REQUIRE(p, "malloc");
+        tried++;
+        for (size_t i = 16; i + 4 <= data; i += 4) found += !memcmp(p + i, &mark, 4);
+        free(p);
+    }
+    CHECK(found == 0, "%d cached values still in freed snapshot memory (%d rounds)", found, tried);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+}
