@@ -60,8 +60,8 @@ typedef struct op {
     ak_sched_agent *list;
     int n;
     ak_metrics_gauges *g;
-    const ak_store_entry *files;  /* the store's files, listed by the caller (file I/O stays
-                                     off the engine thread) */
+    const ak_store_entry *files;  /* the store's files, listed by the caller (from the store's
+                                     index, outside the engine thread) */
     int n_files;
 } op;
 
@@ -903,8 +903,8 @@ static int post_op(ak_sched *s, op *o) {
     return 0;
 }
 
-/* Lists the store's files on the calling thread: reading every header is
- * file I/O the engine must not wait for. Returns 0, or -1 with err set. */
+/* Lists the store's files on the calling thread (from the store's index:
+ * no file is read). Returns 0, or -1 with err set. */
 static int list_files(ak_sched *s, op *o, ak_error *err) {
     ak_store_entry *files = NULL;
     int n = 0;

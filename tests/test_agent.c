@@ -444,3 +444,49 @@ TEST(agent_save_that_keeps_failing_is_reported) {
     ak_store_close(store);
     env_close(&e);
 }
+
+/* The disk budget still holds with gc moved to the writer thread: after
+ * turns of three agents whose files each take most of the budget, only the
+ * most recently saved file is left. */
+TEST(agent_disk_budget_applied_after_saves) {
+    env e;
+    char path[512];
+    if (env_open(t, &e, test_path(path, sizeof path, "models/stories260K.gguf")) < 0) return;
+    ak_error err = {{0}};
+    ak_store *store = ak_store_open(mem_dir("budget"), NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    REQUIRE(pool, "%s", err.msg);
+    int32_t p[40], g[4];
+    for (int i = 0; i < 30; i++) p[i] = 1 + (i * 5) % 400;
+    /* the size of one agent's file, from a first agents object without a budget */
+    ak_agents_config c = {e.m, pool, store, AK_KV_Q8, AK_KV_Q8, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    ak_agents *ag = ak_agents_new(&c, &err);
+    ak_turn ti;
+    REQUIRE(ag && turn(t, &e, ag, "probe", p, 30, 4, g, &ti) == 0 && ak_agents_flush(ag, &err) == 0, "probe: %s",
+            err.msg);
+    ak_agents_free(ag);
+    ak_store_entry en;
+    REQUIRE(ak_store_lookup(store, "probe", &en) == 0 && en.bytes > 0, "no probe file");
+    REQUIRE(ak_store_remove(store, "probe", &err) == 0, "remove");
+    c.disk_budget = en.bytes + en.bytes / 2;
+    ag = ak_agents_new(&c, &err);
+    REQUIRE(ag, "%s", err.msg);
+    const char *ids[3] = {"b0", "b1", "b2"};
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(turn(t, &e, ag, ids[i], p, 30, 4, g, &ti) == 0, "turn");
+        REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
+    }
+    ak_store_entry *es;
+    int n;
+    REQUIRE(ak_store_list(store, &es, &n, &err) == 0, "list");
+    CHECK(n == 1 && !strcmp(es[0].id, "b2"), "%d files left (first %s), expected only b2", n, n ? es[0].id : "-");
+    free(es);
+    char fp[600];
+    snprintf(fp, sizeof fp, "%s/b0.safetensors", mem_dir("budget"));
+    CHECK(access(fp, F_OK) != 0, "b0's file is still on disk");
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    env_close(&e);
+}
