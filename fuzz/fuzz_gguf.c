@@ -7,7 +7,7 @@
  * AddressSanitizer turns any claim that points outside the input into a
  * crash. Run with `make fuzz`.
  *
- * Seeds (fuzz/seeds/) were written with agentkv's own writer: a header-only
+ * Seeds (fuzz/corpus/gguf/) were written with agentkv's own writer: a header-only
  * file, a file with every metadata type and several tensor types, and a tiny
  * llama (`agentkv synth --dim 32 --layers 1 --heads 2 --kv-heads 1 --ffn 64
  * --vocab 260 --tied --type q4_0`).

@@ -14,6 +14,15 @@ command -v node >/dev/null 2>&1 || need="$need nodejs"
 command -v npm >/dev/null 2>&1 || need="$need npm"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
+# make fuzz (and the sanitizer build's float-cast-overflow check): clang, and
+# libFuzzer's runtime, which is in compiler-rt (clang only recommends it);
+# llvm-symbolizer turns sanitizer reports' addresses into file:line
+if command -v clang >/dev/null 2>&1; then
+    ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || need="$need libclang-rt-dev"
+else
+    need="$need clang libclang-rt-dev"
+fi
+command -v llvm-symbolizer >/dev/null 2>&1 || need="$need llvm"
 [ -z "$need" ] && exit 0
 echo "deps.sh: installing$need" >&2
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi

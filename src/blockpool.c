@@ -67,7 +67,8 @@ static void *block_mem_get(ak_block_pool *p, size_t bytes) {
         memcpy(&c->free, m, sizeof(void *));
         return m;
     }
-    if (c->carve + bytes > c->carve_end || !c->carve) {
+    /* the null test first: arithmetic on a null pointer is undefined */
+    if (!c->carve || bytes > (size_t)(c->carve_end - c->carve)) {
         size_t len = bytes > SLAB_BYTES ? (bytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1) : SLAB_BYTES;
         slab *sl = malloc(sizeof *sl);
         void *m = sl ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;

@@ -216,7 +216,10 @@ static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) 
         _mm_storeu_si128((__m128i *)(q + b * AK_QK), q0);
         _mm_storeu_si128((__m128i *)(q + b * AK_QK + 16), q1);
         ds[b] = d;
-        cs[b] = -offset * sum;
+        /* in unsigned arithmetic: activations holding NaN or Inf (a model's
+         * broken weights) quantize to garbage sums whose product would
+         * overflow; wrapping keeps it garbage, not undefined */
+        cs[b] = (int32_t)(0u - (uint32_t)offset * (uint32_t)sum);
         ss[b] = d * (float)sum;   /* as kquant.c's activations: the same s */
     }
 }

@@ -1,0 +1,170 @@
+/* fuzz_chat_template.c - libFuzzer target for chat-template detection from
+ * hostile model metadata, and rendering (src/chat.c).
+ *
+ * Input layout (fields are cut from the front; a short input leaves the
+ * later fields empty):
+ *   u16 LE  A, then A bytes: general.architecture (any bytes)
+ *   u16 LE  T, then T bytes: tokenizer.chat_template (any bytes, NULs too);
+ *           T = 0xFFFF: the key is stored as a u32 instead of a string
+ *   u8      flags: bit 0 add_generation_prompt, bit 1 bos/eos given
+ *   the rest  messages separated by byte 0x1E: each one role byte (0 system,
+ *           1 user, 2 assistant, 3 an unknown role "tool"), then its content
+ *           (cut at a NUL byte, as C strings are)
+ * A GGUF image holding the two keys is built in memory and parsed; then the
+ * family is detected from it and the messages rendered in every family.
+ * Checked, besides crashes and sanitizer reports:
+ *   - detection from the metadata agrees with detection on the copied text
+ *     (when the template holds no NUL, which a C string cannot carry);
+ *   - rendering succeeds exactly when chat.h says it must (roles known;
+ *     mistral: no system message after the first), with *out NULL on failure;
+ *   - chatml, which copies content verbatim, contains every message's content.
+ * Run with `make fuzz FUZZ_TARGETS=chat_template`. Seeds:
+ * fuzz/corpus/chat_template/ (the real templates of ../shared/golden/templates).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/chat.h"
+#include "../src/gguf.h"
+
+#define MAX_MSG 16
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} buf;
+
+static void put(buf *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p) abort();
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+
+static void put_u32(buf *b, uint32_t v) {
+    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    put(b, x, 4);
+}
+
+static void put_u64(buf *b, uint64_t v) {
+    put_u32(b, (uint32_t)v);
+    put_u32(b, (uint32_t)(v >> 32));
+}
+
+static void put_str(buf *b, const void *s, size_t n) {
+    put_u64(b, n);
+    put(b, s, n);
+}
+
+/* Takes a u16-prefixed field from *d / *n; *len gets its length (0xFFFF is
+ * returned as is, with no bytes taken). */
+static const uint8_t *field(const uint8_t **d, size_t *n, size_t *len) {
+    if (*n < 2) {
+        *len = 0;
+        *n = 0;
+        return *d;
+    }
+    size_t l = (*d)[0] | (size_t)(*d)[1] << 8;
+    *d += 2;
+    *n -= 2;
+    *len = l;
+    if (l == 0xFFFF) return *d;
+    if (l > *n) *len = l = *n;
+    const uint8_t *f = *d;
+    *d += l;
+    *n -= l;
+    return f;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    size_t alen, tlen;
+    const uint8_t *arch = field(&data, &size, &alen);
+    if (alen == 0xFFFF) alen = 0;
+    const uint8_t *tmpl = field(&data, &size, &tlen);
+    int flags = 0;
+    if (size) {
+        flags = data[0];
+        data++;
+        size--;
+    }
+
+    buf g = {0};
+    put_u32(&g, GGUF_MAGIC);
+    put_u32(&g, 3);
+    put_u64(&g, 0);   /* tensors */
+    put_u64(&g, 2);   /* metadata pairs */
+    put_str(&g, "general.architecture", 20);
+    put_u32(&g, GGUF_TYPE_STRING);
+    put_str(&g, arch, alen);
+    put_str(&g, "tokenizer.chat_template", 23);
+    if (tlen == 0xFFFF) {
+        put_u32(&g, GGUF_TYPE_UINT32);
+        put_u32(&g, 7);
+    } else {
+        put_u32(&g, GGUF_TYPE_STRING);
+        put_str(&g, tmpl, tlen);
+    }
+    gguf_file f;
+    ak_error err = {{0}};
+    if (gguf_open_buffer(&f, g.p, g.n, "chat-fuzz", &err) < 0) __builtin_trap();  /* a well-formed image */
+
+    ak_chat_family fam = ak_chat_detect_gguf(&f);
+    char *text = ak_chat_template_gguf(&f, &err);
+    if (tlen == 0xFFFF) {
+        if (text || fam != AK_CHAT_PLAIN) __builtin_trap();   /* not a string: no template */
+    } else {
+        if (!text) __builtin_trap();
+        if (!memchr(tmpl, 0, tlen) && ak_chat_detect(text) != fam) __builtin_trap();
+    }
+    (void)ak_chat_family_name(fam);
+
+    /* messages */
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    ak_chat_msg msgs[MAX_MSG];
+    char *contents[MAX_MSG];
+    int n = 0, bad_role = 0, late_system = 0;
+    while (size && n < MAX_MSG) {
+        const uint8_t *end = memchr(data, 0x1E, size);
+        size_t l = end ? (size_t)(end - data) : size;
+        int r = l ? data[0] & 3 : 1;   /* an empty field: an empty user message */
+        size_t cl = l ? l - 1 : 0;
+        char *c = malloc(cl + 1);
+        if (!c) abort();
+        if (cl) memcpy(c, data + 1, cl);
+        c[cl] = 0;
+        contents[n] = c;
+        msgs[n].role = roles[r];
+        msgs[n].content = c;
+        bad_role |= r == 3;
+        late_system |= r == 0 && n > 0;
+        n++;
+        data += end ? l + 1 : l;
+        size -= end ? l + 1 : l;
+    }
+    const char *bos = flags & 2 ? "<s>" : NULL, *eos = flags & 2 ? "</s>" : NULL;
+    for (int fi = 0; fi <= AK_CHAT_PLAIN; fi++) {
+        char *out = (char *)1;
+        int rc = ak_chat_render((ak_chat_family)fi, msgs, n, flags & 1, bos, eos, text, &out, &err);
+        int must_fail = n < 1 || bad_role || (fi == AK_CHAT_MISTRAL && late_system);
+        if (must_fail != (rc < 0)) __builtin_trap();
+        if (rc < 0) {
+            if (out) __builtin_trap();
+            continue;
+        }
+        if (!out) __builtin_trap();
+        if (fi == AK_CHAT_CHATML)
+            for (int i = 0; i < n; i++)
+                if (!strstr(out, msgs[i].content)) __builtin_trap();
+        free(out);
+    }
+    for (int i = 0; i < n; i++) free(contents[i]);
+    free(text);
+    gguf_close(&f);
+    free(g.p);
+    return 0;
+}
