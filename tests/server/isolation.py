@@ -6,7 +6,10 @@ The crowd: one `agentkv serve` with a KV budget that holds about a third of
 the 64 agents (so agents are evicted to disk and restored mid-test, and
 others come back to their cache still in RAM), all 64
 agents talking at once, greedy, TURNS turns each: turn 0 tells the agent a
-secret (a distinct word and number), the later turns ask for it back.
+secret (a distinct word and number), the later turns ask for it back. Then
+the crowd's server gets SIGTERM (it must exit 0, every agent saved), a new
+one starts on the same memory directory, and every agent takes one more turn
+at once: each must come back warm, from its own file.
 
 The references never touch the crowd's caches:
 - answers: each conversation of each turn is sent again, as an anonymous
@@ -44,7 +47,7 @@ import urllib.error
 import urllib.request
 
 AGENTS = 64
-TURNS = 3
+TURNS = 3                 # before the restart; one more after it
 MAX_TOKENS = 8
 DEADLINE_S = 240          # below test_server.c's limit, so this script reports first
 REQUEST_TIMEOUT_S = 120
@@ -138,37 +141,57 @@ def main():
         # the crowd: 64 agents at once, each its turns in order
         history = {}      # agent -> list of (messages sent, response, agent tokens after)
 
-        def agent_run(i):
+        def agent_run(i, url, first, last, msgs):
             aid = "secret-%02d" % i
-            msgs = [{"role": "user", "content": secret_of(i)}]
             turns = []
-            for k in range(TURNS):
+            for k in range(first, last):
                 if time.time() - START > DEADLINE_S:
                     raise RuntimeError("deadline")
-                st, r = call(crowd_url, "/v1/chat/completions", chat_body(msgs), aid)
+                st, r = call(url, "/v1/chat/completions", chat_body(msgs), aid)
                 if st != 200:
                     raise RuntimeError("%s turn %d: status %d %s" % (aid, k, st, r))
-                gst, g = call(crowd_url, "/v1/agents/" + aid)
+                gst, g = call(url, "/v1/agents/" + aid)
                 turns.append((list(msgs), r, g.get("tokens") if gst == 200 and g else None))
                 answer = r["choices"][0]["message"]["content"]
                 msgs = msgs + [{"role": "assistant", "content": answer}, {"role": "user", "content": ASKS[k % len(ASKS)]}]
-            return aid, turns
+            return aid, turns, msgs
 
-        with concurrent.futures.ThreadPoolExecutor(AGENTS) as ex:
-            for fut in [ex.submit(agent_run, i) for i in range(AGENTS)]:
-                try:
-                    aid, turns = fut.result(timeout=max(1, DEADLINE_S - (time.time() - START)))
-                    history[aid] = turns
-                except Exception as e:  # noqa: BLE001 - every error is a failure here
-                    failures.append("crowd: %r" % e)
-        if failures:
-            print("\n".join("FAIL " + f for f in failures[:10]))
-            print("".join(crowd_log[-30:]))
+        def crowd_turns(url, first, last, log):
+            """Every agent's turns first..last-1, all agents at once."""
+            with concurrent.futures.ThreadPoolExecutor(AGENTS) as ex:
+                futs = []
+                for i in range(AGENTS):
+                    aid = "secret-%02d" % i
+                    msgs = pending.get(aid) or [{"role": "user", "content": secret_of(i)}]
+                    futs.append(ex.submit(agent_run, i, url, first, last, msgs))
+                for fut in futs:
+                    try:
+                        aid, turns, msgs = fut.result(timeout=max(1, DEADLINE_S - (time.time() - START)))
+                        history.setdefault(aid, []).extend(turns)
+                        pending[aid] = msgs
+                    except Exception as e:  # noqa: BLE001 - every error is a failure here
+                        failures.append("crowd: %r" % e)
+            if failures:
+                print("\n".join("FAIL " + f for f in failures[:10]))
+                print("".join(log[-30:]))
+            return not failures
+
+        pending = {}      # agent -> the messages of its next turn
+        if not crowd_turns(crowd_url, 0, TURNS, crowd_log):
             return 1
-        crowd_done = time.time() - START
-        _, metrics = 0, ""
         with urllib.request.urlopen(crowd_url + "/metrics", timeout=REQUEST_TIMEOUT_S) as r:
             metrics = r.read().decode()
+        crowd.terminate()
+        try:
+            code = crowd.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            code = "none (still running after 60 s)"
+        if code != 0:
+            fail_exit("the crowd's server after SIGTERM: exit status %s, want 0:\n%s" % (code, "".join(crowd_log[-20:])))
+        crowd, crowd_url, crowd_log = start_server(bin_, model, os.path.join(work, "crowd"), CROWD_FLAGS)
+        if not crowd_turns(crowd_url, TURNS, TURNS + 1, crowd_log):
+            return 1
+        crowd_done = time.time() - START
 
         # the references: every conversation again, anonymous, on the other server
         jobs = [(aid, k, msgs) for aid, turns in history.items() for k, (msgs, _, _) in enumerate(turns)]
@@ -198,9 +221,11 @@ def main():
                 u, ru = r["usage"], ref_r["usage"]
                 ans, ref_ans = r["choices"][0]["message"]["content"], ref_r["choices"][0]["message"]["content"]
                 tier = r["agentkv"]["tier"]
-                if k > 0:
+                if 0 < k < TURNS:
                     tiers[tier] = tiers.get(tier, 0) + 1
                 where = "%s turn %d (%s)" % (aid, k, tier)
+                if k == TURNS and tier != "warm":
+                    failures.append("%s: after the restart, tier %s, want warm" % (where, tier))
                 if ans != ref_ans:
                     failures.append("%s: answer %r, alone on a fresh server %r" % (where, ans, ref_ans))
                 if (u["prompt_tokens"], u["completion_tokens"]) != (ru["prompt_tokens"], ru["completion_tokens"]):
@@ -218,13 +243,14 @@ def main():
                 checked += 1
         m = re.search(r"^agentkv_evictions_total(?:\{[^}]*\})? (\d+)", metrics, re.M)
         evictions = int(m.group(1)) if m else 0
-        if checked != AGENTS * TURNS:
-            failures.append("only %d of %d turns checked" % (checked, AGENTS * TURNS))
+        if checked != AGENTS * (TURNS + 1):
+            failures.append("only %d of %d turns checked" % (checked, AGENTS * (TURNS + 1)))
         if evictions == 0 or tiers.get("warm", 0) == 0 or tiers.get("hot", 0) == 0:
             failures.append("later turns did not take both paths, hot and warm (evictions %d, by tier %s): "
                             "adjust the KV budget" % (evictions, tiers))
-        print("isolation: %d agents x %d turns, crowd %.1f s, total %.1f s; later turns by tier %s; evictions %d" % (
-            AGENTS, TURNS, crowd_done, time.time() - START, json.dumps(tiers, sort_keys=True), evictions))
+        print("isolation: %d agents x %d turns + 1 after a restart, crowd %.1f s, total %.1f s; later turns before the "
+              "restart by tier %s; evictions %d" % (AGENTS, TURNS, crowd_done, time.time() - START,
+                                                    json.dumps(tiers, sort_keys=True), evictions))
         for f in failures[:20]:
             print("FAIL " + f)
         if len(failures) > 20:
