@@ -59,6 +59,12 @@ int cmd_info(int argc, char **argv) {
            c->rope_base, c->rope_dim, gguf_find_tensor(g, "rope_freqs.weight") ? ", llama3 frequency factors" : "");
     printf("rms eps        %g\noutput         %s\nqkv bias       %s\n", c->rms_eps,
            c->tied_output ? "tied to token embeddings" : "output.weight", c->qkv_bias ? "yes" : "no");
+    printf("attention      scale %g, q/k norm %s", c->attn_scale, c->qk_norm ? "yes" : "no");
+    if (c->window > 0)   /* which layers are local, and their RoPE base */
+        printf(", window %d on the local layers (all but every %d-th), whose RoPE base is %g", c->window,
+               c->swa_pattern, c->rope_base_swa);
+    printf("\nffn act        %s%s, embeddings x %g\n", c->act == AK_ACT_GELU ? "geglu (tanh)" : "swiglu",
+           c->post_norms ? ", post-norms around attention and FFN" : "", c->embd_scale);
     printf("weights        %.2f MiB\n", m->weight_bytes / 1048576.0);
     printf("fingerprint    %s\n", m->fingerprint);
     const ak_cache_spec *s = &m->spec;

@@ -434,21 +434,23 @@ static inline void scale_row(float *x, int n, float f) {
     for (; d < n; d++) x[d] *= f;
 }
 
-/* Row r's online-softmax step over the c raw scores sc[0..c) of one block:
+/* Row r's online-softmax step over the raw scores sc[lo..c) of one block
+ * (0 <= lo < c; keys before lo are outside the row's sliding window):
  * rescales what the row accumulated if the maximum grew, turns sc into
  * weights (zero from c up to c rounded to 16; sc must have room) and adds
  * them to the sums. Returns where the block's weighted values go: the
  * row's output, or its rotated accumulator. Sixteen scores at a time: the
  * maximum and the sum are vectors until the end (a scalar chain of
  * dependent max or add per key costs more than the rest of the step). */
-static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, int c, float scale) {
+static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, int lo, int c, float scale) {
     const float add = h->mu ? a->qmu[r] : 0.0f;
     const ak_v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const ak_v16f ninf = (ak_v16f){0} - INFINITY;
     ak_v16f mx = ninf, sum = {0};
     for (int j0 = 0; j0 < c; j0 += 16) {
         ak_v16f v = (AK_V16F_LD(sc + j0) + add) * scale;
-        v = AK_V16F_SELECT(lane < c - j0, v, ninf);   /* keys past c: -inf */
+        /* keys before lo (out of the window) or past c: -inf */
+        v = AK_V16F_SELECT((lane < c - j0) & (lane >= lo - j0), v, ninf);
         AK_V16F_ST(sc + j0, v);
         MAX_INTO(mx, v);
     }
@@ -464,8 +466,8 @@ static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, in
     }
     for (int j0 = 0; j0 < c; j0 += 16) {
         ak_v16f v = AK_V16F_LD(sc + j0) - a->m[r];
-        ak_exp_v16(&v);   /* keys past c: e^-inf, clamped to e^-87; zeroed next */
-        v = AK_V16F_SELECT(lane < c - j0, v, (ak_v16f){0});
+        ak_exp_v16(&v);   /* masked keys: e^-inf, clamped to e^-87; zeroed next */
+        v = AK_V16F_SELECT((lane < c - j0) & (lane >= lo - j0), v, (ak_v16f){0});
         AK_V16F_ST(sc + j0, v);
         sum += v;
     }
@@ -609,6 +611,11 @@ static void run_values(const float *p, int c, const float *v, int dv, float *acc
 
 void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
                       int pos0, float scale, float *out, size_t ostride, float *scratch) {
+    ak_kv_attend_run_window(kv, layer, kv_head, q, qstride, n_q, nt, pos0, 0, scale, out, ostride, scratch);
+}
+
+void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q,
+                             int nt, int pos0, int window, float scale, float *out, size_t ostride, float *scratch) {
     const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
     const int Tp = (T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
     attn_rows a;
@@ -616,7 +623,9 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
     float *vf = kt + (size_t)dk * Tp, *sc4 = vf + (size_t)Tp * dv;
     head_view h = { .fk = AK_KV_NFORMATS, .fv = AK_KV_NFORMATS };
     const int n_end = pos0 + nt;   /* positions the last token sees */
-    for (int bi = 0; bi * T < n_end; bi++) {
+    /* the first position the first token sees: blocks before it are not read */
+    const int lo0 = window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0;
+    for (int bi = lo0 / T; bi * T < n_end; bi++) {
         const ak_block *b = kv->table[bi];
         int cnt = n_end - bi * T < T ? n_end - bi * T : T;
         block_enter(&a, &h, kv, b, layer, kv_head);
@@ -644,8 +653,12 @@ void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, s
                 int r = r0 + i, c = pos0 + r / n_q + 1 - bi * T;   /* keys of this block row r sees */
                 if (c <= 0) continue;
                 if (c > cnt) c = cnt;
+                /* and the first of them its window still holds */
+                int lo = window > 0 ? pos0 + r / n_q - window + 1 - bi * T : 0;
+                if (lo >= c) continue;
+                if (lo < 0) lo = 0;
                 float *sc = sc4 + (size_t)i * Tp;
-                run_values(sc, c, vf, dv, row_softmax(&a, &h, r, sc, c, scale));
+                run_values(sc, c, vf, dv, row_softmax(&a, &h, r, sc, lo, c, scale));
             }
         }
         prefetch_step(&pf, -1);

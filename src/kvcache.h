@@ -112,5 +112,11 @@ size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows);
  * dequantized once for all nt * n_q queries (prefill). pos0 + nt <= length. */
 void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
                       int pos0, float scale, float *out, size_t ostride, float *scratch);
+/* ak_kv_attend_run for a sliding-window layer: the token at position p sees
+ * only positions [p - window + 1, p] (and none before 0); blocks that no
+ * token of the run sees are not read. window <= 0 means no window (the same
+ * result as ak_kv_attend_run, bit for bit). */
+void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q,
+                             int nt, int pos0, int window, float scale, float *out, size_t ostride, float *scratch);
 
 #endif

@@ -1,4 +1,4 @@
-/* model.c - loading llama/qwen2 GGUF models and the forward pass. */
+/* model.c - loading llama/qwen2/qwen3/gemma3 GGUF models and the forward pass. */
 #include "model.h"
 
 #include <math.h>
@@ -82,9 +82,12 @@ static int load_config(ak_model *m, ak_error *err) {
     if (gguf_get_str(&m->gguf, "general.architecture", &arch, err) < 0) return -1;
     if (gguf_str_eq(arch, "llama")) c->arch = AK_ARCH_LLAMA;
     else if (gguf_str_eq(arch, "qwen2")) c->arch = AK_ARCH_QWEN2;
+    else if (gguf_str_eq(arch, "qwen3")) c->arch = AK_ARCH_QWEN3;
+    else if (gguf_str_eq(arch, "gemma3")) c->arch = AK_ARCH_GEMMA3;
     else
-        return ak_fail(err, "%s: unsupported architecture '%.*s' (llama and qwen2 are supported)", m->gguf.path,
-                       (int)(arch.len > 32 ? 32 : arch.len), arch.data);
+        return ak_failc(err, AK_ERR_INVALID,
+                        "%s: unsupported architecture '%.*s' (llama, qwen2, qwen3 and gemma3 are supported)",
+                        m->gguf.path, (int)(arch.len > 32 ? 32 : arch.len), arch.data);
     snprintf(c->arch_name, sizeof c->arch_name, "%.*s", (int)arch.len, arch.data);
     gguf_str name;
     if (gguf_find(&m->gguf, "general.name") && gguf_get_str(&m->gguf, "general.name", &name, NULL) == 0)
@@ -115,8 +118,34 @@ static int load_config(ak_model *m, ak_error *err) {
     if (arch_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &c->rms_eps, err) < 0) return -1;
     if (!(c->rope_base > 0) || !(c->rms_eps >= 0))
         return ak_fail(err, "%s: invalid rope.freq_base %g or rms epsilon %g", m->gguf.path, c->rope_base, c->rms_eps);
-    c->rope_style = c->arch == AK_ARCH_QWEN2 ? AK_ROPE_NEOX : AK_ROPE_INTERLEAVED;
+    c->rope_style = c->arch == AK_ARCH_LLAMA ? AK_ROPE_INTERLEAVED : AK_ROPE_NEOX;
     c->qkv_bias = c->arch == AK_ARCH_QWEN2;
+    c->qk_norm = c->arch == AK_ARCH_QWEN3 || c->arch == AK_ARCH_GEMMA3;
+    c->post_norms = c->arch == AK_ARCH_GEMMA3;
+    c->act = c->arch == AK_ARCH_GEMMA3 ? AK_ACT_GELU : AK_ACT_SILU;
+    c->embd_scale = c->arch == AK_ARCH_GEMMA3 ? sqrtf((float)c->dim) : 1.0f;
+    /* the query scale: the file's attention.scale when it has one; Gemma 3
+     * 27B was trained with 1/sqrt(dim / n_head) (query_pre_attn_scalar 168,
+     * not its head size 128), which its files do not record: llama.cpp
+     * recognises it by its 62 layers, and so do we */
+    float hd_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (c->arch == AK_ARCH_GEMMA3 && c->n_layer == 62) hd_scale = 1.0f / sqrtf((float)(c->dim / c->n_head));
+    if (arch_f32(m, "attention.scale", hd_scale, &c->attn_scale, err) < 0) return -1;
+    if (!(c->attn_scale > 0))
+        return ak_fail(err, "%s: invalid attention.scale %g", m->gguf.path, c->attn_scale);
+    c->window = 0;
+    c->swa_pattern = 1;
+    c->rope_base_swa = c->rope_base;
+    if (c->arch == AK_ARCH_GEMMA3) {
+        /* local layers see the last `window` positions; every 6th layer is
+         * global unless the file gives another pattern */
+        if (arch_u32(m, "attention.sliding_window", -1, &c->window, err) < 0) return -1;
+        if (arch_u32(m, "attention.sliding_window_pattern", 6, &c->swa_pattern, err) < 0) return -1;
+        if (arch_f32(m, "rope.freq_base_swa", 10000.0f, &c->rope_base_swa, err) < 0) return -1;
+        if (c->window < 1 || c->swa_pattern < 1 || !(c->rope_base_swa > 0))
+            return ak_fail(err, "%s: invalid sliding window %d, pattern %d or RoPE base %g", m->gguf.path, c->window,
+                           c->swa_pattern, c->rope_base_swa);
+    }
     const gguf_tensor *emb = gguf_find_tensor(&m->gguf, "token_embd.weight");
     if (!emb) return ak_fail(err, "%s: missing tensor 'token_embd.weight'", m->gguf.path);
     if (emb->ne[1] < 1 || emb->ne[1] > (1u << 24))
@@ -158,6 +187,16 @@ static int load_weights(ak_model *m, ak_error *err) {
         W(wv, "attn_v.weight", kvd, c->dim)
         W(wo, "attn_output.weight", c->dim, qd)
         V(ffn_norm, "ffn_norm.weight", c->dim, 0)
+        if (c->qk_norm) {
+            V(q_norm, "attn_q_norm.weight", c->head_dim, 0)
+            V(k_norm, "attn_k_norm.weight", c->head_dim, 0)
+        }
+        if (c->post_norms) {
+            V(post_attn_norm, "post_attention_norm.weight", c->dim, 0)
+            V(post_ffn_norm, "post_ffw_norm.weight", c->dim, 0)
+        }
+        /* llama.cpp's pattern: layer l is local unless l % p == p - 1 */
+        L->window = c->window > 0 && l % c->swa_pattern < c->swa_pattern - 1 ? c->window : 0;
         W(w_gate, "ffn_gate.weight", c->ffn, c->dim)
         W(w_up, "ffn_up.weight", c->ffn, c->dim)
         W(w_down, "ffn_down.weight", c->dim, c->ffn)
@@ -170,19 +209,32 @@ static int load_weights(ak_model *m, ak_error *err) {
 #undef V
     }
     /* RoPE: theta_i = pos * base^(-2i/rope_dim) / factor_i, with Llama-3.x's
-     * per-frequency factors when the file has rope_freqs.weight. */
+     * per-frequency factors when the file has rope_freqs.weight, and / s for
+     * linear scaling by s (rope.scaling.type "linear", rope.scaling.factor s;
+     * Gemma 3 scales its global layers only). Sliding-window layers have a
+     * base of their own. */
     int half = c->rope_dim / 2;
     m->inv_freq = ak_malloc(half * sizeof(float), err);
     if (!m->inv_freq) return -1;
+    if (c->window > 0 && !(m->inv_freq_swa = ak_malloc(half * sizeof(float), err))) return -1;
     float *factors = NULL;
     if (gguf_find_tensor(&m->gguf, "rope_freqs.weight")) {
         factors = get_vec(m, "rope_freqs.weight", half, 0, err);
         if (!factors) return -1;
     }
+    float linear = 1.0f;
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch_name);
+    gguf_str st;
+    if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && gguf_str_eq(st, "linear")) {
+        if (arch_f32(m, "rope.scaling.factor", 1.0f, &linear, err) < 0) { free(factors); return -1; }
+        if (!(linear > 0)) { free(factors); return ak_fail(err, "%s: invalid rope.scaling.factor %g", m->gguf.path, linear); }
+    }
     for (int i = 0; i < half; i++) {
         double f = pow((double)c->rope_base, -2.0 * i / c->rope_dim);
         if (factors) f /= factors[i];
-        m->inv_freq[i] = (float)f;
+        m->inv_freq[i] = (float)(f / linear);
+        if (m->inv_freq_swa) m->inv_freq_swa[i] = (float)pow((double)c->rope_base_swa, -2.0 * i / c->rope_dim);
     }
     free(factors);
     return 0;
@@ -335,10 +387,12 @@ void ak_model_free(ak_model *m) {
         for (int l = 0; l < m->cfg.n_layer; l++) {
             ak_layer *L = &m->layers[l];
             free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
+            free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
         }
     free(m->layers);
     free(m->out_norm);
     free(m->inv_freq);
+    free(m->inv_freq_swa);
     if (m->packed_mem) munmap(m->packed_mem, m->packed_bytes);
     gguf_close(&m->gguf);
     free(m);
@@ -361,7 +415,7 @@ struct ak_ctx {
     float *hb;      // (B, ffn)
     float *hb2;     // (B, ffn)
     float *logits;  // (LOGIT_ROWS, vocab)
-    float *rope_cs; // (B, rope_dim) cos, sin pairs per token
+    float *rope_cs; // (2, B, rope_dim) cos, sin pairs per token: global layers, then sliding-window ones
     int32_t *rows;  // (B) indices of tokens that want logits
     float *run_scratch;     // (threads, run_scratch_n) for ak_kv_attend_run, grown on demand
     size_t run_scratch_n;
@@ -387,7 +441,7 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
     c->hb = ak_malloc(B * cf->ffn * sizeof(float), err);
     c->hb2 = ak_malloc(B * cf->ffn * sizeof(float), err);
     c->logits = ak_malloc((size_t)LOGIT_ROWS * cf->vocab * sizeof(float), err);
-    c->rope_cs = ak_malloc(B * cf->rope_dim * sizeof(float), err);
+    c->rope_cs = ak_malloc(2 * B * cf->rope_dim * sizeof(float), err);
     c->rows = ak_malloc(B * sizeof(int32_t), err);
     c->units = ak_malloc(B * cf->n_head_kv * 3 * sizeof(int32_t), err);
     if (!c->units || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
@@ -416,6 +470,17 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float s = 1.0f / sqrtf(ss / n + eps);
     for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
+/* x[i] = gelu(x[i]) * u[i], GELU's tanh approximation (as llama.cpp's
+ * ggml_gelu; it looks the value up in an FP16 table on CPUs, which moves
+ * nothing measurable). */
+static void gelu_mul(float *x, const float *u, size_t n) {
+    const float k = 0.79788456080286535588f;   /* sqrt(2 / pi) */
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(k * v * (1.0f + 0.044715f * v * v))) * u[i];
+    }
 }
 
 /* Rotates each head of vec (n_heads x head_dim) by the token's cos/sin. */
@@ -482,14 +547,14 @@ static void attn_worker(void *ud, int ith, int nth) {
     attn_task *t = ud;
     const ak_config *cf = &t->c->m->cfg;
     int group = cf->n_head / cf->n_head_kv, hd = cf->head_dim;
+    int window = t->c->m->layers[t->layer].window;
     size_t qd = (size_t)cf->n_head * hd;
-    float scale = 1.0f / sqrtf((float)hd);
     float *scratch = t->c->run_scratch + t->c->run_scratch_n * ith;
     for (int u = ith; u < t->n_units; u += nth) {
         int i = t->c->units[3 * u], len = t->c->units[3 * u + 1], g = t->c->units[3 * u + 2];
         size_t off = i * qd + (size_t)g * group * hd;
-        ak_kv_attend_run(t->b->seq[i], t->layer, g, t->c->q + off, qd, group, len, t->b->pos[i], scale,
-                         t->c->att + off, qd, scratch);
+        ak_kv_attend_run_window(t->b->seq[i], t->layer, g, t->c->q + off, qd, group, len, t->b->pos[i], window,
+                                cf->attn_scale, t->c->att + off, qd, scratch);
     }
 }
 
@@ -548,12 +613,19 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         if (ak_kv_prepare(b->seq[i], lo, hi, err) < 0) return -1;
     }
     int half = cf->rope_dim / 2;
+    float *cs_swa = c->rope_cs + (size_t)c->max_batch * cf->rope_dim;   /* sliding-window layers' */
     for (int i = 0; i < n; i++) {
         embed(m, b->token[i], c->x + (size_t)i * dim);
+        if (cf->embd_scale != 1.0f)
+            for (int j = 0; j < dim; j++) c->x[(size_t)i * dim + j] *= cf->embd_scale;
         for (int j = 0; j < half; j++) {
             float th = b->pos[i] * m->inv_freq[j];
             c->rope_cs[(size_t)i * cf->rope_dim + 2 * j] = cosf(th);
             c->rope_cs[(size_t)i * cf->rope_dim + 2 * j + 1] = sinf(th);
+            if (!m->inv_freq_swa) continue;
+            th = b->pos[i] * m->inv_freq_swa[j];
+            cs_swa[(size_t)i * cf->rope_dim + 2 * j] = cosf(th);
+            cs_swa[(size_t)i * cf->rope_dim + 2 * j + 1] = sinf(th);
         }
     }
     for (int l = 0; l < cf->n_layer; l++) {
@@ -568,7 +640,11 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
                 for (int j = 0; j < qd; j++) q[j] += L->bq[j];
                 for (int j = 0; j < kvd; j++) { k[j] += L->bk[j]; v[j] += L->bv[j]; }
             }
-            const float *cs = c->rope_cs + (size_t)i * cf->rope_dim;
+            if (L->q_norm) {   /* each head normed on its own, before RoPE */
+                for (int h = 0; h < cf->n_head; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, cf->rms_eps);
+                for (int h = 0; h < cf->n_head_kv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, cf->rms_eps);
+            }
+            const float *cs = (L->window ? cs_swa : c->rope_cs) + (size_t)i * cf->rope_dim;
             rope(q, cf->n_head, hd, cf->rope_dim, cs, cf->rope_style);
             rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
             if (ak_kv_write(b->seq[i], l, b->pos[i], k, v, err) < 0) return -1;
@@ -576,13 +652,20 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         attn_task at = {c, b, l, n_units};
         ak_pool_run(c->pool, attn_worker, &at);
         matmul(c->pool, &L->wo, c->att, n, c->xb);
+        if (L->post_attn_norm)
+            for (int i = 0; i < n; i++)
+                rmsnorm(c->xb + (size_t)i * dim, c->xb + (size_t)i * dim, L->post_attn_norm, dim, cf->rms_eps);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
 
         for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
         matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
         matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
-        ak_silu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
+        if (cf->act == AK_ACT_GELU) gelu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
+        else ak_silu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
         matmul(c->pool, &L->w_down, c->hb, n, c->xb);
+        if (L->post_ffn_norm)
+            for (int i = 0; i < n; i++)
+                rmsnorm(c->xb + (size_t)i * dim, c->xb + (size_t)i * dim, L->post_ffn_norm, dim, cf->rms_eps);
         for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
     }
     /* final norm and output projection, only for tokens that want logits */

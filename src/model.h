@@ -1,7 +1,10 @@
 /* model.h - architectures, weights and the forward pass.
  *
  * Supported architectures: `llama` (Llama 2 / 3.x, Mistral, SmolLM2,
- * TinyLlama, the stories models) and `qwen2` (biases on q/k/v). Weights are
+ * TinyLlama, the stories models), `qwen2` (biases on q/k/v), `qwen3`
+ * (per-head RMS norm of q and k before RoPE, no biases) and `gemma3` (text:
+ * sliding-window layers with their own RoPE base, q/k norms, norms before
+ * and after attention and FFN, GeGLU, embeddings scaled by sqrt(dim)). Weights are
  * memory-mapped from the GGUF file; nothing is copied but the small 1-D
  * tensors (norms, biases), which are kept as f32.
  *
@@ -19,7 +22,10 @@
 #include "threadpool.h"
 #include "util.h"
 
-typedef enum { AK_ARCH_LLAMA, AK_ARCH_QWEN2 } ak_arch;
+typedef enum { AK_ARCH_LLAMA, AK_ARCH_QWEN2, AK_ARCH_QWEN3, AK_ARCH_GEMMA3 } ak_arch;
+/* The FFN's gate activation: SwiGLU (silu(gate) * up) or GeGLU (gelu(gate) *
+ * up, GELU's tanh approximation). */
+typedef enum { AK_ACT_SILU, AK_ACT_GELU } ak_act;
 /* How RoPE pairs the dimensions of a head: llama's (2i, 2i+1), or NeoX's
  * (i, i + rope_dim/2). llama.cpp picks per architecture; so do we. */
 typedef enum { AK_ROPE_INTERLEAVED, AK_ROPE_NEOX } ak_rope_style;
@@ -42,6 +48,14 @@ typedef struct {
     ak_rope_style rope_style;
     int tied_output;    /* output.weight absent: the embeddings are reused */
     int qkv_bias;
+    int qk_norm;        /* per-head RMS norm of q and k before RoPE (qwen3, gemma3) */
+    int post_norms;     /* RMS norm of the attention and FFN outputs before the residual add (gemma3) */
+    ak_act act;
+    float embd_scale;   /* input embeddings are multiplied by this (gemma3: sqrt(dim)), else 1 */
+    float attn_scale;   /* scores are q . k * attn_scale (1/sqrt(head_dim) unless the file says otherwise) */
+    int window;         /* sliding window of the local layers in positions, 0: none */
+    int swa_pattern;    /* every swa_pattern-th layer (il % p == p - 1) is global, the others local */
+    float rope_base_swa; /* RoPE base of the local layers */
 } ak_config;
 
 typedef struct {
@@ -60,11 +74,16 @@ typedef struct {
     float *bq;          // (n_head * head_dim)     qwen2 only, else NULL
     float *bk;          // (n_head_kv * head_dim)  qwen2 only
     float *bv;          // (n_head_kv * head_dim)  qwen2 only
+    float *q_norm;      // (head_dim)  qk_norm only, else NULL
+    float *k_norm;      // (head_dim)  qk_norm only
     ak_weight wo;       // (dim, n_head * head_dim)
+    float *post_attn_norm; // (dim)    post_norms only, else NULL
     float *ffn_norm;    // (dim)
     ak_weight w_gate;   // (ffn, dim)
     ak_weight w_up;     // (ffn, dim)
     ak_weight w_down;   // (dim, ffn)
+    float *post_ffn_norm; // (dim)     post_norms only
+    int window;         /* sliding window of this layer (positions), 0: it sees the whole sequence */
 } ak_layer;
 
 typedef struct {
@@ -76,6 +95,7 @@ typedef struct {
     ak_weight output;   // (vocab, dim); the embeddings when tied
     ak_layer *layers;   // (n_layer)
     float *inv_freq;    // (rope_dim / 2) RoPE inverse frequencies, Llama-3 factors applied
+    float *inv_freq_swa; // (rope_dim / 2) those of the sliding-window layers, or NULL (no window)
     size_t weight_bytes;
     void *packed_mem;   /* one mapping for every ak_weight.packed copy, or NULL */
     size_t packed_bytes;    /* its length */

@@ -1,0 +1,142 @@
+/* test_families.c - what the model families beyond llama/qwen2 add to the
+ * engine: sliding-window attention (gemma3's local layers) against a direct
+ * computation, and the one-line error for an architecture the engine does
+ * not run. The families' arithmetic as a whole is checked against llama.cpp
+ * in test_golden.c. */
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/blockpool.h"
+#include "../src/gguf.h"
+#include "../src/kvcache.h"
+#include "../src/model.h"
+#include "test.h"
+
+/* Attention of query q over keys/values [lo, p] in double: the reference. */
+static void naive_attend(const float *K, const float *V, int d, int lo, int p, const float *q, float scale,
+                         double *out) {
+    double mx = -1e300, l = 0;
+    for (int j = lo; j <= p; j++) {
+        double s = 0;
+        for (int i = 0; i < d; i++) s += (double)q[i] * K[(size_t)j * d + i];
+        if (s * scale > mx) mx = s * scale;
+    }
+    for (int i = 0; i < d; i++) out[i] = 0;
+    for (int j = lo; j <= p; j++) {
+        double s = 0;
+        for (int i = 0; i < d; i++) s += (double)q[i] * K[(size_t)j * d + i];
+        double w = exp(s * scale - mx);
+        l += w;
+        for (int i = 0; i < d; i++) out[i] += w * V[(size_t)j * d + i];
+    }
+    for (int i = 0; i < d; i++) out[i] /= l;
+}
+
+/* A token at position p of a window-W layer sees exactly positions
+ * p-W+1..p: ak_kv_attend_run_window equals a direct softmax over those (f32
+ * cache, so only rounding differs), for windows smaller than, equal to and
+ * larger than a block, runs that start inside, at and past the window, and
+ * decode (runs of one); a token's result does not depend on the run it was
+ * computed in (bit for bit); window 0 is ak_kv_attend_run's full causal
+ * attention, bit for bit. */
+TEST(attend_window_matches_direct_softmax) {
+    enum { N = 100, D = 16, NQ = 2, T = 8 };
+    ak_cache_spec spec = {.n_layer = 1, .n_head_kv = 1, .head_dim_k = D, .head_dim_v = D, .n_ctx = N};
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&spec, T, 0, &err);
+    REQUIRE(pool, "pool: %s", err.msg);
+    ak_kv *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, N, &err);
+    REQUIRE(kv, "kv: %s", err.msg);
+    static float K[N * D], V[N * D], Q[N * NQ * D], out[N * NQ * D], one[NQ * D], full[NQ * D];
+    ak_rng r;
+    ak_rng_seed(&r, 11);
+    for (int i = 0; i < N * D; i++) { K[i] = ak_rng_normal(&r); V[i] = ak_rng_normal(&r); }
+    for (int i = 0; i < N * NQ * D; i++) Q[i] = ak_rng_normal(&r);
+    REQUIRE(ak_kv_prepare(kv, 0, N, &err) == 0, "prepare: %s", err.msg);
+    for (int p = 0; p < N; p++) REQUIRE(ak_kv_write(kv, 0, p, K + p * D, V + p * D, &err) == 0, "write: %s", err.msg);
+    float *scratch = malloc(sizeof(float) * ak_kv_attend_run_scratch(kv, NQ * N));
+    REQUIRE(scratch, "scratch");
+    const float scale = 0.25f;
+    static const int windows[] = {1, 5, 8, 16, 33, 200};
+    static const int runs[][2] = {{0, 40}, {3, 17}, {20, 16}, {37, 63}, {90, 10}, {99, 1}, {50, 1}, {7, 1}};
+    int bad = 0, notsame = 0;
+    double worst = 0;
+    for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+        int W = windows[wi];
+        for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
+            int pos0 = runs[ri][0], nt = runs[ri][1];
+            ak_kv_attend_run_window(kv, 0, 0, Q + (size_t)pos0 * NQ * D, NQ * D, NQ, nt, pos0, W, scale, out,
+                                    NQ * D, scratch);
+            for (int tk = 0; tk < nt; tk++) {
+                int p = pos0 + tk, lo = p - W + 1 > 0 ? p - W + 1 : 0;
+                for (int h = 0; h < NQ; h++) {
+                    double ref[D];
+                    naive_attend(K, V, D, lo, p, Q + ((size_t)p * NQ + h) * D, scale, ref);
+                    for (int i = 0; i < D; i++) {
+                        double e = fabs(out[((size_t)tk * NQ + h) * D + i] - ref[i]);
+                        if (e > worst) worst = e;
+                        if (e > 1e-5) bad++;
+                    }
+                }
+                /* the same token decoded alone */
+                ak_kv_attend_run_window(kv, 0, 0, Q + (size_t)p * NQ * D, 0, NQ, 1, p, W, scale, one, 0, scratch);
+                if (memcmp(one, out + (size_t)tk * NQ * D, sizeof one)) notsame++;
+            }
+        }
+    }
+    CHECK(bad == 0, "%d outputs differ from the direct windowed softmax (worst %g)", bad, worst);
+    CHECK(notsame == 0, "%d tokens differ between their run and decoding alone", notsame);
+    /* no window: full causal attention, the same bits as ak_kv_attend_run */
+    int diff0 = 0;
+    for (int p = 0; p < N; p += 7) {
+        ak_kv_attend_run_window(kv, 0, 0, Q + (size_t)p * NQ * D, 0, NQ, 1, p, 0, scale, one, 0, scratch);
+        ak_kv_attend_run(kv, 0, 0, Q + (size_t)p * NQ * D, 0, NQ, 1, p, scale, full, 0, scratch);
+        diff0 += memcmp(one, full, sizeof one) != 0;
+        double ref[D];
+        naive_attend(K, V, D, 0, p, Q + (size_t)p * NQ * D, scale, ref);
+        for (int i = 0; i < D; i++) diff0 += fabs(one[i] - ref[i]) > 1e-5;
+    }
+    CHECK(diff0 == 0, "window 0: %d mismatches against full causal attention", diff0);
+    free(scratch);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+}
+
+/* Loads path expecting failure; the message must be one line naming arch. */
+static void expect_unsupported(ak_test_ctx *t, const char *path, const char *arch) {
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(path, NULL, NULL, &err);
+    if (m) {
+        ak_model_free(m);
+        ak_test_fail(t, __FILE__, __LINE__, "%s (architecture %s) loaded", path, arch);
+        return;
+    }
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "'%s'", arch);
+    CHECK(strstr(err.msg, "unsupported architecture") && strstr(err.msg, quoted), "%s: message does not name %s: %s",
+          path, quoted, err.msg);
+    CHECK(!strchr(err.msg, '\n'), "%s: message is more than one line: %s", path, err.msg);
+    CHECK(err.code == AK_ERR_INVALID, "%s: code %d, expected AK_ERR_INVALID", path, err.code);
+}
+
+/* A file of an architecture the engine does not run is refused up front,
+ * with one line naming it: the shipped deepseek2 file, and a made-up one
+ * (only its architecture key and an embedding, nothing else it would need). */
+TEST(unsupported_architecture_one_line_error) {
+    char path[512];
+    expect_unsupported(t, test_path(path, sizeof path, "models/deepseek2-tiny.gguf"), "deepseek2");
+    snprintf(path, sizeof path, "%s/arch-mamba.gguf", test_tmp_dir());
+    ak_error err = {{0}};
+    gguf_writer *w = gguf_writer_open(path, &err);
+    REQUIRE(w, "open: %s", err.msg);
+    gguf_writer_kv_str(w, "general.architecture", "mamba");
+    gguf_writer_kv_u32(w, "mamba.embedding_length", 8);
+    uint64_t ne[2] = {8, 4};
+    gguf_writer_tensor(w, "token_embd.weight", GGML_TYPE_F32, 2, ne);
+    gguf_writer_begin_data(w);
+    float z[32] = {0};
+    gguf_writer_write(w, z, sizeof z);
+    REQUIRE(gguf_writer_close(w, &err) == 0, "write: %s", err.msg);
+    expect_unsupported(t, path, "mamba");
+    unlink(path);
+}
