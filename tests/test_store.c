@@ -1483,7 +1483,7 @@ TEST(store_gc_counts_quarantine_and_quarantine_is_bounded) {
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
     uint64_t size = 0;
     for (int i = 0; i < 3; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "k%d", i);
         REQUIRE(ak_store_save(st, id, a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
         struct stat sb;
@@ -1493,7 +1493,7 @@ TEST(store_gc_counts_quarantine_and_quarantine_is_bounded) {
     /* two corrupt files of the agent's size, quarantined by loads */
     uint8_t *junk = calloc(1, (size_t)size);
     for (int i = 0; i < 2; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "bad%d", i);
         REQUIRE(write_bytes(file_of(dir, id), junk, (size_t)size) == 0, "write");
         CHECK(ak_store_load(st, id, FP, VOCAB, b.kv, NULL, &err) == AK_STORE_CORRUPT, "junk loaded: %s", err.msg);
@@ -1504,7 +1504,7 @@ TEST(store_gc_counts_quarantine_and_quarantine_is_bounded) {
     CHECK(removed == 1 && left == 4 * size && count_quarantine(dir) == 1, "gc to 4 files: removed %d, left %llu, "
           "%d quarantined", removed, (unsigned long long)left, count_quarantine(dir));
     for (int i = 0; i < 3; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "k%d", i);
         CHECK(exists(file_of(dir, id)), "agent file %s deleted while quarantined files were left", id);
     }
