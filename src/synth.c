@@ -227,7 +227,7 @@ static void gen_task(void *ctx, int ith, int nth) {
  * splits into two shorter pieces, so SentencePiece merging can reach it. */
 static void piece(uint64_t k, char *buf) {
     static const char sp[] = "\xe2\x96\x81";   /* U+2581 ▁ */
-    if (k == 0) { strcpy(buf, sp); return; }
+    if (k == 0) { memcpy(buf, sp, sizeof sp); return; }
     if (k <= 94) { buf[0] = (char)(32 + k); buf[1] = 0; return; }
     k -= 95;
     for (int L = 1;; L++) {
@@ -276,9 +276,9 @@ static int synth_vocab_build(synth_vocab *v, int n, const char *path, ak_error *
     }
     char *p = v->pool;
     for (int i = 0; i < n; i++) {
-        if (i == 0) { strcpy(p, "<unk>"); v->types[i] = 2; }        /* UNKNOWN */
-        else if (i == 1) { strcpy(p, "<s>"); v->types[i] = 3; }     /* CONTROL */
-        else if (i == 2) { strcpy(p, "</s>"); v->types[i] = 3; }
+        if (i == 0) { snprintf(p, 16, "<unk>"); v->types[i] = 2; }        /* UNKNOWN */
+        else if (i == 1) { snprintf(p, 16, "<s>"); v->types[i] = 3; }    /* CONTROL */
+        else if (i == 2) { snprintf(p, 16, "</s>"); v->types[i] = 3; }
         else if (i < 3 + 256) { snprintf(p, 16, "<0x%02X>", i - 3); v->types[i] = 6; }   /* BYTE */
         else {
             piece((uint64_t)(i - 259), p);
