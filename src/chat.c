@@ -85,7 +85,8 @@ static int has(const char *t, size_t n, const char *needle) {
 static ak_chat_family detect_n(const char *t, size_t n) {
     if (!t || n == 0) return AK_CHAT_PLAIN;
     if (has(t, n, "<|start_header_id|>")) return AK_CHAT_LLAMA3;
-    if (has(t, n, "<|im_start|>")) return AK_CHAT_CHATML;
+    if (has(t, n, "<|im_start|>"))
+        return has(t, n, "reasoning_content") && has(t, n, "</think>") ? AK_CHAT_QWEN3 : AK_CHAT_CHATML;
     if (has(t, n, "<start_of_turn>")) return AK_CHAT_GEMMA;
     if (has(t, n, "<|user|>") && has(t, n, "<|end|>")) return AK_CHAT_PHI3;
     if (has(t, n, "[INST]")) return has(t, n, "<<SYS>>") ? AK_CHAT_LLAMA2 : AK_CHAT_MISTRAL;
@@ -173,7 +174,7 @@ char *ak_chat_template_gguf(const gguf_file *f, ak_error *err) {
 }
 
 static const char *const family_names[] = {
-    "llama3", "chatml", "llama2", "mistral", "gemma", "phi3", "plain",
+    "llama3", "chatml", "llama2", "mistral", "gemma", "phi3", "qwen3", "plain",
 };
 #define N_FAMILIES ((int)(sizeof family_names / sizeof family_names[0]))
 
@@ -190,13 +191,14 @@ int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err) {
         }
     }
     return ak_fail(err, "chat: unknown template family \"%.64s\" (expected llama3, chatml, "
-                        "llama2, mistral, gemma, phi3 or plain)", name);
+                        "llama2, mistral, gemma, phi3, qwen3 or plain)", name);
 }
 
 const char *ak_chat_end_of_turn(ak_chat_family f) {
     switch (f) {
     case AK_CHAT_LLAMA3: return "<|eot_id|>";
     case AK_CHAT_CHATML: return "<|im_end|>";
+    case AK_CHAT_QWEN3: return "<|im_end|>";
     case AK_CHAT_LLAMA2: return "</s>";
     case AK_CHAT_MISTRAL: return "</s>";
     case AK_CHAT_GEMMA: return "<end_of_turn>";
@@ -364,6 +366,60 @@ static void render_phi3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, i
     sb_puts(b, gen ? "<|assistant|>\n" : eos);
 }
 
+/* The last occurrence of needle in s, or NULL. */
+static const char *last_of(const char *s, const char *needle) {
+    const char *hit = NULL;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p++) hit = p;
+    return hit;
+}
+
+static int starts_ends(const char *s, const char *pre, const char *suf) {
+    size_t n = strlen(s), a = strlen(pre), z = strlen(suf);
+    return n >= a && n >= z && !strncmp(s, pre, a) && !strcmp(s + n - z, suf);
+}
+
+static void render_qwen3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen) {
+    /* the last real user query: assistant turns after it keep their reasoning */
+    int last_query = n - 1;
+    for (int i = n - 1; i >= 0; i--)
+        if (r[i] == ROLE_USER && !starts_ends(m[i].content, "<tool_response>", "</tool_response>")) {
+            last_query = i;
+            break;
+        }
+    for (int i = 0; i < n; i++) {
+        const char *c = m[i].content;
+        if (r[i] != ROLE_ASSISTANT) {
+            sb_puts(b, "<|im_start|>");
+            sb_puts(b, role_names[r[i]]);
+            sb_puts(b, "\n");
+            CONTENT(b, sb_puts(b, c));
+            sb_puts(b, "<|im_end|>\n");
+            continue;
+        }
+        /* reasoning [rs, re): before the first </think>, after the last
+         * <think> in that part; the content follows the last </think> */
+        const char *rs = c, *re = c, *close = strstr(c, "</think>");
+        if (close) {
+            re = close;
+            for (const char *p = c; (p = strstr(p, "<think>")) != NULL && p < close; p++) rs = p + 7;
+            c = last_of(c, "</think>") + 8;
+            while (*c == '\n') c++;
+        }
+        while (rs < re && *rs == '\n') rs++;
+        while (re > rs && re[-1] == '\n') re--;
+        sb_puts(b, "<|im_start|>assistant\n");
+        if (i > last_query && (i == n - 1 || re > rs)) {
+            sb_puts(b, "<think>\n");
+            CONTENT(b, sb_putn(b, rs, (size_t)(re - rs)));
+            sb_puts(b, "\n</think>\n\n");
+            while (*c == '\n') c++;
+        }
+        CONTENT(b, sb_puts(b, c));
+        sb_puts(b, "<|im_end|>\n");
+    }
+    if (gen) sb_puts(b, "<|im_start|>assistant\n");
+}
+
 static void render_plain(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
                          const char *bos) {
     static const char *const label[] = { "System: ", "User: ", "Assistant: " };
@@ -402,6 +458,7 @@ static int render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_gene
     case AK_CHAT_MISTRAL: rc = render_mistral(b, msgs, roles, n, bos, eos, err); break;
     case AK_CHAT_GEMMA: render_gemma(b, msgs, roles, n, gen, bos); break;
     case AK_CHAT_PHI3: render_phi3(b, msgs, roles, n, gen, eos); break;
+    case AK_CHAT_QWEN3: render_qwen3(b, msgs, roles, n, gen); break;
     case AK_CHAT_PLAIN: render_plain(b, msgs, roles, n, gen, bos); break;
     }
     free(roles);

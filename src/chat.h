@@ -53,6 +53,25 @@
  *   phi3     Phi-3.5: "<|ROLE|>\n" + content + "<|end|>\n" per message
  *            (system messages with empty content are skipped); generation
  *            prompt "<|assistant|>\n", or eos at the end when it is off. No bos.
+ *   qwen3    Qwen3's ChatML with thinking (template mentions both
+ *            "reasoning_content" and "</think>"): a first system message and
+ *            user messages as chatml (a system message elsewhere too, as a
+ *            turn of its own; no default system message). An assistant
+ *            message's reasoning is the text before its first "</think>",
+ *            after the last "<think>" there, '\n's stripped from both ends;
+ *            its content is the text after its last "</think>", leading
+ *            '\n's stripped (the whole text when there is no "</think>").
+ *            Assistant messages before the last user message show only
+ *            their content ("<|im_start|>assistant\n" + content); those after
+ *            it show "<|im_start|>assistant\n<think>\n" + reasoning +
+ *            "\n</think>\n\n" + content (leading '\n's stripped) when they are
+ *            the last message or have reasoning. The last user message is the
+ *            last whose content is not wrapped in "<tool_response>" ...
+ *            "</tool_response>" (none: the last message). Every turn ends
+ *            "<|im_end|>\n"; the generation prompt is "<|im_start|>assistant\n"
+ *            (thinking on: the template's enable_thinking left undefined). No
+ *            bos. A reply's reasoning is dropped from later prompts, as the
+ *            real template does.
  *   plain    Fallback for models without a template: bos, then per message
  *            "System: ", "User: " or "Assistant: " + content + "\n"; the
  *            generation prompt is "Assistant:" (no trailing space), so the
@@ -80,6 +99,7 @@ typedef enum {
     AK_CHAT_MISTRAL,
     AK_CHAT_GEMMA,
     AK_CHAT_PHI3,
+    AK_CHAT_QWEN3,
     AK_CHAT_PLAIN
 } ak_chat_family;
 
@@ -93,7 +113,8 @@ typedef struct {
 } ak_chat_msg;
 
 /* Picks the family of a chat template by its markers, in this order:
- * "<|start_header_id|>" -> llama3; "<|im_start|>" -> chatml;
+ * "<|start_header_id|>" -> llama3; "<|im_start|>" -> qwen3 if the template
+ * also has "reasoning_content" and "</think>", else chatml;
  * "<start_of_turn>" -> gemma; "<|user|>" and "<|end|>" -> phi3; "[INST]" with
  * "<<SYS>>" -> llama2; "[INST]" without -> mistral; anything else, an empty
  * string or NULL -> plain. Never fails. */
@@ -109,7 +130,7 @@ ak_chat_family ak_chat_detect_gguf(const gguf_file *f);
 char *ak_chat_template_gguf(const gguf_file *f, ak_error *err);
 
 /* The family's lower-case name: "llama3", "chatml", "llama2", "mistral",
- * "gemma", "phi3", "plain" ("unknown" for an out-of-range value). Static. */
+ * "gemma", "phi3", "qwen3", "plain" ("unknown" for an out-of-range value). Static. */
 const char *ak_chat_family_name(ak_chat_family f);
 
 /* Parses a family name as printed by ak_chat_family_name (ASCII
@@ -118,7 +139,7 @@ const char *ak_chat_family_name(ak_chat_family f);
 int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err);
 
 /* The text that ends a model turn in this family, for servers to stop on:
- * llama3 "<|eot_id|>", chatml "<|im_end|>", llama2/mistral "</s>", gemma
+ * llama3 "<|eot_id|>", chatml and qwen3 "<|im_end|>", llama2/mistral "</s>", gemma
  * "<end_of_turn>", phi3 "<|end|>", plain "\nUser:". Static string. */
 const char *ak_chat_end_of_turn(ak_chat_family f);
 

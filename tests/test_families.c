@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../src/blockpool.h"
+#include "../src/chat.h"
 #include "../src/gguf.h"
 #include "../src/kvcache.h"
 #include "../src/model.h"
@@ -139,4 +140,53 @@ TEST(unsupported_architecture_one_line_error) {
     REQUIRE(gguf_writer_close(w, &err) == 0, "write: %s", err.msg);
     expect_unsupported(t, path, "mamba");
     unlink(path);
+}
+
+/* Qwen3's template, worked by hand from the real template's logic (ChatML;
+ * an assistant turn's reasoning kept only after the last user query, and
+ * always an explicit think block on a final assistant turn). */
+TEST(chat_qwen3_renders_as_its_template) {
+    static const struct {
+        const char *what;
+        int n, gen;
+        ak_chat_msg m[4];
+        const char *want;
+    } cases[] = {
+        {"system + user", 2, 1, {{"system", "S"}, {"user", "Hi"}},
+         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+        {"earlier reasoning dropped", 3, 1,
+         {{"user", "Hi"}, {"assistant", "<think>\nreason\n</think>\n\nHello"}, {"user", "More"}},
+         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+         "<|im_start|>user\nMore<|im_end|>\n<|im_start|>assistant\n"},
+        {"final turn keeps reasoning", 2, 0, {{"user", "Hi"}, {"assistant", "<think>\nreason\n</think>\n\nHello"}},
+         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nreason\n</think>\n\nHello<|im_end|>\n"},
+        {"final turn without reasoning", 2, 0, {{"user", "Hi"}, {"assistant", "\nHello"}},
+         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello<|im_end|>\n"},
+        {"two turns after the query", 3, 0, {{"user", "Q"}, {"assistant", "x<think>a\n\n</think>b"}, {"assistant", "\nc"}},
+         "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\na\n</think>\n\nb<|im_end|>\n"
+         "<|im_start|>assistant\n<think>\n\n</think>\n\nc<|im_end|>\n"},
+        {"no reasoning, not last", 3, 1, {{"user", "Q"}, {"assistant", "\nplain"}, {"system", "late"}},
+         "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n\nplain<|im_end|>\n"
+         "<|im_start|>system\nlate<|im_end|>\n<|im_start|>assistant\n"},
+        {"tool response is no query", 3, 1,
+         {{"user", "q"}, {"assistant", "<think>r</think>x"}, {"user", "<tool_response>y</tool_response>"}},
+         "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\nx<|im_end|>\n"
+         "<|im_start|>user\n<tool_response>y</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        ak_error err = {{0}};
+        int rc = ak_chat_render(AK_CHAT_QWEN3, cases[i].m, cases[i].n, cases[i].gen, "<bos>", "<eos>", NULL, &out, &err);
+        CHECK(rc == 0 && out && !strcmp(out, cases[i].want), "%s:\n    want \"%s\"\n    got  \"%s\" %s", cases[i].what,
+              cases[i].want, out ? out : "(null)", err.msg);
+        free(out);
+    }
+    /* detection: Qwen3's markers pick it; a plain ChatML template stays chatml */
+    CHECK(ak_chat_detect("{%- if message.reasoning_content is string %}{{ '<|im_start|>' }}"
+                         "{%- if '</think>' in content %}") == AK_CHAT_QWEN3, "qwen3 not detected");
+    CHECK(ak_chat_detect("{{ '<|im_start|>' + message['role'] }}") == AK_CHAT_CHATML, "chatml taken for qwen3");
+    CHECK(!strcmp(ak_chat_end_of_turn(AK_CHAT_QWEN3), "<|im_end|>"), "qwen3 end of turn");
+    ak_chat_family f;
+    ak_error err = {{0}};
+    CHECK(ak_chat_family_parse("qwen3", &f, &err) == 0 && f == AK_CHAT_QWEN3, "parse qwen3");
 }
