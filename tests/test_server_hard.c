@@ -593,15 +593,16 @@ TEST(server_buffered_body_bytes_capped) {
 /* ------------------------------------------------------------ 3. abandoned */
 
 /* Starts a long greedy request for agent id and leaves after leave_ms;
- * returns 0 if it could. */
+ * returns 0 if it could. stream: 0 plain, 1 streamed with all text held
+ * back (a long stop string), 2 streamed with text flowing. */
 static int abandon(int port, const char *id, int stream, int leave_ms) {
     char body[1024], hdr[200];
     snprintf(body, sizeof body,
              "{\"model\":\"m\",\"prompt\":\"The\",\"max_tokens\":1000,\"temperature\":0,\"stream\":%s,"
              "\"stop\":\"%s\"}",
              stream ? "true" : "false",
-             stream ? "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ"
-                    : "ZZZZ");
+             stream == 1 ? "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ"
+                         : "ZZZZ");
     snprintf(hdr, sizeof hdr, "X-Agent-Id: %s\r\n", id);
     int fd = dial(port, 5000);
     if (fd < 0 || send_req(fd, "POST", "/v1/completions", hdr, body) < 0) return -1;
@@ -644,6 +645,7 @@ TEST(server_abandoned_requests_cancelled) {
     if (rig_start(t, &r, "models/tiny-llama-h64-gqa-f32.gguf", &lim, "hard-abandon") < 0) return;
     check_abandoned(t, &r, "quitter", 0);
     check_abandoned(t, &r, "quitter-sse", 1);
+    check_abandoned(t, &r, "quitter-sse-flowing", 2);
     rig_stop(&r);
 }
 
