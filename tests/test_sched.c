@@ -355,10 +355,12 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* Sends one HTTP request to 127.0.0.1:port and reads the whole answer into
+/* Sends one HTTP request (method, path, extra header lines, body) to
+ * 127.0.0.1:port and reads the whole answer into
  * out (n bytes, NUL-terminated); 5 s timeouts on connect, send and receive.
  * Returns the bytes read, or -1. */
-static int http_post(int port, const char *path, const char *headers, const char *body, char *out, size_t n) {
+static int http_req(int port, const char *method, const char *path, const char *headers, const char *body, char *out,
+                    size_t n) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct timeval tv = {5, 0};
@@ -370,8 +372,8 @@ static int http_post(int port, const char *path, const char *headers, const char
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) { close(fd); return -1; }
     char req[2048];
-    int l = snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", path, headers, strlen(body), body);
+    int l = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", method, path, headers, strlen(body), body);
     if (l <= 0 || (size_t)l >= sizeof req || write(fd, req, (size_t)l) != l) { close(fd); return -1; }
     size_t got = 0;
     for (int i = 0; i < 1000 && got + 1 < n; i++) {   /* bounded: at most 1000 reads of up to 5 s */
@@ -441,11 +443,20 @@ TEST(sched_serve_exits_nonzero_naming_unsaved_agents) {
     text = NULL;
     int moved = rename(dir, away) == 0;
     char resp[8192];
-    int got = http_post(port, "/v1/completions", "X-Agent-Id: keeper\r\n",
+    int got = http_req(port, "POST", "/v1/completions", "X-Agent-Id: keeper\r\n",
                         "{\"model\":\"m\",\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0}", resp,
                         sizeof resp);
     CHECK(got > 0 && strstr(resp, " 200 "), "the turn failed: %s", got > 0 ? resp : "no answer");
-    sleep_ms(300);   /* the turn's save is attempted (and fails) meanwhile */
+    /* the turn's save fails meanwhile (and is retried): /metrics counts it */
+    long failures = 0;
+    static char metrics[1 << 17];
+    for (int i = 0; i < 100 && failures < 1; i++) {
+        sleep_ms(50);
+        got = http_req(port, "GET", "/metrics", "", "", metrics, sizeof metrics);
+        const char *m = got > 0 ? strstr(metrics, "\nagentkv_store_save_failures_total ") : NULL;
+        if (m) failures = atol(m + strlen("\nagentkv_store_save_failures_total "));
+    }
+    CHECK(failures >= 1, "/metrics shows %ld failed saves", failures);
     kill(pid, SIGTERM);
     int ws = wait_exit(pid, 60000);
     text = ak_read_file(log, NULL, NULL);
