@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sodium.h>
 #include <time.h>
 
 #include "../src/store.h"
@@ -62,6 +63,7 @@ int cmd_cache(int argc, char **argv) {
         return 1;
     }
     ak_store *s = ak_store_open(dir, key_file ? key : NULL, &err);
+    sodium_memzero(key, sizeof key);   /* the store keeps its own copy */
     if (!s) { fprintf(stderr, "agentkv cache: %s\n", err.msg); return 1; }
     int rc = 1;
     ak_store_entry *ents = NULL;
