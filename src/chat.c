@@ -87,7 +87,7 @@ static ak_chat_family detect_n(const char *t, size_t n) {
     if (has(t, n, "<|start_header_id|>")) return AK_CHAT_LLAMA3;
     if (has(t, n, "<|im_start|>"))
         return has(t, n, "reasoning_content") && has(t, n, "</think>") ? AK_CHAT_QWEN3 : AK_CHAT_CHATML;
-    if (has(t, n, "<start_of_turn>")) return AK_CHAT_GEMMA;
+    if (has(t, n, "<start_of_turn>")) return has(t, n, "first_user_prefix") ? AK_CHAT_GEMMA3 : AK_CHAT_GEMMA;
     if (has(t, n, "<|user|>") && has(t, n, "<|end|>")) return AK_CHAT_PHI3;
     if (has(t, n, "[INST]")) return has(t, n, "<<SYS>>") ? AK_CHAT_LLAMA2 : AK_CHAT_MISTRAL;
     return AK_CHAT_PLAIN;
@@ -174,7 +174,7 @@ char *ak_chat_template_gguf(const gguf_file *f, ak_error *err) {
 }
 
 static const char *const family_names[] = {
-    "llama3", "chatml", "llama2", "mistral", "gemma", "phi3", "qwen3", "plain",
+    "llama3", "chatml", "llama2", "mistral", "gemma", "phi3", "qwen3", "gemma3", "plain",
 };
 #define N_FAMILIES ((int)(sizeof family_names / sizeof family_names[0]))
 
@@ -191,7 +191,7 @@ int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err) {
         }
     }
     return ak_fail(err, "chat: unknown template family \"%.64s\" (expected llama3, chatml, "
-                        "llama2, mistral, gemma, phi3, qwen3 or plain)", name);
+                        "llama2, mistral, gemma, phi3, qwen3, gemma3 or plain)", name);
 }
 
 const char *ak_chat_end_of_turn(ak_chat_family f) {
@@ -202,6 +202,7 @@ const char *ak_chat_end_of_turn(ak_chat_family f) {
     case AK_CHAT_LLAMA2: return "</s>";
     case AK_CHAT_MISTRAL: return "</s>";
     case AK_CHAT_GEMMA: return "<end_of_turn>";
+    case AK_CHAT_GEMMA3: return "<end_of_turn>";
     case AK_CHAT_PHI3: return "<|end|>";
     case AK_CHAT_PLAIN: return "\nUser:";
     }
@@ -353,6 +354,29 @@ static void render_gemma(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
     if (gen) sb_puts(b, "<start_of_turn>model\n");
 }
 
+static void render_gemma3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen, const char *bos) {
+    static const char *const shown[] = { "system", "user", "model" };
+    const char *prefix = r[0] == ROLE_SYSTEM ? m[0].content : NULL;
+    sb_puts(b, bos);
+    if (prefix && n == 1) {   /* the template would drop it */
+        sb_puts(b, "<start_of_turn>user\n");
+        CONTENT(b, sb_put_trim(b, prefix));
+        sb_puts(b, "<end_of_turn>\n");
+    }
+    for (int i = prefix ? 1 : 0; i < n; i++) {
+        sb_puts(b, "<start_of_turn>");
+        sb_puts(b, shown[r[i]]);
+        sb_puts(b, "\n");
+        if (prefix && i == 1) {
+            CONTENT(b, sb_puts(b, prefix));
+            sb_puts(b, "\n\n");
+        }
+        CONTENT(b, sb_put_trim(b, m[i].content));
+        sb_puts(b, "<end_of_turn>\n");
+    }
+    if (gen) sb_puts(b, "<start_of_turn>model\n");
+}
+
 static void render_phi3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
                         const char *eos) {
     for (int i = 0; i < n; i++) {
@@ -459,6 +483,7 @@ static int render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_gene
     case AK_CHAT_GEMMA: render_gemma(b, msgs, roles, n, gen, bos); break;
     case AK_CHAT_PHI3: render_phi3(b, msgs, roles, n, gen, eos); break;
     case AK_CHAT_QWEN3: render_qwen3(b, msgs, roles, n, gen); break;
+    case AK_CHAT_GEMMA3: render_gemma3(b, msgs, roles, n, gen, bos); break;
     case AK_CHAT_PLAIN: render_plain(b, msgs, roles, n, gen, bos); break;
     }
     free(roles);

@@ -50,6 +50,16 @@
  *            line ("SYS\n\nUSER", then trimmed as a whole; consecutive system
  *            messages are joined the same way); a system message that no
  *            user message follows becomes a user turn of its own.
+ *   gemma3   Gemma 3 (template mentions "<start_of_turn>" and
+ *            "first_user_prefix"): bos, then a first system message's text +
+ *            "\n\n" goes in front of the next message's trimmed content (not
+ *            trimmed itself); every other message is "<start_of_turn>ROLE\n"
+ *            + trim(content) + "<end_of_turn>\n" with assistant shown as
+ *            "model" (a later system message is a "system" turn, as the
+ *            template renders it where roles alternate; alternation is not
+ *            enforced). A system message with nothing after it, which the
+ *            template drops, becomes a user turn of its own. Generation
+ *            prompt "<start_of_turn>model\n".
  *   phi3     Phi-3.5: "<|ROLE|>\n" + content + "<|end|>\n" per message
  *            (system messages with empty content are skipped); generation
  *            prompt "<|assistant|>\n", or eos at the end when it is off. No bos.
@@ -100,6 +110,7 @@ typedef enum {
     AK_CHAT_GEMMA,
     AK_CHAT_PHI3,
     AK_CHAT_QWEN3,
+    AK_CHAT_GEMMA3,
     AK_CHAT_PLAIN
 } ak_chat_family;
 
@@ -115,7 +126,8 @@ typedef struct {
 /* Picks the family of a chat template by its markers, in this order:
  * "<|start_header_id|>" -> llama3; "<|im_start|>" -> qwen3 if the template
  * also has "reasoning_content" and "</think>", else chatml;
- * "<start_of_turn>" -> gemma; "<|user|>" and "<|end|>" -> phi3; "[INST]" with
+ * "<start_of_turn>" -> gemma3 if the template also has "first_user_prefix",
+ * else gemma; "<|user|>" and "<|end|>" -> phi3; "[INST]" with
  * "<<SYS>>" -> llama2; "[INST]" without -> mistral; anything else, an empty
  * string or NULL -> plain. Never fails. */
 ak_chat_family ak_chat_detect(const char *template_text);
@@ -130,7 +142,7 @@ ak_chat_family ak_chat_detect_gguf(const gguf_file *f);
 char *ak_chat_template_gguf(const gguf_file *f, ak_error *err);
 
 /* The family's lower-case name: "llama3", "chatml", "llama2", "mistral",
- * "gemma", "phi3", "qwen3", "plain" ("unknown" for an out-of-range value). Static. */
+ * "gemma", "phi3", "qwen3", "gemma3", "plain" ("unknown" for an out-of-range value). Static. */
 const char *ak_chat_family_name(ak_chat_family f);
 
 /* Parses a family name as printed by ak_chat_family_name (ASCII
@@ -140,7 +152,7 @@ int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err);
 
 /* The text that ends a model turn in this family, for servers to stop on:
  * llama3 "<|eot_id|>", chatml and qwen3 "<|im_end|>", llama2/mistral "</s>", gemma
- * "<end_of_turn>", phi3 "<|end|>", plain "\nUser:". Static string. */
+ * and gemma3 "<end_of_turn>", phi3 "<|end|>", plain "\nUser:". Static string. */
 const char *ak_chat_end_of_turn(ak_chat_family f);
 
 /* Renders msgs[0..n) in family f (see the table above) into *out, a malloc'd

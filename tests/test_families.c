@@ -266,3 +266,39 @@ TEST(gemma3_warm_restore_continues_as_hot) {
     check_gemma3_warm(t, AK_KV_F16, AK_KV_F16);
     check_gemma3_warm(t, AK_KV_Q8, AK_KV_TQ3);
 }
+
+/* Gemma 3's template, worked by hand from the real template's logic: the
+ * first system message goes, untrimmed, in front of the next turn's trimmed
+ * content; it takes system messages where Gemma 2's refuses them. */
+TEST(chat_gemma3_renders_as_its_template) {
+    static const struct {
+        const char *what;
+        int n, gen;
+        ak_chat_msg m[3];
+        const char *want;
+    } cases[] = {
+        {"system + user", 2, 1, {{"system", "You are terse."}, {"user", "  Hi  "}},
+         "<bos><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
+        {"turns", 3, 1, {{"user", "a"}, {"assistant", " b "}, {"user", "c"}},
+         "<bos><start_of_turn>user\na<end_of_turn>\n<start_of_turn>model\nb<end_of_turn>\n"
+         "<start_of_turn>user\nc<end_of_turn>\n<start_of_turn>model\n"},
+        {"system kept as is", 2, 0, {{"system", " S "}, {"user", "u\n"}},
+         "<bos><start_of_turn>user\n S \n\nu<end_of_turn>\n"},
+        {"later system turn", 2, 1, {{"user", "u"}, {"system", " late"}},
+         "<bos><start_of_turn>user\nu<end_of_turn>\n<start_of_turn>system\nlate<end_of_turn>\n<start_of_turn>model\n"},
+        {"system alone", 1, 1, {{"system", " only "}},
+         "<bos><start_of_turn>user\nonly<end_of_turn>\n<start_of_turn>model\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        ak_error err = {{0}};
+        int rc = ak_chat_render(AK_CHAT_GEMMA3, cases[i].m, cases[i].n, cases[i].gen, "<bos>", "<eos>", NULL, &out, &err);
+        CHECK(rc == 0 && out && !strcmp(out, cases[i].want), "%s:\n    want \"%s\"\n    got  \"%s\" %s", cases[i].what,
+              cases[i].want, out ? out : "(null)", err.msg);
+        free(out);
+    }
+    CHECK(ak_chat_detect("{{ bos_token }}{%- set first_user_prefix = '' -%}{{ '<start_of_turn>' }}") == AK_CHAT_GEMMA3,
+          "gemma3 not detected");
+    CHECK(ak_chat_detect("{{ '<start_of_turn>' + role }}") == AK_CHAT_GEMMA, "gemma taken for gemma3");
+    CHECK(!strcmp(ak_chat_end_of_turn(AK_CHAT_GEMMA3), "<end_of_turn>"), "gemma3 end of turn");
+}
