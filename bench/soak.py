@@ -576,7 +576,7 @@ def pct(sorted_v, p):
     return sorted_v[k]
 
 
-SVG_MAX_DOTS = 4000
+SVG_MAX_DOTS = 2500
 
 
 def write_svg(path, ttft, samples, seconds, t_restart):
@@ -613,10 +613,14 @@ def write_svg(path, ttft, samples, seconds, t_restart):
             out.append('<circle cx="%.1f" cy="%.1f" r="1.3" fill="%s" fill-opacity="0.4"/>' % (
                 x_of(t), y1(ms), colors.get(tier, "#000")))
     win = max(2.0, seconds / 90.0)
+    buckets = {}
+    for t, ti, ms in ttft:
+        if ms > 0:
+            buckets.setdefault((ti, int(t // win)), []).append(ms)
     for tier, c in colors.items():
         pts = []
         for w in range(int(-(-seconds // win))):
-            v = sorted(ms for t, ti, ms in ttft if ti == tier and w * win <= t < (w + 1) * win and ms > 0)
+            v = sorted(buckets.get((tier, w), ()))
             if len(v) >= 5:
                 pts.append("%.1f,%.1f" % (x_of((w + 0.5) * win), y1(pct(v, 99))))
         if len(pts) > 1:
