@@ -14,13 +14,16 @@ static const char *usage_text =
     "usage: agentkv synth -o FILE (--like PRESET | shape flags) [--type TYPE] [options]\n"
     "  writes a valid GGUF model with random weights (same seed => same file)\n"
     "  -o, --output FILE   output path (written as FILE.tmp, renamed when complete)\n"
-    "  --like PRESET       llama-1b, llama-3b, llama-8b, qwen2-0.5b, tinyllama-1.1b, stories15m\n"
+    "  --like PRESET       llama-1b, llama-3b, llama-8b, qwen2-0.5b, tinyllama-1.1b, stories15m,\n"
+    "                      qwen3-0.6b, qwen3-1.7b, gemma3-1b\n"
     "  --type TYPE         f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k\n"
     "                      for the 2-D matrices (default f16; K types need dim and ffn\n"
     "                      multiples of 256); norms and biases stay f32\n"
     "  --seed S            random seed (default 1)\n"
     "  shape (required without --like, override the preset with it):\n"
-    "  --arch A            llama or qwen2 (qwen2: q/k/v biases)\n"
+    "  --arch A            llama, qwen2 (q/k/v biases), qwen3 (q/k norms) or gemma3 (q/k norms,\n"
+    "                      post-norms, GeGLU, sliding window of 512 on 5 layers in 6)\n"
+    "  --head-dim N        head size when it is not dim / heads (written as key_length)\n"
     "  --dim N --layers N --heads N --kv-heads N --ffn N\n"
     "  --vocab N           synthetic SentencePiece vocabulary of N tokens (>= 260)\n"
     "  --vocab-from GGUF   copy that file's tokenizer.* metadata (and its vocab size)\n"
@@ -57,7 +60,7 @@ int cmd_synth(int argc, char **argv) {
     /* explicit flags override the preset whatever their order: collect them
      * first, apply the preset, then the flags */
     const char *like = NULL, *type = NULL, *arch = NULL;
-    long long dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0;
+    long long dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0, head_dim = 0;
     long long seed = 1;
     double rope = 0;
     int tied = -1;
@@ -73,6 +76,7 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(f, "--layers")) layers = args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--heads")) heads = args_int(&a, f, 1, 4096);
         else if (!strcmp(f, "--kv-heads")) kv_heads = args_int(&a, f, 1, 4096);
+        else if (!strcmp(f, "--head-dim")) head_dim = args_int(&a, f, 2, 1024);
         else if (!strcmp(f, "--ffn")) ffn = args_int(&a, f, 1, 1 << 20);
         else if (!strcmp(f, "--vocab")) vocab = args_int(&a, f, 260, 1 << 24);
         else if (!strcmp(f, "--ctx")) ctx = args_int(&a, f, 1, 1 << 24);
@@ -87,7 +91,8 @@ int cmd_synth(int argc, char **argv) {
     if (!o.path) args_error(&a, "-o FILE is required");
     else if (like && ak_synth_preset(&o, like) < 0) args_error(&a, "unknown preset '%s' (see --help)", like);
     else if (type && parse_type(type, &o.wtype) < 0) args_error(&a, "--type: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", type);
-    else if (arch && strcmp(arch, "llama") && strcmp(arch, "qwen2")) args_error(&a, "--arch: '%s' is not llama or qwen2", arch);
+    else if (arch && strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "gemma3"))
+        args_error(&a, "--arch: '%s' is not llama, qwen2, qwen3 or gemma3", arch);
     else if (vocab && o.vocab_from) args_error(&a, "--vocab and --vocab-from exclude each other");
     else if (!like) {
         const char *missing = !dim ? "--dim" : !layers ? "--layers" : !heads ? "--heads" : !kv_heads ? "--kv-heads"
@@ -100,6 +105,7 @@ int cmd_synth(int argc, char **argv) {
     if (layers) o.n_layers = (int)layers;
     if (heads) o.n_heads = (int)heads;
     if (kv_heads) o.n_kv_heads = (int)kv_heads;
+    if (head_dim) o.head_dim = (int)head_dim;
     if (ffn) o.ffn = (int)ffn;
     if (vocab) o.vocab = (int)vocab;
     if (ctx) o.ctx = (int)ctx;

@@ -17,6 +17,7 @@ typedef struct {
     int dim, n_layers, n_heads, n_kv_heads, ffn, vocab, ctx;
     float rope_base, rms_eps;
     int tied;
+    int head_dim, window;   /* 0: dim / n_heads; 0: no sliding window */
 } preset;
 
 /* Real models' shapes. Context lengths are kept modest (the metadata value
@@ -29,6 +30,9 @@ static const preset presets[] = {
     {"qwen2-0.5b",     "qwen2",  896, 24, 14, 2,  4864, 151936, 8192, 1000000.0f, 1e-6f, 1},
     {"tinyllama-1.1b", "llama", 2048, 22, 32, 4,  5632, 32000,  2048, 10000.0f, 1e-5f, 0},
     {"stories15m",     "llama",  288,  6,  6, 6,   768, 32000,   256, 10000.0f, 1e-5f, 1},
+    {"qwen3-0.6b",     "qwen3", 1024, 28, 16, 8,  3072, 151936, 8192, 1000000.0f, 1e-6f, 1, 128, 0},
+    {"qwen3-1.7b",     "qwen3", 2048, 28, 16, 8,  6144, 151936, 8192, 1000000.0f, 1e-6f, 1, 128, 0},
+    {"gemma3-1b",      "gemma3", 1152, 26, 4, 1,  6912, 262144, 8192, 1000000.0f, 1e-6f, 1, 256, 512},
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
@@ -57,6 +61,9 @@ int ak_synth_preset(ak_synth_opts *o, const char *name) {
         o->rope_base = p->rope_base;
         o->rms_eps = p->rms_eps;
         o->tied = p->tied;
+        o->head_dim = p->head_dim;
+        o->window = p->window;
+        o->rope_base_swa = 0;
         o->name = p->name;
         return 0;
     }
@@ -158,11 +165,15 @@ static void add_t(tspec *ts, int *n, const char *name, uint32_t n_dims, uint64_t
     t->sigma = sigma;
 }
 
+static int head_dim_of(const ak_synth_opts *o) { return o->head_dim ? o->head_dim : o->dim / o->n_heads; }
+static int is_arch(const ak_synth_opts *o, const char *a) { return strcmp(o->arch, a) == 0; }
+
 /* Lists tensors in llama.cpp's order; returns the count. ts has room for
- * 3 + 12 * n_layers entries. */
+ * 3 + 16 * n_layers entries. */
 static int list_tensors(const ak_synth_opts *o, int vocab, int qkv_bias, tspec *ts) {
     const uint32_t W = o->wtype, F = GGML_TYPE_F32;
-    const uint64_t dim = (uint64_t)o->dim, hd = dim / (uint64_t)o->n_heads;
+    const int qk_norm = is_arch(o, "qwen3") || is_arch(o, "gemma3"), post = is_arch(o, "gemma3");
+    const uint64_t dim = (uint64_t)o->dim, hd = (uint64_t)head_dim_of(o);
     const uint64_t qd = hd * (uint64_t)o->n_heads, kvd = hd * (uint64_t)o->n_kv_heads, ffn = (uint64_t)o->ffn;
     const float s_dim = 1.0f / sqrtf((float)dim), s_q = 1.0f / sqrtf((float)qd), s_ffn = 1.0f / sqrtf((float)ffn);
     int n = 0;
@@ -180,10 +191,16 @@ static int list_tensors(const ak_synth_opts *o, int vocab, int qkv_bias, tspec *
         T("attn_v.weight", 2, dim, kvd, W, 0.0f, s_dim)
         if (qkv_bias) { T("attn_v.bias", 1, kvd, 1, F, 0.0f, 0.02f) }
         T("attn_output.weight", 2, qd, dim, W, 0.0f, s_q)
+        if (qk_norm) {
+            T("attn_q_norm.weight", 1, hd, 1, F, 1.0f, 0.02f)
+            T("attn_k_norm.weight", 1, hd, 1, F, 1.0f, 0.02f)
+        }
+        if (post) { T("post_attention_norm.weight", 1, dim, 1, F, 1.0f, 0.02f) }
         T("ffn_norm.weight", 1, dim, 1, F, 1.0f, 0.02f)
         T("ffn_gate.weight", 2, dim, ffn, W, 0.0f, s_dim)
         T("ffn_up.weight", 2, dim, ffn, W, 0.0f, s_dim)
         T("ffn_down.weight", 2, ffn, dim, W, 0.0f, s_ffn)
+        if (post) { T("post_ffw_norm.weight", 1, dim, 1, F, 1.0f, 0.02f) }
 #undef T
     }
     add_t(ts, &n, "output_norm.weight", 1, dim, 1, F, 1.0f, 0.02f);
@@ -428,8 +445,9 @@ static uint32_t file_type(uint32_t wtype) {
 
 static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
     const char *p = o->path;
-    if (!o->arch || (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2")))
-        return ak_fail(err, "%s: architecture '%s' is not llama or qwen2", p, o->arch ? o->arch : "");
+    if (!o->arch || (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2") && strcmp(o->arch, "qwen3") &&
+                     strcmp(o->arch, "gemma3")))
+        return ak_fail(err, "%s: architecture '%s' is not llama, qwen2, qwen3 or gemma3", p, o->arch ? o->arch : "");
     *qkv_bias = strcmp(o->arch, "qwen2") == 0;
     uint32_t t = o->wtype;
     if (!ak_wtype_supported(t))
@@ -437,9 +455,12 @@ static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
                        p, gguf_tensor_type_name(t));
     if (o->dim < 1 || o->dim > 65536) return ak_fail(err, "%s: dim %d out of range", p, o->dim);
     if (o->n_layers < 1 || o->n_layers > 1024) return ak_fail(err, "%s: %d layers out of range", p, o->n_layers);
-    if (o->n_heads < 1 || o->dim % o->n_heads)
+    if (o->n_heads < 1 || (!o->head_dim && o->dim % o->n_heads))
         return ak_fail(err, "%s: dim %d is not a multiple of %d heads", p, o->dim, o->n_heads);
-    if ((o->dim / o->n_heads) % 2) return ak_fail(err, "%s: head dim %d is odd (RoPE rotates pairs)", p, o->dim / o->n_heads);
+    if (o->head_dim < 0 || o->head_dim > 1024 || head_dim_of(o) % 2)
+        return ak_fail(err, "%s: head dim %d is odd or out of range (RoPE rotates pairs)", p, head_dim_of(o));
+    if (o->window < 0 || o->rope_base_swa < 0)
+        return ak_fail(err, "%s: sliding window %d or its RoPE base %g is negative", p, o->window, o->rope_base_swa);
     if (o->n_kv_heads < 1 || o->n_heads % o->n_kv_heads)
         return ak_fail(err, "%s: %d heads is not a multiple of %d KV heads", p, o->n_heads, o->n_kv_heads);
     if (o->ffn < 1 || o->ffn > 1 << 20) return ak_fail(err, "%s: ffn %d out of range", p, o->ffn);
@@ -474,8 +495,16 @@ static void write_metadata(gguf_writer *w, const ak_synth_opts *o, const vocab_s
     KV(u32, "attention.head_count_kv", (uint32_t)o->n_kv_heads)
     KV(f32, "rope.freq_base", o->rope_base)
     KV(f32, "attention.layer_norm_rms_epsilon", o->rms_eps)
-    KV(u32, "rope.dimension_count", (uint32_t)(o->dim / o->n_heads))
+    KV(u32, "rope.dimension_count", (uint32_t)head_dim_of(o))
     KV(u32, "vocab_size", (uint32_t)vocab)
+    if (o->head_dim) {
+        KV(u32, "attention.key_length", (uint32_t)o->head_dim)
+        KV(u32, "attention.value_length", (uint32_t)o->head_dim)
+    }
+    if (is_arch(o, "gemma3")) {
+        KV(u32, "attention.sliding_window", (uint32_t)(o->window ? o->window : 512))
+        KV(f32, "rope.freq_base_swa", o->rope_base_swa > 0 ? o->rope_base_swa : 10000.0f)
+    }
 #undef KV
     if (vs) vocab_src_copy(vs, w);
     else synth_vocab_write(sv, w);
@@ -503,7 +532,7 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
     ak_pool *pool = NULL;
     uint8_t *chunk = NULL;
     float *scratch = NULL;
-    tspec *ts = calloc(3 + 12 * (size_t)o->n_layers, sizeof *ts);
+    tspec *ts = calloc(3 + 16 * (size_t)o->n_layers, sizeof *ts);
     if (!ts) { ak_fail(err, "%s: out of memory", o->path); goto done; }
     int nt = list_tensors(o, vocab, qkv_bias, ts);
     uint64_t total = 0, written = 0;

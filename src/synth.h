@@ -27,11 +27,12 @@ typedef void (*ak_synth_progress_fn)(void *ctx, double frac);
 
 typedef struct {
     const char *path;         /* output file (written as PATH.tmp, then renamed) */
-    const char *arch;         /* "llama" or "qwen2" (qwen2 adds q/k/v biases) */
+    const char *arch;         /* "llama", "qwen2" (q/k/v biases), "qwen3" (q/k norms) or "gemma3"
+                               * (q/k norms, post-norms, sliding-window layers) */
     const char *name;         /* general.name; NULL: "synthetic <arch>" */
     int dim;                  /* embedding width */
     int n_layers;
-    int n_heads;              /* head_dim = dim / n_heads */
+    int n_heads;
     int n_kv_heads;
     int ffn;                  /* SwiGLU hidden width */
     int vocab;                /* ignored when vocab_from is set */
@@ -43,6 +44,9 @@ typedef struct {
     uint64_t seed;
     const char *vocab_from;   /* GGUF whose tokenizer.* metadata is copied, or NULL */
     int n_threads;            /* generation threads; <= 0: all cores */
+    int head_dim;             /* 0: dim / n_heads; else written as attention.key_length */
+    int window;               /* gemma3: sliding window of the local layers (0: 512) */
+    float rope_base_swa;      /* gemma3: RoPE base of the local layers (0: 10000) */
     ak_synth_progress_fn progress;  /* may be NULL */
     void *progress_ctx;
 } ak_synth_opts;
@@ -53,7 +57,7 @@ void ak_synth_defaults(ak_synth_opts *o);
 
 /* Sets arch, shape, vocab, ctx, rope base, tiedness and name of a preset
  * ("llama-1b", "llama-3b", "llama-8b", "qwen2-0.5b", "tinyllama-1.1b",
- * "stories15m"); leaves path, type, seed, vocab_from and callbacks alone.
+ * "stories15m", "qwen3-0.6b", "qwen3-1.7b", "gemma3-1b"); leaves path, type, seed, vocab_from and callbacks alone.
  * Returns 0, or -1 if the name is unknown. */
 int ak_synth_preset(ak_synth_opts *o, const char *name);
 

@@ -335,4 +335,22 @@ TEST(golden_prefill_decode_batched_agree_bitwise) {
         check_paths_agree(t, path, AK_KV_Q8, AK_KV_Q8);
         remove(path);
     }
+    /* qwen3 and gemma3 shapes with quantized weights, heads wider than
+     * dim / n_head, and (gemma3) a 16-position window over 6 layers */
+    static const struct { const char *arch; uint32_t type; } fam[] = {
+        {"qwen3", GGML_TYPE_Q4_K}, {"gemma3", GGML_TYPE_Q8_0},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/paths-%s.gguf", test_tmp_dir(), fam[i].arch);
+        ak_synth_opts o;
+        ak_synth_defaults(&o);
+        o.path = path; o.arch = fam[i].arch; o.dim = 256; o.n_layers = 6; o.n_heads = 4; o.n_kv_heads = 2;
+        o.head_dim = 128; o.ffn = 512; o.vocab = 600; o.ctx = 256; o.wtype = fam[i].type; o.seed = 7;
+        o.window = 16; o.n_threads = 2;
+        ak_error err = {{0}};
+        REQUIRE(ak_synth_write(&o, &err) == 0, "synth %s: %s", fam[i].arch, err.msg);
+        check_paths_agree(t, path, AK_KV_Q8, AK_KV_TQ3);
+        remove(path);
+    }
 }

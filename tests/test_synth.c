@@ -409,8 +409,9 @@ TEST(synth_bad_shapes_and_progress) {
 }
 
 TEST(synth_presets) {
-    const char *names[] = {"llama-1b", "llama-3b", "llama-8b", "qwen2-0.5b", "tinyllama-1.1b", "stories15m"};
-    for (int i = 0; i < 6; i++) {
+    const char *names[] = {"llama-1b", "llama-3b", "llama-8b", "qwen2-0.5b", "tinyllama-1.1b", "stories15m",
+                           "qwen3-0.6b", "qwen3-1.7b", "gemma3-1b"};
+    for (int i = 0; i < 9; i++) {
         ak_synth_opts o;
         ak_synth_defaults(&o);
         CHECK(ak_synth_preset(&o, names[i]) == 0, "preset %s", names[i]);
@@ -418,7 +419,17 @@ TEST(synth_presets) {
         CHECK(o.dim % o.n_heads == 0 && o.n_heads % o.n_kv_heads == 0 && o.dim % 32 == 0 && o.ffn % 32 == 0,
               "%s shape", names[i]);
     }
-    CHECK(ak_synth_preset_name(6) == NULL, "preset list end");
+    CHECK(ak_synth_preset_name(9) == NULL, "preset list end");
+    {   /* the families' own shapes: heads wider than dim / n_head, gemma3's window */
+        ak_synth_opts q, g;
+        ak_synth_defaults(&q);
+        ak_synth_defaults(&g);
+        CHECK(ak_synth_preset(&q, "qwen3-0.6b") == 0 && !strcmp(q.arch, "qwen3") && q.head_dim == 128 &&
+              q.dim == 1024 && q.n_heads == 16 && q.n_kv_heads == 8 && q.window == 0, "qwen3-0.6b shape");
+        CHECK(ak_synth_preset(&g, "gemma3-1b") == 0 && !strcmp(g.arch, "gemma3") && g.head_dim == 256 &&
+              g.dim == 1152 && g.n_heads == 4 && g.n_kv_heads == 1 && g.window == 512 && g.n_layers == 26,
+              "gemma3-1b shape");
+    }
     ak_synth_opts o;
     ak_synth_defaults(&o);
     CHECK(ak_synth_preset(&o, "gpt-5") < 0, "unknown preset accepted");
