@@ -13,6 +13,14 @@
  * agent_id; without one, cached prefixes are reused but nothing persists.
  * Errors are OpenAI's body {"error": {"message", "type", "param", "code"}}.
  *
+ * Hostile or careless clients: the API key, a declared body over max_body
+ * (413) and the global cap on buffered body bytes (503 + Retry-After) are
+ * checked on the headers, before any body byte is read; bodies are parsed by
+ * api.c (caps on messages and parts, numbers range-checked). A client that
+ * closes its connection while its request waits or generates is noticed
+ * within AK_GONE_POLL_MS (server.c) and the request cancelled (the agent
+ * keeps what the engine committed: see README); /metrics counts it as 499.
+ *
  * Why libmicrohttpd: Debian ships and maintains it, it does HTTP/1.1 with
  * chunked responses (what SSE needs) and a thread per connection, so a
  * handler can block on its request while the engine runs the batch.
