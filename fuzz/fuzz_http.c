@@ -5,10 +5,10 @@
  * template family).
  *
  * Input layout:
- *   byte 0    bit 0: chat (1) or completions (0); bits 1-3: chat family
- *             (ak_chat_family, taken mod 7); bit 4: an X-Agent-Id header
- *             follows
- *   if bit 4: byte 1 = header length L, then L bytes of header value (cut at
+ *   byte 0    bit 0: chat (1) or completions (0); bits 1-4: chat family
+ *             (ak_chat_family, taken mod the number of families); bit 5: an
+ *             X-Agent-Id header follows
+ *   if bit 5: byte 1 = header length L, then L bytes of header value (cut at
  *             a NUL, as HTTP headers cannot carry one)
  *   the rest  the request body, as received (any bytes, not NUL-terminated)
  * The tokenizer is loaded once from AK_FUZZ_MODEL (default
@@ -53,11 +53,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!tk) tk = load_tokenizer();
     if (size < 1) return 0;
     int chat = data[0] & 1;
-    ak_chat_family fam = (ak_chat_family)(((data[0] >> 1) & 7) % 7);
+    ak_chat_family fam = (ak_chat_family)(((data[0] >> 1) & 15) % (AK_CHAT_PLAIN + 1));
     size_t at = 1;
     char hdr[256];
     const char *header = NULL;
-    if (data[0] & 16) {
+    if (data[0] & 32) {
         if (size < 2) return 0;
         size_t l = data[1];
         at = 2;
