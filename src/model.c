@@ -76,6 +76,22 @@ static float *get_vec(ak_model *m, const char *name, int64_t n, int optional, ak
     return v;
 }
 
+/* The per-layer form of "{arch}.attention.sliding_window_pattern": an array
+ * of n_layer booleans, true for a sliding-window layer. Returns its elements,
+ * or NULL when the key is absent or a single number (err untouched then). */
+static const uint8_t *swa_layers(const ak_model *m, ak_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", m->cfg.arch_name);
+    const gguf_kv *kv = gguf_find(&m->gguf, key);
+    if (!kv || kv->type != GGUF_TYPE_ARRAY) return NULL;
+    if (kv->v.arr.type != GGUF_TYPE_BOOL || kv->v.arr.count != (uint64_t)m->cfg.n_layer) {
+        ak_fail(err, "%s: '%s' is an array of %llu elements of type %u, expected %d booleans", m->gguf.path, key,
+                (unsigned long long)kv->v.arr.count, kv->v.arr.type, m->cfg.n_layer);
+        return NULL;
+    }
+    return kv->v.arr.data;
+}
+
 static int load_config(ak_model *m, ak_error *err) {
     ak_config *c = &m->cfg;
     gguf_str arch;
@@ -140,7 +156,14 @@ static int load_config(ak_model *m, ak_error *err) {
         /* local layers see the last `window` positions; every 6th layer is
          * global unless the file gives another pattern */
         if (arch_u32(m, "attention.sliding_window", -1, &c->window, err) < 0) return -1;
-        if (arch_u32(m, "attention.sliding_window_pattern", 6, &c->swa_pattern, err) < 0) return -1;
+        char pk[128];
+        snprintf(pk, sizeof pk, "%s.attention.sliding_window_pattern", c->arch_name);
+        const gguf_kv *pkv = gguf_find(&m->gguf, pk);
+        if (pkv && pkv->type == GGUF_TYPE_ARRAY) {   /* per-layer flags: checked here, used per layer */
+            if (!swa_layers(m, err)) return -1;
+        } else if (arch_u32(m, "attention.sliding_window_pattern", 6, &c->swa_pattern, err) < 0) {
+            return -1;
+        }
         if (arch_f32(m, "rope.freq_base_swa", 10000.0f, &c->rope_base_swa, err) < 0) return -1;
         if (c->window < 1 || c->swa_pattern < 1 || !(c->rope_base_swa > 0))
             return ak_fail(err, "%s: invalid sliding window %d, pattern %d or RoPE base %g", m->gguf.path, c->window,
@@ -195,8 +218,11 @@ static int load_weights(ak_model *m, ak_error *err) {
             V(post_attn_norm, "post_attention_norm.weight", c->dim, 0)
             V(post_ffn_norm, "post_ffw_norm.weight", c->dim, 0)
         }
-        /* llama.cpp's pattern: layer l is local unless l % p == p - 1 */
-        L->window = c->window > 0 && l % c->swa_pattern < c->swa_pattern - 1 ? c->window : 0;
+        /* llama.cpp's pattern: layer l is local unless l % p == p - 1, or
+         * the file's per-layer flags */
+        const uint8_t *swa = c->window > 0 ? swa_layers(m, NULL) : NULL;
+        int local = swa ? swa[l] != 0 : l % c->swa_pattern < c->swa_pattern - 1;
+        L->window = c->window > 0 && local ? c->window : 0;
         W(w_gate, "ffn_gate.weight", c->ffn, c->dim)
         W(w_up, "ffn_up.weight", c->ffn, c->dim)
         W(w_down, "ffn_down.weight", c->dim, c->ffn)

@@ -459,7 +459,7 @@ static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
         return ak_fail(err, "%s: dim %d is not a multiple of %d heads", p, o->dim, o->n_heads);
     if (o->head_dim < 0 || o->head_dim > 1024 || head_dim_of(o) % 2)
         return ak_fail(err, "%s: head dim %d is odd or out of range (RoPE rotates pairs)", p, head_dim_of(o));
-    if (o->window < 0 || o->rope_base_swa < 0)
+    if (o->window < 0 || o->rope_base_swa < 0 || o->swa_pattern < 0)
         return ak_fail(err, "%s: sliding window %d or its RoPE base %g is negative", p, o->window, o->rope_base_swa);
     if (o->n_kv_heads < 1 || o->n_heads % o->n_kv_heads)
         return ak_fail(err, "%s: %d heads is not a multiple of %d KV heads", p, o->n_heads, o->n_kv_heads);
@@ -504,6 +504,9 @@ static void write_metadata(gguf_writer *w, const ak_synth_opts *o, const vocab_s
     if (is_arch(o, "gemma3")) {
         KV(u32, "attention.sliding_window", (uint32_t)(o->window ? o->window : 512))
         KV(f32, "rope.freq_base_swa", o->rope_base_swa > 0 ? o->rope_base_swa : 10000.0f)
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+        if (o->swa_layers) gguf_writer_kv_arr(w, key, GGUF_TYPE_BOOL, o->swa_layers, (uint64_t)o->n_layers);
+        else if (o->swa_pattern > 0) gguf_writer_kv_u32(w, key, (uint32_t)o->swa_pattern);
     }
 #undef KV
     if (vs) vocab_src_copy(vs, w);

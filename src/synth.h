@@ -47,6 +47,9 @@ typedef struct {
     int head_dim;             /* 0: dim / n_heads; else written as attention.key_length */
     int window;               /* gemma3: sliding window of the local layers (0: 512) */
     float rope_base_swa;      /* gemma3: RoPE base of the local layers (0: 10000) */
+    int swa_pattern;          /* gemma3: > 0 writes attention.sliding_window_pattern = N (every
+                               * N-th layer global); 0 writes none (readers assume 6) */
+    const uint8_t *swa_layers; /* gemma3: or n_layers flags (1: local), written as a bool array */
     ak_synth_progress_fn progress;  /* may be NULL */
     void *progress_ctx;
 } ak_synth_opts;

@@ -13,6 +13,7 @@
 #include "../src/model.h"
 #include "../src/sampler.h"
 #include "../src/store.h"
+#include "../src/synth.h"
 #include "../src/tokenizer.h"
 #include "test.h"
 
@@ -301,4 +302,74 @@ TEST(chat_gemma3_renders_as_its_template) {
           "gemma3 not detected");
     CHECK(ak_chat_detect("{{ '<start_of_turn>' + role }}") == AK_CHAT_GEMMA, "gemma taken for gemma3");
     CHECK(!strcmp(ak_chat_end_of_turn(AK_CHAT_GEMMA3), "<end_of_turn>"), "gemma3 end of turn");
+}
+
+/* Which gemma3 layers are local: every 6th global by default (llama.cpp's
+ * pattern, the key absent), attention.sliding_window_pattern as a number N
+ * (every N-th global) or as n_layer booleans (true: local). The same layout
+ * written three ways gives the same logits bit for bit; another layout
+ * other logits; a flag array of the wrong length is refused, naming the key. */
+TEST(gemma3_layer_pattern_from_file) {
+    static const uint8_t def6[6] = {1, 1, 1, 1, 1, 0}, none[6] = {0};
+    static const struct { const char *what; int pattern; const uint8_t *flags; int local[6]; } v[] = {
+        {"no key", 0, NULL, {1, 1, 1, 1, 1, 0}},
+        {"pattern 6", 6, NULL, {1, 1, 1, 1, 1, 0}},
+        {"flags as pattern 6", 0, def6, {1, 1, 1, 1, 1, 0}},
+        {"pattern 3", 3, NULL, {1, 1, 0, 1, 1, 0}},
+        {"flags all global", 0, none, {0, 0, 0, 0, 0, 0}},
+    };
+    enum { NV = sizeof v / sizeof v[0], NTOK = 24, VOCAB = 300 };
+    static float logits[NV][VOCAB];
+    int32_t toks[NTOK];
+    for (int i = 0; i < NTOK; i++) toks[i] = 5 + (i * 37) % 250;
+    for (int i = 0; i < NV; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/g3-pattern-%d.gguf", test_tmp_dir(), i);
+        ak_synth_opts o;
+        ak_synth_defaults(&o);
+        o.path = path; o.arch = "gemma3"; o.dim = 64; o.n_layers = 6; o.n_heads = 2; o.n_kv_heads = 1;
+        o.head_dim = 32; o.ffn = 128; o.vocab = VOCAB; o.ctx = 64; o.wtype = GGML_TYPE_F32; o.seed = 3;
+        o.window = 4; o.n_threads = 2; o.swa_pattern = v[i].pattern; o.swa_layers = v[i].flags;
+        ak_error err = {{0}};
+        REQUIRE(ak_synth_write(&o, &err) == 0, "synth %s: %s", v[i].what, err.msg);
+        ak_model *m = ak_model_load(path, NULL, NULL, &err);
+        REQUIRE(m, "%s: load: %s", v[i].what, err.msg);
+        for (int l = 0; l < 6; l++)
+            CHECK((m->layers[l].window != 0) == v[i].local[l] && (!m->layers[l].window || m->layers[l].window == 4),
+                  "%s: layer %d window %d", v[i].what, l, m->layers[l].window);
+        ak_block_pool *pool = ak_block_pool_new(&m->spec, 8, 0, &err);
+        ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 64, &err) : NULL;
+        ak_ctx *c = ak_ctx_new(m, 32, 2, &err);
+        CHECK(kv && c && ak_eval(c, kv, toks, NTOK, 0, logits[i], NULL, NULL, NULL, &err) == 0, "%s: eval: %s",
+              v[i].what, err.msg);
+        ak_ctx_free(c);
+        ak_kv_free(kv);
+        ak_block_pool_free(pool);
+        ak_model_free(m);
+        unlink(path);
+    }
+    CHECK(!memcmp(logits[0], logits[1], sizeof logits[0]), "pattern 6 written differs from the default");
+    CHECK(!memcmp(logits[0], logits[2], sizeof logits[0]), "flags of pattern 6 differ from the default");
+    CHECK(memcmp(logits[0], logits[3], sizeof logits[0]), "pattern 3 computes as pattern 6");
+    CHECK(memcmp(logits[0], logits[4], sizeof logits[0]), "all-global flags compute as pattern 6");
+
+    /* 5 flags for 6 layers: refused while reading the hyperparameters */
+    char path[512];
+    snprintf(path, sizeof path, "%s/g3-pattern-short.gguf", test_tmp_dir());
+    ak_error err = {{0}};
+    gguf_writer *w = gguf_writer_open(path, &err);
+    REQUIRE(w, "open: %s", err.msg);
+    gguf_writer_kv_str(w, "general.architecture", "gemma3");
+    gguf_writer_kv_u32(w, "gemma3.embedding_length", 64);
+    gguf_writer_kv_u32(w, "gemma3.block_count", 6);
+    gguf_writer_kv_u32(w, "gemma3.attention.head_count", 2);
+    gguf_writer_kv_u32(w, "gemma3.feed_forward_length", 128);
+    gguf_writer_kv_u32(w, "gemma3.attention.sliding_window", 4);
+    gguf_writer_kv_arr(w, "gemma3.attention.sliding_window_pattern", GGUF_TYPE_BOOL, def6, 5);
+    REQUIRE(gguf_writer_close(w, &err) == 0, "write: %s", err.msg);
+    ak_model *m = ak_model_load(path, NULL, NULL, &err);
+    CHECK(!m && strstr(err.msg, "sliding_window_pattern") && strstr(err.msg, "5 elements"), "short flags: %s",
+          m ? "loaded" : err.msg);
+    ak_model_free(m);
+    unlink(path);
 }
