@@ -658,7 +658,10 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
                 if (lo >= c) continue;
                 if (lo < 0) lo = 0;
                 float *sc = sc4 + (size_t)i * Tp;
-                run_values(sc, c, vf, dv, row_softmax(&a, &h, r, sc, lo, c, scale));
+                float *acc = row_softmax(&a, &h, r, sc, lo, c, scale);
+                /* values from lo on only: those before it may be anything
+                 * (a zero weight times NaN is NaN) */
+                run_values(sc + lo, c - lo, vf + (size_t)lo * dv, dv, acc);
             }
         }
         prefetch_step(&pf, -1);

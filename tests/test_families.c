@@ -373,3 +373,65 @@ TEST(gemma3_layer_pattern_from_file) {
     ak_model_free(m);
     unlink(path);
 }
+
+/* Fills every K/V vector of gemma3's local layers at positions [from, to)
+ * with 0xff bytes (NaN in f32): whatever reads one is poisoned. */
+static int poison_local(ak_kv *kv, const ak_model *m, int from, int to) {
+    const ak_cache_spec *s = &m->spec;
+    for (int l = 0; l < s->n_layer; l++) {
+        if (!m->layers[l].window) continue;
+        for (int is_v = 0; is_v < 2; is_v++)
+            for (int h = 0; h < s->n_head_kv; h++)
+                for (int p = from; p < to; p++) {
+                    uint8_t *x = ak_kv_stored_mut(kv, l, is_v, 0, h, p);
+                    if (!x) return -1;
+                    memset(x, 0xff, (size_t)ak_kv_format_code_bytes(AK_KV_F32, is_v ? s->head_dim_v : s->head_dim_k));
+                }
+    }
+    return 0;
+}
+
+/* A local layer never reads a position that left its window: with those
+ * positions' keys and values of every local layer overwritten by NaNs, every
+ * decode step's logits equal the clean sequence's, bit for bit. This is what
+ * lets a per-layer cache free the blocks that slide out. */
+TEST(gemma3_local_layers_never_read_past_the_window) {
+    char path[512];
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(test_path(path, sizeof path, "models/gemma3-tiny.gguf"), NULL, NULL, &err);
+    REQUIRE(m, "load: %s", err.msg);
+    const int W = m->cfg.window, V = m->cfg.vocab, n = 40, steps = 24;
+    int32_t toks[40];
+    for (int i = 0; i < n; i++) toks[i] = 100 + (i * 211) % 20000;
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, 8, 0, &err);
+    ak_kv *clean = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 128, &err) : NULL;
+    ak_kv *pois = clean ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 128, &err) : NULL;
+    ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
+    float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
+    int differ = 0, nan = 0;
+    if (W != 16 || !pois || !c || !la || !lb || ak_eval(c, clean, toks, n, 0, la, NULL, NULL, NULL, &err) < 0 ||
+        ak_eval(c, pois, toks, n, 0, lb, NULL, NULL, NULL, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "setup (window %d): %s", W, err.msg);
+        goto out;
+    }
+    for (int i = 0; i < steps; i++) {
+        int p = n + i;   /* the next token's position: it sees p - W + 1 .. p */
+        if (poison_local(pois, m, 0, p - W + 1) < 0) { ak_test_fail(t, __FILE__, __LINE__, "poison"); goto out; }
+        int32_t tok = ak_argmax(la, V);
+        if (ak_eval(c, clean, &tok, 1, p, la, NULL, NULL, NULL, &err) < 0 ||
+            ak_eval(c, pois, &tok, 1, p, lb, NULL, NULL, NULL, &err) < 0) {
+            ak_test_fail(t, __FILE__, __LINE__, "decode: %s", err.msg);
+            goto out;
+        }
+        differ += memcmp(la, lb, sizeof(float) * V) != 0;
+        nan += isnan(lb[0]);
+    }
+    CHECK(differ == 0, "%d of %d steps differ once positions out of the window hold NaNs (%d NaN logits)", differ,
+          steps, nan);
+out:
+    free(la); free(lb);
+    ak_ctx_free(c);
+    ak_kv_free(clean); ak_kv_free(pois);
+    ak_block_pool_free(pool);
+    ak_model_free(m);
+}
