@@ -397,6 +397,7 @@ static const char *last_of(const char *s, const char *needle) {
     return hit;
 }
 
+/* 1 if s starts with pre and ends with suf (Python's startswith/endswith). */
 static int starts_ends(const char *s, const char *pre, const char *suf) {
     size_t n = strlen(s), a = strlen(pre), z = strlen(suf);
     return n >= a && n >= z && !strncmp(s, pre, a) && !strcmp(s + n - z, suf);
