@@ -1,4 +1,4 @@
-/* model.c - loading llama/qwen2/qwen3/gemma3 GGUF models and the forward pass. */
+/* model.c - loading llama/qwen2/qwen3/gemma3/deepseek2 GGUF models and the forward pass. */
 #include "model.h"
 
 #include <math.h>
@@ -55,6 +55,37 @@ static int get_weight(ak_model *m, const char *name, int64_t rows, int64_t cols,
     return 0;
 }
 
+/* Finds a 3-D tensor of n matrices of shape (rows, cols) (experts, or
+ * per-head projections) and returns them as n weights that point into it,
+ * in a new array. Returns NULL with err set when absent, misshapen or of a
+ * type the kernels do not compute with. */
+static ak_weight *get_weights3(ak_model *m, const char *name, int64_t n, int64_t rows, int64_t cols, ak_error *err) {
+    const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
+    if (!t) { ak_fail(err, "%s: missing tensor '%s'", m->gguf.path, name); return NULL; }
+    if (t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows || t->ne[2] != (uint64_t)n || t->ne[3] != 1) {
+        ak_fail(err, "%s: tensor '%s' has shape [%llu, %llu, %llu], expected [%lld, %lld, %lld]", m->gguf.path, name,
+                (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                (long long)cols, (long long)rows, (long long)n);
+        return NULL;
+    }
+    if (!ak_wtype_supported(t->type)) {
+        ak_fail(err, "%s: tensor '%s' has type %s, which this engine does not compute with", m->gguf.path, name,
+                gguf_tensor_type_name(t->type));
+        return NULL;
+    }
+    ak_weight *w = ak_calloc(n, sizeof *w, err);
+    if (!w) return NULL;
+    size_t mat = ak_row_bytes(t->type, cols) * (size_t)rows;
+    for (int64_t i = 0; i < n; i++) {
+        w[i].data = (const uint8_t *)t->data + mat * i;
+        w[i].type = t->type;
+        w[i].rows = rows;
+        w[i].cols = cols;
+    }
+    m->weight_bytes += t->nbytes;
+    return w;
+}
+
 /* Copies a 1-D tensor of n elements (F32 or F16) into a new f32 array. */
 static float *get_vec(ak_model *m, const char *name, int64_t n, int optional, ak_error *err) {
     const gguf_tensor *t = gguf_find_tensor(&m->gguf, name);
@@ -92,6 +123,57 @@ static const uint8_t *swa_layers(const ak_model *m, ak_error *err) {
     return kv->v.arr.data;
 }
 
+/* deepseek2's attention and FFN hyperparameters. The file's key_length and
+ * value_length (dk, dv) are those of the latent cache llama.cpp keeps
+ * (kv_lora_rank + rope dims, kv_lora_rank); the per-head sizes are the
+ * "_mla" keys. Files of the older layout (one attn_kv_b tensor, per-head
+ * key_length) fail later on the missing attn_k_b tensor. Sets head_dim,
+ * rope_dim, kv_lora, qk_nope, v_head, n_head_kv (1: the latent is shared
+ * by every head) and the MoE fields. Returns 0, or -1 with err set (query
+ * compression, sigmoid gating or YaRN scaling, which are not implemented,
+ * or inconsistent sizes). */
+static int load_deepseek2(ak_model *m, int dk, int dv, ak_error *err) {
+    ak_config *c = &m->cfg;
+    int q_lora, gating, norm = 0;
+    if (arch_u32(m, "attention.kv_lora_rank", -1, &c->kv_lora, err) < 0) return -1;
+    if (arch_u32(m, "attention.q_lora_rank", 0, &q_lora, err) < 0) return -1;
+    if (arch_u32(m, "attention.key_length_mla", dk, &c->head_dim, err) < 0) return -1;
+    if (arch_u32(m, "attention.value_length_mla", dv, &c->v_head, err) < 0) return -1;
+    if (arch_u32(m, "rope.dimension_count", -1, &c->rope_dim, err) < 0) return -1;
+    if (arch_u32(m, "leading_dense_block_count", 0, &c->n_dense_lead, err) < 0) return -1;
+    if (arch_u32(m, "expert_count", 0, &c->n_expert, err) < 0) return -1;
+    if (arch_u32(m, "expert_used_count", 0, &c->n_expert_used, err) < 0) return -1;
+    if (arch_u32(m, "expert_shared_count", 0, &c->n_expert_shared, err) < 0) return -1;
+    if (arch_u32(m, "expert_feed_forward_length", 0, &c->expert_ffn, err) < 0) return -1;
+    if (arch_u32(m, "expert_gating_func", 1, &gating, err) < 0) return -1;
+    if (arch_f32(m, "expert_weights_scale", 1.0f, &c->expert_scale, err) < 0) return -1;
+    char key[128];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", c->arch_name);
+    if (gguf_find(&m->gguf, key) && gguf_get_bool(&m->gguf, key, &norm, err) < 0) return -1;
+    c->expert_norm = norm != 0;
+    if (q_lora != 0)
+        return ak_failc(err, AK_ERR_INVALID, "%s: deepseek2 with query compression (q_lora_rank %d) is not supported",
+                        m->gguf.path, q_lora);
+    if (gating != 1)
+        return ak_failc(err, AK_ERR_INVALID, "%s: deepseek2 expert_gating_func %d is not supported (1: softmax)",
+                        m->gguf.path, gating);
+    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch_name);
+    gguf_str st;
+    if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && !gguf_str_eq(st, "none"))
+        return ak_failc(err, AK_ERR_INVALID, "%s: deepseek2 RoPE scaling '%.*s' is not supported yet", m->gguf.path,
+                        (int)(st.len > 16 ? 16 : st.len), st.data);
+    c->qk_nope = c->head_dim - c->rope_dim;
+    c->n_head_kv = 1;
+    if (c->kv_lora <= 0 || c->rope_dim <= 0 || c->rope_dim % 2 || c->qk_nope <= 0 || c->v_head <= 0 ||
+        (c->n_expert && (c->n_expert_used < 1 || c->n_expert_used > c->n_expert || c->expert_ffn < 1)) ||
+        c->n_expert > 4096 || !(c->expert_scale > 0))
+        return ak_fail(err, "%s: inconsistent deepseek2 sizes (kv_lora %d, head %d, rope %d, v head %d, experts %d/%d "
+                       "of %d)", m->gguf.path, c->kv_lora, c->head_dim, c->rope_dim, c->v_head, c->n_expert_used,
+                       c->n_expert, c->expert_ffn);
+    if (c->n_expert == 0) c->n_dense_lead = c->n_layer;
+    return 0;
+}
+
 static int load_config(ak_model *m, ak_error *err) {
     ak_config *c = &m->cfg;
     gguf_str arch;
@@ -100,9 +182,10 @@ static int load_config(ak_model *m, ak_error *err) {
     else if (gguf_str_eq(arch, "qwen2")) c->arch = AK_ARCH_QWEN2;
     else if (gguf_str_eq(arch, "qwen3")) c->arch = AK_ARCH_QWEN3;
     else if (gguf_str_eq(arch, "gemma3")) c->arch = AK_ARCH_GEMMA3;
+    else if (gguf_str_eq(arch, "deepseek2")) c->arch = AK_ARCH_DEEPSEEK2;
     else
         return ak_failc(err, AK_ERR_INVALID,
-                        "%s: unsupported architecture '%.*s' (llama, qwen2, qwen3 and gemma3 are supported)",
+                        "%s: unsupported architecture '%.*s' (llama, qwen2, qwen3, gemma3 and deepseek2 are supported)",
                         m->gguf.path, (int)(arch.len > 32 ? 32 : arch.len), arch.data);
     snprintf(c->arch_name, sizeof c->arch_name, "%.*s", (int)arch.len, arch.data);
     gguf_str name;
@@ -123,6 +206,10 @@ static int load_config(ak_model *m, ak_error *err) {
     int dk, dv;
     if (arch_u32(m, "attention.key_length", hd_default, &dk, err) < 0) return -1;
     if (arch_u32(m, "attention.value_length", dk, &dv, err) < 0) return -1;
+    if (c->arch == AK_ARCH_DEEPSEEK2) {
+        if (load_deepseek2(m, dk, dv, err) < 0) return -1;
+        dk = dv = c->head_dim;   /* the query head; the cache's dims are set below */
+    }
     if (dk != dv || dk <= 0 || dk % 2)
         return ak_fail(err, "%s: head dims K %d / V %d are not supported (equal and even)", m->gguf.path, dk, dv);
     c->head_dim = dk;
@@ -134,7 +221,8 @@ static int load_config(ak_model *m, ak_error *err) {
     if (arch_f32(m, "attention.layer_norm_rms_epsilon", 1e-5f, &c->rms_eps, err) < 0) return -1;
     if (!(c->rope_base > 0) || !(c->rms_eps >= 0))
         return ak_fail(err, "%s: invalid rope.freq_base %g or rms epsilon %g", m->gguf.path, c->rope_base, c->rms_eps);
-    c->rope_style = c->arch == AK_ARCH_LLAMA ? AK_ROPE_INTERLEAVED : AK_ROPE_NEOX;
+    /* llama.cpp rotates deepseek2's rope dims as interleaved pairs too */
+    c->rope_style = c->arch == AK_ARCH_LLAMA || c->arch == AK_ARCH_DEEPSEEK2 ? AK_ROPE_INTERLEAVED : AK_ROPE_NEOX;
     c->qkv_bias = c->arch == AK_ARCH_QWEN2;
     c->qk_norm = c->arch == AK_ARCH_QWEN3 || c->arch == AK_ARCH_GEMMA3;
     c->post_norms = c->arch == AK_ARCH_GEMMA3;
@@ -179,8 +267,8 @@ static int load_config(ak_model *m, ak_error *err) {
 
     m->spec.n_layer = c->n_layer;
     m->spec.n_head_kv = c->n_head_kv;
-    m->spec.head_dim_k = c->head_dim;
-    m->spec.head_dim_v = c->head_dim;
+    m->spec.head_dim_k = c->kv_lora ? c->kv_lora + c->rope_dim : c->head_dim;
+    m->spec.head_dim_v = c->kv_lora ? c->kv_lora : c->head_dim;
     m->spec.n_ctx = c->n_ctx_train;
     return 0;
 }
@@ -204,11 +292,22 @@ static int load_weights(ak_model *m, ak_error *err) {
         snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                   \
         L->field = get_vec(m, n, len, opt, err);                         \
         if (!L->field && !(opt)) return -1;
+#define W3(field, suffix, cnt, rows, cols)                               \
+        snprintf(n, sizeof n, "blk.%d.%s", l, suffix);                   \
+        if (!(L->field = get_weights3(m, n, cnt, rows, cols, err))) return -1;
         V(attn_norm, "attn_norm.weight", c->dim, 0)
         W(wq, "attn_q.weight", qd, c->dim)
-        W(wk, "attn_k.weight", kvd, c->dim)
-        W(wv, "attn_v.weight", kvd, c->dim)
-        W(wo, "attn_output.weight", c->dim, qd)
+        if (c->kv_lora) {   /* MLA: the latent and rope key, and the per-head up-projections */
+            W(wk, "attn_kv_a_mqa.weight", c->kv_lora + c->rope_dim, c->dim)
+            V(kv_norm, "attn_kv_a_norm.weight", c->kv_lora, 0)
+            W3(k_b, "attn_k_b.weight", c->n_head, c->kv_lora, c->qk_nope)
+            W3(v_b, "attn_v_b.weight", c->n_head, c->v_head, c->kv_lora)
+            W(wo, "attn_output.weight", c->dim, (int64_t)c->n_head * c->v_head)
+        } else {
+            W(wk, "attn_k.weight", kvd, c->dim)
+            W(wv, "attn_v.weight", kvd, c->dim)
+            W(wo, "attn_output.weight", c->dim, qd)
+        }
         V(ffn_norm, "ffn_norm.weight", c->dim, 0)
         if (c->qk_norm) {
             V(q_norm, "attn_q_norm.weight", c->head_dim, 0)
@@ -223,15 +322,29 @@ static int load_weights(ak_model *m, ak_error *err) {
         const uint8_t *swa = c->window > 0 ? swa_layers(m, NULL) : NULL;
         int local = swa ? swa[l] != 0 : l % c->swa_pattern < c->swa_pattern - 1;
         L->window = c->window > 0 && local ? c->window : 0;
-        W(w_gate, "ffn_gate.weight", c->ffn, c->dim)
-        W(w_up, "ffn_up.weight", c->ffn, c->dim)
-        W(w_down, "ffn_down.weight", c->dim, c->ffn)
+        if (c->n_expert && l >= c->n_dense_lead) {
+            int sh = c->n_expert_shared * c->expert_ffn;
+            W(router, "ffn_gate_inp.weight", c->n_expert, c->dim)
+            W3(e_gate, "ffn_gate_exps.weight", c->n_expert, c->expert_ffn, c->dim)
+            W3(e_up, "ffn_up_exps.weight", c->n_expert, c->expert_ffn, c->dim)
+            W3(e_down, "ffn_down_exps.weight", c->n_expert, c->dim, c->expert_ffn)
+            if (sh) {
+                W(w_gate, "ffn_gate_shexp.weight", sh, c->dim)
+                W(w_up, "ffn_up_shexp.weight", sh, c->dim)
+                W(w_down, "ffn_down_shexp.weight", c->dim, sh)
+            }
+        } else {
+            W(w_gate, "ffn_gate.weight", c->ffn, c->dim)
+            W(w_up, "ffn_up.weight", c->ffn, c->dim)
+            W(w_down, "ffn_down.weight", c->dim, c->ffn)
+        }
         if (c->qkv_bias) {
             V(bq, "attn_q.bias", qd, 0)
             V(bk, "attn_k.bias", kvd, 0)
             V(bv, "attn_v.bias", kvd, 0)
         }
 #undef W
+#undef W3
 #undef V
     }
     /* RoPE: theta_i = pos * base^(-2i/rope_dim) / factor_i, with Llama-3.x's
@@ -348,15 +461,27 @@ static void pack_task(void *arg, int ith, int nth) {
  * sets err when the memory cannot be had. */
 static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *err) {
     const ak_config *c = &m->cfg;
-    int nw = 7 * c->n_layer + 1;
+    /* per layer the 7 projections, and a MoE layer's router and experts;
+     * an absent one (rows 0) has no packed size */
+    int nw = (8 + 3 * c->n_expert + 2 * (c->kv_lora ? c->n_head : 0)) * c->n_layer + 1;
     ak_weight **ws = ak_malloc((size_t)nw * sizeof *ws, err);
     if (!ws) return -1;
     int k = 0;
     for (int l = 0; l < c->n_layer; l++) {
         ak_layer *L = &m->layers[l];
-        ak_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (int i = 0; i < 7; i++) ws[k++] = lw[i];
+        ak_weight *lw[8] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router };
+        for (int i = 0; i < 8; i++) ws[k++] = lw[i];
+        for (int h = 0; L->k_b && h < c->n_head; h++) {
+            ws[k++] = &L->k_b[h];
+            ws[k++] = &L->v_b[h];
+        }
+        for (int e = 0; L->e_gate && e < c->n_expert; e++) {
+            ws[k++] = &L->e_gate[e];
+            ws[k++] = &L->e_up[e];
+            ws[k++] = &L->e_down[e];
+        }
     }
+    nw = k + 1;
     ws[k++] = &m->output;
     size_t total = 0;
     for (int i = 0; i < nw; i++) total += ak_packed_bytes(ws[i]->type, ws[i]->rows, ws[i]->cols);
@@ -414,6 +539,7 @@ void ak_model_free(ak_model *m) {
             ak_layer *L = &m->layers[l];
             free(L->attn_norm); free(L->ffn_norm); free(L->bq); free(L->bk); free(L->bv);
             free(L->q_norm); free(L->k_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
+            free(L->kv_norm); free(L->k_b); free(L->v_b); free(L->e_gate); free(L->e_up); free(L->e_down);
         }
     free(m->layers);
     free(m->out_norm);
@@ -435,11 +561,25 @@ struct ak_ctx {
     float *x;       // (B, dim) residual stream
     float *xb;      // (B, dim) normed input of a sublayer
     float *q;       // (B, n_head * head_dim)
-    float *k;       // (B, n_head_kv * head_dim)
-    float *v;       // (B, n_head_kv * head_dim)
-    float *att;     // (B, n_head * head_dim) attention output
-    float *hb;      // (B, ffn)
-    float *hb2;     // (B, ffn)
+    float *k;       // (B, n_head_kv * head_dim_k) as cached (MLA: latent | rope key)
+    float *v;       // (B, n_head_kv * head_dim_v)
+    float *att;     // (B, n_head * head_dim_v) attention output (MLA: latent space)
+    float *hb;      // (B, widest FFN: dense, shared experts or one expert)
+    float *hb2;     // (B, widest FFN)
+    /* MLA only, else NULL */
+    float *qa;      // (B, n_head * head_dim_k) queries with k_b absorbed, then their rope part
+    float *ga;      // (B, max(kv_lora, qk_nope, v_head)) one head's rows gathered
+    float *gb;      // (B, that) its projection
+    float *vo;      // (B, n_head * v_head) value heads, the input of attn_output
+    /* MoE only, else NULL */
+    float *probs;   // (B, n_expert) router probabilities
+    int32_t *sel;   // (B, n_expert_used) chosen experts
+    float *selw;    // (B, n_expert_used) their weights
+    int32_t *etok;  // (B) tokens routed to one expert, (B) their weights as floats follow in etw
+    float *etw;     // (B)
+    float *ex;      // (B, dim) those tokens' inputs
+    float *ey;      // (B, dim) the expert's outputs
+    float *moe;     // (B, dim) the weighted sum of routed experts
     float *logits;  // (LOGIT_ROWS, vocab)
     float *rope_cs; // (2, B, rope_dim) cos, sin pairs per token: global layers, then sliding-window ones
     int32_t *rows;  // (B) indices of tokens that want logits
@@ -455,22 +595,49 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
     const ak_config *cf = &m->cfg;
     c->m = m;
     c->max_batch = max_batch;
-    size_t B = max_batch, qd = (size_t)cf->n_head * cf->head_dim, kvd = (size_t)cf->n_head_kv * cf->head_dim;
+    size_t B = max_batch, qd = (size_t)cf->n_head * cf->head_dim;
+    size_t kd = (size_t)cf->n_head_kv * m->spec.head_dim_k, vd = (size_t)cf->n_head_kv * m->spec.head_dim_v;
+    size_t ad = (size_t)cf->n_head * m->spec.head_dim_v;
+    size_t fw = cf->ffn;
+    if ((size_t)cf->n_expert_shared * cf->expert_ffn > fw) fw = (size_t)cf->n_expert_shared * cf->expert_ffn;
+    if ((size_t)cf->expert_ffn > fw) fw = cf->expert_ffn;
     c->pool = ak_pool_new(n_threads, err);
     if (!c->pool) { free(c); return NULL; }
     c->x = ak_malloc(B * cf->dim * sizeof(float), err);
     c->xb = ak_malloc(B * cf->dim * sizeof(float), err);
     c->q = ak_malloc(B * qd * sizeof(float), err);
-    c->k = ak_malloc(B * kvd * sizeof(float), err);
-    c->v = ak_malloc(B * kvd * sizeof(float), err);
-    c->att = ak_malloc(B * qd * sizeof(float), err);
-    c->hb = ak_malloc(B * cf->ffn * sizeof(float), err);
-    c->hb2 = ak_malloc(B * cf->ffn * sizeof(float), err);
+    c->k = ak_malloc(B * kd * sizeof(float), err);
+    c->v = ak_malloc(B * vd * sizeof(float), err);
+    c->att = ak_malloc(B * ad * sizeof(float), err);
+    c->hb = ak_malloc(B * fw * sizeof(float), err);
+    c->hb2 = ak_malloc(B * fw * sizeof(float), err);
+    int bad = 0;
+    if (cf->kv_lora) {
+        size_t g = cf->kv_lora;
+        if ((size_t)cf->qk_nope > g) g = cf->qk_nope;
+        if ((size_t)cf->v_head > g) g = cf->v_head;
+        c->qa = ak_malloc(B * cf->n_head * m->spec.head_dim_k * sizeof(float), err);
+        c->ga = ak_malloc(B * g * sizeof(float), err);
+        c->gb = ak_malloc(B * g * sizeof(float), err);
+        c->vo = ak_malloc(B * cf->n_head * cf->v_head * sizeof(float), err);
+        bad |= !c->qa || !c->ga || !c->gb || !c->vo;
+    }
+    if (cf->n_expert) {
+        c->probs = ak_malloc(B * cf->n_expert * sizeof(float), err);
+        c->sel = ak_malloc(B * cf->n_expert_used * sizeof(int32_t), err);
+        c->selw = ak_malloc(B * cf->n_expert_used * sizeof(float), err);
+        c->etok = ak_malloc(B * sizeof(int32_t), err);
+        c->etw = ak_malloc(B * sizeof(float), err);
+        c->ex = ak_malloc(B * cf->dim * sizeof(float), err);
+        c->ey = ak_malloc(B * cf->dim * sizeof(float), err);
+        c->moe = ak_malloc(B * cf->dim * sizeof(float), err);
+        bad |= !c->probs || !c->sel || !c->selw || !c->etok || !c->etw || !c->ex || !c->ey || !c->moe;
+    }
     c->logits = ak_malloc((size_t)LOGIT_ROWS * cf->vocab * sizeof(float), err);
     c->rope_cs = ak_malloc(2 * B * cf->rope_dim * sizeof(float), err);
     c->rows = ak_malloc(B * sizeof(int32_t), err);
     c->units = ak_malloc(B * cf->n_head_kv * 3 * sizeof(int32_t), err);
-    if (!c->units || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
+    if (bad || !c->units || !c->x || !c->xb || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
         !c->rope_cs || !c->rows) {
         ak_ctx_free(c);
         return NULL;
@@ -484,6 +651,8 @@ void ak_ctx_free(ak_ctx *c) {
     free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->att);
     free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows);
     free(c->run_scratch); free(c->units);
+    free(c->qa); free(c->ga); free(c->gb); free(c->vo);
+    free(c->probs); free(c->sel); free(c->selw); free(c->etok); free(c->etw); free(c->ex); free(c->ey); free(c->moe);
     free(c);
 }
 
@@ -572,15 +741,18 @@ static int attention_units(ak_ctx *c, const ak_batch *b, ak_error *err) {
 static void attn_worker(void *ud, int ith, int nth) {
     attn_task *t = ud;
     const ak_config *cf = &t->c->m->cfg;
-    int group = cf->n_head / cf->n_head_kv, hd = cf->head_dim;
+    /* queries and outputs as the cache's K and V dims (the head dims, or
+     * MLA's absorbed ones) */
+    int group = cf->n_head / cf->n_head_kv, dk = t->c->m->spec.head_dim_k, dv = t->c->m->spec.head_dim_v;
     int window = t->c->m->layers[t->layer].window;
-    size_t qd = (size_t)cf->n_head * hd;
+    size_t qs = (size_t)cf->n_head * dk, os = (size_t)cf->n_head * dv;
+    const float *q = cf->kv_lora ? t->c->qa : t->c->q;
     float *scratch = t->c->run_scratch + t->c->run_scratch_n * ith;
     for (int u = ith; u < t->n_units; u += nth) {
         int i = t->c->units[3 * u], len = t->c->units[3 * u + 1], g = t->c->units[3 * u + 2];
-        size_t off = i * qd + (size_t)g * group * hd;
-        ak_kv_attend_run_window(t->b->seq[i], t->layer, g, t->c->q + off, qd, group, len, t->b->pos[i], window,
-                                cf->attn_scale, t->c->att + off, qd, scratch);
+        ak_kv_attend_run_window(t->b->seq[i], t->layer, g, q + i * qs + (size_t)g * group * dk, qs, group, len,
+                                t->b->pos[i], window, cf->attn_scale, t->c->att + i * os + (size_t)g * group * dv,
+                                os, scratch);
     }
 }
 
@@ -596,6 +768,121 @@ static void embed(const ak_model *m, int32_t tok, float *out) {
 }
 
 static int forward(ak_ctx *c, const ak_batch *b, ak_error *err);
+
+/* Multi-head latent attention of layer l (deepseek2) on the normed inputs in
+ * c->xb, its output projection left in c->xb. Per token it caches K = [the
+ * RMS-normed latent (kv_lora) | the RoPE'd shared rope key (rope_dim)] and
+ * V = the latent, one KV head for all query heads. A head's score
+ * q_nope . k_nope + q_rope . k_rope equals (q_nope W_kb) . latent + q_rope .
+ * k_rope, since k_nope = W_kb^T latent: each query absorbs its head's k_b
+ * and attends over the cache as stored; the weighted latents then go
+ * through the head's v_b (the weights sum to one, so this equals weighting
+ * the expanded values). Returns 0, or -1 with err set by the cache. */
+static int mla_attention(ak_ctx *c, const ak_batch *b, int l, int n_units, ak_error *err) {
+    const ak_model *m = c->m;
+    const ak_config *cf = &m->cfg;
+    const ak_layer *L = &m->layers[l];
+    int n = b->n, H = cf->n_head, hd = cf->head_dim, R = cf->rope_dim, KL = cf->kv_lora, NP = cf->qk_nope;
+    int VH = cf->v_head, dk = KL + R;
+    size_t qd = (size_t)H * hd;
+    matmul(c->pool, &L->wq, c->xb, n, c->q);
+    matmul(c->pool, &L->wk, c->xb, n, c->k);
+    for (int i = 0; i < n; i++) {
+        float *kv = c->k + (size_t)i * dk, *q = c->q + (size_t)i * qd;
+        const float *cs = c->rope_cs + (size_t)i * R;
+        rmsnorm(kv, kv, L->kv_norm, KL, cf->rms_eps);
+        rope(kv + KL, 1, R, R, cs, cf->rope_style);
+        rope(q + NP, H, hd, R, cs, cf->rope_style);   /* each head's last R dims */
+        if (ak_kv_write(b->seq[i], l, b->pos[i], kv, kv, err) < 0) return -1;
+    }
+    for (int h = 0; h < H; h++) {   /* absorb k_b: qa = [q_nope W_kb | q_rope] */
+        for (int i = 0; i < n; i++) memcpy(c->ga + (size_t)i * NP, c->q + i * qd + (size_t)h * hd, NP * sizeof(float));
+        matmul(c->pool, &L->k_b[h], c->ga, n, c->gb);
+        for (int i = 0; i < n; i++) {
+            float *qa = c->qa + ((size_t)i * H + h) * dk;
+            memcpy(qa, c->gb + (size_t)i * KL, KL * sizeof(float));
+            memcpy(qa + KL, c->q + i * qd + (size_t)h * hd + NP, R * sizeof(float));
+        }
+    }
+    attn_task at = {c, b, l, n_units};
+    ak_pool_run(c->pool, attn_worker, &at);
+    for (int h = 0; h < H; h++) {   /* each head's weighted latent through its v_b */
+        for (int i = 0; i < n; i++)
+            memcpy(c->ga + (size_t)i * KL, c->att + ((size_t)i * H + h) * KL, KL * sizeof(float));
+        matmul(c->pool, &L->v_b[h], c->ga, n, c->gb);
+        for (int i = 0; i < n; i++)
+            memcpy(c->vo + ((size_t)i * H + h) * VH, c->gb + (size_t)i * VH, VH * sizeof(float));
+    }
+    matmul(c->pool, &L->wo, c->vo, n, c->xb);
+    return 0;
+}
+
+/* The mixture-of-experts FFN of a MoE layer on the normed inputs in c->xb,
+ * its output left in c->xb: per token, softmax over the router logits, the
+ * n_expert_used most probable experts (ties: the lower index) weighted by
+ * their probability (renormalised over them when expert_norm) times
+ * expert_scale, plus the shared experts. Tokens are grouped by expert, so
+ * each chosen expert's weights are read once for all its tokens, and an
+ * expert no token chose is not read. A token's sum runs over its experts
+ * in index order, whatever else the batch holds. */
+static void moe_ffn(ak_ctx *c, const ak_layer *L, int n) {
+    const ak_config *cf = &c->m->cfg;
+    int E = cf->n_expert, K = cf->n_expert_used, dim = cf->dim, F = cf->expert_ffn;
+    matmul(c->pool, &L->router, c->xb, n, c->probs);
+    for (int i = 0; i < n; i++) {
+        float *p = c->probs + (size_t)i * E, mx = p[0];
+        for (int e = 1; e < E; e++) if (p[e] > mx) mx = p[e];
+        double sum = 0;
+        for (int e = 0; e < E; e++) { p[e] = expf(p[e] - mx); sum += p[e]; }
+        float inv = (float)(1.0 / sum), wsum = 0;
+        for (int e = 0; e < E; e++) p[e] *= inv;
+        int32_t *sel = c->sel + (size_t)i * K;
+        float *w = c->selw + (size_t)i * K;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= sel[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            w[k] = p[best];
+            wsum += w[k];
+        }
+        for (int k = 0; k < K; k++) w[k] = (cf->expert_norm ? w[k] / wsum : w[k]) * cf->expert_scale;
+    }
+    memset(c->moe, 0, (size_t)n * dim * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int cnt = 0;
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < K; k++)
+                if (c->sel[(size_t)i * K + k] == e) {
+                    c->etok[cnt] = i;
+                    c->etw[cnt] = c->selw[(size_t)i * K + k];
+                    memcpy(c->ex + (size_t)cnt * dim, c->xb + (size_t)i * dim, dim * sizeof(float));
+                    cnt++;
+                }
+        if (!cnt) continue;
+        matmul(c->pool, &L->e_gate[e], c->ex, cnt, c->hb);
+        matmul(c->pool, &L->e_up[e], c->ex, cnt, c->hb2);
+        ak_silu_mul(c->hb, c->hb2, (size_t)cnt * F);
+        matmul(c->pool, &L->e_down[e], c->hb, cnt, c->ey);
+        for (int j = 0; j < cnt; j++) {
+            float *o = c->moe + (size_t)c->etok[j] * dim, wj = c->etw[j];
+            const float *y = c->ey + (size_t)j * dim;
+            for (int d = 0; d < dim; d++) o[d] += wj * y[d];
+        }
+    }
+    if (L->w_gate.rows) {   /* the shared experts, one SwiGLU */
+        matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
+        matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
+        ak_silu_mul(c->hb, c->hb2, (size_t)n * L->w_gate.rows);
+        matmul(c->pool, &L->w_down, c->hb, n, c->ey);
+        for (size_t j = 0; j < (size_t)n * dim; j++) c->xb[j] = c->moe[j] + c->ey[j];
+    } else {
+        memcpy(c->xb, c->moe, (size_t)n * dim * sizeof(float));
+    }
+}
 
 int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     unsigned fp_mode = ak_flush_denormals();
@@ -657,6 +944,21 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     for (int l = 0; l < cf->n_layer; l++) {
         const ak_layer *L = &m->layers[l];
         for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->attn_norm, dim, cf->rms_eps);
+        if (cf->kv_lora) {
+            if (mla_attention(c, b, l, n_units, err) < 0) return -1;
+            for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+            for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
+            if (L->e_gate) {
+                moe_ffn(c, L, n);
+            } else {
+                matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
+                matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
+                ak_silu_mul(c->hb, c->hb2, (size_t)n * L->w_gate.rows);
+                matmul(c->pool, &L->w_down, c->hb, n, c->xb);
+            }
+            for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+            continue;
+        }
         matmul(c->pool, &L->wq, c->xb, n, c->q);
         matmul(c->pool, &L->wk, c->xb, n, c->k);
         matmul(c->pool, &L->wv, c->xb, n, c->v);

@@ -4,7 +4,9 @@
  * TinyLlama, the stories models), `qwen2` (biases on q/k/v), `qwen3`
  * (per-head RMS norm of q and k before RoPE, no biases) and `gemma3` (text:
  * sliding-window layers with their own RoPE base, q/k norms, norms before
- * and after attention and FFN, GeGLU, embeddings scaled by sqrt(dim)). Weights are
+ * and after attention and FFN, GeGLU, embeddings scaled by sqrt(dim)) and
+ * `deepseek2` (DeepSeek-V2-Lite: multi-head latent attention without a query
+ * low-rank, mixture-of-experts FFN after leading dense layers). Weights are
  * memory-mapped from the GGUF file; nothing is copied but the small 1-D
  * tensors (norms, biases), which are kept as f32.
  *
@@ -22,7 +24,7 @@
 #include "threadpool.h"
 #include "util.h"
 
-typedef enum { AK_ARCH_LLAMA, AK_ARCH_QWEN2, AK_ARCH_QWEN3, AK_ARCH_GEMMA3 } ak_arch;
+typedef enum { AK_ARCH_LLAMA, AK_ARCH_QWEN2, AK_ARCH_QWEN3, AK_ARCH_GEMMA3, AK_ARCH_DEEPSEEK2 } ak_arch;
 /* The FFN's gate activation: SwiGLU (silu(gate) * up) or GeGLU (gelu(gate) *
  * up, GELU's tanh approximation). */
 typedef enum { AK_ACT_SILU, AK_ACT_GELU } ak_act;
@@ -56,6 +58,27 @@ typedef struct {
     int window;         /* sliding window of the local layers in positions, 0: none */
     int swa_pattern;    /* every swa_pattern-th layer (il % p == p - 1) is global, the others local */
     float rope_base_swa; /* RoPE base of the local layers */
+    /* MLA (deepseek2): the cache holds, per token and layer, one "KV head"
+     * of kv_lora normed latent floats then rope_dim RoPE'd key floats (K),
+     * and the latent again (V); queries absorb the key up-projection and
+     * the attention output the value one. head_dim is then the query head
+     * (qk_nope + rope_dim), v_head the value head before attn_output. */
+    int kv_lora;        /* latent width, 0: not MLA */
+    int qk_nope;        /* un-rotated part of a query/key head */
+    int v_head;         /* value head width */
+    /* mixture of experts (deepseek2): layers >= n_dense_lead route each
+     * token to n_expert_used of n_expert SwiGLU experts (expert_ffn wide),
+     * weighted by their softmax router probability times expert_scale
+     * (renormalised over the chosen ones when expert_norm), plus
+     * n_expert_shared always-on experts (one SwiGLU n_expert_shared *
+     * expert_ffn wide). n_expert 0: every layer dense. */
+    int n_expert;
+    int n_expert_used;
+    int n_expert_shared;
+    int expert_ffn;
+    int n_dense_lead;
+    float expert_scale;
+    int expert_norm;
 } ak_config;
 
 typedef struct {
@@ -69,19 +92,26 @@ typedef struct {
 typedef struct {
     float *attn_norm;   // (dim)
     ak_weight wq;       // (n_head * head_dim, dim)
-    ak_weight wk;       // (n_head_kv * head_dim, dim)
-    ak_weight wv;       // (n_head_kv * head_dim, dim)
+    ak_weight wk;       // (n_head_kv * head_dim, dim); MLA: attn_kv_a_mqa (kv_lora + rope_dim, dim)
+    ak_weight wv;       // (n_head_kv * head_dim, dim); MLA: unused (rows 0)
     float *bq;          // (n_head * head_dim)     qwen2 only, else NULL
     float *bk;          // (n_head_kv * head_dim)  qwen2 only
     float *bv;          // (n_head_kv * head_dim)  qwen2 only
     float *q_norm;      // (head_dim)  qk_norm only, else NULL
     float *k_norm;      // (head_dim)  qk_norm only
-    ak_weight wo;       // (dim, n_head * head_dim)
+    float *kv_norm;     // (kv_lora)  MLA only: RMS norm of the latent
+    ak_weight *k_b;     // (n_head) MLA only: (kv_lora, qk_nope) each, q_nope -> latent space
+    ak_weight *v_b;     // (n_head) MLA only: (v_head, kv_lora) each, latent -> value head
+    ak_weight wo;       // (dim, n_head * head_dim); MLA: (dim, n_head * v_head)
     float *post_attn_norm; // (dim)    post_norms only, else NULL
     float *ffn_norm;    // (dim)
-    ak_weight w_gate;   // (ffn, dim)
-    ak_weight w_up;     // (ffn, dim)
-    ak_weight w_down;   // (dim, ffn)
+    ak_weight w_gate;   // (ffn, dim); MoE layers: the shared experts' (n_expert_shared * expert_ffn, dim)
+    ak_weight w_up;     // (ffn, dim); likewise
+    ak_weight w_down;   // (dim, ffn); likewise
+    ak_weight router;   // (n_expert, dim)  MoE layers only, else rows 0
+    ak_weight *e_gate;  // (n_expert) (expert_ffn, dim) each, slices of one tensor; NULL: dense layer
+    ak_weight *e_up;    // (n_expert) (expert_ffn, dim) each
+    ak_weight *e_down;  // (n_expert) (dim, expert_ffn) each
     float *post_ffn_norm; // (dim)     post_norms only
     int window;         /* sliding window of this layer (positions), 0: it sees the whole sequence */
 } ak_layer;
