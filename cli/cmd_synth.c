@@ -15,14 +15,18 @@ static const char *usage_text =
     "  writes a valid GGUF model with random weights (same seed => same file)\n"
     "  -o, --output FILE   output path (written as FILE.tmp, renamed when complete)\n"
     "  --like PRESET       llama-1b, llama-3b, llama-8b, qwen2-0.5b, tinyllama-1.1b, stories15m,\n"
-    "                      qwen3-0.6b, qwen3-1.7b, gemma3-1b\n"
+    "                      qwen3-0.6b, qwen3-1.7b, gemma3-1b, deepseek2-lite,\n"
+    "                      deepseek2-lite-8l (V2-Lite's shape, 8 of its 27 layers)\n"
     "  --type TYPE         f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k\n"
     "                      for the 2-D matrices (default f16; K types need dim and ffn\n"
     "                      multiples of 256); norms and biases stay f32\n"
     "  --seed S            random seed (default 1)\n"
     "  shape (required without --like, override the preset with it):\n"
     "  --arch A            llama, qwen2 (q/k/v biases), qwen3 (q/k norms) or gemma3 (q/k norms,\n"
-    "                      post-norms, GeGLU, sliding window of 512 on 5 layers in 6)\n"
+    "                      post-norms, GeGLU, sliding window of 512 on 5 layers in 6) or\n"
+    "                      deepseek2 (MLA: --head-dim is nope + rope, a third of it rope;\n"
+    "                      MoE after layer 0; needs --kv-lora, and --experts for MoE)\n"
+    "  --kv-lora N --experts N --experts-used N --experts-shared N --expert-ffn N\n"
     "  --head-dim N        head size when it is not dim / heads (written as key_length)\n"
     "  --dim N --layers N --heads N --kv-heads N --ffn N\n"
     "  --vocab N           synthetic SentencePiece vocabulary of N tokens (>= 260)\n"
@@ -61,7 +65,7 @@ int cmd_synth(int argc, char **argv) {
      * first, apply the preset, then the flags */
     const char *like = NULL, *type = NULL, *arch = NULL;
     long long dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0, head_dim = 0;
-    long long seed = 1;
+    long long seed = 1, kv_lora = -1, experts = -1, experts_used = -1, experts_shared = -1, expert_ffn = -1;
     double rope = 0;
     int tied = -1;
     const char *f;
@@ -83,6 +87,11 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(f, "--rope-base")) rope = args_float(&a, f, 1e-3, 1e12);
         else if (!strcmp(f, "--threads")) threads = args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--vocab-from")) o.vocab_from = args_value(&a, f);
+        else if (!strcmp(f, "--kv-lora")) kv_lora = args_int(&a, f, 2, 4096);
+        else if (!strcmp(f, "--experts")) experts = args_int(&a, f, 0, 1024);
+        else if (!strcmp(f, "--experts-used")) experts_used = args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--experts-shared")) experts_shared = args_int(&a, f, 0, 1024);
+        else if (!strcmp(f, "--expert-ffn")) expert_ffn = args_int(&a, f, 1, 1 << 20);
         else if (!strcmp(f, "--tied")) tied = 1;
         else if (!strcmp(f, "--untied")) tied = 0;
         else args_unknown(&a, f);
@@ -91,8 +100,9 @@ int cmd_synth(int argc, char **argv) {
     if (!o.path) args_error(&a, "-o FILE is required");
     else if (like && ak_synth_preset(&o, like) < 0) args_error(&a, "unknown preset '%s' (see --help)", like);
     else if (type && parse_type(type, &o.wtype) < 0) args_error(&a, "--type: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", type);
-    else if (arch && strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "gemma3"))
-        args_error(&a, "--arch: '%s' is not llama, qwen2, qwen3 or gemma3", arch);
+    else if (arch && strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "gemma3") &&
+             strcmp(arch, "deepseek2"))
+        args_error(&a, "--arch: '%s' is not llama, qwen2, qwen3, gemma3 or deepseek2", arch);
     else if (vocab && o.vocab_from) args_error(&a, "--vocab and --vocab-from exclude each other");
     else if (!like) {
         const char *missing = !dim ? "--dim" : !layers ? "--layers" : !heads ? "--heads" : !kv_heads ? "--kv-heads"
@@ -111,6 +121,18 @@ int cmd_synth(int argc, char **argv) {
     if (ctx) o.ctx = (int)ctx;
     if (rope) o.rope_base = (float)rope;
     if (tied >= 0) o.tied = tied;
+    if (kv_lora >= 0) o.kv_lora = (int)kv_lora;
+    if (experts >= 0) {   /* a MoE layout of our own: the first layer dense, as V2-Lite */
+        o.n_experts = (int)experts;
+        o.n_dense_lead = 1;
+        o.n_experts_used = experts_used >= 0 ? (int)experts_used : (experts < 2 ? (int)experts : 2);
+        o.n_experts_shared = experts_shared >= 0 ? (int)experts_shared : 0;
+        o.expert_ffn = expert_ffn >= 0 ? (int)expert_ffn : o.ffn;
+    } else {
+        if (experts_used >= 0) o.n_experts_used = (int)experts_used;
+        if (experts_shared >= 0) o.n_experts_shared = (int)experts_shared;
+        if (expert_ffn >= 0) o.expert_ffn = (int)expert_ffn;
+    }
     o.seed = (uint64_t)seed;
     o.n_threads = (int)threads;
 

@@ -33,6 +33,10 @@ static const preset presets[] = {
     {"qwen3-0.6b",     "qwen3", 1024, 28, 16, 8,  3072, 151936, 8192, 1000000.0f, 1e-6f, 1, 128, 0},
     {"qwen3-1.7b",     "qwen3", 2048, 28, 16, 8,  6144, 151936, 8192, 1000000.0f, 1e-6f, 1, 128, 0},
     {"gemma3-1b",      "gemma3", 1152, 26, 4, 1,  6912, 262144, 8192, 1000000.0f, 1e-6f, 1, 256, 512},
+    /* DeepSeek-V2-Lite without its YaRN scaling (kv_lora 512, rope 64,
+     * v_head 128, 64 experts of 1408, 6 used, 2 shared, layer 0 dense) */
+    {"deepseek2-lite", "deepseek2", 2048, 27, 16, 1, 10944, 102400, 4096, 10000.0f, 1e-6f, 0, 192, 0},
+    {"deepseek2-lite-8l", "deepseek2", 2048, 8, 16, 1, 10944, 102400, 4096, 10000.0f, 1e-6f, 0, 192, 0},
 };
 #define N_PRESETS (int)(sizeof presets / sizeof presets[0])
 
@@ -65,6 +69,10 @@ int ak_synth_preset(ak_synth_opts *o, const char *name) {
         o->window = p->window;
         o->rope_base_swa = 0;
         o->name = p->name;
+        if (!strcmp(p->arch, "deepseek2")) {
+            o->kv_lora = 512; o->rope_dim = 64; o->v_head = 128; o->n_experts = 64; o->n_experts_used = 6;
+            o->n_experts_shared = 2; o->expert_ffn = 1408; o->n_dense_lead = 1;
+        }
         return 0;
     }
     return -1;
@@ -147,7 +155,7 @@ static void gen_row(uint64_t key, int64_t row, float mean, float sigma, float *x
 typedef struct {
     char name[64];
     uint32_t n_dims;
-    uint64_t ne[2];       /* ne[0] = row length (fan-in), ne[1] = rows */
+    uint64_t ne[3];       /* ne[0] = row length (fan-in), ne[1] = rows, ne[2] = matrices */
     uint32_t type;
     float mean, sigma;
 } tspec;
@@ -160,12 +168,67 @@ static void add_t(tspec *ts, int *n, const char *name, uint32_t n_dims, uint64_t
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
+    t->ne[2] = 1;
     t->type = type;
     t->mean = mean;
     t->sigma = sigma;
 }
 
 static int head_dim_of(const ak_synth_opts *o) { return o->head_dim ? o->head_dim : o->dim / o->n_heads; }
+static int ds_rope(const ak_synth_opts *o) { return o->rope_dim ? o->rope_dim : head_dim_of(o) / 3; }
+static int ds_vhead(const ak_synth_opts *o) { return o->v_head ? o->v_head : head_dim_of(o) - ds_rope(o); }
+
+/* The weight type for rows of n: W when its blocks divide n, else Q8_0
+ * when they can, else F16 (llama.cpp's quantizer falls back likewise for
+ * deepseek2's 1408-wide experts and 128-wide per-head projections). */
+static uint32_t fit_type(uint32_t W, uint64_t n) {
+    if (n % gguf_type_block_elems(W) == 0) return W;
+    return gguf_type_block_elems(W) > 1 && n % 32 == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+}
+
+/* deepseek2's tensors of layer l (MLA without q compression; a dense FFN
+ * for the leading layers, else router, experts and shared experts). */
+static void list_deepseek2_layer(const ak_synth_opts *o, int l, tspec *ts, int *n) {
+    const uint32_t W = o->wtype, F = GGML_TYPE_F32;
+    const uint64_t dim = (uint64_t)o->dim, hd = (uint64_t)head_dim_of(o), R = (uint64_t)ds_rope(o);
+    const uint64_t H = (uint64_t)o->n_heads, KL = (uint64_t)o->kv_lora, VH = (uint64_t)ds_vhead(o);
+    const uint64_t NP = hd - R, ef = (uint64_t)o->expert_ffn, ne = (uint64_t)o->n_experts;
+    const uint64_t sh = (uint64_t)o->n_experts_shared * ef, ffn = (uint64_t)o->ffn;
+    const float s_dim = 1.0f / sqrtf((float)dim);
+    char nm[64];
+#define T(suffix, nd, ne0, ne1, type, mean, sigma)                     \
+    snprintf(nm, sizeof nm, "blk.%d." suffix, l);                      \
+    add_t(ts, n, nm, nd, ne0, ne1, type, mean, sigma);
+    T("attn_norm.weight", 1, dim, 1, F, 1.0f, 0.02f)
+    T("attn_q.weight", 2, dim, H * hd, W, 0.0f, s_dim)
+    T("attn_kv_a_mqa.weight", 2, dim, KL + R, W, 0.0f, s_dim)
+    T("attn_kv_a_norm.weight", 1, KL, 1, F, 1.0f, 0.02f)
+    T("attn_k_b.weight", 3, NP, KL, fit_type(W, NP), 0.0f, 1.0f / sqrtf((float)NP))
+    ts[*n - 1].ne[2] = H;
+    T("attn_v_b.weight", 3, KL, VH, fit_type(W, KL), 0.0f, 1.0f / sqrtf((float)KL))
+    ts[*n - 1].ne[2] = H;
+    T("attn_output.weight", 2, H * VH, dim, fit_type(W, H * VH), 0.0f, 1.0f / sqrtf((float)(H * VH)))
+    T("ffn_norm.weight", 1, dim, 1, F, 1.0f, 0.02f)
+    if (!ne || l < o->n_dense_lead) {
+        T("ffn_gate.weight", 2, dim, ffn, W, 0.0f, s_dim)
+        T("ffn_up.weight", 2, dim, ffn, W, 0.0f, s_dim)
+        T("ffn_down.weight", 2, ffn, dim, fit_type(W, ffn), 0.0f, 1.0f / sqrtf((float)ffn))
+    } else {
+        T("ffn_gate_inp.weight", 2, dim, ne, F, 0.0f, s_dim)
+        T("ffn_gate_exps.weight", 3, dim, ef, W, 0.0f, s_dim)
+        ts[*n - 1].ne[2] = ne;
+        T("ffn_up_exps.weight", 3, dim, ef, W, 0.0f, s_dim)
+        ts[*n - 1].ne[2] = ne;
+        T("ffn_down_exps.weight", 3, ef, dim, fit_type(W, ef), 0.0f, 1.0f / sqrtf((float)ef))
+        ts[*n - 1].ne[2] = ne;
+        if (sh) {
+            T("ffn_gate_shexp.weight", 2, dim, sh, W, 0.0f, s_dim)
+            T("ffn_up_shexp.weight", 2, dim, sh, W, 0.0f, s_dim)
+            T("ffn_down_shexp.weight", 2, sh, dim, fit_type(W, sh), 0.0f, 1.0f / sqrtf((float)sh))
+        }
+    }
+#undef T
+}
 static int is_arch(const ak_synth_opts *o, const char *a) { return strcmp(o->arch, a) == 0; }
 
 /* Lists tensors in llama.cpp's order; returns the count. ts has room for
@@ -180,6 +243,7 @@ static int list_tensors(const ak_synth_opts *o, int vocab, int qkv_bias, tspec *
     char nm[64];
     add_t(ts, &n, "token_embd.weight", 2, dim, (uint64_t)vocab, W, 0.0f, 1.0f);
     for (int l = 0; l < o->n_layers; l++) {
+        if (is_arch(o, "deepseek2")) { list_deepseek2_layer(o, l, ts, &n); continue; }
 #define T(suffix, nd, ne0, ne1, type, mean, sigma)                     \
         snprintf(nm, sizeof nm, "blk.%d." suffix, l);                  \
         add_t(ts, &n, nm, nd, ne0, ne1, type, mean, sigma);
@@ -446,8 +510,18 @@ static uint32_t file_type(uint32_t wtype) {
 static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
     const char *p = o->path;
     if (!o->arch || (strcmp(o->arch, "llama") && strcmp(o->arch, "qwen2") && strcmp(o->arch, "qwen3") &&
-                     strcmp(o->arch, "gemma3")))
-        return ak_fail(err, "%s: architecture '%s' is not llama, qwen2, qwen3 or gemma3", p, o->arch ? o->arch : "");
+                     strcmp(o->arch, "gemma3") && strcmp(o->arch, "deepseek2")))
+        return ak_fail(err, "%s: architecture '%s' is not llama, qwen2, qwen3, gemma3 or deepseek2", p,
+                       o->arch ? o->arch : "");
+    if (!strcmp(o->arch, "deepseek2")) {
+        int hd = o->head_dim, R = o->rope_dim ? o->rope_dim : hd / 3;
+        if (o->kv_lora < 2 || o->kv_lora > 4096 || hd < 4 || R < 2 || R % 2 || R >= hd ||
+            (o->v_head && (o->v_head < 1 || o->v_head > 1024)) || o->n_experts < 0 || o->n_experts > 1024 ||
+            (o->n_experts && (o->n_experts_used < 1 || o->n_experts_used > o->n_experts || o->expert_ffn < 1 ||
+                              o->n_experts_shared < 0 || o->n_dense_lead < 0)))
+            return ak_fail(err, "%s: deepseek2 needs --head-dim, a kv_lora, an even rope part smaller than the head "
+                           "and a consistent expert layout", p);
+    }
     *qkv_bias = strcmp(o->arch, "qwen2") == 0;
     uint32_t t = o->wtype;
     if (!ak_wtype_supported(t))
@@ -468,7 +542,7 @@ static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
     if (!o->vocab_from && (o->vocab < MIN_SYNTH_VOCAB || o->vocab > 1 << 24))
         return ak_fail(err, "%s: vocab %d out of range [%d, %d]", p, o->vocab, MIN_SYNTH_VOCAB, 1 << 24);
     uint32_t be = gguf_type_block_elems(t);
-    if (o->dim % (int)be || o->ffn % (int)be)
+    if (o->dim % (int)be || (strcmp(o->arch, "deepseek2") && o->ffn % (int)be))   /* deepseek2: fit_type */
         return ak_fail(err, "%s: dim %d and ffn %d must be multiples of %u for %s", p, o->dim, o->ffn, be,
                        gguf_tensor_type_name(t));
     if (!(o->rope_base > 0) || !(o->rms_eps > 0)) return ak_fail(err, "%s: rope base and rms eps must be > 0", p);
@@ -492,12 +566,26 @@ static void write_metadata(gguf_writer *w, const ak_synth_opts *o, const vocab_s
     KV(u32, "block_count", (uint32_t)o->n_layers)
     KV(u32, "feed_forward_length", (uint32_t)o->ffn)
     KV(u32, "attention.head_count", (uint32_t)o->n_heads)
-    KV(u32, "attention.head_count_kv", (uint32_t)o->n_kv_heads)
+    KV(u32, "attention.head_count_kv", (uint32_t)(is_arch(o, "deepseek2") ? 1 : o->n_kv_heads))
     KV(f32, "rope.freq_base", o->rope_base)
     KV(f32, "attention.layer_norm_rms_epsilon", o->rms_eps)
-    KV(u32, "rope.dimension_count", (uint32_t)head_dim_of(o))
+    KV(u32, "rope.dimension_count", (uint32_t)(is_arch(o, "deepseek2") ? ds_rope(o) : head_dim_of(o)))
     KV(u32, "vocab_size", (uint32_t)vocab)
-    if (o->head_dim) {
+    if (is_arch(o, "deepseek2")) {   /* llama.cpp's layout: key/value_length are the latent cache's */
+        KV(u32, "attention.key_length", (uint32_t)(o->kv_lora + ds_rope(o)))
+        KV(u32, "attention.value_length", (uint32_t)o->kv_lora)
+        KV(u32, "attention.key_length_mla", (uint32_t)o->head_dim)
+        KV(u32, "attention.value_length_mla", (uint32_t)ds_vhead(o))
+        KV(u32, "attention.q_lora_rank", 0)
+        KV(u32, "attention.kv_lora_rank", (uint32_t)o->kv_lora)
+        KV(u32, "leading_dense_block_count", (uint32_t)o->n_dense_lead)
+        KV(u32, "expert_count", (uint32_t)o->n_experts)
+        KV(u32, "expert_used_count", (uint32_t)o->n_experts_used)
+        KV(u32, "expert_shared_count", (uint32_t)o->n_experts_shared)
+        KV(u32, "expert_feed_forward_length", (uint32_t)o->expert_ffn)
+        KV(f32, "expert_weights_scale", 1.0f)
+        KV(u32, "expert_gating_func", 1)
+    } else if (o->head_dim) {
         KV(u32, "attention.key_length", (uint32_t)o->head_dim)
         KV(u32, "attention.value_length", (uint32_t)o->head_dim)
     }
@@ -541,7 +629,7 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
     uint64_t total = 0, written = 0;
     int64_t max_row = 0;
     for (int i = 0; i < nt; i++) {
-        total += ak_row_bytes(ts[i].type, (int64_t)ts[i].ne[0]) * ts[i].ne[1];
+        total += ak_row_bytes(ts[i].type, (int64_t)ts[i].ne[0]) * ts[i].ne[1] * ts[i].ne[2];
         if ((int64_t)ts[i].ne[0] > max_row) max_row = (int64_t)ts[i].ne[0];
     }
     pool = ak_pool_new(o->n_threads, err);
@@ -561,7 +649,7 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
         for (int i = 0; i < nt; i++) {
             const tspec *t = &ts[i];
             size_t rb = ak_row_bytes(t->type, (int64_t)t->ne[0]);
-            int64_t rows = (int64_t)t->ne[1], per = (int64_t)(chunk_cap / rb);
+            int64_t rows = (int64_t)(t->ne[1] * t->ne[2]), per = (int64_t)(chunk_cap / rb);
             gen_job j = {t, o->seed * 0x9E3779B97F4A7C15ull ^ fnv1a(t->name), 0, 0, rb, chunk, scratch, max_row};
             for (int64_t r0 = 0; r0 < rows; r0 += per) {
                 j.row0 = r0;

@@ -27,8 +27,9 @@ typedef void (*ak_synth_progress_fn)(void *ctx, double frac);
 
 typedef struct {
     const char *path;         /* output file (written as PATH.tmp, then renamed) */
-    const char *arch;         /* "llama", "qwen2" (q/k/v biases), "qwen3" (q/k norms) or "gemma3"
-                               * (q/k norms, post-norms, sliding-window layers) */
+    const char *arch;         /* "llama", "qwen2" (q/k/v biases), "qwen3" (q/k norms), "gemma3"
+                               * (q/k norms, post-norms, sliding-window layers) or "deepseek2"
+                               * (MLA, MoE: the fields below) */
     const char *name;         /* general.name; NULL: "synthetic <arch>" */
     int dim;                  /* embedding width */
     int n_layers;
@@ -50,6 +51,16 @@ typedef struct {
     int swa_pattern;          /* gemma3: > 0 writes attention.sliding_window_pattern = N (every
                                * N-th layer global); 0 writes none (readers assume 6) */
     const uint8_t *swa_layers; /* gemma3: or n_layers flags (1: local), written as a bool array */
+    /* deepseek2: head_dim is the query/key head (nope + rope), n_kv_heads is
+     * ignored (one latent), ffn is the dense layers' width */
+    int kv_lora;              /* latent width */
+    int rope_dim;             /* rotated part of a head (0: head_dim / 3) */
+    int v_head;               /* value head (0: head_dim - rope_dim) */
+    int n_experts;            /* 0: every layer dense */
+    int n_experts_used;
+    int n_experts_shared;
+    int expert_ffn;
+    int n_dense_lead;         /* leading dense layers */
     ak_synth_progress_fn progress;  /* may be NULL */
     void *progress_ctx;
 } ak_synth_opts;
@@ -60,7 +71,8 @@ void ak_synth_defaults(ak_synth_opts *o);
 
 /* Sets arch, shape, vocab, ctx, rope base, tiedness and name of a preset
  * ("llama-1b", "llama-3b", "llama-8b", "qwen2-0.5b", "tinyllama-1.1b",
- * "stories15m", "qwen3-0.6b", "qwen3-1.7b", "gemma3-1b"); leaves path, type, seed, vocab_from and callbacks alone.
+ * "stories15m", "qwen3-0.6b", "qwen3-1.7b", "gemma3-1b", "deepseek2-lite"
+ * (DeepSeek-V2-Lite's shape), "deepseek2-lite-8l" (the same with 8 layers)); leaves path, type, seed, vocab_from and callbacks alone.
  * Returns 0, or -1 if the name is unknown. */
 int ak_synth_preset(ak_synth_opts *o, const char *name);
 

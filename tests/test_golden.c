@@ -366,7 +366,7 @@ TEST(golden_prefill_decode_batched_agree_bitwise) {
     /* qwen3 and gemma3 shapes with quantized weights, heads wider than
      * dim / n_head, and (gemma3) a 16-position window over 6 layers */
     static const struct { const char *arch; uint32_t type; } fam[] = {
-        {"qwen3", GGML_TYPE_Q4_K}, {"gemma3", GGML_TYPE_Q8_0},
+        {"qwen3", GGML_TYPE_Q4_K}, {"gemma3", GGML_TYPE_Q8_0}, {"deepseek2", GGML_TYPE_Q4_K},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         char path[512];
@@ -376,6 +376,11 @@ TEST(golden_prefill_decode_batched_agree_bitwise) {
         o.path = path; o.arch = fam[i].arch; o.dim = 256; o.n_layers = 6; o.n_heads = 4; o.n_kv_heads = 2;
         o.head_dim = 128; o.ffn = 512; o.vocab = 600; o.ctx = 256; o.wtype = fam[i].type; o.seed = 7;
         o.window = 16; o.n_threads = 2;
+        /* deepseek2: a 64-wide latent + 16 rope dims for 4 heads of 48;
+         * 8 experts of which 3 are chosen per token, one shared */
+        o.kv_lora = 64; o.rope_dim = 16; o.n_experts = 8; o.n_experts_used = 3; o.n_experts_shared = 1;
+        o.expert_ffn = 256; o.n_dense_lead = 1;
+        if (!strcmp(fam[i].arch, "deepseek2")) o.head_dim = 48;
         ak_error err = {{0}};
         REQUIRE(ak_synth_write(&o, &err) == 0, "synth %s: %s", fam[i].arch, err.msg);
         check_paths_agree(t, path, AK_KV_Q8, AK_KV_TQ3);

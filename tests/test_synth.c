@@ -410,8 +410,8 @@ TEST(synth_bad_shapes_and_progress) {
 
 TEST(synth_presets) {
     const char *names[] = {"llama-1b", "llama-3b", "llama-8b", "qwen2-0.5b", "tinyllama-1.1b", "stories15m",
-                           "qwen3-0.6b", "qwen3-1.7b", "gemma3-1b"};
-    for (int i = 0; i < 9; i++) {
+                           "qwen3-0.6b", "qwen3-1.7b", "gemma3-1b", "deepseek2-lite", "deepseek2-lite-8l"};
+    for (int i = 0; i < 11; i++) {
         ak_synth_opts o;
         ak_synth_defaults(&o);
         CHECK(ak_synth_preset(&o, names[i]) == 0, "preset %s", names[i]);
@@ -419,7 +419,7 @@ TEST(synth_presets) {
         CHECK(o.dim % o.n_heads == 0 && o.n_heads % o.n_kv_heads == 0 && o.dim % 32 == 0 && o.ffn % 32 == 0,
               "%s shape", names[i]);
     }
-    CHECK(ak_synth_preset_name(9) == NULL, "preset list end");
+    CHECK(ak_synth_preset_name(11) == NULL, "preset list end");
     {   /* the families' own shapes: heads wider than dim / n_head, gemma3's window */
         ak_synth_opts q, g;
         ak_synth_defaults(&q);
