@@ -434,3 +434,80 @@ out:
     ak_block_pool_free(pool);
     ak_model_free(m);
 }
+
+/* Sets float i of tensor `name` in buf, the bytes of GGUF file g (F32). */
+static void poke(const gguf_file *g, char *buf, const char *name, size_t i, float v) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) return;
+    size_t off = (size_t)((const char *)t->data - (const char *)g->map) + i * sizeof(float);
+    memcpy(buf + off, &v, sizeof v);
+}
+
+/* Logits of a fixed prompt on model file path (f16 cache), into out (vocab
+ * floats each, one row per position). Returns 0, or -1. */
+static int moe_logits(const char *path, const int32_t *ids, int n, float *out) {
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(path, NULL, NULL, &err);
+    ak_block_pool *pool = m ? ak_block_pool_new(&m->spec, 16, 0, &err) : NULL;
+    ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 64, &err) : NULL;
+    ak_ctx *c = kv ? ak_ctx_new(m, 8, 2, &err) : NULL;
+    int rc = c ? ak_eval(c, kv, ids, n, 0, NULL, out, NULL, NULL, &err) : -1;
+    ak_ctx_free(c);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    ak_model_free(m);
+    return rc;
+}
+
+/* deepseek2's MoE reads only the experts a token chose: in a synthetic
+ * model whose MoE layer's router can only ever pick experts 0-3 (the FFN
+ * input is reduced to one dimension, on which experts 0/1 score +1, 2/3
+ * score -1 and 6/7 score 0), filling experts 6 and 7 with NaN changes no
+ * logit of a prefill (batches of 8: tokens grouped by expert) - a pass that
+ * computed every expert and weighted the unchosen ones by 0 would get NaN. */
+TEST(deepseek2_moe_reads_only_chosen_experts) {
+    char path[512], poisoned[512], clean[512];
+    snprintf(path, sizeof path, "%s/moe-src.gguf", test_tmp_dir());
+    snprintf(clean, sizeof clean, "%s/moe-clean.gguf", test_tmp_dir());
+    snprintf(poisoned, sizeof poisoned, "%s/moe-nan.gguf", test_tmp_dir());
+    ak_synth_opts o;
+    ak_synth_defaults(&o);
+    o.path = path; o.arch = "deepseek2"; o.dim = 64; o.n_layers = 2; o.n_heads = 2; o.n_kv_heads = 1;
+    o.head_dim = 24; o.rope_dim = 8; o.kv_lora = 32; o.ffn = 64; o.vocab = 300; o.ctx = 64;
+    o.wtype = GGML_TYPE_F32; o.n_experts = 8; o.n_experts_used = 2; o.n_experts_shared = 1; o.expert_ffn = 32;
+    o.n_dense_lead = 1; o.n_threads = 2;
+    ak_error err = {{0}};
+    REQUIRE(ak_synth_write(&o, &err) == 0, "synth: %s", err.msg);
+    gguf_file g;
+    REQUIRE(gguf_open(&g, path, &err) == 0, "open: %s", err.msg);
+    size_t len = 0;
+    char *buf = ak_read_file(path, &len, &err);
+    REQUIRE(buf, "read: %s", err.msg);
+    for (int d = 0; d < 64; d++) {
+        poke(&g, buf, "blk.1.ffn_norm.weight", d, d == 0 ? 1.0f : 0.0f);
+        static const float score[8] = {1, 1, -1, -1, 0.5f, -0.5f, 0, 0};
+        for (int e = 0; e < 8; e++) poke(&g, buf, "blk.1.ffn_gate_inp.weight", (size_t)e * 64 + d, d ? 0 : score[e]);
+    }
+    FILE *f = fopen(clean, "wb");
+    REQUIRE(f && fwrite(buf, 1, len, f) == len && fclose(f) == 0, "write %s", clean);
+    for (int e = 6; e < 8; e++)
+        for (size_t i = 0; i < 32 * 64; i++) {
+            poke(&g, buf, "blk.1.ffn_gate_exps.weight", e * 32 * 64 + i, NAN);
+            poke(&g, buf, "blk.1.ffn_up_exps.weight", e * 32 * 64 + i, NAN);
+            poke(&g, buf, "blk.1.ffn_down_exps.weight", e * 32 * 64 + i, NAN);
+        }
+    f = fopen(poisoned, "wb");
+    REQUIRE(f && fwrite(buf, 1, len, f) == len && fclose(f) == 0, "write %s", poisoned);
+    free(buf);
+    gguf_close(&g);
+    enum { N = 20, V = 300 };
+    int32_t ids[N];
+    for (int i = 0; i < N; i++) ids[i] = 3 + (i * 37) % 290;
+    static float a[N * V], b[N * V];
+    REQUIRE(moe_logits(clean, ids, N, a) == 0 && moe_logits(poisoned, ids, N, b) == 0, "eval");
+    int nan = 0;
+    for (int i = 0; i < N * V; i++) nan += isnan(b[i]) || isnan(a[i]);
+    CHECK(nan == 0, "%d logits are NaN: an unchosen expert was computed", nan);
+    CHECK(!memcmp(a, b, sizeof a), "logits differ with unchosen experts poisoned");
+    unlink(path); unlink(clean); unlink(poisoned);
+}
