@@ -90,6 +90,7 @@ static ak_chat_family detect_n(const char *t, size_t n) {
     if (has(t, n, "<start_of_turn>")) return has(t, n, "first_user_prefix") ? AK_CHAT_GEMMA3 : AK_CHAT_GEMMA;
     if (has(t, n, "<|user|>") && has(t, n, "<|end|>")) return AK_CHAT_PHI3;
     if (has(t, n, "[INST]")) return has(t, n, "<<SYS>>") ? AK_CHAT_LLAMA2 : AK_CHAT_MISTRAL;
+    if (has(t, n, "'Assistant: ' + message['content'] + eos_token")) return AK_CHAT_DEEPSEEK2;
     return AK_CHAT_PLAIN;
 }
 
@@ -174,7 +175,7 @@ char *ak_chat_template_gguf(const gguf_file *f, ak_error *err) {
 }
 
 static const char *const family_names[] = {
-    "llama3", "chatml", "llama2", "mistral", "gemma", "phi3", "qwen3", "gemma3", "plain",
+    "llama3", "chatml", "llama2", "mistral", "gemma", "phi3", "qwen3", "gemma3", "deepseek2", "plain",
 };
 #define N_FAMILIES ((int)(sizeof family_names / sizeof family_names[0]))
 
@@ -191,7 +192,7 @@ int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err) {
         }
     }
     return ak_fail(err, "chat: unknown template family \"%.64s\" (expected llama3, chatml, "
-                        "llama2, mistral, gemma, phi3, qwen3, gemma3 or plain)", name);
+                        "llama2, mistral, gemma, phi3, qwen3, gemma3, deepseek2 or plain)", name);
 }
 
 const char *ak_chat_end_of_turn(ak_chat_family f) {
@@ -204,6 +205,7 @@ const char *ak_chat_end_of_turn(ak_chat_family f) {
     case AK_CHAT_GEMMA: return "<end_of_turn>";
     case AK_CHAT_GEMMA3: return "<end_of_turn>";
     case AK_CHAT_PHI3: return "<|end|>";
+    case AK_CHAT_DEEPSEEK2: return "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
     case AK_CHAT_PLAIN: return "\nUser:";
     }
     return "";
@@ -445,6 +447,19 @@ static void render_qwen3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
     if (gen) sb_puts(b, "<|im_start|>assistant\n");
 }
 
+/* DeepSeek-V2's template (see chat.h). */
+static void render_deepseek2(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen, const char *bos,
+                             const char *eos) {
+    static const char *const label[] = { "", "User: ", "Assistant: " };
+    sb_puts(b, bos);
+    for (int i = 0; i < n; i++) {
+        sb_puts(b, label[r[i]]);
+        CONTENT(b, sb_puts(b, m[i].content));
+        sb_puts(b, r[i] == ROLE_ASSISTANT ? eos : "\n\n");
+    }
+    if (gen) sb_puts(b, "Assistant:");
+}
+
 static void render_plain(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, int gen,
                          const char *bos) {
     static const char *const label[] = { "System: ", "User: ", "Assistant: " };
@@ -485,6 +500,7 @@ static int render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_gene
     case AK_CHAT_PHI3: render_phi3(b, msgs, roles, n, gen, eos); break;
     case AK_CHAT_QWEN3: render_qwen3(b, msgs, roles, n, gen); break;
     case AK_CHAT_GEMMA3: render_gemma3(b, msgs, roles, n, gen, bos); break;
+    case AK_CHAT_DEEPSEEK2: render_deepseek2(b, msgs, roles, n, gen, bos, eos); break;
     case AK_CHAT_PLAIN: render_plain(b, msgs, roles, n, gen, bos); break;
     }
     free(roles);

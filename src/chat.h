@@ -82,6 +82,11 @@
  *            (thinking on: the template's enable_thinking left undefined). No
  *            bos. A reply's reasoning is dropped from later prompts, as the
  *            real template does.
+ *   deepseek2 DeepSeek-V2 / V2-Lite chat (template renders "'Assistant: ' +
+ *            message['content'] + eos_token"): bos, then a system message's
+ *            content + "\n\n", a user message "User: " + content + "\n\n", an
+ *            assistant message "Assistant: " + content + eos (untrimmed, as
+ *            the template); generation prompt "Assistant:" (no space).
  *   plain    Fallback for models without a template: bos, then per message
  *            "System: ", "User: " or "Assistant: " + content + "\n"; the
  *            generation prompt is "Assistant:" (no trailing space), so the
@@ -111,6 +116,7 @@ typedef enum {
     AK_CHAT_PHI3,
     AK_CHAT_QWEN3,
     AK_CHAT_GEMMA3,
+    AK_CHAT_DEEPSEEK2,
     AK_CHAT_PLAIN
 } ak_chat_family;
 

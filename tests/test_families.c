@@ -511,3 +511,34 @@ TEST(deepseek2_moe_reads_only_chosen_experts) {
     CHECK(!memcmp(a, b, sizeof a), "logits differ with unchosen experts poisoned");
     unlink(path); unlink(clean); unlink(poisoned);
 }
+
+/* DeepSeek-V2(-Lite)-Chat's template, worked by hand from its text (below):
+ * bos; system content + "\n\n"; "User: " + content + "\n\n"; "Assistant: "
+ * + content + eos; generation prompt "Assistant:". */
+TEST(chat_deepseek2_renders_as_its_template) {
+    static const char tmpl[] =
+        "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+        "{{ 'User: ' + message['content'] + '\\n\\n' }}{% elif message['role'] == 'assistant' %}"
+        "{{ 'Assistant: ' + message['content'] + eos_token }}{% elif message['role'] == 'system' %}"
+        "{{ message['content'] + '\\n\\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}";
+    CHECK(ak_chat_detect(tmpl) == AK_CHAT_DEEPSEEK2, "deepseek2 not detected");
+    const char *eos = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+    const char *bos = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
+    const ak_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", " Hello!"}, {"user", "2+2?"}};
+    char *out = NULL;
+    ak_error err = {{0}};
+    REQUIRE(ak_chat_render(AK_CHAT_DEEPSEEK2, msgs, 4, 1, bos, eos, tmpl, &out, &err) == 0, "%s", err.msg);
+    char want[512];
+    snprintf(want, sizeof want, "%sBe brief.\n\nUser: Hi\n\nAssistant:  Hello!%sUser: 2+2?\n\nAssistant:", bos, eos);
+    CHECK(!strcmp(out, want), "got '%s', want '%s'", out, want);
+    free(out);
+    REQUIRE(ak_chat_render(AK_CHAT_DEEPSEEK2, msgs + 1, 1, 0, bos, eos, tmpl, &out, &err) == 0, "%s", err.msg);
+    snprintf(want, sizeof want, "%sUser: Hi\n\n", bos);
+    CHECK(!strcmp(out, want), "no generation prompt: got '%s'", out);
+    free(out);
+    CHECK(!strcmp(ak_chat_end_of_turn(AK_CHAT_DEEPSEEK2), eos), "deepseek2 end of turn");
+    ak_chat_family f;
+    CHECK(ak_chat_family_parse("deepseek2", &f, &err) == 0 && f == AK_CHAT_DEEPSEEK2, "parse deepseek2");
+}
