@@ -48,6 +48,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fclose(f)) abort();
     ak_error err = {{0}};
     ak_model *m = ak_model_load(path, NULL, NULL, &err);
+    /* the mapping outlives the name: nothing is left behind when libFuzzer
+     * ends the run without calling the atexit handlers */
+    unlink(path);
     if (!m) return 0;
     const ak_config *c = &m->cfg;
     if (c->dim < 1 || c->n_layer < 1 || c->n_head < 1 || c->n_head_kv < 1 || c->vocab < 1 || c->head_dim < 1 ||
