@@ -1532,10 +1532,20 @@ TEST(store_gc_counts_quarantine_and_quarantine_is_bounded) {
 /* A snapshot is plaintext of what a sealed store encrypts: freeing it wipes
  * its buffers. Seen through the allocator: a block of the data's size
  * allocated right after the free is (with glibc's per-size caches) the
- * same memory, and must not hold the cache's values any more. (Under a
- * sanitizer the allocator hands out other memory: the check then holds
- * trivially.) */
+ * same memory, and must not hold the cache's values any more. A sanitizer's
+ * allocator hands out other memory, where the check could not fail: skipped
+ * there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define AK_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AK_TEST_ASAN 1
+#endif
+#endif
 TEST(store_snapshot_free_wipes_plaintext) {
+#ifdef AK_TEST_ASAN
+    SKIP("the sanitizer's allocator does not hand freed memory back at once");
+#endif
     ak_cache_spec s = {1, 1, 16, 16, 64};
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&s, 32, 0, &err);
