@@ -67,8 +67,11 @@ static void release_body(ak_server *s, conn *cn) {
 
 /* ------------------------------------------------------------ responses */
 
-static enum MHD_Result send_body(ak_server *s, struct MHD_Connection *c, const char *endpoint, int status,
-                                 char *body, const char *content_type) {
+/* Queues body (malloc'd, taken over; NULL: a 500 out-of-memory answer) with
+ * its content type and, if retry_after is not NULL, a Retry-After header;
+ * counts the answer in the metrics. Returns MHD's verdict. */
+static enum MHD_Result send_body_ex(ak_server *s, struct MHD_Connection *c, const char *endpoint, int status,
+                                    char *body, const char *content_type, const char *retry_after) {
     if (!body) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                                   "\"code\":null}}";
@@ -82,10 +85,16 @@ static enum MHD_Result send_body(ak_server *s, struct MHD_Connection *c, const c
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", content_type);
+    if (retry_after) MHD_add_response_header(r, "Retry-After", retry_after);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     ak_metrics_request(s->cfg.metrics, endpoint, status);
     return rc;
+}
+
+static enum MHD_Result send_body(ak_server *s, struct MHD_Connection *c, const char *endpoint, int status,
+                                 char *body, const char *content_type) {
+    return send_body_ex(s, c, endpoint, status, body, content_type, NULL);
 }
 
 static enum MHD_Result send_json(ak_server *s, struct MHD_Connection *c, const char *endpoint, int status,
@@ -345,18 +354,7 @@ static enum MHD_Result send_busy(ak_server *s, struct MHD_Connection *c, const c
     cJSON *j = error_json(503, msg, NULL, "server_busy");
     char *body = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
-    if (!body) return send_body(s, c, ep, 503, NULL, "application/json");
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    MHD_add_response_header(r, "Retry-After", "1");
-    enum MHD_Result rc = MHD_queue_response(c, 503, r);
-    MHD_destroy_response(r);
-    ak_metrics_request(s->cfg.metrics, ep, 503);
-    return rc;
+    return send_body_ex(s, c, ep, 503, body, "application/json", "1");
 }
 
 static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c, conn *cn, int chat) {
