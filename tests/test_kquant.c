@@ -6,7 +6,6 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include <dirent.h>
 
 #include "test.h"
 #include "../src/gguf.h"
@@ -338,38 +337,4 @@ TEST(kquant_packed_declines_rows_too_long_for_its_fallback) {
               "type %u: 17 rows should take two groups of 16", k[i]);
     }
     printf("    %s\n", built ? "packed K kernels in this build" : "no packed K kernels in this build (row-major only)");
-}
-
-/* Any K-quant GGUF among the shared models loads and computes finite logits. */
-TEST(kquant_shared_models_load) {
-    char dir[512];
-    test_path(dir, sizeof dir, "models");
-    DIR *dp = opendir(dir);
-    if (!dp) SKIP("no %s", dir);
-    struct dirent *de;
-    int found = 0;
-    while ((de = readdir(dp))) {
-        size_t len = strlen(de->d_name);
-        if (len < 6 || strcmp(de->d_name + len - 5, ".gguf")) continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        gguf_file g;
-        ak_error err = {{0}};
-        if (gguf_open(&g, path, &err) < 0) continue;
-        int kq = 0;
-        for (uint64_t i = 0; i < g.n_tensors; i++) {
-            uint32_t ty = g.tensors[i].type;
-            kq |= ty == GGML_TYPE_Q4_K || ty == GGML_TYPE_Q5_K || ty == GGML_TYPE_Q6_K || ty == GGML_TYPE_Q4_1 ||
-                  ty == GGML_TYPE_Q5_0 || ty == GGML_TYPE_Q5_1;
-        }
-        gguf_close(&g);
-        if (!kq) continue;
-        found++;
-        ak_model *m = ak_model_load(path, NULL, NULL, &err);
-        CHECK(m, "%s: %s", path, err.msg);
-        if (m) ak_model_free(m);
-    }
-    closedir(dp);
-    if (!found) SKIP("no K-quant/legacy-quant GGUF file in %s", dir);
-    printf("    %d K-quant/legacy-quant GGUF file(s) in %s\n", found, dir);
 }
