@@ -26,32 +26,7 @@
 #include <string.h>
 
 #include "../src/tokenizer.h"
-
-/* 1 if p[0..n) is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF). */
-static int utf8_valid(const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t len;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c < 0x80) len = 1;
-        else if (c >= 0xC2 && c <= 0xDF) len = 2;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else
-            return 0;
-        if (len > 1 && (n - i < len || p[i + 1] < lo || p[i + 1] > hi)) return 0;
-        for (size_t k = 2; k < len; k++)
-            if (p[i + k] < 0x80 || p[i + k] > 0xBF) return 0;
-        i += len;
-    }
-    return 1;
-}
+#include "utf8_check.h"
 
 /* Streams ids through ak_detok into one buffer and checks it against the
  * raw bytes (see the contract above). */

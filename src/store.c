@@ -939,15 +939,23 @@ static int status_code(ak_store_status st) {
     return AK_ERR_GENERIC;
 }
 
+/* Records a verdict (status, quarantine slug, error code, message) and
+ * returns its status. */
+__attribute__((format(printf, 5, 0))) static ak_store_status vjudge(verdict *v, ak_store_status st, const char *slug,
+                                                                   int code, const char *fmt, va_list ap) {
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    v->st = st;
+    v->slug = slug;
+    v->code = code;
+    return st;
+}
+
 __attribute__((format(printf, 4, 5))) static ak_store_status
 judge(verdict *v, ak_store_status st, const char *slug, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    vjudge(v, st, slug, status_code(st), fmt, ap);
     va_end(ap);
-    v->st = st;
-    v->slug = slug;
-    v->code = status_code(st);
     return st;
 }
 
@@ -956,11 +964,8 @@ judge(verdict *v, ak_store_status st, const char *slug, const char *fmt, ...) {
 __attribute__((format(printf, 3, 4))) static ak_store_status judge_error(verdict *v, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    vjudge(v, AK_STORE_ERROR, NULL, code, fmt, ap);
     va_end(ap);
-    v->st = AK_STORE_ERROR;
-    v->slug = NULL;
-    v->code = code;
     return AK_STORE_ERROR;
 }
 
