@@ -37,6 +37,9 @@ const char *test_shared_dir(void);
 const char *test_path(char *buf, size_t n, const char *rel);
 /* A fresh temporary directory for this test run (created once). */
 const char *test_tmp_dir(void);
+/* A TCP socket connected to 127.0.0.1:port with send and receive timeouts
+ * of timeout_ms, or -1. */
+int test_dial_loopback(int port, int timeout_ms);
 
 #define TEST(name)                                                        \
     static void test_##name(ak_test_ctx *t);                              \

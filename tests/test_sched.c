@@ -361,16 +361,8 @@ static void sleep_ms(int ms) {
  * Returns the bytes read, or -1. */
 static int http_req(int port, const char *method, const char *path, const char *headers, const char *body, char *out,
                     size_t n) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = test_dial_loopback(port, 5000);
     if (fd < 0) return -1;
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sa = {0};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) { close(fd); return -1; }
     char req[2048];
     int l = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n%s"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", method, path, headers, strlen(body), body);

@@ -102,23 +102,7 @@ static void rig_stop(srv_rig *r) {
 
 /* ------------------------------------------------------------ a raw client */
 
-/* A connected socket to 127.0.0.1:port with send/receive timeouts, or -1. */
-static int dial(int port, int timeout_ms) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
+static int dial(int port, int timeout_ms) { return test_dial_loopback(port, timeout_ms); }
 
 static int send_all(int fd, const char *p, size_t n) {
     while (n) {
