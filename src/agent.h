@@ -185,7 +185,9 @@ typedef struct {
     const char *id;
     int n_tokens;
     ak_tier tier;             /* HOT if in RAM, WARM if only on disk */
-    size_t bytes;             /* RAM bytes when hot */
+    size_t bytes;             /* RAM bytes of the blocks it reads when hot (shared ones included) */
+    size_t private_bytes;     /* of them, bytes held by it alone */
+    char pool[AK_AGENT_ID_MAX + 1];   /* the pool its history starts with ("" if none) */
     uint64_t last_use;        /* turn counter */
     int64_t last_unix;        /* wall-clock seconds of the last use */
     int dirty;                /* its history is not confirmed on disk (never for ephemeral agents) */
@@ -207,5 +209,80 @@ int ak_agents_count(const ak_agents *a);
 /* Info of the i-th agent (0 <= i < count); pointers valid until the next call
  * that changes the set. */
 void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out);
+
+/* POOLS. A pool is a named, write-once prefix (a document, a system
+ * prompt) prefilled once, in its own K/V formats (default q8 keys, tq3
+ * values), persisted in the store (store.h: pools/), and shared by every
+ * agent that attaches to it: the agent's cache starts with the pool's
+ * blocks as its base (kvcache.h), its own tokens in private blocks after
+ * them, in the pool's formats. Nothing of the pool is copied per agent,
+ * not even its partly filled last block. An agent's file records the pool's
+ * id and content hash, not its blocks: a pool that changed or vanished
+ * makes the agent's file a miss (recomputed), never garbage. */
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    int n_tokens;
+    ak_kv_format fk, fv;
+    char hash[17];            /* content hash (store.h: ak_pool_content_hash) */
+    int resident;             /* its blocks are in RAM */
+    size_t bytes;             /* RAM bytes of its blocks when resident */
+    uint64_t file_bytes;      /* 0 without a store */
+    int readers;              /* agents whose history starts with it (in RAM or on disk) */
+    int64_t created;          /* unix seconds */
+} ak_pool_info;
+
+/* 1 if id can name a pool (as agent ids). */
+int ak_pool_id_valid(const char *id);
+/* Creates pool id from tokens[0..n) (a plain prefill with c) in formats
+ * fk/fv and writes it to the store (if any); source is kept with it (e.g.
+ * {"messages": [...]} as JSON; may be NULL). progress (may be NULL) is
+ * called after each prefill chunk. Returns 0, or -1 with err set:
+ * AK_ERR_INVALID (bad id, empty, not shorter than n_ctx, format cannot store
+ * the head dims), AK_ERR_EXISTS (pools are write-once: remove it first),
+ * AK_ERR_KV_BUDGET, a store error (the pool is then not created). */
+int ak_pool_create(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, ak_kv_format fk,
+                   ak_kv_format fv, const char *source, void (*progress)(void *ud, int done, int total), void *ud,
+                   ak_error *err);
+/* The same in steps, for a scheduler that prefills in chunks: begin returns
+ * the empty sequence to compute tokens[0..n) into; commit persists and
+ * publishes it; abort forgets it. */
+int ak_pool_begin(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
+                  const char *source, ak_kv **kv, ak_error *err);
+int ak_pool_commit(ak_agents *a, const char *id, ak_error *err);
+void ak_pool_abort(ak_agents *a, const char *id);
+/* Info about pool id (loading nothing). Returns 0, or -1 with err set
+ * (AK_ERR_NOT_FOUND). */
+int ak_pool_get(ak_agents *a, const char *id, ak_pool_info *out, ak_error *err);
+/* The pool's token ids (*tokens malloc'd) and source (*source malloc'd, or
+ * NULL), loading it from the store if needed. Returns 0, or -1 with err set:
+ * AK_ERR_NOT_FOUND, AK_ERR_STALE (made with another model), AK_ERR_CORRUPT
+ * (quarantined), AK_ERR_KV_BUDGET ... */
+int ak_pool_tokens(ak_agents *a, const char *id, int32_t **tokens, int *n, char **source, ak_error *err);
+/* Every pool (in RAM or in the store), sorted by id, into *out (malloc'd).
+ * Returns 0, or -1 with err set. */
+int ak_pools_list(ak_agents *a, ak_pool_info **out, int *n, ak_error *err);
+/* Deletes pool id (its blocks and its file). Refused with AK_ERR_BUSY while
+ * agents are attached: err then names them (up to 8). Returns 0, 1 if
+ * unknown, -1 with err set. */
+int ak_pool_remove(ak_agents *a, const char *id, ak_error *err);
+
+/* ak_agent_open for an agent whose prompt starts with pool pool_id's
+ * tokens (pool_id NULL or "": ak_agent_open). The agent then holds the
+ * pool's blocks as its base (attached now if it was not) and only its own
+ * tokens privately. Errors as ak_agent_open, and AK_ERR_NOT_FOUND /
+ * AK_ERR_STALE / AK_ERR_CORRUPT for the pool, AK_ERR_INVALID when the
+ * prompt does not start with the pool's tokens. */
+int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
+                       int n_reserve, size_t extra, ak_kv **kv, ak_turn *t, ak_error *err);
+
+typedef struct {
+    size_t shared_bytes;      /* KV bytes held by more than one holder */
+    size_t logical_bytes;     /* bytes as the agents and pools see them */
+    size_t used_bytes;        /* bytes really held */
+    uint64_t linked_blocks;   /* blocks linked instead of computed or read */
+    uint64_t linked_bytes;
+    int pools, pools_resident;
+} ak_share_stats;
+void ak_agents_share_stats(ak_agents *a, ak_share_stats *st);
 
 #endif

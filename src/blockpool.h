@@ -63,6 +63,11 @@ typedef struct {
     size_t k_bytes[AK_KV_NFORMATS];      /* K bytes of live blocks, by format */
     size_t v_bytes[AK_KV_NFORMATS];      /* V bytes of live blocks, by format */
     uint64_t alloc_failures;             /* allocations refused by the budget */
+    size_t shared;                       /* bytes of live blocks held by more than one reference */
+    size_t logical;                      /* bytes as the holders see them: each block's bytes times
+                                            its references (logical / used: the dedup ratio) */
+    size_t indexed;                      /* blocks in the content index */
+    uint64_t index_hits;                 /* lookups that found a block */
 } ak_block_pool_stats;
 
 /* A pool for caches of the given spec. budget = 0 means no limit; block_tokens
@@ -130,6 +135,36 @@ void ak_block_ref(ak_block_pool *p, ak_block *b);
 /* Drops a reference; frees the block at zero. NULL is fine. */
 void ak_block_unref(ak_block_pool *p, ak_block *b);
 int ak_block_refcount(ak_block_pool *p, const ak_block *b);
+
+/* CONTENT INDEX. A full block whose contents are a pure function of a
+ * token prefix (computed by a forward pass of those tokens from position 0,
+ * or restored from a file of such a sequence: the kernels are batch
+ * invariant, so every such computation gives the same bits) can be entered
+ * in the pool's index under a chain hash (ak_block_chain_hash) that names
+ * that prefix. A sequence about to compute the same tokens links the
+ * indexed block instead (kvcache.h: ak_kv_link). A block leaves the index
+ * when its last reference goes: the index holds no reference of its own.
+ * Blocks that came from an import, a position shift or a correction must
+ * never be entered: their bits are not the prefix's. */
+
+/* Sets what every chain hash of this pool is salted with besides its
+ * tokens: the model fingerprint (the pool's block size and centering ids
+ * are added by the pool itself). Call before any hash is computed. */
+void ak_block_pool_set_model(ak_block_pool *p, const char *fingerprint);
+/* The hash of the block spanning positions [first_pos, first_pos + n)
+ * with tokens tok[0..n), after a block whose hash is parent (0 for the
+ * first block), in formats fk/fv: XXH3-64 over (parent, first_pos, n, fk,
+ * fv, the pool's salt, the tokens). Never 0. */
+uint64_t ak_block_chain_hash(const ak_block_pool *p, uint64_t parent, int first_pos, const int32_t *tok, int n,
+                             ak_kv_format fk, ak_kv_format fv);
+/* The indexed block of hash h with a reference taken for the caller, or
+ * NULL when none. */
+ak_block *ak_block_pool_lookup(ak_block_pool *p, uint64_t h);
+/* Enters b under h. Returns b when entered (or already there), the block
+ * already indexed under h when another holds it (the caller may replace
+ * its copy by that one: ak_kv_replace_span), or NULL when b is already
+ * indexed under another hash or out of memory (nothing entered). */
+ak_block *ak_block_pool_publish(ak_block_pool *p, ak_block *b, uint64_t h);
 
 /* Parses a byte size: "512M", "10.2G", "4096", "1.5GiB"; returns 0, or -1. */
 int ak_parse_bytes(const char *s, size_t *out);

@@ -29,6 +29,7 @@ typedef struct {
 
 typedef struct ak_kv ak_kv;
 typedef struct ak_block_pool ak_block_pool;
+typedef struct ak_block ak_block;
 
 /* A sequence of up to n_ctx positions whose blocks come from pool, storing
  * keys in fk and values in fv. Returns NULL with err set when n_ctx is not
@@ -88,6 +89,50 @@ int ak_kv_swap(ak_kv *a, ak_kv *b);
 /* Declares positions [0, n) written (after filling them through
  * ak_kv_stored_mut). Returns 0, or -1 with err set if some are not prepared. */
 int ak_kv_set_length(ak_kv *kv, int n, ak_error *err);
+
+/* SHARED BASE AND LINKED BLOCKS. A sequence's positions map to blocks in
+ * two segments. The base, positions [0, base_len), is standard-mapped
+ * (block i holds [i*T, (i+1)*T)) and its last block may be partly filled:
+ * it is shared read-only with the sequence it came from (a pool, agent.h),
+ * never copied. The sequence's own positions [base_len, ...) start a fresh
+ * block: own block j holds [base_len + j*T, base_len + (j+1)*T). With
+ * base_len = 0 (every sequence that never attached a base) this is the
+ * plain mapping. Attention reads each block for the positions it holds, so
+ * a partial block in the middle costs nothing but its empty slots.
+ * Truncating below base_len shortens the base (its blocks stay shared). */
+
+/* Makes the empty sequence kv start with positions [0, base_len) of src
+ * (base_len <= ak_kv_length(src)), sharing src's blocks (references
+ * taken). kv and src must be of one pool; their formats may differ (each
+ * block carries its own). Returns 0, or -1 with err set (kv not empty,
+ * base_len out of range, longer than kv's capacity). */
+int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err);
+/* Positions of the shared base (0 when none). */
+int ak_kv_base_len(const ak_kv *kv);
+
+/* The blocks of a sequence in order, each with the positions it spans:
+ * block i holds [*start, *start + *count) (count counts the positions the
+ * block can hold, up to the length or the base's end; the last block's may
+ * extend past the length). Returns the number of blocks covering [0,
+ * length) for ak_kv_span_count, or NULL / 0 past them. */
+int ak_kv_span_count(const ak_kv *kv);
+ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count);
+/* Where the next own block starts: the position at which ak_kv_link can
+ * add a whole block (base_len + j*T for the first j past the length),
+ * valid only when the length is on such a boundary. Returns the length if
+ * it is a block boundary, else -1. */
+int ak_kv_link_point(const ak_kv *kv);
+/* Appends block b (a full block of this sequence's geometry, e.g. found in
+ * the pool's index, blockpool.h) at the sequence's end, taking a reference:
+ * the length grows by T. The length must be a link point. Returns 0, or -1
+ * with err set (not at a link point, past capacity); nothing changes then. */
+int ak_kv_link(ak_kv *kv, ak_block *b, ak_error *err);
+/* Replaces the block at span i (exclusively owned, same formats) by b
+ * (a reference taken): a block computed twice is held once. Returns 0, or
+ * -1 if they cannot be swapped (nothing changes). */
+int ak_kv_replace_span(ak_kv *kv, int i, ak_block *b);
+/* Bytes of blocks this sequence holds alone (reference count 1). */
+size_t ak_kv_private_bytes(const ak_kv *kv);
 
 /* Floats of scratch ak_kv_attend needs for n_q queries on kv (or any
  * sequence of the same pool). */

@@ -107,6 +107,37 @@ int ak_store_sealed(const ak_store *s);
  * Returns NULL with err set on bad arguments or out of memory. */
 ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
                                const char *fingerprint, const char *model_name, ak_error *err);
+/* BASES AND PREFIX LINKING. A sequence may start with a pool's positions
+ * (kvcache.h: the shared base): its file then records the pool's id, its
+ * content hash and how many of its positions the agent uses (base_len),
+ * and holds only the agent's own positions [base_len, n_tokens) (its own
+ * blocks; the token ids of all n_tokens). */
+typedef struct {
+    char pool_id[AK_AGENT_ID_MAX + 1];   /* "" when the sequence has no base */
+    char pool_hash[17];                  /* the pool's content hash, 16 hex digits */
+    int base_len;                        /* positions taken from the pool */
+} ak_store_base;
+
+/* ak_store_snapshot for a sequence with a base: kv's base_len must equal
+ * base->base_len (or base is NULL / pool_id "" and kv has none). */
+ak_snapshot *ak_store_snapshot_base(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                                    const ak_store_base *base, const char *fingerprint, const char *model_name,
+                                    ak_error *err);
+
+/* Called by ak_store_load_linked once the file's header and metadata are
+ * verified and before any tensor is read, with the file's base (pool_id ""
+ * if none) and token ids, and kv: a fresh, empty sequence of the load's
+ * formats and capacity. It links into kv what the caller already holds in
+ * RAM: the pool's first base_len positions when the file has a base
+ * (ak_kv_attach_base), then possibly whole own blocks found in the block
+ * pool's index (ak_kv_link). Returns 0 with kv holding positions [0, L)
+ * where L = base_len + j * block_tokens for some j (or L = n_tokens), or
+ * -1 with err set: the load is then a miss (STALE for AK_ERR_STALE or
+ * AK_ERR_NOT_FOUND: the pool vanished or changed; ERROR otherwise). The
+ * store reads and verifies only the blocks past L. */
+typedef int (*ak_store_prelink_fn)(void *ud, const ak_store_base *base, const int32_t *tokens, int n_tokens,
+                                   ak_kv *kv, ak_error *err);
+
 /* Bytes the snapshot holds (about the file size). */
 size_t ak_snapshot_bytes(const ak_snapshot *snap);
 void ak_snapshot_free(ak_snapshot *snap);
@@ -130,6 +161,8 @@ typedef struct {
     double restore_ms;     /* copying the vectors into the sequence's blocks */
     double total_ms;
     int quarantined;       /* 1 if the file was moved to quarantine/ */
+    int linked;            /* positions the prelink callback supplied (not read) */
+    ak_store_base base;    /* the file's base (pool_id "" if none) */
 } ak_store_load_info;
 
 /* Restores agent_id into kv (not NULL): the file must be for the model `fingerprint`,
@@ -142,6 +175,13 @@ typedef struct {
  * which leaves kv empty. info may be NULL. */
 ak_store_status ak_store_load(ak_store *s, const char *agent_id, const char *fingerprint, int vocab, ak_kv *kv,
                               ak_store_load_info *info, ak_error *err);
+
+/* ak_store_load with a prelink callback (NULL: as ak_store_load, where a
+ * file with a base is then STALE: nothing can supply it). info->bytes_read
+ * counts only the blocks read; info->linked gets L. */
+ak_store_status ak_store_load_linked(ak_store *s, const char *agent_id, const char *fingerprint, int vocab, ak_kv *kv,
+                                     ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+                                     ak_error *err);
 
 /* Everything ak_store_load checks that needs no sequence: the whole file,
  * every checksum; the model if fingerprint is not NULL; token ids if vocab >
@@ -167,6 +207,7 @@ typedef struct {
     int64_t created;       /* unix seconds */
     char fingerprint[65];
     char model_name[128];
+    ak_store_base base;    /* the pool the agent's file starts with (pool_id "" if none) */
 } ak_store_entry;
 
 /* Every agent file of the store (temp and quarantined files excluded), sorted
@@ -203,5 +244,42 @@ int ak_store_quarantine(ak_store *s, const char *agent_id, const char *reason, a
  * the number of files deleted (*bytes_after, if not NULL, gets the total
  * left), or -1 with err set. */
 int ak_store_gc(ak_store *s, uint64_t disk_budget, uint64_t *bytes_after, ak_error *err);
+
+/* POOLS. Named shared prefixes (agent.h) live in <dir>/pools/<id>.safetensors,
+ * the agent file format with "format": "agentkv.pool" and, besides, the
+ * pool's content hash ("pool_hash": ak_pool_content_hash of its formats and
+ * tokens) and an opaque "source" string (what the pool was made from, e.g.
+ * its messages as JSON), with the same guarantees: atomic writes, complete
+ * verification before any byte reaches a sequence, quarantine of corrupt
+ * files (to quarantine/pool.<id>...), the index. Ids as for agents. */
+typedef struct {
+    ak_store_entry e;      /* as for agents; e.base unused */
+    char pool_hash[17];
+    char *source;          /* malloc'd (ak_store_pool_entries_free / free) or NULL */
+} ak_store_pool_entry;
+
+/* 16 hex digits naming a pool's contents: XXH3-64 over the model
+ * fingerprint, the formats, the cache spec and the token ids. */
+void ak_pool_content_hash(const char *fingerprint, const ak_cache_spec *spec, ak_kv_format fk, ak_kv_format fv,
+                          const int32_t *tokens, int n_tokens, char out[17]);
+/* Writes pool id (positions [0, n_tokens) of kv, no base) atomically.
+ * Returns 0, or -1 with err set. */
+int ak_store_save_pool(ak_store *s, const char *pool_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                       const char *source, const char *fingerprint, const char *model_name, ak_error *err);
+/* Loads pool id into the empty kv (its formats must be the file's: use
+ * ak_store_lookup_pool first to learn them); statuses as ak_store_load
+ * (CORRUPT files are quarantined). On a hit *tokens (malloc'd), *n_tokens,
+ * and pool_hash are set. */
+ak_store_status ak_store_load_pool(ak_store *s, const char *pool_id, const char *fingerprint, int vocab, ak_kv *kv,
+                                   int32_t **tokens, int *n_tokens, char pool_hash[17], ak_error *err);
+/* The index entry of a pool (no I/O; source copied, the caller frees it).
+ * Returns 0, or 1 if there is no such pool file. */
+int ak_store_lookup_pool(ak_store *s, const char *pool_id, ak_store_pool_entry *out);
+/* Every pool file, sorted by id (malloc'd; free with
+ * ak_store_pool_entries_free). Returns 0, or -1 with err set. */
+int ak_store_list_pools(ak_store *s, ak_store_pool_entry **out, int *n, ak_error *err);
+void ak_store_pool_entries_free(ak_store_pool_entry *v, int n);
+/* Deletes a pool file. Returns 0, 1 if there was none, -1 on error. */
+int ak_store_remove_pool(ak_store *s, const char *pool_id, ak_error *err);
 
 #endif

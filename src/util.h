@@ -25,7 +25,8 @@ typedef enum {
     AK_ERR_STALE,         /* sound data this caller cannot use (another model, format, key) */
     AK_ERR_BUSY,          /* the target is in use (a turn or restore in flight) */
     AK_ERR_PERMISSION,    /* refused for its permissions (e.g. a key file others can read) */
-    AK_ERR_SHUTDOWN       /* the component is stopping */
+    AK_ERR_SHUTDOWN,      /* the component is stopping */
+    AK_ERR_EXISTS         /* the item exists already (write-once things: pools) */
 } ak_err_code;
 
 typedef struct {
