@@ -275,6 +275,14 @@ int ak_pool_remove(ak_agents *a, const char *id, ak_error *err);
 int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
                        int n_reserve, size_t extra, ak_kv **kv, ak_turn *t, ak_error *err);
 
+/* Bytes of blocks a turn of agent id with prompt tokens[0..n) (starting
+ * with pool pool_id's tokens, or pool_id NULL) will add to the pool to
+ * reach n_pos positions: what it holds already, the pool's blocks (when the
+ * pool is resident) and full blocks of the prompt found in the content
+ * index are not counted. For a scheduler's admission control. */
+size_t ak_agent_bytes_to_add(const ak_agents *a, const char *id, const char *pool_id, const int32_t *tokens, int n,
+                             int n_pos);
+
 typedef struct {
     size_t shared_bytes;      /* KV bytes held by more than one holder */
     size_t logical_bytes;     /* bytes as the agents and pools see them */
