@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+/* compiled in with our target flags (as in store.c) */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 /* Block memory comes from slabs: 32 MiB mappings advised to use transparent
  * huge pages, each cut into blocks of one size, with a free list per size.
@@ -41,6 +44,11 @@ struct ak_block_pool {
     float *center[2];                 /* K: n_layer * n_head_kv * head_dim_k, V likewise; or NULL */
     unsigned center_mask[2];          /* formats each applies to */
     char center_id[33];
+    /* the content index: buckets of blocks chained through hnext, keyed by
+     * hash; guarded by mu. Holds no reference: a block leaves it when freed. */
+    ak_block **bucket;
+    size_t n_bucket;                  /* a power of two, or 0 */
+    uint64_t salt;                    /* model fingerprint's hash (ak_block_pool_set_model) */
 };
 
 /* Memory for one block of `bytes`, 64-byte aligned; NULL when out of memory.
@@ -131,6 +139,7 @@ void ak_block_pool_free(ak_block_pool *p) {
         free(sl);
     }
     pthread_mutex_destroy(&p->mu);
+    free(p->bucket);
     free(p->center[0]);
     free(p->center[1]);
     free(p);
@@ -246,10 +255,12 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
         return NULL;
     }
     p->st.used += bytes;
+    p->st.logical += bytes;
     b->refcount = 1;
     b->fk = fk;
     b->fv = fv;
     b->hash = 0;
+    b->hnext = NULL;
     b->data = data;
     p->st.blocks++;
     p->st.k_bytes[fk] += kb;
@@ -279,10 +290,34 @@ ak_block *ak_block_clone(ak_block_pool *p, const ak_block *b, ak_error *err) {
     return c;
 }
 
+static size_t bytes_of(const ak_block_pool *p, const ak_block *b) {
+    return (size_t)p->spec.n_layer * (k_region(p, b->fk) + v_region(p, b->fv));
+}
+
+/* One more reference to b, with the sharing statistics. Called with mu held. */
+static void ref_locked(ak_block_pool *p, ak_block *b) {
+    size_t n = bytes_of(p, b);
+    if (++b->refcount == 2) p->st.shared += n;
+    p->st.logical += n;
+}
+
 void ak_block_ref(ak_block_pool *p, ak_block *b) {
     pthread_mutex_lock(&p->mu);
-    b->refcount++;
+    ref_locked(p, b);
     pthread_mutex_unlock(&p->mu);
+}
+
+/* Takes b out of the index (if it is in). Called with mu held. */
+static void index_remove(ak_block_pool *p, ak_block *b) {
+    if (!b->hash || !p->n_bucket) return;
+    ak_block **pp = &p->bucket[b->hash & (p->n_bucket - 1)];
+    while (*pp && *pp != b) pp = &(*pp)->hnext;
+    if (*pp) {
+        *pp = b->hnext;
+        p->st.indexed--;
+    }
+    b->hash = 0;
+    b->hnext = NULL;
 }
 
 int ak_block_refcount(ak_block_pool *p, const ak_block *b) {
@@ -296,7 +331,10 @@ void ak_block_unref(ak_block_pool *p, ak_block *b) {
     if (!b) return;
     pthread_mutex_lock(&p->mu);
     int last = --b->refcount == 0;
+    p->st.logical -= bytes_of(p, b);
+    if (b->refcount == 1) p->st.shared -= bytes_of(p, b);
     if (last) {
+        index_remove(p, b);
         size_t kb = (size_t)p->spec.n_layer * k_region(p, b->fk), vb = (size_t)p->spec.n_layer * v_region(p, b->fv);
         p->st.used -= kb + vb;
         p->st.blocks--;
@@ -306,6 +344,96 @@ void ak_block_unref(ak_block_pool *p, ak_block *b) {
     }
     pthread_mutex_unlock(&p->mu);
     if (last) free(b);
+}
+
+void ak_block_pool_set_model(ak_block_pool *p, const char *fingerprint) {
+    p->salt = XXH3_64bits(fingerprint, strlen(fingerprint));
+}
+
+uint64_t ak_block_chain_hash(const ak_block_pool *p, uint64_t parent, int first_pos, const int32_t *tok, int n,
+                             ak_kv_format fk, ak_kv_format fv) {
+    /* everything that decides the block's bits besides its tokens: the
+     * prefix (parent), where the block sits, its formats, the pool's
+     * geometry, centering and model */
+    struct {
+        uint64_t parent, salt;
+        int32_t first_pos, n, fk, fv, T, pad;
+        char center[33 + 7];
+    } h;
+    memset(&h, 0, sizeof h);
+    h.parent = parent;
+    h.salt = p->salt;
+    h.first_pos = first_pos;
+    h.n = n;
+    h.fk = (int32_t)fk;
+    h.fv = (int32_t)fv;
+    h.T = p->block_tokens;
+    /* the means subtracted from this format pair (or none) */
+    const char *ck = ak_block_pool_center_id(p, 0, fk), *cv = ak_block_pool_center_id(p, 1, fv);
+    snprintf(h.center, sizeof h.center, "%c%c%s", ck ? 'k' : '-', cv ? 'v' : '-', ck || cv ? p->center_id : "");
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, &h, sizeof h);
+    XXH3_64bits_update(&st, tok, sizeof(int32_t) * (size_t)n);
+    uint64_t r = XXH3_64bits_digest(&st);
+    return r ? r : 1;
+}
+
+ak_block *ak_block_pool_lookup(ak_block_pool *p, uint64_t h) {
+    if (!h) return NULL;
+    pthread_mutex_lock(&p->mu);
+    ak_block *b = p->n_bucket ? p->bucket[h & (p->n_bucket - 1)] : NULL;
+    while (b && b->hash != h) b = b->hnext;
+    if (b) {
+        ref_locked(p, b);
+        p->st.index_hits++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return b;
+}
+
+/* Doubles the bucket array (rehashing every indexed block). Called with mu
+ * held; returns 0, or -1 out of memory (the index is unchanged). */
+static int index_grow(ak_block_pool *p) {
+    size_t nn = p->n_bucket ? p->n_bucket * 2 : 1024;
+    ak_block **nb = calloc(nn, sizeof *nb);
+    if (!nb) return -1;
+    for (size_t i = 0; i < p->n_bucket; i++)
+        for (ak_block *b = p->bucket[i], *next; b; b = next) {
+            next = b->hnext;
+            b->hnext = nb[b->hash & (nn - 1)];
+            nb[b->hash & (nn - 1)] = b;
+        }
+    free(p->bucket);
+    p->bucket = nb;
+    p->n_bucket = nn;
+    return 0;
+}
+
+ak_block *ak_block_pool_publish(ak_block_pool *p, ak_block *b, uint64_t h) {
+    if (!h) return NULL;
+    pthread_mutex_lock(&p->mu);
+    ak_block *r = NULL;
+    if (b->hash) {
+        r = b->hash == h ? b : NULL;
+        goto out;
+    }
+    if (p->st.indexed >= p->n_bucket && index_grow(p) != 0) goto out;
+    ak_block **head = &p->bucket[h & (p->n_bucket - 1)];
+    for (ak_block *o = *head; o; o = o->hnext)
+        if (o->hash == h) {
+            ref_locked(p, o);   /* the caller's, for ak_kv_replace_span */
+            r = o;
+            goto out;
+        }
+    b->hash = h;
+    b->hnext = *head;
+    *head = b;
+    p->st.indexed++;
+    r = b;
+out:
+    pthread_mutex_unlock(&p->mu);
+    return r;
 }
 
 int ak_parse_bytes(const char *s, size_t *out) {

@@ -49,7 +49,8 @@
 typedef struct ak_block {
     int refcount;
     ak_kv_format fk, fv;
-    uint64_t hash;          /* content hash for prefix sharing; 0 = none */
+    uint64_t hash;          /* its key in the content index (below); 0 = not indexed */
+    struct ak_block *hnext; /* next block of its index bucket */
     uint8_t *data;          /* see the layout above */
 } ak_block;
 
@@ -160,10 +161,11 @@ uint64_t ak_block_chain_hash(const ak_block_pool *p, uint64_t parent, int first_
 /* The indexed block of hash h with a reference taken for the caller, or
  * NULL when none. */
 ak_block *ak_block_pool_lookup(ak_block_pool *p, uint64_t h);
-/* Enters b under h. Returns b when entered (or already there), the block
- * already indexed under h when another holds it (the caller may replace
- * its copy by that one: ak_kv_replace_span), or NULL when b is already
- * indexed under another hash or out of memory (nothing entered). */
+/* Enters b under h. Returns b when entered (or already there); the block
+ * already indexed under h when that is another one, with a reference taken
+ * for the caller (who may replace its copy by it, ak_kv_replace_span, and
+ * then drops that reference); or NULL when b is indexed under another hash
+ * or out of memory (nothing entered). */
 ak_block *ak_block_pool_publish(ak_block_pool *p, ak_block *b, uint64_t h);
 
 /* Parses a byte size: "512M", "10.2G", "4096", "1.5GiB"; returns 0, or -1. */

@@ -14,10 +14,42 @@ struct ak_kv {
     ak_kv_format fk, fv;
     int T;              /* tokens per block */
     int capacity;
-    int length;
-    int n_table;        /* entries of table: ceil(capacity / T) */
+    int length;         /* never below base_len */
+    int base_len;       /* positions of the shared base (kvcache.h) */
+    int n_table;        /* entries of table: ceil(capacity / T) + 1 (a partial base block) */
     ak_block **table;   /* (n_table) NULL where not allocated */
 };
+
+/* Blocks of the base: [0, base_len) standard-mapped, the last maybe partial. */
+static inline int n_base_blocks(const ak_kv *kv) { return (kv->base_len + kv->T - 1) / kv->T; }
+
+/* The block holding position pos, and its slot there (kvcache.h). */
+static inline int block_of(const ak_kv *kv, int pos, int *slot) {
+    if (pos < kv->base_len) {
+        *slot = pos % kv->T;
+        return pos / kv->T;
+    }
+    int r = pos - kv->base_len;
+    *slot = r % kv->T;
+    return n_base_blocks(kv) + r / kv->T;
+}
+
+/* First position of block i, and how many positions it can hold. */
+static inline int span_start(const ak_kv *kv, int i) {
+    int nb = n_base_blocks(kv);
+    return i < nb ? i * kv->T : kv->base_len + (i - nb) * kv->T;
+}
+static inline int span_cap(const ak_kv *kv, int i) {
+    int nb = n_base_blocks(kv);
+    if (i < nb && kv->base_len - i * kv->T < kv->T) return kv->base_len - i * kv->T;
+    return kv->T;
+}
+
+/* Blocks covering positions [0, n). */
+static inline int spans_for(const ak_kv *kv, int n) {
+    if (n <= kv->base_len) return (n + kv->T - 1) / kv->T;
+    return n_base_blocks(kv) + (n - kv->base_len + kv->T - 1) / kv->T;
+}
 
 ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ctx, ak_error *err) {
     const ak_cache_spec *s = ak_block_pool_spec(pool);
@@ -44,7 +76,7 @@ ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ct
     kv->fv = fv;
     kv->T = ak_block_pool_block_tokens(pool);
     kv->capacity = n_ctx;
-    kv->n_table = (n_ctx + kv->T - 1) / kv->T;
+    kv->n_table = (n_ctx + kv->T - 1) / kv->T + 1;
     kv->table = ak_calloc(kv->n_table, sizeof(ak_block *), err);
     if (!kv->table) { free(kv); return NULL; }
     return kv;
@@ -59,6 +91,7 @@ ak_kv *ak_kv_fork(const ak_kv *src, ak_error *err) {
             kv->table[i] = src->table[i];
         }
     kv->length = src->length;
+    kv->base_len = src->base_len;
     return kv;
 }
 
@@ -78,8 +111,12 @@ ak_block_pool *ak_kv_pool(const ak_kv *kv) { return kv->pool; }
 void ak_kv_truncate(ak_kv *kv, int n) {
     if (n < 0) n = 0;
     if (n >= kv->length) return;
+    int keep = spans_for(kv, n);
+    /* below the base's end the base shortens: its blocks stay shared and
+     * the positions from n on start a fresh block (never a copy) */
+    if (n < kv->base_len) kv->base_len = n;
     kv->length = n;
-    for (int i = (n + kv->T - 1) / kv->T; i < kv->n_table; i++) {
+    for (int i = keep; i < kv->n_table; i++) {
         ak_block_unref(kv->pool, kv->table[i]);
         kv->table[i] = NULL;
     }
@@ -103,7 +140,7 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
         return ak_fail(err, "KV cache full: positions [%d, %d) do not fit the context size %d", from, to,
                        kv->capacity);
     if (from == to) return 0;
-    int b0 = from / kv->T, b1 = (to - 1) / kv->T;
+    int slot, b0 = block_of(kv, from, &slot), b1 = block_of(kv, to - 1, &slot);
     /* first make every new block, then commit, so a failure changes nothing */
     ak_block *fresh[64];
     ak_block **nb = b1 - b0 + 1 <= 64 ? fresh : ak_calloc(b1 - b0 + 1, sizeof(ak_block *), err);
@@ -169,9 +206,10 @@ static void uncenter(float *x, int d, const float *mu) {
 int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, ak_error *err) {
     if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer)
         return ak_fail(err, "KV write at layer %d position %d is out of range", layer, pos);
-    ak_block *b = kv->table[pos / kv->T];
+    int slot;
+    ak_block *b = kv->table[block_of(kv, pos, &slot)];
     if (!b || b->refcount != 1) return ak_fail(err, "KV write at position %d: block not prepared", pos);
-    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, slot = pos % kv->T;
+    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v;
     /* the block's formats, which need not be the sequence's (see sink) */
     const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
     uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
@@ -193,8 +231,9 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
 int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error *err) {
     if (pos < 0 || pos >= kv->length || layer < 0 || layer >= kv->spec.n_layer)
         return ak_fail(err, "KV read at layer %d position %d is out of range (length %d)", layer, pos, kv->length);
-    const ak_block *b = kv->table[pos / kv->T];
-    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, slot = pos % kv->T;
+    int slot;
+    const ak_block *b = kv->table[block_of(kv, pos, &slot)];
+    int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v;
     const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
     const uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
     const uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
@@ -214,13 +253,14 @@ static uint8_t *component_at(const ak_kv *kv, int layer, int is_v, int comp, int
     if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer || head < 0 ||
         head >= kv->spec.n_head_kv || comp < 0 || comp > 1)
         return NULL;
-    ak_block *b = kv->table[pos / kv->T];
+    int slot;
+    ak_block *b = kv->table[block_of(kv, pos, &slot)];
     if (!b) return NULL;
     int d = is_v ? kv->spec.head_dim_v : kv->spec.head_dim_k;
     ak_kv_format f = is_v ? b->fv : b->fk;
     if (comp == 1 && !ak_kv_format_meta_bytes(f, d)) return NULL;
     size_t off = is_v ? ak_block_v_offset(kv->pool, b->fk, b->fv, layer) : ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
-    return b->data + off + comp_offset(kv, f, d, comp, head, pos % kv->T);
+    return b->data + off + comp_offset(kv, f, d, comp, head, slot);
 }
 
 const uint8_t *ak_kv_stored(const ak_kv *kv, int layer, int is_v, int comp, int head, int pos) {
@@ -229,7 +269,8 @@ const uint8_t *ak_kv_stored(const ak_kv *kv, int layer, int is_v, int comp, int 
 
 uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, int pos) {
     if (pos < 0 || pos >= kv->capacity) return NULL;
-    ak_block *b = kv->table[pos / kv->T];
+    int slot;
+    ak_block *b = kv->table[block_of(kv, pos, &slot)];
     if (!b || b->refcount != 1) return NULL;
     return component_at(kv, layer, is_v, comp, head, pos);
 }
@@ -237,17 +278,20 @@ uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, in
 int ak_kv_swap(ak_kv *a, ak_kv *b) {
     if (a->pool != b->pool || a->fk != b->fk || a->fv != b->fv || a->capacity != b->capacity) return -1;
     ak_block **t = a->table;
-    int n = a->length;
+    int n = a->length, bl = a->base_len;
     a->table = b->table;
     a->length = b->length;
+    a->base_len = b->base_len;
     b->table = t;
     b->length = n;
+    b->base_len = bl;
     return 0;
 }
 
 int ak_kv_set_length(ak_kv *kv, int n, ak_error *err) {
     if (n < 0 || n > kv->capacity) return ak_fail(err, "length %d outside the capacity %d", n, kv->capacity);
-    for (int i = 0; i * kv->T < n; i++)
+    if (n < kv->base_len) return ak_fail(err, "length %d inside the shared base of %d positions", n, kv->base_len);
+    for (int i = 0; i < spans_for(kv, n); i++)
         if (!kv->table[i]) return ak_fail(err, "positions of block %d were never prepared", i);
     kv->length = n;
     return 0;
@@ -625,12 +669,15 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
     const int n_end = pos0 + nt;   /* positions the last token sees */
     /* the first position the first token sees: blocks before it are not read */
     const int lo0 = window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0;
-    for (int bi = lo0 / T; bi * T < n_end; bi++) {
+    int slot0;
+    for (int bi = block_of(kv, lo0, &slot0), s0; bi < kv->n_table && (s0 = span_start(kv, bi)) < n_end; bi++) {
+        /* block bi holds positions [s0, s0 + its capacity) (a partial base block fewer than T) */
         const ak_block *b = kv->table[bi];
-        int cnt = n_end - bi * T < T ? n_end - bi * T : T;
+        int cap = span_cap(kv, bi), cnt = n_end - s0 < cap ? n_end - s0 : cap;
         block_enter(&a, &h, kv, b, layer, kv_head);
         kv_prefetch pf = { .run = 4 };
-        if ((bi + PF_AHEAD) * T < n_end) prefetch_start(&pf, kv, &h, kv->table[bi + PF_AHEAD], kv_head);
+        if (bi + PF_AHEAD < kv->n_table && span_start(kv, bi + PF_AHEAD) < n_end)
+            prefetch_start(&pf, kv, &h, kv->table[bi + PF_AHEAD], kv_head);
         /* the block's keys (transposed) and values in f32, stored basis;
          * keys past cnt are zeros (their scores are never used, but they
          * must be finite) */
@@ -641,7 +688,7 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         prefetch_step(&pf, PF_LINES);
         h.iv->dequant(h.vc, h.vcb, h.vm, h.vmb, cnt, dv, vf, (size_t)dv);
         /* rows that see this block, four at a time for the scores */
-        int r_first = (bi * T - pos0) * n_q;   /* row of the first token that sees position bi*T */
+        int r_first = (s0 - pos0) * n_q;   /* row of the first token that sees position s0 */
         if (r_first < 0) r_first = 0;
         for (int r0 = r_first; r0 < a.R; r0 += 4) {
             int nr = a.R - r0 < 4 ? a.R - r0 : 4;
@@ -650,11 +697,11 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
             run_scores(qs, nr, kt, dk, Tp, sc4);
             for (int i = 0; i < nr; i++) {
                 prefetch_step(&pf, PF_LINES);
-                int r = r0 + i, c = pos0 + r / n_q + 1 - bi * T;   /* keys of this block row r sees */
+                int r = r0 + i, c = pos0 + r / n_q + 1 - s0;   /* keys of this block row r sees */
                 if (c <= 0) continue;
                 if (c > cnt) c = cnt;
                 /* and the first of them its window still holds */
-                int lo = window > 0 ? pos0 + r / n_q - window + 1 - bi * T : 0;
+                int lo = window > 0 ? pos0 + r / n_q - window + 1 - s0 : 0;
                 if (lo >= c) continue;
                 if (lo < 0) lo = 0;
                 float *sc = sc4 + (size_t)i * Tp;
@@ -667,4 +714,73 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         prefetch_step(&pf, -1);
     }
     rows_finish(&a);
+}
+
+/* ---- shared bases and linked blocks (kvcache.h) ------------------------- */
+
+int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err) {
+    if (kv->pool != src->pool) return ak_failc(err, AK_ERR_INVALID, "a base must come from the same block pool");
+    if (kv->length || ak_kv_n_blocks(kv)) return ak_failc(err, AK_ERR_INVALID, "a base can only start an empty sequence");
+    if (base_len < 0 || base_len > src->length)
+        return ak_failc(err, AK_ERR_INVALID, "base of %d positions: the source holds %d", base_len, src->length);
+    if (base_len > kv->capacity)
+        return ak_failc(err, AK_ERR_INVALID, "base of %d positions is longer than the context %d", base_len, kv->capacity);
+    /* [0, base_len) must be standard-mapped in src too */
+    if (src->base_len % src->T && base_len > src->base_len)
+        return ak_failc(err, AK_ERR_INVALID, "the source's own positions cannot serve as a base");
+    int nb = (base_len + kv->T - 1) / kv->T;
+    for (int i = 0; i < nb; i++) {
+        ak_block_ref(kv->pool, src->table[i]);
+        kv->table[i] = src->table[i];
+    }
+    kv->base_len = base_len;
+    kv->length = base_len;
+    return 0;
+}
+
+int ak_kv_base_len(const ak_kv *kv) { return kv->base_len; }
+
+int ak_kv_span_count(const ak_kv *kv) { return spans_for(kv, kv->length); }
+
+ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count) {
+    if (i < 0 || i >= spans_for(kv, kv->length)) return NULL;
+    if (start) *start = span_start(kv, i);
+    if (count) *count = span_cap(kv, i);
+    return kv->table[i];
+}
+
+int ak_kv_link_point(const ak_kv *kv) {
+    return (kv->length - kv->base_len) % kv->T == 0 ? kv->length : -1;
+}
+
+int ak_kv_link(ak_kv *kv, ak_block *b, ak_error *err) {
+    if (ak_kv_link_point(kv) < 0)
+        return ak_failc(err, AK_ERR_INVALID, "cannot link a block at position %d: not a block boundary", kv->length);
+    if (kv->length + kv->T > kv->capacity)
+        return ak_failc(err, AK_ERR_INVALID, "KV cache full: a linked block past the context size %d", kv->capacity);
+    if (b->fk != kv->fk || b->fv != kv->fv) return ak_failc(err, AK_ERR_INVALID, "a linked block of other KV formats");
+    int i = spans_for(kv, kv->length);
+    ak_block_ref(kv->pool, b);
+    ak_block_unref(kv->pool, kv->table[i]);   /* a block prepared there earlier */
+    kv->table[i] = b;
+    kv->length += kv->T;
+    return 0;
+}
+
+int ak_kv_replace_span(ak_kv *kv, int i, ak_block *b) {
+    if (i < 0 || i >= spans_for(kv, kv->length) || !kv->table[i] || kv->table[i] == b) return -1;
+    ak_block *o = kv->table[i];
+    if (ak_block_refcount(kv->pool, o) != 1 || o->fk != b->fk || o->fv != b->fv) return -1;
+    ak_block_ref(kv->pool, b);
+    kv->table[i] = b;
+    ak_block_unref(kv->pool, o);
+    return 0;
+}
+
+size_t ak_kv_private_bytes(const ak_kv *kv) {
+    size_t n = 0;
+    for (int i = 0; i < kv->n_table; i++)
+        if (kv->table[i] && ak_block_refcount(kv->pool, kv->table[i]) == 1)
+            n += ak_block_pool_block_bytes(kv->pool, kv->table[i]->fk, kv->table[i]->fv);
+    return n;
 }

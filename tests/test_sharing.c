@@ -1,0 +1,290 @@
+/* test_sharing.c - memory shared between sequences: a shared base whose last
+ * block is partly filled (attention must read each block for the positions it
+ * holds), blocks linked from the pool's content index, the index itself, and
+ * the property that makes content addressing sound: a prefix's cache bits do
+ * not depend on how its tokens were batched. */
+#include <string.h>
+
+#include "../src/blockpool.h"
+#include "../src/kvcache.h"
+#include "../src/model.h"
+#include "test.h"
+
+static ak_cache_spec small_spec(void) {
+    ak_cache_spec s = {2, 2, 16, 16, 512};
+    return s;
+}
+
+/* Random keys and values at positions [from, to) of every layer. */
+static int fill_random(ak_kv *kv, const ak_cache_spec *s, int from, int to, ak_rng *rng) {
+    ak_error err = {{0}};
+    float k[64], v[64];
+    if (ak_kv_prepare(kv, from, to, &err) != 0) return -1;
+    for (int p = from; p < to; p++)
+        for (int l = 0; l < s->n_layer; l++) {
+            for (int i = 0; i < s->n_head_kv * s->head_dim_k; i++) k[i] = ak_rng_normal(rng);
+            for (int i = 0; i < s->n_head_kv * s->head_dim_v; i++) v[i] = ak_rng_normal(rng);
+            if (ak_kv_write(kv, l, p, k, v, &err) != 0) return -1;
+        }
+    return 0;
+}
+
+/* Double-precision causal attention of query q (head h, layer l) at position
+ * `at` over the vectors kv reads back at [lo, at]: the reference. */
+static void ref_attend(const ak_kv *kv, const ak_cache_spec *s, int l, int h, const float *q, int lo, int at,
+                       float scale, double *out) {
+    int d = s->head_dim_k, dv = s->head_dim_v;
+    float k[64], v[64];
+    double mx = -1e300, sum = 0, *sc = malloc(sizeof(double) * (size_t)(at + 1));
+    for (int p = lo; p <= at; p++) {
+        ak_kv_read(kv, l, p, k, v, NULL);
+        double x = 0;
+        for (int j = 0; j < d; j++) x += (double)q[j] * k[h * d + j];
+        sc[p] = x * scale;
+        if (sc[p] > mx) mx = sc[p];
+    }
+    for (int j = 0; j < dv; j++) out[j] = 0;
+    for (int p = lo; p <= at; p++) {
+        ak_kv_read(kv, l, p, k, v, NULL);
+        double w = exp(sc[p] - mx);
+        sum += w;
+        for (int j = 0; j < dv; j++) out[j] += w * v[h * dv + j];
+    }
+    for (int j = 0; j < dv; j++) out[j] /= sum;
+    free(sc);
+}
+
+/* Worst relative error of a prefill run of nt tokens from pos0 (window w)
+ * against the reference, every layer and head. */
+static double run_error(const ak_kv *kv, const ak_cache_spec *s, int pos0, int nt, int w, ak_rng *rng) {
+    int d = s->head_dim_k, dv = s->head_dim_v;
+    float *q = malloc(sizeof(float) * (size_t)nt * d), *out = malloc(sizeof(float) * (size_t)nt * dv);
+    float *scratch = malloc(sizeof(float) * ak_kv_attend_run_scratch(kv, nt));
+    double ref[64], worst = 0;
+    float scale = 0.25f;
+    for (int l = 0; l < s->n_layer; l++)
+        for (int h = 0; h < s->n_head_kv; h++) {
+            for (int i = 0; i < nt * d; i++) q[i] = ak_rng_normal(rng);
+            ak_kv_attend_run_window(kv, l, h, q, (size_t)d, 1, nt, pos0, w, scale, out, (size_t)dv, scratch);
+            for (int t = 0; t < nt; t++) {
+                int at = pos0 + t, lo = w > 0 && at - w + 1 > 0 ? at - w + 1 : 0;
+                ref_attend(kv, s, l, h, q + (size_t)t * d, lo, at, scale, ref);
+                double rm = 0, dm = 0;
+                for (int j = 0; j < dv; j++) {
+                    rm = fmax(rm, fabs(ref[j]));
+                    dm = fmax(dm, fabs(ref[j] - out[(size_t)t * dv + j]));
+                }
+                worst = fmax(worst, dm / (rm > 1e-6 ? rm : 1e-6));
+            }
+        }
+    free(q);
+    free(out);
+    free(scratch);
+    return worst;
+}
+
+TEST(sharing_base_with_partial_block_attends_exactly) {
+    ak_cache_spec s = small_spec();
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&s, 16, 0, &err);
+    REQUIRE(pool, "%s", err.msg);
+    ak_kv *src = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 200, &err), *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 200, &err);
+    REQUIRE(src && kv, "%s", err.msg);
+    ak_rng rng;
+    ak_rng_seed(&rng, 7);
+    REQUIRE(fill_random(src, &s, 0, 45, &rng) == 0, "fill the source");
+    REQUIRE(ak_kv_attach_base(kv, src, 45, &err) == 0, "attach: %s", err.msg);
+    CHECK(ak_kv_length(kv) == 45 && ak_kv_base_len(kv) == 45, "length %d base %d", ak_kv_length(kv), ak_kv_base_len(kv));
+    REQUIRE(fill_random(kv, &s, 45, 100, &rng) == 0, "fill own positions");
+    /* 3 base blocks (16 + 16 + 13 positions) shared, 4 own blocks (55 positions from 45) */
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    size_t bb = ak_block_pool_block_bytes(pool, AK_KV_F32, AK_KV_F32);
+    CHECK(st.blocks == 7, "7 blocks live, got %zu (the partial base block must not be copied)", st.blocks);
+    CHECK(st.shared == 3 * bb && ak_kv_private_bytes(kv) == 4 * bb && ak_kv_bytes(kv) == 7 * bb,
+          "shared %zu private %zu total %zu (block %zu)", st.shared, ak_kv_private_bytes(kv), ak_kv_bytes(kv), bb);
+    int start, count;
+    CHECK(ak_kv_span_count(kv) == 7, "spans %d", ak_kv_span_count(kv));
+    CHECK(ak_kv_span(kv, 2, &start, &count) && start == 32 && count == 13, "base tail span %d+%d", start, count);
+    CHECK(ak_kv_span(kv, 3, &start, &count) && start == 45 && count == 16, "first own span %d+%d", start, count);
+    /* runs across the base's end, decode steps, windows */
+    const int cases[][3] = {{0, 100, 0}, {40, 10, 0}, {44, 2, 0}, {45, 1, 0}, {99, 1, 0}, {30, 40, 7}, {60, 20, 20}};
+    double worst = 0;
+    for (int c = 0; c < 7; c++) worst = fmax(worst, run_error(kv, &s, cases[c][0], cases[c][1], cases[c][2], &rng));
+    CHECK(worst < 1e-5, "attention over a base with a partial block: relative error %.3e", worst);
+    printf("    max relative error vs double reference %.2e\n", worst);
+    /* the source is untouched by the sharer's writes */
+    float k0[64], v0[64], k1[64], v1[64];
+    for (int p = 32; p < 45; p++) {
+        ak_kv_read(src, 1, p, k0, v0, NULL);
+        ak_kv_read(kv, 1, p, k1, v1, NULL);
+        CHECK(!memcmp(k0, k1, sizeof(float) * 32) && !memcmp(v0, v1, sizeof(float) * 32), "base position %d differs", p);
+    }
+    ak_kv_free(kv);
+    ak_kv_free(src);
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(st.blocks == 0 && st.shared == 0 && st.logical == 0, "left %zu blocks, shared %zu, logical %zu", st.blocks,
+          st.shared, st.logical);
+    ak_block_pool_free(pool);
+}
+
+TEST(sharing_truncate_inside_base_never_copies) {
+    ak_cache_spec s = small_spec();
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&s, 16, 0, &err);
+    ak_kv *src = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 200, &err), *kv = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 200, &err);
+    REQUIRE(src && kv, "%s", err.msg);
+    ak_rng rng;
+    ak_rng_seed(&rng, 9);
+    REQUIRE(fill_random(src, &s, 0, 45, &rng) == 0, "fill");
+    REQUIRE(ak_kv_attach_base(kv, src, 45, &err) == 0, "%s", err.msg);
+    CHECK(ak_kv_attach_base(kv, src, 45, &err) < 0 && err.code == AK_ERR_INVALID, "a second base must be refused");
+    REQUIRE(fill_random(kv, &s, 45, 60, &rng) == 0, "fill");
+    float before[64], v[64], after[64];
+    ak_kv_read(src, 0, 38, before, v, NULL);
+    ak_kv_truncate(kv, 37);   /* inside the base's second block */
+    CHECK(ak_kv_base_len(kv) == 37 && ak_kv_length(kv) == 37, "base %d length %d", ak_kv_base_len(kv), ak_kv_length(kv));
+    REQUIRE(fill_random(kv, &s, 37, 50, &rng) == 0, "write past the shortened base");
+    ak_kv_read(src, 0, 38, after, v, NULL);
+    CHECK(!memcmp(before, after, sizeof(float) * 32), "the source's block was written through the base");
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    /* source: 3 blocks, of which kv shares 3 (37 positions: 16 + 16 + 5); kv's own: 1 (37..50) */
+    CHECK(st.blocks == 4, "%zu blocks live, want 4", st.blocks);
+    ak_kv_free(kv);
+    ak_kv_free(src);
+    ak_block_pool_free(pool);
+}
+
+TEST(sharing_content_index_links_and_forgets) {
+    ak_cache_spec s = small_spec();
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&s, 16, 0, &err);
+    REQUIRE(pool, "%s", err.msg);
+    ak_block_pool_set_model(pool, "model-a");
+    int32_t tok[16];
+    for (int i = 0; i < 16; i++) tok[i] = 100 + i;
+    uint64_t h = ak_block_chain_hash(pool, 0, 0, tok, 16, AK_KV_Q8, AK_KV_Q4);
+    /* every input changes the hash */
+    CHECK(h != ak_block_chain_hash(pool, 1, 0, tok, 16, AK_KV_Q8, AK_KV_Q4), "parent ignored");
+    CHECK(h != ak_block_chain_hash(pool, 0, 16, tok, 16, AK_KV_Q8, AK_KV_Q4), "position ignored");
+    CHECK(h != ak_block_chain_hash(pool, 0, 0, tok, 15, AK_KV_Q8, AK_KV_Q4), "length ignored");
+    CHECK(h != ak_block_chain_hash(pool, 0, 0, tok, 16, AK_KV_Q4, AK_KV_Q4), "K format ignored");
+    CHECK(h != ak_block_chain_hash(pool, 0, 0, tok, 16, AK_KV_Q8, AK_KV_Q8), "V format ignored");
+    tok[7]++;
+    CHECK(h != ak_block_chain_hash(pool, 0, 0, tok, 16, AK_KV_Q8, AK_KV_Q4), "a token ignored");
+    tok[7]--;
+    ak_block_pool_set_model(pool, "model-b");
+    CHECK(h != ak_block_chain_hash(pool, 0, 0, tok, 16, AK_KV_Q8, AK_KV_Q4), "model ignored");
+    ak_block_pool_set_model(pool, "model-a");
+
+    ak_kv *a = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 100, &err), *b = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 100, &err);
+    ak_kv *c = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 100, &err);
+    REQUIRE(a && b && c, "%s", err.msg);
+    ak_rng rng;
+    ak_rng_seed(&rng, 3);
+    REQUIRE(fill_random(a, &s, 0, 20, &rng) == 0 && fill_random(c, &s, 0, 16, &rng) == 0, "fill");
+    CHECK(ak_block_pool_lookup(pool, h) == NULL, "empty index found a block");
+    ak_block *blk = ak_kv_span(a, 0, NULL, NULL);
+    CHECK(ak_block_pool_publish(pool, blk, h) == blk, "publish");
+    CHECK(ak_block_pool_publish(pool, blk, h ^ 1) == NULL, "a block indexed twice under two hashes");
+    /* c computed the same block again: publishing hands back a's, c replaces its copy */
+    ak_block *cb = ak_kv_span(c, 0, NULL, NULL), *dup = ak_block_pool_publish(pool, cb, h);
+    CHECK(dup == blk, "publishing a duplicate must return the indexed block");
+    CHECK(dup && ak_kv_replace_span(c, 0, dup) == 0, "replace");
+    ak_block_unref(pool, dup);
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(st.blocks == 2 && st.indexed == 1, "blocks %zu indexed %zu", st.blocks, st.indexed);
+    ak_block *found = ak_block_pool_lookup(pool, h);
+    CHECK(found == blk, "lookup");
+    CHECK(ak_kv_link(b, found, &err) == 0 && ak_kv_length(b) == 16, "link: %s", err.msg);
+    ak_block_unref(pool, found);
+    CHECK(ak_kv_link_point(b) == 16, "link point %d", ak_kv_link_point(b));
+    REQUIRE(fill_random(b, &s, 16, 18, &rng) == 0, "fill after the link");
+    CHECK(ak_kv_link_point(b) == -1, "18 is not a block boundary");
+    CHECK(ak_kv_link(b, blk, &err) < 0 && err.code == AK_ERR_INVALID, "link off a boundary must fail");
+    size_t bb = ak_block_pool_block_bytes(pool, AK_KV_Q8, AK_KV_Q4);
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(ak_block_refcount(pool, blk) == 3 && st.shared == bb && st.logical == 5 * bb && st.used == 3 * bb,
+          "refs %d shared %zu logical %zu used %zu (block %zu)", ak_block_refcount(pool, blk), st.shared, st.logical,
+          st.used, bb);
+    float k[64], v[64], k2[64], v2[64];
+    ak_kv_read(a, 1, 9, k, v, NULL);
+    ak_kv_read(b, 1, 9, k2, v2, NULL);
+    CHECK(!memcmp(k, k2, sizeof(float) * 32) && !memcmp(v, v2, sizeof(float) * 32), "a linked block reads as the original");
+    ak_kv_free(a);
+    ak_kv_free(b);
+    ak_kv_free(c);
+    CHECK(ak_block_pool_lookup(pool, h) == NULL, "a freed block stayed in the index");
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(st.indexed == 0 && st.blocks == 0, "indexed %zu blocks %zu", st.indexed, st.blocks);
+    ak_block_pool_free(pool);
+}
+
+/* Every stored byte of positions [0, n) of a and b is equal. */
+static int same_bits(const ak_kv *a, const ak_kv *b, const ak_cache_spec *s, int n, int *where) {
+    size_t ck = ak_kv_format_code_bytes(ak_kv_format_k(a), s->head_dim_k);
+    size_t mk = ak_kv_format_meta_bytes(ak_kv_format_k(a), s->head_dim_k);
+    size_t cv = ak_kv_format_code_bytes(ak_kv_format_v(a), s->head_dim_v);
+    size_t mv = ak_kv_format_meta_bytes(ak_kv_format_v(a), s->head_dim_v);
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < s->n_layer; l++)
+            for (int h = 0; h < s->n_head_kv; h++)
+                for (int iv = 0; iv < 2; iv++)
+                    for (int c = 0; c < 2; c++) {
+                        size_t len = iv ? (c ? mv : cv) : (c ? mk : ck);
+                        if (!len) continue;
+                        const uint8_t *x = ak_kv_stored(a, l, iv, c, h, p), *y = ak_kv_stored(b, l, iv, c, h, p);
+                        if (!x || !y || memcmp(x, y, len)) {
+                            *where = p;
+                            return 0;
+                        }
+                    }
+    return 1;
+}
+
+/* The cache of a prompt computed in one batch, in uneven chunks, and one
+ * token at a time must hold the same bits: that is what lets a block
+ * computed by one agent stand for the same prefix in another. */
+static void check_batch_invariance(ak_test_ctx *t, const char *rel, ak_kv_format fk, ak_kv_format fv) {
+    char path[512];
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(test_path(path, sizeof path, rel), NULL, NULL, &err);
+    REQUIRE(m, "%s: %s", rel, err.msg);
+    ak_ctx *ctx = ak_ctx_new(m, 64, 2, &err);
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, 16, 0, &err);
+    REQUIRE(ctx && pool, "%s", err.msg);
+    float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab);
+    enum { N = 100 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = 1 + (i * 37 + 11) % (m->cfg.vocab - 1);
+    ak_kv *kv[3];
+    for (int w = 0; w < 3; w++) {
+        kv[w] = ak_kv_new(pool, fk, fv, 256, &err);
+        REQUIRE(kv[w], "%s", err.msg);
+    }
+    /* one batch (the ctx splits it at its max batch of 64) */
+    CHECK(ak_eval(ctx, kv[0], tok, N, 0, logits, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    const int chunks[] = {7, 30, 1, 45, 17};
+    for (int i = 0, at = 0; i < 5; at += chunks[i++])
+        CHECK(ak_eval(ctx, kv[1], tok + at, chunks[i], at, logits, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    for (int p = 0; p < N; p++)
+        CHECK(ak_eval(ctx, kv[2], tok + p, 1, p, logits, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    int where = -1;
+    CHECK(same_bits(kv[0], kv[1], &m->spec, N, &where), "%s %s/%s: chunked prefill differs at position %d", rel,
+          ak_kv_format_get(fk)->name, ak_kv_format_get(fv)->name, where);
+    CHECK(same_bits(kv[0], kv[2], &m->spec, N, &where), "%s %s/%s: token-by-token differs at position %d", rel,
+          ak_kv_format_get(fk)->name, ak_kv_format_get(fv)->name, where);
+    for (int w = 0; w < 3; w++) ak_kv_free(kv[w]);
+    free(logits);
+    ak_block_pool_free(pool);
+    ak_ctx_free(ctx);
+    ak_model_free(m);
+}
+
+TEST(sharing_prefix_cache_bits_are_batch_invariant) {
+    check_batch_invariance(t, "models/stories260K.gguf", AK_KV_F16, AK_KV_F16);
+    check_batch_invariance(t, "models/stories260K.gguf", AK_KV_Q8, AK_KV_TQ3);
+    check_batch_invariance(t, "models/tiny-llama-h64-gqa-f32.gguf", AK_KV_Q4, AK_KV_Q4);
+}
