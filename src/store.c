@@ -1,4 +1,4 @@
-/* store.c - see store.h. The agent file format (version 3), also in
+/* store.c - see store.h. The agent file format (version 4), also in
  * docs/agent-file-format.md:
  *
  * A plain agent file <dir>/<agent_id>.safetensors is a safetensors file:
@@ -13,21 +13,24 @@
  * order ak_kv_format_components gives (values | q, scale | codes, scale_min |
  * codes, norm), with D the component's dtype and
  *     S = [n_blocks, n_head_kv, block_tokens] + the component's own shape
- * where n_blocks = ceil(n_tokens / block_tokens) (e.g. q4 at head dim 128,
- * blocks of 32: codes U8 [B, H, 32, 64], scale_min F16 [B, H, 32, 4, 2]).
- * Tensor bytes are the vectors' stored bytes (kvformat.c), block-major then
- * head-major: block b, head h, slot s (position b * block_tokens + s) at
- * ((b * n_head_kv + h) * block_tokens + s) * component_bytes. Slots past
- * n_tokens in the last block are zero bytes. Little-endian. This is the
- * in-memory layout of a block's component (blockpool.h), so a restore into
- * a pool of the same block size reads one contiguous piece per (tensor,
- * block).
+ * where n_blocks = ceil((n_tokens - base_len) / block_tokens) (e.g. q4 at
+ * head dim 128, blocks of 32: codes U8 [B, H, 32, 64], scale_min F16 [B, H,
+ * 32, 4, 2]). The tensors hold the file's own positions [base_len, n_tokens)
+ * (base_len = 0 without a base): tensor bytes are the vectors' stored bytes
+ * (kvformat.c), block-major then head-major: block b, head h, slot s
+ * (position base_len + b * block_tokens + s) at ((b * n_head_kv + h) *
+ * block_tokens + s) * component_bytes. Slots past n_tokens in the last block
+ * are zero bytes. Little-endian. This is the in-memory layout of a block's
+ * component (blockpool.h), so a restore into a pool of the same block size
+ * reads one contiguous piece per (tensor, block): a tensor's "piece" of
+ * block b.
  *
  * __metadata__ maps strings to strings:
- *     format              "agentkv.agent"
- *     format_version      "3" (only this version is read; 1 and 2, laid
- *                         out [n_head_kv, n_tokens, ...], are a miss: STALE)
- *     agent_id            the id (equal to the file name's)
+ *     format              "agentkv.agent" ("agentkv.pool" for a pool file)
+ *     format_version      "4" (only this version is read; 1 to 3 are a
+ *                         miss: STALE)
+ *     agent_id            the id (equal to the file name's; a pool's id
+ *                         for a pool file)
  *     model_fingerprint   ak_model.fingerprint (hex)
  *     model_name          informational
  *     n_layer n_head_kv head_dim_k head_dim_v n_ctx     the cache spec
@@ -35,16 +38,29 @@
  *     block_tokens        block size of the pool it was saved from, 1..4096
  *                         (the tensors' third dimension; a restore into a
  *                         pool of another block size copies through memory)
- *     n_tokens            positions stored
+ *     n_tokens            positions of the sequence (base included)
  *     tokens              their token ids, decimal, comma-separated ("" if none)
  *     created             unix seconds of the snapshot
  *     key_center          the calibration id of the means subtracted from
  *     value_center        keys / values before quantizing (blockpool.h,
  *                         calib.h), or "none"; a restore needs the same on
  *                         its pool (else STALE)
+ *     pool_id             agents with a base only: the pool whose first
+ *     pool_hash           base_len positions the sequence starts with (its
+ *     base_len            id, its content hash ak_pool_content_hash, 1 ..
+ *                         n_tokens); absent (or "", "", "0") without a base.
+ *                         Pool files have no base; their "pool_hash" is
+ *                         their own content hash, and "source" an opaque
+ *                         string (what the pool was made from)
  *     checksum_algorithm  "xxh3-64" (XXH3_64bits, seed 0)
- *     checksums           a JSON object as a string: tensor name -> 16
- *                         lowercase hex digits of the hash of its bytes
+ *     block_checksums     one per block b = 0..n_blocks-1, 16 lowercase hex
+ *                         digits each, separated by commas ("" if none):
+ *                         XXH3_64bits of the n_tensors 8-byte little-endian
+ *                         values XXH3_64bits(piece of tensor i of block b),
+ *                         i in header order. A load that skips blocks (their
+ *                         positions supplied from RAM) still verifies every
+ *                         block it reads; the header stays small (17 bytes
+ *                         a block: 8.7 KB for 16K tokens in blocks of 32)
  *     metadata_checksum   16 hex digits: XXH3_64bits over every other
  *                         metadata entry sorted by key (bytewise), each as
  *                         key, 0x00, value, 0x00. Covers the token ids,
@@ -107,43 +123,20 @@
 #include "store_impl.h"
 
 #define FORMAT_NAME "agentkv.agent"
-/* 3: tensors [blocks][H][T], padded to whole blocks (2: [H][n_tokens]; 2
- * added key_center and value_center). Only this version is read: an older
- * file is a miss (STALE), re-saved at the agent's next save. */
-#define FORMAT_VERSION 3
-#define FORMAT_VERSION_STR "3"
+#define POOL_FORMAT_NAME "agentkv.pool"
+/* 4: per-block checksums, bases (3: per-tensor checksums; 2: tensors
+ * [H][n_tokens]). Only this version is read: an older file is a miss
+ * (STALE), re-saved at the agent's next save. */
+#define FORMAT_VERSION 4
+#define FORMAT_VERSION_STR "4"
 #define SUFFIX ".safetensors"
 #define TMP_MARK ".safetensors.tmp."
+#define POOL_QPREFIX "pool+"   /* quarantined pools: '+' is in no agent id */
 #define DEFAULT_WRITE_CHUNK (1u << 20)
 #define STALE_TMP_SECONDS 3600
 #define MAX_DIM 65536
 
-struct ak_store {
-    char dir[PATH_MAX];
-    int has_key;
-    uint8_t key[AK_STORE_KEY_BYTES];
-    uint8_t key_id[8];
-#ifdef AK_FAULT_INJECTION
-    long kill_at, fail_at;      /* fault injection: step numbers, 0 = off */
-    int fail_errno;
-#endif
-    size_t write_chunk;         /* bytes per write() */
-    /* The index: what the directory holds, as found at open and changed by
-     * this store since (saves, loads, removals, quarantine, gc), so that
-     * listing, gauges and gc touch no file. Guarded by mu: saves run on
-     * other threads than listings. */
-    pthread_mutex_t mu;
-    ak_store_entry *idx;        /* agent files, sorted by id */
-    int n_idx, cap_idx;
-    struct qfile *q;            /* quarantined files, oldest first */
-    int nq, cap_q;
-};
-
-/* A file in quarantine/. */
-typedef struct qfile {
-    char name[NAME_MAX + 1];
-    uint64_t bytes;
-} qfile;
+typedef ak_qfile qfile;
 
 /* At most this many files stay in quarantine/ (the oldest go first): a
  * directory of corrupt files must not grow without bound. */
@@ -188,6 +181,24 @@ static int path_of(const ak_store *s, const char *id, const char *suffix, char *
     int w = snprintf(out, n, "%s/%s%s", s->dir, id, suffix);
     return w < 0 || (size_t)w >= n ? -1 : 0;
 }
+
+/* The directory of files of kind. */
+static const char *kind_dir(const ak_store *s, int kind) { return kind == AK_FILE_POOL ? s->pool_dir : s->dir; }
+
+/* <kind's dir>/<id><suffix> into out. Returns 0, or -1 if too long. */
+static int kpath_of(const ak_store *s, int kind, const char *id, const char *suffix, char *out, size_t n) {
+    int w = snprintf(out, n, "%s/%s%s", kind_dir(s, kind), id, suffix);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+/* What a sealed file of kind is bound to (the seal's additional data):
+ * an agent's id, or "pools/<id>", so that neither can pass for the other. */
+static void seal_binding(int kind, const char *id, char out[AK_SEAL_ID_MAX + 1]) {
+    snprintf(out, AK_SEAL_ID_MAX + 1, "%s%s", kind == AK_FILE_POOL ? "pools/" : "", id);
+}
+
+/* "agent" or "pool", for messages. */
+static const char *kind_word(int kind) { return kind == AK_FILE_POOL ? "pool" : "agent"; }
 
 /* Canonical decimal: digits only, no leading zero (but "0"), within [lo, hi]. */
 static int parse_dec(const char *s, int64_t lo, int64_t hi, int64_t *out) {
@@ -322,38 +333,69 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
     return count;
 }
 
-/* Copies positions [0, n) of every vector between a sequence and tensor
- * bytes laid out by t (nt tensors, file blocks of Tf positions). to_kv = 1:
- * into kv (positions prepared and exclusively owned), 0: out of it, and
- * then the file's slots past n are zeroed. A run of positions that stays
- * within one file block and one pool block is contiguous on both sides
- * (blockpool.h): one memcpy per (tensor, head, run); with equal block sizes
- * a run is a whole block. Returns 0, or -1 if a vector is not available. */
-static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, int n, int Tf) {
+/* Positions from p to the end of the block of kv that holds p: the base
+ * [0, base_len) is standard-mapped (its last block may end early), own
+ * block j holds [base_len + j*T, base_len + (j+1)*T) (kvcache.h). */
+static int kv_run(const ak_kv *kv, int p, int Tp) {
+    int kb = ak_kv_base_len(kv);
+    if (p >= kb) return Tp - (p - kb) % Tp;
+    int r = Tp - p % Tp;
+    return kb - p < r ? kb - p : r;
+}
+
+/* Copies positions [from, n) of every vector between a sequence and tensor
+ * bytes laid out by t (nt tensors, file blocks of Tf positions starting at
+ * position base: file block b holds [base + b*Tf, base + (b+1)*Tf); from >=
+ * base). to_kv = 1: into kv (positions prepared and exclusively owned), 0:
+ * out of it, and then the file's slots past n are zeroed. A run of
+ * positions that stays within one file block and one block of kv is
+ * contiguous on both sides (blockpool.h): one memcpy per (tensor, head,
+ * run); with equal block sizes and the same base a run is a whole block.
+ * Returns 0, or -1 if a vector is not available. */
+static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, int from, int n, int base,
+                    int Tf) {
     const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(kv));
     int Tp = ak_block_pool_block_tokens(ak_kv_pool(kv)), H = s->n_head_kv;
     for (int i = 0; i < nt; i++) {
         size_t cb = t[i].comp.bytes;
         uint8_t *td = data + t[i].offset;
         for (int h = 0; h < H; h++)
-            for (int p = 0; p < n;) {
-                int r = Tf - p % Tf, rp = Tp - p % Tp;
+            for (int p = from; p < n;) {
+                int q = p - base, r = Tf - q % Tf, rp = kv_run(kv, p, Tp);
                 if (rp < r) r = rp;
                 if (n - p < r) r = n - p;
                 uint8_t *a = to_kv ? ak_kv_stored_mut(kv, t[i].layer, t[i].is_v, t[i].ci, h, p)
                                    : (uint8_t *)ak_kv_stored(kv, t[i].layer, t[i].is_v, t[i].ci, h, p);
                 if (!a) return -1;
-                uint8_t *tp = td + (((size_t)(p / Tf) * H + (size_t)h) * Tf + (size_t)(p % Tf)) * cb;
+                uint8_t *tp = td + (((size_t)(q / Tf) * H + (size_t)h) * Tf + (size_t)(q % Tf)) * cb;
                 if (to_kv) memcpy(a, tp, (size_t)r * cb);
                 else memcpy(tp, a, (size_t)r * cb);
                 p += r;
             }
-        if (!to_kv && n % Tf)   /* the last block's unused slots: zeros, so the file is a function of the cache */
+        int own = n - base;
+        if (!to_kv && own % Tf)   /* the last block's unused slots: zeros, so the file is a function of the cache */
             for (int h = 0; h < H; h++)
-                memset(td + (((size_t)(n / Tf) * H + (size_t)h) * Tf + (size_t)(n % Tf)) * cb, 0,
-                       (size_t)(Tf - n % Tf) * cb);
+                memset(td + (((size_t)(own / Tf) * H + (size_t)h) * Tf + (size_t)(own % Tf)) * cb, 0,
+                       (size_t)(Tf - own % Tf) * cb);
     }
     return 0;
+}
+
+/* XXH3_64bits of the 8-byte little-endian values h[0..nt) (a block's
+ * checksum from its pieces' hashes); scratch holds nt * 8 bytes. */
+static uint64_t combine_hashes(const uint64_t *h, int nt, uint8_t *scratch) {
+    for (int i = 0; i < nt; i++)
+        for (int k = 0; k < 8; k++) scratch[(size_t)i * 8 + (size_t)k] = (uint8_t)(h[i] >> (8 * k));
+    return XXH3_64bits(scratch, (size_t)nt * 8);
+}
+
+/* The checksum of file block b of the data section data (tensors t). hs
+ * holds nt hashes, scratch nt * 8 bytes. */
+static uint64_t block_checksum(const uint8_t *data, const tensor_desc *t, int nt, int64_t b, uint64_t *hs,
+                               uint8_t *scratch) {
+    for (int i = 0; i < nt; i++)
+        hs[i] = XXH3_64bits(data + t[i].offset + (uint64_t)b * t[i].piece, (size_t)t[i].piece);
+    return combine_hashes(hs, nt, scratch);
 }
 
 /* ------------------------------------------------------------- open/close */
@@ -400,8 +442,8 @@ static long temp_pid(const char *name) {
  * malformed ones, and any older than an hour (a save never takes that long;
  * this also covers pids reused since, or pids of another PID namespace). A
  * temp file of a live process is a save in flight: it stays. */
-static void remove_stale_temps(const ak_store *s) {
-    DIR *d = opendir(s->dir);
+static void remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     time_t now = time(NULL);
@@ -409,7 +451,7 @@ static void remove_stale_temps(const ak_store *s) {
         long pid = temp_pid(e->d_name);
         if (pid < 0) continue;
         char path[PATH_MAX];
-        if (snprintf(path, sizeof path, "%s/%s", s->dir, e->d_name) >= (int)sizeof path) continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
         struct stat st;
         if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         int stale = pid == 0 || now - st.st_mtime > STALE_TMP_SECONDS;
@@ -471,6 +513,7 @@ ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     size_t n = strlen(s->dir);
     while (n > 1 && s->dir[n - 1] == '/') s->dir[--n] = 0;
+    snprintf(s->pool_dir, sizeof s->pool_dir, "%s/pools", s->dir);
     s->write_chunk = DEFAULT_WRITE_CHUNK;
     if (parse_fault_env(s, err) != 0 || mkdir_p(s->dir, err) != 0) { free(s); return NULL; }
     if (key) {
@@ -478,7 +521,8 @@ ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
         memcpy(s->key, key, AK_STORE_KEY_BYTES);
         ak_seal_key_id(s->key, s->key_id);
     }
-    remove_stale_temps(s);
+    remove_stale_temps(s->dir);
+    remove_stale_temps(s->pool_dir);
     pthread_mutex_init(&s->mu, NULL);
     if (index_build(s, err) != 0) {
         ak_store_close(s);
@@ -491,6 +535,7 @@ void ak_store_close(ak_store *s) {
     if (!s) return;
     free(s->idx);
     free(s->q);
+    ak_store_pool_index_free(s);
     pthread_mutex_destroy(&s->mu);
     sodium_memzero(s->key, sizeof s->key);
     free(s);
@@ -502,6 +547,7 @@ int ak_store_sealed(const ak_store *s) { return s->has_key; }
 /* ---------------------------------------------------------------- snapshot */
 
 struct ak_snapshot {
+    int kind;               /* AK_FILE_AGENT or AK_FILE_POOL */
     char id[AK_AGENT_ID_MAX + 1];
     char fingerprint[65];
     char model_name[128];
@@ -511,6 +557,9 @@ struct ak_snapshot {
     int n_tokens;
     int64_t created;
     char center[2][33];     /* key_center, value_center: a calibration id or "none" */
+    ak_store_base base;     /* agents: the base (pool_id "" if none) */
+    char pool_hash[17];     /* pools: their content hash */
+    char *source;           /* pools: malloc'd, or NULL */
     int32_t *tokens;
     tensor_desc *t;
     int nt;
@@ -526,21 +575,62 @@ static int fingerprint_ok(const char *fp) {
     return 1;
 }
 
-ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                               const char *fingerprint, const char *model_name, ak_error *err) {
-    if (!ak_agent_id_valid(agent_id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid agent id"); return NULL; }
+/* 1 if h is 16 lowercase hex digits. */
+static int hash_ok(const char *h) {
+    if (!h || strlen(h) != 16) return 0;
+    for (int i = 0; i < 16; i++)
+        if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f'))) return 0;
+    return 1;
+}
+
+ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv *kv, const int32_t *tokens,
+                                    int n_tokens, const ak_store_base *base, const char *pool_hash,
+                                    const char *source, const char *fingerprint, const char *model_name,
+                                    ak_error *err) {
+    const char *what = kind_word(kind);
+    if (!ak_agent_id_valid(agent_id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid %s id", what); return NULL; }
     if (!fingerprint_ok(fingerprint)) {
-        ak_failc(err, AK_ERR_INVALID, "store: agent %s: model fingerprint must be 1..64 printable characters", agent_id);
+        ak_failc(err, AK_ERR_INVALID, "store: %s %s: model fingerprint must be 1..64 printable characters", what, agent_id);
         return NULL;
     }
     if (n_tokens < 0 || n_tokens > ak_kv_length(kv) || (n_tokens > 0 && !tokens)) {
-        ak_failc(err, AK_ERR_INVALID, "store: agent %s: %d tokens to save but the cache holds %d", agent_id, n_tokens, ak_kv_length(kv));
+        ak_failc(err, AK_ERR_INVALID, "store: %s %s: %d tokens to save but the cache holds %d", what, agent_id, n_tokens,
+                 ak_kv_length(kv));
         return NULL;
     }
     for (int i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0) { ak_failc(err, AK_ERR_INVALID, "store: agent %s: negative token id at %d", agent_id, i); return NULL; }
+        if (tokens[i] < 0) { ak_failc(err, AK_ERR_INVALID, "store: %s %s: negative token id at %d", what, agent_id, i); return NULL; }
+    /* the file's base: what the sequence shares (a base of 0 positions is none) */
+    ak_store_base b;
+    memset(&b, 0, sizeof b);
+    if (kind == AK_FILE_AGENT && base && base->pool_id[0] && base->base_len > 0) b = *base;
+    int kb = ak_kv_base_len(kv);
+    if (kind == AK_FILE_AGENT && b.base_len != kb) {
+        ak_failc(err, AK_ERR_INVALID, "store: agent %s: the sequence's shared base holds %d positions, the file's "
+                 "base says %d", agent_id, kb, b.base_len);
+        return NULL;
+    }
+    if (b.base_len && (!ak_agent_id_valid(b.pool_id) || !hash_ok(b.pool_hash) || b.base_len > n_tokens)) {
+        ak_failc(err, AK_ERR_INVALID, "store: agent %s: bad base (pool \"%.40s\", hash \"%.16s\", %d positions of %d)",
+                 agent_id, b.pool_id, b.pool_hash, b.base_len, n_tokens);
+        return NULL;
+    }
+    if (kind == AK_FILE_POOL && !hash_ok(pool_hash)) {
+        ak_failc(err, AK_ERR_INVALID, "store: pool %s: bad content hash", agent_id);
+        return NULL;
+    }
     ak_snapshot *sn = ak_calloc(1, sizeof *sn, err);
     if (!sn) return NULL;
+    sn->kind = kind;
+    sn->base = b;
+    if (kind == AK_FILE_POOL) {
+        snprintf(sn->pool_hash, sizeof sn->pool_hash, "%s", pool_hash);
+        if (!(sn->source = strdup(source ? source : ""))) {
+            ak_failc(err, AK_ERR_NOMEM, "store: pool %s: out of memory", agent_id);
+            free(sn);
+            return NULL;
+        }
+    }
     snprintf(sn->id, sizeof sn->id, "%s", agent_id);
     snprintf(sn->fingerprint, sizeof sn->fingerprint, "%s", fingerprint);
     snprintf(sn->model_name, sizeof sn->model_name, "%s", model_name ? model_name : "");
@@ -557,27 +647,46 @@ ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int3
         snprintf(sn->center[v], sizeof sn->center[v], "%s", c ? c : "none");
     }
     char why[128];
-    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens, sn->block_tokens, &sn->t, &sn->data_bytes, why, sizeof why);
-    if (sn->nt < 0) { ak_failc(err, AK_ERR_INVALID, "store: agent %s: %s", agent_id, why); free(sn); return NULL; }
+    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens - b.base_len, sn->block_tokens, &sn->t,
+                            &sn->data_bytes, why, sizeof why);
+    if (sn->nt < 0) {
+        ak_failc(err, AK_ERR_INVALID, "store: %s %s: %s", what, agent_id, why);
+        ak_snapshot_free(sn);
+        return NULL;
+    }
     sn->tokens = ak_malloc(sizeof(int32_t) * (size_t)n_tokens, err);
     sn->data = sn->tokens ? big_alloc(sn->data_bytes) : NULL;
     if (!sn->data) {
-        if (sn->tokens) ak_failc(err, AK_ERR_NOMEM, "store: agent %s: out of memory for a %llu-byte snapshot", agent_id,
+        if (sn->tokens) ak_failc(err, AK_ERR_NOMEM, "store: %s %s: out of memory for a %llu-byte snapshot", what, agent_id,
                                 (unsigned long long)sn->data_bytes);
         ak_snapshot_free(sn);
         return NULL;
     }
     if (n_tokens) memcpy(sn->tokens, tokens, sizeof(int32_t) * (size_t)n_tokens);
-    if (transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, n_tokens, sn->block_tokens) != 0) {
-        ak_fail(err, "store: agent %s: a cached vector below position %d is not readable", agent_id, n_tokens);
+    if (transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, b.base_len, n_tokens, b.base_len, sn->block_tokens) != 0) {
+        ak_fail(err, "store: %s %s: a cached vector below position %d is not readable", what, agent_id, n_tokens);
         ak_snapshot_free(sn);
         return NULL;
     }
     return sn;
 }
 
+ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                               const char *fingerprint, const char *model_name, ak_error *err) {
+    return ak_store_snapshot_kind(AK_FILE_AGENT, agent_id, kv, tokens, n_tokens, NULL, NULL, NULL, fingerprint,
+                                  model_name, err);
+}
+
+ak_snapshot *ak_store_snapshot_base(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                                    const ak_store_base *base, const char *fingerprint, const char *model_name,
+                                    ak_error *err) {
+    return ak_store_snapshot_kind(AK_FILE_AGENT, agent_id, kv, tokens, n_tokens, base, NULL, NULL, fingerprint,
+                                  model_name, err);
+}
+
 size_t ak_snapshot_bytes(const ak_snapshot *sn) {
-    return (size_t)sn->data_bytes + (size_t)sn->n_tokens * 8 + 4096;
+    size_t nb = sn->nt ? (size_t)sn->t[0].shape[0] : 0;
+    return (size_t)sn->data_bytes + (size_t)sn->n_tokens * 8 + nb * 17 + (sn->source ? strlen(sn->source) : 0) + 4096;
 }
 
 void ak_snapshot_free(ak_snapshot *sn) {
@@ -586,6 +695,8 @@ void ak_snapshot_free(ak_snapshot *sn) {
      * before the memory goes back to the allocator */
     if (sn->tokens) sodium_memzero(sn->tokens, sizeof(int32_t) * (size_t)sn->n_tokens);
     if (sn->data) sodium_memzero(sn->data, (size_t)sn->data_bytes);
+    if (sn->source) sodium_memzero(sn->source, strlen(sn->source));
+    free(sn->source);
     free(sn->tokens);
     free(sn->t);
     free(sn->data);
@@ -625,28 +736,48 @@ static int metadata_hash(kv_pair *p, int n, char out[17]) {
     return 0;
 }
 
-/* Wipes the "tokens" metadata string of a parsed or built header (the
- * token ids: plaintext of a sealed file) before the tree is freed. */
+/* Wipes the "tokens" and "source" metadata strings of a parsed or built
+ * header (token ids, a pool's text: plaintext of a sealed file) before the
+ * tree is freed. */
 static void wipe_tokens(cJSON *root) {
     cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
-    cJSON *tk = cJSON_GetObjectItemCaseSensitive(meta, "tokens");
-    if (cJSON_IsString(tk) && tk->valuestring) sodium_memzero(tk->valuestring, strlen(tk->valuestring));
+    static const char *keys[] = {"tokens", "source"};   /* a pool's source is its text */
+    for (int i = 0; i < 2; i++) {
+        cJSON *tk = cJSON_GetObjectItemCaseSensitive(meta, keys[i]);
+        if (cJSON_IsString(tk) && tk->valuestring) sodium_memzero(tk->valuestring, strlen(tk->valuestring));
+    }
+}
+
+/* The "block_checksums" string of sn (malloc'd), or NULL out of memory. */
+static char *block_sums_string(const ak_snapshot *sn) {
+    int64_t nb = sn->nt ? sn->t[0].shape[0] : 0;
+    char *out = malloc((size_t)nb * 17 + 1);
+    uint64_t *hs = malloc(sizeof *hs * (size_t)(sn->nt ? sn->nt : 1));
+    uint8_t *scratch = malloc((size_t)(sn->nt ? sn->nt : 1) * 8);
+    if (!out || !hs || !scratch) {
+        free(out);
+        out = NULL;
+    } else {
+        out[0] = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            if (b) out[b * 17 - 1] = ',';
+            hex64(block_checksum(sn->data, sn->t, sn->nt, b, hs, scratch), out + b * 17);
+        }
+    }
+    free(hs);
+    free(scratch);
+    return out;
 }
 
 /* Builds the safetensors header of sn (u64 length + padded JSON) into a
- * malloc'd buffer of *len bytes; hashes every tensor on the way. */
+ * malloc'd buffer of *len bytes; hashes every block on the way. */
 static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
-    enum { NP = 24 };
-    char num[12][24], cks_hex[17], meta_hex[17];
-    char *tokens = NULL, *cks_str = NULL, *json = NULL;
+    enum { NP = 32 };
+    char num[12][24], meta_hex[17];
+    char *tokens = NULL, *sums = NULL, *json = NULL;
     uint8_t *out = NULL;
-    cJSON *root = NULL, *cks = cJSON_CreateObject();
-    if (!cks) goto oom;
-    for (int i = 0; i < sn->nt; i++) {
-        hex64(XXH3_64bits(sn->data + sn->t[i].offset, (size_t)sn->t[i].bytes), cks_hex);
-        if (!cJSON_AddStringToObject(cks, sn->t[i].name, cks_hex)) goto oom;
-    }
-    if (!(cks_str = cJSON_PrintUnformatted(cks))) goto oom;
+    cJSON *root = NULL;
+    if (!(sums = block_sums_string(sn))) goto oom;
     /* ",-2147483648" is 12 bytes: 12 a token and the NUL */
     size_t tcap = (size_t)sn->n_tokens * 12 + 1, tl = 0;
     if (!(tokens = malloc(tcap))) goto oom;
@@ -659,18 +790,27 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
 
     const ak_cache_spec *s = &sn->spec;
     int64_t ints[] = {s->n_layer, s->n_head_kv, s->head_dim_k, s->head_dim_v, s->n_ctx, sn->block_tokens,
-                      sn->n_tokens, sn->created};
-    for (int i = 0; i < 8; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
+                      sn->n_tokens, sn->created, sn->base.base_len};
+    for (int i = 0; i < 9; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", FORMAT_NAME}, {"format_version", FORMAT_VERSION_STR}, {"agent_id", sn->id},
-        {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name}, {"n_layer", num[0]},
-        {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]}, {"n_ctx", num[4]},
-        {"kv_format_k", ak_kv_format_get(sn->fk)->name}, {"kv_format_v", ak_kv_format_get(sn->fv)->name},
-        {"block_tokens", num[5]}, {"n_tokens", num[6]}, {"tokens", tokens}, {"created", num[7]},
-        {"checksum_algorithm", "xxh3-64"}, {"checksums", cks_str},
+        {"format", sn->kind == AK_FILE_POOL ? POOL_FORMAT_NAME : FORMAT_NAME}, {"format_version", FORMAT_VERSION_STR},
+        {"agent_id", sn->id}, {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name},
+        {"n_layer", num[0]}, {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]},
+        {"n_ctx", num[4]}, {"kv_format_k", ak_kv_format_get(sn->fk)->name},
+        {"kv_format_v", ak_kv_format_get(sn->fv)->name}, {"block_tokens", num[5]}, {"n_tokens", num[6]},
+        {"tokens", tokens}, {"created", num[7]}, {"checksum_algorithm", "xxh3-64"}, {"block_checksums", sums},
         {"key_center", sn->center[0]}, {"value_center", sn->center[1]},
     };
     int np = 20;
+    if (sn->base.base_len > 0) {   /* a sequence without a base records none */
+        p[np++] = (kv_pair){"pool_id", sn->base.pool_id};
+        p[np++] = (kv_pair){"pool_hash", sn->base.pool_hash};
+        p[np++] = (kv_pair){"base_len", num[8]};
+    }
+    if (sn->kind == AK_FILE_POOL) {
+        p[np++] = (kv_pair){"pool_hash", sn->pool_hash};
+        p[np++] = (kv_pair){"source", sn->source ? sn->source : ""};
+    }
     kv_pair sorted[NP];
     memcpy(sorted, p, sizeof(kv_pair) * np);
     if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
@@ -701,12 +841,11 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
     *len = 8 + N;
     goto done;
 oom:
-    ak_failc(err, AK_ERR_NOMEM, "store: agent %s: out of memory building the file header", sn->id);
+    ak_failc(err, AK_ERR_NOMEM, "store: %s %s: out of memory building the file header", kind_word(sn->kind), sn->id);
 done:
-    cJSON_Delete(cks);
     wipe_tokens(root);   /* the token ids are plaintext of a sealed file */
     cJSON_Delete(root);
-    free(cks_str);
+    free(sums);
     if (json) sodium_memzero(json, strlen(json));
     free(json);
     if (tokens) sodium_memzero(tokens, strlen(tokens));
@@ -719,7 +858,7 @@ done:
 typedef struct {
     const ak_store *s;
     const char *tmp;
-    const char *id;     /* the agent's (sealed files are bound to it) */
+    const char *id;     /* what a sealed file is bound to (seal_binding) */
     int step;
 } save_ctx;
 
@@ -833,17 +972,22 @@ static int fsync_dir(const char *dir) {
 }
 
 int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
-    char path[PATH_MAX], tmp[PATH_MAX];
-    int w = snprintf(tmp, sizeof tmp, "%s/.%s%s%ld.%ld", s->dir, sn->id, TMP_MARK, (long)getpid(),
+    char path[PATH_MAX], tmp[PATH_MAX], binding[AK_SEAL_ID_MAX + 1];
+    const char *dir = kind_dir(s, sn->kind), *what_kind = kind_word(sn->kind);
+    int w = snprintf(tmp, sizeof tmp, "%s/.%s%s%ld.%ld", dir, sn->id, TMP_MARK, (long)getpid(),
                      (long)syscall(SYS_gettid));
-    if (path_of(s, sn->id, SUFFIX, path, sizeof path) || w < 0 || (size_t)w >= sizeof tmp)
-        return ak_failc(err, AK_ERR_INVALID, "store: path too long for agent %s", sn->id);
+    if (kpath_of(s, sn->kind, sn->id, SUFFIX, path, sizeof path) || w < 0 || (size_t)w >= sizeof tmp)
+        return ak_failc(err, AK_ERR_INVALID, "store: path too long for %s %s", what_kind, sn->id);
+    if (sn->kind == AK_FILE_POOL && mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving pool %s: mkdir %s: %s", sn->id, dir,
+                        strerror(errno));
+    seal_binding(sn->kind, sn->id, binding);
     size_t hl = 0;
     uint8_t *hdr = build_header(sn, &hl, err);
     if (!hdr) return -1;
     uint64_t total = s->has_key ? ak_seal_file_bytes(hl + sn->data_bytes, AK_SEAL_CHUNK) : hl + sn->data_bytes;
 
-    save_ctx c = {s, tmp, sn->id, 0};
+    save_ctx c = {s, tmp, binding, 0};
     const char *what = "open";
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) { /* left by a dead thread of a reused pid */
@@ -874,6 +1018,8 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     if (inject(&c) || rename(tmp, path) != 0) goto fail;
     sodium_memzero(hdr, hl);   /* holds the token ids */
     free(hdr);
+    ak_store_pool_entry pe;
+    memset(&pe, 0, sizeof pe);
     ak_store_entry ie;
     memset(&ie, 0, sizeof ie);
     snprintf(ie.id, sizeof ie.id, "%s", sn->id);
@@ -890,12 +1036,20 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     ie.created = sn->created;
     snprintf(ie.fingerprint, sizeof ie.fingerprint, "%s", sn->fingerprint);
     snprintf(ie.model_name, sizeof ie.model_name, "%s", sn->model_name);
-    index_put(s, &ie);
+    ie.base = sn->base;
+    if (sn->kind == AK_FILE_POOL) {
+        pe.e = ie;
+        snprintf(pe.pool_hash, sizeof pe.pool_hash, "%s", sn->pool_hash);
+        pe.source = strdup(sn->source ? sn->source : "");   /* NULL out of memory: listed without it */
+        ak_store_pool_index_put(s, &pe);
+    } else {
+        index_put(s, &ie);
+    }
     /* The new file is in place; without this fsync the rename itself might
      * not survive a power loss. */
-    if (inject(&c) || fsync_dir(s->dir) != 0)
-        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving agent %s: fsync of directory %s: %s (the new "
-                        "file is in place but may not survive a crash)", sn->id, s->dir, strerror(errno));
+    if (inject(&c) || fsync_dir(dir) != 0)
+        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving %s %s: fsync of directory %s: %s (the new "
+                        "file is in place but may not survive a crash)", what_kind, sn->id, dir, strerror(errno));
     return 0;
 fail:;
     int e = errno;
@@ -903,8 +1057,8 @@ fail:;
     unlink(tmp);
     sodium_memzero(hdr, hl);
     free(hdr);
-    return ak_failc(err, ak_err_code_of_errno(e), "store: saving agent %s: %s %s: %s (the previous file, if any, is intact)", sn->id, what,
-                   !strcmp(what, "rename") ? path : tmp, strerror(e));
+    return ak_failc(err, ak_err_code_of_errno(e), "store: saving %s %s: %s %s: %s (the previous file, if any, is intact)",
+                    what_kind, sn->id, what, !strcmp(what, "rename") ? path : tmp, strerror(e));
 }
 
 int ak_store_save(ak_store *s, const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
@@ -1144,6 +1298,10 @@ typedef struct {
     int n_tokens;
     int64_t created;
     char center[2][33];     /* key_center, value_center */
+    int kind;               /* AK_FILE_AGENT or AK_FILE_POOL (its "format") */
+    ak_store_base base;     /* agents: the base (pool_id "" if none) */
+    char pool_hash[17];     /* pools: their content hash */
+    const char *source;     /* pools: the "source" string (inside root) */
     int32_t *tokens;        /* malloc'd */
     uint64_t hdr_end;       /* 8 + N: where the data section begins */
     cJSON *root;            /* the parsed header */
@@ -1162,12 +1320,48 @@ static const char *meta_str(const cJSON *meta, const char *key) {
     return cJSON_IsString(it) ? it->valuestring : NULL;
 }
 
-/* Reads and checks the header of r's image: length, JSON, padding, the
- * metadata (every required key, canonical integers, known version, matching
- * metadata checksum, agent id equal to `id`), and parses the token ids.
- * CORRUPT for anything malformed; STALE for a newer format version or an
+/* The base of an agent file ("pool_id", "pool_hash", "base_len": all
+ * absent or "" / "" / "0" without one), or a pool file's "pool_hash" and
+ * "source" (and no base), into m, after the rest of the metadata. For a
+ * pool, the hash must be the one recomputed from what the file says it
+ * holds: a pool is named by its contents. */
+static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) {
+    const char *pid = meta_str(meta, "pool_id"), *ph = meta_str(meta, "pool_hash"), *bl = meta_str(meta, "base_len");
+    int64_t x = 0;
+    int none = (!pid || !*pid) && (!bl || !strcmp(bl, "0"));
+    if (m->kind == AK_FILE_POOL) {
+        if (!none) return judge(v, AK_STORE_CORRUPT, "metadata", "a pool file with a base");
+        if (!hash_ok(ph)) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata pool_hash missing or not 16 hex digits");
+        if (!(m->source = meta_str(meta, "source"))) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata key source missing");
+        char want[17];
+        ak_pool_content_hash(m->fingerprint, &m->spec, m->fk, m->fv, m->tokens, m->n_tokens, want);
+        if (strcmp(ph, want))
+            return judge(v, AK_STORE_CORRUPT, "poolhash", "pool_hash %s is not the hash of the pool's contents (%s)", ph,
+                         want);
+        snprintf(m->pool_hash, sizeof m->pool_hash, "%s", ph);
+        return AK_STORE_HIT;
+    }
+    if (none) {
+        if (ph && *ph) return judge(v, AK_STORE_CORRUPT, "metadata", "pool_hash without a base");
+        return AK_STORE_HIT;
+    }
+    if (!pid || !ak_agent_id_valid(pid) || !hash_ok(ph) || !bl || parse_dec(bl, 1, m->n_tokens, &x))
+        return judge(v, AK_STORE_CORRUPT, "metadata", "bad base: pool_id \"%.40s\", pool_hash \"%.20s\", base_len \"%.20s\" "
+                     "(of %d tokens)", pid ? pid : "", ph ? ph : "", bl ? bl : "", m->n_tokens);
+    snprintf(m->base.pool_id, sizeof m->base.pool_id, "%s", pid);
+    snprintf(m->base.pool_hash, sizeof m->base.pool_hash, "%s", ph);
+    m->base.base_len = (int)x;
+    return AK_STORE_HIT;
+}
+
+/* Reads and checks the header of r's image, a file of kind: length, JSON,
+ * padding, the metadata (the format of kind, every required key, canonical
+ * integers, known version, matching metadata checksum, agent id equal to
+ * `id`, a sound base or none; for pools a content hash equal to the one
+ * recomputed from the metadata and token ids), and parses the token ids.
+ * CORRUPT for anything malformed; STALE for another format version or an
  * unknown KV format. Does not look at the tensor table. */
-static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, verdict *v) {
+static ak_store_status parse_header(reader *r, int kind, const char *id, agent_meta *m, verdict *v) {
     memset(m, 0, sizeof *m);
     uint64_t N = 0;
     for (int i = 7; i >= 0; i--) N = N << 8 | r->img[i];
@@ -1202,9 +1396,11 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     }
     const char *fmt = meta_str(meta, "format"), *ver = meta_str(meta, "format_version");
     int64_t x;
-    if (!fmt || strcmp(fmt, FORMAT_NAME)) {
+    m->kind = kind;
+    if (!fmt || strcmp(fmt, kind == AK_FILE_POOL ? POOL_FORMAT_NAME : FORMAT_NAME)) {
         free(pairs);
-        return judge(v, AK_STORE_CORRUPT, "metadata", "not an agentkv agent file (format \"%.40s\")", fmt ? fmt : "");
+        return judge(v, AK_STORE_CORRUPT, "metadata", "not an agentkv %s file (format \"%.40s\")", kind_word(kind),
+                     fmt ? fmt : "");
     }
     if (!ver || parse_dec(ver, 1, INT32_MAX, &x)) {
         free(pairs);
@@ -1227,7 +1423,7 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     static const char *required[] = {"agent_id", "model_fingerprint", "model_name", "n_layer", "n_head_kv",
                                      "head_dim_k", "head_dim_v", "n_ctx", "kv_format_k", "kv_format_v",
                                      "block_tokens", "n_tokens", "tokens", "created", "checksum_algorithm",
-                                     "checksums"};
+                                     "block_checksums"};
     for (size_t k = 0; k < sizeof required / sizeof *required; k++)
         if (!meta_str(meta, required[k])) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata key %s missing", required[k]);
     const char *aid = meta_str(meta, "agent_id"), *fp = meta_str(meta, "model_fingerprint");
@@ -1288,18 +1484,38 @@ static ak_store_status parse_header(reader *r, const char *id, agent_meta *m, ve
     }
     if (!ok || nt != m->n_tokens)
         return judge(v, AK_STORE_CORRUPT, "tokens", "token list does not hold %d canonical ids", m->n_tokens);
-    return AK_STORE_HIT;
+    return parse_base(meta, m, v);
+}
+
+/* Parses "block_checksums" (nb entries) into out. Returns 0, or -1 if it
+ * is not exactly nb comma-separated 16-hex-digit values. */
+static int parse_block_sums(const char *str, int64_t nb, uint64_t *out) {
+    if (!str || strlen(str) != (size_t)(nb ? nb * 17 - 1 : 0)) return -1;
+    for (int64_t b = 0; b < nb; b++) {
+        const char *p = str + b * 17;
+        uint64_t x = 0;
+        for (int k = 0; k < 16; k++) {
+            char c = p[k];
+            if (c >= '0' && c <= '9') x = x << 4 | (uint64_t)(c - '0');
+            else if (c >= 'a' && c <= 'f') x = x << 4 | (uint64_t)(c - 'a' + 10);
+            else return -1;
+        }
+        if (b < nb - 1 && p[16] != ',') return -1;
+        out[b] = x;
+    }
+    return 0;
 }
 
 /* The tensor table of the header against the layout the metadata implies
- * and the image size: on HIT *tout gets the tensors (nt returned in *ntout)
- * and *wout each one's checksum as the file states it (16 hex digits, ""
- * if absent), both malloc'd (the caller frees). Needs the header only. */
-static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc **tout, int *ntout, char (**wout)[17],
-                                   verdict *v) {
+ * (the own positions [base_len, n_tokens)) and the image size: on HIT *tout
+ * gets the tensors (nt returned in *ntout) and *sout each block's checksum
+ * as the file states it (*nbout blocks), both malloc'd (the caller frees).
+ * Needs the header only. */
+static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc **tout, int *ntout, uint64_t **sout,
+                                   int64_t *nbout, verdict *v) {
     char why[128];
     tensor_desc *t = NULL;
-    char (*want)[17] = NULL;
+    uint64_t *sums = NULL;
     uint64_t data_bytes = 0;
     ak_kv_component c2[2];
     /* the count first: a hostile n_layer must not size an allocation */
@@ -1308,24 +1524,26 @@ static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc *
     if (cJSON_GetArraySize(m->root) - 1 != count)
         return judge(v, AK_STORE_CORRUPT, "tensors", "header has %d tensors, expected %lld", cJSON_GetArraySize(m->root) - 1,
                      (long long)count);
-    int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens, m->block_tokens, &t, &data_bytes, why, sizeof why);
+    int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens - m->base.base_len, m->block_tokens, &t, &data_bytes,
+                            why, sizeof why);
     if (nt < 0) return judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
+    int64_t nb = nt ? t[0].shape[0] : 0;
     ak_store_status st = AK_STORE_HIT;
-    cJSON *cks = NULL;
     uint64_t have = r->img_size - m->hdr_end;
     if (have != data_bytes) {
         st = judge(v, AK_STORE_CORRUPT, "truncated", "data section is %llu bytes, the tensors need %llu (%s)",
                    (unsigned long long)have, (unsigned long long)data_bytes, have < data_bytes ? "truncated" : "trailing bytes");
         goto done;
     }
-    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->root, "__metadata__");
-    cks = cJSON_Parse(meta_str(meta, "checksums"));
-    if (!cJSON_IsObject(cks) || cJSON_GetArraySize(cks) != nt) {
-        st = judge(v, AK_STORE_CORRUPT, "metadata", "checksums is not an object with one entry per tensor");
+    /* nb is bounded by the image size now (every block holds bytes) */
+    if (!(sums = malloc(sizeof *sums * (size_t)(nb ? nb : 1)))) {
+        st = judge_error(v, AK_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if (!(want = calloc((size_t)nt, sizeof *want))) {
-        st = judge_error(v, AK_ERR_NOMEM, "out of memory");
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->root, "__metadata__");
+    if (parse_block_sums(meta_str(meta, "block_checksums"), nb, sums) != 0) {
+        st = judge(v, AK_STORE_CORRUPT, "metadata", "block_checksums is not %lld comma-separated 16-hex-digit values",
+                   (long long)nb);
         goto done;
     }
     for (int i = 0; i < nt; i++) {
@@ -1350,29 +1568,31 @@ static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc *
                        "layout of %s/%s", t[i].name, ak_kv_format_get(m->fk)->name, ak_kv_format_get(m->fv)->name);
             goto done;
         }
-        const char *w = meta_str(cks, t[i].name);
-        snprintf(want[i], sizeof want[i], "%s", w && strlen(w) == 16 ? w : "");
     }
 done:
-    cJSON_Delete(cks);
     if (st != AK_STORE_HIT) {
         free(t);
-        free(want);
+        free(sums);
         return st;
     }
     *tout = t;
     *ntout = nt;
-    *wout = want;
+    *sout = sums;
+    *nbout = nb;
     return st;
 }
 
-/* CORRUPT unless got (a tensor's hash) is what the file states for it. */
-static ak_store_status check_sum(const tensor_desc *t, const char *want, uint64_t got, verdict *v) {
-    char g[17];
+/* CORRUPT unless got is the checksum the file states for its block b (of
+ * own positions starting at base, blocks of T). */
+static ak_store_status check_block(const agent_meta *m, int64_t b, uint64_t want, uint64_t got, verdict *v) {
+    if (want == got) return AK_STORE_HIT;
+    char w[17], g[17];
+    hex64(want, w);
     hex64(got, g);
-    if (want[0] && !strcmp(want, g)) return AK_STORE_HIT;
-    return judge(v, AK_STORE_CORRUPT, "checksum", "checksum mismatch in %s (file says %.16s, data hashes to %s)", t->name,
-                 want[0] ? want : "nothing", g);
+    int64_t p0 = m->base.base_len + b * m->block_tokens, p1 = p0 + m->block_tokens;
+    if (p1 > m->n_tokens) p1 = m->n_tokens;
+    return judge(v, AK_STORE_CORRUPT, "checksum", "checksum mismatch in block %lld (positions %lld..%lld; file says %s, "
+                 "data hashes to %s)", (long long)b, (long long)p0, (long long)p1 - 1, w, g);
 }
 
 /* The token ids against vocab (> 0). */
@@ -1384,19 +1604,33 @@ static ak_store_status check_tokens(const agent_meta *m, int vocab, verdict *v) 
     return AK_STORE_HIT;
 }
 
-/* The tensor table, every checksum over the image, the token ids. img must
- * be complete. */
+/* The checksums of blocks [j0, nb) of an image whose data section is data
+ * (in memory). */
+static ak_store_status check_blocks(const agent_meta *m, const uint8_t *data, const tensor_desc *t, int nt,
+                                    const uint64_t *sums, int64_t j0, int64_t nb, verdict *v) {
+    uint64_t *hs = malloc(sizeof *hs * (size_t)(nt ? nt : 1));
+    uint8_t *scratch = malloc((size_t)(nt ? nt : 1) * 8);
+    ak_store_status st = AK_STORE_HIT;
+    if (!hs || !scratch) st = judge_error(v, AK_ERR_NOMEM, "out of memory");
+    for (int64_t b = j0; b < nb && st == AK_STORE_HIT; b++)
+        st = check_block(m, b, sums[b], block_checksum(data, t, nt, b, hs, scratch), v);
+    free(hs);
+    free(scratch);
+    return st;
+}
+
+/* The tensor table, every block's checksum over the image, the token ids.
+ * img must be complete. */
 static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, verdict *v) {
     tensor_desc *t = NULL;
-    char (*want)[17] = NULL;
+    uint64_t *sums = NULL;
     int nt = 0;
-    if (check_table(r, m, &t, &nt, &want, v) != AK_STORE_HIT) return v->st;
-    ak_store_status st = AK_STORE_HIT;
-    for (int i = 0; i < nt && st == AK_STORE_HIT; i++)
-        st = check_sum(&t[i], want[i], XXH3_64bits(r->img + m->hdr_end + t[i].offset, (size_t)t[i].bytes), v);
+    int64_t nb = 0;
+    if (check_table(r, m, &t, &nt, &sums, &nb, v) != AK_STORE_HIT) return v->st;
+    ak_store_status st = check_blocks(m, r->img + m->hdr_end, t, nt, sums, 0, nb, v);
     if (st == AK_STORE_HIT) st = check_tokens(m, vocab, v);
     free(t);
-    free(want);
+    free(sums);
     return st;
 }
 
@@ -1430,12 +1664,15 @@ static ak_store_status check_expect(const agent_meta *m, const char *fingerprint
 
 /* Opens and checks the file of id completely (r, m filled on HIT; the
  * caller closes and frees both in any case). */
-static ak_store_status check_file(const ak_store *s, const char *path, const char *id, const char *fingerprint,
-                                  int vocab, const ak_kv *kv, reader *r, agent_meta *m, verdict *v, double *verify_ms) {
+static ak_store_status check_file(const ak_store *s, int kind, const char *path, const char *id,
+                                  const char *fingerprint, int vocab, const ak_kv *kv, reader *r, agent_meta *m,
+                                  verdict *v, double *verify_ms) {
     memset(m, 0, sizeof *m);
-    if (reader_open(r, s, path, id, v) != AK_STORE_HIT) return v->st;
+    char binding[AK_SEAL_ID_MAX + 1];
+    seal_binding(kind, id, binding);
+    if (reader_open(r, s, path, binding, v) != AK_STORE_HIT) return v->st;
     double t0 = ak_now(), rd0 = r->read_ms;
-    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, id, m, v) != AK_STORE_HIT ||
+    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, kind, id, m, v) != AK_STORE_HIT ||
         check_expect(m, fingerprint, kv, v) != AK_STORE_HIT)
         goto out;
     /* the body is read only once the header says the file is usable */
@@ -1446,10 +1683,11 @@ out:
     return v->st;
 }
 
-/* Moves the file at path (if it still is the inode fd refers to, when fd >=
- * 0) into quarantine/ and updates the index (which may delete the oldest
+/* Moves the file of kind at path (if it still is the inode fd refers to,
+ * when fd >= 0) into quarantine/ (pools as "pool+<id>...": no agent id
+ * holds a '+') and updates the index (which may delete the oldest
  * quarantined files). Returns 0, or -1 with why set. */
-static int quarantine_path(ak_store *s, const char *id, const char *path, int fd, const char *reason,
+static int quarantine_path(ak_store *s, int kind, const char *id, const char *path, int fd, const char *reason,
                            char *dst, size_t dn, char *why, size_t whyn) {
     char qdir[PATH_MAX];
     if (snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir) >= (int)sizeof qdir) {
@@ -1467,13 +1705,15 @@ static int quarantine_path(ak_store *s, const char *id, const char *path, int fd
         return -1;
     }
     long now = (long)time(NULL);
+    const char *pre = kind == AK_FILE_POOL ? POOL_QPREFIX : "";
     for (int k = 0; k < 1000; k++) {
-        int w = k ? snprintf(dst, dn, "%s/%s%s.%s.%ld.%d", qdir, id, SUFFIX, reason, now, k)
-                  : snprintf(dst, dn, "%s/%s%s.%s.%ld", qdir, id, SUFFIX, reason, now);
+        int w = k ? snprintf(dst, dn, "%s/%s%s%s.%s.%ld.%d", qdir, pre, id, SUFFIX, reason, now, k)
+                  : snprintf(dst, dn, "%s/%s%s%s.%s.%ld", qdir, pre, id, SUFFIX, reason, now);
         if (w < 0 || (size_t)w >= dn) break;
         if (access(dst, F_OK) == 0) continue;
         if (rename(path, dst) == 0) {
-            index_del(s, id);
+            if (kind == AK_FILE_POOL) ak_store_pool_index_del(s, id);
+            else index_del(s, id);
             index_quarantined(s, dst);
             return 0;
         }
@@ -1497,7 +1737,7 @@ int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_erro
     if (!reason_ok(reason)) return ak_failc(err, AK_ERR_INVALID, "store: quarantine reason must be a short [a-z0-9-] word");
     if (path_of(s, id, SUFFIX, path, sizeof path)) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
     if (access(path, F_OK) != 0) return errno == ENOENT ? 1 : ak_failc(err, ak_err_code_of_errno(errno), "store: %s: %s", path, strerror(errno));
-    if (quarantine_path(s, id, path, -1, reason, dst, sizeof dst, why, sizeof why) != 0)
+    if (quarantine_path(s, AK_FILE_AGENT, id, path, -1, reason, dst, sizeof dst, why, sizeof why) != 0)
         return ak_failc(err, AK_ERR_IO, "store: %s: quarantine: %s", path, why);
     return 0;
 }
@@ -1508,20 +1748,23 @@ int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_erro
  * a fresh sequence whose block size is the file's: block b's piece of a
  * tensor (its [n_head_kv][T] components) is one run in the file and one in
  * the block (blockpool.h), and a tensor's pieces, block by block, tile its
- * bytes in file order. Each batch of pieces (up to IOV_BATCH of them, about
- * BATCH_BYTES) is hashed right after it is read, while it is still in
- * cache, into the tensor's streaming XXH3. Two threads (the caller and one
- * worker) claim tensors one at a time from a shared counter, so reading
- * and hashing overlap, and a thread the scheduler leaves waiting (a busy
- * machine) delays the restore by at most the tensor it holds: the caller
- * takes the rest, waits only for tensors claimed, never for the worker to
- * exit (the worker is detached; the last of the two frees the shared
- * state). Nothing is visible to the caller's sequence until every checksum
- * has passed: the fresh sequence is swapped in only then, and freed
- * otherwise. (Measured in a stand-alone model of this loop, 16K tokens q4,
- * one thread, CPU time: 1.4x a read(2) of the whole file, of which the
- * pieces 0.15x and hashing 0.25x; reading into a 256 KiB buffer, hashing
- * it there and copying it to the blocks was slower, 1.5x.) */
+ * bytes in file order. Blocks the prelink callback supplied (the first j0)
+ * are not read: each tensor is read from its piece j0 on. Each batch of
+ * pieces (up to IOV_BATCH of them, about BATCH_BYTES) is hashed right after
+ * it is read, while it is still in cache, one XXH3 per piece; the pieces'
+ * hashes make the blocks' checksums at the end (a few bytes a block). Two
+ * threads (the caller and one worker) claim tensors one at a time from a
+ * shared counter, so reading and hashing overlap, and a thread the
+ * scheduler leaves waiting (a busy machine) delays the restore by at most
+ * the tensor it holds: the caller takes the rest, waits only for tensors
+ * claimed, never for the worker to exit (the worker is detached; the last
+ * of the two frees the shared state). Nothing is visible to the caller's
+ * sequence until every checksum has passed: the fresh sequence is swapped
+ * in only then, and freed otherwise. (Measured in a stand-alone model of
+ * this loop, 16K tokens q4, one thread, CPU time: 1.4x a read(2) of the
+ * whole file, of which the pieces 0.15x and hashing 0.25x; reading into a
+ * 256 KiB buffer, hashing it there and copying it to the blocks was slower,
+ * 1.5x.) */
 #define IOV_BATCH 1024
 #define BATCH_BYTES ((size_t)256 << 10)
 #define TWO_THREADS_BYTES ((uint64_t)4 << 20)   /* below this, one thread */
@@ -1532,26 +1775,25 @@ typedef struct dl_shared dl_shared;
 typedef struct {
     dl_shared *sh;
     uint64_t bytes;
-    int bad;                 /* the tensor whose checksum failed, or -1 */
-    uint64_t bad_hash;
     int err;                 /* errno of a failed read; -1: the file shrank */
     uint64_t err_off;
 } dl_job;
 
 struct dl_shared {
-    /* set before the threads start, read-only after */
+    /* set before the threads start, read-only after (hash: each thread
+     * writes the rows of the tensors it claimed) */
     int fd;
     const tensor_desc *t;
-    const char (*want)[17];
     int nt;                  /* tensors */
-    uint8_t *const *blk;     /* data of block b */
+    uint8_t *const *blk;     /* data of block j0 + k */
     const size_t *toff;      /* offset of tensor i's piece within a block */
-    int nb;                  /* blocks */
+    int64_t j0, nr;          /* the first block read, blocks read */
     uint64_t data_off;       /* file offset of the data section */
+    uint64_t *hash;          /* hash[i * nr + k]: tensor i's piece of block j0 + k */
     /* atomics */
     int next;                /* the next tensor to claim */
     int done;                /* tensors claimed and finished (or skipped) */
-    int stop;                /* a read or checksum failed: skip the rest */
+    int stop;                /* a read failed: skip the rest */
     int refs;                /* threads holding this; the last frees it */
     dl_job job[2];           /* [0] the worker, [1] the caller */
 };
@@ -1582,37 +1824,28 @@ static int read_pieces(dl_job *j, struct iovec *iov, int cnt, uint64_t off) {
     return 0;
 }
 
-/* Reads and hashes tensor i (above). Returns 0, or -1 with the failed read
- * or checksum recorded in j. */
+/* Reads tensor i's pieces of the blocks from j0 on and hashes each.
+ * Returns 0, or -1 with the failed read recorded in j. */
 static int dl_tensor(dl_job *j, int i) {
     const dl_shared *sh = j->sh;
     const tensor_desc *t = &sh->t[i];
     struct iovec iov[IOV_BATCH], piece[IOV_BATCH];
-    XXH3_state_t hs;
-    uint64_t off = sh->data_off + t->offset;
-    XXH3_64bits_reset(&hs);
+    uint64_t off = sh->data_off + t->offset + (uint64_t)sh->j0 * t->piece;
+    uint64_t *hash = sh->hash + (size_t)i * (size_t)sh->nr;
     int cnt = 0;
     size_t batch = 0;
-    for (int b = 0; b < sh->nb; b++) {
-        piece[cnt].iov_base = sh->blk[b] + sh->toff[i];
+    for (int64_t k = 0; k < sh->nr; k++) {
+        piece[cnt].iov_base = sh->blk[k] + sh->toff[i];
         piece[cnt].iov_len = (size_t)t->piece;
         batch += piece[cnt++].iov_len;
-        if (cnt == IOV_BATCH || batch >= BATCH_BYTES || b == sh->nb - 1) {
+        if (cnt == IOV_BATCH || batch >= BATCH_BYTES || k == sh->nr - 1) {
             memcpy(iov, piece, sizeof(struct iovec) * (size_t)cnt);
             if (read_pieces(j, iov, cnt, off) != 0) return -1;
-            for (int k = 0; k < cnt; k++) XXH3_64bits_update(&hs, piece[k].iov_base, piece[k].iov_len);
+            for (int c = 0; c < cnt; c++) hash[k - cnt + 1 + c] = XXH3_64bits(piece[c].iov_base, piece[c].iov_len);
             off += batch;
             cnt = 0;
             batch = 0;
         }
-    }
-    uint64_t got = XXH3_64bits_digest(&hs);
-    char g[17];
-    hex64(got, g);
-    if (!sh->want[i][0] || strcmp(sh->want[i], g)) {
-        j->bad = i;
-        j->bad_hash = got;
-        return -1;
     }
     return 0;
 }
@@ -1642,78 +1875,55 @@ static void *dl_thread(void *arg) {
     return NULL;
 }
 
-/* ak_store_load for a plain file: checks the header, reads the tensors into
- * a fresh sequence while verifying them (above), checks the token ids, and
- * only then swaps the fresh sequence's contents into kv. Sets *fallback
- * (and returns HIT, having touched nothing) when this path does not apply:
- * a sealed file, or no room in the KV budget for a second copy of the cache
- * while kv still holds its old one (the caller then verifies a whole image
- * in memory first, as for sealed files). */
-static ak_store_status load_direct(const ak_store *s, const char *path, const char *id, const char *fingerprint,
-                                   int vocab, ak_kv *kv, reader *r, agent_meta *m, verdict *v,
-                                   ak_store_load_info *info, int *fallback) {
-    memset(m, 0, sizeof *m);
-    *fallback = 0;
-    if (reader_open(r, s, path, id, v) != AK_STORE_HIT) return v->st;
-    if (r->sealed) {
-        *fallback = 1;
-        return AK_STORE_HIT;
-    }
-    double t0 = ak_now(), rd0 = r->read_ms;
-    tensor_desc *t = NULL;
-    char (*want)[17] = NULL;
-    int nt = 0;
-    ak_kv *tmp = NULL;
-    uint8_t **blk = NULL;
-    size_t *toff = NULL;
-    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, id, m, v) != AK_STORE_HIT ||
-        check_expect(m, fingerprint, kv, v) != AK_STORE_HIT || check_table(r, m, &t, &nt, &want, v) != AK_STORE_HIT) {
-        info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
-        goto out;
-    }
-    info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
-    double t1 = ak_now();
-    ak_error e2 = {{0}};
-    ak_block_pool *pool = ak_kv_pool(kv);
-    int T = ak_block_pool_block_tokens(pool), n = m->n_tokens, nb = (n + T - 1) / T;
-    if (m->block_tokens != T) {   /* blocks of another size: pieces do not map 1:1, copy from a verified image */
-        *fallback = 1;
-        goto out;
-    }
-    if (!(tmp = ak_kv_new(pool, m->fk, m->fv, ak_kv_capacity(kv), &e2)) || ak_kv_prepare(tmp, 0, n, &e2) != 0) {
-        if (ak_kv_n_blocks(kv) > 0) *fallback = 1;   /* the old cache holds the budget: verify first, then swap */
-        else judge_error(v, e2.code, "%s", e2.msg);
-        goto out;
-    }
-    blk = malloc(sizeof *blk * (size_t)(nb ? nb : 1));
-    toff = malloc(sizeof *toff * (size_t)(nt ? nt : 1));
-    if (!blk || !toff) {
-        judge_error(v, AK_ERR_NOMEM, "out of memory");
+/* Reads file blocks [j0, nb) of a plain file straight into the prepared
+ * positions of tmp (block size the file's; own blocks start at base) and
+ * checks each block's checksum against sums. HIT, or the verdict. */
+static ak_store_status read_direct(reader *r, const agent_meta *m, const tensor_desc *t, int nt,
+                                   const uint64_t *sums, int64_t j0, int64_t nb, ak_kv *tmp, verdict *v) {
+    int64_t nr = nb - j0;
+    if (nr <= 0) return AK_STORE_HIT;
+    int T = m->block_tokens, base = m->base.base_len;
+    uint8_t **blk = malloc(sizeof *blk * (size_t)nr);
+    size_t *toff = malloc(sizeof *toff * (size_t)(nt ? nt : 1));
+    uint64_t *hash = malloc(sizeof *hash * (size_t)nr * (size_t)(nt ? nt : 1));
+    uint64_t *hs = malloc(sizeof *hs * (size_t)(nt ? nt : 1));
+    uint8_t *scratch = malloc((size_t)(nt ? nt : 1) * 8);
+    dl_shared *sh = calloc(1, sizeof *sh);
+    ak_store_status st = AK_STORE_HIT;
+    if (!blk || !toff || !hash || !hs || !scratch || !sh) {
+        free(sh);
+        st = judge_error(v, AK_ERR_NOMEM, "out of memory");
         goto out;
     }
     /* block b's data starts with layer 0's K metadata of head 0, or its
      * codes for a format without metadata (blockpool.h) */
     int kc0 = ak_kv_format_meta_bytes(m->fk, m->spec.head_dim_k) ? 1 : 0;
-    for (int b = 0; b < nb; b++) blk[b] = ak_kv_stored_mut(tmp, 0, 0, kc0, 0, b * T);
-    for (int i = 0; i < nt && nb; i++)
-        toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, 0) - blk[0]);
+    for (int64_t k = 0; k < nr; k++)
+        if (!(blk[k] = ak_kv_stored_mut(tmp, 0, 0, kc0, 0, base + (int)(j0 + k) * T))) {
+            free(sh);
+            st = judge(v, AK_STORE_ERROR, NULL, "the sequence refused the restored blocks");
+            goto out;
+        }
+    for (int i = 0; i < nt; i++)
+        toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, base + (int)j0 * T) - blk[0]);
     uint64_t data_bytes = nt ? t[nt - 1].offset + t[nt - 1].bytes : 0;
-    /* WILLNEED has the kernel read the whole file ahead, but walking the
-     * page cache for it costs about 5% of a cached 2000-token restore: ask
-     * only when the data's last byte is not cached (the file is read and
-     * written in order, so its last page is the last to leave the cache) */
+    /* WILLNEED has the kernel read the data ahead, but walking the page
+     * cache for it costs about 5% of a cached 2000-token restore: ask only
+     * when the data's last byte is not cached (the file is read and written
+     * in order, so its last page is the last to leave the cache); for the
+     * parts read only, when blocks are skipped */
     uint8_t probe;
     struct iovec pv = {&probe, 1};
-    if (data_bytes && preadv2(r->fd, &pv, 1, (off_t)(m->hdr_end + data_bytes - 1), RWF_NOWAIT) != 1)
-        posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
-    dl_shared *sh = calloc(1, sizeof *sh);
-    if (!sh) {
-        judge_error(v, AK_ERR_NOMEM, "out of memory");
-        goto out;
+    if (data_bytes && preadv2(r->fd, &pv, 1, (off_t)(m->hdr_end + data_bytes - 1), RWF_NOWAIT) != 1) {
+        if (j0 == 0) posix_fadvise(r->fd, (off_t)m->hdr_end, 0, POSIX_FADV_WILLNEED);
+        else
+            for (int i = 0; i < nt; i++)
+                posix_fadvise(r->fd, (off_t)(m->hdr_end + t[i].offset + (uint64_t)j0 * t[i].piece),
+                              (off_t)((uint64_t)nr * t[i].piece), POSIX_FADV_WILLNEED);
     }
-    *sh = (dl_shared){r->fd, t, (const char (*)[17])want, nt, blk, toff, nb, m->hdr_end, 0, 0, 0, 1, {{0}}};
-    for (int k = 0; k < 2; k++) sh->job[k] = (dl_job){sh, 0, -1, 0, 0, 0};
-    if (data_bytes >= TWO_THREADS_BYTES) {
+    *sh = (dl_shared){r->fd, t, nt, blk, toff, j0, nr, m->hdr_end, hash, 0, 0, 0, 1, {{0}}};
+    for (int k = 0; k < 2; k++) sh->job[k] = (dl_job){sh, 0, 0, 0};
+    if ((uint64_t)nr * (data_bytes / (uint64_t)nb) >= TWO_THREADS_BYTES) {
         pthread_attr_t at;
         pthread_t th;
         sh->refs = 2;
@@ -1727,42 +1937,160 @@ static ak_store_status load_direct(const ak_store *s, const char *path, const ch
     }
     dl_work(&sh->job[1]);
     while (__atomic_load_n(&sh->done, __ATOMIC_ACQUIRE) < nt) sched_yield();   /* the worker's last tensor */
-    double fused = ms_since(t1);
-    r->read_ms += fused;
     dl_job res[2] = {sh->job[0], sh->job[1]};   /* complete: every claimed tensor is done */
     dl_release(sh);
     for (int k = 0; k < 2; k++) r->bytes_read += res[k].bytes;
-    int bad = -1;
-    uint64_t bad_hash = 0;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2; k++)
         if (res[k].err) {
-            if (res[k].err < 0) judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
-            else judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)res[k].err_off,
-                       strerror(res[k].err));
+            if (res[k].err < 0) st = judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
+            else st = judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)res[k].err_off,
+                            strerror(res[k].err));
             goto out;
         }
-        if (res[k].bad >= 0 && (bad < 0 || res[k].bad < bad)) {
-            bad = res[k].bad;
-            bad_hash = res[k].bad_hash;
-        }
+    for (int64_t k = 0; k < nr && st == AK_STORE_HIT; k++) {
+        for (int i = 0; i < nt; i++) hs[i] = hash[(size_t)i * (size_t)nr + (size_t)k];
+        st = check_block(m, j0 + k, sums[j0 + k], combine_hashes(hs, nt, scratch), v);
     }
-    if (bad >= 0) {
-        check_sum(&t[bad], want[bad], bad_hash, v);
+out:
+    free(blk);
+    free(toff);
+    free(hash);
+    free(hs);
+    free(scratch);
+    return st;
+}
+
+/* Reads what a plain file holds of blocks [j0, nb) into the image at its
+ * place (the whole image when j0 = 0); the rest of the image stays unread. */
+static ak_store_status read_tails(reader *r, const agent_meta *m, const tensor_desc *t, int nt, int64_t j0,
+                                  verdict *v) {
+    if (j0 == 0) return reader_need(r, r->img_size, v);
+    double t0 = ak_now();
+    if (r->img_size > r->cap) {
+        uint8_t *n = big_alloc((size_t)r->img_size);
+        if (!n) return judge_error(v, AK_ERR_NOMEM, "out of memory for %llu bytes", (unsigned long long)r->img_size);
+        memcpy(n, r->img, (size_t)r->have);
+        free(r->img);
+        r->img = n;
+        r->cap = r->img_size;
+    }
+    ak_store_status st = AK_STORE_HIT;
+    for (int i = 0; i < nt && st == AK_STORE_HIT; i++) {
+        uint64_t off = m->hdr_end + t[i].offset + (uint64_t)j0 * t[i].piece, len = t[i].bytes - (uint64_t)j0 * t[i].piece;
+        if (len) st = pread_all(r, r->img + off, (size_t)len, off, v);
+    }
+    r->read_ms += ms_since(t0);
+    return st;
+}
+
+/* Loads the file of kind at path into kv (see ak_store_load_linked): checks
+ * the header, metadata, expectations and token ids; calls prelink (if any)
+ * on a fresh sequence, which then holds positions [0, L); reads and checks
+ * only the file blocks holding positions >= L: straight into the fresh
+ * sequence's blocks (a plain file of the pool's block size, with room in
+ * the budget), else through an image verified in memory (sealed files, whose
+ * seal is read whole; another block size; no room for a second copy while
+ * kv holds its old one: kv is emptied only after the checks). Only when
+ * everything passed is the fresh sequence swapped into kv. r and m are
+ * filled (the caller closes and frees both in any case). */
+static ak_store_status load_file(ak_store *s, int kind, const char *path, const char *id, const char *fingerprint,
+                                 int vocab, ak_kv *kv, ak_store_prelink_fn prelink, void *ud, reader *r,
+                                 agent_meta *m, verdict *v, ak_store_load_info *info) {
+    memset(m, 0, sizeof *m);
+    char binding[AK_SEAL_ID_MAX + 1];
+    seal_binding(kind, id, binding);
+    if (reader_open(r, s, path, binding, v) != AK_STORE_HIT) return v->st;
+    double t0 = ak_now(), rd0 = r->read_ms, t1 = 0, ck0 = 0;
+    int timed = 0;
+    tensor_desc *t = NULL;
+    uint64_t *sums = NULL;
+    int nt = 0;
+    int64_t nb = 0;
+    ak_kv *tmp = NULL;
+    ak_error e2 = {{0}};
+    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, kind, id, m, v) != AK_STORE_HIT ||
+        check_expect(m, fingerprint, kv, v) != AK_STORE_HIT ||
+        check_table(r, m, &t, &nt, &sums, &nb, v) != AK_STORE_HIT || check_tokens(m, vocab, v) != AK_STORE_HIT)
+        goto out;
+    info->base = m->base;
+    int n = m->n_tokens, base = m->base.base_len, Tf = m->block_tokens;
+    ak_block_pool *pool = ak_kv_pool(kv);
+    int T = ak_block_pool_block_tokens(pool);
+    if (base > 0 && !prelink) {
+        judge(v, AK_STORE_STALE, NULL, "agent file starts with pool %s (%d positions): no pool supplied",
+              m->base.pool_id, base);
         goto out;
     }
-    if (check_tokens(m, vocab, v) != AK_STORE_HIT) goto out;
+    if (!(tmp = ak_kv_new(pool, m->fk, m->fv, ak_kv_capacity(kv), &e2))) {
+        judge_error(v, e2.code, "%s", e2.msg);
+        goto out;
+    }
+    int L = 0;
+    if (prelink) {
+        ak_error pe = {{0}};
+        if (prelink(ud, &m->base, m->tokens, n, tmp, &pe) != 0) {
+            /* the pool vanished or changed: the file cannot be used now */
+            if (pe.code == AK_ERR_STALE || pe.code == AK_ERR_NOT_FOUND)
+                judge(v, AK_STORE_STALE, NULL, "%s", pe.msg[0] ? pe.msg : "the base could not be supplied");
+            else judge_error(v, pe.code ? pe.code : AK_ERR_GENERIC, "%s", pe.msg[0] ? pe.msg : "prelink failed");
+            goto out;
+        }
+        L = ak_kv_length(tmp);
+        if (L > n || L < base || ak_kv_base_len(tmp) != base || (L < n && (L - base) % T)) {
+            judge_error(v, AK_ERR_INVALID, "the prelink callback left %d positions and a base of %d: expected a base "
+                        "of %d and a block boundary (blocks of %d) up to %d", L, ak_kv_base_len(tmp), base, T, n);
+            goto out;
+        }
+    }
+    info->linked = L;
+    int64_t j0 = L >= n ? nb : (L - base) / Tf;
+    info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
+    timed = 1;
+    t1 = ak_now();
+    int direct = !r->sealed && Tf == T;
+    if (direct && ak_kv_prepare(tmp, L, n, &e2) != 0) {
+        if (ak_kv_n_blocks(kv) == 0) {
+            judge_error(v, e2.code, "%s", e2.msg);
+            goto out;
+        }
+        direct = 0;   /* the old cache holds the budget: verify first, then swap */
+    }
+    double fused = 0, tr0 = t1;
+    if (direct) {
+        double f0 = ak_now();
+        if (read_direct(r, m, t, nt, sums, j0, nb, tmp, v) != AK_STORE_HIT) goto out;
+        fused = ms_since(f0);
+        r->read_ms += fused;   /* reading and hashing, fused */
+    } else {
+        if (r->sealed ? reader_need(r, r->img_size, v) != AK_STORE_HIT : read_tails(r, m, t, nt, j0, v) != AK_STORE_HIT)
+            goto out;
+        ck0 = ak_now();
+        if (check_blocks(m, r->img + m->hdr_end, t, nt, sums, j0, nb, v) != AK_STORE_HIT) goto out;
+        info->verify_ms += ms_since(ck0);
+        tr0 = ak_now();
+        /* verified: kv is emptied (its blocks are the budget the restore
+         * needs) and the fresh sequence filled */
+        ak_kv_truncate(kv, 0);
+        if (ak_kv_prepare(tmp, L, n, &e2) != 0) {
+            judge_error(v, e2.code, "%s", e2.msg);
+            goto out;
+        }
+        if (transfer(tmp, 1, r->img + m->hdr_end, t, nt, L, n, base, Tf) != 0) {
+            judge(v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
+            goto out;
+        }
+    }
     /* verified: only now does anything reach the caller's sequence */
     if (ak_kv_set_length(tmp, n, &e2) != 0 || ak_kv_swap(kv, tmp) != 0) {
         judge(v, AK_STORE_ERROR, NULL, "the sequence refused the restored blocks");
         goto out;
     }
-    info->restore_ms = ms_since(t1) - fused;
+    info->restore_ms = ms_since(tr0) - fused;
 out:
+    if (!timed) info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
     ak_kv_free(tmp);   /* kv's old blocks after a swap, else the unverified copy */
-    free(blk);
-    free(toff);
     free(t);
-    free(want);
+    free(sums);
     return v->st;
 }
 
@@ -1781,81 +2109,72 @@ static void index_loaded(ak_store *s, const char *id, const reader *r, const age
     clock_gettime(CLOCK_REALTIME, &now);
     e.mtime = (int64_t)now.tv_sec;
     e.mtime_ns = (int64_t)now.tv_nsec;
-    index_put(s, &e);
+    if (m->kind == AK_FILE_POOL) {
+        ak_store_pool_entry pe;
+        memset(&pe, 0, sizeof pe);
+        pe.e = e;
+        snprintf(pe.pool_hash, sizeof pe.pool_hash, "%s", m->pool_hash);
+        pe.source = strdup(m->source ? m->source : "");
+        ak_store_pool_index_put(s, &pe);
+    } else {
+        index_put(s, &e);
+    }
 }
 
-ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
-                              ak_store_load_info *info, ak_error *err) {
+ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const char *fingerprint, int vocab,
+                                   ak_kv *kv, ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+                                   char *pool_hash, ak_error *err) {
     ak_store_load_info dummy;
     if (!info) info = &dummy;
     memset(info, 0, sizeof *info);
-    if (!ak_agent_id_valid(id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid agent id"); return AK_STORE_ERROR; }
+    if (!ak_agent_id_valid(id)) {
+        ak_failc(err, AK_ERR_INVALID, "store: invalid %s id", kind_word(kind));
+        return AK_STORE_ERROR;
+    }
     char path[PATH_MAX];
-    if (path_of(s, id, SUFFIX, path, sizeof path)) { ak_failc(err, AK_ERR_INVALID, "store: path too long"); return AK_STORE_ERROR; }
+    if (kpath_of(s, kind, id, SUFFIX, path, sizeof path)) { ak_failc(err, AK_ERR_INVALID, "store: path too long"); return AK_STORE_ERROR; }
     double t0 = ak_now();
     reader r;
     agent_meta m;
     verdict v = {AK_STORE_HIT, NULL, "", 0};
-    int fallback = 0;
-    ak_store_status st = load_direct(s, path, id, fingerprint, vocab, kv, &r, &m, &v, info, &fallback);
-    int direct = !fallback;
-    if (fallback) {   /* a sealed file, or no room for two copies: verify a whole image first */
-        reader_close(&r);
-        meta_free(&m);
-        v = (verdict){AK_STORE_HIT, NULL, "", 0};
-        st = check_file(s, path, id, fingerprint, vocab, kv, &r, &m, &v, &info->verify_ms);
-    }
+    ak_store_status st = load_file(s, kind, path, id, fingerprint, vocab, kv, prelink, ud, &r, &m, &v, info);
     info->bytes_read = r.bytes_read;
     info->read_ms = r.read_ms;
-    if (st == AK_STORE_HIT && direct) {
+    if (st == AK_STORE_HIT) {
         futimens(r.fd, NULL);   /* recently used, for ak_store_gc; best effort */
         index_loaded(s, id, &r, &m);
         info->n_tokens = m.n_tokens;
-        if (info != &dummy) {
+        if (pool_hash) snprintf(pool_hash, 17, "%s", m.pool_hash);
+        if (info != &dummy) { /* handed to the caller; else freed below */
             info->tokens = m.tokens;
             m.tokens = NULL;
         }
-    } else if (st == AK_STORE_HIT) {
-        /* verified: only now does anything reach the sequence */
-        double t1 = ak_now();
-        ak_error e2 = {{0}};
-        tensor_desc *t = NULL;
-        uint64_t db;
-        char why[128];
-        int nt = layout_tensors(&m.spec, m.fk, m.fv, m.n_tokens, m.block_tokens, &t, &db, why, sizeof why);
-        ak_kv_truncate(kv, 0);
-        if (nt < 0) st = judge_error(&v, AK_ERR_INVALID, "%s", why);
-        else if (ak_kv_prepare(kv, 0, m.n_tokens, &e2) != 0) st = judge_error(&v, e2.code, "%s", e2.msg);
-        else if (transfer(kv, 1, r.img + m.hdr_end, t, nt, m.n_tokens, m.block_tokens) != 0 || ak_kv_set_length(kv, m.n_tokens, &e2) != 0)
-            st = judge(&v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
-        if (st != AK_STORE_HIT) ak_kv_truncate(kv, 0);
-        free(t);
-        info->restore_ms = ms_since(t1);
-        if (st == AK_STORE_HIT) {
-            futimens(r.fd, NULL);   /* recently used, for ak_store_gc; best effort */
-            index_loaded(s, id, &r, &m);
-            info->n_tokens = m.n_tokens;
-            if (info != &dummy) { /* handed to the caller; else freed below */
-                info->tokens = m.tokens;
-                m.tokens = NULL;
-            }
-        }
-    }
-    if (st == AK_STORE_CORRUPT) {
+    } else if (st == AK_STORE_CORRUPT) {
         char dst[PATH_MAX], why[PATH_MAX + 64];
-        if (quarantine_path(s, id, path, r.fd, v.slug ? v.slug : "corrupt", dst, sizeof dst, why, sizeof why) == 0) {
+        if (quarantine_path(s, kind, id, path, r.fd, v.slug ? v.slug : "corrupt", dst, sizeof dst, why, sizeof why) == 0) {
             info->quarantined = 1;
             ak_failc(err, AK_ERR_CORRUPT, "store: %s: corrupt: %s; moved to %s", path, v.msg, dst);
         } else {
             ak_failc(err, AK_ERR_CORRUPT, "store: %s: corrupt: %s; not moved: %s", path, v.msg, why);
         }
-    } else if (st != AK_STORE_HIT) {
+    } else {
         ak_failc(err, v.code, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
     }
     reader_close(&r);
     meta_free(&m);
     info->total_ms = ms_since(t0);
     return st;
+}
+
+ak_store_status ak_store_load_linked(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
+                                     ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+                                     ak_error *err) {
+    return ak_store_load_kind(s, AK_FILE_AGENT, id, fingerprint, vocab, kv, prelink, ud, info, NULL, err);
+}
+
+ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
+                              ak_store_load_info *info, ak_error *err) {
+    return ak_store_load_kind(s, AK_FILE_AGENT, id, fingerprint, vocab, kv, NULL, NULL, info, NULL, err);
 }
 
 ak_store_status ak_store_verify(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_error *err) {
@@ -1866,7 +2185,7 @@ ak_store_status ak_store_verify(ak_store *s, const char *id, const char *fingerp
     agent_meta m;
     verdict v = {AK_STORE_HIT, NULL, "", 0};
     double ms;
-    ak_store_status st = check_file(s, path, id, fingerprint, vocab, NULL, &r, &m, &v, &ms);
+    ak_store_status st = check_file(s, AK_FILE_AGENT, path, id, fingerprint, vocab, NULL, &r, &m, &v, &ms);
     if (st != AK_STORE_HIT) ak_failc(err, v.code, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
     reader_close(&r);
     meta_free(&m);
@@ -1885,19 +2204,24 @@ static void entry_from_meta(ak_store_entry *e, const agent_meta *m) {
     e->created = m->created;
     snprintf(e->fingerprint, sizeof e->fingerprint, "%s", m->fingerprint);
     snprintf(e->model_name, sizeof e->model_name, "%s", m->model_name);
+    e->base = m->base;
 }
 
-/* Fills e from the file of id: size and mtime always (returns 1 if absent),
- * the metadata when the header is readable and sound. */
-static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char **metadata_json, verdict *v) {
-    char path[PATH_MAX];
+/* Fills e from the file of kind and id: size and mtime always (returns 1
+ * if absent), the metadata when the header is readable and sound; for a
+ * pool pe (if not NULL) gets e, the content hash and a copy of the source. */
+static int read_entry(const ak_store *s, int kind, const char *id, ak_store_entry *e, ak_store_pool_entry *pe,
+                      char **metadata_json, verdict *v) {
+    char path[PATH_MAX], binding[AK_SEAL_ID_MAX + 1];
     memset(e, 0, sizeof *e);
+    if (pe) memset(pe, 0, sizeof *pe);
     snprintf(e->id, sizeof e->id, "%s", id);
-    if (path_of(s, id, SUFFIX, path, sizeof path)) { judge_error(v, AK_ERR_INVALID, "path too long"); return -1; }
+    if (kpath_of(s, kind, id, SUFFIX, path, sizeof path)) { judge_error(v, AK_ERR_INVALID, "path too long"); return -1; }
+    seal_binding(kind, id, binding);
     reader r;
     agent_meta m;
     memset(&m, 0, sizeof m);
-    ak_store_status st = reader_open(&r, s, path, id, v);
+    ak_store_status st = reader_open(&r, s, path, binding, v);
     if (st == AK_STORE_ABSENT) { reader_close(&r); return 1; }
     if (r.fd >= 0) {
         e->bytes = (uint64_t)r.st.st_size;
@@ -1906,9 +2230,13 @@ static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char
         e->sealed = r.sealed;   /* known even when the seal cannot be opened */
     }
     int rc = -1;
-    if (st == AK_STORE_HIT && reader_need(&r, 8, v) == AK_STORE_HIT && parse_header(&r, id, &m, v) == AK_STORE_HIT) {
+    if (st == AK_STORE_HIT && reader_need(&r, 8, v) == AK_STORE_HIT && parse_header(&r, kind, id, &m, v) == AK_STORE_HIT) {
         entry_from_meta(e, &m);
         rc = 0;
+        if (pe) {
+            snprintf(pe->pool_hash, sizeof pe->pool_hash, "%s", m.pool_hash);
+            pe->source = strdup(m.source ? m.source : "");
+        }
         if (metadata_json) {
             *metadata_json = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(m.root, "__metadata__"));
             if (!*metadata_json) rc = -1, judge_error(v, AK_ERR_NOMEM, "out of memory");
@@ -1916,14 +2244,20 @@ static int read_entry(const ak_store *s, const char *id, ak_store_entry *e, char
     }
     meta_free(&m);
     reader_close(&r);
+    if (pe) pe->e = *e;
     return rc;
 }
 
 /* Names of the agent files in the directory (malloc'd array of malloc'd
  * ids), with size and mtime when stat_them. */
-static int scan_ids(const ak_store *s, ak_store_entry **out, int *n, ak_error *err) {
-    DIR *d = opendir(s->dir);
-    if (!d) return ak_failc(err, ak_err_code_of_errno(errno), "store: opendir %s: %s", s->dir, strerror(errno));
+static int scan_ids(const ak_store *s, int kind, ak_store_entry **out, int *n, ak_error *err) {
+    DIR *d = opendir(kind_dir(s, kind));
+    if (!d && kind == AK_FILE_POOL && errno == ENOENT) {   /* no pool saved yet */
+        *out = NULL;
+        *n = 0;
+        return 0;
+    }
+    if (!d) return ak_failc(err, ak_err_code_of_errno(errno), "store: opendir %s: %s", kind_dir(s, kind), strerror(errno));
     int cap = 16, cnt = 0;
     ak_store_entry *es = malloc(sizeof *es * (size_t)cap);
     if (!es) { closedir(d); return ak_failc(err, AK_ERR_NOMEM, "store: out of memory"); }
@@ -1937,7 +2271,7 @@ static int scan_ids(const ak_store *s, ak_store_entry **out, int *n, ak_error *e
         if (!ak_agent_id_valid(id)) continue;
         char path[PATH_MAX];
         struct stat st;
-        if (path_of(s, id, SUFFIX, path, sizeof path) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (kpath_of(s, kind, id, SUFFIX, path, sizeof path) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
         if (cnt == cap) {
             ak_store_entry *ne = realloc(es, sizeof *es * (size_t)(cap *= 2));
             if (!ne) { free(es); closedir(d); return ak_failc(err, AK_ERR_NOMEM, "store: out of memory"); }
@@ -2000,7 +2334,7 @@ int ak_store_inspect(ak_store *s, const char *id, ak_store_entry *out, char **me
     if (metadata_json) *metadata_json = NULL;
     if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
     verdict v = {AK_STORE_HIT, NULL, "", 0};
-    int rc = read_entry(s, id, out, metadata_json, &v);
+    int rc = read_entry(s, AK_FILE_AGENT, id, out, NULL, metadata_json, &v);
     if (rc < 0) ak_failc(err, v.code, "store: %s/%s%s: %s: %s", s->dir, id, SUFFIX, ak_store_status_name(v.st), v.msg);
     /* what was just read is the newest word on this file */
     if (rc == 1) index_del(s, id);
@@ -2175,18 +2509,27 @@ static int cmp_qscan(const void *a, const void *b) {
 static int index_build(ak_store *s, ak_error *err) {
     ak_store_entry *es = NULL;
     int cnt = 0;
-    if (scan_ids(s, &es, &cnt, err) != 0) return -1;
+    if (scan_ids(s, AK_FILE_AGENT, &es, &cnt, err) != 0) return -1;
     int k = 0;
     for (int i = 0; i < cnt; i++) {
         verdict v = {AK_STORE_HIT, NULL, "", 0};
         char id[AK_AGENT_ID_MAX + 1];
         snprintf(id, sizeof id, "%s", es[i].id);
-        if (read_entry(s, id, &es[k], NULL, &v) != 1) k++;   /* 1: removed since the scan */
+        if (read_entry(s, AK_FILE_AGENT, id, &es[k], NULL, NULL, &v) != 1) k++;   /* 1: removed since the scan */
     }
     qsort(es, (size_t)k, sizeof *es, cmp_entry_id);
     s->idx = es;
     s->n_idx = k;
     s->cap_idx = cnt;
+    /* the pools, likewise (their index sorts itself) */
+    if (scan_ids(s, AK_FILE_POOL, &es, &cnt, err) != 0) return -1;
+    for (int i = 0; i < cnt; i++) {
+        verdict v = {AK_STORE_HIT, NULL, "", 0};
+        ak_store_entry e;
+        ak_store_pool_entry pe;
+        if (read_entry(s, AK_FILE_POOL, es[i].id, &e, &pe, NULL, &v) != 1) ak_store_pool_index_put(s, &pe);
+    }
+    free(es);
     char qdir[PATH_MAX + 16];
     snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir);
     DIR *d = opendir(qdir);

@@ -1,4 +1,5 @@
-/* store_impl.h - internals shared by store.c and store_seal.c (not an API).
+/* store_impl.h - internals shared by store.c, store_pool.c and store_seal.c
+ * (not an API).
  *
  * A sealed file (see docs/agent-file-format.md) is
  *     plain header   56 bytes:
@@ -22,14 +23,19 @@
 #ifndef AK_STORE_IMPL_H
 #define AK_STORE_IMPL_H
 
+#include <limits.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store.h"
+
 #define AK_SEAL_MAGIC "AKVSEAL1"
 #define AK_SEAL_VERSION 2u
 #define AK_SEAL_AD_BYTES 32            /* the header bytes in the additional data */
-#define AK_SEAL_ID_MAX 128             /* = AK_AGENT_ID_MAX: the id after them */
+#define AK_SEAL_ID_MAX 160             /* the file's binding after them: an agent id
+                                          (<= 128) or "pools/" and a pool id */
 #define AK_SEAL_HEADER_BYTES (AK_SEAL_AD_BYTES + crypto_secretstream_xchacha20poly1305_HEADERBYTES)
 #define AK_SEAL_ABYTES crypto_secretstream_xchacha20poly1305_ABYTES
 #define AK_SEAL_CHUNK (64u * 1024)
@@ -84,5 +90,61 @@ int ak_unseal_begin(ak_seal *z, const uint8_t key[32], const uint8_t hdr[AK_SEAL
 int ak_unseal_pull(ak_seal *z, const uint8_t *in, uint8_t *out);
 /* Plaintext bytes of the next chunk (0 when done). */
 size_t ak_seal_next_bytes(const ak_seal *z);
+
+/* The two kinds of file a store holds: agents (<dir>/<id>.safetensors) and
+ * pools (<dir>/pools/<id>.safetensors). */
+enum { AK_FILE_AGENT = 0, AK_FILE_POOL = 1 };
+
+/* A file in quarantine/. */
+typedef struct ak_qfile {
+    char name[NAME_MAX + 1];
+    uint64_t bytes;
+} ak_qfile;
+
+struct ak_store {
+    char dir[PATH_MAX];
+    char pool_dir[PATH_MAX];    /* <dir>/pools (created on the first pool save) */
+    int has_key;
+    uint8_t key[AK_STORE_KEY_BYTES];
+    uint8_t key_id[8];
+    /* fault injection (store.c; read only with AK_FAULT_INJECTION): step
+     * numbers, 0 = off. Always present: store.c is built with and without
+     * the flag, and the struct must be the same in every object */
+    long kill_at, fail_at;
+    int fail_errno;
+    size_t write_chunk;         /* bytes per write() */
+    /* The index: what the directory holds, as found at open and changed by
+     * this store since (saves, loads, removals, quarantine, gc), so that
+     * listing, gauges and gc touch no file. Guarded by mu: saves run on
+     * other threads than listings. */
+    pthread_mutex_t mu;
+    ak_store_entry *idx;        /* agent files, sorted by id */
+    int n_idx, cap_idx;
+    ak_qfile *q;                /* quarantined files, oldest first */
+    int nq, cap_q;
+    ak_store_pool_entry *pidx;  /* pool files, sorted by id (sources owned) */
+    int n_pidx, cap_pidx;
+};
+
+/* Snapshot of a sequence for a file of kind (AK_FILE_*): agents may have a
+ * base (NULL: none); pools record pool_hash and source (copied; NULL is
+ * ""). See ak_store_snapshot_base. */
+ak_snapshot *ak_store_snapshot_kind(int kind, const char *id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                                    const ak_store_base *base, const char *pool_hash, const char *source,
+                                    const char *fingerprint, const char *model_name, ak_error *err);
+
+/* ak_store_load_linked for a file of kind. For pools, on a hit *pool_hash
+ * (if not NULL) gets the file's content hash. */
+ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const char *fingerprint, int vocab,
+                                   ak_kv *kv, ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+                                   char *pool_hash, ak_error *err);
+
+/* The pool index (store_pool.c). Each takes s->mu itself. put: inserts or
+ * replaces the entry of e->e.id, taking ownership of e->source (freed on
+ * failure). */
+void ak_store_pool_index_put(ak_store *s, ak_store_pool_entry *e);
+void ak_store_pool_index_del(ak_store *s, const char *id);
+/* Frees the pool index (at close). */
+void ak_store_pool_index_free(ak_store *s);
 
 #endif

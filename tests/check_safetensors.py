@@ -6,10 +6,11 @@ Parses the header, checks every tensor's dtype, shape and byte range against
 the safetensors rules (contiguous, non-overlapping, covering the data section,
 size = product(shape) * dtype size), checks the agentkv metadata keys and that
 the tensors are the per-layer K and V tensors the metadata implies
-([n_blocks, n_head_kv, block_tokens, ...] each, n_blocks = ceil(n_tokens /
-block_tokens): format version 3), and prints one line per tensor. Exits 1
-with a message naming the file on the first violation. (The checksums are
-XXH3, which the standard library lacks: only their form is checked here.)
+([n_blocks, n_head_kv, block_tokens, ...] each, n_blocks = ceil((n_tokens -
+base_len) / block_tokens): format version 4, agent or pool files), and prints
+one line per tensor. Exits 1 with a message naming the file on the first
+violation. (The checksums are XXH3, which the standard library lacks: only
+their form is checked here.)
 """
 import json
 import re
@@ -20,7 +21,7 @@ DTYPE_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16"
               "I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1}
 REQUIRED_META = ["format", "format_version", "agent_id", "model_fingerprint", "n_layer", "n_head_kv",
                  "head_dim_k", "head_dim_v", "kv_format_k", "kv_format_v", "block_tokens", "n_tokens",
-                 "tokens", "checksums"]
+                 "tokens", "block_checksums"]
 TENSOR_NAME = re.compile(r"^layers\.(\d+)\.([kv])\.(values|q|codes|scale|scale_min|norm)$")
 
 
@@ -44,10 +45,10 @@ def check(path):
     for k in REQUIRED_META:
         if k not in meta:
             raise Bad("metadata key %s missing" % k)
-    if meta["format"] != "agentkv.agent":
+    if meta["format"] not in ("agentkv.agent", "agentkv.pool"):
         raise Bad("format is %r" % meta["format"])
-    if meta["format_version"] != "3":
-        raise Bad("format_version %r (this checker reads version 3)" % meta["format_version"])
+    if meta["format_version"] != "4":
+        raise Bad("format_version %r (this checker reads version 4)" % meta["format_version"])
     for k in ("key_center", "value_center"):  # the centering of K and V (docs/kv-formats.md)
         if not re.fullmatch(r"[0-9a-z.-]{1,32}", meta.get(k, "")):
             raise Bad("%s missing or not an id" % k)
@@ -82,7 +83,19 @@ def check(path):
     n_layer, n_head_kv, block_tokens = int(meta["n_layer"]), int(meta["n_head_kv"]), int(meta["block_tokens"])
     if not 1 <= block_tokens <= 4096:
         raise Bad("block_tokens %d outside [1, 4096]" % block_tokens)
-    n_blocks = (n_tokens + block_tokens - 1) // block_tokens
+    # a base: the pool's first base_len positions are not in the file
+    base_len = int(meta.get("base_len", "0") or "0")
+    if base_len:
+        if meta["format"] != "agentkv.agent" or not 0 < base_len <= n_tokens:
+            raise Bad("base_len %d (of %d tokens)" % (base_len, n_tokens))
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", meta.get("pool_id", "")) or meta["pool_id"][0] == ".":
+            raise Bad("pool_id %r" % meta.get("pool_id"))
+        if not re.fullmatch(r"[0-9a-f]{16}", meta.get("pool_hash", "")):
+            raise Bad("pool_hash %r" % meta.get("pool_hash"))
+    if meta["format"] == "agentkv.pool":
+        if not re.fullmatch(r"[0-9a-f]{16}", meta.get("pool_hash", "")) or "source" not in meta:
+            raise Bad("a pool file needs pool_hash and source")
+    n_blocks = (n_tokens - base_len + block_tokens - 1) // block_tokens
     seen = set()
     for name, t in header.items():
         m = TENSOR_NAME.match(name)
@@ -94,11 +107,11 @@ def check(path):
         seen.add((int(m.group(1)), m.group(2)))
     if seen != {(l, kv) for l in range(n_layer) for kv in "kv"}:
         raise Bad("not every layer has K and V tensors")
-    sums = json.loads(meta["checksums"])
-    if set(sums) != set(header):
-        raise Bad("checksums do not name exactly the tensors")
-    if not all(isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v) for v in sums.values()):
-        raise Bad("a checksum is not 16 lowercase hex digits")
+    sums = meta["block_checksums"].split(",") if meta["block_checksums"] else []
+    if len(sums) != n_blocks:
+        raise Bad("%d block checksums for %d blocks" % (len(sums), n_blocks))
+    if not all(re.fullmatch(r"[0-9a-f]{16}", v) for v in sums):
+        raise Bad("a block checksum is not 16 lowercase hex digits")
     print("ok: %d tensors, %d tokens, K %s / V %s" % (len(header), n_tokens, meta["kv_format_k"],
                                                       meta["kv_format_v"]))
 

@@ -23,126 +23,7 @@
 #include "../src/kvcache.h"
 #include "../src/store.h"
 #include "test.h"
-
-#define FP "0123456789abcdef"
-#define VOCAB 1000
-
-/* A pool + sequence of spec s filled with n random positions (seed). */
-typedef struct {
-    ak_block_pool *pool;
-    ak_kv *kv;
-    int32_t *tokens;
-    int n;
-} cache;
-
-static ak_cache_spec small_spec(void) { return (ak_cache_spec){3, 2, 64, 32, 512}; }
-
-static int cache_make(cache *c, const ak_cache_spec *s, int block_tokens, ak_kv_format fk, ak_kv_format fv, int cap,
-                      int n, uint64_t seed) {
-    ak_error err = {{0}};
-    memset(c, 0, sizeof *c);
-    c->pool = ak_block_pool_new(s, block_tokens, 0, &err);
-    c->kv = c->pool ? ak_kv_new(c->pool, fk, fv, cap, &err) : NULL;
-    if (!c->kv) { fprintf(stderr, "cache_make: %s\n", err.msg); return -1; }
-    c->n = n;
-    c->tokens = malloc(sizeof(int32_t) * (n + 1));
-    ak_rng rng;
-    ak_rng_seed(&rng, seed);
-    for (int i = 0; i < n; i++) c->tokens[i] = (int32_t)(ak_rng_u32(&rng) % VOCAB);
-    if (n == 0) return 0;
-    int nk = s->n_head_kv * s->head_dim_k, nv = s->n_head_kv * s->head_dim_v, rc;
-    float *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nv);
-    rc = ak_kv_prepare(c->kv, 0, n, &err);
-    for (int p = 0; rc == 0 && p < n; p++)
-        for (int l = 0; l < s->n_layer && rc == 0; l++) {
-            for (int i = 0; i < nk; i++) k[i] = ak_rng_normal(&rng) * (i % 8 == 1 ? 3.0f : 1.0f);
-            for (int i = 0; i < nv; i++) v[i] = ak_rng_normal(&rng);
-            rc = ak_kv_write(c->kv, l, p, k, v, &err);
-        }
-    free(k);
-    free(v);
-    if (rc) fprintf(stderr, "cache_make: %s\n", err.msg);
-    return rc;
-}
-
-static void cache_free(cache *c) {
-    ak_kv_free(c->kv);
-    ak_block_pool_free(c->pool);
-    free(c->tokens);
-    memset(c, 0, sizeof *c);
-}
-
-/* A fresh empty sequence shaped like c (other block size allowed). */
-static int cache_empty_like(cache *d, const cache *c, int block_tokens) {
-    return cache_make(d, ak_block_pool_spec(c->pool), block_tokens, ak_kv_format_k(c->kv), ak_kv_format_v(c->kv),
-                      ak_kv_capacity(c->kv), 0, 1);
-}
-
-/* 1 if a and b hold the same n positions with byte-equal vectors. */
-static int kv_equal(const ak_kv *a, const ak_kv *b) {
-    if (ak_kv_length(a) != ak_kv_length(b) || ak_kv_format_k(a) != ak_kv_format_k(b) ||
-        ak_kv_format_v(a) != ak_kv_format_v(b))
-        return 0;
-    const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(a));
-    for (int l = 0; l < s->n_layer; l++)
-        for (int v = 0; v < 2; v++) {
-            ak_kv_format f = v ? ak_kv_format_v(a) : ak_kv_format_k(a);
-            int d = v ? s->head_dim_v : s->head_dim_k;
-            size_t bytes[2] = {ak_kv_format_code_bytes(f, d), ak_kv_format_meta_bytes(f, d)};
-            for (int c = 0; c < 2; c++)
-                for (int h = 0; bytes[c] && h < s->n_head_kv; h++)
-                    for (int p = 0; p < ak_kv_length(a); p++) {
-                        const uint8_t *x = ak_kv_stored(a, l, v, c, h, p), *y = ak_kv_stored(b, l, v, c, h, p);
-                        if (!x || !y || memcmp(x, y, bytes[c])) return 0;
-                    }
-        }
-    return 1;
-}
-
-static const char *dir_for(const char *name) {
-    static char buf[4][512];
-    static int k;
-    char *b = buf[k++ & 3];
-    snprintf(b, 512, "%s/store-%s", test_tmp_dir(), name);
-    return b;
-}
-
-static const char *file_of(const char *dir, const char *id) {
-    static char buf[4][600];
-    static int k;
-    char *b = buf[k++ & 3];
-    snprintf(b, 600, "%s/%s.safetensors", dir, id);
-    return b;
-}
-
-static int exists(const char *path) { return access(path, F_OK) == 0; }
-
-static int write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    int rc = fwrite(p, 1, n, f) == n ? 0 : -1;
-    return fclose(f) == 0 ? rc : -1;
-}
-
-/* Counts (and deletes, to keep the directory small) the files in
- * dir/quarantine named "<id>.safetensors.*". */
-static int quarantined(const char *dir, const char *id) {
-    char qd[700], path[1400];
-    snprintf(qd, sizeof qd, "%s/quarantine", dir);
-    DIR *d = opendir(qd);
-    if (!d) return 0;
-    struct dirent *e;
-    int n = 0;
-    size_t il = strlen(id);
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, id, il) && !strncmp(e->d_name + il, ".safetensors.", 13)) {
-            snprintf(path, sizeof path, "%s/%s", qd, e->d_name);
-            unlink(path);
-            n++;
-        }
-    closedir(d);
-    return n;
-}
+#include "test_store_util.h"
 
 static int count_temps(const char *dir) {
     DIR *d = opendir(dir);
@@ -468,7 +349,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     REQUIRE(img, "no image");
     uint64_t N = 0;
     memcpy(&N, img, 8);
-    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"3\"");
+    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"4\"");
     REQUIRE(vkey, "no format_version in the header");
     size_t vpos = (size_t)(vkey - (const char *)img) + strlen("\"format_version\":\"");
     /* positions: every bit of the length, one bit of every header byte, and
@@ -501,7 +382,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
               ak_store_status_name(r), err.msg);
         if (r == AK_STORE_CORRUPT)
             CHECK(!exists(file_of(dir, id)) && quarantined(dir, id) == 1, "flip at %zu not quarantined", pos[i]);
-        if (pos[i] >= 8 + N) CHECK(strstr(err.msg, "checksum mismatch in layers."), "tensor flip: %s", err.msg);
+        if (pos[i] >= 8 + N) CHECK(strstr(err.msg, "checksum mismatch in block "), "tensor flip: %s", err.msg);
         if (i == np - 1) printf("  e.g. %s\n", err.msg);
         stale += r == AK_STORE_STALE;
         corrupt += r == AK_STORE_CORRUPT;
@@ -543,7 +424,9 @@ TEST(store_large_restore_threads_and_tight_budget) {
     cache_free(&b);
     uint64_t N = 0;
     memcpy(&N, img, 8);
-    struct { size_t at; const char *name; } flips[] = {{8 + N + 100, "layers.0.k.q"}, {len - 3, "layers.3.v.scale_min"}};
+    /* block 0 of the first tensor, block 62 (positions 1984..1999) of the last */
+    struct { size_t at; const char *name; } flips[] = {{8 + N + 100, "block 0 (positions 0..31;"},
+                                                       {len - 3, "block 62 (positions 1984..1999;"}};
     uint8_t *bad = malloc(len);
     for (int i = 0; i < 2; i++) {
         memcpy(bad, img, len);
@@ -699,13 +582,13 @@ TEST(store_stale_files_miss_without_quarantine) {
     CHECK(ak_store_load(st, "a", FP, VOCAB, b.kv, NULL, &err) == AK_STORE_HIT && kv_equal(a.kv, b.kv), "%s", err.msg);
     cache_free(&b);
 
-    /* a newer format version, and an older one (version 2 laid tensors out
-     * [n_head_kv, n_tokens, ...]): a miss, kept */
+    /* a newer format version, and an older one (version 3 had a checksum
+     * per tensor, no bases): a miss, kept */
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "a"), &len, &err);
-    const char *vers[2][3] = {{"\"format_version\":\"4\"", "v4", "newer"}, {"\"format_version\":\"2\"", "v2", "older"}};
+    const char *vers[2][3] = {{"\"format_version\":\"5\"", "v5", "newer"}, {"\"format_version\":\"3\"", "v3", "older"}};
     for (int k = 0; k < 2; k++) {
-        REQUIRE(img && patch(img, len, "\"format_version\":\"3\"", vers[k][0]) == 0, "patch");
+        REQUIRE(img && patch(img, len, "\"format_version\":\"4\"", vers[k][0]) == 0, "patch");
         REQUIRE(write_bytes(file_of(dir, vers[k][1]), img, len) == 0, "write");
         REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
         r = ak_store_load(st, vers[k][1], FP, VOCAB, b.kv, NULL, &err);
@@ -713,7 +596,7 @@ TEST(store_stale_files_miss_without_quarantine) {
               err.msg);
         CHECK(exists(file_of(dir, vers[k][1])) && ak_kv_length(b.kv) == 0, "%s moved or loaded", vers[k][1]);
         cache_free(&b);
-        REQUIRE(patch(img, len, vers[k][0], "\"format_version\":\"3\"") == 0, "patch");
+        REQUIRE(patch(img, len, vers[k][0], "\"format_version\":\"4\"") == 0, "patch");
     }
     /* a file under another agent's name is not that agent's memory */
     REQUIRE(write_bytes(file_of(dir, "b"), img, len) == 0, "write");
@@ -1008,7 +891,7 @@ TEST(store_list_inspect_verify_remove) {
     ak_store_entry e;
     char *meta = NULL;
     CHECK(ak_store_inspect(st, "zed", &e, &meta, &err) == 0 && meta && strstr(meta, "\"tokens\"") &&
-              strstr(meta, "\"checksums\""),
+              strstr(meta, "\"block_checksums\""),
           "inspect: %s", err.msg);
     free(meta);
     CHECK(ak_store_inspect(st, "nobody", &e, NULL, &err) == 1, "inspect of a missing file");

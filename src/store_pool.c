@@ -1,0 +1,187 @@
+/* store_pool.c - pool files of a store (store.h, "POOLS"): named shared
+ * prefixes in <dir>/pools/<id>.safetensors, the agent file format with
+ * "format": "agentkv.pool", "pool_hash" and "source" (store.c writes, reads
+ * and verifies them; docs/agent-file-format.md), and the store's index of
+ * them. Pools are explicit: ak_store_gc neither counts nor deletes them,
+ * ak_store_list does not list them.
+ *
+ * The content hash (ak_pool_content_hash) is XXH3_64bits, seed 0, of
+ *     "agentkv pool v1" 0x00
+ *     fingerprint 0x00  kv_format_k name 0x00  kv_format_v name 0x00
+ *     n_layer n_head_kv head_dim_k head_dim_v n_ctx n_tokens   u32 LE each
+ *     the token ids                                            i32 LE each
+ * so two pools of the same model, formats and tokens have the same hash
+ * whatever their ids, and an agent file records which contents its base
+ * was (a pool re-made from other tokens under the same id is another).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "blockpool.h"
+#include "store.h"
+#include "store_impl.h"
+
+/* Appends v as 4 little-endian bytes to the hash state. */
+static void hash_u32(XXH3_state_t *h, uint32_t v) {
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    XXH3_64bits_update(h, b, 4);
+}
+
+/* Appends the string s and its terminating NUL. */
+static void hash_str(XXH3_state_t *h, const char *s) { XXH3_64bits_update(h, s, strlen(s) + 1); }
+
+void ak_pool_content_hash(const char *fingerprint, const ak_cache_spec *spec, ak_kv_format fk, ak_kv_format fv,
+                          const int32_t *tokens, int n_tokens, char out[17]) {
+    XXH3_state_t h;
+    XXH3_64bits_reset(&h);
+    hash_str(&h, "agentkv pool v1");
+    hash_str(&h, fingerprint ? fingerprint : "");
+    hash_str(&h, ak_kv_format_get(fk)->name);
+    hash_str(&h, ak_kv_format_get(fv)->name);
+    const int dims[6] = {spec->n_layer, spec->n_head_kv, spec->head_dim_k, spec->head_dim_v, spec->n_ctx, n_tokens};
+    for (int i = 0; i < 6; i++) hash_u32(&h, (uint32_t)dims[i]);
+    for (int i = 0; i < n_tokens; i++) hash_u32(&h, (uint32_t)tokens[i]);
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(&h));
+}
+
+int ak_store_save_pool(ak_store *s, const char *pool_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                       const char *source, const char *fingerprint, const char *model_name, ak_error *err) {
+    char hash[17];
+    if (n_tokens < 0 || n_tokens > ak_kv_length(kv) || (n_tokens > 0 && !tokens))
+        return ak_failc(err, AK_ERR_INVALID, "store: pool %s: %d tokens to save but the cache holds %d",
+                        pool_id ? pool_id : "?", n_tokens, ak_kv_length(kv));
+    ak_pool_content_hash(fingerprint, ak_block_pool_spec(ak_kv_pool(kv)), ak_kv_format_k(kv), ak_kv_format_v(kv),
+                         tokens, n_tokens, hash);
+    ak_snapshot *sn = ak_store_snapshot_kind(AK_FILE_POOL, pool_id, kv, tokens, n_tokens, NULL, hash, source,
+                                             fingerprint, model_name, err);
+    if (!sn) return -1;
+    int rc = ak_store_write_snapshot(s, sn, err);
+    ak_snapshot_free(sn);
+    return rc;
+}
+
+ak_store_status ak_store_load_pool(ak_store *s, const char *pool_id, const char *fingerprint, int vocab, ak_kv *kv,
+                                   int32_t **tokens, int *n_tokens, char pool_hash[17], ak_error *err) {
+    ak_store_load_info info;
+    char hash[17] = "";
+    ak_store_status st = ak_store_load_kind(s, AK_FILE_POOL, pool_id, fingerprint, vocab, kv, NULL, NULL, &info,
+                                            hash, err);
+    if (st != AK_STORE_HIT) return st;
+    if (tokens) *tokens = info.tokens;
+    else free(info.tokens);
+    if (n_tokens) *n_tokens = info.n_tokens;
+    if (pool_hash) memcpy(pool_hash, hash, 17);
+    return st;
+}
+
+/* The slot of id in the sorted pool index: its index when found (*found =
+ * 1), else where it would go. Call with s->mu held. */
+static int pool_slot(const ak_store *s, const char *id, int *found) {
+    int lo = 0, hi = s->n_pidx;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (strcmp(s->pidx[mid].e.id, id) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    *found = lo < s->n_pidx && !strcmp(s->pidx[lo].e.id, id);
+    return lo;
+}
+
+void ak_store_pool_index_put(ak_store *s, ak_store_pool_entry *e) {
+    pthread_mutex_lock(&s->mu);
+    int found, k = pool_slot(s, e->e.id, &found);
+    if (found) {
+        free(s->pidx[k].source);
+        s->pidx[k] = *e;
+    } else {
+        if (s->n_pidx == s->cap_pidx) {
+            int nc = s->cap_pidx ? s->cap_pidx * 2 : 8;
+            ak_store_pool_entry *ni = realloc(s->pidx, sizeof *ni * (size_t)nc);
+            if (!ni) {   /* out of memory: the pool is not listed until the next open */
+                pthread_mutex_unlock(&s->mu);
+                free(e->source);
+                e->source = NULL;
+                return;
+            }
+            s->pidx = ni;
+            s->cap_pidx = nc;
+        }
+        memmove(s->pidx + k + 1, s->pidx + k, sizeof *s->pidx * (size_t)(s->n_pidx - k));
+        s->pidx[k] = *e;
+        s->n_pidx++;
+    }
+    e->source = NULL;   /* the index owns it now */
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ak_store_pool_index_del(ak_store *s, const char *id) {
+    pthread_mutex_lock(&s->mu);
+    int found, k = pool_slot(s, id, &found);
+    if (found) {
+        free(s->pidx[k].source);
+        memmove(s->pidx + k, s->pidx + k + 1, sizeof *s->pidx * (size_t)(s->n_pidx - k - 1));
+        s->n_pidx--;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ak_store_pool_index_free(ak_store *s) {
+    for (int i = 0; i < s->n_pidx; i++) free(s->pidx[i].source);
+    free(s->pidx);
+    s->pidx = NULL;
+    s->n_pidx = s->cap_pidx = 0;
+}
+
+/* A copy of e into out with its own copy of the source (NULL if e has none
+ * or out of memory). */
+static void pool_entry_copy(ak_store_pool_entry *out, const ak_store_pool_entry *e) {
+    *out = *e;
+    out->source = e->source ? strdup(e->source) : NULL;
+}
+
+int ak_store_lookup_pool(ak_store *s, const char *pool_id, ak_store_pool_entry *out) {
+    pthread_mutex_lock(&s->mu);
+    int found, k = pool_slot(s, pool_id ? pool_id : "", &found);
+    if (found) pool_entry_copy(out, &s->pidx[k]);
+    pthread_mutex_unlock(&s->mu);
+    return found ? 0 : 1;
+}
+
+int ak_store_list_pools(ak_store *s, ak_store_pool_entry **out, int *n, ak_error *err) {
+    pthread_mutex_lock(&s->mu);
+    int k = s->n_pidx;
+    ak_store_pool_entry *v = calloc((size_t)(k ? k : 1), sizeof *v);
+    for (int i = 0; v && i < k; i++) pool_entry_copy(&v[i], &s->pidx[i]);
+    pthread_mutex_unlock(&s->mu);
+    if (!v) return ak_failc(err, AK_ERR_NOMEM, "store: out of memory");
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+void ak_store_pool_entries_free(ak_store_pool_entry *v, int n) {
+    for (int i = 0; v && i < n; i++) free(v[i].source);
+    free(v);
+}
+
+int ak_store_remove_pool(ak_store *s, const char *pool_id, ak_error *err) {
+    if (!ak_agent_id_valid(pool_id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid pool id");
+    char path[PATH_MAX];
+    int w = snprintf(path, sizeof path, "%s/%s.safetensors", s->pool_dir, pool_id);
+    if (w < 0 || (size_t)w >= sizeof path) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
+    if (unlink(path) != 0) {
+        if (errno == ENOENT) {
+            ak_store_pool_index_del(s, pool_id);
+            return 1;
+        }
+        return ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
+    }
+    ak_store_pool_index_del(s, pool_id);
+    return 0;
+}
