@@ -25,81 +25,8 @@
 #define SAVE_BACKOFF_S 0.25
 #define SAVE_BACKOFF_MAX_S 30.0
 
-typedef struct {
-    char id[AK_AGENT_ID_MAX + 1];
-    int32_t *tokens;        /* (cap) the history whose KV the cache holds */
-    int n, cap;
-    ak_kv *kv;              /* NULL unless hot */
-    uint64_t last_use;
-    int64_t last_unix;      /* wall-clock seconds of last_use */
-    uint64_t version;       /* of the history (0: never changed) */
-    uint64_t saved;         /* version known to be on disk (== version: clean) */
-    uint64_t queued;        /* version of the snapshot queued or being retried (0: none) */
-    int save_failed;        /* the last save of this agent failed for good */
-    char save_error[512];   /* its error */
-    int save_code;          /* and its code */
-    int in_turn;            /* begin() called and end() not yet */
-    int ephemeral;          /* never saved; dropped when evicted */
-    int restoring;          /* a prefetch job is loading it */
-    int ahead;              /* restored by a prefetch, not yet reported */
-    double ahead_ms;
-    uint64_t ahead_bytes;
-} agent;
-
-struct ak_restore_job {
-    char id[AK_AGENT_ID_MAX + 1];
-    ak_store *store;
-    const char *fingerprint;
-    int vocab;
-    ak_kv *kv;
-    size_t reserved;
-    ak_store_status status;
-    ak_store_load_info info;
-    ak_error err;
-};
-
-/* A save waiting for the writer thread: the agent's cache was copied into
- * the snapshot, so the agent may be evicted or decode on meanwhile. */
-typedef struct pending {
-    struct pending *next;
-    char id[AK_AGENT_ID_MAX + 1];
-    ak_snapshot *snap;
-    uint64_t version;
-    int attempts;               /* writes tried so far */
-    double due;                 /* a retry: not before this time (ak_now) */
-} pending;
-
-/* The outcome of a save, from the writer to the engine thread. */
-typedef struct save_result {
-    struct save_result *next;
-    char id[AK_AGENT_ID_MAX + 1];
-    uint64_t version;
-    int ok;
-    char error[512];
-    int code;                   /* the error's ak_err_code */
-} save_result;
-
-struct ak_agents {
-    ak_agents_config cfg;
-    agent **v;
-    int n, cap;
-    uint64_t clock;
-    uint64_t next_version;
-    /* background writer: file I/O off the engine's thread */
-    pthread_t writer;
-    int writer_running;
-    pthread_mutex_t mu;         /* guards the fields below */
-    pthread_cond_t cv;          /* on CLOCK_MONOTONIC (retry deadlines) */
-    pending *head, *tail;       /* queued saves, oldest first */
-    pending *retry;             /* failed saves waiting for their next attempt */
-    save_result *results;       /* outcomes not yet applied to the agents */
-    int writing;                /* a save is being written (not in a list) */
-    char writing_id[AK_AGENT_ID_MAX + 1];
-    int hurry;                  /* > 0: someone waits for saves: retry without backoff */
-    int stop;
-    uint64_t saves_done, saves_failed, saves_abandoned;
-    size_t reserved;            /* bytes promised to restores in flight */
-};
+#include "agent_impl.h"
+#include "prefix.h"
 
 const char *ak_match_name(ak_match m) {
     static const char *names[] = {"new", "exact", "extend", "diverge"};
@@ -119,7 +46,6 @@ int ak_save_policy_parse(const char *s, ak_save_policy *out) {
     return 0;
 }
 
-#define logf_(a, ...) ak_logf((a)->cfg.log, (a)->cfg.log_ud, __VA_ARGS__)
 
 /* 1 if a newer snapshot of p's agent is queued or waiting for a retry (p
  * need not be written). Call with a->mu held. */
@@ -250,7 +176,7 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
-static agent *find(const ak_agents *a, const char *id);
+#define find agents_find
 
 /* Waits until no save of `id` (NULL: of any agent) is queued, being
  * written or waiting for a retry, so that a restore reads the newest file;
@@ -312,6 +238,7 @@ ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     ak_agents *a = ak_calloc(1, sizeof *a, err);
     if (!a) return NULL;
     a->cfg = *cfg;
+    ak_block_pool_set_model(cfg->pool, cfg->model->fingerprint);   /* salts the content index's hashes */
     pthread_mutex_init(&a->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -348,8 +275,14 @@ static int is_dirty(const agent *g) { return g->saved != g->version; }
 static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     if (!a->cfg.store || !is_dirty(g) || !g->kv || g->ephemeral) return 0;
     if (!sync && g->queued == g->version) return 0;
-    ak_snapshot *snap = ak_store_snapshot(g->id, g->kv, g->tokens, g->n, a->cfg.model->fingerprint,
-                                          a->cfg.model->cfg.name, err);
+    /* a pooled agent's file records the pool, not its blocks */
+    ak_store_base base = {"", "", ak_kv_base_len(g->kv)};
+    if (base.base_len > 0) {
+        snprintf(base.pool_id, sizeof base.pool_id, "%s", g->pool);
+        snprintf(base.pool_hash, sizeof base.pool_hash, "%s", g->pool_hash);
+    }
+    ak_snapshot *snap = ak_store_snapshot_base(g->id, g->kv, g->tokens, g->n, base.base_len > 0 ? &base : NULL,
+                                               a->cfg.model->fingerprint, a->cfg.model->cfg.name, err);
     if (!snap) return -1;
     if (sync || !a->writer_running) {
         wait_saved(a, g->id); /* an older queued save must not land after this one */
@@ -414,6 +347,7 @@ void ak_agents_free(ak_agents *a) {
                   g->save_error[0] ? g->save_error : "no save succeeded");
         free_agent(g);
     }
+    pools_free_all(a);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
     free(a->v);
@@ -478,7 +412,7 @@ static void touch(ak_agents *a, agent *g) {
     g->last_unix = (int64_t)time(NULL);
 }
 
-static agent *find(const ak_agents *a, const char *id) {
+agent *agents_find(const ak_agents *a, const char *id) {
     for (int i = 0; i < a->n; i++)
         if (!strcmp(a->v[i]->id, id)) return a->v[i];
     return NULL;
@@ -526,7 +460,10 @@ static size_t pool_free(ak_agents *a) {
  * its blocks. Without a store its memory is simply dropped (cold next time). */
 static int evict(ak_agents *a, agent *g, ak_error *err) {
     if (a->cfg.store && is_dirty(g) && save_agent(a, g, 0, err) < 0) return -1;
-    if (!a->cfg.store || g->ephemeral) g->n = 0;
+    if (!a->cfg.store || g->ephemeral) {
+        g->n = 0;
+        g->pool[0] = 0;
+    }
     ak_kv_free(g->kv);
     g->kv = NULL;
     g->ahead = 0;
@@ -537,7 +474,7 @@ static int evict(ak_agents *a, agent *g, ak_error *err) {
 /* Makes room for `need` more bytes by evicting least-recently-used agents
  * other than `keep` that are not in a turn. Returns the number evicted, or -1
  * with err set when even evicting every idle agent cannot make room. */
-static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *err) {
+int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *err) {
     int evicted = 0;
     if (need == 0) return 0;
     while (pool_free(a) < need) {
@@ -547,6 +484,7 @@ static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
             if (g == keep || !g->kv || g->in_turn) continue;
             if (!lru || g->last_use < lru->last_use) lru = g;
         }
+        if (!lru && pools_evict_one(a)) continue;
         if (!lru) {
             ak_block_pool_stats st;
             ak_block_pool_get_stats(a->cfg.pool, &st);
@@ -560,10 +498,95 @@ static int ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
 }
 
 static size_t bytes_for(const ak_agents *a, const agent *g, int n_pos) {
-    int T = ak_block_pool_block_tokens(a->cfg.pool);
-    int have = g->kv ? ak_kv_n_blocks(g->kv) : 0, want = (n_pos + T - 1) / T;
-    size_t bb = ak_block_pool_block_bytes(a->cfg.pool, a->cfg.fk, a->cfg.fv);
+    if (!g->kv) return ak_agents_bytes_for(a, n_pos);
+    int have = ak_kv_n_blocks(g->kv), want = ak_kv_blocks_for(g->kv, n_pos);
+    size_t bb = ak_block_pool_block_bytes(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv));
     return want > have ? (size_t)(want - have) * bb : 0;
+}
+
+/* What a restore links instead of reading (store.h: prelink): the pool
+ * its file starts with, held by a fork of the pool's sequence so that a
+ * restore on another thread needs nothing else of the agents. */
+typedef struct prelink_ctx {
+    char pool_id[AK_AGENT_ID_MAX + 1];   /* "" when the file has no base */
+    char pool_hash[17];
+    ak_kv *pool_kv;                      /* fork of the pool's blocks, or NULL */
+    int no_index;                        /* link nothing from the content index */
+    int32_t *pool_tokens;
+    int pool_n;
+} prelink_ctx;
+
+static void prelink_clear(prelink_ctx *pc) {
+    ak_kv_free(pc->pool_kv);
+    free(pc->pool_tokens);
+    memset(pc, 0, sizeof *pc);
+}
+
+/* Readies pc for a file whose index entry is e: resolves its pool (loading
+ * it if need be). A pool that cannot be had leaves pc without one: the
+ * load is then a miss that says why. */
+static void prelink_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *pc) {
+    memset(pc, 0, sizeof *pc);
+    pc->no_index = a->cfg.no_prefix_sharing;
+    if (!e->base.pool_id[0]) return;
+    ak_error pe = {{0}};
+    pool_rec *p = pools_resolve(a, e->base.pool_id, &pe);
+    if (!p) { logf_(a, "agent %s: its pool: %s", e->id, pe.msg); return; }
+    if (!(pc->pool_kv = ak_kv_fork(p->kv, &pe)) || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)p->n))) {
+        prelink_clear(pc);
+        return;
+    }
+    memcpy(pc->pool_tokens, p->tokens, sizeof(int32_t) * (size_t)p->n);
+    pc->pool_n = p->n;
+    snprintf(pc->pool_id, sizeof pc->pool_id, "%s", p->id);
+    snprintf(pc->pool_hash, sizeof pc->pool_hash, "%s", p->hash);
+}
+
+/* store.h's prelink: the pool's base (the same pool, unchanged, and the
+ * file's tokens start with its tokens), then the content index. */
+static int prelink(void *ud, const ak_store_base *base, const int32_t *tokens, int n, ak_kv *kv, ak_error *err) {
+    prelink_ctx *pc = ud;
+    if (base->pool_id[0]) {
+        if (!pc->pool_kv || strcmp(base->pool_id, pc->pool_id))
+            return ak_failc(err, AK_ERR_NOT_FOUND, "the agent's cache starts with pool %s, which is not available",
+                            base->pool_id);
+        if (strcmp(base->pool_hash, pc->pool_hash) || base->base_len > pc->pool_n || base->base_len > n ||
+            memcmp(tokens, pc->pool_tokens, sizeof(int32_t) * (size_t)base->base_len))
+            return ak_failc(err, AK_ERR_STALE, "pool %s changed since the agent's cache was saved", base->pool_id);
+        if (ak_kv_attach_base(kv, pc->pool_kv, base->base_len, err) < 0) return -1;
+    }
+    if (!pc->no_index) ak_prefix_link(kv, tokens, n);
+    return 0;
+}
+
+/* The sequence a restore of the file e fills: the agents' formats, or the
+ * pool's for a pooled agent's file. */
+static ak_kv *restore_target(ak_agents *a, const ak_store_entry *e, ak_error *err) {
+    int pooled = e->readable && e->base.pool_id[0];
+    return ak_kv_new(a->cfg.pool, pooled ? e->fk : a->cfg.fk, pooled ? e->fv : a->cfg.fv, a->cfg.n_ctx, err);
+}
+
+/* Bytes a restore of e adds: its own blocks (its base is the pool's). */
+static size_t restore_bytes(const ak_agents *a, const ak_store_entry *e) {
+    int n = e->readable ? e->n_tokens : 0;
+    if (n > a->cfg.n_ctx) n = a->cfg.n_ctx;
+    int own = n - (e->base.pool_id[0] ? e->base.base_len : 0);
+    if (own <= 0) return 0;
+    int T = ak_block_pool_block_tokens(a->cfg.pool);
+    ak_kv_format fk = e->base.pool_id[0] ? e->fk : a->cfg.fk, fv = e->base.pool_id[0] ? e->fv : a->cfg.fv;
+    return (size_t)((own + T - 1) / T + 1) * ak_block_pool_block_bytes(a->cfg.pool, fk, fv);
+}
+
+/* After a hit: g's history is the file's, its base the file's pool. */
+static void restored(ak_agents *a, agent *g, const ak_store_load_info *info) {
+    snprintf(g->pool, sizeof g->pool, "%s", info->base.pool_id);
+    snprintf(g->pool_hash, sizeof g->pool_hash, "%s", info->base.pool_hash);
+    g->pub_spans = ak_kv_span_count(g->kv);   /* published by the restore */
+    g->version = g->saved = ++a->next_version;
+    g->save_failed = 0;
+    int nb = ak_kv_blocks_for(g->kv, info->linked);
+    a->linked_blocks += (uint64_t)nb;
+    a->linked_bytes += (uint64_t)nb * ak_block_pool_block_bytes(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv));
 }
 
 /* Brings g's cache into RAM from the store if there is a usable file. */
@@ -575,29 +598,41 @@ static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
      * another process wrote since the store was opened: look once */
     if (ak_store_lookup(a->cfg.store, g->id, &e) != 0 && ak_store_inspect(a->cfg.store, g->id, &e, NULL, &ie) != 0)
         return;
-    int n_file = e.readable ? e.n_tokens : 0;
-    if (n_file > a->cfg.n_ctx) n_file = a->cfg.n_ctx;
-    int ev = ensure_room(a, bytes_for(a, g, n_file), g, &ie);
-    if (ev < 0) { logf_(a, "agent %s: cannot restore: %s", g->id, ie.msg); return; }
+    ak_kv *kv = restore_target(a, &e, &ie);
+    if (!kv) { logf_(a, "agent %s: cannot restore: %s", g->id, ie.msg); return; }
+    prelink_ctx pc;
+    prelink_setup(a, &e, &pc);
+    int ev = agents_ensure_room(a, restore_bytes(a, &e), g, &ie);
+    if (ev < 0) {
+        logf_(a, "agent %s: cannot restore: %s", g->id, ie.msg);
+        prelink_clear(&pc);
+        ak_kv_free(kv);
+        return;
+    }
     t->evicted += ev;
     ak_store_load_info info;
-    ak_store_status st = ak_store_load(a->cfg.store, g->id, a->cfg.model->fingerprint, a->cfg.model->cfg.vocab,
-                                       g->kv, &info, &ie);
-    if (st == AK_STORE_HIT) {
-        if (set_history(g, info.tokens, info.n_tokens, err) == 0) {
-            t->tier = AK_TIER_WARM;
-            t->restore_ms = info.total_ms;
-            t->restore_bytes = info.bytes_read;
-            g->version = g->saved = ++a->next_version;   /* the history is the file's */
-            g->save_failed = 0;
-        } else {
-            ak_kv_truncate(g->kv, 0);
-            g->n = 0;
-        }
-        free(info.tokens);
+    ak_store_status st = ak_store_load_linked(a->cfg.store, g->id, a->cfg.model->fingerprint,
+                                              a->cfg.model->cfg.vocab, kv, prelink, &pc, &info, &ie);
+    prelink_clear(&pc);
+    if (st == AK_STORE_HIT && set_history(g, info.tokens, info.n_tokens, err) == 0) {
+        int next = 0;
+        if (!a->cfg.no_prefix_sharing)   /* the next restore of this prefix links it */
+            ak_prefix_publish(kv, info.tokens, info.n_tokens, &next);
+        ak_kv_free(g->kv);
+        g->kv = kv;
+        kv = NULL;
+        t->tier = AK_TIER_WARM;
+        t->restore_ms = info.total_ms;
+        t->restore_bytes = info.bytes_read;
+        t->shared = info.linked;
+        restored(a, g, &info);
+    } else if (st == AK_STORE_HIT) {
+        g->n = 0;
     } else if (st != AK_STORE_ABSENT) {
         logf_(a, "agent %s: cache %s, recomputing: %s", g->id, ak_store_status_name(st), ie.msg);
     }
+    free(info.tokens);
+    ak_kv_free(kv);
 }
 
 static int id_ok(const char *id, int flags) {
@@ -605,8 +640,39 @@ static int id_ok(const char *id, int flags) {
     return ak_agent_id_valid(id);
 }
 
+/* Makes g's cache start with pool p's blocks, unless it already does:
+ * whatever it held is dropped (its formats become the pool's). Returns 0,
+ * or -1 with err set (g is then emptied). */
+static int attach_pool(ak_agents *a, agent *g, pool_rec *p, ak_error *err) {
+    if (!strcmp(g->pool, p->id) && !strcmp(g->pool_hash, p->hash) && ak_kv_base_len(g->kv) == p->n &&
+        ak_kv_format_k(g->kv) == p->fk && ak_kv_format_v(g->kv) == p->fv)
+        return 0;
+    ak_kv *kv = ak_kv_new(a->cfg.pool, p->fk, p->fv, a->cfg.n_ctx, err);
+    if (!kv || ak_kv_attach_base(kv, p->kv, p->n, err) < 0 || set_history(g, p->tokens, p->n, err) < 0) {
+        ak_kv_free(kv);
+        ak_kv_truncate(g->kv, 0);
+        g->n = 0;
+        g->pool[0] = 0;
+        return -1;
+    }
+    ak_kv_free(g->kv);
+    g->kv = kv;
+    snprintf(g->pool, sizeof g->pool, "%s", p->id);
+    snprintf(g->pool_hash, sizeof g->pool_hash, "%s", p->hash);
+    g->pub_spans = 0;
+    g->version = ++a->next_version;
+    a->linked_blocks += (uint64_t)ak_kv_n_blocks(kv);
+    a->linked_bytes += ak_kv_bytes(kv);
+    return 0;
+}
+
 int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens, int n, int n_reserve,
                   size_t extra, ak_kv **kv, ak_turn *t, ak_error *err) {
+    return ak_agent_open_pool(a, id, flags, NULL, tokens, n, n_reserve, extra, kv, t, err);
+}
+
+int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
+                       int n_reserve, size_t extra, ak_kv **kv, ak_turn *t, ak_error *err) {
     memset(t, 0, sizeof *t);
     *kv = NULL;
     drain_results(a);
@@ -619,6 +685,14 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     agent *g = find(a, id);
     if (g && g->restoring) return ak_failc(err, AK_ERR_BUSY, "agent %s: a restore is in flight", id);
     if (g && g->in_turn) return ak_failc(err, AK_ERR_BUSY, "agent %s: a turn is already in progress", id);
+    pool_rec *p = NULL;
+    if (pool_id && pool_id[0]) {
+        if (!ak_pool_id_valid(pool_id)) return ak_failc(err, AK_ERR_INVALID, "invalid pool id");
+        if (!(p = pools_resolve(a, pool_id, err))) return -1;
+        if (n < p->n || memcmp(tokens, p->tokens, sizeof(int32_t) * (size_t)p->n))
+            return ak_failc(err, AK_ERR_INVALID, "agent %s: the prompt does not start with pool %s's %d tokens", id,
+                            pool_id, p->n);
+    }
     if (!g && !(g = create(a, id, err))) return -1;
     g->ephemeral = (flags & AK_AGENT_EPHEMERAL) != 0;
     touch(a, g);
@@ -637,6 +711,17 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
         if (!g->kv) return -1;
         if (a->cfg.store && !g->ephemeral) restore(a, g, t, err);
     }
+    if (p) {
+        uint64_t v0 = g->version;
+        if (attach_pool(a, g, p, err) < 0) {
+            if (fresh) { ak_kv_free(g->kv); g->kv = NULL; }
+            return -1;
+        }
+        if (g->version != v0) {   /* newly attached: the pool's tokens are reused, not computed */
+            t->shared = p->n;
+            if (t->tier == AK_TIER_HOT) t->tier = AK_TIER_COLD;
+        }
+    }
     /* token-level match against what the cache holds */
     int common = 0;
     while (common < g->n && common < n && g->tokens[common] == tokens[common]) common++;
@@ -649,13 +734,32 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     int keep = common < n ? common : n - 1;
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
-    int ev = ensure_room(a, bytes_for(a, g, n_reserve) + extra, g, err);
+    if (ak_kv_base_len(g->kv) == 0) g->pool[0] = 0;   /* truncated out of its pool */
+    int nsp = ak_kv_span_count(g->kv);
+    if (g->pub_spans > nsp) g->pub_spans = nsp;
+    /* whole blocks of the prompt that someone computed already: linked */
+    int blocks0 = ak_kv_n_blocks(g->kv);
+    int linked = a->cfg.no_prefix_sharing ? 0 : ak_prefix_link(g->kv, tokens, n - 1);
+    if (linked > 0) {
+        if (set_history(g, tokens, keep + linked, err) < 0) {
+            ak_kv_truncate(g->kv, keep);
+            return -1;
+        }
+        int nb = ak_kv_n_blocks(g->kv) - blocks0;
+        a->linked_blocks += (uint64_t)nb;
+        a->linked_bytes += (uint64_t)nb * ak_block_pool_block_bytes(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv));
+        g->version = ++a->next_version;
+        keep += linked;
+        t->shared += linked;
+    }
+    int ev = agents_ensure_room(a, bytes_for(a, g, n_reserve) + extra, g, err);
     if (ev < 0) {
         if (fresh) {
             /* its file (if any) is still there: the next open restores it */
             ak_kv_free(g->kv);
             g->kv = NULL;
             g->n = 0;
+            g->pool[0] = 0;
         }
         return -1;
     }
@@ -666,6 +770,13 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     t->prefilled = n - keep;
     *kv = g->kv;
     return 0;
+}
+
+/* Enters the blocks g completed since the last call in the content index
+ * (every agent's cache is computed by forward passes of its own tokens
+ * today, so every one may publish: prefix.h). */
+static void publish(const ak_agents *a, agent *g) {
+    if (!a->cfg.no_prefix_sharing) ak_prefix_publish(g->kv, g->tokens, g->n, &g->pub_spans);
 }
 
 int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_error *err) {
@@ -679,6 +790,7 @@ int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, 
         return -1;
     }
     if (changed) g->version = ++a->next_version;
+    publish(a, g);
     touch(a, g);
     return 0;
 }
@@ -695,6 +807,7 @@ int ak_agent_append(ak_agents *a, const char *id, int32_t token, ak_error *err) 
     }
     g->tokens[g->n++] = token;
     g->version = ++a->next_version;
+    if ((g->n - ak_kv_base_len(g->kv)) % ak_block_pool_block_tokens(a->cfg.pool) == 0) publish(a, g);   /* a block filled */
     touch(a, g);
     return 0;
 }
@@ -704,7 +817,7 @@ int ak_agent_reserve(ak_agents *a, const char *id, int n_pos, size_t extra, ak_e
     if (!g || !g->kv) return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s: not in memory", id);
     if (n_pos > a->cfg.n_ctx) return ak_failc(err, AK_ERR_INVALID, "agent %s: context of %d tokens is full", id, a->cfg.n_ctx);
     size_t need = bytes_for(a, g, n_pos);
-    return ensure_room(a, need ? need + extra : 0, g, err) < 0 ? -1 : 0;
+    return agents_ensure_room(a, need ? need + extra : 0, g, err) < 0 ? -1 : 0;
 }
 
 void ak_agent_abort(ak_agents *a, const char *id) {
@@ -786,6 +899,8 @@ void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out) {
     out->n_tokens = g->n;
     out->tier = g->kv ? AK_TIER_HOT : AK_TIER_WARM;
     out->bytes = g->kv ? ak_kv_bytes(g->kv) : 0;
+    out->private_bytes = g->kv ? ak_kv_private_bytes(g->kv) : 0;
+    snprintf(out->pool, sizeof out->pool, "%s", g->pool);
     out->last_use = g->last_use;
     out->last_unix = g->last_unix;
     out->dirty = is_dirty(g) && !g->ephemeral;
@@ -830,16 +945,23 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
     if ((ak_store_lookup(a->cfg.store, id, &e) != 0 && ak_store_inspect(a->cfg.store, id, &e, NULL, &ie) != 0) ||
         !e.readable)
         return 0;
-    int n_file = e.n_tokens < a->cfg.n_ctx ? e.n_tokens : a->cfg.n_ctx;
-    size_t need = ak_agents_bytes_for(a, n_file);
+    size_t need = restore_bytes(a, &e);
     if (!g && !(g = create(a, id, err))) return -1;
-    if (ensure_room(a, need + extra, g, err) < 0) return -1;
+    if (agents_ensure_room(a, need + extra, g, err) < 0) return -1;
     ak_restore_job *j = ak_calloc(1, sizeof *j, err);
     if (!j) return -1;
-    if (!(j->kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err))) {
+    if (!(j->kv = restore_target(a, &e, err))) {
         free(j);
         return -1;
     }
+    prelink_ctx *pc = ak_calloc(1, sizeof *pc, err);
+    if (!pc) {
+        ak_kv_free(j->kv);
+        free(j);
+        return -1;
+    }
+    prelink_setup(a, &e, pc);
+    j->prelink = pc;
     snprintf(j->id, sizeof j->id, "%s", id);
     j->store = a->cfg.store;
     j->fingerprint = a->cfg.model->fingerprint;
@@ -853,7 +975,15 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
 }
 
 void ak_restore_job_run(ak_restore_job *j) {
-    j->status = ak_store_load(j->store, j->id, j->fingerprint, j->vocab, j->kv, &j->info, &j->err);
+    j->status = ak_store_load_linked(j->store, j->id, j->fingerprint, j->vocab, j->kv, prelink, j->prelink, &j->info,
+                                     &j->err);
+    if (j->status == AK_STORE_HIT && !j->prelink->no_index) {   /* at once: the next restore of this prefix links it */
+        int next = 0;
+        ak_prefix_publish(j->kv, j->info.tokens, j->info.n_tokens, &next);
+    }
+    int no_index = j->prelink->no_index;
+    prelink_clear(j->prelink);   /* the pool's blocks are the sequence's now */
+    j->prelink->no_index = no_index;
 }
 
 void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j) {
@@ -863,8 +993,7 @@ void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j) {
     if (j->status == AK_STORE_HIT && g && !g->kv && set_history(g, j->info.tokens, j->info.n_tokens, &j->err) == 0) {
         g->kv = j->kv;
         j->kv = NULL;
-        g->version = g->saved = ++a->next_version;   /* the history is the file's */
-        g->save_failed = 0;
+        restored(a, g, &j->info);
         g->ahead = 1;
         g->ahead_ms = j->info.total_ms;
         g->ahead_bytes = j->info.bytes_read;
@@ -872,7 +1001,59 @@ void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j) {
     } else if (j->status != AK_STORE_HIT && j->status != AK_STORE_ABSENT) {
         logf_(a, "agent %s: cache %s, recomputing: %s", j->id, ak_store_status_name(j->status), j->err.msg);
     }
+    prelink_clear(j->prelink);
+    free(j->prelink);
     ak_kv_free(j->kv);
     free(j->info.tokens);
     free(j);
+}
+
+size_t ak_agent_bytes_to_add(const ak_agents *ca, const char *id, const char *pool_id, const int32_t *tokens, int n,
+                             int n_pos) {
+    ak_agents *a = (ak_agents *)ca;   /* a scratch sequence takes references for a moment; nothing else changes */
+    const agent *g = find(a, id);
+    pool_rec *p = pool_id && pool_id[0] ? pools_find(a, pool_id) : NULL;
+    if (n_pos > a->cfg.n_ctx) n_pos = a->cfg.n_ctx;
+    if (n > n_pos) n = n_pos;
+    size_t extra = 0;
+    ak_error e = {{0}};
+    ak_kv *kv = NULL;
+    if (p && !p->kv) {   /* the pool is loaded first: its blocks count once */
+        extra = ak_agents_bytes_for(a, p->n);
+        return extra + ak_agents_bytes_for(a, n_pos - p->n + ak_block_pool_block_tokens(a->cfg.pool));
+    }
+    if (p && p->kv && (!g || !g->kv || strcmp(g->pool, p->id))) {
+        if (!(kv = ak_kv_new(a->cfg.pool, p->fk, p->fv, a->cfg.n_ctx, &e)) || ak_kv_attach_base(kv, p->kv, p->n, &e) < 0) {
+            ak_kv_free(kv);
+            return ak_agents_bytes_for(a, n_pos);
+        }
+    } else if (g && g->kv) {
+        int common = 0;
+        while (common < g->n && common < n && g->tokens[common] == tokens[common]) common++;
+        if (!(kv = ak_kv_fork(g->kv, &e))) return bytes_for(a, g, n_pos);
+        ak_kv_truncate(kv, common < n ? common : n - 1);
+    } else {
+        if (!(kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &e))) return ak_agents_bytes_for(a, n_pos);
+    }
+    if (n > 0 && ak_kv_length(kv) < n - 1 && !a->cfg.no_prefix_sharing) ak_prefix_link(kv, tokens, n - 1);
+    int have = ak_kv_n_blocks(kv), want = ak_kv_blocks_for(kv, n_pos);
+    size_t bb = ak_block_pool_block_bytes(a->cfg.pool, ak_kv_format_k(kv), ak_kv_format_v(kv));
+    ak_kv_free(kv);
+    return want > have ? (size_t)(want - have) * bb : 0;
+}
+
+void ak_agents_share_stats(ak_agents *a, ak_share_stats *st) {
+    memset(st, 0, sizeof *st);
+    ak_block_pool_stats ps;
+    ak_block_pool_get_stats(a->cfg.pool, &ps);
+    st->shared_bytes = ps.shared;
+    st->logical_bytes = ps.logical;
+    st->used_bytes = ps.used;
+    st->linked_blocks = a->linked_blocks;
+    st->linked_bytes = a->linked_bytes;
+    for (int i = 0; i < a->n_pools; i++) {
+        if (a->pools[i]->building) continue;
+        st->pools++;
+        st->pools_resident += a->pools[i]->kv != NULL;
+    }
 }

@@ -58,6 +58,10 @@ typedef struct {
     uint64_t disk_budget;     /* 0: none */
     ak_log_fn log;            /* one line per notable event (may be NULL) */
     void *log_ud;
+    int no_prefix_sharing;    /* 1: agents never link each other's blocks (prefix.h); pools
+                                 still share. Sharing reveals, by timing, that some agent
+                                 computed the same prefix before: deployments whose agents
+                                 must not learn even that turn it off */
 } ak_agents_config;
 
 typedef struct {
@@ -70,6 +74,9 @@ typedef struct {
     uint64_t restore_bytes;
     int evicted;              /* agents moved out of RAM to make room */
     int restored_ahead;       /* warm: restored by a prefetch before the turn */
+    int shared;               /* of reused: positions in blocks that others hold too, linked
+                                 this turn (a pool's base, the content index) instead of
+                                 computed or read */
 } ak_turn;
 
 /* Flags of ak_agent_open. EPHEMERAL: an internal agent (id starting with '.',
@@ -236,13 +243,12 @@ int ak_pool_id_valid(const char *id);
 /* Creates pool id from tokens[0..n) (a plain prefill with c) in formats
  * fk/fv and writes it to the store (if any); source is kept with it (e.g.
  * {"messages": [...]} as JSON; may be NULL). progress (may be NULL) is
- * called after each prefill chunk. Returns 0, or -1 with err set:
+ * called during the prefill with the fraction done. Returns 0, or -1 with err set:
  * AK_ERR_INVALID (bad id, empty, not shorter than n_ctx, format cannot store
  * the head dims), AK_ERR_EXISTS (pools are write-once: remove it first),
  * AK_ERR_KV_BUDGET, a store error (the pool is then not created). */
 int ak_pool_create(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, ak_kv_format fk,
-                   ak_kv_format fv, const char *source, void (*progress)(void *ud, int done, int total), void *ud,
-                   ak_error *err);
+                   ak_kv_format fv, const char *source, ak_progress_fn progress, void *ud, ak_error *err);
 /* The same in steps, for a scheduler that prefills in chunks: begin returns
  * the empty sequence to compute tokens[0..n) into; commit persists and
  * publishes it; abort forgets it. */

@@ -742,8 +742,10 @@ int ak_kv_base_len(const ak_kv *kv) { return kv->base_len; }
 
 int ak_kv_span_count(const ak_kv *kv) { return spans_for(kv, kv->length); }
 
+int ak_kv_blocks_for(const ak_kv *kv, int n) { return spans_for(kv, n); }
+
 ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count) {
-    if (i < 0 || i >= spans_for(kv, kv->length)) return NULL;
+    if (i < 0 || i >= kv->n_table) return NULL;
     if (start) *start = span_start(kv, i);
     if (count) *count = span_cap(kv, i);
     return kv->table[i];

@@ -111,12 +111,17 @@ int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err);
 int ak_kv_base_len(const ak_kv *kv);
 
 /* The blocks of a sequence in order, each with the positions it spans:
- * block i holds [*start, *start + *count) (count counts the positions the
- * block can hold, up to the length or the base's end; the last block's may
- * extend past the length). Returns the number of blocks covering [0,
- * length) for ak_kv_span_count, or NULL / 0 past them. */
+ * block i holds [*start, *start + *count) (count: the positions the block
+ * can hold, fewer than T only for a partial base block; the last block's
+ * span may extend past the length). ak_kv_span_count gives the number of
+ * blocks covering [0, length). ak_kv_span returns block i (NULL where none
+ * is allocated) and, for any i below the table's size (also past the
+ * length: where block i would be), sets start and count; past the table it
+ * returns NULL and sets nothing. */
 int ak_kv_span_count(const ak_kv *kv);
 ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count);
+/* Blocks that positions [0, n) of this sequence take (its base included). */
+int ak_kv_blocks_for(const ak_kv *kv, int n);
 /* Where the next own block starts: the position at which ak_kv_link can
  * add a whole block (base_len + j*T for the first j past the length),
  * valid only when the length is on such a boundary. Returns the length if

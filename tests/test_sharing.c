@@ -288,3 +288,215 @@ TEST(sharing_prefix_cache_bits_are_batch_invariant) {
     check_batch_invariance(t, "models/stories260K.gguf", AK_KV_Q8, AK_KV_TQ3);
     check_batch_invariance(t, "models/tiny-llama-h64-gqa-f32.gguf", AK_KV_Q4, AK_KV_Q4);
 }
+
+/* ---- agents: automatic sharing and pools ------------------------------- */
+#include "../src/agent.h"
+#include "../src/sampler.h"
+
+typedef struct {
+    ak_model *m;
+    ak_ctx *ctx;
+    float *logits;
+} share_env;
+
+static int share_env_open(ak_test_ctx *t, share_env *e, const char *rel) {
+    char path[512];
+    ak_error err = {{0}};
+    memset(e, 0, sizeof *e);
+    e->m = ak_model_load(test_path(path, sizeof path, rel), NULL, NULL, &err);
+    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
+    e->logits = e->m ? malloc(sizeof(float) * (size_t)e->m->cfg.vocab) : NULL;
+    if (!e->ctx || !e->logits) {
+        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", rel, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void share_env_close(share_env *e) {
+    ak_ctx_free(e->ctx);
+    ak_model_free(e->m);
+    free(e->logits);
+}
+
+/* A turn of agent id (pool may be NULL) with n_gen greedy tokens into out. */
+static int pooled_turn(ak_test_ctx *t, share_env *e, ak_agents *ag, const char *id, const char *pool,
+                       const int32_t *prompt, int n, int n_gen, int32_t *out, ak_turn *ti) {
+    ak_error err = {{0}};
+    ak_kv *kv;
+    if (ak_agent_open_pool(ag, id, 0, pool, prompt, n, n + n_gen, 0, &kv, ti, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "open %s: %s", id, err.msg);
+        return -1;
+    }
+    if (ak_eval(e->ctx, kv, prompt + ti->reused, n - ti->reused, ti->reused, e->logits, NULL, NULL, NULL, &err) < 0 ||
+        ak_agent_commit(ag, id, prompt, n, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "prefill %s: %s", id, err.msg);
+        return -1;
+    }
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = ak_argmax(e->logits, e->m->cfg.vocab);
+        if (i + 1 < n_gen && ak_agent_step(ag, e->ctx, id, out[i], e->logits, &err) < 0) {
+            ak_test_fail(t, __FILE__, __LINE__, "step %s: %s", id, err.msg);
+            return -1;
+        }
+    }
+    if (ak_agent_end(ag, id, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "end %s: %s", id, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The reference: greedy tokens from a fresh private cache (formats fk/fv)
+ * with the prompt prefilled in one go, in a pool of its own. */
+static void private_greedy(share_env *e, ak_kv_format fk, ak_kv_format fv, const int32_t *prompt, int n, int n_gen,
+                           int32_t *out) {
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_kv *kv = ak_kv_new(pool, fk, fv, 512, &err);
+    ak_eval(e->ctx, kv, prompt, n, 0, e->logits, NULL, NULL, NULL, &err);
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = ak_argmax(e->logits, e->m->cfg.vocab);
+        ak_eval(e->ctx, kv, &out[i], 1, n + i, e->logits, NULL, NULL, NULL, &err);
+    }
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+}
+
+static ak_agents *share_agents_ex(share_env *e, ak_block_pool **pool, ak_store *store, ak_kv_format fk,
+                                  ak_kv_format fv, int no_sharing) {
+    ak_error err = {{0}};
+    *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_agents_config c = {e->m, *pool, store, fk, fv, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL, no_sharing};
+    return *pool ? ak_agents_new(&c, &err) : NULL;
+}
+
+static ak_agents *share_agents(share_env *e, ak_block_pool **pool, ak_store *store, ak_kv_format fk, ak_kv_format fv) {
+    return share_agents_ex(e, pool, store, fk, fv, 0);
+}
+
+/* 8 agents whose prompts start with one 200-token system prompt: its whole
+ * blocks are computed once and held once, and every agent generates what a
+ * private cache generates. */
+static void common_prompt(ak_test_ctx *t, int no_sharing) {
+    share_env e;
+    if (share_env_open(t, &e, "models/stories260K.gguf") < 0) return;
+    ak_block_pool *pool;
+    ak_agents *ag = share_agents_ex(&e, &pool, NULL, AK_KV_Q8, AK_KV_Q4, no_sharing);
+    REQUIRE(ag, "agents");
+    enum { SYS = 200, OWN = 20, GEN = 8, NA = 8 };
+    int32_t prompt[SYS + OWN], gen[GEN], ref[GEN];
+    for (int i = 0; i < SYS; i++) prompt[i] = 1 + (i * 31 + 7) % 500;
+    int T = ak_block_pool_block_tokens(pool);
+    for (int k = 0; k < NA; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "a%d", k);
+        for (int i = 0; i < OWN; i++) prompt[SYS + i] = 1 + (k * 53 + i * 11) % 500;
+        ak_turn ti;
+        REQUIRE(pooled_turn(t, &e, ag, id, NULL, prompt, SYS + OWN, GEN, gen, &ti) == 0, "turn %s", id);
+        /* every whole block of the system prompt but the first agent's */
+        int want = k == 0 || no_sharing ? 0 : SYS / T * T;
+        CHECK(ti.reused == want && ti.shared == want, "%s reused %d shared %d, want %d", id, ti.reused, ti.shared, want);
+        private_greedy(&e, AK_KV_Q8, AK_KV_Q4, prompt, SYS + OWN, GEN, ref);
+        CHECK(!memcmp(gen, ref, sizeof gen), "%s: greedy output differs from a private cache's", id);
+    }
+    size_t bb = ak_block_pool_block_bytes(pool, AK_KV_Q8, AK_KV_Q4);
+    int per_agent = (SYS + OWN + GEN - 1 + T - 1) / T, common = no_sharing ? 0 : SYS / T;
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    size_t want_used = (size_t)(common + NA * (per_agent - common)) * bb;
+    CHECK(st.used == want_used, "%zu bytes held, want %zu (the common blocks once)", st.used, want_used);
+    CHECK(st.shared == (size_t)common * bb, "shared %zu want %zu", st.shared, (size_t)common * bb);
+    CHECK(st.logical == (size_t)NA * per_agent * bb, "logical %zu want %zu", st.logical, (size_t)NA * per_agent * bb);
+    for (int i = 0; i < ak_agents_count(ag); i++) {
+        ak_agent_info in;
+        ak_agents_get(ag, i, &in);
+        CHECK(in.bytes == (size_t)per_agent * bb && in.private_bytes == (size_t)(per_agent - common) * bb,
+              "%s: bytes %zu private %zu", in.id, in.bytes, in.private_bytes);
+    }
+    ak_share_stats ss;
+    ak_agents_share_stats(ag, &ss);
+    CHECK(ss.linked_blocks == (uint64_t)(NA - 1) * common, "linked %llu blocks", (unsigned long long)ss.linked_blocks);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    share_env_close(&e);
+}
+
+TEST(sharing_agents_hold_a_common_prompt_once) { common_prompt(t, 0); }
+TEST(sharing_off_holds_every_prompt_apart) { common_prompt(t, 1); }
+
+/* Agents attached to a pool: answers equal a private cache's of the pool's
+ * formats, the pool is held once (its partial last block too), and the
+ * errors a client can cause are told apart by code. */
+static void check_pool_answers(ak_test_ctx *t, const char *rel) {
+    share_env e;
+    if (share_env_open(t, &e, rel) < 0) return;
+    ak_block_pool *pool;
+    ak_agents *ag = share_agents(&e, &pool, NULL, AK_KV_F16, AK_KV_F16);
+    REQUIRE(ag, "agents");
+    enum { DOC = 150, OWN = 13, GEN = 10, NA = 3 };
+    int32_t prompt[DOC + OWN], gen[GEN], ref[GEN];
+    int vocab = e.m->cfg.vocab;
+    for (int i = 0; i < DOC; i++) prompt[i] = 1 + (i * 29 + 3) % (vocab - 1);
+    ak_error err = {{0}};
+    REQUIRE(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, "{\"text\":\"x\"}", NULL, NULL, &err) == 0,
+            "create: %s", err.msg);
+    CHECK(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) < 0 &&
+              err.code == AK_ERR_EXISTS, "a second pool doc: code %d", err.code);
+    int T = ak_block_pool_block_tokens(pool);
+    size_t bb = ak_block_pool_block_bytes(pool, AK_KV_Q8, AK_KV_TQ3);
+    for (int k = 0; k < NA; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "p%d", k);
+        for (int i = 0; i < OWN; i++) prompt[DOC + i] = 1 + (k * 41 + i * 17) % (vocab - 1);
+        ak_turn ti;
+        REQUIRE(pooled_turn(t, &e, ag, id, "doc", prompt, DOC + OWN, GEN, gen, &ti) == 0, "turn %s", id);
+        CHECK(ti.reused == DOC && ti.prefilled == OWN, "%s reused %d prefilled %d", id, ti.reused, ti.prefilled);
+        private_greedy(&e, AK_KV_Q8, AK_KV_TQ3, prompt, DOC + OWN, GEN, ref);
+        CHECK(!memcmp(gen, ref, sizeof gen), "%s (%s): greedy output with the pool differs from a private cache's", id, rel);
+    }
+    /* held: the pool's blocks once (the partial last one too), each agent's own */
+    int pool_blocks = (DOC + T - 1) / T, own = (OWN + GEN - 1 + T - 1) / T;
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(st.used == (size_t)(pool_blocks + NA * own) * bb, "%s: %zu bytes held, want %zu", rel, st.used,
+          (size_t)(pool_blocks + NA * own) * bb);
+    ak_pool_info pi;
+    CHECK(ak_pool_get(ag, "doc", &pi, &err) == 0 && pi.n_tokens == DOC && pi.readers == NA && pi.resident &&
+              pi.fk == AK_KV_Q8 && pi.fv == AK_KV_TQ3, "pool info: %d tokens, %d readers", pi.n_tokens, pi.readers);
+    /* errors */
+    ak_kv *kv;
+    ak_turn ti;
+    CHECK(ak_agent_open_pool(ag, "q", 0, "nope", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+              err.code == AK_ERR_NOT_FOUND, "unknown pool: code %d (%s)", err.code, err.msg);
+    CHECK(ak_agent_open_pool(ag, "q", 0, "../doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "invalid pool id: code %d", err.code);
+    prompt[5]++;
+    CHECK(ak_agent_open_pool(ag, "q", 0, "doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "a prompt that does not start with the pool: code %d", err.code);
+    prompt[5]--;
+    int32_t *big = calloc(600, sizeof *big);
+    CHECK(ak_pool_create(ag, e.ctx, "big", big, 512, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "a pool as long as the context: code %d", err.code);
+    free(big);
+    CHECK(ak_pool_remove(ag, "doc", &err) < 0 && err.code == AK_ERR_BUSY && strstr(err.msg, "p0") &&
+              strstr(err.msg, "p2"), "remove while attached: code %d: %s", err.code, err.msg);
+    for (int k = 0; k < NA; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "p%d", k);
+        CHECK(ak_agent_remove(ag, id, &err) == 0, "remove %s", id);
+    }
+    CHECK(ak_pool_remove(ag, "doc", &err) == 0, "remove once unused: %s", err.msg);
+    CHECK(ak_pool_get(ag, "doc", &pi, &err) < 0 && err.code == AK_ERR_NOT_FOUND, "removed pool still there");
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(st.used == 0, "%zu bytes left after every agent and the pool went", st.used);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    share_env_close(&e);
+}
+
+TEST(sharing_pool_answers_equal_private_caches) {
+    check_pool_answers(t, "models/stories260K.gguf");
+    check_pool_answers(t, "models/tiny-llama-h64-gqa-f32.gguf");
+    check_pool_answers(t, "models/qwen3-tiny.gguf");
+}
