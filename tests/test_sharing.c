@@ -500,3 +500,182 @@ TEST(sharing_pool_answers_equal_private_caches) {
     check_pool_answers(t, "models/tiny-llama-h64-gqa-f32.gguf");
     check_pool_answers(t, "models/qwen3-tiny.gguf");
 }
+
+/* ---- sharing with the store --------------------------------------------- */
+#include <sys/stat.h>
+#include "../src/store.h"
+
+static const char *share_dir(const char *name) {
+    static char buf[512];
+    snprintf(buf, sizeof buf, "%s/%s", test_tmp_dir(), name);
+    return buf;
+}
+
+/* 8 agents with one 200-token prompt, saved; after a restart their warm
+ * restores read the prompt's blocks once: the first restore reads them, the
+ * others link them (through the engine's own restore and through prefetch
+ * jobs as the I/O thread runs them). */
+TEST(sharing_warm_restores_read_a_common_prompt_once) {
+    share_env e;
+    if (share_env_open(t, &e, "models/stories260K.gguf") < 0) return;
+    ak_error err = {{0}};
+    ak_store *store = ak_store_open(share_dir("share-warm"), NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    enum { SYS = 200, OWN = 20, GEN = 4, NA = 8 };
+    int32_t prompt[NA][SYS + OWN + GEN], gen[GEN], ref[GEN];
+    ak_block_pool *pool;
+    ak_agents *ag = share_agents(&e, &pool, store, AK_KV_Q8, AK_KV_Q4);
+    REQUIRE(ag, "agents");
+    for (int k = 0; k < NA; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "w%d", k);
+        for (int i = 0; i < SYS; i++) prompt[k][i] = 1 + (i * 31 + 7) % 500;
+        for (int i = 0; i < OWN; i++) prompt[k][SYS + i] = 1 + (k * 53 + i * 11) % 500;
+        ak_turn ti;
+        REQUIRE(pooled_turn(t, &e, ag, id, NULL, prompt[k], SYS + OWN, GEN, gen, &ti) == 0, "turn %s", id);
+        memcpy(prompt[k] + SYS + OWN, gen, sizeof gen);
+    }
+    REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    /* restart: agents 0..3 restored at their turn, 4..7 by prefetch jobs */
+    ag = share_agents(&e, &pool, store, AK_KV_Q8, AK_KV_Q4);
+    REQUIRE(ag, "agents");
+    int T = ak_block_pool_block_tokens(pool);
+    uint64_t read[NA];
+    int n = SYS + OWN + GEN - 1;   /* what each file holds */
+    for (int k = 0; k < NA; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "w%d", k);
+        ak_turn ti;
+        if (k >= NA / 2) {
+            ak_restore_job *job = NULL;
+            REQUIRE(ak_agent_prefetch(ag, id, 0, &job, &err) == 1, "prefetch %s: %s", id, err.msg);
+            ak_restore_job_run(job);
+            ak_agent_prefetch_done(ag, job);
+        }
+        REQUIRE(pooled_turn(t, &e, ag, id, NULL, prompt[k], n + 1, GEN, gen, &ti) == 0, "warm turn %s", id);
+        CHECK(ti.tier == AK_TIER_WARM && ti.reused == n, "%s: %s, reused %d of %d", id, ak_tier_name(ti.tier), ti.reused, n);
+        read[k] = ti.restore_bytes;
+        private_greedy(&e, AK_KV_Q8, AK_KV_Q4, prompt[k], n + 1, GEN, ref);
+        CHECK(!memcmp(gen, ref, sizeof gen), "%s: greedy output after the warm restore differs from a private cache's", id);
+    }
+    /* the file holds ceil(n / T) blocks; later restores read only those past the common ones */
+    int blocks = (n + T - 1) / T, common = SYS / T;
+    for (int k = 1; k < NA; k++) {
+        double want = (double)read[0] * (blocks - common) / blocks;
+        CHECK(read[k] <= want * 1.05 + 4096 && read[k] >= want * 0.95, "w%d read %llu bytes, want ~%.0f (the first read %llu)", k,
+              (unsigned long long)read[k], want, (unsigned long long)read[0]);
+    }
+    printf("    first warm restore read %llu bytes, the 7 others %llu each (common prompt: %d of %d blocks)\n",
+           (unsigned long long)read[0], (unsigned long long)read[1], common, blocks);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    share_env_close(&e);
+}
+
+/* Pooled agents survive a restart as files that record the pool; a pool
+ * that changed or vanished makes them a miss that is recomputed, never
+ * garbage; a corrupt pool file and one made by another model are refused
+ * by code. */
+TEST(sharing_pools_persist_and_fail_clean) {
+    share_env e;
+    if (share_env_open(t, &e, "models/stories260K.gguf") < 0) return;
+    ak_error err = {{0}};
+    ak_store *store = ak_store_open(share_dir("share-pools"), NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    enum { DOC = 100, OWN = 12, GEN = 6 };
+    int32_t prompt[DOC + OWN + GEN], gen[GEN], ref[GEN];
+    for (int i = 0; i < DOC + OWN; i++) prompt[i] = 1 + (i * 29 + 3) % 500;
+    ak_block_pool *pool;
+    ak_agents *ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
+    REQUIRE(ag, "agents");
+    REQUIRE(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, "{\"text\":\"d\"}", NULL, NULL, &err) == 0,
+            "create: %s", err.msg);
+    ak_turn ti;
+    REQUIRE(pooled_turn(t, &e, ag, "reader", "doc", prompt, DOC + OWN, GEN, gen, &ti) == 0, "turn");
+    memcpy(prompt + DOC + OWN, gen, sizeof gen);
+    REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    /* the agent's file holds only its own blocks */
+    ak_store_entry se;
+    REQUIRE(ak_store_lookup(store, "reader", &se) == 0, "no file for reader");
+    CHECK(!strcmp(se.base.pool_id, "doc") && se.base.base_len == DOC && se.n_tokens == DOC + OWN + GEN - 1,
+          "file base %s/%d, %d tokens", se.base.pool_id, se.base.base_len, se.n_tokens);
+    ak_store_pool_entry pe;
+    REQUIRE(ak_store_lookup_pool(store, "doc", &pe) == 0, "no pool file");
+    free(pe.source);
+    CHECK(se.bytes < pe.e.bytes, "the agent's file (%llu bytes) is not smaller than the pool's (%llu)",
+          (unsigned long long)se.bytes, (unsigned long long)pe.e.bytes);
+
+    /* restart: warm, linking the pool loaded from its file */
+    int n = DOC + OWN + GEN - 1;
+    ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
+    REQUIRE(ag, "agents");
+    REQUIRE(pooled_turn(t, &e, ag, "reader", NULL, prompt, n + 1, GEN, gen, &ti) == 0, "warm turn");
+    CHECK(ti.tier == AK_TIER_WARM && ti.reused == n, "after a restart: %s, reused %d of %d", ak_tier_name(ti.tier),
+          ti.reused, n);
+    private_greedy(&e, AK_KV_Q8, AK_KV_TQ3, prompt, n + 1, GEN, ref);
+    CHECK(!memcmp(gen, ref, sizeof gen), "greedy output after a pooled restore differs from a private cache's");
+    ak_pool_info pi;
+    CHECK(ak_pool_get(ag, "doc", &pi, &err) == 0 && pi.readers == 1 && pi.resident, "pool after restart: readers %d",
+          pi.readers);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+
+    /* the pool replaced behind the agents' back (another process): a miss */
+    REQUIRE(ak_store_remove_pool(store, "doc", &err) == 0, "%s", err.msg);
+    ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
+    prompt[3]++;
+    REQUIRE(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    prompt[3]--;
+    REQUIRE(pooled_turn(t, &e, ag, "reader", NULL, prompt, n + 1, GEN, gen, &ti) == 0, "turn after the pool changed");
+    CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0, "a changed pool: %s, reused %d", ak_tier_name(ti.tier), ti.reused);
+    private_greedy(&e, AK_KV_F16, AK_KV_F16, prompt, n + 1, GEN, ref);
+    CHECK(!memcmp(gen, ref, sizeof gen), "recomputed after the pool changed: output differs");
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+
+    /* a corrupt pool file: CORRUPT, quarantined, nothing else disturbed */
+    char path[600];
+    snprintf(path, sizeof path, "%s/pools/doc.safetensors", share_dir("share-pools"));
+    struct stat sst;
+    REQUIRE(stat(path, &sst) == 0, "no %s", path);
+    FILE *f = fopen(path, "r+b");
+    REQUIRE(f, "open %s", path);
+    fseek(f, (long)sst.st_size - 100, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, (long)sst.st_size - 100, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+    ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
+    ak_kv *kv;
+    CHECK(ak_agent_open_pool(ag, "other", 0, "doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+              err.code == AK_ERR_CORRUPT, "a corrupt pool: code %d: %s", err.code, err.msg);
+    CHECK(ak_agent_open_pool(ag, "other", 0, "doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+              err.code == AK_ERR_NOT_FOUND, "after quarantine the pool is gone: code %d: %s", err.code, err.msg);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+
+    /* a pool made with another model */
+    share_env e2;
+    if (share_env_open(t, &e2, "models/tiny-llama-h64-gqa-f32.gguf") == 0) {
+        ak_store *s2 = ak_store_open(share_dir("share-pools-2"), NULL, &err);
+        ak_agents *a2 = share_agents(&e2, &pool, s2, AK_KV_F16, AK_KV_F16);
+        REQUIRE(a2, "agents");
+        REQUIRE(ak_pool_create(a2, e2.ctx, "m2", prompt, 40, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        ak_agents_free(a2);
+        ak_block_pool_free(pool);
+        ag = share_agents(&e, &pool, s2, AK_KV_F16, AK_KV_F16);
+        CHECK(ak_agent_open_pool(ag, "x", 0, "m2", prompt, 41, 41, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_STALE,
+              "a pool of another model: code %d: %s", err.code, err.msg);
+        ak_agents_free(ag);
+        ak_block_pool_free(pool);
+        ak_store_close(s2);
+        share_env_close(&e2);
+    }
+    ak_store_close(store);
+    share_env_close(&e);
+}
