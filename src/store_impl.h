@@ -13,11 +13,11 @@
  *                    chunk_bytes (the last: the rest) of the image pushed
  *                    through the secretstream with additional data the first
  *                    32 header bytes followed by the agent id (its bytes, no
- *                    terminator), so 17 bytes longer; the last carries
- *                    TAG_FINAL, every other TAG_MESSAGE.
+ *                    terminator; a pool's: "pools/<id>"), so 17 bytes longer;
+ *                    the last carries TAG_FINAL, every other TAG_MESSAGE.
  * The id in the additional data binds the file to its agent: the file of one
- * agent copied or renamed to another's name fails authentication in its
- * first chunk. Version 1 (additional data: the 32 header bytes only) is no
+ * agent copied or renamed to another's name (or into pools/) fails
+ * authentication in its first chunk. Version 1 (additional data: the 32 header bytes only) is no
  * longer read (STALE: the agent recomputes and is re-saved as version 2).
  */
 #ifndef AK_STORE_IMPL_H
