@@ -13,6 +13,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_kv(int argc, char **argv);   /* agentkv bench kv */
 int cmd_cache(int argc, char **argv);
+int cmd_pool(int argc, char **argv);        /* agentkv pool */
 int cmd_bench_ttft(int argc, char **argv); /* agentkv bench ttft */
 int cmd_bench_serve(int argc, char **argv); /* agentkv bench serve */
 

@@ -73,9 +73,24 @@ oom:
     return NULL;
 }
 
-/* Renders and tokenizes the messages of a chat request into p->tokens: the
- * list is walked once (no indexing), at most AK_API_MAX_MESSAGES. */
-static int parse_messages(const ak_api_config *cfg, const cJSON *msgs, ak_api_request *p, ak_api_error *b) {
+/* Chat messages read from one or two JSON arrays (a pool's, a request's). */
+typedef struct {
+    ak_chat_msg *m;
+    char **texts;             /* m[i].content, owned */
+    int n, cap;
+} msg_list;
+
+static void msg_list_free(msg_list *l) {
+    for (int k = 0; k < l->n; k++) free(l->texts[k]);
+    free(l->texts);
+    free(l->m);
+    memset(l, 0, sizeof *l);
+}
+
+/* Appends the messages of msgs (an array of 1..AK_API_MAX_MESSAGES objects
+ * {role, content}; the list is walked, never indexed) to l. Roles are
+ * normalized (developer -> system). Returns 0, or -1 with b set. */
+static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
     if (!msgs) return fail_bad(b, 400, "messages", "missing_required_parameter", "messages is required");
     if (!cJSON_IsArray(msgs)) return fail_bad(b, 400, "messages", "invalid_type", "messages must be an array");
     int n = 0;
@@ -86,41 +101,71 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *msgs, ak_api_re
                             AK_API_MAX_MESSAGES);
     }
     if (n < 1) return fail_bad(b, 400, "messages", "invalid_value", "messages must not be empty");
-    ak_chat_msg *m = calloc((size_t)n, sizeof *m);
-    char **texts = calloc((size_t)n, sizeof *texts);
-    int rc = -1, i = 0;
-    if (!m || !texts) { fail_bad(b, 500, NULL, NULL, "out of memory"); goto done; }
+    if (l->n + n > l->cap) {
+        int nc = l->n + n;
+        ak_chat_msg *m = realloc(l->m, sizeof *m * (size_t)nc);
+        if (m) l->m = m;
+        char **t = m ? realloc(l->texts, sizeof *t * (size_t)nc) : NULL;
+        if (t) l->texts = t;
+        if (!m || !t) return fail_bad(b, 500, NULL, NULL, "out of memory");
+        l->cap = nc;
+    }
+    int i = 0;
     cJSON_ArrayForEach(msg, msgs) {
-        if (!cJSON_IsObject(msg)) { fail_bad(b, 400, "messages", "invalid_type", "messages[%d] must be an object", i); goto done; }
+        if (!cJSON_IsObject(msg)) return fail_bad(b, 400, "messages", "invalid_type", "messages[%d] must be an object", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsString(role)) { fail_bad(b, 400, "messages", "invalid_type", "messages[%d].role must be a string", i); goto done; }
+        if (!cJSON_IsString(role)) return fail_bad(b, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
         const char *r = role->valuestring;
         if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant")) {
-            fail_bad(b, 400, "messages", "invalid_value",
-                     "messages[%d].role '%.64s' is not supported (system, developer, user, assistant)", i,
-                     role->valuestring);
-            goto done;
-        }
+        else if (!strcmp(r, "system")) r = "system";
+        else if (!strcmp(r, "user")) r = "user";
+        else if (!strcmp(r, "assistant")) r = "assistant";
+        else
+            return fail_bad(b, 400, "messages", "invalid_value",
+                            "messages[%d].role '%.64s' is not supported (system, developer, user, assistant)", i,
+                            role->valuestring);
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-        if (!content) { fail_bad(b, 400, "messages", "missing_required_parameter", "messages[%d].content is required", i); goto done; }
-        if (!(texts[i] = content_text(content, i, b))) goto done;
-        m[i].role = r;
-        m[i].content = texts[i];
+        if (!content) return fail_bad(b, 400, "messages", "missing_required_parameter", "messages[%d].content is required", i);
+        char *text = content_text(content, i, b);
+        if (!text) return -1;
+        l->texts[l->n] = text;
+        l->m[l->n].role = r;   /* a static string: the list outlives the JSON */
+        l->m[l->n].content = text;
+        l->n++;
         i++;
     }
+    return 0;
+}
+
+/* Renders l with the model's template and tokenizes it (content as text:
+ * only the template's markup makes control tokens) into *ids. Returns 0, or
+ * -1 with b set. */
+static int tokenize_messages(const ak_api_config *cfg, const msg_list *l, int gen_prompt, int32_t **ids, size_t *n,
+                             ak_api_error *b) {
     ak_error err = {0};
-    /* content is tokenized as text: only the template's markup makes control tokens */
-    if (ak_chat_tokenize(cfg->family, m, n, 1, cfg->template_text, cfg->tok, AK_TOK_ADD_SPECIAL, &p->tokens,
-                         &p->n_tokens, &err) < 0) {
-        fail_bad(b, 400, "messages", "invalid_value", "%s", err.msg);
+    if (ak_chat_tokenize(cfg->family, l->m, l->n, gen_prompt, cfg->template_text, cfg->tok, AK_TOK_ADD_SPECIAL, ids, n,
+                         &err) < 0)
+        return fail_bad(b, 400, "messages", "invalid_value", "%s", err.msg);
+    return 0;
+}
+
+/* Renders and tokenizes the messages of a chat request into p->tokens;
+ * pool_msgs (may be NULL) go first (a pool made from messages). */
+static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, const cJSON *msgs, ak_api_request *p,
+                          ak_api_error *b) {
+    msg_list l = {0};
+    int rc = -1;
+    if (pool_msgs && read_messages(pool_msgs, &l, b) < 0) {
+        /* the pool's source was validated when it was made: a store written by something else */
+        char why[sizeof b->msg];
+        snprintf(why, sizeof why, "%s", b->msg);
+        fail_bad(b, 500, "pool", "pool_corrupt", "pool '%s': its stored messages are not valid: %.400s", p->pool, why);
         goto done;
     }
-    rc = 0;
+    if (read_messages(msgs, &l, b) < 0) goto done;
+    rc = tokenize_messages(cfg, &l, 1, &p->tokens, &p->n_tokens, b);
 done:
-    for (int k = 0; texts && k < n; k++) free(texts[k]);
-    free(texts);
-    free(m);
+    msg_list_free(&l);
     return rc;
 }
 
@@ -162,6 +207,100 @@ static int get_bool(const cJSON *body, const char *name, int *out, ak_api_error 
     if (!cJSON_IsBool(v)) return fail_bad(b, 400, name, "invalid_type", "%s must be a boolean", name);
     *out = cJSON_IsTrue(v);
     return 0;
+}
+
+/* The pool a request names, looked up: its tokens and its source's
+ * messages (NULL for a text pool) in *src (a cJSON tree the caller
+ * deletes). Returns 0 (p->pool "" when the body names none), or -1 with b set. */
+static int lookup_pool(const ak_api_config *cfg, const cJSON *body, ak_api_request *p, int32_t **toks, int *n,
+                       cJSON **src, ak_api_error *b) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "pool");
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return fail_bad(b, 400, "pool", "invalid_type", "pool must be a string");
+    if (!ak_pool_id_valid(v->valuestring))
+        return fail_bad(b, 400, "pool", "invalid_pool_id",
+                        "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (!cfg->pool_lookup) return fail_bad(b, 400, "pool", "invalid_value", "this server has no pools");
+    snprintf(p->pool, sizeof p->pool, "%s", v->valuestring);
+    ak_error err = {0};
+    char *source = NULL;
+    if (cfg->pool_lookup(cfg->pool_ud, p->pool, toks, n, &source, &err) < 0) {
+        switch (err.code) {
+        case AK_ERR_NOT_FOUND: return fail_bad(b, 404, "pool", "pool_not_found", "no pool '%s'", p->pool);
+        case AK_ERR_STALE: return fail_bad(b, 409, "pool", "pool_stale", "pool '%s': %s", p->pool, err.msg);
+        case AK_ERR_CORRUPT: return fail_bad(b, 500, "pool", "pool_corrupt", "pool '%s': %s", p->pool, err.msg);
+        case AK_ERR_KV_BUDGET:
+            return fail_bad(b, 503, "pool", "kv_budget", "pool '%s' cannot be loaded now: %s", p->pool, err.msg);
+        default: return fail_bad(b, 500, "pool", NULL, "pool '%s': %s", p->pool, err.msg);
+        }
+    }
+    *src = source ? cJSON_Parse(source) : NULL;
+    free(source);
+    p->n_pool_tokens = *n;
+    return 0;
+}
+
+/* p->tokens = pool[0..np) followed by p->tokens, whose leading BOS is
+ * dropped when the pool starts with one (a prompt has one BOS). Returns 0,
+ * or -1 with b set. */
+static int prepend_pool(const ak_api_config *cfg, const int32_t *pool, int np, ak_api_request *p, ak_api_error *b) {
+    int32_t bos = ak_tokenizer_bos(cfg->tok);
+    size_t skip = np > 0 && p->n_tokens > 0 && pool[0] == bos && p->tokens[0] == bos ? 1 : 0;
+    size_t n = (size_t)np + p->n_tokens - skip;
+    int32_t *t = malloc(sizeof *t * (n ? n : 1));
+    if (!t) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    memcpy(t, pool, sizeof *t * (size_t)np);
+    if (p->n_tokens > skip) memcpy(t + np, p->tokens + skip, sizeof *t * (p->n_tokens - skip));
+    free(p->tokens);
+    p->tokens = t;
+    p->n_tokens = n;
+    return 0;
+}
+
+/* The prompt of a request (chat: messages; completions: prompt), starting
+ * with the pool's tokens when it names one (see api.h: POOLS). */
+static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, ak_api_request *p, ak_api_error *b) {
+    int32_t *pool = NULL;
+    int np = 0, rc = -1;
+    cJSON *src = NULL;
+    if (lookup_pool(cfg, body, p, &pool, &np, &src, b) < 0) goto done;
+    const cJSON *pool_msgs = p->pool[0] && chat ? cJSON_GetObjectItemCaseSensitive(src, "messages") : NULL;
+    if (pool_msgs && !cJSON_IsArray(pool_msgs)) pool_msgs = NULL;
+    ak_error err = {0};
+    if (chat) {
+        if (parse_messages(cfg, pool_msgs, cJSON_GetObjectItemCaseSensitive(body, "messages"), p, b) < 0) goto done;
+    } else {
+        const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(body, "prompt");
+        if (cJSON_IsArray(prompt) && prompt->child && !prompt->child->next) prompt = prompt->child;
+        if (!prompt) { fail_bad(b, 400, "prompt", "missing_required_parameter", "prompt is required"); goto done; }
+        if (!cJSON_IsString(prompt)) {
+            fail_bad(b, 400, "prompt", "invalid_type", "prompt must be a string (or an array of one string)");
+            goto done;
+        }
+        if (ak_tokenize(cfg->tok, prompt->valuestring, strlen(prompt->valuestring), AK_TOK_ADD_SPECIAL, &p->tokens,
+                        &p->n_tokens, &err) < 0) {
+            fail_bad(b, 400, "prompt", NULL, "%s", err.msg);
+            goto done;
+        }
+    }
+    if (pool_msgs) {
+        /* rendered together, the pool's messages must still render as the pool did alone */
+        if (p->n_tokens < (size_t)np || memcmp(p->tokens, pool, sizeof *pool * (size_t)np)) {
+            fail_bad(b, 400, "pool", "pool_template_mismatch",
+                     "pool '%s' was made from messages, and this model's chat template (%s) renders those messages "
+                     "differently when other messages follow them, so the conversation cannot start with the "
+                     "pool's cache: make the pool from text, or send the messages without the pool",
+                     p->pool, ak_chat_family_name(cfg->family));
+            goto done;
+        }
+    } else if (p->pool[0] && prepend_pool(cfg, pool, np, p, b) < 0) {
+        goto done;
+    }
+    rc = 0;
+done:
+    free(pool);
+    cJSON_Delete(src);
+    return rc;
 }
 
 /* Everything but the JSON parse (see ak_api_parse). */
@@ -237,9 +376,9 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
             return fail_bad(b, 400, "stop", "invalid_type", "stop must be a string or an array of strings");
         }
     }
+    if (parse_prompt(cfg, body, chat, p, b) < 0) return -1;
     ak_error err = {0};
     if (chat) {
-        if (parse_messages(cfg, cJSON_GetObjectItemCaseSensitive(body, "messages"), p, b) < 0) return -1;
         /* plain-text families end a turn with text, not a token */
         const char *eot = ak_chat_end_of_turn(cfg->family);
         int32_t *ids = NULL;
@@ -248,20 +387,16 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
                       n_ids == 1 && ak_token_is_eog(cfg->tok, ids[0]);
         free(ids);
         if (!special && !(p->stop[p->n_stop++] = strdup(eot))) return fail_bad(b, 500, NULL, NULL, "out of memory");
-    } else {
-        const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(body, "prompt");
-        if (cJSON_IsArray(prompt) && prompt->child && !prompt->child->next) prompt = prompt->child;
-        if (!prompt) return fail_bad(b, 400, "prompt", "missing_required_parameter", "prompt is required");
-        if (!cJSON_IsString(prompt))
-            return fail_bad(b, 400, "prompt", "invalid_type", "prompt must be a string (or an array of one string)");
-        if (ak_tokenize(cfg->tok, prompt->valuestring, strlen(prompt->valuestring), AK_TOK_ADD_SPECIAL, &p->tokens,
-                        &p->n_tokens, &err) < 0)
-            return fail_bad(b, 400, "prompt", NULL, "%s", err.msg);
     }
     if (p->n_tokens == 0) return fail_bad(b, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty");
-    if ((long)p->n_tokens >= cfg->n_ctx)
+    if ((long)p->n_tokens >= cfg->n_ctx) {
+        if (p->pool[0])
+            return fail_bad(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
+                            "the prompt has %zu tokens (%d of them pool '%s''s); this server's context is %d tokens",
+                            p->n_tokens, p->n_pool_tokens, p->pool, cfg->n_ctx);
         return fail_bad(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                         "the prompt has %zu tokens; this server's context is %d tokens", p->n_tokens, cfg->n_ctx);
+    }
     long room = cfg->n_ctx - (long)p->n_tokens;
     if (!p->max_tokens || p->max_tokens > room) p->max_tokens = (int)room;
     return 0;
@@ -276,5 +411,97 @@ int ak_api_parse(const ak_api_config *cfg, const char *body, size_t len, int cha
     int rc = parse_body(cfg, j, chat, agent_header, default_seed, out, e);
     cJSON_Delete(j);
     if (rc < 0) ak_api_request_free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------ pool bodies */
+
+void ak_api_pool_request_free(ak_api_pool_request *r) {
+    if (!r) return;
+    free(r->tokens);
+    free(r->source);
+    memset(r, 0, sizeof *r);
+}
+
+/* A format field: absent or null keeps *f; else a name ak_kv_format_parse reads. */
+static int get_format(const cJSON *body, const char *name, ak_kv_format *f, ak_api_error *b) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v) || ak_kv_format_parse(v->valuestring, f) < 0)
+        return fail_bad(b, 400, name, "invalid_value", "%s must be one of %s", name, ak_kv_format_names());
+    return 0;
+}
+
+/* The pool's messages as its source: {"messages": [{role, content}...]}
+ * with roles normalized and content flattened to strings, so that later
+ * requests render exactly what the pool was made from. NULL when out of memory. */
+static char *messages_source(const msg_list *l) {
+    cJSON *j = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(j, "messages");
+    for (int i = 0; a && i < l->n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", l->m[i].role);
+        cJSON_AddStringToObject(m, "content", l->m[i].content);
+        cJSON_AddItemToArray(a, m);
+    }
+    char *s = a ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+/* Everything of ak_api_parse_pool but the JSON parse. */
+static int parse_pool_body(const ak_api_config *cfg, const cJSON *body, ak_api_pool_request *p, ak_api_error *b) {
+    if (!cJSON_IsObject(body)) return fail_bad(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(body, "id");
+    if (!id) return fail_bad(b, 400, "id", "missing_required_parameter", "id is required");
+    if (!cJSON_IsString(id) || !ak_pool_id_valid(id->valuestring))
+        return fail_bad(b, 400, "id", "invalid_pool_id", "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    snprintf(p->id, sizeof p->id, "%s", id->valuestring);
+    p->fk = AK_KV_Q8;
+    p->fv = AK_KV_TQ3;
+    if (get_format(body, "cache_type_k", &p->fk, b) < 0 || get_format(body, "cache_type_v", &p->fv, b) < 0) return -1;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(body, "text");
+    if (cJSON_IsNull(msgs)) msgs = NULL;
+    if (cJSON_IsNull(text)) text = NULL;
+    if (!msgs == !text)
+        return fail_bad(b, 400, msgs ? "text" : "messages", "invalid_value", "give exactly one of messages and text");
+    if (msgs) {
+        msg_list l = {0};
+        int rc = read_messages(msgs, &l, b);
+        /* the pool ends where the next message would start: no generation prompt */
+        if (rc == 0) rc = tokenize_messages(cfg, &l, 0, &p->tokens, &p->n_tokens, b);
+        if (rc == 0 && !(p->source = messages_source(&l))) rc = fail_bad(b, 500, NULL, NULL, "out of memory");
+        msg_list_free(&l);
+        if (rc < 0) return -1;
+    } else {
+        if (!cJSON_IsString(text)) return fail_bad(b, 400, "text", "invalid_type", "text must be a string");
+        ak_error err = {0};
+        if (ak_tokenize(cfg->tok, text->valuestring, strlen(text->valuestring), AK_TOK_ADD_SPECIAL, &p->tokens,
+                        &p->n_tokens, &err) < 0)
+            return fail_bad(b, 400, "text", NULL, "%s", err.msg);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "text", text->valuestring);
+        p->source = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (!p->source) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    }
+    const char *param = msgs ? "messages" : "text";
+    if (p->n_tokens == 0) return fail_bad(b, 400, param, "invalid_value", "the pool is empty (no tokens)");
+    if ((long)p->n_tokens >= cfg->n_ctx)
+        return fail_bad(b, 400, param, "context_length_exceeded",
+                        "the pool has %zu tokens; this server's context is %d tokens, and a pool must be shorter "
+                        "(its agents add their own tokens after it)", p->n_tokens, cfg->n_ctx);
+    return 0;
+}
+
+int ak_api_parse_pool(const ak_api_config *cfg, const char *body, size_t len, ak_api_pool_request *out,
+                      ak_api_error *e) {
+    memset(out, 0, sizeof *out);
+    memset(e, 0, sizeof *e);
+    cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
+    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    int rc = parse_pool_body(cfg, j, out, e);
+    cJSON_Delete(j);
+    if (rc < 0) ak_api_pool_request_free(out);
     return rc;
 }

@@ -13,7 +13,8 @@
  *   n (only 1), max_tokens / max_completion_tokens (1..2^24),
  *   temperature [0, 2], top_p (0, 1], seed (|seed| <= 2^62),
  *   stream, stream_options.include_usage (booleans),
- *   stop (a string or an array of at most 4 non-empty strings), user (string).
+ *   stop (a string or an array of at most 4 non-empty strings), user (string),
+ *   pool (string: the pool the prompt starts with; see POOLS below).
  * Numbers are range-checked as doubles before any conversion, so 1e300 is a
  * 400 like any other out-of-range value.
  */
@@ -32,6 +33,11 @@
 #define AK_API_MAX_MESSAGES 4096   /* messages in one chat request */
 #define AK_API_MAX_PARTS    256    /* content parts in one message */
 
+/* Looks pool id up for a request that names one: its tokens and source
+ * (both malloc'd; *source may be NULL). Returns 0, or -1 with err set
+ * (err->code AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT, ...). */
+typedef int (*ak_api_pool_fn)(void *ud, const char *id, int32_t **tokens, int *n, char **source, ak_error *err);
+
 /* What the parser needs to know about the server. */
 typedef struct {
     const ak_tokenizer *tok;
@@ -39,12 +45,16 @@ typedef struct {
     ak_chat_family family;
     const char *template_text; /* may be NULL */
     int n_ctx;
+    ak_api_pool_fn pool_lookup;   /* NULL: a request naming a pool is refused (400) */
+    void *pool_ud;
 } ak_api_config;
 
 /* A completion request, validated. */
 typedef struct {
     int chat;
     char agent_id[AK_AGENT_ID_MAX + 1];   /* "" when anonymous */
+    char pool[AK_AGENT_ID_MAX + 1];       /* "" when none; else tokens start with the pool's */
+    int n_pool_tokens;        /* the pool's tokens at the start of tokens */
     int32_t *tokens;
     size_t n_tokens;
     int max_tokens;           /* >= 1 after a successful parse (clamped to the context) */
@@ -57,7 +67,8 @@ typedef struct {
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */
 typedef struct {
-    int status;               /* 400, 404 (unknown model) or 500 (out of memory) */
+    int status;               /* 400, 404 (unknown model or pool), 409 (a pool of another
+                                 model), 500 (out of memory, a corrupt pool), 503 */
     const char *param, *code; /* static strings or NULL */
     char msg[600];
 } ak_api_error;
@@ -73,5 +84,44 @@ int ak_api_parse(const ak_api_config *cfg, const char *body, size_t len, int cha
 
 /* Frees what ak_api_parse allocated; the struct is zeroed. NULL is fine. */
 void ak_api_request_free(ak_api_request *r);
+
+/* POOLS. A request with "pool": ID gets a prompt that starts with the
+ * pool's tokens (the lookup's), by the pool's source:
+ *   {"messages": [...]}  chat: the pool's messages followed by the
+ *       request's, rendered together with the generation prompt; the result
+ *       must start with the pool's tokens (the pool was rendered alone,
+ *       without the generation prompt), else 400 pool_template_mismatch:
+ *       the chat template renders the pool's messages differently when
+ *       other messages follow (e.g. mistral puts the system message in front
+ *       of the last user message, llama2 inside the first user turn);
+ *   {"text": "..."} (or no source)  chat: the pool's tokens, then the
+ *       rendered conversation's (its leading BOS dropped when the pool
+ *       already starts with one);
+ *   completions, any source: the pool's tokens, then the prompt's (BOS
+ *       dropped the same way).
+ * Errors: invalid id 400 invalid_pool_id, unknown 404 pool_not_found,
+ * another model's 409 pool_stale, corrupt (quarantined) 500 pool_corrupt,
+ * pool + request not shorter than the context 400
+ * context_length_exceeded. */
+
+/* A POST /v1/pools body, validated. */
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    int32_t *tokens;          /* the pool's prefix: messages rendered without the generation
+                                 prompt, or the text tokenized with the model's BOS */
+    size_t n_tokens;
+    ak_kv_format fk, fv;      /* cache_type_k / cache_type_v, default q8 / tq3 */
+    char *source;             /* {"messages": [...]} or {"text": "..."} as JSON (malloc'd) */
+} ak_api_pool_request;
+
+/* Parses a POST /v1/pools body {"id", "messages" | "text", "cache_type_k",
+ * "cache_type_v"}: exactly one of messages (as for chat) and text; the
+ * format names as ak_kv_format_parse reads them. Refuses (400) an invalid
+ * id, an empty prefix, one not shorter than the context (both numbers
+ * said), an unknown format. Returns 0 and fills *out (free it with
+ * ak_api_pool_request_free), or -1 with *e set. */
+int ak_api_parse_pool(const ak_api_config *cfg, const char *body, size_t len, ak_api_pool_request *out,
+                      ak_api_error *e);
+void ak_api_pool_request_free(ak_api_pool_request *r);
 
 #endif

@@ -150,7 +150,8 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
     for (int i = b0; i <= b1; i++) {
         ak_block *b = kv->table[i];
         if (!b) nb[i - b0] = ak_block_alloc(kv->pool, kv->fk, kv->fv, err);
-        else if (ak_block_refcount(kv->pool, b) > 1) nb[i - b0] = ak_block_clone(kv->pool, b, err);
+        /* shared, or indexed (its bits are named by its hash: never changed in place) */
+        else if (ak_block_refcount(kv->pool, b) > 1 || b->hash) nb[i - b0] = ak_block_clone(kv->pool, b, err);
         else continue;
         if (!nb[i - b0]) { rc = -1; break; }
     }
@@ -208,7 +209,7 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
         return ak_fail(err, "KV write at layer %d position %d is out of range", layer, pos);
     int slot;
     ak_block *b = kv->table[block_of(kv, pos, &slot)];
-    if (!b || b->refcount != 1) return ak_fail(err, "KV write at position %d: block not prepared", pos);
+    if (!b || b->refcount != 1 || b->hash) return ak_fail(err, "KV write at position %d: block not prepared", pos);
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v;
     /* the block's formats, which need not be the sequence's (see sink) */
     const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
@@ -271,7 +272,7 @@ uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, in
     if (pos < 0 || pos >= kv->capacity) return NULL;
     int slot;
     ak_block *b = kv->table[block_of(kv, pos, &slot)];
-    if (!b || b->refcount != 1) return NULL;
+    if (!b || b->refcount != 1 || b->hash) return NULL;
     return component_at(kv, layer, is_v, comp, head, pos);
 }
 

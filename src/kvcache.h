@@ -54,7 +54,8 @@ size_t ak_kv_bytes(const ak_kv *kv);
 int ak_kv_n_blocks(const ak_kv *kv);
 
 /* Makes positions [from, to) writable: allocates missing blocks and copies
- * shared ones (copy-on-write). Returns 0, or -1 with err set (budget
+ * shared ones and those entered in the content index (copy-on-write: an
+ * indexed block's bits are named by its hash, blockpool.h). Returns 0, or -1 with err set (budget
  * exhausted, past capacity) having changed nothing the sequence holds. */
 int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err);
 
@@ -77,7 +78,7 @@ int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error
  * and so are those of consecutive heads (blockpool.h): from head 0's first
  * slot, a block's whole component (n_head_kv * block_tokens entries) is one
  * run. ak_kv_stored needs pos < length; ak_kv_stored_mut needs pos
- * prepared (ak_kv_prepare) and exclusively owned. Both return NULL when the
+ * prepared (ak_kv_prepare): exclusively owned and not in the content index. Both return NULL when the
  * position is not available or the format has no component comp. */
 const uint8_t *ak_kv_stored(const ak_kv *kv, int layer, int is_v, int comp, int head, int pos);
 uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, int pos);

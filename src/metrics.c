@@ -231,6 +231,19 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
                 (uint64_t)g->saves_retrying);
         put_u64(&b, "gauge", "agentkv_agents_unsaved", "Agents whose memory is not yet confirmed on disk.",
                 (uint64_t)g->agents_unsaved);
+        put_u64(&b, "gauge", "agentkv_kv_shared_bytes",
+                "KV bytes held by more than one agent or pool (a pool's blocks, blocks linked by content).",
+                g->shared_bytes);
+        /* logical / used: 1 when nothing is shared (and when nothing is held) */
+        char ratio[32];
+        snprintf(ratio, sizeof ratio, "%.6f", g->used_bytes ? (double)g->logical_bytes / (double)g->used_bytes : 1.0);
+        put_one(&b, "gauge", "agentkv_kv_dedup_ratio",
+                "KV bytes as agents and pools read them over bytes really held (1: nothing shared).", ratio);
+        put_u64(&b, "counter", "agentkv_kv_linked_blocks_total",
+                "KV blocks linked from a pool or the content index instead of computed or read.", g->linked_blocks);
+        put_u64(&b, "gauge", "agentkv_pools", "Pools (shared prefixes) in RAM or in the memory directory.",
+                (uint64_t)g->pools);
+        put_u64(&b, "gauge", "agentkv_pools_resident", "Pools whose blocks are in RAM.", (uint64_t)g->pools_resident);
     }
     if (b.failed) {
         free(b.s);

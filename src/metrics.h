@@ -44,6 +44,12 @@ typedef struct {
     uint64_t save_failures;    /* failed save attempts, retries included (a counter) */
     int saves_retrying;        /* failed saves waiting for a retry */
     int agents_unsaved;        /* agents whose history is not confirmed on disk */
+    /* sharing (ak_share_stats): pools and blocks linked by content */
+    uint64_t shared_bytes;     /* KV bytes held by more than one holder */
+    uint64_t logical_bytes;    /* KV bytes as agents and pools see them */
+    uint64_t used_bytes;       /* KV bytes really held (logical / used: the dedup ratio) */
+    uint64_t linked_blocks;    /* blocks linked instead of computed or read (a counter) */
+    int pools, pools_resident; /* pools known / with their blocks in RAM */
 } ak_metrics_gauges;
 
 /* The whole exposition as a malloc'd NUL-terminated string, or NULL when out

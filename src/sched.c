@@ -23,6 +23,12 @@ struct ak_request {
     /* parameters, immutable after submit */
     char id[AK_AGENT_ID_MAX + 2];
     int anonymous;
+    char pool[AK_AGENT_ID_MAX + 1];   /* the pool the prompt starts with ("" if none); for a
+                                         pool job, the pool it makes */
+    int pool_job;                 /* makes pool `pool` from the prompt instead of serving an agent */
+    ak_kv_format pfk, pfv;        /* a pool job's formats */
+    char *source;                 /* a pool job's source (may be NULL) */
+    int committed;                /* a pool job's pool was committed */
     int32_t *prompt;
     int n_prompt, max_tokens, n_reserve, stop_at_eog;
     char *stop[AK_MAX_STOP];
@@ -49,7 +55,7 @@ struct ak_request {
     ak_req_result res;
 };
 
-enum { OP_LIST, OP_REMOVE, OP_GAUGES };
+enum { OP_LIST, OP_REMOVE, OP_GAUGES, OP_POOL_GET, OP_POOL_LIST, OP_POOL_TOKENS, OP_POOL_REMOVE };
 
 typedef struct op {
     struct op *next;
@@ -60,6 +66,9 @@ typedef struct op {
     ak_sched_agent *list;
     int n;
     ak_metrics_gauges *g;
+    ak_pool_info *pinfo;          /* OP_POOL_GET: one; OP_POOL_LIST: n, malloc'd */
+    int32_t *tokens;              /* OP_POOL_TOKENS (malloc'd, n of them) */
+    char *source;
     const ak_store_entry *files;  /* the store's files, listed by the caller (from the store's
                                      index, outside the engine thread) */
     int n_files;
@@ -99,6 +108,7 @@ static void free_request(ak_request *r) {
     free(r->hist);
     free(r->logits);
     free(r->piece);
+    free(r->source);
     free(r->text);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r);
@@ -168,6 +178,24 @@ size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_r
 
 /* ---------------------------------------------------------------- submit */
 
+/* Hands r to the engine. Returns 0, or -1 with err set and *status 503
+ * when stopping (r is then the caller's to free). */
+static int enqueue(ak_sched *s, ak_request *r, int *status, ak_error *err) {
+    r->t_submit = ak_now();
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        *status = 503;
+        return ak_failc(err, AK_ERR_SHUTDOWN, "the server is shutting down");
+    }
+    if (s->incoming_tail) s->incoming_tail->next = r;
+    else s->incoming = r;
+    s->incoming_tail = r;
+    pthread_cond_signal(&s->engine_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err) {
     *status = 400;
     if (p->n_prompt < 1) { ak_failc(err, AK_ERR_INVALID, "the prompt is empty (no tokens)"); return NULL; }
@@ -183,12 +211,19 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
         return NULL;
     }
     if (p->n_stop < 0 || p->n_stop > AK_MAX_STOP) { ak_failc(err, AK_ERR_INVALID, "at most %d stop sequences", AK_MAX_STOP); return NULL; }
+    int pooled = p->pool && p->pool[0];
+    if (pooled && !ak_pool_id_valid(p->pool)) {
+        ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+        return NULL;
+    }
     long reserve = (long)p->n_prompt + p->max_tokens;
     if (reserve > s->cfg.n_ctx) reserve = s->cfg.n_ctx;
     ak_block_pool_stats st;
     ak_block_pool_get_stats(s->cfg.pool, &st);
     size_t need = ak_agents_bytes_for(s->cfg.agents, (int)reserve);
-    if (st.budget && need > st.budget) {
+    /* a pooled agent shares the pool's blocks and stores its own in the
+     * pool's formats: only admission (ak_agent_bytes_to_add) can say */
+    if (!pooled && st.budget && need > st.budget) {
         ak_failc(err, AK_ERR_KV_BUDGET, "this request needs %zu bytes of KV cache for %ld tokens (prompt %d + max_tokens); the KV "
                 "budget is %zu bytes: lower max_tokens or shorten the prompt", need, reserve, p->n_prompt, st.budget);
         return NULL;
@@ -200,6 +235,7 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     r->refs = 2; /* the caller's and the engine's */
     r->anonymous = anonymous;
     if (!anonymous) snprintf(r->id, sizeof r->id, "%s", p->agent_id);
+    if (pooled) snprintf(r->pool, sizeof r->pool, "%s", p->pool);
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->n_reserve = (int)reserve;
@@ -222,20 +258,8 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     }
     if (!(r->smp = ak_sampler_new(&p->sp, vocab, err))) { *status = 400; goto fail; }
     ak_detok_init(&r->dt);
-    r->t_submit = ak_now();
     r->res.prompt_tokens = p->n_prompt;
-    pthread_mutex_lock(&s->mu);
-    if (s->stopping) {
-        pthread_mutex_unlock(&s->mu);
-        *status = 503;
-        ak_failc(err, AK_ERR_SHUTDOWN, "the server is shutting down");
-        goto fail;
-    }
-    if (s->incoming_tail) s->incoming_tail->next = r;
-    else s->incoming = r;
-    s->incoming_tail = r;
-    pthread_cond_signal(&s->engine_cv);
-    pthread_mutex_unlock(&s->mu);
+    if (enqueue(s, r, status, err) < 0) goto fail;
     return r;
 fail:
     free_request(r);
@@ -252,11 +276,25 @@ static int agent_active(const ak_sched *s, const char *id) {
     return 0;
 }
 
-/* Bytes the running requests may still need to reach their reservations. */
+/* Bytes of blocks a pool job still needs to hold its n_prompt positions. */
+static size_t pool_job_needs(const ak_sched *s, const ak_request *r) {
+    int bt = ak_block_pool_block_tokens(s->cfg.pool);
+    size_t want = (size_t)((r->n_prompt + bt - 1) / bt) * ak_block_pool_block_bytes(s->cfg.pool, r->pfk, r->pfv);
+    size_t have = r->kv ? ak_kv_bytes(r->kv) : 0;
+    return want > have ? want - have : 0;
+}
+
+/* Bytes the running requests may still need to reach their reservations:
+ * only what each will add (a pool's blocks and blocks linked from the
+ * content index are shared, not counted again). */
 static size_t outstanding(const ak_sched *s) {
     size_t sum = 0;
-    for (const ak_request *r = s->active; r; r = r->next)
-        sum += ak_agent_bytes_needed(s->cfg.agents, agent_of(r), r->n_reserve);
+    for (const ak_request *r = s->active; r; r = r->next) {
+        if (r->pool_job) sum += pool_job_needs(s, r);
+        else
+            sum += ak_agent_bytes_to_add(s->cfg.agents, agent_of(r), r->pool[0] ? r->pool : NULL, r->prompt,
+                                         r->n_prompt, r->n_reserve);
+    }
     return sum;
 }
 
@@ -279,10 +317,49 @@ static int append_text(ak_sched *s, ak_request *r, const char *b, size_t n) {
     return rc;
 }
 
+/* Ends a pool job: a pool not committed is forgotten; the waiting caller
+ * sees the result. Engine thread. */
+static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg) {
+    if (r->state == R_PREFILL && !r->committed) ak_pool_abort(s->cfg.agents, r->pool);
+    if (r->committed)
+        logf_(s, "pool %s: created, %d tokens (%s/%s) in %.1f ms", r->pool, r->n_prompt, ak_kv_format_get(r->pfk)->name,
+              ak_kv_format_get(r->pfv)->name, (ak_now() - r->t_submit) * 1e3);
+    pthread_mutex_lock(&s->mu);
+    /* cut at shutdown before its commit: the pool does not exist */
+    if (!r->committed && why != AK_FINISH_ERROR) {
+        why = AK_FINISH_ERROR;
+        status = 503;
+        msg = "the server is shutting down";
+        r->res.code = AK_ERR_SHUTDOWN;
+    }
+    r->res.finish = why;
+    r->res.status = status;
+    if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
+    r->done = 1;
+    pthread_cond_broadcast(&s->out_cv);
+    pthread_mutex_unlock(&s->mu);
+    r->state = R_DONE;
+    s->changed = 1;
+}
+
+static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg);
+
+/* finish with an error whose ak_err_code the reader gets in res.code. */
+static void finish_err(ak_sched *s, ak_request *r, int status, const ak_error *e) {
+    pthread_mutex_lock(&s->mu);
+    r->res.code = e->code ? e->code : AK_ERR_GENERIC;
+    pthread_mutex_unlock(&s->mu);
+    finish(s, r, AK_FINISH_ERROR, status, e->msg);
+}
+
 /* Ends a request: the agent's turn ends (saved per the policy), readers see
  * the whole text and the result. Engine thread; r leaves the active list in
  * the caller's sweep (state R_DONE). */
 static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg) {
+    if (r->pool_job) {
+        finish_pool_job(s, r, why, status, msg);
+        return;
+    }
     if (r->state == R_PREFILL || r->state == R_DECODE) {
         ak_error err = {{0}};
         if (why == AK_FINISH_ERROR) ak_agent_abort(s->cfg.agents, agent_of(r));
@@ -371,19 +448,63 @@ static void next_token(ak_sched *s, ak_request *r) {
     r->next_tok = tok;
 }
 
-/* An anonymous request reuses the idle ephemeral agent whose cache shares
- * the longest prefix with its prompt, or gets a new one. */
+/* 1 when agent id's history starts with pool (or with none when pool is
+ * ""), as far as the agents know (an unknown agent has none). */
+static int agent_on_pool(const ak_sched *s, const char *id, const char *pool) {
+    int i = ak_agents_find(s->cfg.agents, id);
+    if (i < 0) return !pool[0];
+    ak_agent_info in;
+    ak_agents_get(s->cfg.agents, i, &in);
+    return !strcmp(in.pool, pool);
+}
+
+/* An anonymous request reuses the idle ephemeral agent on the same pool (or
+ * none) whose cache shares the longest prefix with its prompt, or gets a new
+ * one; with max_active of them already, an idle one on another pool is
+ * emptied and reused (its cache could not serve this prompt anyway). */
 static void pick_anonymous(ak_sched *s, ak_request *r) {
-    int best = -1, best_len = 0;
+    int best = -1, best_len = 0, spare = -1;
+    char id[32];
     for (int i = 0; i < s->n_anon; i++) {
-        char id[32];
         snprintf(id, sizeof id, ".anon-%d", i);
         if (agent_active(s, id)) continue;
+        if (!agent_on_pool(s, id, r->pool)) {
+            if (spare < 0) spare = i;
+            continue;
+        }
         int m = ak_agent_match_len(s->cfg.agents, id, r->prompt, r->n_prompt);
         if (best < 0 || m > best_len) { best = i; best_len = m; }
     }
-    if (best < 0 || (best_len == 0 && s->n_anon < s->cfg.max_active)) best = s->n_anon++;
+    if (best < 0 && spare >= 0 && s->n_anon >= s->cfg.max_active) {
+        snprintf(id, sizeof id, ".anon-%d", spare);
+        ak_error err = {{0}};
+        ak_agent_remove(s->cfg.agents, id, &err);
+        best = spare;
+    } else if (best < 0 || (best_len == 0 && s->n_anon < s->cfg.max_active)) {
+        best = s->n_anon++;
+    }
     snprintf(r->id, sizeof r->id, ".anon-%d", best);
+}
+
+/* 1 while a pool job making pool id runs. */
+static int pool_job_active(const ak_sched *s, const char *id) {
+    for (const ak_request *r = s->active; r; r = r->next)
+        if (r->pool_job && !strcmp(r->pool, id)) return 1;
+    return 0;
+}
+
+/* The HTTP status of a failed pool job or pooled open, by error code. */
+static int status_of(int code) {
+    switch (code) {
+    case AK_ERR_INVALID: return 400;
+    case AK_ERR_NOT_FOUND: return 404;
+    case AK_ERR_EXISTS:
+    case AK_ERR_STALE:
+    case AK_ERR_BUSY: return 409;
+    case AK_ERR_KV_BUDGET:
+    case AK_ERR_SHUTDOWN: return 503;
+    default: return 500;
+    }
 }
 
 static int id_listed(char (*ids)[AK_AGENT_ID_MAX + 2], int n, const char *id) {
@@ -432,11 +553,55 @@ static int start_prefetch(ak_sched *s, ak_request *r) {
 static void prefetch(ak_sched *s) {
     if (s->cfg.no_prefetch) return;
     for (ak_request *r = s->waiting; r && s->n_io < MAX_IO; r = r->next) {
-        if (r->anonymous || r->prefetch_tried) continue;
+        if (r->anonymous || r->pool_job || r->prefetch_tried) continue;
         int rc = start_prefetch(s, r);
         if (rc < 0) break; /* no room yet: retry at a later step */
         r->prefetch_tried = 1;
     }
+}
+
+/* Appends r (just unlinked from the waiting list) to the active list,
+ * keeping admission order. */
+static void activate(ak_sched *s, ak_request *r) {
+    ak_request **tail = &s->active;
+    while (*tail) tail = &(*tail)->next;
+    *tail = r;
+    s->n_active++;
+}
+
+/* Admits pool job r: begins the pool and reserves every block of its
+ * prefill up front, so that its chunks cannot fail a batch for room.
+ * Returns 1 when r left the waiting list (admitted or failed), 0 when it
+ * waits (the same pool is being made, or no room while requests run). */
+static int admit_pool_job(ak_sched *s, ak_request *r, ak_request *prev) {
+    if (pool_job_active(s, r->pool)) return 0;
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(s->cfg.pool, &st);
+    size_t need = pool_job_needs(s, r), busy = st.used + outstanding(s);
+    int others = s->n_active > 0 || s->n_io > 0;
+    if (others && st.budget && (busy > st.budget || need > st.budget - busy)) return 0;
+    ak_error err = {{0}};
+    ak_kv *kv = NULL;
+    int rc = ak_pool_begin(s->cfg.agents, r->pool, r->prompt, r->n_prompt, r->pfk, r->pfv, r->source, &kv, &err);
+    if (rc == 0 && ak_kv_prepare(kv, 0, r->n_prompt, &err) < 0) {
+        ak_pool_abort(s->cfg.agents, r->pool);
+        rc = -1;
+    }
+    if (rc < 0 && err.code == AK_ERR_KV_BUDGET && others) return 0;
+    unlink_waiting(s, r, prev);
+    if (rc < 0) {
+        finish_err(s, r, status_of(err.code), &err);
+        pthread_mutex_lock(&s->mu);
+        unref_locked(r);
+        pthread_mutex_unlock(&s->mu);
+        return 1;
+    }
+    r->kv = kv;
+    r->pos = 0;
+    r->state = R_PREFILL;
+    r->t_admit = ak_now();
+    activate(s, r);
+    return 1;
 }
 
 /* Admits waiting requests in arrival order (see sched.h). */
@@ -449,6 +614,11 @@ static void admit(ak_sched *s) {
     while (r) {
         ak_request *nx = r->next;
         if (s->n_active >= s->cfg.max_active) break;
+        if (r->pool_job) {
+            if (!admit_pool_job(s, r, prev)) prev = r;
+            r = nx;
+            continue;
+        }
         if (!r->anonymous && (id_listed(blocked, n_blocked, r->id) || agent_active(s, r->id) ||
                               ak_agent_restoring(s->cfg.agents, r->id))) {
             /* a later request of a busy agent waits behind the earlier one */
@@ -477,8 +647,8 @@ static void admit(ak_sched *s) {
         ak_turn t;
         ak_kv *kv;
         int flags = r->anonymous ? AK_AGENT_EPHEMERAL : 0;
-        if (ak_agent_open(s->cfg.agents, r->id, flags, r->prompt, r->n_prompt, r->n_reserve, outstanding(s), &kv, &t,
-                          &err) < 0) {
+        if (ak_agent_open_pool(s->cfg.agents, r->id, flags, r->pool[0] ? r->pool : NULL, r->prompt, r->n_prompt,
+                               r->n_reserve, outstanding(s), &kv, &t, &err) < 0) {
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
                 /* room comes back when a running request ends */
                 if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
@@ -488,7 +658,8 @@ static void admit(ak_sched *s) {
                 continue;
             }
             unlink_waiting(s, r, prev);
-            finish(s, r, AK_FINISH_ERROR, err.code == AK_ERR_KV_BUDGET || err.code == AK_ERR_INVALID ? 400 : 500, err.msg);
+            /* alone and still no room: this request can never fit */
+            finish_err(s, r, err.code == AK_ERR_KV_BUDGET ? 400 : status_of(err.code), &err);
             pthread_mutex_lock(&s->mu);
             unref_locked(r);
             pthread_mutex_unlock(&s->mu);
@@ -505,11 +676,7 @@ static void admit(ak_sched *s) {
         r->res.turn = t;
         r->res.queue_ms = (r->t_admit - r->t_submit) * 1e3;
         pthread_mutex_unlock(&s->mu);
-        /* append to the active list, keeping admission order */
-        ak_request **tail = &s->active;
-        while (*tail) tail = &(*tail)->next;
-        *tail = r;
-        s->n_active++;
+        activate(s, r);
         r = nx;
     }
     free(blocked);
@@ -546,7 +713,7 @@ static void step(ak_sched *s) {
             s->b_tok[nb] = r->prompt[p];
             s->b_pos[nb] = p;
             s->b_seq[nb] = r->kv;
-            s->b_logits[nb] = p == r->n_prompt - 1 ? r->logits : NULL;
+            s->b_logits[nb] = p == r->n_prompt - 1 && !r->pool_job ? r->logits : NULL;
             nb++;
         }
         r->step_k = k;
@@ -575,6 +742,15 @@ static void step(ak_sched *s) {
             r->pos += r->step_k;
             r->prefill_s += dt;
             if (r->pos < r->n_prompt) continue;
+            if (r->pool_job) {
+                if (ak_pool_commit(s->cfg.agents, r->pool, &e) < 0) {
+                    finish_err(s, r, status_of(e.code), &e);
+                    continue;
+                }
+                r->committed = 1;
+                finish(s, r, AK_FINISH_STOP, 0, NULL);
+                continue;
+            }
             if (ak_agent_commit(s->cfg.agents, agent_of(r), r->prompt, r->n_prompt, &e) < 0) {
                 finish(s, r, AK_FINISH_ERROR, 500, e.msg);
                 continue;
@@ -623,11 +799,31 @@ static int agent_busy(const ak_sched *s, const char *id) {
     return 0;
 }
 
+/* The pool ops (engine thread). */
+static void run_pool_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    switch (o->kind) {
+    case OP_POOL_GET: o->rc = ak_pool_get(ag, o->id, o->pinfo, &o->err); break;
+    case OP_POOL_LIST: o->rc = ak_pools_list(ag, &o->pinfo, &o->n, &o->err); break;
+    case OP_POOL_TOKENS: o->rc = ak_pool_tokens(ag, o->id, &o->tokens, &o->n, &o->source, &o->err); break;
+    default:
+        if (pool_job_active(s, o->id))
+            o->rc = ak_failc(&o->err, AK_ERR_BUSY, "pool '%s' is being created", o->id);
+        else
+            o->rc = ak_pool_remove(ag, o->id, &o->err);
+        break;
+    }
+}
+
 static void run_op(ak_sched *s, op *o) {
     ak_agents *ag = s->cfg.agents;
     if (o->kind == OP_REMOVE) {
         if (agent_busy(s, o->id)) o->rc = 2;
         else o->rc = ak_agent_remove(ag, o->id, &o->err);
+        return;
+    }
+    if (o->kind >= OP_POOL_GET) {
+        run_pool_op(s, o);
         return;
     }
     const ak_store_entry *files = o->files;
@@ -649,6 +845,8 @@ static void run_op(ak_sched *s, op *o) {
         x->n_tokens = in.n_tokens;
         x->tier = in.tier;
         x->bytes = in.bytes;
+        x->private_bytes = in.private_bytes;
+        snprintf(x->pool, sizeof x->pool, "%s", in.pool);
         x->last_use = in.last_unix;
         x->busy = agent_busy(s, in.id);
         hot += in.tier == AK_TIER_HOT;
@@ -662,14 +860,15 @@ static void run_op(ak_sched *s, op *o) {
         if (j < n_known) {
             /* an agent known here keeps its own token count: its file may
              * still hold an older turn while the new save is queued */
-            if (v[j].tier != AK_TIER_HOT) v[j].bytes = files[i].bytes;
+            if (v[j].tier != AK_TIER_HOT) v[j].bytes = v[j].private_bytes = files[i].bytes;
             continue;
         }
         ak_sched_agent *x = &v[n++];
         snprintf(x->id, sizeof x->id, "%s", files[i].id);
         x->n_tokens = files[i].n_tokens;
         x->tier = AK_TIER_WARM;
-        x->bytes = files[i].bytes;
+        x->bytes = x->private_bytes = files[i].bytes;   /* a file holds only the agent's own positions */
+        snprintf(x->pool, sizeof x->pool, "%s", files[i].base.pool_id);
         x->last_use = files[i].mtime;
         x->busy = agent_busy(s, files[i].id);
     }
@@ -689,6 +888,14 @@ static void run_op(ak_sched *s, op *o) {
         o->g->save_failures = ss.failures;
         o->g->saves_retrying = ss.retrying;
         o->g->agents_unsaved = ss.unsaved;
+        ak_share_stats sh;
+        ak_agents_share_stats(ag, &sh);
+        o->g->shared_bytes = sh.shared_bytes;
+        o->g->logical_bytes = sh.logical_bytes;
+        o->g->used_bytes = sh.used_bytes;
+        o->g->linked_blocks = sh.linked_blocks;
+        o->g->pools = sh.pools;
+        o->g->pools_resident = sh.pools_resident;
         free(v);
         o->rc = 0;
         return;
@@ -949,4 +1156,94 @@ void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g) {
     list_files(s, &o, &err);   /* no files listed: warm gauges read 0 */
     post_op(s, &o);
     free((void *)o.files);
+}
+
+/* ----------------------------------------------------------------- pools */
+
+int ak_sched_pool_create(ak_sched *s, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
+                         const char *source, ak_pool_info *info, int *status, ak_error *err) {
+    *status = 400;
+    if (!id || !ak_pool_id_valid(id))
+        return ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (n < 1) return ak_failc(err, AK_ERR_INVALID, "the pool is empty (no tokens)");
+    if (n >= s->cfg.n_ctx)
+        return ak_failc(err, AK_ERR_INVALID, "the pool has %d tokens; the context is %d, so no agent could add one", n,
+                        s->cfg.n_ctx);
+    *status = 500;
+    ak_request *r = ak_calloc(1, sizeof *r, err);
+    if (!r) return -1;
+    r->s = s;
+    r->refs = 2;
+    r->pool_job = 1;
+    snprintf(r->pool, sizeof r->pool, "%s", id);
+    r->pfk = fk;
+    r->pfv = fv;
+    r->n_prompt = r->n_reserve = n;
+    r->max_tokens = 1;
+    r->res.prompt_tokens = n;
+    if (!(r->prompt = ak_malloc(sizeof(int32_t) * (size_t)n, err))) goto fail;
+    memcpy(r->prompt, tokens, sizeof(int32_t) * (size_t)n);
+    if (source && !(r->source = strdup(source))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    if (enqueue(s, r, status, err) < 0) goto fail;
+    ak_request_wait(r, (size_t)-1, -1);
+    ak_req_result res;
+    ak_request_read(r, 0, NULL, NULL, &res);
+    ak_request_release(r);
+    if (res.finish == AK_FINISH_ERROR) {
+        *status = res.status ? res.status : 500;
+        return ak_failc(err, res.code ? res.code : AK_ERR_GENERIC, "%s", res.error);
+    }
+    *status = 201;
+    if (ak_sched_pool_get(s, id, info, err) < 0) {
+        *status = status_of(err->code);
+        return -1;
+    }
+    return 0;
+fail:
+    free_request(r);
+    return -1;
+}
+
+/* Posts a pool op and copies its error out. Returns o->rc, or -1. */
+static int pool_op(ak_sched *s, op *o, ak_error *err) {
+    if (post_op(s, o) < 0 || o->rc < 0) {
+        if (err) *err = o->err;
+        return -1;
+    }
+    return o->rc;
+}
+
+int ak_sched_pool_get(ak_sched *s, const char *id, ak_pool_info *info, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_GET;
+    o.id = id;
+    o.pinfo = info;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_pools_list(ak_sched *s, ak_pool_info **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_LIST;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *out = o.pinfo;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, char **source, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_TOKENS;
+    o.id = id;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *tokens = o.tokens;
+    *n = o.n;
+    *source = o.source;
+    return 0;
+}
+
+int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_REMOVE;
+    o.id = id;
+    return pool_op(s, &o, err);
 }

@@ -51,7 +51,9 @@ typedef struct {
 
 typedef struct {
     const char *agent_id;     /* NULL or "": anonymous (prefix reuse, nothing persisted) */
-    const int32_t *prompt;    /* copied */
+    const char *pool;         /* NULL or "": none; else the pool the prompt starts with (copied):
+                                 the agent attaches to it (ak_agent_open_pool) */
+    const int32_t *prompt;    /* copied; starts with the pool's tokens when pool is set */
     int n_prompt;
     int max_tokens;           /* >= 1 */
     ak_sampler_params sp;
@@ -69,7 +71,8 @@ typedef enum {
 
 typedef struct {
     ak_finish finish;
-    int status;               /* HTTP status for AK_FINISH_ERROR (400, 500, 503) */
+    int status;               /* HTTP status for AK_FINISH_ERROR (400, 404, 409, 500, 503) */
+    int code;                 /* its ak_err_code (AK_ERR_NOT_FOUND for a pool that vanished, ...) */
     char error[512];
     ak_turn turn;             /* valid once started */
     int started;              /* admitted and its prefill done */
@@ -117,7 +120,10 @@ typedef struct {
     char id[AK_AGENT_ID_MAX + 1];
     int n_tokens;
     ak_tier tier;             /* hot (RAM) or warm (disk only) */
-    uint64_t bytes;           /* RAM bytes when hot, file bytes when warm */
+    uint64_t bytes;           /* RAM bytes it reads when hot (a pool's shared blocks
+                                 included), file bytes when warm */
+    uint64_t private_bytes;   /* of them, bytes held by it alone when hot; file bytes when warm */
+    char pool[AK_AGENT_ID_MAX + 1];   /* the pool its history starts with ("" if none) */
     int64_t last_use;         /* unix seconds */
     int busy;                 /* a request is running or queued */
 } ak_sched_agent;
@@ -130,5 +136,31 @@ int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *er
 int ak_sched_remove_agent(ak_sched *s, const char *id, ak_error *err);
 /* Gauges for /metrics (engine thread, between steps). */
 void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g);
+
+/* POOLS (agent.h), run on the engine thread; every call blocks until done.
+ *
+ * Creates pool id from tokens[0..n) in formats fk/fv with source kept
+ * beside it (may be NULL). The prefill goes through the engine's batched
+ * forward pass in chunks, like a request's prompt, so agents decoding
+ * meanwhile keep getting tokens; it waits for KV room while requests run.
+ * Returns 0 and fills *info, or -1 with err set and *status the HTTP status:
+ * 400 (invalid id, empty, not shorter than the context, a format that
+ * cannot store the model's heads), 409 (the pool exists: err.code
+ * AK_ERR_EXISTS), 503 (no KV room even with nothing else running, or
+ * shutting down), 500 (store or memory failure). */
+int ak_sched_pool_create(ak_sched *s, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
+                         const char *source, ak_pool_info *info, int *status, ak_error *err);
+/* Info about pool id. Returns 0, or -1 with err set (AK_ERR_NOT_FOUND). */
+int ak_sched_pool_get(ak_sched *s, const char *id, ak_pool_info *info, ak_error *err);
+/* Every pool, sorted by id (*out malloc'd). Returns 0, or -1 with err set. */
+int ak_sched_pools_list(ak_sched *s, ak_pool_info **out, int *n, ak_error *err);
+/* The pool's tokens and source (both malloc'd; *source may be NULL), for
+ * building a prompt that starts with them. Returns 0, or -1 with err set:
+ * AK_ERR_NOT_FOUND, AK_ERR_STALE (another model's), AK_ERR_CORRUPT
+ * (quarantined), AK_ERR_KV_BUDGET, ... */
+int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, char **source, ak_error *err);
+/* Deletes pool id. Returns 0, 1 if unknown, -1 with err set: AK_ERR_BUSY
+ * while agents are attached (err names them) or while it is being created. */
+int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err);
 
 #endif

@@ -163,9 +163,12 @@ static cJSON *agentkv_json(const ak_api_request *p, const ak_req_result *res) {
     cJSON *a = cJSON_CreateObject();
     if (p->agent_id[0]) cJSON_AddStringToObject(a, "agent_id", p->agent_id);
     else cJSON_AddNullToObject(a, "agent_id");
+    if (p->pool[0]) cJSON_AddStringToObject(a, "pool", p->pool);
+    else cJSON_AddNullToObject(a, "pool");
     cJSON_AddStringToObject(a, "tier", ak_tier_name(res->turn.tier));
     cJSON_AddStringToObject(a, "match", ak_match_name(res->turn.match));
     cJSON_AddNumberToObject(a, "reused", res->turn.reused);
+    cJSON_AddNumberToObject(a, "shared", res->turn.shared);
     cJSON_AddNumberToObject(a, "prefilled", res->turn.prefilled);
     cJSON_AddNumberToObject(a, "restore_ms", res->turn.restore_ms);
     cJSON_AddBoolToObject(a, "restored_ahead", res->turn.restored_ahead);
@@ -357,13 +360,37 @@ static enum MHD_Result send_busy(ak_server *s, struct MHD_Connection *c, const c
     return send_body_ex(s, c, ep, 503, body, "application/json", "1");
 }
 
+/* OpenAI's error code for a request that failed with an ak_err_code in the
+ * engine (a pool that vanished or broke between parsing and admission). */
+static const char *code_of(int code) {
+    switch (code) {
+    case AK_ERR_NOT_FOUND: return "pool_not_found";
+    case AK_ERR_STALE: return "pool_stale";
+    case AK_ERR_CORRUPT: return "pool_corrupt";
+    case AK_ERR_KV_BUDGET: return "kv_budget";
+    default: return NULL;
+    }
+}
+
+/* ak_api_pool_fn for the parser: the pool's tokens from the engine. */
+static int pool_lookup(void *ud, const char *id, int32_t **tokens, int *n, char **source, ak_error *err) {
+    ak_server *s = ud;
+    return ak_sched_pool_tokens(s->cfg.sched, id, tokens, n, source, err);
+}
+
+/* The parser's view of this server. */
+static ak_api_config api_config(ak_server *s) {
+    ak_api_config ac = {s->cfg.tok, s->cfg.model_id, s->cfg.family, s->cfg.template_text, s->cfg.n_ctx, pool_lookup, s};
+    return ac;
+}
+
 static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c, conn *cn, int chat) {
     const char *ep = chat ? "/v1/chat/completions" : "/v1/completions";
     if (cn->too_large)
         return send_error(s, c, ep, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
                           s->cfg.max_body);
     if (cn->over_cap) return send_busy(s, c, ep);
-    ak_api_config ac = {s->cfg.tok, s->cfg.model_id, s->cfg.family, s->cfg.template_text, s->cfg.n_ctx};
+    ak_api_config ac = api_config(s);
     pthread_mutex_lock(&s->mu);
     uint64_t seed = (uint64_t)time(NULL) ^ (s->id_salt + s->next_id * 0x9E3779B97F4A7C15ull);
     pthread_mutex_unlock(&s->mu);
@@ -376,6 +403,7 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     int fd = conn_fd(c);
     ak_req_params rp = {0};
     rp.agent_id = p.agent_id;
+    rp.pool = p.pool;
     rp.prompt = p.tokens;
     rp.n_prompt = (int)p.n_tokens;
     rp.max_tokens = p.max_tokens;
@@ -401,7 +429,9 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     if (res.finish == AK_FINISH_ERROR) {
         ak_request_release(r);
         ak_api_request_free(&p);
-        return send_error(s, c, ep, res.status ? res.status : 500, NULL, NULL, "%s", res.error);
+        const char *code = code_of(res.code);
+        return send_error(s, c, ep, res.status ? res.status : 500, code && code[0] == 'p' ? "pool" : NULL, code, "%s",
+                          res.error);
     }
     if (p.stream) {
         stream *st = calloc(1, sizeof *st);
@@ -457,6 +487,9 @@ static cJSON *agent_json(const ak_sched_agent *a) {
     cJSON_AddNumberToObject(j, "tokens", a->n_tokens);
     cJSON_AddStringToObject(j, "tier", ak_tier_name(a->tier));
     cJSON_AddNumberToObject(j, "bytes", (double)a->bytes);
+    cJSON_AddNumberToObject(j, "private_bytes", (double)a->private_bytes);
+    if (a->pool[0]) cJSON_AddStringToObject(j, "pool", a->pool);
+    else cJSON_AddNullToObject(j, "pool");
     cJSON_AddNumberToObject(j, "last_used_at", (double)a->last_use);
     cJSON_AddBoolToObject(j, "busy", a->busy);
     return j;
@@ -502,13 +535,113 @@ static enum MHD_Result handle_agents(ak_server *s, struct MHD_Connection *c, con
     return send_json(s, c, ep, 200, j);
 }
 
+/* ---------------------------------------------------------------- pools */
+
+static cJSON *pool_json(const ak_pool_info *in) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", in->id);
+    cJSON_AddStringToObject(j, "object", "pool");
+    cJSON_AddNumberToObject(j, "tokens", in->n_tokens);
+    cJSON_AddNumberToObject(j, "bytes", (double)in->bytes);
+    cJSON_AddNumberToObject(j, "file_bytes", (double)in->file_bytes);
+    const ak_kv_format_info *fk = ak_kv_format_get(in->fk), *fv = ak_kv_format_get(in->fv);
+    cJSON_AddStringToObject(j, "cache_type_k", fk ? fk->name : "?");
+    cJSON_AddStringToObject(j, "cache_type_v", fv ? fv->name : "?");
+    cJSON_AddStringToObject(j, "hash", in->hash);
+    cJSON_AddBoolToObject(j, "resident", in->resident);
+    cJSON_AddNumberToObject(j, "readers", in->readers);
+    cJSON_AddNumberToObject(j, "created", (double)in->created);
+    return j;
+}
+
+/* POST /v1/pools: prefills and persists a pool (blocking until done). */
+static enum MHD_Result create_pool(ak_server *s, struct MHD_Connection *c, conn *cn) {
+    const char *ep = "/v1/pools";
+    if (cn->too_large)
+        return send_error(s, c, ep, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
+                          s->cfg.max_body);
+    if (cn->over_cap) return send_busy(s, c, ep);
+    ak_api_config ac = api_config(s);
+    ak_api_pool_request p;
+    ak_api_error b;
+    if (ak_api_parse_pool(&ac, cn->body, cn->len, &p, &b) < 0)
+        return send_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
+    release_body(s, cn);
+    ak_pool_info in;
+    int status = 0;
+    ak_error err = {0};
+    int rc = ak_sched_pool_create(s->cfg.sched, p.id, p.tokens, (int)p.n_tokens, p.fk, p.fv, p.source, &in, &status,
+                                  &err);
+    char id[AK_AGENT_ID_MAX + 1];
+    snprintf(id, sizeof id, "%s", p.id);
+    ak_api_pool_request_free(&p);
+    if (rc < 0) {
+        if (err.code == AK_ERR_EXISTS)
+            return send_error(s, c, ep, 409, "id", "pool_exists",
+                              "%s (pools are write-once: DELETE /v1/pools/%s first)", err.msg, id);
+        return send_error(s, c, ep, status, NULL, err.code == AK_ERR_KV_BUDGET ? "kv_budget" : NULL, "%s", err.msg);
+    }
+    logf_(s, "pool %s: %d tokens, %s/%s", in.id, in.n_tokens, ak_kv_format_get(in.fk)->name,
+          ak_kv_format_get(in.fv)->name);
+    return send_json(s, c, ep, 201, pool_json(&in));
+}
+
+/* DELETE /v1/pools/{id}: refused (409, naming them) while agents are attached. */
+static enum MHD_Result delete_pool(ak_server *s, struct MHD_Connection *c, const char *id) {
+    const char *ep = "/v1/pools";
+    ak_error err = {0};
+    int rc = ak_sched_pool_remove(s->cfg.sched, id, &err);
+    if (rc == 1) return send_error(s, c, ep, 404, "pool", "pool_not_found", "no pool '%s'", id);
+    if (rc < 0 && err.code == AK_ERR_BUSY) return send_error(s, c, ep, 409, "pool", "pool_busy", "%s", err.msg);
+    if (rc < 0) return send_error(s, c, ep, 500, NULL, NULL, "%s", err.msg);
+    logf_(s, "pool %s: deleted", id);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", id);
+    cJSON_AddStringToObject(j, "object", "pool.deleted");
+    cJSON_AddBoolToObject(j, "deleted", 1);
+    return send_json(s, c, ep, 200, j);
+}
+
+/* /v1/pools (POST: create, GET: list) and /v1/pools/{id} (GET, DELETE). */
+static enum MHD_Result handle_pools(ak_server *s, struct MHD_Connection *c, conn *cn, const char *method,
+                                    const char *id) {
+    const char *ep = "/v1/pools";
+    if (!id && !strcmp(method, "POST")) return create_pool(s, c, cn);
+    if (id && !ak_pool_id_valid(id))
+        return send_error(s, c, ep, 400, "pool", "invalid_pool_id",
+                          "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (id && !strcmp(method, "DELETE")) return delete_pool(s, c, id);
+    if (strcmp(method, "GET"))
+        return send_error(s, c, ep, 405, NULL, NULL, "method %s not allowed here (%s)", method,
+                          id ? "GET or DELETE /v1/pools/{id}" : "POST or GET /v1/pools");
+    ak_error err = {0};
+    if (id) {
+        ak_pool_info in;
+        if (ak_sched_pool_get(s->cfg.sched, id, &in, &err) < 0) {
+            if (err.code == AK_ERR_NOT_FOUND) return send_error(s, c, ep, 404, "pool", "pool_not_found", "no pool '%s'", id);
+            return send_error(s, c, ep, 500, NULL, NULL, "%s", err.msg);
+        }
+        return send_json(s, c, ep, 200, pool_json(&in));
+    }
+    ak_pool_info *v = NULL;
+    int n = 0;
+    if (ak_sched_pools_list(s->cfg.sched, &v, &n, &err) < 0) return send_error(s, c, ep, 500, NULL, NULL, "%s", err.msg);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(j, "data");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, pool_json(&v[i]));
+    free(v);
+    return send_json(s, c, ep, 200, j);
+}
+
 /* The endpoint label of a URL for /metrics. */
 static const char *endpoint_of(const char *url) {
     static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/agents",
-                                        "/health", "/metrics"};
+                                        "/v1/pools", "/health", "/metrics"};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (!strcmp(url, known[i])) return known[i];
     if (!strncmp(url, "/v1/agents/", 11)) return "/v1/agents";
+    if (!strncmp(url, "/v1/pools/", 10)) return "/v1/pools";
     return "other";
 }
 
@@ -598,6 +731,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (!strcmp(url, "/v1/agents")) return handle_agents(s, c, method, NULL);
     if (!strncmp(url, "/v1/agents/", 11)) return handle_agents(s, c, method, url + 11);
+    if (!strcmp(url, "/v1/pools")) return handle_pools(s, c, cn, method, NULL);
+    if (!strncmp(url, "/v1/pools/", 10)) return handle_pools(s, c, cn, method, url + 10);
     int chat = !strcmp(url, "/v1/chat/completions");
     if (chat || !strcmp(url, "/v1/completions")) {
         if (strcmp(method, "POST"))

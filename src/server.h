@@ -7,10 +7,16 @@
  *   GET    /v1/agents             every agent (in RAM or on disk)
  *   GET    /v1/agents/{id}        one agent
  *   DELETE /v1/agents/{id}        forget an agent (memory and file)
+ *   POST   /v1/pools              prefill and persist a pool (a shared prefix; 201)
+ *   GET    /v1/pools              every pool
+ *   GET    /v1/pools/{id}         one pool
+ *   DELETE /v1/pools/{id}         delete a pool (409 naming the agents attached to it)
  *   GET    /health                liveness, no key needed
  *   GET    /metrics               Prometheus text format
  * The agent of a request is the header X-Agent-Id or the body field
  * agent_id; without one, cached prefixes are reused but nothing persists.
+ * A completion with "pool": ID starts from that pool's tokens, its agent
+ * attached to the pool's blocks (api.h: POOLS says how the prompt is made).
  * Errors are OpenAI's body {"error": {"message", "type", "param", "code"}}.
  *
  * Hostile or careless clients: the API key, a declared body over max_body

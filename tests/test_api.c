@@ -145,3 +145,161 @@ TEST(api_parse_rejects_bad_bodies) {
     }
     ak_tokenizer_free(r.tok);
 }
+
+/* ------------------------------------------------------------------ pools */
+
+/* A pool table for the parser's lookup: one pool, or an error code. */
+typedef struct {
+    const char *id;
+    int32_t *tokens;
+    int n;
+    const char *source;
+    int fail_code;            /* AK_ERR_*: the lookup fails with it */
+} fake_pool;
+
+static int fake_lookup(void *ud, const char *id, int32_t **tokens, int *n, char **source, ak_error *err) {
+    const fake_pool *fp = ud;
+    if (fp->fail_code) return ak_failc(err, fp->fail_code, "lookup failed as told");
+    if (strcmp(id, fp->id)) return ak_failc(err, AK_ERR_NOT_FOUND, "no pool '%s'", id);
+    *tokens = malloc(sizeof **tokens * (size_t)fp->n);
+    memcpy(*tokens, fp->tokens, sizeof **tokens * (size_t)fp->n);
+    *n = fp->n;
+    *source = fp->source ? strdup(fp->source) : NULL;
+    return 0;
+}
+
+/* Parses a pool body; returns the status (201 when accepted). */
+static int parse_pool(api_rig *r, const char *body, ak_api_pool_request *p, ak_api_error *e) {
+    return ak_api_parse_pool(&r->cfg, body, strlen(body), p, e) == 0 ? 201 : e->status;
+}
+
+TEST(api_pool_body) {
+    api_rig r;
+    if (api_open(t, &r) < 0) return;
+    ak_api_pool_request p;
+    ak_api_error e;
+    /* text: the model's BOS, then the text's tokens; default formats q8 / tq3 */
+    const char *text = "Once upon a time there was a little dog.";
+    REQUIRE(parse_pool(&r, "{\"id\":\"doc-1\",\"text\":\"Once upon a time there was a little dog.\"}", &p, &e) == 201,
+            "text pool refused: %s", e.msg);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ak_error err = {0};
+    REQUIRE(ak_tokenize(r.tok, text, strlen(text), AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    CHECK(ids[0] == ak_tokenizer_bos(r.tok), "the reference starts with BOS");
+    CHECK(p.n_tokens == n && !memcmp(p.tokens, ids, n * sizeof *ids), "text pool tokens = the text tokenized with BOS");
+    CHECK(!strcmp(p.id, "doc-1") && p.fk == AK_KV_Q8 && p.fv == AK_KV_TQ3, "id %s, formats %d/%d", p.id, p.fk, p.fv);
+    CHECK(p.source && !strcmp(p.source, "{\"text\":\"Once upon a time there was a little dog.\"}"), "source %s",
+          p.source ? p.source : "(null)");
+    free(ids);
+    ak_api_pool_request_free(&p);
+    /* messages: rendered without the generation prompt; roles normalized in the source */
+    REQUIRE(parse_pool(&r,
+                       "{\"id\":\"sys\",\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":"
+                       "\"Be kind.\"}]}],\"cache_type_k\":\"q4\",\"cache_type_v\":\"f16\"}",
+                       &p, &e) == 201, "messages pool refused: %s", e.msg);
+    ak_chat_msg m = {"system", "Be kind."};
+    REQUIRE(ak_chat_tokenize(AK_CHAT_PLAIN, &m, 1, 0, NULL, r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    CHECK(p.n_tokens == n && !memcmp(p.tokens, ids, n * sizeof *ids), "messages pool = the messages rendered alone");
+    CHECK(p.fk == AK_KV_Q4 && p.fv == AK_KV_F16, "formats given: %d/%d", p.fk, p.fv);
+    CHECK(p.source && !strcmp(p.source, "{\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"}]}"), "source %s",
+          p.source ? p.source : "(null)");
+    free(ids);
+    ak_api_pool_request_free(&p);
+    /* refusals */
+    CHECK(parse_pool(&r, "{\"id\":\".x\",\"text\":\"a\"}", &p, &e) == 400 && !strcmp(e.code, "invalid_pool_id"),
+          "id starting with '.'");
+    CHECK(parse_pool(&r, "{\"text\":\"a\"}", &p, &e) == 400, "no id");
+    CHECK(parse_pool(&r, "{\"id\":\"a\",\"text\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}", &p, &e) ==
+          400, "both messages and text");
+    CHECK(parse_pool(&r, "{\"id\":\"a\"}", &p, &e) == 400, "neither messages nor text");
+    CHECK(parse_pool(&r, "{\"id\":\"a\",\"messages\":[]}", &p, &e) == 400, "no messages");
+    CHECK(parse_pool(&r, "{\"id\":\"a\",\"text\":\"a\",\"cache_type_v\":\"q7\"}", &p, &e) == 400 &&
+          !strcmp(e.param, "cache_type_v"), "unknown format");
+    r.cfg.n_ctx = 8;
+    CHECK(parse_pool(&r, "{\"id\":\"a\",\"text\":\"Once upon a time there was a little dog.\"}", &p, &e) == 400 &&
+          !strcmp(e.code, "context_length_exceeded") && strstr(e.msg, " 8 tokens"),
+          "a pool not shorter than the context: %s", e.msg);
+    ak_tokenizer_free(r.tok);
+}
+
+TEST(api_pool_composition) {
+    api_rig r;
+    if (api_open(t, &r) < 0) return;
+    ak_api_pool_request pp;
+    ak_api_error e;
+    ak_error err = {0};
+    /* a pool of messages: chat = the pool's messages and the request's rendered together */
+    REQUIRE(parse_pool(&r, "{\"id\":\"sys\",\"messages\":[{\"role\":\"system\",\"content\":\"You tell tales.\"}]}", &pp,
+                       &e) == 201, "%s", e.msg);
+    fake_pool fp = {"sys", pp.tokens, (int)pp.n_tokens, pp.source, 0};
+    r.cfg.pool_lookup = fake_lookup;
+    r.cfg.pool_ud = &fp;
+    ak_api_request p;
+    const char *body = "{\"model\":\"m\",\"pool\":\"sys\",\"messages\":[{\"role\":\"user\",\"content\":\"A cat?\"}]}";
+    REQUIRE(ak_api_parse(&r.cfg, body, strlen(body), 1, NULL, 7, &p, &e) == 0, "%s", e.msg);
+    ak_chat_msg two[2] = {{"system", "You tell tales."}, {"user", "A cat?"}};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    REQUIRE(ak_chat_tokenize(AK_CHAT_PLAIN, two, 2, 1, NULL, r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    CHECK(p.n_tokens == n && !memcmp(p.tokens, ids, n * sizeof *ids), "pooled chat = both rendered together");
+    CHECK(!memcmp(p.tokens, pp.tokens, pp.n_tokens * sizeof *ids) && p.n_pool_tokens == (int)pp.n_tokens &&
+          !strcmp(p.pool, "sys"), "starts with the pool");
+    free(ids);
+    ak_api_request_free(&p);
+    /* mistral puts the system message in front of the LAST user message:
+     * the pool's [system, user] renders differently once more follow */
+    ak_api_pool_request mp;
+    r.cfg.family = AK_CHAT_MISTRAL;
+    REQUIRE(parse_pool(&r, "{\"id\":\"sys\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\","
+                       "\"content\":\"U\"}]}", &mp, &e) == 201, "%s", e.msg);
+    fake_pool fm = {"sys", mp.tokens, (int)mp.n_tokens, mp.source, 0};
+    r.cfg.pool_ud = &fm;
+    body = "{\"model\":\"m\",\"pool\":\"sys\",\"messages\":[{\"role\":\"assistant\",\"content\":\"A\"},{\"role\":\"user\","
+           "\"content\":\"V\"}]}";
+    CHECK(parse(&r, body, 1, &e) == 400 && !strcmp(e.code, "pool_template_mismatch"), "mistral: %d %s", e.status, e.msg);
+    ak_api_pool_request_free(&mp);
+    /* a text pool: its tokens, then the conversation's without its BOS */
+    r.cfg.family = AK_CHAT_PLAIN;
+    ak_api_pool_request tp;
+    REQUIRE(parse_pool(&r, "{\"id\":\"doc\",\"text\":\"The sun was warm.\"}", &tp, &e) == 201, "%s", e.msg);
+    fake_pool ft = {"doc", tp.tokens, (int)tp.n_tokens, tp.source, 0};
+    r.cfg.pool_ud = &ft;
+    body = "{\"model\":\"m\",\"pool\":\"doc\",\"messages\":[{\"role\":\"user\",\"content\":\"A cat?\"}]}";
+    REQUIRE(ak_api_parse(&r.cfg, body, strlen(body), 1, NULL, 7, &p, &e) == 0, "%s", e.msg);
+    REQUIRE(ak_chat_tokenize(AK_CHAT_PLAIN, two + 1, 1, 1, NULL, r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s",
+            err.msg);
+    CHECK(ids[0] == ak_tokenizer_bos(r.tok) && p.n_tokens == tp.n_tokens + n - 1 &&
+          !memcmp(p.tokens, tp.tokens, tp.n_tokens * sizeof *ids) &&
+          !memcmp(p.tokens + tp.n_tokens, ids + 1, (n - 1) * sizeof *ids), "text pool + conversation, one BOS");
+    free(ids);
+    ak_api_request_free(&p);
+    /* completions: the pool's tokens, then the prompt's without its BOS */
+    body = "{\"model\":\"m\",\"pool\":\"doc\",\"prompt\":\"A cat\"}";
+    REQUIRE(ak_api_parse(&r.cfg, body, strlen(body), 0, NULL, 7, &p, &e) == 0, "%s", e.msg);
+    REQUIRE(ak_tokenize(r.tok, "A cat", 5, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    CHECK(p.n_tokens == tp.n_tokens + n - 1 && !memcmp(p.tokens + tp.n_tokens, ids + 1, (n - 1) * sizeof *ids),
+          "completion with a pool");
+    free(ids);
+    ak_api_request_free(&p);
+    /* pool + request not shorter than the context */
+    r.cfg.n_ctx = (int)tp.n_tokens + 2;
+    CHECK(parse(&r, body, 0, &e) == 400 && !strcmp(e.code, "context_length_exceeded"), "too long: %d %s", e.status,
+          e.msg);
+    r.cfg.n_ctx = 1 << 20;
+    /* the lookup's errors, and ids refused before any lookup */
+    CHECK(parse(&r, "{\"model\":\"m\",\"pool\":\"nope\",\"prompt\":\"a\"}", 0, &e) == 404 &&
+          !strcmp(e.code, "pool_not_found"), "unknown pool: %d", e.status);
+    CHECK(parse(&r, "{\"model\":\"m\",\"pool\":\"a/b\",\"prompt\":\"a\"}", 0, &e) == 400 &&
+          !strcmp(e.code, "invalid_pool_id"), "invalid pool id: %d", e.status);
+    CHECK(parse(&r, "{\"model\":\"m\",\"pool\":7,\"prompt\":\"a\"}", 0, &e) == 400, "pool not a string");
+    ft.fail_code = AK_ERR_STALE;
+    CHECK(parse(&r, body, 0, &e) == 409 && !strcmp(e.code, "pool_stale"), "another model's pool: %d", e.status);
+    ft.fail_code = AK_ERR_CORRUPT;
+    CHECK(parse(&r, body, 0, &e) == 500 && !strcmp(e.code, "pool_corrupt"), "corrupt pool: %d", e.status);
+    r.cfg.pool_lookup = NULL;
+    CHECK(parse(&r, body, 0, &e) == 400, "no pools on this server");
+    ak_api_pool_request_free(&tp);
+    ak_api_pool_request_free(&pp);
+    ak_tokenizer_free(r.tok);
+}

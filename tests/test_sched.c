@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/buf.h"
 #include "../src/sched.h"
 #include "test.h"
 
@@ -460,4 +461,61 @@ TEST(sched_serve_exits_nonzero_naming_unsaved_agents) {
           text ? text : "");
     CHECK(text && !strstr(text, "every agent saved"), "claimed every agent saved:\n%s", text ? text : "");
     free(text);
+}
+
+/* A pool's prefill runs in the engine's batches in chunks: an agent that is
+ * decoding meanwhile keeps getting tokens (a pool made in one blocking
+ * prefill would stall it for the whole prefill: a step or two of text). */
+TEST(sched_pool_create_keeps_decoding) {
+    rig r;
+    if (rig_open(t, &r, "models/stories260K.gguf", 0, NULL, 4, 32) < 0) return;
+    ak_request *q = submit_text(t, &r, "talker", "Once upon a time", 480, 0);
+    REQUIRE(q, "submit");
+    ak_request_wait(q, 0, 10000);   /* decoding has begun */
+    ak_buf b = {0};
+    for (int i = 0; i < 60; i++) ak_buf_puts(&b, "The little dog ran to the park. ");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ak_error err = {{0}};
+    REQUIRE(ak_tokenize(r.tok, b.p, b.len, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    ak_buf_free(&b);
+    if (n > 450) n = 450;
+    size_t before = ak_request_read(q, 0, NULL, NULL, NULL);
+    ak_pool_info in;
+    int status = 0;
+    int rc = ak_sched_pool_create(r.s, "doc", ids, (int)n, AK_KV_Q8, AK_KV_TQ3, "{\"text\":\"...\"}", &in, &status, &err);
+    ak_req_result res;
+    size_t after = ak_request_read(q, 0, NULL, NULL, &res);
+    CHECK(rc == 0 && status == 201, "create: %d %s", status, err.msg);
+    CHECK(res.finish == AK_FINISH_NONE, "the talker must still be decoding when the pool is done");
+    /* ~14 steps of 32 tokens: about one token of text each */
+    CHECK(after >= before + 8, "text while the pool prefilled: %zu -> %zu bytes", before, after);
+    CHECK(in.n_tokens == (int)n && in.fk == AK_KV_Q8 && in.fv == AK_KV_TQ3 && !strcmp(in.id, "doc"), "info");
+    int32_t *got = NULL;
+    char *src = NULL;
+    int m = 0;
+    REQUIRE(ak_sched_pool_tokens(r.s, "doc", &got, &m, &src, &err) == 0, "%s", err.msg);
+    CHECK(m == (int)n && !memcmp(got, ids, n * sizeof *ids) && src && !strcmp(src, "{\"text\":\"...\"}"),
+          "tokens and source back");
+    free(got);
+    free(src);
+    CHECK(ak_sched_pool_create(r.s, "doc", ids, (int)n, AK_KV_Q8, AK_KV_TQ3, NULL, &in, &status, &err) < 0 &&
+          status == 409 && err.code == AK_ERR_EXISTS, "write-once: %d", status);
+    int32_t full[512];   /* the rig's context */
+    for (int i = 0; i < 512; i++) full[i] = ids[i % n];
+    CHECK(ak_sched_pool_create(r.s, "long", full, 512, AK_KV_Q8, AK_KV_TQ3, NULL, &in, &status, &err) < 0 &&
+          status == 400, "not shorter than the context: %d", status);
+    ak_pool_info *v = NULL;
+    int nv = 0;
+    CHECK(ak_sched_pools_list(r.s, &v, &nv, &err) == 0 && nv == 1, "list: %d", nv);
+    free(v);
+    CHECK(ak_sched_pool_remove(r.s, "doc", &err) == 0, "remove: %s", err.msg);
+    CHECK(ak_sched_pool_remove(r.s, "doc", &err) == 1, "remove twice");
+    CHECK(ak_sched_pool_get(r.s, "doc", &in, &err) < 0 && err.code == AK_ERR_NOT_FOUND, "gone");
+    free(ids);
+    ak_request_cancel(q);
+    char *text = collect(q, &res);
+    free(text);
+    ak_request_release(q);
+    rig_close(&r);
 }

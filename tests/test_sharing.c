@@ -213,9 +213,18 @@ TEST(sharing_content_index_links_and_forgets) {
     ak_kv_read(a, 1, 9, k, v, NULL);
     ak_kv_read(b, 1, 9, k2, v2, NULL);
     CHECK(!memcmp(k, k2, sizeof(float) * 32) && !memcmp(v, v2, sizeof(float) * 32), "a linked block reads as the original");
-    ak_kv_free(a);
+    /* a holds the indexed block alone once b and c let go; rewriting part of
+     * it must copy it, not change what the index names */
     ak_kv_free(b);
     ak_kv_free(c);
+    CHECK(ak_block_refcount(pool, blk) == 1, "a alone holds the indexed block");
+    ak_kv_truncate(a, 8);
+    REQUIRE(fill_random(a, &s, 8, 16, &rng) == 0, "rewrite inside the indexed block");
+    CHECK(ak_kv_span(a, 0, NULL, NULL) != blk, "the indexed block was written in place");
+    found = ak_block_pool_lookup(pool, h);
+    CHECK(found == NULL, "the index still names a block no sequence holds");
+    ak_block_unref(pool, found);
+    ak_kv_free(a);
     CHECK(ak_block_pool_lookup(pool, h) == NULL, "a freed block stayed in the index");
     ak_block_pool_get_stats(pool, &st);
     CHECK(st.indexed == 0 && st.blocks == 0, "indexed %zu blocks %zu", st.indexed, st.blocks);

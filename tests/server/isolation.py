@@ -17,12 +17,16 @@ The references never touch the crowd's caches:
   answer, prompt_tokens and completion_tokens must equal it;
 - cached tokens: an agent's cache holds exactly the tokens it computed for
   its own previous turn: that turn's prompt and every answer token but the
-  last (the last is sampled, never fed back). So turn k's
-  usage.prompt_tokens_details.cached_tokens must be prompt_tokens +
-  completion_tokens - 1 of turn k-1 (0 for turn 0: a new agent starts from
-  nothing, not from another agent's matching prefix), and GET
-  /v1/agents/{id} must report that many tokens after each turn.
-A later turn that reused another agent's blocks, or a restore that brought
+  last (the last is sampled, never fed back), plus whole blocks of the new
+  prompt whose tokens (from position 0) other agents computed already and
+  that it linked instead of computing (agentkv.shared counts the positions
+  linked this turn: content-addressed, so the same tokens, and the same
+  bits, since a token's KV does not depend on the batch). So turn k's
+  usage.prompt_tokens_details.cached_tokens must lie between P and P +
+  agentkv.shared, where P is prompt_tokens + completion_tokens - 1 of turn
+  k-1 (0 for turn 0: a new agent has nothing of its own), and GET
+  /v1/agents/{id} must report prompt + completion - 1 tokens after each turn.
+A later turn that reused another agent's history, or a restore that brought
 back another agent's file, changes an answer or a count.
 
 Also checked: evictions happened (/metrics), some later turns came back warm
@@ -233,8 +237,11 @@ def main():
                         where, u["prompt_tokens"], u["completion_tokens"], ru["prompt_tokens"], ru["completion_tokens"]))
                 want_cached = 0 if prev is None else prev["prompt_tokens"] + prev["completion_tokens"] - 1
                 cached = u.get("prompt_tokens_details", {}).get("cached_tokens")
-                if cached != want_cached:
-                    failures.append("%s: cached_tokens %s, its own previous turn computed %d" % (where, cached, want_cached))
+                shared = r["agentkv"].get("shared")
+                if not isinstance(cached, int) or not isinstance(shared, int) or \
+                        not want_cached <= cached <= want_cached + shared:
+                    failures.append("%s: cached_tokens %s (%s linked from others' blocks), its own previous turn "
+                                    "computed %d" % (where, cached, shared, want_cached))
                 want_tokens = u["prompt_tokens"] + u["completion_tokens"] - 1
                 if tokens_after != want_tokens:
                     failures.append("%s: GET /v1/agents says %s tokens, this turn computed %d" % (
