@@ -40,15 +40,16 @@ int ak_prefix_link(ak_kv *kv, const int32_t *tokens, int upto) {
 
 int ak_prefix_publish(ak_kv *kv, const int32_t *tokens, int n, int *next_span) {
     ak_block_pool *pool = ak_kv_pool(kv);
-    int T = ak_block_pool_block_tokens(pool), base = ak_kv_base_len(kv), replaced = 0;
-    int i = *next_span > 0 ? *next_span : 0;
-    uint64_t h = chain_to(kv, tokens, i);
-    for (;; i++) {
+    int T = ak_block_pool_block_tokens(pool), base = ak_kv_base_len(kv), replaced = 0, i;
+    uint64_t h = 0;
+    /* the chain runs from block 0 (a few microseconds for thousands of
+     * tokens); blocks before *next_span were published already */
+    for (i = 0;; i++) {
         int start = 0, count = 0;
         ak_block *b = ak_kv_span(kv, i, &start, &count);
         if (!b || start + count > n) break;
         h = span_hash(kv, h, i, tokens);
-        if (start < base || count != T) continue;   /* the base is its owner's to publish */
+        if (i < *next_span || start < base || count != T) continue;   /* the base is its owner's to publish */
         ak_block *r = ak_block_pool_publish(pool, b, h);
         if (r && r != b) {
             if (ak_kv_replace_span(kv, i, r) == 0) replaced++;
