@@ -398,6 +398,20 @@ TEST(pools_server_8_agents_fit_on_one_pool) {
     CHECK(metric(r.port, "agentkv_evictions_total") == 0, "nothing evicted");
     CHECK(metric(r.port, "agentkv_kv_dedup_ratio") > 4, "dedup ratio %g", metric(r.port, "agentkv_kv_dedup_ratio"));
     rig_stop(&r);
+    /* a pool the whole budget cannot hold, even with nothing else in RAM: 503 */
+    if (rig_start(t, &r, "models/stories260K.gguf", blk * 10, "pools-noroom") < 0) return;
+    text = story(400);   /* ~600 tokens: ~19 blocks */
+    a = make_pool(r.port, "huge", text, NULL);
+    free(text);
+    CHECK(a.status == 503 && !strcmp(err_code(&a), "kv_budget"), "no KV room: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = http(r.port, "GET", "/v1/pools/huge", NULL);
+    CHECK(a.status == 404, "a failed create leaves no pool: %d", a.status);
+    reply_free(&a);
+    a = make_pool(r.port, "small", "A small pool fits.", NULL);
+    CHECK(a.status == 201, "a pool that fits: %d %s", a.status, a.body);
+    reply_free(&a);
+    rig_stop(&r);
 }
 
 /* No pool: 8 agents with the same ~500-token system prompt link its full
