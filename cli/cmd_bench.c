@@ -318,7 +318,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-        fputs("usage: agentkv bench engine|kv|ttft|serve [flags]   (agentkv bench NAME --help)\n",
+        fputs("usage: agentkv bench engine|kv|ttft|serve|pools [flags]   (agentkv bench NAME --help)\n",
               argc < 1 ? stderr : stdout);
         return argc < 1 ? AK_EXIT_USAGE : 0;
     }
@@ -326,6 +326,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[0], "kv")) return cmd_bench_kv(argc - 1, argv + 1);
     if (!strcmp(argv[0], "ttft")) return cmd_bench_ttft(argc - 1, argv + 1);
     if (!strcmp(argv[0], "serve")) return cmd_bench_serve(argc - 1, argv + 1);
-    fprintf(stderr, "agentkv bench: unknown benchmark '%s' (engine, kv, ttft, serve)\n", argv[0]);
+    if (!strcmp(argv[0], "pools")) return cmd_bench_pools(argc - 1, argv + 1);
+    fprintf(stderr, "agentkv bench: unknown benchmark '%s' (engine, kv, ttft, serve, pools)\n", argv[0]);
     return AK_EXIT_USAGE;
 }

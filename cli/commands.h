@@ -16,5 +16,6 @@ int cmd_cache(int argc, char **argv);
 int cmd_pool(int argc, char **argv);        /* agentkv pool */
 int cmd_bench_ttft(int argc, char **argv); /* agentkv bench ttft */
 int cmd_bench_serve(int argc, char **argv); /* agentkv bench serve */
+int cmd_bench_pools(int argc, char **argv); /* agentkv bench pools */
 
 #endif

@@ -1,0 +1,574 @@
+/* cmd_bench_pools.c - agentkv bench pools: what a shared pool (agent.h,
+ * POOLS) saves and costs, measured side by side in one run on one model:
+ *
+ *   1. memory: N agents attached to one pool, each with a private suffix,
+ *      for N = 1, 2, 4, 8, 16 (agents added one at a time to one pool that
+ *      is prefilled once): the block pool's bytes in use, beside N private
+ *      copies (N x the measured bytes of one agent that prefilled the
+ *      document and its suffix alone, in the same formats), beside the
+ *      floor (the pool's tokens once plus every suffix, at the formats'
+ *      bytes per token); and, for information, what the content index
+ *      saves without a pool (N agents each prefilling the document: full
+ *      blocks are linked, a partly filled one is not);
+ *   2. time: the first turn (TTFT) of an agent attached to the pool (only
+ *      its suffix is prefilled) vs one that prefills document + suffix
+ *      privately; and the aggregate decode tokens/s of B pooled agents
+ *      decoding together (one ak_forward of B tokens per step) vs B private
+ *      copies of the same caches (same bits, private memory).
+ *
+ * The agents have no store (memory only): nothing here measures the disk.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/agent.h"
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+
+static const char *usage_text =
+    "usage: agentkv bench pools -m MODEL [flags]\n"
+    "  Memory and speed of agents sharing one pool (a document prefilled once) vs agents\n"
+    "  holding private copies of it, in one run:\n"
+    "  1. memory: N agents attached to one pool of --pool-tokens tokens, each with its own\n"
+    "     --suffix tokens, for each N of --agents: bytes in use (measured) beside N private\n"
+    "     copies (N x the measured bytes of one agent that prefilled document + suffix alone)\n"
+    "     and the floor (pool tokens once + N suffixes, at the formats' bytes per token);\n"
+    "     also N agents prefilling the document privately, sharing full blocks through the\n"
+    "     content index (no pool).\n"
+    "  2. time: first-turn TTFT of a pooled agent vs a private prefill of document + suffix;\n"
+    "     aggregate decode tokens/s of --decode-agents pooled agents batched vs the same\n"
+    "     number of private copies of their caches (median of --reps).\n"
+    "  The pool is prefilled once (tens of seconds for 4K tokens of a 1B model on 2 cores),\n"
+    "  and so is each private agent (--ttft-reps times).\n"
+    "\n"
+    "  -m, --model FILE        GGUF model (bench/pools.sh makes a synthetic llama-1b, 8K context)\n"
+    "  --pool-tokens N         document tokens in the pool (default 4096)\n"
+    "  --suffix N              private tokens per agent after the document (default 64)\n"
+    "  --agents LIST           agent counts of the memory table (default 1,2,4,8,16)\n"
+    "  --decode-agents B       agents decoding together (default 8; at most the largest N)\n"
+    "  --decode-tokens N       tokens each decodes per measured run (default 32)\n"
+    "  --reps N                decode runs of each kind, median reported (default 3)\n"
+    "  --ttft-reps N           private prefills of document + suffix timed (default 3)\n"
+    "  -t, --threads N         threads (default: all cores)\n"
+    "  --json                  one JSON object on stdout instead of the tables\n"
+    "  --json-out FILE         the tables on stdout and the JSON object into FILE\n"
+    "  -ctk, -ctv F            formats of the pool and of every agent, pooled or private\n"
+    "                          (default q8 keys, tq3 values: PolyKV's)\n"
+    "  --kv-block N, --center, --no-center   as in the other commands (agentkv run --help)\n"
+    "  Tokens are random ids (the cost of a token does not depend on which it is); decoded\n"
+    "  tokens are fed, not sampled.\n";
+
+#define MAX_LIST 16
+#define POOL_ID "bench-doc"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts v); 0 for n = 0. */
+static double median(double *v, int n) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Bytes one position takes in formats fk/fv, computed from the formats
+ * alone: for every layer and KV head, one key vector (code stream +
+ * metadata of head_dim_k values) and one value vector (head_dim_v). */
+static double bytes_per_token(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv) {
+    size_t k = ak_kv_format_code_bytes(fk, s->head_dim_k) + ak_kv_format_meta_bytes(fk, s->head_dim_k);
+    size_t v = ak_kv_format_code_bytes(fv, s->head_dim_v) + ak_kv_format_meta_bytes(fv, s->head_dim_v);
+    return (double)s->n_layer * s->n_head_kv * (double)(k + v);
+}
+
+/* One block pool with its agents (no store: memory only). */
+typedef struct {
+    ak_block_pool *pool;
+    ak_agents *ag;
+} rig;
+
+/* Opens r: a block pool for m's cache (centered as co asks, which may run
+ * the calibration once per process) and agents of n_ctx positions in
+ * formats fk/fv. Returns 0, or -1 with err set (r is then closed). */
+static int rig_open(rig *r, const ak_model *m, ak_ctx *ctx, const ak_tokenizer *tk, const cache_opts *co, int n_ctx,
+                    ak_error *err) {
+    memset(r, 0, sizeof *r);
+    if (!(r->pool = ak_block_pool_new(&m->spec, co->block_tokens, co->budget, err))) return -1;
+    if (cache_center(co, ctx, tk, r->pool, "bench pools") < 0) {
+        ak_block_pool_free(r->pool);
+        r->pool = NULL;
+        return ak_fail(err, "calibration failed");
+    }
+    ak_agents_config ac = {m, r->pool, NULL, co->fk, co->fv, n_ctx, AK_SAVE_ON_SHUTDOWN, 0, NULL, NULL};
+    if (!(r->ag = ak_agents_new(&ac, err))) {
+        ak_block_pool_free(r->pool);
+        r->pool = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Frees the agents and then the block pool. A zeroed rig is fine. */
+static void rig_close(rig *r) {
+    ak_agents_free(r->ag);
+    ak_block_pool_free(r->pool);
+    memset(r, 0, sizeof *r);
+}
+
+/* Bytes of blocks in use in r's block pool. */
+static size_t rig_used(rig *r) {
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(r->pool, &st);
+    return st.used;
+}
+
+/* The first turn of agent id with prompt toks[0..n), attached to pool
+ * pool_id (NULL: none), as ak_agent_begin runs a turn: open (match, attach,
+ * link, make room), prefill the tokens the cache lacks (with a progress bar
+ * labelled `label`, NULL for none), commit, end. logits gets the next-token
+ * logits; *ms the time of the whole turn up to the logits (the commit and
+ * end included: a server answers after them); *t the turn. Returns 0, or
+ * -1 with err set. */
+static int first_turn(rig *r, ak_ctx *ctx, const char *id, const char *pool_id, const int32_t *toks, int n,
+                      const char *label, float *logits, double *ms, ak_turn *t, ak_error *err) {
+    ak_kv *kv;
+    progress pg;
+    if (label) progress_init(&pg, label);
+    double t0 = ak_now();
+    if (ak_agent_open_pool(r->ag, id, 0, pool_id, toks, n, n, 0, &kv, t, err) < 0) {
+        if (label) progress_done(&pg);
+        return -1;
+    }
+    if (ak_eval(ctx, kv, toks + t->reused, t->prefilled, t->reused, logits, NULL, label ? progress_update : NULL,
+                label ? &pg : NULL, err) < 0) {
+        if (label) progress_done(&pg);
+        ak_agent_abort(r->ag, id);
+        return -1;
+    }
+    if (ak_agent_commit(r->ag, id, toks, n, err) < 0 || ak_agent_end(r->ag, id, err) < 0) {
+        if (label) progress_done(&pg);
+        return -1;
+    }
+    *ms = (ak_now() - t0) * 1e3;
+    if (label) progress_done(&pg);
+    return 0;
+}
+
+/* ak_agent_info of agent id into *out. Returns 0, or -1 if unknown. */
+static int agent_info(rig *r, const char *id, ak_agent_info *out) {
+    int i = ak_agents_find(r->ag, id);
+    if (i < 0) return -1;
+    ak_agents_get(r->ag, i, out);
+    return 0;
+}
+
+/* Largest |a[i] - b[i]| over n floats (0 when bit-identical). */
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = a[i] > b[i] ? (double)a[i] - b[i] : (double)b[i] - a[i];
+        if (x > d || x != x) d = x != x ? 1e30 : x;
+    }
+    return d;
+}
+
+/* B sequences kvs[0..B), each holding positions [0, n - 1) of its prompt
+ * prompts[s][0..n), decoded together: one ak_forward of B tokens per step,
+ * first the prompts' last tokens (untimed: it only gives every sequence
+ * the same start as a turn's), then n_gen steps feeding gen[s][i] (timed).
+ * first / last (B x vocab each) get the logits of the first and last timed
+ * steps. Returns aggregate tokens/s, or -1 with err set. */
+static double decode_together(ak_ctx *ctx, ak_kv **kvs, int B, int32_t **prompts, int n, int32_t **gen, int n_gen,
+                              float *rows, int vocab, float *first, float *last, ak_error *err) {
+    int32_t tok[256], pos[256];
+    float *out[256];
+    if (B > 256) return ak_failc(err, AK_ERR_INVALID, "too many sequences");
+    for (int s = 0; s < B; s++) out[s] = rows + (size_t)s * vocab;
+    ak_batch b = {B, tok, pos, kvs, out};
+    for (int s = 0; s < B; s++) {
+        tok[s] = prompts[s][n - 1];
+        pos[s] = n - 1;
+    }
+    if (ak_forward(ctx, &b, err) < 0) return -1;
+    double t0 = ak_now();
+    for (int i = 0; i < n_gen; i++) {
+        for (int s = 0; s < B; s++) {
+            tok[s] = gen[s][i];
+            pos[s] = n + i;
+        }
+        if (ak_forward(ctx, &b, err) < 0) return -1;
+        if (i == 0) memcpy(first, rows, sizeof(float) * (size_t)B * vocab);
+    }
+    double dt = ak_now() - t0;
+    memcpy(last, rows, sizeof(float) * (size_t)B * vocab);
+    return (double)B * n_gen / dt;
+}
+
+/* Everything measured, for the report. */
+typedef struct {
+    int n_list, list[MAX_LIST];
+    size_t pooled[MAX_LIST];      /* block pool .used with the pool and N agents */
+    size_t content[MAX_LIST];     /* .used with N private agents sharing through the index */
+    uint64_t linked[MAX_LIST];    /* blocks linked by those agents (ak_share_stats) */
+    size_t own_sum[MAX_LIST];     /* sum of the pooled agents' private_bytes */
+    size_t pool_bytes;            /* .used with the pool alone */
+    size_t private_one;           /* .used with one private agent of document + suffix alone */
+    size_t agent_bytes, agent_private;   /* pooled agent 0's ak_agent_info bytes / private_bytes */
+    double bpt, bpt_f16;          /* bytes per token: the formats', f16's */
+    int block_tokens;
+    size_t block_bytes;           /* one block in the formats (ak_block_pool_block_bytes) */
+    double pool_ms;               /* the pool's prefill (ak_pool_create) */
+    double ttft_pooled, ttft_private, ttft_linked;   /* medians, ms */
+    double logits_diff;           /* pooled agent 0 vs private agent 0, first-turn logits */
+    double dec_pooled, dec_private, dec_ratio;       /* medians */
+    double dec_diff;              /* pooled vs private decode logits */
+    int dec_private_ok;           /* every private copy holds all its bytes alone */
+    int ttft_reps, reps, B, n_gen;
+} results;
+
+/* Prints the tables to stdout (json = NULL) or one JSON object to json. */
+static void report(const results *R, const ak_model *m, const char *model_path, const cache_opts *co, int P, int S,
+                   int nt, FILE *json) {
+    const char *fk = ak_kv_format_get(co->fk)->name, *fv = ak_kv_format_get(co->fv)->name;
+    const char *wt = gguf_tensor_type_name(m->layers[0].wq.type);
+    double ttft_ratio = R->ttft_private / R->ttft_pooled;
+    if (json) {
+        fprintf(json, "{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"pool_tokens\": %d, \"suffix\": %d, "
+               "\"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"block_tokens\": %d, \"bytes_per_token\": %.1f, "
+               "\"pool_bytes\": %zu, \"pool_prefill_ms\": %.1f, \"private_agent_bytes\": %zu, "
+               "\"pooled_agent_bytes\": %zu, \"pooled_agent_private_bytes\": %zu, \"memory\": [",
+               model_path, wt, nt, P, S, fk, fv, R->block_tokens, R->bpt, R->pool_bytes,
+               R->pool_ms, R->private_one, R->agent_bytes, R->agent_private);
+        for (int i = 0; i < R->n_list; i++) {
+            int N = R->list[i];
+            double floor = ((double)P + (double)N * S) * R->bpt, priv = (double)N * R->private_one;
+            fprintf(json, "%s{\"agents\": %d, \"pooled_bytes\": %zu, \"private_copies_bytes\": %.0f, \"floor_bytes\": %.0f, "
+                   "\"pooled_over_floor\": %.4f, \"private_over_pooled\": %.3f, \"f16_private_copies_bytes\": %.0f, "
+                   "\"agents_own_bytes\": %zu, \"content_index_bytes\": %zu, \"content_index_linked_blocks\": %llu}",
+                   i ? ", " : "", N, R->pooled[i], priv, floor, R->pooled[i] / floor, priv / R->pooled[i],
+                   (double)N * (P + S) * R->bpt_f16, R->own_sum[i], R->content[i], (unsigned long long)R->linked[i]);
+        }
+        fprintf(json, "], \"ttft_pooled_ms\": %.2f, \"ttft_private_ms\": %.2f, \"ttft_ratio\": %.2f, "
+               "\"ttft_content_linked_ms\": %.2f, \"ttft_private_reps\": %d, \"first_logits_max_diff\": %g, "
+               "\"decode_agents\": %d, \"decode_tokens\": %d, \"decode_reps\": %d, \"decode_pooled_tok_s\": %.3f, "
+               "\"decode_private_tok_s\": %.3f, \"decode_ratio\": %.3f, \"decode_logits_max_diff\": %g, "
+               "\"private_copies_unshared\": %s}\n",
+               R->ttft_pooled, R->ttft_private, ttft_ratio, R->ttft_linked, R->ttft_reps, R->logits_diff, R->B,
+               R->n_gen, R->reps, R->dec_pooled, R->dec_private, R->dec_ratio, R->dec_diff,
+               R->dec_private_ok ? "true" : "false");
+        return;
+    }
+    const double MB = 1e6;
+    printf("\npools: %s (%s weights, %d threads), K %s / V %s, %.0f bytes per token (computed from the formats;\n"
+           "a block of %d tokens is %zu bytes%s), pool of %d tokens (%.2f MB, prefilled once in %.1f s), each agent\n"
+           "%d tokens of its own\n",
+           model_path, wt, nt, fk, fv, R->bpt, R->block_tokens, R->block_bytes,
+           (double)R->block_bytes == R->block_tokens * R->bpt ? " = tokens x bytes per token" : ", NOT tokens x bytes per token",
+           P, R->pool_bytes / MB, R->pool_ms / 1e3, S);
+    printf("one private agent of %d tokens: %.2f MB (measured alone); a pooled agent reads %.2f MB and holds %.2f MB "
+           "alone (ak_agent_info)\n\n",
+           P + S, R->private_one / MB, R->agent_bytes / MB, R->agent_private / MB);
+    printf("%4s %12s %12s %12s %12s %10s %14s | %12s %s\n", "N", "pooled_MB", "private_MB", "floor_MB", "pooled/floor",
+           "priv/pool", "f16_private_MB", "index_MB", "(no pool: content index)");
+    for (int i = 0; i < R->n_list; i++) {
+        int N = R->list[i];
+        double floor = ((double)P + (double)N * S) * R->bpt, priv = (double)N * R->private_one;
+        printf("%4d %12.2f %12.2f %12.2f %12.4f %9.2fx %14.2f | %12.2f %s\n", N, R->pooled[i] / MB, priv / MB,
+               floor / MB, R->pooled[i] / floor, priv / R->pooled[i], (double)N * (P + S) * R->bpt_f16 / MB,
+               R->content[i] / MB, R->pooled[i] / floor <= 1.05 ? "" : "(pooled/floor above the 1.05 goal)");
+    }
+    printf("pooled = block pool bytes in use (pool + agents); private = N x one private agent; floor = (pool tokens\n"
+           "+ N x suffix) x bytes per token; f16_private = N private f16 copies, computed; index = N agents each\n"
+           "prefilling document + suffix without a pool, full blocks linked through the content index.\n");
+    printf("PolyKV (paper): 3 and 10 agents both cost 0.116 GB at 2K tokens (pool only, flat in N); 15 agents at\n"
+           "4K tokens of Llama-3-8B: 19.8 GB of f16 copies -> 0.45 GB (-97.7%%). Here at N = %d: %.4f GB, -%.1f%% vs\n"
+           "same-format private copies, -%.1f%% vs f16 private copies.\n\n",
+           R->list[R->n_list - 1], R->pooled[R->n_list - 1] / 1e9,
+           100 * (1 - R->pooled[R->n_list - 1] / ((double)R->list[R->n_list - 1] * R->private_one)),
+           100 * (1 - R->pooled[R->n_list - 1] / ((double)R->list[R->n_list - 1] * (P + S) * R->bpt_f16)));
+    printf("first turn (TTFT to the first token's logits, open + prefill + commit):\n"
+           "  pooled agent (its %d tokens prefilled)        %10.2f ms (median of %d agents)\n"
+           "  private agent (%d tokens prefilled)         %10.2f ms (median of %d)\n"
+           "  ratio private / pooled                         %10.1fx\n"
+           "  no pool, document's full blocks linked (index) %10.2f ms (median)\n"
+           "  first-token logits, pooled vs private agent: max |diff| %g%s\n\n",
+           S, R->ttft_pooled, R->list[R->n_list - 1], P + S, R->ttft_private, R->ttft_reps, ttft_ratio, R->ttft_linked,
+           R->logits_diff, R->logits_diff == 0 ? " (bit-identical)" : "");
+    printf("decode, %d agents together (one forward of %d tokens per step, %d steps, median of %d runs):\n"
+           "  pooled (sharing the pool's blocks)    %10.2f tok/s\n"
+           "  private copies (same bits, own memory) %9.2f tok/s%s\n"
+           "  ratio pooled / private (median of adjacent runs' ratios) %.3f\n"
+           "  logits pooled vs private: max |diff| %g%s\n",
+           R->B, R->B, R->n_gen, R->reps, R->dec_pooled, R->dec_private,
+           R->dec_private_ok ? "" : " (WARNING: some copy still shares blocks)", R->dec_ratio, R->dec_diff,
+           R->dec_diff == 0 ? " (bit-identical)" : "");
+}
+
+int cmd_bench_pools(int argc, char **argv) {
+    ak_args a;
+    args_init(&a, "bench pools", argc, argv);
+    const char *model_path = NULL, *json_out = NULL;
+    int P = 4096, S = 64, B = 8, n_gen = 32, reps = 3, ttft_reps = 3, n_threads = 0, json = 0;
+    results R;
+    memset(&R, 0, sizeof R);
+    int def_list[] = {1, 2, 4, 8, 16};
+    R.n_list = 5;
+    memcpy(R.list, def_list, sizeof def_list);
+    cache_opts co;
+    cache_opts_init(&co);
+    co.fk = AK_KV_Q8;   /* a pool's default formats (agent.h) */
+    co.fv = AK_KV_TQ3;
+    const char *f;
+    while ((f = args_next(&a))) {
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
+        else if (!strcmp(f, "--pool-tokens")) P = (int)args_int(&a, f, 1, 1 << 20);
+        else if (!strcmp(f, "--suffix")) S = (int)args_int(&a, f, 1, 1 << 20);
+        else if (!strcmp(f, "--decode-agents")) B = (int)args_int(&a, f, 1, 256);
+        else if (!strcmp(f, "--decode-tokens")) n_gen = (int)args_int(&a, f, 1, 1 << 16);
+        else if (!strcmp(f, "--reps")) reps = (int)args_int(&a, f, 1, 100);
+        else if (!strcmp(f, "--ttft-reps")) ttft_reps = (int)args_int(&a, f, 1, 100);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--json")) json = 1;
+        else if (!strcmp(f, "--json-out")) json_out = args_value(&a, f);
+        else if (!strcmp(f, "--agents")) {
+            const char *v = args_value(&a, f);
+            if (v) R.n_list = args_int_list(&a, f, v, 1, 256, R.list, MAX_LIST);
+        } else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+    }
+    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    int max_n = 0;
+    for (int i = 0; i < R.n_list; i++) {
+        if (i > 0 && R.list[i] <= R.list[i - 1]) args_error(&a, "--agents must increase (agents are added one at a time)");
+        if (R.list[i] > max_n) max_n = R.list[i];
+    }
+    if (!a.failed && B > max_n) args_error(&a, "--decode-agents %d is more than the largest of --agents (%d)", B, max_n);
+    if (a.failed) return AK_EXIT_USAGE;
+
+    loaded_model lm;
+    if (load_model(&lm, "bench pools", model_path) < 0) return 1;
+    const ak_model *m = lm.model;
+    const int vocab = m->cfg.vocab, n = P + S, n_ctx = n + n_gen + 1;
+    if (n_ctx > m->spec.n_ctx) {
+        fprintf(stderr, "agentkv bench pools: %d pool + %d suffix + %d decoded tokens exceed the model's context %d\n", P,
+                S, n_gen + 1, m->spec.n_ctx);
+        unload_model(&lm);
+        return AK_EXIT_USAGE;
+    }
+    ak_error err = {{0}};
+    int rc = 1;
+    rig pooled = {0}, priv = {0};
+    ak_kv **copies = calloc((size_t)B, sizeof *copies), **kvs = calloc((size_t)B, sizeof *kvs);
+    int32_t **prompts = calloc((size_t)max_n, sizeof *prompts), **gen = calloc((size_t)B, sizeof *gen);
+    double *ttft_p = calloc((size_t)max_n, sizeof(double)), *ttft_l = calloc((size_t)max_n, sizeof(double));
+    double *ttft_v = calloc((size_t)ttft_reps, sizeof(double));
+    double *dp = calloc((size_t)reps, sizeof(double)), *dv = calloc((size_t)reps, sizeof(double)),
+           *dr = calloc((size_t)reps, sizeof(double));
+    float *logits_pool = malloc(sizeof(float) * vocab), *logits_priv = malloc(sizeof(float) * vocab);
+    float *rows = malloc(sizeof(float) * (size_t)B * vocab);
+    float *fp = malloc(sizeof(float) * (size_t)B * vocab), *lp = malloc(sizeof(float) * (size_t)B * vocab);
+    float *fv = malloc(sizeof(float) * (size_t)B * vocab), *lv = malloc(sizeof(float) * (size_t)B * vocab);
+    ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
+    int ok = copies && kvs && prompts && gen && ttft_p && ttft_l && ttft_v && dp && dv && dr && logits_pool &&
+             logits_priv && rows && fp && lp && fv && lv;
+    for (int i = 0; ok && i < max_n; i++) ok = (prompts[i] = malloc(sizeof(int32_t) * (size_t)n)) != NULL;
+    for (int i = 0; ok && i < B; i++) ok = (gen[i] = malloc(sizeof(int32_t) * (size_t)n_gen)) != NULL;
+    if (!ctx) goto fail;
+    if (!ok) { ak_fail(&err, "out of memory"); goto fail; }
+    const int nt = ak_pool_size(ak_ctx_pool(ctx));
+    R.bpt = bytes_per_token(&m->spec, co.fk, co.fv);
+    R.bpt_f16 = bytes_per_token(&m->spec, AK_KV_F16, AK_KV_F16);
+    R.ttft_reps = ttft_reps;
+    R.reps = reps;
+    R.B = B;
+    R.n_gen = n_gen;
+
+    /* the document (every prompt's start), each agent's suffix, the fed tokens */
+    ak_rng rng;
+    ak_rng_seed(&rng, 7);
+    for (int i = 0; i < P; i++) prompts[0][i] = (int32_t)(ak_rng_u32(&rng) % vocab);
+    for (int s = 0; s < max_n; s++) {
+        if (s) memcpy(prompts[s], prompts[0], sizeof(int32_t) * P);
+        for (int i = P; i < n; i++) prompts[s][i] = (int32_t)(ak_rng_u32(&rng) % vocab);
+    }
+    for (int s = 0; s < B; s++)
+        for (int i = 0; i < n_gen; i++) gen[s][i] = (int32_t)(ak_rng_u32(&rng) % vocab);
+    if (!json)
+        fprintf(stderr, "bench pools: %s, %d threads, K %s / V %s, pool %d tokens, suffix %d, up to %d agents\n",
+                model_path, nt, ak_kv_format_get(co.fk)->name, ak_kv_format_get(co.fv)->name, P, S, max_n);
+
+    /* 1. the pool, prefilled once; agents attached one at a time */
+    if (rig_open(&pooled, m, ctx, lm.tok, &co, n_ctx, &err) < 0) goto fail;
+    {
+        progress pg;
+        progress_init(&pg, "pool prefill");
+        double t0 = ak_now();
+        int r = ak_pool_create(pooled.ag, ctx, POOL_ID, prompts[0], P, co.fk, co.fv, NULL, progress_update, &pg, &err);
+        R.pool_ms = (ak_now() - t0) * 1e3;
+        progress_done(&pg);
+        if (r < 0) goto fail;
+    }
+    R.pool_bytes = rig_used(&pooled);
+    R.block_tokens = ak_block_pool_block_tokens(pooled.pool);
+    R.block_bytes = ak_block_pool_block_bytes(pooled.pool, co.fk, co.fv);
+    if (!json) fprintf(stderr, "  pool: %d tokens in %.1f s, %.2f MB\n", P, R.pool_ms / 1e3, R.pool_bytes / 1e6);
+    for (int s = 0, li = 0; s < max_n; s++) {
+        char id[32];
+        snprintf(id, sizeof id, "pooled-%02d", s);
+        ak_turn t;
+        if (first_turn(&pooled, ctx, id, POOL_ID, prompts[s], n, NULL, logits_pool, &ttft_p[s], &t, &err) < 0) goto fail;
+        if (t.prefilled != S) {
+            ak_failc(&err, AK_ERR_GENERIC, "pooled agent %s prefilled %d tokens, not its %d", id, t.prefilled, S);
+            goto fail;
+        }
+        if (s == 0) {
+            ak_agent_info info;
+            if (agent_info(&pooled, id, &info) < 0) { ak_fail(&err, "agent %s vanished", id); goto fail; }
+            R.agent_bytes = info.bytes;
+            R.agent_private = info.private_bytes;
+            memcpy(logits_priv, logits_pool, sizeof(float) * vocab);   /* kept: compared with the private agent's */
+        }
+        if (li < R.n_list && s + 1 == R.list[li]) {
+            R.pooled[li] = rig_used(&pooled);
+            size_t own = 0;
+            for (int k = 0; k <= s; k++) {
+                char kid[32];
+                ak_agent_info info;
+                snprintf(kid, sizeof kid, "pooled-%02d", k);
+                if (agent_info(&pooled, kid, &info) == 0) own += info.private_bytes;
+            }
+            R.own_sum[li] = own;
+            if (!json)
+                fprintf(stderr, "  N=%-3d pooled %.2f MB (agents' own bytes %.2f MB), first turn %.1f ms\n", s + 1,
+                        R.pooled[li] / 1e6, own / 1e6, ttft_p[s]);
+            li++;
+        }
+    }
+    memcpy(logits_pool, logits_priv, sizeof(float) * vocab);   /* pooled agent 0's */
+    R.ttft_pooled = median(ttft_p, max_n);
+
+    /* 2. private agents, no pool: each rep in a fresh block pool (nothing
+     * to link); the last one goes on with the content-index agents */
+    for (int r = 0; r < ttft_reps; r++) {
+        rig_close(&priv);
+        if (rig_open(&priv, m, ctx, lm.tok, &co, n_ctx, &err) < 0) goto fail;
+        ak_turn t;
+        char label[48];
+        snprintf(label, sizeof label, "private prefill %d/%d", r + 1, ttft_reps);
+        if (first_turn(&priv, ctx, "private-00", NULL, prompts[0], n, label, logits_priv, &ttft_v[r], &t, &err) < 0)
+            goto fail;
+        if (t.prefilled != n) {
+            ak_failc(&err, AK_ERR_GENERIC, "the private agent prefilled %d tokens, not %d", t.prefilled, n);
+            goto fail;
+        }
+        R.private_one = rig_used(&priv);
+        if (!json)
+            fprintf(stderr, "  private agent: %d tokens in %.1f s, %.2f MB\n", n, ttft_v[r] / 1e3, R.private_one / 1e6);
+    }
+    R.logits_diff = max_abs_diff(logits_pool, logits_priv, (size_t)vocab);
+    R.ttft_private = median(ttft_v, ttft_reps);
+    for (int s = 0, li = 0; s < max_n; s++) {
+        if (s > 0) {
+            char id[32];
+            snprintf(id, sizeof id, "private-%02d", s);
+            ak_turn t;
+            if (first_turn(&priv, ctx, id, NULL, prompts[s], n, NULL, logits_priv, &ttft_l[s - 1], &t, &err) < 0)
+                goto fail;
+        }
+        if (li < R.n_list && s + 1 == R.list[li]) {
+            ak_share_stats ss;
+            ak_agents_share_stats(priv.ag, &ss);
+            R.content[li] = rig_used(&priv);
+            R.linked[li] = ss.linked_blocks;
+            if (!json)
+                fprintf(stderr, "  N=%-3d no pool, content index: %.2f MB (%llu blocks linked)\n", s + 1,
+                        R.content[li] / 1e6, (unsigned long long)ss.linked_blocks);
+            li++;
+        }
+    }
+    R.ttft_linked = max_n > 1 ? median(ttft_l, max_n - 1) : 0;
+    rig_close(&priv);
+
+    /* 3. decode: B pooled agents open a turn with their prompt (the cache
+     * keeps n - 1 positions, the last is recomputed); private copies of
+     * those caches are forks whose every block is then cloned. Both decode
+     * the same fed tokens; the order alternates between runs. */
+    R.dec_private_ok = 1;
+    R.dec_diff = 0;
+    for (int r = 0; r < reps; r++) {
+        for (int s = 0; s < B; s++) {
+            char id[32];
+            snprintf(id, sizeof id, "pooled-%02d", s);
+            ak_turn t;
+            if (ak_agent_open_pool(pooled.ag, id, 0, POOL_ID, prompts[s], n, n_ctx, 0, &kvs[s], &t, &err) < 0)
+                goto fail;
+            if (ak_kv_length(kvs[s]) != n - 1) {
+                ak_failc(&err, AK_ERR_GENERIC, "agent %s reopened with %d positions, not %d", id, ak_kv_length(kvs[s]),
+                         n - 1);
+                goto fail;
+            }
+            if (!(copies[s] = ak_kv_fork(kvs[s], &err)) || ak_kv_prepare(copies[s], 0, n - 1, &err) < 0) goto fail;
+            if (ak_kv_private_bytes(copies[s]) != ak_kv_bytes(copies[s])) R.dec_private_ok = 0;
+        }
+        if (!json) fprintf(stderr, "  decode run %d/%d: ", r + 1, reps);
+        for (int k = 0; k < 2; k++) {
+            int do_pooled = (k == 0) == (r % 2 == 0);
+            double v = decode_together(ctx, do_pooled ? kvs : copies, B, prompts, n, gen, n_gen, rows, vocab,
+                                       do_pooled ? fp : fv, do_pooled ? lp : lv, &err);
+            if (v < 0) goto fail;
+            (do_pooled ? dp : dv)[r] = v;
+        }
+        dr[r] = dp[r] / dv[r];
+        double d1 = max_abs_diff(fp, fv, (size_t)B * vocab), d2 = max_abs_diff(lp, lv, (size_t)B * vocab);
+        if (d1 > R.dec_diff) R.dec_diff = d1;
+        if (d2 > R.dec_diff) R.dec_diff = d2;
+        if (!json) fprintf(stderr, "pooled %.2f tok/s, private %.2f tok/s\n", dp[r], dv[r]);
+        for (int s = 0; s < B; s++) {
+            ak_kv_free(copies[s]);
+            copies[s] = NULL;
+            /* the agent's history is the prompt and what it decoded */
+            int32_t *all = malloc(sizeof(int32_t) * (size_t)(n + n_gen));
+            char id[32];
+            snprintf(id, sizeof id, "pooled-%02d", s);
+            if (!all) { ak_fail(&err, "out of memory"); goto fail; }
+            memcpy(all, prompts[s], sizeof(int32_t) * n);
+            memcpy(all + n, gen[s], sizeof(int32_t) * n_gen);
+            int cr = ak_agent_commit(pooled.ag, id, all, n + n_gen, &err);
+            free(all);
+            if (cr < 0 || ak_agent_end(pooled.ag, id, &err) < 0) goto fail;
+        }
+    }
+    R.dec_pooled = median(dp, reps);
+    R.dec_private = median(dv, reps);
+    R.dec_ratio = median(dr, reps);
+    if (json) report(&R, m, model_path, &co, P, S, nt, stdout);
+    else {
+        report(&R, m, model_path, &co, P, S, nt, NULL);
+        if (json_out) {
+            FILE *jf = fopen(json_out, "w");
+            if (!jf) { ak_fail(&err, "cannot write %s", json_out); goto fail; }
+            report(&R, m, model_path, &co, P, S, nt, jf);
+            if (fclose(jf) != 0) { ak_fail(&err, "cannot write %s", json_out); goto fail; }
+        }
+    }
+    fflush(stdout);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "agentkv bench pools: %s\n", err.msg[0] ? err.msg : "failed");
+done:
+    for (int s = 0; copies && s < B; s++) ak_kv_free(copies[s]);
+    rig_close(&priv);
+    rig_close(&pooled);
+    ak_ctx_free(ctx);
+    for (int i = 0; prompts && i < max_n; i++) free(prompts[i]);
+    for (int i = 0; gen && i < B; i++) free(gen[i]);
+    free(copies); free(kvs); free(prompts); free(gen); free(ttft_p); free(ttft_l); free(ttft_v);
+    free(dp); free(dv); free(dr); free(logits_pool); free(logits_priv); free(rows); free(fp); free(lp); free(fv);
+    free(lv);
+    unload_model(&lm);
+    return rc;
+}
