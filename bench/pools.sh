@@ -21,7 +21,7 @@ if [ -n "$QUICK" ]; then
     [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
         --vocab 1000 --ctx 2048 --type q4_0 --seed 1
     set -- --pool-tokens "${POOL_TOKENS:-500}" --suffix "${SUFFIX:-32}" --agents "${AGENTS:-1,2,4}" \
-        --decode-agents 2 --decode-tokens 8 --reps "${REPS:-3}" --ttft-reps "${TTFT_REPS:-1}"
+        --decode-agents 2 --decode-tokens 32 --reps "${REPS:-3}" --ttft-reps "${TTFT_REPS:-1}"
 else
     m="$BENCH_DIR/llama-1b-q4_0.gguf"
     [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --type q4_0 --seed 1

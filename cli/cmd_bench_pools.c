@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../src/agent.h"
 #include "args.h"
@@ -73,6 +74,14 @@ static double median(double *v, int n) {
     if (n <= 0) return 0;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* CPU milliseconds this process has used, all threads: on a machine shared
+ * with other work, wall time measures the neighbours as much as the code. */
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 /* Bytes one position takes in formats fk/fv, computed from the formats
@@ -130,14 +139,15 @@ static size_t rig_used(rig *r) {
  * link, make room), prefill the tokens the cache lacks (with a progress bar
  * labelled `label`, NULL for none), commit, end. logits gets the next-token
  * logits; *ms the time of the whole turn up to the logits (the commit and
- * end included: a server answers after them); *t the turn. Returns 0, or
- * -1 with err set. */
+ * end included: a server answers after them) and *cpu (may be NULL) the
+ * CPU time it took, all threads; *t the turn. Returns 0, or -1 with err
+ * set. */
 static int first_turn(rig *r, ak_ctx *ctx, const char *id, const char *pool_id, const int32_t *toks, int n,
-                      const char *label, float *logits, double *ms, ak_turn *t, ak_error *err) {
+                      const char *label, float *logits, double *ms, double *cpu, ak_turn *t, ak_error *err) {
     ak_kv *kv;
     progress pg;
     if (label) progress_init(&pg, label);
-    double t0 = ak_now();
+    double c0 = cpu_ms(), t0 = ak_now();
     if (ak_agent_open_pool(r->ag, id, 0, pool_id, toks, n, n, 0, &kv, t, err) < 0) {
         if (label) progress_done(&pg);
         return -1;
@@ -153,6 +163,7 @@ static int first_turn(rig *r, ak_ctx *ctx, const char *id, const char *pool_id, 
         return -1;
     }
     *ms = (ak_now() - t0) * 1e3;
+    if (cpu) *cpu = cpu_ms() - c0;
     if (label) progress_done(&pg);
     return 0;
 }
@@ -221,7 +232,12 @@ typedef struct {
     int block_tokens;
     size_t block_bytes;           /* one block in the formats (ak_block_pool_block_bytes) */
     double pool_ms;               /* the pool's prefill (ak_pool_create) */
-    double ttft_pooled, ttft_private, ttft_linked;   /* medians, ms */
+    /* first turns, medians over --ttft-reps of a private prefill, then in
+     * the same rep a pooled agent and a linked one with the same prompt
+     * (wall and CPU ms; ratios: medians of each rep's ratio) */
+    double ttft_pooled, ttft_private, ttft_linked, ttft_ratio;
+    double cpu_pooled, cpu_private, cpu_linked, cpu_ratio;
+    double ttft_attach;           /* median of the pooled first turns while agents were added */
     double logits_diff;           /* pooled agent 0 vs private agent 0, first-turn logits */
     double dec_pooled, dec_private, dec_ratio;       /* medians */
     double dec_diff;              /* pooled vs private decode logits */
@@ -234,7 +250,6 @@ static void report(const results *R, const ak_model *m, const char *model_path, 
                    int nt, FILE *json) {
     const char *fk = ak_kv_format_get(co->fk)->name, *fv = ak_kv_format_get(co->fv)->name;
     const char *wt = gguf_tensor_type_name(m->layers[0].wq.type);
-    double ttft_ratio = R->ttft_private / R->ttft_pooled;
     if (json) {
         fprintf(json, "{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"pool_tokens\": %d, \"suffix\": %d, "
                "\"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"block_tokens\": %d, \"bytes_per_token\": %.1f, "
@@ -252,11 +267,14 @@ static void report(const results *R, const ak_model *m, const char *model_path, 
                    (double)N * (P + S) * R->bpt_f16, R->own_sum[i], R->content[i], (unsigned long long)R->linked[i]);
         }
         fprintf(json, "], \"ttft_pooled_ms\": %.2f, \"ttft_private_ms\": %.2f, \"ttft_ratio\": %.2f, "
-               "\"ttft_content_linked_ms\": %.2f, \"ttft_private_reps\": %d, \"first_logits_max_diff\": %g, "
+               "\"ttft_content_linked_ms\": %.2f, \"cpu_pooled_ms\": %.2f, \"cpu_private_ms\": %.2f, "
+               "\"cpu_ratio\": %.2f, \"cpu_content_linked_ms\": %.2f, \"ttft_pooled_while_adding_ms\": %.2f, "
+               "\"ttft_reps\": %d, \"first_logits_max_diff\": %g, "
                "\"decode_agents\": %d, \"decode_tokens\": %d, \"decode_reps\": %d, \"decode_pooled_tok_s\": %.3f, "
                "\"decode_private_tok_s\": %.3f, \"decode_ratio\": %.3f, \"decode_logits_max_diff\": %g, "
                "\"private_copies_unshared\": %s}\n",
-               R->ttft_pooled, R->ttft_private, ttft_ratio, R->ttft_linked, R->ttft_reps, R->logits_diff, R->B,
+               R->ttft_pooled, R->ttft_private, R->ttft_ratio, R->ttft_linked, R->cpu_pooled, R->cpu_private,
+               R->cpu_ratio, R->cpu_linked, R->ttft_attach, R->ttft_reps, R->logits_diff, R->B,
                R->n_gen, R->reps, R->dec_pooled, R->dec_private, R->dec_ratio, R->dec_diff,
                R->dec_private_ok ? "true" : "false");
         return;
@@ -289,14 +307,21 @@ static void report(const results *R, const ak_model *m, const char *model_path, 
            R->list[R->n_list - 1], R->pooled[R->n_list - 1] / 1e9,
            100 * (1 - R->pooled[R->n_list - 1] / ((double)R->list[R->n_list - 1] * R->private_one)),
            100 * (1 - R->pooled[R->n_list - 1] / ((double)R->list[R->n_list - 1] * (P + S) * R->bpt_f16)));
-    printf("first turn (TTFT to the first token's logits, open + prefill + commit):\n"
-           "  pooled agent (its %d tokens prefilled)        %10.2f ms (median of %d agents)\n"
-           "  private agent (%d tokens prefilled)         %10.2f ms (median of %d)\n"
-           "  ratio private / pooled                         %10.1fx\n"
-           "  no pool, document's full blocks linked (index) %10.2f ms (median)\n"
+    printf("first turn (TTFT: open + prefill + commit, to the first token's logits), median of %d rep(s), each a\n"
+           "private prefill and right after it a linked and a pooled agent with the same new prompt:\n"
+           "%49s %12s %12s\n"
+           "  pooled agent (its %4d tokens prefilled)        %12.2f %12.2f\n"
+           "  private agent (%5d tokens prefilled)          %12.2f %12.2f\n"
+           "  no pool, the document's full blocks linked      %12.2f %12.2f\n"
+           "  ratio private / pooled (median of reps' ratios) %11.1fx %11.1fx\n"
+           "  (pooled first turns while agents 1..%d were added: median %.2f ms)\n"
            "  first-token logits, pooled vs private agent: max |diff| %g%s\n\n",
-           S, R->ttft_pooled, R->list[R->n_list - 1], P + S, R->ttft_private, R->ttft_reps, ttft_ratio, R->ttft_linked,
-           R->logits_diff, R->logits_diff == 0 ? " (bit-identical)" : "");
+           R->ttft_reps, "", "wall_ms", "cpu_ms", S, R->ttft_pooled, R->cpu_pooled, P + S, R->ttft_private,
+           R->cpu_private, R->ttft_linked, R->cpu_linked, R->ttft_ratio, R->cpu_ratio, R->list[R->n_list - 1],
+           R->ttft_attach, R->logits_diff,
+           R->logits_diff == 0 ? " (bit-identical)"
+                               : "\n  (not bit-identical when the pool's end is not a block boundary: attention sums\n"
+                                 "  blocks in another order there, and a last-bit difference can flip a quantized code)");
     printf("decode, %d agents together (one forward of %d tokens per step, %d steps, median of %d runs):\n"
            "  pooled (sharing the pool's blocks)    %10.2f tok/s\n"
            "  private copies (same bits, own memory) %9.2f tok/s%s\n"
@@ -363,8 +388,10 @@ int cmd_bench_pools(int argc, char **argv) {
     rig pooled = {0}, priv = {0};
     ak_kv **copies = calloc((size_t)B, sizeof *copies), **kvs = calloc((size_t)B, sizeof *kvs);
     int32_t **prompts = calloc((size_t)max_n, sizeof *prompts), **gen = calloc((size_t)B, sizeof *gen);
-    double *ttft_p = calloc((size_t)max_n, sizeof(double)), *ttft_l = calloc((size_t)max_n, sizeof(double));
-    double *ttft_v = calloc((size_t)ttft_reps, sizeof(double));
+    double *ttft_p = calloc((size_t)max_n, sizeof(double));
+    /* per ttft rep: wall and CPU of the private, pooled, linked turns, and the two ratios */
+    double *tt = calloc((size_t)ttft_reps * 8, sizeof(double));
+    int32_t *fresh = malloc(sizeof(int32_t) * (size_t)n);   /* each rep's new prompt */
     double *dp = calloc((size_t)reps, sizeof(double)), *dv = calloc((size_t)reps, sizeof(double)),
            *dr = calloc((size_t)reps, sizeof(double));
     float *logits_pool = malloc(sizeof(float) * vocab), *logits_priv = malloc(sizeof(float) * vocab);
@@ -372,7 +399,7 @@ int cmd_bench_pools(int argc, char **argv) {
     float *fp = malloc(sizeof(float) * (size_t)B * vocab), *lp = malloc(sizeof(float) * (size_t)B * vocab);
     float *fv = malloc(sizeof(float) * (size_t)B * vocab), *lv = malloc(sizeof(float) * (size_t)B * vocab);
     ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
-    int ok = copies && kvs && prompts && gen && ttft_p && ttft_l && ttft_v && dp && dv && dr && logits_pool &&
+    int ok = copies && kvs && prompts && gen && ttft_p && tt && fresh && dp && dv && dr && logits_pool &&
              logits_priv && rows && fp && lp && fv && lv;
     for (int i = 0; ok && i < max_n; i++) ok = (prompts[i] = malloc(sizeof(int32_t) * (size_t)n)) != NULL;
     for (int i = 0; ok && i < B; i++) ok = (gen[i] = malloc(sizeof(int32_t) * (size_t)n_gen)) != NULL;
@@ -419,7 +446,8 @@ int cmd_bench_pools(int argc, char **argv) {
         char id[32];
         snprintf(id, sizeof id, "pooled-%02d", s);
         ak_turn t;
-        if (first_turn(&pooled, ctx, id, POOL_ID, prompts[s], n, NULL, logits_pool, &ttft_p[s], &t, &err) < 0) goto fail;
+        if (first_turn(&pooled, ctx, id, POOL_ID, prompts[s], n, NULL, logits_pool, &ttft_p[s], NULL, &t, &err) < 0)
+            goto fail;
         if (t.prefilled != S) {
             ak_failc(&err, AK_ERR_GENERIC, "pooled agent %s prefilled %d tokens, not its %d", id, t.prefilled, S);
             goto fail;
@@ -448,49 +476,71 @@ int cmd_bench_pools(int argc, char **argv) {
         }
     }
     memcpy(logits_pool, logits_priv, sizeof(float) * vocab);   /* pooled agent 0's */
-    R.ttft_pooled = median(ttft_p, max_n);
+    R.ttft_attach = median(ttft_p, max_n);
 
     /* 2. private agents, no pool: each rep in a fresh block pool (nothing
-     * to link); the last one goes on with the content-index agents */
+     * to link), its private prefill followed by the first turns of a linked
+     * agent (same pool) and of a pooled one, both with a new prompt (the
+     * document and a suffix no one computed), so that the three share the
+     * machine's load of the moment; the last rep goes on with the
+     * content-index agents of the memory table first */
+    double *tv = tt, *tp = tt + ttft_reps, *tl = tt + 2 * ttft_reps, *cv = tt + 3 * ttft_reps;
+    double *cp = tt + 4 * ttft_reps, *cl = tt + 5 * ttft_reps, *rw = tt + 6 * ttft_reps, *rc_ = tt + 7 * ttft_reps;
+    memcpy(fresh, prompts[0], sizeof(int32_t) * P);
     for (int r = 0; r < ttft_reps; r++) {
         rig_close(&priv);
         if (rig_open(&priv, m, ctx, lm.tok, &co, n_ctx, &err) < 0) goto fail;
         ak_turn t;
-        char label[48];
+        char label[48], id[32];
         snprintf(label, sizeof label, "private prefill %d/%d", r + 1, ttft_reps);
-        if (first_turn(&priv, ctx, "private-00", NULL, prompts[0], n, label, logits_priv, &ttft_v[r], &t, &err) < 0)
+        if (first_turn(&priv, ctx, "private-00", NULL, prompts[0], n, label, logits_priv, &tv[r], &cv[r], &t, &err) < 0)
             goto fail;
         if (t.prefilled != n) {
             ak_failc(&err, AK_ERR_GENERIC, "the private agent prefilled %d tokens, not %d", t.prefilled, n);
             goto fail;
         }
         R.private_one = rig_used(&priv);
+        if (r == 0) R.logits_diff = max_abs_diff(logits_pool, logits_priv, (size_t)vocab);
         if (!json)
-            fprintf(stderr, "  private agent: %d tokens in %.1f s, %.2f MB\n", n, ttft_v[r] / 1e3, R.private_one / 1e6);
-    }
-    R.logits_diff = max_abs_diff(logits_pool, logits_priv, (size_t)vocab);
-    R.ttft_private = median(ttft_v, ttft_reps);
-    for (int s = 0, li = 0; s < max_n; s++) {
-        if (s > 0) {
-            char id[32];
-            snprintf(id, sizeof id, "private-%02d", s);
-            ak_turn t;
-            if (first_turn(&priv, ctx, id, NULL, prompts[s], n, NULL, logits_priv, &ttft_l[s - 1], &t, &err) < 0)
-                goto fail;
+            fprintf(stderr, "  private agent: %d tokens in %.1f s, %.2f MB\n", n, tv[r] / 1e3, R.private_one / 1e6);
+        for (int s = 1, li = 0; r == ttft_reps - 1 && s <= max_n; s++) {
+            if (s > 1) {
+                snprintf(id, sizeof id, "private-%02d", s - 1);
+                double ms;
+                if (first_turn(&priv, ctx, id, NULL, prompts[s - 1], n, NULL, logits_priv, &ms, NULL, &t, &err) < 0)
+                    goto fail;
+            }
+            if (li < R.n_list && s == R.list[li]) {
+                ak_share_stats ss;
+                ak_agents_share_stats(priv.ag, &ss);
+                R.content[li] = rig_used(&priv);
+                R.linked[li] = ss.linked_blocks;
+                if (!json)
+                    fprintf(stderr, "  N=%-3d no pool, content index: %.2f MB (%llu blocks linked)\n", s,
+                            R.content[li] / 1e6, (unsigned long long)ss.linked_blocks);
+                li++;
+            }
         }
-        if (li < R.n_list && s + 1 == R.list[li]) {
-            ak_share_stats ss;
-            ak_agents_share_stats(priv.ag, &ss);
-            R.content[li] = rig_used(&priv);
-            R.linked[li] = ss.linked_blocks;
-            if (!json)
-                fprintf(stderr, "  N=%-3d no pool, content index: %.2f MB (%llu blocks linked)\n", s + 1,
-                        R.content[li] / 1e6, (unsigned long long)ss.linked_blocks);
-            li++;
-        }
+        for (int i = P; i < n; i++) fresh[i] = (int32_t)(ak_rng_u32(&rng) % vocab);
+        snprintf(id, sizeof id, "linked-%02d", r);
+        if (first_turn(&priv, ctx, id, NULL, fresh, n, NULL, logits_priv, &tl[r], &cl[r], &t, &err) < 0) goto fail;
+        snprintf(id, sizeof id, "first-%02d", r);
+        if (first_turn(&pooled, ctx, id, POOL_ID, fresh, n, NULL, logits_pool, &tp[r], &cp[r], &t, &err) < 0)
+            goto fail;
+        rw[r] = tv[r] / tp[r];
+        rc_[r] = cv[r] / cp[r];
+        if (!json)
+            fprintf(stderr, "  first turns: private %.1f ms, linked %.1f ms, pooled %.1f ms\n", tv[r], tl[r], tp[r]);
     }
-    R.ttft_linked = max_n > 1 ? median(ttft_l, max_n - 1) : 0;
     rig_close(&priv);
+    R.ttft_private = median(tv, ttft_reps);
+    R.ttft_pooled = median(tp, ttft_reps);
+    R.ttft_linked = median(tl, ttft_reps);
+    R.cpu_private = median(cv, ttft_reps);
+    R.cpu_pooled = median(cp, ttft_reps);
+    R.cpu_linked = median(cl, ttft_reps);
+    R.ttft_ratio = median(rw, ttft_reps);
+    R.cpu_ratio = median(rc_, ttft_reps);
 
     /* 3. decode: B pooled agents open a turn with their prompt (the cache
      * keeps n - 1 positions, the last is recomputed); private copies of
@@ -566,7 +616,7 @@ done:
     ak_ctx_free(ctx);
     for (int i = 0; prompts && i < max_n; i++) free(prompts[i]);
     for (int i = 0; gen && i < B; i++) free(gen[i]);
-    free(copies); free(kvs); free(prompts); free(gen); free(ttft_p); free(ttft_l); free(ttft_v);
+    free(copies); free(kvs); free(prompts); free(gen); free(ttft_p); free(tt); free(fresh);
     free(dp); free(dv); free(dr); free(logits_pool); free(logits_priv); free(rows); free(fp); free(lp); free(fv);
     free(lv);
     unload_model(&lm);
