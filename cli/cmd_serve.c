@@ -16,8 +16,9 @@
 static const char *usage_text =
     "usage: agentkv serve -m MODEL [flags]\n"
     "  serves the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) plus agent memory\n"
-    "  (/v1/agents), /health and /metrics. Name an agent with the header X-Agent-Id or the body\n"
-    "  field agent_id; its KV cache persists in the memory directory and is restored on its next turn.\n"
+    "  (/v1/agents), pools (/v1/pools: shared prefixes; a request with \"pool\": ID starts from one),\n"
+    "  /health and /metrics. Name an agent with the header X-Agent-Id or the body field agent_id;\n"
+    "  its KV cache persists in the memory directory and is restored on its next turn.\n"
     "  -m, --model FILE       GGUF model\n"
     "  --host ADDR            address to bind (default 127.0.0.1: loopback only)\n"
     "  --port N               port (default 8080; 0 = any free port, printed at start)\n"

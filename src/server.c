@@ -360,13 +360,15 @@ static enum MHD_Result send_busy(ak_server *s, struct MHD_Connection *c, const c
     return send_body_ex(s, c, ep, 503, body, "application/json", "1");
 }
 
-/* OpenAI's error code for a request that failed with an ak_err_code in the
- * engine (a pool that vanished or broke between parsing and admission). */
-static const char *code_of(int code) {
+/* OpenAI's error code (and its param) for a request that failed with an
+ * ak_err_code in the engine: a pool that vanished or broke between parsing
+ * and admission, no KV room. NULL when there is none to give. */
+static const char *code_of(int code, const char **param) {
+    *param = NULL;
     switch (code) {
-    case AK_ERR_NOT_FOUND: return "pool_not_found";
-    case AK_ERR_STALE: return "pool_stale";
-    case AK_ERR_CORRUPT: return "pool_corrupt";
+    case AK_ERR_NOT_FOUND: *param = "pool"; return "pool_not_found";
+    case AK_ERR_STALE: *param = "pool"; return "pool_stale";
+    case AK_ERR_CORRUPT: *param = "pool"; return "pool_corrupt";
     case AK_ERR_KV_BUDGET: return "kv_budget";
     default: return NULL;
     }
@@ -429,9 +431,8 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     if (res.finish == AK_FINISH_ERROR) {
         ak_request_release(r);
         ak_api_request_free(&p);
-        const char *code = code_of(res.code);
-        return send_error(s, c, ep, res.status ? res.status : 500, code && code[0] == 'p' ? "pool" : NULL, code, "%s",
-                          res.error);
+        const char *param, *code = code_of(res.code, &param);
+        return send_error(s, c, ep, res.status ? res.status : 500, param, code, "%s", res.error);
     }
     if (p.stream) {
         stream *st = calloc(1, sizeof *st);

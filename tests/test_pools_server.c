@@ -291,7 +291,7 @@ TEST(pools_server_chat_equals_unpooled) {
     const char *turns[2] = {"Tell me about Lily.", "What did the dog do?"};
     char conv[4096] = "";   /* the request's own messages so far, without [ ] */
     for (int turn = 0; turn < 2; turn++) {
-        char own[4096], full[8192];
+        char own[4200], full[8400];
         size_t l = strlen(conv);
         snprintf(conv + l, sizeof conv - l, "%s{\"role\":\"user\",\"content\":\"%s\"}", l ? "," : "", turns[turn]);
         snprintf(own, sizeof own, "[%s]", conv);
@@ -379,7 +379,7 @@ TEST(pools_server_8_agents_fit_on_one_pool) {
     CHECK(8 * ((pool_tokens + bt - 1) / bt + 2) > 60, "the budget must be too small for 8 copies (%d tokens)",
           pool_tokens);
     for (int i = 0; i < 8; i++) {
-        char id[16], msg[128];
+        char id[32], msg[128];
         snprintf(id, sizeof id, "reader-%d", i);
         snprintf(msg, sizeof msg, "[{\"role\":\"user\",\"content\":\"Question %d: who ran?\"}]", i);
         reply q = chat(r.port, id, "doc", msg, 8);
@@ -388,7 +388,7 @@ TEST(pools_server_8_agents_fit_on_one_pool) {
     }
     int hot = 0;
     for (int i = 0; i < 8; i++) {
-        char id[16];
+        char id[32];
         snprintf(id, sizeof id, "reader-%d", i);
         cJSON *ag = NULL;
         if (agent_get(r.port, id, &ag) == 200 && !strcmp(str(ag, "tier"), "hot")) hot++;
@@ -421,7 +421,7 @@ TEST(pools_server_automatic_sharing_8_agents) {
     if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-auto") < 0) return;
     char *sys = story(450);
     for (int i = 0; i < 8; i++) {
-        char id[16];
+        char id[32];
         snprintf(id, sizeof id, "worker-%d", i);
         cJSON *msgs = cJSON_CreateArray(), *m0 = cJSON_CreateObject(), *m1 = cJSON_CreateObject();
         cJSON_AddStringToObject(m0, "role", "system");
@@ -447,7 +447,7 @@ TEST(pools_server_automatic_sharing_8_agents) {
     CHECK(metric(r.port, "agentkv_kv_shared_bytes") > 0, "shared bytes");
     int sharing = 0;
     for (int i = 0; i < 8; i++) {
-        char id[16];
+        char id[32];
         snprintf(id, sizeof id, "worker-%d", i);
         cJSON *ag = NULL;
         if (agent_get(r.port, id, &ag) == 200 && num(ag, "private_bytes") * 2 < num(ag, "bytes")) sharing++;
