@@ -19,6 +19,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     for (int i = 0; i < AK_STORE_KEY_BYTES; i++) key[i] = (uint8_t)(i + 1);
     store_target_init(key);
+    const char *seeds = getenv("AK_FUZZ_STORE_SEEDS");   /* fuzz/mkseeds.py: write seeds, exit */
+    if (seeds && *seeds) exit(store_target_write_seeds(seeds) ? 1 : 0);
     return 0;
 }
 

@@ -12,6 +12,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
     store_target_init(NULL);
+    const char *seeds = getenv("AK_FUZZ_STORE_SEEDS");   /* fuzz/mkseeds.py: write seeds, exit */
+    if (seeds && *seeds) exit(store_target_write_seeds(seeds) ? 1 : 0);
     return 0;
 }
 

@@ -16,6 +16,17 @@ the shared models and golden files (run from the repository root):
                               architectures, tied and untied, six weight types
   fuzz/corpus/sealed/         agent files sealed under fuzz_sealed's key,
                               written by `agentkv run --agent` on stories260K
+                              (old seeds there are replaced)
+  fuzz/corpus/store/          plain agent files (format 4) written by `agentkv
+                              run --agent` on stories260K, named by their
+                              formats (f16-f16, ...)
+  store and sealed, both:     small synthetic files in format 4 (synth-plain,
+                              synth-base: an agent whose sequence starts with
+                              a pool's base, synth-pool: a pool file), written
+                              by the fuzz targets themselves
+                              (AK_FUZZ_STORE_SEEDS=DIR fuzz_store / fuzz_sealed:
+                              they need the library's own XXH3 and seal), when
+                              FUZZ_BIN_DIR (default build/fuzz) holds them
 
 Files are named by the SHA-1 of their content, as libFuzzer names them.
 """
@@ -192,8 +203,43 @@ def model_seeds(shared, agentkv):
 SEAL_KEY = bytes(range(1, 33))   # fuzz_sealed.c's key
 
 
+def clear(dirname):
+    """Removes the seeds of a corpus directory (a format change makes them stale)."""
+    if os.path.isdir(dirname):
+        for n in os.listdir(dirname):
+            os.unlink(os.path.join(dirname, n))
+
+
+def synthetic_store_seeds(target, corpus):
+    """The synthetic seeds written by fuzz_<target> in seed mode, if built."""
+    fuzz_bin = os.path.join(os.environ.get("FUZZ_BIN_DIR", "build/fuzz"), "fuzz_" + target)
+    if not os.path.exists(fuzz_bin):
+        print("mkseeds: %s not built: no synthetic seeds for %s" % (fuzz_bin, corpus), file=sys.stderr)
+        return
+    os.makedirs(corpus, exist_ok=True)
+    subprocess.run([fuzz_bin], check=True, stdout=subprocess.DEVNULL, timeout=120,
+                   env=dict(os.environ, AK_FUZZ_STORE_SEEDS=corpus))
+
+
+def store_seeds(shared, agentkv):
+    model = os.path.join(shared, "models", "stories260K.gguf")
+    clear("fuzz/corpus/store")
+    os.makedirs("fuzz/corpus/store", exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (fk, fv) in enumerate([("f16", "f16"), ("q8", "tq3"), ("q4", "q2"), ("tq4", "tq4"), ("bf16", "q8")]):
+            mem = os.path.join(tmp, "mem%d" % i)
+            run([agentkv, "run", "-m", model, "-p", "Once upon a time", "-n", "4", "--agent", "a",
+                 "--memory-dir", mem, "-ctk", fk, "-ctv", fv])
+            with open(os.path.join(mem, "a.safetensors"), "rb") as f:
+                data = f.read()
+            with open(os.path.join("fuzz/corpus/store", "%s-%s" % (fk, fv)), "wb") as f:
+                f.write(data)
+    synthetic_store_seeds("store", "fuzz/corpus/store")
+
+
 def sealed_seeds(shared, agentkv):
     model = os.path.join(shared, "models", "stories260K.gguf")
+    clear("fuzz/corpus/sealed")
     with tempfile.TemporaryDirectory() as tmp:
         key = os.path.join(tmp, "key")
         with open(key, "wb") as f:
@@ -205,11 +251,12 @@ def sealed_seeds(shared, agentkv):
                  "--memory-dir", mem, "--memory-key-file", key, "-ctk", fk, "-ctv", fv])
             with open(os.path.join(mem, "a.safetensors"), "rb") as f:
                 save("fuzz/corpus/sealed", f.read())
+    synthetic_store_seeds("sealed", "fuzz/corpus/sealed")
 
 
 def main():
     shared, agentkv = sys.argv[1], sys.argv[2]
-    what = sys.argv[3:] or ["tokenizer", "chat", "stop", "model", "sealed"]
+    what = sys.argv[3:] or ["tokenizer", "chat", "stop", "model", "store", "sealed"]
     if "tokenizer" in what:
         tokenizer_seeds(shared)
     if "chat" in what:
@@ -218,6 +265,8 @@ def main():
         stop_seeds()
     if "model" in what:
         model_seeds(shared, agentkv)
+    if "store" in what:
+        store_seeds(shared, agentkv)
     if "sealed" in what:
         sealed_seeds(shared, agentkv)
 
