@@ -3,12 +3,15 @@
  * One engine thread owns the model context and the agents. Each step it
  *   1. admits queued requests in arrival order (requests of one agent are
  *      serialized: a later one waits for the earlier one to finish) while
- *      their prompt plus max_tokens fits in the KV budget next to what the
- *      running requests may still grow into (idle agents are evicted LRU to
- *      disk to make room; what does not fit waits);
+ *      the bytes their prompt plus max_tokens will add fit in the KV budget
+ *      next to what the running requests may still add (a pool's blocks and
+ *      blocks linked from the content index are shared, not counted again:
+ *      ak_agent_bytes_to_add; idle agents are evicted LRU to disk to make
+ *      room; what does not fit waits). A pool's creation is queued and
+ *      admitted the same way, its blocks reserved up front;
  *   2. runs ONE forward pass holding one decode token of every decoding
  *      request (the weights are read once for the whole batch) plus a bounded
- *      chunk of prompt tokens (chunked prefill: a 16K prompt cannot stall the
+ *      chunk of prompt (or pool) tokens (chunked prefill: a 16K prompt cannot stall the
  *      others for more than a step; while others decode, the chunk is sized
  *      from the measured prefill speed so that a step takes about step_ms);
  *   3. samples, detokenizes, enforces stop strings and hands the text to the
