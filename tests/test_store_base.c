@@ -226,6 +226,35 @@ TEST(store_prelinked_blocks_are_not_read) {
         }
         ak_kv_free(kv);
     }
+    /* a full budget: room for a's 7 blocks and the 4 blocks past 3 linked
+     * ones, but not while the caller's sequence still holds its old block:
+     * the image is read (blocks 3..6 only) and verified first, then the
+     * sequence emptied and filled */
+    REQUIRE(write_bytes(file_of(dir, "p"), bad, bad_len) == 0, "write");
+    size_t bb = ak_block_pool_block_bytes(a.pool, AK_KV_Q8, AK_KV_Q4);
+    kv = ak_kv_new(a.pool, AK_KV_Q8, AK_KV_Q4, 256, &err);
+    float zk[2 * 64] = {0}, zv[2 * 32] = {0};
+    REQUIRE(kv && ak_kv_prepare(kv, 0, 1, &err) == 0 && ak_kv_write(kv, 0, 0, zk, zv, &err) == 0, "%s", err.msg);
+    {   /* the control: one block less is too little even with the sequence emptied */
+        ak_block_pool_set_budget(a.pool, (NB + 3) * bb);
+        prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
+        ak_store_status r = ak_store_load_linked(st, "p", FP, VOCAB, kv, test_prelink, &pc, &info, &err);
+        CHECK(r == AK_STORE_ERROR && err.code == AK_ERR_KV_BUDGET && ak_kv_length(kv) == 0 && exists(file_of(dir, "p")),
+              "budget of %d blocks: %s %s", NB + 3, ak_store_status_name(r), err.msg);
+        REQUIRE(ak_kv_prepare(kv, 0, 1, &err) == 0 && ak_kv_write(kv, 0, 0, zk, zv, &err) == 0, "%s", err.msg);
+    }
+    ak_block_pool_set_budget(a.pool, (NB + 4) * bb);
+    {
+        prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
+        ak_store_status r = ak_store_load_linked(st, "p", FP, VOCAB, kv, test_prelink, &pc, &info, &err);
+        uint64_t want = hdr + data / NB * (uint64_t)(NB - 3);
+        CHECK(r == AK_STORE_HIT && kv_equal(a.kv, kv) && info.linked == 96 && info.bytes_read == want,
+              "full budget, 3 blocks linked: %s %s; %llu bytes read, expected %llu", ak_store_status_name(r), err.msg,
+              (unsigned long long)info.bytes_read, (unsigned long long)want);
+        if (r == AK_STORE_HIT) free(info.tokens);
+    }
+    ak_block_pool_set_budget(a.pool, 0);
+    ak_kv_free(kv);
     /* another block size (16): the prelink links 16-position blocks of a
      * sequence restored there before; the file's block 1 is corrupt */
     REQUIRE(ak_store_save(st, "p", a.kv, a.tokens, a.n, FP, "m", &err) == 0, "save: %s", err.msg);
