@@ -112,7 +112,7 @@ int cmd_run(int argc, char **argv) {
         if (!(store = memory_opts_open(&mo, &err))) goto fail;
         if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
         ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, mo.save, mo.disk_budget,
-                               log_line, NULL};
+                               log_line, NULL, mo.no_prefix_sharing};
         if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     } else if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) {
         goto done;

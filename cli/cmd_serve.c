@@ -170,7 +170,8 @@ int cmd_serve(int argc, char **argv) {
     }
     /* touch the first part of the hot tier now, not during a restore */
     ak_block_pool_prefault(pool, co.fk, co.fv, co.budget < (512u << 20) ? co.budget : (512u << 20));
-    ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, mo.save, mo.disk_budget, log_line, NULL};
+    ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, mo.save, mo.disk_budget, log_line, NULL,
+                           mo.no_prefix_sharing};
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     if (!(metrics = ak_metrics_new(&err))) goto fail;
     ak_sched_config sc = {lm.model, lm.tok, agents, pool, store, n_threads, n_ctx, step_tokens, max_agents, metrics,

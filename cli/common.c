@@ -141,6 +141,8 @@ int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag) {
         const char *v = args_value(a, flag);
         if (v && ak_save_policy_parse(v, &o->save) < 0)
             args_error(a, "--save-policy: '%s' is not turn, evict or shutdown", v);
+    } else if (!strcmp(flag, "--no-prefix-sharing")) {
+        o->no_prefix_sharing = 1;
     } else if (!strcmp(flag, "--disk-budget")) {
         const char *v = args_value(a, flag);
         if (v && (ak_parse_bytes(v, &o->disk_budget) < 0 || !o->disk_budget))

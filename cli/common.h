@@ -72,6 +72,7 @@ typedef struct {
     const char *key_file;     /* --memory-key-file, NULL: plain files */
     size_t disk_budget;       /* --disk-budget, 0 = none */
     ak_save_policy save;      /* --save-policy, default every turn */
+    int no_prefix_sharing;    /* --no-prefix-sharing */
 } memory_opts;
 
 #define MEMORY_OPTS_HELP                                                                       \
@@ -80,7 +81,10 @@ typedef struct {
     "  --disk-budget BYTES      keep the memory directory under this size (LRU files go first)\n" \
     "  --save-policy P          when an agent's cache is written: turn (after every turn, default),\n" \
     "                           evict (when it leaves RAM) or shutdown (at exit); all save at a\n" \
-    "                           clean exit\n"
+    "                           clean exit\n"                                                     \
+    "  --no-prefix-sharing      agents never link blocks another agent computed for the same\n"  \
+    "                           prefix (sharing shows, by timing, that some agent sent it before;\n" \
+    "                           pools still share): docs/sharing.md\n"
 
 void memory_opts_init(memory_opts *o);
 /* If flag is one of the memory flags, parses its value into o (errors go
