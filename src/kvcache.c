@@ -217,13 +217,18 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
     uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
     uint8_t tmp[4 * 1024 + 64];   /* one vector (f32 at d = 1024 at most) */
     float xc[1024];
+    if ((!k || !v) && pos >= kv->length)
+        return ak_fail(err, "KV write of one side at position %d: the other side was never written", pos);
     for (int h = 0; h < kv->spec.n_head_kv; h++) {
-        const float *kh = k + (size_t)h * dk, *vh = v + (size_t)h * dv;
         /* centered where the pool says so (blockpool.h) */
-        ik->quantize(center(kh, dk, ak_block_pool_center(kv->pool, 0, b->fk, layer, h), xc), dk, tmp);
-        put_vec(kv, kb, b->fk, dk, h, slot, tmp);
-        iv->quantize(center(vh, dv, ak_block_pool_center(kv->pool, 1, b->fv, layer, h), xc), dv, tmp);
-        put_vec(kv, vb, b->fv, dv, h, slot, tmp);
+        if (k) {
+            ik->quantize(center(k + (size_t)h * dk, dk, ak_block_pool_center(kv->pool, 0, b->fk, layer, h), xc), dk, tmp);
+            put_vec(kv, kb, b->fk, dk, h, slot, tmp);
+        }
+        if (v) {
+            iv->quantize(center(v + (size_t)h * dv, dv, ak_block_pool_center(kv->pool, 1, b->fv, layer, h), xc), dv, tmp);
+            put_vec(kv, vb, b->fv, dv, h, slot, tmp);
+        }
     }
     if (pos + 1 > kv->length) kv->length = pos + 1;
     return 0;

@@ -62,7 +62,8 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err);
 /* Stores the key (n_head_kv * head_dim_k floats) and value (n_head_kv *
  * head_dim_v floats) of one position of one layer, quantizing them to the
  * sequence's formats. The position must have been prepared; returns -1 with
- * err set otherwise. */
+ * err set otherwise. k or v NULL leaves that side as it is (re-keying a
+ * position already written, e.g. after a position shift). */
 int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, ak_error *err);
 
 /* Reads back (dequantized) the key and value of one position of one layer,
