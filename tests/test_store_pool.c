@@ -95,7 +95,8 @@ TEST(store_pool_save_load_list_remove) {
     /* a large source: a document's messages, ~200 KB with quotes and newlines */
     size_t slen = 200000;
     char *source = malloc(slen + 1);
-    for (size_t i = 0; i < slen; i++) source[i] = "[{\"role\":\"system\",\"content\":\"x\\n\u00e9\"}]\n"[i % 40];
+    static const char pat[] = "[{\"role\":\"system\",\"content\":\"x\\n\u00e9\"}]\n";
+    for (size_t i = 0; i < slen; i++) source[i] = pat[i % (sizeof pat - 1)];
     source[slen] = 0;
     REQUIRE(ak_store_save_pool(st, "doc", p.kv, p.tokens, p.n, source, FP, "m", &err) == 0, "save: %s", err.msg);
     REQUIRE(ak_store_save_pool(st, "aaa", p.kv, p.tokens, 10, "", FP, "m", &err) == 0, "save: %s", err.msg);
