@@ -74,11 +74,19 @@
  * tagged FINAL.
  *
  * Saving: .<id>.safetensors.tmp.<pid>.<tid> in the same directory (the
- * leading '.' keeps internal names apart from agent ids, which cannot start
- * with one), fallocate, write, fsync, close, rename over <id>.safetensors,
- * fsync the directory. A crash at any point leaves the old file or the new
- * one, never a mix; leftover temp files are removed when a store is next
- * opened.
+ * store's for agents, pools/ for pools; the leading '.' keeps internal
+ * names apart from ids, which cannot start with one), fallocate, write,
+ * fsync, close, rename over <id>.safetensors, fsync the directory. A crash
+ * at any point leaves the old file or the new one, never a mix; leftover
+ * temp files are removed when a store is next opened.
+ *
+ * Loading: the header and metadata (and, for a sequence with a base, the
+ * prelink callback) first; then only the blocks past what the callback
+ * supplied, each verified against its block checksum, read straight into
+ * the blocks of a fresh sequence (plain files of the pool's block size) or
+ * through an image in memory (sealed files, another block size, a full KV
+ * budget); the fresh sequence is swapped in once everything has passed.
+ * Pool files (store_pool.c) are read and written by the same code.
  *
  * Fault injection (read by ak_store_open, kept in the store, for crash
  * tests), compiled only with AK_FAULT_INJECTION defined: the Makefile builds
