@@ -257,6 +257,8 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
     p->st.used += bytes;
     p->st.logical += bytes;
     b->refcount = 1;
+    b->bytes = bytes;
+    b->mix = NULL;
     b->fk = fk;
     b->fv = fv;
     b->hash = 0;
@@ -285,13 +287,119 @@ size_t ak_block_pool_prefault(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv
 }
 
 ak_block *ak_block_clone(ak_block_pool *p, const ak_block *b, ak_error *err) {
-    ak_block *c = ak_block_alloc(p, b->fk, b->fv, err);
-    if (c) memcpy(c->data, b->data, ak_block_pool_block_bytes(p, b->fk, b->fv));
+    ak_block *c;
+    if (b->mix) {   /* rebuilt from the slots' formats */
+        ak_kv_format fk[AK_KV_MAX_BLOCK_TOKENS], fv[AK_KV_MAX_BLOCK_TOKENS];
+        for (int s = 0; s < b->mix->count; s++) {
+            fk[s] = b->mix->fmt[0][b->mix->cls[0][s]];
+            fv[s] = b->mix->fmt[1][b->mix->cls[1][s]];
+        }
+        c = ak_block_alloc_mixed(p, fk, fv, b->mix->count, err);
+    } else {
+        c = ak_block_alloc(p, b->fk, b->fv, err);
+    }
+    if (c) memcpy(c->data, b->data, b->bytes);
     return c;
 }
 
+/* ---- mixed blocks (blockpool.h) ----------------------------------------- */
+
+static void mix_free(ak_block_mix *m) {
+    if (!m) return;
+    for (int side = 0; side < 2; side++) {
+        free(m->cls[side]);
+        free(m->rank[side]);
+        for (int c = 0; c < AK_MIX_CLASSES; c++) free(m->slots[side][c]);
+    }
+    free(m);
+}
+
+/* The classes of one side: formats in order of first use, each slot's
+ * class and rank, each class's slots, offsets and the region's size.
+ * Returns 0, or -1 with err set. */
+static int mix_side(ak_block_mix *m, int side, const ak_kv_format *f, int count, int H, int d, int T, ak_error *err) {
+    if (!(m->cls[side] = calloc((size_t)T, 1)) || !(m->rank[side] = calloc((size_t)T, sizeof(uint16_t))))
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    for (int s = 0; s < count; s++) {
+        const ak_kv_format_info *fi = ak_kv_format_get(f[s]);
+        if (!fi || !ak_kv_format_supports(f[s], d))
+            return ak_failc(err, AK_ERR_INVALID, "slot %d: format cannot store head dim %d", s, d);
+        if (side == 0 && fi->rotated)
+            return ak_failc(err, AK_ERR_INVALID, "slot %d: a mixed block's keys cannot be in rotated format %s", s, fi->name);
+        int c = 0;
+        while (c < m->ncls[side] && m->fmt[side][c] != f[s]) c++;
+        if (c == m->ncls[side]) {
+            if (c == AK_MIX_CLASSES)
+                return ak_failc(err, AK_ERR_INVALID, "a mixed block holds at most %d formats a side", AK_MIX_CLASSES);
+            m->fmt[side][m->ncls[side]++] = f[s];
+        }
+        m->cls[side][s] = (uint8_t)c;
+        m->rank[side][s] = (uint16_t)m->n[side][c]++;
+    }
+    size_t off = 0;
+    for (int c = 0; c < m->ncls[side]; c++) {
+        if (!(m->slots[side][c] = malloc(sizeof(uint16_t) * (size_t)m->n[side][c])))
+            return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        m->off[side][c] = off;
+        off += (size_t)H * (size_t)m->n[side][c] * ak_kv_format_get(m->fmt[side][c])->vec_bytes(d);
+    }
+    for (int s = 0; s < count; s++) m->slots[side][m->cls[side][s]][m->rank[side][s]] = (uint16_t)s;
+    m->region[side] = off;
+    return 0;
+}
+
+ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
+                               ak_error *err) {
+    int T = p->block_tokens, H = p->spec.n_head_kv;
+    if (count < 1 || count > T) {
+        ak_failc(err, AK_ERR_INVALID, "a mixed block of %d slots (blocks hold %d)", count, T);
+        return NULL;
+    }
+    ak_block_mix *m = calloc(1, sizeof *m);
+    if (!m) {
+        ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    m->count = count;
+    if (mix_side(m, 0, fk, count, H, p->spec.head_dim_k, T, err) < 0 ||
+        mix_side(m, 1, fv, count, H, p->spec.head_dim_v, T, err) < 0) {
+        mix_free(m);
+        return NULL;
+    }
+    size_t bytes = (size_t)p->spec.n_layer * (m->region[0] + m->region[1]);
+    ak_block *b = malloc(sizeof *b);
+    void *data = NULL;
+    pthread_mutex_lock(&p->mu);
+    int over = p->st.budget && p->st.used + bytes > p->st.budget;
+    if (over || !b || posix_memalign(&data, 64, bytes ? bytes : 64) != 0) {
+        p->st.alloc_failures++;
+        size_t used = p->st.used, budget = p->st.budget;
+        pthread_mutex_unlock(&p->mu);
+        free(b);
+        mix_free(m);
+        if (over)
+            ak_failc(err, AK_ERR_KV_BUDGET, "KV budget exhausted: a %zu-byte block does not fit (%zu of %zu bytes in use)",
+                     bytes, used, budget);
+        else
+            ak_failc(err, AK_ERR_NOMEM, "out of memory allocating a %zu-byte KV block", bytes);
+        return NULL;
+    }
+    memset(data, 0, bytes);
+    p->st.used += bytes;
+    p->st.logical += bytes;
+    p->st.mixed_bytes += bytes;
+    p->st.blocks++;
+    if (p->st.used > p->st.peak) p->st.peak = p->st.used;
+    pthread_mutex_unlock(&p->mu);
+    *b = (ak_block){.refcount = 1, .bytes = bytes, .mix = m, .fk = fk[0], .fv = fv[0], .data = data};
+    return b;
+}
+
+static void mix_free(ak_block_mix *m);
+
 static size_t bytes_of(const ak_block_pool *p, const ak_block *b) {
-    return (size_t)p->spec.n_layer * (k_region(p, b->fk) + v_region(p, b->fv));
+    (void)p;
+    return b->bytes;
 }
 
 /* One more reference to b, with the sharing statistics. Called with mu held. */
@@ -335,15 +443,23 @@ void ak_block_unref(ak_block_pool *p, ak_block *b) {
     if (b->refcount == 1) p->st.shared -= bytes_of(p, b);
     if (last) {
         index_remove(p, b);
-        size_t kb = (size_t)p->spec.n_layer * k_region(p, b->fk), vb = (size_t)p->spec.n_layer * v_region(p, b->fv);
-        p->st.used -= kb + vb;
+        p->st.used -= b->bytes;
         p->st.blocks--;
-        p->st.k_bytes[b->fk] -= kb;
-        p->st.v_bytes[b->fv] -= vb;
-        block_mem_put(p, b->data, kb + vb ? kb + vb : 64);
+        if (b->mix) {
+            p->st.mixed_bytes -= b->bytes;
+            free(b->data);   /* mixed blocks are sized to their contents: plain allocations */
+        } else {
+            size_t kb = (size_t)p->spec.n_layer * k_region(p, b->fk), vb = (size_t)p->spec.n_layer * v_region(p, b->fv);
+            p->st.k_bytes[b->fk] -= kb;
+            p->st.v_bytes[b->fv] -= vb;
+            block_mem_put(p, b->data, kb + vb ? kb + vb : 64);
+        }
     }
     pthread_mutex_unlock(&p->mu);
-    if (last) free(b);
+    if (last) {
+        mix_free(b->mix);
+        free(b);
+    }
 }
 
 void ak_block_pool_set_model(ak_block_pool *p, const char *fingerprint) {

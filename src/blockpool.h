@@ -46,8 +46,24 @@
 
 #define AK_DEFAULT_BLOCK_TOKENS 32
 
+/* A mixed block (below): each slot's key and value in a format of its own. */
+#define AK_MIX_CLASSES 4
+typedef struct ak_block_mix {
+    int count;                                  /* slots filled, from slot 0 */
+    int ncls[2];                                /* formats used by keys [0] and values [1] */
+    ak_kv_format fmt[2][AK_MIX_CLASSES];        /* those formats (distinct) */
+    int n[2][AK_MIX_CLASSES];                   /* slots stored in each */
+    size_t off[2][AK_MIX_CLASSES];              /* where each class starts in a layer's K (V) region */
+    size_t region[2];                           /* bytes of one layer's K (V) region */
+    uint8_t *cls[2];                            /* (T) each slot's class */
+    uint16_t *rank[2];                          /* (T) its index among its class's slots */
+    uint16_t *slots[2][AK_MIX_CLASSES];         /* (n) each class's slots, ascending */
+} ak_block_mix;
+
 typedef struct ak_block {
     int refcount;
+    size_t bytes;           /* of data */
+    ak_block_mix *mix;      /* NULL: every slot in fk / fv; else per slot (then fk, fv are unused) */
     ak_kv_format fk, fv;
     uint64_t hash;          /* its key in the content index (below); 0 = not indexed */
     struct ak_block *hnext; /* next block of its index bucket */
@@ -62,7 +78,8 @@ typedef struct {
     size_t peak;
     size_t blocks;                       /* live blocks */
     size_t k_bytes[AK_KV_NFORMATS];      /* K bytes of live blocks, by format */
-    size_t v_bytes[AK_KV_NFORMATS];      /* V bytes of live blocks, by format */
+    size_t v_bytes[AK_KV_NFORMATS];      /* V bytes of live blocks, by format (uniform blocks) */
+    size_t mixed_bytes;                  /* bytes of live mixed blocks */
     uint64_t alloc_failures;             /* allocations refused by the budget */
     size_t shared;                       /* bytes of live blocks held by more than one reference */
     size_t logical;                      /* bytes as the holders see them: each block's bytes times
@@ -167,6 +184,26 @@ ak_block *ak_block_pool_lookup(ak_block_pool *p, uint64_t h);
  * then drops that reference); or NULL when b is indexed under another hash
  * or out of memory (nothing entered). */
 ak_block *ak_block_pool_publish(ak_block_pool *p, ak_block *b, uint64_t h);
+
+/* MIXED BLOCKS: a bit width per token (CacheCards). Slot s of a mixed block
+ * stores its key in format fk[s] and its value in fv[s]; the formats of a
+ * side form at most AK_MIX_CLASSES classes. Layout, for each layer l in
+ * order, a K region then a V region (as uniform blocks); a region holds its
+ * classes one after the other (in the order of first use by the slots), and
+ * class c holds its n_c slots' vectors as a uniform block holds T:
+ *     metadata: [H][n_c] of meta_bytes(f_c, d)   codes: [H][n_c] of code_bytes(f_c, d)
+ * slot s being entry rank[s] of its class. Only filled slots take room: a
+ * block of 2-bit keys is a quarter of a block of 8-bit ones. Mixed blocks
+ * are never centered, and their key formats must not be rotated (attention
+ * scores each class against the plain query); value formats may be (tq*).
+ * They are written once, slot by slot, by whoever builds them (a card
+ * import), and read by attention in place, class by class. */
+
+/* A mixed block for `count` slots (1..T) with the given per-slot formats.
+ * Returns NULL with err set: a rotated or invalid key format, more than
+ * AK_MIX_CLASSES formats on a side, the budget (AK_ERR_KV_BUDGET). */
+ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
+                               ak_error *err);
 
 /* Parses a byte size: "512M", "10.2G", "4096", "1.5GiB"; returns 0, or -1. */
 int ak_parse_bytes(const char *s, size_t *out);

@@ -131,7 +131,7 @@ int ak_kv_n_blocks(const ak_kv *kv) {
 size_t ak_kv_bytes(const ak_kv *kv) {
     size_t n = 0;
     for (int i = 0; i < kv->n_table; i++)
-        if (kv->table[i]) n += ak_block_pool_block_bytes(kv->pool, kv->table[i]->fk, kv->table[i]->fv);
+        if (kv->table[i]) n += kv->table[i]->bytes;
     return n;
 }
 
@@ -204,12 +204,79 @@ static void uncenter(float *x, int d, const float *mu) {
         for (int i = 0; i < d; i++) x[i] += mu[i];
 }
 
+/* Where class c of side `side` of mixed block b keeps head `head`'s
+ * metadata and codes at layer `layer` (blockpool.h: MIXED BLOCKS). */
+static void mixed_runs(const ak_kv *kv, const ak_block *b, int layer, int side, int c, int head, size_t cb, size_t mb,
+                       const uint8_t **meta, const uint8_t **codes) {
+    const ak_block_mix *m = b->mix;
+    size_t nc = (size_t)m->n[side][c], H = (size_t)kv->spec.n_head_kv;
+    const uint8_t *region = b->data + (size_t)layer * (m->region[0] + m->region[1]) + (side ? m->region[0] : 0) +
+                            m->off[side][c];
+    *meta = region + (size_t)head * nc * mb;
+    *codes = region + H * nc * mb + (size_t)head * nc * cb;
+}
+
+/* Slot `slot`'s vector of one side and head in mixed block b: its format,
+ * metadata and codes. */
+static ak_kv_format mixed_vec(const ak_kv *kv, const ak_block *b, int layer, int side, int head, int slot,
+                              uint8_t **meta, uint8_t **codes) {
+    const ak_block_mix *m = b->mix;
+    int c = m->cls[side][slot], d = side ? kv->spec.head_dim_v : kv->spec.head_dim_k;
+    ak_kv_format f = m->fmt[side][c];
+    size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
+    const uint8_t *mr, *cr;
+    mixed_runs(kv, b, layer, side, c, head, cb, mb, &mr, &cr);
+    *meta = (uint8_t *)mr + (size_t)m->rank[side][slot] * mb;
+    *codes = (uint8_t *)cr + (size_t)m->rank[side][slot] * cb;
+    return f;
+}
+
+/* ak_kv_write / ak_kv_read of one position held by a mixed block (never
+ * centered: blockpool.h). */
+static void mixed_put(const ak_kv *kv, ak_block *b, int layer, int slot, const float *k, const float *v) {
+    uint8_t tmp[4 * 1024 + 64], *meta, *codes;
+    for (int side = 0; side < 2; side++) {
+        const float *x = side ? v : k;
+        int d = side ? kv->spec.head_dim_v : kv->spec.head_dim_k;
+        if (!x) continue;
+        for (int h = 0; h < kv->spec.n_head_kv; h++) {
+            ak_kv_format f = mixed_vec(kv, b, layer, side, h, slot, &meta, &codes);
+            size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
+            ak_kv_format_get(f)->quantize(x + (size_t)h * d, d, tmp);
+            memcpy(codes, tmp, cb);
+            if (mb) memcpy(meta, tmp + cb, mb);
+        }
+    }
+}
+static void mixed_get(const ak_kv *kv, const ak_block *b, int layer, int slot, float *k, float *v) {
+    uint8_t tmp[4 * 1024 + 64], *meta, *codes;
+    for (int side = 0; side < 2; side++) {
+        float *x = side ? v : k;
+        int d = side ? kv->spec.head_dim_v : kv->spec.head_dim_k;
+        for (int h = 0; h < kv->spec.n_head_kv; h++) {
+            ak_kv_format f = mixed_vec(kv, b, layer, side, h, slot, &meta, &codes);
+            size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
+            memcpy(tmp, codes, cb);
+            if (mb) memcpy(tmp + cb, meta, mb);
+            ak_kv_format_get(f)->dequantize(tmp, d, x + (size_t)h * d);
+        }
+    }
+}
+
 int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, ak_error *err) {
     if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer)
         return ak_fail(err, "KV write at layer %d position %d is out of range", layer, pos);
     int slot;
     ak_block *b = kv->table[block_of(kv, pos, &slot)];
     if (!b || b->refcount != 1 || b->hash) return ak_fail(err, "KV write at position %d: block not prepared", pos);
+    if ((!k || !v) && pos >= kv->length)
+        return ak_fail(err, "KV write of one side at position %d: the other side was never written", pos);
+    if (b->mix) {
+        if (slot >= b->mix->count) return ak_fail(err, "KV write at position %d: past its mixed block's slots", pos);
+        mixed_put(kv, b, layer, slot, k, v);
+        if (pos + 1 > kv->length) kv->length = pos + 1;
+        return 0;
+    }
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v;
     /* the block's formats, which need not be the sequence's (see sink) */
     const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
@@ -217,8 +284,6 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
     uint8_t *vb = b->data + ak_block_v_offset(kv->pool, b->fk, b->fv, layer);
     uint8_t tmp[4 * 1024 + 64];   /* one vector (f32 at d = 1024 at most) */
     float xc[1024];
-    if ((!k || !v) && pos >= kv->length)
-        return ak_fail(err, "KV write of one side at position %d: the other side was never written", pos);
     for (int h = 0; h < kv->spec.n_head_kv; h++) {
         /* centered where the pool says so (blockpool.h) */
         if (k) {
@@ -239,6 +304,10 @@ int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error
         return ak_fail(err, "KV read at layer %d position %d is out of range (length %d)", layer, pos, kv->length);
     int slot;
     const ak_block *b = kv->table[block_of(kv, pos, &slot)];
+    if (b->mix) {
+        mixed_get(kv, b, layer, slot, k, v);
+        return 0;
+    }
     int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v;
     const ak_kv_format_info *ik = ak_kv_format_get(b->fk), *iv = ak_kv_format_get(b->fv);
     const uint8_t *kb = b->data + ak_block_k_offset(kv->pool, b->fk, b->fv, layer);
@@ -261,7 +330,7 @@ static uint8_t *component_at(const ak_kv *kv, int layer, int is_v, int comp, int
         return NULL;
     int slot;
     ak_block *b = kv->table[block_of(kv, pos, &slot)];
-    if (!b) return NULL;
+    if (!b || b->mix) return NULL;   /* mixed blocks persist as cards, not as agent files */
     int d = is_v ? kv->spec.head_dim_v : kv->spec.head_dim_k;
     ak_kv_format f = is_v ? b->fv : b->fk;
     if (comp == 1 && !ak_kv_format_meta_bytes(f, d)) return NULL;
@@ -563,8 +632,9 @@ size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows) {
     size_t dk = (size_t)kv->spec.head_dim_k, dv = (size_t)kv->spec.head_dim_v;
     size_t Tp = ((size_t)kv->T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
     /* m, l, lc, qmu per row; rotated queries; rotated accumulators; keys
-     * (dk x Tp), values (Tp x dv), four rows' scores (4 x Tp) */
-    return (size_t)n_rows * (4 + dk + dv) + dk * Tp + Tp * dv + 4 * Tp;
+     * (dk x Tp), values (Tp x dv), four rows' scores (4 x Tp); for mixed
+     * blocks one class decoded (max(dk, dv) x Tp) and rotated values (Tp x dv) */
+    return (size_t)n_rows * (4 + dk + dv) + dk * Tp + Tp * dv + 4 * Tp + (dk > dv ? dk : dv) * Tp + Tp * dv;
 }
 
 size_t ak_kv_attend_scratch(const ak_kv *kv, int n_q) { return ak_kv_attend_run_scratch(kv, n_q); }
@@ -659,6 +729,89 @@ static void run_values(const float *p, int c, const float *v, int dv, float *acc
         for (int j = 0; j < c; j++) acc[d0] += p[j] * v[(size_t)j * dv + d0];
 }
 
+/* The rows that see a block whose keys (kt, transposed, stored basis) and
+ * values (vf rows; vfr: rows of values in the rotated basis, or NULL) are
+ * decoded: their scores four rows at a time, online softmax, weighted
+ * values. The block holds positions [s0, s0 + cnt). */
+static void rows_over_block(attn_rows *a, const head_view *h, const float *kt, const float *vf, const float *vfr,
+                            float *sc4, int Tp, int s0, int cnt, int pos0, int window, float scale, kv_prefetch *pf) {
+    const int n_q = a->n_q, dk = a->dk, dv = a->dv;
+    int r_first = (s0 - pos0) * n_q;   /* row of the first token that sees position s0 */
+    if (r_first < 0) r_first = 0;
+    for (int r0 = r_first; r0 < a->R; r0 += 4) {
+        int nr = a->R - r0 < 4 ? a->R - r0 : 4;
+        const float *qs[4];
+        for (int i = 0; i < nr; i++) qs[i] = row_query(a, h, r0 + i);
+        run_scores(qs, nr, kt, dk, Tp, sc4);
+        for (int i = 0; i < nr; i++) {
+            prefetch_step(pf, PF_LINES);
+            int r = r0 + i, c = pos0 + r / n_q + 1 - s0;   /* keys of this block row r sees */
+            if (c <= 0) continue;
+            if (c > cnt) c = cnt;
+            /* and the first of them its window still holds */
+            int lo = window > 0 ? pos0 + r / n_q - window + 1 - s0 : 0;
+            if (lo >= c) continue;
+            if (lo < 0) lo = 0;
+            float *sc = sc4 + (size_t)i * Tp;
+            float *acc = row_softmax(a, h, r, sc, lo, c, scale);
+            /* values from lo on only: those before it may be anything
+             * (a zero weight times NaN is NaN) */
+            run_values(sc + lo, c - lo, vf + (size_t)lo * dv, dv, acc);
+            if (vfr) run_values(sc + lo, c - lo, vfr + (size_t)lo * dv, dv, a->acc_rot + (size_t)r * dv);
+        }
+    }
+}
+
+/* Attention over a mixed block: each class of keys decoded into its slots'
+ * columns of kt, each class of values into its slots' rows of vf (rotated
+ * formats into rows of a second buffer, whose weighted sum goes to the
+ * rotated accumulator and is un-rotated once at the end), then the rows as
+ * for any block. Mixed blocks are never centered and their keys never
+ * rotated (blockpool.h), so the plain queries score every class. */
+static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int layer, int head, int cnt, int s0,
+                         int pos0, int window, float scale, int Tp, float *kt, float *vf, float *sc4) {
+    const ak_block_mix *m = b->mix;
+    const int dk = a->dk, dv = a->dv;
+    float *tmp = sc4 + 4 * (size_t)Tp, *vfr = tmp + (size_t)(dk > dv ? dk : dv) * Tp;
+    for (int d = 0; d < dk; d++) memset(kt + (size_t)d * Tp, 0, sizeof(float) * (size_t)Tp);
+    memset(vf, 0, sizeof(float) * (size_t)cnt * dv);
+    int rotated = 0;
+    for (int side = 0; side < 2; side++)
+        for (int c = 0; c < m->ncls[side]; c++) {
+            int n = m->n[side][c], d = side ? dv : dk;
+            if (!n) continue;
+            const ak_kv_format_info *fi = ak_kv_format_get(m->fmt[side][c]);
+            size_t cb = ak_kv_format_code_bytes(m->fmt[side][c], d), mb = ak_kv_format_meta_bytes(m->fmt[side][c], d);
+            const uint8_t *meta, *codes;
+            mixed_runs(kv, b, layer, side, c, head, cb, mb, &meta, &codes);
+            const uint16_t *slots = m->slots[side][c];
+            if (side == 0) {   /* transposed, then each column to its slot */
+                fi->dequant_t(codes, cb, meta, mb, n, d, tmp, (size_t)Tp);
+                for (int j = 0; j < n; j++)
+                    if (slots[j] < cnt)
+                        for (int i = 0; i < d; i++) kt[(size_t)i * Tp + slots[j]] = tmp[(size_t)i * Tp + j];
+                continue;
+            }
+            if (fi->rotated && !rotated) {
+                rotated = 1;
+                memset(vfr, 0, sizeof(float) * (size_t)cnt * dv);
+                if (!a->have_vrot) {
+                    memset(a->acc_rot, 0, sizeof(float) * (size_t)a->R * dv);
+                    a->have_vrot = 1;
+                }
+            }
+            fi->dequant(codes, cb, meta, mb, n, d, tmp, (size_t)dv);
+            float *dst = fi->rotated ? vfr : vf;
+            for (int j = 0; j < n; j++)
+                if (slots[j] < cnt) memcpy(dst + (size_t)slots[j] * dv, tmp + (size_t)j * dv, sizeof(float) * (size_t)dv);
+        }
+    /* as a block of a plain, uncentered format for the rows */
+    head_view hv = { .fk = AK_KV_F32, .fv = AK_KV_F32 };
+    hv.ik = hv.iv = ak_kv_format_get(AK_KV_F32);
+    kv_prefetch none = { .run = 4 };
+    rows_over_block(a, &hv, kt, vf, rotated ? vfr : NULL, sc4, Tp, s0, cnt, pos0, window, scale, &none);
+}
+
 void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
                       int pos0, float scale, float *out, size_t ostride, float *scratch) {
     ak_kv_attend_run_window(kv, layer, kv_head, q, qstride, n_q, nt, pos0, 0, scale, out, ostride, scratch);
@@ -670,7 +823,7 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
     const int Tp = (T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
     attn_rows a;
     float *kt = rows_init(&a, kv, q, qstride, n_q, nt, out, ostride, scratch);
-    float *vf = kt + (size_t)dk * Tp, *sc4 = vf + (size_t)Tp * dv;
+    float *vf = kt + (size_t)dk * Tp, *sc4 = vf + (size_t)Tp * dv;   /* past sc4: attend_mixed's */
     head_view h = { .fk = AK_KV_NFORMATS, .fv = AK_KV_NFORMATS };
     const int n_end = pos0 + nt;   /* positions the last token sees */
     /* the first position the first token sees: blocks before it are not read */
@@ -680,9 +833,14 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         /* block bi holds positions [s0, s0 + its capacity) (a partial base block fewer than T) */
         const ak_block *b = kv->table[bi];
         int cap = span_cap(kv, bi), cnt = n_end - s0 < cap ? n_end - s0 : cap;
+        if (b->mix) {   /* per-slot formats: class by class */
+            attend_mixed(&a, kv, b, layer, kv_head, cnt, s0, pos0, window, scale, Tp, kt, vf, sc4);
+            h.fk = h.fv = AK_KV_NFORMATS;   /* the next uniform block sets its sizes again */
+            continue;
+        }
         block_enter(&a, &h, kv, b, layer, kv_head);
         kv_prefetch pf = { .run = 4 };
-        if (bi + PF_AHEAD < kv->n_table && span_start(kv, bi + PF_AHEAD) < n_end)
+        if (bi + PF_AHEAD < kv->n_table && span_start(kv, bi + PF_AHEAD) < n_end && !kv->table[bi + PF_AHEAD]->mix)
             prefetch_start(&pf, kv, &h, kv->table[bi + PF_AHEAD], kv_head);
         /* the block's keys (transposed) and values in f32, stored basis;
          * keys past cnt are zeros (their scores are never used, but they
@@ -693,30 +851,7 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         h.ik->dequant_t(h.kc, h.kcb, h.km, h.kmb, cnt, dk, kt, (size_t)Tp);
         prefetch_step(&pf, PF_LINES);
         h.iv->dequant(h.vc, h.vcb, h.vm, h.vmb, cnt, dv, vf, (size_t)dv);
-        /* rows that see this block, four at a time for the scores */
-        int r_first = (s0 - pos0) * n_q;   /* row of the first token that sees position s0 */
-        if (r_first < 0) r_first = 0;
-        for (int r0 = r_first; r0 < a.R; r0 += 4) {
-            int nr = a.R - r0 < 4 ? a.R - r0 : 4;
-            const float *qs[4];
-            for (int i = 0; i < nr; i++) qs[i] = row_query(&a, &h, r0 + i);
-            run_scores(qs, nr, kt, dk, Tp, sc4);
-            for (int i = 0; i < nr; i++) {
-                prefetch_step(&pf, PF_LINES);
-                int r = r0 + i, c = pos0 + r / n_q + 1 - s0;   /* keys of this block row r sees */
-                if (c <= 0) continue;
-                if (c > cnt) c = cnt;
-                /* and the first of them its window still holds */
-                int lo = window > 0 ? pos0 + r / n_q - window + 1 - s0 : 0;
-                if (lo >= c) continue;
-                if (lo < 0) lo = 0;
-                float *sc = sc4 + (size_t)i * Tp;
-                float *acc = row_softmax(&a, &h, r, sc, lo, c, scale);
-                /* values from lo on only: those before it may be anything
-                 * (a zero weight times NaN is NaN) */
-                run_values(sc + lo, c - lo, vf + (size_t)lo * dv, dv, acc);
-            }
-        }
+        rows_over_block(&a, &h, kt, vf, NULL, sc4, Tp, s0, cnt, pos0, window, scale, &pf);
         prefetch_step(&pf, -1);
     }
     rows_finish(&a);
@@ -745,6 +880,32 @@ int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err) 
 }
 
 int ak_kv_base_len(const ak_kv *kv) { return kv->base_len; }
+
+int ak_kv_attach_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err) {
+    if (kv->length || ak_kv_n_blocks(kv)) return ak_failc(err, AK_ERR_INVALID, "blocks can only start an empty sequence");
+    if (n < 1 || n > kv->capacity || nb != (n + kv->T - 1) / kv->T)
+        return ak_failc(err, AK_ERR_INVALID, "%d blocks cannot hold %d positions in a context of %d", nb, n, kv->capacity);
+    for (int i = 0; i < nb; i++) {
+        int want = i < nb - 1 ? kv->T : n - i * kv->T;
+        if (blocks[i]->mix && blocks[i]->mix->count < want)
+            return ak_failc(err, AK_ERR_INVALID, "block %d holds %d positions, %d needed", i, blocks[i]->mix->count, want);
+    }
+    for (int i = 0; i < nb; i++) {
+        ak_block_ref(kv->pool, blocks[i]);
+        kv->table[i] = blocks[i];
+    }
+    kv->base_len = n;
+    kv->length = n;
+    return 0;
+}
+
+int ak_kv_has_mixed(const ak_kv *kv) {
+    for (int i = 0; i < kv->n_table; i++)
+        if (kv->table[i] && kv->table[i]->mix) return 1;
+    return 0;
+}
+
+
 
 int ak_kv_span_count(const ak_kv *kv) { return spans_for(kv, kv->length); }
 
@@ -778,7 +939,7 @@ int ak_kv_link(ak_kv *kv, ak_block *b, ak_error *err) {
 int ak_kv_replace_span(ak_kv *kv, int i, ak_block *b) {
     if (i < 0 || i >= spans_for(kv, kv->length) || !kv->table[i] || kv->table[i] == b) return -1;
     ak_block *o = kv->table[i];
-    if (ak_block_refcount(kv->pool, o) != 1 || o->fk != b->fk || o->fv != b->fv) return -1;
+    if (ak_block_refcount(kv->pool, o) != 1 || o->mix || b->mix || o->fk != b->fk || o->fv != b->fv) return -1;
     ak_block_ref(kv->pool, b);
     kv->table[i] = b;
     ak_block_unref(kv->pool, o);
@@ -789,6 +950,6 @@ size_t ak_kv_private_bytes(const ak_kv *kv) {
     size_t n = 0;
     for (int i = 0; i < kv->n_table; i++)
         if (kv->table[i] && ak_block_refcount(kv->pool, kv->table[i]) == 1)
-            n += ak_block_pool_block_bytes(kv->pool, kv->table[i]->fk, kv->table[i]->fv);
+            n += kv->table[i]->bytes;
     return n;
 }

@@ -111,6 +111,14 @@ int ak_kv_set_length(ak_kv *kv, int n, ak_error *err);
 int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err);
 /* Positions of the shared base (0 when none). */
 int ak_kv_base_len(const ak_kv *kv);
+/* Makes the empty sequence kv start with blocks[0..nb) as its base,
+ * positions [0, n) (nb = ceil(n / T); a mixed block must hold the slots
+ * asked of it), taking a reference to each: a card's blocks (blockpool.h:
+ * MIXED BLOCKS), read in place. Returns 0, or -1 with err set. */
+int ak_kv_attach_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err);
+/* 1 if some block of kv is a mixed block (such a sequence is not saved as
+ * an agent file: ak_kv_stored gives NULL for its positions). */
+int ak_kv_has_mixed(const ak_kv *kv);
 
 /* The blocks of a sequence in order, each with the positions it spans:
  * block i holds [*start, *start + *count) (count: the positions the block

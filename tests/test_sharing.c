@@ -128,6 +128,65 @@ TEST(sharing_base_with_partial_block_attends_exactly) {
     ak_block_pool_free(pool);
 }
 
+/* A card-like base of mixed blocks (each token's key and value in a width
+ * of its own: 2, 4, 8 or 16 bits, rotated value formats among them), own
+ * tokens after it: attention reads the mixed blocks in place and matches the
+ * double reference over what they hold; each block is sized to its slots. */
+TEST(sharing_mixed_width_blocks_attend_exactly) {
+    ak_cache_spec s = {2, 2, 32, 32, 512};
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&s, 16, 0, &err);
+    REQUIRE(pool, "%s", err.msg);
+    const ak_kv_format kf[4] = {AK_KV_Q2, AK_KV_Q4, AK_KV_Q8, AK_KV_F16};
+    const ak_kv_format vf[4] = {AK_KV_TQ2, AK_KV_TQ4, AK_KV_Q8, AK_KV_F16};
+    enum { N = 45 };
+    int nb = (N + 15) / 16;
+    ak_block *blocks[3];
+    ak_rng rng;
+    ak_rng_seed(&rng, 21);
+    size_t want_bytes = 0;
+    for (int i = 0; i < nb; i++) {
+        ak_kv_format fk[16], fv[16];
+        int cnt = i < nb - 1 ? 16 : N - 16 * i;
+        for (int j = 0; j < cnt; j++) {
+            fk[j] = kf[ak_rng_u32(&rng) % 4];
+            fv[j] = vf[ak_rng_u32(&rng) % 4];
+            want_bytes += (size_t)s.n_layer * s.n_head_kv *
+                          (ak_kv_format_get(fk[j])->vec_bytes(32) + ak_kv_format_get(fv[j])->vec_bytes(32));
+        }
+        blocks[i] = ak_block_alloc_mixed(pool, fk, fv, cnt, &err);
+        REQUIRE(blocks[i], "mixed block %d: %s", i, err.msg);
+    }
+    ak_kv_format rot[1] = {AK_KV_TQ4}, ok1[1] = {AK_KV_Q8};
+    CHECK(!ak_block_alloc_mixed(pool, rot, ok1, 1, &err) && err.code == AK_ERR_INVALID, "rotated keys must be refused");
+    ak_kv *kv = ak_kv_new(pool, AK_KV_Q8, AK_KV_Q8, 200, &err);
+    REQUIRE(kv && ak_kv_attach_blocks(kv, blocks, nb, N, &err) == 0, "attach: %s", err.msg);
+    for (int i = 0; i < nb; i++) ak_block_unref(pool, blocks[i]);   /* the sequence holds them now */
+    CHECK(ak_kv_bytes(kv) == want_bytes, "mixed blocks take %zu bytes, their slots %zu", ak_kv_bytes(kv), want_bytes);
+    CHECK(ak_kv_has_mixed(kv), "has mixed");
+    /* fill the card's positions, then own ones after it */
+    float k[64], v[64];
+    for (int p = 0; p < N; p++)
+        for (int l = 0; l < s.n_layer; l++) {
+            for (int i = 0; i < 64; i++) k[i] = ak_rng_normal(&rng) * (i % 8 == 1 ? 3.0f : 1.0f);
+            for (int i = 0; i < 64; i++) v[i] = ak_rng_normal(&rng);
+            REQUIRE(ak_kv_write(kv, l, p, k, v, &err) == 0, "write %d: %s", p, err.msg);
+        }
+    REQUIRE(fill_random(kv, &s, N, 80, &rng) == 0, "own positions");
+    CHECK(ak_kv_stored(kv, 0, 0, 0, 0, 3) == NULL, "a mixed block's vectors are not agent-file components");
+    const int cases[][3] = {{0, 80, 0}, {40, 10, 0}, {44, 1, 0}, {79, 1, 0}, {20, 30, 9}};
+    double worst = 0;
+    for (int c = 0; c < 5; c++) worst = fmax(worst, run_error(kv, &s, cases[c][0], cases[c][1], cases[c][2], &rng));
+    CHECK(worst < 1e-5, "attention over mixed-width blocks: relative error %.3e", worst);
+    printf("    mixed widths: max relative error vs double reference %.2e\n", worst);
+    ak_kv_free(kv);
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(st.used == 0 && st.mixed_bytes == 0 && st.blocks == 0, "left: %zu bytes, %zu mixed, %zu blocks", st.used,
+          st.mixed_bytes, st.blocks);
+    ak_block_pool_free(pool);
+}
+
 TEST(sharing_truncate_inside_base_never_copies) {
     ak_cache_spec s = small_spec();
     ak_error err = {{0}};
