@@ -70,11 +70,13 @@ for k, (name, c, dash, v) in enumerate(series):
     for n, b in zip(ns, v):
         if b > 0:
             o.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>' % (x_of(n), y_of(b / 1e6), c))
-    ly = T + 12 + 18 * k
+    ly = T + 12 + 32 * k
     o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (
         W - R + 12, ly - 4, W - R + 36, ly - 4, c, ' stroke-dasharray="%s"' % dash if dash else ""))
     o.append('<text x="%d" y="%d">%s</text>' % (W - R + 42, ly, name))
-o.append('<text x="%d" y="%d" fill="#555">%s, K %s / V %s</text>' % (W - R + 12, T + 12 + 18 * len(series) + 10,
+    # the value at the largest N: lines that coincide are told apart there
+    o.append('<text x="%d" y="%d" fill="#555">%.1f MB at N = %d</text>' % (W - R + 42, ly + 13, v[-1] / 1e6, ns[-1]))
+o.append('<text x="%d" y="%d" fill="#555">%s, K %s / V %s</text>' % (W - R + 12, T + 12 + 32 * len(series) + 6,
          r["weight_type"] + " weights", r["cache_type_k"], r["cache_type_v"]))
 o.append("</svg>")
 open(sys.argv[2], "w").write("\n".join(o) + "\n")

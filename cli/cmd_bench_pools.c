@@ -321,7 +321,8 @@ static void report(const results *R, const ak_model *m, const char *model_path, 
            R->ttft_attach, R->logits_diff,
            R->logits_diff == 0 ? " (bit-identical)"
                                : "\n  (not bit-identical when the pool's end is not a block boundary: attention sums\n"
-                                 "  blocks in another order there, and a last-bit difference can flip a quantized code)");
+                                 "  blocks in another order there, and a last-bit difference can flip a quantized code,\n"
+                                 "  of the cache or of the activations that quantized weights multiply)");
     printf("decode, %d agents together (one forward of %d tokens per step, %d steps, median of %d runs):\n"
            "  pooled (sharing the pool's blocks)    %10.2f tok/s\n"
            "  private copies (same bits, own memory) %9.2f tok/s%s\n"
