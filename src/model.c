@@ -9,6 +9,8 @@
 
 #include <xxhash.h>
 
+#include "attnstats.h"
+#include "blockpool.h"
 #include "kernels.h"
 #include "vmath.h"
 
@@ -586,6 +588,8 @@ struct ak_ctx {
     float *run_scratch;     // (threads, run_scratch_n) for ak_kv_attend_run, grown on demand
     size_t run_scratch_n;
     int32_t *units;         // (B * n_head_kv, 3) attention work: first token, tokens, KV head
+    int pos_offset;         /* RoPE position = cache slot + pos_offset (ak_ctx_set_pos_offset) */
+    ak_attn_stats *stats;   /* attached attention statistics, or NULL (off) */
 };
 
 ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *err) {
@@ -657,6 +661,9 @@ void ak_ctx_free(ak_ctx *c) {
 }
 
 int ak_ctx_max_batch(const ak_ctx *c) { return c->max_batch; }
+void ak_ctx_set_pos_offset(ak_ctx *c, int offset) { c->pos_offset = offset; }
+int ak_ctx_pos_offset(const ak_ctx *c) { return c->pos_offset; }
+void ak_ctx_set_attn_stats(ak_ctx *c, ak_attn_stats *st) { c->stats = st; }
 ak_pool *ak_ctx_pool(ak_ctx *c) { return c->pool; }
 const ak_model *ak_ctx_model(const ak_ctx *c) { return c->m; }
 
@@ -676,6 +683,24 @@ static void gelu_mul(float *x, const float *u, size_t n) {
         float v = x[i];
         x[i] = 0.5f * v * (1.0f + tanhf(k * v * (1.0f + 0.044715f * v * v))) * u[i];
     }
+}
+
+/* The cos/sin pairs (rope_dim floats) of RoPE position pos under the inverse
+ * frequencies inv_freq (half of them): the angle is pos * inv_freq[j] in
+ * float. The forward pass and the position shift both build their tables
+ * here, so a shift rotates by exactly the angles a forward pass would. */
+static void rope_table(const float *inv_freq, int half, int pos, float *cs) {
+    for (int j = 0; j < half; j++) {
+        float th = pos * inv_freq[j];
+        cs[2 * j] = cosf(th);
+        cs[2 * j + 1] = sinf(th);
+    }
+}
+
+/* The inverse frequencies layer l rotates its keys and queries with: the
+ * sliding-window layers' own base (gemma3), else the model's. */
+static const float *layer_inv_freq(const ak_model *m, int l) {
+    return m->layers[l].window && m->inv_freq_swa ? m->inv_freq_swa : m->inv_freq;
 }
 
 /* Rotates each head of vec (n_heads x head_dim) by the token's cos/sin. */
@@ -804,6 +829,8 @@ static int mla_attention(ak_ctx *c, const ak_batch *b, int l, int n_units, ak_er
             memcpy(qa + KL, c->q + i * qd + (size_t)h * hd + NP, R * sizeof(float));
         }
     }
+    /* the absorbed queries are what scores the cache as stored */
+    if (c->stats && ak_attn_stats_observe(c->stats, c->pool, b, l, c->qa, (size_t)H * dk, err) < 0) return -1;
     attn_task at = {c, b, l, n_units};
     ak_pool_run(c->pool, attn_worker, &at);
     for (int h = 0; h < H; h++) {   /* each head's weighted latent through its v_b */
@@ -931,15 +958,10 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         embed(m, b->token[i], c->x + (size_t)i * dim);
         if (cf->embd_scale != 1.0f)
             for (int j = 0; j < dim; j++) c->x[(size_t)i * dim + j] *= cf->embd_scale;
-        for (int j = 0; j < half; j++) {
-            float th = b->pos[i] * m->inv_freq[j];
-            c->rope_cs[(size_t)i * cf->rope_dim + 2 * j] = cosf(th);
-            c->rope_cs[(size_t)i * cf->rope_dim + 2 * j + 1] = sinf(th);
-            if (!m->inv_freq_swa) continue;
-            th = b->pos[i] * m->inv_freq_swa[j];
-            cs_swa[(size_t)i * cf->rope_dim + 2 * j] = cosf(th);
-            cs_swa[(size_t)i * cf->rope_dim + 2 * j + 1] = sinf(th);
-        }
+        /* the RoPE position: the slot moved by the context's offset */
+        int rp = b->pos[i] + c->pos_offset;
+        rope_table(m->inv_freq, half, rp, c->rope_cs + (size_t)i * cf->rope_dim);
+        if (m->inv_freq_swa) rope_table(m->inv_freq_swa, half, rp, cs_swa + (size_t)i * cf->rope_dim);
     }
     for (int l = 0; l < cf->n_layer; l++) {
         const ak_layer *L = &m->layers[l];
@@ -977,6 +999,8 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
             if (ak_kv_write(b->seq[i], l, b->pos[i], k, v, err) < 0) return -1;
         }
+        /* statistics read the batch's keys back, so after every write */
+        if (c->stats && ak_attn_stats_observe(c->stats, c->pool, b, l, c->q, (size_t)qd, err) < 0) return -1;
         attn_task at = {c, b, l, n_units};
         ak_pool_run(c->pool, attn_worker, &at);
         matmul(c->pool, &L->wo, c->att, n, c->xb);
@@ -1034,5 +1058,54 @@ int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float 
         if (cb) cb(ud, (double)(i0 + cnt) / n);
     }
     free(pos); free(seq); free(out);
+    return rc;
+}
+
+int ak_model_shift_keys(const ak_model *m, ak_kv *kv, int from, int to, int delta, ak_error *err) {
+    const ak_config *cf = &m->cfg;
+    const ak_cache_spec *sp = ak_block_pool_spec(ak_kv_pool(kv));
+    if (sp->n_layer != m->spec.n_layer || sp->n_head_kv != m->spec.n_head_kv || sp->head_dim_k != m->spec.head_dim_k ||
+        sp->head_dim_v != m->spec.head_dim_v)
+        return ak_failc(err, AK_ERR_INVALID, "position shift: the cache is not of this model's geometry");
+    if (cf->rope_dim <= 0)
+        return ak_failc(err, AK_ERR_INVALID, "position shift: %s has no RoPE dimensions to rotate", m->gguf.path);
+    /* a scaling other than linear (which only changes the frequencies) is
+     * not a plain rotation by position; the forward pass would not run it
+     * either, but a shift must not pretend to be exact for it */
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", cf->arch_name);
+    gguf_str st;
+    if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && !gguf_str_eq(st, "none") &&
+        !gguf_str_eq(st, "linear"))
+        return ak_failc(err, AK_ERR_INVALID, "position shift: RoPE scaling '%.*s' is not a rotation by position",
+                        (int)(st.len > 16 ? 16 : st.len), st.data);
+    int len = ak_kv_length(kv), base = ak_kv_base_len(kv);
+    if (from < 0 || from > to || to > len)
+        return ak_failc(err, AK_ERR_INVALID, "position shift of [%d, %d): outside the %d positions held", from, to, len);
+    if (from < base)
+        return ak_failc(err, AK_ERR_INVALID,
+                        "position shift of [%d, %d): positions below %d are a shared base, not this sequence's own",
+                        from, to, base);
+    if (from == to || delta == 0) return 0;
+    /* copy-on-write first: a shared or indexed block is copied, never changed */
+    if (ak_kv_prepare(kv, from, to, err) < 0) return -1;
+    int H = m->spec.n_head_kv, dk = m->spec.head_dim_k, dv = m->spec.head_dim_v, R = cf->rope_dim;
+    float *k = ak_malloc(((size_t)H * dk + (size_t)H * dv + 2 * (size_t)R) * sizeof(float), err);
+    if (!k) return -1;
+    float *v = k + (size_t)H * dk, *cs = v + (size_t)H * dv, *cs_swa = cs + R;
+    /* R(delta): the tables a forward pass builds for position delta */
+    rope_table(m->inv_freq, R / 2, delta, cs);
+    if (m->inv_freq_swa) rope_table(m->inv_freq_swa, R / 2, delta, cs_swa);
+    int rc = 0;
+    for (int l = 0; l < cf->n_layer && rc == 0; l++) {
+        const float *lcs = layer_inv_freq(m, l) == m->inv_freq ? cs : cs_swa;
+        for (int p = from; p < to && rc == 0; p++) {
+            if ((rc = ak_kv_read(kv, l, p, k, v, err)) < 0) break;
+            if (cf->kv_lora) rope(k + cf->kv_lora, 1, R, R, lcs, cf->rope_style);   /* MLA: only the rope key */
+            else rope(k, H, dk, R, lcs, cf->rope_style);
+            rc = ak_kv_write(kv, l, p, k, NULL, err);
+        }
+    }
+    free(k);
     return rc;
 }

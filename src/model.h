@@ -161,6 +161,27 @@ int ak_ctx_max_batch(const ak_ctx *c);
 ak_pool *ak_ctx_pool(ak_ctx *c);
 const ak_model *ak_ctx_model(const ak_ctx *c);
 
+/* POSITION OFFSET. A context runs every token whose cache slot is s with
+ * RoPE position s + offset (default 0): a sequence computed with offset d
+ * holds the keys it would hold at positions [d, d + n), in slots [0, n).
+ * Slots still decide everything else (the causal mask, sliding windows, the
+ * cache capacity); since RoPE attention depends only on the difference of
+ * two positions, only the keys' absolute rotation changes. This lets a
+ * cache whose keys were shifted by d (ak_model_shift_keys) be continued as
+ * if it had been computed d positions later. Any int is accepted; slot +
+ * offset must stay representable. */
+void ak_ctx_set_pos_offset(ak_ctx *c, int offset);
+int ak_ctx_pos_offset(const ak_ctx *c);
+
+/* ATTENTION STATISTICS (attnstats.h). While st is attached, every forward
+ * pass of this context also accumulates into st the exact attention
+ * probabilities of st's layers; NULL (the default) detaches, and then the
+ * forward pass does nothing more than test the pointer. The logits are the
+ * same bits with or without st. st must outlive its attachment and belong
+ * to this context's model. */
+typedef struct ak_attn_stats ak_attn_stats;
+void ak_ctx_set_attn_stats(ak_ctx *c, ak_attn_stats *st);
+
 /* Runs the model on a batch (n <= max_batch). Writes each token's K/V into its
  * sequence, attends over positions [0, pos] of that sequence, and fills the
  * requested logits. Tokens of one sequence must come in increasing positions
@@ -173,5 +194,32 @@ int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err);
  * NULL), or of every token into all_logits (n x vocab, may be NULL). */
 int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float *logits,
             float *all_logits, ak_progress_fn cb, void *ud, ak_error *err);
+
+/* POSITION SHIFT. Re-rotates the stored keys of positions [from, to) of kv,
+ * every layer and KV head, as if each token had been computed delta
+ * positions later: RoPE rotates each pair of a key by an angle proportional
+ * to its position, R(p + delta) = R(delta) R(p), so the stored (post-RoPE)
+ * key is rotated by R(delta) with the model's own RoPE definition of that
+ * layer (its inverse frequencies: per-layer base of gemma3's local layers,
+ * Llama-3 factors, linear scaling; partial rotary dims; interleaved or NeoX
+ * pairs; for MLA only the rope part of the cached key, the latent is not
+ * positional). Values are untouched. Keys are read as attention sees them
+ * (dequantized, un-centered) and written back through ak_kv_write, which
+ * re-centers and re-quantizes: exact to f32 rounding for f32 caches (the
+ * rotation angle is the forward pass's float delta * inv_freq, so the
+ * result differs from computing at p + delta directly by the float
+ * rounding of the angles, about ulp((p + delta) * inv_freq)); a quantized
+ * key format adds one more quantization of each key.
+ *
+ * Refused (AK_ERR_INVALID, nothing changed): a model without RoPE (rope
+ * dims 0: its keys carry no rotation this could adjust), positions outside
+ * [0, length) of kv or from > to, positions in a shared base (ak_kv_base_len:
+ * those blocks belong to a pool and other sequences). Blocks the sequence
+ * shares copy-on-write (forks, the content index) are copied first, as any
+ * write does (ak_kv_prepare; AK_ERR_KV_BUDGET if the budget cannot hold the
+ * copies), so no other sequence sees the shift. YaRN and other RoPE scalings
+ * that are not a plain rotation by position are refused at load already.
+ * Returns 0, or -1 with err set. */
+int ak_model_shift_keys(const ak_model *m, ak_kv *kv, int from, int to, int delta, ak_error *err);
 
 #endif
