@@ -1,0 +1,520 @@
+/* test_bitalloc.c - the CacheCard bit allocator (src/bitalloc.h): budgets met
+ * exactly and spent, widths from {2, 4, 8, 16}, caps, pins, ties, the
+ * monotonic order of scores, topology over importance, the score formulas
+ * against hand-computed values, and the errors. */
+#include <string.h>
+
+#include "test.h"
+#include "../src/bitalloc.h"
+
+/* splitmix64: the property tests' own seeded generator. */
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
+static int rng_int(uint64_t *s, int n) { return (int)(rng_next(s) % (uint64_t)n); }
+
+/* Params with no sinks (so expectations need not account for pins). */
+static ak_bitalloc_params params(ak_bitalloc_policy pol, double b) {
+    ak_bitalloc_params p;
+    ak_bitalloc_params_init(&p);
+    p.policy = pol;
+    p.budget_k = b;
+    p.n_sinks = 0;
+    return p;
+}
+
+/* The largest integer total L with L / n <= b, by counting down from 16 n. */
+static long max_total(double b, int n) {
+    long L = 16L * n;
+    while ((double)L / n > b) L--;
+    return L;
+}
+
+/* The largest width <= c. */
+static int round_cap(int c) { return c >= 16 ? 16 : c >= 8 ? 8 : c >= 4 ? 4 : 2; }
+
+/* Checks one side's widths: valid widths, within caps, mean <= budget, sum
+ * and counts as reported, and the budget spent: no token below its cap
+ * could still afford its next step. */
+static void check_side(ak_test_ctx *t, const uint8_t *w, const uint8_t *cap, int n, double b, long sum,
+                       double mean, const int *count, const char *side, int iter) {
+    long s = 0;
+    int cnt[4] = {0};
+    for (int i = 0; i < n; i++) {
+        int x = w[i];
+        CHECK(x == 2 || x == 4 || x == 8 || x == 16, "iter %d %s: width %d of token %d", iter, side, x, i);
+        if (cap) CHECK(x <= round_cap(cap[i]), "iter %d %s: width %d over cap %d", iter, side, x, cap[i]);
+        s += x;
+        cnt[x == 2 ? 0 : x == 4 ? 1 : x == 8 ? 2 : 3]++;
+    }
+    CHECK(s == sum, "iter %d %s: reported sum %ld, widths sum %ld", iter, side, sum, s);
+    CHECK((double)s / n <= b, "iter %d %s: mean %.6f over budget %.6f", iter, side, (double)s / n, b);
+    CHECK(mean == (double)s / n, "iter %d %s: reported mean %.6f", iter, side, mean);
+    for (int k = 0; k < 4; k++) CHECK(cnt[k] == count[k], "iter %d %s: count of width %d", iter, side, 2 << k);
+    long left = max_total(b, n) - s;
+    CHECK(left >= 0, "iter %d %s: over the budget by %ld bits", iter, side, -left);
+    for (int i = 0; i < n; i++) {
+        int lim = cap ? round_cap(cap[i]) : 16;
+        if (w[i] < lim) CHECK(w[i] > left, "iter %d %s: token %d (width %d) could take %ld bits left", iter, side, i,
+                              w[i], left);
+    }
+}
+
+/* Random inputs, budgets, policies, caps and sinks: the budget is met
+ * exactly and spent, the widths are valid, the same inputs give the same
+ * widths, and among tokens neither pinned nor capped a strictly higher score
+ * never gets a lower width. */
+TEST(bitalloc_budget_property) {
+    uint64_t seed = 0x5EED16;
+    enum { NMAX = 160 };
+    float mass[NMAX], var[NMAX], ent[NMAX];
+    int32_t tok[NMAX], ov[NMAX];
+    uint8_t seg[NMAX], capk[NMAX], capv[NMAX], wk[NMAX], wv[NMAX], wk2[NMAX], wv2[NMAX];
+    double score[NMAX];
+    const double fixed[] = {2, 4, 8, 16, 3, 5, 6, 12};
+    int checked_pairs = 0;
+    for (int it = 0; it < 600; it++) {
+        int n = 1 + rng_int(&seed, it % 5 == 0 ? 8 : NMAX);
+        for (int i = 0; i < n; i++) {
+            /* heavy-tailed masses, some exact ties */
+            mass[i] = rng_int(&seed, 4) == 0 ? 1.0f : (float)(exp(4.0 * rng_unit(&seed)) - 1.0);
+            var[i] = (float)rng_unit(&seed);
+            ent[i] = (float)(3.0 * rng_unit(&seed));
+            tok[i] = rng_int(&seed, 12);
+            seg[i] = (uint8_t)rng_int(&seed, AK_SEG_COUNT);
+            ov[i] = rng_int(&seed, 3);
+            capk[i] = (uint8_t)(2 + rng_int(&seed, 15));
+            capv[i] = (uint8_t)(2 + rng_int(&seed, 15));
+        }
+        ak_bitalloc_params p = params((ak_bitalloc_policy)rng_int(&seed, 3),
+                                      it % 3 == 0 ? fixed[rng_int(&seed, 8)] : 2.0 + 14.0 * rng_unit(&seed));
+        p.budget_v = rng_int(&seed, 2) ? 0.0 : 2.0 + 14.0 * rng_unit(&seed);
+        p.n_sinks = rng_int(&seed, 3) ? 0 : rng_int(&seed, 6);
+        p.sink_bits = 2 << rng_int(&seed, 4);
+        p.spread = rng_int(&seed, 2);
+        p.lambda = 3.0 * rng_unit(&seed);
+        int use_caps = rng_int(&seed, 3) == 0;
+        ak_bitalloc_input in = {n,
+                                rng_int(&seed, 4) ? mass : NULL,
+                                rng_int(&seed, 2) ? var : NULL,
+                                rng_int(&seed, 2) ? ent : NULL,
+                                rng_int(&seed, 2) ? tok : NULL,
+                                rng_int(&seed, 2) ? seg : NULL,
+                                rng_int(&seed, 2) ? ov : NULL,
+                                use_caps ? capk : NULL,
+                                use_caps ? capv : NULL};
+        ak_bitalloc_result r, r2;
+        ak_error e = {{0}};
+        REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "iter %d: %s", it, e.msg);
+        double bv = p.budget_v == 0.0 ? p.budget_k : p.budget_v;
+        check_side(t, wk, in.cap_k, n, p.budget_k, r.sum_k, r.mean_k, r.count_k, "K", it);
+        check_side(t, wv, in.cap_v, n, bv, r.sum_v, r.mean_v, r.count_v, "V", it);
+        REQUIRE(ak_bitalloc_run(&in, &p, wk2, wv2, &r2, &e) == 0, "iter %d: %s", it, e.msg);
+        CHECK(memcmp(wk, wk2, (size_t)n) == 0 && memcmp(wv, wv2, (size_t)n) == 0, "iter %d: not deterministic", it);
+        int sinks = p.policy == AK_BITALLOC_UNIFORM ? 0 : (p.n_sinks < n ? p.n_sinks : n);
+        CHECK(r.pinned_k <= sinks && r.pinned_v <= sinks, "iter %d: %d/%d pinned of %d", it, r.pinned_k, r.pinned_v,
+              sinks);
+        for (int i = 0; i < r.pinned_k; i++) {
+            int want = in.cap_k && round_cap(in.cap_k[i]) < p.sink_bits ? round_cap(in.cap_k[i]) : p.sink_bits;
+            CHECK(wk[i] >= want, "iter %d: pinned sink %d has width %d < %d", it, i, wk[i], want);
+        }
+        if (p.budget_k >= 2.0 + (p.sink_bits - 2.0) * sinks / n)
+            CHECK(r.pinned_k == sinks, "iter %d: budget %.3f fits every pin but only %d of %d pinned", it, p.budget_k,
+                  r.pinned_k, sinks);
+        /* Monotonic: over tokens past the pins, without caps. */
+        if (use_caps) continue;
+        ak_bitalloc_params ps = p;
+        REQUIRE(ak_bitalloc_scores(&in, &ps, NULL, NULL, score, &e) == 0, "iter %d: %s", it, e.msg);
+        int from = r.pinned_k > r.pinned_v ? r.pinned_k : r.pinned_v;
+        for (int i = from; i < n; i++)
+            for (int j = from; j < n; j++) {
+                /* equal scores: the earlier wins, except in uniform's spread order */
+                int tie = score[i] == score[j] && i < j && !(p.policy == AK_BITALLOC_UNIFORM && p.spread);
+                if (!(score[i] > score[j] || tie)) continue;
+                checked_pairs++;
+                CHECK(wk[i] >= wk[j], "iter %d: K token %d (score %g) width %d < token %d (score %g) width %d", it,
+                      i, score[i], wk[i], j, score[j], wk[j]);
+                CHECK(wv[i] >= wv[j], "iter %d: V token %d width %d < token %d width %d", it, i, wv[i], j, wv[j]);
+            }
+    }
+    CHECK(checked_pairs > 100000, "only %d ordered pairs checked", checked_pairs);
+}
+
+/* Uniform at a representable budget: every token that width, pins
+ * ignored (uniform means one width); between two widths, the higher goes
+ * to the first tokens, or evenly spread. */
+TEST(bitalloc_uniform_widths) {
+    const int ns[] = {1, 7, 100};
+    const int ws[] = {2, 4, 8, 16};
+    uint8_t wk[100], wv[100];
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 4; b++) {
+            ak_bitalloc_params p;
+            ak_bitalloc_params_init(&p);   /* n_sinks 4: uniform must ignore them */
+            p.policy = AK_BITALLOC_UNIFORM;
+            p.budget_k = ws[b];
+            ak_bitalloc_input in = {.n = ns[a]};
+            ak_bitalloc_result r;
+            ak_error e = {{0}};
+            REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "%s", e.msg);
+            for (int i = 0; i < ns[a]; i++)
+                CHECK(wk[i] == ws[b] && wv[i] == ws[b], "n %d budget %d: token %d widths %d/%d", ns[a], ws[b], i,
+                      wk[i], wv[i]);
+            CHECK(r.mean_k == ws[b] && r.mean_v == ws[b], "n %d budget %d: means %g/%g", ns[a], ws[b], r.mean_k,
+                  r.mean_v);
+            CHECK(r.pinned_k == 0, "uniform pinned %d", r.pinned_k);
+        }
+    /* 5 bits over 8 tokens: 40 bits = all at 4 plus two at 8. */
+    ak_bitalloc_params p = params(AK_BITALLOC_UNIFORM, 5.0);
+    ak_bitalloc_input in = {.n = 8};
+    ak_bitalloc_result r;
+    ak_error e = {{0}};
+    REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "%s", e.msg);
+    const uint8_t first8[8] = {8, 8, 4, 4, 4, 4, 4, 4};
+    CHECK(memcmp(wk, first8, 8) == 0, "first-first: %d %d %d %d %d %d %d %d", wk[0], wk[1], wk[2], wk[3], wk[4], wk[5],
+          wk[6], wk[7]);
+    CHECK(r.mean_k == 5.0, "mean %g", r.mean_k);
+    p.spread = 1;
+    REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "%s", e.msg);
+    const uint8_t spread8[8] = {8, 4, 4, 4, 8, 4, 4, 4};
+    CHECK(memcmp(wk, spread8, 8) == 0, "spread: %d %d %d %d %d %d %d %d", wk[0], wk[1], wk[2], wk[3], wk[4], wk[5],
+          wk[6], wk[7]);
+    /* 3 bits over 10 tokens, spread: every other token at 4. */
+    in.n = 10;
+    p.budget_k = 3.0;
+    REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < 10; i++) CHECK(wk[i] == (i % 2 == 0 ? 4 : 2), "spread 3 bits: token %d width %d", i, wk[i]);
+    /* 4.5 bits over 3 tokens: 13 bits allowed, no 4->8 step fits in 1: mean 4. */
+    in.n = 3;
+    p.budget_k = 4.5;
+    REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "%s", e.msg);
+    CHECK(r.sum_k == 12 && r.mean_k == 4.0, "4.5 over 3: sum %ld mean %g", r.sum_k, r.mean_k);
+}
+
+/* Equal scores go to the earlier position; leftover bits that fit no step
+ * stay unspent. Scores 1, 3, 3, 1, 3 (default errors): 2->4 steps of the 3s
+ * (positions 1, 2, 4), then of the 1s, then 4->8 of the 3s. */
+TEST(bitalloc_ties_by_position) {
+    const double s[5] = {1, 3, 3, 1, 3};
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    uint8_t w[5];
+    ak_error e = {{0}};
+    struct { double b; long sum; uint8_t want[5]; } cases[] = {
+        {2.8, 14, {2, 4, 4, 2, 2}},
+        {3.6, 18, {4, 4, 4, 2, 4}},
+        {4.4, 20, {4, 4, 4, 4, 4}},
+        {4.8, 24, {4, 8, 4, 4, 4}},
+        {5.6, 28, {4, 8, 8, 4, 4}},
+    };
+    for (int c = 0; c < 5; c++) {
+        long sum = ak_bitalloc_widths(s, 5, cases[c].b, NULL, 0, 8, 0, p.err, w, NULL, &e);
+        CHECK(sum == cases[c].sum, "budget %g: sum %ld", cases[c].b, sum);
+        CHECK(memcmp(w, cases[c].want, 5) == 0, "budget %g: %d %d %d %d %d", cases[c].b, w[0], w[1], w[2], w[3], w[4]);
+    }
+    /* All scores equal through the full path (importance, equal masses). */
+    float m[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    ak_bitalloc_input in = {.n = 8, .mass = m};
+    uint8_t wk[8], wv[8];
+    p.budget_k = 5.0;
+    REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, NULL, &e) == 0, "%s", e.msg);
+    const uint8_t want[8] = {8, 8, 4, 4, 4, 4, 4, 4};
+    CHECK(memcmp(wk, want, 8) == 0 && memcmp(wv, want, 8) == 0, "equal masses: %d %d %d", wk[0], wk[1], wk[2]);
+}
+
+/* Caps: no width over its token's cap (rounded down to a width); a card
+ * made from an allocation, re-allocated at a higher budget with those widths
+ * as caps, keeps or lowers each width; a capped high score leaves its bits
+ * to others. */
+TEST(bitalloc_caps) {
+    enum { N = 64 };
+    uint64_t seed = 77;
+    float m[N];
+    for (int i = 0; i < N; i++) m[i] = (float)(exp(5.0 * rng_unit(&seed)));
+    ak_bitalloc_input in = {.n = N, .mass = m};
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    p.n_sinks = 2;
+    uint8_t k1[N], v1[N], k2[N], v2[N];
+    ak_bitalloc_result r;
+    ak_error e = {{0}};
+    REQUIRE(ak_bitalloc_run(&in, &p, k1, v1, &r, &e) == 0, "%s", e.msg);
+    int mixed = r.count_k[0] + r.count_k[2] + r.count_k[3] > 0;
+    CHECK(mixed, "a heavy-tailed mass at 4 bits should mix widths");
+    in.cap_k = k1;
+    in.cap_v = v1;
+    p.budget_k = 8.0;
+    REQUIRE(ak_bitalloc_run(&in, &p, k2, v2, &r, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++)
+        CHECK(k2[i] <= k1[i] && v2[i] <= v1[i], "token %d raised: %d->%d / %d->%d", i, k1[i], k2[i], v1[i], v2[i]);
+    /* The same budget with its own widths as caps gives them back. */
+    p.budget_k = 4.0;
+    REQUIRE(ak_bitalloc_run(&in, &p, k2, v2, &r, &e) == 0, "%s", e.msg);
+    CHECK(memcmp(k1, k2, N) == 0, "re-allocation under own caps changed widths");
+    /* A cap between widths rounds down; the highest score capped at 4 lets
+     * the next one take 8: scores 10, 5, 1, 1 at 5 bits (20 bits). */
+    const double s[4] = {10, 5, 1, 1};
+    const uint8_t cap[4] = {7, 16, 16, 16};
+    uint8_t w[4];
+    long sum = ak_bitalloc_widths(s, 4, 5.0, cap, 0, 8, 0, p.err, w, NULL, &e);
+    CHECK(sum == 20 && w[0] == 4 && w[1] == 8 && w[2] == 4 && w[3] == 4, "capped: sum %ld widths %d %d %d %d", sum,
+          w[0], w[1], w[2], w[3]);
+    const uint8_t bad[4] = {16, 1, 16, 16};
+    e.code = 0;
+    CHECK(ak_bitalloc_widths(s, 4, 5.0, bad, 0, 8, 0, p.err, w, NULL, &e) < 0 && e.code == AK_ERR_INVALID,
+          "a cap below 2 must fail INVALID (code %d)", e.code);
+}
+
+/* Importance: a heavy hitter gets the bits (hand-computed with the default
+ * errors 4^-w), and widths follow the mass order. */
+TEST(bitalloc_importance_order) {
+    /* masses 1, 1, 1, 97: m~ = 0.04, 0.04, 0.04, 3.88 = I. At 4 bits (16):
+     * token 3 takes 2->4 (gain/bit 3.88 * 0.0293), then 4->8 (3.88 *
+     * 0.000972 > 0.04 * 0.0293), then token 0 takes 2->4 with the last 2. */
+    float m[4] = {1, 1, 1, 97};
+    ak_bitalloc_input in = {.n = 4, .mass = m};
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    uint8_t wk[4], wv[4];
+    ak_bitalloc_result r;
+    ak_error e = {{0}};
+    REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "%s", e.msg);
+    CHECK(wk[0] == 4 && wk[1] == 2 && wk[2] == 2 && wk[3] == 8, "heavy hitter: %d %d %d %d", wk[0], wk[1], wk[2],
+          wk[3]);
+    /* Uniform on the same input: all 4. */
+    p.policy = AK_BITALLOC_UNIFORM;
+    REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "%s", e.msg);
+    CHECK(wk[0] == 4 && wk[3] == 4, "uniform ignores mass: %d %d", wk[0], wk[3]);
+    /* Distinct masses in shuffled order at 6 bits: widths sorted by mass. */
+    enum { N = 32 };
+    float mm[N];
+    for (int i = 0; i < N; i++) mm[i] = (float)(1 + (i * 13) % N) * (float)(1 + (i * 13) % N);
+    ak_bitalloc_input in2 = {.n = N, .mass = mm};
+    uint8_t k[N], v[N];
+    p.policy = AK_BITALLOC_IMPORTANCE;
+    p.budget_k = 6.0;
+    REQUIRE(ak_bitalloc_run(&in2, &p, k, v, &r, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            if (mm[i] > mm[j]) CHECK(k[i] >= k[j], "mass %g width %d < mass %g width %d", mm[i], k[i], mm[j], k[j]);
+    CHECK(r.count_k[0] + r.count_k[2] + r.count_k[3] > 0, "distinct masses should not all get 4... got all %d", k[0]);
+}
+
+/* Topology: at equal importance, system-prompt tokens get the wider widths
+ * over chit-chat even when they come later; importance alone gives them to
+ * the earlier tokens. Overlap with prior hand-offs raises T. */
+TEST(bitalloc_topology_boosts_system) {
+    enum { N = 16 };
+    uint8_t seg[N];
+    for (int i = 0; i < N; i++) seg[i] = i < 8 ? AK_SEG_ASSISTANT : AK_SEG_SYSTEM;
+    float m[N];
+    for (int i = 0; i < N; i++) m[i] = 1.0f;
+    ak_bitalloc_input in = {.n = N, .mass = m, .segment = seg};
+    ak_bitalloc_params p = params(AK_BITALLOC_TOPOLOGY, 3.0);
+    uint8_t k[N], v[N];
+    ak_error e = {{0}};
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, NULL, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++)
+        CHECK(k[i] == (i < 8 ? 2 : 4), "topology: token %d (%s) width %d", i,
+              ak_bitalloc_segment_name((ak_segment)seg[i]), k[i]);
+    p.policy = AK_BITALLOC_IMPORTANCE;
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, NULL, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++) CHECK(k[i] == (i < 8 ? 4 : 2), "importance: token %d width %d", i, k[i]);
+    /* T by hand: system 1; assistant 0.2; other with overlap 1: 1 - 0.8 / 2. */
+    uint8_t sg[3] = {AK_SEG_SYSTEM, AK_SEG_ASSISTANT, AK_SEG_OTHER};
+    int32_t ov[3] = {0, 0, 1};
+    ak_bitalloc_input in3 = {.n = 3, .segment = sg, .overlap = ov};
+    double I[3], T[3], S[3];
+    p.policy = AK_BITALLOC_TOPOLOGY;
+    p.lambda = 2.0;
+    REQUIRE(ak_bitalloc_scores(&in3, &p, I, T, S, &e) == 0, "%s", e.msg);
+    CHECK(fabs(T[0] - 1.0) < 1e-12 && fabs(T[1] - 0.2) < 1e-12 && fabs(T[2] - 0.6) < 1e-12, "T %g %g %g", T[0], T[1],
+          T[2]);
+    CHECK(I[0] == 1.0 && I[2] == 1.0, "no statistics: I = 1 (%g)", I[0]);
+    CHECK(fabs(S[0] - 3.0) < 1e-12 && fabs(S[1] - 1.4) < 1e-12 && fabs(S[2] - 2.2) < 1e-12, "S %g %g %g", S[0], S[1],
+          S[2]);
+    /* The overlapped "other" token (later) beats the assistant token (earlier). */
+    uint8_t w3k[3], w3v[3];
+    p.budget_k = 8.0 / 3.0;   /* 8 bits: one 2->4 step beyond the system token's */
+    REQUIRE(ak_bitalloc_run(&in3, &p, w3k, w3v, NULL, &e) == 0, "%s", e.msg);
+    CHECK(w3k[0] == 4 && w3k[1] == 2 && w3k[2] == 2, "8 bits: %d %d %d", w3k[0], w3k[1], w3k[2]);
+    p.budget_k = 10.0 / 3.0;
+    REQUIRE(ak_bitalloc_run(&in3, &p, w3k, w3v, NULL, &e) == 0, "%s", e.msg);
+    CHECK(w3k[0] == 4 && w3k[1] == 2 && w3k[2] == 4, "10 bits: %d %d %d", w3k[0], w3k[1], w3k[2]);
+}
+
+/* I by hand: weights 0.4 mass, 0.2 variance, 0.2 entropy, 0.2 inverse
+ * frequency over the features present, each divided by its mean. */
+TEST(bitalloc_importance_formula) {
+    float m[2] = {1, 3}, en[2] = {2, 2};
+    int32_t tk[2] = {5, 5};
+    ak_bitalloc_input in = {.n = 2, .mass = m, .entropy = en, .tokens = tk};
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    double I[2], S[2];
+    ak_error e = {{0}};
+    REQUIRE(ak_bitalloc_scores(&in, &p, I, NULL, S, &e) == 0, "%s", e.msg);
+    /* (0.4 * 0.5 + 0.2 + 0.2) / 0.8 and (0.4 * 1.5 + 0.2 + 0.2) / 0.8 */
+    CHECK(fabs(I[0] - 0.75) < 1e-12 && fabs(I[1] - 1.25) < 1e-12, "I %g %g", I[0], I[1]);
+    CHECK(S[0] == I[0] && S[1] == I[1], "importance score is I");
+    /* Frequency only: ids 7, 7, 7, 9 -> idf ln(1 + 4/3), ln(5). */
+    int32_t t4[4] = {7, 9, 7, 7};
+    ak_bitalloc_input in4 = {.n = 4, .tokens = t4};
+    double I4[4];
+    REQUIRE(ak_bitalloc_scores(&in4, &p, I4, NULL, NULL, &e) == 0, "%s", e.msg);
+    double a = log(1.0 + 4.0 / 3.0), b = log(5.0), mean = (3 * a + b) / 4;
+    CHECK(fabs(I4[0] - a / mean) < 1e-12 && fabs(I4[1] - b / mean) < 1e-12 && I4[2] == I4[0] && I4[3] == I4[0],
+          "idf I %g %g %g %g", I4[0], I4[1], I4[2], I4[3]);
+    /* Variance only, all zero: no information, I = 1. */
+    float z[4] = {0, 0, 0, 0};
+    ak_bitalloc_input inz = {.n = 4, .variance = z};
+    REQUIRE(ak_bitalloc_scores(&inz, &p, I4, NULL, NULL, &e) == 0, "%s", e.msg);
+    CHECK(I4[0] == 1.0 && I4[3] == 1.0, "zero variance: I %g", I4[0]);
+}
+
+/* Sinks: pinned to sink_bits while the budget allows, first first. */
+TEST(bitalloc_sinks) {
+    enum { N = 20 };
+    ak_bitalloc_input in = {.n = N};
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    p.n_sinks = 4;
+    p.sink_bits = 8;
+    uint8_t k[N], v[N];
+    ak_bitalloc_result r;
+    ak_error e = {{0}};
+    /* 80 bits: 40 base, 24 for four sinks, 16 for tokens 4..11 at 4. */
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, &r, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++) {
+        int want = i < 4 ? 8 : i < 12 ? 4 : 2;
+        CHECK(k[i] == want && v[i] == want, "token %d width %d/%d want %d", i, k[i], v[i], want);
+    }
+    CHECK(r.pinned_k == 4 && r.pinned_v == 4 && r.sum_k == 80, "pinned %d sum %ld", r.pinned_k, r.sum_k);
+    /* 2.5 bits (50): one sink fits (46), then tokens 1, 2 at 4. */
+    p.budget_k = 2.5;
+    p.budget_v = 4.0;
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, &r, &e) == 0, "%s", e.msg);
+    CHECK(r.pinned_k == 1 && k[0] == 8 && k[1] == 4 && k[2] == 4 && k[3] == 2 && r.sum_k == 50,
+          "2.5 bits: pinned %d widths %d %d %d %d sum %ld", r.pinned_k, k[0], k[1], k[2], k[3], r.sum_k);
+    CHECK(r.pinned_v == 4, "values keep their own budget (4): pinned %d", r.pinned_v);
+    /* 2 bits: nothing can be pinned. */
+    p.budget_k = 2.0;
+    p.budget_v = 0.0;   /* the same as keys */
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, &r, &e) == 0, "%s", e.msg);
+    CHECK(r.pinned_v == 0 && memcmp(k, v, N) == 0, "V follows K's budget: pinned %d", r.pinned_v);
+    CHECK(r.pinned_k == 0 && r.sum_k == 2 * N, "2 bits: pinned %d sum %ld", r.pinned_k, r.sum_k);
+}
+
+/* Bad budgets, policies, sizes and inputs fail with AK_ERR_INVALID. */
+TEST(bitalloc_errors) {
+    ak_bitalloc_policy pol = AK_BITALLOC_UNIFORM;
+    ak_error e = {{0}};
+    const char *names[] = {"uniform", "importance", "topology"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(ak_bitalloc_policy_parse(names[i], &pol, &e) == 0 && (int)pol == i, "parse %s", names[i]);
+        CHECK(strcmp(ak_bitalloc_policy_name(pol), names[i]) == 0, "name %d", i);
+    }
+    const char *bad[] = {"adaptive", "", "Uniform", "topology ", NULL};
+    for (int i = 0; i < 5; i++) {
+        e.code = 0;
+        CHECK(ak_bitalloc_policy_parse(bad[i], &pol, &e) == -1 && e.code == AK_ERR_INVALID, "policy '%s' code %d",
+              bad[i] ? bad[i] : "(null)", e.code);
+    }
+    ak_segment sg;
+    CHECK(ak_bitalloc_segment_parse("tool", &sg, &e) == 0 && sg == AK_SEG_TOOL, "segment tool");
+    e.code = 0;
+    CHECK(ak_bitalloc_segment_parse("chat", &sg, &e) == -1 && e.code == AK_ERR_INVALID, "segment chat");
+
+    uint8_t k[4], v[4];
+    ak_bitalloc_input in = {.n = 4};
+    const double budgets[] = {1.99, 16.01, 0.0, -4.0, NAN, INFINITY};
+    for (int i = 0; i < 6; i++) {
+        ak_bitalloc_params p = params(AK_BITALLOC_TOPOLOGY, budgets[i]);
+        e.code = 0;
+        CHECK(ak_bitalloc_run(&in, &p, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "budget %g code %d",
+              budgets[i], e.code);
+        p.budget_k = 4.0;
+        p.budget_v = budgets[i] == 0.0 ? 17.0 : budgets[i];
+        e.code = 0;
+        CHECK(ak_bitalloc_run(&in, &p, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "V budget %g code %d",
+              p.budget_v, e.code);
+        double bk, bv;
+        e.code = 0;
+        CHECK(ak_bitalloc_split_budget(budgets[i], &bk, &bv, &e) == -1 && e.code == AK_ERR_INVALID, "split %g",
+              budgets[i]);
+    }
+    ak_bitalloc_params p = params(AK_BITALLOC_TOPOLOGY, 4.0);
+    for (int n = 0; n >= -1; n--) {
+        ak_bitalloc_input in0 = {.n = n};
+        e.code = 0;
+        CHECK(ak_bitalloc_run(&in0, &p, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "n %d", n);
+        double s[1] = {1};
+        e.code = 0;
+        CHECK(ak_bitalloc_widths(s, n, 4.0, NULL, 0, 8, 0, p.err, k, NULL, &e) == -1 && e.code == AK_ERR_INVALID,
+              "widths n %d", n);
+        e.code = 0;
+        CHECK(ak_bitalloc_scores(&in0, &p, NULL, NULL, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "scores n %d", n);
+    }
+    float neg[4] = {1, -1, 1, 1}, nan4[4] = {1, NAN, 1, 1};
+    uint8_t badseg[4] = {0, 1, AK_SEG_COUNT, 2};
+    int32_t badov[4] = {0, 0, -1, 0};
+    ak_bitalloc_input bads[] = {{.n = 4, .mass = neg}, {.n = 4, .variance = nan4}, {.n = 4, .entropy = neg},
+                                {.n = 4, .segment = badseg}, {.n = 4, .overlap = badov}};
+    for (int i = 0; i < 5; i++) {
+        e.code = 0;
+        CHECK(ak_bitalloc_run(&bads[i], &p, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "bad input %d", i);
+    }
+    ak_bitalloc_params q = p;
+    q.policy = (ak_bitalloc_policy)7;
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&in, &q, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "policy 7");
+    q = p;
+    q.sink_bits = 5;
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&in, &q, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "sink bits 5");
+    q = p;
+    q.lambda = -1;
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&in, &q, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "lambda -1");
+    q = p;
+    q.err[2] = q.err[1];   /* not strictly decreasing */
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&in, &q, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "flat err table");
+    q = p;
+    q.err[0] = 1.0; q.err[1] = 0.9; q.err[2] = 0.1; q.err[3] = 0.0;   /* gain per bit rises 2->4 to 4->8 */
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&in, &q, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "convex err table");
+    double bk, bv;
+    CHECK(ak_bitalloc_split_budget(4.0, &bk, &bv, &e) == 0 && fabs(bk - 14.0 / 3) < 1e-12 &&
+              fabs((bk + bv) / 2 - 4.0) < 1e-12, "split 4: %g / %g", bk, bv);
+    CHECK(ak_bitalloc_split_budget(8.0, &bk, &bv, &e) == 0 && bk == 10.0 && bv == 6.0, "split 8: %g / %g", bk, bv);
+    CHECK(ak_bitalloc_split_budget(14.0, &bk, &bv, &e) == 0 && bk == 16.0 && bv == 12.0, "split 14: %g / %g", bk, bv);
+}
+
+/* A long range (32K tokens, as a card of a long context) allocates quickly
+ * and still meets the budget. */
+TEST(bitalloc_long_range) {
+    enum { N = 32768 };
+    float *m = malloc(N * sizeof *m);
+    int32_t *tk = malloc(N * sizeof *tk);
+    uint8_t *k = malloc(N), *v = malloc(N);
+    REQUIRE(m && tk && k && v, "malloc");
+    uint64_t seed = 9;
+    for (int i = 0; i < N; i++) {
+        m[i] = (float)exp(6.0 * rng_unit(&seed));
+        tk[i] = rng_int(&seed, 5000);
+    }
+    ak_bitalloc_input in = {.n = N, .mass = m, .tokens = tk};
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.3);
+    ak_bitalloc_result r;
+    ak_error e = {{0}};
+    double t0 = ak_now();
+    int rc = ak_bitalloc_run(&in, &p, k, v, &r, &e);
+    double dt = ak_now() - t0;
+    CHECK(rc == 0, "%s", e.msg);
+    check_side(t, k, NULL, N, 4.3, r.sum_k, r.mean_k, r.count_k, "K", 0);
+    CHECK(dt < 1.0, "32K tokens took %.3f s", dt);
+    free(m);
+    free(tk);
+    free(k);
+    free(v);
+}
