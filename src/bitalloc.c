@@ -10,7 +10,7 @@ const int ak_bitalloc_widths_table[AK_BITALLOC_N_WIDTHS] = {2, 4, 8, 16};
 
 /* Weights of I's terms. Mass is the most direct signal (a token's K/V error
  * reaches the output in proportion to the attention it receives), so it
- * weighs twice any other term. */
+ * weighs twice any other term; it enters squared (add_mass_term). */
 #define W_MASS 0.4
 #define W_VARIANCE 0.2
 #define W_ENTROPY 0.2
@@ -107,6 +107,20 @@ static void add_normalized(double *acc, const double *x, int n, double w) {
     for (int i = 0; i < n; i++) acc[i] += w * (mean > 0.0 ? x[i] / mean : 1.0);
 }
 
+/* Adds w * (m[t] / mean(m))^2 to acc[t]: quantization errors add up in the
+ * output as p * delta, so their variance grows with the square of the
+ * attention p a token receives; squaring keeps heavy hitters' scores as far
+ * from the rest as their sensitivity is (a mean of 0: w * 1). */
+static void add_mass_term(double *acc, const float *m, int n, double w) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += m[i];
+    double mean = sum / n;
+    for (int i = 0; i < n; i++) {
+        double r = mean > 0.0 ? m[i] / mean : 1.0;
+        acc[i] += w * r * r;
+    }
+}
+
 /* add_normalized over a float array, through a double scratch row. */
 static void add_normalized_f(double *acc, const float *x, int n, double w, double *tmp) {
     for (int i = 0; i < n; i++) tmp[i] = x[i];
@@ -164,7 +178,7 @@ int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p,
     if (!imp) return -1;
     double *tmp = imp + n;
     double wsum = 0.0;
-    if (in->mass) add_normalized_f(imp, in->mass, n, W_MASS, tmp), wsum += W_MASS;
+    if (in->mass) add_mass_term(imp, in->mass, n, W_MASS), wsum += W_MASS;
     if (in->variance) add_normalized_f(imp, in->variance, n, W_VARIANCE, tmp), wsum += W_VARIANCE;
     if (in->entropy) add_normalized_f(imp, in->entropy, n, W_ENTROPY, tmp), wsum += W_ENTROPY;
     if (in->tokens) {

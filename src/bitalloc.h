@@ -10,9 +10,11 @@
  * about 1 and heavy hitters score their multiple of the mean; a feature
  * whose mean is 0 carries no information and counts as 1 everywhere):
  *
- *   I(t) = (0.4 m~ + 0.2 v~ + 0.2 e~ + 0.2 u~) / (sum of the weights of the
- *          features present)
- *     m~  attention mass the token receives, normalized
+ *   I(t) = (0.4 m~^2 + 0.2 v~ + 0.2 e~ + 0.2 u~) / (sum of the weights of
+ *          the features present)
+ *     m~  attention mass the token receives, normalized (squared: the error
+ *         a token's K/V cause in the output has a variance that grows with
+ *         the square of the attention it receives)
  *     v~  variance of that mass across heads, normalized
  *     e~  entropy of the attention the token gives, normalized
  *     u~  inverse frequency ln(1 + n / count of the token id in the range),

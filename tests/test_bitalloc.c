@@ -270,9 +270,11 @@ TEST(bitalloc_caps) {
 /* Importance: a heavy hitter gets the bits (hand-computed with the default
  * errors 4^-w), and widths follow the mass order. */
 TEST(bitalloc_importance_order) {
-    /* masses 1, 1, 1, 97: m~ = 0.04, 0.04, 0.04, 3.88 = I. At 4 bits (16):
-     * token 3 takes 2->4 (gain/bit 3.88 * 0.0293), then 4->8 (3.88 *
-     * 0.000972 > 0.04 * 0.0293), then token 0 takes 2->4 with the last 2. */
+    /* masses 1, 1, 1, 97: m~ = 0.04, 0.04, 0.04, 3.88; I = m~^2 = 0.0016,
+     * ..., 15.05. At 4 bits (16): token 3 takes 2->4 (gain/bit 15.05 *
+     * 0.0293), then 4->8 (15.05 * 0.000972 > 0.0016 * 0.0293), then token 0
+     * takes 2->4 with the last 2 (0.0016 * 0.0293 > 15.05 * 1.9e-6 of 8->16,
+     * which would not fit anyway). */
     float m[4] = {1, 1, 1, 97};
     ak_bitalloc_input in = {.n = 4, .mass = m};
     ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
@@ -344,8 +346,8 @@ TEST(bitalloc_topology_boosts_system) {
     CHECK(w3k[0] == 4 && w3k[1] == 2 && w3k[2] == 4, "10 bits: %d %d %d", w3k[0], w3k[1], w3k[2]);
 }
 
-/* I by hand: weights 0.4 mass, 0.2 variance, 0.2 entropy, 0.2 inverse
- * frequency over the features present, each divided by its mean. */
+/* I by hand: weights 0.4 mass (squared), 0.2 variance, 0.2 entropy, 0.2
+ * inverse frequency over the features present, each divided by its mean. */
 TEST(bitalloc_importance_formula) {
     float m[2] = {1, 3}, en[2] = {2, 2};
     int32_t tk[2] = {5, 5};
@@ -354,8 +356,8 @@ TEST(bitalloc_importance_formula) {
     double I[2], S[2];
     ak_error e = {{0}};
     REQUIRE(ak_bitalloc_scores(&in, &p, I, NULL, S, &e) == 0, "%s", e.msg);
-    /* (0.4 * 0.5 + 0.2 + 0.2) / 0.8 and (0.4 * 1.5 + 0.2 + 0.2) / 0.8 */
-    CHECK(fabs(I[0] - 0.75) < 1e-12 && fabs(I[1] - 1.25) < 1e-12, "I %g %g", I[0], I[1]);
+    /* (0.4 * 0.5^2 + 0.2 + 0.2) / 0.8 and (0.4 * 1.5^2 + 0.2 + 0.2) / 0.8 */
+    CHECK(fabs(I[0] - 0.625) < 1e-12 && fabs(I[1] - 1.625) < 1e-12, "I %g %g", I[0], I[1]);
     CHECK(S[0] == I[0] && S[1] == I[1], "importance score is I");
     /* Frequency only: ids 7, 7, 7, 9 -> idf ln(1 + 4/3), ln(5). */
     int32_t t4[4] = {7, 9, 7, 7};
