@@ -157,7 +157,8 @@ long ak_bitalloc_widths(const double *score, int n, double budget, const uint8_t
 
 /* Scores in under p and allocates key widths into bits_k and value widths
  * into bits_v (n bytes each) under p's budgets; uniform scores every token
- * alike and pins nothing. res (if not NULL) gets what was achieved. Fails as
+ * alike and pins nothing (p->spread applies to uniform only; the other
+ * policies break ties by position). res (if not NULL) gets what was achieved. Fails as
  * ak_bitalloc_scores and ak_bitalloc_widths do (a budget_v other than 0
  * outside [2, 16] too). Deterministic: the same inputs give the same widths.
  * Returns 0 or -1. */
