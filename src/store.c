@@ -544,6 +544,7 @@ void ak_store_close(ak_store *s) {
     free(s->idx);
     free(s->q);
     ak_store_pool_index_free(s);
+    ak_store_card_index_free(s);
     pthread_mutex_destroy(&s->mu);
     sodium_memzero(s->key, sizeof s->key);
     free(s);

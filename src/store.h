@@ -240,7 +240,8 @@ int ak_store_quarantine(ak_store *s, const char *agent_id, const char *reason, a
 /* Deletes files until the agent files and the quarantined files of the
  * directory total at most disk_budget bytes: quarantined files first
  * (oldest first: they serve no agent), then least recently used agent files
- * (oldest mtime first, as the index knows them). No directory scan. Returns
+ * (oldest mtime first, as the index knows them). Pool files are neither
+ * counted nor deleted: they are explicit. No directory scan. Returns
  * the number of files deleted (*bytes_after, if not NULL, gets the total
  * left), or -1 with err set. */
 int ak_store_gc(ak_store *s, uint64_t disk_budget, uint64_t *bytes_after, ak_error *err);
@@ -251,7 +252,8 @@ int ak_store_gc(ak_store *s, uint64_t disk_budget, uint64_t *bytes_after, ak_err
  * tokens) and an opaque "source" string (what the pool was made from, e.g.
  * its messages as JSON), with the same guarantees: atomic writes, complete
  * verification before any byte reaches a sequence, quarantine of corrupt
- * files (to quarantine/pool.<id>...), the index. Ids as for agents. */
+ * files (to quarantine/pool+<id>...: no agent id holds a '+'), the index.
+ * Ids as for agents. */
 typedef struct {
     ak_store_entry e;      /* as for agents; e.base unused */
     char pool_hash[17];
@@ -281,5 +283,64 @@ int ak_store_list_pools(ak_store *s, ak_store_pool_entry **out, int *n, ak_error
 void ak_store_pool_entries_free(ak_store_pool_entry *v, int n);
 /* Deletes a pool file. Returns 0, 1 if there was none, -1 on error. */
 int ak_store_remove_pool(ak_store *s, const char *pool_id, ak_error *err);
+
+/* CARDS. CacheCards (cards.h) live in <dir>/cards/<id>.safetensors, format
+ * "agentkv.card" version 1 (docs/card-file-format.md, store_card.c): per
+ * layer, side and width class the class's vectors in token order, the
+ * per-token widths, the token ids, the position offset, the source agent,
+ * the model fingerprint, cache spec, policy and budgets. The same
+ * guarantees as agent files: atomic writes, complete verification (every
+ * tensor checksum, the metadata checksum, the content hash recomputed)
+ * before a card is handed out, corrupt files moved to
+ * quarantine/card+<id>.safetensors.<reason>.<time>, sealed under the
+ * store's key (binding "cards/<id>"). Ids as for agents. The index of cards
+ * is built at the first card call (a scan of cards/) and kept current by
+ * this store's saves, loads, removals and quarantine moves; ak_store_gc
+ * neither counts nor deletes cards (they are explicit, like pools). */
+typedef struct ak_card ak_card;
+
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    uint64_t bytes;        /* file size */
+    int64_t mtime;         /* unix seconds */
+    int sealed;
+    int readable;          /* 1 if the fields below were read (else zero / "") */
+    int n_tokens;
+    int pos_offset;
+    ak_cache_spec spec;
+    char fingerprint[65];
+    char model_name[128];
+    char source_agent[AK_AGENT_ID_MAX + 1];
+    char policy[32];
+    double budget_k, budget_v;
+    double mean_k, mean_v; /* the mean widths the card holds */
+    int64_t created;
+    char hash[17];         /* content hash (cards.h: ak_card_content_hash) */
+} ak_store_card_entry;
+
+/* Writes card c as cards/<c->id>.safetensors atomically (creating cards/).
+ * Returns 0, or -1 with err set (the previous file, if any, intact). */
+int ak_store_save_card(ak_store *s, const ak_card *c, ak_error *err);
+/* Reads and verifies card id completely into a new card (*out, free with
+ * ak_card_free). fingerprint (NULL: not checked): another model is STALE;
+ * spec (NULL: not checked): another cache spec is STALE; vocab > 0: token
+ * ids must be below it (else CORRUPT). Statuses as ak_store_load: ABSENT,
+ * STALE (also: another format version, sealed under another key, sealed
+ * while the store has no key or plain while it has one), CORRUPT (moved to
+ * quarantine/), ERROR (read error, out of memory). */
+ak_store_status ak_store_load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
+                                   int vocab, ak_card **out, ak_error *err);
+/* ak_store_load_card's checks without keeping the card or moving the file
+ * (a CORRUPT file stays in place). */
+ak_store_status ak_store_verify_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
+                                     int vocab, ak_error *err);
+/* The index entry of card id (no I/O but the first card call's scan).
+ * Returns 0, or 1 if the store has no such card. */
+int ak_store_lookup_card(ak_store *s, const char *id, ak_store_card_entry *out);
+/* Every card file, sorted by id, into *out (malloc'd, the caller frees).
+ * Returns 0, or -1 with err set. */
+int ak_store_list_cards(ak_store *s, ak_store_card_entry **out, int *n, ak_error *err);
+/* Deletes card id's file. Returns 0, 1 if there was none, -1 on error. */
+int ak_store_remove_card(ak_store *s, const char *id, ak_error *err);
 
 #endif

@@ -124,6 +124,10 @@ struct ak_store {
     int nq, cap_q;
     ak_store_pool_entry *pidx;  /* pool files, sorted by id (sources owned) */
     int n_pidx, cap_pidx;
+    /* card files (store_card.c), sorted by id; built at the first card call */
+    ak_store_card_entry *cidx;
+    int n_cidx, cap_cidx;
+    int cards_indexed;
 };
 
 /* Snapshot of a sequence for a file of kind (AK_FILE_*): agents may have a
@@ -146,5 +150,8 @@ void ak_store_pool_index_put(ak_store *s, ak_store_pool_entry *e);
 void ak_store_pool_index_del(ak_store *s, const char *id);
 /* Frees the pool index (at close). */
 void ak_store_pool_index_free(ak_store *s);
+
+/* Frees the card index (at close; store_card.c). */
+void ak_store_card_index_free(ak_store *s);
 
 #endif

@@ -1,0 +1,314 @@
+/* test_cards.c - CacheCards: card files (round trip of every width and
+ * tensor, sizes, corrupt / truncated / stale / sealed files), cards built
+ * as mixed blocks (each slot the card's bytes), and imports into agents on
+ * a real tiny model (continuation equal to a re-prefill at 16 bits, close
+ * at 8, no prefill of the card's tokens, bad input refused by code). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../src/agent.h"
+#include "../src/cards.h"
+#include "../src/sampler.h"
+#include "test.h"
+#include "test_store_util.h"
+
+static const char *card_dir_for(const char *name) {
+    static char buf[2][512];
+    static int k;
+    char *b = buf[k++ & 1];
+    snprintf(b, 512, "%s/cards-%s", test_tmp_dir(), name);
+    return b;
+}
+
+/* Counts (and deletes) files of dir/quarantine named "card+<id>.safetensors.*". */
+static int card_quarantined(const char *dir, const char *id) {
+    char pre[200];
+    snprintf(pre, sizeof pre, "card+%s", id);
+    return quarantined(dir, pre);
+}
+
+/* Widths from a seeded generator: every width appears on both sides. */
+static void random_widths(uint8_t *wk, uint8_t *wv, int n, uint64_t seed) {
+    ak_rng rng;
+    ak_rng_seed(&rng, seed);
+    for (int i = 0; i < n; i++) {
+        wk[i] = (uint8_t)(2 << (i < 4 ? i : (int)(ak_rng_u32(&rng) % 4)));
+        wv[i] = (uint8_t)(2 << (i < 4 ? 3 - i : (int)(ak_rng_u32(&rng) % 4)));
+    }
+}
+
+/* 1 if two cards hold the same metadata, widths, tokens and tensor bytes. */
+static int cards_equal(const ak_card *a, const ak_card *b) {
+    if (strcmp(a->id, b->id) || strcmp(a->source_agent, b->source_agent) || strcmp(a->fingerprint, b->fingerprint) ||
+        strcmp(a->model_name, b->model_name) || strcmp(a->policy, b->policy) || strcmp(a->hash, b->hash) ||
+        a->n_tokens != b->n_tokens || a->pos_offset != b->pos_offset || a->created != b->created ||
+        a->budget_k != b->budget_k || a->budget_v != b->budget_v || memcmp(&a->spec, &b->spec, sizeof a->spec) ||
+        memcmp(a->count, b->count, sizeof a->count))
+        return 0;
+    if (memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens) ||
+        memcmp(a->widths_k, b->widths_k, (size_t)a->n_tokens) || memcmp(a->widths_v, b->widths_v, (size_t)a->n_tokens))
+        return 0;
+    for (int l = 0; l < a->spec.n_layer; l++)
+        for (int s = 0; s < 2; s++)
+            for (int c = 0; c < AK_CARD_N_WIDTHS; c++)
+                for (int comp = 0; comp < 2; comp++) {
+                    size_t n = ak_card_component_bytes(a, s, c, comp);
+                    int i = ak_card_slot(l, s, c, comp);
+                    if (n && memcmp(a->data[i], b->data[i], n)) return 0;
+                }
+    return 1;
+}
+
+/* Expected vector of one side of one position: the source's floats
+ * through the width's format (quantize, dequantize). */
+static void expect_vec(const float *x, int d, ak_kv_format f, float *out) {
+    uint8_t tmp[4096];
+    ak_kv_format_get(f)->quantize(x, d, tmp);
+    ak_kv_format_get(f)->dequantize(tmp, d, out);
+}
+
+TEST(cards_file_round_trip_every_width) {
+    ak_cache_spec s = small_spec();
+    cache src;
+    REQUIRE(cache_make(&src, &s, 16, AK_KV_F32, AK_KV_F32, 256, 45, 7) == 0, "cache");
+    enum { N = 40 };
+    uint8_t wk[N], wv[N];
+    random_widths(wk, wv, N, 3);
+    ak_error err = {{0}};
+    ak_card_params p = {"c1", "alice", FP, "tiny", 5, 45, wk, wv, "importance", 5.5, 0};
+    ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
+    REQUIRE(c, "make: %s", err.msg);
+    for (int sd = 0; sd < 2; sd++)
+        for (int k = 0; k < AK_CARD_N_WIDTHS; k++) CHECK(c->count[sd][k] > 0, "side %d width class %d unused", sd, k);
+    CHECK(c->pos_offset == 5 && c->n_tokens == N && !memcmp(c->tokens, src.tokens + 5, sizeof(int32_t) * N), "range");
+    CHECK(c->budget_k == 5.5, "budget_k %g", c->budget_k);
+    /* every vector is the source's float through its width's format */
+    int H = s.n_head_kv, worst = 0;
+    float k[256], v[256], e[64];
+    for (int l = 0; l < s.n_layer; l++) {
+        int at[2][4] = {{0}};
+        for (int i = 0; i < N; i++) {
+            ak_kv_read(src.kv, l, 5 + i, k, v, NULL);
+            for (int sd = 0; sd < 2; sd++) {
+                int w = sd ? wv[i] : wk[i], cls = ak_card_width_class(w), d = sd ? s.head_dim_v : s.head_dim_k;
+                ak_kv_format f = sd ? ak_card_value_format(w) : ak_card_key_format(w);
+                ak_kv_component cp[2];
+                int nc = ak_kv_format_components(f, d, cp);
+                for (int h = 0; h < H; h++) {
+                    uint8_t vec[4096], got[4096];
+                    ak_kv_format_get(f)->quantize((sd ? v : k) + h * d, d, vec);
+                    size_t ent = (size_t)at[sd][cls] * H + h;
+                    for (int q = 0; q < nc; q++)
+                        memcpy(got + cp[q].offset, c->data[ak_card_slot(l, sd, cls, q)] + ent * cp[q].bytes, cp[q].bytes);
+                    if (memcmp(vec, got, ak_kv_format_get(f)->vec_bytes(d))) worst++;
+                }
+                at[sd][cls]++;
+            }
+        }
+    }
+    CHECK(worst == 0, "%d vectors are not the source's quantized bytes", worst);
+    /* save, load, compare everything */
+    const char *dir = card_dir_for("roundtrip");
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "%s", err.msg);
+    REQUIRE(ak_store_save_card(st, c, &err) == 0, "save: %s", err.msg);
+    ak_card *r = NULL;
+    ak_store_status ls = ak_store_load_card(st, "c1", FP, &s, VOCAB, &r, &err);
+    REQUIRE(ls == AK_STORE_HIT, "load: %s (%s)", ak_store_status_name(ls), err.msg);
+    CHECK(cards_equal(c, r), "the loaded card differs from the saved one");
+    ak_store_card_entry ent;
+    CHECK(ak_store_lookup_card(st, "c1", &ent) == 0 && ent.n_tokens == N && !strcmp(ent.hash, c->hash) &&
+              !strcmp(ent.source_agent, "alice") && ent.pos_offset == 5 && ent.readable,
+          "index entry");
+    ak_card_free(r);
+    /* the index of a reopened store reads the file */
+    ak_store_close(st);
+    st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "%s", err.msg);
+    ak_store_card_entry *list = NULL;
+    int nl = 0;
+    REQUIRE(ak_store_list_cards(st, &list, &nl, &err) == 0, "%s", err.msg);
+    CHECK(nl == 1 && !strcmp(list[0].id, "c1") && list[0].readable && !strcmp(list[0].hash, c->hash) &&
+              fabs(list[0].mean_k - c->budget_k) < 20,
+          "%d cards listed", nl);
+    free(list);
+    /* the card as mixed blocks: each position reads back as the source's
+     * vectors through the token's formats (no re-quantization on import) */
+    ak_kv *kv = ak_kv_new(src.pool, AK_KV_Q8, AK_KV_Q8, 256, &err);
+    REQUIRE(kv && ak_card_attach(c, kv, &err) == 0, "attach: %s", err.msg);
+    CHECK(ak_kv_length(kv) == N && ak_kv_has_mixed(kv), "length %d", ak_kv_length(kv));
+    int bad = 0;
+    float kk[256], vv[256];
+    for (int l = 0; l < s.n_layer; l++)
+        for (int i = 0; i < N; i++) {
+            ak_kv_read(src.kv, l, 5 + i, k, v, NULL);
+            ak_kv_read(kv, l, i, kk, vv, NULL);
+            for (int h = 0; h < H; h++) {
+                expect_vec(k + h * s.head_dim_k, s.head_dim_k, ak_card_key_format(wk[i]), e);
+                if (memcmp(e, kk + h * s.head_dim_k, sizeof(float) * s.head_dim_k)) bad++;
+                expect_vec(v + h * s.head_dim_v, s.head_dim_v, ak_card_value_format(wv[i]), e);
+                if (memcmp(e, vv + h * s.head_dim_v, sizeof(float) * s.head_dim_v)) bad++;
+            }
+            int a, b;
+            if (!ak_card_slot_widths(kv, i, &a, &b) || a != wk[i] || b != wv[i]) bad++;
+        }
+    CHECK(bad == 0, "%d vectors of the imported card differ from the expected ones", bad);
+    /* a card of a card keeps or lowers each width, never raises it */
+    ak_card_params p2 = {"c2", "bob", FP, NULL, 0, N, NULL, NULL, NULL, 0, 0};   /* asks 16 everywhere */
+    ak_card *c2 = ak_card_make(kv, c->tokens, &p2, &err);
+    REQUIRE(c2, "%s", err.msg);
+    CHECK(!memcmp(c2->widths_k, wk, N) && !memcmp(c2->widths_v, wv, N), "re-carded widths must stay capped");
+    ak_card_free(c2);
+    ak_kv_free(kv);
+    ak_card_free(c);
+    ak_store_close(st);
+    cache_free(&src);
+}
+
+TEST(cards_bytes_per_token_by_budget) {
+    ak_cache_spec s = small_spec();
+    cache src;
+    REQUIRE(cache_make(&src, &s, 32, AK_KV_F32, AK_KV_F32, 128, 64, 11) == 0, "cache");
+    ak_error err = {{0}};
+    size_t f16 = 0;
+    double ratio[4];
+    for (int wi = 0; wi < 4; wi++) {
+        int w = 2 << wi;
+        uint8_t ws[64];
+        memset(ws, w, sizeof ws);
+        ak_card_params p = {"b", NULL, FP, NULL, 0, 64, ws, ws, "uniform", w, w};
+        ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
+        REQUIRE(c, "%s", err.msg);
+        /* independently: each format's documented bits per value */
+        double want = 64.0 * s.n_layer * s.n_head_kv *
+                      (ak_kv_format_bits(ak_card_key_format(w), s.head_dim_k) * s.head_dim_k +
+                       ak_kv_format_bits(ak_card_value_format(w), s.head_dim_v) * s.head_dim_v) / 8;
+        CHECK(fabs((double)ak_card_vector_bytes(c) - want) < 1e-6, "width %d: %zu bytes, want %.1f", w,
+              ak_card_vector_bytes(c), want);
+        f16 = ak_card_f16_bytes(c);
+        ratio[wi] = (double)ak_card_vector_bytes(c) / (double)f16;
+        printf("    width %2d: %.1f bytes/token (f16 %.1f): %.3f of f16\n", w, ak_card_vector_bytes(c) / 64.0,
+               f16 / 64.0, ratio[wi]);
+        ak_card_free(c);
+    }
+    CHECK(fabs(ratio[3] - 1.0) < 1e-12, "16 bits is f16's size");
+    CHECK(ratio[0] < ratio[1] && ratio[1] < ratio[2] && ratio[2] < ratio[3], "sizes grow with the width");
+    CHECK(ratio[0] < 0.25 && ratio[1] < 0.35, "2 and 4 bits: %.3f %.3f of f16", ratio[0], ratio[1]);
+    cache_free(&src);
+}
+
+TEST(cards_bad_files_are_refused_by_code) {
+    ak_cache_spec s = small_spec();
+    cache src;
+    REQUIRE(cache_make(&src, &s, 16, AK_KV_F32, AK_KV_F32, 256, 30, 5) == 0, "cache");
+    uint8_t wk[30], wv[30];
+    random_widths(wk, wv, 30, 9);
+    ak_error err = {{0}};
+    const char *dir = card_dir_for("bad");
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "%s", err.msg);
+    ak_card_params p = {"x", NULL, FP, NULL, 0, 30, wk, wv, NULL, 0, 0};
+    ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
+    REQUIRE(c && ak_store_save_card(st, c, &err) == 0, "save: %s", err.msg);
+    char path[700];
+    snprintf(path, sizeof path, "%s/cards/x.safetensors", dir);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0, "no file");
+    size_t n = (size_t)sb.st_size;
+    uint8_t *good = malloc(n), *bad = malloc(n);
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f && fread(good, 1, n, f) == n, "read");
+    fclose(f);
+    ak_card *r = NULL;
+    /* another model: STALE, left in place */
+    CHECK(ak_store_load_card(st, "x", "fedcba9876543210", &s, VOCAB, &r, &err) == AK_STORE_STALE &&
+              err.code == AK_ERR_STALE && exists(path),
+          "another model: %s", err.msg);
+    ak_cache_spec s2 = s;
+    s2.n_layer = 2;
+    CHECK(ak_store_load_card(st, "x", FP, &s2, VOCAB, &r, &err) == AK_STORE_STALE && exists(path), "another spec");
+    CHECK(ak_store_load_card(st, "nope", FP, &s, VOCAB, &r, &err) == AK_STORE_ABSENT && err.code == AK_ERR_NOT_FOUND,
+          "absent");
+    /* a flipped byte anywhere (header, widths, each part of the data) and
+     * every truncation: CORRUPT and quarantined, never a card */
+    size_t at[] = {20, n / 3, n / 2, n - 1, n - 200};
+    for (int i = 0; i < 5; i++) {
+        memcpy(bad, good, n);
+        bad[at[i]] ^= 0x10;
+        REQUIRE(write_bytes(path, bad, n) == 0, "write");
+        r = NULL;
+        ak_store_status ls = ak_store_load_card(st, "x", FP, &s, VOCAB, &r, &err);
+        CHECK(ls == AK_STORE_CORRUPT && err.code == AK_ERR_CORRUPT && !r, "flip at %zu: %s (%s)", at[i],
+              ak_store_status_name(ls), err.msg);
+        CHECK(!exists(path) && card_quarantined(dir, "x") == 1, "flip at %zu: not quarantined", at[i]);
+    }
+    size_t cut[] = {4, 100, n / 2, n - 1};
+    for (int i = 0; i < 4; i++) {
+        REQUIRE(write_bytes(path, good, cut[i]) == 0, "write");
+        ak_store_status ls = ak_store_load_card(st, "x", FP, &s, VOCAB, &r, &err);
+        CHECK(ls == AK_STORE_CORRUPT && err.code == AK_ERR_CORRUPT, "cut at %zu: %s", cut[i], ak_store_status_name(ls));
+        CHECK(card_quarantined(dir, "x") == 1, "cut at %zu: not quarantined", cut[i]);
+    }
+    /* a token id outside the vocabulary of the caller */
+    REQUIRE(write_bytes(path, good, n) == 0, "write");
+    CHECK(ak_store_verify_card(st, "x", FP, &s, 1, &err) == AK_STORE_CORRUPT && exists(path), "vocab check");
+    CHECK(ak_store_verify_card(st, "x", FP, &s, VOCAB, &err) == AK_STORE_HIT, "sound: %s", err.msg);
+    /* the other id's name: the card_id inside does not match */
+    char other[700];
+    snprintf(other, sizeof other, "%s/cards/y.safetensors", dir);
+    REQUIRE(write_bytes(other, good, n) == 0, "write");
+    CHECK(ak_store_load_card(st, "y", FP, &s, VOCAB, &r, &err) == AK_STORE_CORRUPT, "renamed card");
+    card_quarantined(dir, "y");
+    /* removal */
+    CHECK(ak_store_remove_card(st, "x", &err) == 0 && !exists(path) && ak_store_remove_card(st, "x", &err) == 1,
+          "remove");
+    ak_store_card_entry e;
+    CHECK(ak_store_lookup_card(st, "x", &e) == 1, "removed card still indexed");
+    ak_store_close(st);
+    /* sealed: round trip under the key; plain store and another key: STALE */
+    uint8_t key[32], key2[32];
+    for (int i = 0; i < 32; i++) key[i] = (uint8_t)(i * 7 + 1), key2[i] = (uint8_t)(i * 5 + 3);
+    const char *sdir = card_dir_for("sealed");
+    st = ak_store_open(sdir, key, &err);
+    REQUIRE(st && ak_store_save_card(st, c, &err) == 0, "sealed save: %s", err.msg);
+    r = NULL;
+    CHECK(ak_store_load_card(st, "x", FP, &s, VOCAB, &r, &err) == AK_STORE_HIT && r && cards_equal(c, r),
+          "sealed round trip: %s", err.msg);
+    ak_card_free(r);
+    ak_store_close(st);
+    char spath[700];
+    snprintf(spath, sizeof spath, "%s/cards/x.safetensors", sdir);
+    FILE *sf = fopen(spath, "rb");
+    REQUIRE(sf, "sealed file");
+    uint8_t head[8];
+    CHECK(fread(head, 1, 8, sf) == 8 && !memcmp(head, "AKVSEAL1", 8), "sealed magic");
+    fclose(sf);
+    st = ak_store_open(sdir, NULL, &err);
+    CHECK(ak_store_load_card(st, "x", FP, &s, VOCAB, &r, &err) == AK_STORE_STALE && exists(spath), "sealed, no key");
+    ak_store_close(st);
+    st = ak_store_open(sdir, key2, &err);
+    CHECK(ak_store_load_card(st, "x", FP, &s, VOCAB, &r, &err) == AK_STORE_STALE && exists(spath), "another key");
+    ak_store_close(st);
+    /* bad parameters */
+    uint8_t w3[30];
+    memset(w3, 3, sizeof w3);
+    ak_card_params pb = p;
+    pb.widths_k = w3;
+    CHECK(!ak_card_make(src.kv, src.tokens, &pb, &err) && err.code == AK_ERR_INVALID, "width 3");
+    pb = p;
+    pb.to = 31;
+    CHECK(!ak_card_make(src.kv, src.tokens, &pb, &err) && err.code == AK_ERR_INVALID, "range past the context");
+    pb = p;
+    pb.from = 10;
+    pb.to = 10;
+    CHECK(!ak_card_make(src.kv, src.tokens, &pb, &err) && err.code == AK_ERR_INVALID, "empty range");
+    pb = p;
+    pb.id = ".hidden";
+    CHECK(!ak_card_make(src.kv, src.tokens, &pb, &err) && err.code == AK_ERR_INVALID, "bad id");
+    free(good);
+    free(bad);
+    ak_card_free(c);
+    cache_free(&src);
+}
