@@ -89,12 +89,13 @@ int ak_bitalloc_split_budget(double total, double *budget_k, double *budget_v, a
     return 0;
 }
 
-/* Checks a statistic array: every entry finite and >= 0. */
-static int stat_ok(const float *x, int n, const char *what, ak_error *err) {
+/* Checks a statistic array: every entry finite and >= 0 (> 0 when
+ * positive is set). */
+static int stat_ok(const double *x, int n, int positive, const char *what, ak_error *err) {
     for (int i = 0; i < n; i++)
-        if (!(x[i] >= 0.0f) || !isfinite(x[i]))
-            return ak_failc(err, AK_ERR_INVALID, "%s of token %d is %g (must be finite and >= 0)", what, i,
-                            (double)x[i]);
+        if (!(x[i] >= 0.0) || !isfinite(x[i]) || (positive && x[i] == 0.0))
+            return ak_failc(err, AK_ERR_INVALID, "%s of token %d is %g (must be finite and %s 0)", what, i, x[i],
+                            positive ? ">" : ">=");
     return 0;
 }
 
@@ -111,7 +112,7 @@ static void add_normalized(double *acc, const double *x, int n, double w) {
  * output as p * delta, so their variance grows with the square of the
  * attention p a token receives; squaring keeps heavy hitters' scores as far
  * from the rest as their sensitivity is (a mean of 0: w * 1). */
-static void add_mass_term(double *acc, const float *m, int n, double w) {
+static void add_mass_term(double *acc, const double *m, int n, double w) {
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += m[i];
     double mean = sum / n;
@@ -119,12 +120,6 @@ static void add_mass_term(double *acc, const float *m, int n, double w) {
         double r = mean > 0.0 ? m[i] / mean : 1.0;
         acc[i] += w * r * r;
     }
-}
-
-/* add_normalized over a float array, through a double scratch row. */
-static void add_normalized_f(double *acc, const float *x, int n, double w, double *tmp) {
-    for (int i = 0; i < n; i++) tmp[i] = x[i];
-    add_normalized(acc, tmp, n, w);
 }
 
 /* Orders (token id, position) pairs by id then position. */
@@ -164,9 +159,10 @@ int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p,
         return ak_failc(err, AK_ERR_INVALID, "unknown bit allocation policy %d", (int)p->policy);
     if (!(p->lambda >= 0.0) || !isfinite(p->lambda))
         return ak_failc(err, AK_ERR_INVALID, "topology weight lambda %g (must be finite and >= 0)", p->lambda);
-    if (in->mass && stat_ok(in->mass, n, "attention mass", err)) return -1;
-    if (in->variance && stat_ok(in->variance, n, "attention variance", err)) return -1;
-    if (in->entropy && stat_ok(in->entropy, n, "attention entropy", err)) return -1;
+    if (in->mass && stat_ok(in->mass, n, 0, "attention mass", err)) return -1;
+    if (in->variance && stat_ok(in->variance, n, 0, "attention variance", err)) return -1;
+    if (in->entropy && stat_ok(in->entropy, n, 0, "attention entropy", err)) return -1;
+    if (in->exposure && stat_ok(in->exposure, n, 1, "exposure", err)) return -1;
     for (int i = 0; in->segment && i < n; i++)
         if (in->segment[i] >= AK_SEG_COUNT)
             return ak_failc(err, AK_ERR_INVALID, "segment %d of token %d is unknown", in->segment[i], i);
@@ -178,9 +174,21 @@ int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p,
     if (!imp) return -1;
     double *tmp = imp + n;
     double wsum = 0.0;
-    if (in->mass) add_mass_term(imp, in->mass, n, W_MASS), wsum += W_MASS;
-    if (in->variance) add_normalized_f(imp, in->variance, n, W_VARIANCE, tmp), wsum += W_VARIANCE;
-    if (in->entropy) add_normalized_f(imp, in->entropy, n, W_ENTROPY, tmp), wsum += W_ENTROPY;
+    /* Mass per query that could see the token: the cumulative mass of the
+     * first tokens grows with the context's length, which says nothing of
+     * what later queries (the receiver's) will give them. */
+    if (in->mass) {
+        for (int i = 0; i < n; i++) tmp[i] = in->exposure ? in->mass[i] / in->exposure[i] : in->mass[i];
+        add_mass_term(imp, tmp, n, W_MASS);
+        wsum += W_MASS;
+    }
+    if (in->variance) {
+        for (int i = 0; i < n; i++)
+            tmp[i] = in->exposure ? in->variance[i] / (in->exposure[i] * in->exposure[i]) : in->variance[i];
+        add_normalized(imp, tmp, n, W_VARIANCE);
+        wsum += W_VARIANCE;
+    }
+    if (in->entropy) add_normalized(imp, in->entropy, n, W_ENTROPY), wsum += W_ENTROPY;
     if (in->tokens) {
         if (inverse_frequency(in->tokens, n, tmp, err)) {
             free(imp);

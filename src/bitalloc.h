@@ -12,10 +12,11 @@
  *
  *   I(t) = (0.4 m~^2 + 0.2 v~ + 0.2 e~ + 0.2 u~) / (sum of the weights of
  *          the features present)
- *     m~  attention mass the token receives, normalized (squared: the error
+ *     m~  attention mass the token receives (per query that could see it,
+ *         when an exposure is given), normalized (squared: the error
  *         a token's K/V cause in the output has a variance that grows with
  *         the square of the attention it receives)
- *     v~  variance of that mass across heads, normalized
+ *     v~  variance of that mass across heads (over exposure^2), normalized
  *     e~  entropy of the attention the token gives, normalized
  *     u~  inverse frequency ln(1 + n / count of the token id in the range),
  *         normalized
@@ -75,9 +76,13 @@ typedef enum {
  * (absent); present arrays have n entries. */
 typedef struct {
     int n;
-    const float *mass;        /* attention mass received (>= 0, finite) */
-    const float *variance;    /* its variance across heads (>= 0, finite) */
-    const float *entropy;     /* entropy of the attention the token gives (>= 0, finite) */
+    const double *mass;       /* attention mass received (>= 0, finite; attnstats.h: ak_attn_stats_mass) */
+    const double *variance;   /* its variance across heads (>= 0, finite; ak_attn_stats_mass_var) */
+    const double *entropy;    /* entropy of the attention the token gives (>= 0, finite; ak_attn_stats_entropy) */
+    const double *exposure;   /* how many query tokens could attend to the token (> 0, finite; on a
+                                 causal model, length - slot): mass is divided by it and variance by
+                                 its square, so a token is not favoured for having been in the
+                                 context longer; NULL: mass and variance taken as they are */
     const int32_t *tokens;    /* token ids, for the inverse frequency */
     const uint8_t *segment;   /* ak_segment values; NULL: all AK_SEG_OTHER */
     const int32_t *overlap;   /* prior hand-offs of this content (>= 0); NULL: all 0 */
@@ -135,7 +140,7 @@ int ak_bitalloc_split_budget(double total, double *budget_k, double *budget_v, a
 /* Computes, for each token of in, I(t), T(t) and the policy's score s(t)
  * (formulas above) into importance, transfer and score (n doubles each; any
  * may be NULL). Fails with AK_ERR_INVALID on n <= 0, a negative or
- * non-finite statistic, a segment >= AK_SEG_COUNT, a negative overlap, an
+ * non-finite statistic, an exposure that is not finite and > 0, a segment >= AK_SEG_COUNT, a negative overlap, an
  * unknown policy or a negative or non-finite lambda; AK_ERR_NOMEM. Returns
  * 0 or -1. */
 int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p, double *importance,

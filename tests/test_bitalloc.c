@@ -71,7 +71,7 @@ static void check_side(ak_test_ctx *t, const uint8_t *w, const uint8_t *cap, int
 TEST(bitalloc_budget_property) {
     uint64_t seed = 0x5EED16;
     enum { NMAX = 160 };
-    float mass[NMAX], var[NMAX], ent[NMAX];
+    double mass[NMAX], var[NMAX], ent[NMAX], expo[NMAX];
     int32_t tok[NMAX], ov[NMAX];
     uint8_t seg[NMAX], capk[NMAX], capv[NMAX], wk[NMAX], wv[NMAX], wk2[NMAX], wv2[NMAX];
     double score[NMAX];
@@ -81,9 +81,10 @@ TEST(bitalloc_budget_property) {
         int n = 1 + rng_int(&seed, it % 5 == 0 ? 8 : NMAX);
         for (int i = 0; i < n; i++) {
             /* heavy-tailed masses, some exact ties */
-            mass[i] = rng_int(&seed, 4) == 0 ? 1.0f : (float)(exp(4.0 * rng_unit(&seed)) - 1.0);
-            var[i] = (float)rng_unit(&seed);
-            ent[i] = (float)(3.0 * rng_unit(&seed));
+            mass[i] = rng_int(&seed, 4) == 0 ? 1.0 : exp(4.0 * rng_unit(&seed)) - 1.0;
+            var[i] = rng_unit(&seed);
+            ent[i] = 3.0 * rng_unit(&seed);
+            expo[i] = (double)(1 + rng_int(&seed, 200));
             tok[i] = rng_int(&seed, 12);
             seg[i] = (uint8_t)rng_int(&seed, AK_SEG_COUNT);
             ov[i] = rng_int(&seed, 3);
@@ -102,6 +103,7 @@ TEST(bitalloc_budget_property) {
                                 rng_int(&seed, 4) ? mass : NULL,
                                 rng_int(&seed, 2) ? var : NULL,
                                 rng_int(&seed, 2) ? ent : NULL,
+                                rng_int(&seed, 2) ? expo : NULL,
                                 rng_int(&seed, 2) ? tok : NULL,
                                 rng_int(&seed, 2) ? seg : NULL,
                                 rng_int(&seed, 2) ? ov : NULL,
@@ -216,7 +218,7 @@ TEST(bitalloc_ties_by_position) {
         CHECK(memcmp(w, cases[c].want, 5) == 0, "budget %g: %d %d %d %d %d", cases[c].b, w[0], w[1], w[2], w[3], w[4]);
     }
     /* All scores equal through the full path (importance, equal masses). */
-    float m[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    double m[8] = {2, 2, 2, 2, 2, 2, 2, 2};
     ak_bitalloc_input in = {.n = 8, .mass = m};
     uint8_t wk[8], wv[8];
     p.budget_k = 5.0;
@@ -232,8 +234,8 @@ TEST(bitalloc_ties_by_position) {
 TEST(bitalloc_caps) {
     enum { N = 64 };
     uint64_t seed = 77;
-    float m[N];
-    for (int i = 0; i < N; i++) m[i] = (float)(exp(5.0 * rng_unit(&seed)));
+    double m[N];
+    for (int i = 0; i < N; i++) m[i] = exp(5.0 * rng_unit(&seed));
     ak_bitalloc_input in = {.n = N, .mass = m};
     ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
     p.n_sinks = 2;
@@ -275,7 +277,7 @@ TEST(bitalloc_importance_order) {
      * 0.0293), then 4->8 (15.05 * 0.000972 > 0.0016 * 0.0293), then token 0
      * takes 2->4 with the last 2 (0.0016 * 0.0293 > 15.05 * 1.9e-6 of 8->16,
      * which would not fit anyway). */
-    float m[4] = {1, 1, 1, 97};
+    double m[4] = {1, 1, 1, 97};
     ak_bitalloc_input in = {.n = 4, .mass = m};
     ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
     uint8_t wk[4], wv[4];
@@ -290,8 +292,8 @@ TEST(bitalloc_importance_order) {
     CHECK(wk[0] == 4 && wk[3] == 4, "uniform ignores mass: %d %d", wk[0], wk[3]);
     /* Distinct masses in shuffled order at 6 bits: widths sorted by mass. */
     enum { N = 32 };
-    float mm[N];
-    for (int i = 0; i < N; i++) mm[i] = (float)(1 + (i * 13) % N) * (float)(1 + (i * 13) % N);
+    double mm[N];
+    for (int i = 0; i < N; i++) mm[i] = (double)(1 + (i * 13) % N) * (double)(1 + (i * 13) % N);
     ak_bitalloc_input in2 = {.n = N, .mass = mm};
     uint8_t k[N], v[N];
     p.policy = AK_BITALLOC_IMPORTANCE;
@@ -310,7 +312,7 @@ TEST(bitalloc_topology_boosts_system) {
     enum { N = 16 };
     uint8_t seg[N];
     for (int i = 0; i < N; i++) seg[i] = i < 8 ? AK_SEG_ASSISTANT : AK_SEG_SYSTEM;
-    float m[N];
+    double m[N];
     for (int i = 0; i < N; i++) m[i] = 1.0f;
     ak_bitalloc_input in = {.n = N, .mass = m, .segment = seg};
     ak_bitalloc_params p = params(AK_BITALLOC_TOPOLOGY, 3.0);
@@ -349,7 +351,7 @@ TEST(bitalloc_topology_boosts_system) {
 /* I by hand: weights 0.4 mass (squared), 0.2 variance, 0.2 entropy, 0.2
  * inverse frequency over the features present, each divided by its mean. */
 TEST(bitalloc_importance_formula) {
-    float m[2] = {1, 3}, en[2] = {2, 2};
+    double m[2] = {1, 3}, en[2] = {2, 2};
     int32_t tk[2] = {5, 5};
     ak_bitalloc_input in = {.n = 2, .mass = m, .entropy = en, .tokens = tk};
     ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
@@ -367,8 +369,21 @@ TEST(bitalloc_importance_formula) {
     double a = log(1.0 + 4.0 / 3.0), b = log(5.0), mean = (3 * a + b) / 4;
     CHECK(fabs(I4[0] - a / mean) < 1e-12 && fabs(I4[1] - b / mean) < 1e-12 && I4[2] == I4[0] && I4[3] == I4[0],
           "idf I %g %g %g %g", I4[0], I4[1], I4[2], I4[3]);
+    /* Exposure: masses 10, 5 seen by 10 and 2 queries are 1 and 2.5 per
+     * query (m~ 0.571, 1.429); variances 8, 8 over 4 and 2 squared: 0.5, 2
+     * (v~ 0.4, 1.6). (0.4 m~^2 + 0.2 v~) / 0.6. */
+    double m2[2] = {10, 5}, v2[2] = {8, 8}, x2[2] = {4, 2}, x1[2] = {10, 2};
+    ak_bitalloc_input inx = {.n = 2, .mass = m2, .exposure = x1};
+    REQUIRE(ak_bitalloc_scores(&inx, &p, I, NULL, NULL, &e) == 0, "%s", e.msg);
+    CHECK(fabs(I[0] - (1.0 / 1.75) * (1.0 / 1.75)) < 1e-12 && fabs(I[1] - (2.5 / 1.75) * (2.5 / 1.75)) < 1e-12,
+          "exposure I %g %g", I[0], I[1]);
+    ak_bitalloc_input inv = {.n = 2, .mass = m2, .variance = v2, .exposure = x2};
+    REQUIRE(ak_bitalloc_scores(&inv, &p, I, NULL, NULL, &e) == 0, "%s", e.msg);
+    /* per query: masses 2.5, 2.5 (m~ 1, 1); variances 0.5, 2 (v~ 0.4, 1.6) */
+    CHECK(fabs(I[0] - (0.4 + 0.2 * 0.4) / 0.6) < 1e-12 && fabs(I[1] - (0.4 + 0.2 * 1.6) / 0.6) < 1e-12,
+          "exposure variance I %g %g", I[0], I[1]);
     /* Variance only, all zero: no information, I = 1. */
-    float z[4] = {0, 0, 0, 0};
+    double z[4] = {0, 0, 0, 0};
     ak_bitalloc_input inz = {.n = 4, .variance = z};
     REQUIRE(ak_bitalloc_scores(&inz, &p, I4, NULL, NULL, &e) == 0, "%s", e.msg);
     CHECK(I4[0] == 1.0 && I4[3] == 1.0, "zero variance: I %g", I4[0]);
@@ -456,12 +471,13 @@ TEST(bitalloc_errors) {
         e.code = 0;
         CHECK(ak_bitalloc_scores(&in0, &p, NULL, NULL, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "scores n %d", n);
     }
-    float neg[4] = {1, -1, 1, 1}, nan4[4] = {1, NAN, 1, 1};
+    double neg[4] = {1, -1, 1, 1}, nan4[4] = {1, NAN, 1, 1}, zero1[4] = {1, 0, 1, 1};
     uint8_t badseg[4] = {0, 1, AK_SEG_COUNT, 2};
     int32_t badov[4] = {0, 0, -1, 0};
-    ak_bitalloc_input bads[] = {{.n = 4, .mass = neg}, {.n = 4, .variance = nan4}, {.n = 4, .entropy = neg},
-                                {.n = 4, .segment = badseg}, {.n = 4, .overlap = badov}};
-    for (int i = 0; i < 5; i++) {
+    ak_bitalloc_input bads[] = {{.n = 4, .mass = neg},       {.n = 4, .variance = nan4}, {.n = 4, .entropy = neg},
+                                {.n = 4, .segment = badseg}, {.n = 4, .overlap = badov}, {.n = 4, .exposure = zero1},
+                                {.n = 4, .exposure = nan4}};
+    for (int i = 0; i < 7; i++) {
         e.code = 0;
         CHECK(ak_bitalloc_run(&bads[i], &p, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "bad input %d", i);
     }
@@ -496,13 +512,13 @@ TEST(bitalloc_errors) {
  * and still meets the budget. */
 TEST(bitalloc_long_range) {
     enum { N = 32768 };
-    float *m = malloc(N * sizeof *m);
+    double *m = malloc(N * sizeof *m);
     int32_t *tk = malloc(N * sizeof *tk);
     uint8_t *k = malloc(N), *v = malloc(N);
     REQUIRE(m && tk && k && v, "malloc");
     uint64_t seed = 9;
     for (int i = 0; i < N; i++) {
-        m[i] = (float)exp(6.0 * rng_unit(&seed));
+        m[i] = exp(6.0 * rng_unit(&seed));
         tk[i] = rng_int(&seed, 5000);
     }
     ak_bitalloc_input in = {.n = N, .mass = m, .tokens = tk};
