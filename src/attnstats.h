@@ -19,7 +19,9 @@
  * forward pass used (MLA: with the key up-projection absorbed, as MLA scores
  * the cache), K the keys as attention reads them from the cache (dequantized,
  * centering added back: ak_kv_read), g(h) the KV head of query head h,
- * scale the model's attention scale. Scores, softmax and sums are in double.
+ * scale the model's attention scale. Scores and sums are in double, the
+ * exponentials in float (relative error below 3e-7, vmath.h): probabilities
+ * are exact to about 1e-6 relative.
  * From them, per slot of the sequence (n_l chosen layers, H query heads):
  *
  *   M[l,h](t)  = sum over query tokens q of p[l,h,q](t): the mass head h of

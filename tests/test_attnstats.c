@@ -187,7 +187,8 @@ TEST(attnstats_layer0_matches_reference) {
  * layer 0 (sliding window 16) and layer 5 (global), keys and queries drawn
  * at random into an f32 cache, batches that are runs of one sequence,
  * decode-like single tokens, and a batch mixing a second sequence that the
- * tracked-sequence filter must leave out. Against the double reference. */
+ * tracked-sequence filter must leave out. Against the double reference, to
+ * 1e-5 relative. */
 TEST(attnstats_window_and_tracked_sequence) {
     char path[512];
     ak_error err = {{0}};
@@ -257,7 +258,9 @@ TEST(attnstats_window_and_tracked_sequence) {
                 ref.nq[p]++;
             }
         }
-        compare(t, layer ? "gemma3 global layer 5" : "gemma3 window layer 0", st, &ref, 1e-9);
+        /* the hook's exponentials are float (vmath.h), 3e-7: the variance,
+         * a difference of masses, shows it most (6e-7 measured) */
+        compare(t, layer ? "gemma3 global layer 5" : "gemma3 window layer 0", st, &ref, 1e-5);
         /* reset forgets everything; the next pass starts from zero */
         ak_attn_stats_reset(st);
         CHECK(ak_attn_stats_length(st) == 0, "length %d after reset", ak_attn_stats_length(st));

@@ -1,0 +1,90 @@
+/* attnstats_cost.c - what the attention-statistics hook (src/attnstats.h)
+ * costs: a prefill of P tokens into an empty f32 (or -ctk) cache, timed with
+ * the hook detached and attached (default layers: first, middle, last, or
+ * -l L1,L2,...), alternating, R repetitions each; prints the median times
+ * and the ratio. Linked against the library of a build:
+ *
+ *   make BUILD=build-x
+ *   cc -O2 -march=native -o build-x/attnstats_cost bench/attnstats_cost.c build-x/libagentkv.a \
+ *      $(pkg-config --libs libpcre2-8) -lmicrohttpd -lcjson -lxxhash -lsodium -lm -pthread
+ *   build-x/attnstats_cost MODEL.gguf [-p 256] [-r 3] [-t THREADS] [-b BATCH] [-l 0,8,15]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/attnstats.h"
+#include "../src/blockpool.h"
+#include "../src/kvcache.h"
+#include "../src/model.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One prefill of tok[0..n) into a fresh sequence; its wall time in seconds,
+ * or a negative number on failure (message printed). */
+static double one_prefill(ak_ctx *c, ak_block_pool *pool, const int32_t *tok, int n) {
+    ak_error err = {{0}};
+    ak_kv *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, n, &err);
+    if (!kv) { fprintf(stderr, "kv: %s\n", err.msg); return -1; }
+    double t0 = ak_now();
+    int rc = ak_eval(c, kv, tok, n, 0, NULL, NULL, NULL, NULL, &err);
+    double dt = ak_now() - t0;
+    ak_kv_free(kv);
+    if (rc < 0) { fprintf(stderr, "prefill: %s\n", err.msg); return -1; }
+    return dt;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s MODEL.gguf [-p TOKENS] [-r REPS] [-t THREADS] [-b BATCH] [-l L1,L2,...]\n", argv[0]);
+        return 2;
+    }
+    int P = 256, R = 3, threads = 0, batch = 512, layers[AK_ATTN_STATS_MAX_LAYERS], nl = 0;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-p")) P = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-r")) R = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-b")) batch = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-l")) {
+            for (char *s = argv[i + 1]; *s && nl < AK_ATTN_STATS_MAX_LAYERS; s += *s == ',') layers[nl++] = (int)strtol(s, &s, 10);
+        } else { fprintf(stderr, "unknown flag %s\n", argv[i]); return 2; }
+    }
+    if (P < 1 || R < 1) return 2;
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(argv[1], NULL, NULL, &err);
+    if (!m) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, 0, 0, &err);
+    ak_ctx *c = pool ? ak_ctx_new(m, batch < P ? batch : P, threads, &err) : NULL;
+    ak_attn_stats *st = c ? ak_attn_stats_new(m, nl ? layers : NULL, nl, &err) : NULL;
+    if (!st) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    int32_t *tok = malloc(sizeof(int32_t) * P);
+    ak_rng r;
+    ak_rng_seed(&r, 1);
+    for (int i = 0; i < P; i++) tok[i] = 3 + (int32_t)(ak_rng_u32(&r) % (uint32_t)(m->cfg.vocab - 3));
+    double *off = malloc(sizeof(double) * R), *on = malloc(sizeof(double) * R);
+    if (one_prefill(c, pool, tok, P < 32 ? P : 32) < 0) return 1;   /* warm-up: pages, scratch */
+    for (int i = 0; i < R; i++) {
+        ak_ctx_set_attn_stats(c, NULL);
+        if ((off[i] = one_prefill(c, pool, tok, P)) < 0) return 1;
+        ak_attn_stats_reset(st);
+        ak_ctx_set_attn_stats(c, st);
+        if ((on[i] = one_prefill(c, pool, tok, P)) < 0) return 1;
+        ak_ctx_set_attn_stats(c, NULL);
+    }
+    qsort(off, R, sizeof(double), cmp_double);
+    qsort(on, R, sizeof(double), cmp_double);
+    printf("%s: prefill %d tokens, %d threads, stats at %d of %d layers (", m->gguf.path, P, ak_pool_size(ak_ctx_pool(c)),
+           ak_attn_stats_n_layers(st), m->cfg.n_layer);
+    for (int i = 0; i < ak_attn_stats_n_layers(st); i++) printf("%s%d", i ? "," : "", ak_attn_stats_layer(st, i));
+    printf("), median of %d: off %.3f s (%.1f tok/s), on %.3f s (%.1f tok/s), on/off %.3f\n", R, off[R / 2],
+           P / off[R / 2], on[R / 2], P / on[R / 2], on[R / 2] / off[R / 2]);
+    free(off); free(on); free(tok);
+    ak_attn_stats_free(st);
+    ak_ctx_free(c);
+    ak_block_pool_free(pool);
+    ak_model_free(m);
+    return 0;
+}
