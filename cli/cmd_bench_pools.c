@@ -40,7 +40,8 @@ static const char *usage_text =
     "     content index (no pool).\n"
     "  2. time: first-turn TTFT of a pooled agent vs a private prefill of document + suffix;\n"
     "     aggregate decode tokens/s of --decode-agents pooled agents batched vs the same\n"
-    "     number of private copies of their caches (median of --reps).\n"
+    "     number of private copies of their caches, each step run for both one right after\n"
+    "     the other (median of --reps runs).\n"
     "  The pool is prefilled once (tens of seconds for 4K tokens of a 1B model on 2 cores),\n"
     "  and so is each private agent (--ttft-reps times).\n"
     "\n"
@@ -186,36 +187,58 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-/* B sequences kvs[0..B), each holding positions [0, n - 1) of its prompt
- * prompts[s][0..n), decoded together: one ak_forward of B tokens per step,
- * first the prompts' last tokens (untimed: it only gives every sequence
- * the same start as a turn's), then n_gen steps feeding gen[s][i] (timed).
- * first / last (B x vocab each) get the logits of the first and last timed
- * steps. Returns aggregate tokens/s, or -1 with err set. */
-static double decode_together(ak_ctx *ctx, ak_kv **kvs, int B, int32_t **prompts, int n, int32_t **gen, int n_gen,
-                              float *rows, int vocab, float *first, float *last, ak_error *err) {
-    int32_t tok[256], pos[256];
+/* One decode step of B sequences: token tok[s] at position pos for each
+ * sequence kvs[s], one ak_forward; logits into rows (B x vocab). Returns
+ * its seconds, or -1 with err set. */
+static double step(ak_ctx *ctx, ak_kv **kvs, int B, const int32_t *tok, int pos, float *rows, int vocab,
+                   ak_error *err) {
+    int32_t p[256];
     float *out[256];
-    if (B > 256) return ak_failc(err, AK_ERR_INVALID, "too many sequences");
-    for (int s = 0; s < B; s++) out[s] = rows + (size_t)s * vocab;
-    ak_batch b = {B, tok, pos, kvs, out};
     for (int s = 0; s < B; s++) {
-        tok[s] = prompts[s][n - 1];
-        pos[s] = n - 1;
+        p[s] = pos;
+        out[s] = rows + (size_t)s * vocab;
     }
-    if (ak_forward(ctx, &b, err) < 0) return -1;
+    ak_batch b = {B, tok, p, kvs, out};
     double t0 = ak_now();
+    if (ak_forward(ctx, &b, err) < 0) return -1;
+    return ak_now() - t0;
+}
+
+/* Two sets of B sequences, pooled[] and priv[], each sequence holding
+ * positions [0, n - 1) of its prompt prompts[s], decoded side by side:
+ * first the prompts' last tokens (untimed: it gives every sequence the
+ * start a turn has), then n_gen steps feeding gen[s][i], each step run for
+ * one set and then the other (which first alternates), each timed alone:
+ * on a machine shared with other work, the load of the moment falls on
+ * both alike. *sec_pooled / *sec_priv get the sums of their steps' times,
+ * ratios[i] the step's private time over its pooled time; fp/lp and fv/lv
+ * (B x vocab each) the logits of the first and last timed steps of each
+ * set. Returns 0, or -1 with err set. */
+static int decode_side_by_side(ak_ctx *ctx, ak_kv **pooled, ak_kv **priv, int B, int32_t **prompts, int n,
+                               int32_t **gen, int n_gen, float *rows, int vocab, float *fp, float *lp, float *fv,
+                               float *lv, double *sec_pooled, double *sec_priv, double *ratios, ak_error *err) {
+    int32_t tok[256];
+    if (B > 256) return ak_failc(err, AK_ERR_INVALID, "too many sequences");
+    size_t row_bytes = sizeof(float) * (size_t)B * vocab;
+    for (int s = 0; s < B; s++) tok[s] = prompts[s][n - 1];
+    if (step(ctx, pooled, B, tok, n - 1, rows, vocab, err) < 0 || step(ctx, priv, B, tok, n - 1, rows, vocab, err) < 0)
+        return -1;
+    *sec_pooled = *sec_priv = 0;
     for (int i = 0; i < n_gen; i++) {
-        for (int s = 0; s < B; s++) {
-            tok[s] = gen[s][i];
-            pos[s] = n + i;
+        for (int s = 0; s < B; s++) tok[s] = gen[s][i];
+        double t[2];
+        for (int k = 0; k < 2; k++) {
+            int is_pooled = (k == 0) == (i % 2 == 0);
+            t[is_pooled] = step(ctx, is_pooled ? pooled : priv, B, tok, n + i, rows, vocab, err);
+            if (t[is_pooled] < 0) return -1;
+            if (i == 0) memcpy(is_pooled ? fp : fv, rows, row_bytes);
+            if (i == n_gen - 1) memcpy(is_pooled ? lp : lv, rows, row_bytes);
         }
-        if (ak_forward(ctx, &b, err) < 0) return -1;
-        if (i == 0) memcpy(first, rows, sizeof(float) * (size_t)B * vocab);
+        *sec_pooled += t[1];
+        *sec_priv += t[0];
+        ratios[i] = t[0] / t[1];
     }
-    double dt = ak_now() - t0;
-    memcpy(last, rows, sizeof(float) * (size_t)B * vocab);
-    return (double)B * n_gen / dt;
+    return 0;
 }
 
 /* Everything measured, for the report. */
@@ -239,7 +262,8 @@ typedef struct {
     double cpu_pooled, cpu_private, cpu_linked, cpu_ratio;
     double ttft_attach;           /* median of the pooled first turns while agents were added */
     double logits_diff;           /* pooled agent 0 vs private agent 0, first-turn logits */
-    double dec_pooled, dec_private, dec_ratio;       /* medians */
+    double dec_pooled, dec_private, dec_ratio;       /* medians over runs (ratio: each run's) */
+    double dec_step_ratio;        /* median over every step of private time / pooled time */
     double dec_diff;              /* pooled vs private decode logits */
     int dec_private_ok;           /* every private copy holds all its bytes alone */
     int ttft_reps, reps, B, n_gen;
@@ -271,11 +295,12 @@ static void report(const results *R, const ak_model *m, const char *model_path, 
                "\"cpu_ratio\": %.2f, \"cpu_content_linked_ms\": %.2f, \"ttft_pooled_while_adding_ms\": %.2f, "
                "\"ttft_reps\": %d, \"first_logits_max_diff\": %g, "
                "\"decode_agents\": %d, \"decode_tokens\": %d, \"decode_reps\": %d, \"decode_pooled_tok_s\": %.3f, "
-               "\"decode_private_tok_s\": %.3f, \"decode_ratio\": %.3f, \"decode_logits_max_diff\": %g, "
+               "\"decode_private_tok_s\": %.3f, \"decode_ratio\": %.3f, \"decode_step_ratio\": %.3f, "
+               "\"decode_logits_max_diff\": %g, "
                "\"private_copies_unshared\": %s}\n",
                R->ttft_pooled, R->ttft_private, R->ttft_ratio, R->ttft_linked, R->cpu_pooled, R->cpu_private,
                R->cpu_ratio, R->cpu_linked, R->ttft_attach, R->ttft_reps, R->logits_diff, R->B,
-               R->n_gen, R->reps, R->dec_pooled, R->dec_private, R->dec_ratio, R->dec_diff,
+               R->n_gen, R->reps, R->dec_pooled, R->dec_private, R->dec_ratio, R->dec_step_ratio, R->dec_diff,
                R->dec_private_ok ? "true" : "false");
         return;
     }
@@ -323,14 +348,15 @@ static void report(const results *R, const ak_model *m, const char *model_path, 
                                : "\n  (not bit-identical when the pool's end is not a block boundary: attention sums\n"
                                  "  blocks in another order there, and a last-bit difference can flip a quantized code,\n"
                                  "  of the cache or of the activations that quantized weights multiply)");
-    printf("decode, %d agents together (one forward of %d tokens per step, %d steps, median of %d runs):\n"
-           "  pooled (sharing the pool's blocks)    %10.2f tok/s\n"
-           "  private copies (same bits, own memory) %9.2f tok/s%s\n"
-           "  ratio pooled / private (median of adjacent runs' ratios) %.3f\n"
+    printf("decode, %d agents together (one forward of %d tokens per step), %d steps a run, each step run for the\n"
+           "pooled agents and for their private copies one right after the other, median of %d runs:\n"
+           "  pooled (sharing the pool's blocks)     %10.2f tok/s\n"
+           "  private copies (same bits, own memory) %10.2f tok/s%s\n"
+           "  ratio pooled / private: median of the runs' %.3f, of every step's %.3f\n"
            "  logits pooled vs private: max |diff| %g%s\n",
            R->B, R->B, R->n_gen, R->reps, R->dec_pooled, R->dec_private,
-           R->dec_private_ok ? "" : " (WARNING: some copy still shares blocks)", R->dec_ratio, R->dec_diff,
-           R->dec_diff == 0 ? " (bit-identical)" : "");
+           R->dec_private_ok ? "" : " (WARNING: some copy still shares blocks)", R->dec_ratio, R->dec_step_ratio,
+           R->dec_diff, R->dec_diff == 0 ? " (bit-identical)" : "");
 }
 
 int cmd_bench_pools(int argc, char **argv) {
@@ -394,13 +420,13 @@ int cmd_bench_pools(int argc, char **argv) {
     double *tt = calloc((size_t)ttft_reps * 8, sizeof(double));
     int32_t *fresh = malloc(sizeof(int32_t) * (size_t)n);   /* each rep's new prompt */
     double *dp = calloc((size_t)reps, sizeof(double)), *dv = calloc((size_t)reps, sizeof(double)),
-           *dr = calloc((size_t)reps, sizeof(double));
+           *dr = calloc((size_t)reps, sizeof(double)), *step_ratio = calloc((size_t)reps * n_gen, sizeof(double));
     float *logits_pool = malloc(sizeof(float) * vocab), *logits_priv = malloc(sizeof(float) * vocab);
     float *rows = malloc(sizeof(float) * (size_t)B * vocab);
     float *fp = malloc(sizeof(float) * (size_t)B * vocab), *lp = malloc(sizeof(float) * (size_t)B * vocab);
     float *fv = malloc(sizeof(float) * (size_t)B * vocab), *lv = malloc(sizeof(float) * (size_t)B * vocab);
     ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
-    int ok = copies && kvs && prompts && gen && ttft_p && tt && fresh && dp && dv && dr && logits_pool &&
+    int ok = copies && kvs && prompts && gen && ttft_p && tt && fresh && dp && dv && dr && step_ratio && logits_pool &&
              logits_priv && rows && fp && lp && fv && lv;
     for (int i = 0; ok && i < max_n; i++) ok = (prompts[i] = malloc(sizeof(int32_t) * (size_t)n)) != NULL;
     for (int i = 0; ok && i < B; i++) ok = (gen[i] = malloc(sizeof(int32_t) * (size_t)n_gen)) != NULL;
@@ -546,7 +572,7 @@ int cmd_bench_pools(int argc, char **argv) {
     /* 3. decode: B pooled agents open a turn with their prompt (the cache
      * keeps n - 1 positions, the last is recomputed); private copies of
      * those caches are forks whose every block is then cloned. Both decode
-     * the same fed tokens; the order alternates between runs. */
+     * the same fed tokens, step by step side by side. */
     R.dec_private_ok = 1;
     R.dec_diff = 0;
     for (int r = 0; r < reps; r++) {
@@ -564,19 +590,18 @@ int cmd_bench_pools(int argc, char **argv) {
             if (!(copies[s] = ak_kv_fork(kvs[s], &err)) || ak_kv_prepare(copies[s], 0, n - 1, &err) < 0) goto fail;
             if (ak_kv_private_bytes(copies[s]) != ak_kv_bytes(copies[s])) R.dec_private_ok = 0;
         }
-        if (!json) fprintf(stderr, "  decode run %d/%d: ", r + 1, reps);
-        for (int k = 0; k < 2; k++) {
-            int do_pooled = (k == 0) == (r % 2 == 0);
-            double v = decode_together(ctx, do_pooled ? kvs : copies, B, prompts, n, gen, n_gen, rows, vocab,
-                                       do_pooled ? fp : fv, do_pooled ? lp : lv, &err);
-            if (v < 0) goto fail;
-            (do_pooled ? dp : dv)[r] = v;
-        }
-        dr[r] = dp[r] / dv[r];
+        double sp = 0, sv = 0;
+        if (decode_side_by_side(ctx, kvs, copies, B, prompts, n, gen, n_gen, rows, vocab, fp, lp, fv, lv, &sp, &sv,
+                                step_ratio + (size_t)r * n_gen, &err) < 0)
+            goto fail;
+        dp[r] = (double)B * n_gen / sp;
+        dv[r] = (double)B * n_gen / sv;
+        dr[r] = sv / sp;
         double d1 = max_abs_diff(fp, fv, (size_t)B * vocab), d2 = max_abs_diff(lp, lv, (size_t)B * vocab);
         if (d1 > R.dec_diff) R.dec_diff = d1;
         if (d2 > R.dec_diff) R.dec_diff = d2;
-        if (!json) fprintf(stderr, "pooled %.2f tok/s, private %.2f tok/s\n", dp[r], dv[r]);
+        if (!json)
+            fprintf(stderr, "  decode run %d/%d: pooled %.2f tok/s, private %.2f tok/s\n", r + 1, reps, dp[r], dv[r]);
         for (int s = 0; s < B; s++) {
             ak_kv_free(copies[s]);
             copies[s] = NULL;
@@ -595,6 +620,7 @@ int cmd_bench_pools(int argc, char **argv) {
     R.dec_pooled = median(dp, reps);
     R.dec_private = median(dv, reps);
     R.dec_ratio = median(dr, reps);
+    R.dec_step_ratio = median(step_ratio, reps * n_gen);
     if (json) report(&R, m, model_path, &co, P, S, nt, stdout);
     else {
         report(&R, m, model_path, &co, P, S, nt, NULL);
@@ -618,7 +644,7 @@ done:
     for (int i = 0; prompts && i < max_n; i++) free(prompts[i]);
     for (int i = 0; gen && i < B; i++) free(gen[i]);
     free(copies); free(kvs); free(prompts); free(gen); free(ttft_p); free(tt); free(fresh);
-    free(dp); free(dv); free(dr); free(logits_pool); free(logits_priv); free(rows); free(fp); free(lp); free(fv);
+    free(dp); free(dv); free(dr); free(step_ratio); free(logits_pool); free(logits_priv); free(rows); free(fp); free(lp); free(fv);
     free(lv);
     unload_model(&lm);
     return rc;
