@@ -26,6 +26,7 @@
 #define SAVE_BACKOFF_MAX_S 30.0
 
 #include "agent_impl.h"
+#include "cards.h"
 #include "prefix.h"
 
 const char *ak_match_name(ak_match m) {
@@ -277,9 +278,9 @@ static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     if (!sync && g->queued == g->version) return 0;
     /* a pooled agent's file records the pool, not its blocks */
     ak_store_base base = {"", "", ak_kv_base_len(g->kv)};
-    if (base.base_len > 0) {
-        snprintf(base.pool_id, sizeof base.pool_id, "%s", g->pool);
-        snprintf(base.pool_hash, sizeof base.pool_hash, "%s", g->pool_hash);
+    if (base.base_len > 0) {   /* a card base is recorded the same way: its id and content hash */
+        snprintf(base.pool_id, sizeof base.pool_id, "%s", g->card[0] ? g->card : g->pool);
+        snprintf(base.pool_hash, sizeof base.pool_hash, "%s", g->card[0] ? g->card_hash : g->pool_hash);
     }
     ak_snapshot *snap = ak_store_snapshot_base(g->id, g->kv, g->tokens, g->n, base.base_len > 0 ? &base : NULL,
                                                a->cfg.model->fingerprint, a->cfg.model->cfg.name, err);
@@ -348,6 +349,8 @@ void ak_agents_free(ak_agents *a) {
         free_agent(g);
     }
     pools_free_all(a);
+    for (int i = 0; i < a->n_cards; i++) ak_card_free(a->cards[i]);
+    free(a->cards);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
     free(a->v);
@@ -463,6 +466,8 @@ static int evict(ak_agents *a, agent *g, ak_error *err) {
     if (!a->cfg.store || g->ephemeral) {
         g->n = 0;
         g->pool[0] = 0;
+        g->card[0] = 0;
+        g->impure = 0;
     }
     ak_kv_free(g->kv);
     g->kv = NULL;
@@ -514,12 +519,49 @@ typedef struct prelink_ctx {
     int no_index;                        /* link nothing from the content index */
     int32_t *pool_tokens;
     int pool_n;
+    int is_card;                         /* the base is a card's mixed blocks: nothing is published */
 } prelink_ctx;
 
 static void prelink_clear(prelink_ctx *pc) {
     ak_kv_free(pc->pool_kv);
     free(pc->pool_tokens);
     memset(pc, 0, sizeof *pc);
+}
+
+static const ak_card *cards_resolve(ak_agents *a, const char *id, ak_error *err);
+static const ak_card *cards_find(const ak_agents *a, const char *id);
+
+/* A file's base names a card when a card of that id (in RAM or the store)
+ * has the recorded content hash (pools and cards have separate ids, and
+ * their hashes are 64-bit content hashes of differently salted inputs):
+ * then pc gets the card's blocks (a sequence holding them), its tokens,
+ * id and hash, and 1 is returned; 0 when the base is not a card. */
+static int card_base_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *pc) {
+    ak_error ce = {{0}};
+    ak_store_card_entry ent;
+    const ak_card *c = cards_find(a, e->base.pool_id);
+    if (!c && (!a->cfg.store || ak_store_lookup_card(a->cfg.store, e->base.pool_id, &ent) != 0 ||
+               strcmp(ent.hash, e->base.pool_hash)))
+        return 0;
+    if (!c && !(c = cards_resolve(a, e->base.pool_id, &ce))) {
+        logf_(a, "agent %s: its card: %s", e->id, ce.msg);
+        pc->is_card = 1;   /* a miss: the prelink finds no base */
+        return 1;
+    }
+    if (strcmp(c->hash, e->base.pool_hash)) return 0;
+    pc->is_card = 1;
+    ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &ce);
+    if (!kv || ak_card_attach(c, kv, &ce) < 0 || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
+        logf_(a, "agent %s: its card %s: %s", e->id, c->id, ce.msg);
+        ak_kv_free(kv);
+        return 1;
+    }
+    pc->pool_kv = kv;
+    memcpy(pc->pool_tokens, c->tokens, sizeof(int32_t) * (size_t)c->n_tokens);
+    pc->pool_n = c->n_tokens;
+    snprintf(pc->pool_id, sizeof pc->pool_id, "%s", c->id);
+    snprintf(pc->pool_hash, sizeof pc->pool_hash, "%s", c->hash);
+    return 1;
 }
 
 /* Readies pc for a file whose index entry is e: resolves its pool (loading
@@ -530,6 +572,7 @@ static void prelink_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *pc
     pc->no_index = a->cfg.no_prefix_sharing;
     if (!e->base.pool_id[0]) return;
     ak_error pe = {{0}};
+    if (card_base_setup(a, e, pc)) return;
     pool_rec *p = pools_resolve(a, e->base.pool_id, &pe);
     if (!p) { logf_(a, "agent %s: its pool: %s", e->id, pe.msg); return; }
     if (!(pc->pool_kv = ak_kv_fork(p->kv, &pe)) || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)p->n))) {
@@ -555,7 +598,7 @@ static int prelink(void *ud, const ak_store_base *base, const int32_t *tokens, i
             return ak_failc(err, AK_ERR_STALE, "pool %s changed since the agent's cache was saved", base->pool_id);
         if (ak_kv_attach_base(kv, pc->pool_kv, base->base_len, err) < 0) return -1;
     }
-    if (!pc->no_index) ak_prefix_link(kv, tokens, n);
+    if (!pc->no_index && !pc->is_card) ak_prefix_link(kv, tokens, n);
     return 0;
 }
 
@@ -579,8 +622,17 @@ static size_t restore_bytes(const ak_agents *a, const ak_store_entry *e) {
 
 /* After a hit: g's history is the file's, its base the file's pool. */
 static void restored(ak_agents *a, agent *g, const ak_store_load_info *info) {
-    snprintf(g->pool, sizeof g->pool, "%s", info->base.pool_id);
-    snprintf(g->pool_hash, sizeof g->pool_hash, "%s", info->base.pool_hash);
+    const ak_card *c = info->base.pool_id[0] ? cards_find(a, info->base.pool_id) : NULL;
+    g->card[0] = g->pool[0] = g->pool_hash[0] = g->card_hash[0] = 0;
+    g->impure = 0;
+    if (c && !strcmp(c->hash, info->base.pool_hash)) {   /* the base is the card's blocks */
+        snprintf(g->card, sizeof g->card, "%s", c->id);
+        snprintf(g->card_hash, sizeof g->card_hash, "%s", c->hash);
+        g->impure = 1;
+    } else {
+        snprintf(g->pool, sizeof g->pool, "%s", info->base.pool_id);
+        snprintf(g->pool_hash, sizeof g->pool_hash, "%s", info->base.pool_hash);
+    }
     g->pub_spans = ak_kv_span_count(g->kv);   /* published by the restore */
     g->version = g->saved = ++a->next_version;
     g->save_failed = 0;
@@ -613,10 +665,11 @@ static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     ak_store_load_info info;
     ak_store_status st = ak_store_load_linked(a->cfg.store, g->id, a->cfg.model->fingerprint,
                                               a->cfg.model->cfg.vocab, kv, prelink, &pc, &info, &ie);
+    int is_card = pc.is_card;
     prelink_clear(&pc);
     if (st == AK_STORE_HIT && set_history(g, info.tokens, info.n_tokens, err) == 0) {
         int next = 0;
-        if (!a->cfg.no_prefix_sharing)   /* the next restore of this prefix links it */
+        if (!a->cfg.no_prefix_sharing && !is_card)   /* the next restore of this prefix links it */
             ak_prefix_publish(kv, info.tokens, info.n_tokens, &next);
         ak_kv_free(g->kv);
         g->kv = kv;
@@ -659,6 +712,8 @@ static int attach_pool(ak_agents *a, agent *g, pool_rec *p, ak_error *err) {
     g->kv = kv;
     snprintf(g->pool, sizeof g->pool, "%s", p->id);
     snprintf(g->pool_hash, sizeof g->pool_hash, "%s", p->hash);
+    g->card[0] = 0;
+    g->impure = 0;
     g->pub_spans = 0;
     g->version = ++a->next_version;
     a->linked_blocks += (uint64_t)ak_kv_n_blocks(kv);
@@ -734,12 +789,16 @@ int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool
     int keep = common < n ? common : n - 1;
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
-    if (ak_kv_base_len(g->kv) == 0) g->pool[0] = 0;   /* truncated out of its pool */
+    if (ak_kv_base_len(g->kv) == 0) {   /* truncated out of its pool or card */
+        g->pool[0] = 0;
+        g->card[0] = 0;
+        g->impure = 0;
+    }
     int nsp = ak_kv_span_count(g->kv);
     if (g->pub_spans > nsp) g->pub_spans = nsp;
     /* whole blocks of the prompt that someone computed already: linked */
     int blocks0 = ak_kv_n_blocks(g->kv);
-    int linked = a->cfg.no_prefix_sharing ? 0 : ak_prefix_link(g->kv, tokens, n - 1);
+    int linked = a->cfg.no_prefix_sharing || g->impure ? 0 : ak_prefix_link(g->kv, tokens, n - 1);
     if (linked > 0) {
         if (set_history(g, tokens, keep + linked, err) < 0) {
             ak_kv_truncate(g->kv, keep);
@@ -776,7 +835,7 @@ int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool
  * (every agent's cache is computed by forward passes of its own tokens
  * today, so every one may publish: prefix.h). */
 static void publish(const ak_agents *a, agent *g) {
-    if (!a->cfg.no_prefix_sharing) ak_prefix_publish(g->kv, g->tokens, g->n, &g->pub_spans);
+    if (!a->cfg.no_prefix_sharing && !g->impure) ak_prefix_publish(g->kv, g->tokens, g->n, &g->pub_spans);
 }
 
 int ak_agent_commit(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_error *err) {
@@ -977,7 +1036,7 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
 void ak_restore_job_run(ak_restore_job *j) {
     j->status = ak_store_load_linked(j->store, j->id, j->fingerprint, j->vocab, j->kv, prelink, j->prelink, &j->info,
                                      &j->err);
-    if (j->status == AK_STORE_HIT && !j->prelink->no_index) {   /* at once: the next restore of this prefix links it */
+    if (j->status == AK_STORE_HIT && !j->prelink->no_index && !j->prelink->is_card) {   /* at once: the next restore of this prefix links it */
         int next = 0;
         ak_prefix_publish(j->kv, j->info.tokens, j->info.n_tokens, &next);
     }
@@ -1056,4 +1115,253 @@ void ak_agents_share_stats(ak_agents *a, ak_share_stats *st) {
         st->pools++;
         st->pools_resident += a->pools[i]->kv != NULL;
     }
+}
+
+/* ---- cards (agent.h: CARDS) ---------------------------------------------- */
+
+/* The card of id known this run, or NULL. */
+static const ak_card *cards_find(const ak_agents *a, const char *id) {
+    for (int i = 0; i < a->n_cards; i++)
+        if (!strcmp(a->cards[i]->id, id)) return a->cards[i];
+    return NULL;
+}
+
+/* Records c (taken over) as known this run. Returns 0, or -1 with err set
+ * (c freed). */
+static int cards_add(ak_agents *a, ak_card *c, ak_error *err) {
+    if (a->n_cards == a->cap_cards) {
+        int nc = a->cap_cards ? a->cap_cards * 2 : 8;
+        ak_card **v = realloc(a->cards, sizeof *v * (size_t)nc);
+        if (!v) {
+            ak_card_free(c);
+            return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        }
+        a->cards = v;
+        a->cap_cards = nc;
+    }
+    a->cards[a->n_cards++] = c;
+    return 0;
+}
+
+/* The card id, from RAM or loaded (verified completely) from the store,
+ * or NULL with err set: AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT
+ * (quarantined), ... */
+static const ak_card *cards_resolve(ak_agents *a, const char *id, ak_error *err) {
+    if (!id || !ak_agent_id_valid(id)) {
+        ak_failc(err, AK_ERR_INVALID, "invalid card id");
+        return NULL;
+    }
+    const ak_card *c = cards_find(a, id);
+    if (c) return c;
+    if (!a->cfg.store) {
+        ak_failc(err, AK_ERR_NOT_FOUND, "no card %s", id);
+        return NULL;
+    }
+    ak_card *lc = NULL;
+    ak_store_status st = ak_store_load_card(a->cfg.store, id, a->cfg.model->fingerprint, &a->cfg.model->spec,
+                                            a->cfg.model->cfg.vocab, &lc, err);
+    if (st != AK_STORE_HIT) return NULL;   /* err says why, with its code */
+    if (cards_add(a, lc, err) < 0) return NULL;
+    return lc;
+}
+
+const ak_card *ak_card_get(ak_agents *a, const char *card_id, ak_error *err) { return cards_resolve(a, card_id, err); }
+
+/* 1 if a card of id exists (in RAM or the store's index). */
+static int card_exists(ak_agents *a, const char *id) {
+    ak_store_card_entry e;
+    return cards_find(a, id) || (a->cfg.store && ak_store_lookup_card(a->cfg.store, id, &e) == 0);
+}
+
+/* Brings agent g's cache into RAM (restoring it) if it is not. */
+static void make_hot(ak_agents *a, agent *g, ak_error *err) {
+    if (g->kv) return;
+    g->n = 0;
+    if (!(g->kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err))) return;
+    ak_turn t;
+    memset(&t, 0, sizeof t);
+    if (a->cfg.store && !g->ephemeral) restore(a, g, &t, err);
+}
+
+int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request *rq,
+                       char card_id_out[AK_AGENT_ID_MAX + 1], ak_error *err) {
+    drain_results(a);
+    if (!agent_id || !ak_agent_id_valid(agent_id)) return ak_failc(err, AK_ERR_INVALID, "invalid agent id");
+    ak_card_request none;
+    memset(&none, 0, sizeof none);
+    if (!rq) rq = &none;
+    char id[AK_AGENT_ID_MAX + 1];
+    if (rq->card_id && rq->card_id[0]) {
+        if (!ak_agent_id_valid(rq->card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
+        if (card_exists(a, rq->card_id)) return ak_failc(err, AK_ERR_EXISTS, "card %s exists (cards are write-once)", rq->card_id);
+        snprintf(id, sizeof id, "%s", rq->card_id);
+    } else {   /* "<agent>-<n>", the agent's part shortened to fit */
+        int k = 1;
+        for (;; k++) {
+            char num[16];
+            int nl = snprintf(num, sizeof num, "-%d", k);
+            snprintf(id, sizeof id, "%.*s%s", AK_AGENT_ID_MAX - nl, agent_id, num);
+            if (!card_exists(a, id)) break;
+        }
+    }
+    agent *g = find(a, agent_id);
+    ak_store_entry se;
+    if (!g && a->cfg.store && ak_store_lookup(a->cfg.store, agent_id, &se) == 0 && !(g = create(a, agent_id, err)))
+        return -1;
+    if (!g) return ak_failc(err, AK_ERR_NOT_FOUND, "no agent %s", agent_id);
+    if (g->in_turn || g->restoring)
+        return ak_failc(err, AK_ERR_BUSY, "agent %s is busy (a turn or a restore is in progress)", agent_id);
+    make_hot(a, g, err);
+    if (!g->kv) return -1;
+    if (g->n == 0) return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s holds nothing to make a card of", agent_id);
+    int to = rq->to > 0 ? rq->to : g->n;
+    if (rq->from < 0 || to > g->n || rq->from >= to)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: range [%d, %d) is outside its %d tokens", agent_id, rq->from, to,
+                        g->n);
+    touch(a, g);
+    ak_card_params p = {id, agent_id, a->cfg.model->fingerprint, a->cfg.model->cfg.name, rq->from, to,
+                        rq->widths_k, rq->widths_v, rq->policy, rq->budget_k, rq->budget_v};
+    ak_card *c = ak_card_make(g->kv, g->tokens, &p, err);
+    if (!c) return -1;
+    if (a->cfg.store && ak_store_save_card(a->cfg.store, c, err) < 0) {
+        ak_card_free(c);
+        return -1;
+    }
+    if (cards_add(a, c, err) < 0) return -1;
+    if (card_id_out) snprintf(card_id_out, AK_AGENT_ID_MAX + 1, "%s", id);
+    logf_(a, "card %s: made from agent %s [%d, %d), %zu bytes (f16: %zu)", id, agent_id, rq->from, to,
+          ak_card_vector_bytes(c), ak_card_f16_bytes(c));
+    return 0;
+}
+
+int ak_agent_import_card(ak_agents *a, const char *id, const char *card_id, ak_error *err) {
+    drain_results(a);
+    if (!id || !ak_agent_id_valid(id))
+        return ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    agent *g = find(a, id);
+    if (g && (g->in_turn || g->restoring))
+        return ak_failc(err, AK_ERR_BUSY, "agent %s is busy (a turn or a restore is in progress)", id);
+    const ak_card *c = cards_resolve(a, card_id, err);
+    if (!c) return -1;
+    if (c->pos_offset != 0)
+        return ak_failc(err, AK_ERR_INVALID, "card %s starts at position %d of its source: only cards of offset 0 can "
+                        "be imported (their keys would need a position shift)", card_id, c->pos_offset);
+    if (c->n_tokens >= a->cfg.n_ctx)
+        return ak_failc(err, AK_ERR_INVALID, "card %s: %d tokens do not fit the context of %d", card_id, c->n_tokens,
+                        a->cfg.n_ctx);
+    if (strcmp(c->fingerprint, a->cfg.model->fingerprint))
+        return ak_failc(err, AK_ERR_STALE, "card %s was made with another model", card_id);
+    if (!g && !(g = create(a, id, err))) return -1;
+    /* room for the card's blocks (what the agent holds now is dropped after) */
+    if (agents_ensure_room(a, ak_card_vector_bytes(c), g, err) < 0) return -1;
+    ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
+    if (!kv) return -1;
+    if (ak_card_attach(c, kv, err) < 0 || set_history(g, c->tokens, c->n_tokens, err) < 0) {
+        ak_kv_free(kv);
+        return -1;
+    }
+    ak_kv_free(g->kv);
+    g->kv = kv;
+    g->pool[0] = g->pool_hash[0] = 0;
+    snprintf(g->card, sizeof g->card, "%s", c->id);
+    snprintf(g->card_hash, sizeof g->card_hash, "%s", c->hash);
+    g->impure = 1;
+    g->pub_spans = ak_kv_span_count(kv);
+    g->version = ++a->next_version;
+    g->ahead = 0;
+    touch(a, g);
+    logf_(a, "agent %s: imported card %s (%d tokens)", id, c->id, c->n_tokens);
+    return 0;
+}
+
+static int cmp_card_entry(const void *x, const void *y) {
+    return strcmp(((const ak_store_card_entry *)x)->id, ((const ak_store_card_entry *)y)->id);
+}
+
+int ak_cards_list(ak_agents *a, ak_store_card_entry **out, int *n, ak_error *err) {
+    ak_store_card_entry *v = NULL;
+    int k = 0;
+    if (a->cfg.store && ak_store_list_cards(a->cfg.store, &v, &k, err) < 0) return -1;
+    ak_store_card_entry *w = realloc(v, sizeof *w * (size_t)(k + a->n_cards + 1));
+    if (!w) {
+        free(v);
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    }
+    v = w;
+    int k0 = k;
+    for (int i = 0; i < a->n_cards; i++) {
+        const ak_card *c = a->cards[i];
+        int have = 0;
+        for (int j = 0; j < k0 && !have; j++) have = !strcmp(v[j].id, c->id);
+        if (have) continue;
+        ak_store_card_entry *e = &v[k++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->id, sizeof e->id, "%s", c->id);
+        e->readable = 1;
+        e->n_tokens = c->n_tokens;
+        e->pos_offset = c->pos_offset;
+        e->spec = c->spec;
+        snprintf(e->fingerprint, sizeof e->fingerprint, "%s", c->fingerprint);
+        snprintf(e->model_name, sizeof e->model_name, "%s", c->model_name);
+        snprintf(e->source_agent, sizeof e->source_agent, "%s", c->source_agent);
+        snprintf(e->policy, sizeof e->policy, "%s", c->policy);
+        e->budget_k = c->budget_k;
+        e->budget_v = c->budget_v;
+        long sk = 0, sv = 0;
+        for (int t = 0; t < c->n_tokens; t++) sk += c->widths_k[t], sv += c->widths_v[t];
+        e->mean_k = (double)sk / c->n_tokens;
+        e->mean_v = (double)sv / c->n_tokens;
+        e->created = c->created;
+        snprintf(e->hash, sizeof e->hash, "%s", c->hash);
+    }
+    qsort(v, (size_t)k, sizeof *v, cmp_card_entry);
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err) {
+    if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
+    drain_results(a);
+    /* its holders: agents in RAM, then agent files that record it */
+    char names[8 * (AK_AGENT_ID_MAX + 2) + 8] = "";
+    int held = 0;
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->v[i]->card, card_id) && (a->v[i]->kv || a->v[i]->n)) {
+            if (held++ < 8) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", held > 1 ? ", " : "", a->v[i]->id);
+        }
+    const ak_card *c = cards_find(a, card_id);
+    ak_store_card_entry ce;
+    const char *hash = c ? c->hash : NULL;
+    if (!hash && a->cfg.store && ak_store_lookup_card(a->cfg.store, card_id, &ce) == 0) hash = ce.hash;
+    if (a->cfg.store && hash) {
+        ak_store_entry *es = NULL;
+        int ne = 0;
+        if (ak_store_list(a->cfg.store, &es, &ne, err) < 0) return -1;
+        for (int i = 0; i < ne; i++) {
+            if (strcmp(es[i].base.pool_id, card_id) || strcmp(es[i].base.pool_hash, hash)) continue;
+            agent *g = find(a, es[i].id);
+            if (g && (g->kv || g->n) && strcmp(g->card, card_id)) continue;   /* its file is older than what it holds */
+            if (g && !strcmp(g->card, card_id)) continue;   /* counted above */
+            if (held++ < 8) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", held > 1 ? ", " : "", es[i].id);
+        }
+        free(es);
+    }
+    if (held)
+        return ak_failc(err, AK_ERR_BUSY, "card %s is held by %d agent%s: %s%s", card_id, held, held > 1 ? "s" : "", names,
+                        held > 8 ? ", ..." : "");
+    int found = 0;
+    for (int i = 0; i < a->n_cards; i++)
+        if (!strcmp(a->cards[i]->id, card_id)) {
+            ak_card_free(a->cards[i]);
+            a->cards[i] = a->cards[--a->n_cards];
+            found = 1;
+            break;
+        }
+    if (a->cfg.store) {
+        int r = ak_store_remove_card(a->cfg.store, card_id, err);
+        if (r < 0) return -1;
+        if (r == 0) found = 1;
+    }
+    return found ? 0 : 1;
 }

@@ -299,4 +299,59 @@ typedef struct {
 } ak_share_stats;
 void ak_agents_share_stats(ak_agents *a, ak_share_stats *st);
 
+/* CARDS (cards.h). A card is a range of an agent's cache at a bit width per
+ * token, handed to other agents. Cards are write-once and named like agents;
+ * with a store they are files in it (store.h: CARDS), else they live in RAM
+ * for the run. */
+typedef struct {
+    const char *card_id;         /* NULL or "": generated, "<agent>-<n>" (the first n free) */
+    int from, to;                /* the range of the agent's history; to <= 0: its end */
+    const uint8_t *widths_k;     /* (to - from) widths of 2, 4, 8, 16; NULL: all 16 */
+    const uint8_t *widths_v;     /* likewise for values */
+    const char *policy;          /* recorded (cards.h); NULL: "given" */
+    double budget_k, budget_v;   /* recorded; <= 0: the mean widths */
+} ak_card_request;
+
+/* Makes a card of agent agent_id's cache (restored from the store if it is
+ * not in RAM), records it (and writes it to the store, if any) and puts its
+ * id in card_id_out. Tokens the agent holds from an imported card keep or
+ * lower their widths (cards.h). Returns 0, or -1 with err set:
+ * AK_ERR_NOT_FOUND (no such agent, or it holds nothing), AK_ERR_BUSY (in a
+ * turn or a restore), AK_ERR_INVALID (bad id, range outside the history,
+ * bad widths), AK_ERR_EXISTS (a card of that id exists: cards are
+ * write-once), a store error (nothing recorded then). */
+int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request *rq,
+                       char card_id_out[AK_AGENT_ID_MAX + 1], ak_error *err);
+
+/* Import "replace": agent id's whole context becomes card card_id (the
+ * agent is created if unknown; what it held is dropped). Its cache is the
+ * card's mixed blocks, read in place (nothing is prefilled: a turn whose
+ * prompt extends the card's tokens reuses all of them), its history the
+ * card's tokens, and it is marked impure: never published to the content
+ * index nor linked from it. Its file then records the card (id and content
+ * hash, as a pool base) and holds only its own positions; a restore
+ * re-imports the card, and a card that vanished or changed makes the file
+ * a miss (recomputed). Only cards of position offset 0 can be imported
+ * (a card cut from the middle of a context would need its keys rotated to
+ * new positions: ak_model_shift_keys refuses shared bases): AK_ERR_INVALID
+ * otherwise. Returns 0, or -1 with err set: AK_ERR_BUSY (a turn or a
+ * restore in flight), AK_ERR_NOT_FOUND (no such card), AK_ERR_STALE (made
+ * with another model), AK_ERR_CORRUPT (quarantined), AK_ERR_INVALID (bad
+ * ids, longer than the context), AK_ERR_KV_BUDGET; the agent is then as it
+ * was. */
+int ak_agent_import_card(ak_agents *a, const char *id, const char *card_id, ak_error *err);
+
+/* The card card_id (loaded from the store if need be; owned by a, valid
+ * until it is removed or a is freed), or NULL with err set (codes as
+ * ak_agent_import_card). */
+const struct ak_card *ak_card_get(ak_agents *a, const char *card_id, ak_error *err);
+/* Every card (in RAM or in the store), sorted by id, into *out (malloc'd;
+ * store.h's entry; bytes is the file size, 0 for cards only in RAM).
+ * Returns 0, or -1 with err set. */
+int ak_cards_list(ak_agents *a, ak_store_card_entry **out, int *n, ak_error *err);
+/* Deletes card card_id (from RAM and the store). Refused with AK_ERR_BUSY
+ * while agents hold it (in RAM or in their files): err then names them (up
+ * to 8). Returns 0, 1 if unknown, -1 with err set. */
+int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err);
+
 #endif

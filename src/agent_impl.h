@@ -12,6 +12,10 @@ typedef struct {
     char pool[AK_AGENT_ID_MAX + 1];   /* the pool its cache's base came from ("" if none) */
     char pool_hash[17];     /* that pool's content hash */
     int pub_spans;          /* blocks before this one were entered in the content index */
+    char card[AK_AGENT_ID_MAX + 1];   /* the card its cache's base came from ("" if none) */
+    char card_hash[17];     /* that card's content hash */
+    int impure;             /* its cache holds an imported card: never published to nor linked
+                               from the content index (prefix.h) */
     int32_t *tokens;        /* (cap) the history whose KV the cache holds */
     int n, cap;
     ak_kv *kv;              /* NULL unless hot */
@@ -88,6 +92,9 @@ struct ak_agents {
     /* pools (pools.c): those known this run, resident or not */
     struct pool_rec **pools;
     int n_pools, cap_pools;
+    /* cards (agent.c): made or loaded this run, immutable */
+    struct ak_card **cards;
+    int n_cards, cap_cards;
     uint64_t linked_blocks;     /* blocks linked (pool bases and the content index) instead of computed or read */
     uint64_t linked_bytes;
 };

@@ -312,3 +312,221 @@ TEST(cards_bad_files_are_refused_by_code) {
     ak_card_free(c);
     cache_free(&src);
 }
+
+/* ---- imports on a real tiny model --------------------------------------- */
+
+typedef struct {
+    ak_model *m;
+    ak_ctx *ctx;
+    float *logits;
+    int vocab;
+} menv;
+
+static int menv_open(ak_test_ctx *t, menv *e) {
+    ak_error err = {{0}};
+    char path[600];
+    memset(e, 0, sizeof *e);
+    e->m = ak_model_load(test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf"), NULL, NULL, &err);
+    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
+    e->vocab = e->m ? e->m->cfg.vocab : 0;
+    e->logits = e->m ? malloc(sizeof(float) * (size_t)e->vocab) : NULL;
+    if (!e->ctx || !e->logits) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", path, err.msg); return -1; }
+    return 0;
+}
+
+static void menv_close(menv *e) {
+    ak_ctx_free(e->ctx);
+    ak_model_free(e->m);
+    free(e->logits);
+}
+
+static ak_agents *agents_on(menv *e, ak_block_pool **pool, ak_store *store) {
+    ak_error err = {{0}};
+    *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, 256, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    return *pool ? ak_agents_new(&c, &err) : NULL;
+}
+
+/* A turn of agent id: prompt, then n_gen greedy tokens into out; first
+ * logits into first (if not NULL). */
+static int mturn(ak_test_ctx *t, menv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, int n_gen,
+                 int32_t *out, float *first, ak_turn *info) {
+    ak_error err = {{0}};
+    if (ak_agent_begin(ag, e->ctx, id, prompt, n, e->logits, info, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "begin %s: %s", id, err.msg);
+        return -1;
+    }
+    if (first) memcpy(first, e->logits, sizeof(float) * (size_t)e->vocab);
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = ak_argmax(e->logits, e->vocab);
+        if (i + 1 < n_gen && ak_agent_step(ag, e->ctx, id, out[i], e->logits, &err) < 0) {
+            ak_test_fail(t, __FILE__, __LINE__, "step %s: %s", id, err.msg);
+            return -1;
+        }
+    }
+    if (ak_agent_end(ag, id, &err) < 0) { ak_test_fail(t, __FILE__, __LINE__, "end %s: %s", id, err.msg); return -1; }
+    return 0;
+}
+
+/* Greedy tokens of a fresh f16 cache with the prompt prefilled at once;
+ * first logits into first. */
+static void mreprefill(menv *e, const int32_t *prompt, int n, int n_gen, int32_t *out, float *first) {
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 256, &err);
+    ak_eval(e->ctx, kv, prompt, n, 0, e->logits, NULL, NULL, NULL, &err);
+    memcpy(first, e->logits, sizeof(float) * (size_t)e->vocab);
+    for (int i = 0; i < n_gen; i++) {
+        out[i] = ak_argmax(e->logits, e->vocab);
+        ak_eval(e->ctx, kv, &out[i], 1, n + i, e->logits, NULL, NULL, NULL, &err);
+    }
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+}
+
+TEST(cards_import_replace_on_a_real_model) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = card_dir_for("import");
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_on(&e, &pool, store);
+    REQUIRE(ag, "agents");
+    enum { NP = 40, NG = 8 };
+    int32_t prompt[NP], gen[NG], ref[NG], got[NG];
+    for (int i = 0; i < NP; i++) prompt[i] = i ? (int32_t)((i * 37 + 11) % e.vocab) : 1;
+    ak_turn ti;
+    REQUIRE(mturn(t, &e, ag, "alice", prompt, NP, NG, gen, NULL, &ti) == 0, "alice");
+    /* the card: alice's whole history at 16 bits */
+    char cid[AK_AGENT_ID_MAX + 1];
+    ak_card_request rq;
+    memset(&rq, 0, sizeof rq);
+    REQUIRE(ak_agent_make_card(ag, "alice", &rq, cid, &err) == 0, "make: %s", err.msg);
+    CHECK(!strcmp(cid, "alice-1"), "generated id %s", cid);
+    const ak_card *c16 = ak_card_get(ag, cid, &err);
+    REQUIRE(c16, "%s", err.msg);
+    int n = c16->n_tokens;
+    CHECK(n == NP + NG - 1, "card of %d tokens, alice holds %d", n, NP + NG - 1);
+    /* bob continues from the card: the card's tokens and one new one */
+    int32_t *p2 = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    memcpy(p2, c16->tokens, sizeof(int32_t) * (size_t)n);
+    p2[n] = (int32_t)(5 % e.vocab);
+    REQUIRE(ak_agent_import_card(ag, "bob", cid, &err) == 0, "import: %s", err.msg);
+    float *lref = malloc(sizeof(float) * (size_t)e.vocab), *lgot = malloc(sizeof(float) * (size_t)e.vocab);
+    mreprefill(&e, p2, n + 1, NG, ref, lref);
+    REQUIRE(mturn(t, &e, ag, "bob", p2, n + 1, NG, got, lgot, &ti) == 0, "bob");
+    CHECK(ti.reused == n && ti.prefilled == 1, "bob reused %d, prefilled %d (card %d)", ti.reused, ti.prefilled, n);
+    CHECK(!memcmp(got, ref, sizeof got), "16-bit card: bob's continuation differs from a re-prefill");
+    double d16 = 0;
+    for (int i = 0; i < e.vocab; i++) d16 = fmax(d16, fabs((double)lgot[i] - lref[i]));
+    /* the same f16 bits, summed class by class in a mixed block: not the
+     * same order as a uniform block's, so equal up to float rounding */
+    CHECK(d16 < 1e-4, "16-bit card: logits differ by %.3g", d16);
+    /* 8 bits: close logits */
+    uint8_t *w8 = malloc((size_t)n);
+    memset(w8, 8, (size_t)n);
+    rq.card_id = "c8";
+    rq.widths_k = rq.widths_v = w8;
+    rq.policy = "uniform";
+    REQUIRE(ak_agent_make_card(ag, "alice", &rq, cid, &err) == 0, "make 8: %s", err.msg);
+    REQUIRE(ak_agent_import_card(ag, "carol", "c8", &err) == 0, "import 8: %s", err.msg);
+    REQUIRE(mturn(t, &e, ag, "carol", p2, n + 1, NG, got, lgot, &ti) == 0, "carol");
+    CHECK(ti.reused == n && ti.prefilled == 1, "carol reused %d", ti.reused);
+    double d8 = 0, mx = 0;
+    for (int i = 0; i < e.vocab; i++) d8 = fmax(d8, fabs((double)lgot[i] - lref[i])), mx = fmax(mx, fabs((double)lref[i]));
+    printf("    8-bit card: max |logit diff| %.4f (max |logit| %.2f); 16-bit: %.3g\n", d8, mx, d16);
+    CHECK(d8 > 0 && d8 < 0.05 * mx, "8-bit card: max |diff| %.4f of %.2f", d8, mx);
+    /* bad input, each refused by code, nothing else disturbed */
+    CHECK(ak_agent_import_card(ag, "bob", "nope", &err) < 0 && err.code == AK_ERR_NOT_FOUND, "unknown: %s", err.msg);
+    rq.card_id = "far";
+    rq.from = 0;
+    rq.to = n + 50;
+    CHECK(ak_agent_make_card(ag, "alice", &rq, cid, &err) < 0 && err.code == AK_ERR_INVALID, "range: %s", err.msg);
+    rq.to = 0;
+    rq.card_id = "c8";
+    CHECK(ak_agent_make_card(ag, "alice", &rq, cid, &err) < 0 && err.code == AK_ERR_EXISTS, "write-once: %s", err.msg);
+    /* a card of offset 5 */
+    memset(&rq, 0, sizeof rq);
+    rq.card_id = "mid";
+    rq.from = 5;
+    REQUIRE(ak_agent_make_card(ag, "alice", &rq, cid, &err) == 0, "mid: %s", err.msg);
+    CHECK(ak_agent_import_card(ag, "bob", "mid", &err) < 0 && err.code == AK_ERR_INVALID, "offset: %s", err.msg);
+    /* another model's card, and a corrupt one, written straight to the store */
+    {
+        ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 256, &err);
+        ak_kv_prepare(kv, 0, 4, &err);
+        ak_eval(e.ctx, kv, prompt, 4, 0, e.logits, NULL, NULL, NULL, &err);
+        ak_card_params cp = {"other", NULL, "feedfacefeedface", NULL, 0, 4, NULL, NULL, NULL, 0, 0};
+        ak_card *oc = ak_card_make(kv, prompt, &cp, &err);
+        REQUIRE(oc && ak_store_save_card(store, oc, &err) == 0, "%s", err.msg);
+        snprintf(oc->fingerprint, sizeof oc->fingerprint, "%s", e.m->fingerprint);
+        snprintf(oc->id, sizeof oc->id, "bad");
+        ak_card_content_hash(oc, oc->hash);
+        REQUIRE(ak_store_save_card(store, oc, &err) == 0, "%s", err.msg);
+        ak_card_free(oc);
+        ak_kv_free(kv);
+        char path[700];
+        snprintf(path, sizeof path, "%s/cards/bad.safetensors", dir);
+        struct stat sb;
+        REQUIRE(stat(path, &sb) == 0 && truncate(path, sb.st_size - 3) == 0, "truncate");
+    }
+    CHECK(ak_agent_import_card(ag, "bob", "other", &err) < 0 && err.code == AK_ERR_STALE, "other model: %s", err.msg);
+    CHECK(ak_agent_import_card(ag, "bob", "bad", &err) < 0 && err.code == AK_ERR_CORRUPT, "corrupt: %s", err.msg);
+    CHECK(card_quarantined(dir, "bad") == 1, "the corrupt card is not in quarantine");
+    /* busy: an agent in a turn */
+    REQUIRE(ak_agent_begin(ag, e.ctx, "dave", prompt, 3, e.logits, &ti, &err) == 0, "%s", err.msg);
+    CHECK(ak_agent_import_card(ag, "dave", "c8", &err) < 0 && err.code == AK_ERR_BUSY, "busy: %s", err.msg);
+    CHECK(ak_agent_end(ag, "dave", &err) == 0, "%s", err.msg);
+    /* a card held by agents cannot be removed */
+    CHECK(ak_card_remove(ag, "alice-1", &err) < 0 && err.code == AK_ERR_BUSY && strstr(err.msg, "bob"), "remove: %s",
+          err.msg);
+    /* bob undisturbed: his cache still continues as the re-prefill does */
+    int32_t p3[300];
+    memcpy(p3, p2, sizeof(int32_t) * (size_t)(n + 1));
+    memcpy(p3 + n + 1, ref, sizeof(int32_t) * (NG - 1));
+    int n3 = n + NG;
+    p3[n3] = 9;
+    int32_t ref3[NG], got3[NG];
+    mreprefill(&e, p3, n3 + 1, NG, ref3, lref);
+    REQUIRE(mturn(t, &e, ag, "bob", p3, n3 + 1, NG, got3, NULL, &ti) == 0, "bob again");
+    CHECK(ti.reused == n3 && !memcmp(got3, ref3, sizeof got3), "bob after the refusals: reused %d of %d", ti.reused, n3);
+    /* bob survives a restart: his file records the card, the restore
+     * re-imports it (no recompute of the card's tokens) */
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ag = agents_on(&e, &pool, store);
+    REQUIRE(ag, "agents again");
+    int n4 = n3 + NG;
+    memcpy(p3 + n3 + 1, ref3, sizeof(int32_t) * (NG - 1));
+    p3[n4] = 7;
+    int32_t ref4[NG], got4[NG];
+    mreprefill(&e, p3, n4 + 1, NG, ref4, lref);
+    REQUIRE(mturn(t, &e, ag, "bob", p3, n4 + 1, NG, got4, NULL, &ti) == 0, "bob restored");
+    CHECK(ti.tier == AK_TIER_WARM && ti.reused == n4, "bob after a restart: tier %s, reused %d of %d",
+          ak_tier_name(ti.tier), ti.reused, n4);
+    CHECK(!memcmp(got4, ref4, sizeof got4), "bob's restored continuation differs from a re-prefill");
+    /* a card that vanished: the agent's file is a miss, recomputed */
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    char cpath[700];
+    snprintf(cpath, sizeof cpath, "%s/cards/alice-1.safetensors", dir);
+    REQUIRE(unlink(cpath) == 0, "unlink");
+    ak_store_close(store);
+    store = ak_store_open(dir, NULL, &err);
+    ag = agents_on(&e, &pool, store);
+    REQUIRE(ag, "agents a third time");
+    int32_t got5[NG];
+    REQUIRE(mturn(t, &e, ag, "bob", p3, n4 + 1, NG, got5, NULL, &ti) == 0, "bob without his card");
+    CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0 && !memcmp(got5, ref4, sizeof got5),
+          "bob without his card: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    free(p2);
+    free(w8);
+    free(lref);
+    free(lgot);
+    menv_close(&e);
+}
