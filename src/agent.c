@@ -26,6 +26,7 @@
 #define SAVE_BACKOFF_MAX_S 30.0
 
 #include "agent_impl.h"
+#include "bitalloc.h"
 #include "cards.h"
 #include "prefix.h"
 
@@ -1183,6 +1184,47 @@ static void make_hot(ak_agents *a, agent *g, ak_error *err) {
     if (a->cfg.store && !g->ephemeral) restore(a, g, &t, err);
 }
 
+/* Widths for g's tokens [from, to) chosen by bitalloc.h under rq's budgets
+ * and policy (NULL: uniform), each capped at the width the token already
+ * has in a mixed block: a malloc'd array of the key widths followed by the
+ * value widths, or NULL with err set (AK_ERR_INVALID for a budget outside
+ * [2, 16] or an unknown policy). *policy gets the policy's name. The
+ * scores use the token ids (inverse frequency) only: attention statistics
+ * are not collected by the agents module. */
+static uint8_t *allocate_widths(const agent *g, int from, int to, const ak_card_request *rq, const char **policy,
+                                ak_error *err) {
+    int n = to - from;
+    ak_bitalloc_params bp;
+    ak_bitalloc_params_init(&bp);
+    if (ak_bitalloc_policy_parse(rq->policy ? rq->policy : "uniform", &bp.policy, err) < 0) return NULL;
+    *policy = ak_bitalloc_policy_name(bp.policy);
+    bp.budget_k = rq->budget_k;
+    bp.budget_v = rq->budget_v > 0 ? rq->budget_v : 0;
+    uint8_t *w = malloc((size_t)n * 4);
+    if (!w) {
+        ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    uint8_t *cap_k = w + 2 * (size_t)n, *cap_v = cap_k + n;
+    for (int i = 0; i < n; i++) {
+        int ck = 16, cv = 16;
+        ak_card_slot_widths(g->kv, from + i, &ck, &cv);
+        cap_k[i] = (uint8_t)ck;
+        cap_v[i] = (uint8_t)cv;
+    }
+    ak_bitalloc_input in;
+    memset(&in, 0, sizeof in);
+    in.n = n;
+    in.tokens = g->tokens + from;
+    in.cap_k = cap_k;
+    in.cap_v = cap_v;
+    if (ak_bitalloc_run(&in, &bp, w, w + n, NULL, err) < 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
 int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request *rq,
                        char card_id_out[AK_AGENT_ID_MAX + 1], ak_error *err) {
     drain_results(a);
@@ -1221,7 +1263,16 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
     touch(a, g);
     ak_card_params p = {id, agent_id, a->cfg.model->fingerprint, a->cfg.model->cfg.name, rq->from, to,
                         rq->widths_k, rq->widths_v, rq->policy, rq->budget_k, rq->budget_v};
+    uint8_t *wb = NULL;
+    if (!rq->widths_k && !rq->widths_v && rq->budget_k > 0 &&
+        !(wb = allocate_widths(g, rq->from, to, rq, &p.policy, err)))
+        return -1;
+    if (wb) {
+        p.widths_k = wb;
+        p.widths_v = wb + (to - rq->from);
+    }
     ak_card *c = ak_card_make(g->kv, g->tokens, &p, err);
+    free(wb);
     if (!c) return -1;
     if (a->cfg.store && ak_store_save_card(a->cfg.store, c, err) < 0) {
         ak_card_free(c);

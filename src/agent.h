@@ -308,8 +308,14 @@ typedef struct {
     int from, to;                /* the range of the agent's history; to <= 0: its end */
     const uint8_t *widths_k;     /* (to - from) widths of 2, 4, 8, 16; NULL: all 16 */
     const uint8_t *widths_v;     /* likewise for values */
-    const char *policy;          /* recorded (cards.h); NULL: "given" */
-    double budget_k, budget_v;   /* recorded; <= 0: the mean widths */
+    const char *policy;          /* with widths: recorded (cards.h; NULL: "given"); without
+                                    widths and with a budget: bitalloc.h's policy ("uniform",
+                                    "importance", "topology"; NULL: uniform) */
+    double budget_k, budget_v;   /* without widths: > 0 has bitalloc.h choose the widths under
+                                    these average bits (each in [2, 16], else AK_ERR_INVALID;
+                                    budget_v <= 0: budget_k), scored from the token ids only
+                                    (no attention statistics yet); with widths: recorded
+                                    (<= 0: the mean widths) */
 } ak_card_request;
 
 /* Makes a card of agent agent_id's cache (restored from the store if it is

@@ -447,6 +447,24 @@ TEST(cards_import_replace_on_a_real_model) {
     rq.to = 0;
     rq.card_id = "c8";
     CHECK(ak_agent_make_card(ag, "alice", &rq, cid, &err) < 0 && err.code == AK_ERR_EXISTS, "write-once: %s", err.msg);
+    /* widths from bitalloc under a budget: the mean stays within it; a
+     * budget outside [2, 16] is refused */
+    memset(&rq, 0, sizeof rq);
+    rq.card_id = "b4";
+    rq.budget_k = 4;
+    rq.budget_v = 3;
+    REQUIRE(ak_agent_make_card(ag, "alice", &rq, cid, &err) == 0, "budget 4: %s", err.msg);
+    const ak_card *b4 = ak_card_get(ag, "b4", &err);
+    REQUIRE(b4, "%s", err.msg);
+    long sk = 0, sv = 0;
+    for (int i = 0; i < b4->n_tokens; i++) sk += b4->widths_k[i], sv += b4->widths_v[i];
+    CHECK(sk <= 4L * b4->n_tokens && sk > 2L * b4->n_tokens && sv <= 3L * b4->n_tokens && !strcmp(b4->policy, "uniform"),
+          "budget 4/3: %ld/%ld bits over %d tokens, policy %s", sk, sv, b4->n_tokens, b4->policy);
+    rq.card_id = "b1";
+    rq.budget_k = 1;
+    CHECK(ak_agent_make_card(ag, "alice", &rq, cid, &err) < 0 && err.code == AK_ERR_INVALID, "budget 1: %s", err.msg);
+    rq.budget_k = 17;
+    CHECK(ak_agent_make_card(ag, "alice", &rq, cid, &err) < 0 && err.code == AK_ERR_INVALID, "budget 17: %s", err.msg);
     /* a card of offset 5 */
     memset(&rq, 0, sizeof rq);
     rq.card_id = "mid";
