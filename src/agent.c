@@ -532,6 +532,19 @@ static void prelink_clear(prelink_ctx *pc) {
 static const ak_card *cards_resolve(ak_agents *a, const char *id, ak_error *err);
 static const ak_card *cards_find(const ak_agents *a, const char *id);
 
+/* Makes the empty kv hold card c at positions [0, n_tokens): its blocks as
+ * they are when the card starts at position 0, else those of the card with
+ * its keys moved to position 0 (cards.h: ak_card_shift; deterministic, so a
+ * restore rebuilds the same bits). Returns 0, or -1 with err set. */
+static int attach_card(const ak_agents *a, const ak_card *c, ak_kv *kv, ak_error *err) {
+    if (c->pos_offset == 0) return ak_card_attach(c, kv, err);
+    ak_card *s = ak_card_shift(c, a->cfg.model, 0, err);
+    if (!s) return -1;
+    int rc = ak_card_attach(s, kv, err);
+    ak_card_free(s);
+    return rc;
+}
+
 /* A file's base names a card when a card of that id (in RAM or the store)
  * has the recorded content hash (pools and cards have separate ids, and
  * their hashes are 64-bit content hashes of differently salted inputs):
@@ -552,7 +565,7 @@ static int card_base_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *p
     if (strcmp(c->hash, e->base.pool_hash)) return 0;
     pc->is_card = 1;
     ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &ce);
-    if (!kv || ak_card_attach(c, kv, &ce) < 0 || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
+    if (!kv || attach_card(a, c, kv, &ce) < 0 || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
         logf_(a, "agent %s: its card %s: %s", e->id, c->id, ce.msg);
         ak_kv_free(kv);
         return 1;
@@ -1294,9 +1307,6 @@ int ak_agent_import_card(ak_agents *a, const char *id, const char *card_id, ak_e
         return ak_failc(err, AK_ERR_BUSY, "agent %s is busy (a turn or a restore is in progress)", id);
     const ak_card *c = cards_resolve(a, card_id, err);
     if (!c) return -1;
-    if (c->pos_offset != 0)
-        return ak_failc(err, AK_ERR_INVALID, "card %s starts at position %d of its source: only cards of offset 0 can "
-                        "be imported (their keys would need a position shift)", card_id, c->pos_offset);
     if (c->n_tokens >= a->cfg.n_ctx)
         return ak_failc(err, AK_ERR_INVALID, "card %s: %d tokens do not fit the context of %d", card_id, c->n_tokens,
                         a->cfg.n_ctx);
@@ -1307,7 +1317,7 @@ int ak_agent_import_card(ak_agents *a, const char *id, const char *card_id, ak_e
     if (agents_ensure_room(a, ak_card_vector_bytes(c), g, err) < 0) return -1;
     ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
     if (!kv) return -1;
-    if (ak_card_attach(c, kv, err) < 0 || set_history(g, c->tokens, c->n_tokens, err) < 0) {
+    if (attach_card(a, c, kv, err) < 0 || set_history(g, c->tokens, c->n_tokens, err) < 0) {
         ak_kv_free(kv);
         return -1;
     }

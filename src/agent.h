@@ -337,10 +337,10 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
  * index nor linked from it. Its file then records the card (id and content
  * hash, as a pool base) and holds only its own positions; a restore
  * re-imports the card, and a card that vanished or changed makes the file
- * a miss (recomputed). Only cards of position offset 0 can be imported
- * (a card cut from the middle of a context would need its keys rotated to
- * new positions: ak_model_shift_keys refuses shared bases): AK_ERR_INVALID
- * otherwise. Returns 0, or -1 with err set: AK_ERR_BUSY (a turn or a
+ * a miss (recomputed). A card cut from the middle of a context (position
+ * offset > 0) has its keys rotated to start at position 0 first
+ * (cards.h: ak_card_shift, one more quantization of each key; the restore
+ * rebuilds the same bits). Returns 0, or -1 with err set: AK_ERR_BUSY (a turn or a
  * restore in flight), AK_ERR_NOT_FOUND (no such card), AK_ERR_STALE (made
  * with another model), AK_ERR_CORRUPT (quarantined), AK_ERR_INVALID (bad
  * ids, longer than the context), AK_ERR_KV_BUDGET; the agent is then as it

@@ -409,3 +409,100 @@ int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err) {
     free(bl);
     return rc;
 }
+
+/* Vector of token entry `e` (its index among its class's tokens), head h,
+ * of (layer, side, cls) of card c, dequantized into out. */
+static void card_get_vec(const ak_card *c, int l, int side, int cls, int e, int h, uint8_t *tmp, float *out) {
+    int d = side_dim(&c->spec, side);
+    ak_kv_format f = side_format(side, widths[cls]);
+    ak_kv_component cp[2];
+    int nc = ak_kv_format_components(f, d, cp);
+    size_t ent = (size_t)e * c->spec.n_head_kv + h;
+    for (int q = 0; q < nc; q++)
+        memcpy(tmp + cp[q].offset, c->data[ak_card_slot(l, side, cls, q)] + ent * cp[q].bytes, cp[q].bytes);
+    ak_kv_format_get(f)->dequantize(tmp, d, out);
+}
+
+ak_card *ak_card_shift(const ak_card *c, const ak_model *m, int offset, ak_error *err) {
+    const ak_cache_spec *ms = &m->spec;
+    if (ms->n_layer != c->spec.n_layer || ms->n_head_kv != c->spec.n_head_kv || ms->head_dim_k != c->spec.head_dim_k ||
+        ms->head_dim_v != c->spec.head_dim_v) {
+        ak_failc(err, AK_ERR_INVALID, "card %s: not this model's cache spec", c->id);
+        return NULL;
+    }
+    int n = c->n_tokens, H = c->spec.n_head_kv, dk = c->spec.head_dim_k, dv = c->spec.head_dim_v;
+    ak_card *d = ak_card_alloc_for_load(&c->spec, n, c->widths_k, c->widths_v, err);
+    if (!d) return NULL;
+    snprintf(d->id, sizeof d->id, "%s", c->id);
+    snprintf(d->source_agent, sizeof d->source_agent, "%s", c->source_agent);
+    snprintf(d->fingerprint, sizeof d->fingerprint, "%s", c->fingerprint);
+    snprintf(d->model_name, sizeof d->model_name, "%s", c->model_name);
+    snprintf(d->policy, sizeof d->policy, "%s", c->policy);
+    d->budget_k = c->budget_k;
+    d->budget_v = c->budget_v;
+    d->created = c->created;
+    d->pos_offset = offset;
+    memcpy(d->tokens, c->tokens, sizeof(int32_t) * (size_t)n);
+    for (int l = 0; l < c->spec.n_layer; l++)
+        for (int side = 0; side < 2; side++)
+            for (int cls = 0; cls < AK_CARD_N_WIDTHS; cls++)
+                for (int comp = 0; comp < 2; comp++) {
+                    size_t nb = ak_card_component_bytes(c, side, cls, comp);
+                    if (nb) memcpy(d->data[ak_card_slot(l, side, cls, comp)], c->data[ak_card_slot(l, side, cls, comp)], nb);
+                }
+    int delta = offset - c->pos_offset;
+    if (delta == 0) {
+        ak_card_content_hash(d, d->hash);
+        return d;
+    }
+    /* the keys through a private f32 sequence: written, rotated, read back */
+    ak_block_pool *pool = ak_block_pool_new(&c->spec, 0, 0, err);
+    ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, n, err) : NULL;
+    float *k = malloc(sizeof(float) * (size_t)H * (size_t)(dk + dv)), *v = k ? k + (size_t)H * dk : NULL;
+    uint8_t *tmp = malloc(4 * (size_t)(dk > dv ? dk : dv) + 64);
+    int *rank = malloc(sizeof(int) * 2 * (size_t)n);
+    int rc = kv && k && tmp && rank ? ak_kv_prepare(kv, 0, n, err) : -1;
+    if (rc == 0) {
+        int cnt[2][AK_CARD_N_WIDTHS] = {{0}};
+        for (int t = 0; t < n; t++) {
+            rank[2 * t] = cnt[0][ak_card_width_class(c->widths_k[t])]++;
+            rank[2 * t + 1] = cnt[1][ak_card_width_class(c->widths_v[t])]++;
+        }
+        for (int l = 0; rc == 0 && l < c->spec.n_layer; l++)
+            for (int t = 0; rc == 0 && t < n; t++) {
+                for (int h = 0; h < H; h++) {
+                    card_get_vec(c, l, 0, ak_card_width_class(c->widths_k[t]), rank[2 * t], h, tmp, k + (size_t)h * dk);
+                    card_get_vec(c, l, 1, ak_card_width_class(c->widths_v[t]), rank[2 * t + 1], h, tmp, v + (size_t)h * dv);
+                }
+                rc = ak_kv_write(kv, l, t, k, v, err);
+            }
+    }
+    if (rc == 0) rc = ak_model_shift_keys(m, kv, 0, n, delta, err);
+    for (int l = 0; rc == 0 && l < c->spec.n_layer; l++)
+        for (int t = 0; rc == 0 && t < n; t++) {
+            rc = ak_kv_read(kv, l, t, k, v, err);
+            int w = c->widths_k[t], cls = ak_card_width_class(w);
+            ak_kv_format f = ak_card_key_format(w);
+            ak_kv_component cp[2];
+            int nc = ak_kv_format_components(f, dk, cp);
+            for (int h = 0; rc == 0 && h < H; h++) {
+                ak_kv_format_get(f)->quantize(k + (size_t)h * dk, dk, tmp);
+                size_t ent = (size_t)rank[2 * t] * H + h;
+                for (int q = 0; q < nc; q++)
+                    memcpy(d->data[ak_card_slot(l, 0, cls, q)] + ent * cp[q].bytes, tmp + cp[q].offset, cp[q].bytes);
+            }
+        }
+    if (rc != 0 && !(kv && k && tmp && rank) && err && err->code == AK_ERR_NONE)
+        ak_failc(err, AK_ERR_NOMEM, "card %s: out of memory", c->id);
+    free(rank);
+    free(tmp);
+    free(k);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    if (rc != 0) {
+        ak_card_free(d);
+        return NULL;
+    }
+    ak_card_content_hash(d, d->hash);
+    return d;
+}

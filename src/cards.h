@@ -44,6 +44,7 @@
 #include "blockpool.h"
 #include "kvcache.h"
 #include "kvformat.h"
+#include "model.h"
 #include "store.h"
 #include "util.h"
 
@@ -154,6 +155,16 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_block ***blocks,
  * empty, the card longer than kv's capacity, ak_card_to_blocks' errors),
  * kv then still empty. */
 int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err);
+
+/* A copy of c moved to position offset `offset`: every key rotated by
+ * offset - c->pos_offset with ak_model_shift_keys (through a private f32
+ * sequence) and quantized again into its width's format; values, widths and
+ * tokens unchanged; pos_offset = offset, the content hash recomputed. An
+ * import places a card cut from the middle of a context at position 0 this
+ * way (RoPE attention depends only on relative positions). Deterministic.
+ * m must be the card's model. Returns NULL with err set (AK_ERR_INVALID: a
+ * model without RoPE, another cache spec; AK_ERR_NOMEM). */
+ak_card *ak_card_shift(const ak_card *c, const ak_model *m, int offset, ak_error *err);
 
 /* The width of the token at position pos of kv on each side if it is held
  * by a mixed block (*wk, *wv get ak_card_width_of_format of its slot's

@@ -470,7 +470,7 @@ TEST(cards_import_replace_on_a_real_model) {
     rq.card_id = "mid";
     rq.from = 5;
     REQUIRE(ak_agent_make_card(ag, "alice", &rq, cid, &err) == 0, "mid: %s", err.msg);
-    CHECK(ak_agent_import_card(ag, "bob", "mid", &err) < 0 && err.code == AK_ERR_INVALID, "offset: %s", err.msg);
+    CHECK(ak_agent_import_card(ag, "frank", "mid", &err) == 0, "a card of offset 5: %s", err.msg);
     /* another model's card, and a corrupt one, written straight to the store */
     {
         ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 256, &err);
@@ -544,6 +544,81 @@ TEST(cards_import_replace_on_a_real_model) {
     ak_store_close(store);
     free(p2);
     free(w8);
+    free(lref);
+    free(lgot);
+    menv_close(&e);
+}
+
+/* A card whose tokens sat at positions 5.. of their source: imported, its
+ * keys are rotated to start at 0, and the receiver continues as a
+ * re-prefill of the same tokens from position 0 does. The source is built
+ * independently: the tokens computed at positions 5.. (the context's RoPE
+ * offset) without anything before them. */
+TEST(cards_import_shifts_a_card_of_another_offset) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = card_dir_for("shift");
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    enum { N = 30, NG = 8, OFF = 5 };
+    int32_t tok[N + 1 + 2 * NG], ref[NG], got[NG];
+    for (int i = 0; i < N; i++) tok[i] = i ? (int32_t)((i * 53 + 7) % e.vocab) : 1;
+    tok[N] = 3;
+    ak_block_pool *sp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *skv = sp ? ak_kv_new(sp, AK_KV_F32, AK_KV_F32, 256, &err) : NULL;
+    REQUIRE(skv, "%s", err.msg);
+    ak_ctx_set_pos_offset(e.ctx, OFF);
+    int rc = ak_eval(e.ctx, skv, tok, N, 0, e.logits, NULL, NULL, NULL, &err);
+    ak_ctx_set_pos_offset(e.ctx, 0);
+    REQUIRE(rc == 0, "eval at offset: %s", err.msg);
+    ak_card_params cp = {"s5", "src", e.m->fingerprint, NULL, 0, N, NULL, NULL, NULL, 0, 0};
+    ak_card *c = ak_card_make(skv, tok, &cp, &err);
+    REQUIRE(c, "%s", err.msg);
+    c->pos_offset = OFF;   /* where these tokens sat in their source */
+    ak_card_content_hash(c, c->hash);
+    REQUIRE(ak_store_save_card(store, c, &err) == 0, "%s", err.msg);
+    /* shifting there and back again gives keys within f16 rounding */
+    ak_card *s0 = ak_card_shift(c, e.m, 0, &err), *s5 = s0 ? ak_card_shift(s0, e.m, OFF, &err) : NULL;
+    REQUIRE(s5, "%s", err.msg);
+    CHECK(s0->pos_offset == 0 && strcmp(s0->hash, c->hash) && s5->pos_offset == OFF, "offsets and hashes");
+    CHECK(!memcmp(s0->data[ak_card_slot(0, 1, 3, 0)], c->data[ak_card_slot(0, 1, 3, 0)],
+                  ak_card_component_bytes(c, 1, 3, 0)), "values must not move");
+    ak_card_free(s0);
+    ak_card_free(s5);
+    ak_card_free(c);
+    ak_kv_free(skv);
+    ak_block_pool_free(sp);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_on(&e, &pool, store);
+    REQUIRE(ag, "agents");
+    REQUIRE(ak_agent_import_card(ag, "erin", "s5", &err) == 0, "import: %s", err.msg);
+    float *lref = malloc(sizeof(float) * (size_t)e.vocab), *lgot = malloc(sizeof(float) * (size_t)e.vocab);
+    mreprefill(&e, tok, N + 1, NG, ref, lref);
+    ak_turn ti;
+    REQUIRE(mturn(t, &e, ag, "erin", tok, N + 1, NG, got, lgot, &ti) == 0, "erin");
+    double dmax = 0, mx = 0;
+    for (int i = 0; i < e.vocab; i++) dmax = fmax(dmax, fabs((double)lgot[i] - lref[i])), mx = fmax(mx, fabs((double)lref[i]));
+    printf("    card of offset %d imported at 0: max |logit diff| vs a re-prefill %.2e (max |logit| %.2f)\n", OFF, dmax, mx);
+    CHECK(ti.reused == N && ti.prefilled == 1, "reused %d", ti.reused);
+    CHECK(!memcmp(got, ref, sizeof got) && dmax < 1e-3 * mx, "shifted card: tokens %s, max |diff| %.3g",
+          memcmp(got, ref, sizeof got) ? "differ" : "equal", dmax);
+    /* restarted: the restore shifts the card again to the same bits */
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ag = agents_on(&e, &pool, store);
+    REQUIRE(ag, "agents again");
+    memcpy(tok + N + 1, ref, sizeof(int32_t) * (NG - 1));
+    int n2 = N + NG;
+    tok[n2] = 4;
+    int32_t ref2[NG], got2[NG];
+    mreprefill(&e, tok, n2 + 1, NG, ref2, lref);
+    REQUIRE(mturn(t, &e, ag, "erin", tok, n2 + 1, NG, got2, NULL, &ti) == 0, "erin restored");
+    CHECK(ti.tier == AK_TIER_WARM && ti.reused == n2 && !memcmp(got2, ref2, sizeof got2),
+          "erin after a restart: tier %s, reused %d of %d", ak_tier_name(ti.tier), ti.reused, n2);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
     free(lref);
     free(lgot);
     menv_close(&e);
