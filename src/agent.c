@@ -974,6 +974,8 @@ void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out) {
     out->bytes = g->kv ? ak_kv_bytes(g->kv) : 0;
     out->private_bytes = g->kv ? ak_kv_private_bytes(g->kv) : 0;
     snprintf(out->pool, sizeof out->pool, "%s", g->pool);
+    snprintf(out->card, sizeof out->card, "%s", g->card);
+    out->impure = g->impure;
     out->last_use = g->last_use;
     out->last_unix = g->last_unix;
     out->dirty = is_dirty(g) && !g->ephemeral;
@@ -1108,7 +1110,8 @@ size_t ak_agent_bytes_to_add(const ak_agents *ca, const char *id, const char *po
     } else {
         if (!(kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &e))) return ak_agents_bytes_for(a, n_pos);
     }
-    if (n > 0 && ak_kv_length(kv) < n - 1 && !a->cfg.no_prefix_sharing) ak_prefix_link(kv, tokens, n - 1);
+    if (n > 0 && ak_kv_length(kv) < n - 1 && !a->cfg.no_prefix_sharing && !(g && g->kv && g->impure && ak_kv_base_len(kv) > 0))
+        ak_prefix_link(kv, tokens, n - 1);
     int have = ak_kv_n_blocks(kv), want = ak_kv_blocks_for(kv, n_pos);
     size_t bb = ak_block_pool_block_bytes(a->cfg.pool, ak_kv_format_k(kv), ak_kv_format_v(kv));
     ak_kv_free(kv);

@@ -195,6 +195,8 @@ typedef struct {
     size_t bytes;             /* RAM bytes of the blocks it reads when hot (shared ones included) */
     size_t private_bytes;     /* of them, bytes held by it alone */
     char pool[AK_AGENT_ID_MAX + 1];   /* the pool its history starts with ("" if none) */
+    char card[AK_AGENT_ID_MAX + 1];   /* the card its history starts with ("" if none) */
+    int impure;               /* its cache holds an imported card (never in the content index) */
     uint64_t last_use;        /* turn counter */
     int64_t last_unix;        /* wall-clock seconds of the last use */
     int dirty;                /* its history is not confirmed on disk (never for ephemeral agents) */

@@ -616,6 +616,27 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     REQUIRE(mturn(t, &e, ag, "erin", tok, n2 + 1, NG, got2, NULL, &ti) == 0, "erin restored");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == n2 && !memcmp(got2, ref2, sizeof got2),
           "erin after a restart: tier %s, reused %d of %d", ak_tier_name(ti.tier), ti.reused, n2);
+    /* erin is impure: a turn that fills whole blocks of her own enters none
+     * in the content index, where a plain agent's same turn enters its own */
+    int32_t lp[N + 2 * NG + 80];
+    int nl = n2 + 1 + NG - 1;
+    memcpy(lp, tok, sizeof(int32_t) * (size_t)(n2 + 1));
+    memcpy(lp + n2 + 1, got2, sizeof(int32_t) * (NG - 1));
+    for (int i = 0; i < 75; i++) lp[nl++] = (int32_t)((i * 29 + 3) % e.vocab);
+    ak_agent_info inf;
+    int gi = ak_agents_find(ag, "erin");
+    REQUIRE(gi >= 0, "erin unknown");
+    ak_agents_get(ag, gi, &inf);
+    CHECK(inf.impure && !strcmp(inf.card, "s5") && !inf.pool[0], "erin's info: card %s impure %d", inf.card, inf.impure);
+    ak_block_pool_stats st0, st1, st2;
+    ak_block_pool_get_stats(pool, &st0);
+    REQUIRE(mturn(t, &e, ag, "erin", lp, nl, 1, got2, NULL, &ti) == 0, "erin long");
+    ak_block_pool_get_stats(pool, &st1);
+    CHECK(ti.reused == n2 + NG && st1.indexed == st0.indexed, "an impure agent published %zu blocks (reused %d)",
+          st1.indexed - st0.indexed, ti.reused);
+    REQUIRE(mturn(t, &e, ag, "ctl", lp, nl, 1, got2, NULL, &ti) == 0, "control");
+    ak_block_pool_get_stats(pool, &st2);
+    CHECK(st2.indexed >= st1.indexed + 3, "the control agent published %zu blocks", st2.indexed - st1.indexed);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
