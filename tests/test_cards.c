@@ -525,20 +525,35 @@ TEST(cards_import_replace_on_a_real_model) {
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == n4, "bob after a restart: tier %s, reused %d of %d",
           ak_tier_name(ti.tier), ti.reused, n4);
     CHECK(!memcmp(got4, ref4, sizeof got4), "bob's restored continuation differs from a re-prefill");
-    /* a card that vanished: the agent's file is a miss, recomputed */
+    /* a card that changed (bob's: re-made under its id with other contents
+     * behind the agents' back) and one that vanished (carol's): their
+     * agents' files are misses, recomputed, never garbage */
     ak_agents_free(ag);
     ak_block_pool_free(pool);
+    ak_card *ch = NULL;
+    REQUIRE(ak_store_load_card(store, "c8", e.m->fingerprint, &e.m->spec, e.vocab, &ch, &err) == AK_STORE_HIT, "%s",
+            err.msg);
+    snprintf(ch->id, sizeof ch->id, "alice-1");   /* same tokens, 8-bit contents */
+    REQUIRE(ak_store_save_card(store, ch, &err) == 0, "%s", err.msg);
+    ak_card_free(ch);
     char cpath[700];
-    snprintf(cpath, sizeof cpath, "%s/cards/alice-1.safetensors", dir);
+    snprintf(cpath, sizeof cpath, "%s/cards/c8.safetensors", dir);
     REQUIRE(unlink(cpath) == 0, "unlink");
     ak_store_close(store);
     store = ak_store_open(dir, NULL, &err);
     ag = agents_on(&e, &pool, store);
     REQUIRE(ag, "agents a third time");
     int32_t got5[NG];
-    REQUIRE(mturn(t, &e, ag, "bob", p3, n4 + 1, NG, got5, NULL, &ti) == 0, "bob without his card");
+    REQUIRE(mturn(t, &e, ag, "bob", p3, n4 + 1, NG, got5, NULL, &ti) == 0, "bob with a changed card");
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0 && !memcmp(got5, ref4, sizeof got5),
-          "bob without his card: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
+          "bob with a changed card: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
+    memcpy(p3, p2, sizeof(int32_t) * (size_t)(n + 1));
+    memcpy(p3 + n + 1, got, sizeof(int32_t) * (NG - 1));
+    p3[n + NG] = 2;
+    REQUIRE(mturn(t, &e, ag, "carol", p3, n + NG + 1, NG, got5, NULL, &ti) == 0, "carol without her card");
+    /* nothing from her file; whole blocks bob just computed (pure now) may be linked */
+    CHECK(ti.tier == AK_TIER_COLD && ti.reused == ti.shared, "carol without her card: tier %s, reused %d, linked %d",
+          ak_tier_name(ti.tier), ti.reused, ti.shared);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
