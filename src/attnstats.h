@@ -5,7 +5,9 @@
  * Opt-in: an ak_attn_stats attached to a context (ak_ctx_set_attn_stats,
  * model.h) accumulates over every forward pass of that context until it is
  * detached (NULL, the default: the forward pass then only tests a pointer).
- * Attached or not, the logits and the cache are the same bits.
+ * Attached or not, the logits and the cache are the same bits. An
+ * ak_attn_stats is written during its context's forward passes: attach it
+ * to one context at a time, and read it between passes.
  *
  * WHAT IS MEASURED. At each chosen layer l (a few: by default the first,
  * the middle n_layer/2 and the last), for each query token at cache slot q
