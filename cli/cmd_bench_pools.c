@@ -18,6 +18,7 @@
  *
  * The agents have no store (memory only): nothing here measures the disk.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,12 +178,14 @@ static int agent_info(rig *r, const char *id, ak_agent_info *out) {
     return 0;
 }
 
-/* Largest |a[i] - b[i]| over n floats (0 when bit-identical). */
+/* Largest |a[i] - b[i]| over n floats: 0 when every pair is equal, 1e30
+ * when a pair holds a NaN (which equals nothing). */
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double d = 0;
     for (size_t i = 0; i < n; i++) {
-        double x = a[i] > b[i] ? (double)a[i] - b[i] : (double)b[i] - a[i];
-        if (x > d || x != x) d = x != x ? 1e30 : x;
+        double x = fabs((double)a[i] - (double)b[i]);
+        if (x != x) x = 1e30;
+        if (x > d) d = x;
     }
     return d;
 }
