@@ -532,11 +532,17 @@ static ak_store_status judge(verdict *v, ak_error *err, const char *id, ak_store
                : st == AK_STORE_CORRUPT ? AK_ERR_CORRUPT
                : st == AK_STORE_ABSENT  ? AK_ERR_NOT_FOUND
                                         : AK_ERR_IO;
-    if (err && err->code == AK_ERR_NOMEM) code = AK_ERR_NOMEM;
     ak_failc(err, code, "store: card %s: %s", id, msg);
     v->st = st;
     v->reason = reason;
     return st;
+}
+
+/* judge for running out of memory: ERROR with code AK_ERR_NOMEM. */
+static ak_store_status judge_oom(verdict *v, ak_error *err, const char *id) {
+    judge(v, err, id, AK_STORE_ERROR, NULL, "out of memory");
+    if (err) err->code = AK_ERR_NOMEM;
+    return AK_STORE_ERROR;
 }
 
 /* Parses a canonical decimal in [lo, hi]. Returns 0, or -1. */
@@ -574,8 +580,7 @@ static ak_store_status read_image(const ak_store *s, const char *id, const char 
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
         close(fd);
-        if (err) err->code = AK_ERR_NOMEM;
-        return judge(v, err, id, AK_STORE_ERROR, NULL, "out of memory for %zu bytes", n);
+        return judge_oom(v, err, id);
     }
     size_t got = 0;
     while (got < n) {
@@ -632,7 +637,7 @@ static ak_store_status read_image(const ak_store *s, const char *id, const char 
         free(plain);
         free(buf);
         return plain ? judge(v, err, id, AK_STORE_CORRUPT, "auth", "the seal header is rejected")
-                     : judge(v, err, id, AK_STORE_ERROR, NULL, "out of memory");
+                     : judge_oom(v, err, id);
     }
     const uint8_t *in = buf + AK_SEAL_HEADER_BYTES;
     size_t done = 0;
@@ -696,7 +701,7 @@ static ak_store_status parse_image(const char *id, const uint8_t *img, size_t le
     {
         int nm = cJSON_GetArraySize(meta), np = 0;
         mpair *p = malloc(sizeof *p * (size_t)(nm ? nm : 1));
-        if (!p) { st = judge(v, err, id, AK_STORE_ERROR, NULL, "out of memory"); goto out; }
+        if (!p) { st = judge_oom(v, err, id); goto out; }
         const char *want = NULL;
         int bad = 0;
         for (const cJSON *x = meta->child; x; x = x->next) {
@@ -785,12 +790,8 @@ static ak_store_status parse_image(const char *id, const uint8_t *img, size_t le
                 goto out;
             }
         }
-    if (!(c = ak_card_alloc_for_load(&cs, n, wk, wv, err))) {
-        st = judge(v, err, id, AK_STORE_ERROR, NULL, "out of memory");
-        goto out;
-    }
-    if (!(t = malloc(sizeof *t * CARD_MAX_TENSORS))) {
-        st = judge(v, err, id, AK_STORE_ERROR, NULL, "out of memory");
+    if (!(c = ak_card_alloc_for_load(&cs, n, wk, wv, err)) || !(t = malloc(sizeof *t * CARD_MAX_TENSORS))) {
+        st = judge_oom(v, err, id);
         goto out;
     }
     int nt = card_tensors(c, t);
@@ -930,7 +931,9 @@ static ak_store_status load_card(ak_store *s, const char *id, const char *finger
         sodium_memzero(img, len < 4096 ? len : 4096);
         free(img);
     }
-    if (r == AK_STORE_CORRUPT && move) {
+    struct stat now;
+    if (r == AK_STORE_CORRUPT && move && stat(path, &now) == 0 && now.st_ino == st->st_ino && now.st_dev == st->st_dev) {
+        /* (a file replaced by a new save while it was read is not ours to move) */
         if (quarantine_card(s, id, path, v.reason ? v.reason : "corrupt") == 0) {
             size_t l = strlen(err->msg);
             snprintf(err->msg + l, sizeof err->msg - l, " (moved to quarantine/)");
