@@ -628,9 +628,15 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     tok[n2] = 4;
     int32_t ref2[NG], got2[NG];
     mreprefill(&e, tok, n2 + 1, NG, ref2, lref);
+    /* restored ahead, as the server's I/O thread does */
+    ak_restore_job *job = NULL;
+    REQUIRE(ak_agent_prefetch(ag, "erin", 0, &job, &err) == 1 && job, "prefetch: %s", err.msg);
+    ak_restore_job_run(job);
+    ak_agent_prefetch_done(ag, job);
     REQUIRE(mturn(t, &e, ag, "erin", tok, n2 + 1, NG, got2, NULL, &ti) == 0, "erin restored");
-    CHECK(ti.tier == AK_TIER_WARM && ti.reused == n2 && !memcmp(got2, ref2, sizeof got2),
-          "erin after a restart: tier %s, reused %d of %d", ak_tier_name(ti.tier), ti.reused, n2);
+    CHECK(ti.tier == AK_TIER_WARM && ti.restored_ahead && ti.reused == n2 && !memcmp(got2, ref2, sizeof got2),
+          "erin after a restart: tier %s, ahead %d, reused %d of %d", ak_tier_name(ti.tier), ti.restored_ahead,
+          ti.reused, n2);
     /* erin is impure: a turn that fills whole blocks of her own enters none
      * in the content index, where a plain agent's same turn enters its own */
     int32_t lp[N + 2 * NG + 80];
