@@ -367,6 +367,9 @@ static int load_weights(ak_model *m, ak_error *err) {
     char key[96];
     snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch_name);
     gguf_str st;
+    if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && !gguf_str_eq(st, "none") &&
+        !gguf_str_eq(st, "linear"))
+        m->cfg.rope_scaling_other = 1;
     if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && gguf_str_eq(st, "linear")) {
         if (arch_f32(m, "rope.scaling.factor", 1.0f, &linear, err) < 0) { free(factors); return -1; }
         if (!(linear > 0)) { free(factors); return ak_fail(err, "%s: invalid rope.scaling.factor %g", m->gguf.path, linear); }
@@ -1070,15 +1073,12 @@ int ak_model_shift_keys(const ak_model *m, ak_kv *kv, int from, int to, int delt
     if (cf->rope_dim <= 0)
         return ak_failc(err, AK_ERR_INVALID, "position shift: %s has no RoPE dimensions to rotate", m->gguf.path);
     /* a scaling other than linear (which only changes the frequencies) is
-     * not a plain rotation by position; the forward pass would not run it
-     * either, but a shift must not pretend to be exact for it */
-    char key[96];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", cf->arch_name);
-    gguf_str st;
-    if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && !gguf_str_eq(st, "none") &&
-        !gguf_str_eq(st, "linear"))
-        return ak_failc(err, AK_ERR_INVALID, "position shift: RoPE scaling '%.*s' is not a rotation by position",
-                        (int)(st.len > 16 ? 16 : st.len), st.data);
+     * not a plain rotation by position (YaRN also scales the magnitude); the
+     * forward pass does not run it either, but a shift must not pretend to
+     * be exact for it */
+    if (cf->rope_scaling_other)
+        return ak_failc(err, AK_ERR_INVALID, "position shift: %s names a RoPE scaling that is not a rotation by "
+                        "position", m->gguf.path);
     int len = ak_kv_length(kv), base = ak_kv_base_len(kv);
     if (from < 0 || from > to || to > len)
         return ak_failc(err, AK_ERR_INVALID, "position shift of [%d, %d): outside the %d positions held", from, to, len);

@@ -48,6 +48,9 @@ typedef struct {
     float rope_base;
     float rms_eps;
     ak_rope_style rope_style;
+    int rope_scaling_other; /* the file names a RoPE scaling other than none or linear (YaRN...), which
+                             * the forward pass does not apply: positions are then not a plain rotation
+                             * (ak_model_shift_keys refuses) */
     int tied_output;    /* output.weight absent: the embeddings are reused */
     int qkv_bias;
     int qk_norm;        /* per-head RMS norm of q and k before RoPE (qwen3, gemma3) */

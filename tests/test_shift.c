@@ -231,7 +231,8 @@ TEST(shift_one_segment_logits_match) {
 }
 
 /* Refusals by code, nothing changed: a range outside what the sequence holds,
- * a reversed range, positions of a shared base. A forked sequence is copied
+ * a reversed range, a RoPE scaling that is not a rotation, a model without
+ * RoPE dims, positions of a shared base. A forked sequence is copied
  * on write: shifting the fork leaves the original's keys as they were. A
  * range inside a sequence is shifted and the rest left alone. */
 TEST(shift_refusals_and_copy_on_write) {
@@ -251,6 +252,18 @@ TEST(shift_refusals_and_copy_on_write) {
           err.code);
     err.code = 0;
     CHECK(ak_model_shift_keys(e.m, a, 9, 4, 3, &err) < 0 && err.code == AK_ERR_INVALID, "from > to: %d", err.code);
+    /* where a shift cannot be exact (the loaded config changed in place: no
+     * file here has these) */
+    e.m->cfg.rope_scaling_other = 1;
+    err.code = 0;
+    CHECK(ak_model_shift_keys(e.m, a, 0, N, 3, &err) < 0 && err.code == AK_ERR_INVALID, "YaRN-like scaling: %d",
+          err.code);
+    e.m->cfg.rope_scaling_other = 0;
+    int rd = e.m->cfg.rope_dim;
+    e.m->cfg.rope_dim = 0;
+    err.code = 0;
+    CHECK(ak_model_shift_keys(e.m, a, 0, N, 3, &err) < 0 && err.code == AK_ERR_INVALID, "no RoPE: %d", err.code);
+    e.m->cfg.rope_dim = rd;
     CHECK(key_diff(&e, a, orig, 0, e.m->cfg.n_layer, N, &s) == 0, "a refused shift changed keys");
     /* fork: copy on write */
     ak_kv *f = ak_kv_fork(a, &err);
