@@ -424,6 +424,20 @@ TEST(cards_import_replace_on_a_real_model) {
     /* the same f16 bits, summed class by class in a mixed block: not the
      * same order as a uniform block's, so equal up to float rounding */
     CHECK(d16 < 1e-4, "16-bit card: logits differ by %.3g", d16);
+    /* a prompt that leaves the card after 20 tokens: the card's base is
+     * shortened in place, the rest computed as a re-prefill would */
+    {
+        int32_t pd[24], rd[NG], gd[NG];
+        memcpy(pd, c16->tokens, sizeof(int32_t) * 20);
+        pd[20] = 9, pd[21] = 8, pd[22] = 7, pd[23] = 6;
+        REQUIRE(ak_agent_import_card(ag, "gus", cid, &err) == 0, "import: %s", err.msg);
+        float *ld = malloc(sizeof(float) * (size_t)e.vocab);
+        mreprefill(&e, pd, 24, NG, rd, ld);
+        free(ld);
+        REQUIRE(mturn(t, &e, ag, "gus", pd, 24, NG, gd, NULL, &ti) == 0, "gus");
+        CHECK(ti.match == AK_MATCH_DIVERGE && ti.reused == 20 && !memcmp(gd, rd, sizeof gd),
+              "diverging inside the card: match %s, reused %d", ak_match_name(ti.match), ti.reused);
+    }
     /* 8 bits: close logits */
     uint8_t *w8 = malloc((size_t)n);
     memset(w8, 8, (size_t)n);
