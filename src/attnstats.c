@@ -19,8 +19,10 @@ struct ak_attn_stats {
     double *ent;            /* (nl, H, cap) sum of the entropies of query slot q's passes */
     int64_t *nq;            /* (cap) passes in which slot q was a query */
     /* scratch, grown on demand */
-    float *K;               /* keys of the slots one sequence's tokens see: (slots, n_head_kv * head_dim_k) */
+    float *K;               /* keys of the slots one sequence's tokens see, transposed: (n_head_kv,
+                             * head_dim_k, padded slots), so 16 slots' products are one vector */
     size_t K_n;
+    float *krow;            /* one slot's keys as read */
     float *vtmp;            /* one slot's values, read along and dropped */
     double *sc;             /* (sc_th, sc_n) scores, a row per thread */
     size_t sc_n;
@@ -57,14 +59,15 @@ ak_attn_stats *ak_attn_stats_new(const ak_model *m, const int *layers, int n, ak
         st->nl++;
     }
     st->vtmp = ak_malloc((size_t)m->spec.n_head_kv * m->spec.head_dim_v * sizeof(float), err);
-    if (!st->vtmp) { free(st); return NULL; }
+    st->krow = ak_malloc((size_t)m->spec.n_head_kv * m->spec.head_dim_k * sizeof(float), err);
+    if (!st->vtmp || !st->krow) { free(st->vtmp); free(st->krow); free(st); return NULL; }
     return st;
 }
 
 void ak_attn_stats_free(ak_attn_stats *st) {
     if (!st) return;
     free(st->mass); free(st->ent); free(st->nq);
-    free(st->K); free(st->vtmp); free(st->sc); free(st->tok);
+    free(st->K); free(st->krow); free(st->vtmp); free(st->sc); free(st->tok);
     free(st);
 }
 
@@ -147,25 +150,25 @@ static int grow(ak_attn_stats *st, int n, ak_error *err) {
     return 0;
 }
 
-/* q . k in double: the floats widened 8 at a time, two vector sums (one
- * running sum would wait on each add's latency; the hook's cost is mostly
- * these products and the exponentials); the order of the sums moves only
- * the last bits of a double. */
 typedef double v8d __attribute__((vector_size(64)));
 typedef float v8f_mem __attribute__((vector_size(32), aligned(4), may_alias));
-static double dot_d(const float *q, const float *k, int n) {
+#define LD8(p) __builtin_convertvector(*(const v8f_mem *)(const void *)(p), v8d)
+
+/* Scores of 16 consecutive slots, in double: out[j] = scale * q . k(t0 + j)
+ * with kt this KV head's transposed keys (dk rows of sp slots). One lane per
+ * slot: no horizontal sums; each lane adds its products in dimension order. */
+static void scores16(const float *q, const float *kt, size_t sp, int dk, int t0, double scale, double *out) {
     v8d a0 = {0}, a1 = {0};
-    int e = 0;
-    for (; e + 16 <= n; e += 16) {
-        a0 += __builtin_convertvector(*(const v8f_mem *)(const void *)(q + e), v8d) *
-              __builtin_convertvector(*(const v8f_mem *)(const void *)(k + e), v8d);
-        a1 += __builtin_convertvector(*(const v8f_mem *)(const void *)(q + e + 8), v8d) *
-              __builtin_convertvector(*(const v8f_mem *)(const void *)(k + e + 8), v8d);
+    for (int e = 0; e < dk; e++) {
+        const float *row = kt + (size_t)e * sp + t0;
+        double qe = q[e];
+        a0 += qe * LD8(row);
+        a1 += qe * LD8(row + 8);
     }
-    a0 += a1;
-    double d = ((a0[0] + a0[1]) + (a0[2] + a0[3])) + ((a0[4] + a0[5]) + (a0[6] + a0[7]));
-    for (; e < n; e++) d += (double)q[e] * k[e];
-    return d;
+    a0 *= scale;
+    a1 *= scale;
+    memcpy(out, &a0, sizeof a0);
+    memcpy(out + 8, &a1, sizeof a1);
 }
 
 /* The first slot a token at slot p sees on a layer with this window. */
@@ -180,6 +183,7 @@ typedef struct {
     const float *q;
     size_t qstride;
     int klo;                /* first slot in st->K */
+    size_t sp;              /* slots per row of st->K (a multiple of 16) */
     int nt;                 /* tokens in st->tok */
 } observe_task;
 
@@ -190,8 +194,7 @@ static void observe_worker(void *ud, int ith, int nth) {
     ak_attn_stats *st = o->st;
     const ak_model *m = st->m;
     int dk = m->spec.head_dim_k, Hkv = m->spec.n_head_kv, group = st->H / Hkv;
-    size_t kstride = (size_t)Hkv * dk;
-    double *s = st->sc + st->sc_n * ith;
+    double *sc = st->sc + st->sc_n * ith;
     for (int h = ith; h < st->H; h += nth) {
         double *mass = st->mass + ((size_t)o->li * st->H + h) * st->cap;
         double *ent = st->ent + ((size_t)o->li * st->H + h) * st->cap;
@@ -199,11 +202,13 @@ static void observe_worker(void *ud, int ith, int nth) {
         for (int j = 0; j < o->nt; j++) {
             int i = st->tok[j], p = o->b->pos[i], lo = first_seen(p, o->window);
             const float *qv = o->q + (size_t)i * o->qstride + (size_t)h * dk;
-            double mx = -INFINITY;
-            for (int t = lo; t <= p; t++) {
-                s[t - lo] = dot_d(qv, st->K + (size_t)(t - o->klo) * kstride + (size_t)g * dk, dk) * o->scale;
-                if (s[t - lo] > mx) mx = s[t - lo];
-            }
+            /* whole 16-slot groups from the one holding lo; s[0] is slot lo */
+            int a = lo - o->klo, a0 = a & ~15, b = p - o->klo;
+            for (int t0 = a0; t0 <= b; t0 += 16)
+                scores16(qv, st->K + (size_t)g * dk * o->sp, o->sp, dk, t0, o->scale, sc + (t0 - a0));
+            double *s = sc + (a - a0), mx = -INFINITY;
+            for (int t = 0; t <= p - lo; t++)
+                if (s[t] > mx) mx = s[t];
             /* e^(s - mx) 16 at a time in float (relative error < 3e-7,
              * vmath.h; a libm exp per score would cost more than the
              * products), weights and sums in double */
@@ -258,13 +263,15 @@ int ak_attn_stats_observe(ak_attn_stats *st, ak_pool *pool, const ak_batch *b, i
             if (b->pos[i] > hi) hi = b->pos[i];
         }
         if (grow(st, hi + 1, err) < 0) return -1;
-        size_t slots = (size_t)(hi - lo + 1);
-        if (slots * kstride > st->K_n) {
-            float *K = realloc(st->K, slots * kstride * sizeof(float));
+        /* slots rounded up to 16, zeros past the last: scores16 reads whole groups */
+        size_t slots = (size_t)(hi - lo + 1), sp = (slots + 15) & ~(size_t)15;
+        if (sp * kstride > st->K_n) {
+            float *K = realloc(st->K, sp * kstride * sizeof(float));
             if (!K) return ak_failc(err, AK_ERR_NOMEM, "out of memory for attention statistics");
             st->K = K;
-            st->K_n = slots * kstride;
+            st->K_n = sp * kstride;
         }
+        slots = sp;
         if (slots > st->sc_n || nth > st->sc_th) {
             size_t n = slots > st->sc_n ? slots : st->sc_n;
             double *sc = realloc(st->sc, n * (size_t)nth * sizeof(double));
@@ -273,9 +280,13 @@ int ak_attn_stats_observe(ak_attn_stats *st, ak_pool *pool, const ak_batch *b, i
             st->sc_n = n;
             st->sc_th = nth;
         }
-        for (int t = lo; t <= hi; t++)
-            if (ak_kv_read(seq, layer, t, st->K + (size_t)(t - lo) * kstride, st->vtmp, err) < 0) return -1;
-        observe_task o = {st, b, li, window, m->cfg.attn_scale, q, qstride, lo, nt};
+        for (int t = lo; t <= hi; t++) {
+            if (ak_kv_read(seq, layer, t, st->krow, st->vtmp, err) < 0) return -1;
+            for (size_t e = 0; e < kstride; e++) st->K[e * sp + (t - lo)] = st->krow[e];
+        }
+        for (size_t e = 0; e < kstride; e++)
+            for (size_t t = (size_t)(hi - lo + 1); t < sp; t++) st->K[e * sp + t] = 0;
+        observe_task o = {st, b, li, window, m->cfg.attn_scale, q, qstride, lo, sp, nt};
         ak_pool_run(pool, observe_worker, &o);
         /* a pass counts its queries once, at the first chosen layer */
         if (li == 0)
