@@ -279,9 +279,10 @@ static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     if (!sync && g->queued == g->version) return 0;
     /* a pooled agent's file records the pool, not its blocks */
     ak_store_base base = {"", "", ak_kv_base_len(g->kv)};
-    if (base.base_len > 0) {   /* a card base is recorded the same way: its id and content hash */
+    if (base.base_len > 0) {   /* a card base is recorded the same way, marked as a card's */
         snprintf(base.pool_id, sizeof base.pool_id, "%s", g->card[0] ? g->card : g->pool);
         snprintf(base.pool_hash, sizeof base.pool_hash, "%s", g->card[0] ? g->card_hash : g->pool_hash);
+        base.card = g->card[0] != 0;
     }
     ak_snapshot *snap = ak_store_snapshot_base(g->id, g->kv, g->tokens, g->n, base.base_len > 0 ? &base : NULL,
                                                a->cfg.model->fingerprint, a->cfg.model->cfg.name, err);
@@ -552,18 +553,13 @@ static int attach_card(const ak_agents *a, const ak_card *c, ak_kv *kv, ak_error
  * id and hash, and 1 is returned; 0 when the base is not a card. */
 static int card_base_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *pc) {
     ak_error ce = {{0}};
-    ak_store_card_entry ent;
-    const ak_card *c = cards_find(a, e->base.pool_id);
-    if (!c && (!a->cfg.store || ak_store_lookup_card(a->cfg.store, e->base.pool_id, &ent) != 0 ||
-               strcmp(ent.hash, e->base.pool_hash)))
-        return 0;
-    if (!c && !(c = cards_resolve(a, e->base.pool_id, &ce))) {
+    if (!e->base.card) return 0;
+    pc->is_card = 1;   /* whatever happens next: a card base is never a pool's */
+    const ak_card *c = cards_resolve(a, e->base.pool_id, &ce);
+    if (!c) {   /* a miss: the prelink finds no base */
         logf_(a, "agent %s: its card: %s", e->id, ce.msg);
-        pc->is_card = 1;   /* a miss: the prelink finds no base */
         return 1;
     }
-    if (strcmp(c->hash, e->base.pool_hash)) return 0;
-    pc->is_card = 1;
     ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &ce);
     if (!kv || attach_card(a, c, kv, &ce) < 0 || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
         logf_(a, "agent %s: its card %s: %s", e->id, c->id, ce.msg);
@@ -636,12 +632,11 @@ static size_t restore_bytes(const ak_agents *a, const ak_store_entry *e) {
 
 /* After a hit: g's history is the file's, its base the file's pool. */
 static void restored(ak_agents *a, agent *g, const ak_store_load_info *info) {
-    const ak_card *c = info->base.pool_id[0] ? cards_find(a, info->base.pool_id) : NULL;
     g->card[0] = g->pool[0] = g->pool_hash[0] = g->card_hash[0] = 0;
     g->impure = 0;
-    if (c && !strcmp(c->hash, info->base.pool_hash)) {   /* the base is the card's blocks */
-        snprintf(g->card, sizeof g->card, "%s", c->id);
-        snprintf(g->card_hash, sizeof g->card_hash, "%s", c->hash);
+    if (info->base.card) {   /* the base is the card's blocks (the prelink checked its hash) */
+        snprintf(g->card, sizeof g->card, "%s", info->base.pool_id);
+        snprintf(g->card_hash, sizeof g->card_hash, "%s", info->base.pool_hash);
         g->impure = 1;
     } else {
         snprintf(g->pool, sizeof g->pool, "%s", info->base.pool_id);

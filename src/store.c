@@ -48,7 +48,10 @@
  *     pool_id             agents with a base only: the pool whose first
  *     pool_hash           base_len positions the sequence starts with (its
  *     base_len            id, its content hash ak_pool_content_hash, 1 ..
- *                         n_tokens); absent (or "", "", "0") without a base.
+ *     base_kind           n_tokens) and what it is: "pool" (pools/) or
+ *                         "card" (cards/: a CacheCard's blocks, the card's
+ *                         content hash); absent (or "", "", "0", absent)
+ *                         without a base; base_kind absent: "pool".
  *                         Pool files have no base; their "pool_hash" is
  *                         their own content hash, and "source" an opaque
  *                         string (what the pool was made from)
@@ -822,6 +825,7 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
         p[np++] = (kv_pair){"pool_id", sn->base.pool_id};
         p[np++] = (kv_pair){"pool_hash", sn->base.pool_hash};
         p[np++] = (kv_pair){"base_len", num[8]};
+        p[np++] = (kv_pair){"base_kind", sn->base.card ? "card" : "pool"};
     }
     if (sn->kind == AK_FILE_POOL) {
         p[np++] = (kv_pair){"pool_hash", sn->pool_hash};
@@ -1364,9 +1368,13 @@ static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) 
     if (!pid || !ak_agent_id_valid(pid) || !hash_ok(ph) || !bl || parse_dec(bl, 1, m->n_tokens, &x))
         return judge(v, AK_STORE_CORRUPT, "metadata", "bad base: pool_id \"%.40s\", pool_hash \"%.20s\", base_len \"%.20s\" "
                      "(of %d tokens)", pid ? pid : "", ph ? ph : "", bl ? bl : "", m->n_tokens);
+    const char *kind = meta_str(meta, "base_kind");
+    if (kind && strcmp(kind, "pool") && strcmp(kind, "card"))
+        return judge(v, AK_STORE_CORRUPT, "metadata", "base_kind \"%.20s\" is neither pool nor card", kind);
     snprintf(m->base.pool_id, sizeof m->base.pool_id, "%s", pid);
     snprintf(m->base.pool_hash, sizeof m->base.pool_hash, "%s", ph);
     m->base.base_len = (int)x;
+    m->base.card = kind && !strcmp(kind, "card");
     return AK_STORE_HIT;
 }
 

@@ -116,6 +116,7 @@ typedef struct {
     char pool_id[AK_AGENT_ID_MAX + 1];   /* "" when the sequence has no base */
     char pool_hash[17];                  /* the pool's content hash, 16 hex digits */
     int base_len;                        /* positions taken from the pool */
+    int card;                            /* 1: pool_id and pool_hash name a card (cards/), not a pool */
 } ak_store_base;
 
 /* ak_store_snapshot for a sequence with a base: kv's base_len must equal
