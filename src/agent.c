@@ -1353,25 +1353,7 @@ int ak_cards_list(ak_agents *a, ak_store_card_entry **out, int *n, ak_error *err
         int have = 0;
         for (int j = 0; j < k0 && !have; j++) have = !strcmp(v[j].id, c->id);
         if (have) continue;
-        ak_store_card_entry *e = &v[k++];
-        memset(e, 0, sizeof *e);
-        snprintf(e->id, sizeof e->id, "%s", c->id);
-        e->readable = 1;
-        e->n_tokens = c->n_tokens;
-        e->pos_offset = c->pos_offset;
-        e->spec = c->spec;
-        snprintf(e->fingerprint, sizeof e->fingerprint, "%s", c->fingerprint);
-        snprintf(e->model_name, sizeof e->model_name, "%s", c->model_name);
-        snprintf(e->source_agent, sizeof e->source_agent, "%s", c->source_agent);
-        snprintf(e->policy, sizeof e->policy, "%s", c->policy);
-        e->budget_k = c->budget_k;
-        e->budget_v = c->budget_v;
-        long sk = 0, sv = 0;
-        for (int t = 0; t < c->n_tokens; t++) sk += c->widths_k[t], sv += c->widths_v[t];
-        e->mean_k = (double)sk / c->n_tokens;
-        e->mean_v = (double)sv / c->n_tokens;
-        e->created = c->created;
-        snprintf(e->hash, sizeof e->hash, "%s", c->hash);
+        ak_store_card_entry_of(c, &v[k++]);
     }
     qsort(v, (size_t)k, sizeof *v, cmp_card_entry);
     *out = v;

@@ -318,6 +318,10 @@ typedef struct {
     int64_t created;
     char hash[17];         /* content hash (cards.h: ak_card_content_hash) */
 } ak_store_card_entry;
+/* What a card object says of itself as an entry (no file: bytes, mtime and
+ * sealed are 0). */
+struct ak_card;
+void ak_store_card_entry_of(const struct ak_card *c, ak_store_card_entry *e);
 
 /* Writes card c as cards/<c->id>.safetensors atomically (creating cards/).
  * Returns 0, or -1 with err set (the previous file, if any, intact). */

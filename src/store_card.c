@@ -157,16 +157,9 @@ void ak_store_card_index_free(ak_store *s) {
     s->cards_indexed = 0;
 }
 
-/* The index entry of a card object (the file's size and time from st, if
- * not NULL). */
-static void entry_of(const ak_store *s, const ak_card *c, const struct stat *st, ak_store_card_entry *e) {
+void ak_store_card_entry_of(const ak_card *c, ak_store_card_entry *e) {
     memset(e, 0, sizeof *e);
     snprintf(e->id, sizeof e->id, "%s", c->id);
-    if (st) {
-        e->bytes = (uint64_t)st->st_size;
-        e->mtime = (int64_t)st->st_mtim.tv_sec;
-    }
-    e->sealed = s->has_key;
     e->readable = 1;
     e->n_tokens = c->n_tokens;
     e->pos_offset = c->pos_offset;
@@ -186,6 +179,17 @@ static void entry_of(const ak_store *s, const ak_card *c, const struct stat *st,
     e->mean_v = c->n_tokens ? (double)sv / c->n_tokens : 0;
     e->created = c->created;
     snprintf(e->hash, sizeof e->hash, "%s", c->hash);
+}
+
+/* The index entry of a card object and of its file (size and time from st,
+ * if not NULL). */
+static void entry_of(const ak_store *s, const ak_card *c, const struct stat *st, ak_store_card_entry *e) {
+    ak_store_card_entry_of(c, e);
+    if (st) {
+        e->bytes = (uint64_t)st->st_size;
+        e->mtime = (int64_t)st->st_mtim.tv_sec;
+    }
+    e->sealed = s->has_key;
 }
 
 static ak_store_status load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
