@@ -481,6 +481,18 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
 
 /* ---------------------------------------------------------- other routes */
 
+/* The answer to a DELETE that removed `what` (agent, pool) id, logged. */
+static enum MHD_Result send_deleted(ak_server *s, struct MHD_Connection *c, const char *ep, const char *what, const char *id) {
+    logf_(s, "%s %s: deleted", what, id);
+    char object[32];
+    snprintf(object, sizeof object, "%s.deleted", what);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", id);
+    cJSON_AddStringToObject(j, "object", object);
+    cJSON_AddBoolToObject(j, "deleted", 1);
+    return send_json(s, c, ep, 200, j);
+}
+
 static cJSON *agent_json(const ak_sched_agent *a) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", a->id);
@@ -509,12 +521,7 @@ static enum MHD_Result handle_agents(ak_server *s, struct MHD_Connection *c, con
         if (rc == 1) return send_error(s, c, ep, 404, "agent_id", "agent_not_found", "no agent '%s'", id);
         if (rc == 2)
             return send_error(s, c, ep, 409, "agent_id", "agent_busy", "agent '%s' has a request running or queued", id);
-        logf_(s, "agent %s: deleted", id);
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "id", id);
-        cJSON_AddStringToObject(j, "object", "agent.deleted");
-        cJSON_AddBoolToObject(j, "deleted", 1);
-        return send_json(s, c, ep, 200, j);
+        return send_deleted(s, c, ep, "agent", id);
     }
     if (strcmp(method, "GET")) return send_error(s, c, ep, 405, NULL, NULL, "method %s not allowed here", method);
     ak_sched_agent *v = NULL;
@@ -595,12 +602,7 @@ static enum MHD_Result delete_pool(ak_server *s, struct MHD_Connection *c, const
     if (rc == 1) return send_error(s, c, ep, 404, "pool", "pool_not_found", "no pool '%s'", id);
     if (rc < 0 && err.code == AK_ERR_BUSY) return send_error(s, c, ep, 409, "pool", "pool_busy", "%s", err.msg);
     if (rc < 0) return send_error(s, c, ep, 500, NULL, NULL, "%s", err.msg);
-    logf_(s, "pool %s: deleted", id);
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "id", id);
-    cJSON_AddStringToObject(j, "object", "pool.deleted");
-    cJSON_AddBoolToObject(j, "deleted", 1);
-    return send_json(s, c, ep, 200, j);
+    return send_deleted(s, c, ep, "pool", id);
 }
 
 /* /v1/pools (POST: create, GET: list) and /v1/pools/{id} (GET, DELETE). */
