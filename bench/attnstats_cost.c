@@ -1,17 +1,19 @@
 /* attnstats_cost.c - what the attention-statistics hook (src/attnstats.h)
- * costs: a prefill of P tokens into an empty f32 (or -ctk) cache, timed with
- * the hook detached and attached (default layers: first, middle, last, or
- * -l L1,L2,...), alternating, R repetitions each; prints the median times
- * and the ratio. Linked against the library of a build:
+ * costs: a prefill of P tokens into an empty f32 cache, timed with the hook
+ * detached and attached (default layers: first, middle, last, or -l
+ * L1,L2,...), alternating, R repetitions each; prints the median wall and
+ * CPU times (all threads; steadier on a shared machine) and their ratios.
+ * Linked against the library of a build:
  *
  *   make BUILD=build-x
- *   cc -O2 -march=native -o build-x/attnstats_cost bench/attnstats_cost.c build-x/libagentkv.a \
+ *   cc -O2 -march=native -D_GNU_SOURCE -o build-x/attnstats_cost bench/attnstats_cost.c build-x/libagentkv.a \
  *      $(pkg-config --libs libpcre2-8) -lmicrohttpd -lcjson -lxxhash -lsodium -lm -pthread
  *   build-x/attnstats_cost MODEL.gguf [-p 256] [-r 3] [-t THREADS] [-b BATCH] [-l 0,8,15]
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../src/attnstats.h"
 #include "../src/blockpool.h"
@@ -23,15 +25,24 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One prefill of tok[0..n) into a fresh sequence; its wall time in seconds,
- * or a negative number on failure (message printed). */
-static double one_prefill(ak_ctx *c, ak_block_pool *pool, const int32_t *tok, int n) {
+/* CPU time of the process (all threads), seconds: steadier than wall time
+ * on a machine that other jobs share. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One prefill of tok[0..n) into a fresh sequence; its wall time in seconds
+ * (its CPU time in *cpu), or a negative number on failure (message printed). */
+static double one_prefill(ak_ctx *c, ak_block_pool *pool, const int32_t *tok, int n, double *cpu) {
     ak_error err = {{0}};
     ak_kv *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, n, &err);
     if (!kv) { fprintf(stderr, "kv: %s\n", err.msg); return -1; }
-    double t0 = ak_now();
+    double t0 = ak_now(), c0 = cpu_now();
     int rc = ak_eval(c, kv, tok, n, 0, NULL, NULL, NULL, NULL, &err);
     double dt = ak_now() - t0;
+    *cpu = cpu_now() - c0;
     ak_kv_free(kv);
     if (rc < 0) { fprintf(stderr, "prefill: %s\n", err.msg); return -1; }
     return dt;
@@ -64,24 +75,28 @@ int main(int argc, char **argv) {
     ak_rng r;
     ak_rng_seed(&r, 1);
     for (int i = 0; i < P; i++) tok[i] = 3 + (int32_t)(ak_rng_u32(&r) % (uint32_t)(m->cfg.vocab - 3));
-    double *off = malloc(sizeof(double) * R), *on = malloc(sizeof(double) * R);
-    if (one_prefill(c, pool, tok, P < 32 ? P : 32) < 0) return 1;   /* warm-up: pages, scratch */
+    double *off = malloc(sizeof(double) * R), *on = malloc(sizeof(double) * R), warm;
+    double *coff = malloc(sizeof(double) * R), *con = malloc(sizeof(double) * R);
+    if (one_prefill(c, pool, tok, P < 32 ? P : 32, &warm) < 0) return 1;   /* warm-up: pages, scratch */
     for (int i = 0; i < R; i++) {
         ak_ctx_set_attn_stats(c, NULL);
-        if ((off[i] = one_prefill(c, pool, tok, P)) < 0) return 1;
+        if ((off[i] = one_prefill(c, pool, tok, P, &coff[i])) < 0) return 1;
         ak_attn_stats_reset(st);
         ak_ctx_set_attn_stats(c, st);
-        if ((on[i] = one_prefill(c, pool, tok, P)) < 0) return 1;
+        if ((on[i] = one_prefill(c, pool, tok, P, &con[i])) < 0) return 1;
         ak_ctx_set_attn_stats(c, NULL);
     }
     qsort(off, R, sizeof(double), cmp_double);
     qsort(on, R, sizeof(double), cmp_double);
+    qsort(coff, R, sizeof(double), cmp_double);
+    qsort(con, R, sizeof(double), cmp_double);
     printf("%s: prefill %d tokens, %d threads, stats at %d of %d layers (", m->gguf.path, P, ak_pool_size(ak_ctx_pool(c)),
            ak_attn_stats_n_layers(st), m->cfg.n_layer);
     for (int i = 0; i < ak_attn_stats_n_layers(st); i++) printf("%s%d", i ? "," : "", ak_attn_stats_layer(st, i));
-    printf("), median of %d: off %.3f s (%.1f tok/s), on %.3f s (%.1f tok/s), on/off %.3f\n", R, off[R / 2],
-           P / off[R / 2], on[R / 2], P / on[R / 2], on[R / 2] / off[R / 2]);
-    free(off); free(on); free(tok);
+    printf("), median of %d: wall off %.3f s (%.1f tok/s), on %.3f s (%.1f tok/s), on/off %.3f; CPU off %.3f s, "
+           "on %.3f s, on/off %.3f\n", R, off[R / 2], P / off[R / 2], on[R / 2], P / on[R / 2], on[R / 2] / off[R / 2],
+           coff[R / 2], con[R / 2], con[R / 2] / coff[R / 2]);
+    free(off); free(on); free(coff); free(con); free(tok);
     ak_attn_stats_free(st);
     ak_ctx_free(c);
     ak_block_pool_free(pool);
