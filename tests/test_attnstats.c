@@ -317,6 +317,16 @@ TEST(attnstats_off_is_bit_identical_and_sums_hold) {
         /* one decoded query: exactly n_layers * n_heads more */
         REQUIRE(ak_eval(c, b, tok + N, 1, N, lb + (size_t)N * V, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
         CHECK(ak_attn_stats_length(st) == N + 1, "%s: length %d after decode", models[mi], ak_attn_stats_length(st));
+        /* per chosen layer: the heads' masses summed over every key are the
+         * (N + 1) queries so far times n_heads */
+        int badl = 0;
+        for (int i = 0; i < nl; i++) {
+            double sum = 0;
+            for (int h = 0; h < H; h++)
+                for (int tt = 0; tt <= N; tt++) sum += ak_attn_stats_head_mass(st, i, h)[tt];
+            badl += fabs(sum - (double)(N + 1) * H) > 1e-9 * (N + 1) * H;
+        }
+        CHECK(badl == 0, "%s: %d layers' masses do not sum to queries x heads", models[mi], badl);
         double *m2 = malloc(sizeof(double) * (N + 1)), added = 0;
         ak_attn_stats_mass(st, m2);
         for (int i = 0; i <= N; i++) added += m2[i] - (i < N ? mass[i] : 0);
