@@ -18,6 +18,7 @@ struct ak_attn_stats {
     double *mass;           /* (nl, H, cap) M[l,h](t) */
     double *ent;            /* (nl, H, cap) sum of the entropies of query slot q's passes */
     int64_t *nq;            /* (cap) passes in which slot q was a query */
+    int64_t *seen;          /* (nl, cap) queries of layer l whose visible range held slot t */
     /* scratch, grown on demand */
     float *K;               /* keys of the slots one sequence's tokens see, transposed: (n_head_kv,
                              * head_dim_k, padded slots), so 16 slots' products are one vector */
@@ -66,7 +67,7 @@ ak_attn_stats *ak_attn_stats_new(const ak_model *m, const int *layers, int n, ak
 
 void ak_attn_stats_free(ak_attn_stats *st) {
     if (!st) return;
-    free(st->mass); free(st->ent); free(st->nq);
+    free(st->mass); free(st->ent); free(st->nq); free(st->seen);
     free(st->K); free(st->krow); free(st->vtmp); free(st->sc); free(st->tok);
     free(st);
 }
@@ -77,6 +78,7 @@ void ak_attn_stats_reset(ak_attn_stats *st) {
         memset(st->mass, 0, rows * st->cap * sizeof(double));
         memset(st->ent, 0, rows * st->cap * sizeof(double));
         memset(st->nq, 0, (size_t)st->cap * sizeof(int64_t));
+        memset(st->seen, 0, (size_t)st->nl * st->cap * sizeof(int64_t));
     }
     st->len = 0;
 }
@@ -127,6 +129,14 @@ void ak_attn_stats_query_count(const ak_attn_stats *st, int64_t *out) {
     memcpy(out, st->nq, (size_t)st->len * sizeof(int64_t));
 }
 
+void ak_attn_stats_exposure(const ak_attn_stats *st, double *out) {
+    for (int t = 0; t < st->len; t++) {
+        int64_t sum = 0;
+        for (int i = 0; i < st->nl; i++) sum += st->seen[(size_t)i * st->cap + t];
+        out[t] = (double)sum / st->nl;
+    }
+}
+
 /* Makes room for slots [0, n): the per-(layer, head) rows are re-laid out
  * at the new capacity, new slots zero. */
 static int grow(ak_attn_stats *st, int n, ak_error *err) {
@@ -138,14 +148,17 @@ static int grow(ak_attn_stats *st, int n, ak_error *err) {
     double *mass = ak_calloc(rows * cap, sizeof(double), err);
     double *ent = ak_calloc(rows * cap, sizeof(double), err);
     int64_t *nq = ak_calloc(cap, sizeof(int64_t), err);
-    if (!mass || !ent || !nq) { free(mass); free(ent); free(nq); return -1; }
+    int64_t *seen = ak_calloc((size_t)st->nl * cap, sizeof(int64_t), err);
+    if (!mass || !ent || !nq || !seen) { free(mass); free(ent); free(nq); free(seen); return -1; }
     for (size_t r = 0; r < rows && st->cap; r++) {
         memcpy(mass + r * cap, st->mass + r * st->cap, st->cap * sizeof(double));
         memcpy(ent + r * cap, st->ent + r * st->cap, st->cap * sizeof(double));
     }
+    for (int i = 0; i < st->nl && st->cap; i++)
+        memcpy(seen + (size_t)i * cap, st->seen + (size_t)i * st->cap, st->cap * sizeof(int64_t));
     if (st->cap) memcpy(nq, st->nq, st->cap * sizeof(int64_t));
-    free(st->mass); free(st->ent); free(st->nq);
-    st->mass = mass; st->ent = ent; st->nq = nq;
+    free(st->mass); free(st->ent); free(st->nq); free(st->seen);
+    st->mass = mass; st->ent = ent; st->nq = nq; st->seen = seen;
     st->cap = cap;
     return 0;
 }
@@ -288,9 +301,14 @@ int ak_attn_stats_observe(ak_attn_stats *st, ak_pool *pool, const ak_batch *b, i
             for (size_t t = (size_t)(hi - lo + 1); t < sp; t++) st->K[e * sp + t] = 0;
         observe_task o = {st, b, li, window, m->cfg.attn_scale, q, qstride, lo, sp, nt};
         ak_pool_run(pool, observe_worker, &o);
-        /* a pass counts its queries once, at the first chosen layer */
-        if (li == 0)
-            for (int j = 0; j < nt; j++) st->nq[b->pos[st->tok[j]]]++;
+        /* a pass counts its queries once, at the first chosen layer; the
+         * slots each query could see, at every chosen layer (windows) */
+        int64_t *seen = st->seen + (size_t)li * st->cap;
+        for (int j = 0; j < nt; j++) {
+            int p = b->pos[st->tok[j]];
+            if (li == 0) st->nq[p]++;
+            for (int t = first_seen(p, window); t <= p; t++) seen[t]++;
+        }
     }
     return 0;
 }

@@ -34,6 +34,10 @@
  *                M[l,h](t): how unevenly the heads of a layer attend to t
  *                (heads of different layers are not the same heads, so the
  *                variance is taken within a layer, then averaged);
+ *   exposure(t)= the mean over l of the number of query tokens (over all
+ *                passes) whose visible range held t: mass(t) / (n_l * H *
+ *                exposure(t)) is the mean probability t got from a query
+ *                that could see it (windows and re-evaluations included);
  *   entropy(q) = the mean over l, h and over the passes in which q was a
  *                query of -sum_t p[l,h,q](t) ln p[l,h,q](t), in nats: low
  *                when the token attends to few keys, ln(q + 1) at most.
@@ -50,7 +54,8 @@
  * COST. Per chosen layer and forward pass, the keys of the slots the batch's
  * tracked tokens see are read back once (ak_kv_read), and each query head
  * scores them again in double: about the work of the layer's attention
- * itself, on the context's threads. Memory: 2 * n_l * H doubles per slot.
+ * itself, on the context's threads. Memory: 2 * n_l * H doubles and n_l + 1
+ * counters per slot.
  */
 #ifndef AK_ATTNSTATS_H
 #define AK_ATTNSTATS_H
@@ -89,11 +94,12 @@ int ak_attn_stats_n_heads(const ak_attn_stats *st);
 int ak_attn_stats_length(const ak_attn_stats *st);
 
 /* Fill out[0..length) (see the definitions above). Slots never seen as a
- * key have mass 0 and variance 0; slots never seen as a query entropy 0
- * (ak_attn_stats_query_count tells them apart). */
+ * key have mass, variance and exposure 0; slots never seen as a query
+ * entropy 0 (ak_attn_stats_query_count tells them apart). */
 void ak_attn_stats_mass(const ak_attn_stats *st, double *out);
 void ak_attn_stats_mass_var(const ak_attn_stats *st, double *out);
 void ak_attn_stats_entropy(const ak_attn_stats *st, double *out);
+void ak_attn_stats_exposure(const ak_attn_stats *st, double *out);
 /* The number of forward passes in which each slot was a query token. */
 void ak_attn_stats_query_count(const ak_attn_stats *st, int64_t *out);
 /* M[l,h] of the i-th chosen layer, query head h: length entries, valid

@@ -19,6 +19,7 @@ typedef struct {
     double *mass;   /* (H, n) */
     double *ent;    /* (H, n) */
     int *nq;        /* (n) */
+    int *seen;      /* (n) queries whose visible range held the slot */
 } ref_stats;
 
 static void ref_init(ref_stats *r, int H, int n) {
@@ -27,9 +28,10 @@ static void ref_init(ref_stats *r, int H, int n) {
     r->mass = calloc((size_t)H * n, sizeof(double));
     r->ent = calloc((size_t)H * n, sizeof(double));
     r->nq = calloc(n, sizeof(int));
+    r->seen = calloc(n, sizeof(int));
 }
 
-static void ref_free(ref_stats *r) { free(r->mass); free(r->ent); free(r->nq); }
+static void ref_free(ref_stats *r) { free(r->mass); free(r->ent); free(r->nq); free(r->seen); }
 
 /* Adds one query head's softmax over keys [lo, p] (K: slot-major, kstride
  * floats apart, the head's KV head at offset koff) to r: the definition,
@@ -51,6 +53,7 @@ static void ref_add(ref_stats *r, int h, int p, int lo, const double *q, const f
         if (pr > 0) H -= pr * log(pr);
     }
     r->ent[(size_t)h * r->n + p] += H;
+    for (int t = lo; t <= p && h == 0; t++) r->seen[t]++;
     free(s);
 }
 
@@ -73,6 +76,8 @@ static void compare(ak_test_ctx *t, const char *what, const ak_attn_stats *st, c
     double *mass = calloc(n, sizeof(double)), *var = calloc(n, sizeof(double)), *ent = calloc(n, sizeof(double));
     double *rm = calloc(n, sizeof(double)), *rv = calloc(n, sizeof(double)), *re = calloc(n, sizeof(double));
     int64_t *nq = calloc(n, sizeof(int64_t));
+    double *ex = calloc(n, sizeof(double));
+    ak_attn_stats_exposure(st, ex);
     ak_attn_stats_mass(st, mass);
     ak_attn_stats_mass_var(st, var);
     ak_attn_stats_entropy(st, ent);
@@ -90,7 +95,7 @@ static void compare(ak_test_ctx *t, const char *what, const ak_attn_stats *st, c
         for (int h = 0; h < H; h++) rv[i] += (r->mass[(size_t)h * n + i] - mean) * (r->mass[(size_t)h * n + i] - mean);
         rv[i] /= H;
         re[i] = r->nq[i] ? re[i] / ((double)r->nq[i] * H) : 0;
-        badq += nq[i] != r->nq[i];
+        badq += nq[i] != r->nq[i] || ex[i] != r->seen[i];
     }
     double wm = rel_diff(mass, rm, n, 1e-3), wv = rel_diff(var, rv, n, 1e-6), we = rel_diff(ent, re, n, 1e-3);
     fprintf(stderr, "  %s: max relative error: head mass %.2g, mass %.2g, variance %.2g, entropy %.2g\n", what,
@@ -99,7 +104,8 @@ static void compare(ak_test_ctx *t, const char *what, const ak_attn_stats *st, c
     CHECK(wm <= rel, "%s: mass off by %g", what, wm);
     CHECK(wv <= rel, "%s: variance off by %g", what, wv);
     CHECK(we <= rel, "%s: entropy off by %g", what, we);
-    CHECK(badq == 0, "%s: %d query counts differ", what, badq);
+    CHECK(badq == 0, "%s: %d query counts or exposures differ", what, badq);
+    free(ex);
     free(mass); free(var); free(ent); free(rm); free(rv); free(re); free(nq);
 }
 
@@ -327,6 +333,14 @@ TEST(attnstats_off_is_bit_identical_and_sums_hold) {
             badl += fabs(sum - (double)(N + 1) * H) > 1e-9 * (N + 1) * H;
         }
         CHECK(badl == 0, "%s: %d layers' masses do not sum to queries x heads", models[mi], badl);
+        if (!m->layers[0].window) {   /* causal, no window: slot t was seen by the queries at t..N */
+            double *ex = malloc(sizeof(double) * (N + 1));
+            ak_attn_stats_exposure(st, ex);
+            int bade = 0;
+            for (int tt = 0; tt <= N; tt++) bade += ex[tt] != N + 1 - tt;
+            CHECK(bade == 0, "%s: %d exposures differ from N + 1 - t", models[mi], bade);
+            free(ex);
+        }
         double *m2 = malloc(sizeof(double) * (N + 1)), added = 0;
         ak_attn_stats_mass(st, m2);
         for (int i = 0; i <= N; i++) added += m2[i] - (i < N ? mass[i] : 0);
