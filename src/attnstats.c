@@ -167,21 +167,33 @@ typedef double v8d __attribute__((vector_size(64)));
 typedef float v8f_mem __attribute__((vector_size(32), aligned(4), may_alias));
 #define LD8(p) __builtin_convertvector(*(const v8f_mem *)(const void *)(p), v8d)
 
-/* Scores of 16 consecutive slots, in double: out[j] = scale * q . k(t0 + j)
- * with kt this KV head's transposed keys (dk rows of sp slots). One lane per
- * slot: no horizontal sums; each lane adds its products in dimension order. */
-static void scores16(const float *q, const float *kt, size_t sp, int dk, int t0, double scale, double *out) {
-    v8d a0 = {0}, a1 = {0};
+/* Scores of 16 consecutive slots for NH query heads of one KV head, in
+ * double: out[h][off + j] = scale * q[h] . k(t0 + j), kt being the KV head's
+ * transposed keys (dk rows of sp slots). One lane per slot, so no
+ * horizontal sums (each lane adds its products in dimension order), and
+ * each key row loaded once for the NH heads. NH (1, 2 or 4) is a constant
+ * at each call, so the 2 * NH sums stay in registers. */
+static inline __attribute__((always_inline)) void scores16(int NH, const float *const *q, const float *kt, size_t sp,
+                                                           int dk, int t0, double scale, double *const *out,
+                                                           size_t off) {
+    v8d acc[4][2] = {{{0}}};
     for (int e = 0; e < dk; e++) {
         const float *row = kt + (size_t)e * sp + t0;
-        double qe = q[e];
-        a0 += qe * LD8(row);
-        a1 += qe * LD8(row + 8);
+        v8d k0 = LD8(row), k1 = LD8(row + 8);
+#pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) {
+            double qe = q[h][e];
+            acc[h][0] += qe * k0;
+            acc[h][1] += qe * k1;
+        }
     }
-    a0 *= scale;
-    a1 *= scale;
-    memcpy(out, &a0, sizeof a0);
-    memcpy(out + 8, &a1, sizeof a1);
+#pragma GCC unroll 4
+    for (int h = 0; h < NH; h++) {
+        acc[h][0] *= scale;
+        acc[h][1] *= scale;
+        memcpy(out[h] + off, &acc[h][0], sizeof acc[h][0]);
+        memcpy(out[h] + off + 8, &acc[h][1], sizeof acc[h][1]);
+    }
 }
 
 /* The first slot a token at slot p sees on a layer with this window. */
@@ -200,47 +212,64 @@ typedef struct {
     int nt;                 /* tokens in st->tok */
 } observe_task;
 
-/* Thread ith takes query heads ith, ith + nth, ...: each head's rows of
+/* Thread ith takes KV heads ith, ith + nth, ... with their query heads:
+ * each key row is loaded once for the group, and each query head's rows of
  * mass and entropy are written by one thread only. */
 static void observe_worker(void *ud, int ith, int nth) {
     observe_task *o = ud;
     ak_attn_stats *st = o->st;
     const ak_model *m = st->m;
     int dk = m->spec.head_dim_k, Hkv = m->spec.n_head_kv, group = st->H / Hkv;
-    double *sc = st->sc + st->sc_n * ith;
-    for (int h = ith; h < st->H; h += nth) {
-        double *mass = st->mass + ((size_t)o->li * st->H + h) * st->cap;
-        double *ent = st->ent + ((size_t)o->li * st->H + h) * st->cap;
-        int g = h / group;
+    double *sc = st->sc + st->sc_n * ith;   /* (group, sp): each head's scores */
+    for (int g = ith; g < Hkv; g += nth) {
+        const float *kt = st->K + (size_t)g * dk * o->sp;
         for (int j = 0; j < o->nt; j++) {
             int i = st->tok[j], p = o->b->pos[i], lo = first_seen(p, o->window);
-            const float *qv = o->q + (size_t)i * o->qstride + (size_t)h * dk;
-            /* whole 16-slot groups from the one holding lo; s[0] is slot lo */
+            /* whole 16-slot groups from the one holding lo; head hh's slot lo
+             * lands at sc[hh * sp + a - a0] */
             int a = lo - o->klo, a0 = a & ~15, b = p - o->klo;
-            for (int t0 = a0; t0 <= b; t0 += 16)
-                scores16(qv, st->K + (size_t)g * dk * o->sp, o->sp, dk, t0, o->scale, sc + (t0 - a0));
-            double *s = sc + (a - a0), mx = -INFINITY;
-            for (int t = 0; t <= p - lo; t++)
-                if (s[t] > mx) mx = s[t];
-            /* e^(s - mx) 16 at a time in float (relative error < 3e-7,
-             * vmath.h; a libm exp per score would cost more than the
-             * products), weights and sums in double */
-            int n = p - lo + 1;
-            double z = 0, ws = 0;
-            for (int t0 = 0; t0 < n; t0 += 16) {
-                ak_v16f x;
-                for (int j = 0; j < 16; j++) x[j] = t0 + j < n ? (float)(s[t0 + j] - mx) : -INFINITY;
-                ak_exp_v16(&x);
-                for (int j = 0; j < 16 && t0 + j < n; j++) {
-                    ws += x[j] * (s[t0 + j] - mx);
-                    s[t0 + j] = x[j];
-                    z += x[j];
+            for (int h0 = 0; h0 < group;) {
+                int nh = group - h0 >= 4 ? 4 : group - h0 >= 2 ? 2 : 1;
+                const float *qs[4];
+                double *outs[4];
+                for (int k = 0; k < nh; k++) {
+                    qs[k] = o->q + (size_t)i * o->qstride + (size_t)(g * group + h0 + k) * dk;
+                    outs[k] = sc + (size_t)(h0 + k) * o->sp;
                 }
+                for (int t0 = a0; t0 <= b; t0 += 16) {
+                    if (nh == 4) scores16(4, qs, kt, o->sp, dk, t0, o->scale, outs, (size_t)(t0 - a0));
+                    else if (nh == 2) scores16(2, qs, kt, o->sp, dk, t0, o->scale, outs, (size_t)(t0 - a0));
+                    else scores16(1, qs, kt, o->sp, dk, t0, o->scale, outs, (size_t)(t0 - a0));
+                }
+                h0 += nh;
             }
-            /* -sum p ln p with p = w / z and ln w = s - mx: ln z - sum w (s - mx) / z */
-            ent[p] += log(z) - ws / z;
-            double iz = 1 / z;
-            for (int t = lo; t <= p; t++) mass[t] += s[t - lo] * iz;
+            for (int hh = 0; hh < group; hh++) {
+                int h = g * group + hh;
+                double *mass = st->mass + ((size_t)o->li * st->H + h) * st->cap;
+                double *ent = st->ent + ((size_t)o->li * st->H + h) * st->cap;
+                double *s = sc + (size_t)hh * o->sp + (a - a0), mx = -INFINITY;
+                for (int t = 0; t <= p - lo; t++)
+                    if (s[t] > mx) mx = s[t];
+                /* e^(s - mx) 16 at a time in float (relative error < 3e-7,
+                 * vmath.h; a libm exp per score would cost more than the
+                 * products), weights and sums in double */
+                int n = p - lo + 1;
+                double z = 0, ws = 0;
+                for (int t0 = 0; t0 < n; t0 += 16) {
+                    ak_v16f x;
+                    for (int k = 0; k < 16; k++) x[k] = t0 + k < n ? (float)(s[t0 + k] - mx) : -INFINITY;
+                    ak_exp_v16(&x);
+                    for (int k = 0; k < 16 && t0 + k < n; k++) {
+                        ws += x[k] * (s[t0 + k] - mx);
+                        s[t0 + k] = x[k];
+                        z += x[k];
+                    }
+                }
+                /* -sum p ln p with p = w / z and ln w = s - mx: ln z - sum w (s - mx) / z */
+                ent[p] += log(z) - ws / z;
+                double iz = 1 / z;
+                for (int t = lo; t <= p; t++) mass[t] += s[t - lo] * iz;
+            }
         }
     }
 }
@@ -285,8 +314,9 @@ int ak_attn_stats_observe(ak_attn_stats *st, ak_pool *pool, const ak_batch *b, i
             st->K_n = sp * kstride;
         }
         slots = sp;
-        if (slots > st->sc_n || nth > st->sc_th) {
-            size_t n = slots > st->sc_n ? slots : st->sc_n;
+        size_t need = slots * (size_t)(st->H / m->spec.n_head_kv);   /* a row per head of a group */
+        if (need > st->sc_n || nth > st->sc_th) {
+            size_t n = need > st->sc_n ? need : st->sc_n;
             double *sc = realloc(st->sc, n * (size_t)nth * sizeof(double));
             if (!sc) return ak_failc(err, AK_ERR_NOMEM, "out of memory for attention statistics");
             st->sc = sc;
