@@ -189,19 +189,19 @@ TEST(attnstats_layer0_matches_reference) {
     }
 }
 
-/* The hook's arithmetic at any layer, given queries directly: gemma3-tiny's
- * layer 0 (sliding window 16) and layer 5 (global), keys and queries drawn
- * at random into an f32 cache, batches that are runs of one sequence,
- * decode-like single tokens, and a batch mixing a second sequence that the
- * tracked-sequence filter must leave out. Against the double reference, to
- * 1e-5 relative. */
-TEST(attnstats_window_and_tracked_sequence) {
+/* The hook's arithmetic at two layers of the model rel (n_head: a head count
+ * forced on it, 0 keeps the file's), given queries directly: keys and
+ * queries drawn at random into an f32 cache, batches that are runs of one
+ * sequence, decode-like single tokens, and a batch mixing a second sequence
+ * that the tracked-sequence filter must leave out. Against the double
+ * reference, to 1e-5 relative. */
+static void observe_case(ak_test_ctx *t, const char *rel, int layer0, int layer1, int n_head) {
     char path[512];
     ak_error err = {{0}};
-    ak_model *m = ak_model_load(test_path(path, sizeof path, "models/gemma3-tiny.gguf"), NULL, NULL, &err);
-    REQUIRE(m, "gemma3: %s", err.msg);
-    REQUIRE(m->layers[0].window == 16 && m->layers[5].window == 0, "gemma3-tiny: windows %d / %d", m->layers[0].window,
-            m->layers[5].window);
+    ak_model *m = ak_model_load(test_path(path, sizeof path, rel), NULL, NULL, &err);
+    REQUIRE(m, "%s: %s", rel, err.msg);
+    int file_heads = m->cfg.n_head;
+    if (n_head) m->cfg.n_head = n_head;   /* the hook reads the head count from here: other group sizes */
     enum { N = 60 };
     int H = m->cfg.n_head, Hkv = m->spec.n_head_kv, dk = m->spec.head_dim_k, dv = m->spec.head_dim_v;
     size_t ks = (size_t)Hkv * dk, qs = (size_t)H * dk;
@@ -216,7 +216,7 @@ TEST(attnstats_window_and_tracked_sequence) {
     for (size_t i = 0; i < qs * N; i++) Q[i] = 0.5f * ak_rng_normal(&r);
     for (int i = 0; i < Hkv * dv; i++) V[i] = ak_rng_normal(&r);
     for (int li = 0; li < 2; li++) {
-        int layer = li ? 5 : 0, window = m->layers[layer].window;
+        int layer = li ? layer1 : layer0, window = m->layers[layer].window;
         ak_attn_stats *st = ak_attn_stats_new(m, &layer, 1, &err);
         REQUIRE(st, "stats: %s", err.msg);
         ak_attn_stats_set_seq(st, kv);
@@ -252,7 +252,7 @@ TEST(attnstats_window_and_tracked_sequence) {
             ak_batch b = {n, tk, pos, seqs, outs};
             REQUIRE(ak_attn_stats_observe(st, threads, &b, layer, qb, qs, &err) == 0, "observe: %s", err.msg);
             /* a layer not chosen adds nothing */
-            REQUIRE(ak_attn_stats_observe(st, threads, &b, layer ? 1 : 2, qb, qs, &err) == 0, "observe: %s", err.msg);
+            REQUIRE(ak_attn_stats_observe(st, threads, &b, (layer + 1) % m->cfg.n_layer, qb, qs, &err) == 0, "observe: %s", err.msg);
             free(qb);
             for (int j = 0; j < nt; j++) {
                 int p = p0 + j, lo = window && p - window + 1 > 0 ? p - window + 1 : 0;
@@ -266,7 +266,10 @@ TEST(attnstats_window_and_tracked_sequence) {
         }
         /* the hook's exponentials are float (vmath.h), 3e-7: the variance,
          * a difference of masses, shows it most (6e-7 measured) */
-        compare(t, layer ? "gemma3 global layer 5" : "gemma3 window layer 0", st, &ref, 1e-5);
+        char what[160];
+        snprintf(what, sizeof what, "%s layer %d (window %d, %d query heads per KV head)", rel, layer, window,
+                 H / Hkv);
+        compare(t, what, st, &ref, 1e-5);
         /* reset forgets everything; the next pass starts from zero */
         ak_attn_stats_reset(st);
         CHECK(ak_attn_stats_length(st) == 0, "length %d after reset", ak_attn_stats_length(st));
@@ -277,7 +280,24 @@ TEST(attnstats_window_and_tracked_sequence) {
     ak_pool_free(threads);
     ak_kv_free(kv); ak_kv_free(other);
     ak_block_pool_free(pool);
+    m->cfg.n_head = file_heads;
     ak_model_free(m);
+}
+
+/* observe_case on gemma3-tiny's layer 0 (sliding window 16) and layer 5
+ * (global), and on deepseek2-tiny's MLA cache (one KV head) with groups of
+ * 4 and of 3 query heads: every way the hook groups heads. */
+TEST(attnstats_window_and_tracked_sequence) {
+    char path[512];
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(test_path(path, sizeof path, "models/gemma3-tiny.gguf"), NULL, NULL, &err);
+    REQUIRE(m, "gemma3: %s", err.msg);
+    CHECK(m->layers[0].window == 16 && m->layers[5].window == 0, "gemma3-tiny: windows %d / %d", m->layers[0].window,
+          m->layers[5].window);
+    ak_model_free(m);
+    observe_case(t, "models/gemma3-tiny.gguf", 0, 5, 0);      /* window 16 and global, groups of 2 */
+    observe_case(t, "models/deepseek2-tiny.gguf", 0, 2, 0);   /* MLA: one KV head of 40 dims, a group of 4 */
+    observe_case(t, "models/deepseek2-tiny.gguf", 0, 1, 3);   /* a group of 3: scored 2 + 1 */
 }
 
 /* Attached or not, the logits are the same bits (prefill and decode, every
