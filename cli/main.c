@@ -18,7 +18,7 @@ static const struct {
     {"cache", cmd_cache, "list, inspect, verify, remove and gc agent caches in a memory directory"},
     {"pool", cmd_pool, "create, list, inspect and remove pools (shared prefixes) in a memory directory"},
     {"synth", cmd_synth, "write a GGUF with random weights of a real model's shape"},
-    {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching)"},
+    {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching), pools (shared pool vs private copies)"},
 };
 
 static void usage(FILE *out) {

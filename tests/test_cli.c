@@ -368,3 +368,41 @@ TEST(cli_bench_engine_json) {
         free_result(&r);
     }
 }
+
+/* `bench pools --json` on a tiny model: the memory invariants the
+ * benchmark exists to show, as exact equalities (no speeds): pooled agents
+ * hold the pool once and only their own tokens (the floor, to the byte, for
+ * whole blocks), the content index shares as much, private copies are N
+ * times one agent, and pooled and private caches give the same logits. */
+TEST(cli_bench_pools_invariants) {
+    char args[1024], path[512];
+    snprintf(args, sizeof args,
+             "bench pools -m %s --pool-tokens 512 --suffix 32 --agents 1,2,3 --decode-agents 2 --reps 1 --ttft-reps 1 --json",
+             test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf"));
+    cmd_result r = run_cli(args);
+    cJSON *j = r.code == 0 ? cJSON_Parse(r.out) : NULL;
+    CHECK(j, "exit %d, not one JSON object: %s %s", r.code, r.out, r.err);
+    if (j) {
+        double bpt = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "bytes_per_token"));
+        double one = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "private_agent_bytes"));
+        cJSON *mem = cJSON_GetObjectItem(j, "memory"), *row;
+        int rows = 0;
+        cJSON_ArrayForEach(row, mem) {
+            double n = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "agents"));
+            double pooled = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "pooled_bytes"));
+            double index = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "content_index_bytes"));
+            double priv = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "private_copies_bytes"));
+            CHECK(pooled == bpt * (512 + n * 32), "%g agents: %g bytes held, floor %g", n, pooled, bpt * (512 + n * 32));
+            CHECK(index == pooled, "%g agents: content index %g bytes vs pool %g", n, index, pooled);
+            CHECK(priv == n * one, "%g agents: private copies %g, not %g x %g", n, priv, n, one);
+            rows++;
+        }
+        CHECK(rows == 3, "%d memory rows", rows);
+        CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "first_logits_max_diff")) == 0 &&
+                  cJSON_GetNumberValue(cJSON_GetObjectItem(j, "decode_logits_max_diff")) == 0,
+              "pooled and private logits differ: %s", r.out);
+        CHECK(cJSON_IsTrue(cJSON_GetObjectItem(j, "private_copies_unshared")), "private copies shared blocks");
+        cJSON_Delete(j);
+    }
+    free_result(&r);
+}
