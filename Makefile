@@ -6,6 +6,7 @@
 #   make fuzz       every libFuzzer target fuzz/fuzz_*.c, FUZZ_SECONDS each (FUZZ_TARGETS="gguf store"
 #                   picks some, FUZZ_JOBS=2 runs two at a time)
 #   make bench      engine benchmarks on synthetic 1B-shaped models
+#   make bench-tools  the stand-alone measuring programs in bench/*.c, as BUILD/bench/NAME
 #   make soak       the server under mixed traffic for SOAK_SECONDS (bench/soak.py; fails on 5xx,
 #                   RSS growth, leaked descriptors, a crash; plot and summary in BUILD/soak)
 # ARCH=native by default (SIMD chosen by the compiler's target); ARCH= for a
@@ -127,6 +128,14 @@ fuzz: fuzz-build
 bench: $(BUILD)/agentkv
 	sh bench/engine.sh $(BUILD)/agentkv
 
+# Stand-alone measuring programs in bench/*.c, linked against the library:
+# `make bench-tools` builds $(BUILD)/bench/NAME for each (e.g. attnstats_cost).
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libagentkv.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+bench-tools: $(BENCH_BIN)
+
 soak: $(BUILD)/agentkv
 	python3 bench/soak.py --bin $(BUILD)/agentkv --model $(SHARED)/models/stories260K.gguf \
 	    --seconds $(SOAK_SECONDS) --out $(BUILD)/soak
@@ -134,6 +143,6 @@ soak: $(BUILD)/agentkv
 clean:
 	rm -rf build build-asan build-scalar
 
-.PHONY: all test demo asan fuzz fuzz-build bench soak clean
+.PHONY: all test demo asan fuzz fuzz-build bench bench-tools soak clean
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
 -include $(wildcard $(FUZZ_DIR)/obj/*/*.d)

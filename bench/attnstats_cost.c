@@ -3,12 +3,9 @@
  * detached and attached (default layers: first, middle, last, or -l
  * L1,L2,...), alternating, R repetitions each; prints the median wall and
  * CPU times (all threads; steadier on a shared machine) and their ratios.
- * Linked against the library of a build:
+ * Built by `make bench-tools` (as BUILD/bench/attnstats_cost):
  *
- *   make BUILD=build-x
- *   cc -O2 -march=native -D_GNU_SOURCE -o build-x/attnstats_cost bench/attnstats_cost.c build-x/libagentkv.a \
- *      $(pkg-config --libs libpcre2-8) -lmicrohttpd -lcjson -lxxhash -lsodium -lm -pthread
- *   build-x/attnstats_cost MODEL.gguf [-p 256] [-r 3] [-t THREADS] [-b BATCH] [-l 0,8,15]
+ *   build/bench/attnstats_cost MODEL.gguf [-p 256] [-r 3] [-t THREADS] [-b BATCH] [-l 0,8,15]
  */
 #include <stdio.h>
 #include <stdlib.h>
