@@ -127,6 +127,7 @@ fuzz: fuzz-build
 
 bench: $(BUILD)/agentkv
 	sh bench/engine.sh $(BUILD)/agentkv
+	BENCH_DIR=$(BUILD)/bench-models OUT=$(BUILD)/bench-cards SHARED=$(SHARED) sh bench/cards.sh $(BUILD)/agentkv
 
 # Stand-alone measuring programs in bench/*.c, linked against the library:
 # `make bench-tools` builds $(BUILD)/bench/NAME for each (e.g. attnstats_cost).

@@ -1,0 +1,828 @@
+/* cmd_bench_cards.c - agentkv bench cards: what handing a KV cache from
+ * agent to agent as a CacheCard (cards.h, agent.h: CARDS) costs and loses,
+ * in two modes of one command:
+ *
+ *   handoff (default): at each context length of --contexts, a sender agent
+ *     prefills the context once (untimed for the ratios; it collects
+ *     attention statistics, attnstats.h, as it goes). Then per rep, side by
+ *     side: (a) export a card of the sender's whole context (uniform 8 bits,
+ *     uniform 4 bits, importance 4 bits from the sender's statistics), import
+ *     it into a fresh receiver (replace) and run the receiver's own short
+ *     turn to its first token's logits; (c) a warm restore of the sender's
+ *     agent file from the store plus the same turn. Once per context: (b) a
+ *     receiver that re-prefills the context and the turn. Ratios (b)/(a) and
+ *     (a)/(c). Also bytes per token of cards at each budget vs f16.
+ *
+ *   quality (--quality): on a trained model and a real text, a chain of 5
+ *     agents A -> B -> C -> D -> E at the kv level (ak_card_make,
+ *     ak_card_attach: exactly what an import "replace" does for a card cut at
+ *     position 0): each agent runs its own segment of the text with an
+ *     attention-statistics object attached (its own forward passes only),
+ *     exports a card of its whole context under a budget and policy, the next
+ *     attaches it and runs its own segment; E then runs a held-out segment.
+ *     Mean KL divergence of E's next-token distributions and delta
+ *     perplexity vs an f16 full prefill of the same text, per policy and
+ *     budget.
+ *
+ * Everything is measured in one process on one model; see
+ * docs/cards-bench.md for the method and the figures.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../src/agent.h"
+#include "../src/attnstats.h"
+#include "../src/bitalloc.h"
+#include "../src/cards.h"
+#include "../src/sampler.h"
+#include "args.h"
+#include "commands.h"
+#include "common.h"
+
+int cmd_bench_cards(int argc, char **argv);
+
+static const char *usage_text =
+    "usage: agentkv bench cards -m MODEL [flags]            handoff TTFT (default)\n"
+    "       agentkv bench cards --quality -m MODEL --text FILE [flags]\n"
+    "  Handoff: at each context of --contexts a sender agent prefills the context once (with\n"
+    "  attention statistics attached); then per rep, timed side by side: (a) export a card of\n"
+    "  its whole context (uniform 8 bits, uniform 4 bits, importance 4 bits from the sender's\n"
+    "  statistics) + import into a fresh receiver + the receiver's own turn of --turn tokens\n"
+    "  to its first token; (c) a warm restore of the sender's agent file + the same turn;\n"
+    "  once per context (b) a receiver re-prefilling context + turn. Ratios (b)/(a), (a)/(c).\n"
+    "  Bytes per token of cards at budgets 3, 4, 6, 8, 16 vs f16 (first context).\n"
+    "  Quality: a chain of 5 agents over a text (each adds its segment, exports a card of its\n"
+    "  whole context, the next imports it); E then reads a held-out segment: mean KL and\n"
+    "  delta perplexity vs an f16 prefill of the same text, per policy and budget.\n"
+    "\n"
+    "  -m, --model FILE        GGUF model (bench/cards.sh: a synthetic llama-1b, 8K context, for\n"
+    "                          handoff; ../shared/models/tiny-llama-h64-gqa-f32.gguf for quality)\n"
+    "  --contexts LIST         handoff context lengths (default 1024,4096,8192)\n"
+    "  --turn N                the receiver's own turn, tokens (default 16)\n"
+    "  --reps N                handoff and warm-restore reps per context, median (default 3)\n"
+    "  --dir DIR               store directory for agent and card files (default\n"
+    "                          ./agentkv-bench-cards; emptied of this run's files at the end)\n"
+    "  --quality               the quality chain instead of the handoff\n"
+    "  --text FILE             quality: the text (e.g. ../shared/golden/tiny-llama-h64/val.txt)\n"
+    "  --tokens N              quality: tokens per window (default: the model's context - 24)\n"
+    "  --windows N             quality: windows of the text, consecutive (default 4)\n"
+    "  --budgets LIST          quality: average bits per token (default 3,4,6,8)\n"
+    "  -t, --threads N         threads (default: all cores)\n"
+    "  --json-out FILE         the tables on stdout and one JSON object into FILE\n"
+    "  -ctk, -ctv F            the agents' own formats (default f16; the sender's cache and the\n"
+    "                          agent file the warm restore reads)\n";
+
+#define MAX_LIST 16
+#define N_HOPS 5
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts v); 0 for n = 0. */
+static double median(double *v, int n) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- widths from attention statistics --------------------------------- */
+
+/* Widths for positions [0, n) of kv (NULL: no caps) under `budget` average
+ * bits (both sides) with policy pol, into wk and wv (n bytes each). For
+ * importance and topology the scores come from st (which must have seen
+ * every slot < n as a key): mass, its variance across heads, exposure, the
+ * entropy of the slots st saw as queries (a slot the agent never ran as a
+ * query gets the mean entropy of those it did: neutral after
+ * normalization), the token ids; segment and overlap (may be NULL) feed
+ * topology. A token kv holds in a mixed block is capped at the width it
+ * has, so the greedy spends the budget on the others. Uniform spreads the
+ * higher of two widths evenly. res (may be NULL) gets the allocation's
+ * result. Returns 0, or -1 with err set. */
+static int stats_widths(const ak_attn_stats *st, const ak_kv *kv, const int32_t *tokens, int n,
+                        const uint8_t *segment, const int32_t *overlap, ak_bitalloc_policy pol, double budget,
+                        uint8_t *wk, uint8_t *wv, ak_bitalloc_result *res, ak_error *err) {
+    int L = st ? ak_attn_stats_length(st) : 0;
+    if (pol != AK_BITALLOC_UNIFORM && L < n)
+        return ak_failc(err, AK_ERR_INVALID, "statistics cover %d slots, the card %d", L, n);
+    size_t cells = (size_t)(L > n ? L : n);
+    double *mass = malloc(sizeof(double) * cells), *var = malloc(sizeof(double) * cells);
+    double *ent = malloc(sizeof(double) * cells), *expo = malloc(sizeof(double) * cells);
+    int64_t *qc = malloc(sizeof(int64_t) * cells);
+    uint8_t *ck = malloc((size_t)n), *cv = malloc((size_t)n);
+    int rc = -1;
+    if (!mass || !var || !ent || !expo || !qc || !ck || !cv) {
+        ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int p = 0; p < n; p++) {
+        int a, b;
+        if (kv && ak_card_slot_widths(kv, p, &a, &b)) ck[p] = (uint8_t)a, cv[p] = (uint8_t)b;
+        else ck[p] = cv[p] = 16;
+    }
+    ak_bitalloc_input in;
+    memset(&in, 0, sizeof in);
+    in.n = n;
+    in.tokens = tokens;
+    in.segment = segment;
+    in.overlap = overlap;
+    in.cap_k = ck;
+    in.cap_v = cv;
+    if (pol != AK_BITALLOC_UNIFORM) {
+        ak_attn_stats_mass(st, mass);
+        ak_attn_stats_mass_var(st, var);
+        ak_attn_stats_entropy(st, ent);
+        ak_attn_stats_exposure(st, expo);
+        ak_attn_stats_query_count(st, qc);
+        double es = 0;
+        int en = 0;
+        for (int p = 0; p < n; p++)
+            if (qc[p] > 0) es += ent[p], en++;
+        for (int p = 0; p < n; p++) {
+            if (qc[p] == 0) ent[p] = en ? es / en : 0;
+            if (!(expo[p] > 0)) {
+                ak_failc(err, AK_ERR_INVALID, "slot %d was never seen as a key", p);
+                goto done;
+            }
+        }
+        in.mass = mass;
+        in.variance = var;
+        in.entropy = ent;
+        in.exposure = expo;
+    }
+    ak_bitalloc_params bp;
+    ak_bitalloc_params_init(&bp);
+    bp.policy = pol;
+    bp.budget_k = budget;
+    bp.budget_v = 0;
+    bp.spread = 1;
+    rc = ak_bitalloc_run(&in, &bp, wk, wv, res, err);
+done:
+    free(mass); free(var); free(ent); free(expo); free(qc); free(ck); free(cv);
+    return rc;
+}
+
+/* ---- quality ------------------------------------------------------------ */
+
+typedef struct {
+    ak_bitalloc_policy policy;
+    double budget;
+    double kl;              /* mean over windows and held-out positions, nats */
+    double ppl, ppl_ref;    /* held-out perplexity of E and of the f16 prefill (all windows) */
+    double nll, nll_ref;    /* sums */
+    long n_nll, n_kl;
+    double mean_k, mean_v;  /* mean widths of the last card (D's), first window */
+    double bpt_first;       /* vector bytes per token of A's card, first window */
+    double bpt_f16;
+    int top1_agree;         /* held-out positions whose argmax equals the reference's */
+} qrow;
+
+/* log-softmax of logits[0..n) into out (double). */
+static void log_softmax(const float *logits, int n, double *out) {
+    double mx = logits[0];
+    for (int i = 1; i < n; i++) if (logits[i] > mx) mx = logits[i];
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)logits[i] - mx);
+    double lz = mx + log(s);
+    for (int i = 0; i < n; i++) out[i] = (double)logits[i] - lz;
+}
+
+/* One chain over toks[0..N) for row q: bounds[0..N_HOPS] are the agents'
+ * segments ([bounds[h], bounds[h+1]) is agent h's own turn), E then reads
+ * [bounds[N_HOPS], N) with every logit into elog (rows x vocab). Each agent
+ * has a fresh f16 sequence of n_ctx positions in pool; A's segment is the
+ * task (AK_SEG_TASK), the others' their own turns (AK_SEG_ASSISTANT); a
+ * token's overlap is how many hand-offs carried it before this one.
+ * first_window: fills q's widths and bytes. Returns 0, or -1 with err set. */
+static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, const int32_t *toks, int N,
+                         const int *bounds, qrow *q, int first_window, float *elog, ak_error *err) {
+    int n_ctx = m->spec.n_ctx;
+    ak_attn_stats *st = ak_attn_stats_new(m, NULL, 0, err);
+    uint8_t *seg = malloc((size_t)N), *wk = malloc((size_t)N), *wv = malloc((size_t)N);
+    int32_t *ov = malloc(sizeof(int32_t) * (size_t)N);
+    ak_card *card = NULL;
+    ak_kv *kv = NULL;
+    int rc = -1;
+    if (!st) return -1;
+    if (!seg || !wk || !wv || !ov) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto done; }
+    for (int h = 0; h < N_HOPS; h++) {
+        if (!(kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, n_ctx, err))) goto done;
+        if (card) {
+            if (ak_card_attach(card, kv, err) < 0) goto done;
+            ak_card_free(card);
+            card = NULL;
+        }
+        int from = bounds[h], to = bounds[h + 1];
+        ak_attn_stats_reset(st);
+        ak_attn_stats_set_seq(st, kv);
+        if (q->policy != AK_BITALLOC_UNIFORM) ak_ctx_set_attn_stats(ctx, st);
+        int r = ak_eval(ctx, kv, toks + from, to - from, from, NULL, NULL, NULL, NULL, err);
+        ak_ctx_set_attn_stats(ctx, NULL);
+        if (r < 0) goto done;
+        if (h == N_HOPS - 1) {
+            if (ak_eval(ctx, kv, toks + to, N - to, to, NULL, elog, NULL, NULL, err) < 0) goto done;
+            break;
+        }
+        /* this agent's card of its whole context [0, to) */
+        for (int p = 0; p < to; p++) {
+            int owner = 0;
+            while (owner + 1 < N_HOPS && p >= bounds[owner + 1]) owner++;
+            seg[p] = owner == 0 ? AK_SEG_TASK : AK_SEG_ASSISTANT;
+            ov[p] = h - owner;
+        }
+        ak_bitalloc_result res;
+        if (stats_widths(st, kv, toks, to, seg, ov, q->policy, q->budget, wk, wv, &res, err) < 0) goto done;
+        char id[48];
+        snprintf(id, sizeof id, "hop-%d", h);
+        ak_card_params cp = {id, NULL, "bench", NULL, 0, to, wk, wv, ak_bitalloc_policy_name(q->policy),
+                             q->budget, q->budget};
+        if (!(card = ak_card_make(kv, toks, &cp, err))) goto done;
+        if (first_window && h == 0) {
+            q->bpt_first = (double)ak_card_vector_bytes(card) / card->n_tokens;
+            q->bpt_f16 = (double)ak_card_f16_bytes(card) / card->n_tokens;
+        }
+        if (first_window && h == N_HOPS - 2) {
+            long sk = 0, sv = 0;
+            for (int p = 0; p < card->n_tokens; p++) sk += card->widths_k[p], sv += card->widths_v[p];
+            q->mean_k = (double)sk / card->n_tokens;
+            q->mean_v = (double)sv / card->n_tokens;
+        }
+        ak_kv_free(kv);
+        kv = NULL;
+    }
+    rc = 0;
+done:
+    ak_ctx_set_attn_stats(ctx, NULL);
+    ak_kv_free(kv);
+    ak_card_free(card);
+    ak_attn_stats_free(st);
+    free(seg); free(wk); free(wv); free(ov);
+    return rc;
+}
+
+/* The quality mode. Returns the exit code. */
+static int run_quality(const char *model_path, const char *text_path, int N, int windows, const int *budgets,
+                       int n_budgets, int n_threads, const char *json_out) {
+    loaded_model lm;
+    if (load_model(&lm, "bench cards", model_path) < 0) return 1;
+    const ak_model *m = lm.model;
+    const int vocab = m->cfg.vocab;
+    ak_error err = {{0}};
+    int rc = 1;
+    char *text = NULL;
+    int32_t *all = NULL;
+    size_t n_all = 0, len = 0;
+    float *rlog = NULL, *elog = NULL;
+    double *lr = NULL, *le = NULL;
+    ak_block_pool *pool = NULL;
+    qrow *rows = NULL;
+    int n_rows = 0;
+    ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
+    if (!ctx) goto fail;
+    if (N <= 0) N = m->spec.n_ctx - 24;
+    if (N > m->spec.n_ctx || N < 100) {
+        ak_failc(&err, AK_ERR_INVALID, "--tokens %d: need 100 .. the model's context %d", N, m->spec.n_ctx);
+        goto fail;
+    }
+    if (!(text = ak_read_file(text_path, &len, &err))) goto fail;
+    if (ak_tokenize(lm.tok, text, len, AK_TOK_ADD_SPECIAL, &all, &n_all, &err) < 0) goto fail;
+    if ((long)n_all < 1 + (long)windows * (N - 1)) {
+        ak_failc(&err, AK_ERR_INVALID, "%s has %zu tokens, %d windows of %d need %ld", text_path, n_all, windows, N,
+                 1 + (long)windows * (N - 1));
+        goto fail;
+    }
+    /* segments: A 40%, B..E 10% each, the held-out 20% */
+    int bounds[N_HOPS + 1];
+    bounds[0] = 0;
+    bounds[1] = N * 2 / 5;
+    for (int h = 2; h <= N_HOPS; h++) bounds[h] = bounds[h - 1] + N / 10;
+    const int H = N - bounds[N_HOPS];
+    n_rows = 3 * n_budgets + 1;   /* three policies per budget, and uniform 16: the chain's own error */
+    rows = calloc((size_t)n_rows, sizeof *rows);
+    rlog = malloc(sizeof(float) * (size_t)H * vocab);
+    elog = malloc(sizeof(float) * (size_t)H * vocab);
+    lr = malloc(sizeof(double) * vocab);
+    le = malloc(sizeof(double) * vocab);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)N);
+    if (!rows || !rlog || !elog || !lr || !le || !toks) {
+        free(toks);
+        ak_failc(&err, AK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int b = 0, i = 0; b < n_budgets; b++)
+        for (int p = 0; p < 3; p++, i++) rows[i].policy = (ak_bitalloc_policy)p, rows[i].budget = budgets[b];
+    rows[n_rows - 1].policy = AK_BITALLOC_UNIFORM;
+    rows[n_rows - 1].budget = 16;
+    if (!(pool = ak_block_pool_new(&m->spec, 0, 0, &err))) { free(toks); goto fail; }
+    fprintf(stderr, "bench cards quality: %s, %d windows of %d tokens (A %d, B..E %d each, held-out %d), %d configs\n",
+            model_path, windows, N, bounds[1], N / 10, H, n_rows);
+    for (int w = 0; w < windows; w++) {
+        toks[0] = all[0];
+        memcpy(toks + 1, all + 1 + (size_t)w * (N - 1), sizeof(int32_t) * (size_t)(N - 1));
+        /* the reference: an f16 prefill of the whole window */
+        ak_kv *ref = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, m->spec.n_ctx, &err);
+        if (!ref || ak_eval(ctx, ref, toks, bounds[N_HOPS], 0, NULL, NULL, NULL, NULL, &err) < 0 ||
+            ak_eval(ctx, ref, toks + bounds[N_HOPS], H, bounds[N_HOPS], NULL, rlog, NULL, NULL, &err) < 0) {
+            ak_kv_free(ref);
+            free(toks);
+            goto fail;
+        }
+        ak_kv_free(ref);
+        for (int i = 0; i < n_rows; i++) {
+            qrow *q = &rows[i];
+            if (quality_chain(ctx, m, pool, toks, N, bounds, q, w == 0, elog, &err) < 0) { free(toks); goto fail; }
+            for (int j = 0; j < H; j++) {
+                const float *rj = rlog + (size_t)j * vocab, *ej = elog + (size_t)j * vocab;
+                log_softmax(rj, vocab, lr);
+                log_softmax(ej, vocab, le);
+                double kl = 0;
+                for (int v = 0; v < vocab; v++) kl += exp(lr[v]) * (lr[v] - le[v]);
+                if (kl < 0) kl = 0;   /* rounding of two equal distributions */
+                q->kl += kl;
+                q->n_kl++;
+                if (ak_argmax(rj, vocab) == ak_argmax(ej, vocab)) q->top1_agree++;
+                if (j + 1 < H) {
+                    int32_t nx = toks[bounds[N_HOPS] + j + 1];
+                    q->nll -= le[nx];
+                    q->nll_ref -= lr[nx];
+                    q->n_nll++;
+                }
+            }
+            fprintf(stderr, "  window %d/%d  %-10s %5.1f bits: KL so far %.3e\n", w + 1, windows,
+                    ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl);
+        }
+    }
+    free(toks);
+    for (int i = 0; i < n_rows; i++) {
+        rows[i].ppl = exp(rows[i].nll / rows[i].n_nll);
+        rows[i].ppl_ref = exp(rows[i].nll_ref / rows[i].n_nll);
+    }
+    printf("\ncards quality: %s, %d windows of %d tokens of %s; chain A -> B -> C -> D -> E, each hop a card of\n"
+           "the whole context (A's %d tokens, then %d of each agent's own), E reads %d held-out tokens; vs an f16\n"
+           "prefill of the same window. Statistics: each agent's own forward passes (attnstats, default layers).\n\n",
+           model_path, windows, N, text_path, bounds[1], N / 10, H);
+    printf("%-11s %6s %10s %9s %9s %8s %9s %10s %12s\n", "policy", "budget", "mean_KL", "dPPL_%", "top1_%",
+           "D_bits_k", "D_bits_v", "A_bytes/t", "vs_f16");
+    for (int i = 0; i < n_rows; i++) {
+        qrow *q = &rows[i];
+        printf("%-11s %6.1f %10.3e %+9.3f %9.2f %8.2f %9.2f %10.1f %11.3fx\n", ak_bitalloc_policy_name(q->policy),
+               q->budget, q->kl / q->n_kl, 100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl,
+               q->mean_k, q->mean_v, q->bpt_first, q->bpt_first / q->bpt_f16);
+    }
+    printf("f16 prefill held-out perplexity %.4f; D_bits = mean widths of D's card (after the caps of the chain);\n"
+           "A_bytes/t = bytes per token of A's card (f16: %.1f).\n", rows[0].ppl_ref, rows[0].bpt_f16);
+    for (int b = 0; b < n_budgets; b++) {
+        qrow *u = &rows[3 * b], *im = &rows[3 * b + 1], *tp = &rows[3 * b + 2];
+        double ku = u->kl / u->n_kl, ki = im->kl / im->n_kl, kt = tp->kl / tp->n_kl;
+        const char *best = ki <= kt ? "importance" : "topology";
+        double kb = ki <= kt ? ki : kt;
+        printf("at %d bits: best adaptive (%s) KL %.3e vs uniform %.3e: %s (%.2fx)\n", budgets[b], best, kb, ku,
+               kb < ku ? "below uniform" : "NOT below uniform", ku / kb);
+    }
+    if (json_out) {
+        FILE *jf = fopen(json_out, "w");
+        if (!jf) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
+        fprintf(jf, "{\"mode\": \"quality\", \"model\": \"%s\", \"text\": \"%s\", \"windows\": %d, \"tokens\": %d, "
+                "\"bounds\": [%d, %d, %d, %d, %d, %d], \"held_out\": %d, \"ppl_ref\": %.6f, \"rows\": [",
+                model_path, text_path, windows, N, bounds[0], bounds[1], bounds[2], bounds[3], bounds[4], bounds[5],
+                H, rows[0].ppl_ref);
+        for (int i = 0; i < n_rows; i++) {
+            qrow *q = &rows[i];
+            fprintf(jf, "%s{\"policy\": \"%s\", \"budget\": %g, \"mean_kl\": %.7f, \"ppl\": %.6f, \"dppl_pct\": %.5f, "
+                    "\"top1_agree_pct\": %.3f, \"last_card_bits_k\": %.4f, \"last_card_bits_v\": %.4f, "
+                    "\"first_card_bytes_per_token\": %.2f, \"f16_bytes_per_token\": %.2f}",
+                    i ? ", " : "", ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl, q->ppl,
+                    100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k, q->mean_v,
+                    q->bpt_first, q->bpt_f16);
+        }
+        fprintf(jf, "]}\n");
+        if (fclose(jf) != 0) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "agentkv bench cards: %s\n", err.msg[0] ? err.msg : "failed");
+done:
+    free(text); free(all); free(rlog); free(elog); free(lr); free(le); free(rows);
+    ak_block_pool_free(pool);
+    ak_ctx_free(ctx);
+    unload_model(&lm);
+    return rc;
+}
+
+/* ---- handoff ------------------------------------------------------------ */
+
+/* A block pool, a store and agents on it (no prefix sharing: a receiver
+ * that re-prefills must compute, not link the sender's blocks). */
+typedef struct {
+    ak_store *store;
+    ak_block_pool *pool;
+    ak_agents *ag;
+} rig;
+
+/* Opens r on store directory dir with agents of n_ctx positions in co's
+ * formats, saving per `save`. Returns 0, or -1 with err set (r closed). */
+static int rig_open(rig *r, const ak_model *m, ak_ctx *ctx, const ak_tokenizer *tk, const cache_opts *co, int n_ctx,
+                    const char *dir, ak_save_policy save, ak_error *err) {
+    memset(r, 0, sizeof *r);
+    if (!(r->store = ak_store_open(dir, NULL, err))) return -1;
+    if (!(r->pool = ak_block_pool_new(&m->spec, co->block_tokens, co->budget, err))) goto fail;
+    if (cache_center(co, ctx, tk, r->pool, "bench cards") < 0) {
+        ak_fail(err, "calibration failed");
+        goto fail;
+    }
+    ak_agents_config ac = {m, r->pool, r->store, co->fk, co->fv, n_ctx, save, 0, NULL, NULL, 1};
+    if (!(r->ag = ak_agents_new(&ac, err))) goto fail;
+    return 0;
+fail:
+    ak_block_pool_free(r->pool);
+    ak_store_close(r->store);
+    memset(r, 0, sizeof *r);
+    return -1;
+}
+
+/* Frees the agents (saving what is dirty), the block pool, the store. A
+ * zeroed rig is fine. */
+static void rig_close(rig *r) {
+    ak_agents_free(r->ag);
+    ak_block_pool_free(r->pool);
+    if (r->store) ak_store_close(r->store);
+    memset(r, 0, sizeof *r);
+}
+
+/* A turn of agent id with prompt toks[0..n) up to its first token's logits
+ * (into logits): open (match, restore, make room), prefill what the cache
+ * lacks (progress bar `label` if not NULL); *ms gets that time. Then, out of
+ * the timing, commit + end (keep = 1) or abort (keep = 0: the agent stays
+ * as it was, its file untouched). *t gets the turn. Returns 0, or -1 with
+ * err set. */
+static int timed_turn(rig *r, ak_ctx *ctx, const char *id, const int32_t *toks, int n, const char *label, int keep,
+                      float *logits, double *ms, ak_turn *t, ak_error *err) {
+    ak_kv *kv;
+    progress pg;
+    if (label) progress_init(&pg, label);
+    double t0 = ak_now();
+    int rc = ak_agent_open(r->ag, id, 0, toks, n, n, 0, &kv, t, err);
+    if (rc == 0 && ak_eval(ctx, kv, toks + t->reused, t->prefilled, t->reused, logits, NULL,
+                           label ? progress_update : NULL, label ? &pg : NULL, err) < 0) {
+        ak_agent_abort(r->ag, id);
+        rc = -1;
+    }
+    *ms = (ak_now() - t0) * 1e3;
+    if (label) progress_done(&pg);
+    if (rc < 0) return -1;
+    if (!keep) {
+        ak_agent_abort(r->ag, id);
+        return 0;
+    }
+    return ak_agent_commit(r->ag, id, toks, n, err) < 0 || ak_agent_end(r->ag, id, err) < 0 ? -1 : 0;
+}
+
+#define N_VARIANTS 3
+static const char *variant_name[N_VARIANTS] = {"uniform 8", "uniform 4", "importance 4"};
+
+/* Everything measured at one context length (medians over reps). */
+typedef struct {
+    int n;
+    double sender_ms;                 /* the sender's prefill, statistics attached */
+    double reprefill_ms;              /* (b) */
+    double warm_ms, warm_restore_ms;  /* (c): the turn, and its restore part (ak_turn) */
+    uint64_t warm_bytes;              /* bytes the restore read */
+    double total[N_VARIANTS], make[N_VARIANTS], import[N_VARIANTS], turn[N_VARIANTS];
+    double ratio_b_a[N_VARIANTS], ratio_a_c[N_VARIANTS];   /* medians of the reps' ratios ((b) is one run) */
+    double card_bpt[N_VARIANTS], mean_bits[N_VARIANTS];
+    size_t card_file[N_VARIANTS];     /* bytes of the card file */
+    int same_token[N_VARIANTS];       /* the receiver's first token equals the re-prefill's */
+} hrow;
+
+/* Bytes per token of cards at a budget, on the handoff model. */
+typedef struct {
+    double budget;
+    double uniform, importance;
+} brow;
+
+/* One handoff of variant v from agent "sender" (whose statistics are st)
+ * into a fresh agent recv_id, then its turn toks[0..n + turn) (the card's n
+ * tokens and its own). Times: *make (widths from the statistics for
+ * importance, make and save the card), *import, *turn; the first token into
+ * *first. Card facts into *bpt, *bits, *file_bytes. The card and the receiver
+ * are removed afterwards. Returns 0, or -1 with err set. */
+static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const char *card_id, const char *recv_id,
+                   const int32_t *toks, int n, int turn, float *logits, double *make, double *import, double *tturn,
+                   int32_t *first, double *bpt, double *bits, size_t *file_bytes, ak_error *err) {
+    uint8_t *wk = NULL, *wv = NULL;
+    char cid[AK_AGENT_ID_MAX + 1];
+    ak_card_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.card_id = card_id;
+    double t0 = ak_now();
+    if (v == 2) {
+        wk = malloc((size_t)n), wv = malloc((size_t)n);
+        if (!wk || !wv) { free(wk); free(wv); return ak_failc(err, AK_ERR_NOMEM, "out of memory"); }
+        if (stats_widths(st, NULL, toks, n, NULL, NULL, AK_BITALLOC_IMPORTANCE, 4, wk, wv, NULL, err) < 0) {
+            free(wk); free(wv);
+            return -1;
+        }
+        rq.widths_k = wk, rq.widths_v = wv, rq.policy = "importance", rq.budget_k = rq.budget_v = 4;
+    } else {
+        rq.policy = "uniform";
+        rq.budget_k = rq.budget_v = v == 0 ? 8 : 4;
+    }
+    int rc = ak_agent_make_card(r->ag, "sender", &rq, cid, err);
+    free(wk); free(wv);
+    if (rc < 0) return -1;
+    double t1 = ak_now();
+    if (ak_agent_import_card(r->ag, recv_id, cid, err) < 0) return -1;
+    double t2 = ak_now();
+    ak_turn t;
+    if (timed_turn(r, ctx, recv_id, toks, n + turn, NULL, 1, logits, tturn, &t, err) < 0) return -1;
+    *make = (t1 - t0) * 1e3;
+    *import = (t2 - t1) * 1e3;
+    *first = ak_argmax(logits, ak_ctx_model(ctx)->cfg.vocab);
+    if (t.reused != n || t.prefilled != turn)
+        return ak_failc(err, AK_ERR_GENERIC, "receiver %s reused %d and prefilled %d, not %d and %d", recv_id, t.reused,
+                        t.prefilled, n, turn);
+    const ak_card *c = ak_card_get(r->ag, cid, err);
+    if (!c) return -1;
+    long s = 0;
+    for (int i = 0; i < c->n_tokens; i++) s += c->widths_k[i] + c->widths_v[i];
+    *bits = (double)s / (2.0 * c->n_tokens);
+    *bpt = (double)ak_card_vector_bytes(c) / c->n_tokens;
+    *file_bytes = 0;
+    ak_store_card_entry *list = NULL;
+    int nl = 0;
+    if (ak_cards_list(r->ag, &list, &nl, err) == 0) {
+        for (int i = 0; i < nl; i++)
+            if (!strcmp(list[i].id, cid)) *file_bytes = (size_t)list[i].bytes;
+        free(list);
+    }
+    if (ak_agent_remove(r->ag, recv_id, err) < 0 || ak_card_remove(r->ag, cid, err) < 0) return -1;
+    return 0;
+}
+
+/* Prints the handoff tables to stdout, or one JSON object to json. */
+static void handoff_report(const hrow *R, int n_ctx_list, const brow *B, int n_b, double bpt_f16, const char *model_path,
+                           const char *wt, const cache_opts *co, int nt, int turn, int reps, FILE *json) {
+    const char *fk = ak_kv_format_get(co->fk)->name, *fv = ak_kv_format_get(co->fv)->name;
+    if (json) {
+        fprintf(json, "{\"mode\": \"handoff\", \"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, "
+                "\"turn\": %d, \"reps\": %d, \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", "
+                "\"f16_bytes_per_token\": %.1f, \"contexts\": [", model_path, wt, nt, turn, reps, fk, fv, bpt_f16);
+        for (int i = 0; i < n_ctx_list; i++) {
+            const hrow *h = &R[i];
+            fprintf(json, "%s{\"context\": %d, \"sender_prefill_with_stats_ms\": %.2f, \"reprefill_ms\": %.2f, "
+                    "\"warm_ms\": %.2f, \"warm_restore_ms\": %.2f, \"warm_restore_bytes\": %llu, \"handoffs\": [",
+                    i ? ", " : "", h->n, h->sender_ms, h->reprefill_ms, h->warm_ms, h->warm_restore_ms,
+                    (unsigned long long)h->warm_bytes);
+            for (int v = 0; v < N_VARIANTS; v++)
+                fprintf(json, "%s{\"variant\": \"%s\", \"total_ms\": %.3f, \"make_ms\": %.3f, \"import_ms\": %.3f, "
+                        "\"turn_ms\": %.3f, \"reprefill_over_handoff\": %.2f, \"handoff_over_warm\": %.3f, "
+                        "\"card_bytes_per_token\": %.1f, \"card_mean_bits\": %.3f, \"card_file_bytes\": %zu, "
+                        "\"same_first_token_as_reprefill\": %s}",
+                        v ? ", " : "", variant_name[v], h->total[v], h->make[v], h->import[v], h->turn[v],
+                        h->ratio_b_a[v], h->ratio_a_c[v], h->card_bpt[v], h->mean_bits[v], h->card_file[v],
+                        h->same_token[v] ? "true" : "false");
+            fprintf(json, "]}");
+        }
+        fprintf(json, "], \"bytes_per_token\": [");
+        for (int i = 0; i < n_b; i++)
+            fprintf(json, "%s{\"budget\": %g, \"uniform\": %.1f, \"importance\": %.1f}", i ? ", " : "", B[i].budget,
+                    B[i].uniform, B[i].importance);
+        fprintf(json, "]}\n");
+        return;
+    }
+    printf("\ncards handoff: %s (%s weights, %d threads), agents' own cache K %s / V %s; the receiver's own turn\n"
+           "%d tokens; medians of %d rep(s), each rep (a) and (c) side by side, (b) once per context.\n"
+           "(a) = make the card (importance: widths from the sender's statistics, then the card) + save it (fsync)\n"
+           "+ import into a fresh receiver + its turn to the first token's logits; (b) a fresh receiver prefilling\n"
+           "context + turn; (c) the sender's agent file restored warm (page cache) by a fresh process-like agent set\n"
+           "+ the same turn. Goals at 8K: (b)/(a) >= 200, (a)/(c) <= 1.5.\n\n",
+           model_path, wt, nt, fk, fv, turn, reps);
+    printf("%7s %-13s %11s %11s %11s %9s %8s %10s %11s %11s %11s\n", "context", "card", "(a)_ms", "(b)_ms", "(c)_ms",
+           "(b)/(a)", "(a)/(c)", "make_ms", "import_ms", "turn_ms", "same_token");
+    for (int i = 0; i < n_ctx_list; i++) {
+        const hrow *h = &R[i];
+        for (int v = 0; v < N_VARIANTS; v++)
+            printf("%7d %-13s %11.1f %11.1f %11.1f %8.1fx %7.2fx %10.1f %11.1f %11.1f %11s\n", h->n, variant_name[v],
+                   h->total[v], h->reprefill_ms, h->warm_ms, h->ratio_b_a[v], h->ratio_a_c[v], h->make[v],
+                   h->import[v], h->turn[v], h->same_token[v] ? "yes" : "no");
+    }
+    printf("\n%7s %24s %14s %18s %14s %16s\n", "context", "sender_prefill+stats_ms", "(b)_ms", "stats_overhead",
+           "(c)_restore_ms", "(c)_restore_MB");
+    for (int i = 0; i < n_ctx_list; i++) {
+        const hrow *h = &R[i];
+        printf("%7d %24.1f %14.1f %+17.1f%% %14.1f %16.1f\n", h->n, h->sender_ms, h->reprefill_ms,
+               100 * (h->sender_ms / h->reprefill_ms - 1), h->warm_restore_ms, h->warm_bytes / 1e6);
+    }
+    printf("importance 4: the statistics were collected during the sender's own prefill; their cost is in\n"
+           "that prefill (stats_overhead: sender prefill with statistics vs the re-prefill (b) without, one run\n"
+           "each, so machine noise included), not in (a); (a) includes computing the widths from them.\n");
+    printf("\nbytes per token of cards (context %d) vs f16 %.1f:\n%8s %12s %8s %12s %8s\n", R[0].n, bpt_f16,
+           "budget", "uniform", "vs_f16", "importance", "vs_f16");
+    for (int i = 0; i < n_b; i++)
+        printf("%8g %12.1f %7.3fx %12.1f %7.3fx\n", B[i].budget, B[i].uniform, B[i].uniform / bpt_f16,
+               B[i].importance, B[i].importance / bpt_f16);
+}
+
+/* The handoff mode. Returns the exit code. */
+static int run_handoff(const char *model_path, const int *contexts, int n_contexts, int turn, int reps,
+                       const char *dir, const cache_opts *co, int n_threads, const char *json_out) {
+    loaded_model lm;
+    if (load_model(&lm, "bench cards", model_path) < 0) return 1;
+    const ak_model *m = lm.model;
+    const int vocab = m->cfg.vocab;
+    ak_error err = {{0}};
+    int rc = 1, max_n = 0;
+    for (int i = 0; i < n_contexts; i++) if (contexts[i] > max_n) max_n = contexts[i];
+    if (max_n + turn > m->spec.n_ctx) {
+        fprintf(stderr, "agentkv bench cards: context %d + turn %d exceed the model's context %d\n", max_n, turn,
+                m->spec.n_ctx);
+        unload_model(&lm);
+        return AK_EXIT_USAGE;
+    }
+    rig main_r = {0}, warm = {0};
+    ak_attn_stats *st = NULL;
+    hrow *R = calloc((size_t)n_contexts, sizeof *R);
+    brow B[5] = {{3, 0, 0}, {4, 0, 0}, {6, 0, 0}, {8, 0, 0}, {16, 0, 0}};
+    double bpt_f16 = 0;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_n + turn));
+    float *logits = malloc(sizeof(float) * vocab);
+    double *tv = calloc((size_t)reps * (4 * N_VARIANTS + 3), sizeof(double));
+    ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
+    if (!ctx) goto fail;
+    if (!R || !toks || !logits || !tv) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    const int nt = ak_pool_size(ak_ctx_pool(ctx));
+    ak_rng rng;
+    ak_rng_seed(&rng, 11);
+    fprintf(stderr, "bench cards handoff: %s, %d threads, contexts", model_path, nt);
+    for (int i = 0; i < n_contexts; i++) fprintf(stderr, " %d", contexts[i]);
+    fprintf(stderr, ", turn %d, %d reps, store %s\n", turn, reps, dir);
+    for (int ci = 0; ci < n_contexts; ci++) {
+        hrow *h = &R[ci];
+        const int n = h->n = contexts[ci];
+        for (int i = 0; i < n; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % vocab);
+        if (rig_open(&main_r, m, ctx, lm.tok, co, n + turn, dir, AK_SAVE_ON_SHUTDOWN, &err) < 0) goto fail;
+        ak_agent_remove(main_r.ag, "sender", &err);   /* a file left by an interrupted run */
+        if (!(st = ak_attn_stats_new(m, NULL, 0, &err))) goto fail;
+        /* the sender: prefill with statistics, saved to its file */
+        char label[64];
+        snprintf(label, sizeof label, "sender prefill %d (+stats)", n);
+        ak_turn t;
+        ak_ctx_set_attn_stats(ctx, st);
+        int r0 = timed_turn(&main_r, ctx, "sender", toks, n, label, 1, logits, &h->sender_ms, &t, &err);
+        ak_ctx_set_attn_stats(ctx, NULL);
+        if (r0 < 0 || ak_agents_flush(main_r.ag, &err) < 0) goto fail;
+        fprintf(stderr, "  context %d: sender prefilled in %.1f s (statistics attached), file written\n", n,
+                h->sender_ms / 1e3);
+        double *ta = tv, *tm = tv + reps * N_VARIANTS, *ti = tv + 2 * reps * N_VARIANTS, *tt = tv + 3 * reps * N_VARIANTS;
+        double *tw = tv + 4 * reps * N_VARIANTS, *twr = tw + reps, *tac = twr + reps;
+        int32_t first[N_VARIANTS];
+        for (int r = 0; r < reps; r++) {
+            for (int i = n; i < n + turn; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % vocab);
+            for (int v = 0; v < N_VARIANTS; v++) {
+                char cid[48], rid[48];
+                snprintf(cid, sizeof cid, "bench-card-%d-%d-%d", n, r, v);
+                snprintf(rid, sizeof rid, "receiver-%d-%d", r, v);
+                int k = v * reps + r;
+                if (handoff(&main_r, ctx, st, v, cid, rid, toks, n, turn, logits, &tm[k], &ti[k], &tt[k], &first[v],
+                            &h->card_bpt[v], &h->mean_bits[v], &h->card_file[v], &err) < 0)
+                    goto fail;
+                ta[k] = tm[k] + ti[k] + tt[k];
+            }
+            /* (c): a fresh agent set on the same store restores the sender's file */
+            if (rig_open(&warm, m, ctx, lm.tok, co, n + turn, dir, AK_SAVE_ON_SHUTDOWN, &err) < 0) goto fail;
+            if (timed_turn(&warm, ctx, "sender", toks, n + turn, NULL, 0, logits, &tw[r], &t, &err) < 0) goto fail;
+            if (t.tier != AK_TIER_WARM || t.reused != n) {
+                ak_failc(&err, AK_ERR_GENERIC, "the warm restore was %s with %d reused, not warm with %d",
+                         ak_tier_name(t.tier), t.reused, n);
+                goto fail;
+            }
+            twr[r] = t.restore_ms;
+            h->warm_bytes = t.restore_bytes;
+            rig_close(&warm);
+            fprintf(stderr, "  context %d rep %d/%d: handoff u8 %.1f ms, u4 %.1f ms, imp4 %.1f ms; warm %.1f ms\n", n,
+                    r + 1, reps, ta[r], ta[reps + r], ta[2 * reps + r], tw[r]);
+        }
+        /* (b): once, with the last rep's turn */
+        snprintf(label, sizeof label, "re-prefill %d", n + turn);
+        if (timed_turn(&main_r, ctx, "reprefill", toks, n + turn, label, 1, logits, &h->reprefill_ms, &t, &err) < 0)
+            goto fail;
+        if (t.prefilled != n + turn) {
+            ak_failc(&err, AK_ERR_GENERIC, "the re-prefill computed %d tokens, not %d", t.prefilled, n + turn);
+            goto fail;
+        }
+        int32_t ref_first = ak_argmax(logits, vocab);
+        if (ak_agent_remove(main_r.ag, "reprefill", &err) < 0) goto fail;
+        for (int v = 0; v < N_VARIANTS; v++) {
+            double *a = ta + v * reps;
+            for (int r = 0; r < reps; r++) tac[r] = a[r] / tw[r];
+            h->ratio_a_c[v] = median(tac, reps);
+            h->same_token[v] = first[v] == ref_first;
+            h->make[v] = median(tm + v * reps, reps);
+            h->import[v] = median(ti + v * reps, reps);
+            h->turn[v] = median(tt + v * reps, reps);
+            h->total[v] = median(a, reps);
+            h->ratio_b_a[v] = h->reprefill_ms / h->total[v];
+        }
+        h->warm_ms = median(tw, reps);
+        h->warm_restore_ms = median(twr, reps);
+        fprintf(stderr, "  context %d: re-prefill %.1f s; handoff u8 %.1f ms (%.0fx faster), warm %.1f ms\n", n,
+                h->reprefill_ms / 1e3, h->total[0], h->ratio_b_a[0], h->warm_ms);
+        /* bytes per token at each budget, on the first context (untimed) */
+        for (int b = 0; ci == 0 && b < 5; b++) {
+            for (int p = 0; p < 2; p++) {
+                uint8_t *wk = malloc((size_t)n), *wv = malloc((size_t)n);
+                char cid[48], got[AK_AGENT_ID_MAX + 1];
+                snprintf(cid, sizeof cid, "bench-bytes-%d-%d", b, p);
+                ak_card_request rq;
+                memset(&rq, 0, sizeof rq);
+                rq.card_id = cid;
+                rq.widths_k = wk, rq.widths_v = wv;
+                rq.policy = p ? "importance" : "uniform";
+                rq.budget_k = rq.budget_v = B[b].budget;
+                int ok = wk && wv &&
+                         stats_widths(st, NULL, toks, n, NULL, NULL, p ? AK_BITALLOC_IMPORTANCE : AK_BITALLOC_UNIFORM,
+                                      B[b].budget, wk, wv, NULL, &err) == 0 &&
+                         ak_agent_make_card(main_r.ag, "sender", &rq, got, &err) == 0;
+                free(wk); free(wv);
+                if (!ok) goto fail;
+                const ak_card *c = ak_card_get(main_r.ag, got, &err);
+                if (!c) goto fail;
+                double bpt = (double)ak_card_vector_bytes(c) / c->n_tokens;
+                bpt_f16 = (double)ak_card_f16_bytes(c) / c->n_tokens;
+                if (p) B[b].importance = bpt;
+                else B[b].uniform = bpt;
+                if (ak_card_remove(main_r.ag, got, &err) < 0) goto fail;
+            }
+        }
+        if (ak_agent_remove(main_r.ag, "sender", &err) < 0) goto fail;
+        rig_close(&main_r);
+        ak_attn_stats_free(st);
+        st = NULL;
+    }
+    const char *wt = gguf_tensor_type_name(m->layers[0].wq.type);
+    handoff_report(R, n_contexts, B, 5, bpt_f16, model_path, wt, co, nt, turn, reps, NULL);
+    if (json_out) {
+        FILE *jf = fopen(json_out, "w");
+        if (!jf) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
+        handoff_report(R, n_contexts, B, 5, bpt_f16, model_path, wt, co, nt, turn, reps, jf);
+        if (fclose(jf) != 0) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
+    }
+    fflush(stdout);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "agentkv bench cards: %s\n", err.msg[0] ? err.msg : "failed");
+done:
+    ak_ctx_set_attn_stats(ctx, NULL);
+    rig_close(&warm);
+    rig_close(&main_r);
+    ak_attn_stats_free(st);
+    ak_ctx_free(ctx);
+    free(R); free(toks); free(logits); free(tv);
+    unload_model(&lm);
+    return rc;
+}
+
+/* agentkv bench cards: parses the flags and runs one mode. */
+int cmd_bench_cards(int argc, char **argv) {
+    ak_args a;
+    args_init(&a, "bench cards", argc, argv);
+    const char *model_path = NULL, *json_out = NULL, *text = NULL, *dir = "agentkv-bench-cards";
+    int contexts[MAX_LIST] = {1024, 4096, 8192}, n_contexts = 3;
+    int budgets[MAX_LIST] = {3, 4, 6, 8}, n_budgets = 4;
+    int turn = 16, reps = 3, n_threads = 0, quality = 0, N = 0, windows = 4;
+    cache_opts co;
+    cache_opts_init(&co);
+    const char *f;
+    while ((f = args_next(&a))) {
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
+        else if (!strcmp(f, "--turn")) turn = (int)args_int(&a, f, 1, 4096);
+        else if (!strcmp(f, "--reps")) reps = (int)args_int(&a, f, 1, 100);
+        else if (!strcmp(f, "--dir")) dir = args_value(&a, f);
+        else if (!strcmp(f, "--quality")) quality = 1;
+        else if (!strcmp(f, "--text")) text = args_value(&a, f);
+        else if (!strcmp(f, "--tokens")) N = (int)args_int(&a, f, 100, 1 << 20);
+        else if (!strcmp(f, "--windows")) windows = (int)args_int(&a, f, 1, 1000);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--json-out")) json_out = args_value(&a, f);
+        else if (!strcmp(f, "--contexts")) {
+            const char *v = args_value(&a, f);
+            if (v) n_contexts = args_int_list(&a, f, v, 1, 1 << 20, contexts, MAX_LIST);
+        } else if (!strcmp(f, "--budgets")) {
+            const char *v = args_value(&a, f);
+            if (v) n_budgets = args_int_list(&a, f, v, 2, 16, budgets, MAX_LIST);
+        } else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+    }
+    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && quality && !text) args_error(&a, "--quality needs --text FILE");
+    if (a.failed) return AK_EXIT_USAGE;
+    if (quality) return run_quality(model_path, text, N, windows, budgets, n_budgets, n_threads, json_out);
+    return run_handoff(model_path, contexts, n_contexts, turn, reps, dir, &co, n_threads, json_out);
+}
