@@ -26,6 +26,7 @@
 #define SAVE_BACKOFF_MAX_S 30.0
 
 #include "agent_impl.h"
+#include "attnstats.h"
 #include "bitalloc.h"
 #include "cards.h"
 #include "prefix.h"
@@ -1195,15 +1196,65 @@ static void make_hot(ak_agents *a, agent *g, ak_error *err) {
     if (a->cfg.store && !g->ephemeral) restore(a, g, &t, err);
 }
 
+/* Per-token statistics of a card's range, for bitalloc.h: 4 arrays of n
+ * doubles in one block (mass, variance, entropy, exposure). */
+typedef struct {
+    double *buf;
+    const double *mass, *var, *entropy, *exposure;
+} range_stats;
+
+/* Runs the statistics pass (agent.h: THE STATISTICS PASS) over g's tokens
+ * [from, to) on context c into *rs (rs->buf malloc'd). Leaves c's position
+ * offset and statistics hook as they were (none). Returns 0, or -1 with err
+ * set (AK_ERR_KV_BUDGET, AK_ERR_NOMEM, a forward-pass error). */
+static int stats_pass(ak_agents *a, agent *g, ak_ctx *c, int from, int to, range_stats *rs, ak_error *err) {
+    int n = to - from;
+    memset(rs, 0, sizeof *rs);
+    /* room for the scratch as for a turn of n tokens, g kept in RAM */
+    if (agents_ensure_room(a, ak_agents_bytes_for(a, n), g, err) < 0) return -1;
+    ak_attn_stats *st = ak_attn_stats_new(a->cfg.model, NULL, 0, err);
+    ak_kv *kv = st ? ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, n, err) : NULL;
+    double *buf = kv ? malloc(sizeof(double) * 4 * (size_t)n) : NULL;
+    int rc = -1;
+    if (kv && !buf) ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    if (buf) {
+        int off0 = ak_ctx_pos_offset(c);
+        ak_attn_stats_set_seq(st, kv);
+        ak_ctx_set_attn_stats(c, st);
+        ak_ctx_set_pos_offset(c, off0 + from);   /* the tokens' own RoPE positions */
+        rc = ak_eval(c, kv, g->tokens + from, n, 0, NULL, NULL, NULL, NULL, err);
+        ak_ctx_set_pos_offset(c, off0);
+        ak_ctx_set_attn_stats(c, NULL);
+        if (rc == 0 && ak_attn_stats_length(st) != n)   /* one slot per token, or the hook is broken */
+            rc = ak_failc(err, AK_ERR_GENERIC, "attention statistics: %d slots for %d tokens", ak_attn_stats_length(st), n);
+    }
+    if (rc == 0) {
+        ak_attn_stats_mass(st, buf);
+        ak_attn_stats_mass_var(st, buf + n);
+        ak_attn_stats_entropy(st, buf + 2 * (size_t)n);
+        ak_attn_stats_exposure(st, buf + 3 * (size_t)n);
+        rs->buf = buf;
+        rs->mass = buf;
+        rs->var = buf + n;
+        rs->entropy = buf + 2 * (size_t)n;
+        rs->exposure = buf + 3 * (size_t)n;
+    } else {
+        free(buf);
+    }
+    ak_kv_free(kv);
+    ak_attn_stats_free(st);
+    return rc;
+}
+
 /* Widths for g's tokens [from, to) chosen by bitalloc.h under rq's budgets
  * and policy (NULL: uniform), each capped at the width the token already
  * has in a mixed block: a malloc'd array of the key widths followed by the
  * value widths, or NULL with err set (AK_ERR_INVALID for a budget outside
- * [2, 16] or an unknown policy). *policy gets the policy's name. The
- * scores use the token ids (inverse frequency) only: attention statistics
- * are not collected by the agents module. */
-static uint8_t *allocate_widths(const agent *g, int from, int to, const ak_card_request *rq, const char **policy,
-                                ak_error *err) {
+ * [2, 16] or an unknown policy; the statistics pass's errors). *policy gets
+ * the policy's name. importance and topology are scored from attention when
+ * rq->ctx is given (stats_pass), else from the token ids alone. */
+static uint8_t *allocate_widths(ak_agents *a, agent *g, int from, int to, const ak_card_request *rq,
+                                const char **policy, ak_error *err) {
     int n = to - from;
     ak_bitalloc_params bp;
     ak_bitalloc_params_init(&bp);
@@ -1211,25 +1262,49 @@ static uint8_t *allocate_widths(const agent *g, int from, int to, const ak_card_
     *policy = ak_bitalloc_policy_name(bp.policy);
     bp.budget_k = rq->budget_k;
     bp.budget_v = rq->budget_v > 0 ? rq->budget_v : 0;
+    /* refuse a bad budget before any pass is paid for */
+    if (!(bp.budget_k >= 2 && bp.budget_k <= 16) || (bp.budget_v != 0 && !(bp.budget_v >= 2 && bp.budget_v <= 16))) {
+        ak_failc(err, AK_ERR_INVALID, "budget %g/%g bits is outside [2, 16]", rq->budget_k, rq->budget_v);
+        return NULL;
+    }
     uint8_t *w = malloc((size_t)n * 4);
-    if (!w) {
+    int32_t *overlap = malloc(sizeof(int32_t) * (size_t)n);
+    if (!w || !overlap) {
+        free(w);
+        free(overlap);
         ak_failc(err, AK_ERR_NOMEM, "out of memory");
         return NULL;
     }
     uint8_t *cap_k = w + 2 * (size_t)n, *cap_v = cap_k + n;
     for (int i = 0; i < n; i++) {
         int ck = 16, cv = 16;
-        ak_card_slot_widths(g->kv, from + i, &ck, &cv);
+        /* a token held in a mixed block came from a card: handed off once before */
+        overlap[i] = ak_card_slot_widths(g->kv, from + i, &ck, &cv);
         cap_k[i] = (uint8_t)ck;
         cap_v[i] = (uint8_t)cv;
+    }
+    range_stats rs;
+    memset(&rs, 0, sizeof rs);
+    if (bp.policy != AK_BITALLOC_UNIFORM && rq->ctx && stats_pass(a, g, rq->ctx, from, to, &rs, err) < 0) {
+        free(w);
+        free(overlap);
+        return NULL;
     }
     ak_bitalloc_input in;
     memset(&in, 0, sizeof in);
     in.n = n;
+    in.mass = rs.mass;
+    in.variance = rs.var;
+    in.entropy = rs.entropy;
+    in.exposure = rs.exposure;
     in.tokens = g->tokens + from;
+    in.overlap = overlap;
     in.cap_k = cap_k;
     in.cap_v = cap_v;
-    if (ak_bitalloc_run(&in, &bp, w, w + n, NULL, err) < 0) {
+    int rc = ak_bitalloc_run(&in, &bp, w, w + n, NULL, err);
+    free(rs.buf);
+    free(overlap);
+    if (rc < 0) {
         free(w);
         return NULL;
     }
@@ -1276,7 +1351,7 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
                         rq->widths_k, rq->widths_v, rq->policy, rq->budget_k, rq->budget_v};
     uint8_t *wb = NULL;
     if (!rq->widths_k && !rq->widths_v && rq->budget_k > 0 &&
-        !(wb = allocate_widths(g, rq->from, to, rq, &p.policy, err)))
+        !(wb = allocate_widths(a, g, rq->from, to, rq, &p.policy, err)))
         return -1;
     if (wb) {
         p.widths_k = wb;

@@ -315,19 +315,42 @@ typedef struct {
                                     "importance", "topology"; NULL: uniform) */
     double budget_k, budget_v;   /* without widths: > 0 has bitalloc.h choose the widths under
                                     these average bits (each in [2, 16], else AK_ERR_INVALID;
-                                    budget_v <= 0: budget_k), scored from the token ids only
-                                    (no attention statistics yet); with widths: recorded
-                                    (<= 0: the mean widths) */
+                                    budget_v <= 0: budget_k); with widths: recorded (<= 0: the
+                                    mean widths) */
+    ak_ctx *ctx;                 /* importance / topology with a budget: the context the
+                                    statistics pass runs on (below); NULL: scored from the
+                                    token ids only (inverse frequency). Unused otherwise */
 } ak_card_request;
+
+/* THE STATISTICS PASS. A card asked with a budget and policy importance or
+ * topology, and a context rq->ctx, is scored from attention (bitalloc.h's
+ * I(t)): the range's tokens are prefilled once more, at their own positions
+ * (the context's position offset set to `from` for the pass, then put back)
+ * but without the tokens before the range, into a scratch sequence of the
+ * agents' K/V formats with an ak_attn_stats (attnstats.h, the default
+ * layers) attached to rq->ctx; the mass, its variance across heads, the
+ * entropy and the exposure of each slot, and the token ids, go to
+ * bitalloc.h. The scratch is freed before returning (room for it is made
+ * like a turn's: idle agents evicted; AK_ERR_KV_BUDGET when none can be).
+ * Cost: one prefill of the range plus the statistics' own scoring
+ * (docs/attention-stats.md); uniform never runs it. Segments: every token
+ * "other" (an agent keeps token ids, not the chat roles that produced
+ * them). Overlap (topology): 1 for a position the agent holds from an
+ * imported card (it was handed off once before), else 0; a card does not
+ * record its own lineage, so longer chains count 1. */
 
 /* Makes a card of agent agent_id's cache (restored from the store if it is
  * not in RAM), records it (and writes it to the store, if any) and puts its
- * id in card_id_out. Tokens the agent holds from an imported card keep or
+ * id in card_id_out. Widths: rq's, or bitalloc.h's under rq's budgets
+ * (scored from attention when rq->ctx is given: THE STATISTICS PASS above;
+ * c must then be free for this thread's use, its attention statistics hook
+ * is restored to none). Tokens the agent holds from an imported card keep or
  * lower their widths (cards.h). Returns 0, or -1 with err set:
  * AK_ERR_NOT_FOUND (no such agent, or it holds nothing), AK_ERR_BUSY (in a
  * turn or a restore), AK_ERR_INVALID (bad id, range outside the history,
- * bad widths), AK_ERR_EXISTS (a card of that id exists: cards are
- * write-once), a store error (nothing recorded then). */
+ * bad widths, budget or policy), AK_ERR_EXISTS (a card of that id
+ * exists: cards are write-once), AK_ERR_KV_BUDGET (no room for the
+ * statistics pass), a forward-pass or store error (nothing recorded then). */
 int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request *rq,
                        char card_id_out[AK_AGENT_ID_MAX + 1], ak_error *err);
 

@@ -1,5 +1,6 @@
 /* api.c - see api.h */
 #include "api.h"
+#include "bitalloc.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -503,5 +504,104 @@ int ak_api_parse_pool(const ak_api_config *cfg, const char *body, size_t len, ak
     int rc = parse_pool_body(cfg, j, out, e);
     cJSON_Delete(j);
     if (rc < 0) ak_api_pool_request_free(out);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- cards */
+
+/* Reads "range": [from, to] into p (absent or null: the whole history).
+ * Returns 0, or -1 with b set. */
+static int get_range(const cJSON *body, ak_api_card_request *p, ak_api_error *b) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(body, "range");
+    if (!r || cJSON_IsNull(r)) return 0;
+    const char *why = "range must be [from, to]: two integers with 0 <= from < to";
+    if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 2) return fail_bad(b, 400, "range", "invalid_range", "%s", why);
+    double v[2];
+    for (int i = 0; i < 2; i++) {
+        const cJSON *x = cJSON_GetArrayItem(r, i);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble != floor(x->valuedouble))
+            return fail_bad(b, 400, "range", "invalid_range", "%s", why);
+        v[i] = x->valuedouble;
+    }
+    if (!(v[0] >= 0 && v[0] < v[1] && v[1] <= (double)(1 << 30)))
+        return fail_bad(b, 400, "range", "invalid_range", "%s (got [%g, %g])", why, v[0], v[1]);
+    p->from = (int)v[0];
+    p->to = (int)v[1];
+    return 0;
+}
+
+/* Reads a width budget `name` (absent: *out unchanged, *given 0). */
+static int get_bits(const cJSON *body, const char *name, double *out, int *given, ak_api_error *b) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
+    *given = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= 16))
+        return fail_bad(b, 400, name, "invalid_bits", "%s must be a number of bits in [2, 16]", name);
+    *out = v->valuedouble;
+    *given = 1;
+    return 0;
+}
+
+/* The fields of a card body (ak_api_parse_card). */
+static int parse_card_body(const cJSON *j, ak_api_card_request *p, ak_api_error *b) {
+    if (!cJSON_IsObject(j)) return fail_bad(b, 400, NULL, "invalid_json", "the request body must be a JSON object");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+    if (id && !cJSON_IsNull(id)) {
+        if (!cJSON_IsString(id) || !ak_agent_id_valid(id->valuestring))
+            return fail_bad(b, 400, "id", "invalid_card_id",
+                            "invalid card id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+        snprintf(p->id, sizeof p->id, "%s", id->valuestring);
+    }
+    if (get_range(j, p, b) < 0) return -1;
+    int g, gk, gv;
+    if (get_bits(j, "bits", &p->bits_k, &g, b) < 0 || get_bits(j, "bits_k", &p->bits_k, &gk, b) < 0 ||
+        get_bits(j, "bits_v", &p->bits_v, &gv, b) < 0)
+        return -1;
+    if (g && (gk || gv)) return fail_bad(b, 400, "bits", "invalid_bits", "give bits, or bits_k (and bits_v), not both");
+    if (!g && !gk)
+        return fail_bad(b, 400, "bits", "invalid_bits", "bits (or bits_k, and optionally bits_v) is required");
+    if (!gv) p->bits_v = p->bits_k;
+    const cJSON *pol = cJSON_GetObjectItemCaseSensitive(j, "policy");
+    const char *name = "uniform";
+    if (pol && !cJSON_IsNull(pol)) {
+        if (!cJSON_IsString(pol)) return fail_bad(b, 400, "policy", "unknown_policy", "policy must be a string");
+        name = pol->valuestring;
+    }
+    ak_bitalloc_policy bp;
+    ak_error err = {0};
+    if (ak_bitalloc_policy_parse(name, &bp, &err) < 0)
+        return fail_bad(b, 400, "policy", "unknown_policy", "unknown policy '%.64s' (uniform, importance, topology)", name);
+    snprintf(p->policy, sizeof p->policy, "%s", ak_bitalloc_policy_name(bp));
+    return 0;
+}
+
+int ak_api_parse_card(const char *body, size_t len, ak_api_card_request *out, ak_api_error *e) {
+    memset(out, 0, sizeof *out);
+    memset(e, 0, sizeof *e);
+    cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
+    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    int rc = parse_card_body(j, out, e);
+    cJSON_Delete(j);
+    return rc;
+}
+
+int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_MAX + 1], ak_api_error *e) {
+    memset(e, 0, sizeof *e);
+    card_id[0] = 0;
+    cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
+    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    int rc = 0;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "card");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "mode");
+    if (!cJSON_IsObject(j)) rc = fail_bad(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
+    else if (!cJSON_IsString(c) || !ak_agent_id_valid(c->valuestring))
+        rc = fail_bad(e, 400, "card", "invalid_card_id", "card must be a card id (1-128 of [A-Za-z0-9_.-])");
+    else if (m && !cJSON_IsNull(m) && (!cJSON_IsString(m) || strcmp(m->valuestring, "replace")))
+        rc = fail_bad(e, 400, "mode", "unsupported_mode",
+                      "mode '%.32s' is not supported: only \"replace\" exists (the card becomes the agent's whole "
+                      "context); \"append\" (the card after the agent's own tokens) is not built",
+                      cJSON_IsString(m) ? m->valuestring : "?");
+    else snprintf(card_id, AK_AGENT_ID_MAX + 1, "%s", c->valuestring);
+    cJSON_Delete(j);
     return rc;
 }

@@ -124,4 +124,28 @@ int ak_api_parse_pool(const ak_api_config *cfg, const char *body, size_t len, ak
                       ak_api_error *e);
 void ak_api_pool_request_free(ak_api_pool_request *r);
 
+/* CARDS. A POST /v1/agents/{id}/cards body, validated. */
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];   /* the card's id; "" to have one generated */
+    int from, to;                   /* "range": [from, to); absent: 0, 0 (the whole history) */
+    double bits_k, bits_v;          /* average bits per token, each in [2, 16] */
+    char policy[32];                /* "uniform" (default), "importance" or "topology" */
+} ak_api_card_request;
+
+/* Parses {"id"?, "range"?: [from, to], "bits": B | "bits_k": K, "bits_v":
+ * V, "policy"?}: bits, or bits_k (bits_v defaulting to it), required; a
+ * bits_v alone or bits with bits_k/bits_v refused. Refusals (400, code):
+ * invalid_json, invalid_card_id, invalid_range (not two integers with 0
+ * <= from < to), invalid_bits (missing, not a number, outside [2, 16]),
+ * unknown_policy. Whether the range lies within the agent's context is the
+ * engine's to say. Returns 0, or -1 with *e set. */
+int ak_api_parse_card(const char *body, size_t len, ak_api_card_request *out, ak_api_error *e);
+
+/* Parses a POST /v1/agents/{id}/import body {"card": ID, "mode"?:
+ * "replace"} into card_id. Refusals (400, code): invalid_json,
+ * invalid_card_id (missing or not an id), unsupported_mode ("append" is
+ * not built: only "replace" is; the message says so). Returns 0, or -1
+ * with *e set. */
+int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_MAX + 1], ak_api_error *e);
+
 #endif

@@ -8,12 +8,14 @@
  * out_cv, the engine on engine_cv, the I/O thread on io_cv.
  */
 #include "sched.h"
+#include "cards.h"
 #include "textstop.h"
 
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef enum { R_QUEUED, R_PREFILL, R_DECODE, R_DONE } rstate;
 
@@ -55,7 +57,8 @@ struct ak_request {
     ak_req_result res;
 };
 
-enum { OP_LIST, OP_REMOVE, OP_GAUGES, OP_POOL_GET, OP_POOL_LIST, OP_POOL_TOKENS, OP_POOL_REMOVE };
+enum { OP_LIST, OP_REMOVE, OP_GAUGES, OP_POOL_GET, OP_POOL_LIST, OP_POOL_TOKENS, OP_POOL_REMOVE,
+       OP_CARD_MAKE, OP_CARD_IMPORT, OP_CARD_GET, OP_CARD_LIST, OP_CARD_REMOVE };
 
 typedef struct op {
     struct op *next;
@@ -69,6 +72,10 @@ typedef struct op {
     ak_pool_info *pinfo;          /* OP_POOL_GET: one; OP_POOL_LIST: n, malloc'd */
     int32_t *tokens;              /* OP_POOL_TOKENS (malloc'd, n of them) */
     char *source;
+    const ak_card_request *rq;    /* OP_CARD_MAKE */
+    const char *card_id;          /* OP_CARD_IMPORT */
+    ak_sched_card *card;          /* OP_CARD_MAKE, OP_CARD_GET: the result */
+    ak_store_card_entry *centries;   /* OP_CARD_LIST (n, malloc'd) */
     const ak_store_entry *files;  /* the store's files, listed by the caller (from the store's
                                      index, outside the engine thread) */
     int n_files;
@@ -815,11 +822,65 @@ static void run_pool_op(ak_sched *s, op *o) {
     }
 }
 
+/* Fills out from card c: its index entry (with the file's size when the
+ * store has it) and its width histograms. */
+static void card_out(ak_sched *s, const ak_card *c, ak_sched_card *out) {
+    memset(out, 0, sizeof *out);
+    ak_store_card_entry fe;
+    if (s->cfg.store && ak_store_lookup_card(s->cfg.store, c->id, &fe) == 0 && !strcmp(fe.hash, c->hash)) out->e = fe;
+    else ak_store_card_entry_of(c, &out->e);
+    for (int k = 0; k < AK_CARD_N_WIDTHS && k < 4; k++) {
+        out->count_k[k] = c->count[0][k];
+        out->count_v[k] = c->count[1][k];
+    }
+}
+
+/* The card ops (engine thread): refused while the agent they touch has a
+ * request running or queued, as DELETE of an agent is. */
+static void run_card_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    if ((o->kind == OP_CARD_MAKE || o->kind == OP_CARD_IMPORT) && agent_busy(s, o->id)) {
+        o->rc = ak_failc(&o->err, AK_ERR_BUSY, "agent %s has a request running or queued", o->id);
+        return;
+    }
+    char cid[AK_AGENT_ID_MAX + 1];
+    const ak_card *c = NULL;
+    switch (o->kind) {
+    case OP_CARD_MAKE: {
+        ak_card_request rq = *o->rq;
+        rq.ctx = s->ctx;   /* free between steps: the statistics pass runs on it */
+        o->rc = ak_agent_make_card(ag, o->id, &rq, cid, &o->err);
+        if (o->rc == 0 && !(c = ak_card_get(ag, cid, &o->err))) o->rc = -1;
+        if (c) card_out(s, c, o->card);
+        break;
+    }
+    case OP_CARD_IMPORT:
+        o->rc = ak_agent_import_card(ag, o->id, o->card_id, &o->err);
+        if (o->rc == 0) {
+            ak_agent_info in;
+            ak_agents_get(ag, ak_agents_find(ag, o->id), &in);
+            o->n = in.n_tokens;
+        }
+        break;
+    case OP_CARD_GET:
+        c = ak_card_get(ag, o->card_id, &o->err);
+        o->rc = c ? 0 : -1;
+        if (c) card_out(s, c, o->card);
+        break;
+    case OP_CARD_LIST: o->rc = ak_cards_list(ag, &o->centries, &o->n, &o->err); break;
+    default: o->rc = ak_card_remove(ag, o->card_id, &o->err); break;
+    }
+}
+
 static void run_op(ak_sched *s, op *o) {
     ak_agents *ag = s->cfg.agents;
     if (o->kind == OP_REMOVE) {
         if (agent_busy(s, o->id)) o->rc = 2;
         else o->rc = ak_agent_remove(ag, o->id, &o->err);
+        return;
+    }
+    if (o->kind >= OP_CARD_MAKE) {
+        run_card_op(s, o);
         return;
     }
     if (o->kind >= OP_POOL_GET) {
@@ -847,6 +908,7 @@ static void run_op(ak_sched *s, op *o) {
         x->bytes = in.bytes;
         x->private_bytes = in.private_bytes;
         snprintf(x->pool, sizeof x->pool, "%s", in.pool);
+        snprintf(x->card, sizeof x->card, "%s", in.card);
         x->last_use = in.last_unix;
         x->busy = agent_busy(s, in.id);
         hot += in.tier == AK_TIER_HOT;
@@ -868,7 +930,8 @@ static void run_op(ak_sched *s, op *o) {
         x->n_tokens = files[i].n_tokens;
         x->tier = AK_TIER_WARM;
         x->bytes = x->private_bytes = files[i].bytes;   /* a file holds only the agent's own positions */
-        snprintf(x->pool, sizeof x->pool, "%s", files[i].base.pool_id);
+        /* a file's base is a pool's or a card's (store.h: base.card) */
+        snprintf(files[i].base.card ? x->card : x->pool, sizeof x->pool, "%s", files[i].base.pool_id);
         x->last_use = files[i].mtime;
         x->busy = agent_busy(s, files[i].id);
     }
@@ -1246,4 +1309,68 @@ int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err) {
     o.kind = OP_POOL_REMOVE;
     o.id = id;
     return pool_op(s, &o, err);
+}
+
+/* ----------------------------------------------------------------- cards */
+
+int ak_sched_status_of(int code) { return status_of(code); }
+
+int ak_sched_card_make(ak_sched *s, const char *agent_id, const ak_card_request *rq, ak_sched_card *out,
+                       ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_MAKE;
+    o.id = agent_id;
+    o.rq = rq;
+    o.card = out;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, int *n_tokens, ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_IMPORT;
+    o.id = id;
+    o.card_id = card_id;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *n_tokens = o.n;
+    return 0;
+}
+
+int ak_sched_card_get(ak_sched *s, const char *card_id, ak_sched_card *out, ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_GET;
+    o.card_id = card_id;
+    o.card = out;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_cards_list(ak_sched *s, ak_store_card_entry **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_LIST;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *out = o.centries;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_card_remove(ak_sched *s, const char *card_id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_REMOVE;
+    o.card_id = card_id;
+    return pool_op(s, &o, err);
+}
+
+int ak_sched_card_file(ak_sched *s, const char *card_id, char **bytes, size_t *len, ak_error *err) {
+    if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
+    if (!s->cfg.store) return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file (no memory directory)", card_id);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cards/%s.safetensors", ak_store_dir(s->cfg.store), card_id);
+    ak_error e = {0};
+    char *b = ak_read_file(path, len, &e);
+    if (!b) {
+        if (e.code == AK_ERR_NOT_FOUND || access(path, F_OK) != 0)
+            return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file", card_id);
+        return ak_failc(err, e.code ? e.code : AK_ERR_IO, "%s", e.msg);
+    }
+    *bytes = b;
+    return 0;
 }

@@ -127,6 +127,7 @@ typedef struct {
                                  included), file bytes when warm */
     uint64_t private_bytes;   /* of them, bytes held by it alone when hot; file bytes when warm */
     char pool[AK_AGENT_ID_MAX + 1];   /* the pool its history starts with ("" if none) */
+    char card[AK_AGENT_ID_MAX + 1];   /* the card its history starts with ("" if none) */
     int64_t last_use;         /* unix seconds */
     int busy;                 /* a request is running or queued */
 } ak_sched_agent;
@@ -165,5 +166,44 @@ int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, 
 /* Deletes pool id. Returns 0, 1 if unknown, -1 with err set: AK_ERR_BUSY
  * while agents are attached (err names them) or while it is being created. */
 int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err);
+
+/* CARDS (agent.h: CARDS), run on the engine thread between steps; every
+ * call blocks until done. Errors carry agent.h's codes; ak_sched_status_of
+ * maps them to HTTP statuses. */
+typedef struct {
+    ak_store_card_entry e;    /* the card as the store indexes it (bytes: its file's size,
+                                 0 for a card only in RAM) */
+    int count_k[4], count_v[4];   /* tokens at widths 2, 4, 8, 16 (keys, values); all 0 in
+                                     a list, which reads no card */
+} ak_sched_card;
+
+/* The HTTP status of an error code: INVALID 400, NOT_FOUND 404, EXISTS,
+ * STALE, BUSY 409, KV_BUDGET and SHUTDOWN 503, anything else 500. */
+int ak_sched_status_of(int code);
+/* Makes a card of agent agent_id (ak_agent_make_card with the engine's
+ * context for the statistics pass of importance and topology: one prefill
+ * of the range, in one op, so other agents wait one pass for their next
+ * step). Refused with AK_ERR_BUSY while a request of the agent runs or is
+ * queued. Returns 0 and fills *out, or -1 with err set. */
+int ak_sched_card_make(ak_sched *s, const char *agent_id, const ak_card_request *rq, ak_sched_card *out,
+                       ak_error *err);
+/* Import "replace" of card card_id into agent id (ak_agent_import_card);
+ * *n_tokens gets the agent's new context length. AK_ERR_BUSY while a request
+ * of the agent runs or is queued. Returns 0, or -1 with err set. */
+int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, int *n_tokens, ak_error *err);
+/* Card card_id (loaded and verified if need be). Returns 0, or -1 with err
+ * set (AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT: quarantined, ...). */
+int ak_sched_card_get(ak_sched *s, const char *card_id, ak_sched_card *out, ak_error *err);
+/* Every card, sorted by id (*out malloc'd). Returns 0, or -1 with err set. */
+int ak_sched_cards_list(ak_sched *s, ak_store_card_entry **out, int *n, ak_error *err);
+/* Deletes card card_id. Returns 0, 1 if unknown, -1 with err set
+ * (AK_ERR_BUSY while agents hold it: err names them). */
+int ak_sched_card_remove(ak_sched *s, const char *card_id, ak_error *err);
+/* The bytes of card card_id's file (*bytes malloc'd, *len), read on the
+ * calling thread (the store is thread-safe, a card file is replaced only
+ * atomically). Call after ak_sched_card_get succeeded, so that the file was
+ * verified. Returns 0, or -1 with err set: AK_ERR_NOT_FOUND (no store: the
+ * card lives in RAM only, or it was removed since), AK_ERR_IO. */
+int ak_sched_card_file(ak_sched *s, const char *card_id, char **bytes, size_t *len, ak_error *err);
 
 #endif

@@ -503,6 +503,8 @@ static cJSON *agent_json(const ak_sched_agent *a) {
     cJSON_AddNumberToObject(j, "private_bytes", (double)a->private_bytes);
     if (a->pool[0]) cJSON_AddStringToObject(j, "pool", a->pool);
     else cJSON_AddNullToObject(j, "pool");
+    if (a->card[0]) cJSON_AddStringToObject(j, "card", a->card);
+    else cJSON_AddNullToObject(j, "card");
     cJSON_AddNumberToObject(j, "last_used_at", (double)a->last_use);
     cJSON_AddBoolToObject(j, "busy", a->busy);
     return j;
@@ -637,14 +639,212 @@ static enum MHD_Result handle_pools(ak_server *s, struct MHD_Connection *c, conn
     return send_json(s, c, ep, 200, j);
 }
 
+/* ---------------------------------------------------------------- cards */
+
+/* A card as JSON: the index entry's fields, and the width histograms when
+ * known (hist: NULL in a list). */
+static cJSON *card_json(const ak_store_card_entry *e, const ak_sched_card *hist) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", e->id);
+    cJSON_AddStringToObject(j, "object", "card");
+    cJSON_AddNumberToObject(j, "tokens", e->n_tokens);
+    cJSON_AddNumberToObject(j, "pos_offset", e->pos_offset);
+    if (e->source_agent[0]) cJSON_AddStringToObject(j, "source_agent", e->source_agent);
+    else cJSON_AddNullToObject(j, "source_agent");
+    cJSON_AddStringToObject(j, "policy", e->policy);
+    cJSON_AddNumberToObject(j, "budget_k", e->budget_k);
+    cJSON_AddNumberToObject(j, "budget_v", e->budget_v);
+    cJSON_AddNumberToObject(j, "mean_bits_k", e->mean_k);
+    cJSON_AddNumberToObject(j, "mean_bits_v", e->mean_v);
+    cJSON_AddNumberToObject(j, "bytes", (double)e->bytes);
+    cJSON_AddStringToObject(j, "hash", e->hash);
+    cJSON_AddStringToObject(j, "model", e->model_name);
+    cJSON_AddNumberToObject(j, "created", (double)e->created);
+    if (hist) {   /* {"2": tokens, "4": ..., "8": ..., "16": ...} per side */
+        static const char *const w[4] = {"2", "4", "8", "16"};
+        cJSON *hk = cJSON_AddObjectToObject(j, "widths_k"), *hv = cJSON_AddObjectToObject(j, "widths_v");
+        for (int i = 0; i < 4; i++) {
+            cJSON_AddNumberToObject(hk, w[i], hist->count_k[i]);
+            cJSON_AddNumberToObject(hv, w[i], hist->count_v[i]);
+        }
+    }
+    return j;
+}
+
+/* The answer to a card operation that failed with err: 404 card_not_found
+ * (or agent_not_found when the agent is what is missing: `what`), 409
+ * card_stale / agent_busy / card_exists, 500 card_corrupt, else by code. */
+static enum MHD_Result send_card_error(ak_server *s, struct MHD_Connection *c, const char *ep, const ak_error *err,
+                                       int agent_missing) {
+    switch (err->code) {
+    case AK_ERR_NOT_FOUND:
+        if (agent_missing) return send_error(s, c, ep, 404, "agent_id", "agent_not_found", "%s", err->msg);
+        return send_error(s, c, ep, 404, "card", "card_not_found", "%s", err->msg);
+    case AK_ERR_STALE: return send_error(s, c, ep, 409, "card", "card_stale", "%s", err->msg);
+    case AK_ERR_CORRUPT: return send_error(s, c, ep, 500, "card", "card_corrupt", "%s (moved to quarantine)", err->msg);
+    case AK_ERR_BUSY: return send_error(s, c, ep, 409, "agent_id", "agent_busy", "%s", err->msg);
+    case AK_ERR_EXISTS: return send_error(s, c, ep, 409, "id", "card_exists", "%s", err->msg);
+    case AK_ERR_KV_BUDGET: return send_error(s, c, ep, 503, NULL, "kv_budget", "%s", err->msg);
+    default: return send_error(s, c, ep, ak_sched_status_of(err->code), NULL, NULL, "%s", err->msg);
+    }
+}
+
+/* A body that cannot be read: 413 or 503 (the caller's checks on cn). */
+static int body_refused(ak_server *s, struct MHD_Connection *c, conn *cn, const char *ep, enum MHD_Result *out) {
+    if (cn->too_large)
+        *out = send_error(s, c, ep, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
+                          s->cfg.max_body);
+    else if (cn->over_cap) *out = send_busy(s, c, ep);
+    else return 0;
+    return 1;
+}
+
+/* POST /v1/agents/{id}/cards: makes a card of the agent's context. */
+static enum MHD_Result make_card(ak_server *s, struct MHD_Connection *c, conn *cn, const char *agent) {
+    const char *ep = "/v1/cards";
+    enum MHD_Result out;
+    if (body_refused(s, c, cn, ep, &out)) return out;
+    ak_api_card_request p;
+    ak_api_error b;
+    if (ak_api_parse_card(cn->body, cn->len, &p, &b) < 0) return send_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
+    ak_card_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.card_id = p.id;
+    rq.from = p.from;
+    rq.to = p.to;
+    rq.policy = p.policy;
+    rq.budget_k = p.bits_k;
+    rq.budget_v = p.bits_v;
+    ak_sched_card card;
+    ak_error err = {0};
+    if (ak_sched_card_make(s->cfg.sched, agent, &rq, &card, &err) < 0) {
+        if (err.code == AK_ERR_INVALID)   /* id, bits and policy were checked: the range */
+            return send_error(s, c, ep, 400, "range", "invalid_range", "%s", err.msg);
+        return send_card_error(s, c, ep, &err, 1);
+    }
+    logf_(s, "card %s: from agent %s, %d tokens, %s, %.2f/%.2f bits", card.e.id, agent, card.e.n_tokens, card.e.policy,
+          card.e.mean_k, card.e.mean_v);
+    return send_json(s, c, ep, 201, card_json(&card.e, &card));
+}
+
+/* POST /v1/agents/{id}/import: the agent's context becomes the card. */
+static enum MHD_Result import_card(ak_server *s, struct MHD_Connection *c, conn *cn, const char *agent) {
+    const char *ep = "/v1/agents";
+    enum MHD_Result out;
+    if (body_refused(s, c, cn, ep, &out)) return out;
+    char card_id[AK_AGENT_ID_MAX + 1];
+    ak_api_error b;
+    if (ak_api_parse_import(cn->body, cn->len, card_id, &b) < 0)
+        return send_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
+    int n = 0;
+    ak_error err = {0};
+    if (ak_sched_card_import(s->cfg.sched, agent, card_id, &n, &err) < 0) {
+        if (err.code == AK_ERR_INVALID)   /* ids were checked: the card does not fit the context */
+            return send_error(s, c, ep, 400, "card", "context_length_exceeded", "%s", err.msg);
+        return send_card_error(s, c, ep, &err, 0);
+    }
+    logf_(s, "agent %s: imported card %s (%d tokens)", agent, card_id, n);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", agent);
+    cJSON_AddStringToObject(j, "object", "agent.import");
+    cJSON_AddStringToObject(j, "card", card_id);
+    cJSON_AddStringToObject(j, "mode", "replace");
+    cJSON_AddNumberToObject(j, "tokens", n);
+    return send_json(s, c, ep, 200, j);
+}
+
+/* /v1/agents/{id}/{action}: id is `rest` up to the slash. */
+static enum MHD_Result handle_agent_action(ak_server *s, struct MHD_Connection *c, conn *cn, const char *method,
+                                           const char *rest) {
+    const char *slash = strchr(rest, '/');
+    char id[AK_AGENT_ID_MAX + 2];
+    size_t n = (size_t)(slash - rest);
+    const char *ep = "/v1/agents";
+    if (n > AK_AGENT_ID_MAX) n = AK_AGENT_ID_MAX + 1;   /* too long: invalid below */
+    memcpy(id, rest, n);
+    id[n] = 0;
+    const char *action = slash + 1;
+    int cards = !strcmp(action, "cards"), import = !strcmp(action, "import");
+    if (!cards && !import) return send_error(s, c, ep, 404, NULL, "unknown_url", "unknown URL /v1/agents/%.200s", rest);
+    if (!ak_agent_id_valid(id))
+        return send_error(s, c, ep, 400, "agent_id", "invalid_agent_id",
+                          "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (strcmp(method, "POST")) return send_error(s, c, ep, 405, NULL, NULL, "use POST for /v1/agents/{id}/%s", action);
+    return cards ? make_card(s, c, cn, id) : import_card(s, c, cn, id);
+}
+
+/* 1 when the client asks for the card's bytes: ?download=1 (or true) or
+ * Accept: application/octet-stream. */
+static int wants_download(struct MHD_Connection *c) {
+    const char *d = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "download");
+    if (d && (!strcmp(d, "1") || !strcmp(d, "true"))) return 1;
+    const char *acc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+    return acc && strstr(acc, "application/octet-stream") != NULL;
+}
+
+/* GET /v1/cards/{id}: the card object, or its file's bytes. */
+static enum MHD_Result get_card(ak_server *s, struct MHD_Connection *c, const char *id) {
+    const char *ep = "/v1/cards";
+    ak_sched_card card;
+    ak_error err = {0};
+    if (ak_sched_card_get(s->cfg.sched, id, &card, &err) < 0) return send_card_error(s, c, ep, &err, 0);
+    if (!wants_download(c)) return send_json(s, c, ep, 200, card_json(&card.e, &card));
+    char *bytes = NULL;
+    size_t len = 0;
+    if (ak_sched_card_file(s->cfg.sched, id, &bytes, &len, &err) < 0) return send_card_error(s, c, ep, &err, 0);
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, bytes, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(bytes);
+        return MHD_NO;
+    }
+    char disp[AK_AGENT_ID_MAX + 64];
+    snprintf(disp, sizeof disp, "attachment; filename=\"%s.safetensors\"", id);
+    MHD_add_response_header(r, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(r, "Content-Disposition", disp);
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    ak_metrics_request(s->cfg.metrics, ep, 200);
+    return rc;
+}
+
+/* /v1/cards (GET: list) and /v1/cards/{id} (GET, DELETE). */
+static enum MHD_Result handle_cards(ak_server *s, struct MHD_Connection *c, const char *method, const char *id) {
+    const char *ep = "/v1/cards";
+    if (id && !ak_agent_id_valid(id))
+        return send_error(s, c, ep, 400, "card", "invalid_card_id",
+                          "invalid card id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    ak_error err = {0};
+    if (id && !strcmp(method, "DELETE")) {
+        int rc = ak_sched_card_remove(s->cfg.sched, id, &err);
+        if (rc == 1) return send_error(s, c, ep, 404, "card", "card_not_found", "no card '%s'", id);
+        if (rc < 0 && err.code == AK_ERR_BUSY) return send_error(s, c, ep, 409, "card", "card_busy", "%s", err.msg);
+        if (rc < 0) return send_error(s, c, ep, ak_sched_status_of(err.code), NULL, NULL, "%s", err.msg);
+        return send_deleted(s, c, ep, "card", id);
+    }
+    if (strcmp(method, "GET"))
+        return send_error(s, c, ep, 405, NULL, NULL, "method %s not allowed here (%s)", method,
+                          id ? "GET or DELETE /v1/cards/{id}" : "GET /v1/cards; make one with POST /v1/agents/{id}/cards");
+    if (id) return get_card(s, c, id);
+    ak_store_card_entry *v = NULL;
+    int n = 0;
+    if (ak_sched_cards_list(s->cfg.sched, &v, &n, &err) < 0) return send_error(s, c, ep, 500, NULL, NULL, "%s", err.msg);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(j, "data");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, card_json(&v[i], NULL));
+    free(v);
+    return send_json(s, c, ep, 200, j);
+}
+
 /* The endpoint label of a URL for /metrics. */
 static const char *endpoint_of(const char *url) {
     static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/agents",
-                                        "/v1/pools", "/health", "/metrics"};
+                                        "/v1/pools", "/v1/cards", "/health", "/metrics"};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (!strcmp(url, known[i])) return known[i];
     if (!strncmp(url, "/v1/agents/", 11)) return "/v1/agents";
     if (!strncmp(url, "/v1/pools/", 10)) return "/v1/pools";
+    if (!strncmp(url, "/v1/cards/", 10)) return "/v1/cards";
     return "other";
 }
 
@@ -733,7 +933,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return send_json(s, c, "/v1/models", 200, j);
     }
     if (!strcmp(url, "/v1/agents")) return handle_agents(s, c, method, NULL);
+    if (!strncmp(url, "/v1/agents/", 11) && strchr(url + 11, '/')) return handle_agent_action(s, c, cn, method, url + 11);
     if (!strncmp(url, "/v1/agents/", 11)) return handle_agents(s, c, method, url + 11);
+    if (!strcmp(url, "/v1/cards")) return handle_cards(s, c, method, NULL);
+    if (!strncmp(url, "/v1/cards/", 10)) return handle_cards(s, c, method, url + 10);
     if (!strcmp(url, "/v1/pools")) return handle_pools(s, c, cn, method, NULL);
     if (!strncmp(url, "/v1/pools/", 10)) return handle_pools(s, c, cn, method, url + 10);
     int chat = !strcmp(url, "/v1/chat/completions");
