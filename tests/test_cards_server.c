@@ -1,0 +1,603 @@
+/* test_cards_server.c - CacheCards over HTTP, in process (model, scheduler
+ * and server started here; loopback sockets with timeouts):
+ *   - export (POST /v1/agents/{id}/cards, bits 16) + import (replace) +
+ *     chat: the receiver answers the next turn of the conversation exactly
+ *     as the sender does, with every card token reused (nothing of the card
+ *     prefilled); /v1/agents names the card;
+ *   - importance vs uniform at 4 bits: both import and answer, with other
+ *     width histograms; the importance widths are those of an attention
+ *     statistics pass computed here independently (and not those of the
+ *     token ids alone);
+ *   - every bad input gives its status and code and disturbs nothing (a
+ *     witness agent answers the same, the agents keep their contexts);
+ *   - the card's download is the file, and `agentkv card inspect` reads it. */
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../src/attnstats.h"
+#include "../src/bitalloc.h"
+#include "../src/buf.h"
+#include "../src/cards.h"
+#include "../src/server.h"
+#include "test.h"
+
+#define N_CTX 1024
+#define MODEL "models/stories260K.gguf"
+
+typedef struct {
+    ak_model *m;
+    ak_tokenizer *tok;
+    ak_block_pool *pool;
+    ak_store *store;
+    ak_agents *agents;
+    ak_metrics *metrics;
+    ak_sched *s;
+    ak_server *srv;
+    int port;
+} rig;
+
+/* Starts a server on 127.0.0.1 for MODEL with agents in f16/f16 (so a
+ * 16-bit card holds the very bits the sender holds) and the memory
+ * directory mem under the test's temp dir. */
+static int rig_start(ak_test_ctx *t, rig *r, const char *mem) {
+    ak_error err = {0};
+    char path[512], dir[512];
+    memset(r, 0, sizeof *r);
+    snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), mem);
+    r->m = ak_model_load(test_path(path, sizeof path, MODEL), NULL, NULL, &err);
+    if (r->m) r->tok = ak_tokenizer_load(&r->m->gguf, &err);
+    if (r->tok) r->pool = ak_block_pool_new(&r->m->spec, 0, 0, &err);
+    if (r->pool) r->store = ak_store_open(dir, NULL, &err);
+    if (r->store) {
+        ak_agents_config ac = {r->m, r->pool, r->store, AK_KV_F16, AK_KV_F16, N_CTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+        r->agents = ak_agents_new(&ac, &err);
+    }
+    if (r->agents) r->metrics = ak_metrics_new(&err);
+    if (r->metrics) {
+        ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, N_CTX, 256, 16, r->metrics, NULL, NULL, 0, 0};
+        r->s = ak_sched_start(&sc, &err);
+    }
+    if (r->s) {
+        ak_server_config vc = {0};
+        vc.host = "127.0.0.1";
+        vc.sched = r->s;
+        vc.model = r->m;
+        vc.tok = r->tok;
+        vc.model_id = "m";
+        vc.family = AK_CHAT_PLAIN;
+        vc.n_ctx = N_CTX;
+        vc.metrics = r->metrics;
+        r->srv = ak_server_start(&vc, &err);
+    }
+    if (!r->srv) {
+        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", MODEL, err.msg);
+        return -1;
+    }
+    r->port = ak_server_port(r->srv);
+    return 0;
+}
+
+static void rig_stop(rig *r) {
+    ak_server_quiesce(r->srv);
+    ak_sched_shutdown(r->s);
+    ak_server_stop(r->srv);
+    ak_sched_free(r->s);
+    ak_error err = {0};
+    if (r->agents) ak_agents_flush(r->agents, &err);
+    ak_agents_free(r->agents);
+    ak_metrics_free(r->metrics);
+    ak_store_close(r->store);
+    ak_block_pool_free(r->pool);
+    ak_tokenizer_free(r->tok);
+    ak_model_free(r->m);
+    memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------ a client */
+
+typedef struct {
+    int status;               /* 0: no answer */
+    cJSON *j;                 /* the body parsed (NULL if not JSON) */
+    char *body;               /* NUL-terminated; len bytes (binary bodies too) */
+    size_t len;
+} reply;
+
+static void reply_free(reply *r) {
+    cJSON_Delete(r->j);
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+/* One exchange on a fresh connection (Connection: close), read to EOF;
+ * every send and receive bounded by 60 s. accept: an Accept header or NULL. */
+static reply http_ex(int port, const char *method, const char *path, const char *body, const char *accept) {
+    reply r = {0};
+    int fd = test_dial_loopback(port, 60000);
+    if (fd < 0) return r;
+    ak_buf b = {0};
+    ak_buf_printf(&b, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
+    if (accept) ak_buf_printf(&b, "Accept: %s\r\n", accept);
+    if (body) ak_buf_printf(&b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    else ak_buf_puts(&b, "\r\n");
+    int ok = !b.failed && send(fd, b.p, b.len, MSG_NOSIGNAL) == (ssize_t)b.len;
+    ak_buf_free(&b);
+    char tmp[8192];
+    ssize_t k;
+    while (ok && (k = recv(fd, tmp, sizeof tmp, 0)) > 0) ak_buf_append(&b, tmp, (size_t)k);
+    close(fd);
+    size_t total = b.len;
+    char *raw = ak_buf_take(&b);
+    char *sep = raw ? memmem(raw, total, "\r\n\r\n", 4) : NULL;
+    if (sep && !strncmp(raw, "HTTP/1.", 7)) {
+        r.status = atoi(raw + 9);
+        r.len = total - (size_t)(sep + 4 - raw);
+        r.body = malloc(r.len + 1);
+        if (r.body) {
+            memcpy(r.body, sep + 4, r.len);
+            r.body[r.len] = 0;
+            r.j = cJSON_Parse(r.body);
+        }
+    }
+    free(raw);
+    return r;
+}
+
+static reply http(int port, const char *method, const char *path, const char *body) {
+    return http_ex(port, method, path, body, NULL);
+}
+
+static double num(const cJSON *j, const char *name) { return cJSON_GetNumberValue(cJSON_GetObjectItem(j, name)); }
+static const char *str(const cJSON *j, const char *name) { return cJSON_GetStringValue(cJSON_GetObjectItem(j, name)); }
+
+/* The error code of an OpenAI error body ("" if none). */
+static const char *err_code(const reply *r) {
+    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "code");
+    return c ? c : "";
+}
+static const char *err_msg(const reply *r) {
+    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "message");
+    return c ? c : (r->body ? r->body : "");
+}
+
+/* A greedy chat turn of agent on messages (a JSON array). */
+static reply chat(int port, const char *agent, const char *messages, int max_tokens) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", "m");
+    cJSON_AddStringToObject(j, "agent_id", agent);
+    cJSON_AddItemToObject(j, "messages", cJSON_Parse(messages));
+    cJSON_AddNumberToObject(j, "max_tokens", max_tokens);
+    cJSON_AddNumberToObject(j, "temperature", 0);
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    reply r = http(port, "POST", "/v1/chat/completions", body);
+    free(body);
+    return r;
+}
+
+/* The assistant's text of a chat reply (NULL if none). */
+static const char *answer(const reply *r) {
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0);
+    return str(cJSON_GetObjectItem(c0, "message"), "content");
+}
+
+/* agentkv.reused and usage.prompt_tokens of a chat reply. */
+static int reused(const reply *r) { return (int)num(cJSON_GetObjectItem(r->j, "agentkv"), "reused"); }
+static int prompt_tokens(const reply *r) { return (int)num(cJSON_GetObjectItem(r->j, "usage"), "prompt_tokens"); }
+
+/* POST /v1/agents/{agent}/cards with body (JSON text). */
+static reply post_card(int port, const char *agent, const char *body) {
+    char path[300];
+    snprintf(path, sizeof path, "/v1/agents/%s/cards", agent);
+    return http(port, "POST", path, body);
+}
+
+/* POST /v1/agents/{agent}/import {"card": card, "mode": mode}. */
+static reply import_card(int port, const char *agent, const char *card, const char *mode) {
+    char path[300], body[400];
+    snprintf(path, sizeof path, "/v1/agents/%s/import", agent);
+    snprintf(body, sizeof body, "{\"card\":\"%s\",\"mode\":\"%s\"}", card, mode);
+    return http(port, "POST", path, body);
+}
+
+/* GET /v1/agents/id: the object (to free) or NULL. */
+static cJSON *agent_get(int port, const char *id) {
+    char path[256];
+    snprintf(path, sizeof path, "/v1/agents/%s", id);
+    reply r = http(port, "GET", path, NULL);
+    cJSON *j = r.status == 200 ? r.j : NULL;
+    if (j) r.j = NULL;
+    reply_free(&r);
+    return j;
+}
+
+/* Tokens at width w ("2", "4", "8", "16") of a card object's side ("widths_k"). */
+static int hist(const cJSON *card, const char *side, const char *w) {
+    return (int)num(cJSON_GetObjectItem(card, side), w);
+}
+
+#define Q1 "[{\"role\":\"user\",\"content\":\"Lily had a red ball. She played in the park with her dog.\"}]"
+#define STORY "Once upon a time there was a little girl named Lily. She had a red ball and a big dog. " \
+              "Every day they went to the park and played near the tree. One day the dog ran after a cat " \
+              "and Lily was sad, but the dog came back with the ball and they were happy again."
+
+/* ------------------------------------------------------------ the tests */
+
+TEST(cards_server_export_import_chat_same_answer) {
+    rig r;
+    if (rig_start(t, &r, "cards-chat") < 0) return;
+    reply a = chat(r.port, "alice", Q1, 24);
+    REQUIRE(a.status == 200 && answer(&a), "alice: %d %s", a.status, a.body);
+    int p1 = prompt_tokens(&a);
+    cJSON *q2 = cJSON_Parse(Q1);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "assistant");
+    cJSON_AddStringToObject(m, "content", answer(&a));
+    cJSON_AddItemToArray(q2, m);
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", "What did the dog do next?");
+    cJSON_AddItemToArray(q2, m);
+    char *q2s = cJSON_PrintUnformatted(q2);
+    cJSON_Delete(q2);
+    reply_free(&a);
+    /* the card: the first turn's prompt at 16 bits */
+    char body[256];
+    snprintf(body, sizeof body, "{\"id\":\"c16\",\"range\":[0,%d],\"bits\":16,\"policy\":\"uniform\"}", p1);
+    a = post_card(r.port, "alice", body);
+    REQUIRE(a.status == 201, "make: %d %s", a.status, a.body);
+    CHECK(!strcmp(str(a.j, "object"), "card") && !strcmp(str(a.j, "id"), "c16") && (int)num(a.j, "tokens") == p1 &&
+          num(a.j, "pos_offset") == 0 && !strcmp(str(a.j, "source_agent"), "alice") &&
+          !strcmp(str(a.j, "policy"), "uniform") && num(a.j, "budget_k") == 16 && num(a.j, "mean_bits_k") == 16 &&
+          num(a.j, "mean_bits_v") == 16 && hist(a.j, "widths_k", "16") == p1 && hist(a.j, "widths_v", "16") == p1 &&
+          num(a.j, "bytes") > 0 && str(a.j, "hash") && strlen(str(a.j, "hash")) == 16 && num(a.j, "created") > 0,
+          "card object: %s", a.body);
+    reply_free(&a);
+    a = import_card(r.port, "bob", "c16", "replace");
+    CHECK(a.status == 200 && (int)num(a.j, "tokens") == p1, "import: %d %s", a.status, a.body);
+    reply_free(&a);
+    cJSON *bob = agent_get(r.port, "bob"), *alice = agent_get(r.port, "alice");
+    CHECK(bob && str(bob, "card") && !strcmp(str(bob, "card"), "c16") && (int)num(bob, "tokens") == p1, "bob: %s",
+          bob ? cJSON_PrintUnformatted(bob) : "none");
+    CHECK(alice && cJSON_IsNull(cJSON_GetObjectItem(alice, "card")), "alice holds no card");
+    cJSON_Delete(bob);
+    cJSON_Delete(alice);
+    /* the next turn: the receiver first, then the sender */
+    reply rb = chat(r.port, "bob", q2s, 24);
+    reply ra = chat(r.port, "alice", q2s, 24);
+    REQUIRE(rb.status == 200 && ra.status == 200 && answer(&rb) && answer(&ra), "turn 2: %s / %s", rb.body, ra.body);
+    CHECK(!strcmp(answer(&rb), answer(&ra)), "receiver '%s' vs sender '%s'", answer(&rb), answer(&ra));
+    CHECK(strlen(answer(&rb)) > 0, "an answer");
+    CHECK(reused(&rb) == p1 && prompt_tokens(&rb) > p1, "receiver reused %d of %d (the card: %d)", reused(&rb),
+          prompt_tokens(&rb), p1);
+    CHECK((int)num(cJSON_GetObjectItem(cJSON_GetObjectItem(rb.j, "usage"), "prompt_tokens_details"), "cached_tokens") ==
+              p1, "cached_tokens: %s", rb.body);
+    reply_free(&ra);
+    reply_free(&rb);
+    free(q2s);
+    rig_stop(&r);
+}
+
+/* Widths of tokens[0..n) of MODEL under policy at budget 4/4, scored from a
+ * statistics pass run here (stats: 1) or the token ids alone (0), as
+ * docs/cards.md says: f16 sequence, default layers, no overlap, no caps. */
+static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tokens, int n, int stats,
+                           uint8_t *wk, uint8_t *wv) {
+    ak_error err = {0};
+    ak_block_pool *bp = ak_block_pool_new(&m->spec, 0, 0, &err);
+    ak_kv *kv = bp ? ak_kv_new(bp, AK_KV_F16, AK_KV_F16, n, &err) : NULL;
+    ak_ctx *c = kv ? ak_ctx_new(m, 64, 1, &err) : NULL;
+    ak_attn_stats *st = c ? ak_attn_stats_new(m, NULL, 0, &err) : NULL;
+    double *buf = calloc((size_t)n * 4, sizeof(double));
+    int rc = -1;
+    if (st && buf) {
+        ak_attn_stats_set_seq(st, kv);
+        ak_ctx_set_attn_stats(c, st);
+        rc = ak_eval(c, kv, tokens, n, 0, NULL, NULL, NULL, NULL, &err);
+        ak_ctx_set_attn_stats(c, NULL);
+    }
+    if (rc == 0) {
+        ak_attn_stats_mass(st, buf);
+        ak_attn_stats_mass_var(st, buf + n);
+        ak_attn_stats_entropy(st, buf + 2 * n);
+        ak_attn_stats_exposure(st, buf + 3 * n);
+        ak_bitalloc_input in = {0};
+        in.n = n;
+        in.tokens = tokens;
+        if (stats) {
+            in.mass = buf;
+            in.variance = buf + n;
+            in.entropy = buf + 2 * n;
+            in.exposure = buf + 3 * n;
+        }
+        ak_bitalloc_params p;
+        ak_bitalloc_params_init(&p);
+        p.policy = AK_BITALLOC_IMPORTANCE;
+        p.budget_k = 4;
+        p.budget_v = 4;
+        rc = ak_bitalloc_run(&in, &p, wk, wv, NULL, &err);
+    }
+    if (rc < 0) ak_test_fail(t, __FILE__, __LINE__, "expected widths: %s", err.msg);
+    free(buf);
+    ak_attn_stats_free(st);
+    ak_ctx_free(c);
+    ak_kv_free(kv);
+    ak_block_pool_free(bp);
+    return rc;
+}
+
+TEST(cards_server_importance_vs_uniform_4_bits) {
+    rig r;
+    if (rig_start(t, &r, "cards-policies") < 0) return;
+    reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
+    REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = post_card(r.port, "alice", "{\"id\":\"u4\",\"bits\":4,\"policy\":\"uniform\"}");
+    reply b = post_card(r.port, "alice", "{\"id\":\"i4\",\"bits\":4,\"policy\":\"importance\"}");
+    reply c = post_card(r.port, "alice", "{\"id\":\"t4\",\"bits_k\":4,\"bits_v\":4,\"policy\":\"topology\"}");
+    REQUIRE(a.status == 201 && b.status == 201 && c.status == 201, "make: %s / %s / %s", a.body, b.body, c.body);
+    int n = (int)num(a.j, "tokens");
+    CHECK(hist(a.j, "widths_k", "4") == n && hist(a.j, "widths_v", "4") == n, "uniform 4: %s", a.body);
+    CHECK(hist(b.j, "widths_k", "4") != n && num(b.j, "mean_bits_k") <= 4 && num(b.j, "mean_bits_v") <= 4 &&
+          num(b.j, "mean_bits_k") > 3, "importance 4: another histogram, mean within the budget: %s", b.body);
+    CHECK(!strcmp(str(b.j, "policy"), "importance") && !strcmp(str(c.j, "policy"), "topology"), "policies");
+    reply_free(&a);
+    reply_free(&b);
+    reply_free(&c);
+    /* the importance widths are an attention-statistics pass's */
+    ak_card *ic = NULL;
+    ak_error err = {0};
+    REQUIRE(ak_store_load_card(r.store, "i4", NULL, NULL, 0, &ic, &err) == AK_STORE_HIT, "load i4: %s", err.msg);
+    uint8_t *w = malloc((size_t)n * 4);
+    REQUIRE(w && ic->n_tokens == n, "n");
+    if (expected_widths(t, r.m, ic->tokens, n, 1, w, w + n) == 0) {
+        CHECK(!memcmp(w, ic->widths_k, (size_t)n) && !memcmp(w + n, ic->widths_v, (size_t)n),
+              "the card's widths are those of the statistics pass");
+    }
+    if (expected_widths(t, r.m, ic->tokens, n, 0, w + 2 * n, w + 3 * n) == 0)
+        CHECK(memcmp(w, w + 2 * n, (size_t)n), "token ids alone would give other widths (the check can tell)");
+    free(w);
+    ak_card_free(ic);
+    /* both import and answer, reusing the whole card */
+    const char *q = "[{\"role\":\"user\",\"content\":\"" STORY "\"},{\"role\":\"user\",\"content\":\"And then?\"}]";
+    const char *ids[2] = {"u4", "i4"}, *agents[2] = {"ub", "ib"};
+    for (int i = 0; i < 2; i++) {
+        a = import_card(r.port, agents[i], ids[i], "replace");
+        CHECK(a.status == 200, "import %s: %d %s", ids[i], a.status, a.body);
+        reply_free(&a);
+        a = chat(r.port, agents[i], q, 8);
+        CHECK(a.status == 200 && answer(&a) && reused(&a) > 0, "chat on %s: %d %s", ids[i], a.status, a.body);
+        reply_free(&a);
+    }
+    rig_stop(&r);
+}
+
+/* Flips one byte near the end of path (tensor data). Returns 0 or -1. */
+static int flip_byte(const char *path) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    int rc = -1;
+    if (fseek(f, -3, SEEK_END) == 0) {
+        int ch = fgetc(f);
+        if (ch != EOF && fseek(f, -1, SEEK_CUR) == 0 && fputc(ch ^ 0x40, f) != EOF) rc = 0;
+    }
+    return fclose(f) == 0 ? rc : -1;
+}
+
+/* Writes card id of 8 tokens of m, with fingerprint fp, into store st
+ * behind the server's back (a card made elsewhere). Returns 0 or -1. */
+static int foreign_card(ak_test_ctx *t, const ak_model *m, ak_store *st, const char *id, const char *fp) {
+    ak_error err = {0};
+    int32_t toks[8] = {1, 20, 30, 40, 50, 60, 70, 80};
+    ak_block_pool *bp = ak_block_pool_new(&m->spec, 0, 0, &err);
+    ak_kv *kv = bp ? ak_kv_new(bp, AK_KV_F16, AK_KV_F16, 16, &err) : NULL;
+    ak_ctx *c = kv ? ak_ctx_new(m, 16, 1, &err) : NULL;
+    int rc = c ? ak_eval(c, kv, toks, 8, 0, NULL, NULL, NULL, NULL, &err) : -1;
+    ak_card *card = NULL;
+    if (rc == 0) {
+        ak_card_params p = {id, "elsewhere", fp, "x", 0, 8, NULL, NULL, NULL, 0, 0};
+        card = ak_card_make(kv, toks, &p, &err);
+    }
+    rc = card ? ak_store_save_card(st, card, &err) : -1;
+    if (rc < 0) ak_test_fail(t, __FILE__, __LINE__, "foreign card %s: %s", id, err.msg);
+    ak_card_free(card);
+    ak_ctx_free(c);
+    ak_kv_free(kv);
+    ak_block_pool_free(bp);
+    return rc;
+}
+
+/* 1 if the quarantine of memory directory mem holds a file starting with prefix. */
+static int quarantined(const char *mem, const char *prefix) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s/quarantine", test_tmp_dir(), mem);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) found = !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return found;
+}
+
+/* Submits a long greedy request of agent id straight to the scheduler (so
+ * that it is surely queued or running when the next HTTP call arrives). */
+static ak_request *long_request(rig *r, const char *id) {
+    int32_t *toks = NULL;
+    size_t n = 0;
+    ak_error err = {0};
+    if (ak_tokenize(r->tok, STORY, strlen(STORY), AK_TOK_ADD_SPECIAL, &toks, &n, &err) < 0) return NULL;
+    ak_req_params p = {0};
+    p.agent_id = id;
+    p.prompt = toks;
+    p.n_prompt = (int)n;
+    p.max_tokens = N_CTX - (int)n - 8;
+    p.sp = ak_sampler_defaults();
+    p.sp.temp = 0;
+    int status = 0;
+    ak_request *q = ak_sched_submit(r->s, &p, &status, &err);
+    free(toks);
+    return q;
+}
+
+/* Expects reply a to have status st and error code code. */
+#define EXPECT(a, st, code, what)                                                                       \
+    do {                                                                                                \
+        reply a_ = (a);                                                                                 \
+        CHECK(a_.status == (st) && !strcmp(err_code(&a_), (code)), "%s: %d %s", what, a_.status, a_.body); \
+        reply_free(&a_);                                                                                \
+    } while (0)
+
+TEST(cards_server_bad_inputs) {
+    rig r;
+    const char *mem = "cards-bad";
+    if (rig_start(t, &r, mem) < 0) return;
+    reply a = chat(r.port, "witness", Q1, 16);
+    REQUIRE(a.status == 200 && answer(&a), "witness: %d %s", a.status, a.body);
+    char *before = strdup(answer(&a));
+    reply_free(&a);
+    a = chat(r.port, "alice", Q1, 16);
+    REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
+    reply_free(&a);
+    cJSON *al = agent_get(r.port, "alice");
+    int alice_tokens = (int)num(al, "tokens");
+    cJSON_Delete(al);
+    EXPECT(post_card(r.port, "nobody", "{\"bits\":4}"), 404, "agent_not_found", "unknown agent");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":4,\"range\":[0,100000]}"), 400, "invalid_range", "range past the end");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":4,\"range\":[5,2]}"), 400, "invalid_range", "range backwards");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":4,\"range\":[0]}"), 400, "invalid_range", "range of one number");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":1}"), 400, "invalid_bits", "bits 1");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":17}"), 400, "invalid_bits", "bits 17");
+    EXPECT(post_card(r.port, "alice", "{\"bits_k\":4,\"bits_v\":1.5}"), 400, "invalid_bits", "bits_v 1.5");
+    EXPECT(post_card(r.port, "alice", "{\"policy\":\"uniform\"}"), 400, "invalid_bits", "no bits");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":4,\"policy\":\"random\"}"), 400, "unknown_policy", "policy");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":4,\"id\":\"a/b\"}"), 400, "invalid_card_id", "card id");
+    EXPECT(post_card(r.port, "alice", "{bits"), 400, "invalid_json", "json");
+    a = post_card(r.port, "alice", "{\"id\":\"c\",\"bits\":8}");
+    CHECK(a.status == 201, "make c: %d %s", a.status, a.body);
+    reply_free(&a);
+    EXPECT(post_card(r.port, "alice", "{\"id\":\"c\",\"bits\":4}"), 409, "card_exists", "card id taken");
+    /* a request of alice in flight: she is busy for cards and imports */
+    ak_request *lr = long_request(&r, "alice");
+    REQUIRE(lr, "long request");
+    EXPECT(post_card(r.port, "alice", "{\"bits\":4}"), 409, "agent_busy", "make while generating");
+    EXPECT(import_card(r.port, "alice", "c", "replace"), 409, "agent_busy", "import while generating");
+    ak_request_cancel(lr);
+    ak_request_wait(lr, (size_t)-1, 60000);
+    ak_request_release(lr);
+    a = chat(r.port, "alice", Q1, 16);   /* back to the context she had */
+    CHECK(a.status == 200, "alice again: %d", a.status);
+    reply_free(&a);
+    /* imports */
+    a = import_card(r.port, "alice", "c", "append");
+    CHECK(a.status == 400 && !strcmp(err_code(&a), "unsupported_mode") && strstr(err_msg(&a), "replace"),
+          "append: %d %s", a.status, a.body);
+    reply_free(&a);
+    EXPECT(import_card(r.port, "alice", "nope", "replace"), 404, "card_not_found", "unknown card");
+    EXPECT(http(r.port, "POST", "/v1/agents/alice/import", "{\"mode\":\"replace\"}"), 400, "invalid_card_id", "no card");
+    REQUIRE(foreign_card(t, r.m, r.store, "other-model", "0123456789abcdef") == 0, "other-model card");
+    EXPECT(import_card(r.port, "alice", "other-model", "replace"), 409, "card_stale", "another model's card");
+    REQUIRE(foreign_card(t, r.m, r.store, "broken", r.m->fingerprint) == 0, "broken card");
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s/cards/broken.safetensors", test_tmp_dir(), mem);
+    CHECK(flip_byte(path) == 0, "flip %s", path);
+    EXPECT(import_card(r.port, "alice", "broken", "replace"), 500, "card_corrupt", "corrupt card");
+    CHECK(quarantined(mem, "card+broken") && access(path, F_OK) != 0, "the corrupt card is in quarantine");
+    al = agent_get(r.port, "alice");
+    CHECK(al && (int)num(al, "tokens") == alice_tokens && cJSON_IsNull(cJSON_GetObjectItem(al, "card")),
+          "alice kept her context through the refused imports");
+    cJSON_Delete(al);
+    /* removal */
+    a = import_card(r.port, "bob", "c", "replace");
+    CHECK(a.status == 200, "import c: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = http(r.port, "DELETE", "/v1/cards/c", NULL);
+    CHECK(a.status == 409 && !strcmp(err_code(&a), "card_busy") && strstr(err_msg(&a), "bob"), "delete held: %d %s",
+          a.status, a.body);
+    reply_free(&a);
+    EXPECT(http(r.port, "DELETE", "/v1/cards/nope", NULL), 404, "card_not_found", "delete unknown");
+    EXPECT(http(r.port, "GET", "/v1/cards/nope", NULL), 404, "card_not_found", "get unknown");
+    EXPECT(http(r.port, "PUT", "/v1/cards", NULL), 405, "", "put");
+    a = http(r.port, "GET", "/v1/cards", NULL);
+    cJSON *data = cJSON_GetObjectItem(a.j, "data");
+    CHECK(a.status == 200 && cJSON_GetArraySize(data) == 2 && !strcmp(str(cJSON_GetArrayItem(data, 0), "id"), "c") &&
+              !strcmp(str(cJSON_GetArrayItem(data, 1), "id"), "other-model"),
+          "list: %s", a.body);
+    reply_free(&a);
+    a = http(r.port, "DELETE", "/v1/agents/bob", NULL);
+    CHECK(a.status == 200, "delete bob: %d", a.status);
+    reply_free(&a);
+    a = http(r.port, "DELETE", "/v1/cards/c", NULL);
+    CHECK(a.status == 200, "delete c once no agent holds it: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = chat(r.port, "witness", Q1, 16);
+    CHECK(a.status == 200 && answer(&a) && !strcmp(answer(&a), before), "the witness answers the same: '%s' vs '%s'",
+          answer(&a) ? answer(&a) : a.body, before);
+    reply_free(&a);
+    free(before);
+    rig_stop(&r);
+}
+
+/* Runs the agentkv binary (AK_BIN) with args; returns its exit code and
+ * its stderr+stdout in *out (malloc'd). */
+static int run_cli(const char *args, char **out) {
+    const char *bin = getenv("AK_BIN");
+    char log[600], cmd[2048];
+    snprintf(log, sizeof log, "%s/cards-cli.log", test_tmp_dir());
+    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s 2>&1 </dev/null", bin && *bin ? bin : "build/agentkv", args, log);
+    int st = system(cmd);
+    *out = ak_read_file(log, NULL, NULL);
+    if (!*out) *out = strdup("");
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+TEST(cards_server_download_inspect) {
+    rig r;
+    if (rig_start(t, &r, "cards-dl") < 0) return;
+    reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
+    REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = post_card(r.port, "alice", "{\"id\":\"dl\",\"bits\":4,\"policy\":\"importance\"}");
+    REQUIRE(a.status == 201, "make: %d %s", a.status, a.body);
+    int n = (int)num(a.j, "tokens"), bytes = (int)num(a.j, "bytes");
+    int h[4];
+    static const char *const ws[4] = {"2", "4", "8", "16"};
+    for (int i = 0; i < 4; i++) h[i] = hist(a.j, "widths_k", ws[i]);
+    reply_free(&a);
+    reply d = http(r.port, "GET", "/v1/cards/dl?download=1", NULL);
+    reply e = http_ex(r.port, "GET", "/v1/cards/dl", NULL, "application/octet-stream");
+    CHECK(d.status == 200 && (int)d.len == bytes && e.status == 200 && e.len == d.len &&
+              !memcmp(d.body, e.body, d.len) && !d.j,
+          "download: %d %zu bytes (card: %d), accept: %d %zu", d.status, d.len, bytes, e.status, e.len);
+    reply_free(&e);
+    a = http(r.port, "GET", "/v1/cards/dl", NULL);
+    CHECK(a.status == 200 && a.j && (int)num(a.j, "tokens") == n, "without download: JSON: %s", a.body);
+    reply_free(&a);
+    rig_stop(&r);
+    /* the downloaded bytes in a fresh memory directory, read by the CLI */
+    char dir[600], path[700], args[1400], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/cards-dl-copy", test_tmp_dir());
+    snprintf(path, sizeof path, "%s/cards", dir);
+    mkdir(dir, 0700);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/cards/dl.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(d.body, 1, d.len, f) == d.len && fclose(f) == 0, "write %s", path);
+    reply_free(&d);
+    snprintf(args, sizeof args, "card inspect dl --memory %s", dir);
+    int rc = run_cli(args, &out);
+    char want[64];
+    snprintf(want, sizeof want, "tokens       %d", n);
+    CHECK(rc == 0 && strstr(out, want) && strstr(out, "importance"), "inspect: exit %d: %s", rc, out);
+    /* the histogram line of keys: "keys    2:%d 4:%d 8:%d 16:%d" */
+    char hk[128];
+    snprintf(hk, sizeof hk, "2:%d 4:%d 8:%d 16:%d", h[0], h[1], h[2], h[3]);
+    CHECK(strstr(out, hk) != NULL, "histogram %s in: %s", hk, out);
+    free(out);
+}
