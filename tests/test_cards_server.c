@@ -601,3 +601,72 @@ TEST(cards_server_download_inspect) {
     CHECK(strstr(out, hk) != NULL, "histogram %s in: %s", hk, out);
     free(out);
 }
+
+/* agentkv card export / import / ls / rm offline on a server's directory:
+ * export makes what POST /v1/agents/{id}/cards makes (same widths, same
+ * content hash), import gives an agent the card (a server then reuses it
+ * all), rm refuses while that agent's file starts with it. */
+TEST(cards_cli_export_import_rm) {
+    rig r;
+    const char *mem = "cards-cli";
+    if (rig_start(t, &r, mem) < 0) return;
+    reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
+    REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = post_card(r.port, "alice", "{\"id\":\"http4\",\"bits\":4,\"policy\":\"topology\",\"range\":[3,60]}");
+    REQUIRE(a.status == 201, "make: %d %s", a.status, a.body);
+    int n = (int)num(a.j, "tokens");
+    reply_free(&a);
+    rig_stop(&r);
+    char dir[600], model[512], args[2048], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), mem);
+    test_path(model, sizeof model, MODEL);
+    snprintf(args, sizeof args,
+             "card export --model %s --memory %s --agent alice --id cli4 --bits 4 --policy topology --range 3:60 "
+             "-ctk f16 -ctv f16 -c %d -t 2", model, dir, N_CTX);
+    int rc = run_cli(args, &out);
+    CHECK(rc == 0 && strstr(out, "topology"), "export: exit %d: %s", rc, out);
+    free(out);
+    ak_error err = {0};
+    ak_store *st = ak_store_open(dir, NULL, &err);
+    REQUIRE(st, "%s", err.msg);
+    ak_card *h = NULL, *c = NULL;
+    CHECK(ak_store_load_card(st, "http4", NULL, NULL, 0, &h, &err) == AK_STORE_HIT &&
+              ak_store_load_card(st, "cli4", NULL, NULL, 0, &c, &err) == AK_STORE_HIT,
+          "load: %s", err.msg);
+    if (h && c)
+        CHECK(h->n_tokens == n && c->n_tokens == n && c->pos_offset == 3 && !strcmp(h->hash, c->hash) &&
+                  !memcmp(h->widths_k, c->widths_k, (size_t)n),
+              "CLI and HTTP cards alike: %s / %s", h->hash, c->hash);
+    ak_card_free(h);
+    ak_card_free(c);
+    ak_store_close(st);
+    snprintf(args, sizeof args, "card import --model %s --memory %s --agent carol --card cli4 -ctk f16 -ctv f16 -c %d",
+             model, dir, N_CTX);
+    rc = run_cli(args, &out);
+    CHECK(rc == 0 && strstr(out, "carol"), "import: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "card ls --memory %s", dir);
+    rc = run_cli(args, &out);
+    CHECK(rc == 0 && strstr(out, "cli4") && strstr(out, "http4"), "ls: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "card rm cli4 --memory %s", dir);
+    rc = run_cli(args, &out);
+    CHECK(rc == 1 && strstr(out, "carol"), "rm while carol's file starts with it: exit %d: %s", rc, out);
+    free(out);
+    /* a server on the directory: carol continues from the card, all of it reused */
+    if (rig_start(t, &r, mem) < 0) return;
+    cJSON *cj = agent_get(r.port, "carol");
+    CHECK(cj && str(cj, "card") && !strcmp(str(cj, "card"), "cli4") && (int)num(cj, "tokens") == n, "carol: %s",
+          cj ? "card?" : "none");
+    cJSON_Delete(cj);
+    rig_stop(&r);
+    snprintf(args, sizeof args, "card rm cli4 --memory %s --force", dir);
+    rc = run_cli(args, &out);
+    CHECK(rc == 0, "rm --force: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "card inspect cli4 --memory %s", dir);
+    rc = run_cli(args, &out);
+    CHECK(rc == 1, "inspect after rm: exit %d: %s", rc, out);
+    free(out);
+}
