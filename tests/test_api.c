@@ -303,3 +303,77 @@ TEST(api_pool_composition) {
     ak_api_pool_request_free(&pp);
     ak_tokenizer_free(r.tok);
 }
+
+/* Parses a card body; returns the status (200 when accepted) and the code. */
+static int parse_card(const char *body, ak_api_card_request *p, const char **code) {
+    ak_api_error e;
+    int rc = ak_api_parse_card(body, strlen(body), p, &e);
+    *code = rc == 0 ? "" : (e.code ? e.code : "");
+    return rc == 0 ? 200 : e.status;
+}
+
+TEST(api_card_body) {
+    ak_api_card_request p;
+    const char *code;
+    CHECK(parse_card("{\"bits\":4}", &p, &code) == 200 && p.bits_k == 4 && p.bits_v == 4 && !p.id[0] && p.from == 0 &&
+              p.to == 0 && !strcmp(p.policy, "uniform"),
+          "defaults: %s", code);
+    CHECK(parse_card("{\"id\":\"c-1\",\"range\":[3,40],\"bits_k\":6,\"bits_v\":2.5,\"policy\":\"topology\"}", &p,
+                     &code) == 200 && !strcmp(p.id, "c-1") && p.from == 3 && p.to == 40 && p.bits_k == 6 &&
+              p.bits_v == 2.5 && !strcmp(p.policy, "topology"),
+          "every field: %s", code);
+    CHECK(parse_card("{\"bits_k\":8}", &p, &code) == 200 && p.bits_v == 8, "bits_v defaults to bits_k");
+    static const struct { const char *body, *code; } bad[] = {
+        {"{", "invalid_json"},
+        {"[1]", "invalid_json"},
+        {"{}", "invalid_bits"},
+        {"{\"bits_v\":4}", "invalid_bits"},
+        {"{\"bits\":1.99}", "invalid_bits"},
+        {"{\"bits\":16.01}", "invalid_bits"},
+        {"{\"bits\":\"4\"}", "invalid_bits"},
+        {"{\"bits\":1e300}", "invalid_bits"},
+        {"{\"bits\":4,\"bits_k\":4}", "invalid_bits"},
+        {"{\"bits\":4,\"policy\":\"greedy\"}", "unknown_policy"},
+        {"{\"bits\":4,\"policy\":7}", "unknown_policy"},
+        {"{\"bits\":4,\"range\":[4,4]}", "invalid_range"},
+        {"{\"bits\":4,\"range\":[-1,4]}", "invalid_range"},
+        {"{\"bits\":4,\"range\":[0,2.5]}", "invalid_range"},
+        {"{\"bits\":4,\"range\":[0,1e300]}", "invalid_range"},
+        {"{\"bits\":4,\"range\":[0,4,8]}", "invalid_range"},
+        {"{\"bits\":4,\"range\":\"0:4\"}", "invalid_range"},
+        {"{\"bits\":4,\"id\":\".hidden\"}", "invalid_card_id"},
+        {"{\"bits\":4,\"id\":5}", "invalid_card_id"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int st = parse_card(bad[i].body, &p, &code);
+        CHECK(st == 400 && !strcmp(code, bad[i].code), "%s: %d %s (want 400 %s)", bad[i].body, st, code, bad[i].code);
+    }
+}
+
+TEST(api_import_body) {
+    char id[AK_AGENT_ID_MAX + 1];
+    ak_api_error e;
+    const char *ok[] = {"{\"card\":\"c1\"}", "{\"card\":\"c1\",\"mode\":\"replace\"}", "{\"card\":\"c1\",\"mode\":null}"};
+    for (int i = 0; i < 3; i++) {
+        id[0] = 'x';
+        CHECK(ak_api_parse_import(ok[i], strlen(ok[i]), id, &e) == 0 && !strcmp(id, "c1"), "%s: %s", ok[i], e.msg);
+    }
+    const char *b = "{\"card\":\"c1\",\"mode\":\"append\"}";
+    CHECK(ak_api_parse_import(b, strlen(b), id, &e) < 0 && e.status == 400 && !strcmp(e.code, "unsupported_mode") &&
+              strstr(e.msg, "replace") && strstr(e.msg, "append") && !id[0],
+          "append: %s", e.msg);
+    static const struct { const char *body, *code; } bad[] = {
+        {"{\"card\":\"c1\",\"mode\":\"merge\"}", "unsupported_mode"},
+        {"{\"card\":\"c1\",\"mode\":1}", "unsupported_mode"},
+        {"{\"mode\":\"replace\"}", "invalid_card_id"},
+        {"{\"card\":\"a/b\"}", "invalid_card_id"},
+        {"{\"card\":3}", "invalid_card_id"},
+        {"\"c1\"", "invalid_json"},
+        {"", "invalid_json"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = ak_api_parse_import(bad[i].body, strlen(bad[i].body), id, &e);
+        CHECK(rc < 0 && e.status == 400 && e.code && !strcmp(e.code, bad[i].code), "%s: %s (want %s)", bad[i].body,
+              e.code ? e.code : "-", bad[i].code);
+    }
+}
