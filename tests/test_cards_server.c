@@ -7,10 +7,12 @@
  *   - importance vs uniform at 4 bits: both import and answer, with other
  *     width histograms; the importance widths are those of an attention
  *     statistics pass computed here independently (and not those of the
- *     token ids alone);
+ *     token ids alone); topology gives positions read from an imported
+ *     card overlap 1 (widths of a pass computed here with those overlaps);
  *   - every bad input gives its status and code and disturbs nothing (a
  *     witness agent answers the same, the agents keep their contexts);
- *   - the card's download is the file, and `agentkv card inspect` reads it. */
+ *   - the card's download is the file, and `agentkv card inspect` reads it;
+ *   - `agentkv card export|import|ls|rm` offline make what the server makes. */
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -284,11 +286,12 @@ TEST(cards_server_export_import_chat_same_answer) {
     rig_stop(&r);
 }
 
-/* Widths of tokens[0..n) of MODEL under policy at budget 4/4, scored from a
- * statistics pass run here (stats: 1) or the token ids alone (0), as
- * docs/cards.md says: f16 sequence, default layers, no overlap, no caps. */
-static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tokens, int n, int stats,
-                           uint8_t *wk, uint8_t *wv) {
+/* Widths of tokens[0..n) of MODEL under policy (overlap: NULL or n
+ * counts) at budget 4/4, scored from a statistics pass run here (stats: 1)
+ * or the token ids alone (0), as docs/cards.md says: f16 sequence, default
+ * layers, no caps. */
+static int expected_widths_ex(ak_test_ctx *t, const ak_model *m, const int32_t *tokens, int n, int stats,
+                              ak_bitalloc_policy policy, const int32_t *overlap, uint8_t *wk, uint8_t *wv) {
     ak_error err = {0};
     ak_block_pool *bp = ak_block_pool_new(&m->spec, 0, 0, &err);
     ak_kv *kv = bp ? ak_kv_new(bp, AK_KV_F16, AK_KV_F16, n, &err) : NULL;
@@ -310,6 +313,7 @@ static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tok
         ak_bitalloc_input in = {0};
         in.n = n;
         in.tokens = tokens;
+        in.overlap = overlap;
         if (stats) {
             in.mass = buf;
             in.variance = buf + n;
@@ -318,7 +322,7 @@ static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tok
         }
         ak_bitalloc_params p;
         ak_bitalloc_params_init(&p);
-        p.policy = AK_BITALLOC_IMPORTANCE;
+        p.policy = policy;
         p.budget_k = 4;
         p.budget_v = 4;
         rc = ak_bitalloc_run(&in, &p, wk, wv, NULL, &err);
@@ -330,6 +334,11 @@ static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tok
     ak_kv_free(kv);
     ak_block_pool_free(bp);
     return rc;
+}
+
+static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tokens, int n, int stats, uint8_t *wk,
+                           uint8_t *wv) {
+    return expected_widths_ex(t, m, tokens, n, stats, AK_BITALLOC_IMPORTANCE, NULL, wk, wv);
 }
 
 TEST(cards_server_importance_vs_uniform_4_bits) {
@@ -669,4 +678,57 @@ TEST(cards_cli_export_import_rm) {
     rc = run_cli(args, &out);
     CHECK(rc == 1, "inspect after rm: exit %d: %s", rc, out);
     free(out);
+}
+
+/* Topology counts a prior hand-off: bob imports alice's 16-bit card, talks
+ * on, and his topology card gives the positions he reads from the card
+ * overlap 1 and his own 0 (the widths of a pass computed here with those overlaps, not those of
+ * importance). */
+TEST(cards_server_topology_counts_a_prior_handoff) {
+    rig r;
+    if (rig_start(t, &r, "cards-topology") < 0) return;
+    reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
+    REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
+    char body[128];
+    snprintf(body, sizeof body, "{\"id\":\"a16\",\"bits\":16,\"range\":[0,%d]}", prompt_tokens(&a));
+    reply_free(&a);
+    a = post_card(r.port, "alice", body);
+    REQUIRE(a.status == 201, "make: %d %s", a.status, a.body);
+    int nc = (int)num(a.j, "tokens");
+    reply_free(&a);
+    a = import_card(r.port, "bob", "a16", "replace");
+    REQUIRE(a.status == 200, "import: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = chat(r.port, "bob", "[{\"role\":\"user\",\"content\":\"" STORY "\"},{\"role\":\"user\",\"content\":\""
+             "Tell me more about the dog and the ball, and what Lily did after the park.\"}]", 16);
+    /* the plain template renders the second user message where the card
+     * ended with the assistant's prompt: bob keeps the common prefix of the
+     * card (read in place) and computes the rest himself */
+    REQUIRE(a.status == 200 && reused(&a) > nc / 2 && reused(&a) <= nc, "bob: %d %s", a.status, a.body);
+    nc = reused(&a);
+    reply_free(&a);
+    reply tp = post_card(r.port, "bob", "{\"id\":\"bt\",\"bits\":4,\"policy\":\"topology\"}");
+    reply im = post_card(r.port, "bob", "{\"id\":\"bi\",\"bits\":4,\"policy\":\"importance\"}");
+    REQUIRE(tp.status == 201 && im.status == 201, "make: %s / %s", tp.body, im.body);
+    reply_free(&tp);
+    reply_free(&im);
+    ak_card *bt = NULL, *bi = NULL;
+    ak_error err = {0};
+    REQUIRE(ak_store_load_card(r.store, "bt", NULL, NULL, 0, &bt, &err) == AK_STORE_HIT &&
+                ak_store_load_card(r.store, "bi", NULL, NULL, 0, &bi, &err) == AK_STORE_HIT,
+            "load: %s", err.msg);
+    int n = bt->n_tokens;
+    int32_t *ov = calloc((size_t)n, sizeof *ov);
+    uint8_t *w = malloc((size_t)n * 2);
+    REQUIRE(ov && w && n > nc, "n %d card %d", n, nc);
+    for (int i = 0; i < nc; i++) ov[i] = 1;
+    if (expected_widths_ex(t, r.m, bt->tokens, n, 1, AK_BITALLOC_TOPOLOGY, ov, w, w + n) == 0)
+        CHECK(!memcmp(w, bt->widths_k, (size_t)n) && !memcmp(w + n, bt->widths_v, (size_t)n),
+              "topology widths are those of the pass with the card's positions at overlap 1");
+    CHECK(memcmp(bt->widths_k, bi->widths_k, (size_t)n), "topology differs from importance here");
+    free(ov);
+    free(w);
+    ak_card_free(bt);
+    ak_card_free(bi);
+    rig_stop(&r);
 }
