@@ -11,6 +11,11 @@
  *   GET    /v1/pools              every pool
  *   GET    /v1/pools/{id}         one pool
  *   DELETE /v1/pools/{id}         delete a pool (409 naming the agents attached to it)
+ *   POST   /v1/agents/{id}/cards  make a CacheCard of the agent's context (201; docs/cards.md)
+ *   POST   /v1/agents/{id}/import the agent's context becomes a card (mode "replace")
+ *   GET    /v1/cards              every card
+ *   GET    /v1/cards/{id}         one card (?download=1: its file's bytes)
+ *   DELETE /v1/cards/{id}         delete a card (409 naming the agents that hold it)
  *   GET    /health                liveness, no key needed
  *   GET    /metrics               Prometheus text format
  * The agent of a request is the header X-Agent-Id or the body field
