@@ -672,8 +672,9 @@ static cJSON *card_json(const ak_store_card_entry *e, const ak_sched_card *hist)
 }
 
 /* The answer to a card operation that failed with err: 404 card_not_found
- * (or agent_not_found when the agent is what is missing: `what`), 409
- * card_stale / agent_busy / card_exists, 500 card_corrupt, else by code. */
+ * (agent_not_found when agent_missing: the operation's agent is what a
+ * NOT_FOUND names), 409 card_stale / agent_busy / card_exists, 500
+ * card_corrupt, 503 kv_budget, else by code. */
 static enum MHD_Result send_card_error(ak_server *s, struct MHD_Connection *c, const char *ep, const ak_error *err,
                                        int agent_missing) {
     switch (err->code) {
@@ -701,7 +702,7 @@ static int body_refused(ak_server *s, struct MHD_Connection *c, conn *cn, const 
 
 /* POST /v1/agents/{id}/cards: makes a card of the agent's context. */
 static enum MHD_Result make_card(ak_server *s, struct MHD_Connection *c, conn *cn, const char *agent) {
-    const char *ep = "/v1/cards";
+    const char *ep = "/v1/agents";   /* endpoint_of's label for the URL */
     enum MHD_Result out;
     if (body_refused(s, c, cn, ep, &out)) return out;
     ak_api_card_request p;
