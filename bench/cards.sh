@@ -1,7 +1,7 @@
 #!/bin/sh
 # cards.sh BIN - CacheCards benchmarks (agentkv bench cards), in two runs:
-# 1. handoff TTFT on a synthetic Llama-3.2-1B-shaped Q4_0 model with an 8K
-#    context: a sender prefills 1K, 4K, 8K tokens once; per rep a card
+# 1. handoff TTFT on a synthetic Llama-3.2-1B-shaped Q4_0 model with a 16K
+#    context (8K + the turn must fit): a sender prefills 1K, 4K, 8K tokens once; per rep a card
 #    (uniform 8, uniform 4, importance 4 bits) is exported and imported into a
 #    fresh receiver, which runs a 16-token turn, beside a warm restore of the
 #    sender's agent file; once per context a receiver re-prefills the same
@@ -34,8 +34,9 @@ if [ -n "$QUICK" ]; then
         --vocab 1000 --ctx 2048 --type q4_0 --seed 1
     CONTEXTS=${CONTEXTS:-256,512}; REPS=${REPS:-1}; WINDOWS=${WINDOWS:-2}
 else
-    m="$BENCH_DIR/llama-1b-q4_0.gguf"
-    [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --type q4_0 --seed 1
+    # a 16K context: an 8K context plus the receiver's turn must fit
+    m="$BENCH_DIR/llama-1b-16k-q4_0.gguf"
+    [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --ctx 16384 --type q4_0 --seed 1
 fi
 if [ -z "$SKIP_HANDOFF" ]; then
     "$BIN" bench cards -m "$m" --contexts "${CONTEXTS:-1024,4096,8192}" --reps "${REPS:-3}" --turn "${TURN:-16}" \
@@ -93,31 +94,37 @@ if os.path.exists(qp):
     open(os.path.join(out, "cards-kl.svg"), "w").write("\n".join(o) + "\n")
     print("cards: %s" % os.path.join(out, "cards-kl.svg"))
 hp = os.path.join(out, "cards-handoff.json")
+series = []
 if os.path.exists(hp):
     h = json.load(open(hp))
-    series = [("1B shape, uniform", "#d62728", [(r["budget"], r["uniform"]) for r in h["bytes_per_token"]]),
-              ("1B shape, importance", "#1f77b4", [(r["budget"], r["importance"]) for r in h["bytes_per_token"]])]
     f16 = h["f16_bytes_per_token"]
-    W, H, L, R, T, B = 720, 420, 80, 200, 40, 50
+    series += [("%s, uniform" % os.path.basename(h["model"]), "#d62728", "", [(r["budget"], r["uniform"] / f16) for r in h["bytes_per_token"]]),
+               ("%s, importance" % os.path.basename(h["model"]), "#1f77b4", "4,3", [(r["budget"], r["importance"] / f16) for r in h["bytes_per_token"]])]
+if os.path.exists(qp):
+    q = json.load(open(qp))
+    series.append(("%s, uniform" % os.path.basename(q["model"]), "#2ca02c", "2,3",
+                   [(r["budget"], r["first_card_bytes_per_token"] / r["f16_bytes_per_token"]) for r in q["rows"] if r["policy"] == "uniform"]))
+if series:
+    W, H, L, R, T, B = 760, 420, 70, 290, 40, 50
     x_of = lambda b: L + (W - L - R) * (b - 2) / 14
-    y_of = lambda v: T + (H - T - B) * (1 - v / (f16 * 1.1))
-    o = frame(W, H, L, R, T, B, "Card bytes per token vs budget (%s), f16 = %.0f" % (os.path.basename(h["model"]), f16))
-    for k in range(0, 11):
-        v = f16 * 1.1 * k / 10
+    y_of = lambda v: T + (H - T - B) * (1 - v / 1.1)
+    o = frame(W, H, L, R, T, B, "Card bytes per token / f16 bytes per token, vs budget")
+    for k in range(0, 12):
+        v = k / 10
         o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>' % (L, y_of(v), W - R, y_of(v)))
-        o.append('<text x="%d" y="%.1f" text-anchor="end">%.0f</text>' % (L - 5, y_of(v) + 4, v))
+        o.append('<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (L - 5, y_of(v) + 4, v))
     for b in (2, 4, 6, 8, 10, 12, 14, 16):
         o.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (x_of(b), H - B + 15, b))
     o.append('<text x="%d" y="%d" text-anchor="middle">budget, average bits per token</text>' % ((L + W - R) // 2, H - B + 32))
-    o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#999" stroke-dasharray="6,4"/>' % (L, y_of(f16), W - R, y_of(f16)))
-    for k, (name, c, pts) in enumerate(series):
-        o.append('<polyline fill="none" stroke="%s" stroke-width="1.8" points="%s"/>' % (c, " ".join("%.1f,%.1f" % (x_of(b), y_of(v)) for b, v in pts)))
+    for k, (name, c, dash, pts) in enumerate(series):
+        o.append('<polyline fill="none" stroke="%s" stroke-width="1.8"%s points="%s"/>' % (c, ' stroke-dasharray="%s"' % dash if dash else "",
+                 " ".join("%.1f,%.1f" % (x_of(b), y_of(v)) for b, v in pts)))
         for b, v in pts:
             o.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>' % (x_of(b), y_of(v), c))
         ly = T + 12 + 20 * k
-        o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>' % (W - R + 12, ly - 4, W - R + 36, ly - 4, c))
+        o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (W - R + 12, ly - 4, W - R + 36, ly - 4, c,
+                 ' stroke-dasharray="%s"' % dash if dash else ""))
         o.append('<text x="%d" y="%d">%s</text>' % (W - R + 42, ly, name))
-    o.append('<text x="%d" y="%d" fill="#555">dashed: f16</text>' % (W - R + 12, T + 60))
     o.append("</svg>")
     open(os.path.join(out, "cards-bytes.svg"), "w").write("\n".join(o) + "\n")
     print("cards: %s" % os.path.join(out, "cards-bytes.svg"))

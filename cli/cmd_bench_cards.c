@@ -177,6 +177,7 @@ typedef struct {
     double nll, nll_ref;    /* sums */
     long n_nll, n_kl;
     double mean_k, mean_v;  /* mean widths of the last card (D's), first window */
+    int hist_k[AK_CARD_N_WIDTHS];   /* D's card: key widths 2, 4, 8, 16 (tokens), first window */
     double bpt_first;       /* vector bytes per token of A's card, first window */
     double bpt_f16;
     int top1_agree;         /* held-out positions whose argmax equals the reference's */
@@ -250,6 +251,7 @@ static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, co
             long sk = 0, sv = 0;
             for (int p = 0; p < card->n_tokens; p++) sk += card->widths_k[p], sv += card->widths_v[p];
             q->mean_k = (double)sk / card->n_tokens;
+            for (int p = 0; p < card->n_tokens; p++) q->hist_k[ak_card_width_class(card->widths_k[p])]++;
             q->mean_v = (double)sv / card->n_tokens;
         }
         ak_kv_free(kv);
@@ -366,13 +368,14 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
            "the whole context (A's %d tokens, then %d of each agent's own), E reads %d held-out tokens; vs an f16\n"
            "prefill of the same window. Statistics: each agent's own forward passes (attnstats, default layers).\n\n",
            model_path, windows, N, text_path, bounds[1], N / 10, H);
-    printf("%-11s %6s %10s %9s %9s %8s %9s %10s %12s\n", "policy", "budget", "mean_KL", "dPPL_%", "top1_%",
-           "D_bits_k", "D_bits_v", "A_bytes/t", "vs_f16");
+    printf("%-11s %6s %10s %9s %9s %8s %9s %10s %12s   %s\n", "policy", "budget", "mean_KL", "dPPL_%", "top1_%",
+           "D_bits_k", "D_bits_v", "A_bytes/t", "vs_f16", "D_keys_at_2/4/8/16");
     for (int i = 0; i < n_rows; i++) {
         qrow *q = &rows[i];
-        printf("%-11s %6.1f %10.3e %+9.3f %9.2f %8.2f %9.2f %10.1f %11.3fx\n", ak_bitalloc_policy_name(q->policy),
-               q->budget, q->kl / q->n_kl, 100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl,
-               q->mean_k, q->mean_v, q->bpt_first, q->bpt_first / q->bpt_f16);
+        printf("%-11s %6.1f %10.3e %+9.3f %9.2f %8.2f %9.2f %10.1f %11.3fx   %d/%d/%d/%d\n",
+               ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl, 100 * (q->ppl / q->ppl_ref - 1),
+               100.0 * q->top1_agree / q->n_kl, q->mean_k, q->mean_v, q->bpt_first, q->bpt_first / q->bpt_f16,
+               q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3]);
     }
     printf("f16 prefill held-out perplexity %.4f; D_bits = mean widths of D's card (after the caps of the chain);\n"
            "A_bytes/t = bytes per token of A's card (f16: %.1f).\n", rows[0].ppl_ref, rows[0].bpt_f16);
@@ -395,10 +398,11 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
             qrow *q = &rows[i];
             fprintf(jf, "%s{\"policy\": \"%s\", \"budget\": %g, \"mean_kl\": %.7f, \"ppl\": %.6f, \"dppl_pct\": %.5f, "
                     "\"top1_agree_pct\": %.3f, \"last_card_bits_k\": %.4f, \"last_card_bits_v\": %.4f, "
-                    "\"first_card_bytes_per_token\": %.2f, \"f16_bytes_per_token\": %.2f}",
+                    "\"first_card_bytes_per_token\": %.2f, \"f16_bytes_per_token\": %.2f, "
+                    "\"last_card_key_widths_2_4_8_16\": [%d, %d, %d, %d]}",
                     i ? ", " : "", ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl, q->ppl,
                     100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k, q->mean_v,
-                    q->bpt_first, q->bpt_f16);
+                    q->bpt_first, q->bpt_f16, q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3]);
         }
         fprintf(jf, "]}\n");
         if (fclose(jf) != 0) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
