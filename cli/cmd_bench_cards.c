@@ -387,6 +387,14 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
         printf("at %d bits: best adaptive (%s) KL %.3e vs uniform %.3e: %s (%.2fx)\n", budgets[b], best, kb, ku,
                kb < ku ? "below uniform" : "NOT below uniform", ku / kb);
     }
+    /* the 16-bit chain holds the f16 prefill's values: only the order of
+     * sums differs, so its KL is rounding; anything more means the chain or
+     * this measure is broken, and no figure above can be trusted */
+    const qrow *q16 = &rows[n_rows - 1];
+    if (!(q16->kl / q16->n_kl < 1e-6)) {
+        ak_failc(&err, AK_ERR_GENERIC, "the 16-bit chain's mean KL is %.3g, not rounding (< 1e-6)", q16->kl / q16->n_kl);
+        goto fail;
+    }
     if (json_out) {
         FILE *jf = fopen(json_out, "w");
         if (!jf) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
