@@ -259,6 +259,15 @@ TEST(cli_bad_model_files) {
     memcpy(bos + strlen("tokenizer.ggml.bos_token_id") + 4, &big, 4);
     expect_bad_model(t, "bosid.gguf", b, n, "99999");
 
+    /* a block count far beyond the file's tensors: refused at once, not
+     * believed (it cost a fuzzer seconds and a gigabyte per input) */
+    memcpy(b, orig, n);
+    unsigned char *bc = find_bytes(b, n, "llama.block_count");
+    REQUIRE(bc, "block_count key not found");
+    uint32_t many = 2097153;
+    memcpy(bc + strlen("llama.block_count") + 4, &many, 4);   /* after the value type (u32) */
+    expect_bad_model(t, "layers.gguf", b, n, "2097153 layers");
+
     cmd_result r = run_cli("run -m /nonexistent/model.gguf -p hi");
     CHECK(r.code == 1 && count_lines(r.err) == 1 && strstr(r.err, "/nonexistent/model.gguf"),
           "missing file: exit %d, %s", r.code, r.err);
