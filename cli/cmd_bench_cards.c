@@ -79,6 +79,7 @@ static const char *usage_text =
 #define MAX_LIST 16
 #define N_HOPS 5
 
+/* qsort order of doubles, increasing. */
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -89,6 +90,14 @@ static double median(double *v, int n) {
     if (n <= 0) return 0;
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* CPU milliseconds this process has used, all threads: on a machine shared
+ * with other work, wall time measures the neighbours as much as the code. */
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 /* ---- widths from attention statistics --------------------------------- */
@@ -209,7 +218,7 @@ static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, co
     ak_card *card = NULL;
     ak_kv *kv = NULL;
     int rc = -1;
-    if (!st) return -1;
+    if (!st) goto done;
     if (!seg || !wk || !wv || !ov) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto done; }
     for (int h = 0; h < N_HOPS; h++) {
         if (!(kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, n_ctx, err))) goto done;
@@ -469,16 +478,17 @@ static void rig_close(rig *r) {
 
 /* A turn of agent id with prompt toks[0..n) up to its first token's logits
  * (into logits): open (match, restore, make room), prefill what the cache
- * lacks (progress bar `label` if not NULL); *ms gets that time. Then, out of
+ * lacks (progress bar `label` if not NULL); *ms gets that time (*cpu, if not
+ * NULL, the CPU time of all threads). Then, out of
  * the timing, commit + end (keep = 1) or abort (keep = 0: the agent stays
  * as it was, its file untouched). *t gets the turn. Returns 0, or -1 with
  * err set. */
 static int timed_turn(rig *r, ak_ctx *ctx, const char *id, const int32_t *toks, int n, const char *label, int keep,
-                      float *logits, double *ms, ak_turn *t, ak_error *err) {
+                      float *logits, double *ms, double *cpu, ak_turn *t, ak_error *err) {
     ak_kv *kv;
     progress pg;
     if (label) progress_init(&pg, label);
-    double t0 = ak_now();
+    double c0 = cpu_ms(), t0 = ak_now();
     int rc = ak_agent_open(r->ag, id, 0, toks, n, n, 0, &kv, t, err);
     if (rc == 0 && ak_eval(ctx, kv, toks + t->reused, t->prefilled, t->reused, logits, NULL,
                            label ? progress_update : NULL, label ? &pg : NULL, err) < 0) {
@@ -486,6 +496,7 @@ static int timed_turn(rig *r, ak_ctx *ctx, const char *id, const int32_t *toks, 
         rc = -1;
     }
     *ms = (ak_now() - t0) * 1e3;
+    if (cpu) *cpu = cpu_ms() - c0;
     if (label) progress_done(&pg);
     if (rc < 0) return -1;
     if (!keep) {
@@ -501,9 +512,11 @@ static const char *variant_name[N_VARIANTS] = {"uniform 8", "uniform 4", "import
 /* Everything measured at one context length (medians over reps). */
 typedef struct {
     int n;
-    double sender_ms;                 /* the sender's prefill, statistics attached */
-    double reprefill_ms;              /* (b) */
+    double sender_ms, sender_cpu;     /* the sender's prefill, statistics attached (wall, CPU) */
+    double reprefill_ms, reprefill_cpu;   /* (b) */
     double warm_ms, warm_restore_ms;  /* (c): the turn, and its restore part (ak_turn) */
+    double warm_cpu;                  /* (c), CPU */
+    double total_cpu[N_VARIANTS];     /* (a), CPU */
     uint64_t warm_bytes;              /* bytes the restore read */
     double total[N_VARIANTS], make[N_VARIANTS], import[N_VARIANTS], turn[N_VARIANTS];
     double ratio_b_a[N_VARIANTS], ratio_a_c[N_VARIANTS];   /* medians of the reps' ratios ((b) is one run) */
@@ -521,18 +534,19 @@ typedef struct {
 /* One handoff of variant v from agent "sender" (whose statistics are st)
  * into a fresh agent recv_id, then its turn toks[0..n + turn) (the card's n
  * tokens and its own). Times: *make (widths from the statistics for
- * importance, make and save the card), *import, *turn; the first token into
+ * importance, make and save the card), *import, *turn, and the CPU time of
+ * all three into *cpu; the first token into
  * *first. Card facts into *bpt, *bits, *file_bytes. The card and the receiver
  * are removed afterwards. Returns 0, or -1 with err set. */
 static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const char *card_id, const char *recv_id,
                    const int32_t *toks, int n, int turn, float *logits, double *make, double *import, double *tturn,
-                   int32_t *first, double *bpt, double *bits, size_t *file_bytes, ak_error *err) {
+                   double *cpu, int32_t *first, double *bpt, double *bits, size_t *file_bytes, ak_error *err) {
     uint8_t *wk = NULL, *wv = NULL;
     char cid[AK_AGENT_ID_MAX + 1];
     ak_card_request rq;
     memset(&rq, 0, sizeof rq);
     rq.card_id = card_id;
-    double t0 = ak_now();
+    double c0 = cpu_ms(), t0 = ak_now();
     if (v == 2) {
         wk = malloc((size_t)n), wv = malloc((size_t)n);
         if (!wk || !wv) { free(wk); free(wv); return ak_failc(err, AK_ERR_NOMEM, "out of memory"); }
@@ -552,7 +566,9 @@ static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const ch
     if (ak_agent_import_card(r->ag, recv_id, cid, err) < 0) return -1;
     double t2 = ak_now();
     ak_turn t;
-    if (timed_turn(r, ctx, recv_id, toks, n + turn, NULL, 1, logits, tturn, &t, err) < 0) return -1;
+    double c1 = cpu_ms(), tcpu;
+    if (timed_turn(r, ctx, recv_id, toks, n + turn, NULL, 1, logits, tturn, &tcpu, &t, err) < 0) return -1;
+    *cpu = c1 - c0 + tcpu;
     *make = (t1 - t0) * 1e3;
     *import = (t2 - t1) * 1e3;
     *first = ak_argmax(logits, ak_ctx_model(ctx)->cfg.vocab);
@@ -588,16 +604,18 @@ static void handoff_report(const hrow *R, int n_ctx_list, const brow *B, int n_b
         for (int i = 0; i < n_ctx_list; i++) {
             const hrow *h = &R[i];
             fprintf(json, "%s{\"context\": %d, \"sender_prefill_with_stats_ms\": %.2f, \"reprefill_ms\": %.2f, "
-                    "\"warm_ms\": %.2f, \"warm_restore_ms\": %.2f, \"warm_restore_bytes\": %llu, \"handoffs\": [",
+                    "\"warm_ms\": %.2f, \"warm_restore_ms\": %.2f, \"warm_restore_bytes\": %llu, "
+                    "\"sender_prefill_with_stats_cpu_ms\": %.2f, \"reprefill_cpu_ms\": %.2f, \"warm_cpu_ms\": %.2f, "
+                    "\"handoffs\": [",
                     i ? ", " : "", h->n, h->sender_ms, h->reprefill_ms, h->warm_ms, h->warm_restore_ms,
-                    (unsigned long long)h->warm_bytes);
+                    (unsigned long long)h->warm_bytes, h->sender_cpu, h->reprefill_cpu, h->warm_cpu);
             for (int v = 0; v < N_VARIANTS; v++)
                 fprintf(json, "%s{\"variant\": \"%s\", \"total_ms\": %.3f, \"make_ms\": %.3f, \"import_ms\": %.3f, "
-                        "\"turn_ms\": %.3f, \"reprefill_over_handoff\": %.2f, \"handoff_over_warm\": %.3f, "
+                        "\"turn_ms\": %.3f, \"total_cpu_ms\": %.3f, \"reprefill_over_handoff\": %.2f, \"handoff_over_warm\": %.3f, "
                         "\"card_bytes_per_token\": %.1f, \"card_mean_bits\": %.3f, \"card_file_bytes\": %zu, "
                         "\"same_first_token_as_reprefill\": %s}",
                         v ? ", " : "", variant_name[v], h->total[v], h->make[v], h->import[v], h->turn[v],
-                        h->ratio_b_a[v], h->ratio_a_c[v], h->card_bpt[v], h->mean_bits[v], h->card_file[v],
+                        h->total_cpu[v], h->ratio_b_a[v], h->ratio_a_c[v], h->card_bpt[v], h->mean_bits[v], h->card_file[v],
                         h->same_token[v] ? "true" : "false");
             fprintf(json, "]}");
         }
@@ -630,6 +648,16 @@ static void handoff_report(const hrow *R, int n_ctx_list, const brow *B, int n_b
         const hrow *h = &R[i];
         printf("%7d %24.1f %14.1f %+17.1f%% %14.1f %16.1f\n", h->n, h->sender_ms, h->reprefill_ms,
                100 * (h->sender_ms / h->reprefill_ms - 1), h->warm_restore_ms, h->warm_bytes / 1e6);
+    }
+    printf("\nCPU time (all threads; less sensitive to the neighbours' load than wall time), medians:\n"
+           "%7s %-13s %11s %11s %11s %9s %8s %24s\n", "context", "card", "(a)_cpu", "(b)_cpu", "(c)_cpu", "(b)/(a)",
+           "(a)/(c)", "sender_prefill+stats_cpu");
+    for (int i = 0; i < n_ctx_list; i++) {
+        const hrow *h = &R[i];
+        for (int v = 0; v < N_VARIANTS; v++)
+            printf("%7d %-13s %11.1f %11.1f %11.1f %8.1fx %7.2fx %24.1f\n", h->n, variant_name[v], h->total_cpu[v],
+                   h->reprefill_cpu, h->warm_cpu, h->reprefill_cpu / h->total_cpu[v], h->total_cpu[v] / h->warm_cpu,
+                   h->sender_cpu);
     }
     printf("importance 4: the statistics were collected during the sender's own prefill; their cost is in\n"
            "that prefill (stats_overhead: sender prefill with statistics vs the re-prefill (b) without, one run\n"
@@ -664,7 +692,7 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
     double bpt_f16 = 0;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_n + turn));
     float *logits = malloc(sizeof(float) * vocab);
-    double *tv = calloc((size_t)reps * (4 * N_VARIANTS + 3), sizeof(double));
+    double *tv = calloc((size_t)reps * (5 * N_VARIANTS + 4), sizeof(double));
     ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
     if (!ctx) goto fail;
     if (!R || !toks || !logits || !tv) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
@@ -686,13 +714,15 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
         snprintf(label, sizeof label, "sender prefill %d (+stats)", n);
         ak_turn t;
         ak_ctx_set_attn_stats(ctx, st);
-        int r0 = timed_turn(&main_r, ctx, "sender", toks, n, label, 1, logits, &h->sender_ms, &t, &err);
+        int r0 = timed_turn(&main_r, ctx, "sender", toks, n, label, 1, logits, &h->sender_ms, &h->sender_cpu, &t,
+                            &err);
         ak_ctx_set_attn_stats(ctx, NULL);
         if (r0 < 0 || ak_agents_flush(main_r.ag, &err) < 0) goto fail;
         fprintf(stderr, "  context %d: sender prefilled in %.1f s (statistics attached), file written\n", n,
                 h->sender_ms / 1e3);
         double *ta = tv, *tm = tv + reps * N_VARIANTS, *ti = tv + 2 * reps * N_VARIANTS, *tt = tv + 3 * reps * N_VARIANTS;
-        double *tw = tv + 4 * reps * N_VARIANTS, *twr = tw + reps, *tac = twr + reps;
+        double *tw = tv + 4 * reps * N_VARIANTS, *twr = tw + reps, *tac = twr + reps, *twc = tac + reps;
+        double *tca = twc + reps;   /* reps * N_VARIANTS */
         int32_t first[N_VARIANTS];
         for (int r = 0; r < reps; r++) {
             for (int i = n; i < n + turn; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % vocab);
@@ -701,14 +731,15 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
                 snprintf(cid, sizeof cid, "bench-card-%d-%d-%d", n, r, v);
                 snprintf(rid, sizeof rid, "receiver-%d-%d", r, v);
                 int k = v * reps + r;
-                if (handoff(&main_r, ctx, st, v, cid, rid, toks, n, turn, logits, &tm[k], &ti[k], &tt[k], &first[v],
+                if (handoff(&main_r, ctx, st, v, cid, rid, toks, n, turn, logits, &tm[k], &ti[k], &tt[k], &tca[k], &first[v],
                             &h->card_bpt[v], &h->mean_bits[v], &h->card_file[v], &err) < 0)
                     goto fail;
                 ta[k] = tm[k] + ti[k] + tt[k];
             }
             /* (c): a fresh agent set on the same store restores the sender's file */
             if (rig_open(&warm, m, ctx, lm.tok, co, n + turn, dir, AK_SAVE_ON_SHUTDOWN, &err) < 0) goto fail;
-            if (timed_turn(&warm, ctx, "sender", toks, n + turn, NULL, 0, logits, &tw[r], &t, &err) < 0) goto fail;
+            if (timed_turn(&warm, ctx, "sender", toks, n + turn, NULL, 0, logits, &tw[r], &twc[r], &t, &err) < 0)
+                goto fail;
             if (t.tier != AK_TIER_WARM || t.reused != n) {
                 ak_failc(&err, AK_ERR_GENERIC, "the warm restore was %s with %d reused, not warm with %d",
                          ak_tier_name(t.tier), t.reused, n);
@@ -722,7 +753,8 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
         }
         /* (b): once, with the last rep's turn */
         snprintf(label, sizeof label, "re-prefill %d", n + turn);
-        if (timed_turn(&main_r, ctx, "reprefill", toks, n + turn, label, 1, logits, &h->reprefill_ms, &t, &err) < 0)
+        if (timed_turn(&main_r, ctx, "reprefill", toks, n + turn, label, 1, logits, &h->reprefill_ms, &h->reprefill_cpu, &t,
+                       &err) < 0)
             goto fail;
         if (t.prefilled != n + turn) {
             ak_failc(&err, AK_ERR_GENERIC, "the re-prefill computed %d tokens, not %d", t.prefilled, n + turn);
@@ -739,9 +771,11 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
             h->import[v] = median(ti + v * reps, reps);
             h->turn[v] = median(tt + v * reps, reps);
             h->total[v] = median(a, reps);
+            h->total_cpu[v] = median(tca + v * reps, reps);
             h->ratio_b_a[v] = h->reprefill_ms / h->total[v];
         }
         h->warm_ms = median(tw, reps);
+        h->warm_cpu = median(twc, reps);
         h->warm_restore_ms = median(twr, reps);
         fprintf(stderr, "  context %d: re-prefill %.1f s; handoff u8 %.1f ms (%.0fx faster), warm %.1f ms\n", n,
                 h->reprefill_ms / 1e3, h->total[0], h->ratio_b_a[0], h->warm_ms);
