@@ -202,11 +202,6 @@ static int load_config(ak_model *m, ak_error *err) {
     if (c->dim <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_head_kv <= 0 || c->ffn <= 0)
         return ak_fail(err, "%s: hyperparameters must be positive (dim %d, layers %d, heads %d, kv heads %d, ffn %d)",
                        m->gguf.path, c->dim, c->n_layer, c->n_head, c->n_head_kv, c->ffn);
-    /* every layer has tensors of its own: a block count beyond the file's
-     * tensors is a lie, and believing it costs memory and time per layer */
-    if ((uint64_t)c->n_layer > m->gguf.n_tensors)
-        return ak_failc(err, AK_ERR_INVALID, "%s: %d layers, but the file holds only %llu tensors", m->gguf.path,
-                        c->n_layer, (unsigned long long)m->gguf.n_tensors);
     if (c->n_head % c->n_head_kv)
         return ak_fail(err, "%s: %d heads is not a multiple of %d KV heads", m->gguf.path, c->n_head, c->n_head_kv);
     int hd_default = c->dim % c->n_head == 0 ? c->dim / c->n_head : -1;
@@ -287,6 +282,11 @@ static int load_weights(ak_model *m, ak_error *err) {
     if (c->tied_output) m->output = m->tok_embd;
     else if (get_weight(m, "output.weight", c->vocab, c->dim, &m->output, err) < 0) return -1;
     if (!(m->out_norm = get_vec(m, "output_norm.weight", c->dim, 0, err))) return -1;
+    /* every layer has tensors of its own: a block count beyond the file's
+     * tensors is a lie, and believing it costs memory and time per layer */
+    if ((uint64_t)c->n_layer > m->gguf.n_tensors)
+        return ak_failc(err, AK_ERR_INVALID, "%s: %d layers, but the file holds only %llu tensors", m->gguf.path,
+                        c->n_layer, (unsigned long long)m->gguf.n_tensors);
     m->layers = ak_calloc(c->n_layer, sizeof(ak_layer), err);
     if (!m->layers) return -1;
     for (int l = 0; l < c->n_layer; l++) {
