@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "../src/kvformat.h"
+#include "../src/model.h"
 #include "../src/util.h"
 #include "test.h"
 
@@ -414,4 +416,48 @@ TEST(cli_bench_pools_invariants) {
         cJSON_Delete(j);
     }
     free_result(&r);
+}
+
+/* `bench cards --quality` on the trained tiny model: the chain runs (its
+ * 16-bit gate inside the command makes it exit non-zero when a lossless
+ * chain is not lossless), more bits lose less, and a uniform 4-bit card
+ * takes exactly the bytes its formats say (q4 keys, tq4 values). */
+TEST(cli_bench_cards_quality_json) {
+    char args[1536], path[512], text[512], out[600];
+    const char *model = test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf");
+    snprintf(out, sizeof out, "%s/cards-quality.json", test_tmp_dir());
+    snprintf(args, sizeof args, "bench cards --quality -m %s --text %s --windows 1 --budgets 4,8 -t 2 --json-out %s",
+             model, test_path(text, sizeof text, "golden/tiny-llama-h64/val.txt"), out);
+    cmd_result r = run_cli(args);
+    CHECK(r.code == 0, "exit %d: %s", r.code, r.err);
+    size_t n = 0;
+    char *js = ak_read_file(out, &n, NULL);
+    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    free_result(&r);
+    REQUIRE(j, "no JSON in %s", out);
+    ak_error err = {{0}};
+    ak_model *m = ak_model_load(model, NULL, NULL, &err);
+    REQUIRE(m, "%s", err.msg);
+    double want = (double)m->spec.n_layer * m->spec.n_head_kv *
+                  (double)(ak_kv_format_get(AK_KV_Q4)->vec_bytes(m->spec.head_dim_k) +
+                           ak_kv_format_get(AK_KV_TQ4)->vec_bytes(m->spec.head_dim_v));
+    ak_model_free(m);
+    double kl4 = -1, kl8 = -1;
+    cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "rows")) {
+        const char *pol = cJSON_GetStringValue(cJSON_GetObjectItem(row, "policy"));
+        double b = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "budget"));
+        double kl = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "mean_kl"));
+        CHECK(kl >= 0 && kl < 0.1, "%s at %g bits: KL %g", pol ? pol : "?", b, kl);
+        if (!pol || strcmp(pol, "uniform")) continue;
+        if (b == 4) {
+            kl4 = kl;
+            double bpt = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "first_card_bytes_per_token"));
+            CHECK(bpt == want, "uniform 4-bit card: %g bytes per token, the formats say %g", bpt, want);
+        }
+        if (b == 8) kl8 = kl;
+    }
+    CHECK(kl4 > 0 && kl8 >= 0 && kl8 < kl4, "uniform KL at 4 bits %g, at 8 bits %g: more bits must lose less", kl4, kl8);
+    cJSON_Delete(j);
 }
