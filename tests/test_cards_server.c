@@ -28,145 +28,11 @@
 #include "../src/buf.h"
 #include "../src/cards.h"
 #include "../src/server.h"
+#include "server_rig.h"
 #include "test.h"
 
 #define N_CTX 1024
 #define MODEL "models/stories260K.gguf"
-
-typedef struct {
-    ak_model *m;
-    ak_tokenizer *tok;
-    ak_block_pool *pool;
-    ak_store *store;
-    ak_agents *agents;
-    ak_metrics *metrics;
-    ak_sched *s;
-    ak_server *srv;
-    int port;
-} rig;
-
-/* Starts a server on 127.0.0.1 for MODEL with agents in f16/f16 (so a
- * 16-bit card holds the very bits the sender holds) and the memory
- * directory mem under the test's temp dir. */
-static int rig_start(ak_test_ctx *t, rig *r, const char *mem) {
-    ak_error err = {0};
-    char path[512], dir[512];
-    memset(r, 0, sizeof *r);
-    snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), mem);
-    r->m = ak_model_load(test_path(path, sizeof path, MODEL), NULL, NULL, &err);
-    if (r->m) r->tok = ak_tokenizer_load(&r->m->gguf, &err);
-    if (r->tok) r->pool = ak_block_pool_new(&r->m->spec, 0, 0, &err);
-    if (r->pool) r->store = ak_store_open(dir, NULL, &err);
-    if (r->store) {
-        ak_agents_config ac = {r->m, r->pool, r->store, AK_KV_F16, AK_KV_F16, N_CTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
-        r->agents = ak_agents_new(&ac, &err);
-    }
-    if (r->agents) r->metrics = ak_metrics_new(&err);
-    if (r->metrics) {
-        ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, N_CTX, 256, 16, r->metrics, NULL, NULL, 0, 0};
-        r->s = ak_sched_start(&sc, &err);
-    }
-    if (r->s) {
-        ak_server_config vc = {0};
-        vc.host = "127.0.0.1";
-        vc.sched = r->s;
-        vc.model = r->m;
-        vc.tok = r->tok;
-        vc.model_id = "m";
-        vc.family = AK_CHAT_PLAIN;
-        vc.n_ctx = N_CTX;
-        vc.metrics = r->metrics;
-        r->srv = ak_server_start(&vc, &err);
-    }
-    if (!r->srv) {
-        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", MODEL, err.msg);
-        return -1;
-    }
-    r->port = ak_server_port(r->srv);
-    return 0;
-}
-
-static void rig_stop(rig *r) {
-    ak_server_quiesce(r->srv);
-    ak_sched_shutdown(r->s);
-    ak_server_stop(r->srv);
-    ak_sched_free(r->s);
-    ak_error err = {0};
-    if (r->agents) ak_agents_flush(r->agents, &err);
-    ak_agents_free(r->agents);
-    ak_metrics_free(r->metrics);
-    ak_store_close(r->store);
-    ak_block_pool_free(r->pool);
-    ak_tokenizer_free(r->tok);
-    ak_model_free(r->m);
-    memset(r, 0, sizeof *r);
-}
-
-/* ------------------------------------------------------------ a client */
-
-typedef struct {
-    int status;               /* 0: no answer */
-    cJSON *j;                 /* the body parsed (NULL if not JSON) */
-    char *body;               /* NUL-terminated; len bytes (binary bodies too) */
-    size_t len;
-} reply;
-
-static void reply_free(reply *r) {
-    cJSON_Delete(r->j);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-/* One exchange on a fresh connection (Connection: close), read to EOF;
- * every send and receive bounded by 60 s. accept: an Accept header or NULL. */
-static reply http_ex(int port, const char *method, const char *path, const char *body, const char *accept) {
-    reply r = {0};
-    int fd = test_dial_loopback(port, 60000);
-    if (fd < 0) return r;
-    ak_buf b = {0};
-    ak_buf_printf(&b, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
-    if (accept) ak_buf_printf(&b, "Accept: %s\r\n", accept);
-    if (body) ak_buf_printf(&b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
-    else ak_buf_puts(&b, "\r\n");
-    int ok = !b.failed && send(fd, b.p, b.len, MSG_NOSIGNAL) == (ssize_t)b.len;
-    ak_buf_free(&b);
-    char tmp[8192];
-    ssize_t k;
-    while (ok && (k = recv(fd, tmp, sizeof tmp, 0)) > 0) ak_buf_append(&b, tmp, (size_t)k);
-    close(fd);
-    size_t total = b.len;
-    char *raw = ak_buf_take(&b);
-    char *sep = raw ? memmem(raw, total, "\r\n\r\n", 4) : NULL;
-    if (sep && !strncmp(raw, "HTTP/1.", 7)) {
-        r.status = atoi(raw + 9);
-        r.len = total - (size_t)(sep + 4 - raw);
-        r.body = malloc(r.len + 1);
-        if (r.body) {
-            memcpy(r.body, sep + 4, r.len);
-            r.body[r.len] = 0;
-            r.j = cJSON_Parse(r.body);
-        }
-    }
-    free(raw);
-    return r;
-}
-
-static reply http(int port, const char *method, const char *path, const char *body) {
-    return http_ex(port, method, path, body, NULL);
-}
-
-static double num(const cJSON *j, const char *name) { return cJSON_GetNumberValue(cJSON_GetObjectItem(j, name)); }
-static const char *str(const cJSON *j, const char *name) { return cJSON_GetStringValue(cJSON_GetObjectItem(j, name)); }
-
-/* The error code of an OpenAI error body ("" if none). */
-static const char *err_code(const reply *r) {
-    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "code");
-    return c ? c : "";
-}
-static const char *err_msg(const reply *r) {
-    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "message");
-    return c ? c : (r->body ? r->body : "");
-}
 
 /* A greedy chat turn of agent on messages (a JSON array). */
 static reply chat(int port, const char *agent, const char *messages, int max_tokens) {
@@ -233,7 +99,7 @@ static int hist(const cJSON *card, const char *side, const char *w) {
 
 TEST(cards_server_export_import_chat_same_answer) {
     rig r;
-    if (rig_start(t, &r, "cards-chat") < 0) return;
+    if (rig_start(t, &r, MODEL, 0, "cards-chat", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     reply a = chat(r.port, "alice", Q1, 24);
     REQUIRE(a.status == 200 && answer(&a), "alice: %d %s", a.status, a.body);
     int p1 = prompt_tokens(&a);
@@ -343,7 +209,7 @@ static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tok
 
 TEST(cards_server_importance_vs_uniform_4_bits) {
     rig r;
-    if (rig_start(t, &r, "cards-policies") < 0) return;
+    if (rig_start(t, &r, MODEL, 0, "cards-policies", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
     REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
     reply_free(&a);
@@ -466,7 +332,7 @@ static ak_request *long_request(rig *r, const char *id) {
 TEST(cards_server_bad_inputs) {
     rig r;
     const char *mem = "cards-bad";
-    if (rig_start(t, &r, mem) < 0) return;
+    if (rig_start(t, &r, MODEL, 0, mem, AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     reply a = chat(r.port, "witness", Q1, 16);
     REQUIRE(a.status == 200 && answer(&a), "witness: %d %s", a.status, a.body);
     char *before = strdup(answer(&a));
@@ -568,7 +434,7 @@ static int run_cli(const char *args, char **out) {
 
 TEST(cards_server_download_inspect) {
     rig r;
-    if (rig_start(t, &r, "cards-dl") < 0) return;
+    if (rig_start(t, &r, MODEL, 0, "cards-dl", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
     REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
     reply_free(&a);
@@ -618,7 +484,7 @@ TEST(cards_server_download_inspect) {
 TEST(cards_cli_export_import_rm) {
     rig r;
     const char *mem = "cards-cli";
-    if (rig_start(t, &r, mem) < 0) return;
+    if (rig_start(t, &r, MODEL, 0, mem, AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
     REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
     reply_free(&a);
@@ -664,7 +530,7 @@ TEST(cards_cli_export_import_rm) {
     CHECK(rc == 1 && strstr(out, "carol"), "rm while carol's file starts with it: exit %d: %s", rc, out);
     free(out);
     /* a server on the directory: carol continues from the card, all of it reused */
-    if (rig_start(t, &r, mem) < 0) return;
+    if (rig_start(t, &r, MODEL, 0, mem, AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     cJSON *cj = agent_get(r.port, "carol");
     CHECK(cj && str(cj, "card") && !strcmp(str(cj, "card"), "cli4") && (int)num(cj, "tokens") == n, "carol: %s",
           cj ? "card?" : "none");
@@ -686,7 +552,7 @@ TEST(cards_cli_export_import_rm) {
  * importance). */
 TEST(cards_server_topology_counts_a_prior_handoff) {
     rig r;
-    if (rig_start(t, &r, "cards-topology") < 0) return;
+    if (rig_start(t, &r, MODEL, 0, "cards-topology", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     reply a = chat(r.port, "alice", "[{\"role\":\"user\",\"content\":\"" STORY "\"}]", 8);
     REQUIRE(a.status == 200, "alice: %d %s", a.status, a.body);
     char body[128];

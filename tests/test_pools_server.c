@@ -21,132 +21,10 @@
 
 #include "../src/buf.h"
 #include "../src/server.h"
+#include "server_rig.h"
 #include "test.h"
 
 #define N_CTX 1024
-
-typedef struct {
-    ak_model *m;
-    ak_tokenizer *tok;
-    ak_block_pool *pool;
-    ak_store *store;
-    ak_agents *agents;
-    ak_metrics *metrics;
-    ak_sched *s;
-    ak_server *srv;
-    int port;
-} rig;
-
-/* Starts a server on 127.0.0.1 for model (under the shared directory) with
- * agents in K/V formats q8/tq3 (the pools' defaults), a KV budget (0: none)
- * and the memory directory mem under the test's temp dir. */
-static int rig_start(ak_test_ctx *t, rig *r, const char *model, size_t budget, const char *mem) {
-    ak_error err = {0};
-    char path[512], dir[512];
-    memset(r, 0, sizeof *r);
-    snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), mem);
-    r->m = ak_model_load(test_path(path, sizeof path, model), NULL, NULL, &err);
-    if (r->m) r->tok = ak_tokenizer_load(&r->m->gguf, &err);
-    if (r->tok) r->pool = ak_block_pool_new(&r->m->spec, 0, budget, &err);
-    if (r->pool) r->store = ak_store_open(dir, NULL, &err);
-    if (r->store) {
-        ak_agents_config ac = {r->m, r->pool, r->store, AK_KV_Q8, AK_KV_TQ3, N_CTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
-        r->agents = ak_agents_new(&ac, &err);
-    }
-    if (r->agents) r->metrics = ak_metrics_new(&err);
-    if (r->metrics) {
-        ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, N_CTX, 256, 16, r->metrics, NULL, NULL, 0, 0};
-        r->s = ak_sched_start(&sc, &err);
-    }
-    if (r->s) {
-        ak_server_config vc = {0};
-        vc.host = "127.0.0.1";
-        vc.sched = r->s;
-        vc.model = r->m;
-        vc.tok = r->tok;
-        vc.model_id = "m";
-        vc.family = AK_CHAT_PLAIN;
-        vc.n_ctx = N_CTX;
-        vc.metrics = r->metrics;
-        r->srv = ak_server_start(&vc, &err);
-    }
-    if (!r->srv) {
-        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", model, err.msg);
-        return -1;
-    }
-    r->port = ak_server_port(r->srv);
-    return 0;
-}
-
-static void rig_stop(rig *r) {
-    ak_server_quiesce(r->srv);
-    ak_sched_shutdown(r->s);
-    ak_server_stop(r->srv);
-    ak_sched_free(r->s);
-    ak_error err = {0};
-    if (r->agents) ak_agents_flush(r->agents, &err);
-    ak_agents_free(r->agents);
-    ak_metrics_free(r->metrics);
-    ak_store_close(r->store);
-    ak_block_pool_free(r->pool);
-    ak_tokenizer_free(r->tok);
-    ak_model_free(r->m);
-    memset(r, 0, sizeof *r);
-}
-
-/* ------------------------------------------------------------ a client */
-
-typedef struct {
-    int status;               /* 0: no answer */
-    cJSON *j;                 /* the body parsed (NULL if not JSON) */
-    char *body;
-} reply;
-
-static void reply_free(reply *r) {
-    cJSON_Delete(r->j);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-/* One exchange on a fresh connection (Connection: close), read to EOF;
- * every send and receive bounded by 60 s. */
-static reply http(int port, const char *method, const char *path, const char *body) {
-    reply r = {0};
-    int fd = test_dial_loopback(port, 60000);
-    if (fd < 0) return r;
-    ak_buf b = {0};
-    ak_buf_printf(&b, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
-    if (body) ak_buf_printf(&b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
-    else ak_buf_puts(&b, "\r\n");
-    int ok = !b.failed && send(fd, b.p, b.len, MSG_NOSIGNAL) == (ssize_t)b.len;
-    ak_buf_free(&b);
-    char tmp[8192];
-    ssize_t k;
-    while (ok && (k = recv(fd, tmp, sizeof tmp, 0)) > 0) ak_buf_append(&b, tmp, (size_t)k);
-    close(fd);
-    char *raw = ak_buf_take(&b);
-    char *sep = raw ? strstr(raw, "\r\n\r\n") : NULL;
-    if (sep && !strncmp(raw, "HTTP/1.", 7)) {
-        r.status = atoi(raw + 9);
-        r.body = strdup(sep + 4);
-        r.j = cJSON_Parse(r.body);
-    }
-    free(raw);
-    return r;
-}
-
-static double num(const cJSON *j, const char *name) { return cJSON_GetNumberValue(cJSON_GetObjectItem(j, name)); }
-static const char *str(const cJSON *j, const char *name) { return cJSON_GetStringValue(cJSON_GetObjectItem(j, name)); }
-
-/* The error code of an OpenAI error body ("" if none). */
-static const char *err_code(const reply *r) {
-    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "code");
-    return c ? c : "";
-}
-static const char *err_msg(const reply *r) {
-    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "message");
-    return c ? c : (r->body ? r->body : "");
-}
 
 /* POST /v1/pools with a text or messages (JSON) prefix. */
 static reply make_pool(int port, const char *id, const char *text, const char *messages) {
@@ -222,7 +100,7 @@ static char *story(int words) {
 
 TEST(pools_server_create_list_get_delete) {
     rig r;
-    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-crud") < 0) return;
+    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-crud", AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) return;
     reply a = make_pool(r.port, "doc", "Once upon a time there was a little dog.", NULL);
     CHECK(a.status == 201, "create: %d %s", a.status, a.body);
     CHECK(str(a.j, "object") && !strcmp(str(a.j, "object"), "pool") && !strcmp(str(a.j, "id"), "doc"), "pool object");
@@ -283,7 +161,7 @@ TEST(pools_server_create_list_get_delete) {
 
 TEST(pools_server_chat_equals_unpooled) {
     rig r;
-    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-chat") < 0) return;
+    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-chat", AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) return;
     reply a = make_pool(r.port, "sys", NULL, SYS_JSON(SYS_TEXT));
     REQUIRE(a.status == 201, "create: %d %s", a.status, a.body);
     double pool_bytes = num(a.j, "bytes");
@@ -370,7 +248,7 @@ TEST(pools_server_8_agents_fit_on_one_pool) {
     rig r;
     /* the pool (~20 blocks) + 8 agents x (~2 own blocks + a partial one); 8 copies need 8 x ~22 */
     size_t budget = blk * 60;
-    if (rig_start(t, &r, "models/stories260K.gguf", budget, "pools-fit") < 0) { free(text); return; }
+    if (rig_start(t, &r, "models/stories260K.gguf", budget, "pools-fit", AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) { free(text); return; }
     reply a = make_pool(r.port, "doc", text, NULL);
     free(text);
     REQUIRE(a.status == 201, "create: %d %s", a.status, a.body);
@@ -399,7 +277,7 @@ TEST(pools_server_8_agents_fit_on_one_pool) {
     CHECK(metric(r.port, "agentkv_kv_dedup_ratio") > 4, "dedup ratio %g", metric(r.port, "agentkv_kv_dedup_ratio"));
     rig_stop(&r);
     /* a pool the whole budget cannot hold, even with nothing else in RAM: 503 */
-    if (rig_start(t, &r, "models/stories260K.gguf", blk * 10, "pools-noroom") < 0) return;
+    if (rig_start(t, &r, "models/stories260K.gguf", blk * 10, "pools-noroom", AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) return;
     text = story(400);   /* ~600 tokens: ~19 blocks */
     a = make_pool(r.port, "huge", text, NULL);
     free(text);
@@ -418,7 +296,7 @@ TEST(pools_server_8_agents_fit_on_one_pool) {
  * blocks from the content index instead of holding 8 copies. */
 TEST(pools_server_automatic_sharing_8_agents) {
     rig r;
-    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-auto") < 0) return;
+    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-auto", AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) return;
     char *sys = story(450);
     for (int i = 0; i < 8; i++) {
         char id[32];
@@ -460,7 +338,7 @@ TEST(pools_server_automatic_sharing_8_agents) {
 
 TEST(pools_server_bad_requests) {
     rig r;
-    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-bad") < 0) return;
+    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-bad", AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) return;
     reply a = chat(r.port, NULL, "nope", "[{\"role\":\"user\",\"content\":\"Hi\"}]", 4);
     CHECK(a.status == 404 && !strcmp(err_code(&a), "pool_not_found"), "unknown pool: %d %s", a.status, a.body);
     reply_free(&a);
@@ -513,7 +391,7 @@ static int flip_byte(const char *path) {
 TEST(pools_server_restart_corrupt_and_stale) {
     rig r;
     const char *mem = "pools-restart";
-    if (rig_start(t, &r, "models/stories260K.gguf", 0, mem) < 0) return;
+    if (rig_start(t, &r, "models/stories260K.gguf", 0, mem, AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) return;
     reply a = make_pool(r.port, "keep", NULL, SYS_JSON(SYS_TEXT));
     CHECK(a.status == 201, "create keep: %d %s", a.status, a.body);
     reply_free(&a);
@@ -527,7 +405,7 @@ TEST(pools_server_restart_corrupt_and_stale) {
     reply_free(&a);
     rig_stop(&r);
     /* another model's pool in the same directory */
-    if (rig_start(t, &r, "models/tiny-llama-h64-gqa-f16.gguf", 0, mem) < 0) { free(before); return; }
+    if (rig_start(t, &r, "models/tiny-llama-h64-gqa-f16.gguf", 0, mem, AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) { free(before); return; }
     a = make_pool(r.port, "other", "The kernel maps pages.", NULL);
     CHECK(a.status == 201, "create other (another model): %d %s", a.status, a.body);
     reply_free(&a);
@@ -535,7 +413,7 @@ TEST(pools_server_restart_corrupt_and_stale) {
     char path[600];
     snprintf(path, sizeof path, "%s/%s/pools/broken.safetensors", test_tmp_dir(), mem);
     CHECK(flip_byte(path) == 0, "cannot flip a byte of %s", path);
-    if (rig_start(t, &r, "models/stories260K.gguf", 0, mem) < 0) { free(before); return; }
+    if (rig_start(t, &r, "models/stories260K.gguf", 0, mem, AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) { free(before); return; }
     a = http(r.port, "GET", "/v1/pools/keep", NULL);
     CHECK(a.status == 200, "the pool survived the restart: %d %s", a.status, a.body);
     reply_free(&a);
@@ -591,7 +469,7 @@ TEST(pools_cli_create_serve_rm) {
     REQUIRE(rc == 0, "pool create: exit %d: %s", rc, out);
     free(out);
     rig r;
-    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-cli") < 0) return;
+    if (rig_start(t, &r, "models/stories260K.gguf", 0, "pools-cli", AK_KV_Q8, AK_KV_TQ3, N_CTX) < 0) return;
     reply a = make_pool(r.port, "crew-http", NULL, SYS_JSON(SYS_TEXT));
     CHECK(a.status == 201, "the same pool over HTTP: %d %s", a.status, a.body);
     reply_free(&a);

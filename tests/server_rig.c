@@ -1,0 +1,125 @@
+/* server_rig.c - see server_rig.h */
+#include "server_rig.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../src/buf.h"
+
+int rig_start(ak_test_ctx *t, rig *r, const char *model, size_t budget, const char *mem, ak_kv_format fk,
+              ak_kv_format fv, int n_ctx) {
+    ak_error err = {0};
+    char path[512], dir[512];
+    memset(r, 0, sizeof *r);
+    snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), mem);
+    r->m = ak_model_load(test_path(path, sizeof path, model), NULL, NULL, &err);
+    if (r->m) r->tok = ak_tokenizer_load(&r->m->gguf, &err);
+    if (r->tok) r->pool = ak_block_pool_new(&r->m->spec, 0, budget, &err);
+    if (r->pool) r->store = ak_store_open(dir, NULL, &err);
+    if (r->store) {
+        ak_agents_config ac = {r->m, r->pool, r->store, fk, fv, n_ctx, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+        r->agents = ak_agents_new(&ac, &err);
+    }
+    if (r->agents) r->metrics = ak_metrics_new(&err);
+    if (r->metrics) {
+        ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, n_ctx, 256, 16, r->metrics, NULL, NULL, 0, 0};
+        r->s = ak_sched_start(&sc, &err);
+    }
+    if (r->s) {
+        ak_server_config vc = {0};
+        vc.host = "127.0.0.1";
+        vc.sched = r->s;
+        vc.model = r->m;
+        vc.tok = r->tok;
+        vc.model_id = "m";
+        vc.family = AK_CHAT_PLAIN;
+        vc.n_ctx = n_ctx;
+        vc.metrics = r->metrics;
+        r->srv = ak_server_start(&vc, &err);
+    }
+    if (!r->srv) {
+        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", model, err.msg);
+        return -1;
+    }
+    r->port = ak_server_port(r->srv);
+    return 0;
+}
+
+void rig_stop(rig *r) {
+    ak_server_quiesce(r->srv);
+    ak_sched_shutdown(r->s);
+    ak_server_stop(r->srv);
+    ak_sched_free(r->s);
+    ak_error err = {0};
+    if (r->agents) ak_agents_flush(r->agents, &err);
+    ak_agents_free(r->agents);
+    ak_metrics_free(r->metrics);
+    ak_store_close(r->store);
+    ak_block_pool_free(r->pool);
+    ak_tokenizer_free(r->tok);
+    ak_model_free(r->m);
+    memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------ a client */
+
+
+void reply_free(reply *r) {
+    cJSON_Delete(r->j);
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+/* One exchange on a fresh connection (Connection: close), read to EOF;
+ * every send and receive bounded by 60 s. accept: an Accept header or NULL. */
+reply http_ex(int port, const char *method, const char *path, const char *body, const char *accept) {
+    reply r = {0};
+    int fd = test_dial_loopback(port, 60000);
+    if (fd < 0) return r;
+    ak_buf b = {0};
+    ak_buf_printf(&b, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
+    if (accept) ak_buf_printf(&b, "Accept: %s\r\n", accept);
+    if (body) ak_buf_printf(&b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+    else ak_buf_puts(&b, "\r\n");
+    int ok = !b.failed && send(fd, b.p, b.len, MSG_NOSIGNAL) == (ssize_t)b.len;
+    ak_buf_free(&b);
+    char tmp[8192];
+    ssize_t k;
+    while (ok && (k = recv(fd, tmp, sizeof tmp, 0)) > 0) ak_buf_append(&b, tmp, (size_t)k);
+    close(fd);
+    size_t total = b.len;
+    char *raw = ak_buf_take(&b);
+    char *sep = raw ? memmem(raw, total, "\r\n\r\n", 4) : NULL;
+    if (sep && !strncmp(raw, "HTTP/1.", 7)) {
+        r.status = atoi(raw + 9);
+        r.len = total - (size_t)(sep + 4 - raw);
+        r.body = malloc(r.len + 1);
+        if (r.body) {
+            memcpy(r.body, sep + 4, r.len);
+            r.body[r.len] = 0;
+            r.j = cJSON_Parse(r.body);
+        }
+    }
+    free(raw);
+    return r;
+}
+
+reply http(int port, const char *method, const char *path, const char *body) {
+    return http_ex(port, method, path, body, NULL);
+}
+
+double num(const cJSON *j, const char *name) { return cJSON_GetNumberValue(cJSON_GetObjectItem(j, name)); }
+const char *str(const cJSON *j, const char *name) { return cJSON_GetStringValue(cJSON_GetObjectItem(j, name)); }
+
+/* The error code of an OpenAI error body ("" if none). */
+const char *err_code(const reply *r) {
+    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "code");
+    return c ? c : "";
+}
+const char *err_msg(const reply *r) {
+    const char *c = str(cJSON_GetObjectItem(r->j, "error"), "message");
+    return c ? c : (r->body ? r->body : "");
+}
+

@@ -1,0 +1,59 @@
+/* server_rig.h - what the in-process server tests share: a model, its
+ * agents, scheduler and HTTP server started on 127.0.0.1 (rig), and one
+ * HTTP exchange on a fresh loopback connection with timeouts (reply). */
+#ifndef AK_TEST_SERVER_RIG_H
+#define AK_TEST_SERVER_RIG_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "../src/agent.h"
+#include "../src/metrics.h"
+#include "../src/sched.h"
+#include "../src/server.h"
+#include "../src/tokenizer.h"
+#include "test.h"
+
+typedef struct {
+    ak_model *m;
+    ak_tokenizer *tok;
+    ak_block_pool *pool;
+    ak_store *store;
+    ak_agents *agents;
+    ak_metrics *metrics;
+    ak_sched *s;
+    ak_server *srv;
+    int port;
+} rig;
+
+typedef struct {
+    int status;               /* 0: no answer */
+    cJSON *j;                 /* the body parsed (NULL if not JSON) */
+    char *body;               /* NUL-terminated; len bytes (binary bodies too) */
+    size_t len;
+} reply;
+
+/* Starts a server on 127.0.0.1 for model (a path under the shared
+ * directory) with agents in K/V formats fk/fv, n_ctx positions, a KV budget
+ * (0: none) and the memory directory mem under the test's temp dir.
+ * Returns 0, or -1 having failed the test (naming the model). */
+int rig_start(ak_test_ctx *t, rig *r, const char *model, size_t budget, const char *mem, ak_kv_format fk,
+              ak_kv_format fv, int n_ctx);
+/* Stops and frees it all (the agents flushed first). */
+void rig_stop(rig *r);
+
+void reply_free(reply *r);
+/* One exchange on a fresh connection (Connection: close), read to EOF;
+ * every send and receive bounded by 60 s. accept: an Accept header or
+ * NULL. status 0: no answer. */
+reply http_ex(int port, const char *method, const char *path, const char *body, const char *accept);
+reply http(int port, const char *method, const char *path, const char *body);
+
+/* A JSON object's number / string member (0 / NULL when absent). */
+double num(const cJSON *j, const char *name);
+const char *str(const cJSON *j, const char *name);
+/* The code and message of an OpenAI error body ("" / the raw body if none). */
+const char *err_code(const reply *r);
+const char *err_msg(const reply *r);
+
+#endif
