@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/buf.h"
@@ -123,3 +124,14 @@ const char *err_msg(const reply *r) {
     return c ? c : (r->body ? r->body : "");
 }
 
+
+int run_cli(const char *args, char **out) {
+    const char *bin = getenv("AK_BIN");
+    char log[600], cmd[2048];
+    snprintf(log, sizeof log, "%s/rig-cli.%d.log", test_tmp_dir(), (int)getpid());
+    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s 2>&1 </dev/null", bin && *bin ? bin : "build/agentkv", args, log);
+    int st = system(cmd);
+    *out = ak_read_file(log, NULL, NULL);
+    if (!*out) *out = strdup("");
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}

@@ -56,4 +56,8 @@ const char *str(const cJSON *j, const char *name);
 const char *err_code(const reply *r);
 const char *err_msg(const reply *r);
 
+/* Runs the agentkv binary (AK_BIN, else build/agentkv) with args, bounded
+ * by 120 s; returns its exit code and its stderr+stdout in *out (malloc'd). */
+int run_cli(const char *args, char **out);
+
 #endif

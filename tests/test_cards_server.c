@@ -419,19 +419,6 @@ TEST(cards_server_bad_inputs) {
     rig_stop(&r);
 }
 
-/* Runs the agentkv binary (AK_BIN) with args; returns its exit code and
- * its stderr+stdout in *out (malloc'd). */
-static int run_cli(const char *args, char **out) {
-    const char *bin = getenv("AK_BIN");
-    char log[600], cmd[2048];
-    snprintf(log, sizeof log, "%s/cards-cli.log", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s 2>&1 </dev/null", bin && *bin ? bin : "build/agentkv", args, log);
-    int st = system(cmd);
-    *out = ak_read_file(log, NULL, NULL);
-    if (!*out) *out = strdup("");
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 TEST(cards_server_download_inspect) {
     rig r;
     if (rig_start(t, &r, MODEL, 0, "cards-dl", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;

@@ -436,19 +436,6 @@ TEST(pools_server_restart_corrupt_and_stale) {
     rig_stop(&r);
 }
 
-/* Runs the agentkv binary (AK_BIN) with args; returns its exit code and
- * its stderr+stdout in *out (malloc'd). */
-static int run_cli(const char *args, char **out) {
-    const char *bin = getenv("AK_BIN");
-    char log[600], cmd[2048];
-    snprintf(log, sizeof log, "%s/pool-cli.log", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "timeout 120 %s %s >%s 2>&1 </dev/null", bin && *bin ? bin : "build/agentkv", args, log);
-    int st = system(cmd);
-    *out = ak_read_file(log, NULL, NULL);
-    if (!*out) *out = strdup("");
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 /* agentkv pool create (offline) makes what POST /v1/pools makes: a server
  * started on the directory serves chats on it exactly like a pool made over
  * HTTP; ls lists it with its agents; rm refuses while an agent file starts
