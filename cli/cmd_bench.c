@@ -36,16 +36,6 @@ static const char *usage_text =
     "  --tg-after-prompt    decode the N tokens after the P-token prompt (a chat turn at\n"
     "                       context P) instead of from an empty cache\n" CACHE_OPTS_HELP;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* ---- STREAM-style copy bandwidth ---------------------------------------- */
 
 typedef struct {
@@ -259,9 +249,9 @@ static int bench_engine(int argc, char **argv) {
     double read_gbs = 0;
     double copy_gbs = copy_bench ? copy_bandwidth(ak_ctx_pool(ctx), (size_t)512 << 20, &read_gbs) : 0;
 
-    double pp_med = median(pp, reps), tg_med = median(tg, reps);
-    double b1_med = B ? median(bt1, reps) : 0, bn_med = B ? median(btn, reps) : 0;
-    double b_ratio = B ? median(brat, reps) : 0;
+    double pp_med = bench_median(pp, reps), tg_med = bench_median(tg, reps);
+    double b1_med = B ? bench_median(bt1, reps) : 0, bn_med = B ? bench_median(btn, reps) : 0;
+    double b_ratio = B ? bench_median(brat, reps) : 0;
     const double wb = (double)m->weight_bytes;
     double gbs = tg_med * wb / 1e9;                        /* weights only, as before */
     double tg_bw = tg_med * (wb + tg_kv) / 1e9;            /* weights + KV */

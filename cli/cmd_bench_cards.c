@@ -79,27 +79,6 @@ static const char *usage_text =
 #define MAX_LIST 16
 #define N_HOPS 5
 
-/* qsort order of doubles, increasing. */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorts v); 0 for n = 0. */
-static double median(double *v, int n) {
-    if (n <= 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* CPU milliseconds this process has used, all threads: on a machine shared
- * with other work, wall time measures the neighbours as much as the code. */
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* ---- widths from attention statistics --------------------------------- */
 
 /* Widths for positions [0, n) of kv (NULL: no caps) under `budget` average
@@ -488,7 +467,7 @@ static int timed_turn(rig *r, ak_ctx *ctx, const char *id, const int32_t *toks, 
     ak_kv *kv;
     progress pg;
     if (label) progress_init(&pg, label);
-    double c0 = cpu_ms(), t0 = ak_now();
+    double c0 = bench_cpu_ms(), t0 = ak_now();
     int rc = ak_agent_open(r->ag, id, 0, toks, n, n, 0, &kv, t, err);
     if (rc == 0 && ak_eval(ctx, kv, toks + t->reused, t->prefilled, t->reused, logits, NULL,
                            label ? progress_update : NULL, label ? &pg : NULL, err) < 0) {
@@ -496,7 +475,7 @@ static int timed_turn(rig *r, ak_ctx *ctx, const char *id, const int32_t *toks, 
         rc = -1;
     }
     *ms = (ak_now() - t0) * 1e3;
-    if (cpu) *cpu = cpu_ms() - c0;
+    if (cpu) *cpu = bench_cpu_ms() - c0;
     if (label) progress_done(&pg);
     if (rc < 0) return -1;
     if (!keep) {
@@ -546,7 +525,7 @@ static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const ch
     ak_card_request rq;
     memset(&rq, 0, sizeof rq);
     rq.card_id = card_id;
-    double c0 = cpu_ms(), t0 = ak_now();
+    double c0 = bench_cpu_ms(), t0 = ak_now();
     if (v == 2) {
         wk = malloc((size_t)n), wv = malloc((size_t)n);
         if (!wk || !wv) { free(wk); free(wv); return ak_failc(err, AK_ERR_NOMEM, "out of memory"); }
@@ -566,7 +545,7 @@ static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const ch
     if (ak_agent_import_card(r->ag, recv_id, cid, err) < 0) return -1;
     double t2 = ak_now();
     ak_turn t;
-    double c1 = cpu_ms(), tcpu;
+    double c1 = bench_cpu_ms(), tcpu;
     if (timed_turn(r, ctx, recv_id, toks, n + turn, NULL, 1, logits, tturn, &tcpu, &t, err) < 0) return -1;
     *cpu = c1 - c0 + tcpu;
     *make = (t1 - t0) * 1e3;
@@ -765,18 +744,18 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
         for (int v = 0; v < N_VARIANTS; v++) {
             double *a = ta + v * reps;
             for (int r = 0; r < reps; r++) tac[r] = a[r] / tw[r];
-            h->ratio_a_c[v] = median(tac, reps);
+            h->ratio_a_c[v] = bench_median(tac, reps);
             h->same_token[v] = first[v] == ref_first;
-            h->make[v] = median(tm + v * reps, reps);
-            h->import[v] = median(ti + v * reps, reps);
-            h->turn[v] = median(tt + v * reps, reps);
-            h->total[v] = median(a, reps);
-            h->total_cpu[v] = median(tca + v * reps, reps);
+            h->make[v] = bench_median(tm + v * reps, reps);
+            h->import[v] = bench_median(ti + v * reps, reps);
+            h->turn[v] = bench_median(tt + v * reps, reps);
+            h->total[v] = bench_median(a, reps);
+            h->total_cpu[v] = bench_median(tca + v * reps, reps);
             h->ratio_b_a[v] = h->reprefill_ms / h->total[v];
         }
-        h->warm_ms = median(tw, reps);
-        h->warm_cpu = median(twc, reps);
-        h->warm_restore_ms = median(twr, reps);
+        h->warm_ms = bench_median(tw, reps);
+        h->warm_cpu = bench_median(twc, reps);
+        h->warm_restore_ms = bench_median(twr, reps);
         fprintf(stderr, "  context %d: re-prefill %.1f s; handoff u8 %.1f ms (%.0fx faster), warm %.1f ms\n", n,
                 h->reprefill_ms / 1e3, h->total[0], h->ratio_b_a[0], h->warm_ms);
         /* bytes per token at each budget, on the first context (untimed) */

@@ -66,26 +66,6 @@ static const char *usage_text =
 #define MAX_LIST 16
 #define POOL_ID "bench-doc"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorts v); 0 for n = 0. */
-static double median(double *v, int n) {
-    if (n <= 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* CPU milliseconds this process has used, all threads: on a machine shared
- * with other work, wall time measures the neighbours as much as the code. */
-static double cpu_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* Bytes one position takes in formats fk/fv, computed from the formats
  * alone: for every layer and KV head, one key vector (code stream +
  * metadata of head_dim_k values) and one value vector (head_dim_v). */
@@ -149,7 +129,7 @@ static int first_turn(rig *r, ak_ctx *ctx, const char *id, const char *pool_id, 
     ak_kv *kv;
     progress pg;
     if (label) progress_init(&pg, label);
-    double c0 = cpu_ms(), t0 = ak_now();
+    double c0 = bench_cpu_ms(), t0 = ak_now();
     if (ak_agent_open_pool(r->ag, id, 0, pool_id, toks, n, n, 0, &kv, t, err) < 0) {
         if (label) progress_done(&pg);
         return -1;
@@ -165,7 +145,7 @@ static int first_turn(rig *r, ak_ctx *ctx, const char *id, const char *pool_id, 
         return -1;
     }
     *ms = (ak_now() - t0) * 1e3;
-    if (cpu) *cpu = cpu_ms() - c0;
+    if (cpu) *cpu = bench_cpu_ms() - c0;
     if (label) progress_done(&pg);
     return 0;
 }
@@ -506,7 +486,7 @@ int cmd_bench_pools(int argc, char **argv) {
         }
     }
     memcpy(logits_pool, logits_priv, sizeof(float) * vocab);   /* pooled agent 0's */
-    R.ttft_attach = median(ttft_p, max_n);
+    R.ttft_attach = bench_median(ttft_p, max_n);
 
     /* 2. private agents, no pool: each rep in a fresh block pool (nothing
      * to link), its private prefill followed by the first turns of a linked
@@ -563,14 +543,14 @@ int cmd_bench_pools(int argc, char **argv) {
             fprintf(stderr, "  first turns: private %.1f ms, linked %.1f ms, pooled %.1f ms\n", tv[r], tl[r], tp[r]);
     }
     rig_close(&priv);
-    R.ttft_private = median(tv, ttft_reps);
-    R.ttft_pooled = median(tp, ttft_reps);
-    R.ttft_linked = median(tl, ttft_reps);
-    R.cpu_private = median(cv, ttft_reps);
-    R.cpu_pooled = median(cp, ttft_reps);
-    R.cpu_linked = median(cl, ttft_reps);
-    R.ttft_ratio = median(rw, ttft_reps);
-    R.cpu_ratio = median(rc_, ttft_reps);
+    R.ttft_private = bench_median(tv, ttft_reps);
+    R.ttft_pooled = bench_median(tp, ttft_reps);
+    R.ttft_linked = bench_median(tl, ttft_reps);
+    R.cpu_private = bench_median(cv, ttft_reps);
+    R.cpu_pooled = bench_median(cp, ttft_reps);
+    R.cpu_linked = bench_median(cl, ttft_reps);
+    R.ttft_ratio = bench_median(rw, ttft_reps);
+    R.cpu_ratio = bench_median(rc_, ttft_reps);
 
     /* 3. decode: B pooled agents open a turn with their prompt (the cache
      * keeps n - 1 positions, the last is recomputed); private copies of
@@ -620,10 +600,10 @@ int cmd_bench_pools(int argc, char **argv) {
             if (cr < 0 || ak_agent_end(pooled.ag, id, &err) < 0) goto fail;
         }
     }
-    R.dec_pooled = median(dp, reps);
-    R.dec_private = median(dv, reps);
-    R.dec_ratio = median(dr, reps);
-    R.dec_step_ratio = median(step_ratio, reps * n_gen);
+    R.dec_pooled = bench_median(dp, reps);
+    R.dec_private = bench_median(dv, reps);
+    R.dec_ratio = bench_median(dr, reps);
+    R.dec_step_ratio = bench_median(step_ratio, reps * n_gen);
     if (json) report(&R, m, model_path, &co, P, S, nt, stdout);
     else {
         report(&R, m, model_path, &co, P, S, nt, NULL);

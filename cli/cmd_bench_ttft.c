@@ -123,11 +123,6 @@ static double cpu_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* --restore-only: for each context, a random cache saved to DIR and restored
  * (ak_store_load: every check and checksum) into a sequence whose pool was
  * prefaulted, with the file dropped from the page cache and from the page
@@ -200,7 +195,7 @@ static int restore_only(const ak_model *m, const cache_opts *co, ak_store *store
             dr[reps + k] = plain_read(path, &fb);
             dr[2 * reps + k] = (double)bytes / dr[k] / ((double)fb / dr[reps + k]);   /* restore / read speed */
         }
-        for (int z = 0; z < 3; z++) qsort(dr + z * reps, (size_t)reps, sizeof *dr, cmp_double);
+        for (int z = 0; z < 3; z++) qsort(dr + z * reps, (size_t)reps, sizeof *dr, bench_cmp_double);
         rest_drop = dr[reps / 2];
         rd_drop = dr[reps + reps / 2];
         double drop_ratio = dr[2 * reps + reps / 2];
@@ -223,7 +218,7 @@ static int restore_only(const ak_model *m, const cache_opts *co, ak_store *store
             c1 = cpu_now();
             if (c1 - c0 < cpu_read) cpu_read = c1 - c0;
         }
-        for (int z = 0; z < 3; z++) qsort(rw + z * reps, (size_t)reps, sizeof *rw, cmp_double);
+        for (int z = 0; z < 3; z++) qsort(rw + z * reps, (size_t)reps, sizeof *rw, bench_cmp_double);
         double rest_pc = rw[0], rd_pc = rw[reps], rd_whole = rw[2 * reps];
         free(rw);
         free(whole);

@@ -6,6 +6,7 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -195,4 +196,21 @@ int cache_open(const cache_opts *o, const ak_model *m, int n_ctx, const char *cm
 void cache_close(ak_block_pool *pool, ak_kv *kv) {
     ak_kv_free(kv);
     ak_block_pool_free(pool);
+}
+
+int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n) {
+    if (n <= 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double bench_cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }

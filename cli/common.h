@@ -86,6 +86,13 @@ typedef struct {
     "                           prefix (sharing shows, by timing, that some agent sent it before;\n" \
     "                           pools still share): docs/sharing.md\n"
 
+/* Benchmarks' arithmetic: qsort order of doubles (increasing); the median of
+ * v[0..n) (sorts v; 0 for n = 0); CPU milliseconds this process has used,
+ * all threads (on a shared machine wall time measures the neighbours too). */
+int bench_cmp_double(const void *a, const void *b);
+double bench_median(double *v, int n);
+double bench_cpu_ms(void);
+
 void memory_opts_init(memory_opts *o);
 /* If flag is one of the memory flags, parses its value into o (errors go
  * through a) and returns 1; returns 0 for other flags. */
