@@ -1083,16 +1083,18 @@ size_t ak_agent_bytes_to_add(const ak_agents *ca, const char *id, const char *po
                              int n_pos) {
     ak_agents *a = (ak_agents *)ca;   /* a scratch sequence takes references for a moment; nothing else changes */
     const agent *g = find(a, id);
-    pool_rec *p = pool_id && pool_id[0] ? pools_find(a, pool_id) : NULL;
     if (n_pos > a->cfg.n_ctx) n_pos = a->cfg.n_ctx;
     if (n > n_pos) n = n_pos;
-    size_t extra = 0;
+    /* a turn in progress holds its prompt already: it adds what it grows
+     * into (the scheduler asks this of every running request each step,
+     * so no scratch sequence here) */
+    if (g && g->kv && g->in_turn) return bytes_for(a, g, n_pos);
+    pool_rec *p = pool_id && pool_id[0] ? pools_find(a, pool_id) : NULL;
     ak_error e = {{0}};
     ak_kv *kv = NULL;
-    if (p && !p->kv) {   /* the pool is loaded first: its blocks count once */
-        extra = ak_agents_bytes_for(a, p->n);
-        return extra + ak_agents_bytes_for(a, n_pos - p->n + ak_block_pool_block_tokens(a->cfg.pool));
-    }
+    if (p && !p->kv)   /* the pool is loaded first: its blocks count once */
+        return ak_agents_bytes_for(a, p->n) +
+               ak_agents_bytes_for(a, n_pos - p->n + ak_block_pool_block_tokens(a->cfg.pool));
     if (p && p->kv && (!g || !g->kv || strcmp(g->pool, p->id))) {
         if (!(kv = ak_kv_new(a->cfg.pool, p->fk, p->fv, a->cfg.n_ctx, &e)) || ak_kv_attach_base(kv, p->kv, p->n, &e) < 0) {
             ak_kv_free(kv);
