@@ -397,14 +397,9 @@ ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const a
 
 static void mix_free(ak_block_mix *m);
 
-static size_t bytes_of(const ak_block_pool *p, const ak_block *b) {
-    (void)p;
-    return b->bytes;
-}
-
 /* One more reference to b, with the sharing statistics. Called with mu held. */
 static void ref_locked(ak_block_pool *p, ak_block *b) {
-    size_t n = bytes_of(p, b);
+    size_t n = b->bytes;
     if (++b->refcount == 2) p->st.shared += n;
     p->st.logical += n;
 }
@@ -439,8 +434,8 @@ void ak_block_unref(ak_block_pool *p, ak_block *b) {
     if (!b) return;
     pthread_mutex_lock(&p->mu);
     int last = --b->refcount == 0;
-    p->st.logical -= bytes_of(p, b);
-    if (b->refcount == 1) p->st.shared -= bytes_of(p, b);
+    p->st.logical -= b->bytes;
+    if (b->refcount == 1) p->st.shared -= b->bytes;
     if (last) {
         index_remove(p, b);
         p->st.used -= b->bytes;
