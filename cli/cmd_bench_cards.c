@@ -525,6 +525,7 @@ static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const ch
     ak_card_request rq;
     memset(&rq, 0, sizeof rq);
     rq.card_id = card_id;
+    rq.ctx = ctx;   /* as the server passes its engine's context: its threads make the card */
     double c0 = bench_cpu_ms(), t0 = ak_now();
     if (v == 2) {
         wk = malloc((size_t)n), wv = malloc((size_t)n);

@@ -1350,7 +1350,9 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
                         g->n);
     touch(a, g);
     ak_card_params p = {id, agent_id, a->cfg.model->fingerprint, a->cfg.model->cfg.name, rq->from, to,
-                        rq->widths_k, rq->widths_v, rq->policy, rq->budget_k, rq->budget_v};
+                        rq->widths_k, rq->widths_v, rq->policy, rq->budget_k, rq->budget_v, NULL};
+    /* the engine's threads are free between steps (rq->ctx is the engine's context) */
+    if (rq->ctx) p.threads = ak_ctx_pool(rq->ctx);
     uint8_t *wb = NULL;
     if (!rq->widths_k && !rq->widths_v && rq->budget_k > 0 &&
         !(wb = allocate_widths(a, g, rq->from, to, rq, &p.policy, err)))

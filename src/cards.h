@@ -46,6 +46,7 @@
 #include "kvformat.h"
 #include "model.h"
 #include "store.h"
+#include "threadpool.h"
 #include "util.h"
 
 /* The widths, in increasing order, and their number (a width's class). */
@@ -109,6 +110,7 @@ typedef struct {
     const uint8_t *widths_v;     /* likewise for values */
     const char *policy;          /* recorded (<= 31 characters of [a-z0-9_-]); NULL: "given" */
     double budget_k, budget_v;   /* recorded; <= 0: the mean of the widths */
+    ak_pool *threads;            /* the layers are quantized on these threads; NULL: the caller's */
 } ak_card_params;
 
 /* Makes a card of positions [p->from, p->to) of kv, whose token ids are
