@@ -15,19 +15,61 @@ struct ak_kv {
     int T;              /* tokens per block */
     int capacity;
     int length;         /* never below base_len */
-    int base_len;       /* positions of the shared base (kvcache.h) */
-    int n_table;        /* entries of table: ceil(capacity / T) + 1 (a partial base block) */
+    int base_len;       /* positions of the segments (kvcache.h): seg_start[n_seg] */
+    int n_seg;          /* segments of the base, 0..AK_KV_MAX_SEGMENTS */
+    /* segment k holds positions [seg_start[k], seg_start[k + 1]) in table
+     * entries [seg_blk0[k], seg_blk0[k + 1]), standard-mapped from its
+     * start; entry n_seg of each is the end of the base (where the own
+     * positions and blocks start) */
+    int seg_start[AK_KV_MAX_SEGMENTS + 1];
+    int seg_blk0[AK_KV_MAX_SEGMENTS + 1];
+    int n_table;        /* entries of table: ceil(capacity / T) + AK_KV_MAX_SEGMENTS (a partial block per segment) */
     ak_block **table;   /* (n_table) NULL where not allocated */
 };
 
-/* Blocks of the base: [0, base_len) standard-mapped, the last maybe partial. */
-static inline int n_base_blocks(const ak_kv *kv) { return (kv->base_len + kv->T - 1) / kv->T; }
+/* Blocks of the base: every segment's, each segment's last maybe partial. */
+static inline int n_base_blocks(const ak_kv *kv) { return kv->seg_blk0[kv->n_seg]; }
+
+/* The segment holding base position pos < base_len (a few segments at
+ * most: a linear scan). */
+static inline int seg_of_pos(const ak_kv *kv, int pos) {
+    int k = 0;
+    while (k + 1 < kv->n_seg && kv->seg_start[k + 1] <= pos) k++;
+    return k;
+}
+
+/* The segment holding base block i < n_base_blocks. */
+static inline int seg_of_block(const ak_kv *kv, int i) {
+    int k = 0;
+    while (k + 1 < kv->n_seg && kv->seg_blk0[k + 1] <= i) k++;
+    return k;
+}
+
+/* Sets the segments to lens[0..n) (the table is not touched): the one
+ * place their starts and first blocks are derived. */
+static void seg_set(ak_kv *kv, const int *lens, int n) {
+    kv->n_seg = n;
+    kv->seg_start[0] = kv->seg_blk0[0] = 0;
+    for (int k = 0; k < n; k++) {
+        kv->seg_start[k + 1] = kv->seg_start[k] + lens[k];
+        kv->seg_blk0[k + 1] = kv->seg_blk0[k] + (lens[k] + kv->T - 1) / kv->T;
+    }
+    kv->base_len = kv->seg_start[n];
+}
+
+/* The segments' lengths into lens (AK_KV_MAX_SEGMENTS entries); returns
+ * their number. */
+static int seg_lens(const ak_kv *kv, int *lens) {
+    for (int k = 0; k < kv->n_seg; k++) lens[k] = kv->seg_start[k + 1] - kv->seg_start[k];
+    return kv->n_seg;
+}
 
 /* The block holding position pos, and its slot there (kvcache.h). */
 static inline int block_of(const ak_kv *kv, int pos, int *slot) {
     if (pos < kv->base_len) {
-        *slot = pos % kv->T;
-        return pos / kv->T;
+        int k = seg_of_pos(kv, pos), r = pos - kv->seg_start[k];
+        *slot = r % kv->T;
+        return kv->seg_blk0[k] + r / kv->T;
     }
     int r = pos - kv->base_len;
     *slot = r % kv->T;
@@ -37,18 +79,22 @@ static inline int block_of(const ak_kv *kv, int pos, int *slot) {
 /* First position of block i, and how many positions it can hold. */
 static inline int span_start(const ak_kv *kv, int i) {
     int nb = n_base_blocks(kv);
-    return i < nb ? i * kv->T : kv->base_len + (i - nb) * kv->T;
+    if (i >= nb) return kv->base_len + (i - nb) * kv->T;
+    int k = seg_of_block(kv, i);
+    return kv->seg_start[k] + (i - kv->seg_blk0[k]) * kv->T;
 }
 static inline int span_cap(const ak_kv *kv, int i) {
-    int nb = n_base_blocks(kv);
-    if (i < nb && kv->base_len - i * kv->T < kv->T) return kv->base_len - i * kv->T;
-    return kv->T;
+    if (i >= n_base_blocks(kv)) return kv->T;
+    int k = seg_of_block(kv, i), left = kv->seg_start[k + 1] - span_start(kv, i);
+    return left < kv->T ? left : kv->T;
 }
 
 /* Blocks covering positions [0, n). */
 static inline int spans_for(const ak_kv *kv, int n) {
-    if (n <= kv->base_len) return (n + kv->T - 1) / kv->T;
-    return n_base_blocks(kv) + (n - kv->base_len + kv->T - 1) / kv->T;
+    if (n <= 0) return 0;
+    if (n > kv->base_len) return n_base_blocks(kv) + (n - kv->base_len + kv->T - 1) / kv->T;
+    int k = seg_of_pos(kv, n - 1);
+    return kv->seg_blk0[k] + (n - kv->seg_start[k] + kv->T - 1) / kv->T;
 }
 
 ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ctx, ak_error *err) {
@@ -76,7 +122,7 @@ ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ct
     kv->fv = fv;
     kv->T = ak_block_pool_block_tokens(pool);
     kv->capacity = n_ctx;
-    kv->n_table = (n_ctx + kv->T - 1) / kv->T + 1;
+    kv->n_table = (n_ctx + kv->T - 1) / kv->T + AK_KV_MAX_SEGMENTS;
     kv->table = ak_calloc(kv->n_table, sizeof(ak_block *), err);
     if (!kv->table) { free(kv); return NULL; }
     return kv;
@@ -91,7 +137,8 @@ ak_kv *ak_kv_fork(const ak_kv *src, ak_error *err) {
             kv->table[i] = src->table[i];
         }
     kv->length = src->length;
-    kv->base_len = src->base_len;
+    int lens[AK_KV_MAX_SEGMENTS];
+    seg_set(kv, lens, seg_lens(src, lens));
     return kv;
 }
 
@@ -112,9 +159,15 @@ void ak_kv_truncate(ak_kv *kv, int n) {
     if (n < 0) n = 0;
     if (n >= kv->length) return;
     int keep = spans_for(kv, n);
-    /* below the base's end the base shortens: its blocks stay shared and
-     * the positions from n on start a fresh block (never a copy) */
-    if (n < kv->base_len) kv->base_len = n;
+    /* below the base's end the base shortens: the segment holding n - 1
+     * ends there, those after it go; their blocks stay shared and the
+     * positions from n on start a fresh block (never a copy) */
+    if (n < kv->base_len) {
+        int lens[AK_KV_MAX_SEGMENTS], ns = n > 0 ? seg_of_pos(kv, n - 1) + 1 : 0;
+        seg_lens(kv, lens);
+        if (ns) lens[ns - 1] = n - kv->seg_start[ns - 1];
+        seg_set(kv, lens, ns);
+    }
     kv->length = n;
     for (int i = keep; i < kv->n_table; i++) {
         ak_block_unref(kv->pool, kv->table[i]);
@@ -353,13 +406,14 @@ uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, in
 int ak_kv_swap(ak_kv *a, ak_kv *b) {
     if (a->pool != b->pool || a->fk != b->fk || a->fv != b->fv || a->capacity != b->capacity) return -1;
     ak_block **t = a->table;
-    int n = a->length, bl = a->base_len;
+    int n = a->length, la[AK_KV_MAX_SEGMENTS], lb[AK_KV_MAX_SEGMENTS];
+    int na = seg_lens(a, la), nb = seg_lens(b, lb);
     a->table = b->table;
     a->length = b->length;
-    a->base_len = b->base_len;
+    seg_set(a, lb, nb);
     b->table = t;
     b->length = n;
-    b->base_len = bl;
+    seg_set(b, la, na);
     return 0;
 }
 
@@ -830,7 +884,7 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
     const int lo0 = window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0;
     int slot0;
     for (int bi = block_of(kv, lo0, &slot0), s0; bi < kv->n_table && (s0 = span_start(kv, bi)) < n_end; bi++) {
-        /* block bi holds positions [s0, s0 + its capacity) (a partial base block fewer than T) */
+        /* block bi holds positions [s0, s0 + its capacity) (a segment's partial block fewer than T) */
         const ak_block *b = kv->table[bi];
         int cap = span_cap(kv, bi), cnt = n_end - s0 < cap ? n_end - s0 : cap;
         if (b->mix) {   /* per-slot formats: class by class */
@@ -866,37 +920,73 @@ int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err) 
         return ak_failc(err, AK_ERR_INVALID, "base of %d positions: the source holds %d", base_len, src->length);
     if (base_len > kv->capacity)
         return ak_failc(err, AK_ERR_INVALID, "base of %d positions is longer than the context %d", base_len, kv->capacity);
-    /* [0, base_len) must be standard-mapped in src too */
-    if (src->base_len % src->T && base_len > src->base_len)
-        return ak_failc(err, AK_ERR_INVALID, "the source's own positions cannot serve as a base");
-    int nb = (base_len + kv->T - 1) / kv->T;
+    /* src's segments up to base_len, and its own positions below base_len
+     * as one more (they are standard-mapped from src's base_len too): the
+     * table's first entries are then src's, entry for entry */
+    int lens[AK_KV_MAX_SEGMENTS + 1], ns = base_len > 0 ? 1 : 0;
+    if (base_len > 0 && base_len <= src->base_len) {
+        ns = seg_of_pos(src, base_len - 1) + 1;
+        seg_lens(src, lens);
+        lens[ns - 1] = base_len - src->seg_start[ns - 1];
+    } else if (base_len > 0) {
+        ns = seg_lens(src, lens) + 1;
+        lens[ns - 1] = base_len - src->base_len;
+    }
+    if (ns > AK_KV_MAX_SEGMENTS)
+        return ak_failc(err, AK_ERR_INVALID, "a base of %d segments: at most %d", ns, AK_KV_MAX_SEGMENTS);
+    int nb = spans_for(src, base_len);
     for (int i = 0; i < nb; i++) {
         ak_block_ref(kv->pool, src->table[i]);
         kv->table[i] = src->table[i];
     }
-    kv->base_len = base_len;
+    seg_set(kv, lens, ns);
     kv->length = base_len;
     return 0;
 }
 
 int ak_kv_base_len(const ak_kv *kv) { return kv->base_len; }
 
-int ak_kv_attach_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err) {
-    if (kv->length || ak_kv_n_blocks(kv)) return ak_failc(err, AK_ERR_INVALID, "blocks can only start an empty sequence");
-    if (n < 1 || n > kv->capacity || nb != (n + kv->T - 1) / kv->T)
-        return ak_failc(err, AK_ERR_INVALID, "%d blocks cannot hold %d positions in a context of %d", nb, n, kv->capacity);
+int ak_kv_segments(const ak_kv *kv, int *lens) { return seg_lens(kv, lens); }
+
+int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err) {
+    if (kv->length != kv->base_len)
+        return ak_failc(err, AK_ERR_INVALID, "blocks can only follow the segments: the sequence holds %d own positions",
+                        kv->length - kv->base_len);
+    if (kv->n_seg >= AK_KV_MAX_SEGMENTS)
+        return ak_failc(err, AK_ERR_INVALID, "a sequence holds at most %d segments", AK_KV_MAX_SEGMENTS);
+    if (n < 1 || n > kv->capacity - kv->base_len || nb != (n + kv->T - 1) / kv->T)
+        return ak_failc(err, AK_ERR_INVALID, "%d blocks cannot hold %d positions after %d in a context of %d", nb, n,
+                        kv->base_len, kv->capacity);
     for (int i = 0; i < nb; i++) {
         int want = i < nb - 1 ? kv->T : n - i * kv->T;
         if (blocks[i]->mix && blocks[i]->mix->count < want)
             return ak_failc(err, AK_ERR_INVALID, "block %d holds %d positions, %d needed", i, blocks[i]->mix->count, want);
     }
+    int b0 = n_base_blocks(kv);
+    for (int i = b0; i < kv->n_table; i++) {   /* blocks prepared past the length hold nothing */
+        ak_block_unref(kv->pool, kv->table[i]);
+        kv->table[i] = NULL;
+    }
     for (int i = 0; i < nb; i++) {
         ak_block_ref(kv->pool, blocks[i]);
-        kv->table[i] = blocks[i];
+        kv->table[b0 + i] = blocks[i];
     }
-    kv->base_len = n;
-    kv->length = n;
+    int lens[AK_KV_MAX_SEGMENTS], ns = seg_lens(kv, lens);
+    lens[ns++] = n;
+    seg_set(kv, lens, ns);
+    kv->length = kv->base_len;
     return 0;
+}
+
+int ak_kv_attach_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err) {
+    if (kv->length || ak_kv_n_blocks(kv)) return ak_failc(err, AK_ERR_INVALID, "blocks can only start an empty sequence");
+    return ak_kv_append_blocks(kv, blocks, nb, n, err);
+}
+
+int ak_kv_block_end(const ak_kv *kv, int pos) {
+    if (pos < 0 || pos >= kv->capacity) return -1;
+    int slot, i = block_of(kv, pos, &slot);
+    return span_start(kv, i) + span_cap(kv, i);
 }
 
 int ak_kv_has_mixed(const ak_kv *kv) {

@@ -92,37 +92,60 @@ int ak_kv_swap(ak_kv *a, ak_kv *b);
  * ak_kv_stored_mut). Returns 0, or -1 with err set if some are not prepared. */
 int ak_kv_set_length(ak_kv *kv, int n, ak_error *err);
 
-/* SHARED BASE AND LINKED BLOCKS. A sequence's positions map to blocks in
- * two segments. The base, positions [0, base_len), is standard-mapped
- * (block i holds [i*T, (i+1)*T)) and its last block may be partly filled:
- * it is shared read-only with the sequence it came from (a pool, agent.h),
- * never copied. The sequence's own positions [base_len, ...) start a fresh
- * block: own block j holds [base_len + j*T, base_len + (j+1)*T). With
- * base_len = 0 (every sequence that never attached a base) this is the
- * plain mapping. Attention reads each block for the positions it holds, so
- * a partial block in the middle costs nothing but its empty slots.
- * Truncating below base_len shortens the base (its blocks stay shared). */
+/* SHARED BASE, SEGMENTS AND LINKED BLOCKS. A sequence's positions map to
+ * blocks in two parts. The base, positions [0, base_len), is a list of up to
+ * AK_KV_MAX_SEGMENTS segments, one after the other: each is standard-mapped
+ * from its own start s (its block j holds [s + j*T, s + (j+1)*T)) and its
+ * last block may be partly filled. A segment's blocks are shared read-only
+ * with where they came from (a pool, an earlier state of the same agent, a
+ * card's mixed blocks: agent.h), never copied. The sequence's own positions
+ * [base_len, ...) start a fresh block: own block j holds [base_len + j*T,
+ * base_len + (j+1)*T). With no segment (every sequence that never attached
+ * a base) this is the plain mapping. Attention reads each block for the
+ * positions it holds, so a partial block in the middle costs nothing but
+ * its empty slots. Truncating below base_len shortens the segment holding
+ * the new last position and drops those after it (their blocks stay shared
+ * where others hold them). */
+#define AK_KV_MAX_SEGMENTS 8
 
 /* Makes the empty sequence kv start with positions [0, base_len) of src
  * (base_len <= ak_kv_length(src)), sharing src's blocks (references
- * taken). kv and src must be of one pool; their formats may differ (each
- * block carries its own). Returns 0, or -1 with err set (kv not empty,
- * base_len out of range, longer than kv's capacity). */
+ * taken): src's segments up to base_len, and, when base_len passes src's
+ * base, src's own positions below base_len as one more segment (frozen:
+ * never written through kv, copied on write like any shared block). kv and
+ * src must be of one pool; their formats may differ (each block carries its
+ * own). Returns 0, or -1 with err set (AK_ERR_INVALID: kv not empty,
+ * base_len out of range, longer than kv's capacity, more than
+ * AK_KV_MAX_SEGMENTS segments). */
 int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err);
-/* Positions of the shared base (0 when none). */
+/* Positions of the base, all segments (0 when none). */
 int ak_kv_base_len(const ak_kv *kv);
-/* Makes the empty sequence kv start with blocks[0..nb) as its base,
- * positions [0, n) (nb = ceil(n / T); a mixed block must hold the slots
- * asked of it), taking a reference to each: a card's blocks (blockpool.h:
- * MIXED BLOCKS), read in place. Returns 0, or -1 with err set. */
+/* The segments' lengths into lens (room for AK_KV_MAX_SEGMENTS); returns
+ * their number (0 without a base). */
+int ak_kv_segments(const ak_kv *kv, int *lens);
+/* Appends blocks[0..nb) as one more segment of n positions (nb = ceil(n /
+ * T); a mixed block must hold the slots asked of it) right after the base,
+ * taking a reference to each: a card's blocks (blockpool.h: MIXED BLOCKS),
+ * read in place. The sequence must hold no own positions (its length is
+ * its base_len: attach the old state as a base first); blocks prepared
+ * past the length are released. The length becomes base_len + n. Returns
+ * 0, or -1 with err set (AK_ERR_INVALID: own positions held, no segment
+ * left, past the capacity, a block too small); nothing changes then. */
+int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err);
+/* ak_kv_append_blocks on an empty sequence: the blocks are its first
+ * segment (positions [0, n)). */
 int ak_kv_attach_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err);
+/* The first position past the block that holds pos (its span's end: fewer
+ * than T positions on for a partial segment block), or -1 when pos is
+ * outside the capacity. */
+int ak_kv_block_end(const ak_kv *kv, int pos);
 /* 1 if some block of kv is a mixed block (such a sequence is not saved as
  * an agent file: ak_kv_stored gives NULL for its positions). */
 int ak_kv_has_mixed(const ak_kv *kv);
 
 /* The blocks of a sequence in order, each with the positions it spans:
  * block i holds [*start, *start + *count) (count: the positions the block
- * can hold, fewer than T only for a partial base block; the last block's
+ * can hold, fewer than T only for a segment's partial last block; the last block's
  * span may extend past the length). ak_kv_span_count gives the number of
  * blocks covering [0, length). ak_kv_span returns block i (NULL where none
  * is allocated) and, for any i below the table's size (also past the

@@ -344,14 +344,11 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
     return count;
 }
 
-/* Positions from p to the end of the block of kv that holds p: the base
- * [0, base_len) is standard-mapped (its last block may end early), own
- * block j holds [base_len + j*T, base_len + (j+1)*T) (kvcache.h). */
+/* Positions from p to the end of the block of kv that holds p (kvcache.h
+ * keeps the mapping: segments, then own blocks). */
 static int kv_run(const ak_kv *kv, int p, int Tp) {
-    int kb = ak_kv_base_len(kv);
-    if (p >= kb) return Tp - (p - kb) % Tp;
-    int r = Tp - p % Tp;
-    return kb - p < r ? kb - p : r;
+    (void)Tp;
+    return ak_kv_block_end(kv, p) - p;
 }
 
 /* Copies positions [from, n) of every vector between a sequence and tensor
