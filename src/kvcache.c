@@ -978,6 +978,21 @@ int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_er
     return 0;
 }
 
+int ak_kv_append_empty(ak_kv *kv, int n, ak_error *err) {
+    if (n < 1 || n > kv->capacity - kv->base_len)
+        return ak_failc(err, AK_ERR_INVALID, "a segment of %d positions after %d in a context of %d", n, kv->base_len,
+                        kv->capacity);
+    int nb = (n + kv->T - 1) / kv->T, rc = 0;
+    ak_block **bl = ak_calloc((size_t)nb, sizeof *bl, err);
+    if (!bl) return -1;
+    for (int i = 0; i < nb && rc == 0; i++)
+        if (!(bl[i] = ak_block_alloc(kv->pool, kv->fk, kv->fv, err))) rc = -1;
+    if (rc == 0) rc = ak_kv_append_blocks(kv, bl, nb, n, err);
+    for (int i = 0; i < nb; i++) ak_block_unref(kv->pool, bl[i]);   /* kv holds them now (or nothing does) */
+    free(bl);
+    return rc;
+}
+
 int ak_kv_attach_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err) {
     if (kv->length || ak_kv_n_blocks(kv)) return ak_failc(err, AK_ERR_INVALID, "blocks can only start an empty sequence");
     return ak_kv_append_blocks(kv, blocks, nb, n, err);

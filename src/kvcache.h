@@ -132,6 +132,11 @@ int ak_kv_segments(const ak_kv *kv, int *lens);
  * 0, or -1 with err set (AK_ERR_INVALID: own positions held, no segment
  * left, past the capacity, a block too small); nothing changes then. */
 int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err);
+/* ak_kv_append_blocks of ceil(n / T) fresh blocks of kv's formats, held by
+ * kv alone: a segment whose positions are then filled through
+ * ak_kv_stored_mut (a restore of a file's own segments, store.h). Returns 0,
+ * or -1 with err set (ak_kv_append_blocks' errors, AK_ERR_KV_BUDGET). */
+int ak_kv_append_empty(ak_kv *kv, int n, ak_error *err);
 /* ak_kv_append_blocks on an empty sequence: the blocks are its first
  * segment (positions [0, n)). */
 int ak_kv_attach_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err);

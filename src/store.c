@@ -138,8 +138,9 @@
 /* 4: per-block checksums, bases (3: per-tensor checksums; 2: tensors
  * [H][n_tokens]). Only this version is read: an older file is a miss
  * (STALE), re-saved at the agent's next save. */
-#define FORMAT_VERSION 4
-#define FORMAT_VERSION_STR "4"
+#define FORMAT_VERSION 5
+#define FORMAT_VERSION_STR "5"
+#define FORMAT_VERSION_OLDEST 4   /* still read: a version 4 file is a version 5 file without "segments" */
 #define SUFFIX ".safetensors"
 #define TMP_MARK ".safetensors.tmp."
 #define POOL_QPREFIX "pool+"   /* quarantined pools: '+' is in no agent id */
@@ -289,12 +290,13 @@ typedef struct {
     uint64_t piece;           /* bytes of one block: [n_head_kv][T] components */
 } tensor_desc;
 
-/* The tensors of a cache of spec s in formats fk/fv holding n tokens in
- * blocks of T, in file order, into a malloc'd array (*out, count returned)
+/* The tensors of a cache of spec s in formats fk/fv holding nb blocks of T
+ * positions (file_runs: the file's runs of positions, each starting a
+ * block), in file order, into a malloc'd array (*out, count returned)
  * and the data section's size. Returns -1 (why set) if a format cannot store
  * the head dim or the sizes overflow. Both the writer and the reader use
  * this: the reader requires the file's table to be exactly this one. */
-static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t n, int T,
+static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t nb, int T,
                           tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn) {
     ak_kv_component ck[2], cv[2];
     int nck = ak_kv_format_components(fk, s->head_dim_k, ck);
@@ -304,11 +306,10 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
                  ak_kv_format_get(fv)->name, s->head_dim_k, s->head_dim_v);
         return -1;
     }
-    if (T < 1 || T > AK_KV_MAX_BLOCK_TOKENS || n < 0) {
+    if (T < 1 || T > AK_KV_MAX_BLOCK_TOKENS || nb < 0) {
         snprintf(why, whyn, "block size %d outside [1, %d]", T, AK_KV_MAX_BLOCK_TOKENS);
         return -1;
     }
-    int64_t nb = (n + T - 1) / T;
     int count = s->n_layer * (nck + ncv);
     tensor_desc *t = calloc((size_t)count, sizeof *t);
     if (!t) { snprintf(why, whyn, "out of memory"); return -1; }
@@ -344,47 +345,104 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
     return count;
 }
 
-/* Positions from p to the end of the block of kv that holds p (kvcache.h
- * keeps the mapping: segments, then own blocks). */
-static int kv_run(const ak_kv *kv, int p, int Tp) {
-    (void)Tp;
-    return ak_kv_block_end(kv, p) - p;
+/* The segments of a base (store.h: SEGMENTS) into out: those listed, or
+ * the single base as one segment (none without a base). Returns their
+ * number. */
+static int base_segs(const ak_store_base *b, ak_store_seg *out) {
+    if (b->n_seg > 0) {
+        memcpy(out, b->seg, sizeof *out * (size_t)b->n_seg);
+        return b->n_seg;
+    }
+    if (!b->pool_id[0] || b->base_len <= 0) return 0;
+    memset(out, 0, sizeof *out);
+    out->kind = b->card ? AK_SEG_CARD : AK_SEG_POOL;
+    out->len = b->base_len;
+    snprintf(out->id, sizeof out->id, "%s", b->pool_id);
+    snprintf(out->hash, sizeof out->hash, "%s", b->pool_hash);
+    return 1;
 }
 
-/* Copies positions [from, n) of every vector between a sequence and tensor
- * bytes laid out by t (nt tensors, file blocks of Tf positions starting at
- * position base: file block b holds [base + b*Tf, base + (b+1)*Tf); from >=
- * base). to_kv = 1: into kv (positions prepared and exclusively owned), 0:
- * out of it, and then the file's slots past n are zeroed. A run of
+/* The runs of positions a file holds, in file order: each own segment of
+ * its base, then its own positions [base_len, n_tokens) (the last run, maybe
+ * empty). Run r holds [start[r], start[r] + len[r]) in file blocks
+ * [blk0[r], blk0[r + 1]) of T positions, standard-mapped from its start. */
+typedef struct {
+    int n;
+    int start[AK_KV_MAX_SEGMENTS + 1], len[AK_KV_MAX_SEGMENTS + 1];
+    int64_t blk0[AK_KV_MAX_SEGMENTS + 2];
+} file_runs;
+
+static void runs_of(const ak_store_base *b, int n_tokens, int T, file_runs *r) {
+    ak_store_seg sg[AK_KV_MAX_SEGMENTS];
+    int ns = base_segs(b, sg), at = 0;
+    r->n = 0;
+    r->blk0[0] = 0;
+    for (int k = 0; k <= ns; k++) {
+        int len = k < ns ? sg[k].len : n_tokens - at;
+        if (k == ns || sg[k].kind == AK_SEG_OWN) {
+            r->start[r->n] = at;
+            r->len[r->n] = len > 0 ? len : 0;
+            r->blk0[r->n + 1] = r->blk0[r->n] + (r->len[r->n] + T - 1) / T;
+            r->n++;
+        }
+        if (k < ns) at += len;
+    }
+}
+
+/* The run holding file block b (< the runs' blocks). */
+static int run_of_block(const file_runs *r, int64_t b) {
+    int k = 0;
+    while (k + 1 < r->n && r->blk0[k + 1] <= b) k++;
+    return k;
+}
+
+/* The first position of file block b. */
+static int64_t block_pos(const file_runs *r, int64_t b, int T) {
+    int k = run_of_block(r, b);
+    return r->start[k] + (b - r->blk0[k]) * T;
+}
+
+/* Positions from p to the end of the block of kv that holds p (kvcache.h
+ * keeps the mapping: segments, then own blocks). */
+static int kv_run(const ak_kv *kv, int p) { return ak_kv_block_end(kv, p) - p; }
+
+/* Copies the positions of the runs (the last run's from its start + skip)
+ * of every vector between a sequence and tensor bytes laid out by t (nt
+ * tensors, file blocks of Tf positions as the runs say). to_kv = 1: into kv
+ * (positions prepared and exclusively owned), 0: out of it, and then each
+ * run's last file block's slots past its end are zeroed. A piece of
  * positions that stays within one file block and one block of kv is
  * contiguous on both sides (blockpool.h): one memcpy per (tensor, head,
- * run); with equal block sizes and the same base a run is a whole block.
- * Returns 0, or -1 if a vector is not available. */
-static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, int from, int n, int base,
+ * piece); with equal block sizes a piece is a whole block. Returns 0, or
+ * -1 if a vector is not available. */
+static int transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int nt, const file_runs *ru, int skip,
                     int Tf) {
     const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(kv));
-    int Tp = ak_block_pool_block_tokens(ak_kv_pool(kv)), H = s->n_head_kv;
+    int H = s->n_head_kv;
     for (int i = 0; i < nt; i++) {
         size_t cb = t[i].comp.bytes;
         uint8_t *td = data + t[i].offset;
-        for (int h = 0; h < H; h++)
-            for (int p = from; p < n;) {
-                int q = p - base, r = Tf - q % Tf, rp = kv_run(kv, p, Tp);
-                if (rp < r) r = rp;
-                if (n - p < r) r = n - p;
-                uint8_t *a = to_kv ? ak_kv_stored_mut(kv, t[i].layer, t[i].is_v, t[i].ci, h, p)
-                                   : (uint8_t *)ak_kv_stored(kv, t[i].layer, t[i].is_v, t[i].ci, h, p);
-                if (!a) return -1;
-                uint8_t *tp = td + (((size_t)(q / Tf) * H + (size_t)h) * Tf + (size_t)(q % Tf)) * cb;
-                if (to_kv) memcpy(a, tp, (size_t)r * cb);
-                else memcpy(tp, a, (size_t)r * cb);
-                p += r;
-            }
-        int own = n - base;
-        if (!to_kv && own % Tf)   /* the last block's unused slots: zeros, so the file is a function of the cache */
+        for (int k = 0; k < ru->n; k++) {
+            int s0 = ru->start[k], n = s0 + ru->len[k];
             for (int h = 0; h < H; h++)
-                memset(td + (((size_t)(own / Tf) * H + (size_t)h) * Tf + (size_t)(own % Tf)) * cb, 0,
-                       (size_t)(Tf - own % Tf) * cb);
+                for (int p = s0 + (k == ru->n - 1 ? skip : 0); p < n;) {
+                    int q = p - s0, r = Tf - q % Tf, rp = kv_run(kv, p);
+                    if (rp < r) r = rp;
+                    if (n - p < r) r = n - p;
+                    uint8_t *a = to_kv ? ak_kv_stored_mut(kv, t[i].layer, t[i].is_v, t[i].ci, h, p)
+                                       : (uint8_t *)ak_kv_stored(kv, t[i].layer, t[i].is_v, t[i].ci, h, p);
+                    if (!a) return -1;
+                    uint8_t *tp = td + (((size_t)(ru->blk0[k] + q / Tf) * H + (size_t)h) * Tf + (size_t)(q % Tf)) * cb;
+                    if (to_kv) memcpy(a, tp, (size_t)r * cb);
+                    else memcpy(tp, a, (size_t)r * cb);
+                    p += r;
+                }
+            int own = ru->len[k];
+            if (!to_kv && own % Tf)   /* the run's last block's unused slots: zeros, so the file is a function of the cache */
+                for (int h = 0; h < H; h++)
+                    memset(td + (((size_t)(ru->blk0[k] + own / Tf) * H + (size_t)h) * Tf + (size_t)(own % Tf)) * cb,
+                           0, (size_t)(Tf - own % Tf) * cb);
+        }
     }
     return 0;
 }
@@ -592,6 +650,52 @@ static int hash_ok(const char *h) {
     return 1;
 }
 
+/* Puts base b in its canonical form (store.h: SEGMENTS): its segments
+ * listed (the single base as one), the single-base fields naming the first
+ * segment when it is a pool's or a card's, base_len their total. Returns 0,
+ * or -1 (why set) when the segments are not sound: more than
+ * AK_KV_MAX_SEGMENTS, an empty one, a pool past the first, a pool or card
+ * without a valid id and hash, an own segment with either, longer in all
+ * than n_tokens. */
+static int base_normalize(ak_store_base *b, int n_tokens, char *why, size_t whyn) {
+    ak_store_seg sg[AK_KV_MAX_SEGMENTS];
+    if (b->n_seg < 0 || b->n_seg > AK_KV_MAX_SEGMENTS) {
+        snprintf(why, whyn, "%d segments (at most %d)", b->n_seg, AK_KV_MAX_SEGMENTS);
+        return -1;
+    }
+    int ns = base_segs(b, sg);
+    int64_t total = 0;
+    for (int k = 0; k < ns; k++) {
+        const ak_store_seg *g = &sg[k];
+        int named = g->kind == AK_SEG_POOL || g->kind == AK_SEG_CARD;
+        if (g->len < 1 || (!named && g->kind != AK_SEG_OWN) || (g->kind == AK_SEG_POOL && k > 0) ||
+            (named && (!ak_agent_id_valid(g->id) || !hash_ok(g->hash))) || (!named && (g->id[0] || g->hash[0]))) {
+            snprintf(why, whyn, "segment %d (kind %d, %d positions, \"%.40s\", \"%.16s\") is not sound", k, g->kind,
+                     g->len, g->id, g->hash);
+            return -1;
+        }
+        total += g->len;
+    }
+    if (total > n_tokens) {
+        snprintf(why, whyn, "segments of %lld positions in all, of %d tokens", (long long)total, n_tokens);
+        return -1;
+    }
+    memset(b, 0, sizeof *b);
+    b->n_seg = ns;
+    memcpy(b->seg, sg, sizeof *sg * (size_t)ns);
+    b->base_len = (int)total;
+    if (ns && sg[0].kind != AK_SEG_OWN) {
+        snprintf(b->pool_id, sizeof b->pool_id, "%s", sg[0].id);
+        snprintf(b->pool_hash, sizeof b->pool_hash, "%s", sg[0].hash);
+        b->card = sg[0].kind == AK_SEG_CARD;
+    }
+    return 0;
+}
+
+/* 1 when base b (canonical) is one pool or card segment: the single base
+ * of a version 4 file. */
+static int base_single(const ak_store_base *b) { return b->n_seg == 1 && b->seg[0].kind != AK_SEG_OWN; }
+
 ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv *kv, const int32_t *tokens,
                                     int n_tokens, const ak_store_base *base, const char *pool_hash,
                                     const char *source, const char *fingerprint, const char *model_name,
@@ -612,16 +716,24 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
     /* the file's base: what the sequence shares (a base of 0 positions is none) */
     ak_store_base b;
     memset(&b, 0, sizeof b);
-    if (kind == AK_FILE_AGENT && base && base->pool_id[0] && base->base_len > 0) b = *base;
+    if (kind == AK_FILE_AGENT && base && (base->n_seg > 0 || (base->pool_id[0] && base->base_len > 0))) b = *base;
+    char why0[160];
+    if (base_normalize(&b, n_tokens, why0, sizeof why0) < 0) {
+        ak_failc(err, AK_ERR_INVALID, "store: agent %s: bad base: %s", agent_id, why0);
+        return NULL;
+    }
     int kb = ak_kv_base_len(kv);
     if (kind == AK_FILE_AGENT && b.base_len != kb) {
         ak_failc(err, AK_ERR_INVALID, "store: agent %s: the sequence's shared base holds %d positions, the file's "
                  "base says %d", agent_id, kb, b.base_len);
         return NULL;
     }
-    if (b.base_len && (!ak_agent_id_valid(b.pool_id) || !hash_ok(b.pool_hash) || b.base_len > n_tokens)) {
-        ak_failc(err, AK_ERR_INVALID, "store: agent %s: bad base (pool \"%.40s\", hash \"%.16s\", %d positions of %d)",
-                 agent_id, b.pool_id, b.pool_hash, b.base_len, n_tokens);
+    /* the file's runs mirror the sequence's segments: their lengths must agree */
+    int kl[AK_KV_MAX_SEGMENTS], kns = ak_kv_segments(kv, kl), same = kind != AK_FILE_AGENT || kns == b.n_seg;
+    for (int k = 0; same && k < kns; k++) same = kl[k] == b.seg[k].len;
+    if (!same) {
+        ak_failc(err, AK_ERR_INVALID, "store: agent %s: the sequence's %d segments are not the base's %d", agent_id, kns,
+                 b.n_seg);
         return NULL;
     }
     if (kind == AK_FILE_POOL && !hash_ok(pool_hash)) {
@@ -656,8 +768,10 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
         snprintf(sn->center[v], sizeof sn->center[v], "%s", c ? c : "none");
     }
     char why[128];
-    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, n_tokens - b.base_len, sn->block_tokens, &sn->t,
-                            &sn->data_bytes, why, sizeof why);
+    file_runs ru;
+    runs_of(&b, n_tokens, sn->block_tokens, &ru);
+    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens, &sn->t, &sn->data_bytes, why,
+                            sizeof why);
     if (sn->nt < 0) {
         ak_failc(err, AK_ERR_INVALID, "store: %s %s: %s", what, agent_id, why);
         ak_snapshot_free(sn);
@@ -672,7 +786,7 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
         return NULL;
     }
     if (n_tokens) memcpy(sn->tokens, tokens, sizeof(int32_t) * (size_t)n_tokens);
-    if (transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, b.base_len, n_tokens, b.base_len, sn->block_tokens) != 0) {
+    if (transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, &ru, 0, sn->block_tokens) != 0) {
         ak_fail(err, "store: %s %s: a cached vector below position %d is not readable", what, agent_id, n_tokens);
         ak_snapshot_free(sn);
         return NULL;
@@ -818,11 +932,25 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
         {"key_center", sn->center[0]}, {"value_center", sn->center[1]},
     };
     int np = 20;
-    if (sn->base.base_len > 0) {   /* a sequence without a base records none */
+    char segs[AK_KV_MAX_SEGMENTS * (AK_AGENT_ID_MAX + 48)];
+    if (base_single(&sn->base)) {   /* a sequence without a base records none */
         p[np++] = (kv_pair){"pool_id", sn->base.pool_id};
         p[np++] = (kv_pair){"pool_hash", sn->base.pool_hash};
         p[np++] = (kv_pair){"base_len", num[8]};
         p[np++] = (kv_pair){"base_kind", sn->base.card ? "card" : "pool"};
+    } else if (sn->base.n_seg > 0) {   /* segments (store.h): "kind:len[:id:hash]", comma-separated */
+        size_t sl = 0;
+        for (int k = 0; k < sn->base.n_seg; k++) {
+            const ak_store_seg *g = &sn->base.seg[k];
+            static const char *kinds[] = {"own", "pool", "card"};
+            int w = g->kind == AK_SEG_OWN ? snprintf(segs + sl, sizeof segs - sl, "%s%s:%d", k ? "," : "", kinds[0], g->len)
+                                          : snprintf(segs + sl, sizeof segs - sl, "%s%s:%d:%s:%s", k ? "," : "",
+                                                     kinds[g->kind], g->len, g->id, g->hash);
+            if (w < 0 || (size_t)w >= sizeof segs - sl) goto oom;
+            sl += (size_t)w;
+        }
+        p[np++] = (kv_pair){"segments", segs};
+        p[np++] = (kv_pair){"base_len", num[8]};
     }
     if (sn->kind == AK_FILE_POOL) {
         p[np++] = (kv_pair){"pool_hash", sn->pool_hash};
@@ -1316,7 +1444,8 @@ typedef struct {
     int64_t created;
     char center[2][33];     /* key_center, value_center */
     int kind;               /* AK_FILE_AGENT or AK_FILE_POOL (its "format") */
-    ak_store_base base;     /* agents: the base (pool_id "" if none) */
+    int version;            /* its format_version */
+    ak_store_base base;     /* agents: the base (canonical: base_normalize; pool_id "" and no segment if none) */
     char pool_hash[17];     /* pools: their content hash */
     const char *source;     /* pools: the "source" string (inside root) */
     int32_t *tokens;        /* malloc'd */
@@ -1335,6 +1464,70 @@ static void meta_free(agent_meta *m) {
 static const char *meta_str(const cJSON *meta, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(meta, key);
     return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+/* The base of a version 5 agent file given as "segments" (sg; store.h:
+ * SEGMENTS): records "kind:len" (own) or "kind:len:id:hash" (pool, card),
+ * comma-separated, their lengths summing to "base_len"; no "pool_id",
+ * "pool_hash" or "base_kind" beside them. Into m->base, canonical. */
+static ak_store_status parse_segments(const cJSON *meta, const char *sg, agent_meta *m, verdict *v) {
+    const char *bl = meta_str(meta, "base_len");
+    int64_t x = 0;
+    if (m->version < 5) return judge(v, AK_STORE_CORRUPT, "metadata", "segments in a version %d file", m->version);
+    if (meta_str(meta, "pool_id") || meta_str(meta, "pool_hash") || meta_str(meta, "base_kind"))
+        return judge(v, AK_STORE_CORRUPT, "metadata", "segments beside a single base");
+    if (!bl || parse_dec(bl, 1, m->n_tokens, &x))
+        return judge(v, AK_STORE_CORRUPT, "metadata", "segments with base_len \"%.20s\" (of %d tokens)", bl ? bl : "",
+                     m->n_tokens);
+    ak_store_base *b = &m->base;
+    memset(b, 0, sizeof *b);
+    for (const char *p = sg;;) {
+        if (b->n_seg == AK_KV_MAX_SEGMENTS)
+            return judge(v, AK_STORE_CORRUPT, "metadata", "more than %d segments", AK_KV_MAX_SEGMENTS);
+        /* the record's fields, ':'-separated, up to ',' or the end */
+        const char *end = strchr(p, ','), *f[5];
+        if (!end) end = p + strlen(p);
+        int nf = 0;
+        f[nf++] = p;
+        for (const char *q = p; q < end && nf < 5; q++)
+            if (*q == ':') f[nf++] = q + 1;
+        char fld[4][AK_AGENT_ID_MAX + 2];
+        int ok = nf == 2 || nf == 4;
+        for (int i = 0; ok && i < nf; i++) {
+            size_t len = (size_t)((i + 1 < nf ? f[i + 1] - 1 : end) - f[i]);
+            ok = len < sizeof fld[i];
+            if (ok) {
+                memcpy(fld[i], f[i], len);
+                fld[i][len] = 0;
+            }
+        }
+        ak_store_seg *g = &b->seg[b->n_seg];
+        int64_t len = 0;
+        if (ok) {
+            g->kind = !strcmp(fld[0], "own") ? AK_SEG_OWN : !strcmp(fld[0], "pool") ? AK_SEG_POOL
+                                                         : !strcmp(fld[0], "card") ? AK_SEG_CARD : -1;
+            ok = g->kind >= 0 && (nf == 2) == (g->kind == AK_SEG_OWN) && !parse_dec(fld[1], 1, m->n_tokens, &len);
+        }
+        if (ok && nf == 4) {
+            ok = strlen(fld[2]) <= AK_AGENT_ID_MAX && strlen(fld[3]) < sizeof g->hash;
+            if (ok) {
+                snprintf(g->id, sizeof g->id, "%s", fld[2]);
+                snprintf(g->hash, sizeof g->hash, "%s", fld[3]);
+            }
+        }
+        if (!ok)
+            return judge(v, AK_STORE_CORRUPT, "metadata", "segment %d \"%.60s\" is not kind:len[:id:hash]", b->n_seg, p);
+        g->len = (int)len;
+        b->n_seg++;
+        if (!*end) break;
+        p = end + 1;
+    }
+    char why[160];
+    if (base_normalize(b, m->n_tokens, why, sizeof why) < 0)
+        return judge(v, AK_STORE_CORRUPT, "metadata", "bad segments: %s", why);
+    if (b->base_len != x)
+        return judge(v, AK_STORE_CORRUPT, "metadata", "segments of %d positions, base_len %lld", b->base_len, (long long)x);
+    return AK_STORE_HIT;
 }
 
 /* The base of an agent file ("pool_id", "pool_hash", "base_len": all
@@ -1358,6 +1551,8 @@ static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) 
         snprintf(m->pool_hash, sizeof m->pool_hash, "%s", ph);
         return AK_STORE_HIT;
     }
+    const char *sg = meta_str(meta, "segments");
+    if (sg) return parse_segments(meta, sg, m, v);
     if (none) {
         if (ph && *ph) return judge(v, AK_STORE_CORRUPT, "metadata", "pool_hash without a base");
         return AK_STORE_HIT;
@@ -1372,6 +1567,9 @@ static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) 
     snprintf(m->base.pool_hash, sizeof m->base.pool_hash, "%s", ph);
     m->base.base_len = (int)x;
     m->base.card = kind && !strcmp(kind, "card");
+    char why[160];
+    if (base_normalize(&m->base, m->n_tokens, why, sizeof why) < 0)
+        return judge(v, AK_STORE_CORRUPT, "metadata", "bad base: %s", why);
     return AK_STORE_HIT;
 }
 
@@ -1427,11 +1625,12 @@ static ak_store_status parse_header(reader *r, int kind, const char *id, agent_m
         free(pairs);
         return judge(v, AK_STORE_CORRUPT, "metadata", "bad format_version \"%.20s\"", ver ? ver : "");
     }
-    if (x != FORMAT_VERSION) {
+    if (x < FORMAT_VERSION_OLDEST || x > FORMAT_VERSION) {
         free(pairs);
-        return judge(v, AK_STORE_STALE, NULL, "format version %lld is %s than this build's %d", (long long)x,
-                     x > FORMAT_VERSION ? "newer" : "older", FORMAT_VERSION);
+        return judge(v, AK_STORE_STALE, NULL, "format version %lld is %s than this build's %d..%d", (long long)x,
+                     x > FORMAT_VERSION ? "newer" : "older", FORMAT_VERSION_OLDEST, FORMAT_VERSION);
     }
+    m->version = (int)x;
     char want[17];
     const char *got = meta_str(meta, "metadata_checksum");
     int dup = metadata_hash(pairs, np, want);
@@ -1545,8 +1744,9 @@ static ak_store_status check_table(reader *r, const agent_meta *m, tensor_desc *
     if (cJSON_GetArraySize(m->root) - 1 != count)
         return judge(v, AK_STORE_CORRUPT, "tensors", "header has %d tensors, expected %lld", cJSON_GetArraySize(m->root) - 1,
                      (long long)count);
-    int nt = layout_tensors(&m->spec, m->fk, m->fv, m->n_tokens - m->base.base_len, m->block_tokens, &t, &data_bytes,
-                            why, sizeof why);
+    file_runs ru;
+    runs_of(&m->base, m->n_tokens, m->block_tokens, &ru);
+    int nt = layout_tensors(&m->spec, m->fk, m->fv, ru.blk0[ru.n], m->block_tokens, &t, &data_bytes, why, sizeof why);
     if (nt < 0) return judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
     int64_t nb = nt ? t[0].shape[0] : 0;
     ak_store_status st = AK_STORE_HIT;
@@ -1603,15 +1803,18 @@ done:
     return st;
 }
 
-/* CORRUPT unless got is the checksum the file states for its block b (of
- * own positions starting at base, blocks of T). */
+/* CORRUPT unless got is the checksum the file states for its block b (the
+ * file's runs of positions: file_runs). */
 static ak_store_status check_block(const agent_meta *m, int64_t b, uint64_t want, uint64_t got, verdict *v) {
     if (want == got) return AK_STORE_HIT;
     char w[17], g[17];
     hex64(want, w);
     hex64(got, g);
-    int64_t p0 = m->base.base_len + b * m->block_tokens, p1 = p0 + m->block_tokens;
-    if (p1 > m->n_tokens) p1 = m->n_tokens;
+    file_runs ru;
+    runs_of(&m->base, m->n_tokens, m->block_tokens, &ru);
+    int k = run_of_block(&ru, b);
+    int64_t p0 = block_pos(&ru, b, m->block_tokens), p1 = p0 + m->block_tokens;
+    if (p1 > ru.start[k] + ru.len[k]) p1 = ru.start[k] + ru.len[k];
     return judge(v, AK_STORE_CORRUPT, "checksum", "checksum mismatch in block %lld (positions %lld..%lld; file says %s, "
                  "data hashes to %s)", (long long)b, (long long)p0, (long long)p1 - 1, w, g);
 }
@@ -1897,13 +2100,16 @@ static void *dl_thread(void *arg) {
 }
 
 /* Reads file blocks [j0, nb) of a plain file straight into the prepared
- * positions of tmp (block size the file's; own blocks start at base) and
- * checks each block's checksum against sums. HIT, or the verdict. */
+ * positions of tmp (block size the file's; where each block's positions
+ * are: file_runs) and checks each block's checksum against sums. HIT, or
+ * the verdict. */
 static ak_store_status read_direct(reader *r, const agent_meta *m, const tensor_desc *t, int nt,
                                    const uint64_t *sums, int64_t j0, int64_t nb, ak_kv *tmp, verdict *v) {
     int64_t nr = nb - j0;
     if (nr <= 0) return AK_STORE_HIT;
-    int T = m->block_tokens, base = m->base.base_len;
+    int T = m->block_tokens;
+    file_runs ru;
+    runs_of(&m->base, m->n_tokens, T, &ru);
     uint8_t **blk = malloc(sizeof *blk * (size_t)nr);
     size_t *toff = malloc(sizeof *toff * (size_t)(nt ? nt : 1));
     uint64_t *hash = malloc(sizeof *hash * (size_t)nr * (size_t)(nt ? nt : 1));
@@ -1920,13 +2126,13 @@ static ak_store_status read_direct(reader *r, const agent_meta *m, const tensor_
      * codes for a format without metadata (blockpool.h) */
     int kc0 = ak_kv_format_meta_bytes(m->fk, m->spec.head_dim_k) ? 1 : 0;
     for (int64_t k = 0; k < nr; k++)
-        if (!(blk[k] = ak_kv_stored_mut(tmp, 0, 0, kc0, 0, base + (int)(j0 + k) * T))) {
+        if (!(blk[k] = ak_kv_stored_mut(tmp, 0, 0, kc0, 0, (int)block_pos(&ru, j0 + k, T)))) {
             free(sh);
             st = judge(v, AK_STORE_ERROR, NULL, "the sequence refused the restored blocks");
             goto out;
         }
     for (int i = 0; i < nt; i++)
-        toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, base + (int)j0 * T) - blk[0]);
+        toff[i] = (size_t)(ak_kv_stored_mut(tmp, t[i].layer, t[i].is_v, t[i].ci, 0, (int)block_pos(&ru, j0, T)) - blk[0]);
     uint64_t data_bytes = nt ? t[nt - 1].offset + t[nt - 1].bytes : 0;
     /* WILLNEED has the kernel read the data ahead, but walking the page
      * cache for it costs about 5% of a cached 2000-token restore: ask only
@@ -2035,11 +2241,17 @@ static ak_store_status load_file(ak_store *s, int kind, const char *path, const 
         goto out;
     info->base = m->base;
     int n = m->n_tokens, base = m->base.base_len, Tf = m->block_tokens;
+    file_runs ru;
+    runs_of(&m->base, n, Tf, &ru);
+    int own_segs = ru.n > 1;   /* the file holds positions inside its base: read whole */
     ak_block_pool *pool = ak_kv_pool(kv);
     int T = ak_block_pool_block_tokens(pool);
     if (base > 0 && !prelink) {
-        judge(v, AK_STORE_STALE, NULL, "agent file starts with pool %s (%d positions): no pool supplied",
-              m->base.pool_id, base);
+        if (m->base.pool_id[0])
+            judge(v, AK_STORE_STALE, NULL, "agent file starts with pool %s (%d positions): no pool supplied",
+                  m->base.pool_id, base);
+        else judge(v, AK_STORE_STALE, NULL, "agent file starts with %d segments (%d positions): no prelink supplied",
+                   m->base.n_seg, base);
         goto out;
     }
     if (!(tmp = ak_kv_new(pool, m->fk, m->fv, ak_kv_capacity(kv), &e2))) {
@@ -2057,14 +2269,20 @@ static ak_store_status load_file(ak_store *s, int kind, const char *path, const 
             goto out;
         }
         L = ak_kv_length(tmp);
-        if (L > n || L < base || ak_kv_base_len(tmp) != base || (L < n && (L - base) % T)) {
-            judge_error(v, AK_ERR_INVALID, "the prelink callback left %d positions and a base of %d: expected a base "
-                        "of %d and a block boundary (blocks of %d) up to %d", L, ak_kv_base_len(tmp), base, T, n);
+        int kl[AK_KV_MAX_SEGMENTS], kns = ak_kv_segments(tmp, kl), same = kns == m->base.n_seg;
+        for (int k = 0; same && k < kns; k++) same = kl[k] == m->base.seg[k].len;
+        if (L > n || L < base || ak_kv_base_len(tmp) != base || (L < n && (L - base) % T) || !same ||
+            (own_segs && L != base)) {
+            judge_error(v, AK_ERR_INVALID, "the prelink callback left %d positions and a base of %d in %d segments: "
+                        "expected the file's %d segments, a base of %d and a block boundary (blocks of %d) up to %d%s",
+                        L, ak_kv_base_len(tmp), kns, m->base.n_seg, base, T, n,
+                        own_segs ? ", nothing past the base" : "");
             goto out;
         }
     }
     info->linked = L;
-    int64_t j0 = L >= n ? nb : (L - base) / Tf;
+    for (int k = 0; own_segs && k < ru.n - 1; k++) info->linked -= ru.len[k];   /* read, not linked */
+    int64_t j0 = own_segs ? 0 : L >= n ? nb : (L - base) / Tf;
     info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
     timed = 1;
     t1 = ak_now();
@@ -2096,7 +2314,7 @@ static ak_store_status load_file(ak_store *s, int kind, const char *path, const 
             judge_error(v, e2.code, "%s", e2.msg);
             goto out;
         }
-        if (transfer(tmp, 1, r->img + m->hdr_end, t, nt, L, n, base, Tf) != 0) {
+        if (transfer(tmp, 1, r->img + m->hdr_end, t, nt, &ru, L - base, Tf) != 0) {
             judge(v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
             goto out;
         }

@@ -111,31 +111,67 @@ ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int3
  * (kvcache.h: the shared base): its file then records the pool's id, its
  * content hash and how many of its positions the agent uses (base_len),
  * and holds only the agent's own positions [base_len, n_tokens) (its own
- * blocks; the token ids of all n_tokens). */
+ * blocks; the token ids of all n_tokens).
+ *
+ * SEGMENTS. More generally the base is a list of segments (kvcache.h: up to
+ * AK_KV_MAX_SEGMENTS), one after the other from position 0, each one of:
+ *   AK_SEG_OWN   positions stored in this file (an agent's own positions
+ *                frozen under a card appended after them: agent.h, import
+ *                "append");
+ *   AK_SEG_POOL  the first len positions of pool id (content hash hash);
+ *                only as the first segment;
+ *   AK_SEG_CARD  the first len positions of card id (content hash hash),
+ *                its keys moved to start at the segment's position
+ *                (cards.h: ak_card_shift).
+ * The file then holds its own segments' positions and [base_len,
+ * n_tokens), each run of positions starting a fresh file block. A base of
+ * one pool or card segment is the single base above (pool_id, pool_hash,
+ * base_len, card); a loaded file's base always has its segments listed
+ * (n_seg, seg), and the single-base fields name its first segment when that
+ * is a pool's or a card's (pool_id "" otherwise) with base_len the whole
+ * base. A base given to a snapshot with n_seg = 0 is the single base. */
+typedef enum { AK_SEG_OWN = 0, AK_SEG_POOL = 1, AK_SEG_CARD = 2 } ak_seg_kind;
+
+typedef struct {
+    int kind;                            /* ak_seg_kind */
+    int len;                             /* positions, >= 1 */
+    char id[AK_AGENT_ID_MAX + 1];        /* the pool's or the card's ("" for AK_SEG_OWN) */
+    char hash[17];                       /* its content hash, 16 hex digits ("" for AK_SEG_OWN) */
+} ak_store_seg;
+
 typedef struct {
     char pool_id[AK_AGENT_ID_MAX + 1];   /* "" when the sequence has no base */
     char pool_hash[17];                  /* the pool's content hash, 16 hex digits */
     int base_len;                        /* positions taken from the pool */
     int card;                            /* 1: pool_id and pool_hash name a card (cards/), not a pool */
+    int n_seg;                           /* segments of [0, base_len) listed in seg (0: the single base above) */
+    ak_store_seg seg[AK_KV_MAX_SEGMENTS];
 } ak_store_base;
 
 /* ak_store_snapshot for a sequence with a base: kv's base_len must equal
- * base->base_len (or base is NULL / pool_id "" and kv has none). */
+ * base->base_len (or base is NULL / pool_id "" with no segment and kv has
+ * none), and with segments listed, kv's segments (ak_kv_segments) must be
+ * of their lengths. */
 ak_snapshot *ak_store_snapshot_base(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
                                     const ak_store_base *base, const char *fingerprint, const char *model_name,
                                     ak_error *err);
 
 /* Called by ak_store_load_linked once the file's header and metadata are
  * verified and before any tensor is read, with the file's base (pool_id ""
- * if none) and token ids, and kv: a fresh, empty sequence of the load's
- * formats and capacity. It links into kv what the caller already holds in
- * RAM: the pool's first base_len positions when the file has a base
- * (ak_kv_attach_base), then possibly whole own blocks found in the block
- * pool's index (ak_kv_link). Returns 0 with kv holding positions [0, L)
- * where L = base_len + j * block_tokens for some j (or L = n_tokens), or
- * -1 with err set: the load is then a miss (STALE for AK_ERR_STALE or
- * AK_ERR_NOT_FOUND: the pool vanished or changed; ERROR otherwise). The
- * store reads and verifies only the blocks past L. */
+ * and no segment if none) and token ids, and kv: a fresh, empty sequence
+ * of the load's formats and capacity. It links into kv what the caller
+ * already holds in RAM: the pool's first base_len positions when the file
+ * has a single base (ak_kv_attach_base), then possibly whole own blocks
+ * found in the block pool's index (ak_kv_link). A base of segments is built
+ * segment by segment in order: a pool's or a card's blocks, and for an
+ * AK_SEG_OWN segment fresh blocks (ak_kv_append_empty) that the load then
+ * fills from the file; nothing is linked past such a base. Returns 0 with kv
+ * holding positions [0, L) where L = base_len + j * block_tokens for some j
+ * (or L = n_tokens; j = 0 when the file has own segments), or -1 with err
+ * set: the load is then a miss (STALE for AK_ERR_STALE or
+ * AK_ERR_NOT_FOUND: the pool or card vanished or changed; ERROR
+ * otherwise). The store reads and verifies only the blocks past L, and
+ * those of the file's own segments. */
 typedef int (*ak_store_prelink_fn)(void *ud, const ak_store_base *base, const int32_t *tokens, int n_tokens,
                                    ak_kv *kv, ak_error *err);
 

@@ -7,7 +7,9 @@ the safetensors rules (contiguous, non-overlapping, covering the data section,
 size = product(shape) * dtype size), checks the agentkv metadata keys and that
 the tensors are the per-layer K and V tensors the metadata implies
 ([n_blocks, n_head_kv, block_tokens, ...] each, n_blocks = ceil((n_tokens -
-base_len) / block_tokens): format version 4, agent or pool files), and prints
+base_len) / block_tokens), or with "segments" (version 5) the sum over the
+file's runs of positions (each "own" segment, then [base_len, n_tokens)) of
+ceil(run / block_tokens): format versions 4 and 5, agent or pool files), and prints
 one line per tensor. Exits 1 with a message naming the file on the first
 violation. (The checksums are XXH3, which the standard library lacks: only
 their form is checked here.)
@@ -47,8 +49,8 @@ def check(path):
             raise Bad("metadata key %s missing" % k)
     if meta["format"] not in ("agentkv.agent", "agentkv.pool"):
         raise Bad("format is %r" % meta["format"])
-    if meta["format_version"] != "4":
-        raise Bad("format_version %r (this checker reads version 4)" % meta["format_version"])
+    if meta["format_version"] not in ("4", "5"):
+        raise Bad("format_version %r (this checker reads versions 4 and 5)" % meta["format_version"])
     for k in ("key_center", "value_center"):  # the centering of K and V (docs/kv-formats.md)
         if not re.fullmatch(r"[0-9a-z.-]{1,32}", meta.get(k, "")):
             raise Bad("%s missing or not an id" % k)
@@ -85,7 +87,30 @@ def check(path):
         raise Bad("block_tokens %d outside [1, 4096]" % block_tokens)
     # a base: the pool's first base_len positions are not in the file
     base_len = int(meta.get("base_len", "0") or "0")
-    if base_len:
+    runs = None  # lengths of the runs of positions the file holds, with segments
+    if "segments" in meta:
+        if meta["format_version"] != "5" or meta["format"] != "agentkv.agent":
+            raise Bad("segments in a version %s %s file" % (meta["format_version"], meta["format"]))
+        if any(k in meta for k in ("pool_id", "pool_hash", "base_kind")):
+            raise Bad("segments beside a single base")
+        recs = meta["segments"].split(",")
+        if not 1 <= len(recs) <= 8:
+            raise Bad("%d segments" % len(recs))
+        total, runs = 0, []
+        for i, r in enumerate(recs):
+            f = r.split(":")
+            ok = (len(f) == 2 and f[0] == "own") or (len(f) == 4 and f[0] in ("pool", "card")
+                                                     and re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}", f[2])
+                                                     and re.fullmatch(r"[0-9a-f]{16}", f[3]))
+            if not ok or not re.fullmatch(r"[1-9][0-9]*", f[1]) or (f[0] == "pool" and i > 0):
+                raise Bad("segment %r" % r)
+            total += int(f[1])
+            if f[0] == "own":
+                runs.append(int(f[1]))
+        if total != base_len or not 0 < base_len <= n_tokens:
+            raise Bad("segments of %d positions, base_len %d (of %d tokens)" % (total, base_len, n_tokens))
+        runs.append(n_tokens - base_len)
+    elif base_len:
         if meta["format"] != "agentkv.agent" or not 0 < base_len <= n_tokens:
             raise Bad("base_len %d (of %d tokens)" % (base_len, n_tokens))
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", meta.get("pool_id", "")) or meta["pool_id"][0] == ".":
@@ -95,7 +120,9 @@ def check(path):
     if meta["format"] == "agentkv.pool":
         if not re.fullmatch(r"[0-9a-f]{16}", meta.get("pool_hash", "")) or "source" not in meta:
             raise Bad("a pool file needs pool_hash and source")
-    n_blocks = (n_tokens - base_len + block_tokens - 1) // block_tokens
+    if runs is None:
+        runs = [n_tokens - base_len]
+    n_blocks = sum((r + block_tokens - 1) // block_tokens for r in runs)
     seen = set()
     for name, t in header.items():
         m = TENSOR_NAME.match(name)

@@ -349,7 +349,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     REQUIRE(img, "no image");
     uint64_t N = 0;
     memcpy(&N, img, 8);
-    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"4\"");
+    const char *vkey = strstr((const char *)img + 8, "\"format_version\":\"5\"");
     REQUIRE(vkey, "no format_version in the header");
     size_t vpos = (size_t)(vkey - (const char *)img) + strlen("\"format_version\":\"");
     /* positions: every bit of the length, one bit of every header byte, and
@@ -583,12 +583,13 @@ TEST(store_stale_files_miss_without_quarantine) {
     cache_free(&b);
 
     /* a newer format version, and an older one (version 3 had a checksum
-     * per tensor, no bases): a miss, kept */
+     * per tensor, no bases; version 4, without segments, is still read): a
+     * miss, kept */
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "a"), &len, &err);
-    const char *vers[2][3] = {{"\"format_version\":\"5\"", "v5", "newer"}, {"\"format_version\":\"3\"", "v3", "older"}};
+    const char *vers[2][3] = {{"\"format_version\":\"6\"", "v6", "newer"}, {"\"format_version\":\"3\"", "v3", "older"}};
     for (int k = 0; k < 2; k++) {
-        REQUIRE(img && patch(img, len, "\"format_version\":\"4\"", vers[k][0]) == 0, "patch");
+        REQUIRE(img && patch(img, len, "\"format_version\":\"5\"", vers[k][0]) == 0, "patch");
         REQUIRE(write_bytes(file_of(dir, vers[k][1]), img, len) == 0, "write");
         REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
         r = ak_store_load(st, vers[k][1], FP, VOCAB, b.kv, NULL, &err);
@@ -596,7 +597,7 @@ TEST(store_stale_files_miss_without_quarantine) {
               err.msg);
         CHECK(exists(file_of(dir, vers[k][1])) && ak_kv_length(b.kv) == 0, "%s moved or loaded", vers[k][1]);
         cache_free(&b);
-        REQUIRE(patch(img, len, vers[k][0], "\"format_version\":\"4\"") == 0, "patch");
+        REQUIRE(patch(img, len, vers[k][0], "\"format_version\":\"5\"") == 0, "patch");
     }
     /* a file under another agent's name is not that agent's memory */
     REQUIRE(write_bytes(file_of(dir, "b"), img, len) == 0, "write");

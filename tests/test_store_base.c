@@ -156,7 +156,7 @@ TEST(store_v4_block_checksums_match_the_definition) {
         const char *ver = meta_of(&f, "format_version"), *sums = meta_of(&f, "block_checksums");
         char *want = expected_block_sums(&f);
         int nb = (lens[k] + 31) / 32;
-        CHECK(ver && !strcmp(ver, "4"), "format_version %s", ver ? ver : "none");
+        CHECK(ver && !strcmp(ver, "5"), "format_version %s", ver ? ver : "none");
         CHECK(sums && !strcmp(sums, want) && strlen(sums) == (size_t)(nb ? nb * 17 - 1 : 0),
               "%d tokens: block_checksums \"%.60s\", recomputed \"%.60s\"", lens[k], sums ? sums : "none", want);
         CHECK(!meta_of(&f, "checksums") && !meta_of(&f, "base_len") && !meta_of(&f, "pool_id"),
