@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cards.h"
+#include "kvformat.h"
+
 const int ak_bitalloc_widths_table[AK_BITALLOC_N_WIDTHS] = {2, 4, 8, 16};
 
 /* Weights of I's terms. Mass is the most direct signal (a token's K/V error
@@ -35,6 +38,9 @@ void ak_bitalloc_params_init(ak_bitalloc_params *p) {
     p->n_sinks = 4;
     p->sink_bits = 8;
     p->spread = 0;
+    p->min_bits = 0;
+    p->weighting = AK_BITALLOC_WEIGHT_MIX;
+    p->mass_power = 1.0;
     for (int i = 0; i < AK_BITALLOC_N_WIDTHS; i++) p->err[i] = ldexp(1.0, -2 * ak_bitalloc_widths_table[i]);
 }
 
@@ -122,6 +128,14 @@ static void add_mass_term(double *acc, const double *m, int n, double w) {
     }
 }
 
+/* Adds (m[t] / mean(m))^power to acc[t] (a mean of 0: 1). */
+static void add_mass_power(double *acc, const double *m, int n, double power) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += m[i];
+    double mean = sum / n;
+    for (int i = 0; i < n; i++) acc[i] += mean > 0.0 ? pow(m[i] / mean, power) : 1.0;
+}
+
 /* Orders (token id, position) pairs by id then position. */
 static int cmp_id_pos(const void *a, const void *b) {
     const int64_t *x = a, *y = b;
@@ -157,6 +171,10 @@ int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p,
     if (n <= 0) return ak_failc(err, AK_ERR_INVALID, "bit allocation over %d tokens", n);
     if ((int)p->policy < 0 || (int)p->policy > AK_BITALLOC_TOPOLOGY)
         return ak_failc(err, AK_ERR_INVALID, "unknown bit allocation policy %d", (int)p->policy);
+    if ((int)p->weighting < 0 || (int)p->weighting > AK_BITALLOC_WEIGHT_NONE)
+        return ak_failc(err, AK_ERR_INVALID, "unknown weighting %d", (int)p->weighting);
+    if (p->weighting == AK_BITALLOC_WEIGHT_MASS && (!(p->mass_power > 0.0) || !isfinite(p->mass_power)))
+        return ak_failc(err, AK_ERR_INVALID, "mass power %g (must be finite and > 0)", p->mass_power);
     if (!(p->lambda >= 0.0) || !isfinite(p->lambda))
         return ak_failc(err, AK_ERR_INVALID, "topology weight lambda %g (must be finite and >= 0)", p->lambda);
     if (in->mass && stat_ok(in->mass, n, 0, "attention mass", err)) return -1;
@@ -177,19 +195,29 @@ int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p,
     /* Mass per query that could see the token: the cumulative mass of the
      * first tokens grows with the context's length, which says nothing of
      * what later queries (the receiver's) will give them. */
-    if (in->mass) {
+    if (p->weighting == AK_BITALLOC_WEIGHT_NONE) {
+        /* every token alike */
+    } else if (in->mass && p->weighting == AK_BITALLOC_WEIGHT_MASS) {
+        for (int i = 0; i < n; i++) tmp[i] = in->exposure ? in->mass[i] / in->exposure[i] : in->mass[i];
+        add_mass_power(imp, tmp, n, p->mass_power);
+        wsum = 1.0;
+    } else if (p->weighting == AK_BITALLOC_WEIGHT_MASS) {
+        /* no mass: every token alike */
+    } else if (in->mass) {
         for (int i = 0; i < n; i++) tmp[i] = in->exposure ? in->mass[i] / in->exposure[i] : in->mass[i];
         add_mass_term(imp, tmp, n, W_MASS);
         wsum += W_MASS;
     }
-    if (in->variance) {
+    if (p->weighting != AK_BITALLOC_WEIGHT_MIX) {
+        /* the mass alone, or nothing */
+    } else if (in->variance) {
         for (int i = 0; i < n; i++)
             tmp[i] = in->exposure ? in->variance[i] / (in->exposure[i] * in->exposure[i]) : in->variance[i];
         add_normalized(imp, tmp, n, W_VARIANCE);
         wsum += W_VARIANCE;
     }
-    if (in->entropy) add_normalized(imp, in->entropy, n, W_ENTROPY), wsum += W_ENTROPY;
-    if (in->tokens) {
+    if (p->weighting == AK_BITALLOC_WEIGHT_MIX && in->entropy) add_normalized(imp, in->entropy, n, W_ENTROPY), wsum += W_ENTROPY;
+    if (p->weighting == AK_BITALLOC_WEIGHT_MIX && in->tokens) {
         if (inverse_frequency(in->tokens, n, tmp, err)) {
             free(imp);
             return -1;
@@ -226,7 +254,8 @@ typedef struct {
     double gain;     /* score * error drop per bit of the step */
     uint32_t rank;   /* tie order: position, or bit-reversed position with spread */
     int pos;
-    int lv;
+    int lv;          /* the token's level now */
+    int to;          /* the level the step reaches */
 } step;
 
 /* True when a goes before b: larger gain, then smaller rank. */
@@ -256,89 +285,236 @@ static uint32_t bit_reverse(uint32_t i, int bits) {
     return r;
 }
 
-/* The greedy of bitalloc.h over precomputed scores. */
-long ak_bitalloc_widths(const double *score, int n, double budget, const uint8_t *cap, int n_sinks,
-                        int sink_bits, int spread, const double err_model[AK_BITALLOC_N_WIDTHS],
-                        uint8_t *bits, int *pinned, ak_error *err) {
+/* Everything one side's greedy works from (ak_bitalloc_widths and
+ * ak_bitalloc_widths_measured fill it). */
+typedef struct {
+    const double *score;     /* n weights >= 0 */
+    const double *errors;    /* n * 4 measured errors, or NULL: model */
+    const double *model;     /* the modeled errors of widths 2, 4, 8, 16 */
+    int n;
+    double budget;
+    const uint8_t *cap;
+    int min_bits, n_sinks, sink_bits, spread;
+    const uint8_t *keep;     /* per-token start widths, or NULL */
+} greedy_in;
+
+/* Token t's weighted error at level j: score * its measured error, or
+ * score * the model's. */
+static double werr(const greedy_in *g, int t, int j) {
+    return g->score[t] * (g->errors ? g->errors[(size_t)t * AK_BITALLOC_N_WIDTHS + j] : g->model[j]);
+}
+
+/* Token t's best next step from level lv, to a level <= cl costing at most
+ * `afford` bits: the level j of largest error drop per bit (e(lv) - e(j)) /
+ * (W[j] - W[lv]), the nearest on ties. From the start, taking these steps
+ * walks the lower convex hull of (bits, error): each step's drop per bit is
+ * no larger than the previous one's, which is what makes the greedy over
+ * all tokens' steps a marginal-analysis allocation. Fills *to and *gain;
+ * returns 0 when no step is affordable or none lowers the error (a gain <
+ * 0), else 1. With the model (adjacent steps only, convex by the table's
+ * check) the step is always lv + 1 and its gain score * per_bit[lv]. */
+static int next_step(const greedy_in *g, const double *per_bit, int t, int lv, int cl, long afford, int *to,
+                     double *gain) {
     const int *W = ak_bitalloc_widths_table;
+    if (!g->errors) {
+        if (lv >= cl || W[lv + 1] - W[lv] > afford) return 0;
+        *to = lv + 1;
+        *gain = g->score[t] * per_bit[lv];
+        return 1;
+    }
+    int best = -1;
+    double bg = 0.0, e0 = werr(g, t, lv);
+    for (int j = lv + 1; j <= cl && W[j] - W[lv] <= afford; j++) {
+        double r = (e0 - werr(g, t, j)) / (W[j] - W[lv]);
+        if (best < 0 || r > bg) best = j, bg = r;
+    }
+    if (best < 0 || !(bg >= 0.0)) return 0;
+    *to = best;
+    *gain = bg;
+    return 1;
+}
+
+/* The greedy of bitalloc.h (both error sources). Returns the total bits or
+ * -1 (err set). */
+static long greedy(const greedy_in *g, uint8_t *bits, int *pinned, ak_error *err) {
+    const int *W = ak_bitalloc_widths_table;
+    int n = g->n;
+    const uint8_t *cap = g->cap;
     if (n <= 0) return ak_failc(err, AK_ERR_INVALID, "bit allocation over %d tokens", n);
-    if (!budget_ok(budget)) return ak_failc(err, AK_ERR_INVALID, "bit budget %g outside [2, 16]", budget);
-    int sink_lv = -1;
-    for (int i = 0; i < AK_BITALLOC_N_WIDTHS; i++)
-        if (W[i] == sink_bits) sink_lv = i;
-    if (sink_lv < 0) return ak_failc(err, AK_ERR_INVALID, "sink width %d is not 2, 4, 8 or 16", sink_bits);
-    /* Gain per bit of each step; it must fall from step to step, which is
-     * what makes a higher score never end below a lower one. */
-    double per_bit[AK_BITALLOC_N_WIDTHS - 1];
-    for (int i = 0; i < AK_BITALLOC_N_WIDTHS - 1; i++) {
-        if (!isfinite(err_model[i]) || !(err_model[i + 1] >= 0.0) || !(err_model[i] > err_model[i + 1]))
+    if (!budget_ok(g->budget)) return ak_failc(err, AK_ERR_INVALID, "bit budget %g outside [2, 16]", g->budget);
+    int sink_lv = -1, floor_lv = 0;
+    for (int i = 0; i < AK_BITALLOC_N_WIDTHS; i++) {
+        if (W[i] == g->sink_bits) sink_lv = i;
+        if (W[i] == g->min_bits) floor_lv = i;
+    }
+    if (sink_lv < 0) return ak_failc(err, AK_ERR_INVALID, "sink width %d is not 2, 4, 8 or 16", g->sink_bits);
+    if (g->min_bits != 0 && W[floor_lv] != g->min_bits)
+        return ak_failc(err, AK_ERR_INVALID, "floor width %d is not 0, 2, 4, 8 or 16", g->min_bits);
+    /* Gain per bit of each step of the model; it must fall from step to
+     * step, which is what makes a higher score never end below a lower one. */
+    double per_bit[AK_BITALLOC_N_WIDTHS - 1] = {0};
+    for (int i = 0; !g->errors && i < AK_BITALLOC_N_WIDTHS - 1; i++) {
+        const double *e = g->model;
+        if (!isfinite(e[i]) || !(e[i + 1] >= 0.0) || !(e[i] > e[i + 1]))
             return ak_failc(err, AK_ERR_INVALID, "modeled errors must be finite, >= 0 and strictly decreasing");
-        per_bit[i] = (err_model[i] - err_model[i + 1]) / (W[i + 1] - W[i]);
+        per_bit[i] = (e[i] - e[i + 1]) / (W[i + 1] - W[i]);
         if (i > 0 && per_bit[i] > per_bit[i - 1])
             return ak_failc(err, AK_ERR_INVALID, "modeled errors must gain less per bit at each wider step");
     }
     for (int i = 0; i < n; i++) {
-        if (!(score[i] >= 0.0) || !isfinite(score[i]))
-            return ak_failc(err, AK_ERR_INVALID, "score of token %d is %g (must be finite and >= 0)", i, score[i]);
+        if (!(g->score[i] >= 0.0) || !isfinite(g->score[i]))
+            return ak_failc(err, AK_ERR_INVALID, "score of token %d is %g (must be finite and >= 0)", i, g->score[i]);
         if (cap && cap[i] < 2) return ak_failc(err, AK_ERR_INVALID, "cap of token %d is %d (below 2)", i, cap[i]);
+        for (int j = 0; g->errors && j < AK_BITALLOC_N_WIDTHS; j++) {
+            double e = g->errors[(size_t)i * AK_BITALLOC_N_WIDTHS + j];
+            if (!(e >= 0.0) || !isfinite(e))
+                return ak_failc(err, AK_ERR_INVALID, "measured error of token %d at %d bits is %g (must be finite and >= 0)",
+                                i, W[j], e);
+        }
     }
     /* The largest integer total L with L / n <= budget, as the caller will
      * check it in doubles. */
-    long limit = (long)floor(budget * n);
-    while ((double)(limit + 1) / n <= budget) limit++;
-    while ((double)limit / n > budget) limit--;
+    long limit = (long)floor(g->budget * n);
+    while ((double)(limit + 1) / n <= g->budget) limit++;
+    while ((double)limit / n > g->budget) limit--;
 
     step *heap = ak_malloc((size_t)n * sizeof *heap, err);
     if (!heap) return -1;
     int rbits = 0;
     while (rbits < 31 && (1u << rbits) < (uint32_t)n) rbits++;
-    long used = 2L * n;
-    int npin = 0;
-    for (int i = 0; i < n; i++) bits[i] = 2;
-    if (n_sinks > n) n_sinks = n;
+    /* Kept widths first (a token never starts below its keep, nor above
+     * its cap); a budget they do not fit in is the caller's error. Then the
+     * floor, to every token or to none: a floor the budget cannot pay for
+     * everywhere would go to the first tokens only, which is a position
+     * policy, not a floor. */
+    long used = 0, with_floor = 0;
+    for (int i = 0; i < n; i++) {
+        int cl = cap ? level_at_most(cap[i]) : AK_BITALLOC_N_WIDTHS - 1;
+        int k = g->keep && g->keep[i] >= 2 ? level_at_most(g->keep[i]) : 0;
+        if (k > cl) k = cl;
+        int f = floor_lv > k ? (floor_lv < cl ? floor_lv : cl) : k;
+        if (f < k) f = k;
+        bits[i] = (uint8_t)W[k];
+        used += W[k];
+        with_floor += W[f];
+    }
+    if (used > limit) {
+        free(heap);
+        return ak_failc(err, AK_ERR_INVALID, "kept widths take %ld bits, more than the budget's %ld", used, limit);
+    }
+    if (floor_lv > 0 && with_floor <= limit) {
+        used = with_floor;
+        for (int i = 0; i < n; i++) {
+            int cl = cap ? level_at_most(cap[i]) : AK_BITALLOC_N_WIDTHS - 1, k = level_at_most(bits[i]);
+            int f = floor_lv < cl ? floor_lv : cl;
+            if (f > k) bits[i] = (uint8_t)W[f];
+        }
+    }
+    int npin = 0, n_sinks = g->n_sinks > n ? n : g->n_sinks;
     for (int i = 0; i < n_sinks; i++) {
-        int lv = sink_lv, cl = cap ? level_at_most(cap[i]) : AK_BITALLOC_N_WIDTHS - 1;
+        int lv = sink_lv, cl = cap ? level_at_most(cap[i]) : AK_BITALLOC_N_WIDTHS - 1, now = level_at_most(bits[i]);
         if (lv > cl) lv = cl;
-        if (used + W[lv] - 2 > limit) break;   /* the budget wins over pins: first sinks first */
-        used += W[lv] - 2;
+        if (lv < now) lv = now;
+        if (used + W[lv] - W[now] > limit) break;   /* the budget wins over pins: first sinks first */
+        used += W[lv] - W[now];
         bits[i] = (uint8_t)W[lv];
         npin++;
     }
     int hn = 0;
     for (int i = 0; i < n; i++) {
-        int lv = level_at_most(bits[i]), cl = cap ? level_at_most(cap[i]) : AK_BITALLOC_N_WIDTHS - 1;
-        if (lv >= cl) continue;
-        heap[hn].gain = score[i] * per_bit[lv];
-        heap[hn].rank = spread ? bit_reverse((uint32_t)i, rbits) : (uint32_t)i;
+        int lv = level_at_most(bits[i]), cl = cap ? level_at_most(cap[i]) : AK_BITALLOC_N_WIDTHS - 1, to;
+        double gain;
+        if (!next_step(g, per_bit, i, lv, cl, limit - used, &to, &gain)) continue;
+        heap[hn].gain = gain;
+        heap[hn].rank = g->spread ? bit_reverse((uint32_t)i, rbits) : (uint32_t)i;
         heap[hn].pos = i;
         heap[hn].lv = lv;
+        heap[hn].to = to;
         hn++;
     }
     for (int i = hn / 2 - 1; i >= 0; i--) sift_down(heap, hn, i);
     while (hn > 0 && limit - used >= 2) {
         step *top = &heap[0];
-        int cost = W[top->lv + 1] - W[top->lv];
+        int cl = cap ? level_at_most(cap[top->pos]) : AK_BITALLOC_N_WIDTHS - 1;
+        int cost = W[top->to] - W[top->lv];
         if (used + cost > limit) {
-            /* Never affordable again (the budget only shrinks and this
-             * token's later steps cost more): drop it. */
-            heap[0] = heap[--hn];
-            sift_down(heap, hn, 0);
+            /* The step no longer fits; the token's best step that does (a
+             * shorter one off the hull; none with the model, whose steps
+             * are adjacent) goes back in, or the token is done: the budget
+             * only shrinks. */
+            if (next_step(g, per_bit, top->pos, top->lv, cl, limit - used, &top->to, &top->gain)) {
+                sift_down(heap, hn, 0);
+            } else {
+                heap[0] = heap[--hn];
+                sift_down(heap, hn, 0);
+            }
             continue;
         }
         used += cost;
-        top->lv++;
+        top->lv = top->to;
         bits[top->pos] = (uint8_t)W[top->lv];
-        int cl = cap ? level_at_most(cap[top->pos]) : AK_BITALLOC_N_WIDTHS - 1;
-        if (top->lv >= cl) {
-            heap[0] = heap[--hn];
-        } else {
-            top->gain = score[top->pos] * per_bit[top->lv];
-        }
+        if (!next_step(g, per_bit, top->pos, top->lv, cl, limit - used, &top->to, &top->gain)) heap[0] = heap[--hn];
         sift_down(heap, hn, 0);
     }
     free(heap);
     if (pinned) *pinned = npin;
     return used;
+}
+
+/* The greedy of bitalloc.h over precomputed scores and the model. */
+long ak_bitalloc_widths(const double *score, int n, double budget, const uint8_t *cap, int n_sinks,
+                        int sink_bits, int spread, const double err_model[AK_BITALLOC_N_WIDTHS],
+                        uint8_t *bits, int *pinned, ak_error *err) {
+    greedy_in g = {score, NULL, err_model, n, budget, cap, 0, n_sinks, sink_bits, spread, NULL};
+    return greedy(&g, bits, pinned, err);
+}
+
+/* The greedy over measured errors (bitalloc.h). */
+long ak_bitalloc_widths_measured(const double *score, const double *errors, int n, double budget, const uint8_t *cap,
+                                 int min_bits, int n_sinks, int sink_bits, uint8_t *bits, int *pinned,
+                                 ak_error *err) {
+    if (!errors) return ak_failc(err, AK_ERR_INVALID, "no measured errors");
+    greedy_in g = {score, errors, NULL, n, budget, cap, min_bits, n_sinks, sink_bits, 0, NULL};
+    return greedy(&g, bits, pinned, err);
+}
+
+/* Quantizes each vector at each width's format of the side and adds the
+ * squared distance of its dequantized copy (bitalloc.h). */
+int ak_bitalloc_measure_errors(const float *x, int n_vec, int d, int side, double out[AK_BITALLOC_N_WIDTHS],
+                               ak_error *err) {
+    if (n_vec < 0 || (side != 0 && side != 1))
+        return ak_failc(err, AK_ERR_INVALID, "error measure of %d vectors on side %d", n_vec, side);
+    const ak_kv_format_info *fi[AK_BITALLOC_N_WIDTHS];
+    size_t most = 0;
+    for (int j = 0; j < AK_BITALLOC_N_WIDTHS; j++) {
+        int w = ak_bitalloc_widths_table[j];
+        ak_kv_format f = side ? ak_card_value_format(w) : ak_card_key_format(w);
+        if (!ak_kv_format_supports(f, d))
+            return ak_failc(err, AK_ERR_INVALID, "format %s cannot store vectors of %d values",
+                            ak_kv_format_get(f) ? ak_kv_format_get(f)->name : "?", d);
+        fi[j] = ak_kv_format_get(f);
+        if (fi[j]->vec_bytes(d) > most) most = fi[j]->vec_bytes(d);
+    }
+    /* one buffer for the code, one for the copy, each aligned for floats */
+    size_t words = (most + sizeof(float) - 1) / sizeof(float);
+    float *buf = ak_malloc(sizeof(float) * (words + (size_t)d), err);
+    if (!buf) return -1;
+    float *copy = buf + words;
+    for (int v = 0; v < n_vec; v++) {
+        const float *xv = x + (size_t)v * d;
+        for (int j = 0; j < AK_BITALLOC_N_WIDTHS; j++) {
+            fi[j]->quantize(xv, d, buf);
+            fi[j]->dequantize(buf, d, copy);
+            double e = 0.0;
+            for (int i = 0; i < d; i++) {
+                double r = (double)xv[i] - copy[i];
+                e += r * r;
+            }
+            out[j] += e;
+        }
+    }
+    free(buf);
+    return 0;
 }
 
 /* Fills one side's figures of a result from its widths. */
@@ -362,12 +538,20 @@ int ak_bitalloc_run(const ak_bitalloc_input *in, const ak_bitalloc_params *p, ui
     if (ak_bitalloc_scores(in, p, NULL, NULL, score, err)) goto done;
     /* Uniform means one width for all: pinning sinks would make it another
      * policy (importance without statistics does that). */
-    int sinks = p->policy == AK_BITALLOC_UNIFORM ? 0 : p->n_sinks;
-    int spread = p->policy == AK_BITALLOC_UNIFORM ? p->spread : 0;
+    int uni = p->policy == AK_BITALLOC_UNIFORM;
+    int sinks = uni ? 0 : p->n_sinks;
+    int spread = uni ? p->spread : 0;
+    int floor_bits = uni ? 0 : p->min_bits;
     int pk = 0, pv = 0;
-    long sk = ak_bitalloc_widths(score, in->n, bk, in->cap_k, sinks, p->sink_bits, spread, p->err, bits_k, &pk, err);
+    /* uniform stays one width for all: measured errors and the floor are
+     * for the adaptive policies */
+    greedy_in gk = {score, uni ? NULL : in->err_k, p->err, in->n, bk, in->cap_k, floor_bits, sinks, p->sink_bits, spread,
+                    uni ? NULL : in->keep_k};
+    greedy_in gv = {score, uni ? NULL : in->err_v, p->err, in->n, bv, in->cap_v, floor_bits, sinks, p->sink_bits, spread,
+                    uni ? NULL : in->keep_v};
+    long sk = greedy(&gk, bits_k, &pk, err);
     if (sk < 0) goto done;
-    long sv = ak_bitalloc_widths(score, in->n, bv, in->cap_v, sinks, p->sink_bits, spread, p->err, bits_v, &pv, err);
+    long sv = greedy(&gv, bits_v, &pv, err);
     if (sv < 0) goto done;
     if (res) {
         tally(bits_k, in->n, sk, &res->sum_k, &res->mean_k, res->count_k);

@@ -88,7 +88,22 @@ typedef struct {
     const int32_t *overlap;   /* prior hand-offs of this content (>= 0); NULL: all 0 */
     const uint8_t *cap_k;     /* max key width per token (>= 2; rounded down to a width); NULL: 16 */
     const uint8_t *cap_v;     /* max value width per token, likewise */
+    const double *err_k;      /* measured key error of each token at each width: n * 4 entries,
+                                 token t's at err_k[4t + j] for width 2 << j (finite, >= 0;
+                                 ak_bitalloc_measure_errors); NULL: params' modeled err */
+    const double *err_v;      /* likewise for values */
+    const uint8_t *keep_k;    /* per-token width to keep at least (a token handed in at that width
+                                 that this allocation should not lower; 0: none; capped by cap_k;
+                                 importance and topology only); NULL: none */
+    const uint8_t *keep_v;    /* likewise for values */
 } ak_bitalloc_input;
+
+/* What I(t) is made of. */
+typedef enum {
+    AK_BITALLOC_WEIGHT_MIX = 0, /* the four-feature mix above */
+    AK_BITALLOC_WEIGHT_MASS,    /* m~^mass_power alone (1 without a mass) */
+    AK_BITALLOC_WEIGHT_NONE     /* 1: the measured errors alone decide */
+} ak_bitalloc_weighting;
 
 typedef struct {
     ak_bitalloc_policy policy;
@@ -101,6 +116,11 @@ typedef struct {
                             higher width to the first tokens, 1 spreads it evenly */
     double err[AK_BITALLOC_N_WIDTHS]; /* modeled error of widths 2, 4, 8, 16: strictly
                             decreasing, >= 0, with gain per bit falling step to step */
+    int min_bits;        /* floor width of every token (importance and topology): 0 or 2
+                            (none), 4, 8, 16; ignored on a side whose budget cannot pay it
+                            for every token */
+    ak_bitalloc_weighting weighting; /* what I(t) is */
+    double mass_power;   /* the power of m~ with AK_BITALLOC_WEIGHT_MASS (> 0) */
 } ak_bitalloc_params;
 
 /* What an allocation achieved, per side. */
@@ -159,6 +179,34 @@ int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p,
 long ak_bitalloc_widths(const double *score, int n, double budget, const uint8_t *cap, int n_sinks,
                         int sink_bits, int spread, const double err_model[AK_BITALLOC_N_WIDTHS],
                         uint8_t *bits, int *pinned, ak_error *err);
+
+/* The greedy over measured errors: widths for n tokens minimizing
+ * sum_t score[t] * errors[4t + level(t)] under an average of `budget` bits
+ * (errors: n * 4, finite, >= 0; token t's error at widths 2, 4, 8, 16).
+ * Each token's steps walk the lower convex hull of its (bits, weighted
+ * error) points (a step may skip a width: 2 -> 8), all tokens' steps taken
+ * in decreasing error drop per bit, ties to the earlier position; a step
+ * that no longer fits is replaced by the token's best one that does. The
+ * result's objective is within the drop of one hull step (the largest of
+ * any token's) of the optimum over all width choices with the same floor,
+ * pins and caps (the fractional-knapsack bound). min_bits: every token
+ * starts at this width (0 or 2: none) when the budget pays it for all,
+ * else none does; then sinks as ak_bitalloc_widths. Fails as
+ * ak_bitalloc_widths (and on a negative or non-finite error, a floor that is
+ * not a width). Returns the total bits, or -1. */
+long ak_bitalloc_widths_measured(const double *score, const double *errors, int n, double budget, const uint8_t *cap,
+                                 int min_bits, int n_sinks, int sink_bits, uint8_t *bits, int *pinned,
+                                 ak_error *err);
+
+/* Adds to out[j] (j = 0..3: widths 2, 4, 8, 16) the squared quantization
+ * error sum_v ||x_v - deq(quant(x_v))||^2 of the n_vec vectors of d floats
+ * at x (vector v at x + v * d) in the card format of that width for side
+ * (0: keys q2, q4, q8, f16; 1: values tq2, tq4, q8, f16; cards.h), using
+ * kvformat.h's quantize and dequantize, so the figures are the errors a card
+ * made of these vectors will have. Fails with AK_ERR_INVALID on a bad side,
+ * n_vec < 0 or a d the formats cannot store; AK_ERR_NOMEM. Returns 0 or -1. */
+int ak_bitalloc_measure_errors(const float *x, int n_vec, int d, int side, double out[AK_BITALLOC_N_WIDTHS],
+                               ak_error *err);
 
 /* Scores in under p and allocates key widths into bits_k and value widths
  * into bits_v (n bytes each) under p's budgets; uniform scores every token

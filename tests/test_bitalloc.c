@@ -6,6 +6,7 @@
 
 #include "test.h"
 #include "../src/bitalloc.h"
+#include "../src/kvformat.h"
 
 /* splitmix64: the property tests' own seeded generator. */
 static uint64_t rng_next(uint64_t *s) {
@@ -535,4 +536,293 @@ TEST(bitalloc_long_range) {
     free(tk);
     free(k);
     free(v);
+}
+
+/* ---- measured errors ------------------------------------------------- */
+
+/* sum_t score[t] * errors[4t + level of w[t]]. */
+static double objective(const double *score, const double *errors, const uint8_t *w, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += score[i] * errors[4 * i + (w[i] == 2 ? 0 : w[i] == 4 ? 1 : w[i] == 8 ? 2 : 3)];
+    return s;
+}
+
+/* Brute force over every width vector (4^n) within the caps and the
+ * budget's total L, at or above `floor` everywhere: the least objective. */
+static double brute_force(const double *score, const double *errors, const uint8_t *cap, int n, long L, int floor) {
+    double best = INFINITY;
+    int combos = 1;
+    for (int i = 0; i < n; i++) combos *= 4;
+    uint8_t w[8];
+    for (int c = 0; c < combos; c++) {
+        long sum = 0;
+        int ok = 1;
+        for (int i = 0, x = c; i < n; i++, x /= 4) {
+            w[i] = (uint8_t)(2 << (x % 4));
+            int lim = cap ? round_cap(cap[i]) : 16;
+            if (w[i] > lim || w[i] < (floor < lim ? floor : lim)) ok = 0;
+            sum += w[i];
+        }
+        if (!ok || sum > L) continue;
+        double o = objective(score, errors, w, n);
+        if (o < best) best = o;
+    }
+    return best;
+}
+
+/* With measured errors (random, neither monotone nor convex per token), the
+ * greedy meets the budget, respects caps and the floor, and its objective
+ * is within the stated bound of the brute-force optimum: the largest error
+ * drop any token can make (an upper bound on one hull step's drop, computed
+ * without the hull); most cases reach the optimum exactly. */
+TEST(bitalloc_measured_near_optimal) {
+    uint64_t seed = 0xB17A11;
+    enum { NMAX = 6 };
+    double score[NMAX], errors[4 * NMAX];
+    uint8_t cap[NMAX], w[NMAX];
+    int exact = 0, cases = 0, beat_model = 0;
+    for (int it = 0; it < 3000; it++) {
+        int n = 1 + rng_int(&seed, NMAX);
+        for (int i = 0; i < n; i++) {
+            score[i] = rng_int(&seed, 5) == 0 ? 0.0 : exp(3.0 * rng_unit(&seed));
+            /* roughly falling with width, with random bumps (a 4-bit error
+             * above the 2-bit one happens on measured data too) */
+            double e = 1.0 + rng_unit(&seed);
+            for (int j = 0; j < 4; j++) {
+                errors[4 * i + j] = e * (0.5 + rng_unit(&seed));
+                e *= rng_int(&seed, 6) == 0 ? 1.0 : 0.02 + 0.5 * rng_unit(&seed);
+            }
+            cap[i] = (uint8_t)(2 + rng_int(&seed, 15));
+        }
+        int use_caps = rng_int(&seed, 3) == 0, floor = rng_int(&seed, 3) == 0 ? 4 : 0;
+        double b = rng_int(&seed, 3) == 0 ? (double)(2 << rng_int(&seed, 4)) : 2.0 + 14.0 * rng_unit(&seed);
+        long L = max_total(b, n);
+        ak_error e = {{0}};
+        int pinned = -1;
+        long sum = ak_bitalloc_widths_measured(score, errors, n, b, use_caps ? cap : NULL, floor, 0, 8, w, &pinned, &e);
+        REQUIRE(sum >= 0, "iter %d: %s", it, e.msg);
+        long s = 0;
+        for (int i = 0; i < n; i++) s += w[i];
+        CHECK(s == sum && s <= L, "iter %d: sum %ld reported %ld, limit %ld", it, s, sum, L);
+        CHECK(pinned == 0, "iter %d: %d pinned with no sinks", it, pinned);
+        /* the floor holds everywhere when every token can pay it, else nowhere */
+        long floor_cost = 0;
+        for (int i = 0; i < n; i++) {
+            int lim = use_caps ? round_cap(cap[i]) : 16;
+            floor_cost += floor && floor < lim ? floor : (floor ? lim : 2);
+        }
+        int floored = floor && floor_cost <= L;
+        for (int i = 0; i < n; i++) {
+            int lim = use_caps ? round_cap(cap[i]) : 16;
+            CHECK(w[i] <= lim, "iter %d: token %d width %d over cap %d", it, i, w[i], lim);
+            if (floored) CHECK(w[i] >= (floor < lim ? floor : lim), "iter %d: token %d width %d under the floor", it, i,
+                               w[i]);
+        }
+        double g = objective(score, errors, w, n);
+        double opt = brute_force(score, errors, use_caps ? cap : NULL, n, L, floored ? floor : 0);
+        double bound = 0.0;
+        for (int i = 0; i < n; i++) {
+            int lim = use_caps ? round_cap(cap[i]) : 16;
+            int lo = floored && floor < lim ? (floor == 4 ? 1 : 0) : 0;
+            double mx = -INFINITY, mn = INFINITY;
+            for (int j = lo; j < 4 && (2 << j) <= lim; j++) {
+                double x = score[i] * errors[4 * i + j];
+                if (x > mx) mx = x;
+                if (x < mn) mn = x;
+            }
+            if (mx - mn > bound) bound = mx - mn;
+        }
+        CHECK(g >= opt - 1e-12 * (1 + fabs(opt)), "iter %d: greedy %.17g below the optimum %.17g?", it, g, opt);
+        CHECK(g <= opt + bound + 1e-12 * (1 + fabs(opt)), "iter %d: greedy %.6g, optimum %.6g, bound %.6g", it, g, opt,
+              bound);
+        cases++;
+        if (g <= opt + 1e-12 * (1 + fabs(opt))) exact++;
+        /* the modeled errors' allocation, scored on the measured errors,
+         * is one candidate the measured greedy should usually match or beat */
+        if (!use_caps && !floored) {
+            ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, b);
+            uint8_t wm[NMAX];
+            REQUIRE(ak_bitalloc_widths(score, n, b, NULL, 0, 8, 0, p.err, wm, NULL, &e) >= 0, "%s", e.msg);
+            if (g <= objective(score, errors, wm, n) + 1e-12) beat_model++;
+        }
+    }
+    CHECK(exact * 10 >= cases * 8, "only %d of %d cases reach the optimum exactly", exact, cases);
+    CHECK(beat_model > 0, "never compared with the model");
+}
+
+/* A measured table equal for every token to the model's table gives the
+ * model's widths (the hull of a convex table is its adjacent steps). */
+TEST(bitalloc_measured_matches_model) {
+    uint64_t seed = 77;
+    enum { N = 300 };
+    double score[N], errors[4 * N];
+    uint8_t a[N], b[N], cap[N];
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    for (int it = 0; it < 50; it++) {
+        for (int i = 0; i < N; i++) {
+            score[i] = rng_int(&seed, 3) == 0 ? 1.0 : exp(5.0 * rng_unit(&seed));
+            for (int j = 0; j < 4; j++) errors[4 * i + j] = p.err[j];
+            cap[i] = (uint8_t)(2 + rng_int(&seed, 15));
+        }
+        double bud = 2.0 + 14.0 * rng_unit(&seed);
+        const uint8_t *c = it % 2 ? cap : NULL;
+        ak_error e = {{0}};
+        long s1 = ak_bitalloc_widths(score, N, bud, c, 0, 8, 0, p.err, a, NULL, &e);
+        long s2 = ak_bitalloc_widths_measured(score, errors, N, bud, c, 0, 0, 8, b, NULL, &e);
+        CHECK(s1 >= 0 && s1 == s2 && memcmp(a, b, N) == 0, "iter %d: budget %.3f: totals %ld / %ld, widths %s", it,
+              bud, s1, s2, memcmp(a, b, N) ? "differ" : "equal");
+    }
+}
+
+/* Widths follow the measured errors: of two equal scores the token whose
+ * 2-bit error is larger gets the bits; a token that loses nothing at 2
+ * bits stays there; errors that fall only at 8 bits get a direct 2 -> 8
+ * step (the hull skips 4). */
+TEST(bitalloc_measured_follows_errors) {
+    double score[3] = {1, 1, 1};
+    double errors[12] = {1.0, 0.5, 0.4, 0.0,     /* worth 2 -> 4 */
+                         9.0, 1.0, 0.9, 0.0,     /* the most to gain at 2 -> 4 */
+                         1.0, 1.0, 1.0, 1.0};    /* nothing to gain */
+    uint8_t w[3];
+    ak_error e = {{0}};
+    /* 10 bits: 2 + 2 + 2 and 4 to spend: token 1 first (4 per bit), then token 0 */
+    CHECK(ak_bitalloc_widths_measured(score, errors, 3, 10.0 / 3, NULL, 0, 0, 8, w, NULL, &e) == 10, "%s", e.msg);
+    CHECK(w[0] == 4 && w[1] == 4 && w[2] == 2, "widths %d %d %d, want 4 4 2", w[0], w[1], w[2]);
+    /* 2 -> 8 of drop 6 beats 2 -> 4 of drop 0.5 per bit */
+    double skip[4] = {7.0, 6.0, 1.0, 0.9};
+    double one = 1;
+    CHECK(ak_bitalloc_widths_measured(&one, skip, 1, 8.0, NULL, 0, 0, 8, w, NULL, &e) == 8 && w[0] == 8,
+          "hull step: width %d", w[0]);
+    /* 6 bits: the hull's 2 -> 8 step does not fit; the best that does (2 -> 4) is taken */
+    CHECK(ak_bitalloc_widths_measured(&one, skip, 1, 6.0, NULL, 0, 0, 8, w, NULL, &e) == 4 && w[0] == 4,
+          "fallback step: width %d", w[0]);
+    /* errors that rise with width: no bits spent on them */
+    double rising[4] = {1.0, 2.0, 3.0, 4.0};
+    CHECK(ak_bitalloc_widths_measured(&one, rising, 1, 16.0, NULL, 0, 0, 8, w, NULL, &e) == 2 && w[0] == 2,
+          "rising errors: width %d", w[0]);
+    /* bad errors */
+    double bad[4] = {1.0, NAN, 0.5, 0.0};
+    e.code = 0;
+    CHECK(ak_bitalloc_widths_measured(&one, bad, 1, 4.0, NULL, 0, 0, 8, w, NULL, &e) == -1 &&
+              e.code == AK_ERR_INVALID, "NaN error: code %d", e.code);
+    bad[1] = -1.0;
+    e.code = 0;
+    CHECK(ak_bitalloc_widths_measured(&one, bad, 1, 4.0, NULL, 0, 0, 8, w, NULL, &e) == -1 &&
+              e.code == AK_ERR_INVALID, "negative error: code %d", e.code);
+    e.code = 0;
+    CHECK(ak_bitalloc_widths_measured(&one, skip, 1, 4.0, NULL, 3, 0, 8, w, NULL, &e) == -1 &&
+              e.code == AK_ERR_INVALID, "floor 3: code %d", e.code);
+}
+
+/* ak_bitalloc_measure_errors against the formats' own quantize/dequantize
+ * run here, on random vectors: the same sums, accumulated; errors fall with
+ * width; f16's is within its rounding. */
+TEST(bitalloc_measure_errors) {
+    enum { D = 64, NV = 5 };
+    float x[NV * D], y[D];
+    uint64_t seed = 3;
+    for (int i = 0; i < NV * D; i++) x[i] = (float)((rng_unit(&seed) - 0.5) * 4.0 + (i % 17 == 0 ? 9.0 : 0.0));
+    const ak_kv_format fk[4] = {AK_KV_Q2, AK_KV_Q4, AK_KV_Q8, AK_KV_F16};
+    const ak_kv_format fv[4] = {AK_KV_TQ2, AK_KV_TQ4, AK_KV_Q8, AK_KV_F16};
+    for (int side = 0; side < 2; side++) {
+        double got[4] = {0}, want[4] = {0};
+        ak_error e = {{0}};
+        REQUIRE(ak_bitalloc_measure_errors(x, NV, D, side, got, &e) == 0, "%s", e.msg);
+        for (int j = 0; j < 4; j++) {
+            const ak_kv_format_info *f = ak_kv_format_get(side ? fv[j] : fk[j]);
+            uint8_t *buf = malloc(f->vec_bytes(D));
+            REQUIRE(buf, "malloc");
+            for (int v = 0; v < NV; v++) {
+                f->quantize(x + v * D, D, buf);
+                f->dequantize(buf, D, y);
+                for (int i = 0; i < D; i++) want[j] += ((double)x[v * D + i] - y[i]) * ((double)x[v * D + i] - y[i]);
+            }
+            free(buf);
+            CHECK(fabs(got[j] - want[j]) <= 1e-9 * want[j], "side %d width %d: %.9g vs %.9g", side, 2 << j, got[j],
+                  want[j]);
+        }
+        CHECK(got[0] > got[1] && got[1] > got[2] && got[2] > got[3], "side %d: errors %g %g %g %g do not fall", side,
+              got[0], got[1], got[2], got[3]);
+        double sq = 0;
+        for (int i = 0; i < NV * D; i++) sq += (double)x[i] * x[i];
+        CHECK(got[3] <= sq * 0x1p-20, "side %d: f16 error %g over rounding (%g)", side, got[3], sq * 0x1p-20);
+        double again[4] = {got[0], got[1], got[2], got[3]};
+        REQUIRE(ak_bitalloc_measure_errors(x, NV, D, side, again, &e) == 0, "%s", e.msg);
+        CHECK(fabs(again[1] - 2 * got[1]) <= 1e-12 * got[1], "side %d: not accumulated", side);
+    }
+    double o[4] = {0};
+    ak_error e = {{0}};
+    CHECK(ak_bitalloc_measure_errors(x, 1, D, 2, o, &e) == -1 && e.code == AK_ERR_INVALID, "side 2: code %d", e.code);
+    e.code = 0;
+    CHECK(ak_bitalloc_measure_errors(x, 1, 3, 0, o, &e) == -1 && e.code == AK_ERR_INVALID, "d 3: code %d", e.code);
+}
+
+/* Through ak_bitalloc_run: uniform ignores measured errors, keeps and the
+ * floor (the baseline stays itself); importance keeps kept widths, refuses
+ * keeps over the budget, honours the floor, and with WEIGHT_MASS scores
+ * (m / mean m)^power. */
+TEST(bitalloc_run_measured) {
+    enum { N = 64 };
+    double m[N], ek[4 * N], ev[4 * N];
+    uint8_t keep[N], k1[N], v1[N], k2[N], v2[N];
+    uint64_t seed = 5;
+    for (int i = 0; i < N; i++) {
+        m[i] = exp(5.0 * rng_unit(&seed));
+        for (int j = 0; j < 4; j++) {
+            ek[4 * i + j] = (1.0 + rng_unit(&seed)) * ldexp(1.0, -3 * j);
+            ev[4 * i + j] = (1.0 + rng_unit(&seed)) * ldexp(1.0, -3 * j);
+        }
+        keep[i] = i % 8 == 0 ? 8 : 0;
+    }
+    ak_bitalloc_input plain = {.n = N, .mass = m};
+    ak_bitalloc_input in = plain;
+    in.err_k = ek, in.err_v = ev, in.keep_k = keep, in.keep_v = keep;
+    ak_error e = {{0}};
+    for (int b = 2; b <= 16; b++) {
+        ak_bitalloc_params p = params(AK_BITALLOC_UNIFORM, b + 0.5 > 16 ? 16 : b + 0.5);
+        p.min_bits = 4;
+        REQUIRE(ak_bitalloc_run(&plain, &p, k1, v1, NULL, &e) == 0, "%s", e.msg);
+        REQUIRE(ak_bitalloc_run(&in, &p, k2, v2, NULL, &e) == 0, "%s", e.msg);
+        CHECK(memcmp(k1, k2, N) == 0 && memcmp(v1, v2, N) == 0, "budget %g: uniform changed by errors/keeps/floor",
+              p.budget_k);
+    }
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    p.weighting = AK_BITALLOC_WEIGHT_MASS;
+    p.mass_power = 1.0;
+    ak_bitalloc_result r;
+    REQUIRE(ak_bitalloc_run(&in, &p, k1, v1, &r, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++)
+        if (keep[i]) CHECK(k1[i] >= 8 && v1[i] >= 8, "kept token %d at %d/%d", i, k1[i], v1[i]);
+    CHECK(r.mean_k <= 4.0 && r.mean_v <= 4.0, "means %g %g", r.mean_k, r.mean_v);
+    p.min_bits = 4;
+    ak_bitalloc_input nokeep = in;
+    nokeep.keep_k = nokeep.keep_v = NULL;
+    REQUIRE(ak_bitalloc_run(&nokeep, &p, k1, v1, &r, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++) CHECK(k1[i] == 4 && v1[i] == 4, "floor 4 at budget 4: token %d at %d/%d", i, k1[i], v1[i]);
+    p.budget_k = 6.0;
+    REQUIRE(ak_bitalloc_run(&nokeep, &p, k1, v1, &r, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < N; i++) CHECK(k1[i] >= 4 && v1[i] >= 4, "floor 4 at budget 6: token %d at %d/%d", i, k1[i], v1[i]);
+    /* keeps over the budget */
+    uint8_t all8[N];
+    memset(all8, 8, N);
+    ak_bitalloc_input over = in;
+    over.keep_k = all8;
+    p.budget_k = 4.0;
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&over, &p, k1, v1, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "keeps over budget: code %d",
+          e.code);
+    /* WEIGHT_MASS scores by hand */
+    double mm[4] = {1, 2, 3, 6}, sc[4];
+    ak_bitalloc_input in4 = {.n = 4, .mass = mm};
+    p.mass_power = 1.5;
+    REQUIRE(ak_bitalloc_scores(&in4, &p, NULL, NULL, sc, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < 4; i++)
+        CHECK(fabs(sc[i] - pow(mm[i] / 3.0, 1.5)) < 1e-12, "mass score %d: %g vs %g", i, sc[i], pow(mm[i] / 3.0, 1.5));
+    p.weighting = AK_BITALLOC_WEIGHT_NONE;
+    REQUIRE(ak_bitalloc_scores(&in4, &p, NULL, NULL, sc, &e) == 0, "%s", e.msg);
+    for (int i = 0; i < 4; i++) CHECK(sc[i] == 1.0, "weight none: score %d %g", i, sc[i]);
+    p.weighting = AK_BITALLOC_WEIGHT_MASS;
+    p.mass_power = 0.0;
+    e.code = 0;
+    CHECK(ak_bitalloc_scores(&in4, &p, NULL, NULL, sc, &e) == -1 && e.code == AK_ERR_INVALID, "power 0: code %d", e.code);
 }
