@@ -270,6 +270,40 @@ static void free_agent(agent *g) {
 
 static int is_dirty(const agent *g) { return g->saved != g->version; }
 
+/* Brings g's base bookkeeping in line with its sequence (when hot): its
+ * segment descriptors are the first ak_kv_segments of them, with kvcache's
+ * lengths (a truncation shortens or drops segments); pool / card name the
+ * first segment when it is a pool's or a card's; impure when a card or
+ * positions frozen under one are held (agent.h). */
+static void segs_sync(agent *g) {
+    if (!g->kv) return;
+    int lens[AK_KV_MAX_SEGMENTS], ns = ak_kv_segments(g->kv, lens);
+    if (ns > g->n_segs) ns = g->n_segs;   /* never: every segment is recorded where it is made */
+    g->n_segs = ns;
+    g->impure = 0;
+    for (int k = 0; k < ns; k++) {
+        g->segs[k].len = lens[k];
+        if (g->segs[k].kind != AK_SEG_POOL) g->impure = 1;
+    }
+    g->pool[0] = g->pool_hash[0] = g->card[0] = g->card_hash[0] = 0;
+    if (ns && g->segs[0].kind == AK_SEG_POOL) {
+        snprintf(g->pool, sizeof g->pool, "%s", g->segs[0].id);
+        snprintf(g->pool_hash, sizeof g->pool_hash, "%s", g->segs[0].hash);
+    } else if (ns && g->segs[0].kind == AK_SEG_CARD) {
+        snprintf(g->card, sizeof g->card, "%s", g->segs[0].id);
+        snprintf(g->card_hash, sizeof g->card_hash, "%s", g->segs[0].hash);
+    }
+}
+
+/* Sets g's segment k to a pool's or a card's (id, hash; its length is the
+ * sequence's). */
+static void seg_named(agent *g, int k, int kind, const char *id, const char *hash) {
+    memset(&g->segs[k], 0, sizeof g->segs[k]);
+    g->segs[k].kind = kind;
+    snprintf(g->segs[k].id, sizeof g->segs[k].id, "%s", id);
+    snprintf(g->segs[k].hash, sizeof g->segs[k].hash, "%s", hash);
+}
+
 /* Saves g if its file is not current and no save of its current history is
  * already on its way: copies its cache into a snapshot (the only part done
  * on this thread) and queues the write. sync = 1 writes it here and reports
@@ -278,14 +312,15 @@ static int is_dirty(const agent *g) { return g->saved != g->version; }
 static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     if (!a->cfg.store || !is_dirty(g) || !g->kv || g->ephemeral) return 0;
     if (!sync && g->queued == g->version) return 0;
-    /* a pooled agent's file records the pool, not its blocks */
-    ak_store_base base = {"", "", ak_kv_base_len(g->kv)};
-    if (base.base_len > 0) {   /* a card base is recorded the same way, marked as a card's */
-        snprintf(base.pool_id, sizeof base.pool_id, "%s", g->card[0] ? g->card : g->pool);
-        snprintf(base.pool_hash, sizeof base.pool_hash, "%s", g->card[0] ? g->card_hash : g->pool_hash);
-        base.card = g->card[0] != 0;
-    }
-    ak_snapshot *snap = ak_store_snapshot_base(g->id, g->kv, g->tokens, g->n, base.base_len > 0 ? &base : NULL,
+    /* a pooled agent's file records the pool, not its blocks; a card's
+     * likewise; positions frozen under an appended card are stored in it
+     * (store.h: SEGMENTS) */
+    ak_store_base base;
+    memset(&base, 0, sizeof base);
+    segs_sync(g);
+    base.n_seg = g->n_segs;
+    memcpy(base.seg, g->segs, sizeof base.seg);
+    ak_snapshot *snap = ak_store_snapshot_base(g->id, g->kv, g->tokens, g->n, base.n_seg > 0 ? &base : NULL,
                                                a->cfg.model->fingerprint, a->cfg.model->cfg.name, err);
     if (!snap) return -1;
     if (sync || !a->writer_running) {
@@ -471,6 +506,7 @@ static int evict(ak_agents *a, agent *g, ak_error *err) {
         g->pool[0] = 0;
         g->card[0] = 0;
         g->impure = 0;
+        g->n_segs = 0;
     }
     ak_kv_free(g->kv);
     g->kv = NULL;
@@ -512,137 +548,164 @@ static size_t bytes_for(const ak_agents *a, const agent *g, int n_pos) {
     return want > have ? (size_t)(want - have) * bb : 0;
 }
 
-/* What a restore links instead of reading (store.h: prelink): the pool
- * its file starts with, held by a fork of the pool's sequence so that a
- * restore on another thread needs nothing else of the agents. */
+/* What a restore links instead of reading (store.h: prelink): for each
+ * segment of the file's base, the pool or card it names, held by a
+ * sequence (a fork of the pool's, the card's blocks with its keys at the
+ * segment's position) with its tokens, so that a restore on another thread
+ * needs nothing else of the agents. */
+typedef struct {
+    int kind, start;                     /* ak_seg_kind; the segment's first position */
+    char id[AK_AGENT_ID_MAX + 1];
+    char hash[17];
+    ak_kv *kv;                           /* NULL: own positions, or not available */
+    int32_t *tokens;
+    int n;
+} prelink_seg;
+
 typedef struct prelink_ctx {
-    char pool_id[AK_AGENT_ID_MAX + 1];   /* "" when the file has no base */
-    char pool_hash[17];
-    ak_kv *pool_kv;                      /* fork of the pool's blocks, or NULL */
+    int n_seg;
+    prelink_seg seg[AK_KV_MAX_SEGMENTS];
     int no_index;                        /* link nothing from the content index */
-    int32_t *pool_tokens;
-    int pool_n;
-    int is_card;                         /* the base is a card's mixed blocks: nothing is published */
+    int impure;                          /* the base holds a card (or positions frozen under one):
+                                            nothing is linked or published */
 } prelink_ctx;
 
 static void prelink_clear(prelink_ctx *pc) {
-    ak_kv_free(pc->pool_kv);
-    free(pc->pool_tokens);
+    for (int k = 0; k < pc->n_seg; k++) {
+        ak_kv_free(pc->seg[k].kv);
+        free(pc->seg[k].tokens);
+    }
     memset(pc, 0, sizeof *pc);
 }
 
 static const ak_card *cards_resolve(ak_agents *a, const char *id, ak_error *err);
 static const ak_card *cards_find(const ak_agents *a, const char *id);
 
-/* Makes the empty kv hold card c at positions [0, n_tokens): its blocks as
- * they are when the card starts at position 0, else those of the card with
- * its keys moved to position 0 (cards.h: ak_card_shift; deterministic, so a
- * restore rebuilds the same bits). Returns 0, or -1 with err set. */
-static int attach_card(const ak_agents *a, const ak_card *c, ak_kv *kv, ak_error *err) {
-    if (c->pos_offset == 0) return ak_card_attach(c, kv, err);
-    ak_card *s = ak_card_shift(c, a->cfg.model, 0, err);
+/* Makes the empty kv hold card c's blocks at positions [0, n_tokens) with
+ * its keys as they are when they start at position `at`: the card's own
+ * when at is its offset, else those of the card moved there (cards.h:
+ * ak_card_shift; deterministic, so a restore rebuilds the same bits).
+ * Returns 0, or -1 with err set. */
+static int card_at(const ak_agents *a, const ak_card *c, int at, ak_kv *kv, ak_error *err) {
+    if (c->pos_offset == at) return ak_card_attach(c, kv, err);
+    ak_card *s = ak_card_shift(c, a->cfg.model, at, err);
     if (!s) return -1;
     int rc = ak_card_attach(s, kv, err);
     ak_card_free(s);
     return rc;
 }
 
-/* A file's base names a card when a card of that id (in RAM or the store)
- * has the recorded content hash (pools and cards have separate ids, and
- * their hashes are 64-bit content hashes of differently salted inputs):
- * then pc gets the card's blocks (a sequence holding them), its tokens,
- * id and hash, and 1 is returned; 0 when the base is not a card. */
-static int card_base_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *pc) {
-    ak_error ce = {{0}};
-    if (!e->base.card) return 0;
-    pc->is_card = 1;   /* whatever happens next: a card base is never a pool's */
-    const ak_card *c = cards_resolve(a, e->base.pool_id, &ce);
-    if (!c) {   /* a miss: the prelink finds no base */
-        logf_(a, "agent %s: its card: %s", e->id, ce.msg);
-        return 1;
-    }
-    ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &ce);
-    if (!kv || attach_card(a, c, kv, &ce) < 0 || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
-        logf_(a, "agent %s: its card %s: %s", e->id, c->id, ce.msg);
-        ak_kv_free(kv);
-        return 1;
-    }
-    pc->pool_kv = kv;
-    memcpy(pc->pool_tokens, c->tokens, sizeof(int32_t) * (size_t)c->n_tokens);
-    pc->pool_n = c->n_tokens;
-    snprintf(pc->pool_id, sizeof pc->pool_id, "%s", c->id);
-    snprintf(pc->pool_hash, sizeof pc->pool_hash, "%s", c->hash);
-    return 1;
-}
-
-/* Readies pc for a file whose index entry is e: resolves its pool (loading
- * it if need be). A pool that cannot be had leaves pc without one: the
- * load is then a miss that says why. */
+/* Readies pc for a file whose index entry is e: resolves the pool and the
+ * cards of its base (loading them if need be; a card's blocks moved to
+ * where its segment starts). One that cannot be had leaves its segment
+ * without a sequence: the load is then a miss that says why. */
 static void prelink_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *pc) {
     memset(pc, 0, sizeof *pc);
     pc->no_index = a->cfg.no_prefix_sharing;
-    if (!e->base.pool_id[0]) return;
-    ak_error pe = {{0}};
-    if (card_base_setup(a, e, pc)) return;
-    pool_rec *p = pools_resolve(a, e->base.pool_id, &pe);
-    if (!p) { logf_(a, "agent %s: its pool: %s", e->id, pe.msg); return; }
-    if (!(pc->pool_kv = ak_kv_fork(p->kv, &pe)) || !(pc->pool_tokens = malloc(sizeof(int32_t) * (size_t)p->n))) {
-        prelink_clear(pc);
-        return;
+    pc->n_seg = e->base.n_seg;
+    for (int k = 0, at = 0; k < pc->n_seg; at += e->base.seg[k].len, k++) {
+        const ak_store_seg *g = &e->base.seg[k];
+        prelink_seg *r = &pc->seg[k];
+        ak_error pe = {{0}};
+        r->kind = g->kind;
+        r->start = at;
+        if (g->kind != AK_SEG_POOL) pc->impure = 1;   /* whatever happens next: nothing is linked */
+        if (g->kind == AK_SEG_OWN) continue;
+        if (g->kind == AK_SEG_CARD) {
+            const ak_card *c = cards_resolve(a, g->id, &pe);
+            ak_kv *kv = c ? ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &pe) : NULL;
+            if (!kv || card_at(a, c, at, kv, &pe) < 0 || !(r->tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
+                logf_(a, "agent %s: its card %s: %s", e->id, g->id, pe.msg[0] ? pe.msg : "out of memory");
+                ak_kv_free(kv);
+                continue;   /* a miss: the prelink finds no card */
+            }
+            r->kv = kv;
+            memcpy(r->tokens, c->tokens, sizeof(int32_t) * (size_t)c->n_tokens);
+            r->n = c->n_tokens;
+            snprintf(r->id, sizeof r->id, "%s", c->id);
+            snprintf(r->hash, sizeof r->hash, "%s", c->hash);
+            continue;
+        }
+        pool_rec *p = pools_resolve(a, g->id, &pe);
+        if (!p) { logf_(a, "agent %s: its pool: %s", e->id, pe.msg); continue; }
+        if (!(r->kv = ak_kv_fork(p->kv, &pe)) || !(r->tokens = malloc(sizeof(int32_t) * (size_t)p->n))) {
+            ak_kv_free(r->kv);
+            r->kv = NULL;
+            continue;
+        }
+        memcpy(r->tokens, p->tokens, sizeof(int32_t) * (size_t)p->n);
+        r->n = p->n;
+        snprintf(r->id, sizeof r->id, "%s", p->id);
+        snprintf(r->hash, sizeof r->hash, "%s", p->hash);
     }
-    memcpy(pc->pool_tokens, p->tokens, sizeof(int32_t) * (size_t)p->n);
-    pc->pool_n = p->n;
-    snprintf(pc->pool_id, sizeof pc->pool_id, "%s", p->id);
-    snprintf(pc->pool_hash, sizeof pc->pool_hash, "%s", p->hash);
 }
 
-/* store.h's prelink: the pool's base (the same pool, unchanged, and the
- * file's tokens start with its tokens), then the content index. */
+/* store.h's prelink: the file's base segment by segment (the same pool or
+ * card, unchanged, at the same position, the file's tokens there equal to
+ * its tokens; own positions as fresh blocks the load fills), then the
+ * content index when the base holds no card. */
 static int prelink(void *ud, const ak_store_base *base, const int32_t *tokens, int n, ak_kv *kv, ak_error *err) {
     prelink_ctx *pc = ud;
-    if (base->pool_id[0]) {
-        if (!pc->pool_kv || strcmp(base->pool_id, pc->pool_id))
-            return ak_failc(err, AK_ERR_NOT_FOUND, "the agent's cache starts with pool %s, which is not available",
-                            base->pool_id);
-        if (strcmp(base->pool_hash, pc->pool_hash) || base->base_len > pc->pool_n || base->base_len > n ||
-            memcmp(tokens, pc->pool_tokens, sizeof(int32_t) * (size_t)base->base_len))
-            return ak_failc(err, AK_ERR_STALE, "pool %s changed since the agent's cache was saved", base->pool_id);
-        if (ak_kv_attach_base(kv, pc->pool_kv, base->base_len, err) < 0) return -1;
+    int T = ak_block_pool_block_tokens(ak_kv_pool(kv));
+    for (int k = 0, at = 0; k < base->n_seg; at += base->seg[k].len, k++) {
+        const ak_store_seg *g = &base->seg[k];
+        const prelink_seg *r = k < pc->n_seg ? &pc->seg[k] : NULL;
+        const char *what = g->kind == AK_SEG_POOL ? "pool" : "card";
+        if (g->kind == AK_SEG_OWN) {
+            if (ak_kv_append_empty(kv, g->len, err) < 0) return -1;
+            continue;
+        }
+        if (!r || !r->kv || r->kind != g->kind || r->start != at || strcmp(g->id, r->id))
+            return ak_failc(err, AK_ERR_NOT_FOUND, "the agent's cache holds %s %s at position %d, which is not available",
+                            what, g->id, at);
+        if (strcmp(g->hash, r->hash) || g->len > r->n || at + g->len > n ||
+            memcmp(tokens + at, r->tokens, sizeof(int32_t) * (size_t)g->len))
+            return ak_failc(err, AK_ERR_STALE, "%s %s changed since the agent's cache was saved", what, g->id);
+        if (g->kind == AK_SEG_POOL) {
+            if (ak_kv_attach_base(kv, r->kv, g->len, err) < 0) return -1;
+            continue;
+        }
+        int nb = (g->len + T - 1) / T;
+        ak_block **v = ak_calloc((size_t)nb, sizeof *v, err);
+        if (!v) return -1;
+        for (int i = 0; i < nb; i++) v[i] = ak_kv_span(r->kv, i, NULL, NULL);
+        int rc = ak_kv_append_blocks(kv, v, nb, g->len, err);
+        free(v);
+        if (rc < 0) return -1;
     }
-    if (!pc->no_index && !pc->is_card) ak_prefix_link(kv, tokens, n);
+    if (!pc->no_index && !pc->impure) ak_prefix_link(kv, tokens, n);
     return 0;
 }
 
 /* The sequence a restore of the file e fills: the agents' formats, or the
- * pool's for a pooled agent's file. */
+ * file's for a file with a base (a pool's formats, or those the agent had
+ * when it appended a card). */
 static ak_kv *restore_target(ak_agents *a, const ak_store_entry *e, ak_error *err) {
-    int pooled = e->readable && e->base.pool_id[0];
-    return ak_kv_new(a->cfg.pool, pooled ? e->fk : a->cfg.fk, pooled ? e->fv : a->cfg.fv, a->cfg.n_ctx, err);
+    int based = e->readable && e->base.n_seg > 0;
+    return ak_kv_new(a->cfg.pool, based ? e->fk : a->cfg.fk, based ? e->fv : a->cfg.fv, a->cfg.n_ctx, err);
 }
 
-/* Bytes a restore of e adds: its own blocks (its base is the pool's). */
+/* Bytes a restore of e adds: its own blocks, those of its own segments
+ * included (its pool's are shared; its cards' are made by the prelink's
+ * setup). */
 static size_t restore_bytes(const ak_agents *a, const ak_store_entry *e) {
     int n = e->readable ? e->n_tokens : 0;
     if (n > a->cfg.n_ctx) n = a->cfg.n_ctx;
-    int own = n - (e->base.pool_id[0] ? e->base.base_len : 0);
-    if (own <= 0) return 0;
-    int T = ak_block_pool_block_tokens(a->cfg.pool);
-    ak_kv_format fk = e->base.pool_id[0] ? e->fk : a->cfg.fk, fv = e->base.pool_id[0] ? e->fv : a->cfg.fv;
-    return (size_t)((own + T - 1) / T + 1) * ak_block_pool_block_bytes(a->cfg.pool, fk, fv);
+    int T = ak_block_pool_block_tokens(a->cfg.pool), own = n - e->base.base_len, blocks = 0;
+    for (int k = 0; e->readable && k < e->base.n_seg; k++)
+        if (e->base.seg[k].kind == AK_SEG_OWN) blocks += (e->base.seg[k].len + T - 1) / T;
+    if (own > 0) blocks += (own + T - 1) / T + 1;
+    if (!blocks) return 0;
+    ak_kv_format fk = e->base.n_seg ? e->fk : a->cfg.fk, fv = e->base.n_seg ? e->fv : a->cfg.fv;
+    return (size_t)blocks * ak_block_pool_block_bytes(a->cfg.pool, fk, fv);
 }
 
-/* After a hit: g's history is the file's, its base the file's pool. */
+/* After a hit: g's history is the file's, its base the file's segments
+ * (the prelink checked each pool's and card's hash). */
 static void restored(ak_agents *a, agent *g, const ak_store_load_info *info) {
-    g->card[0] = g->pool[0] = g->pool_hash[0] = g->card_hash[0] = 0;
-    g->impure = 0;
-    if (info->base.card) {   /* the base is the card's blocks (the prelink checked its hash) */
-        snprintf(g->card, sizeof g->card, "%s", info->base.pool_id);
-        snprintf(g->card_hash, sizeof g->card_hash, "%s", info->base.pool_hash);
-        g->impure = 1;
-    } else {
-        snprintf(g->pool, sizeof g->pool, "%s", info->base.pool_id);
-        snprintf(g->pool_hash, sizeof g->pool_hash, "%s", info->base.pool_hash);
-    }
+    g->n_segs = info->base.n_seg;
+    memcpy(g->segs, info->base.seg, sizeof g->segs);
+    segs_sync(g);
     g->pub_spans = ak_kv_span_count(g->kv);   /* published by the restore */
     g->version = g->saved = ++a->next_version;
     g->save_failed = 0;
@@ -675,11 +738,11 @@ static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     ak_store_load_info info;
     ak_store_status st = ak_store_load_linked(a->cfg.store, g->id, a->cfg.model->fingerprint,
                                               a->cfg.model->cfg.vocab, kv, prelink, &pc, &info, &ie);
-    int is_card = pc.is_card;
+    int impure = pc.impure;
     prelink_clear(&pc);
     if (st == AK_STORE_HIT && set_history(g, info.tokens, info.n_tokens, err) == 0) {
         int next = 0;
-        if (!a->cfg.no_prefix_sharing && !is_card)   /* the next restore of this prefix links it */
+        if (!a->cfg.no_prefix_sharing && !impure)   /* the next restore of this prefix links it */
             ak_prefix_publish(kv, info.tokens, info.n_tokens, &next);
         ak_kv_free(g->kv);
         g->kv = kv;
@@ -707,23 +770,24 @@ static int id_ok(const char *id, int flags) {
  * whatever it held is dropped (its formats become the pool's). Returns 0,
  * or -1 with err set (g is then emptied). */
 static int attach_pool(ak_agents *a, agent *g, pool_rec *p, ak_error *err) {
-    if (!strcmp(g->pool, p->id) && !strcmp(g->pool_hash, p->hash) && ak_kv_base_len(g->kv) == p->n &&
-        ak_kv_format_k(g->kv) == p->fk && ak_kv_format_v(g->kv) == p->fv)
+    int lens[AK_KV_MAX_SEGMENTS];   /* its first segment is the pool's whole (cards may follow) */
+    segs_sync(g);
+    if (!strcmp(g->pool, p->id) && !strcmp(g->pool_hash, p->hash) && ak_kv_segments(g->kv, lens) > 0 &&
+        lens[0] == p->n && ak_kv_format_k(g->kv) == p->fk && ak_kv_format_v(g->kv) == p->fv)
         return 0;
     ak_kv *kv = ak_kv_new(a->cfg.pool, p->fk, p->fv, a->cfg.n_ctx, err);
     if (!kv || ak_kv_attach_base(kv, p->kv, p->n, err) < 0 || set_history(g, p->tokens, p->n, err) < 0) {
         ak_kv_free(kv);
         ak_kv_truncate(g->kv, 0);
         g->n = 0;
-        g->pool[0] = 0;
+        segs_sync(g);
         return -1;
     }
     ak_kv_free(g->kv);
     g->kv = kv;
-    snprintf(g->pool, sizeof g->pool, "%s", p->id);
-    snprintf(g->pool_hash, sizeof g->pool_hash, "%s", p->hash);
-    g->card[0] = 0;
-    g->impure = 0;
+    seg_named(g, 0, AK_SEG_POOL, p->id, p->hash);
+    g->n_segs = 1;
+    segs_sync(g);
     g->pub_spans = 0;
     g->version = ++a->next_version;
     a->linked_blocks += (uint64_t)ak_kv_n_blocks(kv);
@@ -799,11 +863,7 @@ int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool
     int keep = common < n ? common : n - 1;
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
-    if (ak_kv_base_len(g->kv) == 0) {   /* truncated out of its pool or card */
-        g->pool[0] = 0;
-        g->card[0] = 0;
-        g->impure = 0;
-    }
+    segs_sync(g);   /* truncated into (or out of) its pool or cards */
     int nsp = ak_kv_span_count(g->kv);
     if (g->pub_spans > nsp) g->pub_spans = nsp;
     /* whole blocks of the prompt that someone computed already: linked */
@@ -829,6 +889,7 @@ int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool
             g->kv = NULL;
             g->n = 0;
             g->pool[0] = 0;
+            g->n_segs = 0;
         }
         return -1;
     }
@@ -1048,7 +1109,7 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
 void ak_restore_job_run(ak_restore_job *j) {
     j->status = ak_store_load_linked(j->store, j->id, j->fingerprint, j->vocab, j->kv, prelink, j->prelink, &j->info,
                                      &j->err);
-    if (j->status == AK_STORE_HIT && !j->prelink->no_index && !j->prelink->is_card) {   /* at once: the next restore of this prefix links it */
+    if (j->status == AK_STORE_HIT && !j->prelink->no_index && !j->prelink->impure) {   /* at once: the next restore of this prefix links it */
         int next = 0;
         ak_prefix_publish(j->kv, j->info.tokens, j->info.n_tokens, &next);
     }
@@ -1196,6 +1257,7 @@ static void make_hot(ak_agents *a, agent *g, ak_error *err) {
     ak_turn t;
     memset(&t, 0, sizeof t);
     if (a->cfg.store && !g->ephemeral) restore(a, g, &t, err);
+    segs_sync(g);   /* a miss leaves it empty */
 }
 
 /* Per-token statistics of a card's range, for bitalloc.h: 4 arrays of n
@@ -1375,40 +1437,124 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
     return 0;
 }
 
+/* The card c's blocks with its keys starting at position `at`, in kv's
+ * pool: *blocks (malloc'd) holds *nb blocks, each with a reference for the
+ * caller (cards.h: ak_card_to_blocks). Returns 0, or -1 with err set. */
+static int card_blocks_at(const ak_agents *a, const ak_card *c, int at, ak_block ***blocks, int *nb, ak_error *err) {
+    if (c->pos_offset == at) return ak_card_to_blocks(c, a->cfg.pool, blocks, nb, err);
+    ak_card *s = ak_card_shift(c, a->cfg.model, at, err);
+    if (!s) return -1;
+    int rc = ak_card_to_blocks(s, a->cfg.pool, blocks, nb, err);
+    ak_card_free(s);
+    return rc;
+}
+
+/* Import "append" of card c into g, which holds p > 0 tokens in RAM: a new
+ * sequence of g's formats whose base is g's positions [0, p) (its segments,
+ * its own positions as one more: shared, not copied) followed by c's blocks
+ * with their keys at [p, p + n), g's history followed by c's tokens.
+ * Returns 0, or -1 with err set and g as it was. */
+static int import_append(ak_agents *a, agent *g, const ak_card *c, ak_error *err) {
+    int p = g->n;
+    segs_sync(g);
+    ak_kv *kv = ak_kv_new(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), a->cfg.n_ctx, err);
+    if (!kv) return -1;
+    ak_block **bl = NULL;
+    int nb = 0, lens[AK_KV_MAX_SEGMENTS], rc = ak_kv_attach_base(kv, g->kv, p, err);
+    int ns = ak_kv_segments(kv, lens);
+    if (rc == 0 && ns >= AK_KV_MAX_SEGMENTS)   /* checked before the card is shifted and cut */
+        rc = ak_failc(err, AK_ERR_INVALID, "agent %s: its context is %d segments already: at most %d (a card "
+                      "appended is one, the positions before it another)", g->id, ns, AK_KV_MAX_SEGMENTS);
+    if (rc == 0) rc = card_blocks_at(a, c, p, &bl, &nb, err);
+    if (rc == 0) rc = ak_kv_append_blocks(kv, bl, nb, c->n_tokens, err);
+    for (int i = 0; i < nb; i++) ak_block_unref(a->cfg.pool, bl[i]);   /* kv holds them now (or nothing does) */
+    free(bl);
+    if (rc < 0) {
+        ak_kv_free(kv);
+        return -1;
+    }
+    /* the history: g's tokens, then the card's (built apart: set_history may move g's) */
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)(p + c->n_tokens));
+    if (h) {
+        memcpy(h, g->tokens, sizeof(int32_t) * (size_t)p);
+        memcpy(h + p, c->tokens, sizeof(int32_t) * (size_t)c->n_tokens);
+    }
+    if (!h || set_history(g, h, p + c->n_tokens, err) < 0) {   /* set_history fails having changed nothing */
+        if (!h) ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        free(h);
+        ak_kv_free(kv);
+        return -1;
+    }
+    free(h);
+    /* the descriptors: g's segments, its own positions frozen (if any), the card */
+    int k = g->n_segs;
+    if (ns - 1 > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
+    seg_named(g, k++, AK_SEG_CARD, c->id, c->hash);
+    g->n_segs = k;
+    ak_kv_free(g->kv);
+    g->kv = kv;
+    segs_sync(g);
+    return 0;
+}
+
 int ak_agent_import_card(ak_agents *a, const char *id, const char *card_id, ak_error *err) {
+    return ak_agent_import_card_mode(a, id, card_id, AK_IMPORT_REPLACE, err);
+}
+
+int ak_agent_import_card_mode(ak_agents *a, const char *id, const char *card_id, ak_import_mode mode, ak_error *err) {
     drain_results(a);
     if (!id || !ak_agent_id_valid(id))
         return ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (mode != AK_IMPORT_REPLACE && mode != AK_IMPORT_APPEND)
+        return ak_failc(err, AK_ERR_INVALID, "unknown import mode %d", (int)mode);
     agent *g = find(a, id);
     if (g && (g->in_turn || g->restoring))
         return ak_failc(err, AK_ERR_BUSY, "agent %s is busy (a turn or a restore is in progress)", id);
     const ak_card *c = cards_resolve(a, card_id, err);
     if (!c) return -1;
+    if (strcmp(c->fingerprint, a->cfg.model->fingerprint))
+        return ak_failc(err, AK_ERR_STALE, "card %s was made with another model", card_id);
     if (c->n_tokens >= a->cfg.n_ctx)
         return ak_failc(err, AK_ERR_INVALID, "card %s: %d tokens do not fit the context of %d", card_id, c->n_tokens,
                         a->cfg.n_ctx);
-    if (strcmp(c->fingerprint, a->cfg.model->fingerprint))
-        return ak_failc(err, AK_ERR_STALE, "card %s was made with another model", card_id);
-    if (!g && !(g = create(a, id, err))) return -1;
-    /* room for the card's blocks (what the agent holds now is dropped after) */
-    if (agents_ensure_room(a, ak_card_vector_bytes(c), g, err) < 0) return -1;
-    ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
-    if (!kv) return -1;
-    if (attach_card(a, c, kv, err) < 0 || set_history(g, c->tokens, c->n_tokens, err) < 0) {
-        ak_kv_free(kv);
+    ak_store_entry se;
+    if (!g && mode == AK_IMPORT_APPEND && a->cfg.store && ak_store_lookup(a->cfg.store, id, &se) == 0 &&
+        !(g = create(a, id, err)))   /* an agent known only by its file: appended to after a restore */
         return -1;
+    if (!g && !(g = create(a, id, err))) return -1;
+    int append = 0;
+    if (mode == AK_IMPORT_APPEND) {
+        make_hot(a, g, err);   /* what the card goes after: restored if need be */
+        if (!g->kv) return -1;
+        append = g->n > 0;     /* after nothing, append is replace */
+        if (append && g->n + c->n_tokens >= a->cfg.n_ctx)
+            return ak_failc(err, AK_ERR_INVALID, "agent %s: its %d tokens and card %s's %d do not fit the context of %d",
+                            id, g->n, card_id, c->n_tokens, a->cfg.n_ctx);
     }
-    ak_kv_free(g->kv);
-    g->kv = kv;
-    g->pool[0] = g->pool_hash[0] = 0;
-    snprintf(g->card, sizeof g->card, "%s", c->id);
-    snprintf(g->card_hash, sizeof g->card_hash, "%s", c->hash);
-    g->impure = 1;
-    g->pub_spans = ak_kv_span_count(kv);
+    /* room for the card's blocks (replace: what the agent holds now is dropped after) */
+    if (agents_ensure_room(a, ak_card_vector_bytes(c), g, err) < 0) return -1;
+    int p = g->n;
+    if (append) {
+        if (import_append(a, g, c, err) < 0) return -1;
+    } else {
+        ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
+        if (!kv) return -1;
+        if (card_at(a, c, 0, kv, err) < 0 || set_history(g, c->tokens, c->n_tokens, err) < 0) {
+            ak_kv_free(kv);
+            return -1;
+        }
+        ak_kv_free(g->kv);
+        g->kv = kv;
+        seg_named(g, 0, AK_SEG_CARD, c->id, c->hash);
+        g->n_segs = 1;
+        segs_sync(g);
+    }
+    g->pub_spans = ak_kv_span_count(g->kv);
     g->version = ++a->next_version;
     g->ahead = 0;
     touch(a, g);
-    logf_(a, "agent %s: imported card %s (%d tokens)", id, c->id, c->n_tokens);
+    if (append) logf_(a, "agent %s: appended card %s (%d tokens after its %d)", id, c->id, c->n_tokens, p);
+    else logf_(a, "agent %s: imported card %s (%d tokens)", id, c->id, c->n_tokens);
     return 0;
 }
 
@@ -1440,6 +1586,13 @@ int ak_cards_list(ak_agents *a, ak_store_card_entry **out, int *n, ak_error *err
     return 0;
 }
 
+/* 1 if one of g's segments is card card_id. */
+static int holds_card(const agent *g, const char *card_id) {
+    for (int k = 0; k < g->n_segs; k++)
+        if (g->segs[k].kind == AK_SEG_CARD && !strcmp(g->segs[k].id, card_id)) return 1;
+    return 0;
+}
+
 int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err) {
     if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
     drain_results(a);
@@ -1447,7 +1600,7 @@ int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err) {
     char names[8 * (AK_AGENT_ID_MAX + 2) + 8] = "";
     int held = 0;
     for (int i = 0; i < a->n; i++)
-        if (!strcmp(a->v[i]->card, card_id) && (a->v[i]->kv || a->v[i]->n)) {
+        if (holds_card(a->v[i], card_id) && (a->v[i]->kv || a->v[i]->n)) {
             if (held++ < 8) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", held > 1 ? ", " : "", a->v[i]->id);
         }
     const ak_card *c = cards_find(a, card_id);
@@ -1459,10 +1612,14 @@ int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err) {
         int ne = 0;
         if (ak_store_list(a->cfg.store, &es, &ne, err) < 0) return -1;
         for (int i = 0; i < ne; i++) {
-            if (strcmp(es[i].base.pool_id, card_id) || strcmp(es[i].base.pool_hash, hash)) continue;
+            int uses = 0;
+            for (int k = 0; k < es[i].base.n_seg; k++)
+                uses |= es[i].base.seg[k].kind == AK_SEG_CARD && !strcmp(es[i].base.seg[k].id, card_id) &&
+                        !strcmp(es[i].base.seg[k].hash, hash);
+            if (!uses) continue;
             agent *g = find(a, es[i].id);
-            if (g && (g->kv || g->n) && strcmp(g->card, card_id)) continue;   /* its file is older than what it holds */
-            if (g && !strcmp(g->card, card_id)) continue;   /* counted above */
+            if (g && (g->kv || g->n) && !holds_card(g, card_id)) continue;   /* its file is older than what it holds */
+            if (g && holds_card(g, card_id)) continue;   /* counted above */
             if (held++ < 8) snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", held > 1 ? ", " : "", es[i].id);
         }
         free(es);

@@ -372,6 +372,34 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
  * was. */
 int ak_agent_import_card(ak_agents *a, const char *id, const char *card_id, ak_error *err);
 
+/* Import "append": the card goes AFTER what agent id holds (restored first
+ * if it is not in RAM). With p tokens held, the agent's cache becomes its
+ * positions [0, p) (shared, not copied: kvcache.h, its own positions frozen
+ * as a segment) followed by the card's mixed blocks at [p, p + n), their
+ * keys rotated to start at p (cards.h: ak_card_shift); its history its p
+ * tokens followed by the card's n. Nothing is prefilled.
+ *
+ * AN APPROXIMATION: the card's vectors were computed by another agent that
+ * never saw the receiver's p tokens (its keys and values attend to its own
+ * context only); moving its keys to p makes the positions right, not the
+ * contents. The result equals what a cache holds whose positions [0, p)
+ * were computed alone and whose [p, p + n) were computed alone from
+ * position 0 and key-shifted by p, not a prefill of both texts (the
+ * memory-chunk work corrects this). Imported blocks are private to the
+ * agent, which stays impure (as for replace). The agent's file records its
+ * segments (store.h: SEGMENTS): its pool or card base if any, its own
+ * positions before the card (stored in the file), the card (id, content
+ * hash; rebuilt at the same position by a restore); a card that vanished
+ * or changed makes the file a miss. A context holds at most
+ * AK_KV_MAX_SEGMENTS segments (the positions before a card are one, the
+ * card another): appending past that is AK_ERR_INVALID. An agent holding
+ * nothing (unknown, or empty) gets the card as with replace. Errors as
+ * ak_agent_import_card, and AK_ERR_INVALID when the agent's tokens and the
+ * card's do not fit the context together; the agent is then as it was. */
+typedef enum { AK_IMPORT_REPLACE, AK_IMPORT_APPEND } ak_import_mode;
+int ak_agent_import_card_mode(ak_agents *a, const char *id, const char *card_id, ak_import_mode mode,
+                              ak_error *err);
+
 /* The card card_id (loaded from the store if need be; owned by a, valid
  * until it is removed or a is freed), or NULL with err set (codes as
  * ak_agent_import_card). */

@@ -14,8 +14,12 @@ typedef struct {
     int pub_spans;          /* blocks before this one were entered in the content index */
     char card[AK_AGENT_ID_MAX + 1];   /* the card its cache's base came from ("" if none) */
     char card_hash[17];     /* that card's content hash */
-    int impure;             /* its cache holds an imported card: never published to nor linked
-                               from the content index (prefix.h) */
+    int impure;             /* its cache holds an imported card (or positions frozen under an
+                               appended one): never published to nor linked from the content
+                               index (prefix.h) */
+    ak_store_seg segs[AK_KV_MAX_SEGMENTS];   /* what each segment of its cache's base is (store.h:
+                                                SEGMENTS; lengths as kv's, kept by segs_sync) */
+    int n_segs;             /* of them, those its cache (or, evicted, its file) holds */
     int32_t *tokens;        /* (cap) the history whose KV the cache holds */
     int n, cap;
     ak_kv *kv;              /* NULL unless hot */
