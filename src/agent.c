@@ -1488,7 +1488,7 @@ static int import_append(ak_agents *a, agent *g, const ak_card *c, ak_error *err
     free(h);
     /* the descriptors: g's segments, its own positions frozen (if any), the card */
     int k = g->n_segs;
-    if (ns - 1 > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
+    if (ns > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};   /* attach_base made them one */
     seg_named(g, k++, AK_SEG_CARD, c->id, c->hash);
     g->n_segs = k;
     ak_kv_free(g->kv);

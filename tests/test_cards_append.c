@@ -1,0 +1,463 @@
+/* test_cards_append.c - import mode "append" (agent.h): a card put after
+ * the receiver's own tokens, its keys shifted there. On a real tiny model:
+ * the receiver's next logits equal an independent construction (the
+ * receiver's prefix computed alone, the card's text computed alone at
+ * position 0 and key-shifted by the prefix's length with
+ * ak_model_shift_keys), and measurably differ from a prefill of both texts
+ * (the approximation); persistence (format 5 segments: own positions,
+ * pools, cards) survives a restart bit for bit, through a turn and through
+ * a prefetch on the restore path; a vanished card, a truncated file, a
+ * segments record in a version 4 file are misses; a version 4 file is still
+ * read; bad inputs are refused by code. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <xxhash.h>
+
+#include "../src/agent.h"
+#include "../src/cards.h"
+#include "../src/sampler.h"
+#include "test.h"
+#include "test_store_util.h"
+
+typedef struct {
+    ak_model *m;
+    ak_ctx *ctx;
+    float *logits;
+    int vocab;
+} aenv;
+
+static int aenv_open(ak_test_ctx *t, aenv *e) {
+    ak_error err = {{0}};
+    char path[600];
+    memset(e, 0, sizeof *e);
+    e->m = ak_model_load(test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf"), NULL, NULL, &err);
+    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
+    e->vocab = e->m ? e->m->cfg.vocab : 0;
+    e->logits = e->m ? malloc(sizeof(float) * (size_t)e->vocab) : NULL;
+    if (!e->ctx || !e->logits) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", path, err.msg); return -1; }
+    return 0;
+}
+
+static void aenv_close(aenv *e) {
+    ak_ctx_free(e->ctx);
+    ak_model_free(e->m);
+    free(e->logits);
+}
+
+#define ACTX 256
+
+static ak_agents *agents_at(aenv *e, ak_block_pool **pool, ak_store *store) {
+    ak_error err = {{0}};
+    *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, ACTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    return *pool ? ak_agents_new(&c, &err) : NULL;
+}
+
+/* One turn of agent id (pool may be NULL): the prompt prefilled past what
+ * is reused, its last logits into first (if not NULL); no token generated. */
+static int aturn(ak_test_ctx *t, aenv *e, ak_agents *ag, const char *id, const char *pool, const int32_t *prompt, int n,
+                 float *first, ak_turn *ti) {
+    ak_error err = {{0}};
+    ak_kv *kv;
+    if (ak_agent_open_pool(ag, id, 0, pool, prompt, n, n, 0, &kv, ti, &err) < 0 ||
+        ak_eval(e->ctx, kv, prompt + ti->reused, n - ti->reused, ti->reused, e->logits, NULL, NULL, NULL, &err) < 0 ||
+        ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "turn %s: %s", id, err.msg);
+        return -1;
+    }
+    if (first) memcpy(first, e->logits, sizeof(float) * (size_t)e->vocab);
+    return 0;
+}
+
+static double max_abs_diff(const float *a, const float *b, int n) {
+    double d = 0;
+    for (int i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* A fresh f32 cache in its own pool with tokens[0..n) prefilled from
+ * position 0. */
+static ak_kv *alone(aenv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
+    ak_error err = {{0}};
+    ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, ACTX, &err);
+    if (kv && ak_eval(e->ctx, kv, tokens, n, 0, e->logits, NULL, NULL, NULL, &err) < 0) {
+        ak_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+/* The expectation built by hand: positions [0, np) from P computed alone,
+ * [np, np + nx) from X computed alone at position 0 with its keys shifted
+ * by np, then the tokens q[0..nq) decoded after them; their last logits
+ * into out. Returns 0, or -1. */
+static int by_hand(aenv *e, const int32_t *P, int np, const int32_t *X, int nx, const int32_t *q, int nq, float *out) {
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_kv *kp = pool ? alone(e, pool, P, np) : NULL, *kx = kp ? alone(e, pool, X, nx) : NULL;
+    ak_kv *kv = kx ? ak_kv_new(pool, AK_KV_F16, AK_KV_F16, ACTX, &err) : NULL;
+    int rc = kv && ak_model_shift_keys(e->m, kx, 0, nx, np, &err) == 0 && ak_kv_prepare(kv, 0, np + nx, &err) == 0 ? 0 : -1;
+    int H = e->m->spec.n_head_kv;
+    float *k = malloc(sizeof(float) * (size_t)H * (e->m->spec.head_dim_k + e->m->spec.head_dim_v));
+    float *v = k + (size_t)H * e->m->spec.head_dim_k;
+    for (int l = 0; rc == 0 && l < e->m->spec.n_layer; l++)
+        for (int p = 0; rc == 0 && p < np + nx; p++) {
+            rc = ak_kv_read(p < np ? kp : kx, l, p < np ? p : p - np, k, v, &err);
+            if (rc == 0) rc = ak_kv_write(kv, l, p, k, v, &err);
+        }
+    if (rc == 0) rc = ak_eval(e->ctx, kv, q, nq, np + nx, out, NULL, NULL, NULL, &err);
+    if (rc < 0) fprintf(stderr, "by_hand: %s\n", err.msg);
+    free(k);
+    ak_kv_free(kp);
+    ak_kv_free(kx);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    return rc;
+}
+
+/* Sets metadata key of the agent file at path to value (NULL: leaves it)
+ * with a metadata checksum recomputed by the format's rule (XXH3-64 of the
+ * other entries sorted by key, each as key, 0x00, value, 0x00), so that only
+ * what the value means decides. Returns 0, or -1. */
+static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int set_meta(const char *path, const char *key, const char *value) {
+    ak_error err = {{0}};
+    size_t len;
+    uint8_t *img = (uint8_t *)ak_read_file(path, &len, &err);
+    if (!img || len < 8) return -1;
+    uint64_t N = 0;
+    for (int i = 7; i >= 0; i--) N = N << 8 | img[i];
+    cJSON *root = cJSON_ParseWithLength((const char *)img + 8, (size_t)N);
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    if (!meta) return -1;
+    cJSON_ReplaceItemInObjectCaseSensitive(meta, key, cJSON_CreateString(value));
+    const char *keys[64];
+    int k = 0;
+    for (cJSON *it = meta->child; it && k < 64; it = it->next)
+        if (strcmp(it->string, "metadata_checksum")) keys[k++] = it->string;
+    qsort(keys, (size_t)k, sizeof *keys, cmp_key);
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    for (int i = 0; i < k; i++) {
+        const char *v = cJSON_GetObjectItemCaseSensitive(meta, keys[i])->valuestring;
+        XXH3_64bits_update(st, keys[i], strlen(keys[i]) + 1);
+        XXH3_64bits_update(st, v, strlen(v) + 1);
+    }
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
+    XXH3_freeState(st);
+    cJSON_ReplaceItemInObjectCaseSensitive(meta, "metadata_checksum", cJSON_CreateString(hex));
+    char *json = cJSON_PrintUnformatted(root);
+    size_t jl = strlen(json), N2 = (jl + 7) / 8 * 8, out_len = 8 + N2 + (len - 8 - N);
+    uint8_t *out = malloc(out_len);
+    for (int i = 0; i < 8; i++) out[i] = (uint8_t)((uint64_t)N2 >> (8 * i));
+    memcpy(out + 8, json, jl);
+    memset(out + 8 + jl, ' ', N2 - jl);
+    memcpy(out + 8 + N2, img + 8 + N, len - 8 - N);
+    int rc = write_bytes(path, out, out_len);
+    free(out);
+    free(json);
+    cJSON_Delete(root);
+    free(img);
+    return rc;
+}
+
+/* The metadata value of key in the agent file at path (malloc'd), or NULL. */
+static char *get_meta(const char *path, const char *key) {
+    size_t len;
+    uint8_t *img = (uint8_t *)ak_read_file(path, &len, NULL);
+    if (!img || len < 8) { free(img); return NULL; }
+    uint64_t N = 0;
+    for (int i = 7; i >= 0; i--) N = N << 8 | img[i];
+    cJSON *root = cJSON_ParseWithLength((const char *)img + 8, (size_t)N);
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "__metadata__"), key);
+    char *out = cJSON_IsString(it) ? strdup(it->valuestring) : NULL;
+    cJSON_Delete(root);
+    free(img);
+    return out;
+}
+
+enum { NP = 37, NX = 29, NQ = 5 };
+
+/* P (the receiver's), X (the card's text), Q (a turn after the append). */
+static void texts(int vocab, int32_t *P, int32_t *X, int32_t *Q) {
+    for (int i = 0; i < NP; i++) P[i] = i ? (int32_t)((i * 37 + 11) % vocab) : 1;
+    for (int i = 0; i < NX; i++) X[i] = i ? (int32_t)((i * 53 + 7) % vocab) : 1;
+    for (int i = 0; i < NQ; i++) Q[i] = (int32_t)((i * 19 + 3) % vocab);
+}
+
+TEST(cards_append_equals_the_parts_computed_apart) {
+    aenv e;
+    if (aenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool;
+    ak_agents *ag = agents_at(&e, &pool, NULL);
+    REQUIRE(ag, "agents");
+    int32_t P[NP], X[NX], Q[NQ], all[NP + NX + NQ];
+    texts(e.vocab, P, X, Q);
+    memcpy(all, P, sizeof P);
+    memcpy(all + NP, X, sizeof X);
+    memcpy(all + NP + NX, Q, sizeof Q);
+    ak_turn ti;
+    REQUIRE(aturn(t, &e, ag, "rx", NULL, P, NP, NULL, &ti) == 0 && aturn(t, &e, ag, "tx", NULL, X, NX, NULL, &ti) == 0,
+            "turns");
+    ak_card_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.card_id = "cx";   /* all 16 bits */
+    char cid[AK_AGENT_ID_MAX + 1];
+    REQUIRE(ak_agent_make_card(ag, "tx", &rq, cid, &err) == 0, "make: %s", err.msg);
+    REQUIRE(ak_agent_import_card_mode(ag, "rx", "cx", AK_IMPORT_APPEND, &err) == 0, "append: %s", err.msg);
+    ak_agent_info in;
+    ak_agents_get(ag, ak_agents_find(ag, "rx"), &in);
+    CHECK(in.n_tokens == NP + NX && in.impure && ak_agent_match_len(ag, "rx", all, NP + NX) == NP + NX,
+          "after the append: %d tokens, impure %d, history %d of P+X", in.n_tokens, in.impure,
+          ak_agent_match_len(ag, "rx", all, NP + NX));
+    float *got = malloc(sizeof(float) * (size_t)e.vocab), *want = malloc(sizeof(float) * (size_t)e.vocab);
+    float *full = malloc(sizeof(float) * (size_t)e.vocab);
+    REQUIRE(aturn(t, &e, ag, "rx", NULL, all, NP + NX + NQ, got, &ti) == 0, "rx after the append");
+    CHECK(ti.match == AK_MATCH_EXTEND && ti.reused == NP + NX && ti.prefilled == NQ, "reused %d, prefilled %d",
+          ti.reused, ti.prefilled);
+    REQUIRE(by_hand(&e, P, NP, X, NX, Q, NQ, want) == 0, "the expectation");
+    /* a prefill of P + X + Q: what the approximation differs from */
+    ak_block_pool *fp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *fkv = alone(&e, fp, all, NP + NX + NQ);
+    REQUIRE(fkv, "full prefill");
+    memcpy(full, e.logits, sizeof(float) * (size_t)e.vocab);
+    ak_kv_free(fkv);
+    ak_block_pool_free(fp);
+    double d = max_abs_diff(got, want, e.vocab), dfull = max_abs_diff(got, full, e.vocab), mx = 0;
+    for (int i = 0; i < e.vocab; i++) mx = fmax(mx, fabs((double)want[i]));
+    printf("    appended card: max |logit diff| vs the parts computed apart %.2e, vs a prefill of both %.3f "
+           "(max |logit| %.2f)\n", d, dfull, mx);
+    /* the same f16 vectors summed class by class in a mixed block: equal up
+     * to float rounding */
+    CHECK(d < 1e-4 * (mx > 1 ? mx : 1), "append vs the parts apart: max |diff| %.3g", d);
+    CHECK(dfull > 1e-2 && dfull > 100 * d, "append vs a prefill of both: max |diff| %.3g (apart: %.3g)", dfull, d);
+
+    /* a receiver holding nothing: the same as replace */
+    REQUIRE(ak_agent_import_card_mode(ag, "fresh", "cx", AK_IMPORT_APPEND, &err) == 0, "into nothing: %s", err.msg);
+    REQUIRE(ak_agent_import_card(ag, "repl", "cx", &err) == 0, "replace: %s", err.msg);
+    float *g2 = malloc(sizeof(float) * (size_t)e.vocab);
+    int32_t xq[NX + 1];
+    memcpy(xq, X, sizeof X);
+    xq[NX] = 4;
+    REQUIRE(aturn(t, &e, ag, "fresh", NULL, xq, NX + 1, got, &ti) == 0 && aturn(t, &e, ag, "repl", NULL, xq, NX + 1, g2, &ti) == 0,
+            "turns after");
+    ak_agents_get(ag, ak_agents_find(ag, "fresh"), &in);
+    CHECK(!memcmp(got, g2, sizeof(float) * (size_t)e.vocab) && !strcmp(in.card, "cx"),
+          "append into nothing differs from replace (card \"%s\")", in.card);
+
+    /* bad input, each by code, the receiver as it was */
+    CHECK(ak_agent_import_card_mode(ag, "rx", "nope", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_NOT_FOUND,
+          "unknown card: %s", err.msg);
+    CHECK(ak_agent_import_card_mode(ag, "rx", "cx", (ak_import_mode)7, &err) < 0 && err.code == AK_ERR_INVALID,
+          "unknown mode: %s", err.msg);
+    CHECK(ak_agent_import_card_mode(ag, ".x", "cx", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_INVALID,
+          "bad id: %s", err.msg);
+    {   /* busy: in a turn */
+        ak_kv *kv;
+        REQUIRE(ak_agent_open(ag, "rx", 0, all, NP + NX + NQ, NP + NX + NQ, 0, &kv, &ti, &err) == 0, "open: %s", err.msg);
+        CHECK(ak_agent_import_card_mode(ag, "rx", "cx", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_BUSY,
+              "busy: %s", err.msg);
+        ak_agent_abort(ag, "rx");
+    }
+    ak_agents_get(ag, ak_agents_find(ag, "rx"), &in);   /* the open kept all but the last token */
+    int nb = in.n_tokens;
+    /* too long for the context: a long receiver */
+    int32_t longp[ACTX];
+    for (int i = 0; i < ACTX - NX; i++) longp[i] = (int32_t)((i * 7 + 1) % e.vocab);
+    REQUIRE(aturn(t, &e, ag, "big", NULL, longp, ACTX - NX, NULL, &ti) == 0, "big");
+    CHECK(ak_agent_import_card_mode(ag, "big", "cx", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_INVALID,
+          "too long: %s", err.msg);
+    ak_agents_get(ag, ak_agents_find(ag, "big"), &in);
+    CHECK(in.n_tokens == ACTX - NX && !in.impure, "big changed: %d tokens", in.n_tokens);
+    /* segments: each append adds the positions before it and the card (an
+     * own token between appends); the 5th makes 9 segments: refused, the
+     * agent as it was */
+    int32_t hist[ACTX];
+    int nh = 2;
+    hist[0] = 1, hist[1] = 2;
+    REQUIRE(aturn(t, &e, ag, "seg", NULL, hist, nh, NULL, &ti) == 0, "seg");
+    for (int k = 0; k < 4; k++) {
+        REQUIRE(ak_agent_import_card_mode(ag, "seg", "cx", AK_IMPORT_APPEND, &err) == 0, "append %d: %s", k, err.msg);
+        memcpy(hist + nh, X, sizeof X);
+        nh += NX;
+        hist[nh++] = 5;
+        REQUIRE(aturn(t, &e, ag, "seg", NULL, hist, nh, NULL, &ti) == 0, "seg %d", k);
+        CHECK(ti.reused == nh - 1, "append %d: reused %d of %d", k, ti.reused, nh);
+    }
+    CHECK(ak_agent_import_card_mode(ag, "seg", "cx", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_INVALID,
+          "a 9th segment: %s", err.msg);
+    ak_agents_get(ag, ak_agents_find(ag, "seg"), &in);
+    CHECK(in.n_tokens == nh && ak_agent_match_len(ag, "seg", hist, nh) == nh, "seg disturbed: %d tokens", in.n_tokens);
+    ak_agents_get(ag, ak_agents_find(ag, "rx"), &in);
+    CHECK(in.n_tokens == nb && ak_agent_match_len(ag, "rx", all, NP + NX + NQ) == nb, "rx disturbed");
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    free(got);
+    free(want);
+    free(full);
+    free(g2);
+    aenv_close(&e);
+}
+
+/* Persistence of appended agents (store.h: SEGMENTS). Twins: one stays hot
+ * across its turns, its twin is saved after the append's first turn and
+ * restored after a restart (by a turn, or by a prefetch on the restore
+ * path): the restored one's logits must be the hot one's, bit for bit.
+ * Receivers: plain (segments own, card) and pooled (pool, own, card). Then
+ * what must be a miss: a truncated file, a version 4 file with segments, a
+ * vanished card; and a version 4 file of a single card base is still read. */
+TEST(cards_append_survives_a_restart) {
+    aenv e;
+    if (aenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = dir_for("cards-append");
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_at(&e, &pool, store);
+    REQUIRE(ag, "agents");
+    enum { NDOC = 20, NR = 3 };
+    int32_t P[NP], X[NX], Q[NQ], all[NP + NX + NQ + NR];
+    texts(e.vocab, P, X, Q);
+    memcpy(all, P, sizeof P);
+    memcpy(all + NP, X, sizeof X);
+    memcpy(all + NP + NX, Q, sizeof Q);
+    for (int i = 0; i < NR; i++) all[NP + NX + NQ + i] = (int32_t)(i + 9);
+    const int n1 = NP + NX + NQ, n2 = n1 + NR;
+    ak_turn ti;
+    REQUIRE(ak_pool_create(ag, e.ctx, "doc", P, NDOC, AK_KV_F16, AK_KV_F16, NULL, NULL, NULL, &err) == 0, "pool: %s",
+            err.msg);
+    REQUIRE(aturn(t, &e, ag, "tx", NULL, X, NX, NULL, &ti) == 0, "tx");
+    ak_card_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.card_id = "cx";
+    char cid[AK_AGENT_ID_MAX + 1];
+    REQUIRE(ak_agent_make_card(ag, "tx", &rq, cid, &err) == 0, "make: %s", err.msg);
+    const ak_card *c = ak_card_get(ag, "cx", &err);
+    REQUIRE(c, "%s", err.msg);
+    char chash[17];
+    snprintf(chash, sizeof chash, "%s", c->hash);
+    const char *plain[] = {"rx", "ry"}, *pooled[] = {"pz", "pw", "pv"};
+    for (int i = 0; i < 2; i++) {
+        REQUIRE(aturn(t, &e, ag, plain[i], NULL, P, NP, NULL, &ti) == 0, "%s", plain[i]);
+        REQUIRE(ak_agent_import_card_mode(ag, plain[i], "cx", AK_IMPORT_APPEND, &err) == 0, "%s: %s", plain[i], err.msg);
+        REQUIRE(aturn(t, &e, ag, plain[i], NULL, all, n1, NULL, &ti) == 0, "%s", plain[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(aturn(t, &e, ag, pooled[i], "doc", P, NP, NULL, &ti) == 0, "%s", pooled[i]);
+        REQUIRE(ak_agent_import_card_mode(ag, pooled[i], "cx", AK_IMPORT_APPEND, &err) == 0, "%s: %s", pooled[i], err.msg);
+        REQUIRE(aturn(t, &e, ag, pooled[i], "doc", all, n1, NULL, &ti) == 0, "%s", pooled[i]);
+        CHECK(ti.reused == NP + NX, "%s with its pool after the append: reused %d (the pool re-attached?)", pooled[i],
+              ti.reused);
+    }
+    /* the hot ones' next turn: the reference */
+    float *lr = malloc(sizeof(float) * (size_t)e.vocab), *lp = malloc(sizeof(float) * (size_t)e.vocab);
+    float *got = malloc(sizeof(float) * (size_t)e.vocab);
+    REQUIRE(aturn(t, &e, ag, "rx", NULL, all, n2, lr, &ti) == 0 && aturn(t, &e, ag, "pz", "doc", all, n2, lp, &ti) == 0,
+            "hot turns");
+    /* a single card base (replace) for the version 4 check below */
+    REQUIRE(ak_agent_import_card(ag, "solo", "cx", &err) == 0, "solo: %s", err.msg);
+    int32_t xq[NX + NQ];
+    memcpy(xq, X, sizeof X);
+    memcpy(xq + NX, Q, sizeof Q);
+    float *ls = malloc(sizeof(float) * (size_t)e.vocab);
+    REQUIRE(aturn(t, &e, ag, "solo", NULL, xq, NX + NQ, ls, &ti) == 0, "solo turn");
+    CHECK(ak_card_remove(ag, "cx", &err) < 0 && err.code == AK_ERR_BUSY && strstr(err.msg, "ry"), "remove: %s", err.msg);
+    REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
+    /* the files: format 5, the segments as the format says */
+    char want[400], *sg = get_meta(file_of(dir, "ry"), "segments"), *ver = get_meta(file_of(dir, "ry"), "format_version");
+    snprintf(want, sizeof want, "own:%d,card:%d:cx:%s", NP, NX, chash);
+    CHECK(sg && !strcmp(sg, want) && ver && !strcmp(ver, "5"), "ry's segments \"%s\" (want \"%s\"), version %s",
+          sg ? sg : "none", want, ver ? ver : "none");
+    free(sg);
+    free(ver);
+    sg = get_meta(file_of(dir, "pw"), "segments");
+    ak_pool_info pi;
+    REQUIRE(ak_pool_get(ag, "doc", &pi, &err) == 0, "%s", err.msg);
+    snprintf(want, sizeof want, "pool:%d:doc:%s,own:%d,card:%d:cx:%s", NDOC, pi.hash, NP - NDOC, NX, chash);
+    CHECK(sg && !strcmp(sg, want), "pw's segments \"%s\" (want \"%s\")", sg ? sg : "none", want);
+    free(sg);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "python3 tests/check_safetensors.py %s %s >/dev/null", file_of(dir, "ry"), file_of(dir, "pw"));
+    CHECK(system(cmd) == 0, "check_safetensors.py rejects a file with segments");
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+
+    /* damage: pz's file truncated, pw's said to be version 4, solo's (a
+     * single base) version 4 */
+    struct stat sb;
+    REQUIRE(stat(file_of(dir, "pz"), &sb) == 0 && truncate(file_of(dir, "pz"), sb.st_size - 3) == 0, "truncate");
+    REQUIRE(set_meta(file_of(dir, "pw"), "format_version", "4") == 0 &&
+                set_meta(file_of(dir, "solo"), "format_version", "4") == 0, "rewrite");
+    ak_store_close(store);
+    store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ag = agents_at(&e, &pool, store);
+    REQUIRE(ag, "agents after the restart");
+    CHECK(ak_card_remove(ag, "cx", &err) < 0 && err.code == AK_ERR_BUSY && strstr(err.msg, "ry"),
+          "remove with holders on disk: %s", err.msg);
+    /* ry by a prefetch on the restore path */
+    ak_restore_job *job = NULL;
+    REQUIRE(ak_agent_prefetch(ag, "ry", 0, &job, &err) == 1, "prefetch: %s", err.msg);
+    ak_restore_job_run(job);
+    ak_agent_prefetch_done(ag, job);
+    REQUIRE(aturn(t, &e, ag, "ry", NULL, all, n2, got, &ti) == 0, "ry");
+    CHECK(ti.tier == AK_TIER_WARM && ti.restored_ahead && ti.reused == n1 && ti.prefilled == NR,
+          "ry: tier %s, ahead %d, reused %d", ak_tier_name(ti.tier), ti.restored_ahead, ti.reused);
+    CHECK(!memcmp(got, lr, sizeof(float) * (size_t)e.vocab), "ry restored: logits differ from the hot twin's (%.3g)",
+          max_abs_diff(got, lr, e.vocab));
+    /* rx by a turn: the same history, the same bits */
+    REQUIRE(aturn(t, &e, ag, "rx", NULL, all, n2, got, &ti) == 0, "rx");
+    CHECK(ti.tier == AK_TIER_WARM && ti.match == AK_MATCH_EXACT && !memcmp(got, lr, sizeof(float) * (size_t)e.vocab),
+          "rx restored: tier %s, match %s", ak_tier_name(ti.tier), ak_match_name(ti.match));
+    REQUIRE(aturn(t, &e, ag, "pv", "doc", all, n2, got, &ti) == 0, "pv");
+    CHECK(ti.tier == AK_TIER_WARM && ti.reused == n1 && !memcmp(got, lp, sizeof(float) * (size_t)e.vocab),
+          "pv restored (pool, own, card): tier %s, reused %d, max |diff| %.3g", ak_tier_name(ti.tier), ti.reused,
+          max_abs_diff(got, lp, e.vocab));
+    REQUIRE(aturn(t, &e, ag, "solo", NULL, xq, NX + NQ, got, &ti) == 0, "solo");
+    CHECK(ti.tier == AK_TIER_WARM && ti.reused == NX + NQ - 1 && !memcmp(got, ls, sizeof(float) * (size_t)e.vocab),
+          "a version 4 file: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
+    REQUIRE(aturn(t, &e, ag, "pz", "doc", all, n2, got, &ti) == 0 && aturn(t, &e, ag, "pw", "doc", all, n2, NULL, &ti) == 0,
+            "pz, pw");
+    CHECK(quarantined(dir, "pz") == 1 && quarantined(dir, "pw") == 1,
+          "a truncated file and a version 4 file with segments are corrupt (quarantined)");
+    {   /* recomputed: a prefill of the whole text now, not the approximation */
+        ak_block_pool *fp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+        ak_kv *fkv = fp ? alone(&e, fp, all, n2) : NULL;
+        REQUIRE(fkv, "full prefill");
+        CHECK(max_abs_diff(got, e.logits, e.vocab) < 1e-3 && max_abs_diff(got, lp, e.vocab) > 1e-1,
+              "pz recomputed: %.3g from a prefill, %.3g from the appended twin", max_abs_diff(got, e.logits, e.vocab),
+              max_abs_diff(got, lp, e.vocab));
+        ak_kv_free(fkv);
+        ak_block_pool_free(fp);
+    }
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+
+    /* the card vanishes behind the agents' back: a miss, recomputed */
+    char cpath[700];
+    snprintf(cpath, sizeof cpath, "%s/cards/cx.safetensors", dir);
+    REQUIRE(unlink(cpath) == 0, "unlink the card");
+    store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ag = agents_at(&e, &pool, store);
+    REQUIRE(ag, "agents");
+    REQUIRE(aturn(t, &e, ag, "ry", NULL, all, n2, got, &ti) == 0, "ry without its card");
+    CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0, "ry without its card: tier %s, reused %d", ak_tier_name(ti.tier),
+          ti.reused);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    free(lr);
+    free(lp);
+    free(ls);
+    free(got);
+    aenv_close(&e);
+}
