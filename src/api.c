@@ -585,9 +585,11 @@ int ak_api_parse_card(const char *body, size_t len, ak_api_card_request *out, ak
     return rc;
 }
 
-int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_MAX + 1], ak_api_error *e) {
+int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_MAX + 1], ak_import_mode *mode,
+                        ak_api_error *e) {
     memset(e, 0, sizeof *e);
     card_id[0] = 0;
+    *mode = AK_IMPORT_REPLACE;
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
     if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
     int rc = 0;
@@ -596,12 +598,15 @@ int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_M
     if (!cJSON_IsObject(j)) rc = fail_bad(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
     else if (!cJSON_IsString(c) || !ak_agent_id_valid(c->valuestring))
         rc = fail_bad(e, 400, "card", "invalid_card_id", "card must be a card id (1-128 of [A-Za-z0-9_.-])");
-    else if (m && !cJSON_IsNull(m) && (!cJSON_IsString(m) || strcmp(m->valuestring, "replace")))
+    else if (m && !cJSON_IsNull(m) &&
+             (!cJSON_IsString(m) || (strcmp(m->valuestring, "replace") && strcmp(m->valuestring, "append"))))
         rc = fail_bad(e, 400, "mode", "unsupported_mode",
-                      "mode '%.32s' is not supported: only \"replace\" exists (the card becomes the agent's whole "
-                      "context); \"append\" (the card after the agent's own tokens) is not built",
-                      cJSON_IsString(m) ? m->valuestring : "?");
-    else snprintf(card_id, AK_AGENT_ID_MAX + 1, "%s", c->valuestring);
+                      "mode '%.32s' is not supported: \"replace\" (the card becomes the agent's whole context) or "
+                      "\"append\" (the card after the agent's own tokens)", cJSON_IsString(m) ? m->valuestring : "?");
+    else {
+        snprintf(card_id, AK_AGENT_ID_MAX + 1, "%s", c->valuestring);
+        if (cJSON_IsString(m) && !strcmp(m->valuestring, "append")) *mode = AK_IMPORT_APPEND;
+    }
     cJSON_Delete(j);
     return rc;
 }

@@ -142,10 +142,11 @@ typedef struct {
 int ak_api_parse_card(const char *body, size_t len, ak_api_card_request *out, ak_api_error *e);
 
 /* Parses a POST /v1/agents/{id}/import body {"card": ID, "mode"?:
- * "replace"} into card_id. Refusals (400, code): invalid_json,
- * invalid_card_id (missing or not an id), unsupported_mode ("append" is
- * not built: only "replace" is; the message says so). Returns 0, or -1
- * with *e set. */
-int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_MAX + 1], ak_api_error *e);
+ * "replace" | "append"} into card_id and *mode (absent or null: replace;
+ * agent.h: ak_agent_import_card_mode). Refusals (400, code): invalid_json,
+ * invalid_card_id (missing or not an id), unsupported_mode (another mode;
+ * the message names both). Returns 0, or -1 with *e set. */
+int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_MAX + 1], ak_import_mode *mode,
+                        ak_api_error *e);
 
 #endif

@@ -74,6 +74,7 @@ typedef struct op {
     char *source;
     const ak_card_request *rq;    /* OP_CARD_MAKE */
     const char *card_id;          /* OP_CARD_IMPORT */
+    ak_import_mode mode;          /* OP_CARD_IMPORT */
     ak_sched_card *card;          /* OP_CARD_MAKE, OP_CARD_GET: the result */
     ak_store_card_entry *centries;   /* OP_CARD_LIST (n, malloc'd) */
     const ak_store_entry *files;  /* the store's files, listed by the caller (from the store's
@@ -855,7 +856,7 @@ static void run_card_op(ak_sched *s, op *o) {
         break;
     }
     case OP_CARD_IMPORT:
-        o->rc = ak_agent_import_card(ag, o->id, o->card_id, &o->err);
+        o->rc = ak_agent_import_card_mode(ag, o->id, o->card_id, o->mode, &o->err);
         if (o->rc == 0) {
             ak_agent_info in;
             ak_agents_get(ag, ak_agents_find(ag, o->id), &in);
@@ -1325,11 +1326,13 @@ int ak_sched_card_make(ak_sched *s, const char *agent_id, const ak_card_request 
     return pool_op(s, &o, err) < 0 ? -1 : 0;
 }
 
-int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, int *n_tokens, ak_error *err) {
+int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, ak_import_mode mode, int *n_tokens,
+                         ak_error *err) {
     op o = {0};
     o.kind = OP_CARD_IMPORT;
     o.id = id;
     o.card_id = card_id;
+    o.mode = mode;
     if (pool_op(s, &o, err) < 0) return -1;
     *n_tokens = o.n;
     return 0;

@@ -187,10 +187,12 @@ int ak_sched_status_of(int code);
  * queued. Returns 0 and fills *out, or -1 with err set. */
 int ak_sched_card_make(ak_sched *s, const char *agent_id, const ak_card_request *rq, ak_sched_card *out,
                        ak_error *err);
-/* Import "replace" of card card_id into agent id (ak_agent_import_card);
- * *n_tokens gets the agent's new context length. AK_ERR_BUSY while a request
- * of the agent runs or is queued. Returns 0, or -1 with err set. */
-int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, int *n_tokens, ak_error *err);
+/* Import of card card_id into agent id in mode `mode`
+ * (ak_agent_import_card_mode: replace, append); *n_tokens gets the agent's
+ * new context length. AK_ERR_BUSY while a request of the agent runs or is
+ * queued. Returns 0, or -1 with err set. */
+int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, ak_import_mode mode, int *n_tokens,
+                         ak_error *err);
 /* Card card_id (loaded and verified if need be). Returns 0, or -1 with err
  * set (AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT: quarantined, ...). */
 int ak_sched_card_get(ak_sched *s, const char *card_id, ak_sched_card *out, ak_error *err);

@@ -728,28 +728,33 @@ static enum MHD_Result make_card(ak_server *s, struct MHD_Connection *c, conn *c
     return send_json(s, c, ep, 201, card_json(&card.e, &card));
 }
 
-/* POST /v1/agents/{id}/import: the agent's context becomes the card. */
+/* POST /v1/agents/{id}/import: the agent's context becomes the card
+ * (mode "replace", the default) or the card goes after it ("append"). */
 static enum MHD_Result import_card(ak_server *s, struct MHD_Connection *c, conn *cn, const char *agent) {
     const char *ep = "/v1/agents";
     enum MHD_Result out;
     if (body_refused(s, c, cn, ep, &out)) return out;
     char card_id[AK_AGENT_ID_MAX + 1];
+    ak_import_mode mode;
     ak_api_error b;
-    if (ak_api_parse_import(cn->body, cn->len, card_id, &b) < 0)
+    if (ak_api_parse_import(cn->body, cn->len, card_id, &mode, &b) < 0)
         return send_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
     int n = 0;
     ak_error err = {0};
-    if (ak_sched_card_import(s->cfg.sched, agent, card_id, &n, &err) < 0) {
-        if (err.code == AK_ERR_INVALID)   /* ids were checked: the card does not fit the context */
+    if (ak_sched_card_import(s->cfg.sched, agent, card_id, mode, &n, &err) < 0) {
+        /* ids and mode were checked: the card (with the agent's tokens, for
+         * append) does not fit the context, or the agent's segments are full */
+        if (err.code == AK_ERR_INVALID)
             return send_error(s, c, ep, 400, "card", "context_length_exceeded", "%s", err.msg);
         return send_card_error(s, c, ep, &err, 0);
     }
-    logf_(s, "agent %s: imported card %s (%d tokens)", agent, card_id, n);
+    const char *mname = mode == AK_IMPORT_APPEND ? "append" : "replace";
+    logf_(s, "agent %s: imported card %s (%s, %d tokens)", agent, card_id, mname, n);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", agent);
     cJSON_AddStringToObject(j, "object", "agent.import");
     cJSON_AddStringToObject(j, "card", card_id);
-    cJSON_AddStringToObject(j, "mode", "replace");
+    cJSON_AddStringToObject(j, "mode", mname);
     cJSON_AddNumberToObject(j, "tokens", n);
     return send_json(s, c, ep, 200, j);
 }

@@ -354,14 +354,20 @@ TEST(api_import_body) {
     char id[AK_AGENT_ID_MAX + 1];
     ak_api_error e;
     const char *ok[] = {"{\"card\":\"c1\"}", "{\"card\":\"c1\",\"mode\":\"replace\"}", "{\"card\":\"c1\",\"mode\":null}"};
+    ak_import_mode mode;
     for (int i = 0; i < 3; i++) {
         id[0] = 'x';
-        CHECK(ak_api_parse_import(ok[i], strlen(ok[i]), id, &e) == 0 && !strcmp(id, "c1"), "%s: %s", ok[i], e.msg);
+        mode = AK_IMPORT_APPEND;
+        CHECK(ak_api_parse_import(ok[i], strlen(ok[i]), id, &mode, &e) == 0 && !strcmp(id, "c1") &&
+                  mode == AK_IMPORT_REPLACE, "%s: %s", ok[i], e.msg);
     }
     const char *b = "{\"card\":\"c1\",\"mode\":\"append\"}";
-    CHECK(ak_api_parse_import(b, strlen(b), id, &e) < 0 && e.status == 400 && !strcmp(e.code, "unsupported_mode") &&
-              strstr(e.msg, "replace") && strstr(e.msg, "append") && !id[0],
+    CHECK(ak_api_parse_import(b, strlen(b), id, &mode, &e) == 0 && !strcmp(id, "c1") && mode == AK_IMPORT_APPEND,
           "append: %s", e.msg);
+    b = "{\"card\":\"c1\",\"mode\":\"merge\"}";
+    CHECK(ak_api_parse_import(b, strlen(b), id, &mode, &e) < 0 && e.status == 400 && !strcmp(e.code, "unsupported_mode") &&
+              strstr(e.msg, "replace") && strstr(e.msg, "append") && !id[0],
+          "merge: %s", e.msg);
     static const struct { const char *body, *code; } bad[] = {
         {"{\"card\":\"c1\",\"mode\":\"merge\"}", "unsupported_mode"},
         {"{\"card\":\"c1\",\"mode\":1}", "unsupported_mode"},
@@ -372,7 +378,7 @@ TEST(api_import_body) {
         {"", "invalid_json"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        int rc = ak_api_parse_import(bad[i].body, strlen(bad[i].body), id, &e);
+        int rc = ak_api_parse_import(bad[i].body, strlen(bad[i].body), id, &mode, &e);
         CHECK(rc < 0 && e.status == 400 && e.code && !strcmp(e.code, bad[i].code), "%s: %s (want %s)", bad[i].body,
               e.code ? e.code : "-", bad[i].code);
     }

@@ -152,6 +152,68 @@ TEST(cards_server_export_import_chat_same_answer) {
     rig_stop(&r);
 }
 
+/* Import "append" over HTTP, and a chat turn after it. Alice answers Q1,
+ * then the follow-up q2; her card "tail" holds q2's prompt past Q1's
+ * (positions [p1, p2), computed after Q1's tokens). Rita answers Q1 (her
+ * history: Q1's p1 prompt tokens) and appends the tail: her history is
+ * hers followed by the card's, q2's prompt exactly, and as the card was
+ * cut right after the same prefix the approximation is exact here: her
+ * q2 turn reuses everything (the last token recomputed) and answers as
+ * Alice did. */
+TEST(cards_server_append_then_chat) {
+    rig r;
+    if (rig_start(t, &r, MODEL, 0, "cards-append", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    reply a = chat(r.port, "alice", Q1, 24);
+    REQUIRE(a.status == 200 && answer(&a), "alice: %d %s", a.status, a.body);
+    int p1 = prompt_tokens(&a);
+    cJSON *q2 = cJSON_Parse(Q1);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "assistant");
+    cJSON_AddStringToObject(m, "content", answer(&a));
+    cJSON_AddItemToArray(q2, m);
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", "What did the dog do next?");
+    cJSON_AddItemToArray(q2, m);
+    char *q2s = cJSON_PrintUnformatted(q2);
+    cJSON_Delete(q2);
+    reply_free(&a);
+    reply ra = chat(r.port, "alice", q2s, 24);
+    REQUIRE(ra.status == 200 && answer(&ra), "alice q2: %d %s", ra.status, ra.body);
+    int p2 = prompt_tokens(&ra);
+    char body[256];
+    snprintf(body, sizeof body, "{\"id\":\"tail\",\"range\":[%d,%d],\"bits\":16,\"policy\":\"uniform\"}", p1, p2);
+    a = post_card(r.port, "alice", body);
+    REQUIRE(a.status == 201 && num(a.j, "pos_offset") == p1, "make: %d %s", a.status, a.body);
+    reply_free(&a);
+    a = chat(r.port, "rita", Q1, 1);
+    REQUIRE(a.status == 200, "rita: %d %s", a.status, a.body);
+    reply_free(&a);
+    cJSON *ri = agent_get(r.port, "rita");
+    int nr = ri ? (int)num(ri, "tokens") : -1;
+    cJSON_Delete(ri);
+    REQUIRE(nr == p1, "rita holds %d tokens, Q1's prompt is %d", nr, p1);
+    a = import_card(r.port, "rita", "tail", "append");
+    CHECK(a.status == 200 && !strcmp(str(a.j, "mode"), "append") && !strcmp(str(a.j, "card"), "tail") &&
+              (int)num(a.j, "tokens") == p2, "append: %d %s", a.status, a.body);
+    reply_free(&a);
+    ri = agent_get(r.port, "rita");
+    CHECK(ri && (int)num(ri, "tokens") == p2, "rita after the append: %s", ri ? cJSON_PrintUnformatted(ri) : "none");
+    cJSON_Delete(ri);
+    reply rb = chat(r.port, "rita", q2s, 24);
+    REQUIRE(rb.status == 200 && answer(&rb), "rita q2: %d %s", rb.status, rb.body);
+    CHECK(reused(&rb) == p2 - 1 && prompt_tokens(&rb) == p2, "rita reused %d of %d", reused(&rb), prompt_tokens(&rb));
+    CHECK(!strcmp(answer(&rb), answer(&ra)), "rita '%s' vs alice '%s'", answer(&rb), answer(&ra));
+    a = http(r.port, "DELETE", "/v1/cards/tail", NULL);
+    CHECK(a.status == 409 && !strcmp(err_code(&a), "card_busy") && strstr(err_msg(&a), "rita"), "delete held: %d %s",
+          a.status, a.body);
+    reply_free(&a);
+    reply_free(&ra);
+    reply_free(&rb);
+    free(q2s);
+    rig_stop(&r);
+}
+
 /* Widths of tokens[0..n) of MODEL under policy (overlap: NULL or n
  * counts) at budget 4/4, scored from a statistics pass run here (stats: 1)
  * or the token ids alone (0), as docs/cards.md says: f16 sequence, default
@@ -363,6 +425,7 @@ TEST(cards_server_bad_inputs) {
     REQUIRE(lr, "long request");
     EXPECT(post_card(r.port, "alice", "{\"bits\":4}"), 409, "agent_busy", "make while generating");
     EXPECT(import_card(r.port, "alice", "c", "replace"), 409, "agent_busy", "import while generating");
+    EXPECT(import_card(r.port, "alice", "c", "append"), 409, "agent_busy", "append while generating");
     ak_request_cancel(lr);
     ak_request_wait(lr, (size_t)-1, 60000);
     ak_request_release(lr);
@@ -370,19 +433,23 @@ TEST(cards_server_bad_inputs) {
     CHECK(a.status == 200, "alice again: %d", a.status);
     reply_free(&a);
     /* imports */
-    a = import_card(r.port, "alice", "c", "append");
-    CHECK(a.status == 400 && !strcmp(err_code(&a), "unsupported_mode") && strstr(err_msg(&a), "replace"),
-          "append: %d %s", a.status, a.body);
+    a = import_card(r.port, "alice", "c", "merge");
+    CHECK(a.status == 400 && !strcmp(err_code(&a), "unsupported_mode") && strstr(err_msg(&a), "replace") &&
+              strstr(err_msg(&a), "append"), "merge: %d %s", a.status, a.body);
     reply_free(&a);
+    EXPECT(import_card(r.port, "alice", "nope", "append"), 404, "card_not_found", "append an unknown card");
     EXPECT(import_card(r.port, "alice", "nope", "replace"), 404, "card_not_found", "unknown card");
     EXPECT(http(r.port, "POST", "/v1/agents/alice/import", "{\"mode\":\"replace\"}"), 400, "invalid_card_id", "no card");
     REQUIRE(foreign_card(t, r.m, r.store, "other-model", "0123456789abcdef") == 0, "other-model card");
     EXPECT(import_card(r.port, "alice", "other-model", "replace"), 409, "card_stale", "another model's card");
+    EXPECT(import_card(r.port, "alice", "other-model", "append"), 409, "card_stale", "append another model's card");
     REQUIRE(foreign_card(t, r.m, r.store, "broken", r.m->fingerprint) == 0, "broken card");
     char path[700];
     snprintf(path, sizeof path, "%s/%s/cards/broken.safetensors", test_tmp_dir(), mem);
     CHECK(flip_byte(path) == 0, "flip %s", path);
     EXPECT(import_card(r.port, "alice", "broken", "replace"), 500, "card_corrupt", "corrupt card");
+    /* (quarantined by the first refusal: now unknown) */
+    EXPECT(import_card(r.port, "alice", "broken", "append"), 404, "card_not_found", "append a quarantined card");
     CHECK(quarantined(mem, "card+broken") && access(path, F_OK) != 0, "the corrupt card is in quarantine");
     al = agent_get(r.port, "alice");
     CHECK(al && (int)num(al, "tokens") == alice_tokens && cJSON_IsNull(cJSON_GetObjectItem(al, "card")),
