@@ -53,15 +53,19 @@ void ak_matmul_scalar(uint32_t wtype, const void *W, int64_t rows, int64_t cols,
 
 /* Packed weights. Where the back end has kernels for a regrouped layout
  * (kernels_packed.c: F32/F16/BF16 with AVX-512; Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0 and, in kernels_packed_k.c, Q4_K, Q5_K, Q6_K with AVX512-VNNI), a
+ * Q8_0 and, in kernels_packed_k.c, Q4_K, Q5_K, Q6_K with AVX512-VNNI; all
+ * of them with AVX2), a
  * matrix can be copied once into it and multiplied from there, faster than
  * from the row-major blocks. ak_packed_bytes gives the copy's size, or 0 when there is no packed
  * kernel for this type in this build (then use ak_matmul). */
 size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols);
 /* Writes the packed copy of W into P (ak_packed_bytes bytes, 64-byte aligned). */
 void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P);
-/* ak_matmul's contract, with W given by its packed copy P. */
-void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols,
-                      const float *X, int64_t ntok, float *Y);
+/* ak_matmul's contract, with W given by its packed copy P. Returns 0, or -1
+ * with err set (AK_ERR_INVALID, Y untouched) where ak_packed_bytes is 0 for
+ * (wtype, rows, cols). Out of memory for its scratch it computes one token
+ * at a time on the stack: the same bits, not an error. */
+int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols,
+                     const float *X, int64_t ntok, float *Y, ak_error *err);
 
 #endif

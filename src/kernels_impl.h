@@ -83,6 +83,37 @@ static inline float ak_quantize_block_avx512(const float *x, __m128i *lo, __m128
 }
 #endif
 
+#if defined(AK_SIMD_AVX2)
+#include <immintrin.h>
+
+/* AVX2's twin of ak_quantize_block_avx512, the same contract and bits
+ * (d = amax / 127, q = round-half-even(x / d)): the 32 quants in order in
+ * *q, their sum in *sum; returns d. The packed layouts start here. */
+static inline float ak_quantize_block_avx2(const float *x, __m256i *q, int *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], a = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    __m256i qi[4];
+    for (int i = 0; i < 4; i++) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));   /* half-even */
+    __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    *sum = _mm_cvtsi128_si32(s);
+    /* packs work within 128-bit lanes; the permute restores the order */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    *q = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    return d;
+}
+#endif
+
 #if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
 /* acc + the u8 x s8 products of w with 4 activation bytes at p broadcast to
  * every lane (vpdpbusd). GCC does not fold the broadcast into the

@@ -36,9 +36,12 @@
  * m: a block adds m * s). The integer sum of a block starts at c, so the
  * offset costs nothing.
  *
- * The quantized tiles are built where AVX512-VNNI is available, the float
- * ones where AVX-512 is; elsewhere ak_packed_bytes says 0 and the engine uses
- * the row-major kernels.
+ * Tiles: with AVX-512, the float ones everywhere and the quantized ones
+ * where VNNI is; with AVX2 (x86-64-v3), all of them, on 32-byte vectors that
+ * each take half of a 64-byte one (rows 0..7, then 8..15: the layout is the
+ * same), vpmaddubsw for the integer products (AVX-VNNI's vpdpbusd where the
+ * build has it). Elsewhere ak_packed_bytes says 0 and the engine uses the
+ * row-major kernels.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -48,14 +51,27 @@
 
 #if defined(AK_SIMD_AVX512) && !defined(AK_NO_PACKED)
 #define AK_PACKED 1         /* float weights: AVX-512 */
+#define AK_PACKED_512 1
 #include <immintrin.h>
 #if defined(__AVX512VNNI__)
 #define AK_PACKED_Q 1       /* Q4_0, Q8_0: AVX512-VNNI too */
 #endif
+#define TILE_T 8            /* tokens per tile */
+#define Q8_OFFSET 128       /* Q8_0 codes are q + 128, unsigned for vpdpbusd */
+#elif defined(AK_SIMD_AVX2) && !defined(AK_NO_PACKED)
+#define AK_PACKED 1         /* every type: vpmaddubsw, or AVX-VNNI's vpdpbusd */
+#define AK_PACKED_256 1
+#define AK_PACKED_Q 1
+#include <immintrin.h>
+#define TILE_T 4            /* tokens per tile: 16 ymm registers */
+#if defined(__AVXVNNI__)
+#define Q8_OFFSET 128
+#else
+#define Q8_OFFSET 0         /* |q| x sign(x, q): q + 128 would saturate vpmaddubsw */
+#endif
 #endif
 
 #define GROUP 16            /* rows per group */
-#define TILE_T 8            /* tokens per tile */
 #define TOKEN_CHUNK 64      /* tokens per work item in prefill */
 #define PF_BYTES 4096      /* prefetch distance in the codes stream, into L1 */
 #define PF_FAR 65536       /* and further ahead into L2 (see tile) */
@@ -90,7 +106,9 @@ static int pq_kind(uint32_t wtype) {
 }
 static inline int pq_has_min(int kind) { return kind == PQ_Q41 || kind == PQ_Q51; }
 static inline int pq_has_hbits(int kind) { return kind == PQ_Q50 || kind == PQ_Q51; }
-static inline int pq_offset(int kind) { return kind == PQ_Q40 ? 8 : kind == PQ_Q50 ? 16 : kind == PQ_Q80 ? 128 : 0; }
+#if defined(AK_PACKED_Q)
+static inline int pq_offset(int kind) { return kind == PQ_Q40 ? 8 : kind == PQ_Q50 ? 16 : kind == PQ_Q80 ? Q8_OFFSET : 0; }
+#endif
 static inline size_t code_record_bytes_of(int kind) { return kind == PQ_Q80 ? 512 : pq_has_hbits(kind) ? 320 : 256; }
 static inline size_t scale_record_bytes_of(int kind) { return pq_has_min(kind) ? 4 * GROUP : 2 * GROUP; }
 static size_t code_record_bytes(uint32_t wtype) { return code_record_bytes_of(pq_kind(wtype)); }
@@ -201,6 +219,17 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
 
 #define AK_INLINE_P static inline __attribute__((always_inline))
 
+static inline int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+#if defined(AK_PACKED_512)
+/* ======================================================================== */
+/* AVX-512                                                                  */
+/* ======================================================================== */
+
 #if defined(AK_PACKED_Q)
 
 /* One token's activations into the XP layout (see the top). */
@@ -223,13 +252,6 @@ static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) 
         ss[b] = d * (float)sum;   /* as kquant.c's activations: the same s */
     }
 }
-
-static inline int32_t load_i32(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 
 /* G groups of 16 rows (at grp, grp + gb, ...) times T tokens: Y[t * ldy +
  * g * 16 + r] for g * 16 + r < nvalid. xp token t's XP row is at xp + t *
@@ -449,6 +471,374 @@ static const ftile_fn ftiles[3][GMAX][TILE_T] = {
     { FTILE_ROW(2, 1), FTILE_ROW(2, 2) },
 };
 
+#if defined(AK_PACKED_Q)
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) of a 32-block kind, from the
+ * groups at P (gb bytes each) and the tokens' XP rows (xp, xps bytes
+ * apart); Y is ntok x rows. */
+static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                   int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
+    const int64_t nb = cols / AK_QK;
+    for (int64_t g = g0, G; g < g1; g += G) {
+        G = t1 - t0 == 1 && g1 - g >= 4 ? 4 : (int)ak_min64(2, g1 - g);   /* one token: four streams */
+        int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
+        for (int64_t t = t0; t < t1; t += TILE_T) {
+            int T = (int)ak_min64(TILE_T, t1 - t);
+            const tile_fn fn = G == 4 ? tiles_quad[kind] : tiles[kind][G - 1][T - 1];
+            fn(P + (size_t)g * gb, gb, nb, xp + (size_t)t * xps, xps, cols, Y + t * rows + g * GROUP, rows, nvalid);
+        }
+    }
+}
+#endif
+
+/* The same for float weights (ft: ak_ftype_index) from the activations X
+ * (ntok x cols). */
+static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                   int64_t t0, int64_t t1, const float *X, float *Y) {
+    for (int64_t t = t0; t < t1; t += TILE_T) {
+        int T = (int)ak_min64(TILE_T, t1 - t);
+        for (int64_t g = g0, G; g < g1; g += G) {
+            G = (int)ak_min64(GMAX, g1 - g);
+            ftiles[ft][G - 1][T - 1](P + (size_t)g * gb, gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
+                                     rows - g * GROUP);
+        }
+    }
+}
+
+#elif defined(AK_PACKED_256)
+/* ======================================================================== */
+/* AVX2 (x86-64-v3: AVX2, FMA, F16C; AVX-VNNI where the build has it)      */
+/* ======================================================================== */
+/* The same layout and arithmetic per row as the AVX-512 tiles, on 32-byte
+ * vectors: a 64-byte vector of a record is two halves, rows 0..7 of the
+ * group in its first 32 bytes and rows 8..15 in its second, each unpacked
+ * once and used for every token of the tile. Without VNNI the u8 x s8
+ * products go through vpmaddubsw, whose 16-bit pair sums saturate: they are
+ * added as 16-bit lanes only while no sum can pass 32767 (Q4 codes < 16:
+ * the 16 pairs of a block, <= 16 * 2 * 15 * 128 = 30720; Q5 codes < 32: 8
+ * pairs), then widened by vpmaddwd against ones. Q8_0 takes |q| x sign(x,
+ * q) (its codes are stored as q + 128, which vpmaddubsw would saturate on),
+ * with an offset of 0. Every integer sum is exact, so a row's result is the
+ * same bits whatever the tile, as on AVX-512. */
+
+#if defined(__AVXVNNI__)
+#define AK_VNNI256 1
+#endif
+
+/* The int32 lanes of acc plus u8 x s8 products of w with 4 activation bytes
+ * at p broadcast (AVX-VNNI builds only). */
+#if defined(AK_VNNI256)
+AK_INLINE_P __m256i dpbusd_b(__m256i acc, __m256i w, const void *p) {
+    return _mm256_dpbusd_avx_epi32(acc, w, _mm256_set1_epi32(load_i32(p)));
+}
+#endif
+
+/* 16-bit pair sums of the u8 w times the 4 s8 activation bytes at p broadcast. */
+AK_INLINE_P __m256i maddubs_b(__m256i w, const void *p) {
+    return _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(p)));
+}
+
+/* One token's activations into the XP layout (see the top). */
+static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) {
+    const int64_t nb = cols / AK_QK;
+    int8_t *q = (int8_t *)dst;
+    float *ds = (float *)(dst + cols), *ss = (float *)(dst + cols + 8 * nb);
+    int32_t *cs = (int32_t *)(dst + cols + 4 * nb);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i qv;
+        int sum;
+        float d = ak_quantize_block_avx2(x + b * AK_QK, &qv, &sum);
+        _mm256_storeu_si256((__m256i *)(q + b * AK_QK), qv);
+        ds[b] = d;
+        cs[b] = (int32_t)(0u - (uint32_t)offset * (uint32_t)sum);   /* wrapping: see the AVX-512 twin */
+        ss[b] = d * (float)sum;
+    }
+}
+
+/* Stores the 8 lanes of v at y, or its first nv (0 < nv < 8). */
+AK_INLINE_P void store8(float *y, __m256 v, int nv) {
+    if (nv >= 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(y, m, v);
+}
+
+/* G groups of 16 rows (at grp, grp + gb, ...) times T tokens, the H halves
+ * from h0 on of each group (H = 2: all 16 rows; H = 1: rows 8 h0 ..
+ * 8 h0 + 7): Y[t * ldy + 16 g + 8 h + r] for 16 g + 8 h + r < nvalid. xp
+ * token t's XP row is at xp + t * xps. A half's block sum is computed for
+ * the T tokens while its weights sit in registers, then scaled into the
+ * accumulators, so the live registers are T sums and the unpacked vector
+ * (the accumulators of other halves are touched once per block). */
+AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, const uint8_t *grp, size_t gb, int h0,
+                      int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
+    const size_t crb = code_record_bytes_of(kind), srb = scale_record_bytes_of(kind);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+    __m256 acc[4][2][TILE_T];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int hh = 0; hh < H; hh++)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) acc[g][hh][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const uint8_t *rec = grp + g * gb + (size_t)b * crb;
+            const uint8_t *sc = grp + g * gb + (size_t)nb * crb + (size_t)b * srb;
+            /* as the AVX-512 tile: L1 prefetches PF_BYTES ahead, and with
+             * several tokens a second stream far ahead into L2 */
+#pragma GCC unroll 8
+            for (size_t off = 0; off < crb; off += 64)
+                _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
+            if (T > 1)
+#pragma GCC unroll 8
+                for (size_t off = 0; off < crb; off += 64)
+                    _mm_prefetch((const char *)(rec + PF_FAR + off), _MM_HINT_T1);
+            _mm_prefetch((const char *)(sc + PF_BYTES / 8 * (srb / 32)), _MM_HINT_T0);
+#pragma GCC unroll 2
+            for (int hh = 0; hh < H; hh++) {
+                const int h = h0 + hh;
+                __m256i s[TILE_T];
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++)
+                    s[t] = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + cols + 4 * (cols / AK_QK) + 4 * b));
+                if (kind == PQ_Q80) {
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) {
+                        const __m256i z = _mm256_load_si256((const __m256i *)(rec + 64 * j + 32 * h));
+#if defined(AK_VNNI256)
+#pragma GCC unroll 4
+                        for (int t = 0; t < T; t++) s[t] = dpbusd_b(s[t], z, xp + (size_t)t * xps + b * AK_QK + 4 * j);
+#else
+                        const __m256i ws = _mm256_xor_si256(z, _mm256_set1_epi8((char)0x80)), wa = _mm256_abs_epi8(ws);
+#pragma GCC unroll 4
+                        for (int t = 0; t < T; t++) {
+                            __m256i x = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + b * AK_QK + 4 * j));
+                            __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, ws));
+                            s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                        }
+#endif
+                    }
+                } else {
+                    const __m256i hb = pq_has_hbits(kind) ? _mm256_load_si256((const __m256i *)(rec + 256 + 32 * h))
+                                                          : _mm256_setzero_si256();
+                    __m256i s16[TILE_T];
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) s16[t] = _mm256_setzero_si256();
+                    (void)s16;   /* unused with VNNI */
+#pragma GCC unroll 4
+                    for (int p = 0; p < 4; p++) {
+                        const __m256i z = _mm256_load_si256((const __m256i *)(rec + 64 * p + 32 * h));
+                        __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
+                        if (pq_has_hbits(kind)) {   /* bits p and 4 + p of hb, to bit 4 */
+                            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - p)), b4));
+                            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(p)), b4));
+                        }
+#pragma GCC unroll 4
+                        for (int t = 0; t < T; t++) {
+                            const uint8_t *q = xp + (size_t)t * xps + b * AK_QK;
+#if defined(AK_VNNI256)
+                            s[t] = dpbusd_b(s[t], lo, q + 4 * p);
+                            s[t] = dpbusd_b(s[t], hi, q + 16 + 4 * p);
+#else
+                            s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(maddubs_b(lo, q + 4 * p),
+                                                                               maddubs_b(hi, q + 16 + 4 * p)));
+#endif
+                        }
+#if !defined(AK_VNNI256)
+                        if (p == 3 || (pq_has_hbits(kind) && p == 1)) {   /* widen before a 16-bit sum could overflow */
+#pragma GCC unroll 4
+                            for (int t = 0; t < T; t++) {
+                                s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(s16[t], _mm256_set1_epi16(1)));
+                                s16[t] = _mm256_setzero_si256();
+                            }
+                        }
+#endif
+                    }
+                }
+                const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16 * h)));
+                const __m256 mw = pq_has_min(kind) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 2 * GROUP + 16 * h)))
+                                                   : _mm256_setzero_ps();
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *xt = xp + (size_t)t * xps;
+                    float dx, sx;
+                    memcpy(&dx, xt + cols + 4 * b, 4);
+                    memcpy(&sx, xt + cols + 8 * (cols / AK_QK) + 4 * b, 4);
+                    acc[g][hh][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)),
+                                                    acc[g][hh][t]);
+                    if (pq_has_min(kind)) acc[g][hh][t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), acc[g][hh][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int hh = 0; hh < H; hh++) {
+            const int base = g * GROUP + 8 * (h0 + hh), nv = nvalid - base;
+            if (nv <= 0) continue;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) store8(Y + (size_t)t * ldy + base, acc[g][hh][t], nv);
+        }
+}
+
+typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int h0, int64_t nb, const uint8_t *xp, size_t xps,
+                        int64_t cols, float *Y, int64_t ldy, int nvalid);
+#define TILE_FN(Q, G, H, T)                                                                                 \
+    static void tile_##Q##_##G##_##H##_##T(const uint8_t *grp, size_t gb, int h0, int64_t nb,             \
+                                           const uint8_t *xp, size_t xps, int64_t cols, float *Y,         \
+                                           int64_t ldy, int nvalid) {                                     \
+        tile(Q, G, H, T, grp, gb, h0, nb, xp, xps, cols, Y, ldy, nvalid);                                  \
+    }
+/* Per kind: four groups for one token (four streams of weights, as the
+ * AVX-512 decode), two for two tokens, one group's two halves for three
+ * or four, one half for four (its registers: the sums of four tokens). */
+#define TILE_KIND(Q) TILE_FN(Q, 4, 2, 1) TILE_FN(Q, 2, 2, 1) TILE_FN(Q, 1, 2, 1) TILE_FN(Q, 2, 2, 2) \
+    TILE_FN(Q, 1, 2, 2) TILE_FN(Q, 1, 2, 3) TILE_FN(Q, 1, 2, 4) TILE_FN(Q, 1, 1, 4)
+TILE_KIND(0) TILE_KIND(1) TILE_KIND(2) TILE_KIND(3) TILE_KIND(4)
+#define TILE_ROW(Q) { tile_##Q##_4_2_1, tile_##Q##_2_2_1, tile_##Q##_1_2_1, tile_##Q##_2_2_2, tile_##Q##_1_2_2, \
+                      tile_##Q##_1_2_3, tile_##Q##_1_2_4, tile_##Q##_1_1_4 }
+enum { TS_G4T1, TS_G2T1, TS_G1T1, TS_G2T2, TS_G1T2, TS_G1T3, TS_G1T4, TS_HALF_T4, TS_N };
+static const tile_fn tiles[PQ_KINDS][TS_N] = { TILE_ROW(0), TILE_ROW(1), TILE_ROW(2), TILE_ROW(3), TILE_ROW(4) };
+
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) of a 32-block kind (the AVX-512
+ * q_item's contract). */
+static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                   int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
+    const int64_t nb = cols / AK_QK;
+    for (int64_t g = g0, G; g < g1; g += G) {
+        const int64_t nt = t1 - t0;
+        G = nt == 1 ? ak_min64(4, g1 - g) : nt == 2 ? ak_min64(2, g1 - g) : 1;
+        if (G == 3) G = 2;
+        const int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
+        const uint8_t *grp = P + (size_t)g * gb;
+        for (int64_t t = t0; t < t1; t += TILE_T) {
+            const int T = (int)ak_min64(TILE_T, t1 - t);
+            const uint8_t *x = xp + (size_t)t * xps;
+            float *y = Y + t * rows + g * GROUP;
+            if (T == 4) {   /* half by half: the group's lines come from cache the second time */
+                tiles[kind][TS_HALF_T4](grp, gb, 0, nb, x, xps, cols, y, rows, nvalid);
+                tiles[kind][TS_HALF_T4](grp, gb, 1, nb, x, xps, cols, y, rows, nvalid);
+                continue;
+            }
+            const int ts = T == 1 ? (G == 4 ? TS_G4T1 : G == 2 ? TS_G2T1 : TS_G1T1)
+                         : T == 2 ? (G == 2 ? TS_G2T2 : TS_G1T2) : TS_G1T3;
+            tiles[kind][ts](grp, gb, 0, nb, x, xps, cols, y, rows, nvalid);
+        }
+    }
+}
+
+/* ---- float weights ----
+ * G groups of 16 rows times T tokens; a column of 16 rows is two vectors
+ * of 8 (f32: two loads; f16: F16C conversions; bf16: shifted), each used
+ * by T FMAs against the tokens' values broadcast. Every output is one chain
+ * of FMAs over the columns in order, whatever G and T are (batch
+ * invariance, as on AVX-512). Up to 6 tokens: 12 accumulators, the two
+ * weight vectors and a broadcast fill the 16 registers. */
+#define FT_T 6
+#define GMAX 2
+
+AK_INLINE_P __m256 load_col8(const int ft, const uint8_t *p) {
+    if (ft == 0) return _mm256_load_ps((const float *)p);
+    __m128i h = _mm_load_si128((const __m128i *)p);
+    if (ft == 1) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));   /* bf16: the top half */
+}
+
+AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *grp, size_t gb, int64_t cols,
+                       const float *X, int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {
+    const size_t cb = (size_t)GROUP * (ft == 0 ? 4 : 2);   /* bytes per column */
+    __m256 acc[GMAX][2][FT_T];
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) acc[g][0][t] = acc[g][1][t] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 4 <= cols; k += 4) {
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (size_t off = 0; off < 4 * cb; off += 64)
+                _mm_prefetch((const char *)(grp + g * gb + (size_t)k * cb + PF_BYTES + off), _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256 w[GMAX][2];
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) {
+                w[g][0] = load_col8(ft, grp + g * gb + (size_t)(k + c) * cb);
+                w[g][1] = load_col8(ft, grp + g * gb + (size_t)(k + c) * cb + cb / 2);
+            }
+#pragma GCC unroll 6
+            for (int t = 0; t < T; t++) {
+                __m256 x = _mm256_broadcast_ss(X + t * ldx + k + c);
+#pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    acc[g][0][t] = _mm256_fmadd_ps(w[g][0], x, acc[g][0][t]);
+                    acc[g][1][t] = _mm256_fmadd_ps(w[g][1], x, acc[g][1][t]);
+                }
+            }
+        }
+    }
+    for (; k < cols; k++) {
+        __m256 w[GMAX][2];
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            w[g][0] = load_col8(ft, grp + g * gb + (size_t)k * cb);
+            w[g][1] = load_col8(ft, grp + g * gb + (size_t)k * cb + cb / 2);
+        }
+#pragma GCC unroll 6
+        for (int t = 0; t < T; t++) {
+            __m256 x = _mm256_broadcast_ss(X + t * ldx + k);
+#pragma GCC unroll 2
+            for (int g = 0; g < G; g++) {
+                acc[g][0][t] = _mm256_fmadd_ps(w[g][0], x, acc[g][0][t]);
+                acc[g][1][t] = _mm256_fmadd_ps(w[g][1], x, acc[g][1][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int64_t nv = nrows - (int64_t)g * GROUP - 8 * h;
+            if (nv <= 0) continue;
+#pragma GCC unroll 6
+            for (int t = 0; t < T; t++) store8(Y + (size_t)t * ldy + g * GROUP + 8 * h, acc[g][h][t], (int)ak_min64(nv, 8));
+        }
+}
+
+typedef void (*ftile_fn)(const uint8_t *grp, size_t gb, int64_t cols, const float *X, int64_t ldx, float *Y,
+                         int64_t ldy, int64_t nrows);
+#define FTILE_FN(F, G, T)                                                                                    \
+    static void ftile_##F##_##G##_##T(const uint8_t *grp, size_t gb, int64_t cols, const float *X,          \
+                                      int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {                  \
+        ftile(F, G, T, grp, gb, cols, X, ldx, Y, ldy, nrows);                                               \
+    }
+/* per type: one group with 1..6 tokens, two groups (two streams) with 1 or 2 */
+#define FTILE_TYPE(F) FTILE_FN(F, 1, 1) FTILE_FN(F, 1, 2) FTILE_FN(F, 1, 3) FTILE_FN(F, 1, 4) FTILE_FN(F, 1, 5) \
+    FTILE_FN(F, 1, 6) FTILE_FN(F, 2, 1) FTILE_FN(F, 2, 2)
+FTILE_TYPE(0) FTILE_TYPE(1) FTILE_TYPE(2)
+#define FTILE_ROWS(F) { { ftile_##F##_1_1, ftile_##F##_1_2, ftile_##F##_1_3, ftile_##F##_1_4, ftile_##F##_1_5, \
+                          ftile_##F##_1_6 }, { ftile_##F##_2_1, ftile_##F##_2_2, NULL, NULL, NULL, NULL } }
+static const ftile_fn ftiles[3][GMAX][FT_T] = { FTILE_ROWS(0), FTILE_ROWS(1), FTILE_ROWS(2) };
+
+/* The AVX-512 f_item's contract. */
+static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                   int64_t t0, int64_t t1, const float *X, float *Y) {
+    for (int64_t t = t0; t < t1; t += FT_T) {
+        const int T = (int)ak_min64(FT_T, t1 - t);
+        for (int64_t g = g0, G; g < g1; g += G) {
+            G = T <= 2 ? (int)ak_min64(GMAX, g1 - g) : 1;
+            ftiles[ft][G - 1][T - 1](P + (size_t)g * gb, gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
+                                     rows - g * GROUP);
+        }
+    }
+}
+#endif /* AK_PACKED_512, AK_PACKED_256 */
+
 typedef struct {
     uint32_t wtype;
     const uint8_t *P;
@@ -482,34 +872,14 @@ static void pk_task(void *arg, int ith, int nth) {
     int64_t g0, g1, t0, t1;
     while (ak_mm_items_next(&j->items, ith, &g0, &g1, &t0, &t1)) {
         if (is_float(j->wtype)) {
-            const int ft = ak_ftype_index(j->wtype);
-            for (int64_t t = t0; t < t1; t += TILE_T) {
-                int T = (int)ak_min64(TILE_T, t1 - t);
-                for (int64_t g = g0, G; g < g1; g += G) {
-                    G = (int)ak_min64(GMAX, g1 - g);
-                    ftiles[ft][G - 1][T - 1](j->P + (size_t)g * j->gb, j->gb, j->cols, j->X + t * j->cols, j->cols,
-                                             j->Y + t * j->rows + g * GROUP, j->rows, j->rows - g * GROUP);
-                }
-            }
+            f_item(ak_ftype_index(j->wtype), j->P, j->gb, j->rows, j->cols, g0, g1, t0, t1, j->X, j->Y);
             continue;
         }
 #if defined(AK_PACKED_Q)
-        if (is_k(j->wtype)) {
+        if (is_k(j->wtype))
             ak_packed_k_item(j->wtype, j->P, j->gb, j->rows, j->cols, g0, g1, t0, t1, j->xp, j->xps, j->Y);
-            continue;
-        }
-        const int kind = pq_kind(j->wtype);
-        const int64_t nb = j->cols / AK_QK;
-        for (int64_t g = g0, G; g < g1; g += G) {
-            G = t1 - t0 == 1 && g1 - g >= 4 ? 4 : (int)ak_min64(2, g1 - g);   /* one token: four streams */
-            int nvalid = (int)ak_min64(G * GROUP, j->rows - g * GROUP);
-            for (int64_t t = t0; t < t1; t += TILE_T) {
-                int T = (int)ak_min64(TILE_T, t1 - t);
-                const tile_fn fn = G == 4 ? tiles_quad[kind] : tiles[kind][G - 1][T - 1];
-                fn(j->P + (size_t)g * j->gb, j->gb, nb, j->xp + (size_t)t * j->xps, j->xps, j->cols,
-                   j->Y + t * j->rows + g * GROUP, j->rows, nvalid);
-            }
-        }
+        else
+            q_item(pq_kind(j->wtype), j->P, j->gb, j->rows, j->cols, g0, g1, t0, t1, j->xp, j->xps, j->Y);
 #endif
     }
 }
@@ -518,11 +888,20 @@ static void pk_task(void *arg, int ith, int nth) {
 
 /* Y (ntok x rows) = X (ntok x cols) times W^T, with W given as its packed
  * copy P (ak_pack_weights). Same contract and same activation rounding as
- * ak_matmul. Must only be called when ak_packed_bytes(wtype, ...) > 0. */
-void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
-                      int64_t ntok, float *Y) {
+ * ak_matmul. Returns 0; or -1 with err set (AK_ERR_INVALID, Y untouched)
+ * when ak_packed_bytes(wtype, rows, cols) is 0: this build has no packed
+ * kernels for it (such a call once wrote zeros to Y). Scratch for the
+ * quantized activations comes from the pool (the heap without one); when
+ * that cannot be had, the product is computed one token at a time with the
+ * activations on the stack, which ak_packed_bytes sized for: the result is
+ * the same bits, never zeros. */
+int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
+                     int64_t ntok, float *Y, ak_error *err) {
+    if (rows <= 0 || ntok <= 0) return 0;
+    if (!ak_packed_bytes(wtype, rows, cols))
+        return ak_failc(err, AK_ERR_INVALID, "no packed kernels for %s weights of %lld x %lld in this build (%s)",
+                        gguf_tensor_type_name(wtype), (long long)rows, (long long)cols, ak_simd_name());
 #if defined(AK_PACKED)
-    if (rows <= 0 || ntok <= 0) return;
     int nth = ak_pool_size(pool);
     pk_job j = {0};
     j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
@@ -533,14 +912,15 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, round);
     if (is_float(wtype)) {
         ak_pool_run(pool, pk_task, &j);
-        return;
+        return 0;
     }
 #if defined(AK_PACKED_Q)
     j.xps = is_k(wtype) ? ak_packed_k_xk_bytes(cols) : xp_row_bytes(cols);
     size_t need = j.xps * (size_t)ntok;
     uint8_t *owned = NULL;
-    j.xp = pool ? ak_pool_scratch(pool, need) : NULL;
-    if (!j.xp) j.xp = owned = aligned_alloc(64, need);
+    /* the pool's scratch is heap memory: where it fails a malloc would too */
+    if (pool) j.xp = ak_pool_scratch(pool, need);
+    else j.xp = owned = aligned_alloc(64, need);
     if (!j.xp) {
         /* Out of memory: one token at a time through the stack (it holds
          * one token of any matrix ak_packed_bytes agreed to pack). */
@@ -552,7 +932,7 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
             pk_quantize_task(&k, 0, 1);
             pk_task(&k, 0, 1);
         }
-        return;
+        return 0;
     }
     if (ntok >= 2 * nth) ak_pool_run(pool, pk_quantize_task, &j);
     else pk_quantize_task(&j, 0, 1);
@@ -560,7 +940,7 @@ void ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows
     free(owned);
 #endif
 #else
-    (void)pool; (void)wtype; (void)P; (void)cols; (void)X;
-    memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y);
+    (void)pool; (void)P; (void)X; (void)Y;
 #endif
+    return 0;
 }

@@ -57,9 +57,10 @@
  * 2^17), so chains may be split as latency asks.
  *
  * The threaded driver is kernels_packed.c's (ak_matmul_packed); this file
- * gives it the layout, the XK quantizer and the tiles of a work item. Only
- * built where AVX512-VNNI is available; elsewhere ak_packed_k_bytes says 0
- * and the row-major kernels take these types.
+ * gives it the layout, the XK quantizer and the tiles of a work item. Built
+ * where AVX512-VNNI is available and, on 32-byte vectors, with AVX2 (see its
+ * section); elsewhere ak_packed_k_bytes says 0 and the row-major kernels
+ * take these types.
  */
 
 #include "kernels_impl.h"
@@ -68,6 +69,11 @@
 
 #if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__) && !defined(AK_NO_PACKED)
 #define AK_PACKED_K 1
+#define AK_PACKED_K512 1
+#include <immintrin.h>
+#elif defined(AK_SIMD_AVX2) && !defined(AK_NO_PACKED)
+#define AK_PACKED_K 1
+#define AK_PACKED_K256 1   /* vpmaddubsw, or AVX-VNNI's vpdpbusd */
 #include <immintrin.h>
 #endif
 
@@ -167,7 +173,7 @@ void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols
     }
 }
 
-#if defined(AK_PACKED_K)
+#if defined(AK_PACKED_K512)
 
 #define AK_INLINE_K static inline __attribute__((always_inline))
 
@@ -405,4 +411,288 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
     }
 }
 
-#endif /* AK_PACKED_K */
+#elif defined(AK_PACKED_K256)
+/* ======================================================================== */
+/* AVX2 (x86-64-v3; AVX-VNNI where the build has it)                       */
+/* ======================================================================== */
+/* The AVX-512 arithmetic per row on 32-byte vectors: a 64-byte vector of a
+ * record is two halves (rows 0..7 of the group in its first 32 bytes, rows
+ * 8..15 in its second). Without VNNI a sub-block's u8 x s8 products go
+ * through vpmaddubsw; its 16-bit pair sums are added as 16-bit lanes only
+ * while no sum can pass 32767, then widened by vpmaddwd against ones: all
+ * 8 vectors of a Q4_K sub-block (16 pairs <= 16 * 2 * 15 * 128 = 30720),
+ * 4 of Q5_K (codes < 32), 2 of Q6_K (codes < 64). The sums are exact, so
+ * the rest is the AVX-512 formula and a row's bits do not depend on the
+ * tile. Weights are unpacked one vector at a time and used for every token
+ * of the tile: the live registers are a sum per token and that vector. */
+
+#define AK_INLINE_K static inline __attribute__((always_inline))
+#define KT_T 4              /* tokens per tile: 16 ymm registers */
+#if defined(__AVXVNNI__)
+#define AK_VNNI256 1
+#endif
+
+static inline int32_t ld32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline int hsum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* One token's activations into the XK layout (see the top): the AVX-512
+ * twin's bytes. */
+void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < cols / AK_QKK; b++, x += AK_QKK, dst += XK_BYTES) {
+        __m256 amax = _mm256_setzero_ps();
+        for (int i = 0; i < AK_QKK; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+        int16_t *s32 = (int16_t *)(dst + XK_S32);
+        int32_t *c16 = (int32_t *)(dst + XK_C16);
+        int sum16[16];
+        for (int i = 0; i < 8; i++) {   /* 32 elements at a time */
+            __m256i qi[4];
+            for (int k = 0; k < 4; k++)
+                qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * i + 8 * k), _mm256_set1_ps(id)));
+            sum16[2 * i] = hsum_i32x8(_mm256_add_epi32(qi[0], qi[1]));
+            sum16[2 * i + 1] = hsum_i32x8(_mm256_add_epi32(qi[2], qi[3]));
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(dst + 32 * i), p);
+        }
+        for (int i = 0; i < 16; i++) c16[i] = -32 * sum16[i];
+        for (int j = 0; j < 8; j++) s32[j] = (int16_t)(sum16[2 * j] + sum16[2 * j + 1]);   /* |.| <= 32 * 127 */
+        memcpy(dst + XK_D, &d, 4);
+    }
+}
+
+/* Prefetches of a record's lines, in eight parts (the AVX-512 twin's). */
+AK_INLINE_K void prefetch_part(const int kt, const uint8_t *rec, int step) {
+    const int lines = (int)(rec_bytes(kt) / 64), a = step * lines / 8, b = (step + 1) * lines / 8;
+#pragma GCC unroll 8
+    for (int l = a; l < b; l++) {
+        _mm_prefetch((const char *)(rec + PF_L1 + 64 * l), _MM_HINT_T0);
+        _mm_prefetch((const char *)(rec + PF_L2 + 64 * l), _MM_HINT_T1);
+    }
+}
+
+/* Every 16-bit lane shifted left by n, or right by -n. */
+AK_INLINE_K __m256i shift16(__m256i v, int n) {
+    return n >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-n));
+}
+
+/* s[t] + the u8 x s8 products of w with the 4 bytes at q[t] + off, for T
+ * tokens: into the 16-bit sums s16 without VNNI, into s with it. */
+AK_INLINE_K void dot_step(const int T, __m256i w, const uint8_t *const *q, int off, __m256i *s, __m256i *s16) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        const __m256i x = _mm256_set1_epi32(ld32(q[t] + off));
+#if defined(AK_VNNI256)
+        s[t] = _mm256_dpbusd_avx_epi32(s[t], w, x);
+#else
+        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, x));
+#endif
+    }
+}
+
+/* Without VNNI: s[t] += the 16-bit sums widened; s16 back to zero. */
+AK_INLINE_K void widen(const int T, __m256i *s, __m256i *s16) {
+#if !defined(AK_VNNI256)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(s16[t], _mm256_set1_epi16(1)));
+        s16[t] = _mm256_setzero_si256();
+    }
+#else
+    (void)T; (void)s; (void)s16;
+#endif
+}
+
+/* Q4_K / Q5_K, step j of a record (sub-block j = 2c + hs) for half h of the
+ * group and T tokens, into fsum. */
+AK_INLINE_K void k4_step(const int kt, const int T, const uint8_t *rec, int h, int j, const uint8_t *x0, size_t xks,
+                         __m256 d, __m256 *fsum) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
+    const int c = j >> 1, hs = j & 1;
+    const uint8_t *q[KT_T];
+    __m256i s[KT_T], s16[KT_T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        q[t] = x0 + (size_t)t * xks + 64 * c + 32 * hs;
+        s[t] = s16[t] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        __m256i v = shift16(_mm256_load_si256((const __m256i *)(rec + 512 * c + 64 * p + 32 * h)), -4 * hs);
+        v = _mm256_and_si256(v, m4);
+        if (kt == KP_Q5K) {   /* bit j of the qh bytes, to bit 4 */
+            __m256i qh = shift16(_mm256_load_si256((const __m256i *)(rec + 2048 + 64 * p + 32 * h)), 4 - j);
+            v = _mm256_or_si256(v, _mm256_and_si256(qh, b4));
+        }
+        dot_step(T, v, q, 4 * p, s, s16);
+        if (p == 7 || (kt == KP_Q5K && p == 3)) widen(T, s, s16);
+    }
+    const __m256 sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_loadl_epi64((const __m128i *)(rec + off_sc(kt) + 16 * j + 8 * h)))));   /* d * sc: exact */
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) fsum[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), sc, fsum[t]);
+}
+
+/* Q6_K, step j = 4n + k of a record (sub-blocks 8n + 2k, 8n + 2k + 1) for
+ * half h of the group and T tokens, into fsum. */
+AK_INLINE_K void k6_step(const int T, const uint8_t *rec, int h, int j, const uint8_t *x0, size_t xks, __m256 d,
+                         __m256 *fsum) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const int n = j >> 2, k = j & 3;
+#pragma GCC unroll 2
+    for (int hh = 0; hh < 2; hh++) {
+        const int i = 8 * n + 2 * k + hh;
+        const uint8_t *q[KT_T];
+        __m256i s[KT_T], s16[KT_T];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            const uint8_t *xt = x0 + (size_t)t * xks;
+            q[t] = xt + 128 * n + 32 * k + 16 * hh;
+            s[t] = _mm256_set1_epi32(ld32(xt + XK_C16 + 4 * i));   /* the offset of 32 */
+            s16[t] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int p = 4 * hh; p < 4 * hh + 4; p++) {
+            const uint8_t *v3 = rec + 192 * (8 * n + p);
+            __m256i lo = shift16(_mm256_load_si256((const __m256i *)(v3 + 64 * (k & 1) + 32 * h)), -4 * (k >> 1));
+            __m256i hi = shift16(_mm256_load_si256((const __m256i *)(v3 + 128 + 32 * h)), 4 - 2 * k);
+            __m256i w = _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+            dot_step(T, w, q, 4 * (p - 4 * hh), s, s16);
+            if (p & 1) widen(T, s, s16);
+        }
+        const __m256 sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+            _mm_loadl_epi64((const __m128i *)(rec + off_sc(KP_Q6K) + 16 * i + 8 * h)))));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) fsum[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), sc, fsum[t]);
+    }
+}
+
+/* Stores the 8 lanes of v at y, or its first nv (0 < nv < 8). */
+AK_INLINE_K void store8(float *y, __m256 v, int nv) {
+    if (nv >= 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(y, m, v);
+}
+
+/* G groups of 16 rows (records at grp, grp + gb, ...), both halves of each,
+ * times T tokens (XK rows xk + t * xks): Y[t * ldy + g * 16 + r] for
+ * g * 16 + r < nvalid. A half's arithmetic does not depend on G or T. */
+AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nsb,
+                       const uint8_t *xk, size_t xks, float *Y, int64_t ldy, int nvalid) {
+    const size_t rb = rec_bytes(kt);
+    __m256 acc[4][2][KT_T];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) acc[g][0][t] = acc[g][1][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *x0 = xk + (size_t)b * XK_BYTES;
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const uint8_t *rec = grp + g * gb + (size_t)b * rb;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256 fsum[KT_T];
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) fsum[t] = _mm256_setzero_ps();
+                const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_d(kt) + 16 * h)));
+#pragma GCC unroll 1
+                for (int j = 0; j < 8; j++) {
+                    if (h == 0) prefetch_part(kt, rec, j);
+                    if (kt == KP_Q6K) k6_step(T, rec, h, j, x0, xks, d, fsum);
+                    else k4_step(kt, T, rec, h, j, x0, xks, d, fsum);
+                }
+                if (kt != KP_Q6K) {
+                    __m256i mn[4];
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++)
+                        mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + off_mn(kt) + 32 * k + 16 * h)));
+                    const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_dmin(kt) + 16 * h)));
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        const uint8_t *xt = x0 + (size_t)t * xks;
+                        __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                        for (int k = 0; k < 4; k++)
+                            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(ld32(xt + XK_S32 + 4 * k))));
+                        float dx;
+                        memcpy(&dx, xt + XK_D, 4);
+                        const __m256 vdx = _mm256_set1_ps(dx);
+                        acc[g][h][t] = _mm256_fmadd_ps(fsum[t], vdx, acc[g][h][t]);
+                        acc[g][h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, vdx), acc[g][h][t]);
+                    }
+                } else {
+#pragma GCC unroll 4
+                    for (int t = 0; t < T; t++) {
+                        float dx;
+                        memcpy(&dx, x0 + (size_t)t * xks + XK_D, 4);
+                        acc[g][h][t] = _mm256_fmadd_ps(fsum[t], _mm256_set1_ps(dx), acc[g][h][t]);
+                    }
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int base = g * GROUP + 8 * h, nv = nvalid - base;
+            if (nv <= 0) continue;
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) store8(Y + (size_t)t * ldy + base, acc[g][h][t], nv);
+        }
+}
+
+typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
+                         int64_t ldy, int nvalid);
+#define KTILE_FN(K, G, T)                                                                                   \
+    static void ktile_##K##_##G##_##T(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk,       \
+                                      size_t xks, float *Y, int64_t ldy, int nvalid) {                     \
+        ktile(K, G, T, grp, gb, nsb, xk, xks, Y, ldy, nvalid);                                              \
+    }
+/* Per kind: one group with 1..4 tokens, two groups with 1 or 2, four with one. */
+#define KTILE_KIND(K) KTILE_FN(K, 1, 1) KTILE_FN(K, 1, 2) KTILE_FN(K, 1, 3) KTILE_FN(K, 1, 4) KTILE_FN(K, 2, 1) \
+    KTILE_FN(K, 2, 2) KTILE_FN(K, 4, 1)
+#define KTILE_ROWS(K)                                                                                         \
+    { { ktile_##K##_1_1, ktile_##K##_1_2, ktile_##K##_1_3, ktile_##K##_1_4 },                                 \
+      { ktile_##K##_2_1, ktile_##K##_2_2, NULL, NULL },                                                       \
+      { ktile_##K##_4_1, NULL, NULL, NULL } }
+KTILE_KIND(0) KTILE_KIND(1) KTILE_KIND(2)
+static const ktile_fn ktiles[3][3][KT_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
+
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_impl.h's contract for
+ * one work item of kernels_packed.c's driver). */
+void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
+                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
+    const int kt = kp_kind(wtype);
+    const int64_t nsb = cols / AK_QKK;
+    for (int64_t t = t0; t < t1; t += KT_T) {
+        const int T = (int)ak_min64(KT_T, t1 - t);
+        for (int64_t g = g0, G; g < g1; g += G) {
+            /* four streams for one token, two for two tokens */
+            G = T == 1 && g1 - g >= 4 ? 4 : T <= 2 && g1 - g >= 2 ? 2 : 1;
+            const int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
+            ktiles[kt][G == 4 ? 2 : G - 1][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks,
+                                                  Y + t * rows + g * GROUP, rows, nvalid);
+        }
+    }
+}
+
+#endif /* AK_PACKED_K512, AK_PACKED_K256 */

@@ -791,7 +791,7 @@ static void attn_worker(void *ud, int ith, int nth) {
 
 /* Y (n x w->rows) = X (n x w->cols) W^T, from the packed copy when there is one. */
 static void matmul(ak_pool *pool, const ak_weight *w, const float *X, int n, float *Y) {
-    if (w->packed) ak_matmul_packed(pool, w->type, w->packed, w->rows, w->cols, X, n, Y);
+    if (w->packed) ak_matmul_packed(pool, w->type, w->packed, w->rows, w->cols, X, n, Y, NULL);   /* cannot fail: packed where ak_packed_bytes > 0 */
     else ak_matmul(pool, w->type, w->data, w->rows, w->cols, X, n, Y);
 }
 

@@ -66,6 +66,7 @@ struct ak_pool {
 
     void *scratch;              /* ak_pool_scratch */
     size_t scratch_cap;
+    size_t scratch_limit;       /* requests over it fail (ak_pool_limit_scratch) */
 };
 
 /* One step of a bounded spin; i counts from 1. Returns 0 once the caller
@@ -140,6 +141,7 @@ ak_pool *ak_pool_new(int n_threads, ak_error *err) {
     ak_pool *p = ak_calloc(1, sizeof *p, err);
     if (!p) return NULL;
     p->n = n_threads;
+    p->scratch_limit = SIZE_MAX;
     atomic_init(&p->gen, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, 0);
@@ -213,7 +215,7 @@ void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx) {
  * (without keeping the contents) only when it has to grow. The buffer stays
  * valid until the next call or ak_pool_free. NULL for a NULL pool or OOM. */
 void *ak_pool_scratch(ak_pool *pool, size_t bytes) {
-    if (!pool) return NULL;
+    if (!pool || bytes > pool->scratch_limit) return NULL;
     if (bytes <= pool->scratch_cap && pool->scratch) return pool->scratch;
     size_t cap = pool->scratch_cap + pool->scratch_cap / 2;   /* grow geometrically */
     if (cap < bytes) cap = bytes;
@@ -225,4 +227,9 @@ void *ak_pool_scratch(ak_pool *pool, size_t bytes) {
     pool->scratch = m;
     pool->scratch_cap = cap;
     return m;
+}
+
+/* Sets the size over which ak_pool_scratch fails (see threadpool.h). */
+void ak_pool_limit_scratch(ak_pool *pool, size_t bytes) {
+    if (pool) pool->scratch_limit = bytes;
 }

@@ -23,5 +23,9 @@ void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx);
  * aligned, grown on demand and reused by later calls (contents not kept).
  * Returns NULL if pool is NULL or memory is exhausted. */
 void *ak_pool_scratch(ak_pool *pool, size_t bytes);
+/* From now on ak_pool_scratch fails (NULL) for requests over `bytes`, as if
+ * memory were exhausted; SIZE_MAX lifts the limit. For tests that inject the
+ * out-of-memory paths of the scratch's users. */
+void ak_pool_limit_scratch(ak_pool *pool, size_t bytes);
 
 #endif

@@ -358,11 +358,12 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
     float *y1 = malloc(sizeof(float) * ntok * rows), *y2 = malloc(sizeof(float) * ntok * rows);
     float *y3 = malloc(sizeof(float) * ntok * rows);
     float *y4 = malloc(sizeof(float) * ntok * rows), *y5 = malloc(sizeof(float) * ntok * rows);
+    float *y6 = malloc(sizeof(float) * ntok * rows);
     uint8_t *W = malloc(rb * rows);
     /* the packed layout (kernels.h), where this build has one for the type */
     size_t pb = ak_packed_bytes(type, rows, cols);
     void *P = pb ? aligned_alloc(64, (pb + 63) & ~(size_t)63) : NULL;
-    int ok = w && wd && x && xd && y1 && y2 && y3 && y4 && y5 && W && (!pb || P);
+    int ok = w && wd && x && xd && y1 && y2 && y3 && y4 && y5 && y6 && W && (!pb || P);
     CHECK(ok, "out of memory");
     int failures = 0;
     if (ok) {
@@ -375,14 +376,21 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
         if (is_quant(type)) for (int64_t k = 0; k < ntok; k++) ref_quant_x(x + k * cols, cols, xd + k * cols);
         else memcpy(xd, x, sizeof(float) * ntok * cols);
         /* NaN sentinels catch outputs nobody wrote */
-        for (int64_t i = 0; i < ntok * rows; i++) y1[i] = y2[i] = y3[i] = y4[i] = y5[i] = NAN;
+        for (int64_t i = 0; i < ntok * rows; i++) y1[i] = y2[i] = y3[i] = y4[i] = y5[i] = y6[i] = NAN;
         ak_matmul(pool, type, W, rows, cols, x, ntok, y1);
         ak_matmul(NULL, type, W, rows, cols, x, ntok, y2);
         ak_matmul_scalar(type, W, rows, cols, x, ntok, y3);
         if (pb) {
             ak_pack_weights(type, W, rows, cols, P);
-            ak_matmul_packed(pool, type, P, rows, cols, x, ntok, y4);
-            ak_matmul_packed(NULL, type, P, rows, cols, x, ntok, y5);
+            /* all tokens at once on the pool and on one thread, and one
+             * token per call (decode): the same bits every way */
+            ak_error err = {{0}};
+            int rc = ak_matmul_packed(pool, type, P, rows, cols, x, ntok, y4, &err);
+            CHECK(rc == 0, "%s packed: %s", tname(type), err.msg);
+            rc = ak_matmul_packed(NULL, type, P, rows, cols, x, ntok, y5, &err);
+            CHECK(rc == 0, "%s packed: %s", tname(type), err.msg);
+            for (int64_t k = 0; k < ntok; k++)
+                ak_matmul_packed(pool, type, P, rows, cols, x + k * cols, 1, y6 + k * rows, NULL);
         }
         for (int64_t k = 0; k < ntok && failures < 5; k++) {
             for (int64_t i = 0; i < rows && failures < 5; i++) {
@@ -391,13 +399,13 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
                 float a = y1[k * rows + i], b = y2[k * rows + i], c = y3[k * rows + i];
                 *worst = fmax(*worst, fabs(a - want) / abs_sum);
                 if (pb) {
-                    float p1 = y4[k * rows + i], p2 = y5[k * rows + i];
+                    float p1 = y4[k * rows + i], p2 = y5[k * rows + i], p3 = y6[k * rows + i];
                     *worst = fmax(*worst, fabs(p1 - want) / abs_sum);
-                    if (!(fabs(p1 - want) <= tol) || memcmp(&p1, &p2, 4) != 0) {
+                    if (!(fabs(p1 - want) <= tol) || memcmp(&p1, &p2, 4) != 0 || memcmp(&p1, &p3, 4) != 0) {
                         failures++;
-                        CHECK(0, "%s packed %lldx%lld ntok=%lld Y[%lld][%lld]: pool %.9g, single %.9g, want %.9g",
-                              tname(type), (long long)rows, (long long)cols, (long long)ntok, (long long)k,
-                              (long long)i, p1, p2, want);
+                        CHECK(0, "%s packed %lldx%lld ntok=%lld Y[%lld][%lld]: pool %.9g, single %.9g, "
+                              "one token per call %.9g, want %.9g", tname(type), (long long)rows, (long long)cols,
+                              (long long)ntok, (long long)k, (long long)i, p1, p2, p3, want);
                     }
                 }
                 if (!(fabs(a - want) <= tol && fabs(b - want) <= tol && fabs(c - want) <= tol)) {
@@ -415,7 +423,7 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
             }
         }
     }
-    free(w); free(wd); free(x); free(xd); free(y1); free(y2); free(y3); free(y4); free(y5); free(W); free(P);
+    free(w); free(wd); free(x); free(xd); free(y1); free(y2); free(y3); free(y4); free(y5); free(y6); free(W); free(P);
     return failures;
 }
 
@@ -456,6 +464,82 @@ TEST(kernel_packed_declines_rows_too_long_for_its_fallback) {
         CHECK(ak_packed_bytes(q[i], 16, 65536) == 0, "type %u: 65536 columns packed, past the fallback's buffer",
               q[i]);
     }
+}
+
+/* Where the build has SIMD kernels, every weight type has packed ones, so
+ * the comparisons above and in test_kquant.c run them: AVX2 (with or
+ * without AVX-VNNI) packs every type, AVX-512 the float types and, with
+ * VNNI, the quantized ones. A build that silently fell back to the
+ * row-major kernels would pass those comparisons without testing the
+ * packed code; this fails instead. */
+TEST(kernel_packed_paths_built_for_every_type) {
+    const uint32_t fl[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+    const uint32_t q[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                           GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+    const char *simd = ak_simd_name();
+    int want_f = !strcmp(simd, "avx2") || !strcmp(simd, "avx512");
+    /* AVX-512's quantized tiles need VNNI: told by Q4_0's */
+    int want_q = !strcmp(simd, "avx2") || (!strcmp(simd, "avx512") && ak_packed_bytes(GGML_TYPE_Q4_0, 16, 256) > 0);
+    for (int i = 0; i < 3; i++)
+        CHECK((ak_packed_bytes(fl[i], 16, 256) > 0) == want_f, "%s: packed %zu bytes on %s", tname(fl[i]),
+              ak_packed_bytes(fl[i], 16, 256), simd);
+    for (int i = 0; i < 8; i++)
+        CHECK((ak_packed_bytes(q[i], 16, 256) > 0) == want_q, "type %u: packed %zu bytes on %s", q[i],
+              ak_packed_bytes(q[i], 16, 256), simd);
+    printf("    %s: packed float %s, packed quantized %s\n", simd, want_f ? "yes" : "no", want_q ? "yes" : "no");
+}
+
+/* The packed product when its scratch cannot be had (the pool's scratch
+ * made to fail, as out of memory): it computes one token at a time on the
+ * stack and gives the same bits as with scratch, never zeros. A product the
+ * build has no packed kernels for is an error (AK_ERR_INVALID) that leaves
+ * Y untouched, where it once wrote zeros. */
+TEST(kernel_packed_scratch_failure) {
+    ak_error err = {{0}};
+    ak_pool *pool = ak_pool_new(2, &err);
+    REQUIRE(pool, "ak_pool_new: %s", err.msg);
+    ak_rng r;
+    ak_rng_seed(&r, 41);
+    const uint32_t types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
+                               GGML_TYPE_F16 };
+    enum { ROWS = 40, COLS = 512, NTOK = 5 };
+    static float w[ROWS * COLS], x[NTOK * COLS], y1[NTOK * ROWS], y2[NTOK * ROWS];
+    static uint8_t W[ROWS * COLS * 4];
+    int ran = 0;
+    for (int ti = 0; ti < 6; ti++) {
+        uint32_t type = types[ti];
+        size_t pb = ak_packed_bytes(type, ROWS, COLS), rb = ak_row_bytes(type, COLS);
+        if (!pb) continue;   /* checked by kernel_packed_paths_built_for_every_type */
+        void *P = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+        REQUIRE(P, "out of memory");
+        fill_normal(&r, w, ROWS * COLS, 0.3f);
+        fill_normal(&r, x, NTOK * COLS, 1.0f);
+        for (int i = 0; i < ROWS; i++) ak_quantize_row(type, w + i * COLS, W + i * rb, COLS);
+        ak_pack_weights(type, W, ROWS, COLS, P);
+        for (int i = 0; i < NTOK * ROWS; i++) y1[i] = y2[i] = NAN;
+        ak_pool_limit_scratch(pool, SIZE_MAX);
+        CHECK(ak_matmul_packed(pool, type, P, ROWS, COLS, x, NTOK, y1, &err) == 0, "%u: %s", type, err.msg);
+        ak_pool_limit_scratch(pool, 0);
+        CHECK(ak_pool_scratch(pool, 64) == NULL, "the limit should make the scratch fail");
+        CHECK(ak_matmul_packed(pool, type, P, ROWS, COLS, x, NTOK, y2, &err) == 0, "%u: %s", type, err.msg);
+        int same = memcmp(y1, y2, sizeof y1) == 0, nonzero = 0;
+        for (int i = 0; i < NTOK * ROWS; i++) nonzero += y2[i] != 0 && !isnan(y2[i]);
+        CHECK(same && nonzero == NTOK * ROWS, "type %u without scratch: %s, %d of %d outputs nonzero", type,
+              same ? "same bits" : "different bits", nonzero, NTOK * ROWS);
+        ak_pool_limit_scratch(pool, SIZE_MAX);
+        free(P);
+        ran++;
+    }
+    /* not packable here: Q4_K rows of 300 columns (not whole super-blocks) */
+    for (int i = 0; i < NTOK * ROWS; i++) y1[i] = NAN;
+    err.code = AK_ERR_NONE;
+    CHECK(ak_matmul_packed(pool, GGML_TYPE_Q4_K, W, ROWS, 300, x, NTOK, y1, &err) == -1, "unpackable shape accepted");
+    CHECK(err.code == AK_ERR_INVALID, "error code %d, want AK_ERR_INVALID", err.code);
+    int touched = 0;
+    for (int i = 0; i < NTOK * ROWS; i++) touched += !isnan(y1[i]);
+    CHECK(touched == 0, "%d outputs written by a refused product", touched);
+    printf("    %d types computed without scratch\n", ran);
+    ak_pool_free(pool);
 }
 
 /* Rows that end exactly where an inaccessible page begins: a kernel that
