@@ -21,17 +21,20 @@ static const char *usage_text =
     "usage: agentkv card export|import|inspect|ls|rm [flags]\n"
     "  export   --model M --agent A --bits B [--policy P] [--range FROM:TO] [--id ID]\n"
     "           make a card of agent A's context (its file in the memory directory)\n"
-    "  import   --model M --agent A --card ID\n"
-    "           agent A's whole context becomes the card (mode replace; append is not built)\n"
+    "  import   --model M --agent A --card ID [--mode replace|append]\n"
+    "           replace (default): agent A's whole context becomes the card; append: the card\n"
+    "           goes after A's own tokens, its keys shifted there (an approximation: the card\n"
+    "           never saw A's tokens; docs/cards.md)\n"
     "  inspect ID   a card's metadata and its width histogram\n"
     "  ls       list the cards\n"
-    "  rm ID    delete a card's file; refused while agent files start with it, unless --force\n"
+    "  rm ID    delete a card's file; refused while agent files hold it, unless --force\n"
     "flags:\n"
     "  --memory DIR, --memory-dir DIR   the memory directory (default ./agentkv-memory)\n"
     "  --memory-key-file F      32-byte key of sealed files\n"
     "  -m, --model FILE         export, import: the GGUF model the agents were served with\n"
     "  --agent A                export: the source agent; import: the receiving agent\n"
     "  --card ID                import: the card\n"
+    "  --mode M                 import: replace (default) or append\n"
     "  --id ID                  export: the card's id (default <agent>-<n>)\n"
     "  --bits B                 export: average bits per token of keys and values, in [2, 16]\n"
     "  --bits-k K, --bits-v V   export: the same per side (bits-v defaults to bits-k)\n"
@@ -42,11 +45,11 @@ static const char *usage_text =
     "                           at most 4096, as serve)\n"
     "  -t, --threads N          export: threads (default: all cores)\n"
     "  -ctk, -ctv, --kv-budget, --kv-block, --center, --no-center   as serve (the agents' formats)\n"
-    "  --force                  rm: delete even while agent files start with the card\n";
+    "  --force                  rm: delete even while agent files hold the card\n";
 
 typedef struct {
     const char *sub, *name;           /* subcommand, and the ID of inspect / rm */
-    const char *model_path, *agent, *card, *id, *policy;
+    const char *model_path, *agent, *card, *id, *policy, *mode;
     double bits_k, bits_v;
     int from, to, n_ctx, n_threads, force;
     memory_opts mo;
@@ -74,6 +77,7 @@ static int parse_flag(card_args *ca, ak_args *a, const char *f) {
     else if (!strcmp(f, "-m") || !strcmp(f, "--model")) ca->model_path = args_value(a, f);
     else if (!strcmp(f, "--agent")) ca->agent = args_value(a, f);
     else if (!strcmp(f, "--card")) ca->card = args_value(a, f);
+    else if (!strcmp(f, "--mode")) ca->mode = args_value(a, f);
     else if (!strcmp(f, "--id")) ca->id = args_value(a, f);
     else if (!strcmp(f, "--policy")) ca->policy = args_value(a, f);
     else if (!strcmp(f, "--bits")) ca->bits_k = ca->bits_v = args_float(a, f, 2, 16);
@@ -127,6 +131,8 @@ static int check_args(card_args *ca, ak_args *a) {
         args_error(a, "unknown --policy '%s' (uniform, importance, topology)", ca->policy);
     else if (!strcmp(sub, "export") && ca->id && !ak_agent_id_valid(ca->id)) args_error(a, "invalid card id '%s'", ca->id);
     else if (!strcmp(sub, "import") && (!ca->card || !ak_agent_id_valid(ca->card))) args_error(a, "import needs --card ID");
+    else if (ca->mode && (strcmp(sub, "import") || (strcmp(ca->mode, "replace") && strcmp(ca->mode, "append"))))
+        args_error(a, "--mode is import's: replace or append (got '%s')", ca->mode);
     else if ((!strcmp(sub, "inspect") || !strcmp(sub, "rm")) && (!ca->name || !ak_agent_id_valid(ca->name)))
         args_error(a, "%s needs a card ID", sub);
     else if (ca->name && strcmp(sub, "inspect") && strcmp(sub, "rm")) args_error(a, "unexpected argument '%s'", ca->name);
@@ -230,15 +236,24 @@ static int run_export(card_rig *r, const card_args *ca) {
     return 0;
 }
 
-/* agentkv card import. Returns the exit code. */
+/* agentkv card import (--mode replace or append). Returns the exit code. */
 static int run_import(card_rig *r, const card_args *ca) {
     ak_error err = {{0}};
-    if (ak_agent_import_card(r->agents, ca->agent, ca->card, &err) < 0 || ak_agents_flush(r->agents, &err) < 0) {
+    int append = ca->mode && !strcmp(ca->mode, "append");
+    if (ak_agent_import_card_mode(r->agents, ca->agent, ca->card, append ? AK_IMPORT_APPEND : AK_IMPORT_REPLACE,
+                                  &err) < 0 ||
+        ak_agents_flush(r->agents, &err) < 0) {
         fprintf(stderr, "agentkv card: %s\n", err.msg);
         return 1;
     }
     const ak_card *c = ak_card_get(r->agents, ca->card, &err);
-    printf("agent %s: its context is card %s (%d tokens)\n", ca->agent, ca->card, c ? c->n_tokens : 0);
+    int k = ak_agents_find(r->agents, ca->agent);
+    ak_agent_info in = {0};
+    if (k >= 0) ak_agents_get(r->agents, k, &in);
+    if (append)
+        printf("agent %s: card %s appended (%d tokens after its own; %d in all)\n", ca->agent, ca->card,
+               c ? c->n_tokens : 0, in.n_tokens);
+    else printf("agent %s: its context is card %s (%d tokens)\n", ca->agent, ca->card, c ? c->n_tokens : 0);
     return 0;
 }
 
@@ -252,15 +267,19 @@ static int run_engine(card_args *ca) {
 
 /* ------------------------------------------------------------- the store */
 
-/* Agent files of store s that start with card id: the count, names into
- * names (comma-separated, truncated to cap); -1 with err set. */
+/* Agent files of store s that hold card id (their base starts with it or
+ * has it as a later segment: an append): the count, names into names
+ * (comma-separated, truncated to cap); -1 with err set. */
 static int holders(ak_store *s, const char *id, char *names, size_t cap, ak_error *err) {
     ak_store_entry *ents = NULL;
     int n = 0, count = 0;
     if (ak_store_list(s, &ents, &n, err) < 0) return -1;
     names[0] = 0;
     for (int i = 0; i < n; i++) {
-        if (!ents[i].base.card || strcmp(ents[i].base.pool_id, id)) continue;
+        int uses = 0;
+        for (int k = 0; k < ents[i].base.n_seg; k++)
+            uses |= ents[i].base.seg[k].kind == AK_SEG_CARD && !strcmp(ents[i].base.seg[k].id, id);
+        if (!uses) continue;
         size_t used = strlen(names);
         if (used + 1 < cap) snprintf(names + used, cap - used, "%s%s", count ? ", " : "", ents[i].id);
         count++;
@@ -309,7 +328,7 @@ static int run_rm(ak_store *s, const card_args *ca, ak_error *err) {
     int users = holders(s, ca->name, names, sizeof names, err);
     if (users < 0) return -1;
     if (users && !ca->force) {
-        fprintf(stderr, "agentkv card: card '%s' is the start of %d agent file%s (%s): delete %s first, or use --force "
+        fprintf(stderr, "agentkv card: card '%s' is held by %d agent file%s (%s): delete %s first, or use --force "
                         "(they then recompute their whole prompt)\n", ca->name, users, users == 1 ? "" : "s", names,
                 users == 1 ? "it" : "them");
         return 1;

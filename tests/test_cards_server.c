@@ -546,6 +546,9 @@ TEST(cards_cli_export_import_rm) {
     REQUIRE(a.status == 201, "make: %d %s", a.status, a.body);
     int n = (int)num(a.j, "tokens");
     reply_free(&a);
+    cJSON *aj = agent_get(r.port, "alice");
+    int na = aj ? (int)num(aj, "tokens") : -1;
+    cJSON_Delete(aj);
     rig_stop(&r);
     char dir[600], model[512], args[2048], *out = NULL;
     snprintf(dir, sizeof dir, "%s/%s", test_tmp_dir(), mem);
@@ -575,19 +578,35 @@ TEST(cards_cli_export_import_rm) {
     rc = run_cli(args, &out);
     CHECK(rc == 0 && strstr(out, "carol"), "import: exit %d: %s", rc, out);
     free(out);
+    /* append: the card after alice's own tokens */
+    snprintf(args, sizeof args,
+             "card import --model %s --memory %s --agent alice --card cli4 --mode append -ctk f16 -ctv f16 -c %d", model,
+             dir, N_CTX);
+    rc = run_cli(args, &out);
+    CHECK(rc == 0 && strstr(out, "appended"), "import --mode append: exit %d: %s", rc, out);
+    free(out);
+    snprintf(args, sizeof args, "card import --model %s --memory %s --agent alice --card cli4 --mode merge", model, dir);
+    rc = run_cli(args, &out);
+    CHECK(rc != 0 && strstr(out, "--mode"), "import --mode merge: exit %d: %s", rc, out);
+    free(out);
     snprintf(args, sizeof args, "card ls --memory %s", dir);
     rc = run_cli(args, &out);
     CHECK(rc == 0 && strstr(out, "cli4") && strstr(out, "http4"), "ls: exit %d: %s", rc, out);
     free(out);
     snprintf(args, sizeof args, "card rm cli4 --memory %s", dir);
     rc = run_cli(args, &out);
-    CHECK(rc == 1 && strstr(out, "carol"), "rm while carol's file starts with it: exit %d: %s", rc, out);
+    CHECK(rc == 1 && strstr(out, "carol") && strstr(out, "alice"),
+          "rm while carol's file starts with it and alice's holds it after her own: exit %d: %s", rc, out);
     free(out);
     /* a server on the directory: carol continues from the card, all of it reused */
     if (rig_start(t, &r, MODEL, 0, mem, AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
     cJSON *cj = agent_get(r.port, "carol");
     CHECK(cj && str(cj, "card") && !strcmp(str(cj, "card"), "cli4") && (int)num(cj, "tokens") == n, "carol: %s",
           cj ? "card?" : "none");
+    cJSON_Delete(cj);
+    cj = agent_get(r.port, "alice");
+    CHECK(cj && (int)num(cj, "tokens") == na + n, "alice after the append: %d tokens (%d + %d)",
+          cj ? (int)num(cj, "tokens") : -1, na, n);
     cJSON_Delete(cj);
     rig_stop(&r);
     snprintf(args, sizeof args, "card rm cli4 --memory %s --force", dir);
