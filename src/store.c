@@ -1,4 +1,4 @@
-/* store.c - see store.h. The agent file format (version 4), also in
+/* store.c - see store.h. The agent file format (version 5), also in
  * docs/agent-file-format.md:
  *
  * A plain agent file <dir>/<agent_id>.safetensors is a safetensors file:
@@ -27,8 +27,8 @@
  *
  * __metadata__ maps strings to strings:
  *     format              "agentkv.agent" ("agentkv.pool" for a pool file)
- *     format_version      "4" (only this version is read; 1 to 3 are a
- *                         miss: STALE)
+ *     format_version      "5" (4 and 5 are read, 4 being 5 without
+ *                         "segments"; 1 to 3 and newer are a miss: STALE)
  *     agent_id            the id (equal to the file name's; a pool's id
  *                         for a pool file)
  *     model_fingerprint   ak_model.fingerprint (hex)
@@ -55,6 +55,17 @@
  *                         Pool files have no base; their "pool_hash" is
  *                         their own content hash, and "source" an opaque
  *                         string (what the pool was made from)
+ *     segments            version 5 agent files whose base is not a single
+ *                         pool or card (store.h: SEGMENTS; import
+ *                         "append"): "kind:len[:id:hash]" records,
+ *                         comma-separated, kind own (positions stored in
+ *                         this file), pool (first only) or card; their
+ *                         lengths sum to "base_len" (then present, with no
+ *                         pool_id, pool_hash, base_kind); at most
+ *                         AK_KV_MAX_SEGMENTS. The file's positions are then
+ *                         runs, each own segment then [base_len, n_tokens),
+ *                         each starting a fresh block (file_runs below):
+ *                         n_blocks is the sum of their ceil(len / T)
  *     checksum_algorithm  "xxh3-64" (XXH3_64bits, seed 0)
  *     block_checksums     one per block b = 0..n_blocks-1, 16 lowercase hex
  *                         digits each, separated by commas ("" if none):
