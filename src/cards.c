@@ -3,6 +3,7 @@
 #include "cards.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 
@@ -179,6 +180,20 @@ static ak_card *card_alloc(const ak_cache_spec *spec, int n, ak_error *err) {
     return c;
 }
 
+/* malloc for a card's vector array (free() releases it). Arrays of
+ * megabytes are written once end to end right after: on 2 MB pages, where
+ * the kernel has them, that is 512 times fewer page faults. */
+static void *big_alloc(size_t n) {
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge) return malloc(n);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, (n + huge - 1) / huge * huge)) return NULL;
+#if defined(MADV_HUGEPAGE)
+    madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);   /* advice: failure changes nothing */
+#endif
+    return p;
+}
+
 /* Allocates c's vector arrays from its counts (set beforehand). Returns 0,
  * or -1 with err set. */
 static int card_alloc_vectors(ak_card *c, ak_error *err) {
@@ -188,7 +203,7 @@ static int card_alloc_vectors(ak_card *c, ak_error *err) {
                 for (int comp = 0; comp < 2; comp++) {
                     size_t n = ak_card_component_bytes(c, side, cls, comp);
                     if (!n) continue;
-                    if (!(c->data[ak_card_slot(l, side, cls, comp)] = malloc(n)))
+                    if (!(c->data[ak_card_slot(l, side, cls, comp)] = big_alloc(n)))
                         return ak_failc(err, AK_ERR_NOMEM, "card %s: out of memory for %zu bytes", c->id, n);
                 }
     return 0;
@@ -211,6 +226,121 @@ ak_card *ak_card_alloc_for_load(const ak_cache_spec *spec, int n, const uint8_t 
         return NULL;
     }
     return c;
+}
+
+/* ak_card_make's fill of the vectors, shared out over threads by blocks of
+ * the source. Every (layer, side, head) run of a block is read where it
+ * lies; a vector whose stored format is the token's card format and which
+ * is not centered is copied as it is (its bits are what a re-quantization
+ * of its reconstruction would try to reproduce, without the rounding);
+ * any other is reconstructed (centering undone) and quantized into its
+ * width's format. Threads write disjoint entries. */
+typedef struct {
+    const ak_kv *kv;
+    ak_card *c;
+    int from;
+    const int32_t *rank[2];   /* (n) token i's entry in its class, per side */
+    int failed;               /* a thread found no memory */
+} make_job;
+
+/* Puts the stored vector vec (format f, as quantize writes it) at entry e
+ * of (layer, side, class cls). */
+static void card_put(ak_card *c, int l, int side, int cls, size_t e, const uint8_t *vec, ak_kv_format f, int d) {
+    ak_kv_component cp[2];
+    int ncomp = ak_kv_format_components(f, d, cp);
+    for (int comp = 0; comp < ncomp; comp++)
+        memcpy(c->data[ak_card_slot(l, side, cls, comp)] + e * cp[comp].bytes, vec + cp[comp].offset, cp[comp].bytes);
+}
+
+/* Positions [p0, p1) of one uniform block b of the source, one layer. */
+static void make_uniform_run(const make_job *j, const ak_block *b, int l, int p0, int p1, uint8_t *tmp, float *x) {
+    ak_card *c = j->c;
+    const ak_cache_spec *s = &c->spec;
+    int H = s->n_head_kv;
+    const ak_block_pool *pool = ak_kv_pool(j->kv);
+    for (int side = 0; side < 2; side++) {
+        int d = side_dim(s, side);
+        ak_kv_format fb = side ? b->fv : b->fk;
+        const ak_kv_format_info *ib = ak_kv_format_get(fb);
+        size_t cb = ak_kv_format_code_bytes(fb, d), mb = ak_kv_format_meta_bytes(fb, d);
+        const uint8_t *w = side ? c->widths_v : c->widths_k;
+        for (int h = 0; h < H; h++) {
+            const float *mu = ak_block_pool_center(pool, side, fb, l, h);
+            /* a run's components of consecutive positions are back to back (kvcache.h) */
+            const uint8_t *codes = ak_kv_stored(j->kv, l, side, 0, h, p0);
+            const uint8_t *meta = mb ? ak_kv_stored(j->kv, l, side, 1, h, p0) : NULL;
+            for (int p = p0; p < p1; p++) {
+                int i = p - j->from, cls = ak_card_width_class(w[i]);
+                ak_kv_format f = side_format(side, w[i]);
+                size_t e = (size_t)j->rank[side][i] * H + h;   /* token-major, then head */
+                memcpy(tmp, codes + (size_t)(p - p0) * cb, cb);
+                if (mb) memcpy(tmp + cb, meta + (size_t)(p - p0) * mb, mb);
+                if (f != fb || mu) {
+                    ib->dequantize(tmp, d, x);
+                    if (mu)
+                        for (int t = 0; t < d; t++) x[t] += mu[t];
+                    ak_kv_format_get(f)->quantize(x, d, tmp);
+                }
+                card_put(c, l, side, cls, e, tmp, f, d);
+            }
+        }
+    }
+}
+
+/* Positions [p0, p1) of a mixed block (the source imported a card), one
+ * layer: read back as floats and quantized (a width never rises, so the
+ * rare equal-format vector is re-quantized from its own reconstruction). */
+static void make_read_run(const make_job *j, int l, int p0, int p1, uint8_t *tmp, float *k) {
+    ak_card *c = j->c;
+    const ak_cache_spec *s = &c->spec;
+    int H = s->n_head_kv;
+    float *v = k + (size_t)H * s->head_dim_k;
+    for (int p = p0; p < p1; p++) {
+        int i = p - j->from;
+        if (ak_kv_read(j->kv, l, p, k, v, NULL) < 0) continue;   /* p < length: cannot fail */
+        for (int side = 0; side < 2; side++) {
+            int wd = side ? c->widths_v[i] : c->widths_k[i], cls = ak_card_width_class(wd), d = side_dim(s, side);
+            ak_kv_format f = side_format(side, wd);
+            for (int h = 0; h < H; h++) {
+                ak_kv_format_get(f)->quantize((side ? v : k) + (size_t)h * d, d, tmp);
+                card_put(c, l, side, cls, (size_t)j->rank[side][i] * H + h, tmp, f, d);
+            }
+        }
+    }
+}
+
+static void make_task(void *arg, int ith, int nth) {
+    make_job *j = arg;
+    /* pool workers flush denormals (util.h); the caller's thread may not:
+     * every thread quantizes in the same mode, so the bits do not depend on
+     * which thread made a vector */
+    unsigned fp_mode = ak_flush_denormals();
+    const ak_cache_spec *s = &j->c->spec;
+    int dmax = s->head_dim_k > s->head_dim_v ? s->head_dim_k : s->head_dim_v;
+    float *x = malloc(sizeof(float) * (size_t)s->n_head_kv * (size_t)(s->head_dim_k + s->head_dim_v));
+    uint8_t *tmp = malloc(4 * (size_t)dmax + 64);   /* one vector in any format */
+    if (!x || !tmp) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        free(x);
+        free(tmp);
+        ak_restore_denormals(fp_mode);
+        return;
+    }
+    int from = j->from, to = from + j->c->n_tokens, ns = ak_kv_span_count(j->kv), k = 0;
+    for (int i = 0; i < ns; i++) {
+        int start, count;
+        ak_block *b = ak_kv_span(j->kv, i, &start, &count);
+        int p0 = start > from ? start : from, p1 = start + count < to ? start + count : to;
+        if (!b || p0 >= p1) continue;
+        if (k++ % nth != ith) continue;   /* blocks dealt round robin */
+        for (int l = 0; l < s->n_layer; l++) {
+            if (b->mix) make_read_run(j, l, p0, p1, tmp, x);
+            else make_uniform_run(j, b, l, p0, p1, tmp, x);
+        }
+    }
+    free(x);
+    free(tmp);
+    ak_restore_denormals(fp_mode);
 }
 
 ak_card *ak_card_make(const ak_kv *kv, const int32_t *tokens, const ak_card_params *p, ak_error *err) {
@@ -238,7 +368,7 @@ ak_card *ak_card_make(const ak_kv *kv, const int32_t *tokens, const ak_card_para
         return NULL;
     }
     const ak_cache_spec *spec = ak_block_pool_spec(ak_kv_pool(kv));
-    int n = p->to - p->from, H = spec->n_head_kv;
+    int n = p->to - p->from;
     for (int i = 0; i < n; i++)
         if ((p->widths_k && !ak_card_width_valid(p->widths_k[i])) || (p->widths_v && !ak_card_width_valid(p->widths_v[i]))) {
             ak_failc(err, AK_ERR_INVALID, "card %s: token %d: widths must be 2, 4, 8 or 16 (got %d / %d)", p->id, i,
@@ -285,44 +415,25 @@ ak_card *ak_card_make(const ak_kv *kv, const int32_t *tokens, const ak_card_para
         ak_card_free(c);
         return NULL;
     }
-    int dk = spec->head_dim_k, dv = spec->head_dim_v;
-    float *k = malloc(sizeof(float) * (size_t)H * (size_t)(dk + dv)), *v = k ? k + (size_t)H * dk : NULL;
-    uint8_t *tmp = malloc(4 * (size_t)(dk > dv ? dk : dv) + 64);   /* one vector in any format */
-    if (!k || !tmp) {
-        free(k);
-        free(tmp);
+    int32_t *rank = malloc(sizeof(int32_t) * 2 * (size_t)n);
+    if (!rank) {
         ak_card_free(c);
         ak_failc(err, AK_ERR_NOMEM, "card %s: out of memory", p->id);
         return NULL;
     }
-    for (int l = 0; l < spec->n_layer; l++) {
-        int at[2][AK_CARD_N_WIDTHS] = {{0}};   /* next entry of each class */
-        for (int i = 0; i < n; i++) {
-            if (ak_kv_read(kv, l, p->from + i, k, v, err) < 0) {
-                free(k);
-                free(tmp);
-                ak_card_free(c);
-                return NULL;
-            }
-            for (int side = 0; side < 2; side++) {
-                int w = side ? c->widths_v[i] : c->widths_k[i], cls = ak_card_width_class(w), d = side_dim(spec, side);
-                ak_kv_format f = side_format(side, w);
-                ak_kv_component cp[2];
-                int ncomp = ak_kv_format_components(f, d, cp);
-                const float *x = side ? v : k;
-                for (int h = 0; h < H; h++) {
-                    ak_kv_format_get(f)->quantize(x + (size_t)h * d, d, tmp);
-                    size_t e = (size_t)at[side][cls] * H + h;   /* token-major, then head */
-                    for (int comp = 0; comp < ncomp; comp++)
-                        memcpy(c->data[ak_card_slot(l, side, cls, comp)] + e * cp[comp].bytes, tmp + cp[comp].offset,
-                               cp[comp].bytes);
-                }
-                at[side][cls]++;
-            }
-        }
+    int at[2][AK_CARD_N_WIDTHS] = {{0}};
+    for (int i = 0; i < n; i++) {   /* token-major within each class */
+        rank[i] = at[0][ak_card_width_class(c->widths_k[i])]++;
+        rank[n + i] = at[1][ak_card_width_class(c->widths_v[i])]++;
     }
-    free(k);
-    free(tmp);
+    make_job job = {kv, c, p->from, {rank, rank + n}, 0};
+    ak_pool_run(p->threads, make_task, &job);
+    free(rank);
+    if (job.failed) {
+        ak_card_free(c);
+        ak_failc(err, AK_ERR_NOMEM, "card %s: out of memory", p->id);
+        return NULL;
+    }
     ak_card_content_hash(c, c->hash);
     return c;
 }

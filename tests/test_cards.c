@@ -167,6 +167,65 @@ TEST(cards_file_round_trip_every_width) {
     cache_free(&src);
 }
 
+/* A card made on a thread pool is the card made on the caller, bit for bit;
+ * a vector whose stored format is its width's format (q8 keys and values
+ * at 8 bits, from a q8 source) is the stored bytes, copied; any other is the source's floats quantized into its
+ * width's format (in the flushed-denormals mode every thread uses). */
+TEST(cards_make_on_threads_copies_equal_formats) {
+    ak_cache_spec s = small_spec();
+    cache src;
+    REQUIRE(cache_make(&src, &s, 16, AK_KV_Q8, AK_KV_Q8, 256, 70, 11) == 0, "cache");
+    enum { N = 61 };
+    uint8_t wk[N], wv[N];
+    random_widths(wk, wv, N, 5);
+    ak_error err = {{0}};
+    ak_pool *tp = ak_pool_new(2, &err);
+    REQUIRE(tp, "%s", err.msg);
+    ak_card_params p = {"c1", "alice", FP, "tiny", 3, 3 + N, wk, wv, "given", 0, 0, NULL};
+    ak_card *c1 = ak_card_make(src.kv, src.tokens, &p, &err);
+    p.threads = tp;
+    ak_card *c2 = ak_card_make(src.kv, src.tokens, &p, &err);
+    REQUIRE(c1 && c2, "make: %s", err.msg);
+    CHECK(cards_equal(c1, c2) && !strcmp(c1->hash, c2->hash), "the card made on 2 threads differs");
+    int H = s.n_head_kv, copied = 0, bad = 0;
+    float k[256], v[256];
+    unsigned mode = ak_flush_denormals();
+    for (int l = 0; l < s.n_layer; l++) {
+        int at[2][4] = {{0}};
+        for (int i = 0; i < N; i++) {
+            ak_kv_read(src.kv, l, 3 + i, k, v, NULL);
+            for (int sd = 0; sd < 2; sd++) {
+                int w = sd ? wv[i] : wk[i], cls = ak_card_width_class(w), d = sd ? s.head_dim_v : s.head_dim_k;
+                ak_kv_format f = sd ? ak_card_value_format(w) : ak_card_key_format(w);
+                ak_kv_component cp[2];
+                int nc = ak_kv_format_components(f, d, cp);
+                for (int h = 0; h < H; h++) {
+                    uint8_t want[4096], got[4096];
+                    size_t ent = (size_t)at[sd][cls] * H + h;
+                    if (f == AK_KV_Q8) {   /* the source's own format: its bytes */
+                        for (int q = 0; q < nc; q++)
+                            memcpy(want + cp[q].offset, ak_kv_stored(src.kv, l, sd, q, h, 3 + i), cp[q].bytes);
+                        copied++;
+                    } else {
+                        ak_kv_format_get(f)->quantize((sd ? v : k) + h * d, d, want);
+                    }
+                    for (int q = 0; q < nc; q++)
+                        memcpy(got + cp[q].offset, c2->data[ak_card_slot(l, sd, cls, q)] + ent * cp[q].bytes, cp[q].bytes);
+                    if (memcmp(want, got, ak_kv_format_get(f)->vec_bytes(d))) bad++;
+                }
+                at[sd][cls]++;
+            }
+        }
+    }
+    ak_restore_denormals(mode);
+    CHECK(copied > 0, "no vector at the source's format");
+    CHECK(bad == 0, "%d vectors are neither the stored bytes nor the source quantized", bad);
+    ak_card_free(c1);
+    ak_card_free(c2);
+    ak_pool_free(tp);
+    cache_free(&src);
+}
+
 TEST(cards_bytes_per_token_by_budget) {
     ak_cache_spec s = small_spec();
     cache src;
