@@ -532,6 +532,12 @@ AK_INLINE_P __m256i dpbusd_b(__m256i acc, __m256i w, const void *p) {
 }
 #endif
 
+/* Pins v to a register at this point. GCC reassociates a chain of integer
+ * adds into a tree over all of a block's products, computing them all first:
+ * with 16 registers most spill (a T = 4 tile stored and reloaded 20 vectors
+ * per block). Pinned, each token's sum is one chain, updated in place. */
+#define KEEP(v) __asm__("" : "+x"(v))
+
 /* 16-bit pair sums of the u8 w times the 4 s8 activation bytes at p broadcast. */
 AK_INLINE_P __m256i maddubs_b(__m256i w, const void *p) {
     return _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(p)));
@@ -618,6 +624,7 @@ AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, con
                             __m256i x = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + b * AK_QK + 4 * j));
                             __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, ws));
                             s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                            KEEP(s[t]);
                         }
 #endif
                     }
@@ -643,8 +650,10 @@ AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, con
                             s[t] = dpbusd_b(s[t], lo, q + 4 * p);
                             s[t] = dpbusd_b(s[t], hi, q + 16 + 4 * p);
 #else
-                            s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(maddubs_b(lo, q + 4 * p),
-                                                                               maddubs_b(hi, q + 16 + 4 * p)));
+                            s16[t] = _mm256_add_epi16(s16[t], maddubs_b(lo, q + 4 * p));
+                            KEEP(s16[t]);
+                            s16[t] = _mm256_add_epi16(s16[t], maddubs_b(hi, q + 16 + 4 * p));
+                            KEEP(s16[t]);
 #endif
                         }
 #if !defined(AK_VNNI256)

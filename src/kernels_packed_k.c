@@ -500,6 +500,7 @@ AK_INLINE_K void dot_step(const int T, __m256i w, const uint8_t *const *q, int o
         s[t] = _mm256_dpbusd_avx_epi32(s[t], w, x);
 #else
         s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, x));
+        __asm__("" : "+x"(s16[t]));   /* one chain per token: see kernels_packed.c's KEEP */
 #endif
     }
 }
