@@ -88,12 +88,29 @@ static int spec_sane(const ak_cache_spec *sp, int n_tokens) {
 
 /* The prelink callback: attaches the file's base, then links half of the
  * own whole blocks (rounded up), from src (a zero-filled sequence of the
- * same pool). */
+ * same pool). A base of segments (store.h: SEGMENTS) is built segment by
+ * segment: a pool's from src's first positions, a card's as src's first
+ * blocks, own positions as fresh blocks the load fills; nothing linked. */
 static int fuzz_prelink(void *ud, const ak_store_base *base, const int32_t *tokens, int n, ak_kv *kv, ak_error *err) {
     const ak_kv *src = ud;
     (void)tokens;
     int T = ak_block_pool_block_tokens(ak_kv_pool(kv)), bl = base->base_len;
     if (bl > ak_kv_length(src)) return ak_failc(err, AK_ERR_NOT_FOUND, "no pool of %d positions", bl);
+    if (base->n_seg > 1 || (base->n_seg == 1 && base->seg[0].kind == AK_SEG_OWN)) {
+        for (int k = 0; k < base->n_seg; k++) {
+            int len = base->seg[k].len, nb = (len + T - 1) / T, rc;
+            if (base->seg[k].kind == AK_SEG_OWN) rc = ak_kv_append_empty(kv, len, err);
+            else if (base->seg[k].kind == AK_SEG_POOL) rc = ak_kv_attach_base(kv, src, len, err);
+            else {
+                ak_block *b[64];
+                if (nb > 64) return ak_failc(err, AK_ERR_NOT_FOUND, "no card of %d positions", len);
+                for (int i = 0; i < nb; i++) b[i] = ak_kv_span(src, i, NULL, NULL);
+                rc = ak_kv_append_blocks(kv, b, nb, len, err);
+            }
+            if (rc != 0) return -1;
+        }
+        return 0;
+    }
     if (bl > 0 && ak_kv_attach_base(kv, src, bl, err) != 0) return -1;
     int links = n > bl ? ((n - bl) / T + 1) / 2 : 0;
     for (int j = 0; j < links && (j + 1) * T <= ak_kv_length(src); j++)
@@ -185,8 +202,10 @@ static int copy_out(const char *src, const char *out_dir, const char *name) {
  * AK_FUZZ_STORE_SEEDS=DIR): writes small synthetic files of agent "a", in
  * this target's store (sealed or not), to DIR: "synth-base" (an agent whose
  * sequence starts with 40 positions of a pool, 100 tokens, blocks of 32,
- * q8/q4), "synth-pool" (that pool as pool "a", tq3/f16 source text) and
- * "synth-plain" (f16/tq2, 45 tokens); returns 0, or -1. */
+ * q8/q4), "synth-pool" (that pool as pool "a", tq3/f16 source text),
+ * "synth-plain" (f16/tq2, 45 tokens) and "synth-segments" (format 5: 30
+ * positions of its own, a card of 20 after them, 40 more of its own, q8/q4);
+ * returns 0, or -1. */
 static int store_target_write_seeds(const char *out_dir) {
     ak_error err = {{0}};
     ak_cache_spec sp = {2, 2, 32, 16, 128};
@@ -226,6 +245,25 @@ static int store_target_write_seeds(const char *out_dir) {
     if (rc == 0 && (ak_store_save(store, "a", kv[2], tokens, 45, "fuzzmodel", "m", &err) != 0 ||
                     copy_out(path, out_dir, "synth-plain") != 0))
         rc = -1;
+    /* segments: own 30, a card's 20 (kv[0]'s first block standing in), own 40 */
+    ak_kv *seg = rc == 0 ? ak_kv_new(pool, AK_KV_Q8, AK_KV_Q4, 128, &err) : NULL;
+    ak_block *cb = kv[0] ? ak_kv_span(kv[0], 0, NULL, NULL) : NULL;
+    if (!seg || ak_kv_attach_base(seg, kv[0], 30, &err) != 0 || ak_kv_append_blocks(seg, &cb, 1, 20, &err) != 0 ||
+        ak_kv_prepare(seg, 50, 90, &err) != 0)
+        rc = -1;
+    for (int p = 50; rc == 0 && p < 90; p++)
+        for (int l = 0; rc == 0 && l < 2; l++)
+            if (ak_kv_read(kv[0], l, p, k, v, &err) != 0 || ak_kv_write(seg, l, p, k, v, &err) != 0) rc = -1;
+    ak_store_base sb;
+    memset(&sb, 0, sizeof sb);
+    sb.n_seg = 2;
+    sb.seg[0] = (ak_store_seg){AK_SEG_OWN, 30, "", ""};
+    sb.seg[1] = (ak_store_seg){AK_SEG_CARD, 20, "c1", "0123456789abcdef"};
+    sn = rc == 0 ? ak_store_snapshot_base("a", seg, tokens, 90, &sb, "fuzzmodel", "m", &err) : NULL;
+    if (rc == 0 && (!sn || ak_store_write_snapshot(store, sn, &err) != 0 || copy_out(path, out_dir, "synth-segments") != 0))
+        rc = -1;
+    ak_snapshot_free(sn);
+    ak_kv_free(seg);
     if (rc) fprintf(stderr, "store_target_write_seeds: %s\n", err.msg);
     unlink(path);
     unlink(pool_path);
