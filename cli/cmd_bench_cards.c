@@ -22,7 +22,9 @@
  *     attaches it and runs its own segment; E then runs a held-out segment.
  *     Mean KL divergence of E's next-token distributions and delta
  *     perplexity vs an f16 full prefill of the same text, per policy and
- *     budget.
+ *     budget; the adaptive policies under two allocations: the chain's
+ *     (qopts_quality: measured errors, a floor, keys and values in one
+ *     allocation) and bitalloc.h's defaults.
  *
  * Everything is measured in one process on one model; see
  * docs/cards-bench.md for the method and the figures.
@@ -71,6 +73,18 @@ static const char *usage_text =
     "  --tokens N              quality: tokens per window (default: the model's context - 24)\n"
     "  --windows N             quality: windows of the text, consecutive (default 4)\n"
     "  --budgets LIST          quality: average bits per token (default 3,4,6,8)\n"
+    "  Quality, the adaptive rows' allocation ('chain'; rows 'default' always use bitalloc.h's defaults):\n"
+    "  --errors measured|model each token's K/V error measured at each width (default) or 4^-w\n"
+    "  --weight mix|mass|none  what I(t) is (default mass)   --mass-power X  its power (default 0.5)\n"
+    "  --floor W               every token at least W bits when the budget pays it (default 4; 0 none)\n"
+    "  --sinks N               first tokens pinned at 8 bits (default 0)\n"
+    "  --key-weight X          one allocation over keys and values, a key's error weighing X a value's\n"
+    "                          (default 0.1; 0: each side under its own budget)\n"
+    "  --keep                  tokens handed in keep their widths\n"
+    "  --legacy                the chain rows use bitalloc.h's defaults too\n"
+    "  Diagnostics: --kv-shift D  every policy: keys budget + D, values budget - D;\n"
+    "  --probe k|v:W:DEC       importance rows: all 4 bits but decile DEC (0..9) of each agent's own\n"
+    "                          tokens by mass per query at W bits on keys or values\n"
     "  -t, --threads N         threads (default: all cores)\n"
     "  --json-out FILE         the tables on stdout and one JSON object into FILE\n"
     "  -ctk, -ctv F            the agents' own formats (default f16; the sender's cache and the\n"
@@ -78,33 +92,142 @@ static const char *usage_text =
 
 #define MAX_LIST 16
 #define N_HOPS 5
+/* A key's squared error against a value's in the quality chain's joint
+ * allocation (qopts_quality; docs/cards-bench.md: how it was chosen). */
+#define QUALITY_KEY_WEIGHT 0.1
 
 /* ---- widths from attention statistics --------------------------------- */
 
-/* Widths for positions [0, n) of kv (NULL: no caps) under `budget` average
- * bits (both sides) with policy pol, into wk and wv (n bytes each). For
- * importance and topology the scores come from st (which must have seen
- * every slot < n as a key): mass, its variance across heads, exposure, the
- * entropy of the slots st saw as queries (a slot the agent never ran as a
- * query gets the mean entropy of those it did: neutral after
+/* How the quality chain's adaptive cards are allocated (flags of the
+ * quality mode; docs/cards-bench.md, "Quality", says what each changes). */
+typedef struct {
+    int measured;                     /* each token's K/V error measured at each width (1) or the model 4^-w */
+    ak_bitalloc_weighting weighting;  /* params' weighting: what I(t) is */
+    double mass_power;                /* params' mass_power */
+    int floor_bits;                   /* params' min_bits */
+    int sinks;                        /* params' n_sinks */
+    double key_weight;                /* params' key_weight (0: keys and values apart) */
+    int keep;                         /* tokens handed in keep their widths (input keep_k / keep_v) */
+    double kv_shift;                  /* every policy, diagnostics: keys get budget + kv_shift, values
+                                         budget - kv_shift (0: both the budget) */
+    int probe_side, probe_w, probe_dec; /* diagnostics: importance rows replaced by a probe (probe_side
+                                         -1: none): every token 4 bits but decile probe_dec (0..9) of
+                                         the agent's own tokens by mass per exposure, at probe_w on
+                                         probe_side (0 keys, 1 values); tokens handed in keep theirs */
+} qopts;
+
+/* bitalloc.h's defaults (params_init): modeled errors, the four-feature
+ * mix, 4 sinks at 8 bits, sides apart. The handoff's cards and the quality
+ * table's "imp-model" rows. */
+static qopts qopts_default(void) {
+    ak_bitalloc_params bp;
+    ak_bitalloc_params_init(&bp);
+    qopts o = {0, bp.weighting, bp.mass_power, bp.min_bits, bp.n_sinks, bp.key_weight, 0, 0, -1, 0, 0};
+    return o;
+}
+
+/* The quality chain's allocation (docs/cards-bench.md: what the data
+ * supported): measured errors, I = m~^0.5, a 4-bit floor, no sinks, keys
+ * and values in one allocation with a key's squared error weighing 0.1 of
+ * a value's. */
+static qopts qopts_quality(void) {
+    qopts o = qopts_default();
+    o.measured = 1;
+    o.weighting = AK_BITALLOC_WEIGHT_MASS;
+    o.mass_power = 0.5;
+    o.floor_bits = 4;
+    o.sinks = 0;
+    o.key_weight = QUALITY_KEY_WEIGHT;
+    return o;
+}
+
+/* The probe of qopts (diagnostics): overwrites wk, wv for positions [0, n)
+ * of kv. key[p]: the token's mass per exposure. */
+static void probe_widths(const qopts *o, const ak_kv *kv, const double *mass, const double *expo, int n, uint8_t *wk,
+                         uint8_t *wv) {
+    int own = 0;
+    for (int p = 0; p < n; p++) {
+        int a, b;
+        if (kv && ak_card_slot_widths(kv, p, &a, &b)) wk[p] = (uint8_t)a, wv[p] = (uint8_t)b;
+        else wk[p] = wv[p] = 4, own++;
+    }
+    for (int p = 0; p < n; p++) {
+        int a, b;
+        if (kv && ak_card_slot_widths(kv, p, &a, &b)) continue;
+        /* rank among the own tokens, ties by position (O(n^2): diagnostics on 1K tokens) */
+        int below = 0;
+        double x = mass[p] / expo[p];
+        for (int q = 0; q < n; q++) {
+            if (kv && ak_card_slot_widths(kv, q, &a, &b)) continue;
+            double y = mass[q] / expo[q];
+            if (y < x || (y == x && q < p)) below++;
+        }
+        if (below * 10 / own == o->probe_dec) {
+            if (o->probe_side == 0) wk[p] = (uint8_t)o->probe_w;
+            else wv[p] = (uint8_t)o->probe_w;
+        }
+    }
+}
+
+/* Adds each position p < n of kv's key and value errors at widths 2, 4, 8,
+ * 16 over every layer and KV head (ak_bitalloc_measure_errors on the
+ * vectors ak_kv_read gives back) into ek[4p..] and ev[4p..] (zeroed first).
+ * Returns 0, or -1 with err set. */
+static int measure_errors(const ak_kv *kv, const ak_cache_spec *sp, int n, double *ek, double *ev, ak_error *err) {
+    float *kb = malloc(sizeof(float) * (size_t)sp->n_head_kv * sp->head_dim_k);
+    float *vb = malloc(sizeof(float) * (size_t)sp->n_head_kv * sp->head_dim_v);
+    int rc = -1;
+    if (!kb || !vb) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto done; }
+    memset(ek, 0, sizeof(double) * AK_BITALLOC_N_WIDTHS * (size_t)n);
+    memset(ev, 0, sizeof(double) * AK_BITALLOC_N_WIDTHS * (size_t)n);
+    for (int p = 0; p < n; p++)
+        for (int l = 0; l < sp->n_layer; l++) {
+            if (ak_kv_read(kv, l, p, kb, vb, err) < 0 ||
+                ak_bitalloc_measure_errors(kb, sp->n_head_kv, sp->head_dim_k, 0, ek + (size_t)p * AK_BITALLOC_N_WIDTHS,
+                                           err) < 0 ||
+                ak_bitalloc_measure_errors(vb, sp->n_head_kv, sp->head_dim_v, 1, ev + (size_t)p * AK_BITALLOC_N_WIDTHS,
+                                           err) < 0)
+                goto done;
+        }
+    rc = 0;
+done:
+    free(kb);
+    free(vb);
+    return rc;
+}
+
+/* Widths for positions [0, n) of kv (NULL: no caps, no measured errors)
+ * under `budget` average bits (both sides) with policy pol and allocation o
+ * (NULL: qopts_default; its kv_shift and probe apply), into wk and wv (n
+ * bytes each). For importance and topology the scores come from st (which
+ * must have seen every slot < n as a key): mass, its variance across heads,
+ * exposure, the entropy of the slots st saw as queries (a slot the agent
+ * never ran as a query gets the mean entropy of those it did: neutral after
  * normalization), the token ids; segment and overlap (may be NULL) feed
- * topology. A token kv holds in a mixed block is capped at the width it
+ * topology; with o->measured, each token's errors at each width measured on
+ * kv's vectors. A token kv holds in a mixed block is capped at the width it
  * has, so the greedy spends the budget on the others. Uniform spreads the
  * higher of two widths evenly. res (may be NULL) gets the allocation's
  * result. Returns 0, or -1 with err set. */
-static int stats_widths(const ak_attn_stats *st, const ak_kv *kv, const int32_t *tokens, int n,
-                        const uint8_t *segment, const int32_t *overlap, ak_bitalloc_policy pol, double budget,
-                        uint8_t *wk, uint8_t *wv, ak_bitalloc_result *res, ak_error *err) {
+static int stats_widths_with(const ak_attn_stats *st, const ak_kv *kv, const ak_cache_spec *sp, const int32_t *tokens,
+                             int n, const uint8_t *segment, const int32_t *overlap, ak_bitalloc_policy pol,
+                             double budget, const qopts *o, uint8_t *wk, uint8_t *wv, ak_bitalloc_result *res,
+                             ak_error *err) {
+    qopts def = qopts_default();
+    if (!o) o = &def;
     int L = st ? ak_attn_stats_length(st) : 0;
     if (pol != AK_BITALLOC_UNIFORM && L < n)
         return ak_failc(err, AK_ERR_INVALID, "statistics cover %d slots, the card %d", L, n);
     size_t cells = (size_t)(L > n ? L : n);
+    int measured = o->measured && kv && pol != AK_BITALLOC_UNIFORM;
     double *mass = malloc(sizeof(double) * cells), *var = malloc(sizeof(double) * cells);
     double *ent = malloc(sizeof(double) * cells), *expo = malloc(sizeof(double) * cells);
+    double *ek = measured ? malloc(sizeof(double) * AK_BITALLOC_N_WIDTHS * (size_t)n) : NULL;
+    double *ev = measured ? malloc(sizeof(double) * AK_BITALLOC_N_WIDTHS * (size_t)n) : NULL;
     int64_t *qc = malloc(sizeof(int64_t) * cells);
-    uint8_t *ck = malloc((size_t)n), *cv = malloc((size_t)n);
+    uint8_t *ck = malloc((size_t)n), *cv = malloc((size_t)n), *kk = malloc((size_t)n), *kvv = malloc((size_t)n);
     int rc = -1;
-    if (!mass || !var || !ent || !expo || !qc || !ck || !cv) {
+    if (!mass || !var || !ent || !expo || !qc || !ck || !cv || !kk || !kvv || (measured && (!ek || !ev))) {
         ak_failc(err, AK_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -121,6 +244,16 @@ static int stats_widths(const ak_attn_stats *st, const ak_kv *kv, const int32_t 
     in.overlap = overlap;
     in.cap_k = ck;
     in.cap_v = cv;
+    if (o->keep && kv) {
+        /* a card's tokens keep their widths; the agent's own: none (0) */
+        for (int p = 0; p < n; p++) {
+            int a, b;
+            if (ak_card_slot_widths(kv, p, &a, &b)) kk[p] = (uint8_t)a, kvv[p] = (uint8_t)b;
+            else kk[p] = kvv[p] = 0;
+        }
+        in.keep_k = kk;
+        in.keep_v = kvv;
+    }
     if (pol != AK_BITALLOC_UNIFORM) {
         ak_attn_stats_mass(st, mass);
         ak_attn_stats_mass_var(st, var);
@@ -142,6 +275,11 @@ static int stats_widths(const ak_attn_stats *st, const ak_kv *kv, const int32_t 
         in.variance = var;
         in.entropy = ent;
         in.exposure = expo;
+        if (measured) {
+            if (measure_errors(kv, sp, n, ek, ev, err) < 0) goto done;
+            in.err_k = ek;
+            in.err_v = ev;
+        }
     }
     ak_bitalloc_params bp;
     ak_bitalloc_params_init(&bp);
@@ -149,10 +287,29 @@ static int stats_widths(const ak_attn_stats *st, const ak_kv *kv, const int32_t 
     bp.budget_k = budget;
     bp.budget_v = 0;
     bp.spread = 1;
+    if (pol != AK_BITALLOC_UNIFORM) {
+        bp.weighting = o->weighting;
+        bp.mass_power = o->mass_power;
+        bp.min_bits = o->floor_bits;
+        bp.n_sinks = o->sinks;
+        bp.key_weight = o->key_weight;
+    }
+    if (o->kv_shift != 0 && budget < 16) bp.budget_k = budget + o->kv_shift, bp.budget_v = budget - o->kv_shift;
     rc = ak_bitalloc_run(&in, &bp, wk, wv, res, err);
+    if (rc == 0 && o->probe_side >= 0 && pol == AK_BITALLOC_IMPORTANCE) probe_widths(o, kv, mass, expo, n, wk, wv);
 done:
-    free(mass); free(var); free(ent); free(expo); free(qc); free(ck); free(cv);
+    free(mass); free(var); free(ent); free(expo); free(qc); free(ck); free(cv); free(kk); free(kvv); free(ek); free(ev);
     return rc;
+}
+
+/* stats_widths_with under the default allocation and no measured errors
+ * (the handoff's cards). */
+static int stats_widths(const ak_attn_stats *st, const ak_kv *kv, const int32_t *tokens, int n,
+                        const uint8_t *segment, const int32_t *overlap, ak_bitalloc_policy pol, double budget,
+                        uint8_t *wk, uint8_t *wv, ak_bitalloc_result *res, ak_error *err) {
+    qopts o = qopts_default();
+    o.measured = 0;
+    return stats_widths_with(st, kv, NULL, tokens, n, segment, overlap, pol, budget, &o, wk, wv, res, err);
 }
 
 /* ---- quality ------------------------------------------------------------ */
@@ -166,10 +323,16 @@ typedef struct {
     long n_nll, n_kl;
     double mean_k, mean_v;  /* mean widths of the last card (D's), first window */
     int hist_k[AK_CARD_N_WIDTHS];   /* D's card: key widths 2, 4, 8, 16 (tokens), first window */
+    int hist_v[AK_CARD_N_WIDTHS];   /* and value widths */
     double bpt_first;       /* vector bytes per token of A's card, first window */
     double bpt_f16;
     int top1_agree;         /* held-out positions whose argmax equals the reference's */
+    int defaults;           /* allocated with bitalloc.h's defaults (qopts_default), not the chain's */
 } qrow;
+
+/* Rows per budget: uniform, importance, topology under the chain's
+ * allocation, then importance and topology under bitalloc.h's defaults. */
+#define ROWS_PER_BUDGET 5
 
 /* log-softmax of logits[0..n) into out (double). */
 static void log_softmax(const float *logits, int n, double *out) {
@@ -189,7 +352,7 @@ static void log_softmax(const float *logits, int n, double *out) {
  * token's overlap is how many hand-offs carried it before this one.
  * first_window: fills q's widths and bytes. Returns 0, or -1 with err set. */
 static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, const int32_t *toks, int N,
-                         const int *bounds, qrow *q, int first_window, float *elog, ak_error *err) {
+                         const int *bounds, const qopts *o, qrow *q, int first_window, float *elog, ak_error *err) {
     int n_ctx = m->spec.n_ctx;
     ak_attn_stats *st = ak_attn_stats_new(m, NULL, 0, err);
     uint8_t *seg = malloc((size_t)N), *wk = malloc((size_t)N), *wv = malloc((size_t)N);
@@ -225,7 +388,8 @@ static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, co
             ov[p] = h - owner;
         }
         ak_bitalloc_result res;
-        if (stats_widths(st, kv, toks, to, seg, ov, q->policy, q->budget, wk, wv, &res, err) < 0) goto done;
+        if (stats_widths_with(st, kv, &m->spec, toks, to, seg, ov, q->policy, q->budget, o, wk, wv, &res, err) < 0)
+            goto done;
         char id[48];
         snprintf(id, sizeof id, "hop-%d", h);
         ak_card_params cp = {id, NULL, "bench", NULL, 0, to, wk, wv, ak_bitalloc_policy_name(q->policy),
@@ -240,6 +404,7 @@ static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, co
             for (int p = 0; p < card->n_tokens; p++) sk += card->widths_k[p], sv += card->widths_v[p];
             q->mean_k = (double)sk / card->n_tokens;
             for (int p = 0; p < card->n_tokens; p++) q->hist_k[ak_card_width_class(card->widths_k[p])]++;
+            for (int p = 0; p < card->n_tokens; p++) q->hist_v[ak_card_width_class(card->widths_v[p])]++;
             q->mean_v = (double)sv / card->n_tokens;
         }
         ak_kv_free(kv);
@@ -257,7 +422,7 @@ done:
 
 /* The quality mode. Returns the exit code. */
 static int run_quality(const char *model_path, const char *text_path, int N, int windows, const int *budgets,
-                       int n_budgets, int n_threads, const char *json_out) {
+                       int n_budgets, const qopts *o, int n_threads, const char *json_out) {
     loaded_model lm;
     if (load_model(&lm, "bench cards", model_path) < 0) return 1;
     const ak_model *m = lm.model;
@@ -292,7 +457,8 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
     bounds[1] = N * 2 / 5;
     for (int h = 2; h <= N_HOPS; h++) bounds[h] = bounds[h - 1] + N / 10;
     const int H = N - bounds[N_HOPS];
-    n_rows = 3 * n_budgets + 1;   /* three policies per budget, and uniform 16: the chain's own error */
+    n_rows = ROWS_PER_BUDGET * n_budgets + 1;   /* and uniform 16: the chain's own error */
+    qopts dflt = qopts_default();
     rows = calloc((size_t)n_rows, sizeof *rows);
     rlog = malloc(sizeof(float) * (size_t)H * vocab);
     elog = malloc(sizeof(float) * (size_t)H * vocab);
@@ -305,7 +471,11 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
         goto fail;
     }
     for (int b = 0, i = 0; b < n_budgets; b++)
-        for (int p = 0; p < 3; p++, i++) rows[i].policy = (ak_bitalloc_policy)p, rows[i].budget = budgets[b];
+        for (int p = 0; p < ROWS_PER_BUDGET; p++, i++) {
+            rows[i].policy = (ak_bitalloc_policy)(p < 3 ? p : p - 2);
+            rows[i].budget = budgets[b];
+            rows[i].defaults = p >= 3;
+        }
     rows[n_rows - 1].policy = AK_BITALLOC_UNIFORM;
     rows[n_rows - 1].budget = 16;
     if (!(pool = ak_block_pool_new(&m->spec, 0, 0, &err))) { free(toks); goto fail; }
@@ -325,7 +495,8 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
         ak_kv_free(ref);
         for (int i = 0; i < n_rows; i++) {
             qrow *q = &rows[i];
-            if (quality_chain(ctx, m, pool, toks, N, bounds, q, w == 0, elog, &err) < 0) { free(toks); goto fail; }
+            const qopts *qo = q->defaults ? &dflt : o;
+            if (quality_chain(ctx, m, pool, toks, N, bounds, qo, q, w == 0, elog, &err) < 0) { free(toks); goto fail; }
             for (int j = 0; j < H; j++) {
                 const float *rj = rlog + (size_t)j * vocab, *ej = elog + (size_t)j * vocab;
                 log_softmax(rj, vocab, lr);
@@ -343,8 +514,8 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
                     q->n_nll++;
                 }
             }
-            fprintf(stderr, "  window %d/%d  %-10s %5.1f bits: KL so far %.3e\n", w + 1, windows,
-                    ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl);
+            fprintf(stderr, "  window %d/%d  %-10s %-7s %5.1f bits: KL so far %.3e\n", w + 1, windows,
+                    ak_bitalloc_policy_name(q->policy), q->defaults ? "default" : "", q->budget, q->kl / q->n_kl);
         }
     }
     free(toks);
@@ -354,26 +525,37 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
     }
     printf("\ncards quality: %s, %d windows of %d tokens of %s; chain A -> B -> C -> D -> E, each hop a card of\n"
            "the whole context (A's %d tokens, then %d of each agent's own), E reads %d held-out tokens; vs an f16\n"
-           "prefill of the same window. Statistics: each agent's own forward passes (attnstats, default layers).\n\n",
-           model_path, windows, N, text_path, bounds[1], N / 10, H);
-    printf("%-11s %6s %10s %9s %9s %8s %9s %10s %12s   %s\n", "policy", "budget", "mean_KL", "dPPL_%", "top1_%",
-           "D_bits_k", "D_bits_v", "A_bytes/t", "vs_f16", "D_keys_at_2/4/8/16");
+           "prefill of the same window. Statistics: each agent's own forward passes (attnstats, default layers).\n"
+           "alloc 'chain': errors %s, weighting %s (mass power %g), floor %d, sinks %d, key weight %g%s%s;\n"
+           "alloc 'default': bitalloc.h's defaults (modeled errors 4^-w, the four-feature mix, 4 sinks at 8 bits).\n\n",
+           model_path, windows, N, text_path, bounds[1], N / 10, H, o->measured ? "measured" : "modeled 4^-w",
+           o->weighting == AK_BITALLOC_WEIGHT_MIX ? "mix" : o->weighting == AK_BITALLOC_WEIGHT_MASS ? "mass" : "none",
+           o->mass_power, o->floor_bits, o->sinks, o->key_weight, o->keep ? ", handed-in widths kept" : "",
+           o->probe_side >= 0 ? ", importance rows are a PROBE" : "");
+    printf("%-11s %-7s %6s %10s %9s %8s %8s %8s %10s %8s   %-15s %s\n", "policy", "alloc", "budget", "mean_KL", "dPPL_%",
+           "top1_%", "D_bits_k", "D_bits_v", "A_bytes/t", "vs_f16", "D_keys_2/4/8/16", "D_vals_2/4/8/16");
     for (int i = 0; i < n_rows; i++) {
         qrow *q = &rows[i];
-        printf("%-11s %6.1f %10.3e %+9.3f %9.2f %8.2f %9.2f %10.1f %11.3fx   %d/%d/%d/%d\n",
-               ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl, 100 * (q->ppl / q->ppl_ref - 1),
-               100.0 * q->top1_agree / q->n_kl, q->mean_k, q->mean_v, q->bpt_first, q->bpt_first / q->bpt_f16,
-               q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3]);
+        char hk[40], hv[40];
+        snprintf(hk, sizeof hk, "%d/%d/%d/%d", q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3]);
+        snprintf(hv, sizeof hv, "%d/%d/%d/%d", q->hist_v[0], q->hist_v[1], q->hist_v[2], q->hist_v[3]);
+        printf("%-11s %-7s %6.1f %10.3e %+9.3f %8.2f %8.2f %8.2f %10.1f %7.3fx   %-15s %s\n",
+               ak_bitalloc_policy_name(q->policy), q->policy == AK_BITALLOC_UNIFORM ? "-" : q->defaults ? "default" : "chain",
+               q->budget, q->kl / q->n_kl, 100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k,
+               q->mean_v, q->bpt_first, q->bpt_first / q->bpt_f16, hk, hv);
     }
     printf("f16 prefill held-out perplexity %.4f; D_bits = mean widths of D's card (after the caps of the chain);\n"
            "A_bytes/t = bytes per token of A's card (f16: %.1f).\n", rows[0].ppl_ref, rows[0].bpt_f16);
     for (int b = 0; b < n_budgets; b++) {
-        qrow *u = &rows[3 * b], *im = &rows[3 * b + 1], *tp = &rows[3 * b + 2];
-        double ku = u->kl / u->n_kl, ki = im->kl / im->n_kl, kt = tp->kl / tp->n_kl;
-        const char *best = ki <= kt ? "importance" : "topology";
-        double kb = ki <= kt ? ki : kt;
-        printf("at %d bits: best adaptive (%s) KL %.3e vs uniform %.3e: %s (%.2fx)\n", budgets[b], best, kb, ku,
-               kb < ku ? "below uniform" : "NOT below uniform", ku / kb);
+        const qrow *r = &rows[ROWS_PER_BUDGET * b];
+        double ku = r[0].kl / r[0].n_kl;
+        for (int d = 0; d < 2; d++) {
+            const qrow *im = &r[1 + 2 * d], *tp = &r[2 + 2 * d];
+            double ki = im->kl / im->n_kl, kt = tp->kl / tp->n_kl, kb = ki <= kt ? ki : kt;
+            printf("at %d bits, alloc %-7s: best adaptive (%s) KL %.3e vs uniform %.3e: %s (%.2fx)\n", budgets[b],
+                   d ? "default" : "chain", ki <= kt ? "importance" : "topology", kb, ku,
+                   kb < ku ? "below uniform" : kb == ku ? "EQUAL to uniform" : "NOT below uniform", ku / kb);
+        }
     }
     /* the 16-bit chain holds the f16 prefill's values: only the order of
      * sums differs, so its KL is rounding; anything more means the chain or
@@ -395,10 +577,13 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
             fprintf(jf, "%s{\"policy\": \"%s\", \"budget\": %g, \"mean_kl\": %.7f, \"ppl\": %.6f, \"dppl_pct\": %.5f, "
                     "\"top1_agree_pct\": %.3f, \"last_card_bits_k\": %.4f, \"last_card_bits_v\": %.4f, "
                     "\"first_card_bytes_per_token\": %.2f, \"f16_bytes_per_token\": %.2f, "
-                    "\"last_card_key_widths_2_4_8_16\": [%d, %d, %d, %d]}",
+                    "\"last_card_key_widths_2_4_8_16\": [%d, %d, %d, %d], "
+                    "\"last_card_value_widths_2_4_8_16\": [%d, %d, %d, %d], \"alloc\": \"%s\"}",
                     i ? ", " : "", ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl, q->ppl,
                     100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k, q->mean_v,
-                    q->bpt_first, q->bpt_f16, q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3]);
+                    q->bpt_first, q->bpt_f16, q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3], q->hist_v[0],
+                    q->hist_v[1], q->hist_v[2], q->hist_v[3],
+                    q->policy == AK_BITALLOC_UNIFORM ? "-" : q->defaults ? "default" : "chain");
         }
         fprintf(jf, "]}\n");
         if (fclose(jf) != 0) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
@@ -815,6 +1000,20 @@ done:
     return rc;
 }
 
+/* The value of flag f as a real number in [lo, hi]; a usage error (and 0)
+ * otherwise. */
+static double arg_real(ak_args *a, const char *f, double lo, double hi) {
+    const char *v = args_value(a, f);
+    if (!v) return 0;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi)) {
+        args_error(a, "%s: a number in [%g, %g], not '%s'", f, lo, hi, v);
+        return 0;
+    }
+    return x;
+}
+
 /* agentkv bench cards: parses the flags and runs one mode. */
 int cmd_bench_cards(int argc, char **argv) {
     ak_args a;
@@ -825,6 +1024,7 @@ int cmd_bench_cards(int argc, char **argv) {
     int turn = 16, reps = 3, n_threads = 0, quality = 0, N = 0, windows = 4;
     cache_opts co;
     cache_opts_init(&co);
+    qopts qo = qopts_quality();
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -836,6 +1036,34 @@ int cmd_bench_cards(int argc, char **argv) {
         else if (!strcmp(f, "--text")) text = args_value(&a, f);
         else if (!strcmp(f, "--tokens")) N = (int)args_int(&a, f, 100, 1 << 20);
         else if (!strcmp(f, "--windows")) windows = (int)args_int(&a, f, 1, 1000);
+        else if (!strcmp(f, "--errors")) {
+            const char *v = args_value(&a, f);
+            if (v && !strcmp(v, "measured")) qo.measured = 1;
+            else if (v && !strcmp(v, "model")) qo.measured = 0;
+            else if (v) args_error(&a, "--errors: measured or model, not '%s'", v);
+        } else if (!strcmp(f, "--weight")) {
+            const char *v = args_value(&a, f);
+            if (v && !strcmp(v, "mix")) qo.weighting = AK_BITALLOC_WEIGHT_MIX;
+            else if (v && !strcmp(v, "mass")) qo.weighting = AK_BITALLOC_WEIGHT_MASS;
+            else if (v && !strcmp(v, "none")) qo.weighting = AK_BITALLOC_WEIGHT_NONE;
+            else if (v) args_error(&a, "--weight: mix, mass or none, not '%s'", v);
+        } else if (!strcmp(f, "--mass-power")) qo.mass_power = arg_real(&a, f, 0.01, 4);
+        else if (!strcmp(f, "--floor")) {
+            qo.floor_bits = (int)args_int(&a, f, 0, 16);
+            if (qo.floor_bits != 0 && !ak_card_width_valid(qo.floor_bits)) args_error(&a, "--floor: 0, 2, 4, 8 or 16");
+        } else if (!strcmp(f, "--sinks")) qo.sinks = (int)args_int(&a, f, 0, 1 << 20);
+        else if (!strcmp(f, "--key-weight")) qo.key_weight = arg_real(&a, f, 0, 1e6);
+        else if (!strcmp(f, "--keep")) qo.keep = 1;
+        else if (!strcmp(f, "--legacy")) qo = qopts_default();
+        else if (!strcmp(f, "--kv-shift")) qo.kv_shift = arg_real(&a, f, -14, 14);
+        else if (!strcmp(f, "--probe")) {
+            const char *v = args_value(&a, f);
+            char side = 0;
+            if (v && (sscanf(v, "%c:%d:%d", &side, &qo.probe_w, &qo.probe_dec) != 3 || (side != 'k' && side != 'v') ||
+                      !ak_card_width_valid(qo.probe_w) || qo.probe_dec < 0 || qo.probe_dec > 9))
+                args_error(&a, "--probe: SIDE:WIDTH:DECILE (k or v, 2/4/8/16, 0..9), not '%s'", v);
+            qo.probe_side = side == 'k' ? 0 : 1;
+        }
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--json-out")) json_out = args_value(&a, f);
         else if (!strcmp(f, "--contexts")) {
@@ -849,6 +1077,6 @@ int cmd_bench_cards(int argc, char **argv) {
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
     if (!a.failed && quality && !text) args_error(&a, "--quality needs --text FILE");
     if (a.failed) return AK_EXIT_USAGE;
-    if (quality) return run_quality(model_path, text, N, windows, budgets, n_budgets, n_threads, json_out);
+    if (quality) return run_quality(model_path, text, N, windows, budgets, n_budgets, &qo, n_threads, json_out);
     return run_handoff(model_path, contexts, n_contexts, turn, reps, dir, &co, n_threads, json_out);
 }
