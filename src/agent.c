@@ -56,7 +56,7 @@ static int superseded(const ak_agents *a, const pending *p) {
     const pending *lists[2] = {a->head, a->retry};
     for (int k = 0; k < 2; k++)
         for (const pending *q = lists[k]; q; q = q->next)
-            if (q != p && q->version > p->version && !strcmp(q->id, p->id)) return 1;
+            if (q != p && !p->card && !q->card && q->version > p->version && !strcmp(q->id, p->id)) return 1;
     return 0;
 }
 
@@ -69,6 +69,7 @@ static void post_result(ak_agents *a, const pending *p, int ok, const ak_error *
     snprintf(r->id, sizeof r->id, "%s", p->id);
     r->version = p->version;
     r->ok = ok;
+    r->card = p->card != NULL;
     snprintf(r->error, sizeof r->error, "%s", error ? error->msg : "");
     r->code = error ? error->code : AK_ERR_NONE;
     r->next = a->results;
@@ -134,7 +135,8 @@ static void *writer_main(void *arg) {
         snprintf(a->writing_id, sizeof a->writing_id, "%s", p->id);
         pthread_mutex_unlock(&a->mu);
         ak_error err = {{0}};
-        int rc = ak_store_write_snapshot(a->cfg.store, p->snap, &err);
+        int rc = p->card ? ak_store_save_card(a->cfg.store, p->card, &err)
+                         : ak_store_write_snapshot(a->cfg.store, p->snap, &err);
         p->attempts++;
         pthread_mutex_lock(&a->mu);
         a->writing = 0;
@@ -167,8 +169,9 @@ static void *writer_main(void *arg) {
          * below even when kept; the log line is written without the lock */
         pthread_mutex_unlock(&a->mu);
         if (rc < 0)
-            logf_(a, "agent %s: save failed (attempt %d of %d; the previous file is kept; %s): %s", p->id,
-                  p->attempts, SAVE_ATTEMPTS, keep ? "will retry" : "the agent stays unsaved", err.msg);
+            logf_(a, "%s %s: save failed (attempt %d of %d; the previous file is kept; %s): %s", p->card ? "card" : "agent",
+                  p->id, p->attempts, SAVE_ATTEMPTS, keep ? "will retry" : p->card ? "the card stays in RAM only" :
+                  "the agent stays unsaved", err.msg);
         if (!keep) {
             ak_snapshot_free(p->snap);
             free(p);
@@ -217,7 +220,7 @@ static void drain_results(ak_agents *a) {
         r = nx;
     }
     for (r = rev; r;) {
-        agent *g = find(a, r->id);   /* NULL: removed since */
+        agent *g = r->card ? NULL : find(a, r->id);   /* NULL: removed since, or a card's write */
         if (g && r->ok) {
             if (r->version > g->saved) g->saved = r->version;
             if (g->saved >= g->version) g->save_failed = 0;
@@ -1243,6 +1246,8 @@ static const ak_card *cards_resolve(ak_agents *a, const char *id, ak_error *err)
 
 const ak_card *ak_card_get(ak_agents *a, const char *card_id, ak_error *err) { return cards_resolve(a, card_id, err); }
 
+void ak_card_wait_saved(ak_agents *a, const char *card_id) { wait_saved(a, card_id); }
+
 /* 1 if a card of id exists (in RAM or the store's index). */
 static int card_exists(ak_agents *a, const char *id) {
     ak_store_card_entry e;
@@ -1426,11 +1431,31 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
     ak_card *c = ak_card_make(g->kv, g->tokens, &p, err);
     free(wb);
     if (!c) return -1;
-    if (a->cfg.store && ak_store_save_card(a->cfg.store, c, err) < 0) {
+    /* the file is written behind, by the writer (its fsync alone can take
+     * longer than the whole handoff); without a writer, here */
+    if (a->cfg.store && !a->writer_running && ak_store_save_card(a->cfg.store, c, err) < 0) {
         ak_card_free(c);
         return -1;
     }
-    if (cards_add(a, c, err) < 0) return -1;
+    pending *pw = NULL;
+    if (a->writer_running && !(pw = calloc(1, sizeof *pw))) {
+        ak_card_free(c);
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    }
+    if (cards_add(a, c, err) < 0) {
+        free(pw);
+        return -1;
+    }
+    if (pw) {
+        snprintf(pw->id, sizeof pw->id, "%s", c->id);
+        pw->card = c;
+        pthread_mutex_lock(&a->mu);
+        if (a->tail) a->tail->next = pw;
+        else a->head = pw;
+        a->tail = pw;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+    }
     if (card_id_out) snprintf(card_id_out, AK_AGENT_ID_MAX + 1, "%s", id);
     logf_(a, "card %s: made from agent %s [%d, %d), %zu bytes (f16: %zu)", id, agent_id, rq->from, to,
           ak_card_vector_bytes(c), ak_card_f16_bytes(c));
@@ -1627,6 +1652,7 @@ int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err) {
     if (held)
         return ak_failc(err, AK_ERR_BUSY, "card %s is held by %d agent%s: %s%s", card_id, held, held > 1 ? "s" : "", names,
                         held > 8 ? ", ..." : "");
+    wait_saved(a, card_id);   /* its write, if queued, holds the card; and its file is then there to remove */
     int found = 0;
     for (int i = 0; i < a->n_cards; i++)
         if (!strcmp(a->cards[i]->id, card_id)) {

@@ -340,8 +340,11 @@ typedef struct {
  * record its own lineage, so longer chains count 1. */
 
 /* Makes a card of agent agent_id's cache (restored from the store if it is
- * not in RAM), records it (and writes it to the store, if any) and puts its
- * id in card_id_out. Widths: rq's, or bitalloc.h's under rq's budgets
+ * not in RAM), records it and puts its id in card_id_out; with a store, its
+ * file is written behind by the writer thread (queued like an agent's save:
+ * ak_agents_flush and ak_card_wait_saved wait for it; a crash before it lands
+ * loses the card, and an agent file that records it then misses), or
+ * here when the agents have no writer. Widths: rq's, or bitalloc.h's under rq's budgets
  * (scored from attention when rq->ctx is given: THE STATISTICS PASS above;
  * c must then be free for this thread's use, its attention statistics hook
  * is restored to none). Tokens the agent holds from an imported card keep or
@@ -404,6 +407,12 @@ int ak_agent_import_card_mode(ak_agents *a, const char *id, const char *card_id,
  * until it is removed or a is freed), or NULL with err set (codes as
  * ak_agent_import_card). */
 const struct ak_card *ak_card_get(ak_agents *a, const char *card_id, ak_error *err);
+
+/* Waits until card card_id's file is written, if its write is queued or
+ * in progress (ak_agent_make_card writes behind); returns at once
+ * otherwise. Any thread. Whether the write succeeded, the store says (a
+ * failed one is logged and retried like an agent's save). */
+void ak_card_wait_saved(ak_agents *a, const char *card_id);
 /* Every card (in RAM or in the store), sorted by id, into *out (malloc'd;
  * store.h's entry; bytes is the file size, 0 for cards only in RAM).
  * Returns 0, or -1 with err set. */

@@ -57,7 +57,8 @@ struct ak_restore_job {
 typedef struct pending {
     struct pending *next;
     char id[AK_AGENT_ID_MAX + 1];
-    ak_snapshot *snap;
+    ak_snapshot *snap;          /* an agent's save; NULL for a card's */
+    const struct ak_card *card; /* a card to write (made this run, freed only after its write) */
     uint64_t version;
     int attempts;               /* writes tried so far */
     double due;                 /* a retry: not before this time (ak_now) */
@@ -69,6 +70,7 @@ typedef struct save_result {
     char id[AK_AGENT_ID_MAX + 1];
     uint64_t version;
     int ok;
+    int card;                   /* the outcome of a card's write, not an agent's */
     char error[512];
     int code;                   /* the error's ak_err_code */
 } save_result;

@@ -828,8 +828,12 @@ static void run_pool_op(ak_sched *s, op *o) {
 static void card_out(ak_sched *s, const ak_card *c, ak_sched_card *out) {
     memset(out, 0, sizeof *out);
     ak_store_card_entry fe;
-    if (s->cfg.store && ak_store_lookup_card(s->cfg.store, c->id, &fe) == 0 && !strcmp(fe.hash, c->hash)) out->e = fe;
-    else ak_store_card_entry_of(c, &out->e);
+    if (s->cfg.store && ak_store_lookup_card(s->cfg.store, c->id, &fe) == 0 && !strcmp(fe.hash, c->hash)) {
+        out->e = fe;
+        out->saved = 1;
+    } else {
+        ak_store_card_entry_of(c, &out->e);
+    }
     for (int k = 0; k < AK_CARD_N_WIDTHS && k < 4; k++) {
         out->count_k[k] = c->count[0][k];
         out->count_v[k] = c->count[1][k];
@@ -864,6 +868,7 @@ static void run_card_op(ak_sched *s, op *o) {
         }
         break;
     case OP_CARD_GET:
+        ak_card_wait_saved(ag, o->card_id);   /* its file's size, once written behind */
         c = ak_card_get(ag, o->card_id, &o->err);
         o->rc = c ? 0 : -1;
         if (c) card_out(s, c, o->card);
@@ -1365,6 +1370,7 @@ int ak_sched_card_remove(ak_sched *s, const char *card_id, ak_error *err) {
 int ak_sched_card_file(ak_sched *s, const char *card_id, char **bytes, size_t *len, ak_error *err) {
     if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
     if (!s->cfg.store) return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file (no memory directory)", card_id);
+    ak_card_wait_saved(s->cfg.agents, card_id);   /* a card just made is written behind */
     char path[4096];
     snprintf(path, sizeof path, "%s/cards/%s.safetensors", ak_store_dir(s->cfg.store), card_id);
     ak_error e = {0};

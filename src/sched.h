@@ -173,6 +173,8 @@ int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err);
 typedef struct {
     ak_store_card_entry e;    /* the card as the store indexes it (bytes: its file's size,
                                  0 for a card only in RAM) */
+    int saved;                /* its file is written (a card just made is written behind:
+                                 agent.h, ak_agent_make_card; a GET waits for it) */
     int count_k[4], count_v[4];   /* tokens at widths 2, 4, 8, 16 (keys, values); all 0 in
                                      a list, which reads no card */
 } ak_sched_card;

@@ -649,6 +649,7 @@ static cJSON *card_json(const ak_store_card_entry *e, const ak_sched_card *hist)
     cJSON_AddStringToObject(j, "object", "card");
     cJSON_AddNumberToObject(j, "tokens", e->n_tokens);
     cJSON_AddNumberToObject(j, "pos_offset", e->pos_offset);
+    if (hist) cJSON_AddBoolToObject(j, "saved", hist->saved);
     if (e->source_agent[0]) cJSON_AddStringToObject(j, "source_agent", e->source_agent);
     else cJSON_AddNullToObject(j, "source_agent");
     cJSON_AddStringToObject(j, "policy", e->policy);

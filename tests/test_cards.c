@@ -443,6 +443,50 @@ static void mreprefill(menv *e, const int32_t *prompt, int n, int n_gen, int32_t
     ak_block_pool_free(pool);
 }
 
+/* A card's file is written behind: ak_card_wait_saved waits for it, a card
+ * removed while its write is queued waits and removes the file, shutdown
+ * writes what is queued; the card is usable from RAM meanwhile. */
+TEST(cards_written_behind_land_on_wait_remove_and_shutdown) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = card_dir_for("behind");
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_on(&e, &pool, store);
+    REQUIRE(ag, "agents");
+    int32_t prompt[24], gen[2];
+    for (int i = 0; i < 24; i++) prompt[i] = i ? (int32_t)((i * 29 + 5) % e.vocab) : 1;
+    ak_turn ti;
+    REQUIRE(mturn(t, &e, ag, "alice", prompt, 24, 2, gen, NULL, &ti) == 0, "alice");
+    ak_card_request rq;
+    memset(&rq, 0, sizeof rq);
+    char ids[3][AK_AGENT_ID_MAX + 1];
+    for (int k = 0; k < 3; k++) {
+        rq.card_id = k == 0 ? "w0" : k == 1 ? "w1" : "w2";
+        REQUIRE(ak_agent_make_card(ag, "alice", &rq, ids[k], &err) == 0, "make: %s", err.msg);
+        REQUIRE(ak_card_get(ag, ids[k], &err), "in RAM: %s", err.msg);
+    }
+    ak_card_wait_saved(ag, "w0");
+    ak_store_card_entry ce;
+    CHECK(ak_store_lookup_card(store, "w0", &ce) == 0 && ce.bytes > 0, "w0's file after the wait");
+    CHECK(ak_card_remove(ag, "w1", &err) == 0, "remove w1: %s", err.msg);
+    CHECK(ak_store_lookup_card(store, "w1", &ce) != 0, "w1's file removed with it");
+    ak_agents_free(ag);   /* writes w2 if still queued */
+    ak_store_close(store);
+    store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_card *c = NULL;
+    CHECK(ak_store_load_card(store, "w2", NULL, NULL, 0, &c, &err) == AK_STORE_HIT && c && c->n_tokens == 25,
+          "w2 after shutdown: %s", err.msg);
+    CHECK(ak_store_lookup_card(store, "w1", &ce) != 0, "w1 stays removed");
+    ak_card_free(c);
+    ak_store_close(store);
+    ak_block_pool_free(pool);
+    menv_close(&e);
+}
+
 TEST(cards_import_replace_on_a_real_model) {
     menv e;
     if (menv_open(t, &e) < 0) return;

@@ -124,8 +124,13 @@ TEST(cards_server_export_import_chat_same_answer) {
           num(a.j, "pos_offset") == 0 && !strcmp(str(a.j, "source_agent"), "alice") &&
           !strcmp(str(a.j, "policy"), "uniform") && num(a.j, "budget_k") == 16 && num(a.j, "mean_bits_k") == 16 &&
           num(a.j, "mean_bits_v") == 16 && hist(a.j, "widths_k", "16") == p1 && hist(a.j, "widths_v", "16") == p1 &&
-          num(a.j, "bytes") > 0 && str(a.j, "hash") && strlen(str(a.j, "hash")) == 16 && num(a.j, "created") > 0,
+          str(a.j, "hash") && strlen(str(a.j, "hash")) == 16 && num(a.j, "created") > 0,
           "card object: %s", a.body);
+    reply_free(&a);
+    /* written behind: a GET waits for the file and gives its size */
+    a = http(r.port, "GET", "/v1/cards/c16", NULL);
+    CHECK(a.status == 200 && num(a.j, "bytes") > 0 && cJSON_IsTrue(cJSON_GetObjectItem(a.j, "saved")), "GET: %s",
+          a.body);
     reply_free(&a);
     a = import_card(r.port, "bob", "c16", "replace");
     CHECK(a.status == 200 && (int)num(a.j, "tokens") == p1, "import: %d %s", a.status, a.body);
@@ -290,6 +295,7 @@ TEST(cards_server_importance_vs_uniform_4_bits) {
     /* the importance widths are an attention-statistics pass's */
     ak_card *ic = NULL;
     ak_error err = {0};
+    ak_card_wait_saved(r.agents, "i4");   /* written behind */
     REQUIRE(ak_store_load_card(r.store, "i4", NULL, NULL, 0, &ic, &err) == AK_STORE_HIT, "load i4: %s", err.msg);
     uint8_t *w = malloc((size_t)n * 4);
     REQUIRE(w && ic->n_tokens == n, "n");
@@ -494,7 +500,9 @@ TEST(cards_server_download_inspect) {
     reply_free(&a);
     a = post_card(r.port, "alice", "{\"id\":\"dl\",\"bits\":4,\"policy\":\"importance\"}");
     REQUIRE(a.status == 201, "make: %d %s", a.status, a.body);
-    int n = (int)num(a.j, "tokens"), bytes = (int)num(a.j, "bytes");
+    reply g = http(r.port, "GET", "/v1/cards/dl", NULL);   /* the file's size, once written */
+    int n = (int)num(a.j, "tokens"), bytes = (int)num(g.j, "bytes");
+    reply_free(&g);
     int h[4];
     static const char *const ws[4] = {"2", "4", "8", "16"};
     for (int i = 0; i < 4; i++) h[i] = hist(a.j, "widths_k", ws[i]);
@@ -653,6 +661,8 @@ TEST(cards_server_topology_counts_a_prior_handoff) {
     reply_free(&im);
     ak_card *bt = NULL, *bi = NULL;
     ak_error err = {0};
+    ak_card_wait_saved(r.agents, "bt");   /* written behind */
+    ak_card_wait_saved(r.agents, "bi");
     REQUIRE(ak_store_load_card(r.store, "bt", NULL, NULL, 0, &bt, &err) == AK_STORE_HIT &&
                 ak_store_load_card(r.store, "bi", NULL, NULL, 0, &bi, &err) == AK_STORE_HIT,
             "load: %s", err.msg);
