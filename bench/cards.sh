@@ -11,8 +11,10 @@
 # 2. quality on the trained tiny-llama-h64 (1024-token context) over the
 #    held-out golden text: a chain of 5 agents, each handing a card of its
 #    whole context to the next, at budgets 3, 4, 6, 8 bits, policies uniform,
-#    importance, topology: KL and delta perplexity of the last agent over a
-#    held-out segment vs an f16 prefill. Under a minute.
+#    importance, topology (the adaptive two under the chain's allocation from
+#    measured errors and under bitalloc.h's defaults): KL and delta
+#    perplexity of the last agent over a held-out segment vs an f16 prefill.
+#    About a minute.
 # Writes cards-handoff.json, cards-quality.json and the plots
 # cards-kl.svg (KL vs budget per policy) and cards-bytes.svg into $OUT.
 # QUICK=1: a smoke run (a 4-layer dim-256 llama, contexts 256,512, 1 rep;
@@ -79,17 +81,24 @@ if os.path.exists(qp):
     for b in budgets:
         o.append('<text x="%.1f" y="%d" text-anchor="middle">%g</text>' % (x_of(b), H - B + 15, b))
     o.append('<text x="%d" y="%d" text-anchor="middle">budget, average bits per token (keys and values)</text>' % ((L + W - R) // 2, H - B + 32))
-    for k, pol in enumerate(("uniform", "importance", "topology")):
-        pts = [(r["budget"], r["mean_kl"]) for r in rows if r["policy"] == pol and r["mean_kl"] > 0]
-        o.append('<polyline fill="none" stroke="%s" stroke-width="1.8" points="%s"/>' % (
-            colors[pol], " ".join("%.1f,%.1f" % (x_of(b), y_of(v)) for b, v in pts)))
+    lines = [("uniform", "-", "uniform", ""), ("importance", "chain", "importance", ""),
+             ("topology", "chain", "topology", ""), ("importance", "default", "importance, defaults", "5,3"),
+             ("topology", "default", "topology, defaults", "5,3")]
+    for k, (pol, alloc, label, dash) in enumerate(lines):
+        pts = [(r["budget"], r["mean_kl"]) for r in rows
+               if r["policy"] == pol and r.get("alloc", alloc) == alloc and r["mean_kl"] > 0]
+        if not pts:
+            continue
+        da = ' stroke-dasharray="%s"' % dash if dash else ""
+        o.append('<polyline fill="none" stroke="%s" stroke-width="1.8"%s points="%s"/>' % (
+            colors[pol], da, " ".join("%.1f,%.1f" % (x_of(b), y_of(v)) for b, v in pts)))
         for b, v in pts:
             o.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>' % (x_of(b), y_of(v), colors[pol]))
         ly = T + 12 + 20 * k
-        o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>' % (W - R + 12, ly - 4, W - R + 36, ly - 4, colors[pol]))
-        o.append('<text x="%d" y="%d">%s</text>' % (W - R + 42, ly, pol))
-    o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (W - R + 12, T + 80, os.path.basename(q["model"])))
-    o.append('<text x="%d" y="%d" fill="#555">%d windows of %d tokens</text>' % (W - R + 12, T + 94, q["windows"], q["tokens"]))
+        o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (W - R + 12, ly - 4, W - R + 36, ly - 4, colors[pol], da))
+        o.append('<text x="%d" y="%d">%s</text>' % (W - R + 42, ly, label))
+    o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (W - R + 12, T + 120, os.path.basename(q["model"])))
+    o.append('<text x="%d" y="%d" fill="#555">%d windows of %d tokens</text>' % (W - R + 12, T + 134, q["windows"], q["tokens"]))
     o.append("</svg>")
     open(os.path.join(out, "cards-kl.svg"), "w").write("\n".join(o) + "\n")
     print("cards: %s" % os.path.join(out, "cards-kl.svg"))
