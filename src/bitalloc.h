@@ -41,6 +41,24 @@
  * of two tokens neither pinned nor capped, the one with the strictly higher
  * score (or the earlier, on equal scores) never gets the lower width.
  *
+ * Measured errors (input err_k / err_v, optional): E becomes each token's
+ * own e_t(w), the squared error its vectors get in the card's format of
+ * width w (ak_bitalloc_measure_errors), and the greedy minimizes
+ *
+ *     sum_t s(t) * e_t(w_t)    subject to    sum_t w_t <= L
+ *
+ * by marginal gains over each token's lower convex hull of (w, s e_t(w))
+ * (a step may skip a width: 2 -> 8), within one hull step's drop of the
+ * optimum (ak_bitalloc_widths_measured). Options of params, all off by
+ * default (params_init keeps the behaviour above): a floor width
+ * (min_bits) for every token when the budget pays it for all; per-token
+ * kept widths (input keep_k / keep_v); I(t) from the mass alone
+ * (m~^mass_power) or nothing (weighting); and one allocation over keys and
+ * values together (key_weight > 0: a key's error weighs key_weight times a
+ * value's, under the mean of the two budgets). Uniform ignores them all:
+ * it stays one width for everyone. docs/bit-allocation.md says what the
+ * 5-hop chain measured with each.
+ *
  * Pure: no I/O, no global state; thread-safe (ak_bitalloc_run and
  * ak_bitalloc_widths allocate scratch memory and free it before returning).
  */
@@ -121,6 +139,10 @@ typedef struct {
                             for every token */
     ak_bitalloc_weighting weighting; /* what I(t) is */
     double mass_power;   /* the power of m~ with AK_BITALLOC_WEIGHT_MASS (> 0) */
+    double key_weight;   /* 0: keys and values allocated apart, each under its budget; > 0
+                            (importance and topology): one allocation over both sides under
+                            the mean of the two budgets, a key's error weighing key_weight
+                            times a value's (only the mean of both sides is then bounded) */
 } ak_bitalloc_params;
 
 /* What an allocation achieved, per side. */
