@@ -826,3 +826,62 @@ TEST(bitalloc_run_measured) {
     e.code = 0;
     CHECK(ak_bitalloc_scores(&in4, &p, NULL, NULL, sc, &e) == -1 && e.code == AK_ERR_INVALID, "power 0: code %d", e.code);
 }
+
+/* Keys and values in one allocation (key_weight > 0): the two sides
+ * together meet the mean budget over 2n items and spend it; a small key
+ * weight sends the bits to values, a large one to keys; equal errors and
+ * key weight 1 give both sides alike; caps hold. */
+TEST(bitalloc_joint) {
+    enum { N = 40 };
+    double m[N], ek[4 * N], ev[4 * N];
+    uint8_t k[N], v[N], cap[N];
+    uint64_t seed = 21;
+    for (int i = 0; i < N; i++) {
+        m[i] = exp(3.0 * rng_unit(&seed));
+        for (int j = 0; j < 4; j++) ek[4 * i + j] = ev[4 * i + j] = 16.0 * ldexp(1.0, -4 * j);
+        cap[i] = (uint8_t)(2 + rng_int(&seed, 15));
+    }
+    ak_bitalloc_input in = {.n = N, .mass = m, .err_k = ek, .err_v = ev};
+    ak_error e = {{0}};
+    ak_bitalloc_result r;
+    for (int it = 0; it < 40; it++) {
+        ak_bitalloc_params p = params(it % 2 ? AK_BITALLOC_TOPOLOGY : AK_BITALLOC_IMPORTANCE, 2 + 14 * rng_unit(&seed));
+        p.budget_v = 2 + 14 * rng_unit(&seed);
+        p.key_weight = exp(4.0 * (rng_unit(&seed) - 0.5));
+        ak_bitalloc_input c = in;
+        if (it % 3 == 0) c.cap_k = cap, c.cap_v = cap;
+        REQUIRE(ak_bitalloc_run(&c, &p, k, v, &r, &e) == 0, "iter %d: %s", it, e.msg);
+        long L = max_total((p.budget_k + p.budget_v) / 2, 2 * N), s = 0;
+        for (int i = 0; i < N; i++) {
+            s += k[i] + v[i];
+            if (c.cap_k) CHECK(k[i] <= round_cap(cap[i]) && v[i] <= round_cap(cap[i]), "iter %d: over cap", it);
+        }
+        CHECK(s == r.sum_k + r.sum_v && s <= L, "iter %d: total %ld (reported %ld), limit %ld", it, s,
+              r.sum_k + r.sum_v, L);
+        /* spent: no item below its cap could afford its next step (the
+         * errors fall at every step, so every step has a gain) */
+        for (int i = 0; i < N; i++) {
+            int lim = c.cap_k ? round_cap(cap[i]) : 16;
+            if (k[i] < lim) CHECK(k[i] > L - s, "iter %d: key %d at %d with %ld bits left", it, i, k[i], L - s);
+            if (v[i] < lim) CHECK(v[i] > L - s, "iter %d: value %d at %d with %ld bits left", it, i, v[i], L - s);
+        }
+    }
+    ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, 4.0);
+    p.weighting = AK_BITALLOC_WEIGHT_NONE;
+    p.key_weight = 0.01;
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, &r, &e) == 0, "%s", e.msg);
+    CHECK(r.sum_k == 2 * N && r.sum_v == 6 * N, "key weight 0.01: keys %ld values %ld bits, want %d and %d", r.sum_k,
+          r.sum_v, 2 * N, 6 * N);
+    p.key_weight = 100;
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, &r, &e) == 0, "%s", e.msg);
+    CHECK(r.sum_k == 6 * N && r.sum_v == 2 * N, "key weight 100: keys %ld values %ld bits", r.sum_k, r.sum_v);
+    p.key_weight = 1;
+    REQUIRE(ak_bitalloc_run(&in, &p, k, v, &r, &e) == 0, "%s", e.msg);
+    CHECK(memcmp(k, v, N) == 0, "key weight 1, equal errors: sides differ");
+    p.key_weight = NAN;
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&in, &p, k, v, &r, &e) == -1 && e.code == AK_ERR_INVALID, "key weight NaN: code %d", e.code);
+    p.key_weight = -1;
+    e.code = 0;
+    CHECK(ak_bitalloc_run(&in, &p, k, v, &r, &e) == -1 && e.code == AK_ERR_INVALID, "key weight -1: code %d", e.code);
+}
