@@ -356,6 +356,23 @@ TEST(cards_append_survives_a_restart) {
         CHECK(ti.reused == NP + NX, "%s with its pool after the append: reused %d (the pool re-attached?)", pooled[i],
               ti.reused);
     }
+    /* twins that leave the appended history inside their own positions
+     * (a prompt diverging at 20 of P's 37): the card and the positions
+     * after it go, a segment of 20 own positions stays (a file with an own
+     * segment and no card) */
+    int32_t dv[30];
+    memcpy(dv, P, sizeof(int32_t) * 20);
+    for (int i = 20; i < 30; i++) dv[i] = (int32_t)((i * 11 + 2) % e.vocab);
+    const char *dvg[] = {"rd", "re"};
+    for (int i = 0; i < 2; i++) {
+        REQUIRE(aturn(t, &e, ag, dvg[i], NULL, P, NP, NULL, &ti) == 0, "%s", dvg[i]);
+        REQUIRE(ak_agent_import_card_mode(ag, dvg[i], "cx", AK_IMPORT_APPEND, &err) == 0, "%s: %s", dvg[i], err.msg);
+        REQUIRE(aturn(t, &e, ag, dvg[i], NULL, dv, 25, NULL, &ti) == 0, "%s", dvg[i]);
+        CHECK(ti.match == AK_MATCH_DIVERGE && ti.reused == 20, "%s diverging: %s, reused %d", dvg[i],
+              ak_match_name(ti.match), ti.reused);
+    }
+    float *ld = malloc(sizeof(float) * (size_t)e.vocab);
+    REQUIRE(aturn(t, &e, ag, "rd", NULL, dv, 30, ld, &ti) == 0, "rd hot");
     /* the hot ones' next turn: the reference */
     float *lr = malloc(sizeof(float) * (size_t)e.vocab), *lp = malloc(sizeof(float) * (size_t)e.vocab);
     float *got = malloc(sizeof(float) * (size_t)e.vocab);
@@ -382,6 +399,9 @@ TEST(cards_append_survives_a_restart) {
     REQUIRE(ak_pool_get(ag, "doc", &pi, &err) == 0, "%s", err.msg);
     snprintf(want, sizeof want, "pool:%d:doc:%s,own:%d,card:%d:cx:%s", NDOC, pi.hash, NP - NDOC, NX, chash);
     CHECK(sg && !strcmp(sg, want), "pw's segments \"%s\" (want \"%s\")", sg ? sg : "none", want);
+    free(sg);
+    sg = get_meta(file_of(dir, "re"), "segments");
+    CHECK(sg && !strcmp(sg, "own:20"), "re's segments \"%s\" (want \"own:20\")", sg ? sg : "none");
     free(sg);
     char cmd[1600];
     snprintf(cmd, sizeof cmd, "python3 tests/check_safetensors.py %s %s >/dev/null", file_of(dir, "ry"), file_of(dir, "pw"));
@@ -420,6 +440,9 @@ TEST(cards_append_survives_a_restart) {
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == n1 && !memcmp(got, lp, sizeof(float) * (size_t)e.vocab),
           "pv restored (pool, own, card): tier %s, reused %d, max |diff| %.3g", ak_tier_name(ti.tier), ti.reused,
           max_abs_diff(got, lp, e.vocab));
+    REQUIRE(aturn(t, &e, ag, "re", NULL, dv, 30, got, &ti) == 0, "re");
+    CHECK(ti.tier == AK_TIER_WARM && ti.reused == 25 && !memcmp(got, ld, sizeof(float) * (size_t)e.vocab),
+          "re restored (an own segment, no card): tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
     REQUIRE(aturn(t, &e, ag, "solo", NULL, xq, NX + NQ, got, &ti) == 0, "solo");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == NX + NQ - 1 && !memcmp(got, ls, sizeof(float) * (size_t)e.vocab),
           "a version 4 file: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
@@ -458,6 +481,7 @@ TEST(cards_append_survives_a_restart) {
     free(lr);
     free(lp);
     free(ls);
+    free(ld);
     free(got);
     aenv_close(&e);
 }
