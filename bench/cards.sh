@@ -32,13 +32,14 @@ lscpu | sed -n 's/^Model name: *//p' | head -1
 uptime
 if [ -n "$QUICK" ]; then
     m="$BENCH_DIR/llama-tiny-q4_0.gguf"   # llama-1b's head size (64) and GQA, 4 layers of dim 256
-    [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
-        --vocab 1000 --ctx 2048 --type q4_0 --seed 1
+    [ -n "$SKIP_HANDOFF" ] || [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --dim 256 --layers 4 --heads 4 \
+        --kv-heads 2 --ffn 512 --vocab 1000 --ctx 2048 --type q4_0 --seed 1
     CONTEXTS=${CONTEXTS:-256,512}; REPS=${REPS:-1}; WINDOWS=${WINDOWS:-2}
 else
     # a 16K context: an 8K context plus the receiver's turn must fit
     m="$BENCH_DIR/llama-1b-16k-q4_0.gguf"
-    [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --ctx 16384 --type q4_0 --seed 1
+    # (not made when only the quality run is asked for)
+    [ -n "$SKIP_HANDOFF" ] || [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --ctx 16384 --type q4_0 --seed 1
 fi
 if [ -z "$SKIP_HANDOFF" ]; then
     "$BIN" bench cards -m "$m" --contexts "${CONTEXTS:-1024,4096,8192}" --reps "${REPS:-3}" --turn "${TURN:-16}" \
