@@ -233,10 +233,16 @@ int ak_bitalloc_measure_errors(const float *x, int n_vec, int d, int side, doubl
 /* Scores in under p and allocates key widths into bits_k and value widths
  * into bits_v (n bytes each) under p's budgets; uniform scores every token
  * alike and pins nothing (p->spread applies to uniform only; the other
- * policies break ties by position). res (if not NULL) gets what was achieved. Fails as
- * ak_bitalloc_scores and ak_bitalloc_widths do (a budget_v other than 0
- * outside [2, 16] too). Deterministic: the same inputs give the same widths.
- * Returns 0 or -1. */
+ * policies break ties by position). Importance and topology use in's
+ * measured errors (per side, where given), keeps and p's floor, and with
+ * p->key_weight > 0 allocate both sides in one greedy under the mean of the
+ * two budgets (no pins; the mean of both sides' widths stays within it);
+ * uniform ignores all four. res (if not NULL) gets what was achieved
+ * (pinned 0 with key_weight). Fails as ak_bitalloc_scores,
+ * ak_bitalloc_widths and ak_bitalloc_widths_measured do (a budget_v other
+ * than 0 outside [2, 16], kept widths the budget cannot pay, a key_weight
+ * negative or not finite too). Deterministic: the same inputs give the
+ * same widths. Returns 0 or -1. */
 int ak_bitalloc_run(const ak_bitalloc_input *in, const ak_bitalloc_params *p, uint8_t *bits_k,
                     uint8_t *bits_v, ak_bitalloc_result *res, ak_error *err);
 
