@@ -332,9 +332,11 @@ static char *tokens_string(const int32_t *tok, int n) {
     return s;
 }
 
-/* The file's image (header and data) of c in a malloc'd buffer (*len
- * bytes), or NULL with err set. */
-static uint8_t *build_image(const ak_card *c, size_t *len, ak_error *err) {
+/* The file's header of c (the 8-byte length and the JSON, padded) in a
+ * malloc'd buffer (*len bytes), and its tensors in file order (*tensors,
+ * malloc'd, *n_tensors of them; their data are c's arrays: the file is
+ * written from them, not from a copy). NULL with err set. */
+static uint8_t *build_header(const ak_card *c, size_t *len, card_tensor **tensors, int *n_tensors, ak_error *err) {
     card_tensor *t = malloc(sizeof *t * CARD_MAX_TENSORS);
     if (!t) { ak_failc(err, AK_ERR_NOMEM, "store: card %s: out of memory", c->id); return NULL; }
     int nt = card_tensors(c, t);
@@ -391,16 +393,14 @@ static uint8_t *build_image(const ak_card *c, size_t *len, ak_error *err) {
     }
     if (!(json = cJSON_PrintUnformatted(root))) goto oom;
     size_t jl = strlen(json), hl = (jl + 7) / 8 * 8;
-    *len = 8 + hl + off;
+    *len = 8 + hl;
     if (!(img = malloc(*len))) goto oom;
     for (int i = 0; i < 8; i++) img[i] = (uint8_t)((uint64_t)hl >> (8 * i));
     memcpy(img + 8, json, jl);
     memset(img + 8 + jl, ' ', hl - jl);
-    uint8_t *q = img + 8 + hl;
-    for (int i = 0; i < nt; i++) {
-        if (t[i].bytes) memcpy(q, t[i].data, t[i].bytes);
-        q += t[i].bytes;
-    }
+    *tensors = t;
+    *n_tensors = nt;
+    t = NULL;
     goto done;
 oom:
     ak_failc(err, AK_ERR_NOMEM, "store: card %s: out of memory", c->id);
@@ -438,27 +438,72 @@ static int sync_dir(const char *dir) {
     return rc;
 }
 
-/* Writes the image to fd, sealed under the store's key (bound to
- * "cards/<id>") when it has one. Returns 0, or -1 (errno set). */
-static int write_image(const ak_store *s, int fd, const char *id, const uint8_t *img, size_t len) {
-    if (!s->has_key) return write_full(fd, img, len);
+/* The file's bytes as pieces: the header, then each tensor's data. */
+typedef struct {
+    const uint8_t *hdr;
+    size_t hlen;
+    const card_tensor *t;
+    int nt;
+    int at;         /* -1: in the header; else the tensor */
+    size_t off;     /* within the current piece */
+} pieces;
+
+/* Copies the next n bytes of the pieces into dst (n no more than remain). */
+static void pieces_read(pieces *p, uint8_t *dst, size_t n) {
+    while (n) {
+        const uint8_t *src = p->at < 0 ? p->hdr : p->t[p->at].data;
+        size_t len = p->at < 0 ? p->hlen : p->t[p->at].bytes, k = len - p->off < n ? len - p->off : n;
+        if (k) memcpy(dst, src + p->off, k);
+        dst += k;
+        n -= k;
+        p->off += k;
+        if (p->off == len) {
+            p->at++;
+            p->off = 0;
+        }
+    }
+}
+
+/* Writes the file (header, then the tensors' data, straight from the
+ * card's arrays) to fd, sealed under the store's key (bound to
+ * "cards/<id>") when it has one, through one chunk of staging. Returns 0,
+ * or -1 (errno set). */
+static int write_card_file(const ak_store *s, int fd, const char *id, const uint8_t *hdr, size_t hlen,
+                           const card_tensor *t, int nt) {
+    size_t len = hlen;
+    for (int i = 0; i < nt; i++) len += t[i].bytes;
+    if (!s->has_key) {
+        if (write_full(fd, hdr, hlen) < 0) return -1;
+        for (int i = 0; i < nt; i++)
+            if (t[i].bytes && write_full(fd, t[i].data, t[i].bytes) < 0) return -1;
+        return 0;
+    }
     char binding[AK_SEAL_ID_MAX + 1];
     snprintf(binding, sizeof binding, "cards/%s", id);
     ak_seal z;
-    uint8_t hdr[AK_SEAL_HEADER_BYTES];
-    ak_seal_begin(&z, s->key, len, AK_SEAL_CHUNK, binding, hdr);
-    if (write_full(fd, hdr, sizeof hdr) < 0) return -1;
-    uint8_t *out = malloc(AK_SEAL_CHUNK + AK_SEAL_ABYTES);
-    if (!out) { errno = ENOMEM; return -1; }
+    uint8_t head[AK_SEAL_HEADER_BYTES];
+    ak_seal_begin(&z, s->key, len, AK_SEAL_CHUNK, binding, head);
+    if (write_full(fd, head, sizeof head) < 0) return -1;
+    uint8_t *in = malloc(AK_SEAL_CHUNK), *out = malloc(AK_SEAL_CHUNK + AK_SEAL_ABYTES);
+    if (!in || !out) {
+        free(in);
+        free(out);
+        errno = ENOMEM;
+        return -1;
+    }
+    pieces pc = {hdr, hlen, t, nt, -1, 0};
     size_t done = 0;
     int rc = 0;
     while (done < len) {
         size_t nb = ak_seal_next_bytes(&z);
-        size_t w = ak_seal_push(&z, img + done, out);
+        pieces_read(&pc, in, nb);
+        size_t w = ak_seal_push(&z, in, out);
         if (write_full(fd, out, w) < 0) { rc = -1; break; }
         done += nb;
     }
     sodium_memzero(&z, sizeof z);
+    sodium_memzero(in, AK_SEAL_CHUNK);   /* plaintext */
+    free(in);
     free(out);
     return rc;
 }
@@ -476,14 +521,16 @@ int ak_store_save_card(ak_store *s, const ak_card *c, ak_error *err) {
         return ak_failc(err, ak_err_code_of_errno(errno), "store: saving card %s: mkdir %s: %s", c->id, dir,
                         strerror(errno));
     size_t len;
-    uint8_t *img = build_image(c, &len, err);
+    card_tensor *t = NULL;
+    int nt = 0;
+    uint8_t *img = build_header(c, &len, &t, &nt, err);
     if (!img) return -1;
     const char *what = "open";
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     struct stat st;
     if (fd < 0) goto fail;
     what = "write";
-    if (write_image(s, fd, c->id, img, len) < 0) goto fail;
+    if (write_card_file(s, fd, c->id, img, len, t, nt) < 0) goto fail;
     what = "fsync";
     if (fsync(fd) != 0) goto fail;
     if (fstat(fd, &st) != 0) memset(&st, 0, sizeof st);
@@ -493,8 +540,9 @@ int ak_store_save_card(ak_store *s, const ak_card *c, ak_error *err) {
     if (rc != 0) goto fail;
     what = "rename";
     if (rename(tmp, path) != 0) goto fail;
-    sodium_memzero(img, len < 4096 ? len : 4096);   /* the header: token ids */
+    sodium_memzero(img, len);   /* the header: token ids */
     free(img);
+    free(t);
     ak_store_card_entry e;
     entry_of(s, c, &st, &e);
     pthread_mutex_lock(&s->mu);
@@ -508,7 +556,9 @@ fail:;
     int e2 = errno;
     if (fd >= 0) close(fd);
     unlink(tmp);
+    sodium_memzero(img, len);
     free(img);
+    free(t);
     return ak_failc(err, ak_err_code_of_errno(e2), "store: saving card %s: %s %s: %s (the previous file, if any, is "
                     "intact)", c->id, what, !strcmp(what, "rename") ? path : tmp, strerror(e2));
 }

@@ -226,6 +226,45 @@ TEST(cards_make_on_threads_copies_equal_formats) {
     cache_free(&src);
 }
 
+/* A sealed store writes a card through its staging chunk (header and
+ * tensors crossing chunk edges) and reads back the same card; the file is
+ * not the plaintext. */
+TEST(cards_sealed_round_trip) {
+    ak_cache_spec s = small_spec();
+    cache src;
+    REQUIRE(cache_make(&src, &s, 16, AK_KV_F32, AK_KV_F32, 512, 300, 9) == 0, "cache");
+    enum { N = 290 };
+    uint8_t wk[N], wv[N];
+    random_widths(wk, wv, N, 8);
+    ak_error err = {{0}};
+    ak_card_params p = {"sc", "alice", FP, "tiny", 4, 4 + N, wk, wv, "given", 0, 0, NULL};
+    ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
+    REQUIRE(c, "make: %s", err.msg);
+    REQUIRE(ak_card_vector_bytes(c) > 2 * (64 * 1024), "the card must span several seal chunks");
+    uint8_t key[32];
+    for (int i = 0; i < 32; i++) key[i] = (uint8_t)(i * 7 + 1);
+    const char *dir = card_dir_for("sealed");
+    ak_store *st = ak_store_open(dir, key, &err);
+    REQUIRE(st, "%s", err.msg);
+    REQUIRE(ak_store_save_card(st, c, &err) == 0, "save: %s", err.msg);
+    ak_card *r = NULL;
+    ak_store_status ls = ak_store_load_card(st, "sc", FP, &s, VOCAB, &r, &err);
+    CHECK(ls == AK_STORE_HIT && cards_equal(c, r), "sealed load: %s (%s)", ak_store_status_name(ls), err.msg);
+    ak_card_free(r);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cards/sc.safetensors", dir);
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f, "no file %s", path);
+    char head[64] = {0};
+    size_t got = fread(head, 1, sizeof head - 1, f);
+    fclose(f);
+    CHECK(got > 0 && !memmem(head, got, "__metadata__", 12) && !memmem(head, got, "agentkv", 7),
+          "the sealed file starts in plaintext");
+    ak_store_close(st);
+    ak_card_free(c);
+    cache_free(&src);
+}
+
 TEST(cards_bytes_per_token_by_budget) {
     ak_cache_spec s = small_spec();
     cache src;
