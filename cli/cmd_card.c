@@ -204,6 +204,7 @@ static int setup(card_rig *r, card_args *ca) {
     ak_agents_config ac = {r->lm.model, r->pool, r->store, ca->co.fk, ca->co.fv, n_ctx, AK_SAVE_EVERY_TURN, 0, NULL,
                            NULL};
     if (!(r->agents = ak_agents_new(&ac, &err))) goto fail;
+    ak_agents_set_threads(r->agents, ak_ctx_pool(r->ctx));
     return 0;
 fail:
     fprintf(stderr, "agentkv card: %s\n", err.msg);

@@ -588,12 +588,12 @@ static const ak_card *cards_find(const ak_agents *a, const char *id);
  * its keys as they are when they start at position `at`: the card's own
  * when at is its offset, else those of the card moved there (cards.h:
  * ak_card_shift; deterministic, so a restore rebuilds the same bits).
- * Returns 0, or -1 with err set. */
-static int card_at(const ak_agents *a, const ak_card *c, int at, ak_kv *kv, ak_error *err) {
-    if (c->pos_offset == at) return ak_card_attach(c, kv, err);
+ * Copied on threads (NULL: here). Returns 0, or -1 with err set. */
+static int card_at(const ak_agents *a, const ak_card *c, int at, ak_kv *kv, ak_pool *threads, ak_error *err) {
+    if (c->pos_offset == at) return ak_card_attach_on(c, kv, threads, err);
     ak_card *s = ak_card_shift(c, a->cfg.model, at, err);
     if (!s) return -1;
-    int rc = ak_card_attach(s, kv, err);
+    int rc = ak_card_attach_on(s, kv, threads, err);
     ak_card_free(s);
     return rc;
 }
@@ -617,7 +617,7 @@ static void prelink_setup(ak_agents *a, const ak_store_entry *e, prelink_ctx *pc
         if (g->kind == AK_SEG_CARD) {
             const ak_card *c = cards_resolve(a, g->id, &pe);
             ak_kv *kv = c ? ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, &pe) : NULL;
-            if (!kv || card_at(a, c, at, kv, &pe) < 0 || !(r->tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
+            if (!kv || card_at(a, c, at, kv, NULL, &pe) < 0 || !(r->tokens = malloc(sizeof(int32_t) * (size_t)c->n_tokens))) {
                 logf_(a, "agent %s: its card %s: %s", e->id, g->id, pe.msg[0] ? pe.msg : "out of memory");
                 ak_kv_free(kv);
                 continue;   /* a miss: the prelink finds no card */
@@ -1248,6 +1248,8 @@ const ak_card *ak_card_get(ak_agents *a, const char *card_id, ak_error *err) { r
 
 void ak_card_wait_saved(ak_agents *a, const char *card_id) { wait_saved(a, card_id); }
 
+void ak_agents_set_threads(ak_agents *a, ak_pool *threads) { a->threads = threads; }
+
 /* 1 if a card of id exists (in RAM or the store's index). */
 static int card_exists(ak_agents *a, const char *id) {
     ak_store_card_entry e;
@@ -1466,10 +1468,10 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
  * pool: *blocks (malloc'd) holds *nb blocks, each with a reference for the
  * caller (cards.h: ak_card_to_blocks). Returns 0, or -1 with err set. */
 static int card_blocks_at(const ak_agents *a, const ak_card *c, int at, ak_block ***blocks, int *nb, ak_error *err) {
-    if (c->pos_offset == at) return ak_card_to_blocks(c, a->cfg.pool, blocks, nb, err);
+    if (c->pos_offset == at) return ak_card_to_blocks(c, a->cfg.pool, a->threads, blocks, nb, err);
     ak_card *s = ak_card_shift(c, a->cfg.model, at, err);
     if (!s) return -1;
-    int rc = ak_card_to_blocks(s, a->cfg.pool, blocks, nb, err);
+    int rc = ak_card_to_blocks(s, a->cfg.pool, a->threads, blocks, nb, err);
     ak_card_free(s);
     return rc;
 }
@@ -1564,7 +1566,7 @@ int ak_agent_import_card_mode(ak_agents *a, const char *id, const char *card_id,
     } else {
         ak_kv *kv = ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, a->cfg.n_ctx, err);
         if (!kv) return -1;
-        if (card_at(a, c, 0, kv, err) < 0 || set_history(g, c->tokens, c->n_tokens, err) < 0) {
+        if (card_at(a, c, 0, kv, a->threads, err) < 0 || set_history(g, c->tokens, c->n_tokens, err) < 0) {
             ak_kv_free(kv);
             return -1;
         }

@@ -413,6 +413,11 @@ const struct ak_card *ak_card_get(ak_agents *a, const char *card_id, ak_error *e
  * otherwise. Any thread. Whether the write succeeded, the store says (a
  * failed one is logged and retried like an agent's save). */
 void ak_card_wait_saved(ak_agents *a, const char *card_id);
+
+/* The threads an import (replace or append) fills a card's blocks on: the
+ * engine's, whose imports run between its steps (NULL, the default: the
+ * caller's thread). Restores never use them (they may run beside a step). */
+void ak_agents_set_threads(ak_agents *a, ak_pool *threads);
 /* Every card (in RAM or in the store), sorted by id, into *out (malloc'd;
  * store.h's entry; bytes is the file size, 0 for cards only in RAM).
  * Returns 0, or -1 with err set. */

@@ -77,6 +77,7 @@ typedef struct save_result {
 
 struct ak_agents {
     ak_agents_config cfg;
+    ak_pool *threads;           /* ak_agents_set_threads: imports fill card blocks on them */
     agent **v;
     int n, cap;
     uint64_t clock;

@@ -438,15 +438,60 @@ ak_card *ak_card_make(const ak_kv *kv, const int32_t *tokens, const ak_card_para
     return c;
 }
 
-int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_block ***blocks_out, int *nb_out, ak_error *err) {
+/* ak_card_to_blocks' fill of allocated mixed blocks, shared out over
+ * threads by blocks: each slot's stored bytes copied where the mixed layout
+ * keeps them (blockpool.h: MIXED BLOCKS): per layer a K then a V region,
+ * per class [H][n_c] metadata then [H][n_c] codes, slot at its rank. */
+typedef struct {
+    const ak_card *c;
+    ak_block **bl;
+    int nb, T;
+    const int *rank;   /* (2n) token t's entry in its card class: keys, values */
+} fill_job;
+
+static void fill_block(const fill_job *j, int b) {
+    const ak_card *c = j->c;
+    int H = c->spec.n_head_kv, t0 = b * j->T, count = c->n_tokens - t0 < j->T ? c->n_tokens - t0 : j->T;
+    const ak_block_mix *m = j->bl[b]->mix;
+    for (int l = 0; l < c->spec.n_layer; l++)
+        for (int side = 0; side < 2; side++) {
+            int d = side_dim(&c->spec, side);
+            const uint8_t *wv = side ? c->widths_v : c->widths_k;
+            for (int k = 0; k < count; k++) {
+                int t = t0 + k, ccls = ak_card_width_class(wv[t]), mc = m->cls[side][k];
+                ak_kv_format f = m->fmt[side][mc];
+                size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
+                size_t nc = (size_t)m->n[side][mc];
+                uint8_t *region = j->bl[b]->data + (size_t)l * (m->region[0] + m->region[1]) +
+                                  (side ? m->region[0] : 0) + m->off[side][mc];
+                const uint8_t *src_c = c->data[ak_card_slot(l, side, ccls, 0)];
+                const uint8_t *src_m = mb ? c->data[ak_card_slot(l, side, ccls, 1)] : NULL;
+                size_t e0 = (size_t)j->rank[2 * t + side] * H;   /* the card's entries: token-major, then head */
+                uint8_t *meta = region + (size_t)m->rank[side][k] * mb;
+                uint8_t *codes = region + (size_t)H * nc * mb + (size_t)m->rank[side][k] * cb;
+                for (int h = 0; h < H; h++) {   /* the block's: head-major, then slot */
+                    memcpy(codes + (size_t)h * nc * cb, src_c + (e0 + h) * cb, cb);
+                    if (mb) memcpy(meta + (size_t)h * nc * mb, src_m + (e0 + h) * mb, mb);
+                }
+            }
+        }
+}
+
+static void fill_task(void *arg, int ith, int nth) {
+    const fill_job *j = arg;
+    for (int b = ith; b < j->nb; b += nth) fill_block(j, b);
+}
+
+int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, ak_block ***blocks_out, int *nb_out,
+                      ak_error *err) {
     const ak_cache_spec *ps = ak_block_pool_spec(pool);
     if (ps->n_layer != c->spec.n_layer || ps->n_head_kv != c->spec.n_head_kv || ps->head_dim_k != c->spec.head_dim_k ||
         ps->head_dim_v != c->spec.head_dim_v)
         return ak_failc(err, AK_ERR_INVALID, "card %s: its cache spec is not the pool's", c->id);
-    int T = ak_block_pool_block_tokens(pool), H = c->spec.n_head_kv, n = c->n_tokens;
+    int T = ak_block_pool_block_tokens(pool), n = c->n_tokens;
     int nb = (n + T - 1) / T;
     ak_block **bl = calloc((size_t)(nb ? nb : 1), sizeof *bl);
-    int *rank = malloc(sizeof(int) * 2 * (size_t)(n ? n : 1));   /* each token's entry in its card class */
+    int *rank = malloc(sizeof(int) * 2 * (size_t)(n ? n : 1));
     ak_kv_format *fk = malloc(sizeof(ak_kv_format) * 2 * (size_t)T), *fv = fk ? fk + T : NULL;
     if (!bl || !rank || !fk) {
         free(bl);
@@ -459,11 +504,11 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_block ***blocks_
         rank[2 * t] = cnt[0][ak_card_width_class(c->widths_k[t])]++;
         rank[2 * t + 1] = cnt[1][ak_card_width_class(c->widths_v[t])]++;
     }
-    for (int b = 0; b < nb; b++) {
+    for (int b = 0; b < nb; b++) {   /* the pool's allocator is not shared out: blocks first, then the copies */
         int t0 = b * T, count = n - t0 < T ? n - t0 : T;
-        for (int j = 0; j < count; j++) {
-            fk[j] = ak_card_key_format(c->widths_k[t0 + j]);
-            fv[j] = ak_card_value_format(c->widths_v[t0 + j]);
+        for (int k = 0; k < count; k++) {
+            fk[k] = ak_card_key_format(c->widths_k[t0 + k]);
+            fv[k] = ak_card_value_format(c->widths_v[t0 + k]);
         }
         if (!(bl[b] = ak_block_alloc_mixed(pool, fk, fv, count, err))) {
             for (int i = 0; i < b; i++) ak_block_unref(pool, bl[i]);
@@ -472,33 +517,9 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_block ***blocks_
             free(fk);
             return -1;
         }
-        /* copy each slot's stored bytes where the mixed layout keeps them
-         * (blockpool.h: MIXED BLOCKS): per layer a K then a V region, per
-         * class [H][n_c] metadata then [H][n_c] codes, slot at its rank */
-        const ak_block_mix *m = bl[b]->mix;
-        for (int l = 0; l < c->spec.n_layer; l++)
-            for (int side = 0; side < 2; side++) {
-                int d = side_dim(&c->spec, side);
-                const uint8_t *wv = side ? c->widths_v : c->widths_k;
-                for (int j = 0; j < count; j++) {
-                    int t = t0 + j, ccls = ak_card_width_class(wv[t]), mc = m->cls[side][j];
-                    ak_kv_format f = m->fmt[side][mc];
-                    ak_kv_component cp[2];
-                    int ncomp = ak_kv_format_components(f, d, cp);
-                    size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
-                    size_t nc = (size_t)m->n[side][mc];
-                    uint8_t *region = bl[b]->data + (size_t)l * (m->region[0] + m->region[1]) +
-                                      (side ? m->region[0] : 0) + m->off[side][mc];
-                    for (int h = 0; h < H; h++) {
-                        uint8_t *meta = region + (size_t)h * nc * mb + (size_t)m->rank[side][j] * mb;
-                        uint8_t *codes = region + (size_t)H * nc * mb + (size_t)h * nc * cb + (size_t)m->rank[side][j] * cb;
-                        size_t e = (size_t)rank[2 * t + side] * H + h;
-                        memcpy(codes, c->data[ak_card_slot(l, side, ccls, 0)] + e * cp[0].bytes, cb);
-                        if (ncomp > 1) memcpy(meta, c->data[ak_card_slot(l, side, ccls, 1)] + e * cp[1].bytes, mb);
-                    }
-                }
-            }
     }
+    fill_job job = {c, bl, nb, T, rank};
+    ak_pool_run(threads, fill_task, &job);
     free(rank);
     free(fk);
     *blocks_out = bl;
@@ -506,7 +527,9 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_block ***blocks_
     return 0;
 }
 
-int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err) {
+int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err) { return ak_card_attach_on(c, kv, NULL, err); }
+
+int ak_card_attach_on(const ak_card *c, ak_kv *kv, ak_pool *threads, ak_error *err) {
     if (ak_kv_length(kv) != 0) return ak_failc(err, AK_ERR_INVALID, "card %s: the sequence is not empty", c->id);
     if (c->n_tokens > ak_kv_capacity(kv))
         return ak_failc(err, AK_ERR_INVALID, "card %s: %d tokens exceed the sequence's capacity of %d", c->id,
@@ -514,7 +537,7 @@ int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err) {
     ak_block **bl;
     int nb;
     ak_block_pool *pool = ak_kv_pool(kv);
-    if (ak_card_to_blocks(c, pool, &bl, &nb, err) < 0) return -1;
+    if (ak_card_to_blocks(c, pool, threads, &bl, &nb, err) < 0) return -1;
     int rc = ak_kv_attach_blocks(kv, bl, nb, c->n_tokens, err);
     for (int i = 0; i < nb; i++) ak_block_unref(pool, bl[i]);   /* kv holds them now (or nothing does) */
     free(bl);

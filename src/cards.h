@@ -144,12 +144,13 @@ void ak_card_content_hash(const ak_card *c, char out[17]);
 /* Builds the card as mixed blocks of pool (its spec must be the card's):
  * ceil(n_tokens / T) blocks of T slots (the last partial), each slot in the
  * formats of its token's widths, filled with the card's stored bytes (no
- * re-quantization). On success *blocks (malloc'd array, the caller frees
+ * re-quantization), copied on threads (NULL: the caller). On success *blocks (malloc'd array, the caller frees
  * it) holds *nb blocks, each with one reference for the caller (hand them to
  * ak_kv_attach_blocks, then ak_block_unref each). Returns 0, or -1 with err
  * set (AK_ERR_INVALID: another spec; AK_ERR_KV_BUDGET; AK_ERR_NOMEM), having
  * allocated nothing. */
-int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_block ***blocks, int *nb, ak_error *err);
+int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, ak_block ***blocks, int *nb,
+                      ak_error *err);
 
 /* Makes the empty sequence kv (of c's pool's spec) hold the card: positions
  * [0, n_tokens) as mixed blocks (its base), read in place; positions past
@@ -157,6 +158,8 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_block ***blocks,
  * empty, the card longer than kv's capacity, ak_card_to_blocks' errors),
  * kv then still empty. */
 int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err);
+/* ak_card_attach with the blocks filled on threads (NULL: the caller). */
+int ak_card_attach_on(const ak_card *c, ak_kv *kv, ak_pool *threads, ak_error *err);
 
 /* A copy of c moved to position offset `offset`: every key rotated by
  * offset - c->pos_offset with ak_model_shift_keys (through a private f32

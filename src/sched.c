@@ -1116,6 +1116,7 @@ ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err) {
     s->b_logits = ak_malloc(sizeof(float *) * (size_t)cap, err);
     if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
     if (!(s->ctx = ak_ctx_new(cfg->model, cap, cfg->n_threads, err))) goto fail;
+    ak_agents_set_threads(cfg->agents, ak_ctx_pool(s->ctx));   /* imports run between the engine's steps */
     if (pthread_create(&s->io, NULL, io_main, s) != 0) { ak_fail(err, "scheduler: cannot start the I/O thread"); goto fail; }
     s->io_started = 1;
     if (pthread_create(&s->engine, NULL, engine_main, s) != 0) { ak_fail(err, "scheduler: cannot start the engine"); goto fail; }
@@ -1152,6 +1153,7 @@ void ak_sched_shutdown(ak_sched *s) {
 void ak_sched_free(ak_sched *s) {
     if (!s) return;
     ak_sched_shutdown(s);
+    if (s->ctx) ak_agents_set_threads(s->cfg.agents, NULL);
     ak_ctx_free(s->ctx);
     free(s->b_tok);
     free(s->b_pos);

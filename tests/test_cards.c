@@ -220,6 +220,21 @@ TEST(cards_make_on_threads_copies_equal_formats) {
     ak_restore_denormals(mode);
     CHECK(copied > 0, "no vector at the source's format");
     CHECK(bad == 0, "%d vectors are neither the stored bytes nor the source quantized", bad);
+    /* blocks filled on threads are the blocks filled here */
+    ak_kv *a1 = ak_kv_new(src.pool, AK_KV_Q8, AK_KV_Q8, 256, &err), *a2 = ak_kv_new(src.pool, AK_KV_Q8, AK_KV_Q8, 256, &err);
+    REQUIRE(a1 && a2 && ak_card_attach(c2, a1, &err) == 0 && ak_card_attach_on(c2, a2, tp, &err) == 0, "attach: %s",
+            err.msg);
+    int differ = 0;
+    float k2[256], v2[256];
+    for (int l = 0; l < s.n_layer; l++)
+        for (int i = 0; i < N; i++) {
+            ak_kv_read(a1, l, i, k, v, NULL);
+            ak_kv_read(a2, l, i, k2, v2, NULL);
+            differ += memcmp(k, k2, sizeof(float) * H * s.head_dim_k) || memcmp(v, v2, sizeof(float) * H * s.head_dim_v);
+        }
+    CHECK(differ == 0, "%d positions differ between blocks filled on threads and here", differ);
+    ak_kv_free(a1);
+    ak_kv_free(a2);
     ak_card_free(c1);
     ak_card_free(c2);
     ak_pool_free(tp);
