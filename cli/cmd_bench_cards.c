@@ -92,9 +92,6 @@ static const char *usage_text =
 
 #define MAX_LIST 16
 #define N_HOPS 5
-/* A key's squared error against a value's in the quality chain's joint
- * allocation (qopts_quality; docs/cards-bench.md: how it was chosen). */
-#define QUALITY_KEY_WEIGHT 0.1
 
 /* ---- widths from attention statistics --------------------------------- */
 
@@ -126,18 +123,15 @@ static qopts qopts_default(void) {
     return o;
 }
 
-/* The quality chain's allocation (docs/cards-bench.md: what the data
- * supported): measured errors, I = m~^0.5, a 4-bit floor, no sinks, keys
- * and values in one allocation with a key's squared error weighing 0.1 of
- * a value's. */
+/* The quality chain's allocation: measured errors under
+ * ak_bitalloc_params_measured's options (I = m~^0.5, a 4-bit floor, no
+ * sinks, keys and values in one allocation at key weight 0.1;
+ * docs/cards-bench.md: what the data supported). */
 static qopts qopts_quality(void) {
-    qopts o = qopts_default();
-    o.measured = 1;
-    o.weighting = AK_BITALLOC_WEIGHT_MASS;
-    o.mass_power = 0.5;
-    o.floor_bits = 4;
-    o.sinks = 0;
-    o.key_weight = QUALITY_KEY_WEIGHT;
+    ak_bitalloc_params bp;
+    ak_bitalloc_params_init(&bp);
+    ak_bitalloc_params_measured(&bp);
+    qopts o = {1, bp.weighting, bp.mass_power, bp.min_bits, bp.n_sinks, bp.key_weight, 0, 0, -1, 0, 0};
     return o;
 }
 

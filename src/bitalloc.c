@@ -41,7 +41,19 @@ void ak_bitalloc_params_init(ak_bitalloc_params *p) {
     p->min_bits = 0;
     p->weighting = AK_BITALLOC_WEIGHT_MIX;
     p->mass_power = 1.0;
+    p->key_weight = 0.0;
     for (int i = 0; i < AK_BITALLOC_N_WIDTHS; i++) p->err[i] = ldexp(1.0, -2 * ak_bitalloc_widths_table[i]);
+}
+
+/* The chain-measured options (bitalloc.h). Values carry most of the error
+ * at 4 bits on our formats and a 2-bit token costs more than its squared
+ * error says, hence the floor and the exchange rate between the sides. */
+void ak_bitalloc_params_measured(ak_bitalloc_params *p) {
+    p->weighting = AK_BITALLOC_WEIGHT_MASS;
+    p->mass_power = 0.5;
+    p->min_bits = 4;
+    p->n_sinks = 0;
+    p->key_weight = 0.1;
 }
 
 /* Parses a policy name; AK_ERR_INVALID for anything unknown. */
@@ -525,6 +537,49 @@ static void tally(const uint8_t *bits, int n, long sum, long *sum_out, double *m
     for (int i = 0; i < n; i++) count[level_at_most(bits[i])]++;
 }
 
+/* The joint allocation (params' key_weight > 0): keys and values as one
+ * range of 2n items, keys first, under the mean budget b; a key's weight is
+ * key_weight * s(t), a value's s(t); a side without measured errors uses
+ * the model's table. No pins. Returns 0 or -1. */
+static int run_joint(const ak_bitalloc_input *in, const ak_bitalloc_params *p, const double *score, double b,
+                     int floor_bits, uint8_t *bits_k, uint8_t *bits_v, ak_error *err) {
+    int n = in->n, rc = -1;
+    size_t n2 = 2 * (size_t)n;
+    int measured = in->err_k || in->err_v;
+    double *s2 = ak_malloc(n2 * sizeof *s2, err);
+    double *e2 = measured ? ak_malloc(n2 * AK_BITALLOC_N_WIDTHS * sizeof *e2, err) : NULL;
+    uint8_t *u8 = ak_malloc(n2 * 3, err);   /* caps, keeps, widths */
+    if (!s2 || (measured && !e2) || !u8) goto done;
+    uint8_t *cap2 = u8, *keep2 = u8 + n2, *w2 = u8 + 2 * n2;
+    for (int i = 0; i < n; i++) {
+        s2[i] = p->key_weight * score[i];
+        s2[n + i] = score[i];
+        cap2[i] = in->cap_k ? in->cap_k[i] : 16;
+        cap2[n + i] = in->cap_v ? in->cap_v[i] : 16;
+        keep2[i] = in->keep_k ? in->keep_k[i] : 0;
+        keep2[n + i] = in->keep_v ? in->keep_v[i] : 0;
+        for (int j = 0; measured && j < AK_BITALLOC_N_WIDTHS; j++) {
+            e2[(size_t)i * AK_BITALLOC_N_WIDTHS + j] = in->err_k ? in->err_k[(size_t)i * AK_BITALLOC_N_WIDTHS + j] : p->err[j];
+            e2[((size_t)n + i) * AK_BITALLOC_N_WIDTHS + j] =
+                in->err_v ? in->err_v[(size_t)i * AK_BITALLOC_N_WIDTHS + j] : p->err[j];
+        }
+    }
+    if (n2 > (size_t)INT32_MAX) {
+        ak_failc(err, AK_ERR_INVALID, "bit allocation over %d tokens", n);
+        goto done;
+    }
+    greedy_in g = {s2, e2, p->err, (int)n2, b, cap2, floor_bits, 0, p->sink_bits, 0, keep2};
+    if (greedy(&g, w2, NULL, err) < 0) goto done;
+    memcpy(bits_k, w2, (size_t)n);
+    memcpy(bits_v, w2 + n, (size_t)n);
+    rc = 0;
+done:
+    free(s2);
+    free(e2);
+    free(u8);
+    return rc;
+}
+
 /* Scores and allocates both sides (bitalloc.h). */
 int ak_bitalloc_run(const ak_bitalloc_input *in, const ak_bitalloc_params *p, uint8_t *bits_k,
                     uint8_t *bits_v, ak_bitalloc_result *res, ak_error *err) {
@@ -543,6 +598,26 @@ int ak_bitalloc_run(const ak_bitalloc_input *in, const ak_bitalloc_params *p, ui
     int spread = uni ? p->spread : 0;
     int floor_bits = uni ? 0 : p->min_bits;
     int pk = 0, pv = 0;
+    if (!uni && p->key_weight > 0.0) {
+        if (!isfinite(p->key_weight)) {
+            ak_failc(err, AK_ERR_INVALID, "key weight %g (must be finite and >= 0)", p->key_weight);
+            goto done;
+        }
+        rc = run_joint(in, p, score, (bk + bv) / 2.0, floor_bits, bits_k, bits_v, err);
+        if (rc < 0) goto done;
+        long sk = 0, sv = 0;
+        for (int i = 0; i < in->n; i++) sk += bits_k[i], sv += bits_v[i];
+        if (res) {
+            tally(bits_k, in->n, sk, &res->sum_k, &res->mean_k, res->count_k);
+            tally(bits_v, in->n, sv, &res->sum_v, &res->mean_v, res->count_v);
+            res->pinned_k = res->pinned_v = 0;
+        }
+        goto done;
+    }
+    if (!(p->key_weight >= 0.0)) {
+        ak_failc(err, AK_ERR_INVALID, "key weight %g (must be finite and >= 0)", p->key_weight);
+        goto done;
+    }
     /* uniform stays one width for all: measured errors and the floor are
      * for the adaptive policies */
     greedy_in gk = {score, uni ? NULL : in->err_k, p->err, in->n, bk, in->cap_k, floor_bits, sinks, p->sink_bits, spread,

@@ -157,6 +157,13 @@ typedef struct {
  * 1, n_sinks 4, sink_bits 8, spread 0, err = 4^-w (w = 2, 4, 8, 16). */
 void ak_bitalloc_params_init(ak_bitalloc_params *p);
 
+/* The options the 5-hop chain measured best with measured errors
+ * (docs/bit-allocation.md, "What the 5-hop chain measured"): weighting
+ * AK_BITALLOC_WEIGHT_MASS with mass_power 0.5, min_bits 4, n_sinks 0,
+ * key_weight 0.1 (fitted on tiny-llama-h64). Leaves the policy, budgets and
+ * everything else of p as they are. Meant with input err_k and err_v. */
+void ak_bitalloc_params_measured(ak_bitalloc_params *p);
+
 /* Parses "uniform", "importance" or "topology" into *out. Anything else
  * (NULL included): AK_ERR_INVALID. Returns 0 or -1. */
 int ak_bitalloc_policy_parse(const char *name, ak_bitalloc_policy *out, ak_error *err);

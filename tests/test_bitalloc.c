@@ -885,3 +885,21 @@ TEST(bitalloc_joint) {
     e.code = 0;
     CHECK(ak_bitalloc_run(&in, &p, k, v, &r, &e) == -1 && e.code == AK_ERR_INVALID, "key weight -1: code %d", e.code);
 }
+
+/* ak_bitalloc_params_measured sets exactly the documented options and
+ * nothing else. */
+TEST(bitalloc_params_measured) {
+    ak_bitalloc_params a, b;
+    ak_bitalloc_params_init(&a);
+    a.policy = AK_BITALLOC_TOPOLOGY;
+    a.budget_k = 5.5;
+    a.n_sinks = 7;
+    b = a;
+    ak_bitalloc_params_measured(&b);
+    CHECK(b.weighting == AK_BITALLOC_WEIGHT_MASS && b.mass_power == 0.5 && b.min_bits == 4 && b.n_sinks == 0 &&
+              b.key_weight == 0.1, "options %d %g %d %d %g", (int)b.weighting, b.mass_power, b.min_bits, b.n_sinks,
+          b.key_weight);
+    b.weighting = a.weighting, b.mass_power = a.mass_power, b.min_bits = a.min_bits, b.n_sinks = a.n_sinks;
+    b.key_weight = a.key_weight;
+    CHECK(memcmp(&a, &b, sizeof a) == 0, "other fields changed");
+}
