@@ -60,6 +60,16 @@ static int superseded(const ak_agents *a, const pending *p) {
     return 0;
 }
 
+/* Queues p (an agent's snapshot or a card) for the writer, last. */
+static void enqueue_save(ak_agents *a, pending *p) {
+    pthread_mutex_lock(&a->mu);
+    if (a->tail) a->tail->next = p;
+    else a->head = p;
+    a->tail = p;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
 /* Records the outcome of a save for the engine thread. Call with a->mu
  * held. Out of memory: the outcome is lost and the agent stays as it was
  * (dirty with a save queued) until it is saved again. */
@@ -353,12 +363,7 @@ static int save_agent(ak_agents *a, agent *g, int sync, ak_error *err) {
     p->snap = snap;
     p->version = g->version;
     snprintf(p->id, sizeof p->id, "%s", g->id);
-    pthread_mutex_lock(&a->mu);
-    if (a->tail) a->tail->next = p;
-    else a->head = p;
-    a->tail = p;
-    pthread_cond_broadcast(&a->cv);
-    pthread_mutex_unlock(&a->mu);
+    enqueue_save(a, p);
     g->queued = g->version;
     return 0;
 }
@@ -1451,12 +1456,7 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
     if (pw) {
         snprintf(pw->id, sizeof pw->id, "%s", c->id);
         pw->card = c;
-        pthread_mutex_lock(&a->mu);
-        if (a->tail) a->tail->next = pw;
-        else a->head = pw;
-        a->tail = pw;
-        pthread_cond_broadcast(&a->cv);
-        pthread_mutex_unlock(&a->mu);
+        enqueue_save(a, pw);
     }
     if (card_id_out) snprintf(card_id_out, AK_AGENT_ID_MAX + 1, "%s", id);
     logf_(a, "card %s: made from agent %s [%d, %d), %zu bytes (f16: %zu)", id, agent_id, rq->from, to,

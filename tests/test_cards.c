@@ -69,6 +69,15 @@ static void expect_vec(const float *x, int d, ak_kv_format f, float *out) {
     ak_kv_format_get(f)->dequantize(tmp, d, out);
 }
 
+/* The stored bytes (codes then metadata, as quantize writes them) of entry
+ * ent of (layer l, side sd, class cls) of card c, format f, dim d. */
+static void card_vec(const ak_card *c, int l, int sd, int cls, size_t ent, ak_kv_format f, int d, uint8_t *out) {
+    ak_kv_component cp[2];
+    int nc = ak_kv_format_components(f, d, cp);
+    for (int q = 0; q < nc; q++)
+        memcpy(out + cp[q].offset, c->data[ak_card_slot(l, sd, cls, q)] + ent * cp[q].bytes, cp[q].bytes);
+}
+
 TEST(cards_file_round_trip_every_width) {
     ak_cache_spec s = small_spec();
     cache src;
@@ -94,14 +103,10 @@ TEST(cards_file_round_trip_every_width) {
             for (int sd = 0; sd < 2; sd++) {
                 int w = sd ? wv[i] : wk[i], cls = ak_card_width_class(w), d = sd ? s.head_dim_v : s.head_dim_k;
                 ak_kv_format f = sd ? ak_card_value_format(w) : ak_card_key_format(w);
-                ak_kv_component cp[2];
-                int nc = ak_kv_format_components(f, d, cp);
                 for (int h = 0; h < H; h++) {
                     uint8_t vec[4096], got[4096];
                     ak_kv_format_get(f)->quantize((sd ? v : k) + h * d, d, vec);
-                    size_t ent = (size_t)at[sd][cls] * H + h;
-                    for (int q = 0; q < nc; q++)
-                        memcpy(got + cp[q].offset, c->data[ak_card_slot(l, sd, cls, q)] + ent * cp[q].bytes, cp[q].bytes);
+                    card_vec(c, l, sd, cls, (size_t)at[sd][cls] * H + h, f, d, got);
                     if (memcmp(vec, got, ak_kv_format_get(f)->vec_bytes(d))) worst++;
                 }
                 at[sd][cls]++;
@@ -209,8 +214,7 @@ TEST(cards_make_on_threads_copies_equal_formats) {
                     } else {
                         ak_kv_format_get(f)->quantize((sd ? v : k) + h * d, d, want);
                     }
-                    for (int q = 0; q < nc; q++)
-                        memcpy(got + cp[q].offset, c2->data[ak_card_slot(l, sd, cls, q)] + ent * cp[q].bytes, cp[q].bytes);
+                    card_vec(c2, l, sd, cls, ent, f, d, got);
                     if (memcmp(want, got, ak_kv_format_get(f)->vec_bytes(d))) bad++;
                 }
                 at[sd][cls]++;
