@@ -146,6 +146,7 @@
 
 #define FORMAT_NAME "agentkv.agent"
 #define POOL_FORMAT_NAME "agentkv.pool"
+#define MEMORY_FORMAT_NAME "agentkv.memory"   /* store_memory.c: a pool file under memories/ */
 /* 4: per-block checksums, bases (3: per-tensor checksums; 2: tensors
  * [H][n_tokens]). Only this version is read: an older file is a miss
  * (STALE), re-saved at the agent's next save. */
@@ -155,6 +156,7 @@
 #define SUFFIX ".safetensors"
 #define TMP_MARK ".safetensors.tmp."
 #define POOL_QPREFIX "pool+"   /* quarantined pools: '+' is in no agent id */
+#define MEMORY_QPREFIX "memory+"
 #define DEFAULT_WRITE_CHUNK (1u << 20)
 #define STALE_TMP_SECONDS 3600
 #define MAX_DIM 65536
@@ -206,7 +208,24 @@ static int path_of(const ak_store *s, const char *id, const char *suffix, char *
 }
 
 /* The directory of files of kind. */
-static const char *kind_dir(const ak_store *s, int kind) { return kind == AK_FILE_POOL ? s->pool_dir : s->dir; }
+static const char *kind_dir(const ak_store *s, int kind) {
+    return kind == AK_FILE_POOL ? s->pool_dir : kind == AK_FILE_MEMORY ? s->mem_dir : s->dir;
+}
+
+/* 1 for the kinds laid out as pools (a content hash and a source, no base):
+ * pools and memories. */
+static int kind_pooled(int kind) { return kind == AK_FILE_POOL || kind == AK_FILE_MEMORY; }
+
+/* The "format" metadata value of kind. */
+static const char *kind_format(int kind) {
+    return kind == AK_FILE_POOL ? POOL_FORMAT_NAME : kind == AK_FILE_MEMORY ? MEMORY_FORMAT_NAME : FORMAT_NAME;
+}
+
+/* Puts a pooled kind's entry into its index (taking e->source). */
+static void pooled_index_put(ak_store *s, int kind, ak_store_pool_entry *e) {
+    if (kind == AK_FILE_MEMORY) ak_store_memory_index_put(s, e);
+    else ak_store_pool_index_put(s, e);
+}
 
 /* <kind's dir>/<id><suffix> into out. Returns 0, or -1 if too long. */
 static int kpath_of(const ak_store *s, int kind, const char *id, const char *suffix, char *out, size_t n) {
@@ -217,11 +236,11 @@ static int kpath_of(const ak_store *s, int kind, const char *id, const char *suf
 /* What a sealed file of kind is bound to (the seal's additional data):
  * an agent's id, or "pools/<id>", so that neither can pass for the other. */
 static void seal_binding(int kind, const char *id, char out[AK_SEAL_ID_MAX + 1]) {
-    snprintf(out, AK_SEAL_ID_MAX + 1, "%s%s", kind == AK_FILE_POOL ? "pools/" : "", id);
+    snprintf(out, AK_SEAL_ID_MAX + 1, "%s%s", kind == AK_FILE_POOL ? "pools/" : kind == AK_FILE_MEMORY ? "memories/" : "", id);
 }
 
 /* "agent" or "pool", for messages. */
-static const char *kind_word(int kind) { return kind == AK_FILE_POOL ? "pool" : "agent"; }
+static const char *kind_word(int kind) { return kind == AK_FILE_POOL ? "pool" : kind == AK_FILE_MEMORY ? "memory" : "agent"; }
 
 /* Canonical decimal: digits only, no leading zero (but "0"), within [lo, hi]. */
 static int parse_dec(const char *s, int64_t lo, int64_t hi, int64_t *out) {
@@ -591,6 +610,7 @@ ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
     size_t n = strlen(s->dir);
     while (n > 1 && s->dir[n - 1] == '/') s->dir[--n] = 0;
     snprintf(s->pool_dir, sizeof s->pool_dir, "%s/pools", s->dir);
+    snprintf(s->mem_dir, sizeof s->mem_dir, "%s/memories", s->dir);
     s->write_chunk = DEFAULT_WRITE_CHUNK;
     if (parse_fault_env(s, err) != 0 || mkdir_p(s->dir, err) != 0) { free(s); return NULL; }
     if (key) {
@@ -600,6 +620,7 @@ ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
     }
     remove_stale_temps(s->dir);
     remove_stale_temps(s->pool_dir);
+    remove_stale_temps(s->mem_dir);
     pthread_mutex_init(&s->mu, NULL);
     if (index_build(s, err) != 0) {
         ak_store_close(s);
@@ -613,6 +634,7 @@ void ak_store_close(ak_store *s) {
     free(s->idx);
     free(s->q);
     ak_store_pool_index_free(s);
+    ak_store_memory_index_free(s);
     ak_store_card_index_free(s);
     pthread_mutex_destroy(&s->mu);
     sodium_memzero(s->key, sizeof s->key);
@@ -747,15 +769,15 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
                  b.n_seg);
         return NULL;
     }
-    if (kind == AK_FILE_POOL && !hash_ok(pool_hash)) {
-        ak_failc(err, AK_ERR_INVALID, "store: pool %s: bad content hash", agent_id);
+    if (kind_pooled(kind) && !hash_ok(pool_hash)) {
+        ak_failc(err, AK_ERR_INVALID, "store: %s %s: bad content hash", what, agent_id);
         return NULL;
     }
     ak_snapshot *sn = ak_calloc(1, sizeof *sn, err);
     if (!sn) return NULL;
     sn->kind = kind;
     sn->base = b;
-    if (kind == AK_FILE_POOL) {
+    if (kind_pooled(kind)) {
         snprintf(sn->pool_hash, sizeof sn->pool_hash, "%s", pool_hash);
         if (!(sn->source = strdup(source ? source : ""))) {
             ak_failc(err, AK_ERR_NOMEM, "store: pool %s: out of memory", agent_id);
@@ -934,7 +956,7 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
                       sn->n_tokens, sn->created, sn->base.base_len};
     for (int i = 0; i < 9; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", sn->kind == AK_FILE_POOL ? POOL_FORMAT_NAME : FORMAT_NAME}, {"format_version", FORMAT_VERSION_STR},
+        {"format", kind_format(sn->kind)}, {"format_version", FORMAT_VERSION_STR},
         {"agent_id", sn->id}, {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name},
         {"n_layer", num[0]}, {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]},
         {"n_ctx", num[4]}, {"kv_format_k", ak_kv_format_get(sn->fk)->name},
@@ -963,7 +985,7 @@ static uint8_t *build_header(const ak_snapshot *sn, size_t *len, ak_error *err) 
         p[np++] = (kv_pair){"segments", segs};
         p[np++] = (kv_pair){"base_len", num[8]};
     }
-    if (sn->kind == AK_FILE_POOL) {
+    if (kind_pooled(sn->kind)) {
         p[np++] = (kv_pair){"pool_hash", sn->pool_hash};
         p[np++] = (kv_pair){"source", sn->source ? sn->source : ""};
     }
@@ -1134,8 +1156,8 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
                      (long)syscall(SYS_gettid));
     if (kpath_of(s, sn->kind, sn->id, SUFFIX, path, sizeof path) || w < 0 || (size_t)w >= sizeof tmp)
         return ak_failc(err, AK_ERR_INVALID, "store: path too long for %s %s", what_kind, sn->id);
-    if (sn->kind == AK_FILE_POOL && mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving pool %s: mkdir %s: %s", sn->id, dir,
+    if (kind_pooled(sn->kind) && mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving %s %s: mkdir %s: %s", what_kind, sn->id, dir,
                         strerror(errno));
     seal_binding(sn->kind, sn->id, binding);
     size_t hl = 0;
@@ -1193,11 +1215,11 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     snprintf(ie.fingerprint, sizeof ie.fingerprint, "%s", sn->fingerprint);
     snprintf(ie.model_name, sizeof ie.model_name, "%s", sn->model_name);
     ie.base = sn->base;
-    if (sn->kind == AK_FILE_POOL) {
+    if (kind_pooled(sn->kind)) {
         pe.e = ie;
         snprintf(pe.pool_hash, sizeof pe.pool_hash, "%s", sn->pool_hash);
         pe.source = strdup(sn->source ? sn->source : "");   /* NULL out of memory: listed without it */
-        ak_store_pool_index_put(s, &pe);
+        pooled_index_put(s, sn->kind, &pe);
     } else {
         index_put(s, &ie);
     }
@@ -1550,7 +1572,7 @@ static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) 
     const char *pid = meta_str(meta, "pool_id"), *ph = meta_str(meta, "pool_hash"), *bl = meta_str(meta, "base_len");
     int64_t x = 0;
     int none = (!pid || !*pid) && (!bl || !strcmp(bl, "0"));
-    if (m->kind == AK_FILE_POOL) {
+    if (kind_pooled(m->kind)) {
         if (!none) return judge(v, AK_STORE_CORRUPT, "metadata", "a pool file with a base");
         if (!hash_ok(ph)) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata pool_hash missing or not 16 hex digits");
         if (!(m->source = meta_str(meta, "source"))) return judge(v, AK_STORE_CORRUPT, "metadata", "metadata key source missing");
@@ -1627,7 +1649,7 @@ static ak_store_status parse_header(reader *r, int kind, const char *id, agent_m
     const char *fmt = meta_str(meta, "format"), *ver = meta_str(meta, "format_version");
     int64_t x;
     m->kind = kind;
-    if (!fmt || strcmp(fmt, kind == AK_FILE_POOL ? POOL_FORMAT_NAME : FORMAT_NAME)) {
+    if (!fmt || strcmp(fmt, kind_format(kind))) {
         free(pairs);
         return judge(v, AK_STORE_CORRUPT, "metadata", "not an agentkv %s file (format \"%.40s\")", kind_word(kind),
                      fmt ? fmt : "");
@@ -1940,7 +1962,7 @@ static int quarantine_path(ak_store *s, int kind, const char *id, const char *pa
         return -1;
     }
     long now = (long)time(NULL);
-    const char *pre = kind == AK_FILE_POOL ? POOL_QPREFIX : "";
+    const char *pre = kind == AK_FILE_POOL ? POOL_QPREFIX : kind == AK_FILE_MEMORY ? MEMORY_QPREFIX : "";
     for (int k = 0; k < 1000; k++) {
         int w = k ? snprintf(dst, dn, "%s/%s%s%s.%s.%ld.%d", qdir, pre, id, SUFFIX, reason, now, k)
                   : snprintf(dst, dn, "%s/%s%s%s.%s.%ld", qdir, pre, id, SUFFIX, reason, now);
@@ -1948,6 +1970,7 @@ static int quarantine_path(ak_store *s, int kind, const char *id, const char *pa
         if (access(dst, F_OK) == 0) continue;
         if (rename(path, dst) == 0) {
             if (kind == AK_FILE_POOL) ak_store_pool_index_del(s, id);
+            else if (kind == AK_FILE_MEMORY) ak_store_memory_index_del(s, id);
             else index_del(s, id);
             index_quarantined(s, dst);
             return 0;
@@ -2359,13 +2382,13 @@ static void index_loaded(ak_store *s, const char *id, const reader *r, const age
     clock_gettime(CLOCK_REALTIME, &now);
     e.mtime = (int64_t)now.tv_sec;
     e.mtime_ns = (int64_t)now.tv_nsec;
-    if (m->kind == AK_FILE_POOL) {
+    if (kind_pooled(m->kind)) {
         ak_store_pool_entry pe;
         memset(&pe, 0, sizeof pe);
         pe.e = e;
         snprintf(pe.pool_hash, sizeof pe.pool_hash, "%s", m->pool_hash);
         pe.source = strdup(m->source ? m->source : "");
-        ak_store_pool_index_put(s, &pe);
+        pooled_index_put(s, m->kind, &pe);
     } else {
         index_put(s, &e);
     }
@@ -2502,7 +2525,7 @@ static int read_entry(const ak_store *s, int kind, const char *id, ak_store_entr
  * ids), with size and mtime when stat_them. */
 static int scan_ids(const ak_store *s, int kind, ak_store_entry **out, int *n, ak_error *err) {
     DIR *d = opendir(kind_dir(s, kind));
-    if (!d && kind == AK_FILE_POOL && errno == ENOENT) {   /* no pool saved yet */
+    if (!d && kind_pooled(kind) && errno == ENOENT) {   /* no pool (memory) saved yet */
         *out = NULL;
         *n = 0;
         return 0;
@@ -2778,6 +2801,15 @@ static int index_build(ak_store *s, ak_error *err) {
         ak_store_entry e;
         ak_store_pool_entry pe;
         if (read_entry(s, AK_FILE_POOL, es[i].id, &e, &pe, NULL, &v) != 1) ak_store_pool_index_put(s, &pe);
+    }
+    free(es);
+    /* and the memories (store_memory.c) */
+    if (scan_ids(s, AK_FILE_MEMORY, &es, &cnt, err) != 0) return -1;
+    for (int i = 0; i < cnt; i++) {
+        verdict v = {AK_STORE_HIT, NULL, "", 0};
+        ak_store_entry e;
+        ak_store_pool_entry pe;
+        if (read_entry(s, AK_FILE_MEMORY, es[i].id, &e, &pe, NULL, &v) != 1) ak_store_memory_index_put(s, &pe);
     }
     free(es);
     char qdir[PATH_MAX + 16];

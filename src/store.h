@@ -321,6 +321,41 @@ void ak_store_pool_entries_free(ak_store_pool_entry *v, int n);
 /* Deletes a pool file. Returns 0, 1 if there was none, -1 on error. */
 int ak_store_remove_pool(ak_store *s, const char *pool_id, ak_error *err);
 
+/* MEMORIES. Memory chunks (memories.h: a text's KV computed alone at
+ * position 0) live in <dir>/memories/<id>.safetensors: the pool file
+ * layout (docs/agent-file-format.md) with "format": "agentkv.memory",
+ * "pool_hash" the memory's content hash (ak_pool_content_hash of the model
+ * fingerprint, its formats, the cache spec and its token ids: recomputed
+ * and compared at every load) and "source" the chunk's text; the layout
+ * is at the top of store_memory.c. The same guarantees as pools: atomic
+ * writes, complete verification (every block checksum, the metadata
+ * checksum, the content hash) before a byte reaches a sequence, another
+ * model STALE, corrupt files moved to quarantine/memory+<id>..., sealed
+ * under the store's key (binding "memories/<id>"). Ids as for agents. The
+ * index of memories is built at ak_store_open and kept current by this
+ * store's saves, loads, removals and quarantine moves; ak_store_gc neither
+ * counts nor deletes memories. Entries are ak_store_pool_entry (pool_hash:
+ * the content hash, source: the text). */
+/* Writes memory id (positions [0, n_tokens) of kv, no base) with its
+ * content hash and text atomically (creating memories/). Returns 0, or -1
+ * with err set (the previous file, if any, intact). */
+int ak_store_save_memory(ak_store *s, const char *id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
+                         const char *text, const char *fingerprint, const char *model_name, ak_error *err);
+/* Loads memory id into the empty kv (its formats must be the file's:
+ * ak_store_lookup_memory first). Statuses as ak_store_load (CORRUPT files
+ * are quarantined, another model is STALE). On a hit *tokens (malloc'd),
+ * *n_tokens and hash are set. */
+ak_store_status ak_store_load_memory(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
+                                     int32_t **tokens, int *n_tokens, char hash[17], ak_error *err);
+/* The index entry of memory id (no I/O; source copied, the caller frees
+ * it). Returns 0, or 1 if there is no such file. */
+int ak_store_lookup_memory(ak_store *s, const char *id, ak_store_pool_entry *out);
+/* Every memory file, sorted by id (free with ak_store_pool_entries_free).
+ * Returns 0, or -1 with err set. */
+int ak_store_list_memories(ak_store *s, ak_store_pool_entry **out, int *n, ak_error *err);
+/* Deletes memory id's file. Returns 0, 1 if there was none, -1 on error. */
+int ak_store_remove_memory(ak_store *s, const char *id, ak_error *err);
+
 /* CARDS. CacheCards (cards.h) live in <dir>/cards/<id>.safetensors, format
  * "agentkv.card" version 1 (docs/card-file-format.md, store_card.c): per
  * layer, side and width class the class's vectors in token order, the

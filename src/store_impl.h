@@ -91,9 +91,10 @@ int ak_unseal_pull(ak_seal *z, const uint8_t *in, uint8_t *out);
 /* Plaintext bytes of the next chunk (0 when done). */
 size_t ak_seal_next_bytes(const ak_seal *z);
 
-/* The two kinds of file a store holds: agents (<dir>/<id>.safetensors) and
- * pools (<dir>/pools/<id>.safetensors). */
-enum { AK_FILE_AGENT = 0, AK_FILE_POOL = 1 };
+/* The kinds of file a store holds: agents (<dir>/<id>.safetensors), pools
+ * (<dir>/pools/<id>.safetensors) and memories (<dir>/memories/<id>.safetensors,
+ * laid out as pools: store_memory.c). */
+enum { AK_FILE_AGENT = 0, AK_FILE_POOL = 1, AK_FILE_MEMORY = 2 };
 
 /* A file in quarantine/. */
 typedef struct ak_qfile {
@@ -104,6 +105,7 @@ typedef struct ak_qfile {
 struct ak_store {
     char dir[PATH_MAX];
     char pool_dir[PATH_MAX];    /* <dir>/pools (created on the first pool save) */
+    char mem_dir[PATH_MAX];     /* <dir>/memories (created on the first memory save) */
     int has_key;
     uint8_t key[AK_STORE_KEY_BYTES];
     uint8_t key_id[8];
@@ -124,6 +126,8 @@ struct ak_store {
     int nq, cap_q;
     ak_store_pool_entry *pidx;  /* pool files, sorted by id (sources owned) */
     int n_pidx, cap_pidx;
+    ak_store_pool_entry *midx;  /* memory files (store_memory.c), sorted by id (sources owned) */
+    int n_midx, cap_midx;
     /* card files (store_card.c), sorted by id; built at the first card call */
     ak_store_card_entry *cidx;
     int n_cidx, cap_cidx;
@@ -150,6 +154,11 @@ void ak_store_pool_index_put(ak_store *s, ak_store_pool_entry *e);
 void ak_store_pool_index_del(ak_store *s, const char *id);
 /* Frees the pool index (at close). */
 void ak_store_pool_index_free(ak_store *s);
+
+/* The memory index (store_memory.c), as the pool index. */
+void ak_store_memory_index_put(ak_store *s, ak_store_pool_entry *e);
+void ak_store_memory_index_del(ak_store *s, const char *id);
+void ak_store_memory_index_free(ak_store *s);
 
 /* Frees the card index (at close; store_card.c). */
 void ak_store_card_index_free(ak_store *s);
