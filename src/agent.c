@@ -1336,6 +1336,10 @@ static uint8_t *allocate_widths(ak_agents *a, agent *g, int from, int to, const 
     ak_bitalloc_params_init(&bp);
     if (ak_bitalloc_policy_parse(rq->policy ? rq->policy : "uniform", &bp.policy, err) < 0) return NULL;
     *policy = ak_bitalloc_policy_name(bp.policy);
+    /* the options the 5-hop chain found best (docs/cards-bench.md, Quality;
+     * bitalloc.h's defaults lose to uniform there), with modeled errors:
+     * measuring every vector at every width costs seconds at 8K tokens */
+    if (bp.policy != AK_BITALLOC_UNIFORM) ak_bitalloc_params_measured(&bp);
     bp.budget_k = rq->budget_k;
     bp.budget_v = rq->budget_v > 0 ? rq->budget_v : 0;
     /* refuse a bad budget before any pass is paid for */
