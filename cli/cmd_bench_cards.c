@@ -617,6 +617,7 @@ static int rig_open(rig *r, const ak_model *m, ak_ctx *ctx, const ak_tokenizer *
     }
     ak_agents_config ac = {m, r->pool, r->store, co->fk, co->fv, n_ctx, save, 0, NULL, NULL, 1};
     if (!(r->ag = ak_agents_new(&ac, err))) goto fail;
+    ak_agents_set_threads(r->ag, ak_ctx_pool(ctx));   /* imports fill card blocks on them, as the server's do */
     return 0;
 fail:
     ak_block_pool_free(r->pool);
