@@ -395,6 +395,7 @@ void ak_agents_free(ak_agents *a) {
         free_agent(g);
     }
     pools_free_all(a);
+    mems_free_all(a);
     for (int i = 0; i < a->n_cards; i++) ak_card_free(a->cards[i]);
     free(a->cards);
     pthread_mutex_destroy(&a->mu);
@@ -808,8 +809,30 @@ int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens
     return ak_agent_open_pool(a, id, flags, NULL, tokens, n, n_reserve, extra, kv, t, err);
 }
 
+/* ak_agent_open_pool, ak_agent_open_memories: memories (k of them, at
+ * positions at[], len[] tokens each; k = 0: none) cap what is reused. */
+static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
+                     int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
+                     ak_error *err);
+
 int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
                        int n_reserve, size_t extra, ak_kv **kv, ak_turn *t, ak_error *err) {
+    return open_turn(a, id, flags, pool_id, tokens, n, n_reserve, extra, NULL, NULL, 0, kv, t, err);
+}
+
+int ak_agent_open_memories(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
+                           int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
+                           ak_error *err) {
+    for (int i = 0; i < k; i++)
+        if (at[i] < (i ? at[i - 1] + len[i - 1] : 0) || len[i] < 1 || at[i] + len[i] > n)
+            return ak_failc(err, AK_ERR_INVALID, "agent %s: memory %d at %d (%d tokens) is not inside the prompt after "
+                            "the one before it", id, i, at[i], len[i]);
+    return open_turn(a, id, flags, pool_id, tokens, n, n_reserve, extra, at, len, k, kv, t, err);
+}
+
+static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
+                     int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
+                     ak_error *err) {
     memset(t, 0, sizeof *t);
     *kv = NULL;
     drain_results(a);
@@ -869,6 +892,10 @@ int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool
     if (t->match == AK_MATCH_NEW) t->tier = AK_TIER_COLD;
     /* the last prompt token is always computed: its logits start the turn */
     int keep = common < n ? common : n - 1;
+    /* a memory is placed whole or not at all: a match ending inside one
+     * stops where it starts (the history up to there is kept) */
+    for (int i = 0; i < k; i++)
+        if (keep > at[i] && keep < at[i] + len[i]) keep = at[i];
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
     segs_sync(g);   /* truncated into (or out of) its pool or cards */
@@ -876,7 +903,10 @@ int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool
     if (g->pub_spans > nsp) g->pub_spans = nsp;
     /* whole blocks of the prompt that someone computed already: linked */
     int blocks0 = ak_kv_n_blocks(g->kv);
-    int linked = a->cfg.no_prefix_sharing || g->impure ? 0 : ak_prefix_link(g->kv, tokens, n - 1);
+    /* blocks linked from the content index stop before the first memory:
+     * what follows it is the placed chunk's, not a prefill's */
+    int link_to = k > 0 && at[0] < n - 1 ? at[0] : n - 1;
+    int linked = a->cfg.no_prefix_sharing || g->impure ? 0 : ak_prefix_link(g->kv, tokens, link_to);
     if (linked > 0) {
         if (set_history(g, tokens, keep + linked, err) < 0) {
             ak_kv_truncate(g->kv, keep);
@@ -963,6 +993,63 @@ void ak_agent_abort(ak_agents *a, const char *id) {
     if (!g) return;
     if (g->kv) ak_kv_truncate(g->kv, g->n);
     g->in_turn = 0;
+}
+
+int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, const int32_t *tokens, int at, ak_kv **kv,
+                          ak_error *err) {
+    agent *g = find(a, id);
+    if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
+    if (at < 0 || ak_kv_length(g->kv) != at)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: a memory placed at %d, but the cache holds %d positions", id, at,
+                        ak_kv_length(g->kv));
+    const int32_t *mt;
+    const char *hash;
+    int n;
+    const ak_kv *src = mems_blocks_at(a, mem_id, at, &mt, &n, &hash, err);
+    if (!src) return -1;
+    if (at + n >= a->cfg.n_ctx)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: memory %s's %d tokens at %d do not fit the context of %d", id,
+                        mem_id, n, at, a->cfg.n_ctx);
+    if (memcmp(tokens + at, mt, sizeof(int32_t) * (size_t)n))
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: the prompt does not hold memory %s's tokens at %d", id, mem_id, at);
+    /* the history so far is what the cache holds: the prompt's first `at` tokens */
+    if (set_history(g, tokens, at, err) < 0) return -1;
+    segs_sync(g);
+    ak_kv *nk = ak_kv_new(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), a->cfg.n_ctx, err);
+    if (!nk) return -1;
+    int lens[AK_KV_MAX_SEGMENTS], rc = at > 0 ? ak_kv_attach_base(nk, g->kv, at, err) : 0;
+    int ns = ak_kv_segments(nk, lens);
+    if (rc == 0 && ns >= AK_KV_MAX_SEGMENTS)
+        rc = ak_failc(err, AK_ERR_INVALID, "agent %s: its context is %d segments already: at most %d (each memory is "
+                      "one, the positions before it another)", id, ns, AK_KV_MAX_SEGMENTS);
+    int T = ak_block_pool_block_tokens(a->cfg.pool), nb = (n + T - 1) / T;
+    ak_block **bl = rc == 0 ? ak_calloc((size_t)nb, sizeof *bl, err) : NULL;
+    if (rc == 0 && !bl) rc = -1;
+    for (int i = 0; rc == 0 && i < nb; i++) {
+        int s0, cnt;
+        if (!(bl[i] = ak_kv_span(src, i, &s0, &cnt))) rc = ak_failc(err, AK_ERR_INVALID, "memory %s: block %d missing", mem_id, i);
+    }
+    if (rc == 0) rc = ak_kv_append_blocks(nk, bl, nb, n, err);   /* references taken: shared, read-only */
+    free(bl);
+    if (rc == 0) rc = set_history(g, tokens, at + n, err);
+    if (rc < 0) {
+        ak_kv_free(nk);
+        return -1;
+    }
+    /* descriptors: the positions before it frozen (if any), then the chunk,
+     * both stored in the agent's file as its own (restored without the memory) */
+    int k = g->n_segs;
+    if (ns > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
+    g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
+    g->n_segs = k;
+    ak_kv_free(g->kv);
+    g->kv = nk;
+    segs_sync(g);   /* impure: shifted keys are not what a prefill computes, never in the content index */
+    g->pub_spans = ak_kv_span_count(nk);
+    g->version = ++a->next_version;
+    *kv = nk;
+    logf_(a, "agent %s: memory %s (%d tokens, content %s) placed at %d", id, mem_id, n, hash, at);
+    return 0;
 }
 
 size_t ak_agent_bytes_needed(const ak_agents *a, const char *id, int n_pos) {

@@ -127,6 +127,36 @@ int ak_agent_reserve(ak_agents *a, const char *id, int n_pos, size_t extra, ak_e
 /* A failed forward: drops whatever the cache holds past the history and
  * ends the turn without saving. */
 void ak_agent_abort(ak_agents *a, const char *id);
+/* MEMORIES (memories.h). Places memory mem_id in agent id's open turn at
+ * position `at`: the agent's cache must hold exactly positions [0, at) of
+ * tokens (the prompt, computed by the caller: ak_agent_open's reuse plus
+ * what it prefilled) and tokens[at, at + n) must be the memory's n tokens.
+ * The cache becomes [0, at) frozen as a segment, then the memory's blocks
+ * with their keys at [at, at + n) (shared, read-only: memories.h), and the
+ * history tokens[0, at + n); positions after them are the agent's own. *kv
+ * gets the agent's sequence (a new one: the caller's old pointer is freed).
+ * The agent is then impure (never in the content index) and its file
+ * stores the chunk's positions as its own. Returns 0, or -1 with err set
+ * (AK_ERR_INVALID: no turn open, the cache not at `at`, other tokens, past
+ * the context, more than AK_KV_MAX_SEGMENTS segments; the memory's errors:
+ * AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT, AK_ERR_KV_BUDGET); the
+ * cache then still holds [0, at). */
+int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, const int32_t *tokens, int at, ak_kv **kv,
+                          ak_error *err);
+/* ak_agent_open_pool for a prompt holding k memories, the i-th at
+ * tokens[at[i], at[i] + len[i]) (in order, not overlapping): the agent's
+ * own history is matched as usual (its cache holds those tokens however
+ * they were computed), but a match ending inside a memory is cut back to
+ * where the memory starts (it is placed whole again), and blocks are
+ * linked from the content index only before the first memory. The caller
+ * then prefills up to each memory not reused, places it
+ * (ak_agent_place_memory) and prefills the rest. Errors as
+ * ak_agent_open_pool, and AK_ERR_INVALID for positions that are not in
+ * order inside the prompt. */
+int ak_agent_open_memories(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
+                           int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
+                           ak_error *err);
+
 /* Bytes of blocks the agent still needs to grow to n_pos positions (0 if it
  * has them); for a scheduler's admission control. */
 size_t ak_agent_bytes_needed(const ak_agents *a, const char *id, int n_pos);

@@ -102,6 +102,9 @@ struct ak_agents {
     /* cards (agent.c): made or loaded this run, immutable */
     struct ak_card **cards;
     int n_cards, cap_cards;
+    /* memories (memories.c): those known this run */
+    struct mem_rec **mems;
+    int n_mems, cap_mems;
     uint64_t linked_blocks;     /* blocks linked (pool bases and the content index) instead of computed or read */
     uint64_t linked_bytes;
 };
@@ -137,6 +140,15 @@ pool_rec *pools_resolve(ak_agents *a, const char *id, ak_error *err);
  * blocks no agent shares; returns 1, or 0 if there is none. */
 int pools_evict_one(ak_agents *a);
 void pools_free_all(ak_agents *a);
+
+/* memories.c */
+/* Memory id's blocks with their keys at positions [at, at + n) (a sequence
+ * whose positions [0, n) hold them; owned by the memory: shared by every
+ * placement at `at`), its tokens and content hash. NULL with err set
+ * (memories.h: ak_memory_kv's errors). */
+const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, const int32_t **tokens, int *n, const char **hash,
+                            ak_error *err);
+void mems_free_all(ak_agents *a);
 
 
 #endif

@@ -1,0 +1,442 @@
+/* test_memories.c - memory chunks (memories.h) on a real tiny model: a
+ * memory holds the bytes of its tokens prefilled alone at position 0 (an
+ * independent ak_eval); the same content under a second id is computed once
+ * and its blocks shared (pool stats); placed in a turn with reuse "none" the
+ * next logits equal an independently built cache (the prefix computed
+ * alone, the chunk computed alone at 0 and key-shifted by the prefix's
+ * length, copied into one plain sequence) and differ measurably from a
+ * prefill of the whole prompt ("full", which equals a plain prefill bit
+ * for bit); memories persist across a restart, an agent holding a placed
+ * memory restores bit for bit without it; bad inputs (ids, unknown, other
+ * contents, too long, corrupt file, another model's file) are refused by
+ * code. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../src/agent.h"
+#include "../src/memories.h"
+#include "test.h"
+#include "test_store_util.h"
+
+typedef struct {
+    ak_model *m;
+    ak_ctx *ctx;
+    float *logits;
+    int vocab;
+} menv;
+
+static int menv_open(ak_test_ctx *t, menv *e) {
+    ak_error err = {{0}};
+    char path[600];
+    memset(e, 0, sizeof *e);
+    e->m = ak_model_load(test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf"), NULL, NULL, &err);
+    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
+    e->vocab = e->m ? e->m->cfg.vocab : 0;
+    e->logits = e->m ? malloc(sizeof(float) * (size_t)e->vocab) : NULL;
+    if (!e->ctx || !e->logits) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", path, err.msg); return -1; }
+    return 0;
+}
+
+static void menv_close(menv *e) {
+    ak_ctx_free(e->ctx);
+    ak_model_free(e->m);
+    free(e->logits);
+}
+
+#define MCTX 256
+enum { NP = 37, NX = 29, NY = 40, NQ = 5 };
+
+/* P (the system prefix), X and Y (two chunks), Q (the rest of the prompt). */
+static void texts(int vocab, int32_t *P, int32_t *X, int32_t *Y, int32_t *Q) {
+    for (int i = 0; i < NP; i++) P[i] = i ? (int32_t)((i * 37 + 11) % vocab) : 1;
+    for (int i = 0; i < NX; i++) X[i] = (int32_t)((i * 53 + 7) % vocab);
+    for (int i = 0; i < NY; i++) Y[i] = (int32_t)((i * 71 + 5) % vocab);
+    for (int i = 0; i < NQ; i++) Q[i] = (int32_t)((i * 19 + 3) % vocab);
+}
+
+static ak_agents *agents_at(menv *e, ak_block_pool **pool, ak_store *store) {
+    ak_error err = {{0}};
+    *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    return *pool ? ak_agents_new(&c, &err) : NULL;
+}
+
+/* A fresh f16 cache of pool with tokens[0..n) prefilled from position 0
+ * (its last logits into e->logits). */
+static ak_kv *alone(menv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
+    ak_error err = {{0}};
+    ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
+    if (kv && ak_eval(e->ctx, kv, tokens, n, 0, e->logits, NULL, NULL, NULL, &err) < 0) {
+        ak_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+static double max_abs_diff(const float *a, const float *b, int n) {
+    double d = 0;
+    for (int i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* A turn with memories placed the way the scheduler does it (reuse
+ * "none"): the prompt is P, then each chunk in ms[] (k of them, lengths
+ * ls), then Q; prefill up to each chunk, place it, prefill the rest. Last
+ * logits into out. Returns 0, or -1 with the error printed. */
+static int turn_with(menv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, const char *const *ms,
+                     const int *at, int k, float *out, ak_turn *ti) {
+    ak_error err = {{0}};
+    ak_kv *kv;
+    int len[8] = {0};
+    for (int i = 0; i < k; i++) {
+        ak_memory_info mi;
+        if (ak_memory_get(ag, ms[i], &mi, NULL, &err) < 0) goto fail;
+        len[i] = mi.n_tokens;
+    }
+    if (ak_agent_open_memories(ag, id, 0, NULL, prompt, n, n, 0, at, len, k, &kv, ti, &err) < 0) goto fail;
+    int pos = ti->reused;
+    for (int i = 0; i < k; i++) {
+        if (pos > at[i]) continue;   /* reused already */
+        if (at[i] > pos && ak_eval(e->ctx, kv, prompt + pos, at[i] - pos, pos, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
+        if (ak_agent_place_memory(ag, id, ms[i], prompt, at[i], &kv, &err) < 0) goto fail;
+        pos = ak_kv_length(kv);
+    }
+    if (ak_eval(e->ctx, kv, prompt + pos, n - pos, pos, out, NULL, NULL, NULL, &err) < 0 ||
+        ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0)
+        goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "turn_with %s: %s\n", id, err.msg);
+    ak_agent_abort(ag, id);
+    return -1;
+}
+
+/* The expectation built by hand: P computed alone, X and Y each computed
+ * alone at 0 with their keys shifted to where they go, all copied
+ * position by position into one plain sequence, then Q computed after
+ * them; last logits into out. */
+static int by_hand(menv *e, const int32_t *P, const int32_t *X, const int32_t *Y, const int32_t *Q, float *out) {
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
+    ak_kv *kp = alone(e, pool, P, NP), *kx = alone(e, pool, X, NX), *ky = alone(e, pool, Y, NY);
+    ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
+    int n = NP + NX + NY;
+    int rc = kp && kx && ky && kv && ak_model_shift_keys(e->m, kx, 0, NX, NP, &err) == 0 &&
+                     ak_model_shift_keys(e->m, ky, 0, NY, NP + NX, &err) == 0 && ak_kv_prepare(kv, 0, n, &err) == 0
+                 ? 0
+                 : -1;
+    int H = e->m->spec.n_head_kv;
+    float *k = malloc(sizeof(float) * (size_t)H * (e->m->spec.head_dim_k + e->m->spec.head_dim_v));
+    float *v = k + (size_t)H * e->m->spec.head_dim_k;
+    for (int l = 0; rc == 0 && l < e->m->spec.n_layer; l++)
+        for (int p = 0; rc == 0 && p < n; p++) {
+            const ak_kv *src = p < NP ? kp : p < NP + NX ? kx : ky;
+            int q = p < NP ? p : p < NP + NX ? p - NP : p - NP - NX;
+            rc = ak_kv_read(src, l, q, k, v, &err);
+            if (rc == 0) rc = ak_kv_write(kv, l, p, k, v, &err);
+        }
+    if (rc == 0) rc = ak_eval(e->ctx, kv, Q, NQ, n, out, NULL, NULL, NULL, &err);
+    if (rc < 0) fprintf(stderr, "by_hand: %s\n", err.msg);
+    free(k);
+    ak_kv_free(kp);
+    ak_kv_free(kx);
+    ak_kv_free(ky);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    return rc;
+}
+
+TEST(memories_equal_the_chunk_prefilled_alone_and_are_computed_once) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool;
+    ak_agents *ag = agents_at(&e, &pool, NULL);
+    REQUIRE(ag, "agents");
+    int32_t P[NP], X[NX], Y[NY], Q[NQ];
+    texts(e.vocab, P, X, Y, Q);
+    int computed = -1;
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0, "add: %s",
+            err.msg);
+    CHECK(computed == 1, "the first add computed nothing");
+    /* bit for bit the chunk prefilled alone at position 0, no BOS before it */
+    ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *ref = alone(&e, rp, X, NX);
+    REQUIRE(ref, "reference");
+    const ak_kv *mk = ak_memory_kv(ag, "mx", &err);
+    REQUIRE(mk, "kv: %s", err.msg);
+    CHECK(kv_equal(mk, ref), "the memory's bytes are not the chunk's prefill alone");
+    /* and not a prefill that starts with something else (the check can fail) */
+    int32_t BX[NX + 1];
+    BX[0] = 1;
+    memcpy(BX + 1, X, sizeof X);
+    ak_kv *withbos = alone(&e, rp, BX, NX + 1);
+    REQUIRE(withbos, "bos");
+    float a0[256], b0[256];
+    int H = e.m->spec.n_head_kv, dk = e.m->spec.head_dim_k;
+    REQUIRE(H * dk <= 128, "dims");
+    REQUIRE(ak_kv_read(mk, 1, 3, a0, a0 + 128, &err) == 0 && ak_kv_read(withbos, 1, 4, b0, b0 + 128, &err) == 0, "read");
+    CHECK(memcmp(a0, b0, sizeof(float) * (size_t)(H * dk)) != 0, "a BOS before the chunk changes nothing?");
+    ak_kv_free(withbos);
+    ak_kv_free(ref);
+    ak_block_pool_free(rp);
+
+    /* content addressing: the same tokens and formats under another id are
+     * not computed again and take no block more */
+    ak_block_pool_stats s0, s1;
+    ak_block_pool_get_stats(pool, &s0);
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx2", "x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0, "add 2: %s",
+            err.msg);
+    ak_block_pool_get_stats(pool, &s1);
+    CHECK(computed == 0 && s1.blocks == s0.blocks && ak_memory_kv(ag, "mx2", &err) == mk,
+          "same content: computed %d, blocks %zu -> %zu", computed, s0.blocks, s1.blocks);
+    ak_memory_info mi;
+    REQUIRE(ak_memory_get(ag, "mx2", &mi, NULL, &err) == 0, "get: %s", err.msg);
+    CHECK(mi.sharers == 2 && mi.n_tokens == NX && mi.resident, "info: sharers %d, %d tokens", mi.sharers, mi.n_tokens);
+    /* re-adding the same id and content: a no-op; other content: refused */
+    CHECK(ak_memory_add(ag, e.ctx, "mx", "x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0 && computed == 0,
+          "idempotent add: %s", err.msg);
+    CHECK(ak_memory_add(ag, e.ctx, "mx", "y text", Y, NY, AK_KV_F16, AK_KV_F16, &computed, &err) < 0 &&
+              err.code == AK_ERR_EXISTS, "other content under an id: %s", err.msg);
+    /* other formats: other content, computed */
+    REQUIRE(ak_memory_add(ag, e.ctx, "mxq", "x text", X, NX, AK_KV_Q8, AK_KV_Q8, &computed, &err) == 0, "q8: %s", err.msg);
+    ak_memory_info mq;
+    REQUIRE(ak_memory_get(ag, "mxq", &mq, NULL, &err) == 0, "get q8");
+    CHECK(computed == 1 && strcmp(mq.hash, mi.hash) && mq.fk == AK_KV_Q8, "q8 shared with f16?");
+
+    /* bad inputs, by code */
+    CHECK(ak_memory_add(ag, e.ctx, ".hidden", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "hidden id: %s", err.msg);
+    CHECK(ak_memory_add(ag, e.ctx, "../up", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "path id: %s", err.msg);
+    int32_t longx[MCTX];
+    for (int i = 0; i < MCTX; i++) longx[i] = (int32_t)((i * 7 + 1) % e.vocab);
+    CHECK(ak_memory_add(ag, e.ctx, "long", "x", longx, MCTX, AK_KV_F16, AK_KV_F16, NULL, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "too long: %s", err.msg);
+    CHECK(ak_memory_kv(ag, "nope", &err) == NULL && err.code == AK_ERR_NOT_FOUND, "unknown: %s", err.msg);
+    CHECK(ak_memory_get(ag, "nope", &mi, NULL, &err) < 0 && err.code == AK_ERR_NOT_FOUND, "unknown get: %s", err.msg);
+    CHECK(ak_memory_remove(ag, "nope", &err) == 1, "remove unknown");
+
+    /* removing one id keeps the other's (shared) blocks */
+    REQUIRE(ak_memory_remove(ag, "mx", &err) == 0, "remove: %s", err.msg);
+    CHECK(ak_memory_kv(ag, "mx2", &err) == mk && ak_memory_kv(ag, "mx", &err) == NULL, "after removal");
+    ak_memory_info *v = NULL;
+    int nv = 0;
+    REQUIRE(ak_memories_list(ag, &v, &nv, &err) == 0, "list");
+    CHECK(nv == 2 && !strcmp(v[0].id, "mx2") && !strcmp(v[1].id, "mxq"), "list: %d (%s)", nv, nv ? v[0].id : "");
+    free(v);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    menv_close(&e);
+}
+
+TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool;
+    ak_agents *ag = agents_at(&e, &pool, NULL);
+    REQUIRE(ag, "agents");
+    int32_t P[NP], X[NX], Y[NY], Q[NQ], all[NP + NX + NY + NQ];
+    texts(e.vocab, P, X, Y, Q);
+    memcpy(all, P, sizeof P);
+    memcpy(all + NP, X, sizeof X);
+    memcpy(all + NP + NX, Y, sizeof Y);
+    memcpy(all + NP + NX + NY, Q, sizeof Q);
+    int n = NP + NX + NY + NQ;
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
+                ak_memory_add(ag, e.ctx, "my", "y", Y, NY, AK_KV_F16, AK_KV_F16, NULL, &err) == 0,
+            "add: %s", err.msg);
+    float *got = malloc(sizeof(float) * (size_t)e.vocab), *want = malloc(sizeof(float) * (size_t)e.vocab);
+    float *full = malloc(sizeof(float) * (size_t)e.vocab), *got2 = malloc(sizeof(float) * (size_t)e.vocab);
+    const char *ms[2] = {"mx", "my"};
+    int at[2] = {NP, NP + NX};
+    ak_turn ti;
+    REQUIRE(turn_with(&e, ag, "rx", all, n, ms, at, 2, got, &ti) == 0, "turn");
+    REQUIRE(by_hand(&e, P, X, Y, Q, want) == 0, "the expectation");
+    /* full: a plain turn of the whole prompt, equal to a plain prefill */
+    REQUIRE(turn_with(&e, ag, "fx", all, n, NULL, NULL, 0, got2, &ti) == 0, "full turn");
+    ak_block_pool *fp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *fkv = alone(&e, fp, all, n);
+    REQUIRE(fkv, "full prefill");
+    memcpy(full, e.logits, sizeof(float) * (size_t)e.vocab);
+    ak_kv_free(fkv);
+    ak_block_pool_free(fp);
+    CHECK(!memcmp(got2, full, sizeof(float) * (size_t)e.vocab), "reuse full differs from a plain prefill");
+    double d = max_abs_diff(got, want, e.vocab), dfull = max_abs_diff(got, full, e.vocab), mx = 0;
+    for (int i = 0; i < e.vocab; i++) mx = fmax(mx, fabs((double)want[i]));
+    printf("    reuse none: max |logit diff| vs the parts computed apart %.2e, vs full %.3f (max |logit| %.2f)\n", d,
+           dfull, mx);
+    /* the same f16 vectors, read from blocks split otherwise: float rounding only */
+    CHECK(d < 1e-4 * (mx > 1 ? mx : 1), "reuse none vs the parts apart: max |diff| %.3g", d);
+    CHECK(dfull > 1e-2 && dfull > 100 * d, "reuse none vs full: max |diff| %.3g (apart: %.3g)", dfull, d);
+    ak_agent_info in;
+    ak_agents_get(ag, ak_agents_find(ag, "rx"), &in);
+    CHECK(in.impure && in.n_tokens == n && ak_agent_match_len(ag, "rx", all, n) == n, "rx: impure %d, %d tokens",
+          in.impure, in.n_tokens);
+    /* a second agent at the same place shares the shifted copy: no new block for the chunks */
+    ak_block_pool_stats s0, s1;
+    ak_block_pool_get_stats(pool, &s0);
+    REQUIRE(turn_with(&e, ag, "rx2", all, n, ms, at, 2, got2, &ti) == 0, "turn 2");
+    ak_block_pool_get_stats(pool, &s1);
+    int T = ak_block_pool_block_tokens(pool);
+    size_t own = (size_t)((NP + T - 1) / T + (NQ + T - 1) / T);
+    CHECK(s1.blocks - s0.blocks <= own && !memcmp(got, got2, sizeof(float) * (size_t)e.vocab),
+          "the second placement took %zu blocks (own %zu)", s1.blocks - s0.blocks, own);
+    /* the next turn extends through the chunks (token match) */
+    int32_t more[NP + NX + NY + NQ + 2];
+    memcpy(more, all, sizeof all);
+    more[n] = 9, more[n + 1] = 10;
+    REQUIRE(turn_with(&e, ag, "rx", more, n + 2, ms, at, 2, got, &ti) == 0, "turn 3");
+    CHECK(ti.match == AK_MATCH_EXTEND && ti.reused == n, "next turn: match %s, reused %d", ak_match_name(ti.match),
+          ti.reused);
+    /* refusals: no turn, wrong position, wrong tokens, unknown memory */
+    ak_kv *kv = NULL;
+    CHECK(ak_agent_place_memory(ag, "rx", "mx", all, NP, &kv, &err) < 0 && err.code == AK_ERR_INVALID, "no turn: %s",
+          err.msg);
+    int len2[2] = {NX, NY};
+    int past[1] = {n - 3};
+    CHECK(ak_agent_open_memories(ag, "pz", 0, NULL, all, n, n, 0, past, len2, 1, &kv, &ti, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "a memory past the prompt's tokens: %s", err.msg);
+    int bad_at[2] = {NP + 3, NP};
+    CHECK(ak_agent_open_memories(ag, "pz", 0, NULL, all, n, n, 0, bad_at, len2, 2, &kv, &ti, &err) < 0 &&
+              err.code == AK_ERR_INVALID, "memories out of order: %s", err.msg);
+    REQUIRE(ak_agent_open_memories(ag, "pz", 0, NULL, all, n, n, 0, at, len2, 2, &kv, &ti, &err) == 0, "open: %s",
+            err.msg);
+    CHECK(ti.reused < NP, "linked past the first memory: reused %d", ti.reused);
+    REQUIRE(ak_eval(e.ctx, kv, all + ti.reused, NP - ti.reused, ti.reused, NULL, NULL, NULL, NULL, &err) == 0, "eval");
+    ak_kv *kv0 = kv;
+    CHECK(ak_agent_place_memory(ag, "pz", "mx", all, NP + 1, &kv, &err) < 0 && err.code == AK_ERR_INVALID,
+          "cache not at the position: %s", err.msg);
+    CHECK(ak_agent_place_memory(ag, "pz", "my", all, NP, &kv, &err) < 0 && err.code == AK_ERR_INVALID,
+          "other tokens: %s", err.msg);
+    CHECK(ak_agent_place_memory(ag, "pz", "nope", all, NP, &kv, &err) < 0 && err.code == AK_ERR_NOT_FOUND,
+          "unknown: %s", err.msg);
+    CHECK(kv == kv0 && ak_kv_length(kv) == NP, "a refused placement changed the cache");
+    ak_agent_abort(ag, "pz");
+    free(got);
+    free(got2);
+    free(want);
+    free(full);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    menv_close(&e);
+}
+
+TEST(memories_persist_and_bad_files_are_refused) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = dir_for("memories");
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_at(&e, &pool, store);
+    REQUIRE(ag, "agents");
+    int32_t P[NP], X[NX], Y[NY], Q[NQ], all[NP + NX + NQ];
+    texts(e.vocab, P, X, Y, Q);
+    memcpy(all, P, sizeof P);
+    memcpy(all + NP, X, sizeof X);
+    memcpy(all + NP + NX, Q, sizeof Q);
+    int n = NP + NX + NQ;
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
+                ak_memory_add(ag, e.ctx, "my", "the y text", Y, NY, AK_KV_Q8, AK_KV_F16, NULL, &err) == 0,
+            "add: %s", err.msg);
+    char mpath[700];
+    snprintf(mpath, sizeof mpath, "%s/memories/mx.safetensors", dir);
+    CHECK(exists(mpath), "no file %s", mpath);
+    float *hot = malloc(sizeof(float) * (size_t)e.vocab), *cold = malloc(sizeof(float) * (size_t)e.vocab);
+    const char *ms[1] = {"mx"};
+    int at[1] = {NP};
+    ak_turn ti;
+    REQUIRE(turn_with(&e, ag, "holder", all, n, ms, at, 1, NULL, &ti) == 0, "holder");
+    ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *ref = alone(&e, rp, X, NX);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+
+    /* a restart: listed, loaded bit for bit, content addressing across files */
+    store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ag = agents_at(&e, &pool, store);
+    ak_memory_info *v = NULL;
+    int nv = 0;
+    REQUIRE(ak_memories_list(ag, &v, &nv, &err) == 0, "list");
+    CHECK(nv == 2 && !strcmp(v[0].id, "mx") && v[0].n_tokens == NX && !v[0].resident && v[0].file_bytes > 0 &&
+              v[1].fk == AK_KV_Q8, "after a restart: %d memories", nv);
+    free(v);
+    char *text = NULL;
+    ak_memory_info mi;
+    CHECK(ak_memory_get(ag, "mx", &mi, &text, &err) == 0 && text && !strcmp(text, "the x text"), "text: %s",
+          text ? text : err.msg);
+    free(text);
+    const ak_kv *mk = ak_memory_kv(ag, "mx", &err);
+    REQUIRE(mk, "load: %s", err.msg);
+    CHECK(kv_equal(mk, ref), "the loaded memory differs from the prefill");
+    int computed = -1;
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx-again", "the x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0,
+            "again: %s", err.msg);
+    CHECK(computed == 0 && ak_memory_kv(ag, "mx-again", &err) == mk, "the same content was computed again");
+    /* the holder restores without the memory (its chunk is its own in its file), its turn as before */
+    REQUIRE(ak_memory_remove(ag, "mx", &err) == 0 && ak_memory_remove(ag, "mx-again", &err) == 0, "remove");
+    int32_t more[NP + NX + NQ + 1];
+    memcpy(more, all, sizeof all);
+    more[n] = 7;
+    REQUIRE(turn_with(&e, ag, "holder", more, n + 1, NULL, NULL, 0, cold, &ti) == 0, "holder restored");
+    CHECK(ti.tier == AK_TIER_WARM && ti.reused == n, "holder: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
+    /* its twin, hot all along, gives the same logits */
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ag = agents_at(&e, &pool, NULL);
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "twin add");
+    REQUIRE(turn_with(&e, ag, "twin", all, n, ms, at, 1, NULL, &ti) == 0 &&
+                turn_with(&e, ag, "twin", more, n + 1, NULL, NULL, 0, hot, &ti) == 0,
+            "twin");
+    CHECK(!memcmp(hot, cold, sizeof(float) * (size_t)e.vocab), "restored holder differs from its hot twin");
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+
+    /* corrupt: a flipped byte in the data -> CORRUPT, quarantined */
+    ag = agents_at(&e, &pool, store);
+    char ypath[700];
+    snprintf(ypath, sizeof ypath, "%s/memories/my.safetensors", dir);
+    size_t len;
+    uint8_t *img = (uint8_t *)ak_read_file(ypath, &len, &err);
+    REQUIRE(img && len > 100, "read %s", ypath);
+    img[len - 10] ^= 0x40;
+    REQUIRE(write_bytes(ypath, img, len) == 0, "write");
+    free(img);
+    CHECK(ak_memory_kv(ag, "my", &err) == NULL && err.code == AK_ERR_CORRUPT, "corrupt: %s", err.msg);
+    CHECK(!exists(ypath), "the corrupt file was not moved to quarantine");
+    /* truncated */
+    REQUIRE(ak_memory_add(ag, e.ctx, "mt", "t", Y, NY, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "mt");
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ag = agents_at(&e, &pool, store);
+    snprintf(ypath, sizeof ypath, "%s/memories/mt.safetensors", dir);
+    REQUIRE(truncate(ypath, 200) == 0, "truncate");
+    CHECK(ak_memory_kv(ag, "mt", &err) == NULL && err.code == AK_ERR_CORRUPT, "truncated: %s", err.msg);
+    /* another model's file: STALE, left in place */
+    ak_block_pool *op = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *okv = alone(&e, op, X, NX);
+    REQUIRE(okv && ak_store_save_memory(store, "other", okv, X, NX, "x", "another-model-fingerprint", "m", &err) == 0,
+            "other: %s", err.msg);
+    CHECK(ak_memory_kv(ag, "other", &err) == NULL && err.code == AK_ERR_STALE, "another model: %s", err.msg);
+    snprintf(ypath, sizeof ypath, "%s/memories/other.safetensors", dir);
+    CHECK(exists(ypath), "a stale file was moved");
+    /* an agent file is not a memory: a pool file renamed into memories/ is CORRUPT (its format) */
+    ak_kv_free(okv);
+    ak_block_pool_free(op);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    ak_kv_free(ref);
+    ak_block_pool_free(rp);
+    free(hot);
+    free(cold);
+    menv_close(&e);
+}
