@@ -258,6 +258,117 @@ static int prepend_pool(const ak_api_config *cfg, const int32_t *pool, int np, a
     return 0;
 }
 
+/* The reuse method and ratio of a request with memories (api.h: MEMORIES). */
+static int parse_reuse(const cJSON *body, ak_api_request *p, ak_api_error *b) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(body, "reuse");
+    p->reuse = AK_REUSE_NONE;
+    if (r && !cJSON_IsNull(r)) {
+        if (!cJSON_IsString(r)) return fail_bad(b, 400, "reuse", "invalid_type", "reuse must be a string");
+        if (!strcmp(r->valuestring, "none")) p->reuse = AK_REUSE_NONE;
+        else if (!strcmp(r->valuestring, "full")) p->reuse = AK_REUSE_FULL;
+        else if (!strcmp(r->valuestring, "cacheblend") || !strcmp(r->valuestring, "agentkvshift"))
+            return fail_bad(b, 400, "reuse", "unsupported_reuse",
+                            "reuse '%s' is not supported by this server yet: use 'none' (the memories' KV placed as "
+                            "computed alone, keys shifted) or 'full' (everything recomputed)", r->valuestring);
+        else
+            return fail_bad(b, 400, "reuse", "invalid_value",
+                            "reuse '%.64s' is not one of none, full, cacheblend, agentkvshift", r->valuestring);
+    }
+    double ratio = 0;
+    if (get_num(body, "recompute_ratio", 0, 1, &ratio, b) < 0) return -1;
+    p->recompute_ratio = ratio;
+    return 0;
+}
+
+/* Places the memories a chat request names into p->tokens (the whole
+ * conversation rendered) after its system message (api.h: MEMORIES).
+ * Returns 0 (nothing named: nothing done), or -1 with b set. */
+static int place_memories(const ak_api_config *cfg, const cJSON *body, ak_api_request *p, ak_api_error *b) {
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(body, "memories");
+    if (!ms || cJSON_IsNull(ms)) return 0;
+    if (!cJSON_IsArray(ms)) return fail_bad(b, 400, "memories", "invalid_type", "memories must be an array of memory ids");
+    int k = cJSON_GetArraySize(ms);
+    if (k < 1 || k > AK_MAX_MEMORIES)
+        return fail_bad(b, 400, "memories", "invalid_value", "memories must name 1 to %d memories", AK_MAX_MEMORIES);
+    if (!p->chat) return fail_bad(b, 400, "memories", "invalid_value", "memories are placed in chat requests only");
+    if (p->pool[0]) return fail_bad(b, 400, "memories", "invalid_value", "a request cannot name both a pool and memories");
+    if (!cfg->memory_lookup) return fail_bad(b, 400, "memories", "invalid_value", "this server has no memories");
+    if (parse_reuse(body, p, b) < 0) return -1;
+    const cJSON *x;
+    int i = 0;
+    cJSON_ArrayForEach(x, ms) {
+        if (!cJSON_IsString(x)) return fail_bad(b, 400, "memories", "invalid_type", "memories[%d] must be a string", i);
+        if (!ak_agent_id_valid(x->valuestring))
+            return fail_bad(b, 400, "memories", "invalid_memory_id",
+                            "memories[%d]: invalid memory id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')", i);
+        snprintf(p->mem_id[i++], sizeof p->mem_id[0], "%s", x->valuestring);
+    }
+    /* the split: where the system message ends, rendered alone */
+    msg_list l = {0};
+    size_t split = 0;
+    if (read_messages(cJSON_GetObjectItemCaseSensitive(body, "messages"), &l, b) < 0) {
+        msg_list_free(&l);
+        return -1;
+    }
+    if (l.n > 0 && !strcmp(l.m[0].role, "system")) {
+        int32_t *sys = NULL;
+        size_t ns = 0;
+        ak_error err = {0};
+        int rc = ak_chat_tokenize(cfg->family, l.m, 1, 0, cfg->template_text, cfg->tok, AK_TOK_ADD_SPECIAL, &sys, &ns, &err);
+        int ok = rc == 0 && ns <= p->n_tokens && !memcmp(sys, p->tokens, sizeof *sys * ns);
+        free(sys);
+        msg_list_free(&l);
+        if (!ok)
+            return fail_bad(b, 400, "memories", "memory_template_mismatch",
+                            "this model's chat template (%s) renders the system message differently when other "
+                            "messages follow it, so the memories cannot be placed after it: send reuse 'full' "
+                            "without memories (the chunks as text) instead", ak_chat_family_name(cfg->family));
+        split = ns;
+    } else {
+        msg_list_free(&l);
+        split = p->n_tokens > 0 && p->tokens[0] == ak_tokenizer_bos(cfg->tok) ? 1 : 0;
+    }
+    /* the chunks' tokens, in order */
+    int32_t *chunk[AK_MAX_MEMORIES] = {0};
+    int nc[AK_MAX_MEMORIES] = {0}, rc = 0;
+    size_t total = 0;
+    for (int j = 0; j < k && rc == 0; j++) {
+        ak_error err = {0};
+        if (cfg->memory_lookup(cfg->memory_ud, p->mem_id[j], &chunk[j], &nc[j], &err) < 0) {
+            switch (err.code) {
+            case AK_ERR_NOT_FOUND: rc = fail_bad(b, 404, "memories", "memory_not_found", "no memory '%s'", p->mem_id[j]); break;
+            case AK_ERR_STALE: rc = fail_bad(b, 409, "memories", "memory_stale", "memory '%s': %s", p->mem_id[j], err.msg); break;
+            case AK_ERR_CORRUPT: rc = fail_bad(b, 500, "memories", "memory_corrupt", "memory '%s': %s", p->mem_id[j], err.msg); break;
+            case AK_ERR_KV_BUDGET:
+                rc = fail_bad(b, 503, "memories", "kv_budget", "memory '%s' cannot be loaded now: %s", p->mem_id[j], err.msg);
+                break;
+            default: rc = fail_bad(b, 500, "memories", NULL, "memory '%s': %s", p->mem_id[j], err.msg); break;
+            }
+        }
+        total += (size_t)nc[j];
+    }
+    int32_t *t = rc == 0 ? malloc(sizeof *t * (p->n_tokens + total + 1)) : NULL;
+    if (rc == 0 && !t) rc = fail_bad(b, 500, NULL, NULL, "out of memory");
+    if (rc == 0) {
+        memcpy(t, p->tokens, sizeof *t * split);
+        size_t at = split;
+        for (int j = 0; j < k; j++) {
+            memcpy(t + at, chunk[j], sizeof *t * (size_t)nc[j]);
+            p->mem_at[j] = (int)at;
+            p->mem_len[j] = nc[j];
+            at += (size_t)nc[j];
+        }
+        memcpy(t + at, p->tokens + split, sizeof *t * (p->n_tokens - split));
+        free(p->tokens);
+        p->tokens = t;
+        p->n_tokens += total;
+        p->n_mem = k;
+        p->n_mem_tokens = (int)(total > INT32_MAX ? INT32_MAX : total);
+    }
+    for (int j = 0; j < k; j++) free(chunk[j]);
+    return rc;
+}
+
 /* The prompt of a request (chat: messages; completions: prompt), starting
  * with the pool's tokens when it names one (see api.h: POOLS). */
 static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, ak_api_request *p, ak_api_error *b) {
@@ -297,6 +408,7 @@ static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, a
     } else if (p->pool[0] && prepend_pool(cfg, pool, np, p, b) < 0) {
         goto done;
     }
+    if (place_memories(cfg, body, p, b) < 0) goto done;
     rc = 0;
 done:
     free(pool);
@@ -391,6 +503,10 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     }
     if (p->n_tokens == 0) return fail_bad(b, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty");
     if ((long)p->n_tokens >= cfg->n_ctx) {
+        if (p->n_mem)
+            return fail_bad(b, 400, "memories", "context_length_exceeded",
+                            "the prompt has %zu tokens (%d of them the %d memories'); this server's context is %d tokens",
+                            p->n_tokens, p->n_mem_tokens, p->n_mem, cfg->n_ctx);
         if (p->pool[0])
             return fail_bad(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                             "the prompt has %zu tokens (%d of them pool '%s''s); this server's context is %d tokens",
@@ -493,6 +609,47 @@ static int parse_pool_body(const ak_api_config *cfg, const cJSON *body, ak_api_p
                         "the pool has %zu tokens; this server's context is %d tokens, and a pool must be shorter "
                         "(its agents add their own tokens after it)", p->n_tokens, cfg->n_ctx);
     return 0;
+}
+
+/* ------------------------------------------------------- memory bodies */
+
+void ak_api_memory_request_free(ak_api_memory_request *r) {
+    if (!r) return;
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+/* Everything of ak_api_parse_memory but the JSON parse. */
+static int parse_memory_body(const cJSON *body, ak_api_memory_request *p, ak_api_error *b) {
+    if (!cJSON_IsObject(body)) return fail_bad(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(body, "id");
+    if (!id) return fail_bad(b, 400, "id", "missing_required_parameter", "id is required");
+    if (!cJSON_IsString(id) || !ak_agent_id_valid(id->valuestring))
+        return fail_bad(b, 400, "id", "invalid_memory_id",
+                        "invalid memory id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    snprintf(p->id, sizeof p->id, "%s", id->valuestring);
+    p->fk = p->fv = (ak_kv_format)-1;   /* the agents' formats */
+    if (get_format(body, "cache_type_k", &p->fk, b) < 0 || get_format(body, "cache_type_v", &p->fv, b) < 0) return -1;
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(body, "text");
+    if (!text || cJSON_IsNull(text)) return fail_bad(b, 400, "text", "missing_required_parameter", "text is required");
+    if (!cJSON_IsString(text)) return fail_bad(b, 400, "text", "invalid_type", "text must be a string");
+    size_t n = strlen(text->valuestring);
+    if (n == 0) return fail_bad(b, 400, "text", "invalid_value", "text must not be empty");
+    if (n > AK_MEMORY_MAX_TEXT)
+        return fail_bad(b, 400, "text", "invalid_value", "text of %zu bytes is longer than %d", n, AK_MEMORY_MAX_TEXT);
+    if (!(p->text = strdup(text->valuestring))) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
+int ak_api_parse_memory(const char *body, size_t len, ak_api_memory_request *out, ak_api_error *e) {
+    memset(out, 0, sizeof *out);
+    memset(e, 0, sizeof *e);
+    cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
+    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    int rc = parse_memory_body(j, out, e);
+    cJSON_Delete(j);
+    if (rc < 0) ak_api_memory_request_free(out);
+    return rc;
 }
 
 int ak_api_parse_pool(const ak_api_config *cfg, const char *body, size_t len, ak_api_pool_request *out,

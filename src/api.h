@@ -37,6 +37,9 @@
  * (both malloc'd; *source may be NULL). Returns 0, or -1 with err set
  * (err->code AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT, ...). */
 typedef int (*ak_api_pool_fn)(void *ud, const char *id, int32_t **tokens, int *n, char **source, ak_error *err);
+/* Looks memory id up: its tokens (malloc'd). Returns 0, or -1 with err set
+ * (AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT, AK_ERR_KV_BUDGET, ...). */
+typedef int (*ak_api_memory_fn)(void *ud, const char *id, int32_t **tokens, int *n, ak_error *err);
 
 /* What the parser needs to know about the server. */
 typedef struct {
@@ -47,7 +50,12 @@ typedef struct {
     int n_ctx;
     ak_api_pool_fn pool_lookup;   /* NULL: a request naming a pool is refused (400) */
     void *pool_ud;
+    ak_api_memory_fn memory_lookup;   /* NULL: a request naming memories is refused (400) */
+    void *memory_ud;
 } ak_api_config;
+
+/* How a request's memories are used (MEMORIES below). */
+typedef enum { AK_REUSE_NONE = 0, AK_REUSE_FULL = 1 } ak_reuse;
 
 /* A completion request, validated. */
 typedef struct {
@@ -63,6 +71,13 @@ typedef struct {
     char *stop[AK_MAX_STOP];
     int n_stop;
     int stream, include_usage;
+    /* memories (MEMORIES below): memory mem_id[i]'s tokens are tokens[mem_at[i], +mem_len[i]) */
+    int n_mem;
+    char mem_id[AK_MAX_MEMORIES][AK_AGENT_ID_MAX + 1];
+    int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
+    int n_mem_tokens;         /* their tokens in all */
+    ak_reuse reuse;
+    double recompute_ratio;   /* as given (0 if absent); used by no method yet */
 } ak_api_request;
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */
@@ -103,6 +118,43 @@ void ak_api_request_free(ak_api_request *r);
  * another model's 409 pool_stale, corrupt (quarantined) 500 pool_corrupt,
  * pool + request not shorter than the context 400
  * context_length_exceeded. */
+
+/* MEMORIES. A chat request with "memories": [ID, ...] (1..AK_MAX_MEMORIES
+ * memory ids, memories.h) gets the memories' tokens placed after the system
+ * message: the conversation is rendered as usual (generation prompt
+ * included) and split where the first message, when it is a system
+ * message, ends: that message rendered alone (no generation prompt) must be
+ * a token prefix of the whole rendering (else 400
+ * memory_template_mismatch); without a system message the split is after
+ * the BOS the rendering starts with (if any), else at 0. The chunks' tokens
+ * go there in the order given (a memory named twice goes twice), then the
+ * rest of the rendering. "reuse": "none" (default: the chunks' blocks are
+ * placed, keys shifted, not computed: sched.h) or "full" (the same prompt
+ * computed as a plain one: the reference); "cacheblend" and "agentkvshift"
+ * are 400 unsupported_reuse (named, with what is supported); anything else
+ * 400 invalid_value. "recompute_ratio" must be a number in [0, 1] when
+ * given (400 invalid_value), unused by none and full. Errors: a completion
+ * or a pool with memories 400 invalid_value, an invalid id 400
+ * invalid_memory_id, unknown 404 memory_not_found, another model's 409
+ * memory_stale, corrupt (quarantined) 500 memory_corrupt, no KV room 503,
+ * the prompt with the memories not shorter than the context 400
+ * context_length_exceeded (naming the memories' tokens). */
+
+/* A POST /v1/memories body {"id", "text", "cache_type_k"?, "cache_type_v"?},
+ * validated: id as agents' (400 invalid_memory_id), text a non-empty string
+ * of at most AK_MEMORY_MAX_TEXT bytes (400 missing_required_parameter,
+ * invalid_type, invalid_value), formats by name (400 invalid_value; absent:
+ * (ak_kv_format)-1, the agents' formats). Tokenizing is the engine's
+ * (memories.h: ak_memory_tokenize). */
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    char *text;               /* malloc'd */
+    ak_kv_format fk, fv;
+} ak_api_memory_request;
+/* Parses body[0..len) into *out (free with ak_api_memory_request_free).
+ * Returns 0, or -1 with *e set. */
+int ak_api_parse_memory(const char *body, size_t len, ak_api_memory_request *out, ak_api_error *e);
+void ak_api_memory_request_free(ak_api_memory_request *r);
 
 /* A POST /v1/pools body, validated. */
 typedef struct {

@@ -204,6 +204,8 @@ int ak_memory_add(ak_agents *a, ak_ctx *c, const char *id, const char *text, con
     if (n >= a->cfg.n_ctx)
         return ak_failc(err, AK_ERR_INVALID, "memory %s: %d tokens do not fit the context of %d (the turn needs room "
                         "for its own)", id, n, a->cfg.n_ctx);
+    if ((int)fk < 0) fk = a->cfg.fk;   /* the agents' formats */
+    if ((int)fv < 0) fv = a->cfg.fv;
     char hash[17];
     ak_pool_content_hash(a->cfg.model->fingerprint, ak_block_pool_spec(a->cfg.pool), fk, fv, tokens, n, hash);
     /* the id: free, or already this content (idempotent) */

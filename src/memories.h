@@ -66,7 +66,8 @@ int ak_memory_tokenize(const ak_tokenizer *tok, const char *text, size_t len, in
 
 /* Adds memory id: the KV of tokens[0..n) (ak_memory_tokenize of text)
  * computed alone at position 0 with c, in formats fk/fv, written to the
- * store (if any) with the text. When RAM or the store already holds the
+ * store (if any) with the text (fk or fv (ak_kv_format)-1: the agents'
+ * format). When RAM or the store already holds the
  * same content (hash), nothing is computed: the blocks are shared (*computed
  * = 0, else 1; may be NULL). Re-adding an id with the same content is a
  * no-op success. Returns 0, or -1 with err set: AK_ERR_INVALID (bad id,

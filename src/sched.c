@@ -36,6 +36,10 @@ struct ak_request {
     char *stop[AK_MAX_STOP];
     int n_stop;
     size_t stop_max;              /* longest stop string */
+    int n_mem;                    /* memories placed with reuse "none" (sched.h) */
+    char mem_id[AK_MAX_MEMORIES][AK_AGENT_ID_MAX + 1];
+    int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
+    int mem_next;                 /* engine: the first memory not yet placed or passed */
     /* engine thread only */
     rstate state;
     ak_kv *kv;
@@ -58,7 +62,8 @@ struct ak_request {
 };
 
 enum { OP_LIST, OP_REMOVE, OP_GAUGES, OP_POOL_GET, OP_POOL_LIST, OP_POOL_TOKENS, OP_POOL_REMOVE,
-       OP_CARD_MAKE, OP_CARD_IMPORT, OP_CARD_GET, OP_CARD_LIST, OP_CARD_REMOVE };
+       OP_CARD_MAKE, OP_CARD_IMPORT, OP_CARD_GET, OP_CARD_LIST, OP_CARD_REMOVE,
+       OP_MEM_ADD, OP_MEM_GET, OP_MEM_LIST, OP_MEM_TOKENS, OP_MEM_REMOVE };
 
 typedef struct op {
     struct op *next;
@@ -77,6 +82,11 @@ typedef struct op {
     ak_import_mode mode;          /* OP_CARD_IMPORT */
     ak_sched_card *card;          /* OP_CARD_MAKE, OP_CARD_GET: the result */
     ak_store_card_entry *centries;   /* OP_CARD_LIST (n, malloc'd) */
+    const char *text;             /* OP_MEM_ADD */
+    ak_kv_format fk, fv;          /* OP_MEM_ADD */
+    ak_memory_info *minfo;        /* OP_MEM_ADD, OP_MEM_GET: one; OP_MEM_LIST: n, malloc'd */
+    char **mtext;                 /* OP_MEM_GET (may be NULL) */
+    int computed;                 /* OP_MEM_ADD */
     const ak_store_entry *files;  /* the store's files, listed by the caller (from the store's
                                      index, outside the engine thread) */
     int n_files;
@@ -224,6 +234,17 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
         ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
         return NULL;
     }
+    if (p->n_mem < 0 || p->n_mem > AK_MAX_MEMORIES) {
+        ak_failc(err, AK_ERR_INVALID, "at most %d memories in a request", AK_MAX_MEMORIES);
+        return NULL;
+    }
+    for (int i = 0; i < p->n_mem; i++)
+        if (!p->mem_id[i] || !ak_agent_id_valid(p->mem_id[i]) || p->mem_len[i] < 1 ||
+            p->mem_at[i] < (i ? p->mem_at[i - 1] + p->mem_len[i - 1] : 0) ||
+            p->mem_at[i] + p->mem_len[i] >= p->n_prompt) {
+            ak_failc(err, AK_ERR_INVALID, "memory %d: not a valid id, or not in order before the prompt's last token", i);
+            return NULL;
+        }
     long reserve = (long)p->n_prompt + p->max_tokens;
     if (reserve > s->cfg.n_ctx) reserve = s->cfg.n_ctx;
     ak_block_pool_stats st;
@@ -244,6 +265,12 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     r->anonymous = anonymous;
     if (!anonymous) snprintf(r->id, sizeof r->id, "%s", p->agent_id);
     if (pooled) snprintf(r->pool, sizeof r->pool, "%s", p->pool);
+    r->n_mem = p->n_mem;
+    for (int i = 0; i < p->n_mem; i++) {
+        snprintf(r->mem_id[i], sizeof r->mem_id[i], "%s", p->mem_id[i]);
+        r->mem_at[i] = p->mem_at[i];
+        r->mem_len[i] = p->mem_len[i];
+    }
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->n_reserve = (int)reserve;
@@ -655,8 +682,8 @@ static void admit(ak_sched *s) {
         ak_turn t;
         ak_kv *kv;
         int flags = r->anonymous ? AK_AGENT_EPHEMERAL : 0;
-        if (ak_agent_open_pool(s->cfg.agents, r->id, flags, r->pool[0] ? r->pool : NULL, r->prompt, r->n_prompt,
-                               r->n_reserve, outstanding(s), &kv, &t, &err) < 0) {
+        if (ak_agent_open_memories(s->cfg.agents, r->id, flags, r->pool[0] ? r->pool : NULL, r->prompt, r->n_prompt,
+                                   r->n_reserve, outstanding(s), r->mem_at, r->mem_len, r->n_mem, &kv, &t, &err) < 0) {
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
                 /* room comes back when a running request ends */
                 if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
@@ -690,6 +717,32 @@ static void admit(ak_sched *s) {
     free(blocked);
 }
 
+/* Places the memories a prefilling request has reached (its cache holds
+ * exactly the positions before the next one; those reused already are
+ * passed). Returns 0, or -1 having finished the request with the error. */
+static int place_memories(ak_sched *s, ak_request *r) {
+    while (r->mem_next < r->n_mem) {
+        int i = r->mem_next;
+        if (r->pos > r->mem_at[i]) {   /* the agent's history held it already */
+            r->mem_next++;
+            continue;
+        }
+        if (r->pos < r->mem_at[i]) return 0;
+        ak_error e = {{0}};
+        if (ak_agent_place_memory(s->cfg.agents, agent_of(r), r->mem_id[i], r->prompt, r->pos, &r->kv, &e) < 0) {
+            finish_err(s, r, status_of(e.code), &e);
+            return -1;
+        }
+        r->pos += r->mem_len[i];
+        r->mem_next++;
+        pthread_mutex_lock(&s->mu);
+        r->res.turn.reused += r->mem_len[i];   /* placed, not computed */
+        r->res.turn.prefilled -= r->mem_len[i];
+        pthread_mutex_unlock(&s->mu);
+    }
+    return 0;
+}
+
 /* One forward pass over every running request (see sched.h). */
 static void step(ak_sched *s) {
     int nb = 0, nseq = 0, cap = s->cfg.step_tokens;
@@ -714,7 +767,9 @@ static void step(ak_sched *s) {
     }
     for (ak_request *r = s->active; r && nb < cap; r = r->next) {
         if (r->state != R_PREFILL) continue;
+        if (place_memories(s, r) < 0) continue;
         int k = r->n_prompt - r->pos;
+        if (r->mem_next < r->n_mem) k = r->mem_at[r->mem_next] - r->pos;   /* up to the next memory */
         if (k > cap - nb) k = cap - nb;
         for (int i = 0; i < k; i++) {
             int p = r->pos + i;
@@ -878,8 +933,34 @@ static void run_card_op(ak_sched *s, op *o) {
     }
 }
 
+/* The memory ops (engine thread). An add prefills the chunk with the
+ * engine's context, free between steps. */
+static void run_mem_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    switch (o->kind) {
+    case OP_MEM_ADD: {
+        int32_t *ids = NULL;
+        int n = 0;
+        o->rc = ak_memory_tokenize(s->cfg.tok, o->text, strlen(o->text), &ids, &n, &o->err);
+        if (o->rc == 0)
+            o->rc = ak_memory_add(ag, s->ctx, o->id, o->text, ids, n, o->fk, o->fv, &o->computed, &o->err);
+        free(ids);
+        if (o->rc == 0) o->rc = ak_memory_get(ag, o->id, o->minfo, NULL, &o->err);
+        break;
+    }
+    case OP_MEM_GET: o->rc = ak_memory_get(ag, o->id, o->minfo, o->mtext, &o->err); break;
+    case OP_MEM_LIST: o->rc = ak_memories_list(ag, &o->minfo, &o->n, &o->err); break;
+    case OP_MEM_TOKENS: o->rc = ak_memory_tokens(ag, o->id, &o->tokens, &o->n, &o->err); break;
+    default: o->rc = ak_memory_remove(ag, o->id, &o->err); break;
+    }
+}
+
 static void run_op(ak_sched *s, op *o) {
     ak_agents *ag = s->cfg.agents;
+    if (o->kind >= OP_MEM_ADD) {
+        run_mem_op(s, o);
+        return;
+    }
     if (o->kind == OP_REMOVE) {
         if (agent_busy(s, o->id)) o->rc = 2;
         else o->rc = ak_agent_remove(ag, o->id, &o->err);
@@ -1315,6 +1396,57 @@ int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, 
 int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err) {
     op o = {0};
     o.kind = OP_POOL_REMOVE;
+    o.id = id;
+    return pool_op(s, &o, err);
+}
+
+/* -------------------------------------------------------------- memories */
+
+int ak_sched_memory_add(ak_sched *s, const char *id, const char *text, ak_kv_format fk, ak_kv_format fv,
+                        ak_memory_info *info, int *computed, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_ADD;
+    o.id = id;
+    o.text = text ? text : "";
+    o.fk = fk;
+    o.fv = fv;
+    o.minfo = info;
+    if (pool_op(s, &o, err) < 0) return -1;
+    if (computed) *computed = o.computed;
+    return 0;
+}
+
+int ak_sched_memory_get(ak_sched *s, const char *id, ak_memory_info *info, char **text, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_GET;
+    o.id = id;
+    o.minfo = info;
+    o.mtext = text;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_memories_list(ak_sched *s, ak_memory_info **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_LIST;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *out = o.minfo;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_memory_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_TOKENS;
+    o.id = id;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *tokens = o.tokens;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_memory_remove(ak_sched *s, const char *id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_REMOVE;
     o.id = id;
     return pool_op(s, &o, err);
 }

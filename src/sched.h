@@ -27,12 +27,15 @@
 #include <stdint.h>
 
 #include "agent.h"
+#include "memories.h"
 #include "metrics.h"
 #include "model.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
 #define AK_MAX_STOP 5   /* OpenAI allows 4 from the client; one more for the chat family's end of turn */
+#define AK_MAX_MEMORIES 6   /* memories placed in one request: each is a segment of the agent's
+                               sequence, and so is the prefix before them (AK_KV_MAX_SEGMENTS) */
 
 typedef struct {
     const ak_model *model;
@@ -63,6 +66,13 @@ typedef struct {
     const char *stop[AK_MAX_STOP];   /* copied; enforced on the text, not returned */
     int n_stop;
     int stop_at_eog;          /* stop at end-of-generation tokens (always 1 for chat) */
+    /* memories placed with reuse "none" (memories.h): memory mem_id[i]'s tokens are
+       prompt[mem_at[i], mem_at[i] + mem_len[i]), in order, before the prompt's last token;
+       the engine prefills up to each, places its blocks (ak_agent_place_memory) and
+       prefills the rest. n_mem 0: none (reuse "full" sends the tokens as a plain prompt) */
+    int n_mem;
+    const char *mem_id[AK_MAX_MEMORIES];   /* copied */
+    int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
 } ak_req_params;
 
 typedef enum {
@@ -166,6 +176,26 @@ int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, 
 /* Deletes pool id. Returns 0, 1 if unknown, -1 with err set: AK_ERR_BUSY
  * while agents are attached (err names them) or while it is being created. */
 int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err);
+
+/* MEMORIES (memories.h), run on the engine thread between steps; every
+ * call blocks until done. Errors carry memories.h's codes (ak_sched_status_of
+ * maps them to HTTP statuses).
+ *
+ * Adds memory id from text (tokenized by ak_memory_tokenize) in formats
+ * fk/fv: computed with the engine's context in one prefill between two
+ * steps (a chunk is shorter than the context), or shared when the same
+ * content is known (*computed 0). Fills *info. */
+int ak_sched_memory_add(ak_sched *s, const char *id, const char *text, ak_kv_format fk, ak_kv_format fv,
+                        ak_memory_info *info, int *computed, ak_error *err);
+/* Info about memory id and its text (*text malloc'd; text may be NULL). */
+int ak_sched_memory_get(ak_sched *s, const char *id, ak_memory_info *info, char **text, ak_error *err);
+/* Every memory, sorted by id (*out malloc'd). */
+int ak_sched_memories_list(ak_sched *s, ak_memory_info **out, int *n, ak_error *err);
+/* The memory's tokens (*tokens malloc'd), loading it if need be:
+ * AK_ERR_NOT_FOUND, AK_ERR_STALE (another model), AK_ERR_CORRUPT, ... */
+int ak_sched_memory_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, ak_error *err);
+/* Deletes memory id. Returns 0, 1 if unknown, -1 with err set. */
+int ak_sched_memory_remove(ak_sched *s, const char *id, ak_error *err);
 
 /* CARDS (agent.h: CARDS), run on the engine thread between steps; every
  * call blocks until done. Errors carry agent.h's codes; ak_sched_status_of

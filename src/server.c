@@ -380,9 +380,16 @@ static int pool_lookup(void *ud, const char *id, int32_t **tokens, int *n, char 
     return ak_sched_pool_tokens(s->cfg.sched, id, tokens, n, source, err);
 }
 
+/* ak_api_memory_fn for the parser: the memory's tokens from the engine. */
+static int memory_lookup(void *ud, const char *id, int32_t **tokens, int *n, ak_error *err) {
+    ak_server *s = ud;
+    return ak_sched_memory_tokens(s->cfg.sched, id, tokens, n, err);
+}
+
 /* The parser's view of this server. */
 static ak_api_config api_config(ak_server *s) {
-    ak_api_config ac = {s->cfg.tok, s->cfg.model_id, s->cfg.family, s->cfg.template_text, s->cfg.n_ctx, pool_lookup, s};
+    ak_api_config ac = {s->cfg.tok, s->cfg.model_id, s->cfg.family, s->cfg.template_text, s->cfg.n_ctx, pool_lookup, s,
+                        memory_lookup, s};
     return ac;
 }
 
@@ -413,6 +420,14 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     for (int i = 0; i < p.n_stop; i++) rp.stop[i] = p.stop[i];
     rp.n_stop = p.n_stop;
     rp.stop_at_eog = 1;
+    if (p.reuse == AK_REUSE_NONE) {   /* full: the same prompt, computed as a plain one */
+        rp.n_mem = p.n_mem;
+        for (int i = 0; i < p.n_mem; i++) {
+            rp.mem_id[i] = p.mem_id[i];
+            rp.mem_at[i] = p.mem_at[i];
+            rp.mem_len[i] = p.mem_len[i];
+        }
+    }
     int status = 0;
     ak_error err = {0};
     ak_request *r = ak_sched_submit(s->cfg.sched, &rp, &status, &err);
@@ -432,6 +447,11 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
         ak_request_release(r);
         ak_api_request_free(&p);
         const char *param, *code = code_of(res.code, &param);
+        if (p.n_mem && param && !strcmp(param, "pool")) {   /* a memory that vanished or broke since the parse */
+            param = "memories";
+            code = res.code == AK_ERR_NOT_FOUND ? "memory_not_found" : res.code == AK_ERR_STALE ? "memory_stale"
+                                                                                                 : "memory_corrupt";
+        }
         return send_error(s, c, ep, res.status ? res.status : 500, param, code, "%s", res.error);
     }
     if (p.stream) {
@@ -635,6 +655,112 @@ static enum MHD_Result handle_pools(ak_server *s, struct MHD_Connection *c, conn
     cJSON_AddStringToObject(j, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(j, "data");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, pool_json(&v[i]));
+    free(v);
+    return send_json(s, c, ep, 200, j);
+}
+
+/* ------------------------------------------------------------- memories */
+
+static cJSON *memory_json(const ak_memory_info *in, const char *text) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", in->id);
+    cJSON_AddStringToObject(j, "object", "memory");
+    cJSON_AddNumberToObject(j, "tokens", in->n_tokens);
+    const ak_kv_format_info *fk = ak_kv_format_get(in->fk), *fv = ak_kv_format_get(in->fv);
+    cJSON_AddStringToObject(j, "cache_type_k", fk ? fk->name : "?");
+    cJSON_AddStringToObject(j, "cache_type_v", fv ? fv->name : "?");
+    cJSON_AddStringToObject(j, "hash", in->hash);
+    cJSON_AddBoolToObject(j, "resident", in->resident);
+    cJSON_AddNumberToObject(j, "bytes", (double)in->bytes);
+    cJSON_AddNumberToObject(j, "file_bytes", (double)in->file_bytes);
+    cJSON_AddNumberToObject(j, "sharers", in->sharers);
+    cJSON_AddNumberToObject(j, "created", (double)in->created);
+    if (text) cJSON_AddStringToObject(j, "text", text);
+    return j;
+}
+
+/* The HTTP status and OpenAI code of a memory error. */
+static int memory_error(int code, const char **oc) {
+    switch (code) {
+    case AK_ERR_NOT_FOUND: *oc = "memory_not_found"; return 404;
+    case AK_ERR_EXISTS: *oc = "memory_exists"; return 409;
+    case AK_ERR_STALE: *oc = "memory_stale"; return 409;
+    case AK_ERR_CORRUPT: *oc = "memory_corrupt"; return 500;
+    case AK_ERR_KV_BUDGET: *oc = "kv_budget"; return 503;
+    default: *oc = NULL; return ak_sched_status_of(code);
+    }
+}
+
+/* POST /v1/memories: computes (or shares) and persists a memory. 201 when
+ * it was made now, 200 when the id already held this content. */
+static enum MHD_Result create_memory(ak_server *s, struct MHD_Connection *c, conn *cn) {
+    const char *ep = "/v1/memories";
+    if (cn->too_large)
+        return send_error(s, c, ep, 413, NULL, "request_too_large", "the request body is larger than %zu bytes",
+                          s->cfg.max_body);
+    if (cn->over_cap) return send_busy(s, c, ep);
+    ak_api_memory_request p;
+    ak_api_error b;
+    if (ak_api_parse_memory(cn->body, cn->len, &p, &b) < 0)
+        return send_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
+    release_body(s, cn);
+    ak_memory_info in, before;
+    ak_error err = {0};
+    int existed = ak_sched_memory_get(s->cfg.sched, p.id, &before, NULL, &err) == 0;
+    int computed = 0;
+    int rc = ak_sched_memory_add(s->cfg.sched, p.id, p.text, p.fk, p.fv, &in, &computed, &err);
+    ak_api_memory_request_free(&p);
+    if (rc < 0) {
+        const char *oc;
+        int st = memory_error(err.code, &oc);
+        return send_error(s, c, ep, st, err.code == AK_ERR_EXISTS ? "id" : err.code == AK_ERR_INVALID ? "text" : NULL, oc,
+                          "%s", err.msg);
+    }
+    cJSON *j = memory_json(&in, NULL);
+    cJSON_AddBoolToObject(j, "computed", computed);
+    return send_json(s, c, ep, existed ? 200 : 201, j);
+}
+
+/* /v1/memories (POST: add, GET: list) and /v1/memories/{id} (GET, DELETE). */
+static enum MHD_Result handle_memories(ak_server *s, struct MHD_Connection *c, conn *cn, const char *method,
+                                       const char *id) {
+    const char *ep = "/v1/memories";
+    if (!id && !strcmp(method, "POST")) return create_memory(s, c, cn);
+    if (id && !ak_agent_id_valid(id))
+        return send_error(s, c, ep, 400, "memory", "invalid_memory_id",
+                          "invalid memory id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    ak_error err = {0};
+    const char *oc;
+    if (id && !strcmp(method, "DELETE")) {
+        int rc = ak_sched_memory_remove(s->cfg.sched, id, &err);
+        if (rc == 1) return send_error(s, c, ep, 404, "memory", "memory_not_found", "no memory '%s'", id);
+        if (rc < 0) {
+            int st = memory_error(err.code, &oc);   /* oc is set by the call: not in the same argument list */
+            return send_error(s, c, ep, st, NULL, oc, "%s", err.msg);
+        }
+        return send_deleted(s, c, ep, "memory", id);
+    }
+    if (strcmp(method, "GET"))
+        return send_error(s, c, ep, 405, NULL, NULL, "method %s not allowed here (%s)", method,
+                          id ? "GET or DELETE /v1/memories/{id}" : "POST or GET /v1/memories");
+    if (id) {
+        ak_memory_info in;
+        char *text = NULL;
+        if (ak_sched_memory_get(s->cfg.sched, id, &in, &text, &err) < 0) {
+            int st = memory_error(err.code, &oc);
+            return send_error(s, c, ep, st, "memory", oc, "%s", err.msg);
+        }
+        cJSON *j = memory_json(&in, text);
+        free(text);
+        return send_json(s, c, ep, 200, j);
+    }
+    ak_memory_info *v = NULL;
+    int n = 0;
+    if (ak_sched_memories_list(s->cfg.sched, &v, &n, &err) < 0) return send_error(s, c, ep, 500, NULL, NULL, "%s", err.msg);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(j, "data");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, memory_json(&v[i], NULL));
     free(v);
     return send_json(s, c, ep, 200, j);
 }
@@ -846,12 +972,13 @@ static enum MHD_Result handle_cards(ak_server *s, struct MHD_Connection *c, cons
 /* The endpoint label of a URL for /metrics. */
 static const char *endpoint_of(const char *url) {
     static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/agents",
-                                        "/v1/pools", "/v1/cards", "/health", "/metrics"};
+                                        "/v1/pools", "/v1/cards", "/v1/memories", "/health", "/metrics"};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (!strcmp(url, known[i])) return known[i];
     if (!strncmp(url, "/v1/agents/", 11)) return "/v1/agents";
     if (!strncmp(url, "/v1/pools/", 10)) return "/v1/pools";
     if (!strncmp(url, "/v1/cards/", 10)) return "/v1/cards";
+    if (!strncmp(url, "/v1/memories/", 13)) return "/v1/memories";
     return "other";
 }
 
@@ -946,6 +1073,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!strncmp(url, "/v1/cards/", 10)) return handle_cards(s, c, method, url + 10);
     if (!strcmp(url, "/v1/pools")) return handle_pools(s, c, cn, method, NULL);
     if (!strncmp(url, "/v1/pools/", 10)) return handle_pools(s, c, cn, method, url + 10);
+    if (!strcmp(url, "/v1/memories")) return handle_memories(s, c, cn, method, NULL);
+    if (!strncmp(url, "/v1/memories/", 13)) return handle_memories(s, c, cn, method, url + 13);
     int chat = !strcmp(url, "/v1/chat/completions");
     if (chat || !strcmp(url, "/v1/completions")) {
         if (strcmp(method, "POST"))

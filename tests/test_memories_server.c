@@ -1,0 +1,280 @@
+/* test_memories_server.c - memory chunks over HTTP, in process (model,
+ * scheduler and server started here; loopback sockets with timeouts):
+ *   - POST/GET/DELETE /v1/memories: made once (201, computed), the same id
+ *     and text again (200, not computed), another id with the same text
+ *     (shared: not computed, two sharers), listed, its text returned;
+ *   - a chat with "memories" and reuse none places the chunk (its tokens
+ *     counted as cached, not prefilled; the prompt holds the chunk's
+ *     tokens: prompt_tokens grows by them), answers greedily the same
+ *     twice, and its next turn extends through the chunk; reuse full
+ *     computes the same prompt as a plain one: an agent whose first turn
+ *     was full answers its second turn as an anonymous full request does;
+ *   - bad input by status and code: bad JSON, hostile ids, missing or too
+ *     long text, bad formats, unknown memories (404), reuse cacheblend /
+ *     agentkvshift (400 unsupported_reuse), an unknown method, a ratio
+ *     outside [0, 1], memories on a completion, more memory tokens than the
+ *     context (400 context_length_exceeded);
+ *   - memories survive a restart; a corrupt file is 500 memory_corrupt (and
+ *     quarantined), another model's file 409 memory_stale. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../src/memories.h"
+#include "../src/store.h"
+#include "server_rig.h"
+#include "test.h"
+
+#define N_CTX 256
+#define MODEL "models/stories260K.gguf"
+
+static const char *FACT =
+    "Lily had a red ball. She liked to play with it in the park every day after school with her dog Max.";
+
+/* POST /v1/memories {id, text} (formats: NULL for the default). */
+static reply add_memory(int port, const char *id, const char *text, const char *ctk) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", id);
+    cJSON_AddStringToObject(j, "text", text);
+    if (ctk) cJSON_AddStringToObject(j, "cache_type_k", ctk);
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    reply r = http(port, "POST", "/v1/memories", body);
+    free(body);
+    return r;
+}
+
+/* A greedy chat: a system message and one user message; memories (a JSON
+ * array or NULL), reuse (NULL: absent), extra (a JSON object's members
+ * merged, or NULL). */
+static reply chat(int port, const char *agent, const char *memories, const char *reuse, const char *user,
+                  const char *extra, int max_tokens) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", "m");
+    if (agent) cJSON_AddStringToObject(j, "agent_id", agent);
+    if (memories) cJSON_AddItemToObject(j, "memories", cJSON_Parse(memories));
+    if (reuse) cJSON_AddStringToObject(j, "reuse", reuse);
+    char msgs[1024];
+    snprintf(msgs, sizeof msgs,
+             "[{\"role\":\"system\",\"content\":\"You tell short stories.\"},{\"role\":\"user\",\"content\":\"%s\"}]",
+             user);
+    cJSON_AddItemToObject(j, "messages", cJSON_Parse(msgs));
+    cJSON_AddNumberToObject(j, "max_tokens", max_tokens);
+    cJSON_AddNumberToObject(j, "temperature", 0);
+    if (extra) {
+        cJSON *x = cJSON_Parse(extra), *it;
+        while (x && (it = x->child)) {
+            cJSON_DetachItemViaPointer(x, it);
+            cJSON_AddItemToObject(j, it->string, it);
+        }
+        cJSON_Delete(x);
+    }
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    reply r = http(port, "POST", "/v1/chat/completions", body);
+    free(body);
+    return r;
+}
+
+static const char *answer(const reply *r) {
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0);
+    return str(cJSON_GetObjectItem(c0, "message"), "content");
+}
+
+static double usage(const reply *r, const char *name) { return num(cJSON_GetObjectItem(r->j, "usage"), name); }
+static double cached(const reply *r) {
+    return num(cJSON_GetObjectItem(cJSON_GetObjectItem(r->j, "usage"), "prompt_tokens_details"), "cached_tokens");
+}
+
+TEST(memories_server_crud_and_bad_bodies) {
+    rig r;
+    if (rig_start(t, &r, MODEL, 0, "mem-crud", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    reply a = add_memory(r.port, "fact1", FACT, NULL);
+    CHECK(a.status == 201 && cJSON_IsTrue(cJSON_GetObjectItem(a.j, "computed")) && num(a.j, "tokens") > 10 &&
+              !strcmp(str(a.j, "cache_type_k"), "f16"),
+          "add: %d %s", a.status, a.body);
+    int ntok = (int)num(a.j, "tokens");
+    char hash[17];
+    snprintf(hash, sizeof hash, "%s", str(a.j, "hash") ? str(a.j, "hash") : "");
+    reply b = add_memory(r.port, "fact1", FACT, NULL);
+    CHECK(b.status == 200 && cJSON_IsFalse(cJSON_GetObjectItem(b.j, "computed")), "again: %d %s", b.status, b.body);
+    reply c = add_memory(r.port, "fact2", FACT, NULL);
+    CHECK(c.status == 201 && cJSON_IsFalse(cJSON_GetObjectItem(c.j, "computed")) && num(c.j, "sharers") == 2 &&
+              !strcmp(str(c.j, "hash"), hash),
+          "same text, other id: %d %s", c.status, c.body);
+    reply d = add_memory(r.port, "fact1", "Another text entirely.", NULL);
+    CHECK(d.status == 409 && !strcmp(err_code(&d), "memory_exists"), "other text under an id: %d %s", d.status, d.body);
+    reply q = add_memory(r.port, "factq", FACT, "q8");
+    CHECK(q.status == 201 && cJSON_IsTrue(cJSON_GetObjectItem(q.j, "computed")) && strcmp(str(q.j, "hash"), hash),
+          "other formats: %d %s", q.status, q.body);
+    reply l = http(r.port, "GET", "/v1/memories", NULL);
+    CHECK(l.status == 200 && cJSON_GetArraySize(cJSON_GetObjectItem(l.j, "data")) == 3, "list: %s", l.body);
+    reply g = http(r.port, "GET", "/v1/memories/fact1", NULL);
+    CHECK(g.status == 200 && str(g.j, "text") && !strcmp(str(g.j, "text"), FACT) && num(g.j, "tokens") == ntok,
+          "get: %s", g.body);
+    reply del = http(r.port, "DELETE", "/v1/memories/fact2", NULL);
+    reply g2 = http(r.port, "GET", "/v1/memories/fact2", NULL);
+    reply del2 = http(r.port, "DELETE", "/v1/memories/fact2", NULL);
+    CHECK(del.status == 200 && g2.status == 404 && !strcmp(err_code(&g2), "memory_not_found") && del2.status == 404,
+          "delete: %d, get after %d, again %d", del.status, g2.status, del2.status);
+    /* bad bodies and ids */
+    struct { const char *body; int status; const char *code; } bad[] = {
+        {"{not json", 400, "invalid_json"},
+        {"[]", 400, "invalid_type"},
+        {"{\"text\":\"x\"}", 400, "missing_required_parameter"},
+        {"{\"id\":\"../etc\",\"text\":\"x\"}", 400, "invalid_memory_id"},
+        {"{\"id\":\".hidden\",\"text\":\"x\"}", 400, "invalid_memory_id"},
+        {"{\"id\":\"a/b\",\"text\":\"x\"}", 400, "invalid_memory_id"},
+        {"{\"id\":7,\"text\":\"x\"}", 400, "invalid_memory_id"},
+        {"{\"id\":\"ok\"}", 400, "missing_required_parameter"},
+        {"{\"id\":\"ok\",\"text\":\"\"}", 400, "invalid_value"},
+        {"{\"id\":\"ok\",\"text\":5}", 400, "invalid_type"},
+        {"{\"id\":\"ok\",\"text\":\"x\",\"cache_type_k\":\"q17\"}", 400, "invalid_value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        reply x = http(r.port, "POST", "/v1/memories", bad[i].body);
+        CHECK(x.status == bad[i].status && !strcmp(err_code(&x), bad[i].code), "%s: %d %s (want %d %s)", bad[i].body,
+              x.status, x.body, bad[i].status, bad[i].code);
+        reply_free(&x);
+    }
+    /* text longer than the context */
+    char *big = malloc(8 * N_CTX + 1);
+    for (int i = 0; i < 8 * N_CTX; i++) big[i] = "ab cd "[i % 6];
+    big[8 * N_CTX] = 0;
+    reply lg = add_memory(r.port, "big", big, NULL);
+    CHECK(lg.status == 400, "a text longer than the context: %d %s", lg.status, lg.body);
+    free(big);
+    reply hx = http(r.port, "GET", "/v1/memories/.x", NULL);
+    reply mx = http(r.port, "PUT", "/v1/memories/fact1", NULL);
+    CHECK(hx.status == 400 && !strcmp(err_code(&hx), "invalid_memory_id") && mx.status == 405, "url: %d %d", hx.status,
+          mx.status);
+    reply ls2 = http(r.port, "GET", "/v1/memories", NULL);
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(ls2.j, "data")) == 2, "refusals added memories: %s", ls2.body);
+    reply *all[] = {&a, &b, &c, &d, &q, &l, &g, &del, &g2, &del2, &lg, &hx, &mx, &ls2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) reply_free(all[i]);
+    rig_stop(&r);
+}
+
+TEST(memories_server_chat_none_and_full) {
+    rig r;
+    if (rig_start(t, &r, MODEL, 0, "mem-chat", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    reply a = add_memory(r.port, "fact", FACT, NULL);
+    REQUIRE(a.status == 201, "add: %s", a.body);
+    int ntok = (int)num(a.j, "tokens");
+    reply_free(&a);
+    reply plain = chat(r.port, "p", NULL, NULL, "Tell me about Lily.", NULL, 8);
+    reply none = chat(r.port, "n", "[\"fact\"]", "none", "Tell me about Lily.", NULL, 8);
+    reply none2 = chat(r.port, "n2", "[\"fact\"]", NULL, "Tell me about Lily.", NULL, 8);
+    REQUIRE(plain.status == 200 && none.status == 200 && none2.status == 200, "chats: %d %d %d %s", plain.status,
+            none.status, none2.status, none.body);
+    CHECK(usage(&none, "prompt_tokens") == usage(&plain, "prompt_tokens") + ntok,
+          "the prompt with the memory: %g tokens, without %g, the memory %d", usage(&none, "prompt_tokens"),
+          usage(&plain, "prompt_tokens"), ntok);
+    CHECK(cached(&none) >= ntok, "the chunk was computed, not placed: cached %g of %d", cached(&none), ntok);
+    CHECK(answer(&none) && answer(&none2) && !strcmp(answer(&none), answer(&none2)),
+          "reuse none (default) twice: \"%s\" vs \"%s\"", answer(&none), answer(&none2));
+    /* the next turn of the agent extends through the placed chunk */
+    reply next = chat(r.port, "n", "[\"fact\"]", "none", "Tell me about Lily.", NULL, 8);
+    CHECK(next.status == 200 && cached(&next) >= usage(&none, "prompt_tokens") - 1, "next turn: cached %g of %g",
+          cached(&next), usage(&next, "prompt_tokens"));
+    /* full: the same prompt as a plain one */
+    reply full = chat(r.port, "f", "[\"fact\"]", "full", "Tell me about Lily.", NULL, 8);
+    reply full2 = chat(r.port, NULL, "[\"fact\"]", "full", "Tell me about Lily.", NULL, 8);
+    CHECK(full.status == 200 && usage(&full, "prompt_tokens") == usage(&none, "prompt_tokens") && cached(&full) < ntok,
+          "full: %d, %g tokens, cached %g", full.status, usage(&full, "prompt_tokens"), cached(&full));
+    CHECK(answer(&full) && answer(&full2) && !strcmp(answer(&full), answer(&full2)), "full twice: \"%s\" vs \"%s\"",
+          answer(&full), answer(&full2));
+    printf("    reuse none: \"%s\"; full: \"%s\"\n", answer(&none) ? answer(&none) : "", answer(&full) ? answer(&full) : "");
+    /* bad requests */
+    struct { const char *mem, *reuse, *extra; int status; const char *code; } bad[] = {
+        {"[\"nope\"]", NULL, NULL, 404, "memory_not_found"},
+        {"[\"../x\"]", NULL, NULL, 400, "invalid_memory_id"},
+        {"[5]", NULL, NULL, 400, "invalid_type"},
+        {"\"fact\"", NULL, NULL, 400, "invalid_type"},
+        {"[]", NULL, NULL, 400, "invalid_value"},
+        {"[\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\"]", NULL, NULL, 400, "invalid_value"},
+        {"[\"fact\"]", "cacheblend", NULL, 400, "unsupported_reuse"},
+        {"[\"fact\"]", "agentkvshift", NULL, 400, "unsupported_reuse"},
+        {"[\"fact\"]", "sometimes", NULL, 400, "invalid_value"},
+        {"[\"fact\"]", "none", "{\"recompute_ratio\": 1.5}", 400, "invalid_value"},
+        {"[\"fact\"]", "none", "{\"recompute_ratio\": -0.1}", 400, "invalid_value"},
+        {"[\"fact\"]", "none", "{\"pool\": \"p\"}", 404, "pool_not_found"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        reply x = chat(r.port, "bad", bad[i].mem, bad[i].reuse, "Hi.", bad[i].extra, 4);
+        CHECK(x.status == bad[i].status && !strcmp(err_code(&x), bad[i].code), "%s %s %s: %d %s (want %d %s)",
+              bad[i].mem, bad[i].reuse ? bad[i].reuse : "-", bad[i].extra ? bad[i].extra : "", x.status, x.body,
+              bad[i].status, bad[i].code);
+        reply_free(&x);
+    }
+    reply ok = chat(r.port, "ok", "[\"fact\"]", "none", "Hi.", "{\"recompute_ratio\": 0.3}", 4);
+    CHECK(ok.status == 200, "a ratio in range with none: %d %s", ok.status, ok.body);
+    reply cm = http(r.port, "POST", "/v1/completions",
+                    "{\"model\":\"m\",\"prompt\":\"Once\",\"memories\":[\"fact\"],\"max_tokens\":2}");
+    CHECK(cm.status == 400 && !strcmp(err_code(&cm), "invalid_value"), "a completion with memories: %d %s", cm.status,
+          cm.body);
+    /* more memory tokens than the context: a long chunk, named as often as it takes */
+    char longtext[1024];
+    snprintf(longtext, sizeof longtext, "%s %s %s", FACT, FACT, FACT);
+    reply lm = add_memory(r.port, "long", longtext, NULL);
+    REQUIRE(lm.status == 201, "long: %s", lm.body);
+    int nl = (int)num(lm.j, "tokens"), k = N_CTX / nl + 1;
+    reply_free(&lm);
+    REQUIRE(k <= AK_MAX_MEMORIES, "the long memory is too short (%d tokens)", nl);
+    char many[256] = "[";
+    for (int i = 0; i < k; i++) strcat(many, i ? ",\"long\"" : "\"long\"");
+    strcat(many, "]");
+    reply too = chat(r.port, "too", many, "none", "Hi.", NULL, 4);
+    CHECK(too.status == 400 && !strcmp(err_code(&too), "context_length_exceeded"), "%d chunks of %d: %d %s", k, nl,
+          too.status, too.body);
+    reply *all[] = {&plain, &none, &none2, &next, &full, &full2, &ok, &cm, &too};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) reply_free(all[i]);
+    rig_stop(&r);
+}
+
+TEST(memories_server_restart_corrupt_and_stale) {
+    rig r;
+    if (rig_start(t, &r, MODEL, 0, "mem-restart", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    reply a = add_memory(r.port, "keep", FACT, NULL), b = add_memory(r.port, "spoil", "The sun was warm and bright.", NULL);
+    REQUIRE(a.status == 201 && b.status == 201, "add: %s %s", a.body, b.body);
+    reply before = chat(r.port, "x", "[\"keep\"]", "none", "Tell me about Lily.", NULL, 8);
+    REQUIRE(before.status == 200, "chat: %s", before.body);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s", ak_store_dir(r.store));
+    rig_stop(&r);
+    /* spoil one file while the server is down */
+    char path[700];
+    snprintf(path, sizeof path, "%s/memories/spoil.safetensors", dir);
+    size_t len;
+    ak_error err = {{0}};
+    uint8_t *img = (uint8_t *)ak_read_file(path, &len, &err);
+    REQUIRE(img && len > 64, "read %s: %s", path, err.msg);
+    img[len - 5] ^= 0x10;
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f && fwrite(img, 1, len, f) == len, "write");
+    fclose(f);
+    free(img);
+    if (rig_start(t, &r, MODEL, 0, "mem-restart", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    reply l = http(r.port, "GET", "/v1/memories", NULL);
+    CHECK(l.status == 200 && cJSON_GetArraySize(cJSON_GetObjectItem(l.j, "data")) == 2, "after a restart: %s", l.body);
+    reply after = chat(r.port, "y", "[\"keep\"]", "none", "Tell me about Lily.", NULL, 8);
+    CHECK(after.status == 200 && answer(&after) && answer(&before) && !strcmp(answer(&after), answer(&before)),
+          "after a restart: \"%s\" vs \"%s\"", answer(&after), answer(&before));
+    reply sp = chat(r.port, "z", "[\"spoil\"]", "none", "Hi.", NULL, 4);
+    CHECK(sp.status == 500 && !strcmp(err_code(&sp), "memory_corrupt"), "corrupt: %d %s", sp.status, sp.body);
+    CHECK(access(path, F_OK) != 0, "the corrupt file is still in place");
+    /* a memory another model made: refused as stale */
+    ak_kv *kv = ak_kv_new(r.pool, AK_KV_F16, AK_KV_F16, N_CTX, &err);
+    int32_t toks[4] = {10, 11, 12, 13};
+    REQUIRE(kv && ak_kv_prepare(kv, 0, 4, &err) == 0 && ak_kv_set_length(kv, 4, &err) == 0, "kv: %s", err.msg);
+    REQUIRE(ak_store_save_memory(r.store, "alien", kv, toks, 4, "x", "some-other-model", "other", &err) == 0, "save: %s",
+            err.msg);
+    ak_kv_free(kv);
+    reply st = chat(r.port, "w", "[\"alien\"]", "none", "Hi.", NULL, 4);
+    CHECK(st.status == 409 && !strcmp(err_code(&st), "memory_stale"), "another model's: %d %s", st.status, st.body);
+    reply *all[] = {&a, &b, &before, &l, &after, &sp, &st};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) reply_free(all[i]);
+    rig_stop(&r);
+}
