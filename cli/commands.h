@@ -15,6 +15,7 @@ int cmd_bench_kv(int argc, char **argv);   /* agentkv bench kv */
 int cmd_cache(int argc, char **argv);
 int cmd_pool(int argc, char **argv);        /* agentkv pool */
 int cmd_card(int argc, char **argv);        /* agentkv card */
+int cmd_memory(int argc, char **argv);      /* agentkv memory */
 int cmd_bench_ttft(int argc, char **argv); /* agentkv bench ttft */
 int cmd_bench_serve(int argc, char **argv); /* agentkv bench serve */
 int cmd_bench_pools(int argc, char **argv); /* agentkv bench pools */

@@ -17,6 +17,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
     {"cache", cmd_cache, "list, inspect, verify, remove and gc agent caches in a memory directory"},
     {"pool", cmd_pool, "create, list, inspect and remove pools (shared prefixes) in a memory directory"},
+    {"memory", cmd_memory, "add, list and remove memory chunks (a text's KV computed once, placed in chat turns)"},
     {"card", cmd_card, "export, import, inspect, list and remove CacheCards (KV handoffs) in a memory directory"},
     {"synth", cmd_synth, "write a GGUF with random weights of a real model's shape"},
     {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching), pools (shared pool vs private copies)"},

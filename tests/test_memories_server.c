@@ -278,3 +278,50 @@ TEST(memories_server_restart_corrupt_and_stale) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) reply_free(all[i]);
     rig_stop(&r);
 }
+
+/* agentkv memory add|ls|rm on a memory directory, then a server started on
+ * it places the memory the CLI made. */
+TEST(memories_cli_add_ls_rm) {
+    rig r;
+    if (rig_start(t, &r, MODEL, 0, "mem-cli", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    char dir[600], model[600], args[2048];
+    snprintf(dir, sizeof dir, "%s", ak_store_dir(r.store));
+    rig_stop(&r);
+    test_path(model, sizeof model, MODEL);
+    char *out = NULL;
+    snprintf(args, sizeof args, "memory add -m %s --memory %s --id cli1 -ctk f16 -ctv f16 --text '%s'", model, dir, FACT);
+    int rc = run_cli(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "memory cli1:") && strstr(out, "computed"), "add: %d %s", rc, out ? out : "");
+    free(out);
+    snprintf(args, sizeof args, "memory add -m %s --memory %s --id cli2 -ctk f16 -ctv f16 --text '%s'", model, dir, FACT);
+    rc = run_cli(args, &out);
+    CHECK(rc == 0 && out && strstr(out, "shared"), "add the same text: %d %s", rc, out ? out : "");
+    free(out);
+    snprintf(args, sizeof args, "memory add -m %s --memory %s --id ../x --text hi", model, dir);
+    rc = run_cli(args, &out);
+    CHECK(rc == 2, "a hostile id: %d %s", rc, out ? out : "");
+    free(out);
+    snprintf(args, sizeof args, "memory ls --json --memory %s", dir);
+    rc = run_cli(args, &out);
+    cJSON *l = out ? cJSON_Parse(out) : NULL;
+    CHECK(rc == 0 && cJSON_GetArraySize(l) == 2 && !strcmp(str(cJSON_GetArrayItem(l, 0), "id"), "cli1") &&
+              !strcmp(str(cJSON_GetArrayItem(l, 0), "text"), FACT),
+          "ls: %d %s", rc, out ? out : "");
+    cJSON_Delete(l);
+    free(out);
+    if (rig_start(t, &r, MODEL, 0, "mem-cli", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    reply c = chat(r.port, "a", "[\"cli1\"]", "none", "Tell me about Lily.", NULL, 4);
+    reply g = http(r.port, "GET", "/v1/memories/cli1", NULL);
+    CHECK(c.status == 200 && g.status == 200 && cached(&c) >= num(g.j, "tokens"), "chat on the CLI's memory: %d %s",
+          c.status, c.body);
+    reply_free(&c);
+    reply_free(&g);
+    rig_stop(&r);
+    snprintf(args, sizeof args, "memory rm cli1 --memory %s", dir);
+    rc = run_cli(args, &out);
+    CHECK(rc == 0, "rm: %d %s", rc, out ? out : "");
+    free(out);
+    rc = run_cli(args, &out);
+    CHECK(rc == 1 && out && strstr(out, "no memory"), "rm again: %d %s", rc, out ? out : "");
+    free(out);
+}
