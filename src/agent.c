@@ -1005,7 +1005,7 @@ int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, cons
     const int32_t *mt;
     const char *hash;
     int n;
-    const ak_kv *src = mems_blocks_at(a, mem_id, at, &mt, &n, &hash, err);
+    const ak_kv *src = mems_blocks_at(a, mem_id, at, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), &mt, &n, &hash, err);
     if (!src) return -1;
     if (at + n >= a->cfg.n_ctx)
         return ak_failc(err, AK_ERR_INVALID, "agent %s: memory %s's %d tokens at %d do not fit the context of %d", id,

@@ -132,7 +132,9 @@ void ak_agent_abort(ak_agents *a, const char *id);
  * tokens (the prompt, computed by the caller: ak_agent_open's reuse plus
  * what it prefilled) and tokens[at, at + n) must be the memory's n tokens.
  * The cache becomes [0, at) frozen as a segment, then the memory's blocks
- * with their keys at [at, at + n) (shared, read-only: memories.h), and the
+ * with their keys at [at, at + n) (shared, read-only: memories.h; a memory
+ * in other formats than the agent's sequence is converted into the
+ * sequence's, once per position: one file holds one format), and the
  * history tokens[0, at + n); positions after them are the agent's own. *kv
  * gets the agent's sequence (a new one: the caller's old pointer is freed).
  * The agent is then impure (never in the content index) and its file

@@ -142,12 +142,14 @@ int pools_evict_one(ak_agents *a);
 void pools_free_all(ak_agents *a);
 
 /* memories.c */
-/* Memory id's blocks with their keys at positions [at, at + n) (a sequence
- * whose positions [0, n) hold them; owned by the memory: shared by every
- * placement at `at`), its tokens and content hash. NULL with err set
- * (memories.h: ak_memory_kv's errors). */
-const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, const int32_t **tokens, int *n, const char **hash,
-                            ak_error *err);
+/* Memory id's blocks with their keys at positions [at, at + n), in formats
+ * fk/fv (the memory's: its own vectors; others: converted, each vector
+ * dequantized and quantized again): a sequence whose positions [0, n) hold
+ * them, owned by the memory and shared by every placement at `at` in those
+ * formats; its tokens and content hash. NULL with err set (memories.h:
+ * ak_memory_kv's errors). */
+const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,
+                            const int32_t **tokens, int *n, const char **hash, ak_error *err);
 void mems_free_all(ak_agents *a);
 
 

@@ -24,8 +24,11 @@ typedef struct mem_body {
     int n;
     ak_kv_format fk, fv;
     ak_kv *kv;                  /* positions [0, n) at position 0; NULL unless resident */
-    ak_kv *shift[MEM_SHIFTS];   /* the same blocks, keys rotated to start at shift_at[i] */
+    ak_kv *shift[MEM_SHIFTS];   /* the same tokens with their keys rotated to start at shift_at[i], in
+                                   formats shift_fk/fv[i] (the memory's: the same blocks, copied
+                                   where the keys were rewritten; others: converted) */
     int shift_at[MEM_SHIFTS];
+    ak_kv_format shift_fk[MEM_SHIFTS], shift_fv[MEM_SHIFTS];
     int shift_next;             /* the slot the next new position replaces */
     int refs;                   /* records naming it */
 } mem_body;
@@ -403,23 +406,48 @@ const ak_kv *ak_memory_kv(ak_agents *a, const char *id, ak_error *err) {
     return r ? r->body->kv : NULL;
 }
 
-const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, const int32_t **tokens, int *n, const char **hash,
-                            ak_error *err) {
+/* A copy of b's positions in formats fk/fv (each vector dequantized and
+ * quantized again), or NULL with err set. */
+static ak_kv *convert(ak_agents *a, const mem_body *b, ak_kv_format fk, ak_kv_format fv, ak_error *err) {
+    const ak_cache_spec *sp = ak_block_pool_spec(a->cfg.pool);
+    ak_kv *kv = ak_kv_new(a->cfg.pool, fk, fv, a->cfg.n_ctx, err);
+    float *k = kv ? ak_malloc(sizeof(float) * (size_t)sp->n_head_kv * (size_t)(sp->head_dim_k + sp->head_dim_v), err)
+                  : NULL;
+    int rc = k && ak_kv_prepare(kv, 0, b->n, err) == 0 ? 0 : -1;
+    float *v = k ? k + (size_t)sp->n_head_kv * (size_t)sp->head_dim_k : NULL;
+    for (int l = 0; rc == 0 && l < sp->n_layer; l++)
+        for (int p = 0; rc == 0 && p < b->n; p++) {
+            rc = ak_kv_read(b->kv, l, p, k, v, err);
+            if (rc == 0) rc = ak_kv_write(kv, l, p, k, v, err);
+        }
+    free(k);
+    if (rc < 0) {
+        ak_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,
+                            const int32_t **tokens, int *n, const char **hash, ak_error *err) {
     mem_rec *r = rec_resolve(a, id, err);
     if (!r) return NULL;
     mem_body *b = r->body;
     *tokens = b->tokens;
     *n = b->n;
     *hash = b->hash;
-    if (at == 0) return b->kv;
+    int same = fk == b->fk && fv == b->fv;
+    if (at == 0 && same) return b->kv;
     for (int i = 0; i < MEM_SHIFTS; i++)
-        if (b->shift[i] && b->shift_at[i] == at) return b->shift[i];
-    /* a fork shares every block; the shift copies each one it rewrites
-     * (copy-on-write), so the memory's own blocks stay at position 0 */
-    if (agents_ensure_room(a, ak_kv_bytes(b->kv), NULL, err) < 0) return NULL;
-    ak_kv *s = ak_kv_fork(b->kv, err);
+        if (b->shift[i] && b->shift_at[i] == at && b->shift_fk[i] == fk && b->shift_fv[i] == fv) return b->shift[i];
+    /* same formats: a fork shares every block, and the shift copies each one
+     * it rewrites (copy-on-write), so the memory's own blocks stay at
+     * position 0; other formats: a converted copy (an agent's file holds
+     * one format: a sequence must not mix them) */
+    if (agents_ensure_room(a, same ? ak_kv_bytes(b->kv) : bytes_of(a, b->n, fk, fv), NULL, err) < 0) return NULL;
+    ak_kv *s = same ? ak_kv_fork(b->kv, err) : convert(a, b, fk, fv, err);
     if (!s) return NULL;
-    if (ak_model_shift_keys(a->cfg.model, s, 0, b->n, at, err) < 0) {
+    if (at != 0 && ak_model_shift_keys(a->cfg.model, s, 0, b->n, at, err) < 0) {
         ak_kv_free(s);
         return NULL;
     }
@@ -428,5 +456,7 @@ const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, const int32_t 
     ak_kv_free(b->shift[k]);   /* agents holding its blocks keep them */
     b->shift[k] = s;
     b->shift_at[k] = at;
+    b->shift_fk[k] = fk;
+    b->shift_fv[k] = fv;
     return s;
 }

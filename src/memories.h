@@ -24,7 +24,9 @@
  * (ak_agent_place_memory, agent.h): the blocks with their keys rotated to
  * positions [p, p + n) (ak_model_shift_keys on a fork, so copied on write
  * once per position: every agent placing the memory at p shares that copy;
- * at p = 0 the memory's own blocks), appended as one segment of the agent's
+ * at p = 0 the memory's own blocks; a memory in other formats than the
+ * agent's sequence is converted to them, once per position: an agent's
+ * file holds one format), appended as one segment of the agent's
  * sequence (kvcache.h: SEGMENTS), read-only. An agent holding a memory's
  * blocks keeps them when the memory is removed (blocks are reference
  * counted); its file stores those positions as its own (store.h: an "own"

@@ -114,14 +114,36 @@ fail:
     return -1;
 }
 
-/* The expectation built by hand: P computed alone, X and Y each computed
- * alone at 0 with their keys shifted to where they go, all copied
- * position by position into one plain sequence, then Q computed after
- * them; last logits into out. */
-static int by_hand(menv *e, const int32_t *P, const int32_t *X, const int32_t *Y, const int32_t *Q, float *out) {
+/* tokens[0..n) computed alone in formats fk/fv, then copied vector by
+ * vector (dequantized, quantized again) into an f16 sequence. */
+static ak_kv *alone_as(menv *e, ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, const int32_t *tokens, int n) {
+    ak_error err = {{0}};
+    ak_kv *src = ak_kv_new(pool, fk, fv, MCTX, &err), *dst = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
+    int rc = src && dst && ak_eval(e->ctx, src, tokens, n, 0, NULL, NULL, NULL, NULL, &err) == 0 &&
+                     ak_kv_prepare(dst, 0, n, &err) == 0 ? 0 : -1;
+    float k[1024], v[1024];
+    for (int l = 0; rc == 0 && l < e->m->spec.n_layer; l++)
+        for (int p = 0; rc == 0 && p < n; p++) {
+            rc = ak_kv_read(src, l, p, k, v, &err);
+            if (rc == 0) rc = ak_kv_write(dst, l, p, k, v, &err);
+        }
+    ak_kv_free(src);
+    if (rc < 0) {
+        ak_kv_free(dst);
+        return NULL;
+    }
+    return dst;
+}
+
+/* The expectation built by hand: P computed alone, X (in formats xk/xv,
+ * then converted to f16) and Y each computed alone at 0 with their keys
+ * shifted to where they go, all copied position by position into one
+ * plain sequence, then Q computed after them; last logits into out. */
+static int by_hand(menv *e, ak_kv_format xk, ak_kv_format xv, const int32_t *P, const int32_t *X, const int32_t *Y,
+                   const int32_t *Q, float *out) {
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
-    ak_kv *kp = alone(e, pool, P, NP), *kx = alone(e, pool, X, NX), *ky = alone(e, pool, Y, NY);
+    ak_kv *kp = alone(e, pool, P, NP), *kx = alone_as(e, pool, xk, xv, X, NX), *ky = alone(e, pool, Y, NY);
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
     int n = NP + NX + NY;
     int rc = kp && kx && ky && kv && ak_model_shift_keys(e->m, kx, 0, NX, NP, &err) == 0 &&
@@ -256,7 +278,7 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
     int at[2] = {NP, NP + NX};
     ak_turn ti;
     REQUIRE(turn_with(&e, ag, "rx", all, n, ms, at, 2, got, &ti) == 0, "turn");
-    REQUIRE(by_hand(&e, P, X, Y, Q, want) == 0, "the expectation");
+    REQUIRE(by_hand(&e, AK_KV_F16, AK_KV_F16, P, X, Y, Q, want) == 0, "the expectation");
     /* full: a plain turn of the whole prompt, equal to a plain prefill */
     REQUIRE(turn_with(&e, ag, "fx", all, n, NULL, NULL, 0, got2, &ti) == 0, "full turn");
     ak_block_pool *fp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
@@ -277,6 +299,19 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
     ak_agents_get(ag, ak_agents_find(ag, "rx"), &in);
     CHECK(in.impure && in.n_tokens == n && ak_agent_match_len(ag, "rx", all, n) == n, "rx: impure %d, %d tokens",
           in.impure, in.n_tokens);
+    /* a memory in other formats (q8) is converted into the agent's (f16) at
+     * its position: the expectation converts the chunk computed in q8 */
+    REQUIRE(ak_memory_add(ag, e.ctx, "mxq", "x", X, NX, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0, "q8: %s", err.msg);
+    const char *mq[2] = {"mxq", "my"};
+    float *gq = malloc(sizeof(float) * (size_t)e.vocab), *wq = malloc(sizeof(float) * (size_t)e.vocab);
+    REQUIRE(turn_with(&e, ag, "rq", all, n, mq, at, 2, gq, &ti) == 0, "q8 turn");
+    REQUIRE(by_hand(&e, AK_KV_Q8, AK_KV_Q8, P, X, Y, Q, wq) == 0, "the q8 expectation");
+    double dq = max_abs_diff(gq, wq, e.vocab), dq16 = max_abs_diff(gq, got, e.vocab);
+    printf("    a q8 memory in an f16 agent: max |logit diff| vs converted by hand %.2e, vs the f16 memory %.2e\n", dq,
+           dq16);
+    CHECK(dq < 1e-4 * (mx > 1 ? mx : 1) && dq16 > 10 * dq, "q8 memory: %.3g vs by hand, %.3g vs f16", dq, dq16);
+    free(gq);
+    free(wq);
     /* a second agent at the same place shares the shifted copy: no new block for the chunks */
     ak_block_pool_stats s0, s1;
     ak_block_pool_get_stats(pool, &s0);
@@ -342,7 +377,8 @@ TEST(memories_persist_and_bad_files_are_refused) {
     memcpy(all + NP, X, sizeof X);
     memcpy(all + NP + NX, Q, sizeof Q);
     int n = NP + NX + NQ;
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
+    /* in q8, so that the holder (f16) converts it: its file must hold f16 only */
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0 &&
                 ak_memory_add(ag, e.ctx, "my", "the y text", Y, NY, AK_KV_Q8, AK_KV_F16, NULL, &err) == 0,
             "add: %s", err.msg);
     char mpath[700];
@@ -354,7 +390,8 @@ TEST(memories_persist_and_bad_files_are_refused) {
     ak_turn ti;
     REQUIRE(turn_with(&e, ag, "holder", all, n, ms, at, 1, NULL, &ti) == 0, "holder");
     ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
-    ak_kv *ref = alone(&e, rp, X, NX);
+    ak_kv *ref = ak_kv_new(rp, AK_KV_Q8, AK_KV_Q8, MCTX, &err);
+    REQUIRE(ref && ak_eval(e.ctx, ref, X, NX, 0, NULL, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
@@ -367,7 +404,7 @@ TEST(memories_persist_and_bad_files_are_refused) {
     int nv = 0;
     REQUIRE(ak_memories_list(ag, &v, &nv, &err) == 0, "list");
     CHECK(nv == 2 && !strcmp(v[0].id, "mx") && v[0].n_tokens == NX && !v[0].resident && v[0].file_bytes > 0 &&
-              v[1].fk == AK_KV_Q8, "after a restart: %d memories", nv);
+              v[0].fk == AK_KV_Q8 && v[1].fk == AK_KV_Q8 && v[1].fv == AK_KV_F16, "after a restart: %d memories", nv);
     free(v);
     char *text = NULL;
     ak_memory_info mi;
@@ -378,7 +415,7 @@ TEST(memories_persist_and_bad_files_are_refused) {
     REQUIRE(mk, "load: %s", err.msg);
     CHECK(kv_equal(mk, ref), "the loaded memory differs from the prefill");
     int computed = -1;
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx-again", "the x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0,
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx-again", "the x text", X, NX, AK_KV_Q8, AK_KV_Q8, &computed, &err) == 0,
             "again: %s", err.msg);
     CHECK(computed == 0 && ak_memory_kv(ag, "mx-again", &err) == mk, "the same content was computed again");
     /* the holder restores without the memory (its chunk is its own in its file), its turn as before */
@@ -392,7 +429,7 @@ TEST(memories_persist_and_bad_files_are_refused) {
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ag = agents_at(&e, &pool, NULL);
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "twin add");
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0, "twin add");
     REQUIRE(turn_with(&e, ag, "twin", all, n, ms, at, 1, NULL, &ti) == 0 &&
                 turn_with(&e, ag, "twin", more, n + 1, NULL, NULL, 0, hot, &ti) == 0,
             "twin");
