@@ -537,7 +537,7 @@ int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
             if (g == keep || !g->kv || g->in_turn) continue;
             if (!lru || g->last_use < lru->last_use) lru = g;
         }
-        if (!lru && pools_evict_one(a)) continue;
+        if (!lru && (pools_evict_one(a) || mems_evict_one(a))) continue;
         if (!lru) {
             ak_block_pool_stats st;
             ak_block_pool_get_stats(a->cfg.pool, &st);

@@ -151,6 +151,10 @@ void pools_free_all(ak_agents *a);
 const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,
                             const int32_t **tokens, int *n, const char **hash, ak_error *err);
 void mems_free_all(ak_agents *a);
+/* Drops from RAM one shifted copy whose blocks no agent holds, else one
+ * idle memory the store can give back (its file reloads it on use);
+ * returns 1, or 0 if there is none. */
+int mems_evict_one(ak_agents *a);
 
 
 #endif

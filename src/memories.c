@@ -31,6 +31,7 @@ typedef struct mem_body {
     ak_kv_format shift_fk[MEM_SHIFTS], shift_fv[MEM_SHIFTS];
     int shift_next;             /* the slot the next new position replaces */
     int refs;                   /* records naming it */
+    int pinned;                 /* in use by mems_blocks_at: not evicted meanwhile */
 } mem_body;
 
 typedef struct mem_rec {
@@ -174,6 +175,10 @@ static mem_rec *rec_resolve(ak_agents *a, const char *id, ak_error *err) {
         ak_failc(err, AK_ERR_NOT_FOUND, "memory %s does not exist", id);
         return NULL;
     }
+    if (r && r->body) {   /* evicted: this record lets go of the empty body, the load shares or reloads */
+        body_unref(a, r->body);
+        r->body = NULL;
+    }
     mem_body *b = body_load(a, id, &e, err);
     int fresh = !r;
     if (b && fresh) {
@@ -193,7 +198,6 @@ static mem_rec *rec_resolve(ak_agents *a, const char *id, ak_error *err) {
         body_unref(a, b);
         return NULL;
     }
-    body_unref(a, r->body);   /* a body dropped earlier (none today) */
     r->body = b;
     return r;
 }
@@ -428,6 +432,34 @@ static ak_kv *convert(ak_agents *a, const mem_body *b, ak_kv_format fk, ak_kv_fo
     return kv;
 }
 
+int mems_evict_one(ak_agents *a) {
+    /* first a shifted copy whose blocks no agent holds any more, then a
+     * whole memory the store can give back */
+    for (int i = 0; i < a->n_mems; i++) {
+        mem_body *b = a->mems[i]->body;
+        for (int k = 0; b && !b->pinned && k < MEM_SHIFTS; k++)
+            if (b->shift[k] && ak_kv_private_bytes(b->shift[k]) > 0) {
+                ak_kv_free(b->shift[k]);
+                b->shift[k] = NULL;
+                return 1;
+            }
+    }
+    if (!a->cfg.store) return 0;
+    for (int i = 0; i < a->n_mems; i++) {
+        mem_body *b = a->mems[i]->body;
+        if (!b || b->pinned || !b->kv || ak_kv_private_bytes(b->kv) == 0) continue;
+        for (int k = 0; k < MEM_SHIFTS; k++) {
+            ak_kv_free(b->shift[k]);
+            b->shift[k] = NULL;
+        }
+        ak_kv_free(b->kv);
+        b->kv = NULL;
+        logf_(a, "memory %s: dropped from RAM (its file stays)", a->mems[i]->id);
+        return 1;
+    }
+    return 0;
+}
+
 const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,
                             const int32_t **tokens, int *n, const char **hash, ak_error *err) {
     mem_rec *r = rec_resolve(a, id, err);
@@ -444,7 +476,10 @@ const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format f
      * it rewrites (copy-on-write), so the memory's own blocks stay at
      * position 0; other formats: a converted copy (an agent's file holds
      * one format: a sequence must not mix them) */
-    if (agents_ensure_room(a, same ? ak_kv_bytes(b->kv) : bytes_of(a, b->n, fk, fv), NULL, err) < 0) return NULL;
+    b->pinned++;   /* making room must not drop the memory being placed */
+    int room = agents_ensure_room(a, same ? ak_kv_bytes(b->kv) : bytes_of(a, b->n, fk, fv), NULL, err);
+    b->pinned--;
+    if (room < 0) return NULL;
     ak_kv *s = same ? ak_kv_fork(b->kv, err) : convert(a, b, fk, fv, err);
     if (!s) return NULL;
     if (at != 0 && ak_model_shift_keys(a->cfg.model, s, 0, b->n, at, err) < 0) {

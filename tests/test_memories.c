@@ -477,3 +477,58 @@ TEST(memories_persist_and_bad_files_are_refused) {
     free(cold);
     menv_close(&e);
 }
+
+/* Under a KV budget a memory is dropped from RAM like an idle pool (its
+ * file stays) when nothing else can make room, and comes back from its
+ * file, bit for bit, when it is next used. */
+TEST(memories_leave_ram_under_the_budget_and_come_back) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = dir_for("memories-budget");
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *probe = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    size_t blk = ak_block_pool_block_bytes(probe, AK_KV_F16, AK_KV_F16);
+    int T = ak_block_pool_block_tokens(probe);
+    ak_block_pool_free(probe);
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 6 * blk, &err);
+    REQUIRE(pool, "%s", err.msg);
+    ak_agents_config c = {e.m, pool, store, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents *ag = ak_agents_new(&c, &err);
+    REQUIRE(ag, "%s", err.msg);
+    int32_t P[NP], X[NX], Y[NY], Q[NQ];
+    texts(e.vocab, P, X, Y, Q);
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "add: %s", err.msg);
+    ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *ref = alone(&e, rp, X, NX);
+    /* one agent whose turn needs the whole budget: only the memory can go */
+    int n = 6 * T - 1;
+    int32_t *big = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) big[i] = (int32_t)((i * 13 + 2) % e.vocab);
+    ak_turn ti;
+    REQUIRE(turn_with(&e, ag, "big", big, n, NULL, NULL, 0, NULL, &ti) == 0, "the big turn");
+    ak_memory_info mi;
+    REQUIRE(ak_memory_get(ag, "mx", &mi, NULL, &err) == 0, "get");
+    CHECK(!mi.resident && mi.bytes == 0 && mi.file_bytes > 0, "the memory stayed in RAM: resident %d", mi.resident);
+    /* used again: reloaded from its file (the idle agent makes room), the same bytes */
+    const ak_kv *mk = ak_memory_kv(ag, "mx", &err);
+    CHECK(mk && kv_equal(mk, ref), "the reloaded memory: %s", mk ? "differs" : err.msg);
+    REQUIRE(ak_memory_get(ag, "mx", &mi, NULL, &err) == 0 && mi.resident, "resident again");
+    /* without a store there is no file to come back from: never dropped */
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    pool = ak_block_pool_new(&e.m->spec, 0, 6 * blk, &err);
+    ak_agents_config c2 = {e.m, pool, NULL, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ag = ak_agents_new(&c2, &err);
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "add: %s", err.msg);
+    CHECK(turn_with(&e, ag, "big", big, n, NULL, NULL, 0, NULL, &ti) < 0, "the big turn fit beside the memory");
+    REQUIRE(ak_memory_get(ag, "mx", &mi, NULL, &err) == 0 && mi.resident, "dropped without a store");
+    free(big);
+    ak_kv_free(ref);
+    ak_block_pool_free(rp);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    menv_close(&e);
+}
