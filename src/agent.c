@@ -896,6 +896,7 @@ static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_i
      * stops where it starts (the history up to there is kept) */
     for (int i = 0; i < k; i++)
         if (keep > at[i] && keep < at[i] + len[i]) keep = at[i];
+    if (k > 0 && (flags & AK_AGENT_RECOMPUTE_MEMORIES) && keep > at[0]) keep = at[0];
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
     segs_sync(g);   /* truncated into (or out of) its pool or cards */

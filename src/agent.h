@@ -83,6 +83,9 @@ typedef struct {
  * which no client can name) that is never saved and is simply dropped when
  * evicted: requests without an agent id reuse cached prefixes through these. */
 #define AK_AGENT_EPHEMERAL 1
+/* Flag of ak_agent_open_memories: nothing from the first memory on is
+ * reused, whatever the history holds (reuse "full": the reference). */
+#define AK_AGENT_RECOMPUTE_MEMORIES 2
 
 typedef struct ak_agents ak_agents;
 
@@ -150,7 +153,9 @@ int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, cons
  * own history is matched as usual (its cache holds those tokens however
  * they were computed), but a match ending inside a memory is cut back to
  * where the memory starts (it is placed whole again), and blocks are
- * linked from the content index only before the first memory. The caller
+ * linked from the content index only before the first memory; with flag
+ * AK_AGENT_RECOMPUTE_MEMORIES nothing from the first memory on is reused
+ * (the caller computes the whole rest). Otherwise the caller
  * then prefills up to each memory not reused, places it
  * (ak_agent_place_memory) and prefills the rest. Errors as
  * ak_agent_open_pool, and AK_ERR_INVALID for positions that are not in

@@ -130,7 +130,8 @@ void ak_api_request_free(ak_api_request *r);
  * go there in the order given (a memory named twice goes twice), then the
  * rest of the rendering. "reuse": "none" (default: the chunks' blocks are
  * placed, keys shifted, not computed: sched.h) or "full" (the same prompt
- * computed as a plain one: the reference); "cacheblend" and "agentkvshift"
+ * computed as a plain one, nothing from the first memory on reused: the
+ * reference); "cacheblend" and "agentkvshift"
  * are 400 unsupported_reuse (named, with what is supported); anything else
  * 400 invalid_value. "recompute_ratio" must be a number in [0, 1] when
  * given (400 invalid_value), unused by none and full. Errors: a completion

@@ -40,6 +40,7 @@ struct ak_request {
     char mem_id[AK_MAX_MEMORIES][AK_AGENT_ID_MAX + 1];
     int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
     int mem_next;                 /* engine: the first memory not yet placed or passed */
+    int mem_full;                 /* reuse full: computed, not placed (sched.h) */
     /* engine thread only */
     rstate state;
     ak_kv *kv;
@@ -266,6 +267,7 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     if (!anonymous) snprintf(r->id, sizeof r->id, "%s", p->agent_id);
     if (pooled) snprintf(r->pool, sizeof r->pool, "%s", p->pool);
     r->n_mem = p->n_mem;
+    r->mem_full = p->mem_full;
     for (int i = 0; i < p->n_mem; i++) {
         snprintf(r->mem_id[i], sizeof r->mem_id[i], "%s", p->mem_id[i]);
         r->mem_at[i] = p->mem_at[i];
@@ -681,7 +683,7 @@ static void admit(ak_sched *s) {
         ak_error err = {{0}};
         ak_turn t;
         ak_kv *kv;
-        int flags = r->anonymous ? AK_AGENT_EPHEMERAL : 0;
+        int flags = (r->anonymous ? AK_AGENT_EPHEMERAL : 0) | (r->mem_full ? AK_AGENT_RECOMPUTE_MEMORIES : 0);
         if (ak_agent_open_memories(s->cfg.agents, r->id, flags, r->pool[0] ? r->pool : NULL, r->prompt, r->n_prompt,
                                    r->n_reserve, outstanding(s), r->mem_at, r->mem_len, r->n_mem, &kv, &t, &err) < 0) {
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
@@ -721,7 +723,7 @@ static void admit(ak_sched *s) {
  * exactly the positions before the next one; those reused already are
  * passed). Returns 0, or -1 having finished the request with the error. */
 static int place_memories(ak_sched *s, ak_request *r) {
-    while (r->mem_next < r->n_mem) {
+    while (!r->mem_full && r->mem_next < r->n_mem) {
         int i = r->mem_next;
         if (r->pos > r->mem_at[i]) {   /* the agent's history held it already */
             r->mem_next++;
@@ -769,7 +771,7 @@ static void step(ak_sched *s) {
         if (r->state != R_PREFILL) continue;
         if (place_memories(s, r) < 0) continue;
         int k = r->n_prompt - r->pos;
-        if (r->mem_next < r->n_mem) k = r->mem_at[r->mem_next] - r->pos;   /* up to the next memory */
+        if (!r->mem_full && r->mem_next < r->n_mem) k = r->mem_at[r->mem_next] - r->pos;   /* up to the next memory */
         if (k > cap - nb) k = cap - nb;
         for (int i = 0; i < k; i++) {
             int p = r->pos + i;

@@ -73,6 +73,8 @@ typedef struct {
     int n_mem;
     const char *mem_id[AK_MAX_MEMORIES];   /* copied */
     int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
+    int mem_full;             /* reuse "full": the memories' tokens are computed like the rest, and
+                                 nothing from the first one on is reused from the agent's history */
 } ak_req_params;
 
 typedef enum {

@@ -420,13 +420,12 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     for (int i = 0; i < p.n_stop; i++) rp.stop[i] = p.stop[i];
     rp.n_stop = p.n_stop;
     rp.stop_at_eog = 1;
-    if (p.reuse == AK_REUSE_NONE) {   /* full: the same prompt, computed as a plain one */
-        rp.n_mem = p.n_mem;
-        for (int i = 0; i < p.n_mem; i++) {
-            rp.mem_id[i] = p.mem_id[i];
-            rp.mem_at[i] = p.mem_at[i];
-            rp.mem_len[i] = p.mem_len[i];
-        }
+    rp.n_mem = p.n_mem;   /* full: the same prompt computed as a plain one, from the first memory on */
+    rp.mem_full = p.reuse == AK_REUSE_FULL;
+    for (int i = 0; i < p.n_mem; i++) {
+        rp.mem_id[i] = p.mem_id[i];
+        rp.mem_at[i] = p.mem_at[i];
+        rp.mem_len[i] = p.mem_len[i];
     }
     int status = 0;
     ak_error err = {0};

@@ -186,6 +186,13 @@ TEST(memories_server_chat_none_and_full) {
           "full: %d, %g tokens, cached %g", full.status, usage(&full, "prompt_tokens"), cached(&full));
     CHECK(answer(&full) && answer(&full2) && !strcmp(answer(&full), answer(&full2)), "full twice: \"%s\" vs \"%s\"",
           answer(&full), answer(&full2));
+    /* full on the agent that placed the chunk: nothing from the chunk on is reused, the answer is full's */
+    reply fn = chat(r.port, "n", "[\"fact\"]", "full", "Tell me about Lily.", NULL, 8);
+    CHECK(fn.status == 200 && cached(&fn) < usage(&fn, "prompt_tokens") - ntok && answer(&fn) && answer(&full) &&
+              !strcmp(answer(&fn), answer(&full)),
+          "full after none: cached %g of %g, \"%s\" vs \"%s\"", cached(&fn), usage(&fn, "prompt_tokens"), answer(&fn),
+          answer(&full));
+    reply_free(&fn);
     printf("    reuse none: \"%s\"; full: \"%s\"\n", answer(&none) ? answer(&none) : "", answer(&full) ? answer(&full) : "");
     /* bad requests */
     struct { const char *mem, *reuse, *extra; int status; const char *code; } bad[] = {
