@@ -179,6 +179,11 @@ TEST(memories_server_chat_none_and_full) {
     reply next = chat(r.port, "n", "[\"fact\"]", "none", "Tell me about Lily.", NULL, 8);
     CHECK(next.status == 200 && cached(&next) >= usage(&none, "prompt_tokens") - 1, "next turn: cached %g of %g",
           cached(&next), usage(&next, "prompt_tokens"));
+    /* an anonymous request places it too (on an internal agent) */
+    reply anon = chat(r.port, NULL, "[\"fact\"]", "none", "Tell me about Lily.", NULL, 8);
+    CHECK(anon.status == 200 && cached(&anon) >= ntok && answer(&anon) && !strcmp(answer(&anon), answer(&none)),
+          "anonymous: %d cached %g, \"%s\"", anon.status, cached(&anon), answer(&anon));
+    reply_free(&anon);
     /* full: the same prompt as a plain one */
     reply full = chat(r.port, "f", "[\"fact\"]", "full", "Tell me about Lily.", NULL, 8);
     reply full2 = chat(r.port, NULL, "[\"fact\"]", "full", "Tell me about Lily.", NULL, 8);
