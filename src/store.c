@@ -26,7 +26,8 @@
  * block b.
  *
  * __metadata__ maps strings to strings:
- *     format              "agentkv.agent" ("agentkv.pool" for a pool file)
+ *     format              "agentkv.agent" ("agentkv.pool" for a pool file,
+ *                         "agentkv.memory" for a memory: store_memory.c)
  *     format_version      "5" (4 and 5 are read, 4 being 5 without
  *                         "segments"; 1 to 3 and newer are a miss: STALE)
  *     agent_id            the id (equal to the file name's; a pool's id
