@@ -532,3 +532,55 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     ak_store_close(store);
     menv_close(&e);
 }
+
+/* A sealed store: a memory is written sealed and read back bit for bit; its
+ * file copied under another id fails authentication (the seal binds
+ * memories/<id>): CORRUPT; the store opened without the key: STALE. */
+TEST(memories_sealed) {
+    menv e;
+    if (menv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = dir_for("memories-sealed");
+    uint8_t key[AK_STORE_KEY_BYTES];
+    for (int i = 0; i < AK_STORE_KEY_BYTES; i++) key[i] = (uint8_t)(i * 7 + 3);
+    ak_store *store = ak_store_open(dir, key, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_at(&e, &pool, store);
+    int32_t P[NP], X[NX], Y[NY], Q[NQ];
+    texts(e.vocab, P, X, Y, Q);
+    REQUIRE(ak_memory_add(ag, e.ctx, "ms", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "add: %s", err.msg);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/memories/ms.safetensors", dir);
+    snprintf(b, sizeof b, "%s/memories/copy.safetensors", dir);
+    size_t len;
+    char *img = ak_read_file(a, &len, &err);
+    REQUIRE(img && len > 64 && !memcmp(img, "AKVSEAL1", 8), "not sealed");
+    REQUIRE(write_bytes(b, img, len) == 0, "copy");
+    free(img);
+    store = ak_store_open(dir, key, &err);
+    REQUIRE(store, "%s", err.msg);
+    ag = agents_at(&e, &pool, store);
+    ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    ak_kv *ref = alone(&e, rp, X, NX);
+    const ak_kv *mk = ak_memory_kv(ag, "ms", &err);
+    CHECK(mk && kv_equal(mk, ref), "sealed memory: %s", mk ? "differs" : err.msg);
+    CHECK(ak_memory_kv(ag, "copy", &err) == NULL && err.code == AK_ERR_CORRUPT, "a sealed file under another id: %s",
+          err.msg);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    store = ak_store_open(dir, NULL, &err);
+    ag = agents_at(&e, &pool, store);
+    CHECK(ak_memory_kv(ag, "ms", &err) == NULL && err.code == AK_ERR_STALE, "sealed, opened without the key: %s",
+          err.msg);
+    ak_kv_free(ref);
+    ak_block_pool_free(rp);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    menv_close(&e);
+}
