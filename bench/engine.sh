@@ -1,5 +1,5 @@
 #!/bin/sh
-# engine.sh BIN - prefill/decode speed on synthetic Llama-3.2-1B-shaped models
+# engine.sh BIN [BIN2 ...] - prefill/decode speed on synthetic Llama-3.2-1B-shaped models
 # (dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, tied, 32000 vocab),
 # one per weight type, 2 threads. Models are cached in $BENCH_DIR.
 # Per type: pp (prefill tok/s), tg (decode tok/s), batched decode of BATCH
@@ -12,16 +12,22 @@
 # LLAMA_BENCH=/path/to/llama-bench (a llama.cpp CPU build of your own; none
 # is shipped) runs llama.cpp on the same file right after each of ours and
 # adds its pp/tg and our ratio to it: ratios from one run, not from memory.
+# Several BINs (builds of two levels, e.g. `make ARCH=x86-64-v3
+# BUILD=build-v3` beside the default; or before and after a change) run one
+# right after the other on each type, a summary row each: on a shared
+# machine the ratios between them then come from minutes apart, not from
+# runs at different loads.
 set -e
 BIN=${1:-build/agentkv}
+BINS=${*:-$BIN}
 BENCH_DIR=${BENCH_DIR:-build/bench-models}
 TYPES=${TYPES:-"f32 f16 bf16 q8_0 q4_0 q6_k q5_k q4_k"}
 THREADS=${THREADS:-2}
 BATCH=${BATCH:-8}
 mkdir -p "$BENCH_DIR"
 S="$BENCH_DIR/summary.txt"
-printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' type pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s copy_GB read_GB tg_bw% \
-    "${LLAMA_BENCH:+llama.cpp_pp/tg ours/theirs}" > "$S"
+printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' type build pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s \
+    copy_GB read_GB tg_bw% "${LLAMA_BENCH:+llama.cpp_pp/tg ours/theirs}" > "$S"
 # one JSON field's value
 field() { echo "$1" | sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p"; }
 # llama-bench's mean t/s for test $2 (pp512, tg128) in its markdown output $1
@@ -29,9 +35,10 @@ lb_field() { echo "$1" | awk -F'|' -v t="$2" 'NF > 3 && $(NF-2) ~ t { split($(NF
 for t in $TYPES; do
     m="$BENCH_DIR/llama-1b-$t.gguf"
     [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --type "$t" --seed 1
-    j=$("$BIN" bench engine -m "$m" -p "${PP:-512}" -n "${TG:-128}" -t "$THREADS" -r "${REPEATS:-3}" \
+  for b in $BINS; do
+    j=$("$b" bench engine -m "$m" -p "${PP:-512}" -n "${TG:-128}" -t "$THREADS" -r "${REPEATS:-3}" \
         --batch "$BATCH" --json)
-    echo "$j"
+    echo "$b: $j"
     peer=""
     if [ -n "$LLAMA_BENCH" ]; then
         l=$("$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "${PP:-512}" -n "${TG:-128}" -r "${REPEATS:-3}" 2>/dev/null || true)
@@ -44,9 +51,10 @@ for t in $TYPES; do
             peer="(llama-bench gave no figures)"
         fi
     fi
-    printf '%-6s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' "$t" "$(field "$j" pp_tok_s)" "$(field "$j" tg_tok_s)" \
-        "$(field "$j" batch_tok_s)" "$(field "$j" batch_ratio)" "$(field "$j" tg_gb_s)" \
+    printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' "$t" "$b" "$(field "$j" pp_tok_s)" \
+        "$(field "$j" tg_tok_s)" "$(field "$j" batch_tok_s)" "$(field "$j" batch_ratio)" "$(field "$j" tg_gb_s)" \
         "$(field "$j" copy_gb_s)" "$(field "$j" read_gb_s)" "$(field "$j" tg_bw_pct)" "$peer" >> "$S"
+  done
 done
 echo
 echo "llama.cpp reference (same shape, 2 threads, pp512 / tg128): F16 145 / 21.4, Q8_0 109 / 31, Q4_0 173 / 54"
