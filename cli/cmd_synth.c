@@ -33,6 +33,10 @@ static const char *usage_text =
     "  --vocab-from GGUF   copy that file's tokenizer.* metadata (and its vocab size)\n"
     "  --ctx N             context length metadata (default 2048)\n"
     "  --rope-base F       RoPE frequency base (default 10000)\n"
+    "  --yarn F            YaRN RoPE scaling by F (rope.scaling.type yarn; deepseek2 runs it),\n"
+    "                      with --yarn-orig-ctx N (default --ctx) and --yarn-log-mul L (the file's\n"
+    "                      0.1 x mscale_all_dim; DeepSeek-V2-Lite: --yarn 40 --yarn-orig-ctx 4096\n"
+    "                      --yarn-log-mul 0.0707)\n"
     "  --tied, --untied    reuse token_embd as the output matrix, or write output.weight\n"
     "  --threads N         generation threads (default: all cores)\n";
 
@@ -66,7 +70,8 @@ int cmd_synth(int argc, char **argv) {
     const char *like = NULL, *type = NULL, *arch = NULL;
     long long dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0, head_dim = 0;
     long long seed = 1, kv_lora = -1, experts = -1, experts_used = -1, experts_shared = -1, expert_ffn = -1;
-    double rope = 0;
+    double rope = 0, yarn = 0, yarn_log_mul = 0;
+    long long yarn_orig = 0;
     int tied = -1;
     const char *f;
     while ((f = args_next(&a))) {
@@ -92,6 +97,9 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(f, "--experts-used")) experts_used = args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--experts-shared")) experts_shared = args_int(&a, f, 0, 1024);
         else if (!strcmp(f, "--expert-ffn")) expert_ffn = args_int(&a, f, 1, 1 << 20);
+        else if (!strcmp(f, "--yarn")) yarn = args_float(&a, f, 1.0, 1e6);
+        else if (!strcmp(f, "--yarn-orig-ctx")) yarn_orig = args_int(&a, f, 1, 1 << 24);
+        else if (!strcmp(f, "--yarn-log-mul")) yarn_log_mul = args_float(&a, f, 0.0, 100.0);
         else if (!strcmp(f, "--tied")) tied = 1;
         else if (!strcmp(f, "--untied")) tied = 0;
         else args_unknown(&a, f);
@@ -133,6 +141,9 @@ int cmd_synth(int argc, char **argv) {
         if (experts_shared >= 0) o.n_experts_shared = (int)experts_shared;
         if (expert_ffn >= 0) o.expert_ffn = (int)expert_ffn;
     }
+    if (yarn > 0) { o.yarn_factor = (float)yarn; o.yarn_orig_ctx = (int)yarn_orig; o.yarn_log_mul = (float)yarn_log_mul; }
+    else if (yarn_orig || yarn_log_mul) args_error(&a, "--yarn-orig-ctx and --yarn-log-mul need --yarn");
+    if (a.failed) return AK_EXIT_USAGE;
     o.seed = (uint64_t)seed;
     o.n_threads = (int)threads;
 

@@ -159,11 +159,14 @@ static int load_deepseek2(ak_model *m, int dk, int dv, ak_error *err) {
     if (gating != 1)
         return ak_failc(err, AK_ERR_INVALID, "%s: deepseek2 expert_gating_func %d is not supported (1: softmax)",
                         m->gguf.path, gating);
+    /* YaRN is applied by load_yarn; linear scaling, which llama.cpp's
+     * deepseek2 graph would combine with YaRN's attention factor, is not */
     snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch_name);
     gguf_str st;
-    if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && !gguf_str_eq(st, "none"))
-        return ak_failc(err, AK_ERR_INVALID, "%s: deepseek2 RoPE scaling '%.*s' is not supported yet", m->gguf.path,
-                        (int)(st.len > 16 ? 16 : st.len), st.data);
+    if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && !gguf_str_eq(st, "none") &&
+        !gguf_str_eq(st, "yarn"))
+        return ak_failc(err, AK_ERR_INVALID, "%s: deepseek2 RoPE scaling '%.*s' is not supported (none or yarn)",
+                        m->gguf.path, (int)(st.len > 16 ? 16 : st.len), st.data);
     c->qk_nope = c->head_dim - c->rope_dim;
     c->n_head_kv = 1;
     if (c->kv_lora <= 0 || c->rope_dim <= 0 || c->rope_dim % 2 || c->qk_nope <= 0 || c->v_head <= 0 ||
@@ -240,6 +243,7 @@ static int load_config(ak_model *m, ak_error *err) {
     if (!(c->attn_scale > 0))
         return ak_fail(err, "%s: invalid attention.scale %g", m->gguf.path, c->attn_scale);
     c->window = 0;
+    c->rope_mag = 1.0f;   /* YaRN (load_yarn) changes it */
     c->swa_pattern = 1;
     c->rope_base_swa = c->rope_base;
     if (c->arch == AK_ARCH_GEMMA3) {
@@ -272,6 +276,71 @@ static int load_config(ak_model *m, ak_error *err) {
     m->spec.head_dim_k = c->kv_lora ? c->kv_lora + c->rope_dim : c->head_dim;
     m->spec.head_dim_v = c->kv_lora ? c->kv_lora : c->head_dim;
     m->spec.n_ctx = c->n_ctx_train;
+    return 0;
+}
+
+/* The most RoPE pairs a YaRN head may have (a stack table in load_weights). */
+#define AK_MAX_ROPE_HALF 512
+
+/* One YaRN correction bound: the pair index whose wavelength fits n_rot
+ * turns into the original context, for rope_dim dims of base `base`. */
+static float yarn_corr_dim(int rope_dim, int n_orig, float n_rot, float base) {
+    return rope_dim * logf(n_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+/* YaRN RoPE scaling of a deepseek2 file, as llama.cpp runs those files (so
+ * that DeepSeek-V2(-Lite)'s real GGUFs compute what llama.cpp computes):
+ * rope.scaling.factor s, rope.scaling.original_context_length n_orig
+ * (default context_length), rope.scaling.yarn_log_multiplier L (the file
+ * stores 0.1 x mscale_all_dim; M = L / 0.1), rope.scaling.attn_factor r
+ * (default 1); beta_fast 32 and beta_slow 1 (llama.cpp reads no keys for
+ * them on deepseek2).
+ * - Frequencies: pair i of rope_dim has the wavelength of base^(-2i/R);
+ *   with low = max(0, floor(corr(32))), high = min(R - 1, ceil(corr(1)))
+ *   (corr: yarn_corr_dim) and ramp_i = 1 - clamp((i - low) / max(0.001,
+ *   high - low), 0, 1), the angle is theta * (ramp_i + (1 - ramp_i) / s):
+ *   high frequencies extrapolate, low ones interpolate. mult[i] (rope_dim / 2
+ *   floats) receives that factor.
+ * - Magnitude: RoPE'd q and k are multiplied by mag = A (1 + 0.1 ln s) with
+ *   A = a0 r / (1 + 0.1 ln s), a0 = 1 when M != 0 (mscale = mscale_all_dim,
+ *   llama.cpp's deepseek2 case), else 1 + 0.1 ln s; cfg.rope_mag = mag.
+ * - Attention: the score scale is (mag (1 + 0.1 M ln s))^2 / sqrt(head
+ *   size): cfg.attn_scale is multiplied by that square.
+ * The factors are computed in float in llama.cpp's order. Returns 0, or -1
+ * with err set (AK_ERR_INVALID: a factor below 1, an original context of 0,
+ * values that are not finite). */
+static int load_yarn(ak_model *m, float *mult, ak_error *err) {
+    ak_config *c = &m->cfg;
+    float s, log_mul, r;
+    int n_orig;
+    if (arch_f32(m, "rope.scaling.factor", 1.0f, &s, err) < 0) return -1;
+    if (arch_u32(m, "rope.scaling.original_context_length", c->n_ctx_train, &n_orig, err) < 0) return -1;
+    if (arch_f32(m, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul, err) < 0) return -1;
+    if (arch_f32(m, "rope.scaling.attn_factor", 1.0f, &r, err) < 0) return -1;
+    if (s == 0.0f) s = 1.0f;    /* llama.cpp: a factor of 0 means none */
+    if (!(s >= 1.0f) || !isfinite(s) || n_orig <= 0 || !isfinite(log_mul) || !(r > 0) || !isfinite(r))
+        return ak_failc(err, AK_ERR_INVALID, "%s: invalid YaRN scaling (factor %g, original context %d, log "
+                        "multiplier %g, attention factor %g)", m->gguf.path, s, n_orig, log_mul, r);
+    const float fs = 1.0f / s, M = log_mul / 0.1f, beta_fast = 32.0f, beta_slow = 1.0f;
+    const int R = c->rope_dim, half = R / 2;
+    float low = floorf(yarn_corr_dim(R, n_orig, beta_fast, c->rope_base));
+    float high = ceilf(yarn_corr_dim(R, n_orig, beta_slow, c->rope_base));
+    if (low < 0) low = 0;
+    if (high > R - 1) high = (float)(R - 1);
+    for (int i = 0; i < half; i++) {
+        float y = (i - low) / fmaxf(0.001f, high - low);
+        float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+        mult[i] = fs * (1.0f - ramp) + ramp;
+    }
+    float ln_s = logf(1.0f / fs);
+    float a0 = M != 0.0f ? 1.0f : (s <= 1.0f ? 1.0f : 0.1f * logf(s) + 1.0f);
+    float a = a0 * (1.0f / (1.0f + 0.1f * logf(s))) * r;
+    float mag = a * (1.0f + 0.1f * ln_s);
+    float ms = mag * (1.0f + 0.1f * M * ln_s);
+    c->rope_mag = mag;
+    c->attn_scale *= ms * ms;
+    c->yarn_factor = s;
+    c->yarn_orig_ctx = n_orig;
     return 0;
 }
 
@@ -372,9 +441,17 @@ static int load_weights(ak_model *m, ak_error *err) {
     char key[96];
     snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch_name);
     gguf_str st;
+    int yarn = 0;
     if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && !gguf_str_eq(st, "none") &&
-        !gguf_str_eq(st, "linear"))
-        m->cfg.rope_scaling_other = 1;
+        !gguf_str_eq(st, "linear")) {
+        yarn = c->arch == AK_ARCH_DEEPSEEK2 && gguf_str_eq(st, "yarn");
+        m->cfg.rope_scaling_other = !yarn;
+    }
+    float yarn_mult[AK_MAX_ROPE_HALF];
+    if (yarn) {
+        if (half > AK_MAX_ROPE_HALF) { free(factors); return ak_fail(err, "%s: %d RoPE dims are too many for YaRN", m->gguf.path, c->rope_dim); }
+        if (load_yarn(m, yarn_mult, err) < 0) { free(factors); return -1; }
+    }
     if (gguf_find(&m->gguf, key) && gguf_get_str(&m->gguf, key, &st, NULL) == 0 && gguf_str_eq(st, "linear")) {
         if (arch_f32(m, "rope.scaling.factor", 1.0f, &linear, err) < 0) { free(factors); return -1; }
         if (!(linear > 0)) { free(factors); return ak_fail(err, "%s: invalid rope.scaling.factor %g", m->gguf.path, linear); }
@@ -382,6 +459,7 @@ static int load_weights(ak_model *m, ak_error *err) {
     for (int i = 0; i < half; i++) {
         double f = pow((double)c->rope_base, -2.0 * i / c->rope_dim);
         if (factors) f /= factors[i];
+        if (yarn) f *= yarn_mult[i];
         m->inv_freq[i] = (float)(f / linear);
         if (m->inv_freq_swa) m->inv_freq_swa[i] = (float)pow((double)c->rope_base_swa, -2.0 * i / c->rope_dim);
     }
@@ -969,6 +1047,10 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         /* the RoPE position: the slot moved by the context's offset */
         int rp = b->pos[i] + c->pos_offset;
         rope_table(m->inv_freq, half, rp, c->rope_cs + (size_t)i * cf->rope_dim);
+        /* YaRN's magnitude: on q and k as computed, never in a shift (a
+         * stored key already carries it) */
+        if (cf->rope_mag != 1.0f)
+            for (int j = 0; j < cf->rope_dim; j++) c->rope_cs[(size_t)i * cf->rope_dim + j] *= cf->rope_mag;
         if (m->inv_freq_swa) rope_table(m->inv_freq_swa, half, rp, cs_swa + (size_t)i * cf->rope_dim);
     }
     for (int l = 0; l < cf->n_layer; l++) {
@@ -1077,10 +1159,10 @@ int ak_model_shift_keys(const ak_model *m, ak_kv *kv, int from, int to, int delt
         return ak_failc(err, AK_ERR_INVALID, "position shift: the cache is not of this model's geometry");
     if (cf->rope_dim <= 0)
         return ak_failc(err, AK_ERR_INVALID, "position shift: %s has no RoPE dimensions to rotate", m->gguf.path);
-    /* a scaling other than linear (which only changes the frequencies) is
-     * not a plain rotation by position (YaRN also scales the magnitude); the
-     * forward pass does not run it either, but a shift must not pretend to
-     * be exact for it */
+    /* a scaling other than linear (which only changes the frequencies) and
+     * deepseek2's YaRN (frequencies too, folded into inv_freq; its magnitude
+     * is in the stored key already, so the shift is a pure rotation) is not
+     * run by the forward pass, and a shift must not pretend to be exact */
     if (cf->rope_scaling_other)
         return ak_failc(err, AK_ERR_INVALID, "position shift: %s names a RoPE scaling that is not a rotation by "
                         "position", m->gguf.path);

@@ -48,9 +48,13 @@ typedef struct {
     float rope_base;
     float rms_eps;
     ak_rope_style rope_style;
-    int rope_scaling_other; /* the file names a RoPE scaling other than none or linear (YaRN...), which
-                             * the forward pass does not apply: positions are then not a plain rotation
-                             * (ak_model_shift_keys refuses) */
+    int rope_scaling_other; /* the file names a RoPE scaling other than none, linear or deepseek2's
+                             * YaRN, which the forward pass does not apply: positions are then not a
+                             * plain rotation (ak_model_shift_keys refuses) */
+    float rope_mag;     /* YaRN (deepseek2): RoPE'd q and k are multiplied by this, else 1 */
+    float yarn_factor;  /* YaRN: rope.scaling.factor (its frequency ramp is folded into inv_freq and its
+                         * attention factor into attn_scale), 0: no YaRN */
+    int yarn_orig_ctx;  /* YaRN: the original context its ramp is computed for */
     int tied_output;    /* output.weight absent: the embeddings are reused */
     int qkv_bias;
     int qk_norm;        /* per-head RMS norm of q and k before RoPE (qwen3, gemma3) */
@@ -220,8 +224,10 @@ int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float 
  * those blocks belong to a pool and other sequences). Blocks the sequence
  * shares copy-on-write (forks, the content index) are copied first, as any
  * write does (ak_kv_prepare; AK_ERR_KV_BUDGET if the budget cannot hold the
- * copies), so no other sequence sees the shift. YaRN and other RoPE scalings
- * that are not a plain rotation by position are refused at load already.
+ * copies), so no other sequence sees the shift. deepseek2's YaRN shifts
+ * like any RoPE (its angles are linear in the position; its magnitude is in
+ * the stored key and is not applied again); other RoPE scalings the forward
+ * pass does not run (rope_scaling_other) are refused.
  * Returns 0, or -1 with err set. */
 int ak_model_shift_keys(const ak_model *m, ak_kv *kv, int from, int to, int delta, ak_error *err);
 

@@ -533,6 +533,9 @@ static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
         return ak_fail(err, "%s: dim %d is not a multiple of %d heads", p, o->dim, o->n_heads);
     if (o->head_dim < 0 || o->head_dim > 1024 || head_dim_of(o) % 2)
         return ak_fail(err, "%s: head dim %d is odd or out of range (RoPE rotates pairs)", p, head_dim_of(o));
+    if (o->yarn_factor < 0 || o->yarn_orig_ctx < 0 || !isfinite(o->yarn_factor) || !isfinite(o->yarn_log_mul))
+        return ak_fail(err, "%s: YaRN factor %g, original context %d or log multiplier %g is invalid", p,
+                       o->yarn_factor, o->yarn_orig_ctx, o->yarn_log_mul);
     if (o->window < 0 || o->rope_base_swa < 0 || o->swa_pattern < 0)
         return ak_fail(err, "%s: sliding window %d or its RoPE base %g is negative", p, o->window, o->rope_base_swa);
     if (o->n_kv_heads < 1 || o->n_heads % o->n_kv_heads)
@@ -588,6 +591,13 @@ static void write_metadata(gguf_writer *w, const ak_synth_opts *o, const vocab_s
     } else if (o->head_dim) {
         KV(u32, "attention.key_length", (uint32_t)o->head_dim)
         KV(u32, "attention.value_length", (uint32_t)o->head_dim)
+    }
+    if (o->yarn_factor > 0) {
+        snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+        gguf_writer_kv_str(w, key, "yarn");
+        KV(f32, "rope.scaling.factor", o->yarn_factor)
+        KV(u32, "rope.scaling.original_context_length", (uint32_t)(o->yarn_orig_ctx > 0 ? o->yarn_orig_ctx : o->ctx))
+        KV(f32, "rope.scaling.yarn_log_multiplier", o->yarn_log_mul)
     }
     if (is_arch(o, "gemma3")) {
         KV(u32, "attention.sliding_window", (uint32_t)(o->window ? o->window : 512))

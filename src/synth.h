@@ -61,6 +61,12 @@ typedef struct {
     int n_experts_shared;
     int expert_ffn;
     int n_dense_lead;         /* leading dense layers */
+    /* YaRN RoPE scaling, as DeepSeek-V2(-Lite)'s files carry it: > 0 writes
+     * rope.scaling.type "yarn", rope.scaling.factor, original_context_length
+     * and yarn_log_multiplier (V2-Lite: 40, 4096, 0.0707) */
+    float yarn_factor;        /* 0: no rope.scaling keys */
+    int yarn_orig_ctx;        /* 0: the context length */
+    float yarn_log_mul;       /* 0.1 x mscale_all_dim, as the converter writes it */
     ak_synth_progress_fn progress;  /* may be NULL */
     void *progress_ctx;
 } ak_synth_opts;
