@@ -784,7 +784,8 @@ static void run_values(const float *p, int c, const float *v, int dv, float *acc
 }
 
 /* The rows that see a block whose keys (kt, transposed, stored basis) and
- * values (vf rows; vfr: rows of values in the rotated basis, or NULL) are
+ * values (vf rows, or NULL when none is in the plain basis; vfr: rows of
+ * values in the rotated basis, or NULL) are
  * decoded: their scores four rows at a time, online softmax, weighted
  * values. The block holds positions [s0, s0 + cnt). */
 static void rows_over_block(attn_rows *a, const head_view *h, const float *kt, const float *vf, const float *vfr,
@@ -810,7 +811,7 @@ static void rows_over_block(attn_rows *a, const head_view *h, const float *kt, c
             float *acc = row_softmax(a, h, r, sc, lo, c, scale);
             /* values from lo on only: those before it may be anything
              * (a zero weight times NaN is NaN) */
-            run_values(sc + lo, c - lo, vf + (size_t)lo * dv, dv, acc);
+            if (vf) run_values(sc + lo, c - lo, vf + (size_t)lo * dv, dv, acc);
             if (vfr) run_values(sc + lo, c - lo, vfr + (size_t)lo * dv, dv, a->acc_rot + (size_t)r * dv);
         }
     }
@@ -822,13 +823,30 @@ static void rows_over_block(attn_rows *a, const head_view *h, const float *kt, c
  * rotated accumulator and is un-rotated once at the end), then the rows as
  * for any block. Mixed blocks are never centered and their keys never
  * rotated (blockpool.h), so the plain queries score every class. */
+/* The class of side `side` of mixed block m that holds every slot, or -1
+ * (several classes): a card of one width per side, decoded in place. */
+static int only_class(const ak_block_mix *m, int side) {
+    int only = -1;
+    for (int c = 0; c < m->ncls[side]; c++) {
+        if (!m->n[side][c]) continue;
+        if (only >= 0) return -1;
+        only = c;
+    }
+    return only >= 0 && m->n[side][only] == m->count ? only : -1;
+}
+
 static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int layer, int head, int cnt, int s0,
                          int pos0, int window, float scale, int Tp, float *kt, float *vf, float *sc4) {
     const ak_block_mix *m = b->mix;
     const int dk = a->dk, dv = a->dv;
     float *tmp = sc4 + 4 * (size_t)Tp, *vfr = tmp + (size_t)(dk > dv ? dk : dv) * Tp;
-    for (int d = 0; d < dk; d++) memset(kt + (size_t)d * Tp, 0, sizeof(float) * (size_t)Tp);
-    memset(vf, 0, sizeof(float) * (size_t)cnt * dv);
+    int only[2] = {only_class(m, 0), only_class(m, 1)};
+    /* slots [0, cnt) each get their key from exactly one class; the
+     * columns past cnt are scored but never read: zeroed, not left stale */
+    for (int d = 0; d < dk; d++)
+        if (only[0] < 0) memset(kt + (size_t)d * Tp, 0, sizeof(float) * (size_t)Tp);
+        else if (cnt < Tp) memset(kt + (size_t)d * Tp + cnt, 0, sizeof(float) * (size_t)(Tp - cnt));
+    if (only[1] < 0) memset(vf, 0, sizeof(float) * (size_t)cnt * dv);
     int rotated = 0;
     for (int side = 0; side < 2; side++)
         for (int c = 0; c < m->ncls[side]; c++) {
@@ -840,6 +858,10 @@ static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int l
             mixed_runs(kv, b, layer, side, c, head, cb, mb, &meta, &codes);
             const uint16_t *slots = m->slots[side][c];
             if (side == 0) {   /* transposed, then each column to its slot */
+                if (only[0] >= 0) {   /* the slots in order: straight into place */
+                    fi->dequant_t(codes, cb, meta, mb, cnt, d, kt, (size_t)Tp);
+                    continue;
+                }
                 fi->dequant_t(codes, cb, meta, mb, n, d, tmp, (size_t)Tp);
                 for (int j = 0; j < n; j++)
                     if (slots[j] < cnt)
@@ -848,22 +870,28 @@ static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int l
             }
             if (fi->rotated && !rotated) {
                 rotated = 1;
-                memset(vfr, 0, sizeof(float) * (size_t)cnt * dv);
+                if (only[1] < 0) memset(vfr, 0, sizeof(float) * (size_t)cnt * dv);
                 if (!a->have_vrot) {
                     memset(a->acc_rot, 0, sizeof(float) * (size_t)a->R * dv);
                     a->have_vrot = 1;
                 }
             }
-            fi->dequant(codes, cb, meta, mb, n, d, tmp, (size_t)dv);
             float *dst = fi->rotated ? vfr : vf;
+            if (only[1] >= 0) {
+                fi->dequant(codes, cb, meta, mb, cnt, d, dst, (size_t)dv);
+                continue;
+            }
+            fi->dequant(codes, cb, meta, mb, n, d, tmp, (size_t)dv);
             for (int j = 0; j < n; j++)
                 if (slots[j] < cnt) memcpy(dst + (size_t)slots[j] * dv, tmp + (size_t)j * dv, sizeof(float) * (size_t)dv);
         }
-    /* as a block of a plain, uncentered format for the rows */
+    /* as a block of a plain, uncentered format for the rows; a card whose
+     * values are all rotated has no plain part */
     head_view hv = { .fk = AK_KV_F32, .fv = AK_KV_F32 };
     hv.ik = hv.iv = ak_kv_format_get(AK_KV_F32);
     kv_prefetch none = { .run = 4 };
-    rows_over_block(a, &hv, kt, vf, rotated ? vfr : NULL, sc4, Tp, s0, cnt, pos0, window, scale, &none);
+    rows_over_block(a, &hv, kt, only[1] >= 0 && rotated ? NULL : vf, rotated ? vfr : NULL, sc4, Tp, s0, cnt, pos0,
+                    window, scale, &none);
 }
 
 void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,

@@ -132,7 +132,10 @@ TEST(sharing_base_with_partial_block_attends_exactly) {
  * of its own: 2, 4, 8 or 16 bits, rotated value formats among them), own
  * tokens after it: attention reads the mixed blocks in place and matches the
  * double reference over what they hold; each block is sized to its slots. */
-TEST(sharing_mixed_width_blocks_attend_exactly) {
+/* one_class: each block's keys of one width and its values of one width
+ * (a uniform-width card: decoded in place), rotated values in block 0,
+ * plain ones in block 1; else each slot a width of its own. */
+static void mixed_blocks_attend(ak_test_ctx *t, int one_class) {
     ak_cache_spec s = {2, 2, 32, 32, 512};
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&s, 16, 0, &err);
@@ -151,6 +154,10 @@ TEST(sharing_mixed_width_blocks_attend_exactly) {
         for (int j = 0; j < cnt; j++) {
             fk[j] = kf[ak_rng_u32(&rng) % 4];
             fv[j] = vf[ak_rng_u32(&rng) % 4];
+            if (one_class) {
+                fk[j] = kf[(i + 1) % 4];
+                fv[j] = vf[i == 0 ? 1 : (i + 1) % 4];   /* tq4 (rotated), then q8, f16 */
+            }
             want_bytes += (size_t)s.n_layer * s.n_head_kv *
                           (ak_kv_format_get(fk[j])->vec_bytes(32) + ak_kv_format_get(fv[j])->vec_bytes(32));
         }
@@ -177,14 +184,21 @@ TEST(sharing_mixed_width_blocks_attend_exactly) {
     const int cases[][3] = {{0, 80, 0}, {40, 10, 0}, {44, 1, 0}, {79, 1, 0}, {20, 30, 9}};
     double worst = 0;
     for (int c = 0; c < 5; c++) worst = fmax(worst, run_error(kv, &s, cases[c][0], cases[c][1], cases[c][2], &rng));
-    CHECK(worst < 1e-5, "attention over mixed-width blocks: relative error %.3e", worst);
-    printf("    mixed widths: max relative error vs double reference %.2e\n", worst);
+    CHECK(worst < 1e-5, "attention over mixed-width blocks (one class a side: %d): relative error %.3e", one_class,
+          worst);
+    printf("    mixed widths%s: max relative error vs double reference %.2e\n", one_class ? " (one class a side)" : "",
+           worst);
     ak_kv_free(kv);
     ak_block_pool_stats st;
     ak_block_pool_get_stats(pool, &st);
     CHECK(st.used == 0 && st.mixed_bytes == 0 && st.blocks == 0, "left: %zu bytes, %zu mixed, %zu blocks", st.used,
           st.mixed_bytes, st.blocks);
     ak_block_pool_free(pool);
+}
+
+TEST(sharing_mixed_width_blocks_attend_exactly) {
+    mixed_blocks_attend(t, 0);
+    mixed_blocks_attend(t, 1);
 }
 
 TEST(sharing_truncate_inside_base_never_copies) {
