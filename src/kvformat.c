@@ -316,18 +316,9 @@ static void unpack_codes(const uint8_t *src, int n, int b, uint8_t *code) {
 /* Rotation                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* In-place normalized Walsh-Hadamard transform of m = 2^k values. */
-AK_VECTORIZE static void wht(float *x, int m) {
-    for (int h = 1; h < m; h <<= 1)
-        for (int i = 0; i < m; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-    float s = 1.0f / sqrtf((float)m);
-    for (int i = 0; i < m; i++) x[i] *= s;
-}
+/* In-place normalized Walsh-Hadamard transform of m = 2^k values
+ * (kvformat_quant.h: SIMD where the build has it, the same bits). */
+static void wht(float *x, int m) { ak_kvq_wht(x, m); }
 
 /* H: one WHT per block of d's binary decomposition, largest first. */
 static void wht_blocks(float *x, int d) {

@@ -182,3 +182,63 @@ void ak_kvq_bucket_codes(const float *y, int n, const float *bound, int nb, uint
         code[i] = (uint8_t)k;
     }
 }
+
+/* A stage within one vector pairs lane l with lane l ^ h: the lower lane
+ * of a pair gets self + partner (a + b), the upper partner - self (a - b). */
+void ak_kvq_wht(float *x, int m) {
+    int h = 1;
+#if defined(KVQ_W) && KVQ_W == 16
+    if (m >= 16) {
+        for (; h < 16; h <<= 1) {
+            __m512i idx = _mm512_xor_si512(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(h));
+            __mmask16 upper = 0;
+            for (int l = 0; l < 16; l++)
+                if (l & h) upper |= (__mmask16)(1u << l);
+            for (int i = 0; i < m; i += 16) {
+                __m512 v = _mm512_loadu_ps(x + i), p = _mm512_permutexvar_ps(idx, v);
+                _mm512_storeu_ps(x + i, _mm512_mask_blend_ps(upper, _mm512_add_ps(v, p), _mm512_sub_ps(p, v)));
+            }
+        }
+        for (; h < m; h <<= 1)
+            for (int i = 0; i < m; i += 2 * h)
+                for (int j = i; j < i + h; j += 16) {
+                    __m512 a = _mm512_loadu_ps(x + j), b = _mm512_loadu_ps(x + j + h);
+                    _mm512_storeu_ps(x + j, _mm512_add_ps(a, b));
+                    _mm512_storeu_ps(x + j + h, _mm512_sub_ps(a, b));
+                }
+    }
+#elif defined(KVQ_W)
+    if (m >= 8) {
+        for (; h < 8; h <<= 1) {
+            __m256i idx = _mm256_xor_si256(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(h));
+            int upper = 0;
+            for (int l = 0; l < 8; l++)
+                if (l & h) upper |= 1 << l;
+            __m256 um = _mm256_castsi256_ps(_mm256_setr_epi32(upper & 1 ? -1 : 0, upper & 2 ? -1 : 0, upper & 4 ? -1 : 0,
+                                                               upper & 8 ? -1 : 0, upper & 16 ? -1 : 0, upper & 32 ? -1 : 0,
+                                                               upper & 64 ? -1 : 0, upper & 128 ? -1 : 0));
+            for (int i = 0; i < m; i += 8) {
+                __m256 v = _mm256_loadu_ps(x + i), p = _mm256_permutevar8x32_ps(v, idx);
+                _mm256_storeu_ps(x + i, _mm256_blendv_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), um));
+            }
+        }
+        for (; h < m; h <<= 1)
+            for (int i = 0; i < m; i += 2 * h)
+                for (int j = i; j < i + h; j += 8) {
+                    __m256 a = _mm256_loadu_ps(x + j), b = _mm256_loadu_ps(x + j + h);
+                    _mm256_storeu_ps(x + j, _mm256_add_ps(a, b));
+                    _mm256_storeu_ps(x + j + h, _mm256_sub_ps(a, b));
+                }
+    }
+#endif
+    for (; h < m; h <<= 1)
+        for (int i = 0; i < m; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    float s = 1.0f / sqrtf((float)m);
+    for (int i = 0; i < m; i++) x[i] *= s;
+}

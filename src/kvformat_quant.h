@@ -34,4 +34,10 @@ void ak_kvq_affine_codes(const float *x, int n, float m, float s, float top, uin
  * nb <= 15): the nearest centroid of a sorted codebook. */
 void ak_kvq_bucket_codes(const float *y, int n, const float *bound, int nb, uint8_t *code);
 
+/* The in-place Walsh-Hadamard transform of m = 2^k values, normalized:
+ * stage h = 1, 2, 4, ... < m: for each pair (j, j + h) of a 2h-run,
+ * x[j] = a + b and x[j + h] = a - b (a, b the stage's inputs); then every
+ * value times 1 / sqrtf(m). */
+void ak_kvq_wht(float *x, int m);
+
 #endif

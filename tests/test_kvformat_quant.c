@@ -85,6 +85,35 @@ static void check_all(ak_test_ctx *t, ak_rng *r) {
         }
 }
 
+/* The transform's C form, stage by stage. */
+static void wht_c(float *x, int m) {
+    for (int h = 1; h < m; h <<= 1)
+        for (int i = 0; i < m; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    float s = 1.0f / sqrtf((float)m);
+    for (int i = 0; i < m; i++) x[i] *= s;
+}
+
+TEST(kvformat_quant_wht_equals_its_c_form) {
+    ak_rng r;
+    ak_rng_seed(&r, 11);
+    float x[1024], y[1024];
+    for (int m = 2; m <= 1024; m *= 2)
+        for (int rep = 0; rep < 20; rep++) {
+            fill(&r, x, m, rep % 2 ? 1.0f : 1e-3f, rep % 3 == 0);
+            memcpy(y, x, sizeof(float) * (size_t)m);
+            ak_kvq_wht(x, m);
+            wht_c(y, m);
+            for (int i = 0; i < m; i++)
+                REQUIRE(same_bits(x[i], y[i]) || (isnan(x[i]) && isnan(y[i])), "m=%d i=%d: %g, C form %g", m, i, x[i],
+                        y[i]);
+        }
+}
+
 TEST(kvformat_quant_loops_equal_their_c_forms) {
     ak_rng r;
     ak_rng_seed(&r, 7);
