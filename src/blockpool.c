@@ -348,8 +348,8 @@ static int mix_side(ak_block_mix *m, int side, const ak_kv_format *f, int count,
     return 0;
 }
 
-ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
-                               ak_error *err) {
+static ak_block *alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count, int zero,
+                             ak_error *err) {
     int T = p->block_tokens, H = p->spec.n_head_kv;
     if (count < 1 || count > T) {
         ak_failc(err, AK_ERR_INVALID, "a mixed block of %d slots (blocks hold %d)", count, T);
@@ -384,15 +384,25 @@ ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const a
             ak_failc(err, AK_ERR_NOMEM, "out of memory allocating a %zu-byte KV block", bytes);
         return NULL;
     }
-    memset(data, 0, bytes);
     p->st.used += bytes;
     p->st.logical += bytes;
     p->st.mixed_bytes += bytes;
     p->st.blocks++;
     if (p->st.used > p->st.peak) p->st.peak = p->st.used;
     pthread_mutex_unlock(&p->mu);
+    if (zero) memset(data, 0, bytes);
     *b = (ak_block){.refcount = 1, .bytes = bytes, .mix = m, .fk = fk[0], .fv = fv[0], .data = data};
     return b;
+}
+
+ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
+                               ak_error *err) {
+    return alloc_mixed(p, fk, fv, count, 1, err);
+}
+
+ak_block *ak_block_alloc_mixed_unfilled(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
+                                        ak_error *err) {
+    return alloc_mixed(p, fk, fv, count, 0, err);
 }
 
 static void mix_free(ak_block_mix *m);

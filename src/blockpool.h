@@ -199,11 +199,18 @@ ak_block *ak_block_pool_publish(ak_block_pool *p, ak_block *b, uint64_t h);
  * They are written once, slot by slot, by whoever builds them (a card
  * import), and read by attention in place, class by class. */
 
-/* A mixed block for `count` slots (1..T) with the given per-slot formats.
+/* A mixed block for `count` slots (1..T) with the given per-slot formats,
+ * zeroed.
  * Returns NULL with err set: a rotated or invalid key format, more than
  * AK_MIX_CLASSES formats on a side, the budget (AK_ERR_KV_BUDGET). */
 ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
                                ak_error *err);
+/* ak_block_alloc_mixed without the zeroing: the caller writes every byte
+ * of every slot before anything reads the block (a card's import, which
+ * fills the blocks on several threads: their pages are first touched
+ * there, not here under the pool's lock). */
+ak_block *ak_block_alloc_mixed_unfilled(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
+                                        ak_error *err);
 
 /* Parses a byte size: "512M", "10.2G", "4096", "1.5GiB"; returns 0, or -1. */
 int ak_parse_bytes(const char *s, size_t *out);

@@ -510,7 +510,7 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, a
             fk[k] = ak_card_key_format(c->widths_k[t0 + k]);
             fv[k] = ak_card_value_format(c->widths_v[t0 + k]);
         }
-        if (!(bl[b] = ak_block_alloc_mixed(pool, fk, fv, count, err))) {
+        if (!(bl[b] = ak_block_alloc_mixed_unfilled(pool, fk, fv, count, err))) {   /* fill_block writes it all */
             for (int i = 0; i < b; i++) ak_block_unref(pool, bl[i]);
             free(bl);
             free(rank);
