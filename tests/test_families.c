@@ -3,6 +3,7 @@
  * computation, and the one-line error for an architecture the engine does
  * not run. The families' arithmetic as a whole is checked against llama.cpp
  * in test_golden.c. */
+#include <cjson/cJSON.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "../src/gguf.h"
 #include "../src/kvcache.h"
 #include "../src/model.h"
+#include "../src/perplexity.h"
 #include "../src/sampler.h"
 #include "../src/store.h"
 #include "../src/synth.h"
@@ -541,4 +543,194 @@ TEST(chat_deepseek2_renders_as_its_template) {
     CHECK(!strcmp(ak_chat_end_of_turn(AK_CHAT_DEEPSEEK2), eos), "deepseek2 end of turn");
     ak_chat_family f;
     CHECK(ak_chat_family_parse("deepseek2", &f, &err) == 0 && f == AK_CHAT_DEEPSEEK2, "parse deepseek2");
+}
+
+/* The synthetic deepseek2 file with DeepSeek-V2-Lite's YaRN metadata that
+ * tests/data/deepseek2-yarn/ was computed from (its README gives the same
+ * `agentkv synth` command): seed 18, the DeepSeek LLM vocabulary of the
+ * tiny golden file, factor 40, original context 4096, log multiplier
+ * 0.0707; yarn 0 writes the same weights with no rope.scaling keys. */
+static int write_yarn_file(const char *path, int yarn, ak_error *err) {
+    char vocab[512];
+    ak_synth_opts o;
+    ak_synth_defaults(&o);
+    o.path = path; o.arch = "deepseek2"; o.dim = 64; o.n_layers = 3; o.n_heads = 4; o.n_kv_heads = 1;
+    o.head_dim = 48; o.kv_lora = 32; o.ffn = 128; o.ctx = 163840; o.wtype = GGML_TYPE_F32; o.seed = 18;
+    o.n_experts = 8; o.n_experts_used = 2; o.n_experts_shared = 2; o.expert_ffn = 32; o.n_dense_lead = 1;
+    o.vocab_from = test_path(vocab, sizeof vocab, "models/deepseek2-tiny.gguf");
+    o.n_threads = 2;
+    if (yarn) { o.yarn_factor = 40.0f; o.yarn_orig_ctx = 4096; o.yarn_log_mul = 0.0707f; }
+    return ak_synth_write(&o, err);
+}
+
+/* Perplexity of story.txt at -c n_ctx with a cache of format fmt, by
+ * llama.cpp's method (as test_golden.c). Returns it, or -1. */
+static double yarn_ppl(ak_model *m, ak_tokenizer *tk, int n_ctx, ak_kv_format fmt, ak_error *err) {
+    char path[512];
+    size_t len = 0, n = 0;
+    int32_t *ids = NULL;
+    double ppl = -1;
+    char *text = ak_read_file(test_path(path, sizeof path, "golden/stories260K/story.txt"), &len, err);
+    ak_block_pool *pool = text ? ak_block_pool_new(&m->spec, 0, 0, err) : NULL;
+    ak_kv *kv = pool ? ak_kv_new(pool, fmt, fmt, n_ctx, err) : NULL;
+    ak_ctx *c = kv ? ak_ctx_new(m, 512, 2, err) : NULL;
+    ak_ppl_result r;
+    int bos = ak_tokenizer_add_bos(tk);
+    if (c && ak_tokenize(tk, text, len, bos ? AK_TOK_ADD_SPECIAL : 0, &ids, &n, err) == 0 &&
+        ak_perplexity(c, kv, ids, n, n_ctx, &(ak_ppl_opts){.bos = bos ? ak_tokenizer_bos(tk) : -1}, &r, err) == 0)
+        ppl = r.ppl;
+    free(text); free(ids);
+    ak_ctx_free(c);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    return ppl;
+}
+
+/* Greedy ids of prompt (BOS added), n of them, into out. Returns 0, or -1. */
+static int yarn_greedy(ak_model *m, ak_tokenizer *tk, const char *prompt, int n, int32_t *out, ak_error *err) {
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = -1, V = m->cfg.vocab;
+    if (ak_tokenize(tk, prompt, strlen(prompt), AK_TOK_ADD_SPECIAL, &ids, &n_ids, err) < 0) return -1;
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, 0, 0, err);
+    ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, (int)n_ids + n + 1, err) : NULL;
+    ak_ctx *c = kv ? ak_ctx_new(m, 64, 2, err) : NULL;
+    float *logits = malloc(sizeof(float) * V);
+    if (c && logits && ak_eval(c, kv, ids, (int)n_ids, 0, logits, NULL, NULL, NULL, err) == 0) {
+        rc = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            out[i] = ak_argmax(logits, V);
+            if (i + 1 < n) rc = ak_eval(c, kv, &out[i], 1, (int)n_ids + i, logits, NULL, NULL, NULL, err);
+        }
+    }
+    free(ids); free(logits);
+    ak_ctx_free(c);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    return rc;
+}
+
+/* YaRN as DeepSeek-V2(-Lite)'s files use it, against llama.cpp on a
+ * synthetic file with that metadata (tests/data/deepseek2-yarn: llama.cpp's
+ * greedy ids and its perplexity of story.txt at -c 128 with an F32 cache,
+ * flash attention off). Greedy ids must be equal and the perplexity within
+ * 0.01%. The same weights without the rope.scaling keys must miss the
+ * reference by far (it is what makes the reference a test of YaRN: the
+ * attention factor alone scales the scores by 1.59). */
+TEST(deepseek2_yarn_matches_llama_cpp) {
+    char path[512], plain[512];
+    snprintf(path, sizeof path, "%s/ds2-yarn.gguf", test_tmp_dir());
+    snprintf(plain, sizeof plain, "%s/ds2-noyarn.gguf", test_tmp_dir());
+    ak_error err = {{0}};
+    size_t len = 0;
+    char *ref_text = ak_read_file("tests/data/deepseek2-yarn/reference.json", &len, &err);
+    REQUIRE(ref_text, "reference (run from the repository root): %s", err.msg);
+    cJSON *ref = cJSON_Parse(ref_text);
+    free(ref_text);
+    REQUIRE(ref, "reference.json does not parse");
+    cJSON *ppl_ref = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "ppl_story_c128"), "f32_cache_fa_off");
+    cJSON *greedy_ref = cJSON_GetObjectItem(ref, "greedy");
+    if (!cJSON_IsNumber(ppl_ref) || !cJSON_IsArray(greedy_ref) || cJSON_GetArraySize(greedy_ref) < 1) {
+        cJSON_Delete(ref);
+        REQUIRE(0, "reference.json lacks ppl_story_c128.f32_cache_fa_off or greedy");
+    }
+    if (write_yarn_file(path, 1, &err) < 0 || write_yarn_file(plain, 0, &err) < 0) {
+        cJSON_Delete(ref);
+        REQUIRE(0, "synth: %s", err.msg);
+    }
+    ak_model *m = ak_model_load(path, NULL, NULL, &err);
+    ak_tokenizer *tk = m ? ak_tokenizer_load(&m->gguf, &err) : NULL;
+    if (!tk) { ak_model_free(m); cJSON_Delete(ref); REQUIRE(0, "load: %s", err.msg); }
+    CHECK(m->cfg.yarn_factor == 40.0f && m->cfg.yarn_orig_ctx == 4096, "YaRN metadata not read (factor %g, ctx %d)",
+          m->cfg.yarn_factor, m->cfg.yarn_orig_ctx);
+    cJSON *g;
+    cJSON_ArrayForEach(g, greedy_ref) {
+        cJSON *p = cJSON_GetObjectItem(g, "prompt"), *want = cJSON_GetObjectItem(g, "tokens");
+        int n = cJSON_GetArraySize(want);
+        if (!cJSON_IsString(p) || n < 1 || n > 256) { CHECK(0, "bad greedy entry"); continue; }
+        int32_t got[256];
+        if (yarn_greedy(m, tk, p->valuestring, n, got, &err) < 0) { CHECK(0, "greedy: %s", err.msg); continue; }
+        int first = -1;
+        for (int i = 0; i < n && first < 0; i++)
+            if (got[i] != cJSON_GetArrayItem(want, i)->valueint) first = i;
+        CHECK(first < 0, "'%s': token %d is %d, llama.cpp's %d", p->valuestring, first, first < 0 ? 0 : got[first],
+              first < 0 ? 0 : cJSON_GetArrayItem(want, first)->valueint);
+    }
+    double expect = ppl_ref->valuedouble, ppl = yarn_ppl(m, tk, 128, AK_KV_F32, &err);
+    double rel = fabs(ppl - expect) / expect;
+    printf("    YaRN deepseek2 -c 128 (f32 cache): PPL %.4f, llama.cpp %.4f, rel diff %.5f%%\n", ppl, expect, rel * 100);
+    CHECK(ppl > 0 && rel <= 0.0001, "PPL %.4f differs from llama.cpp's %.4f by %.4f%% (%s)", ppl, expect, rel * 100,
+          err.msg);
+    ak_tokenizer_free(tk);
+    ak_model_free(m);
+    m = ak_model_load(plain, NULL, NULL, &err);
+    tk = m ? ak_tokenizer_load(&m->gguf, &err) : NULL;
+    if (tk) {
+        double off = yarn_ppl(m, tk, 128, AK_KV_F32, &err);
+        printf("    the same weights without YaRN: PPL %.4f (%+.2f%%)\n", off, (off - expect) / expect * 100);
+        CHECK(off > 0 && fabs(off - expect) / expect > 0.01, "without YaRN the PPL %.4f is within 1%% of %.4f: the "
+              "reference does not test YaRN", off, expect);
+    } else {
+        CHECK(0, "load without YaRN: %s", err.msg);
+    }
+    ak_tokenizer_free(tk);
+    ak_model_free(m);
+    cJSON_Delete(ref);
+    unlink(path); unlink(plain);
+}
+
+/* A position shift of a YaRN file is a pure rotation by YaRN's angles: its
+ * magnitude is in the stored key already. Layer-0 keys (token and position
+ * only) computed at [0, n) and shifted by DELTA equal those computed with
+ * RoPE offset DELTA, to f32 rounding; applying the magnitude again, or the
+ * unscaled frequencies, would miss by far more. */
+TEST(deepseek2_yarn_shift_is_a_rotation) {
+    enum { N = 24, DELTA = 37 };
+    char path[512];
+    snprintf(path, sizeof path, "%s/ds2-yarn-shift.gguf", test_tmp_dir());
+    ak_error err = {{0}};
+    REQUIRE(write_yarn_file(path, 1, &err) == 0, "synth: %s", err.msg);
+    ak_model *m = ak_model_load(path, NULL, NULL, &err);
+    REQUIRE(m, "load: %s", err.msg);
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, 16, 0, &err);
+    ak_ctx *c = pool ? ak_ctx_new(m, 8, 2, &err) : NULL;
+    ak_kv *kv[2] = {NULL, NULL};
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = 5 + (i * 7919) % 100000;
+    int ok = c != NULL;
+    for (int r = 0; r < 2 && ok; r++) {
+        kv[r] = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 64, &err);
+        ak_ctx_set_pos_offset(c, r ? DELTA : 0);
+        ok = kv[r] && ak_eval(c, kv[r], tok, N, 0, NULL, NULL, NULL, NULL, &err) == 0;
+        ak_ctx_set_pos_offset(c, 0);
+    }
+    int kd = m->spec.head_dim_k, vd = m->spec.head_dim_v;
+    float k0[256], k1[256], v[256];
+    double before = 0, after = 0, scale = 0;
+    if (ok && kd <= 256 && vd <= 256) {
+        for (int p = 0; p < N; p++) {
+            ak_kv_read(kv[0], 0, p, k0, v, &err);
+            ak_kv_read(kv[1], 0, p, k1, v, &err);
+            for (int i = 0; i < kd; i++) before = fmax(before, fabs((double)k0[i] - k1[i]));
+        }
+        ok = ak_model_shift_keys(m, kv[0], 0, N, DELTA, &err) == 0;
+        for (int p = 0; ok && p < N; p++) {
+            ak_kv_read(kv[0], 0, p, k0, v, &err);
+            ak_kv_read(kv[1], 0, p, k1, v, &err);
+            for (int i = 0; i < kd; i++) {
+                after = fmax(after, fabs((double)k0[i] - k1[i]));
+                scale = fmax(scale, fabs(k1[i]));
+            }
+        }
+    }
+    CHECK(ok, "setup or shift: %s", err.msg);
+    printf("    YaRN layer-0 keys shifted by %d vs computed at offset %d: max |diff| %.3g (keys up to %.3g; "
+           "unshifted %.3g)\n", DELTA, DELTA, after, scale, before);
+    CHECK(ok && after <= 1e-5 * scale && before > 100 * after, "shifted keys differ by %g (scale %g, unshifted %g)",
+          after, scale, before);
+    ak_kv_free(kv[0]); ak_kv_free(kv[1]);
+    ak_ctx_free(c);
+    ak_block_pool_free(pool);
+    ak_model_free(m);
+    unlink(path);
 }
