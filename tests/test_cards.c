@@ -12,6 +12,7 @@
 #include "../src/cards.h"
 #include "../src/sampler.h"
 #include "test.h"
+#include "test_model_env.h"
 #include "test_store_util.h"
 
 static const char *card_dir_for(const char *name) {
@@ -432,32 +433,8 @@ TEST(cards_bad_files_are_refused_by_code) {
 
 /* ---- imports on a real tiny model --------------------------------------- */
 
-typedef struct {
-    ak_model *m;
-    ak_ctx *ctx;
-    float *logits;
-    int vocab;
-} menv;
 
-static int menv_open(ak_test_ctx *t, menv *e) {
-    ak_error err = {{0}};
-    char path[600];
-    memset(e, 0, sizeof *e);
-    e->m = ak_model_load(test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf"), NULL, NULL, &err);
-    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
-    e->vocab = e->m ? e->m->cfg.vocab : 0;
-    e->logits = e->m ? malloc(sizeof(float) * (size_t)e->vocab) : NULL;
-    if (!e->ctx || !e->logits) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", path, err.msg); return -1; }
-    return 0;
-}
-
-static void menv_close(menv *e) {
-    ak_ctx_free(e->ctx);
-    ak_model_free(e->m);
-    free(e->logits);
-}
-
-static ak_agents *agents_on(menv *e, ak_block_pool **pool, ak_store *store) {
+static ak_agents *agents_on(tenv *e, ak_block_pool **pool, ak_store *store) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, 256, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
@@ -466,7 +443,7 @@ static ak_agents *agents_on(menv *e, ak_block_pool **pool, ak_store *store) {
 
 /* A turn of agent id: prompt, then n_gen greedy tokens into out; first
  * logits into first (if not NULL). */
-static int mturn(ak_test_ctx *t, menv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, int n_gen,
+static int mturn(ak_test_ctx *t, tenv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, int n_gen,
                  int32_t *out, float *first, ak_turn *info) {
     ak_error err = {{0}};
     if (ak_agent_begin(ag, e->ctx, id, prompt, n, e->logits, info, &err) < 0) {
@@ -487,7 +464,7 @@ static int mturn(ak_test_ctx *t, menv *e, ak_agents *ag, const char *id, const i
 
 /* Greedy tokens of a fresh f16 cache with the prompt prefilled at once;
  * first logits into first. */
-static void mreprefill(menv *e, const int32_t *prompt, int n, int n_gen, int32_t *out, float *first) {
+static void mreprefill(tenv *e, const int32_t *prompt, int n, int n_gen, int32_t *out, float *first) {
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 256, &err);
@@ -505,8 +482,8 @@ static void mreprefill(menv *e, const int32_t *prompt, int n, int n_gen, int32_t
  * removed while its write is queued waits and removes the file, shutdown
  * writes what is queued; the card is usable from RAM meanwhile. */
 TEST(cards_written_behind_land_on_wait_remove_and_shutdown) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     const char *dir = card_dir_for("behind");
     ak_store *store = ak_store_open(dir, NULL, &err);
@@ -542,12 +519,12 @@ TEST(cards_written_behind_land_on_wait_remove_and_shutdown) {
     ak_card_free(c);
     ak_store_close(store);
     ak_block_pool_free(pool);
-    menv_close(&e);
+    tenv_close(&e);
 }
 
 TEST(cards_import_replace_on_a_real_model) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     const char *dir = card_dir_for("import");
     ak_store *store = ak_store_open(dir, NULL, &err);
@@ -736,7 +713,7 @@ TEST(cards_import_replace_on_a_real_model) {
     free(w8);
     free(lref);
     free(lgot);
-    menv_close(&e);
+    tenv_close(&e);
 }
 
 /* A card whose tokens sat at positions 5.. of their source: imported, its
@@ -745,8 +722,8 @@ TEST(cards_import_replace_on_a_real_model) {
  * independently: the tokens computed at positions 5.. (the context's RoPE
  * offset) without anything before them. */
 TEST(cards_import_shifts_a_card_of_another_offset) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     const char *dir = card_dir_for("shift");
     ak_store *store = ak_store_open(dir, NULL, &err);
@@ -838,5 +815,5 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     ak_store_close(store);
     free(lref);
     free(lgot);
-    menv_close(&e);
+    tenv_close(&e);
 }

@@ -21,36 +21,13 @@
 #include "../src/cards.h"
 #include "../src/sampler.h"
 #include "test.h"
+#include "test_model_env.h"
 #include "test_store_util.h"
 
-typedef struct {
-    ak_model *m;
-    ak_ctx *ctx;
-    float *logits;
-    int vocab;
-} aenv;
-
-static int aenv_open(ak_test_ctx *t, aenv *e) {
-    ak_error err = {{0}};
-    char path[600];
-    memset(e, 0, sizeof *e);
-    e->m = ak_model_load(test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf"), NULL, NULL, &err);
-    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
-    e->vocab = e->m ? e->m->cfg.vocab : 0;
-    e->logits = e->m ? malloc(sizeof(float) * (size_t)e->vocab) : NULL;
-    if (!e->ctx || !e->logits) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", path, err.msg); return -1; }
-    return 0;
-}
-
-static void aenv_close(aenv *e) {
-    ak_ctx_free(e->ctx);
-    ak_model_free(e->m);
-    free(e->logits);
-}
 
 #define ACTX 256
 
-static ak_agents *agents_at(aenv *e, ak_block_pool **pool, ak_store *store) {
+static ak_agents *agents_at(tenv *e, ak_block_pool **pool, ak_store *store) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, ACTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
@@ -59,7 +36,7 @@ static ak_agents *agents_at(aenv *e, ak_block_pool **pool, ak_store *store) {
 
 /* One turn of agent id (pool may be NULL): the prompt prefilled past what
  * is reused, its last logits into first (if not NULL); no token generated. */
-static int aturn(ak_test_ctx *t, aenv *e, ak_agents *ag, const char *id, const char *pool, const int32_t *prompt, int n,
+static int aturn(ak_test_ctx *t, tenv *e, ak_agents *ag, const char *id, const char *pool, const int32_t *prompt, int n,
                  float *first, ak_turn *ti) {
     ak_error err = {{0}};
     ak_kv *kv;
@@ -81,7 +58,7 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 
 /* A fresh f32 cache in its own pool with tokens[0..n) prefilled from
  * position 0. */
-static ak_kv *alone(aenv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
+static ak_kv *alone(tenv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
     ak_error err = {{0}};
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, ACTX, &err);
     if (kv && ak_eval(e->ctx, kv, tokens, n, 0, e->logits, NULL, NULL, NULL, &err) < 0) {
@@ -95,7 +72,7 @@ static ak_kv *alone(aenv *e, ak_block_pool *pool, const int32_t *tokens, int n) 
  * [np, np + nx) from X computed alone at position 0 with its keys shifted
  * by np, then the tokens q[0..nq) decoded after them; their last logits
  * into out. Returns 0, or -1. */
-static int by_hand(aenv *e, const int32_t *P, int np, const int32_t *X, int nx, const int32_t *q, int nq, float *out) {
+static int by_hand(tenv *e, const int32_t *P, int np, const int32_t *X, int nx, const int32_t *q, int nq, float *out) {
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_kv *kp = pool ? alone(e, pool, P, np) : NULL, *kx = kp ? alone(e, pool, X, nx) : NULL;
@@ -191,8 +168,8 @@ static void texts(int vocab, int32_t *P, int32_t *X, int32_t *Q) {
 }
 
 TEST(cards_append_equals_the_parts_computed_apart) {
-    aenv e;
-    if (aenv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     ak_block_pool *pool;
     ak_agents *ag = agents_at(&e, &pool, NULL);
@@ -302,7 +279,7 @@ TEST(cards_append_equals_the_parts_computed_apart) {
     free(want);
     free(full);
     free(g2);
-    aenv_close(&e);
+    tenv_close(&e);
 }
 
 /* Persistence of appended agents (store.h: SEGMENTS). Twins: one stays hot
@@ -313,8 +290,8 @@ TEST(cards_append_equals_the_parts_computed_apart) {
  * what must be a miss: a truncated file, a version 4 file with segments, a
  * vanished card; and a version 4 file of a single card base is still read. */
 TEST(cards_append_survives_a_restart) {
-    aenv e;
-    if (aenv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     const char *dir = dir_for("cards-append");
     ak_store *store = ak_store_open(dir, NULL, &err);
@@ -483,7 +460,7 @@ TEST(cards_append_survives_a_restart) {
     free(ls);
     free(ld);
     free(got);
-    aenv_close(&e);
+    tenv_close(&e);
 }
 
 /* Random vectors at positions [from, to) of kv (prepared here). */

@@ -19,32 +19,9 @@
 #include "../src/agent.h"
 #include "../src/memories.h"
 #include "test.h"
+#include "test_model_env.h"
 #include "test_store_util.h"
 
-typedef struct {
-    ak_model *m;
-    ak_ctx *ctx;
-    float *logits;
-    int vocab;
-} menv;
-
-static int menv_open(ak_test_ctx *t, menv *e) {
-    ak_error err = {{0}};
-    char path[600];
-    memset(e, 0, sizeof *e);
-    e->m = ak_model_load(test_path(path, sizeof path, "models/tiny-llama-h64-gqa-f32.gguf"), NULL, NULL, &err);
-    e->ctx = e->m ? ak_ctx_new(e->m, 64, 2, &err) : NULL;
-    e->vocab = e->m ? e->m->cfg.vocab : 0;
-    e->logits = e->m ? malloc(sizeof(float) * (size_t)e->vocab) : NULL;
-    if (!e->ctx || !e->logits) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", path, err.msg); return -1; }
-    return 0;
-}
-
-static void menv_close(menv *e) {
-    ak_ctx_free(e->ctx);
-    ak_model_free(e->m);
-    free(e->logits);
-}
 
 #define MCTX 256
 enum { NP = 37, NX = 29, NY = 40, NQ = 5 };
@@ -57,7 +34,7 @@ static void texts(int vocab, int32_t *P, int32_t *X, int32_t *Y, int32_t *Q) {
     for (int i = 0; i < NQ; i++) Q[i] = (int32_t)((i * 19 + 3) % vocab);
 }
 
-static ak_agents *agents_at(menv *e, ak_block_pool **pool, ak_store *store) {
+static ak_agents *agents_at(tenv *e, ak_block_pool **pool, ak_store *store) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
@@ -66,7 +43,7 @@ static ak_agents *agents_at(menv *e, ak_block_pool **pool, ak_store *store) {
 
 /* A fresh f16 cache of pool with tokens[0..n) prefilled from position 0
  * (its last logits into e->logits). */
-static ak_kv *alone(menv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
+static ak_kv *alone(tenv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
     ak_error err = {{0}};
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
     if (kv && ak_eval(e->ctx, kv, tokens, n, 0, e->logits, NULL, NULL, NULL, &err) < 0) {
@@ -86,7 +63,7 @@ static double max_abs_diff(const float *a, const float *b, int n) {
  * "none"): the prompt is P, then each chunk in ms[] (k of them, lengths
  * ls), then Q; prefill up to each chunk, place it, prefill the rest. Last
  * logits into out. Returns 0, or -1 with the error printed. */
-static int turn_with(menv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, const char *const *ms,
+static int turn_with(tenv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, const char *const *ms,
                      const int *at, int k, float *out, ak_turn *ti) {
     ak_error err = {{0}};
     ak_kv *kv;
@@ -116,7 +93,7 @@ fail:
 
 /* tokens[0..n) computed alone in formats fk/fv, then copied vector by
  * vector (dequantized, quantized again) into an f16 sequence. */
-static ak_kv *alone_as(menv *e, ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, const int32_t *tokens, int n) {
+static ak_kv *alone_as(tenv *e, ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, const int32_t *tokens, int n) {
     ak_error err = {{0}};
     ak_kv *src = ak_kv_new(pool, fk, fv, MCTX, &err), *dst = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
     int rc = src && dst && ak_eval(e->ctx, src, tokens, n, 0, NULL, NULL, NULL, NULL, &err) == 0 &&
@@ -139,7 +116,7 @@ static ak_kv *alone_as(menv *e, ak_block_pool *pool, ak_kv_format fk, ak_kv_form
  * then converted to f16) and Y each computed alone at 0 with their keys
  * shifted to where they go, all copied position by position into one
  * plain sequence, then Q computed after them; last logits into out. */
-static int by_hand(menv *e, ak_kv_format xk, ak_kv_format xv, const int32_t *P, const int32_t *X, const int32_t *Y,
+static int by_hand(tenv *e, ak_kv_format xk, ak_kv_format xv, const int32_t *P, const int32_t *X, const int32_t *Y,
                    const int32_t *Q, float *out) {
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
@@ -172,8 +149,8 @@ static int by_hand(menv *e, ak_kv_format xk, ak_kv_format xv, const int32_t *P, 
 }
 
 TEST(memories_equal_the_chunk_prefilled_alone_and_are_computed_once) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     ak_block_pool *pool;
     ak_agents *ag = agents_at(&e, &pool, NULL);
@@ -252,12 +229,12 @@ TEST(memories_equal_the_chunk_prefilled_alone_and_are_computed_once) {
     free(v);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
-    menv_close(&e);
+    tenv_close(&e);
 }
 
 TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     ak_block_pool *pool;
     ak_agents *ag = agents_at(&e, &pool, NULL);
@@ -358,12 +335,12 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
     free(full);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
-    menv_close(&e);
+    tenv_close(&e);
 }
 
 TEST(memories_persist_and_bad_files_are_refused) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     const char *dir = dir_for("memories");
     ak_store *store = ak_store_open(dir, NULL, &err);
@@ -475,15 +452,15 @@ TEST(memories_persist_and_bad_files_are_refused) {
     ak_block_pool_free(rp);
     free(hot);
     free(cold);
-    menv_close(&e);
+    tenv_close(&e);
 }
 
 /* Under a KV budget a memory is dropped from RAM like an idle pool (its
  * file stays) when nothing else can make room, and comes back from its
  * file, bit for bit, when it is next used. */
 TEST(memories_leave_ram_under_the_budget_and_come_back) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     const char *dir = dir_for("memories-budget");
     ak_store *store = ak_store_open(dir, NULL, &err);
@@ -530,15 +507,15 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
-    menv_close(&e);
+    tenv_close(&e);
 }
 
 /* A sealed store: a memory is written sealed and read back bit for bit; its
  * file copied under another id fails authentication (the seal binds
  * memories/<id>): CORRUPT; the store opened without the key: STALE. */
 TEST(memories_sealed) {
-    menv e;
-    if (menv_open(t, &e) < 0) return;
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
     ak_error err = {{0}};
     const char *dir = dir_for("memories-sealed");
     uint8_t key[AK_STORE_KEY_BYTES];
@@ -582,5 +559,5 @@ TEST(memories_sealed) {
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
-    menv_close(&e);
+    tenv_close(&e);
 }
