@@ -52,8 +52,12 @@ struct ak_block_pool {
 };
 
 /* Memory for one block of `bytes`, 64-byte aligned; NULL when out of memory.
- * Called with p->mu held. */
-static void *block_mem_get(ak_block_pool *p, size_t bytes) {
+ * A size without a class gets one while classes are left (only while half
+ * are left when `spare`: mixed blocks, whose sizes vary with their widths,
+ * must not take the classes uniform blocks need). *plain is set to 1 for
+ * memory not cut from a slab (block_mem_put frees it). Called with p->mu
+ * held. */
+static void *block_mem_get(ak_block_pool *p, size_t bytes, int spare, int *plain) {
     bytes = (bytes + 63) & ~(size_t)63;
     size_class *c = NULL;
 #if defined(__SANITIZE_ADDRESS__)
@@ -61,12 +65,16 @@ static void *block_mem_get(ak_block_pool *p, size_t bytes) {
      * overrun of one block is caught instead of landing in its neighbour */
     (void)p;
     void *m0 = NULL;
+    *plain = 1;
     return posix_memalign(&m0, 64, bytes) == 0 ? m0 : NULL;
 #endif
+    *plain = 0;
     for (int i = 0; i < MAX_CLASSES && !c; i++)
-        if (p->classes[i].bytes == bytes || p->classes[i].bytes == 0) c = &p->classes[i];
+        if (p->classes[i].bytes == bytes || (p->classes[i].bytes == 0 && (!spare || i < MAX_CLASSES / 2)))
+            c = &p->classes[i];
     if (!c) { /* too many distinct sizes: plain allocation */
         void *m = NULL;
+        *plain = 1;
         return posix_memalign(&m, 64, bytes) == 0 ? m : NULL;
     }
     c->bytes = bytes;
@@ -97,12 +105,12 @@ static void *block_mem_get(ak_block_pool *p, size_t bytes) {
 }
 
 /* Returns a block's memory to its class's free list. Called with p->mu held. */
-static void block_mem_put(ak_block_pool *p, void *m, size_t bytes) {
+static void block_mem_put(ak_block_pool *p, void *m, size_t bytes, int plain) {
     bytes = (bytes + 63) & ~(size_t)63;
-#if defined(__SANITIZE_ADDRESS__)
-    free(m);
-    return;
-#endif
+    if (plain) {
+        free(m);
+        return;
+    }
     for (int i = 0; i < MAX_CLASSES; i++)
         if (p->classes[i].bytes == bytes) {
             memcpy(m, &p->classes[i].free, sizeof(void *));
@@ -246,7 +254,8 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
         return NULL;
     }
     ak_block *b = malloc(sizeof *b);
-    void *data = b ? block_mem_get(p, bytes ? bytes : 64) : NULL;
+    int plain = 0;
+    void *data = b ? block_mem_get(p, bytes ? bytes : 64, 0, &plain) : NULL;
     if (!b || !data) {
         p->st.alloc_failures++;
         pthread_mutex_unlock(&p->mu);
@@ -264,6 +273,7 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
     b->hash = 0;
     b->hnext = NULL;
     b->data = data;
+    b->plain = plain;
     p->st.blocks++;
     p->st.k_bytes[fk] += kb;
     p->st.v_bytes[fv] += vb;
@@ -371,7 +381,8 @@ static ak_block *alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_
     void *data = NULL;
     pthread_mutex_lock(&p->mu);
     int over = p->st.budget && p->st.used + bytes > p->st.budget;
-    if (over || !b || posix_memalign(&data, 64, bytes ? bytes : 64) != 0) {
+    int plain = 0;
+    if (over || !b || !(data = block_mem_get(p, bytes ? bytes : 64, 1, &plain))) {
         p->st.alloc_failures++;
         size_t used = p->st.used, budget = p->st.budget;
         pthread_mutex_unlock(&p->mu);
@@ -391,7 +402,7 @@ static ak_block *alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_
     if (p->st.used > p->st.peak) p->st.peak = p->st.used;
     pthread_mutex_unlock(&p->mu);
     if (zero) memset(data, 0, bytes);
-    *b = (ak_block){.refcount = 1, .bytes = bytes, .mix = m, .fk = fk[0], .fv = fv[0], .data = data};
+    *b = (ak_block){.refcount = 1, .bytes = bytes, .mix = m, .fk = fk[0], .fv = fv[0], .data = data, .plain = plain};
     return b;
 }
 
@@ -452,12 +463,12 @@ void ak_block_unref(ak_block_pool *p, ak_block *b) {
         p->st.blocks--;
         if (b->mix) {
             p->st.mixed_bytes -= b->bytes;
-            free(b->data);   /* mixed blocks are sized to their contents: plain allocations */
+            block_mem_put(p, b->data, b->bytes ? b->bytes : 64, b->plain);
         } else {
             size_t kb = (size_t)p->spec.n_layer * k_region(p, b->fk), vb = (size_t)p->spec.n_layer * v_region(p, b->fv);
             p->st.k_bytes[b->fk] -= kb;
             p->st.v_bytes[b->fv] -= vb;
-            block_mem_put(p, b->data, kb + vb ? kb + vb : 64);
+            block_mem_put(p, b->data, kb + vb ? kb + vb : 64, b->plain);
         }
     }
     pthread_mutex_unlock(&p->mu);

@@ -68,6 +68,7 @@ typedef struct ak_block {
     uint64_t hash;          /* its key in the content index (below); 0 = not indexed */
     struct ak_block *hnext; /* next block of its index bucket */
     uint8_t *data;          /* see the layout above */
+    int plain;              /* data is its own allocation, not cut from one of the pool's slabs */
 } ak_block;
 
 typedef struct ak_block_pool ak_block_pool;
