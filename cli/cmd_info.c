@@ -55,8 +55,12 @@ int cmd_info(int argc, char **argv) {
     printf("dim            %d\nlayers         %d\nheads          %d\nkv heads       %d\nhead dim       %d\n",
            c->dim, c->n_layer, c->n_head, c->n_head_kv, c->head_dim);
     printf("ffn            %d\nvocab          %d\ncontext        %d\n", c->ffn, c->vocab, c->n_ctx_train);
-    printf("rope           %s pairs, base %g, %d dims%s\n", c->rope_style == AK_ROPE_NEOX ? "neox" : "interleaved",
+    printf("rope           %s pairs, base %g, %d dims%s", c->rope_style == AK_ROPE_NEOX ? "neox" : "interleaved",
            c->rope_base, c->rope_dim, gguf_find_tensor(g, "rope_freqs.weight") ? ", llama3 frequency factors" : "");
+    if (c->yarn_factor > 0)
+        printf(", YaRN x%g from %d positions (q/k x %g; attention scale includes its factor)", c->yarn_factor,
+               c->yarn_orig_ctx, c->rope_mag);
+    printf("\n");
     printf("rms eps        %g\noutput         %s\nqkv bias       %s\n", c->rms_eps,
            c->tied_output ? "tied to token embeddings" : "output.weight", c->qkv_bias ? "yes" : "no");
     printf("attention      scale %g, q/k norm %s", c->attn_scale, c->qk_norm ? "yes" : "no");

@@ -461,3 +461,27 @@ TEST(cli_bench_cards_quality_json) {
     CHECK(kl4 > 0 && kl8 >= 0 && kl8 < kl4, "uniform KL at 4 bits %g, at 8 bits %g: more bits must lose less", kl4, kl8);
     cJSON_Delete(j);
 }
+
+/* `agentkv info` says when a file's RoPE is YaRN-scaled (factor, original
+ * context, q/k magnitude) and says nothing of it otherwise. */
+TEST(cli_info_prints_yarn) {
+    char path[512], args[1024];
+    snprintf(path, sizeof path, "%s/yarn-info.gguf", test_tmp_dir());
+    snprintf(args, sizeof args,
+             "synth -o %s --arch deepseek2 --dim 64 --layers 1 --heads 4 --kv-heads 1 --head-dim 48 --kv-lora 32 "
+             "--ffn 128 --experts 4 --experts-used 2 --experts-shared 1 --expert-ffn 32 --vocab 300 --ctx 163840 "
+             "--yarn 40 --yarn-orig-ctx 4096 --yarn-log-mul 0.0707 --type f32 --seed 3", path);
+    cmd_result r = run_cli(args);
+    REQUIRE(r.code == 0, "synth: exit %d: %s", r.code, r.err);
+    free_result(&r);
+    snprintf(args, sizeof args, "info -m %s", path);
+    r = run_cli(args);
+    CHECK(r.code == 0 && strstr(r.out, "YaRN x40 from 4096 positions"), "info: exit %d: %s%s", r.code, r.out, r.err);
+    free_result(&r);
+    char model[512];
+    snprintf(args, sizeof args, "info -m %s", test_path(model, sizeof model, "models/stories260K.gguf"));
+    r = run_cli(args);
+    CHECK(r.code == 0 && strstr(r.out, "rope ") && !strstr(r.out, "YaRN"), "info without YaRN: %s", r.out);
+    free_result(&r);
+    remove(path);
+}
