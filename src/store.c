@@ -222,10 +222,12 @@ static const char *kind_format(int kind) {
     return kind == AK_FILE_POOL ? POOL_FORMAT_NAME : kind == AK_FILE_MEMORY ? MEMORY_FORMAT_NAME : FORMAT_NAME;
 }
 
+/* The index of a pooled kind (pool or memory files). */
+static ak_entry_index *pooled_index(ak_store *s, int kind) { return kind == AK_FILE_MEMORY ? &s->mems : &s->pools; }
+
 /* Puts a pooled kind's entry into its index (taking e->source). */
 static void pooled_index_put(ak_store *s, int kind, ak_store_pool_entry *e) {
-    if (kind == AK_FILE_MEMORY) ak_store_memory_index_put(s, e);
-    else ak_store_pool_index_put(s, e);
+    ak_entry_index_put(s, pooled_index(s, kind), e);
 }
 
 /* <kind's dir>/<id><suffix> into out. Returns 0, or -1 if too long. */
@@ -634,8 +636,8 @@ void ak_store_close(ak_store *s) {
     if (!s) return;
     free(s->idx);
     free(s->q);
-    ak_store_pool_index_free(s);
-    ak_store_memory_index_free(s);
+    ak_entry_index_free(&s->pools);
+    ak_entry_index_free(&s->mems);
     ak_store_card_index_free(s);
     pthread_mutex_destroy(&s->mu);
     sodium_memzero(s->key, sizeof s->key);
@@ -1970,8 +1972,7 @@ static int quarantine_path(ak_store *s, int kind, const char *id, const char *pa
         if (w < 0 || (size_t)w >= dn) break;
         if (access(dst, F_OK) == 0) continue;
         if (rename(path, dst) == 0) {
-            if (kind == AK_FILE_POOL) ak_store_pool_index_del(s, id);
-            else if (kind == AK_FILE_MEMORY) ak_store_memory_index_del(s, id);
+            if (kind == AK_FILE_POOL || kind == AK_FILE_MEMORY) ak_entry_index_del(s, pooled_index(s, kind), id);
             else index_del(s, id);
             index_quarantined(s, dst);
             return 0;
@@ -2801,7 +2802,7 @@ static int index_build(ak_store *s, ak_error *err) {
         verdict v = {AK_STORE_HIT, NULL, "", 0};
         ak_store_entry e;
         ak_store_pool_entry pe;
-        if (read_entry(s, AK_FILE_POOL, es[i].id, &e, &pe, NULL, &v) != 1) ak_store_pool_index_put(s, &pe);
+        if (read_entry(s, AK_FILE_POOL, es[i].id, &e, &pe, NULL, &v) != 1) pooled_index_put(s, AK_FILE_POOL, &pe);
     }
     free(es);
     /* and the memories (store_memory.c) */
@@ -2810,7 +2811,7 @@ static int index_build(ak_store *s, ak_error *err) {
         verdict v = {AK_STORE_HIT, NULL, "", 0};
         ak_store_entry e;
         ak_store_pool_entry pe;
-        if (read_entry(s, AK_FILE_MEMORY, es[i].id, &e, &pe, NULL, &v) != 1) ak_store_memory_index_put(s, &pe);
+        if (read_entry(s, AK_FILE_MEMORY, es[i].id, &e, &pe, NULL, &v) != 1) pooled_index_put(s, AK_FILE_MEMORY, &pe);
     }
     free(es);
     char qdir[PATH_MAX + 16];

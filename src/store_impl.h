@@ -102,6 +102,13 @@ typedef struct ak_qfile {
     uint64_t bytes;
 } ak_qfile;
 
+/* A sorted index of files that ak_store_pool_entry describes (pools,
+ * memories): entries by id, their sources owned. Guarded by the store's mu. */
+typedef struct {
+    ak_store_pool_entry *v;
+    int n, cap;
+} ak_entry_index;
+
 struct ak_store {
     char dir[PATH_MAX];
     char pool_dir[PATH_MAX];    /* <dir>/pools (created on the first pool save) */
@@ -124,10 +131,8 @@ struct ak_store {
     int n_idx, cap_idx;
     ak_qfile *q;                /* quarantined files, oldest first */
     int nq, cap_q;
-    ak_store_pool_entry *pidx;  /* pool files, sorted by id (sources owned) */
-    int n_pidx, cap_pidx;
-    ak_store_pool_entry *midx;  /* memory files (store_memory.c), sorted by id (sources owned) */
-    int n_midx, cap_midx;
+    ak_entry_index pools;       /* pool files */
+    ak_entry_index mems;        /* memory files (store_memory.c) */
     /* card files (store_card.c), sorted by id; built at the first card call */
     ak_store_card_entry *cidx;
     int n_cidx, cap_cidx;
@@ -147,18 +152,16 @@ ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const 
                                    ak_kv *kv, ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
                                    char *pool_hash, ak_error *err);
 
-/* The pool index (store_pool.c). Each takes s->mu itself. put: inserts or
- * replaces the entry of e->e.id, taking ownership of e->source (freed on
- * failure). */
-void ak_store_pool_index_put(ak_store *s, ak_store_pool_entry *e);
-void ak_store_pool_index_del(ak_store *s, const char *id);
-/* Frees the pool index (at close). */
-void ak_store_pool_index_free(ak_store *s);
-
-/* The memory index (store_memory.c), as the pool index. */
-void ak_store_memory_index_put(ak_store *s, ak_store_pool_entry *e);
-void ak_store_memory_index_del(ak_store *s, const char *id);
-void ak_store_memory_index_free(ak_store *s);
+/* The pool and memory indexes (ix: &s->pools or &s->mems; store_pool.c).
+ * Each takes s->mu itself. put: inserts or replaces the entry of e->e.id,
+ * taking ownership of e->source (freed on failure). lookup: a copy with its
+ * own source, 0; 1 if absent. list: copies of all (free them with
+ * ak_store_pool_entries_free). free: the index's memory (at close). */
+void ak_entry_index_put(ak_store *s, ak_entry_index *ix, ak_store_pool_entry *e);
+void ak_entry_index_del(ak_store *s, ak_entry_index *ix, const char *id);
+int ak_entry_index_lookup(ak_store *s, ak_entry_index *ix, const char *id, ak_store_pool_entry *out);
+int ak_entry_index_list(ak_store *s, ak_entry_index *ix, ak_store_pool_entry **out, int *n, ak_error *err);
+void ak_entry_index_free(ak_entry_index *ix);
 
 /* Frees the card index (at close; store_card.c). */
 void ak_store_card_index_free(ak_store *s);

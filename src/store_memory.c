@@ -22,7 +22,7 @@
  * the vocabulary, every checksum; torn or tampered: CORRUPT, moved to
  * quarantine/memory+<id>.safetensors.<reason>.<time>).
  *
- * The index of memory files (s->midx) mirrors the pool index: built at
+ * The index of memory files (s->mems) is an ak_entry_index like the pools': built at
  * ak_store_open (store.c scans memories/), kept current by saves, loads,
  * removals and quarantine moves.
  */
@@ -67,88 +67,12 @@ ak_store_status ak_store_load_memory(ak_store *s, const char *id, const char *fi
     return st;
 }
 
-/* The slot of id in the sorted memory index: its index when found
- * (*found = 1), else where it would go. Call with s->mu held. */
-static int mem_slot(const ak_store *s, const char *id, int *found) {
-    int lo = 0, hi = s->n_midx;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (strcmp(s->midx[mid].e.id, id) < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    *found = lo < s->n_midx && !strcmp(s->midx[lo].e.id, id);
-    return lo;
-}
-
-void ak_store_memory_index_put(ak_store *s, ak_store_pool_entry *e) {
-    pthread_mutex_lock(&s->mu);
-    int found, k = mem_slot(s, e->e.id, &found);
-    if (found) {
-        free(s->midx[k].source);
-        s->midx[k] = *e;
-    } else {
-        if (s->n_midx == s->cap_midx) {
-            int nc = s->cap_midx ? s->cap_midx * 2 : 8;
-            ak_store_pool_entry *ni = realloc(s->midx, sizeof *ni * (size_t)nc);
-            if (!ni) {   /* out of memory: listed again at the next open */
-                pthread_mutex_unlock(&s->mu);
-                free(e->source);
-                e->source = NULL;
-                return;
-            }
-            s->midx = ni;
-            s->cap_midx = nc;
-        }
-        memmove(s->midx + k + 1, s->midx + k, sizeof *s->midx * (size_t)(s->n_midx - k));
-        s->midx[k] = *e;
-        s->n_midx++;
-    }
-    e->source = NULL;   /* the index owns it now */
-    pthread_mutex_unlock(&s->mu);
-}
-
-void ak_store_memory_index_del(ak_store *s, const char *id) {
-    pthread_mutex_lock(&s->mu);
-    int found, k = mem_slot(s, id, &found);
-    if (found) {
-        free(s->midx[k].source);
-        memmove(s->midx + k, s->midx + k + 1, sizeof *s->midx * (size_t)(s->n_midx - k - 1));
-        s->n_midx--;
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void ak_store_memory_index_free(ak_store *s) {
-    for (int i = 0; i < s->n_midx; i++) free(s->midx[i].source);
-    free(s->midx);
-    s->midx = NULL;
-    s->n_midx = s->cap_midx = 0;
-}
-
-/* e into out with its own copy of the text (NULL if none or out of memory). */
-static void entry_copy(ak_store_pool_entry *out, const ak_store_pool_entry *e) {
-    *out = *e;
-    out->source = e->source ? strdup(e->source) : NULL;
-}
-
 int ak_store_lookup_memory(ak_store *s, const char *id, ak_store_pool_entry *out) {
-    pthread_mutex_lock(&s->mu);
-    int found, k = mem_slot(s, id ? id : "", &found);
-    if (found) entry_copy(out, &s->midx[k]);
-    pthread_mutex_unlock(&s->mu);
-    return found ? 0 : 1;
+    return ak_entry_index_lookup(s, &s->mems, id, out);
 }
 
 int ak_store_list_memories(ak_store *s, ak_store_pool_entry **out, int *n, ak_error *err) {
-    pthread_mutex_lock(&s->mu);
-    int k = s->n_midx;
-    ak_store_pool_entry *v = calloc((size_t)(k ? k : 1), sizeof *v);
-    for (int i = 0; v && i < k; i++) entry_copy(&v[i], &s->midx[i]);
-    pthread_mutex_unlock(&s->mu);
-    if (!v) return ak_failc(err, AK_ERR_NOMEM, "store: out of memory");
-    *out = v;
-    *n = k;
-    return 0;
+    return ak_entry_index_list(s, &s->mems, out, n, err);
 }
 
 int ak_store_remove_memory(ak_store *s, const char *id, ak_error *err) {
@@ -162,6 +86,6 @@ int ak_store_remove_memory(ak_store *s, const char *id, ak_error *err) {
             return ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
         rc = 1;
     }
-    ak_store_memory_index_del(s, id);
+    ak_entry_index_del(s, &s->mems, id);
     return rc;
 }

@@ -80,89 +80,96 @@ ak_store_status ak_store_load_pool(ak_store *s, const char *pool_id, const char 
     return st;
 }
 
-/* The slot of id in the sorted pool index: its index when found (*found =
- * 1), else where it would go. Call with s->mu held. */
-static int pool_slot(const ak_store *s, const char *id, int *found) {
-    int lo = 0, hi = s->n_pidx;
+/* The slot of id in ix: its index when found (*found = 1), else where it
+ * would go. Call with s->mu held. */
+static int index_slot(const ak_entry_index *ix, const char *id, int *found) {
+    int lo = 0, hi = ix->n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (strcmp(s->pidx[mid].e.id, id) < 0) lo = mid + 1;
+        if (strcmp(ix->v[mid].e.id, id) < 0) lo = mid + 1;
         else hi = mid;
     }
-    *found = lo < s->n_pidx && !strcmp(s->pidx[lo].e.id, id);
+    *found = lo < ix->n && !strcmp(ix->v[lo].e.id, id);
     return lo;
 }
 
-void ak_store_pool_index_put(ak_store *s, ak_store_pool_entry *e) {
+void ak_entry_index_put(ak_store *s, ak_entry_index *ix, ak_store_pool_entry *e) {
     pthread_mutex_lock(&s->mu);
-    int found, k = pool_slot(s, e->e.id, &found);
+    int found, k = index_slot(ix, e->e.id, &found);
     if (found) {
-        free(s->pidx[k].source);
-        s->pidx[k] = *e;
+        free(ix->v[k].source);
+        ix->v[k] = *e;
     } else {
-        if (s->n_pidx == s->cap_pidx) {
-            int nc = s->cap_pidx ? s->cap_pidx * 2 : 8;
-            ak_store_pool_entry *ni = realloc(s->pidx, sizeof *ni * (size_t)nc);
-            if (!ni) {   /* out of memory: the pool is not listed until the next open */
+        if (ix->n == ix->cap) {
+            int nc = ix->cap ? ix->cap * 2 : 8;
+            ak_store_pool_entry *ni = realloc(ix->v, sizeof *ni * (size_t)nc);
+            if (!ni) {   /* out of memory: the file is not listed until the next open */
                 pthread_mutex_unlock(&s->mu);
                 free(e->source);
                 e->source = NULL;
                 return;
             }
-            s->pidx = ni;
-            s->cap_pidx = nc;
+            ix->v = ni;
+            ix->cap = nc;
         }
-        memmove(s->pidx + k + 1, s->pidx + k, sizeof *s->pidx * (size_t)(s->n_pidx - k));
-        s->pidx[k] = *e;
-        s->n_pidx++;
+        memmove(ix->v + k + 1, ix->v + k, sizeof *ix->v * (size_t)(ix->n - k));
+        ix->v[k] = *e;
+        ix->n++;
     }
     e->source = NULL;   /* the index owns it now */
     pthread_mutex_unlock(&s->mu);
 }
 
-void ak_store_pool_index_del(ak_store *s, const char *id) {
+void ak_entry_index_del(ak_store *s, ak_entry_index *ix, const char *id) {
     pthread_mutex_lock(&s->mu);
-    int found, k = pool_slot(s, id, &found);
+    int found, k = index_slot(ix, id, &found);
     if (found) {
-        free(s->pidx[k].source);
-        memmove(s->pidx + k, s->pidx + k + 1, sizeof *s->pidx * (size_t)(s->n_pidx - k - 1));
-        s->n_pidx--;
+        free(ix->v[k].source);
+        memmove(ix->v + k, ix->v + k + 1, sizeof *ix->v * (size_t)(ix->n - k - 1));
+        ix->n--;
     }
     pthread_mutex_unlock(&s->mu);
 }
 
-void ak_store_pool_index_free(ak_store *s) {
-    for (int i = 0; i < s->n_pidx; i++) free(s->pidx[i].source);
-    free(s->pidx);
-    s->pidx = NULL;
-    s->n_pidx = s->cap_pidx = 0;
+void ak_entry_index_free(ak_entry_index *ix) {
+    for (int i = 0; i < ix->n; i++) free(ix->v[i].source);
+    free(ix->v);
+    memset(ix, 0, sizeof *ix);
 }
 
 /* A copy of e into out with its own copy of the source (NULL if e has none
  * or out of memory). */
-static void pool_entry_copy(ak_store_pool_entry *out, const ak_store_pool_entry *e) {
+static void entry_copy(ak_store_pool_entry *out, const ak_store_pool_entry *e) {
     *out = *e;
     out->source = e->source ? strdup(e->source) : NULL;
 }
 
-int ak_store_lookup_pool(ak_store *s, const char *pool_id, ak_store_pool_entry *out) {
+int ak_entry_index_lookup(ak_store *s, ak_entry_index *ix, const char *id, ak_store_pool_entry *out) {
     pthread_mutex_lock(&s->mu);
-    int found, k = pool_slot(s, pool_id ? pool_id : "", &found);
-    if (found) pool_entry_copy(out, &s->pidx[k]);
+    int found, k = index_slot(ix, id ? id : "", &found);
+    if (found) entry_copy(out, &ix->v[k]);
     pthread_mutex_unlock(&s->mu);
     return found ? 0 : 1;
 }
 
-int ak_store_list_pools(ak_store *s, ak_store_pool_entry **out, int *n, ak_error *err) {
+int ak_entry_index_list(ak_store *s, ak_entry_index *ix, ak_store_pool_entry **out, int *n, ak_error *err) {
     pthread_mutex_lock(&s->mu);
-    int k = s->n_pidx;
+    int k = ix->n;
     ak_store_pool_entry *v = calloc((size_t)(k ? k : 1), sizeof *v);
-    for (int i = 0; v && i < k; i++) pool_entry_copy(&v[i], &s->pidx[i]);
+    for (int i = 0; v && i < k; i++) entry_copy(&v[i], &ix->v[i]);
     pthread_mutex_unlock(&s->mu);
     if (!v) return ak_failc(err, AK_ERR_NOMEM, "store: out of memory");
     *out = v;
     *n = k;
     return 0;
+}
+
+int ak_store_lookup_pool(ak_store *s, const char *pool_id, ak_store_pool_entry *out) {
+    return ak_entry_index_lookup(s, &s->pools, pool_id, out);
+}
+
+int ak_store_list_pools(ak_store *s, ak_store_pool_entry **out, int *n, ak_error *err) {
+    return ak_entry_index_list(s, &s->pools, out, n, err);
 }
 
 void ak_store_pool_entries_free(ak_store_pool_entry *v, int n) {
@@ -177,11 +184,11 @@ int ak_store_remove_pool(ak_store *s, const char *pool_id, ak_error *err) {
     if (w < 0 || (size_t)w >= sizeof path) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
     if (unlink(path) != 0) {
         if (errno == ENOENT) {
-            ak_store_pool_index_del(s, pool_id);
+            ak_entry_index_del(s, &s->pools, pool_id);
             return 1;
         }
         return ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
     }
-    ak_store_pool_index_del(s, pool_id);
+    ak_entry_index_del(s, &s->pools, pool_id);
     return 0;
 }
