@@ -124,6 +124,11 @@ const char *err_msg(const reply *r) {
     return c ? c : (r->body ? r->body : "");
 }
 
+const char *answer(const reply *r) {
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0);
+    return str(cJSON_GetObjectItem(c0, "message"), "content");
+}
+
 
 int run_cli(const char *args, char **out) {
     const char *bin = getenv("AK_BIN");

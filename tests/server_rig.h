@@ -55,6 +55,8 @@ const char *str(const cJSON *j, const char *name);
 /* The code and message of an OpenAI error body ("" / the raw body if none). */
 const char *err_code(const reply *r);
 const char *err_msg(const reply *r);
+/* The assistant's text of a chat reply (NULL if none). */
+const char *answer(const reply *r);
 
 /* Runs the agentkv binary (AK_BIN, else build/agentkv) with args, bounded
  * by 120 s; returns its exit code and its stderr+stdout in *out (malloc'd). */

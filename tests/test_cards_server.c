@@ -49,12 +49,6 @@ static reply chat(int port, const char *agent, const char *messages, int max_tok
     return r;
 }
 
-/* The assistant's text of a chat reply (NULL if none). */
-static const char *answer(const reply *r) {
-    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0);
-    return str(cJSON_GetObjectItem(c0, "message"), "content");
-}
-
 /* agentkv.reused and usage.prompt_tokens of a chat reply. */
 static int reused(const reply *r) { return (int)num(cJSON_GetObjectItem(r->j, "agentkv"), "reused"); }
 static int prompt_tokens(const reply *r) { return (int)num(cJSON_GetObjectItem(r->j, "usage"), "prompt_tokens"); }

@@ -78,11 +78,6 @@ static reply chat(int port, const char *agent, const char *memories, const char 
     return r;
 }
 
-static const char *answer(const reply *r) {
-    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0);
-    return str(cJSON_GetObjectItem(c0, "message"), "content");
-}
-
 static double usage(const reply *r, const char *name) { return num(cJSON_GetObjectItem(r->j, "usage"), name); }
 static double cached(const reply *r) {
     return num(cJSON_GetObjectItem(cJSON_GetObjectItem(r->j, "usage"), "prompt_tokens_details"), "cached_tokens");

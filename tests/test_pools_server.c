@@ -55,12 +55,6 @@ static reply chat(int port, const char *agent, const char *pool, const char *mes
     return r;
 }
 
-/* The assistant's text of a chat reply (NULL if none). */
-static const char *answer(const reply *r) {
-    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0);
-    return str(cJSON_GetObjectItem(c0, "message"), "content");
-}
-
 /* The value of the sample "name value" in /metrics, or -1. */
 static double metric(int port, const char *name) {
     reply r = http(port, "GET", "/metrics", NULL);
