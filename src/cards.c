@@ -136,17 +136,8 @@ static int fingerprint_ok(const char *fp) {
 
 /* The mixed block of kv holding pos and pos's slot in it, or NULL. */
 static const ak_block *mixed_block_at(const ak_kv *kv, int pos, int *slot) {
-    int nb = ak_kv_span_count(kv);
-    for (int i = 0; i < nb; i++) {
-        int start, count;
-        ak_block *b = ak_kv_span(kv, i, &start, &count);
-        if (pos >= start && pos < start + count) {
-            if (!b || !b->mix || pos - start >= b->mix->count) return NULL;
-            *slot = pos - start;
-            return b;
-        }
-    }
-    return NULL;
+    const ak_block *b = ak_kv_block_at(kv, pos, slot);
+    return b && b->mix && *slot < b->mix->count ? b : NULL;
 }
 
 int ak_card_slot_widths(const ak_kv *kv, int pos, int *wk, int *wv) {

@@ -1044,6 +1044,15 @@ int ak_kv_span_count(const ak_kv *kv) { return spans_for(kv, kv->length); }
 
 int ak_kv_blocks_for(const ak_kv *kv, int n) { return spans_for(kv, n); }
 
+ak_block *ak_kv_block_at(const ak_kv *kv, int pos, int *slot) {
+    int sl;
+    if (pos < 0 || pos >= kv->length) return NULL;
+    int i = block_of(kv, pos, &sl);
+    if (i >= kv->n_table) return NULL;
+    if (slot) *slot = sl;
+    return kv->table[i];
+}
+
 ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count) {
     if (i < 0 || i >= kv->n_table) return NULL;
     if (start) *start = span_start(kv, i);

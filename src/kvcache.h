@@ -157,6 +157,9 @@ int ak_kv_has_mixed(const ak_kv *kv);
  * length: where block i would be), sets start and count; past the table it
  * returns NULL and sets nothing. */
 int ak_kv_span_count(const ak_kv *kv);
+/* The block holding position pos (< length) and pos's slot in it, or NULL
+ * (nothing set) when pos is not held. */
+ak_block *ak_kv_block_at(const ak_kv *kv, int pos, int *slot);
 ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count);
 /* Blocks that positions [0, n) of this sequence take (its base included). */
 int ak_kv_blocks_for(const ak_kv *kv, int n);
