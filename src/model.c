@@ -1004,11 +1004,15 @@ int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     return rc;
 }
 
-static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
+/* Checks a batch (token ids, positions within each sequence's capacity and
+ * following what it holds with no gap: a position below the length is
+ * written again), splits it into attention units, makes every position
+ * writable (a full budget fails here, before any sequence changed) and
+ * fills the RoPE tables. Returns the unit count, or -1 with err set. */
+static int batch_setup(ak_ctx *c, const ak_batch *b, ak_error *err) {
     const ak_model *m = c->m;
     const ak_config *cf = &m->cfg;
-    int n = b->n, dim = cf->dim, hd = cf->head_dim;
-    int qd = cf->n_head * hd, kvd = cf->n_head_kv * hd;
+    int n = b->n;
     if (n < 1 || n > c->max_batch) return ak_fail(err, "batch of %d tokens (1..%d allowed)", n, c->max_batch);
     for (int i = 0; i < n; i++) {
         if (b->token[i] < 0 || b->token[i] >= cf->vocab)
@@ -1041,9 +1045,6 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     int half = cf->rope_dim / 2;
     float *cs_swa = c->rope_cs + (size_t)c->max_batch * cf->rope_dim;   /* sliding-window layers' */
     for (int i = 0; i < n; i++) {
-        embed(m, b->token[i], c->x + (size_t)i * dim);
-        if (cf->embd_scale != 1.0f)
-            for (int j = 0; j < dim; j++) c->x[(size_t)i * dim + j] *= cf->embd_scale;
         /* the RoPE position: the slot moved by the context's offset */
         int rp = b->pos[i] + c->pos_offset;
         rope_table(m->inv_freq, half, rp, c->rope_cs + (size_t)i * cf->rope_dim);
@@ -1053,67 +1054,108 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
             for (int j = 0; j < cf->rope_dim; j++) c->rope_cs[(size_t)i * cf->rope_dim + j] *= cf->rope_mag;
         if (m->inv_freq_swa) rope_table(m->inv_freq_swa, half, rp, cs_swa + (size_t)i * cf->rope_dim);
     }
-    for (int l = 0; l < cf->n_layer; l++) {
-        const ak_layer *L = &m->layers[l];
-        for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->attn_norm, dim, cf->rms_eps);
-        if (cf->kv_lora) {
-            if (mla_attention(c, b, l, n_units, err) < 0) return -1;
-            for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
-            for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
-            if (L->e_gate) {
-                moe_ffn(c, L, n);
-            } else {
-                matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
-                matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
-                ak_silu_mul(c->hb, c->hb2, (size_t)n * L->w_gate.rows);
-                matmul(c->pool, &L->w_down, c->hb, n, c->xb);
-            }
-            for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
-            continue;
-        }
-        matmul(c->pool, &L->wq, c->xb, n, c->q);
-        matmul(c->pool, &L->wk, c->xb, n, c->k);
-        matmul(c->pool, &L->wv, c->xb, n, c->v);
-        for (int i = 0; i < n; i++) {
-            float *q = c->q + (size_t)i * qd, *k = c->k + (size_t)i * kvd, *v = c->v + (size_t)i * kvd;
-            if (L->bq) {
-                for (int j = 0; j < qd; j++) q[j] += L->bq[j];
-                for (int j = 0; j < kvd; j++) { k[j] += L->bk[j]; v[j] += L->bv[j]; }
-            }
-            if (L->q_norm) {   /* each head normed on its own, before RoPE */
-                for (int h = 0; h < cf->n_head; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, cf->rms_eps);
-                for (int h = 0; h < cf->n_head_kv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, cf->rms_eps);
-            }
-            const float *cs = (L->window ? cs_swa : c->rope_cs) + (size_t)i * cf->rope_dim;
-            rope(q, cf->n_head, hd, cf->rope_dim, cs, cf->rope_style);
-            rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
-            if (ak_kv_write(b->seq[i], l, b->pos[i], k, v, err) < 0) return -1;
-        }
-        /* statistics read the batch's keys back, so after every write */
-        if (c->stats && ak_attn_stats_observe(c->stats, c->pool, b, l, c->q, (size_t)qd, err) < 0) return -1;
-        attn_task at = {c, b, l, n_units};
-        ak_pool_run(c->pool, attn_worker, &at);
-        matmul(c->pool, &L->wo, c->att, n, c->xb);
-        if (L->post_attn_norm)
-            for (int i = 0; i < n; i++)
-                rmsnorm(c->xb + (size_t)i * dim, c->xb + (size_t)i * dim, L->post_attn_norm, dim, cf->rms_eps);
-        for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+    return n_units;
+}
 
-        for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
-        matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
-        matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
-        if (cf->act == AK_ACT_GELU) gelu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
-        else ak_silu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
-        matmul(c->pool, &L->w_down, c->hb, n, c->xb);
-        if (L->post_ffn_norm)
-            for (int i = 0; i < n; i++)
-                rmsnorm(c->xb + (size_t)i * dim, c->xb + (size_t)i * dim, L->post_ffn_norm, dim, cf->rms_eps);
-        for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+/* The input embeddings of the batch's tokens into c->x (scaled by
+ * embd_scale). */
+static void embed_batch(ak_ctx *c, const ak_batch *b) {
+    const ak_config *cf = &c->m->cfg;
+    int dim = cf->dim;
+    for (int i = 0; i < b->n; i++) {
+        embed(c->m, b->token[i], c->x + (size_t)i * dim);
+        if (cf->embd_scale != 1.0f)
+            for (int j = 0; j < dim; j++) c->x[(size_t)i * dim + j] *= cf->embd_scale;
     }
-    /* final norm and output projection, only for tokens that want logits */
-    int nr = 0;
+}
+
+/* Queries, keys and values of layer l (not MLA) for the batch's n tokens
+ * from the normed inputs in c->xb, into c->q, c->k, c->v: projections,
+ * biases, q/k norms, RoPE; keys and values as the cache stores them. */
+static void layer_qkv(ak_ctx *c, const ak_batch *b, int l) {
+    const ak_model *m = c->m;
+    const ak_config *cf = &m->cfg;
+    const ak_layer *L = &m->layers[l];
+    int n = b->n, hd = cf->head_dim, qd = cf->n_head * hd, kvd = cf->n_head_kv * hd;
+    float *cs_swa = c->rope_cs + (size_t)c->max_batch * cf->rope_dim;
+    matmul(c->pool, &L->wq, c->xb, n, c->q);
+    matmul(c->pool, &L->wk, c->xb, n, c->k);
+    matmul(c->pool, &L->wv, c->xb, n, c->v);
+    for (int i = 0; i < n; i++) {
+        float *q = c->q + (size_t)i * qd, *k = c->k + (size_t)i * kvd, *v = c->v + (size_t)i * kvd;
+        if (L->bq) {
+            for (int j = 0; j < qd; j++) q[j] += L->bq[j];
+            for (int j = 0; j < kvd; j++) { k[j] += L->bk[j]; v[j] += L->bv[j]; }
+        }
+        if (L->q_norm) {   /* each head normed on its own, before RoPE */
+            for (int h = 0; h < cf->n_head; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, cf->rms_eps);
+            for (int h = 0; h < cf->n_head_kv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, cf->rms_eps);
+        }
+        const float *cs = (L->window ? cs_swa : c->rope_cs) + (size_t)i * cf->rope_dim;
+        rope(q, cf->n_head, hd, cf->rope_dim, cs, cf->rope_style);
+        rope(k, cf->n_head_kv, hd, cf->rope_dim, cs, cf->rope_style);
+    }
+}
+
+/* Layer l on the batch's residual stream c->x: attention (K/V written at
+ * each token's position, attending over [0, pos] of its sequence) and the
+ * FFN, each added to the stream. Returns 0, or -1 with err set. */
+static int layer_forward(ak_ctx *c, const ak_batch *b, int l, int n_units, ak_error *err) {
+    const ak_model *m = c->m;
+    const ak_config *cf = &m->cfg;
+    const ak_layer *L = &m->layers[l];
+    int n = b->n, dim = cf->dim, hd = cf->head_dim;
+    int qd = cf->n_head * hd, kvd = cf->n_head_kv * hd;
+    for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->attn_norm, dim, cf->rms_eps);
+    if (cf->kv_lora) {
+        if (mla_attention(c, b, l, n_units, err) < 0) return -1;
+        for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+        for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
+        if (L->e_gate) {
+            moe_ffn(c, L, n);
+        } else {
+            matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
+            matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
+            ak_silu_mul(c->hb, c->hb2, (size_t)n * L->w_gate.rows);
+            matmul(c->pool, &L->w_down, c->hb, n, c->xb);
+        }
+        for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+        return 0;
+    }
+    layer_qkv(c, b, l);
     for (int i = 0; i < n; i++)
-        if (b->logits_out[i]) c->rows[nr++] = i;
+        if (ak_kv_write(b->seq[i], l, b->pos[i], c->k + (size_t)i * kvd, c->v + (size_t)i * kvd, err) < 0) return -1;
+    /* statistics read the batch's keys back, so after every write */
+    if (c->stats && ak_attn_stats_observe(c->stats, c->pool, b, l, c->q, (size_t)qd, err) < 0) return -1;
+    attn_task at = {c, b, l, n_units};
+    ak_pool_run(c->pool, attn_worker, &at);
+    matmul(c->pool, &L->wo, c->att, n, c->xb);
+    if (L->post_attn_norm)
+        for (int i = 0; i < n; i++)
+            rmsnorm(c->xb + (size_t)i * dim, c->xb + (size_t)i * dim, L->post_attn_norm, dim, cf->rms_eps);
+    for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+
+    for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
+    matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
+    matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
+    if (cf->act == AK_ACT_GELU) gelu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
+    else ak_silu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
+    matmul(c->pool, &L->w_down, c->hb, n, c->xb);
+    if (L->post_ffn_norm)
+        for (int i = 0; i < n; i++)
+            rmsnorm(c->xb + (size_t)i * dim, c->xb + (size_t)i * dim, L->post_ffn_norm, dim, cf->rms_eps);
+    for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
+    return 0;
+}
+
+/* Final norm and output projection of c->x, only for tokens that want
+ * logits. */
+static void batch_logits(ak_ctx *c, const ak_batch *b) {
+    const ak_model *m = c->m;
+    const ak_config *cf = &m->cfg;
+    int n = b->n, dim = cf->dim, nr = 0;
+    for (int i = 0; i < n; i++)
+        if (b->logits_out && b->logits_out[i]) c->rows[nr++] = i;
     for (int r0 = 0; r0 < nr; r0 += LOGIT_ROWS) {
         int cnt = nr - r0 < LOGIT_ROWS ? nr - r0 : LOGIT_ROWS;
         for (int j = 0; j < cnt; j++)
@@ -1122,7 +1164,90 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
         for (int j = 0; j < cnt; j++)
             memcpy(b->logits_out[c->rows[r0 + j]], c->logits + (size_t)j * cf->vocab, cf->vocab * sizeof(float));
     }
+}
+
+static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
+    int n_units = batch_setup(c, b, err);
+    if (n_units < 0) return -1;
+    embed_batch(c, b);
+    for (int l = 0; l < c->m->cfg.n_layer; l++)
+        if (layer_forward(c, b, l, n_units, err) < 0) return -1;
+    batch_logits(c, b);
     return 0;
+}
+
+int ak_model_embed(ak_ctx *c, const int32_t *tokens, int n, float *x, ak_error *err) {
+    const ak_config *cf = &c->m->cfg;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= cf->vocab)
+            return ak_failc(err, AK_ERR_INVALID, "token id %d is out of range (vocabulary %d)", tokens[i], cf->vocab);
+        embed(c->m, tokens[i], x + (size_t)i * cf->dim);
+        if (cf->embd_scale != 1.0f)
+            for (int j = 0; j < cf->dim; j++) x[(size_t)i * cf->dim + j] *= cf->embd_scale;
+    }
+    return 0;
+}
+
+/* The range entry points take the residual stream from the caller: they
+ * run in c's scratch (c->x) like a whole forward pass, one batch at a
+ * time. */
+static int range_args(const ak_ctx *c, int l0, int l1, ak_error *err) {
+    if (c->m->cfg.kv_lora)
+        return ak_failc(err, AK_ERR_INVALID, "layer ranges are not available for multi-head latent attention");
+    if (l0 < 0 || l1 > c->m->cfg.n_layer || l0 >= l1)
+        return ak_failc(err, AK_ERR_INVALID, "layer range [%d, %d) of %d layers", l0, l1, c->m->cfg.n_layer);
+    return 0;
+}
+
+static int forward_layers(ak_ctx *c, const ak_batch *b, float *x, int l0, int l1, ak_error *err) {
+    if (range_args(c, l0, l1, err) < 0) return -1;
+    int n_units = batch_setup(c, b, err);
+    if (n_units < 0) return -1;
+    size_t bytes = (size_t)b->n * c->m->cfg.dim * sizeof(float);
+    memcpy(c->x, x, bytes);
+    for (int l = l0; l < l1; l++)
+        if (layer_forward(c, b, l, n_units, err) < 0) return -1;
+    memcpy(x, c->x, bytes);
+    if (l1 == c->m->cfg.n_layer) batch_logits(c, b);
+    return 0;
+}
+
+int ak_forward_layers(ak_ctx *c, const ak_batch *b, float *x, int l0, int l1, ak_error *err) {
+    unsigned fp_mode = ak_flush_denormals();
+    int rc = forward_layers(c, b, x, l0, l1, err);
+    ak_restore_denormals(fp_mode);
+    return rc;
+}
+
+static int layer_kv(ak_ctx *c, const ak_batch *b, const float *x, int l, float *k, float *v, ak_error *err) {
+    if (range_args(c, l, l + 1, err) < 0) return -1;
+    const ak_config *cf = &c->m->cfg;
+    int n = b->n, dim = cf->dim;
+    size_t kvd = (size_t)cf->n_head_kv * cf->head_dim;
+    if (n < 1 || n > c->max_batch) return ak_fail(err, "batch of %d tokens (1..%d allowed)", n, c->max_batch);
+    /* only the RoPE tables of batch_setup: nothing is written */
+    int half = cf->rope_dim / 2;
+    float *cs_swa = c->rope_cs + (size_t)c->max_batch * cf->rope_dim;
+    for (int i = 0; i < n; i++) {
+        int rp = b->pos[i] + c->pos_offset;
+        rope_table(c->m->inv_freq, half, rp, c->rope_cs + (size_t)i * cf->rope_dim);
+        if (cf->rope_mag != 1.0f)
+            for (int j = 0; j < cf->rope_dim; j++) c->rope_cs[(size_t)i * cf->rope_dim + j] *= cf->rope_mag;
+        if (c->m->inv_freq_swa) rope_table(c->m->inv_freq_swa, half, rp, cs_swa + (size_t)i * cf->rope_dim);
+    }
+    for (int i = 0; i < n; i++)
+        rmsnorm(c->xb + (size_t)i * dim, x + (size_t)i * dim, c->m->layers[l].attn_norm, dim, cf->rms_eps);
+    layer_qkv(c, b, l);
+    memcpy(k, c->k, (size_t)n * kvd * sizeof(float));
+    memcpy(v, c->v, (size_t)n * kvd * sizeof(float));
+    return 0;
+}
+
+int ak_layer_kv(ak_ctx *c, const ak_batch *b, const float *x, int l, float *k, float *v, ak_error *err) {
+    unsigned fp_mode = ak_flush_denormals();
+    int rc = layer_kv(c, b, x, l, k, v, err);
+    ak_restore_denormals(fp_mode);
+    return rc;
 }
 
 int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float *logits, float *all_logits,

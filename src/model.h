@@ -202,6 +202,33 @@ int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err);
 int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float *logits,
             float *all_logits, ak_progress_fn cb, void *ud, ak_error *err);
 
+/* LAYER RANGES (reuse.h: CacheBlend and AgentKVShift run chosen tokens
+ * through some layers only). The residual stream x of a batch (b->n x
+ * dim floats) is the caller's: ak_model_embed gives the stream entering
+ * layer 0 (the embeddings, scaled as the forward pass scales them);
+ * ak_forward_layers runs the batch through layers [l0, l1) in place, the
+ * same arithmetic as ak_forward's layers (so embed + [0, a) + [a, L)
+ * computes ak_forward's bits); ak_layer_kv gives the K/V that layer l
+ * would store for the batch from the stream entering it, writing nothing.
+ * Not for multi-head latent attention (AK_ERR_INVALID).
+ *
+ * In ak_forward_layers each token writes its K/V at its position of its
+ * sequence, at each layer of the range, and attends over positions [0,
+ * pos] of the sequence as the cache then holds them at that layer (the
+ * batch's earlier positions written first): causal by position. Positions
+ * need not be contiguous: a position below the sequence's length is
+ * written again (a recomputed token), one at or past it must follow with
+ * no gap, as in ak_forward. When l1 is the last layer, the tokens with a
+ * logits_out entry get their logits (logits_out may be NULL). Returns 0,
+ * or -1 with err set (batch size, ids, positions, budget). */
+int ak_model_embed(ak_ctx *c, const int32_t *tokens, int n, float *x, ak_error *err);
+int ak_forward_layers(ak_ctx *c, const ak_batch *b, float *x, int l0, int l1, ak_error *err);
+/* k (b->n x n_head_kv * head_dim_k) and v (likewise head_dim_v): keys
+ * RoPE'd at the token's position (plus the context's offset) as written
+ * by the forward pass. b->seq and b->logits_out are not used. Returns 0,
+ * or -1 with err set. */
+int ak_layer_kv(ak_ctx *c, const ak_batch *b, const float *x, int l, float *k, float *v, ak_error *err);
+
 /* POSITION SHIFT. Re-rotates the stored keys of positions [from, to) of kv,
  * every layer and KV head, as if each token had been computed delta
  * positions later: RoPE rotates each pair of a key by an angle proportional

@@ -185,3 +185,76 @@ TEST(reuse_refuses_bad_arguments_by_code) {
     ak_block_pool_free(other);
     tenv_close(&e);
 }
+
+/* The layer-range entry points: embed, layers [0, a), layers [a, L) in
+ * two calls give ak_eval's logits and cache bits; ak_layer_kv gives the
+ * bits the pass then writes (an f32 cache holds them exactly); a token
+ * written again at a held position (non-contiguous batch) leaves the same
+ * cache as the first pass. */
+TEST(reuse_layer_ranges_equal_the_forward_pass) {
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    REQUIRE(pool, "pool");
+    enum { N = 40 };
+    int32_t tok[N], pos[N];
+    for (int i = 0; i < N; i++) { tok[i] = (int32_t)((i * 29 + 3) % e.vocab); pos[i] = i; }
+    int V = e.vocab, dim = e.m->cfg.dim, L = e.m->cfg.n_layer;
+    size_t kd = (size_t)e.m->spec.n_head_kv * e.m->spec.head_dim_k;
+    ak_kv *ref = rnew(pool, AK_KV_F32), *kv = rnew(pool, AK_KV_F32);
+    float *lr = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V), *x = malloc(sizeof(float) * N * dim);
+    float *k = malloc(sizeof(float) * N * kd), *v = malloc(sizeof(float) * N * kd), *rk = malloc(sizeof(float) * 2 * kd);
+    REQUIRE(ref && kv && lr && lg && x && k && v && rk, "oom");
+    REQUIRE(ak_eval(e.ctx, ref, tok, N, 0, lr, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    ak_kv *seq[N];
+    float *outs[N] = {0};
+    for (int i = 0; i < N; i++) seq[i] = kv;
+    outs[N - 1] = lg;
+    ak_batch b = {N, tok, pos, seq, outs};
+    int a = L / 2;
+    CHECK(ak_model_embed(e.ctx, tok, N, x, &err) == 0, "%s", err.msg);
+    CHECK(ak_forward_layers(e.ctx, &b, x, 0, a, &err) == 0, "%s", err.msg);
+    CHECK(ak_layer_kv(e.ctx, &b, x, a, k, v, &err) == 0, "%s", err.msg);
+    CHECK(ak_forward_layers(e.ctx, &b, x, a, L, &err) == 0, "%s", err.msg);
+    CHECK(memcmp(lr, lg, sizeof(float) * V) == 0, "layer ranges differ from ak_eval by %g", rmaxdiff(lr, lg, V));
+    int bad = 0;
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < N; i++) {
+            float a1[512], a2[512];
+            ak_kv_read(ref, l, i, a1, a1 + kd, &err);
+            ak_kv_read(kv, l, i, a2, a2 + kd, &err);
+            bad += memcmp(a1, a2, sizeof(float) * 2 * kd) != 0;
+            if (l == a) {
+                bad += memcmp(a1, k + i * kd, sizeof(float) * kd) != 0;
+                bad += memcmp(a1 + kd, v + i * kd, sizeof(float) * kd) != 0;
+            }
+        }
+    CHECK(bad == 0, "%d cache vectors differ", bad);
+    /* tokens 5, 17, 33 again from layer a (their stream entering it): same bits */
+    int32_t st[3] = {tok[5], tok[17], tok[33]}, sp[3] = {5, 17, 33};
+    float *xs = malloc(sizeof(float) * 3 * dim);
+    CHECK(ak_model_embed(e.ctx, tok, N, x, &err) == 0, "%s", err.msg);
+    ak_batch bb = {N, tok, pos, seq, NULL};
+    ak_kv *kv2 = rnew(pool, AK_KV_F32);
+    for (int i = 0; i < N; i++) seq[i] = kv2;
+    CHECK(ak_forward_layers(e.ctx, &bb, x, 0, a, &err) == 0, "%s", err.msg);
+    for (int j = 0; j < 3; j++) memcpy(xs + j * dim, x + (size_t)sp[j] * dim, sizeof(float) * dim);
+    CHECK(ak_forward_layers(e.ctx, &bb, x, a, L, &err) == 0, "%s", err.msg);
+    ak_batch b3 = {3, st, sp, seq, NULL};
+    CHECK(ak_forward_layers(e.ctx, &b3, xs, a, L, &err) == 0, "%s", err.msg);
+    bad = 0;
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < N; i++) {
+            float a1[512], a2[512];
+            ak_kv_read(ref, l, i, a1, a1 + kd, &err);
+            ak_kv_read(kv2, l, i, a2, a2 + kd, &err);
+            bad += memcmp(a1, a2, sizeof(float) * 2 * kd) != 0;
+        }
+    CHECK(bad == 0, "recomputed tokens: %d cache vectors differ", bad);
+    CHECK(ak_forward_layers(e.ctx, &b3, xs, a, a, &err) < 0 && err.code == AK_ERR_INVALID, "empty range");
+    free(xs); free(lr); free(lg); free(x); free(k); free(v); free(rk);
+    ak_kv_free(ref); ak_kv_free(kv); ak_kv_free(kv2);
+    ak_block_pool_free(pool);
+    tenv_close(&e);
+}
