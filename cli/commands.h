@@ -19,5 +19,6 @@ int cmd_memory(int argc, char **argv);      /* agentkv memory */
 int cmd_bench_ttft(int argc, char **argv); /* agentkv bench ttft */
 int cmd_bench_serve(int argc, char **argv); /* agentkv bench serve */
 int cmd_bench_pools(int argc, char **argv); /* agentkv bench pools */
+int cmd_bench_reuse(int argc, char **argv); /* agentkv bench reuse */
 
 #endif

@@ -20,7 +20,7 @@ static const struct {
     {"memory", cmd_memory, "add, list and remove memory chunks (a text's KV computed once, placed in chat turns)"},
     {"card", cmd_card, "export, import, inspect, list and remove CacheCards (KV handoffs) in a memory directory"},
     {"synth", cmd_synth, "write a GGUF with random weights of a real model's shape"},
-    {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching), pools (shared pool vs private copies)"},
+    {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching), pools (shared pool vs private copies), cards (KV handoffs), reuse (memory chunks: none, cacheblend, agentkvshift vs full)"},
 };
 
 static void usage(FILE *out) {
