@@ -68,9 +68,10 @@ $(BUILD)/agentkv: $(CLI_OBJ) $(BUILD)/libagentkv.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The store's fault injection (AK_FAULT_*) exists only in the test binary:
-# a second object of store.c, linked ahead of the library (whose store.o
-# then goes unused), so the shipped agentkv has none.
-$(BUILD)/src/store_fault.o: src/store.c
+# a second object of the directory backend (store_dir.c), linked ahead of
+# the library (whose store_dir.o then goes unused), so the shipped agentkv
+# has none.
+$(BUILD)/src/store_fault.o: src/store_dir.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DAK_FAULT_INJECTION -c $< -o $@
 

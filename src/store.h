@@ -10,7 +10,7 @@
  *     <dir>/quarantine/<agent_id>.safetensors.<reason>.<unix time>
  *                                           files found corrupt, moved aside
  * The file format is specified in docs/agent-file-format.md (and at the top
- * of store.c).
+ * of store_codec.c; the layers: store.c).
  *
  * Saving is two steps so that an agent manager holds its locks only while
  * memory is copied: ak_store_snapshot copies the first n tokens of a live
@@ -92,7 +92,7 @@ int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_erro
  * the bound below). key: NULL for plain files, else 32
  * bytes (copied): every file is then sealed, and only sealed files under the
  * same key are loaded. In test builds only (AK_FAULT_INJECTION), reads the
- * fault-injection variables (see store.c: AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT,
+ * fault-injection variables (see store_dir.c: AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT,
  * AK_FAULT_WRITE_CHUNK). Returns NULL with err set on failure. */
 ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err);
 /* Wipes the key and frees the store. NULL is fine. */

@@ -1,5 +1,8 @@
-/* store_impl.h - internals shared by store.c, store_pool.c and store_seal.c
- * (not an API).
+/* store_impl.h - internals shared by the store's files (not an API):
+ * store.c (open, the index, listing, gc, quarantine), store_codec.c (the
+ * image format), store_save.c, store_load.c, the backends (store_dir.c,
+ * store_backend.h), store_pool.c, store_memory.c, store_card.c and
+ * store_seal.c (the seal below).
  *
  * A sealed file (see docs/agent-file-format.md) is
  *     plain header   56 bytes:
@@ -24,12 +27,14 @@
 #define AK_STORE_IMPL_H
 
 #include <limits.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "store.h"
+#include "store_backend.h"
 
 #define AK_SEAL_MAGIC "AKVSEAL1"
 #define AK_SEAL_VERSION 2u
@@ -116,12 +121,7 @@ struct ak_store {
     int has_key;
     uint8_t key[AK_STORE_KEY_BYTES];
     uint8_t key_id[8];
-    /* fault injection (store.c; read only with AK_FAULT_INJECTION): step
-     * numbers, 0 = off. Always present: store.c is built with and without
-     * the flag, and the struct must be the same in every object */
-    long kill_at, fail_at;
-    int fail_errno;
-    size_t write_chunk;         /* bytes per write() */
+    ak_store_backend *be;       /* where the images live (store_backend.h) */
     /* The index: what the directory holds, as found at open and changed by
      * this store since (saves, loads, removals, quarantine, gc), so that
      * listing, gauges and gc touch no file. Guarded by mu: saves run on
@@ -138,6 +138,53 @@ struct ak_store {
     int n_cidx, cap_cidx;
     int cards_indexed;
 };
+
+#define AK_STORE_SUFFIX ".safetensors"
+
+/* The kinds' words for messages, "agent", "pool", "memory". */
+static inline const char *ak_kind_word(int kind) {
+    return kind == AK_FILE_POOL ? "pool" : kind == AK_FILE_MEMORY ? "memory" : "agent";
+}
+
+/* 1 for the kinds laid out as pools (a content hash and a source, no base):
+ * pools and memories. */
+static inline int ak_kind_pooled(int kind) { return kind == AK_FILE_POOL || kind == AK_FILE_MEMORY; }
+
+/* What a sealed image of kind is bound to (the seal's additional data):
+ * an agent's id, or "pools/<id>" / "memories/<id>", so that none can pass
+ * for another. */
+static inline void ak_seal_binding(int kind, const char *id, char out[AK_SEAL_ID_MAX + 1]) {
+    snprintf(out, AK_SEAL_ID_MAX + 1, "%s%s", kind == AK_FILE_POOL ? "pools/" : kind == AK_FILE_MEMORY ? "memories/" : "", id);
+}
+
+/* Canonical decimal: digits only, no leading zero (but "0"), within [lo,
+ * hi]. Returns 0 with *out set, or -1. */
+static inline int ak_parse_dec(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s || (s[0] == '0' && s[1])) return -1;
+    int64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if (v > (INT64_MAX - (*p - '0')) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* The index of agent entries and the pooled kinds' (store.c): put inserts or
+ * replaces (a pooled entry's source is taken), del removes, quarantined
+ * records a file moved to quarantine (bounded: the oldest beyond
+ * AK_STORE_QUARANTINE_MAX are deleted). Each takes s->mu. */
+void ak_store_index_put(ak_store *s, int kind, const ak_store_entry *e, ak_store_pool_entry *pe);
+void ak_store_index_del(ak_store *s, int kind, const char *id);
+void ak_store_index_quarantined(ak_store *s, const ak_blob_qname *q);
+
+/* Moves the image of (kind, id) to quarantine (if g is not NULL, only if it
+ * is still the one g opened) and updates the index. Returns 0 (where: the
+ * new place, for messages), 1 if there was none, -1 with why set. */
+int ak_store_quarantine_kind(ak_store *s, int kind, const char *id, ak_blob_get *g, const char *reason, char *where,
+                             size_t wn, char *why, size_t whyn);
 
 /* Snapshot of a sequence for a file of kind (AK_FILE_*): agents may have a
  * base (NULL: none); pools record pool_hash and source (copied; NULL is

@@ -1,7 +1,7 @@
 /* store_memory.c - memory files of a store (store.h, "MEMORIES").
  *
  * FILE FORMAT. A memory is <dir>/memories/<id>.safetensors, written and read
- * by store.c's code for pools (one block codec for agents, pools and
+ * by the store's code for pools (store_codec.c, store_save.c, store_load.c) (one block codec for agents, pools and
  * memories), so it is the agent file format of docs/agent-file-format.md
  * (version 5: per-block XXH3-64 checksums in "block_checksums", a metadata
  * checksum, sealed like any file when the store has a key) with:
@@ -23,7 +23,7 @@
  * quarantine/memory+<id>.safetensors.<reason>.<time>).
  *
  * The index of memory files (s->mems) is an ak_entry_index like the pools': built at
- * ak_store_open (store.c scans memories/), kept current by saves, loads,
+ * ak_store_open (store.c lists memories through the backend), kept current by saves, loads,
  * removals and quarantine moves.
  */
 #include <errno.h>
@@ -77,15 +77,9 @@ int ak_store_list_memories(ak_store *s, ak_store_pool_entry **out, int *n, ak_er
 
 int ak_store_remove_memory(ak_store *s, const char *id, ak_error *err) {
     if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid memory id");
-    char path[PATH_MAX];
-    int w = snprintf(path, sizeof path, "%s/%s.safetensors", s->mem_dir, id);
-    if (w < 0 || (size_t)w >= sizeof path) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
-    int rc = 0;
-    if (unlink(path) != 0) {
-        if (errno != ENOENT)
-            return ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
-        rc = 1;
-    }
+    ak_error e = {{0}};
+    int rc = s->be->ops->remove(s->be, AK_FILE_MEMORY, id, &e);
+    if (rc < 0) return ak_failc(err, e.code, "store: %s", e.msg);
     ak_entry_index_del(s, &s->mems, id);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* store_pool.c - pool files of a store (store.h, "POOLS"): named shared
  * prefixes in <dir>/pools/<id>.safetensors, the agent file format with
- * "format": "agentkv.pool", "pool_hash" and "source" (store.c writes, reads
- * and verifies them; docs/agent-file-format.md), and the store's index of
+ * "format": "agentkv.pool", "pool_hash" and "source" (store_codec.c
+ * specifies them, store_save.c writes and store_load.c reads and verifies
+ * them; docs/agent-file-format.md), and the store's index of
  * them. Pools are explicit: ak_store_gc neither counts nor deletes them,
  * ak_store_list does not list them.
  *
@@ -179,16 +180,9 @@ void ak_store_pool_entries_free(ak_store_pool_entry *v, int n) {
 
 int ak_store_remove_pool(ak_store *s, const char *pool_id, ak_error *err) {
     if (!ak_agent_id_valid(pool_id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid pool id");
-    char path[PATH_MAX];
-    int w = snprintf(path, sizeof path, "%s/%s.safetensors", s->pool_dir, pool_id);
-    if (w < 0 || (size_t)w >= sizeof path) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
-    if (unlink(path) != 0) {
-        if (errno == ENOENT) {
-            ak_entry_index_del(s, &s->pools, pool_id);
-            return 1;
-        }
-        return ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
-    }
+    ak_error e = {{0}};
+    int rc = s->be->ops->remove(s->be, AK_FILE_POOL, pool_id, &e);
+    if (rc < 0) return ak_failc(err, e.code, "store: %s", e.msg);
     ak_entry_index_del(s, &s->pools, pool_id);
-    return 0;
+    return rc;
 }
