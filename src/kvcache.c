@@ -25,6 +25,21 @@ struct ak_kv {
     int seg_blk0[AK_KV_MAX_SEGMENTS + 1];
     int n_table;        /* entries of table: ceil(capacity / T) + AK_KV_MAX_SEGMENTS (a partial block per segment) */
     ak_block **table;   /* (n_table) NULL where not allocated */
+    int n_corr;         /* corrections (kvcache.h: CORRECTIONS), in corr[0..n_corr) */
+    struct kv_corr *corr[AK_KV_MAX_CORRECTIONS];
+};
+
+/* One corrected range (kvcache.h: CORRECTIONS): positions [start, start +
+ * n), weight w[j] for position start + j; for each layer >= layer0 whose
+ * set[] flag is on, mu holds the KV heads' mean key residuals (H x dk) then
+ * value residuals (H x dv), and mu_rot the same vectors in the rotated
+ * formats' basis (ak_kv_rotate), which is where a rotated block's keys and
+ * values are decoded to. */
+struct kv_corr {
+    int start, n, layer0;
+    float *w;
+    unsigned char *set;   /* (n_layer) */
+    float *mu, *mu_rot;   /* (n_layer x H x (dk + dv)) */
 };
 
 /* Blocks of the base: every segment's, each segment's last maybe partial. */
@@ -97,6 +112,52 @@ static inline int spans_for(const ak_kv *kv, int n) {
     return kv->seg_blk0[k] + (n - kv->seg_start[k] + kv->T - 1) / kv->T;
 }
 
+static void corr_free(struct kv_corr *c) {
+    if (!c) return;
+    free(c->w); free(c->set); free(c->mu); free(c->mu_rot);
+    free(c);
+}
+
+/* A correction of n positions with zero residuals and no layer set (w
+ * copied when not NULL), or NULL (out of memory). */
+static struct kv_corr *corr_new(const ak_kv *kv, int start, int n, int layer0, const float *w) {
+    const ak_cache_spec *s = &kv->spec;
+    size_t per = (size_t)s->n_layer * s->n_head_kv * (s->head_dim_k + s->head_dim_v);
+    struct kv_corr *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->start = start; c->n = n; c->layer0 = layer0;
+    c->w = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+    c->set = calloc((size_t)s->n_layer, 1);
+    c->mu = calloc(per, sizeof(float));
+    c->mu_rot = calloc(per, sizeof(float));
+    if (!c->w || !c->set || !c->mu || !c->mu_rot) { corr_free(c); return NULL; }
+    if (w) memcpy(c->w, w, sizeof(float) * (size_t)n);
+    return c;
+}
+
+/* Copies src's corrections to dst (which has none), each cut to positions
+ * below upto. Returns 0, or -1 (out of memory: dst then has none). */
+static int corr_copy(ak_kv *dst, const ak_kv *src, int upto) {
+    const ak_cache_spec *s = &src->spec;
+    size_t per = (size_t)s->n_layer * s->n_head_kv * (s->head_dim_k + s->head_dim_v);
+    for (int i = 0; i < src->n_corr; i++) {
+        const struct kv_corr *c = src->corr[i];
+        if (c->start >= upto) continue;
+        int n = c->start + c->n > upto ? upto - c->start : c->n;
+        struct kv_corr *d = corr_new(dst, c->start, n, c->layer0, c->w);
+        if (!d) {
+            for (int j = 0; j < dst->n_corr; j++) corr_free(dst->corr[j]);
+            dst->n_corr = 0;
+            return -1;
+        }
+        memcpy(d->set, c->set, (size_t)s->n_layer);
+        memcpy(d->mu, c->mu, per * sizeof(float));
+        memcpy(d->mu_rot, c->mu_rot, per * sizeof(float));
+        dst->corr[dst->n_corr++] = d;
+    }
+    return 0;
+}
+
 ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ctx, ak_error *err) {
     const ak_cache_spec *s = ak_block_pool_spec(pool);
     if (n_ctx <= 0) { ak_fail(err, "context size %d must be positive", n_ctx); return NULL; }
@@ -139,12 +200,18 @@ ak_kv *ak_kv_fork(const ak_kv *src, ak_error *err) {
     kv->length = src->length;
     int lens[AK_KV_MAX_SEGMENTS];
     seg_set(kv, lens, seg_lens(src, lens));
+    if (corr_copy(kv, src, src->capacity) < 0) {
+        ak_kv_free(kv);
+        ak_failc(err, AK_ERR_NOMEM, "out of memory for a fork's corrections");
+        return NULL;
+    }
     return kv;
 }
 
 void ak_kv_free(ak_kv *kv) {
     if (!kv) return;
     for (int i = 0; i < kv->n_table; i++) ak_block_unref(kv->pool, kv->table[i]);
+    for (int i = 0; i < kv->n_corr; i++) corr_free(kv->corr[i]);
     free(kv->table);
     free(kv);
 }
@@ -173,6 +240,15 @@ void ak_kv_truncate(ak_kv *kv, int n) {
         ak_block_unref(kv->pool, kv->table[i]);
         kv->table[i] = NULL;
     }
+    /* corrections end with the positions they correct */
+    int kept = 0;
+    for (int i = 0; i < kv->n_corr; i++) {
+        struct kv_corr *c = kv->corr[i];
+        if (c->start >= n) { corr_free(c); continue; }
+        if (c->start + c->n > n) c->n = n - c->start;
+        kv->corr[kept++] = c;
+    }
+    kv->n_corr = kept;
 }
 
 int ak_kv_n_blocks(const ak_kv *kv) {
@@ -414,6 +490,13 @@ int ak_kv_swap(ak_kv *a, ak_kv *b) {
     b->table = t;
     b->length = n;
     seg_set(b, la, na);
+    struct kv_corr *tc[AK_KV_MAX_CORRECTIONS];
+    int tn = a->n_corr;
+    memcpy(tc, a->corr, sizeof tc);
+    memcpy(a->corr, b->corr, sizeof tc);
+    a->n_corr = b->n_corr;
+    memcpy(b->corr, tc, sizeof tc);
+    b->n_corr = tn;
     return 0;
 }
 
@@ -894,6 +977,36 @@ static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int l
                     window, scale, &none);
 }
 
+/* CORRECTIONS at attention time: a block's decoded keys (kt, transposed,
+ * Tp columns) and values (vf rows) of the positions [s0, s0 + cnt) it
+ * holds get w_j * mu_K and w_j * mu_V added for every corrected position j
+ * at this layer and head, in the basis the block decodes to. The scores
+ * become q . k_j + w_j (q . mu_K) and the output gains (sum_j p_j w_j)
+ * mu_V: the correction of kvcache.h, with no per-row state (a block may
+ * hold the end of one range and the start of the next), and the stored
+ * blocks untouched. */
+static void correct_block(const ak_kv *kv, const head_view *h, int layer, int head, int s0, int cnt, float *kt,
+                          int Tp, float *vf) {
+    const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, H = kv->spec.n_head_kv;
+    for (int i = 0; i < kv->n_corr; i++) {
+        const struct kv_corr *c = kv->corr[i];
+        if (layer < c->layer0 || !c->set[layer]) continue;
+        int lo = c->start > s0 ? c->start : s0, hi = c->start + c->n < s0 + cnt ? c->start + c->n : s0 + cnt;
+        if (lo >= hi) continue;
+        size_t base = (size_t)layer * H * (dk + dv);
+        const float *mk = (h->ik->rotated ? c->mu_rot : c->mu) + base + (size_t)head * dk;
+        const float *mv = (h->iv->rotated ? c->mu_rot : c->mu) + base + (size_t)H * dk + (size_t)head * dv;
+        for (int p = lo; p < hi; p++) {
+            float w = c->w[p - c->start];
+            if (w == 0.0f) continue;
+            int j = p - s0;
+            for (int d = 0; d < dk; d++) kt[(size_t)d * Tp + j] += w * mk[d];
+            float *vr = vf + (size_t)j * dv;
+            for (int d = 0; d < dv; d++) vr[d] += w * mv[d];
+        }
+    }
+}
+
 void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
                       int pos0, float scale, float *out, size_t ostride, float *scratch) {
     ak_kv_attend_run_window(kv, layer, kv_head, q, qstride, n_q, nt, pos0, 0, scale, out, ostride, scratch);
@@ -933,6 +1046,7 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         h.ik->dequant_t(h.kc, h.kcb, h.km, h.kmb, cnt, dk, kt, (size_t)Tp);
         prefetch_step(&pf, PF_LINES);
         h.iv->dequant(h.vc, h.vcb, h.vm, h.vmb, cnt, dv, vf, (size_t)dv);
+        if (kv->n_corr) correct_block(kv, &h, layer, kv_head, s0, cnt, kt, Tp, vf);
         rows_over_block(&a, &h, kt, vf, NULL, sc4, Tp, s0, cnt, pos0, window, scale, &pf);
         prefetch_step(&pf, -1);
     }
@@ -962,6 +1076,9 @@ int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err) 
     }
     if (ns > AK_KV_MAX_SEGMENTS)
         return ak_failc(err, AK_ERR_INVALID, "a base of %d segments: at most %d", ns, AK_KV_MAX_SEGMENTS);
+    /* the base's corrected positions stay corrected */
+    if (kv->n_corr == 0 && corr_copy(kv, src, base_len) < 0)
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory for a base's corrections");
     int nb = spans_for(src, base_len);
     for (int i = 0; i < nb; i++) {
         ak_block_ref(kv->pool, src->table[i]);
@@ -1094,4 +1211,70 @@ size_t ak_kv_private_bytes(const ak_kv *kv) {
         if (kv->table[i] && ak_block_refcount(kv->pool, kv->table[i]) == 1)
             n += kv->table[i]->bytes;
     return n;
+}
+
+/* ---- corrections (kvcache.h) -------------------------------------------- */
+
+int ak_kv_correction_add(ak_kv *kv, int start, int n, int layer0, const float *w, ak_error *err) {
+    if (kv->n_corr >= AK_KV_MAX_CORRECTIONS)
+        return ak_failc(err, AK_ERR_INVALID, "at most %d corrected ranges per sequence", AK_KV_MAX_CORRECTIONS);
+    if (start < 0 || n < 1 || start + n > kv->length || layer0 < 0 || layer0 >= kv->spec.n_layer || !w)
+        return ak_failc(err, AK_ERR_INVALID, "correction of positions [%d, %d) from layer %d: outside the %d held",
+                        start, start + n, layer0, kv->length);
+    for (int i = 0; i < kv->n_corr; i++) {
+        const struct kv_corr *c = kv->corr[i];
+        if (start < c->start + c->n && c->start < start + n)
+            return ak_failc(err, AK_ERR_INVALID, "corrected ranges [%d, %d) and [%d, %d) overlap", start, start + n,
+                            c->start, c->start + c->n);
+    }
+    struct kv_corr *c = corr_new(kv, start, n, layer0, w);
+    if (!c) return ak_failc(err, AK_ERR_NOMEM, "out of memory for a correction");
+    kv->corr[kv->n_corr] = c;
+    return kv->n_corr++;
+}
+
+int ak_kv_correction_set(ak_kv *kv, int idx, int layer, const float *mu_k, const float *mu_v, ak_error *err) {
+    if (idx < 0 || idx >= kv->n_corr)
+        return ak_failc(err, AK_ERR_INVALID, "no correction %d (%d held)", idx, kv->n_corr);
+    struct kv_corr *c = kv->corr[idx];
+    if (layer < c->layer0 || layer >= kv->spec.n_layer)
+        return ak_failc(err, AK_ERR_INVALID, "layer %d is not corrected (from %d of %d)", layer, c->layer0,
+                        kv->spec.n_layer);
+    const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, H = kv->spec.n_head_kv;
+    size_t base = (size_t)layer * H * (dk + dv);
+    memcpy(c->mu + base, mu_k, sizeof(float) * (size_t)H * dk);
+    memcpy(c->mu + base + (size_t)H * dk, mu_v, sizeof(float) * (size_t)H * dv);
+    memcpy(c->mu_rot + base, c->mu + base, sizeof(float) * (size_t)H * (dk + dv));
+    /* the rotated basis exists for the dims the rotated formats store */
+    for (int h = 0; h < H; h++) {
+        if (ak_kv_format_supports(AK_KV_TQ4, dk)) ak_kv_rotate(c->mu_rot + base + (size_t)h * dk, dk);
+        if (ak_kv_format_supports(AK_KV_TQ4, dv)) ak_kv_rotate(c->mu_rot + base + (size_t)H * dk + (size_t)h * dv, dv);
+    }
+    c->set[layer] = 1;
+    return 0;
+}
+
+int ak_kv_corrections(const ak_kv *kv) { return kv->n_corr; }
+
+int ak_kv_correction_get(const ak_kv *kv, int idx, int *start, int *n, int *layer0, const float **w) {
+    if (idx < 0 || idx >= kv->n_corr) return -1;
+    const struct kv_corr *c = kv->corr[idx];
+    if (start) *start = c->start;
+    if (n) *n = c->n;
+    if (layer0) *layer0 = c->layer0;
+    if (w) *w = c->w;
+    return 0;
+}
+
+const float *ak_kv_correction_mu(const ak_kv *kv, int idx, int layer, int is_v) {
+    if (idx < 0 || idx >= kv->n_corr || layer < 0 || layer >= kv->spec.n_layer) return NULL;
+    const struct kv_corr *c = kv->corr[idx];
+    if (!c->set[layer]) return NULL;
+    size_t base = (size_t)layer * kv->spec.n_head_kv * (kv->spec.head_dim_k + kv->spec.head_dim_v);
+    return c->mu + base + (is_v ? (size_t)kv->spec.n_head_kv * kv->spec.head_dim_k : 0);
+}
+
+void ak_kv_correction_clear(ak_kv *kv) {
+    for (int i = 0; i < kv->n_corr; i++) corr_free(kv->corr[i]);
+    kv->n_corr = 0;
 }

@@ -180,6 +180,41 @@ int ak_kv_replace_span(ak_kv *kv, int i, ak_block *b);
 /* Bytes of blocks this sequence holds alone (reference count 1). */
 size_t ak_kv_private_bytes(const ak_kv *kv);
 
+/* CORRECTIONS (AgentKVShift, reuse.h). A sequence may carry up to
+ * AK_KV_MAX_CORRECTIONS corrected ranges of positions, not overlapping:
+ * range r covers [start, start + n) with a weight w_j per position, and
+ * for each layer l >= layer0 that has been set, per KV head, a key offset
+ * mu_K (head_dim_k floats) and a value offset mu_V (head_dim_v). Attention
+ * then reads position j of such a range at layer l as if it stored k_j +
+ * w_j mu_K and v_j + w_j mu_V: its score gains w_j (q . mu_K) (times the
+ * scale) and the output (sum_j p_j w_j) mu_V. The stored blocks are never
+ * written (they may be shared and quantized); ak_kv_read and ak_kv_stored
+ * give the stored, uncorrected vectors. Only the blocks of a uniform
+ * format are corrected (a card's mixed blocks are not). A fork copies the
+ * corrections, ak_kv_attach_base the part of them below its base_len,
+ * ak_kv_swap exchanges them, ak_kv_truncate cuts them at the new length. */
+#define AK_KV_MAX_CORRECTIONS 8
+/* Adds a range [start, start + n) (held positions, not overlapping another)
+ * corrected from layer layer0 on, with weights w[0..n) (copied); no layer is
+ * set yet (nothing changes until ak_kv_correction_set). Returns the range's
+ * index, or -1 with err set (AK_ERR_INVALID: out of range, overlapping, too
+ * many; AK_ERR_NOMEM). */
+int ak_kv_correction_add(ak_kv *kv, int start, int n, int layer0, const float *w, ak_error *err);
+/* Sets layer `layer`'s offsets of range idx: mu_k (n_head_kv x head_dim_k
+ * floats), mu_v (n_head_kv x head_dim_v). Returns 0, or -1 with err set
+ * (AK_ERR_INVALID: no such range, layer below its layer0 or past the
+ * model's). */
+int ak_kv_correction_set(ak_kv *kv, int idx, int layer, const float *mu_k, const float *mu_v, ak_error *err);
+/* Number of ranges; range idx's geometry and weights (valid until the
+ * sequence changes), -1 if there is no such range. */
+int ak_kv_corrections(const ak_kv *kv);
+int ak_kv_correction_get(const ak_kv *kv, int idx, int *start, int *n, int *layer0, const float **w);
+/* Range idx's offsets at layer (mu_K if is_v == 0, else mu_V, all KV heads),
+ * or NULL when that layer is not set. */
+const float *ak_kv_correction_mu(const ak_kv *kv, int idx, int layer, int is_v);
+/* Drops every correction. */
+void ak_kv_correction_clear(ak_kv *kv);
+
 /* Floats of scratch ak_kv_attend needs for n_q queries on kv (or any
  * sequence of the same pool). */
 #define AK_KV_MAX_BLOCK_TOKENS 4096

@@ -258,3 +258,250 @@ TEST(reuse_layer_ranges_equal_the_forward_pass) {
     ak_block_pool_free(pool);
     tenv_close(&e);
 }
+
+/* The context P X Y Q with both chunks placed by params p into a fresh
+ * sequence of format f; logits into out. */
+static ak_kv *rbuild(tenv *e, ak_block_pool *pool, ak_kv_format f, const ak_kv *cx, const ak_kv *cy,
+                     const ak_reuse_params *p, float *out, ak_reuse_stats *st, ak_test_ctx *t) {
+    ak_error err = {{0}};
+    int32_t P[RP], X[RX], Y[RY], Q[RQ];
+    rtexts(e->vocab, P, X, Y, Q);
+    ak_reuse_part parts[4] = {{P, RP, NULL}, {X, RX, cx}, {Y, RY, cy}, {Q, RQ, NULL}};
+    ak_kv *kv = rnew(pool, f);
+    if (!kv || ak_reuse_prefill(e->ctx, kv, parts, 4, p, out, st, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "%s r=%g: %s", ak_reuse_method_name(p->method), (double)p->ratio, err.msg);
+        ak_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+/* Vectors of layers [l0, l1) at positions [p0, p1) that differ between a and b. */
+static int rdiffs(const ak_kv *a, const ak_kv *b, int l0, int l1, int p0, int p1, size_t kd) {
+    ak_error err = {{0}};
+    float x[1024], y[1024];
+    int n = 0;
+    for (int l = l0; l < l1; l++)
+        for (int p = p0; p < p1; p++) {
+            ak_kv_read(a, l, p, x, x + kd, &err);
+            ak_kv_read(b, l, p, y, y + kd, &err);
+            n += memcmp(x, y, sizeof(float) * 2 * kd) != 0;
+        }
+    return n;
+}
+
+/* CacheBlend and AgentKVShift at ratio 1 equal full bit for bit (every
+ * chunk token recomputed, in the plain block layout); at ratio 0 the cache
+ * holds full's bits at layers below the check layer and none's from it on;
+ * in between the counts are ceil(r * n) per chunk. */
+TEST(reuse_blend_ratio_1_is_full_and_ratio_0_is_none_above_the_check_layer) {
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    REQUIRE(pool, "pool");
+    int32_t P[RP], X[RX], Y[RY], Q[RQ];
+    rtexts(e.vocab, P, X, Y, Q);
+    int V = e.vocab, L = e.m->cfg.n_layer, N = RP + RX + RY + RQ;
+    size_t kd = (size_t)e.m->spec.n_head_kv * e.m->spec.head_dim_k;
+    float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
+    const ak_kv_format fmts[] = {AK_KV_F32, AK_KV_Q4};
+    for (int fi = 0; fi < 2; fi++) {
+        ak_kv_format f = fmts[fi];
+        ak_kv *cx = rchunk(&e, pool, f, X, RX), *cy = rchunk(&e, pool, f, Y, RY);
+        REQUIRE(cx && cy, "chunks");
+        ak_reuse_params full = {AK_REUSE_FULL, 0, -1, 0}, none = {AK_REUSE_NONE, 0, -1, 0};
+        ak_reuse_stats st;
+        ak_kv *kf = rbuild(&e, pool, f, cx, cy, &full, ref, &st, t), *kn = rbuild(&e, pool, f, cx, cy, &none, NULL, &st, t);
+        REQUIRE(kf && kn, "full, none");
+        for (int mi = 0; mi < 2; mi++) {
+            ak_reuse_params p = {mi ? AK_REUSE_AGENTKVSHIFT : AK_REUSE_CACHEBLEND, 1.0f, -1, 0};
+            ak_kv *kv = rbuild(&e, pool, f, cx, cy, &p, got, &st, t);
+            REQUIRE(kv, "r=1");
+            CHECK(memcmp(ref, got, sizeof(float) * V) == 0, "%s %s r=1: logits differ from full by %g",
+                  ak_kv_format_get(f)->name, ak_reuse_method_name(p.method), rmaxdiff(ref, got, V));
+            CHECK(rdiffs(kv, kf, 0, L, 0, N, kd) == 0, "r=1: cache differs from full's");
+            CHECK(st.n_recomputed == RX + RY && st.check_layer == 1, "r=1 stats %d %d", st.n_recomputed, st.check_layer);
+            ak_kv_free(kv);
+            p.ratio = 0.0f;
+            kv = rbuild(&e, pool, f, cx, cy, &p, got, &st, t);
+            REQUIRE(kv, "r=0");
+            CHECK(st.n_recomputed == 0, "r=0 recomputed %d", st.n_recomputed);
+            CHECK(rdiffs(kv, kf, 0, 1, 0, N - RQ, kd) == 0, "r=0: layer 0 differs from full's");
+            CHECK(rdiffs(kv, kn, 1, L, 0, N - RQ, kd) == 0, "r=0: layers >= 1 differ from none's");
+            int d0 = rdiffs(kv, kn, 0, 1, RP, N - RQ, kd);
+            CHECK(d0 > 0, "r=0: layer 0 of the chunks equals none's: nothing was recomputed below the check layer");
+            CHECK(ak_kv_corrections(kv) == 0, "r=0: no correction expected");
+            ak_kv_free(kv);
+            p.ratio = 0.1f;   /* 45 -> 5, 38 -> 4 */
+            kv = rbuild(&e, pool, f, cx, cy, &p, got, &st, t);
+            CHECK(kv && st.n_recomputed == 5 + 4, "r=0.1 recomputed %d", st.n_recomputed);
+            CHECK(kv && ak_kv_corrections(kv) == (mi ? 2 : 0), "corrections %d", kv ? ak_kv_corrections(kv) : -1);
+            ak_kv_free(kv);
+        }
+        ak_kv_free(kf); ak_kv_free(kn); ak_kv_free(cx); ak_kv_free(cy);
+    }
+    free(ref); free(got);
+    ak_block_pool_free(pool);
+    tenv_close(&e);
+}
+
+/* AgentKVShift's attention-time correction against the same correction
+ * materialized: an f32 sequence holding, at every position and layer, the
+ * stored vectors (read back) plus w_j mu_K, w_j mu_V written explicitly
+ * where a range corrects them; continuing both with the same tokens gives
+ * the same logits within float rounding (printed). Also: the weights are
+ * the documented ones (unit_weights gives 1), the correction changes the
+ * logits (else the test could not fail), and it survives a fork. */
+TEST(reuse_agentkvshift_correction_equals_the_materialized_one) {
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    REQUIRE(pool, "pool");
+    int32_t P[RP], X[RX], Y[RY], Q[RQ], T2[7];
+    rtexts(e.vocab, P, X, Y, Q);
+    for (int i = 0; i < 7; i++) T2[i] = (int32_t)((i * 13 + 17) % e.vocab);
+    int V = e.vocab, L = e.m->cfg.n_layer, H = e.m->spec.n_head_kv, dk = e.m->spec.head_dim_k, N = RP + RX + RY + RQ;
+    size_t kd = (size_t)H * dk;
+    float *a = malloc(sizeof(float) * V), *b = malloc(sizeof(float) * V), *u = malloc(sizeof(float) * V);
+    const ak_kv_format fmts[] = {AK_KV_F32, AK_KV_Q4, AK_KV_TQ3};
+    for (int fi = 0; fi < 3; fi++) {
+        ak_kv_format f = fmts[fi];
+        ak_kv *cx = rchunk(&e, pool, f, X, RX), *cy = rchunk(&e, pool, f, Y, RY);
+        REQUIRE(cx && cy, "chunks");
+        ak_reuse_params p = {AK_REUSE_AGENTKVSHIFT, 0.2f, -1, 0};
+        ak_reuse_stats st;
+        ak_kv *kv = rbuild(&e, pool, f, cx, cy, &p, NULL, &st, t);
+        REQUIRE(kv && ak_kv_corrections(kv) == 2, "agentkvshift: %d ranges", kv ? ak_kv_corrections(kv) : -1);
+        /* materialized */
+        ak_kv *mat = rnew(pool, AK_KV_F32);
+        REQUIRE(ak_kv_prepare(mat, 0, N, &err) == 0, "%s", err.msg);
+        float vec[1024];
+        int n_probe = 0, wbad = 0;
+        for (int l = 0; l < L; l++)
+            for (int pos = 0; pos < N; pos++) {
+                ak_kv_read(kv, l, pos, vec, vec + kd, &err);
+                for (int r = 0; r < ak_kv_corrections(kv); r++) {
+                    int s0, n, l0;
+                    const float *w;
+                    ak_kv_correction_get(kv, r, &s0, &n, &l0, &w);
+                    const float *mk = ak_kv_correction_mu(kv, r, l, 0), *mv = ak_kv_correction_mu(kv, r, l, 1);
+                    if (pos < s0 || pos >= s0 + n || l < l0) continue;
+                    if (!mk || !mv) { wbad++; continue; }
+                    for (size_t d = 0; d < kd; d++) {
+                        vec[d] += w[pos - s0] * mk[d];
+                        vec[kd + d] += w[pos - s0] * mv[d];
+                    }
+                    if (l == l0) {
+                        n_probe += w[pos - s0] == 0.0f;
+                        wbad += !(w[pos - s0] >= 0.0f && w[pos - s0] <= 1.0001f);
+                    }
+                }
+                ak_kv_write(mat, l, pos, vec, vec + kd, &err);
+            }
+        REQUIRE(ak_kv_set_length(mat, N, &err) == 0, "%s", err.msg);
+        CHECK(wbad == 0, "%d weights or layers not as documented", wbad);
+        CHECK(n_probe == 9 + 8, "probes (w = 0): %d, expected 9 + 8", n_probe);
+        /* continue both */
+        ak_kv *fk = ak_kv_fork(kv, &err);
+        REQUIRE(fk && ak_kv_corrections(fk) == 2, "fork keeps the corrections");
+        CHECK(ak_eval(e.ctx, kv, T2, 7, N, a, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(e.ctx, mat, T2, 7, N, b, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        /* the continuation's own K/V are stored in f by kv and in f32 by
+         * mat, so the logits are compared for the f32 cache; for every
+         * format, attention itself is compared: every layer and KV head,
+         * queries of a fixed pattern over the N positions of both */
+        double d = rmaxdiff(a, b, V), da = 0;
+        if (f == AK_KV_F32)
+            CHECK(d < 2e-4, "%s: attention-time vs materialized correction: max |dlogit| %g", ak_kv_format_get(f)->name, d);
+        int nq = e.m->cfg.n_head / H;
+        float *qv = malloc(sizeof(float) * nq * dk), *o1 = malloc(sizeof(float) * nq * dk), *o2 = malloc(sizeof(float) * nq * dk);
+        float *scr = malloc(sizeof(float) * ak_kv_attend_scratch(kv, nq));
+        float *scr2 = malloc(sizeof(float) * ak_kv_attend_scratch(mat, nq));
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < H; h++) {
+                for (int i = 0; i < nq * dk; i++) qv[i] = (float)sin(0.37 * i + l + 3.1 * h) * 2.0f;
+                ak_kv_attend(kv, l, h, qv, nq, N, e.m->cfg.attn_scale, o1, scr);
+                ak_kv_attend(mat, l, h, qv, nq, N, e.m->cfg.attn_scale, o2, scr2);
+                da = fmax(da, rmaxdiff(o1, o2, nq * dk));
+            }
+        CHECK(da < 1e-4, "%s: attention with the correction vs materialized: max |d| %g", ak_kv_format_get(f)->name, da);
+        free(qv); free(o1); free(o2); free(scr); free(scr2);
+        CHECK(ak_eval(e.ctx, fk, T2, 7, N, u, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(memcmp(a, u, sizeof(float) * V) == 0, "the fork continues differently");
+        /* without the correction the logits move (the check above can fail) */
+        ak_kv_correction_clear(fk);
+        ak_kv_truncate(fk, N);
+        CHECK(ak_eval(e.ctx, fk, T2, 7, N, u, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        double dc = rmaxdiff(a, u, V);
+        CHECK(dc > 1e-3, "the correction changes nothing (%g)", dc);
+        printf("  %s: corrected vs materialized: attention max |d| %.2e, logits max |d| %.2e%s; vs uncorrected %.4f\n",
+               ak_kv_format_get(f)->name, da, d, f == AK_KV_F32 ? "" : " (continuation stored in another format)", dc);
+        /* unit weights: all 1 but the probes */
+        ak_reuse_params pu = p;
+        pu.unit_weights = 1;
+        ak_kv *ku = rbuild(&e, pool, f, cx, cy, &pu, NULL, &st, t);
+        REQUIRE(ku, "unit weights");
+        int ones = 0, zeros = 0;
+        for (int r = 0; r < 2; r++) {
+            int s0, n, l0;
+            const float *w;
+            ak_kv_correction_get(ku, r, &s0, &n, &l0, &w);
+            for (int j = 0; j < n; j++) { ones += w[j] == 1.0f; zeros += w[j] == 0.0f; }
+        }
+        CHECK(ones == RX + RY - 17 && zeros == 17, "unit weights: %d ones, %d zeros", ones, zeros);
+        ak_kv_free(ku);
+        ak_kv_free(fk); ak_kv_free(mat); ak_kv_free(kv); ak_kv_free(cx); ak_kv_free(cy);
+    }
+    free(a); free(b); free(u);
+    ak_block_pool_free(pool);
+    tenv_close(&e);
+}
+
+/* How close each method gets to full on this context (printed, with the
+ * one claim that holds by construction: ratio 1 is exact). KL(full || m)
+ * of the next-token distribution after Q. */
+static double rkl(const float *p, const float *q, int n) {
+    double mp = -INFINITY, mq = -INFINITY, sp = 0, sq = 0, kl = 0;
+    for (int i = 0; i < n; i++) { mp = fmax(mp, p[i]); mq = fmax(mq, q[i]); }
+    for (int i = 0; i < n; i++) { sp += exp(p[i] - mp); sq += exp(q[i] - mq); }
+    for (int i = 0; i < n; i++) {
+        double lp = p[i] - mp - log(sp), lq = q[i] - mq - log(sq);
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl;
+}
+
+TEST(reuse_methods_kl_against_full_printed) {
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    REQUIRE(pool, "pool");
+    int32_t P[RP], X[RX], Y[RY], Q[RQ];
+    rtexts(e.vocab, P, X, Y, Q);
+    int V = e.vocab;
+    float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
+    ak_kv *cx = rchunk(&e, pool, AK_KV_F16, X, RX), *cy = rchunk(&e, pool, AK_KV_F16, Y, RY);
+    ak_reuse_params full = {AK_REUSE_FULL, 0, -1, 0};
+    ak_reuse_stats st;
+    ak_kv_free(rbuild(&e, pool, AK_KV_F16, cx, cy, &full, ref, &st, t));
+    const float ratios[] = {0, 0.1f, 0.3f, 0.5f, 1};
+    for (int mi = 0; mi < 3; mi++) {
+        ak_reuse_method m = mi == 0 ? AK_REUSE_CACHEBLEND : AK_REUSE_AGENTKVSHIFT;
+        printf("  %-12s%s", ak_reuse_method_name(m), mi == 2 ? "(w=1)" : "     ");
+        for (int ri = 0; ri < 5; ri++) {
+            ak_reuse_params p = {m, ratios[ri], -1, mi == 2};
+            ak_kv_free(rbuild(&e, pool, AK_KV_F16, cx, cy, &p, got, &st, t));
+            double kl = rkl(ref, got, V);
+            printf(" r=%.1f KL %.5f", (double)ratios[ri], kl);
+            if (ratios[ri] == 1) CHECK(kl == 0, "ratio 1 is not full");
+        }
+        printf("\n");
+    }
+    ak_kv_free(cx); ak_kv_free(cy);
+    free(ref); free(got);
+    ak_block_pool_free(pool);
+    tenv_close(&e);
+}
