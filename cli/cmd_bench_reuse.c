@@ -164,8 +164,11 @@ typedef struct {
 /* Builds the context's cache with method bm at recompute ratio r in a
  * fresh sequence *kv (the previous one freed: a sequence carries
  * agentkvshift's corrections), timed: *ms the wall time of
- * ak_reuse_prefill; *st its counts. Returns 0, or -1 with err set. */
-static int run_prefill(const bcase *c, ak_kv **kv, int bm, double r, double *ms, ak_reuse_stats *st, ak_error *err) {
+ * ak_reuse_prefill, *cpu the CPU time this process spent in it (all
+ * threads: on a shared machine less sensitive to the neighbours' load);
+ * *st its counts. Returns 0, or -1 with err set. */
+static int run_prefill(const bcase *c, ak_kv **kv, int bm, double r, double *ms, double *cpu, ak_reuse_stats *st,
+                       ak_error *err) {
     ak_reuse_params p;
     memset(&p, 0, sizeof p);
     p.method = bm == BM_NONE ? AK_REUSE_NONE
@@ -176,22 +179,24 @@ static int run_prefill(const bcase *c, ak_kv **kv, int bm, double r, double *ms,
     p.unit_weights = bm == BM_AKVS_W1;
     ak_kv_free(*kv);
     if (!(*kv = ak_kv_new(c->pool, c->fmt, c->fmt, c->n_pre + c->k * c->T + c->C, err))) return -1;
-    double t0 = ak_now();
+    double c0 = bench_cpu_ms(), t0 = ak_now();
     int rc = ak_reuse_prefill(c->ctx, *kv, c->parts, c->n_parts, &p, NULL, st, err);
     *ms = (ak_now() - t0) * 1e3;
+    *cpu = bench_cpu_ms() - c0;
     return rc;
 }
 
-/* Median of `reps` timed prefills (see run_prefill) into *ms; then, unless
+/* Medians of `reps` timed prefills (see run_prefill) into *ms and *cpu; then, unless
  * logits is NULL, the continuation evaluated on the cache with every
  * position's logits into logits (C x vocab). Returns 0, or -1 with err set. */
-static int run_case(const bcase *c, ak_kv **kv, int bm, double r, int reps, double *ms, ak_reuse_stats *st,
-                    float *logits, ak_error *err) {
-    double t[64];
+static int run_case(const bcase *c, ak_kv **kv, int bm, double r, int reps, double *ms, double *cpu,
+                    ak_reuse_stats *st, float *logits, ak_error *err) {
+    double t[64], u[64];
     if (reps > 64) reps = 64;
     for (int i = 0; i < reps; i++)
-        if (run_prefill(c, kv, bm, r, &t[i], st, err) < 0) return -1;
+        if (run_prefill(c, kv, bm, r, &t[i], &u[i], st, err) < 0) return -1;
     *ms = bench_median(t, reps);
+    *cpu = bench_median(u, reps);
     if (!logits) return 0;
     int at = c->n_pre + c->k * c->T;
     return ak_eval(c->ctx, *kv, c->toks + at, c->C, at, NULL, logits, NULL, NULL, err);
@@ -205,6 +210,7 @@ typedef struct {
     int ct;                  /* index into the cache types */
     brm_acc acc;             /* quality sums over every context */
     double ms, full_ms;      /* prefill time summed over contexts: this method's, full's (reference run) */
+    double cpu, full_cpu;    /* the same in CPU time */
     long recomputed;         /* chunk tokens computed through every layer, summed over contexts */
     int check_layer;         /* the library's report (-1: none and full) */
 } brow;
@@ -313,16 +319,19 @@ static void print_json(const brow *rows, int n_rows, const ak_kv_format *cts, in
     for (int i = 0; i < n_rows; i++) {
         const brow *w = &rows[i];
         brm_result r = brm_finish(&w->acc);
-        char b[10][32];
+        char b[13][32];
         printf("%s\n  {\"method\": \"%s\", \"ratio\": %g, \"cache_type\": \"%s\", \"kl\": %s, \"dppl\": %s, "
                "\"agree\": %s, \"speedup\": %s, \"kl_max\": %s, \"ppl\": %s, \"ppl_full\": %s, \"dppl_rel\": %s, "
-               "\"prefill_ms\": %s, \"full_ms\": %s, \"recomputed\": %.1f, \"check_layer\": %d, \"contexts\": %d, "
+               "\"prefill_ms\": %s, \"full_ms\": %s, \"prefill_cpu_ms\": %s, \"full_cpu_ms\": %s, "
+               "\"speedup_cpu\": %s, \"recomputed\": %.1f, \"check_layer\": %d, \"contexts\": %d, "
                "\"positions\": %d, \"reference\": \"full, same cache type\"}",
                i ? "," : "", bm_name[w->method], w->ratio, ak_kv_format_get(cts[w->ct])->name,
                jnum(b[0], r.kl, speed_only), jnum(b[1], r.dppl, speed_only), jnum(b[2], r.agree, speed_only),
                jnum(b[3], w->ms > 0 ? w->full_ms / w->ms : NAN, 0), jnum(b[4], r.kl_max, speed_only),
                jnum(b[5], r.ppl, speed_only), jnum(b[6], r.ppl_ref, speed_only), jnum(b[7], r.dppl_rel, speed_only),
-               jnum(b[8], w->ms / n_ctx, 0), jnum(b[9], w->full_ms / n_ctx, 0), (double)w->recomputed / n_ctx, w->check_layer, n_ctx, speed_only ? 0 : positions);
+               jnum(b[8], w->ms / n_ctx, 0), jnum(b[9], w->full_ms / n_ctx, 0), jnum(b[10], w->cpu / n_ctx, 0),
+               jnum(b[11], w->full_cpu / n_ctx, 0), jnum(b[12], w->cpu > 0 ? w->full_cpu / w->cpu : NAN, 0),
+               (double)w->recomputed / n_ctx, w->check_layer, n_ctx, speed_only ? 0 : positions);
     }
     printf("\n]}\n");
 }
@@ -330,19 +339,18 @@ static void print_json(const brow *rows, int n_rows, const ak_kv_format *cts, in
 /* Prints the table and, per cache type, how agentkvshift at 10% compares
  * with cacheblend at 30% when both were run. */
 static void print_table(const brow *rows, int n_rows, const ak_kv_format *cts, int n_ct, int n_ctx, int speed_only) {
-    printf("%-6s %-16s %6s %11s %10s %9s %8s %7s %11s %11s %8s\n", "cache", "method", "ratio", "KL", "KL_max",
-           "PPL", "dPPL", "dPPL%", "agree", "prefill_ms", "speedup");
+    printf("%-5s %-15s %5s %10s %10s %9s %9s %8s %8s %11s %8s %11s %8s\n", "cache", "method", "ratio", "KL",
+           "KL_max", "PPL", "dPPL", "dPPL%", "agree", "prefill_ms", "speedup", "cpu_ms", "cpu_x");
     for (int i = 0; i < n_rows; i++) {
         const brow *w = &rows[i];
         brm_result r = brm_finish(&w->acc);
-        double sp = w->ms > 0 ? w->full_ms / w->ms : 0;
-        if (speed_only)
-            printf("%-6s %-16s %5.0f%% %11s %10s %9s %8s %7s %11s %11.1f %7.2fx\n", ak_kv_format_get(cts[w->ct])->name,
-                   bm_name[w->method], 100 * w->ratio, "-", "-", "-", "-", "-", "-", w->ms / n_ctx, sp);
+        double sp = w->ms > 0 ? w->full_ms / w->ms : 0, spc = w->cpu > 0 ? w->full_cpu / w->cpu : 0;
+        printf("%-5s %-15s %4.0f%% ", ak_kv_format_get(cts[w->ct])->name, bm_name[w->method], 100 * w->ratio);
+        if (speed_only) printf("%10s %10s %9s %9s %8s %8s ", "-", "-", "-", "-", "-", "-");
         else
-            printf("%-6s %-16s %5.0f%% %11.3e %10.3e %9.4f %+8.4f %+6.2f%% %10.2f%% %11.2f %7.2fx\n",
-                   ak_kv_format_get(cts[w->ct])->name, bm_name[w->method], 100 * w->ratio, r.kl, r.kl_max, r.ppl,
-                   r.dppl, 100 * r.dppl_rel, 100 * r.agree, w->ms / n_ctx, sp);
+            printf("%10.3e %10.3e %9.4f %+9.4f %+7.2f%% %7.2f%% ", r.kl, r.kl_max, r.ppl, r.dppl, 100 * r.dppl_rel,
+                   100 * r.agree);
+        printf("%11.2f %7.2fx %11.2f %7.2fx\n", w->ms / n_ctx, sp, w->cpu / n_ctx, spc);
     }
     if (speed_only) return;
     for (int c = 0; c < n_ct; c++) {
@@ -539,21 +547,24 @@ int cmd_bench_reuse(int argc, char **argv) {
                 parts[bc.n_parts].chunk = chunk_kv[j];
                 bc.n_parts++;
             }
-            double full_ms;
+            double full_ms, full_cpu;
             ak_reuse_stats st;
             if (c == 0 && x == 0) {
                 /* warm-up: first-touch faults and scratch out of the timings */
-                if (run_case(&bc, &kv, BM_FULL, 1, 1, &full_ms, &st, NULL, &err) < 0) goto fail;
+                if (run_case(&bc, &kv, BM_FULL, 1, 1, &full_ms, &full_cpu, &st, NULL, &err) < 0) goto fail;
             }
-            if (run_case(&bc, &kv, BM_FULL, 1, reps, &full_ms, &st, speed_only ? NULL : ref, &err) < 0) goto fail;
+            if (run_case(&bc, &kv, BM_FULL, 1, reps, &full_ms, &full_cpu, &st, speed_only ? NULL : ref, &err) < 0)
+                goto fail;
             progress_update(&pg, (double)++done / total);
             for (int i = 0; i < n_rows; i++) {
                 brow *w = &rows[i];
                 if (w->ct != c) continue;
-                double ms;
-                if (run_case(&bc, &kv, w->method, w->ratio, reps, &ms, &st, speed_only ? NULL : got, &err) < 0)
+                double ms, cpu;
+                if (run_case(&bc, &kv, w->method, w->ratio, reps, &ms, &cpu, &st, speed_only ? NULL : got, &err) < 0)
                     goto fail;
                 w->ms += ms;
+                w->cpu += cpu;
+                w->full_cpu += full_cpu;
                 w->recomputed += st.n_recomputed;
                 w->check_layer = st.check_layer;
                 w->full_ms += full_ms;
@@ -582,15 +593,19 @@ int cmd_bench_reuse(int argc, char **argv) {
                model_path, gguf_tensor_type_name(m->layers[0].wq.type), data, n_ctx, n_pre ? "BOS + " : "", k, T, C,
                nt);
         printf("reference: full recompute of the same context in the same cache type; chunks' KV computed alone at "
-               "position 0 in that type;\nKL and agreement over %d continuation positions, PPL over %d next tokens; "
-               "prefill_ms: mean per context, speedup: full's / the method's\n",
-               n_ctx * C, n_ctx * (C - 1));
+               "position 0 in that type\n");
+        if (!speed_only)
+            printf("KL(full || method) and agreement over %d continuation positions (teacher-forced), PPL over %d "
+                   "next tokens\n", n_ctx * C, n_ctx * (C - 1));
+        printf("prefill (ak_reuse_prefill of BOS + chunks): median of %d runs, mean per context; speedup: full's "
+               "time / the method's (wall; cpu: this process's CPU time, all threads)\n", reps);
         print_table(rows, n_rows, cts, n_ct, n_ctx, speed_only);
     }
     if (plot && !speed_only) {
         char title[512];
+        const char *base = strrchr(model_path, '/');
         snprintf(title, sizeof title, "agentkv bench reuse: %s, %d contexts, %d chunks x %d tokens, continuation %d",
-                 model_path, n_ctx, k, T, C);
+                 base ? base + 1 : model_path, n_ctx, k, T, C);
         if (write_plot(plot, rows, n_rows, cts, n_ct, title, &err) < 0) goto fail;
         fprintf(stderr, "bench reuse: plot %s\n", plot);
     }
