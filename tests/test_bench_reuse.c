@@ -134,7 +134,7 @@ TEST(bench_reuse_json_shape_and_full_rows) {
     snprintf(plot, sizeof plot, "%s/reuse.svg", test_tmp_dir());
     snprintf(args, sizeof args,
              "-m %s --data %s --json --plot %s --chunks 2 --chunk-tokens 24 --cont 12 --contexts 2 --ratios 0,10,100 "
-             "-t 1 --methods none,full",
+             "-t 1",
              model, data, plot);
     br_result r = br_run(args);
     REQUIRE(r.code == 0, "exit %d: %s", r.code, r.err);
@@ -144,7 +144,7 @@ TEST(bench_reuse_json_shape_and_full_rows) {
     cJSON *rows = cJSON_GetObjectItem(j, "rows");
     REQUIRE(cJSON_IsArray(rows), "no rows array");
     /* per cache type (f16, q4, tq2): none, full, and 3 ratio methods x 3 ratios */
-    CHECK(cJSON_GetArraySize(rows) == 3 * 2, "%d rows", cJSON_GetArraySize(rows));
+    CHECK(cJSON_GetArraySize(rows) == 3 * (2 + 3 * 3), "%d rows", cJSON_GetArraySize(rows));
     cJSON *w;
     cJSON_ArrayForEach(w, rows) {
         const char *str_keys[] = {"method", "cache_type"};
@@ -166,10 +166,21 @@ TEST(bench_reuse_json_shape_and_full_rows) {
         REQUIRE(none, "no none row for %s", cts[c]);
         /* chunks computed alone are stale: the harness must see a difference */
         CHECK(num(none, "kl") > 1e-6, "%s none: kl %g, stale chunks should differ from full", cts[c], num(none, "kl"));
+        const char *ms[] = {"cacheblend", "agentkvshift", "agentkvshift-w1"};
+        for (int i = 0; i < 3; i++)
+            for (int q = 0; q < 3; q++) {
+                double ratio = q == 0 ? 0 : q == 1 ? 0.1 : 1;
+                cJSON *row = find_row(rows, ms[i], cts[c], ratio);
+                CHECK(row, "no %s row at %g for %s", ms[i], ratio, cts[c]);
+                /* reuse.h: ratio 1 recomputes every chunk token, equal to full bit for bit */
+                if (row && q == 2)
+                    CHECK(num(row, "kl") == 0 && num(row, "agree") == 1, "%s %s at 100%%: kl %g agree %g", cts[c],
+                          ms[i], num(row, "kl"), num(row, "agree"));
+            }
     }
     cJSON_Delete(j);
     char *svg = ak_read_file(plot, NULL, NULL);
-    CHECK(svg && strstr(svg, "<svg") && strstr(svg, "</svg>") && strstr(svg, "stroke-dasharray") && strstr(svg, "cacheblend"),
+    CHECK(svg && strstr(svg, "<svg") && strstr(svg, "</svg>") && strstr(svg, "<polyline") && strstr(svg, "cacheblend"),
           "the plot %s is not the SVG of the lines", plot);
     free(svg);
     br_free(&r);
