@@ -14,6 +14,7 @@
  * engine thread applies to its agents (drain_results).
  */
 #include "agent.h"
+#include "reuse.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -26,6 +27,7 @@
 #define SAVE_BACKOFF_MAX_S 30.0
 
 #include "agent_impl.h"
+#include "memories.h"
 #include "attnstats.h"
 #include "bitalloc.h"
 #include "cards.h"
@@ -1050,6 +1052,61 @@ int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, cons
     g->version = ++a->next_version;
     *kv = nk;
     logf_(a, "agent %s: memory %s (%d tokens, content %s) placed at %d", id, mem_id, n, hash, at);
+    return 0;
+}
+
+int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const char *id, const char *mem_id, const int32_t *tokens, int at,
+                          const ak_reuse_params *p, ak_kv **kv, ak_reuse_stats *st, ak_error *err) {
+    agent *g = find(a, id);
+    if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
+    if (at < 0 || ak_kv_length(g->kv) != at)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: a memory placed at %d, but the cache holds %d positions", id, at,
+                        ak_kv_length(g->kv));
+    ak_memory_info mi;
+    if (ak_memory_get(a, mem_id, &mi, NULL, err) < 0) return -1;
+    const ak_kv *src = ak_memory_kv(a, mem_id, err);   /* loaded (verified) if not resident */
+    if (!src) return -1;
+    int n = mi.n_tokens;
+    int32_t *mt = NULL;
+    if (at + n >= a->cfg.n_ctx)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: memory %s's %d tokens at %d do not fit the context of %d", id,
+                        mem_id, n, at, a->cfg.n_ctx);
+    if (ak_memory_tokens(a, mem_id, &mt, &n, err) < 0) return -1;
+    int same = memcmp(tokens + at, mt, sizeof(int32_t) * (size_t)n) == 0;
+    free(mt);
+    if (!same)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: the prompt does not hold memory %s's tokens at %d", id, mem_id, at);
+    int lens[AK_KV_MAX_SEGMENTS], ns = ak_kv_segments(g->kv, lens);
+    if (ns + 1 > AK_KV_MAX_SEGMENTS)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: its context is %d segments already: at most %d (each memory "
+                        "ends one)", id, ns, AK_KV_MAX_SEGMENTS);
+    if (set_history(g, tokens, at, err) < 0) return -1;
+    segs_sync(g);
+    ak_reuse_part part = {tokens + at, n, src};
+    if (ak_reuse_place(c, g->kv, &part, p, st, err) < 0) return -1;   /* g->kv back at [0, at) */
+    /* [0, at + n) frozen as one more own segment: the agent is impure (its
+     * chunk positions are not what a prefill computes: never in the content
+     * index, restored as its own), and the correction, if any, goes with
+     * the base (kvcache.h) */
+    ak_kv *nk = ak_kv_new(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), a->cfg.n_ctx, err);
+    int rc = nk ? ak_kv_attach_base(nk, g->kv, at + n, err) : -1;
+    if (rc == 0) rc = set_history(g, tokens, at + n, err);
+    if (rc < 0) {
+        ak_kv_free(nk);
+        ak_kv_truncate(g->kv, at);
+        return -1;
+    }
+    int k = g->n_segs;
+    if (ak_kv_segments(nk, lens) > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
+    g->n_segs = k;
+    ak_kv_free(g->kv);
+    g->kv = nk;
+    segs_sync(g);
+    g->pub_spans = ak_kv_span_count(nk);
+    g->version = ++a->next_version;
+    *kv = nk;
+    logf_(a, "agent %s: memory %s (%d tokens, content %s) placed at %d by %s (ratio %.3f, %d recomputed)", id, mem_id,
+          n, mi.hash, at, ak_reuse_method_name(p->method), (double)p->ratio, st ? st->n_recomputed : -1);
     return 0;
 }
 

@@ -36,6 +36,7 @@
 
 #include "blockpool.h"
 #include "model.h"
+#include "reuse.h"
 #include "store.h"
 
 typedef enum { AK_SAVE_EVERY_TURN, AK_SAVE_ON_EVICT, AK_SAVE_ON_SHUTDOWN } ak_save_policy;
@@ -148,6 +149,16 @@ void ak_agent_abort(ak_agents *a, const char *id);
  * cache then still holds [0, at). */
 int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, const int32_t *tokens, int at, ak_kv **kv,
                           ak_error *err);
+/* ak_agent_place_memory by a reuse method (reuse.h: none, cacheblend,
+ * agentkvshift, full): the memory's KV (computed alone at 0) is copied into
+ * the agent's own positions [at, at + n) and placed by p->method with c
+ * (ak_reuse_place), then [0, at + n) is frozen as one more own segment
+ * (the agent is impure, as with place_memory; an agentkvshift correction
+ * stays attached to those positions: kvcache.h CORRECTIONS). st (may be
+ * NULL) gets the counts. Errors as ak_agent_place_memory, and
+ * ak_reuse_place's; the cache then still holds [0, at). */
+int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const char *id, const char *mem_id, const int32_t *tokens, int at,
+                          const ak_reuse_params *p, ak_kv **kv, ak_reuse_stats *st, ak_error *err);
 /* ak_agent_open_pool for a prompt holding k memories, the i-th at
  * tokens[at[i], at[i] + len[i]) (in order, not overlapping): the agent's
  * own history is matched as usual (its cache holds those tokens however

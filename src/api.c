@@ -264,17 +264,11 @@ static int parse_reuse(const cJSON *body, ak_api_request *p, ak_api_error *b) {
     p->reuse = AK_REUSE_NONE;
     if (r && !cJSON_IsNull(r)) {
         if (!cJSON_IsString(r)) return fail_bad(b, 400, "reuse", "invalid_type", "reuse must be a string");
-        if (!strcmp(r->valuestring, "none")) p->reuse = AK_REUSE_NONE;
-        else if (!strcmp(r->valuestring, "full")) p->reuse = AK_REUSE_FULL;
-        else if (!strcmp(r->valuestring, "cacheblend") || !strcmp(r->valuestring, "agentkvshift"))
-            return fail_bad(b, 400, "reuse", "unsupported_reuse",
-                            "reuse '%s' is not supported by this server yet: use 'none' (the memories' KV placed as "
-                            "computed alone, keys shifted) or 'full' (everything recomputed)", r->valuestring);
-        else
+        if (ak_reuse_method_parse(r->valuestring, &p->reuse) < 0)
             return fail_bad(b, 400, "reuse", "invalid_value",
                             "reuse '%.64s' is not one of none, full, cacheblend, agentkvshift", r->valuestring);
     }
-    double ratio = 0;
+    double ratio = AK_API_RECOMPUTE_RATIO;
     if (get_num(body, "recompute_ratio", 0, 1, &ratio, b) < 0) return -1;
     p->recompute_ratio = ratio;
     return 0;

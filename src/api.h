@@ -26,6 +26,7 @@
 
 #include "agent.h"
 #include "chat.h"
+#include "reuse.h"
 #include "sampler.h"
 #include "sched.h"
 #include "tokenizer.h"
@@ -54,8 +55,8 @@ typedef struct {
     void *memory_ud;
 } ak_api_config;
 
-/* How a request's memories are used (MEMORIES below). */
-typedef enum { AK_REUSE_NONE = 0, AK_REUSE_FULL = 1 } ak_reuse;
+/* How a request's memories are used (MEMORIES below): reuse.h's methods. */
+#define AK_API_RECOMPUTE_RATIO 0.1   /* recompute_ratio when not given */
 
 /* A completion request, validated. */
 typedef struct {
@@ -76,8 +77,8 @@ typedef struct {
     char mem_id[AK_MAX_MEMORIES][AK_AGENT_ID_MAX + 1];
     int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
     int n_mem_tokens;         /* their tokens in all */
-    ak_reuse reuse;
-    double recompute_ratio;   /* as given (0 if absent); used by no method yet */
+    ak_reuse_method reuse;
+    double recompute_ratio;   /* as given, AK_API_RECOMPUTE_RATIO if absent; cacheblend and agentkvshift use it */
 } ak_api_request;
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */
@@ -129,12 +130,13 @@ void ak_api_request_free(ak_api_request *r);
  * the BOS the rendering starts with (if any), else at 0. The chunks' tokens
  * go there in the order given (a memory named twice goes twice), then the
  * rest of the rendering. "reuse": "none" (default: the chunks' blocks are
- * placed, keys shifted, not computed: sched.h) or "full" (the same prompt
+ * placed, keys shifted, not computed: sched.h), "full" (the same prompt
  * computed as a plain one, nothing from the first memory on reused: the
- * reference); "cacheblend" and "agentkvshift"
- * are 400 unsupported_reuse (named, with what is supported); anything else
- * 400 invalid_value. "recompute_ratio" must be a number in [0, 1] when
- * given (400 invalid_value), unused by none and full. Errors: a completion
+ * reference), "cacheblend" or "agentkvshift" (each chunk placed by that
+ * method with "recompute_ratio" r, default 0.1: reuse.h, sched.h);
+ * anything else 400 invalid_value, a non-string 400 invalid_type.
+ * "recompute_ratio" must be a number (else 400 invalid_type) in [0, 1]
+ * (else 400 invalid_value), unused by none and full. Errors: a completion
  * or a pool with memories 400 invalid_value, an invalid id 400
  * invalid_memory_id, unknown 404 memory_not_found, another model's 409
  * memory_stale, corrupt (quarantined) 500 memory_corrupt, no KV room 503,

@@ -275,6 +275,49 @@ out:
     return rc;
 }
 
+int ak_reuse_place(ak_ctx *c, ak_kv *kv, const ak_reuse_part *part, const ak_reuse_params *p, ak_reuse_stats *st,
+                   ak_error *err) {
+    double t0 = ak_now();
+    int at = ak_kv_length(kv);
+    if (!part || !part->chunk) return ak_failc(err, AK_ERR_INVALID, "no chunk to place");
+    if (!p || (unsigned)p->method > AK_REUSE_FULL) return ak_failc(err, AK_ERR_INVALID, "unknown reuse method");
+    if (!(p->ratio >= 0.0f && p->ratio <= 1.0f))
+        return ak_failc(err, AK_ERR_INVALID, "recompute ratio %g is outside [0, 1]", (double)p->ratio);
+    if (part->n < 1 || !part->tokens || ak_kv_length(part->chunk) < part->n || ak_kv_pool(part->chunk) != ak_kv_pool(kv))
+        return ak_failc(err, AK_ERR_INVALID, "the chunk does not hold its %d tokens in this block pool", part->n);
+    if (at + part->n > ak_kv_capacity(kv))
+        return ak_failc(err, AK_ERR_INVALID, "%d + %d tokens do not fit the sequence's %d positions", at, part->n,
+                        ak_kv_capacity(kv));
+    int blend = p->method == AK_REUSE_CACHEBLEND || p->method == AK_REUSE_AGENTKVSHIFT, check = -1;
+    const ak_model *m = ak_ctx_model(c);
+    if (blend) {
+        if (m->cfg.kv_lora)
+            return ak_failc(err, AK_ERR_INVALID, "%s is not available for multi-head latent attention (%s)",
+                            ak_reuse_method_name(p->method), m->cfg.arch_name);
+        check = p->check_layer >= 0 ? p->check_layer : (m->cfg.n_layer > 1 ? 1 : 0);
+        if (check >= m->cfg.n_layer)
+            return ak_failc(err, AK_ERR_INVALID, "check layer %d: the model has %d layers", check, m->cfg.n_layer);
+    }
+    ak_reuse_stats s = {0};
+    s.check_layer = check;
+    s.n_tokens = s.n_chunk_tokens = part->n;
+    int rc;
+    if (p->method == AK_REUSE_FULL) {
+        rc = ak_eval(c, kv, part->tokens, part->n, at, NULL, NULL, NULL, NULL, err);
+        s.n_recomputed = part->n;
+    } else {
+        rc = place_chunk(c, kv, part->chunk, at, part->n, err);
+        if (rc == 0 && blend) rc = blend_chunk(c, kv, part, at, check, p, &s.n_recomputed, err);
+    }
+    if (rc < 0) {   /* back to [0, at), without a correction this call added */
+        ak_kv_truncate(kv, at);
+        return -1;
+    }
+    s.ms = (ak_now() - t0) * 1e3;
+    if (st) *st = s;
+    return 0;
+}
+
 int ak_reuse_prefill(ak_ctx *c, ak_kv *kv, const ak_reuse_part *parts, int n_parts, const ak_reuse_params *p,
                      float *logits, ak_reuse_stats *st, ak_error *err) {
     double t0 = ak_now();

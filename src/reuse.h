@@ -120,6 +120,18 @@ typedef struct {
 int ak_reuse_prefill(ak_ctx *c, ak_kv *kv, const ak_reuse_part *parts, int n_parts, const ak_reuse_params *p,
                      float *logits, ak_reuse_stats *st, ak_error *err);
 
+/* One chunk part appended to kv by p->method: kv holds positions [0, at)
+ * (at = its length; it may have a base of segments and corrections of its
+ * own), and afterwards [0, at + part->n), the chunk placed at at as
+ * ak_reuse_prefill places it (FULL: computed). What follows is the
+ * caller's (ak_eval). ak_reuse_prefill is this for each chunk part and
+ * ak_eval for each fresh one; an agent's turn calls it per memory
+ * (agent.h: ak_agent_reuse_memory). st gets this chunk's counts and time.
+ * Returns 0, or -1 with err set (reuse_prefill's errors); kv is then
+ * truncated back to at (a correction added for this chunk dropped). */
+int ak_reuse_place(ak_ctx *c, ak_kv *kv, const ak_reuse_part *part, const ak_reuse_params *p, ak_reuse_stats *st,
+                   ak_error *err);
+
 /* "none", "cacheblend", "agentkvshift", "full" ("?" for anything else). */
 const char *ak_reuse_method_name(ak_reuse_method m);
 /* Parses one of those names into *m. Returns 0, or -1 (unknown: *m unchanged). */

@@ -41,6 +41,7 @@ struct ak_request {
     int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
     int mem_next;                 /* engine: the first memory not yet placed or passed */
     int mem_full;                 /* reuse full: computed, not placed (sched.h) */
+    ak_reuse_params mem_reuse;    /* the method memories are placed by (NONE: ak_agent_place_memory) */
     /* engine thread only */
     rstate state;
     ak_kv *kv;
@@ -268,6 +269,7 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     if (pooled) snprintf(r->pool, sizeof r->pool, "%s", p->pool);
     r->n_mem = p->n_mem;
     r->mem_full = p->mem_full;
+    r->mem_reuse = (ak_reuse_params){p->mem_method, p->mem_ratio, -1, 0};
     for (int i = 0; i < p->n_mem; i++) {
         snprintf(r->mem_id[i], sizeof r->mem_id[i], "%s", p->mem_id[i]);
         r->mem_at[i] = p->mem_at[i];
@@ -731,9 +733,20 @@ static int place_memories(ak_sched *s, ak_request *r) {
         }
         if (r->pos < r->mem_at[i]) return 0;
         ak_error e = {{0}};
-        if (ak_agent_place_memory(s->cfg.agents, agent_of(r), r->mem_id[i], r->prompt, r->pos, &r->kv, &e) < 0) {
+        ak_reuse_stats st = {0};
+        int blend = r->mem_reuse.method == AK_REUSE_CACHEBLEND || r->mem_reuse.method == AK_REUSE_AGENTKVSHIFT;
+        int rc = blend ? ak_agent_reuse_memory(s->cfg.agents, s->ctx, agent_of(r), r->mem_id[i], r->prompt, r->pos,
+                                               &r->mem_reuse, &r->kv, &st, &e)
+                       : ak_agent_place_memory(s->cfg.agents, agent_of(r), r->mem_id[i], r->prompt, r->pos, &r->kv, &e);
+        if (rc < 0) {
             finish_err(s, r, status_of(e.code), &e);
             return -1;
+        }
+        if (blend) {
+            pthread_mutex_lock(&s->mu);
+            r->res.mem_recomputed += st.n_recomputed;
+            r->res.mem_ms += st.ms;
+            pthread_mutex_unlock(&s->mu);
         }
         r->pos += r->mem_len[i];
         r->mem_next++;

@@ -75,6 +75,10 @@ typedef struct {
     int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
     int mem_full;             /* reuse "full": the memories' tokens are computed like the rest, and
                                  nothing from the first one on is reused from the agent's history */
+    ak_reuse_method mem_method; /* NONE (placed as above) or CACHEBLEND / AGENTKVSHIFT: each memory
+                                 is placed by ak_agent_reuse_memory (reuse.h) at mem_ratio when the
+                                 prefill reaches it, in one go on the engine thread (FULL: mem_full) */
+    float mem_ratio;
 } ak_req_params;
 
 typedef enum {
@@ -97,6 +101,9 @@ typedef struct {
                                  queueing: it counts in ttft_ms - queue_ms) */
     double ttft_ms;           /* submit to first token */
     double decode_ms;         /* first token to finish */
+    int mem_recomputed;       /* memory tokens recomputed by cacheblend / agentkvshift (all of them
+                                 for full: counted in turn.prefilled instead, this stays 0) */
+    double mem_ms;            /* time placing memories by those methods (in ttft_ms) */
 } ak_req_result;
 
 typedef struct ak_sched ak_sched;

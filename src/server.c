@@ -156,6 +156,8 @@ static cJSON *usage_json(const ak_req_result *res) {
     cJSON_AddNumberToObject(u, "total_tokens", res->prompt_tokens + res->completion_tokens);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", res->turn.reused);
+    /* memory tokens a reuse method recomputed (cacheblend, agentkvshift): part of cached_tokens */
+    cJSON_AddNumberToObject(d, "memory_recomputed_tokens", res->mem_recomputed);
     return u;
 }
 
@@ -173,6 +175,7 @@ static cJSON *agentkv_json(const ak_api_request *p, const ak_req_result *res) {
     cJSON_AddNumberToObject(a, "restore_ms", res->turn.restore_ms);
     cJSON_AddBoolToObject(a, "restored_ahead", res->turn.restored_ahead);
     cJSON_AddNumberToObject(a, "prefill_ms", res->turn.prefill_ms);
+    cJSON_AddNumberToObject(a, "memory_reuse_ms", res->mem_ms);
     cJSON_AddNumberToObject(a, "queue_ms", res->queue_ms);
     cJSON_AddNumberToObject(a, "ttft_ms", res->ttft_ms);
     cJSON_AddNumberToObject(a, "decode_ms", res->decode_ms);
@@ -422,6 +425,8 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
     rp.stop_at_eog = 1;
     rp.n_mem = p.n_mem;   /* full: the same prompt computed as a plain one, from the first memory on */
     rp.mem_full = p.reuse == AK_REUSE_FULL;
+    rp.mem_method = p.reuse;
+    rp.mem_ratio = (float)p.recompute_ratio;
     for (int i = 0; i < p.n_mem; i++) {
         rp.mem_id[i] = p.mem_id[i];
         rp.mem_at[i] = p.mem_at[i];

@@ -10,12 +10,16 @@
  *     computes the same prompt as a plain one: an agent whose first turn
  *     was full answers its second turn as an anonymous full request does;
  *   - bad input by status and code: bad JSON, hostile ids, missing or too
- *     long text, bad formats, unknown memories (404), reuse cacheblend /
- *     agentkvshift (400 unsupported_reuse), an unknown method, a ratio
- *     outside [0, 1], memories on a completion, more memory tokens than the
- *     context (400 context_length_exceeded);
+ *     long text, bad formats, unknown memories (404), an unknown method, a
+ *     ratio outside [0, 1] or not a number, memories on a completion, more
+ *     memory tokens than the context (400 context_length_exceeded), with
+ *     reuse none, cacheblend and agentkvshift;
+ *   - cacheblend and agentkvshift: recomputed tokens reported (ceil(r n)
+ *     of the chunk), at ratio 1 the answer is full's, the agent's next turn
+ *     extends through the chunk;
  *   - memories survive a restart; a corrupt file is 500 memory_corrupt (and
  *     quarantined), another model's file 409 memory_stale. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -202,8 +206,12 @@ TEST(memories_server_chat_none_and_full) {
         {"\"fact\"", NULL, NULL, 400, "invalid_type"},
         {"[]", NULL, NULL, 400, "invalid_value"},
         {"[\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\"]", NULL, NULL, 400, "invalid_value"},
-        {"[\"fact\"]", "cacheblend", NULL, 400, "unsupported_reuse"},
-        {"[\"fact\"]", "agentkvshift", NULL, 400, "unsupported_reuse"},
+        {"[\"nope\"]", "agentkvshift", NULL, 404, "memory_not_found"},
+        {"[\"nope\"]", "cacheblend", NULL, 404, "memory_not_found"},
+        {"[\"fact\"]", "agentkvshift", "{\"recompute_ratio\": 1.01}", 400, "invalid_value"},
+        {"[\"fact\"]", "cacheblend", "{\"recompute_ratio\": -1}", 400, "invalid_value"},
+        {"[\"fact\"]", "agentkvshift", "{\"recompute_ratio\": \"0.1\"}", 400, "invalid_type"},
+        {"[\"fact\"]", NULL, "{\"reuse\": 3}", 400, "invalid_type"},
         {"[\"fact\"]", "sometimes", NULL, 400, "invalid_value"},
         {"[\"fact\"]", "none", "{\"recompute_ratio\": 1.5}", 400, "invalid_value"},
         {"[\"fact\"]", "none", "{\"recompute_ratio\": -0.1}", 400, "invalid_value"},
@@ -236,6 +244,12 @@ TEST(memories_server_chat_none_and_full) {
     reply too = chat(r.port, "too", many, "none", "Hi.", NULL, 4);
     CHECK(too.status == 400 && !strcmp(err_code(&too), "context_length_exceeded"), "%d chunks of %d: %d %s", k, nl,
           too.status, too.body);
+    for (int m = 0; m < 2; m++) {
+        reply tb = chat(r.port, "too", many, m ? "agentkvshift" : "cacheblend", "Hi.", NULL, 4);
+        CHECK(tb.status == 400 && !strcmp(err_code(&tb), "context_length_exceeded"), "%s: %d %s", m ? "akvs" : "cb",
+              tb.status, tb.body);
+        reply_free(&tb);
+    }
     reply *all[] = {&plain, &none, &none2, &next, &full, &full2, &ok, &cm, &too};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) reply_free(all[i]);
     rig_stop(&r);
@@ -281,6 +295,10 @@ TEST(memories_server_restart_corrupt_and_stale) {
     ak_kv_free(kv);
     reply st = chat(r.port, "w", "[\"alien\"]", "none", "Hi.", NULL, 4);
     CHECK(st.status == 409 && !strcmp(err_code(&st), "memory_stale"), "another model's: %d %s", st.status, st.body);
+    reply st2 = chat(r.port, "w", "[\"alien\"]", "agentkvshift", "Hi.", "{\"recompute_ratio\": 0.2}", 4);
+    CHECK(st2.status == 409 && !strcmp(err_code(&st2), "memory_stale"), "another model's, agentkvshift: %d %s",
+          st2.status, st2.body);
+    reply_free(&st2);
     reply *all[] = {&a, &b, &before, &l, &after, &sp, &st};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) reply_free(all[i]);
     rig_stop(&r);
@@ -331,4 +349,54 @@ TEST(memories_cli_add_ls_rm) {
     rc = run_cli(args, &out);
     CHECK(rc == 1 && out && strstr(out, "no memory"), "rm again: %d %s", rc, out ? out : "");
     free(out);
+}
+
+static double recomputed(const reply *r) {
+    return num(cJSON_GetObjectItem(cJSON_GetObjectItem(r->j, "usage"), "prompt_tokens_details"),
+               "memory_recomputed_tokens");
+}
+
+TEST(memories_server_chat_cacheblend_and_agentkvshift) {
+    rig r;
+    if (rig_start(t, &r, MODEL, 0, "mem-blend", AK_KV_F16, AK_KV_F16, N_CTX) < 0) return;
+    reply a = add_memory(r.port, "fact", FACT, NULL);
+    REQUIRE(a.status == 201, "add: %s", a.body);
+    int ntok = (int)num(a.j, "tokens");
+    reply_free(&a);
+    reply full = chat(r.port, NULL, "[\"fact\"]", "full", "Tell me about Lily.", NULL, 8);
+    reply none = chat(r.port, NULL, "[\"fact\"]", "none", "Tell me about Lily.", NULL, 8);
+    REQUIRE(full.status == 200 && none.status == 200, "full %d, none %d", full.status, none.status);
+    const char *methods[] = {"cacheblend", "agentkvshift"};
+    for (int m = 0; m < 2; m++) {
+        char agent[32];
+        snprintf(agent, sizeof agent, "b%d", m);
+        reply x = chat(r.port, agent, "[\"fact\"]", methods[m], "Tell me about Lily.", "{\"recompute_ratio\": 0.3}", 8);
+        CHECK(x.status == 200 && usage(&x, "prompt_tokens") == usage(&none, "prompt_tokens"), "%s: %d %s", methods[m],
+              x.status, x.body);
+        int want = (int)ceil(0.3 * ntok - 1e-6);
+        CHECK(recomputed(&x) == want && cached(&x) >= ntok, "%s: recomputed %g (want %d of %d), cached %g", methods[m],
+              recomputed(&x), want, ntok, cached(&x));
+        /* other agents each (an agent whose history holds the chunk reuses it, however computed) */
+        snprintf(agent, sizeof agent, "d%d", m);
+        reply d = chat(r.port, agent, "[\"fact\"]", methods[m], "Tell me about Lily.", NULL, 8);   /* default 0.1 */
+        CHECK(d.status == 200 && recomputed(&d) == (int)ceil(0.1 * ntok - 1e-6), "%s default ratio: %g of %d",
+              methods[m], recomputed(&d), ntok);
+        snprintf(agent, sizeof agent, "o%d", m);
+        reply one = chat(r.port, agent, "[\"fact\"]", methods[m], "Tell me about Lily.", "{\"recompute_ratio\": 1}", 8);
+        CHECK(one.status == 200 && recomputed(&one) == ntok && answer(&one) && answer(&full) &&
+                  !strcmp(answer(&one), answer(&full)),
+              "%s at 1: %g recomputed, \"%s\" vs full \"%s\"", methods[m], recomputed(&one), answer(&one) ? answer(&one) : "",
+              answer(&full) ? answer(&full) : "");
+        /* the next turn extends through the chunk: nothing recomputed */
+        snprintf(agent, sizeof agent, "b%d", m);
+        reply nx = chat(r.port, agent, "[\"fact\"]", methods[m], "Tell me about Lily.", "{\"recompute_ratio\": 0.3}", 8);
+        CHECK(nx.status == 200 && recomputed(&nx) == 0 && cached(&nx) >= usage(&x, "prompt_tokens") - 1,
+              "%s next turn: recomputed %g, cached %g", methods[m], recomputed(&nx), cached(&nx));
+        printf("    %s r=0.3: \"%s\"\n", methods[m], answer(&x) ? answer(&x) : "");
+        reply *all[] = {&x, &d, &one, &nx};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) reply_free(all[i]);
+    }
+    reply_free(&full);
+    reply_free(&none);
+    rig_stop(&r);
 }
