@@ -652,82 +652,29 @@ static const float *row_query(const attn_rows *a, const head_view *h, int r) {
     return h->ik->rotated ? a->q_rot + (size_t)r * a->dk : row_q(a, r);
 }
 
-/* The maximum and the sum of 16 lanes, as trees (4 dependent steps, not
- * 16): lane i with lane i + s for s = 8, 4, 2, 1, by whole-vector shuffles. */
-#if defined(__clang__)
-#define SHUF16(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
-#else
-#define SHUF16(v, ...) __builtin_shuffle(v, (ak_v16i){__VA_ARGS__})
-#endif
-#define FOLD16(v, OP)                                                                  \
-    do {                                                                               \
-        OP(v, SHUF16(v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));        \
-        OP(v, SHUF16(v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));        \
-        OP(v, SHUF16(v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));        \
-        OP(v, SHUF16(v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));        \
-    } while (0)
-#define MAX_INTO(a, b)                                                                 \
-    do {                                                                               \
-        ak_v16f b_ = (b);                                                              \
-        (a) = AK_V16F_SELECT(b_ > (a), b_, (a));                                       \
-    } while (0)
-#define ADD_INTO(a, b) ((a) += (b))
-static inline float hmax16(ak_v16f v) {
-    FOLD16(v, MAX_INTO);
-    return v[0];
-}
-static inline float hsum16(ak_v16f v) {
-    FOLD16(v, ADD_INTO);
-    return v[0];
-}
-
-/* x[0..n) *= f, sixteen at a time: the weighted values that follow load the
- * row as vectors, and scalar stores just before make those loads wait (they
- * cannot be forwarded from several narrower stores). */
-static inline void scale_row(float *x, int n, float f) {
-    int d = 0;
-    for (; d + 16 <= n; d += 16) AK_V16F_ST(x + d, AK_V16F_LD(x + d) * f);
-    for (; d < n; d++) x[d] *= f;
-}
-
 /* Row r's online-softmax step over the raw scores sc[lo..c) of one block
  * (0 <= lo < c; keys before lo are outside the row's sliding window):
  * rescales what the row accumulated if the maximum grew, turns sc into
  * weights (zero from c up to c rounded to 16; sc must have room) and adds
  * them to the sums. Returns where the block's weighted values go: the
- * row's output, or its rotated accumulator. Sixteen scores at a time: the
- * maximum and the sum are vectors until the end (a scalar chain of
- * dependent max or add per key costs more than the rest of the step). */
+ * row's output, or its rotated accumulator. A vector of scores at a time
+ * (vmath.h, the target's width): the maximum and the sum are vectors until
+ * the end (a scalar chain of dependent max or add per key costs more than
+ * the rest of the step). */
 static float *row_softmax(attn_rows *a, const head_view *h, int r, float *sc, int lo, int c, float scale) {
     const float add = h->mu ? a->qmu[r] : 0.0f;
-    const ak_v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const ak_v16f ninf = (ak_v16f){0} - INFINITY;
-    ak_v16f mx = ninf, sum = {0};
-    for (int j0 = 0; j0 < c; j0 += 16) {
-        ak_v16f v = (AK_V16F_LD(sc + j0) + add) * scale;
-        /* keys before lo (out of the window) or past c: -inf */
-        v = AK_V16F_SELECT((lane < c - j0) & (lane >= lo - j0), v, ninf);
-        AK_V16F_ST(sc + j0, v);
-        MAX_INTO(mx, v);
-    }
-    float bm = hmax16(mx);
+    /* keys before lo (out of the window) or past c: -inf */
+    float bm = ak_softmax_scale_max(sc, lo, c, add, scale);
     float *acc = row_out(a, r), *accr = a->acc_rot + (size_t)r * a->dv;
     if (bm > a->m[r]) { /* rescale what was accumulated under the old maximum */
         float f = expf(a->m[r] - bm);
         a->l[r] *= f;
         a->lc[r] *= f;
-        scale_row(acc, a->dv, f);
-        if (a->have_vrot) scale_row(accr, a->dv, f);
+        ak_scale_row(acc, a->dv, f);
+        if (a->have_vrot) ak_scale_row(accr, a->dv, f);
         a->m[r] = bm;
     }
-    for (int j0 = 0; j0 < c; j0 += 16) {
-        ak_v16f v = AK_V16F_LD(sc + j0) - a->m[r];
-        ak_exp_v16(&v);   /* masked keys: e^-inf, clamped to e^-87; zeroed next */
-        v = AK_V16F_SELECT((lane < c - j0) & (lane >= lo - j0), v, (ak_v16f){0});
-        AK_V16F_ST(sc + j0, v);
-        sum += v;
-    }
-    float ls = hsum16(sum);
+    float ls = ak_softmax_exp_sum(sc, lo, c, a->m[r]);
     a->l[r] += ls;
     if (h->mv) a->lc[r] += ls;   /* weight that went to centered values */
     return h->iv->rotated ? accr : acc;
@@ -785,87 +732,6 @@ void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n
     ak_kv_attend_run(kv, layer, kv_head, q, 0, n_q, 1, n - 1, scale, out, 0, scratch);
 }
 
-typedef ak_v16f v16f;
-
-/* Scores of NR (1..4) queries against the block's keys kt (dk x Tp,
- * transposed): s[i * Tp + j] = q_i . k_j for j < Tp (keys past the block's
- * count are zero). NR queries times two vectors of 16 keys: up to eight
- * independent chains of vector FMAs in flight. NR is a constant where this
- * is inlined, so the accumulators stay in registers. */
-static inline __attribute__((always_inline)) void run_scores_n(const int NR, const float *const *q, const float *kt,
-                                                               int dk, int Tp, float *s) {
-    int j0 = 0;
-    for (; j0 + 2 * PF_CHUNK <= Tp; j0 += 2 * PF_CHUNK) {
-        v16f a[4] = {{0}}, b[4] = {{0}};
-        for (int d = 0; d < dk; d++) {
-            v16f k = AK_V16F_LD(kt + (size_t)d * Tp + j0), k2 = AK_V16F_LD(kt + (size_t)d * Tp + j0 + PF_CHUNK);
-            _Pragma("GCC unroll 4")
-            for (int i = 0; i < NR; i++) {
-                a[i] += q[i][d] * k;
-                b[i] += q[i][d] * k2;
-            }
-        }
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < NR; i++) {
-            AK_V16F_ST(s + (size_t)i * Tp + j0, a[i]);
-            AK_V16F_ST(s + (size_t)i * Tp + j0 + PF_CHUNK, b[i]);
-        }
-    }
-    if (j0 < Tp) {   /* one vector of keys left */
-        v16f a[4] = {{0}};
-        for (int d = 0; d < dk; d++) {
-            v16f k = AK_V16F_LD(kt + (size_t)d * Tp + j0);
-            _Pragma("GCC unroll 4")
-            for (int i = 0; i < NR; i++) a[i] += q[i][d] * k;
-        }
-        _Pragma("GCC unroll 4")
-        for (int i = 0; i < NR; i++) AK_V16F_ST(s + (size_t)i * Tp + j0, a[i]);
-    }
-}
-static void run_scores(const float *const *q, int nr, const float *kt, int dk, int Tp, float *s) {
-    switch (nr) {
-    case 1: run_scores_n(1, q, kt, dk, Tp, s); break;
-    case 2: run_scores_n(2, q, kt, dk, Tp, s); break;
-    case 3: run_scores_n(3, q, kt, dk, Tp, s); break;
-    default: run_scores_n(4, q, kt, dk, Tp, s); break;
-    }
-}
-
-/* acc[0..dv) += sum_{j < c} p[j] * v_j for the block's values v (Tp x dv):
- * NC chunks of 16 dimensions at once from d0, keys two at a time, so that
- * 2 NC chains of FMAs are in flight (one chain per chunk waits on the FMA's
- * latency). */
-static inline __attribute__((always_inline)) void run_values_n(const int NC, const float *p, int c, const float *v,
-                                                               int dv, int d0, float *acc) {
-    v16f a[4], b[4];
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < NC; k++) {
-        a[k] = AK_V16F_LD(acc + d0 + k * PF_CHUNK);
-        b[k] = (v16f){0};
-    }
-    int j = 0;
-    for (; j + 2 <= c; j += 2) {
-        const float *x = v + (size_t)j * dv + d0, *y = x + dv;
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < NC; k++) {
-            a[k] += p[j] * AK_V16F_LD(x + k * PF_CHUNK);
-            b[k] += p[j + 1] * AK_V16F_LD(y + k * PF_CHUNK);
-        }
-    }
-    if (j < c)
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < NC; k++) a[k] += p[j] * AK_V16F_LD(v + (size_t)j * dv + d0 + k * PF_CHUNK);
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < NC; k++) AK_V16F_ST(acc + d0 + k * PF_CHUNK, a[k] + b[k]);
-}
-static void run_values(const float *p, int c, const float *v, int dv, float *acc) {
-    int d0 = 0;
-    for (; d0 + 4 * PF_CHUNK <= dv; d0 += 4 * PF_CHUNK) run_values_n(4, p, c, v, dv, d0, acc);
-    for (; d0 + PF_CHUNK <= dv; d0 += PF_CHUNK) run_values_n(1, p, c, v, dv, d0, acc);
-    for (; d0 < dv; d0++)
-        for (int j = 0; j < c; j++) acc[d0] += p[j] * v[(size_t)j * dv + d0];
-}
-
 /* The rows that see a block whose keys (kt, transposed, stored basis) and
  * values (vf rows, or NULL when none is in the plain basis; vfr: rows of
  * values in the rotated basis, or NULL) are
@@ -880,7 +746,7 @@ static void rows_over_block(attn_rows *a, const head_view *h, const float *kt, c
         int nr = a->R - r0 < 4 ? a->R - r0 : 4;
         const float *qs[4];
         for (int i = 0; i < nr; i++) qs[i] = row_query(a, h, r0 + i);
-        run_scores(qs, nr, kt, dk, Tp, sc4);
+        ak_attn_scores(qs, nr, kt, dk, Tp, sc4);
         for (int i = 0; i < nr; i++) {
             prefetch_step(pf, PF_LINES);
             int r = r0 + i, c = pos0 + r / n_q + 1 - s0;   /* keys of this block row r sees */
@@ -894,8 +760,8 @@ static void rows_over_block(attn_rows *a, const head_view *h, const float *kt, c
             float *acc = row_softmax(a, h, r, sc, lo, c, scale);
             /* values from lo on only: those before it may be anything
              * (a zero weight times NaN is NaN) */
-            if (vf) run_values(sc + lo, c - lo, vf + (size_t)lo * dv, dv, acc);
-            if (vfr) run_values(sc + lo, c - lo, vfr + (size_t)lo * dv, dv, a->acc_rot + (size_t)r * dv);
+            if (vf) ak_attn_values(sc + lo, c - lo, vf + (size_t)lo * dv, dv, acc);
+            if (vfr) ak_attn_values(sc + lo, c - lo, vfr + (size_t)lo * dv, dv, a->acc_rot + (size_t)r * dv);
         }
     }
 }

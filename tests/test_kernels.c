@@ -691,3 +691,107 @@ TEST(vmath_exp_and_silu_vs_libm) {
     CHECK(y[4093] == g[4093], "silu wrote past n");
     printf("    exp max relative error %.2e, silu*u %.2e\n", worst_exp, worst_silu);
 }
+
+/* Attention's inner loops (vmath.h, at this build's vector width AK_VF_N)
+ * against double references: scores of 1-4 queries over transposed keys
+ * (Tp 16, 48 and 80: whole tiles and the tail of one vector), the softmax
+ * steps with a window (lo > 0) and a short row (c not a multiple of the
+ * width), weighted values for dv = 64 (whole passes), 72 (a single vector
+ * after them) and 70 (scalar tail). A query's scores must also be the same
+ * bits whichever queries share the call (batch invariance). */
+TEST(vmath_attention_loops_vs_double) {
+    enum { DK = 24, TPMAX = 80, DVMAX = 72 };
+    ak_rng r;
+    ak_rng_seed(&r, 19);
+    static float kt[DK * TPMAX], q[4][DK], s[4 * TPMAX], s1[TPMAX], v[TPMAX * DVMAX], acc[DVMAX], p[TPMAX];
+    for (int i = 0; i < DK * TPMAX; i++) kt[i] = ak_rng_normal(&r);
+    for (int i = 0; i < 4; i++)
+        for (int d = 0; d < DK; d++) q[i][d] = ak_rng_normal(&r);
+    const float *qs[4] = {q[0], q[1], q[2], q[3]};
+    double worst = 0;
+    int bits_differ = 0;
+    for (int Tp = 16; Tp <= TPMAX; Tp += 32)
+        for (int nr = 1; nr <= 4; nr++) {
+            memset(s, 0, sizeof s);
+            ak_attn_scores(qs, nr, kt, DK, Tp, s);
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < Tp; j++) {
+                    double want = 0, mag = 0;
+                    for (int d = 0; d < DK; d++) {
+                        want += (double)q[i][d] * kt[d * Tp + j];
+                        mag += fabs((double)q[i][d] * kt[d * Tp + j]);
+                    }
+                    worst = fmax(worst, fabs(s[i * Tp + j] - want) / mag);
+                }
+            /* the last query alone: the same bits as within the group */
+            const float *one[1] = {q[nr - 1]};
+            ak_attn_scores(one, 1, kt, DK, Tp, s1);
+            bits_differ += memcmp(s1, s + (size_t)(nr - 1) * Tp, sizeof(float) * (size_t)Tp) != 0;
+        }
+    CHECK(worst < 1e-6, "scores: error %.3e of the sum of |products|", worst);
+    CHECK(bits_differ == 0, "%d score rows changed with the queries beside them", bits_differ);
+
+    /* softmax: window [lo, c) of a row of Tp = 48 */
+    const int lo = 5, c = 37;
+    float sc[48];
+    for (int j = 0; j < 48; j++) sc[j] = ak_rng_normal(&r) * 4;
+    float raw[48];
+    memcpy(raw, sc, sizeof raw);
+    const float add = 0.25f, scale = 0.7f;
+    float m = ak_softmax_scale_max(sc, lo, c, add, scale);
+    double wm = -INFINITY;
+    for (int j = lo; j < c; j++) wm = fmax(wm, ((double)raw[j] + add) * scale);
+    CHECK(fabs(m - wm) <= 1e-6 * fabs(wm), "softmax max %g, want %g", m, wm);
+    for (int j = 0; j < c; j++)
+        if (j < lo) CHECK(isinf(sc[j]) && sc[j] < 0, "score %d outside the window is %g, not -inf", j, sc[j]);
+    float sum = ak_softmax_exp_sum(sc, lo, c, m);
+    double wsum = 0, werr = 0;
+    for (int j = lo; j < c; j++) {
+        double want = exp(((double)raw[j] + add) * scale - m);
+        wsum += want;
+        werr = fmax(werr, fabs(sc[j] - want) / want);
+    }
+    int zeros_ok = 1;
+    for (int j = 0; j < lo; j++) zeros_ok &= sc[j] == 0.0f;
+    for (int j = c; j < (c + AK_VF_N - 1) / AK_VF_N * AK_VF_N; j++) zeros_ok &= sc[j] == 0.0f;
+    CHECK(werr < 1e-5, "softmax weights: relative error %.3e", werr);
+    CHECK(fabs(sum - wsum) < 1e-5 * wsum, "softmax sum %g, want %g", sum, wsum);
+    CHECK(zeros_ok, "weights outside [lo, c) are not zero");
+
+    /* weighted values */
+    for (int j = 0; j < TPMAX; j++) p[j] = ak_rng_uniform(&r);
+    for (int i = 0; i < TPMAX * DVMAX; i++) v[i] = ak_rng_normal(&r);
+    const int dvs[3] = {64, 72, 70};
+    double vworst = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int n = 1; n <= 33; n += 16) {
+            int dv = dvs[ti];
+            float init[DVMAX];
+            for (int d = 0; d < DVMAX; d++) init[d] = ak_rng_normal(&r);
+            memcpy(acc, init, sizeof acc);
+            float guard = acc[DVMAX - 1];
+            ak_attn_values(p, n, v, dv, acc);
+            for (int d = 0; d < dv; d++) {
+                double want = init[d], mag = fabs(init[d]);
+                for (int j = 0; j < n; j++) {
+                    want += (double)p[j] * v[j * dv + d];
+                    mag += fabs((double)p[j] * v[j * dv + d]);
+                }
+                vworst = fmax(vworst, fabs(acc[d] - want) / mag);
+            }
+            if (dv < DVMAX) CHECK(acc[DVMAX - 1] == guard, "values wrote past dv %d", dv);
+        }
+    CHECK(vworst < 1e-6, "values: error %.3e of the sum of |terms|", vworst);
+
+    /* ak_exp_vf, lane by lane the same as ak_exp_v16 */
+    float e16[16], ef[16];
+    for (int i = 0; i < 16; i++) e16[i] = ef[i] = ak_rng_normal(&r) * 20;
+    exp_in_place(e16);
+    for (int i = 0; i < 16; i += AK_VF_N) {
+        ak_vf x = AK_VF_LD(ef + i);
+        ak_exp_vf(&x);
+        AK_VF_ST(ef + i, x);
+    }
+    CHECK(memcmp(e16, ef, sizeof ef) == 0, "ak_exp_vf differs from ak_exp_v16");
+    printf("    width %d: scores %.2e, values %.2e, softmax weights %.2e\n", AK_VF_N, worst, vworst, werr);
+}
