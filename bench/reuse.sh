@@ -4,7 +4,8 @@
 #    held-out text: 16 contexts of BOS + 4 chunks x 128 tokens + a 64-token
 #    continuation; chunks and context in f16, q4, tq2; methods none,
 #    cacheblend, agentkvshift (and its unit-weight ablation), full; ratios
-#    0..100%. Table to reuse-tiny-llama.txt, plot reuse-kl-tiny-llama.svg.
+#    0..100%; one timed run per prefill (the speed figure is run 3's). Table to
+#    reuse-tiny-llama.txt, plot reuse-kl-tiny-llama.svg.
 # 2. the same on stories260K over its story (1254 tokens: chunks of 48,
 #    continuation 32, as many contexts as the text holds, up to 8).
 # 3. speed on a synthetic Llama-3.2-1B-shaped Q4_0 model (random weights:
@@ -26,11 +27,11 @@ lscpu | sed -n 's/^Model name: *//p' | head -1
 uptime
 if [ -z "$SKIP_QUALITY" ]; then
     "$BIN" bench reuse -m "$SHARED/models/tiny-llama-h64-gqa-f32.gguf" --data "$SHARED/golden/tiny-llama-h64/val.txt" \
-        --chunks 4 --chunk-tokens 128 --cont 64 --contexts 16 -t "$T" --reps 3 \
+        --chunks 4 --chunk-tokens 128 --cont 64 --contexts 16 -t "$T" \
         --plot "$OUT/reuse-kl-tiny-llama.svg" | tee "$OUT/reuse-tiny-llama.txt"
     uptime
     "$BIN" bench reuse -m "$SHARED/models/stories260K.gguf" --data "$SHARED/golden/stories260K/story.txt" \
-        --chunks 4 --chunk-tokens 48 --cont 32 --contexts 8 -t "$T" --reps 3 \
+        --chunks 4 --chunk-tokens 48 --cont 32 --contexts 8 -t "$T" \
         --plot "$OUT/reuse-kl-stories260K.svg" | tee "$OUT/reuse-stories260K.txt"
     uptime
 fi
@@ -39,6 +40,6 @@ if [ -z "$SKIP_SPEED" ]; then
     [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --ctx 4096 --type q4_0 --seed 1
     "$BIN" bench reuse -m "$m" --data "$SHARED/golden/tiny-llama-h64/val.txt" --speed-only \
         --chunks 4 --chunk-tokens 512 --cont 16 --contexts 1 --cache-types f16 --ratios 10 -t "$T" \
-        --reps "${REPS:-3}" | tee "$OUT/reuse-speed-1b.txt"
+        --reps "${REPS:-3}" --methods none,cacheblend,agentkvshift | tee "$OUT/reuse-speed-1b.txt"
     uptime
 fi
