@@ -31,8 +31,9 @@
  * __metadata__ maps strings to strings:
  *     format              "agentkv.agent" ("agentkv.pool" for a pool file,
  *                         "agentkv.memory" for a memory: store_memory.c)
- *     format_version      "5" (4 and 5 are read, 4 being 5 without
- *                         "segments"; 1 to 3 and newer are a miss: STALE)
+ *     format_version      "5", or "6" for an agent file with "corrections"
+ *                         (4 to 6 are read, 4 being 5 without "segments";
+ *                         1 to 3 and newer are a miss: STALE)
  *     agent_id            the id (equal to the file name's; a pool's id
  *                         for a pool file)
  *     model_fingerprint   ak_model.fingerprint (hex)
@@ -70,6 +71,18 @@
  *                         runs, each own segment then [base_len, n_tokens),
  *                         each starting a fresh block (file_runs below):
  *                         n_blocks is the sum of their ceil(len / T)
+ *     corrections         version 6 agent files only: the sequence's
+ *                         AgentKVShift corrections (kvcache.h CORRECTIONS,
+ *                         reuse.h), ranges separated by ';', each
+ *                         "start:n:layer0:W:S:M" with start, n, layer0
+ *                         decimal (start + n <= n_tokens, layer0 <
+ *                         n_layer), W the n weights, S one '0'/'1' per
+ *                         layer (its offsets set), M for every layer then
+ *                         KV head the key offset (head_dim_k floats), then
+ *                         for every KV head the value offset (head_dim_v),
+ *                         floats as the 8 lowercase hex digits of their
+ *                         IEEE-754 bits (exact: a restored agent attends
+ *                         as the one saved); unset layers' offsets zero
  *     checksum_algorithm  "xxh3-64" (XXH3_64bits, seed 0)
  *     block_checksums     one per block b = 0..n_blocks-1, 16 lowercase hex
  *                         digits each, separated by commas ("" if none):
@@ -379,6 +392,127 @@ static int base_normalize(ak_store_base *b, int n_tokens, char *why, size_t whyn
  * of a version 4 file. */
 static int base_single(const ak_store_base *b) { return b->n_seg == 1 && b->seg[0].kind != AK_SEG_OWN; }
 
+/* ---------------------------------------------------------- corrections */
+
+/* The "corrections" metadata of kv's ranges below n_tokens (format at the
+ * top) into *out (malloc'd), or NULL when there are none. Returns 0, or -1
+ * out of memory. */
+static int corrections_string(const ak_kv *kv, int n_tokens, char **out) {
+    *out = NULL;
+    const ak_cache_spec *sp = ak_block_pool_spec(ak_kv_pool(kv));
+    size_t per = (size_t)sp->n_head_kv * (size_t)(sp->head_dim_k + sp->head_dim_v), cap = 1, len = 0;
+    int nr = 0;
+    for (int r = 0; r < ak_kv_corrections(kv); r++) {
+        int st, n;
+        ak_kv_correction_get(kv, r, &st, &n, NULL, NULL);
+        if (st >= n_tokens) continue;
+        cap += 3 * 12 + 4 + (size_t)n * 8 + (size_t)sp->n_layer * (1 + per * 8) + 2;
+        nr++;
+    }
+    if (!nr) return 0;
+    char *s = malloc(cap);
+    if (!s) return -1;
+    for (int r = 0; r < ak_kv_corrections(kv); r++) {
+        int st, n, l0;
+        const float *w;
+        ak_kv_correction_get(kv, r, &st, &n, &l0, &w);
+        if (st >= n_tokens) continue;
+        if (st + n > n_tokens) n = n_tokens - st;   /* a history shorter than the cache */
+        len += (size_t)snprintf(s + len, cap - len, "%s%d:%d:%d:", len ? ";" : "", st, n, l0);
+        for (int j = 0; j < n; j++) {
+            uint32_t u;
+            memcpy(&u, &w[j], 4);
+            len += (size_t)snprintf(s + len, cap - len, "%08x", u);
+        }
+        s[len++] = ':';
+        for (int l = 0; l < sp->n_layer; l++) s[len++] = ak_kv_correction_mu(kv, r, l, 0) ? '1' : '0';
+        s[len++] = ':';
+        for (int l = 0; l < sp->n_layer; l++) {
+            const float *mk = ak_kv_correction_mu(kv, r, l, 0), *mv = ak_kv_correction_mu(kv, r, l, 1);
+            size_t kd = (size_t)sp->n_head_kv * sp->head_dim_k, vd = (size_t)sp->n_head_kv * sp->head_dim_v;
+            for (size_t i = 0; i < kd + vd; i++) {
+                float f = !mk ? 0.0f : i < kd ? mk[i] : mv[i - kd];
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                len += (size_t)snprintf(s + len, cap - len, "%08x", u);
+            }
+        }
+        s[len] = 0;
+    }
+    *out = s;
+    return 0;
+}
+
+/* Reads a decimal int in [0, hi] up to the next ':' at *p (advanced past
+ * it). Returns 0, or -1. */
+static int corr_int(const char **p, int hi, int *out) {
+    int64_t x = 0;
+    const char *q = *p;
+    if (*q < '0' || *q > '9') return -1;
+    while (*q >= '0' && *q <= '9')
+        if ((x = x * 10 + (*q++ - '0')) > hi) return -1;
+    if (*q != ':') return -1;
+    *out = (int)x;
+    *p = q + 1;
+    return 0;
+}
+
+/* n floats of 8 lowercase hex digits each at *p (advanced). Returns 0, or -1. */
+static int corr_floats(const char **p, float *out, size_t n) {
+    const char *q = *p;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = 0;
+        for (int k = 0; k < 8; k++) {
+            char c = *q++;
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) return -1;
+            u = u << 4 | (uint32_t)d;
+        }
+        memcpy(&out[i], &u, 4);
+    }
+    *p = q;
+    return 0;
+}
+
+ak_store_status aks_apply_corrections(const agent_meta *m, ak_kv *kv, verdict *v) {
+    if (!m->corrections) return AK_STORE_HIT;
+    const ak_cache_spec *sp = &m->spec;
+    size_t kd = (size_t)sp->n_head_kv * sp->head_dim_k, vd = (size_t)sp->n_head_kv * sp->head_dim_v;
+    const char *p = m->corrections;
+    float *w = NULL, *mu = malloc(sizeof(float) * (kd + vd));
+    ak_error e = {{0}};
+    ak_store_status st = AK_STORE_HIT;
+    if (!mu) return aks_judge_error(v, AK_ERR_NOMEM, "out of memory");
+    while (st == AK_STORE_HIT && *p) {
+        int s0, n, l0, idx;
+        if (corr_int(&p, m->n_tokens, &s0) || corr_int(&p, m->n_tokens, &n) || corr_int(&p, sp->n_layer - 1, &l0) ||
+            n < 1 || s0 + n > m->n_tokens || !(w = realloc(w, sizeof(float) * (size_t)n)) || corr_floats(&p, w, (size_t)n) ||
+            *p++ != ':') {
+            st = aks_judge(v, AK_STORE_CORRUPT, "corrections", "a malformed correction record");
+            break;
+        }
+        const char *set = p;
+        p += sp->n_layer;
+        for (int l = 0; l < sp->n_layer; l++)
+            if (!set[l] || (set[l] != '0' && set[l] != '1')) { st = AK_STORE_CORRUPT; break; }
+        if (st != AK_STORE_HIT || *p++ != ':' || (idx = ak_kv_correction_add(kv, s0, n, l0, w, &e)) < 0) {
+            st = aks_judge(v, AK_STORE_CORRUPT, "corrections", "a malformed correction record%s%s", e.msg[0] ? ": " : "",
+                           e.msg);
+            break;
+        }
+        for (int l = 0; l < sp->n_layer && st == AK_STORE_HIT; l++) {
+            if (corr_floats(&p, mu, kd + vd)) st = aks_judge(v, AK_STORE_CORRUPT, "corrections", "short correction offsets");
+            else if (set[l] == '1' && ak_kv_correction_set(kv, idx, l, mu, mu + kd, &e) < 0)
+                st = aks_judge(v, AK_STORE_CORRUPT, "corrections", "a correction refused: %s", e.msg);
+        }
+        if (st == AK_STORE_HIT && *p && *p++ != ';') st = aks_judge(v, AK_STORE_CORRUPT, "corrections", "correction records not separated by ';'");
+    }
+    free(w);
+    free(mu);
+    if (st != AK_STORE_HIT) ak_kv_correction_clear(kv);
+    return st;
+}
+
 ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv *kv, const int32_t *tokens,
                                     int n_tokens, const ak_store_base *base, const char *pool_hash,
                                     const char *source, const char *fingerprint, const char *model_name,
@@ -469,6 +603,11 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
         return NULL;
     }
     if (n_tokens) memcpy(sn->tokens, tokens, sizeof(int32_t) * (size_t)n_tokens);
+    if (kind == AK_FILE_AGENT && corrections_string(kv, n_tokens, &sn->corrections) < 0) {
+        ak_failc(err, AK_ERR_NOMEM, "store: agent %s: out of memory for its corrections", agent_id);
+        ak_snapshot_free(sn);
+        return NULL;
+    }
     if (aks_transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, &ru, 0, sn->block_tokens) != 0) {
         ak_fail(err, "store: %s %s: a cached vector below position %d is not readable", what, agent_id, n_tokens);
         ak_snapshot_free(sn);
@@ -492,7 +631,8 @@ ak_snapshot *ak_store_snapshot_base(const char *agent_id, const ak_kv *kv, const
 
 size_t ak_snapshot_bytes(const ak_snapshot *sn) {
     size_t nb = sn->nt ? (size_t)sn->t[0].shape[0] : 0;
-    return (size_t)sn->data_bytes + (size_t)sn->n_tokens * 8 + nb * 17 + (sn->source ? strlen(sn->source) : 0) + 4096;
+    return (size_t)sn->data_bytes + (size_t)sn->n_tokens * 8 + nb * 17 + (sn->source ? strlen(sn->source) : 0) +
+           (sn->corrections ? strlen(sn->corrections) : 0) + 4096;
 }
 
 void ak_snapshot_free(ak_snapshot *sn) {
@@ -503,6 +643,7 @@ void ak_snapshot_free(ak_snapshot *sn) {
     if (sn->data) sodium_memzero(sn->data, (size_t)sn->data_bytes);
     if (sn->source) sodium_memzero(sn->source, strlen(sn->source));
     free(sn->source);
+    free(sn->corrections);
     free(sn->tokens);
     free(sn->t);
     free(sn->data);
@@ -606,7 +747,7 @@ uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
                       sn->n_tokens, sn->created, sn->base.base_len};
     for (int i = 0; i < 9; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", kind_format(sn->kind)}, {"format_version", AK_FORMAT_VERSION_STR},
+        {"format", kind_format(sn->kind)}, {"format_version", sn->corrections ? "6" : AK_FORMAT_VERSION_STR},
         {"agent_id", sn->id}, {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name},
         {"n_layer", num[0]}, {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]},
         {"n_ctx", num[4]}, {"kv_format_k", ak_kv_format_get(sn->fk)->name},
@@ -639,6 +780,7 @@ uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
         p[np++] = (kv_pair){"pool_hash", sn->pool_hash};
         p[np++] = (kv_pair){"source", sn->source ? sn->source : ""};
     }
+    if (sn->corrections) p[np++] = (kv_pair){"corrections", sn->corrections};
     kv_pair sorted[NP];
     memcpy(sorted, p, sizeof(kv_pair) * np);
     if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
@@ -899,12 +1041,19 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
         free(pairs);
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "bad format_version \"%.20s\"", ver ? ver : "");
     }
-    if (x < AK_FORMAT_VERSION_OLDEST || x > AK_FORMAT_VERSION) {
+    if (x < AK_FORMAT_VERSION_OLDEST || x > AK_FORMAT_VERSION_CORR) {
         free(pairs);
         return aks_judge(v, AK_STORE_STALE, NULL, "format version %lld is %s than this build's %d..%d", (long long)x,
-                     x > AK_FORMAT_VERSION ? "newer" : "older", AK_FORMAT_VERSION_OLDEST, AK_FORMAT_VERSION);
+                     x > AK_FORMAT_VERSION_CORR ? "newer" : "older", AK_FORMAT_VERSION_OLDEST, AK_FORMAT_VERSION_CORR);
     }
     m->version = (int)x;
+    /* corrections come with version 6 and only then (a 5 never has them) */
+    m->corrections = meta_str(meta, "corrections");
+    if ((m->corrections != NULL) != (x == AK_FORMAT_VERSION_CORR) || (m->corrections && kind != AK_FILE_AGENT)) {
+        free(pairs);
+        return aks_judge(v, AK_STORE_CORRUPT, "metadata", "corrections %s in a version %lld %s file",
+                         m->corrections ? "present" : "missing", (long long)x, ak_kind_word(kind));
+    }
     char want[17];
     const char *got = meta_str(meta, "metadata_checksum");
     int dup = metadata_hash(pairs, np, want);

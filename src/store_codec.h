@@ -26,6 +26,10 @@
 #define AK_FORMAT_VERSION 5
 #define AK_FORMAT_VERSION_STR "5"
 #define AK_FORMAT_VERSION_OLDEST 4   /* still read: a version 4 file is a version 5 file without "segments" */
+/* Version 6 is version 5 with "corrections" (an agent whose sequence
+ * carries AgentKVShift corrections: kvcache.h CORRECTIONS); only such
+ * files are written as 6, every other file stays 5. */
+#define AK_FORMAT_VERSION_CORR 6
 
 /* A buffer for a whole cache (snapshot data, file images; free() it).
  * Plain 4 KiB pages: transparent huge pages (MADV_HUGEPAGE) made the first
@@ -97,6 +101,7 @@ struct ak_snapshot {
     int nt;
     uint8_t *data;
     uint64_t data_bytes;
+    char *corrections;      /* agents: the "corrections" metadata (malloc'd), or NULL when the sequence has none */
 };
 
 /* Builds the safetensors header of sn (u64 length + padded JSON) into a
@@ -140,9 +145,15 @@ typedef struct {
     int32_t *tokens;        /* malloc'd */
     uint64_t hdr_end;       /* 8 + N: where the data section begins */
     cJSON *root;            /* the parsed header */
+    const char *corrections; /* version 6: the "corrections" string (inside root), else NULL */
 } agent_meta;
 
 void aks_meta_free(agent_meta *m);
+/* Attaches the corrections the metadata records (m->corrections, if any)
+ * to kv, which holds the file's m->n_tokens positions and no correction.
+ * Returns AK_STORE_HIT, or CORRUPT (a malformed record: the metadata
+ * checksum passed, so a writer bug or a forged file) with v set. */
+ak_store_status aks_apply_corrections(const agent_meta *m, ak_kv *kv, verdict *v);
 
 /* The length N of the header of an image of img_size bytes whose first 8
  * bytes are img8: HIT with *n set (8 + N <= img_size), or CORRUPT. */

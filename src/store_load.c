@@ -580,7 +580,13 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
         }
     }
     /* verified: only now does anything reach the caller's sequence */
-    if (ak_kv_set_length(tmp, n, &e2) != 0 || ak_kv_swap(kv, tmp) != 0) {
+    if (ak_kv_set_length(tmp, n, &e2) != 0) {
+        aks_judge(v, AK_STORE_ERROR, NULL, "the sequence refused the restored blocks");
+        goto out;
+    }
+    /* a version 6 file's AgentKVShift corrections (store_codec.c) go with its positions */
+    if (aks_apply_corrections(m, tmp, v) != AK_STORE_HIT) goto out;
+    if (ak_kv_swap(kv, tmp) != 0) {
         aks_judge(v, AK_STORE_ERROR, NULL, "the sequence refused the restored blocks");
         goto out;
     }

@@ -561,3 +561,116 @@ TEST(memories_sealed) {
     ak_store_close(store);
     tenv_close(&e);
 }
+
+/* A turn whose memories are placed by a reuse method (ak_agent_reuse_memory):
+ * as turn_with otherwise. */
+static int turn_reuse(tenv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, const char *const *ms,
+                      const int *at, int k, const ak_reuse_params *p, float *out, ak_reuse_stats *st) {
+    ak_error err = {{0}};
+    ak_kv *kv;
+    ak_turn ti;
+    int len[8] = {0};
+    for (int i = 0; i < k; i++) {
+        ak_memory_info mi;
+        if (ak_memory_get(ag, ms[i], &mi, NULL, &err) < 0) goto fail;
+        len[i] = mi.n_tokens;
+    }
+    if (ak_agent_open_memories(ag, id, 0, NULL, prompt, n, n, 0, at, len, k, &kv, &ti, &err) < 0) goto fail;
+    int pos = ti.reused;
+    for (int i = 0; i < k; i++) {
+        if (pos > at[i]) continue;
+        if (at[i] > pos && ak_eval(e->ctx, kv, prompt + pos, at[i] - pos, pos, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
+        if (ak_agent_reuse_memory(ag, e->ctx, id, ms[i], prompt, at[i], p, &kv, st, &err) < 0) goto fail;
+        pos = ak_kv_length(kv);
+    }
+    if (ak_eval(e->ctx, kv, prompt + pos, n - pos, pos, out, NULL, NULL, NULL, &err) < 0 ||
+        ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0)
+        goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "turn_reuse %s: %s\n", id, err.msg);
+    ak_agent_abort(ag, id);
+    return -1;
+}
+
+/* An agent whose memories were placed by agentkvshift (its sequence holds
+ * corrections) and one by cacheblend: saved (agent file version 6 with
+ * "corrections" for the first), restored after a restart, their next turn
+ * gives the logits of twins that stayed in RAM, bit for bit; the same turn
+ * on a restored agent whose file lost its corrections would not (the
+ * correction moves the logits: test_reuse.c). The placement itself equals
+ * ak_reuse_place on a plain sequence (the agent's is [P] frozen, then the
+ * chunk): checked through the recomputed count. */
+TEST(memories_agentkvshift_agent_restores_bit_for_bit) {
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    const char *dir = dir_for("memories-akvs");
+    ak_store *store = ak_store_open(dir, NULL, &err);
+    REQUIRE(store, "%s", err.msg);
+    ak_block_pool *pool;
+    ak_agents *ag = agents_at(&e, &pool, store);
+    REQUIRE(ag, "agents");
+    int32_t P[NP], X[NX], Y[NY], Q[NQ], all[NP + NX + NY + NQ], more[NP + NX + NY + NQ + 1];
+    texts(e.vocab, P, X, Y, Q);
+    memcpy(all, P, sizeof P);
+    memcpy(all + NP, X, sizeof X);
+    memcpy(all + NP + NX, Y, sizeof Y);
+    memcpy(all + NP + NX + NY, Q, sizeof Q);
+    int n = NP + NX + NY + NQ;
+    memcpy(more, all, sizeof all);
+    more[n] = 42;
+    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
+                ak_memory_add(ag, e.ctx, "my", "the y text", Y, NY, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0,
+            "add: %s", err.msg);
+    const char *ms[2] = {"mx", "my"};
+    int at[2] = {NP, NP + NX};
+    const char *ids[2] = {"shift", "blend"};
+    ak_reuse_params ps[2] = {{AK_REUSE_AGENTKVSHIFT, 0.2f, -1, 0}, {AK_REUSE_CACHEBLEND, 0.2f, -1, 0}};
+    float *hot = malloc(sizeof(float) * (size_t)e.vocab), *cold = malloc(sizeof(float) * (size_t)e.vocab);
+    ak_reuse_stats st;
+    for (int i = 0; i < 2; i++) {
+        REQUIRE(turn_reuse(&e, ag, ids[i], all, n, ms, at, 2, &ps[i], NULL, &st) == 0, "%s", ids[i]);
+        CHECK(st.n_recomputed == (int)ceil(0.2 * NY - 1e-6), "%s: last memory recomputed %d", ids[i], st.n_recomputed);
+    }
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    ak_store_close(store);
+    /* the shifted agent's file says version 6 and holds the corrections */
+    size_t fl = 0;
+    char *img = ak_read_file(file_of(dir, "shift"), &fl, &err);
+    CHECK(img && memmem(img, fl, "\"format_version\":\"6\"", 20) && memmem(img, fl, "\"corrections\":\"", 15),
+          "no version 6 corrections in the agentkvshift agent's file");
+    free(img);
+    img = ak_read_file(file_of(dir, "blend"), &fl, &err);
+    CHECK(img && memmem(img, fl, "\"format_version\":\"5\"", 20) && !memmem(img, fl, "\"corrections\"", 13),
+          "the cacheblend agent's file should stay version 5");
+    free(img);
+    for (int i = 0; i < 2; i++) {
+        store = ak_store_open(dir, NULL, &err);
+        REQUIRE(store, "%s", err.msg);
+        ag = agents_at(&e, &pool, store);
+        ak_turn ti;
+        REQUIRE(turn_with(&e, ag, ids[i], more, n + 1, NULL, NULL, 0, cold, &ti) == 0, "%s restored", ids[i]);
+        CHECK(ti.tier == AK_TIER_WARM && ti.reused >= n, "%s: %s, reused %d of %d", ids[i], ak_tier_name(ti.tier),
+              ti.reused, n);
+        ak_agents_free(ag);
+        ak_block_pool_free(pool);
+        ak_store_close(store);
+        /* the twin, in RAM all along */
+        ag = agents_at(&e, &pool, NULL);
+        REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
+                    ak_memory_add(ag, e.ctx, "my", "the y text", Y, NY, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0,
+                "twin add");
+        REQUIRE(turn_reuse(&e, ag, "twin", all, n, ms, at, 2, &ps[i], NULL, &st) == 0 &&
+                    turn_with(&e, ag, "twin", more, n + 1, NULL, NULL, 0, hot, &ti) == 0,
+                "twin");
+        CHECK(!memcmp(hot, cold, sizeof(float) * (size_t)e.vocab), "%s: restored differs from its hot twin by %g",
+              ids[i], max_abs_diff(hot, cold, e.vocab));
+        ak_agents_free(ag);
+        ak_block_pool_free(pool);
+    }
+    free(hot);
+    free(cold);
+    tenv_close(&e);
+}
