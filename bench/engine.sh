@@ -8,7 +8,12 @@
 # (STREAM-style, bytes read + written) measured in the same run; a read-only
 # bandwidth is shown beside it.
 # Env: TYPES="f32 f16 bf16 q8_0 q4_0 q6_k q5_k q4_k", THREADS=2, PP=512,
-#      TG=128, REPEATS=3, BATCH=8.
+#      TG=128, REPEATS=3, BATCH=8 (BATCH=0: no batched decode).
+# KV=q8|q4|... (a quantized cache at long context: ours with -ctk/-ctv KV and
+# --tg-after-prompt, so tg is the decode of TG tokens after the PP-token
+# prompt; llama.cpp with flash attention, -ctk/-ctv LLAMA_KV (default: q8 ->
+# q8_0, q4 -> q4_0, else f16), pp at -p PP and tg at depth -d PP). E.g. the
+# 2K case: KV=q4 PP=2048 TG=32 BATCH=0 REPEATS=1.
 # LLAMA_BENCH=/path/to/llama-bench (a llama.cpp CPU build of your own; none
 # is shipped) runs llama.cpp on the same file right after each of ours and
 # adds its pp/tg and our ratio to it: ratios from one run, not from memory.
@@ -24,6 +29,10 @@ BENCH_DIR=${BENCH_DIR:-build/bench-models}
 TYPES=${TYPES:-"f32 f16 bf16 q8_0 q4_0 q6_k q5_k q4_k"}
 THREADS=${THREADS:-2}
 BATCH=${BATCH:-8}
+KV=${KV:-}
+case "$KV" in q8) LKV=${LLAMA_KV:-q8_0} ;; q4) LKV=${LLAMA_KV:-q4_0} ;; *) LKV=${LLAMA_KV:-f16} ;; esac
+OURS_KV=""; [ -n "$KV" ] && OURS_KV="-ctk $KV -ctv $KV --tg-after-prompt"
+OURS_BATCH=""; [ "$BATCH" != 0 ] && OURS_BATCH="--batch $BATCH"
 mkdir -p "$BENCH_DIR"
 S="$BENCH_DIR/summary.txt"
 printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' type build pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s \
@@ -36,12 +45,21 @@ for t in $TYPES; do
     m="$BENCH_DIR/llama-1b-$t.gguf"
     [ -f "$m" ] || "$BIN" synth -o "$m" --like llama-1b --type "$t" --seed 1
   for b in $BINS; do
+    # shellcheck disable=SC2086
     j=$("$b" bench engine -m "$m" -p "${PP:-512}" -n "${TG:-128}" -t "$THREADS" -r "${REPEATS:-3}" \
-        --batch "$BATCH" --json)
+        $OURS_BATCH $OURS_KV --json)
     echo "$b: $j"
     peer=""
     if [ -n "$LLAMA_BENCH" ]; then
-        l=$("$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "${PP:-512}" -n "${TG:-128}" -r "${REPEATS:-3}" 2>/dev/null || true)
+        if [ -n "$KV" ]; then   # prefill of PP tokens; decode of TG at depth PP (two runs: -d applies to both)
+            l=$("$LLAMA_BENCH" -m "$m" -t "$THREADS" -fa 1 -ctk "$LKV" -ctv "$LKV" -p "${PP:-512}" -n 0 \
+                -r "${REPEATS:-3}" 2>/dev/null || true)
+            l="$l
+$("$LLAMA_BENCH" -m "$m" -t "$THREADS" -fa 1 -ctk "$LKV" -ctv "$LKV" -p 0 -n "${TG:-128}" -d "${PP:-512}" \
+                -r "${REPEATS:-3}" 2>/dev/null || true)"
+        else
+            l=$("$LLAMA_BENCH" -m "$m" -t "$THREADS" -p "${PP:-512}" -n "${TG:-128}" -r "${REPEATS:-3}" 2>/dev/null || true)
+        fi
         echo "$l"
         lpp=$(lb_field "$l" "pp${PP:-512}"); ltg=$(lb_field "$l" "tg${TG:-128}")
         if [ -n "$lpp" ] && [ -n "$ltg" ]; then
@@ -51,7 +69,7 @@ for t in $TYPES; do
             peer="(llama-bench gave no figures)"
         fi
     fi
-    printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' "$t" "$b" "$(field "$j" pp_tok_s)" \
+    printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' "$t${KV:+/kv-$KV}" "$b" "$(field "$j" pp_tok_s)" \
         "$(field "$j" tg_tok_s)" "$(field "$j" batch_tok_s)" "$(field "$j" batch_ratio)" "$(field "$j" tg_gb_s)" \
         "$(field "$j" copy_gb_s)" "$(field "$j" read_gb_s)" "$(field "$j" tg_bw_pct)" "$peer" >> "$S"
   done
