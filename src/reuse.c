@@ -245,12 +245,12 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
         goto out;
     }
     /* AGENTKVSHIFT: weights from the initial deviation (reuse.h) */
-    double msq = 0;
-    for (int i = 0; i < m; i++) msq += sqrt(rk[i].d);
-    msq /= m;
+    double dm = 0;
+    for (int i = 0; i < m; i++) dm += rk[i].d;
+    dm /= m;
     for (int j = 0; j < n; j++) w[j] = 1.0f;
-    if (!p->unit_weights && msq > 0)
-        for (int i = m; i < n; i++) w[rk[i].j] = (float)(sqrt(rk[i].d) / msq);
+    if (!p->unit_weights && dm > 0)
+        for (int i = m; i < n; i++) w[rk[i].j] = (float)(rk[i].d / dm);
     for (int i = 0; i < m; i++) w[sel[i]] = 0.0f;   /* probes hold fresh K/V */
     for (int i = 0; i < m; i++) spos[i] = at + sel[i];
     int idx = ak_kv_correction_add(kv, at, n, check, w, err);

@@ -37,12 +37,14 @@
  * correction before the probes attend at layer l.
  *
  * Weights (AGENTKVSHIFT): d_j is token j's squared L2 deviation of fresh
- * from reused V at the check layer (all KV heads); w_j = sqrt(d_j) /
- * mean over the chunk's probes of sqrt(d_p): a token whose V moved like an
- * average probe's gets the whole mean residual, one that did not move gets
- * none (probes are the most divergent, so w_j <= 1 up to ties). When every
- * probe's d is 0, w_j = 1. unit_weights: every non-probe w_j = 1 (the
- * ablation). Probes have w = 0 (they hold fresh K/V).
+ * from reused V at the check layer (all KV heads), its divergence score;
+ * w_j = d_j / (mean over the chunk's probes of d_p): a token that diverged
+ * like an average probe gets the whole mean residual, one that did not
+ * diverge gets none (probes are the most divergent, so w_j <= 1 up to
+ * ties). When every probe's d is 0, w_j = 1. unit_weights: every
+ * non-probe w_j = 1 (the ablation). Probes have w = 0 (they hold fresh
+ * K/V). (sqrt(d_j) / mean sqrt(d_p), the deviation's norm rather than its
+ * square, was tried first: a higher KL on both tiny models, docs/memories.md.)
  *
  * The sequence built has the plain mapping (no segments): each chunk's
  * stored bytes are copied into the sequence's own blocks (converted,
