@@ -212,6 +212,21 @@ void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols);
 void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
                       int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y);
 
+/* ---- NEON tiles of kernels_packed.c's R16 layout (kernels_packed_arm.c) ----
+ * Levels: 0 plain NEON, 1 + dotprod (sdot), 2 + i8mm (smmla); every level
+ * gives the same bits. ak_neon_level: this CPU's (getauxval), capped by the
+ * environment variable AGENTKV_NEON (plain, dotprod, i8mm). quantize: one
+ * token's XP row for wtype. The items: kernels_packed.c's q_item / f_item
+ * contracts (Y rows [16 g0, 16 g1) x tokens [t0, t1), Y ntok x rows). */
+#if defined(AK_SIMD_NEON)
+int ak_neon_level(void);
+void ak_packed_neon_quantize(uint32_t wtype, const float *x, uint8_t *dst, int64_t cols);
+void ak_packed_neon_q_item(int level, uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols,
+                           int64_t g0, int64_t g1, int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y);
+void ak_packed_neon_f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                           int64_t t0, int64_t t1, const float *X, float *Y);
+#endif
+
 /* Little helpers shared by the back ends. */
 static inline uint16_t ak_load_u16(const uint8_t *p) {
     uint16_t v;

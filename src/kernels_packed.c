@@ -69,6 +69,11 @@
 #else
 #define Q8_OFFSET 0         /* |q| x sign(x, q): q + 128 would saturate vpmaddubsw */
 #endif
+#elif defined(AK_SIMD_NEON) && !defined(AK_NO_PACKED)
+#define AK_PACKED 1         /* every 32-block and float type: kernels_packed_arm.c's tiles */
+#define AK_PACKED_NEON 1
+#define AK_PACKED_Q 1
+#define Q8_OFFSET 0         /* the NEON tiles turn the stored q + 128 back into q */
 #endif
 
 #define GROUP 16            /* rows per group */
@@ -846,7 +851,25 @@ static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t co
         }
     }
 }
-#endif /* AK_PACKED_512, AK_PACKED_256 */
+#elif defined(AK_PACKED_NEON)
+/* AArch64: the tiles are kernels_packed_arm.c's (sdot / smmla / plain NEON,
+ * chosen per product at run time); the same contracts as above. */
+static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) {
+    /* the offset is implied by the type; kernels_packed_arm.c knows it */
+    ak_packed_neon_quantize(offset == 8 ? GGML_TYPE_Q4_0 : offset == 16 ? GGML_TYPE_Q5_0 : GGML_TYPE_Q8_0, x, dst,
+                            cols);
+}
+static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                   int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
+    static const uint32_t type_of[PQ_KINDS] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
+                                                GGML_TYPE_Q5_1 };
+    ak_packed_neon_q_item(ak_neon_level(), type_of[kind], P, gb, rows, cols, g0, g1, t0, t1, xp, xps, Y);
+}
+static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                   int64_t t0, int64_t t1, const float *X, float *Y) {
+    ak_packed_neon_f_item(ft, P, gb, rows, cols, g0, g1, t0, t1, X, Y);
+}
+#endif /* AK_PACKED_512, AK_PACKED_256, AK_PACKED_NEON */
 
 typedef struct {
     uint32_t wtype;

@@ -75,6 +75,8 @@
 #define AK_PACKED_K 1
 #define AK_PACKED_K256 1   /* vpmaddubsw, or AVX-VNNI's vpdpbusd */
 #include <immintrin.h>
+#elif defined(AK_SIMD_NEON) && !defined(AK_NO_PACKED)
+#define AK_PACKED_K 1      /* the quantizer and tiles: kernels_packed_k_arm.c */
 #endif
 
 #define GROUP 16            /* rows per group */
