@@ -9,12 +9,16 @@
 #   make bench-tools  the stand-alone measuring programs in bench/*.c, as BUILD/bench/NAME
 #   make soak       the server under mixed traffic for SOAK_SECONDS (bench/soak.py; fails on 5xx,
 #                   RSS growth, leaked descriptors, a crash; plot and summary in BUILD/soak)
-# ARCH=native by default (SIMD chosen by the compiler's target); ARCH= for a
-# portable scalar build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
+# ARCH=dispatch by default on x86-64: one binary with scalar, AVX2, AVX2+VNNI
+# and AVX-512 kernels, the level picked at start from cpuid (AGENTKV_SIMD=...
+# forces a lower one; see "Run-time dispatch" below and src/cpu.h). ARCH=native
+# (the default elsewhere), ARCH=x86-64-v3 etc. build for that one target as
+# before (SIMD chosen by the compiler's target); ARCH= for a portable scalar
+# build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
 
 CC      ?= cc
 BUILD   ?= build
-ARCH    ?= native
+ARCH    ?= $(if $(filter x86_64-%,$(shell $(CC) -dumpmachine)),dispatch,native)
 OPT     ?= -O2
 SAN     ?=
 SHARED  ?= ../shared
@@ -30,12 +34,15 @@ endif
 
 PCRE_CFLAGS := $(shell pkg-config --cflags libpcre2-8)
 PCRE_LIBS   := $(shell pkg-config --libs libpcre2-8)
-ARCHFLAG    := $(if $(ARCH),-march=$(ARCH),)
+# A dispatched build compiles everything for the x86-64 baseline but the
+# files with SIMD code (DSP_SRC below), which are compiled once per level.
+DSP         := $(filter dispatch,$(ARCH))
+ARCHFLAG    := $(if $(DSP),-march=x86-64,$(if $(ARCH),-march=$(ARCH),))
 # GCC tunes some AVX-512 targets (Intel server cores) to prefer 256-bit
 # vectors; the explicit 64-byte vectors of the attention and vmath code then
 # meet 32-byte compiler-made halves (stack round trips). Where the compiler
 # takes the flag (x86), loops it vectorizes use the full width too.
-ARCHFLAG    += $(shell $(CC) $(ARCHFLAG) -mprefer-vector-width=512 -x c -c -o /dev/null /dev/null 2>/dev/null && echo -mprefer-vector-width=512)
+ARCHFLAG    += $(if $(DSP),,$(shell $(CC) $(ARCHFLAG) -mprefer-vector-width=512 -x c -c -o /dev/null /dev/null 2>/dev/null && echo -mprefer-vector-width=512))
 CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -pthread \
            -D_GNU_SOURCE $(PCRE_CFLAGS) $(SAN) -MMD -MP
 LDLIBS  += $(PCRE_LIBS) -lmicrohttpd -lcjson -lxxhash -lsodium -lm -pthread
@@ -48,6 +55,45 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
+# ---- Run-time dispatch (ARCH=dispatch) ----
+# DSP_SRC: the files whose code depends on the SIMD target (those including
+# the kernels' or KV formats' internal headers, vmath.h or kquant.h). Each is
+# compiled once per level into $(BUILD)/dsp/LEVEL/raw/, its global symbols
+# renamed NAME__LEVEL (scripts/dispatch.sh map, objcopy), and every function
+# reached through a generated jump (scripts/dispatch.sh stubs) whose table
+# src/cpu.c fills once per process. Data of the scalar copy keeps its name.
+# A level's flags are the instruction sets src/cpu.c checks for it.
+DSP_LEVELS         := scalar avx2 avx2vnni avx512
+DSP_FLAGS_scalar   := -march=x86-64
+DSP_FLAGS_avx2     := -march=x86-64-v3
+DSP_FLAGS_avx2vnni := -march=x86-64-v3 -mavxvnni
+DSP_FLAGS_avx512   := -march=x86-64-v4 -mavx512vnni -mavx512vbmi -mprefer-vector-width=512
+OBJCOPY  ?= objcopy
+ifneq ($(DSP),)
+DSP_SRC  := $(filter-out %_arm.c,$(shell grep -l -E '^\#include "(kernels_impl|kvformat_impl|vmath|kquant|kvformat_quant)\.h"' $(LIB_SRC)))
+DSP_RAW  := $(foreach L,$(DSP_LEVELS),$(DSP_SRC:%.c=$(BUILD)/dsp/$(L)/raw/%.o))
+LIB_OBJ  := $(filter-out $(DSP_SRC:%.c=$(BUILD)/%.o),$(LIB_OBJ)) \
+            $(foreach L,$(DSP_LEVELS),$(DSP_SRC:%.c=$(BUILD)/dsp/$(L)/%.o)) $(BUILD)/dsp/stubs.o
+$(BUILD)/src/cpu.o: CFLAGS += -DAK_DISPATCH
+
+define DSP_LEVEL_RULES
+$$(BUILD)/dsp/$(1)/raw/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) $$(DSP_FLAGS_$(1)) -c $$< -o $$@
+$$(BUILD)/dsp/$(1).map: $$(DSP_SRC:%.c=$$(BUILD)/dsp/$(1)/raw/%.o) scripts/dispatch.sh
+	sh scripts/dispatch.sh map $(1) $$@ $$(DSP_SRC:%.c=$$(BUILD)/dsp/$(1)/raw/%.o)
+$$(BUILD)/dsp/$(1)/%.o: $$(BUILD)/dsp/$(1)/raw/%.o $$(BUILD)/dsp/$(1).map
+	@mkdir -p $$(dir $$@)
+	$$(OBJCOPY) --redefine-syms=$$(BUILD)/dsp/$(1).map $$< $$@
+endef
+$(foreach L,$(DSP_LEVELS),$(eval $(call DSP_LEVEL_RULES,$(L))))
+
+$(BUILD)/dsp/stubs.s: $(DSP_LEVELS:%=$(BUILD)/dsp/%.map) scripts/dispatch.sh
+	sh scripts/dispatch.sh stubs $@ $(BUILD)/dsp
+$(BUILD)/dsp/stubs.o: $(BUILD)/dsp/stubs.s
+	$(CC) -c $< -o $@
+endif
+
 all: $(BUILD)/agentkv $(BUILD)/agentkv-tests
 
 $(BUILD)/%.o: %.c
@@ -58,7 +104,7 @@ $(BUILD)/%.o: %.c
 # ISO C mode (-std=c11) turns contraction off, which halves their speed.
 # Only here: quantizers and the scalar references stay unfused, so stored
 # bytes are the same on machines with and without FMA.
-$(BUILD)/src/kvcache.o: CFLAGS += -ffp-contract=fast
+$(BUILD)/src/kvcache.o $(DSP_LEVELS:%=$(BUILD)/dsp/%/raw/src/kvcache.o): CFLAGS += -ffp-contract=fast
 
 $(BUILD)/libagentkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -78,14 +124,19 @@ $(BUILD)/src/store_fault.o: src/store_dir.c
 $(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/src/store_fault.o $(BUILD)/libagentkv.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# A dispatched build first runs the SIMD-dependent tests at each lower level
+# the CPU supports (scripts/test-levels.sh; not with T=..., nor LEVEL_TESTS=0),
+# then every test at the level chosen.
+LEVEL_TESTS ?= 1
 test: $(BUILD)/agentkv-tests $(BUILD)/agentkv
+	$(if $(DSP),$(if $(T),,$(if $(filter 1,$(LEVEL_TESTS)),AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv sh scripts/test-levels.sh $(BUILD))))
 	AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
 
 demo: $(BUILD)/agentkv
 	python3 scripts/demo.py $(BUILD)/agentkv $(MODEL)
 
 asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+	$(MAKE) BUILD=build-asan ARCH=$(if $(DSP),native,$(ARCH)) OPT=-O1 SAN="-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 # Fuzzing: every fuzz/fuzz_NAME.c is a libFuzzer target linked against the
 # whole library, built with clang under ASan + UBSan (fuzz/run.sh runs them;
@@ -98,7 +149,7 @@ FUZZ_TARGETS ?= $(FUZZ_ALL)
 FUZZ_CC      ?= clang
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow
-FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter \
+FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer $(if $(DSP),-march=native,$(ARCHFLAG)) -Wall -Wextra -Wno-unused-parameter \
                 -Wno-missing-field-initializers -pthread -D_GNU_SOURCE $(PCRE_CFLAGS) -MMD -MP
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 AK_FUZZ_MODEL ?= $(SHARED)/models/stories260K.gguf
@@ -146,7 +197,7 @@ clean:
 	rm -rf build build-asan build-scalar
 
 .PHONY: all test demo asan fuzz fuzz-build bench bench-tools soak clean
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
+-include $(LIB_OBJ:.o=.d) $(DSP_RAW:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
 -include $(wildcard $(FUZZ_DIR)/obj/*/*.d)
 
 # ---- AArch64: cross build, tests under qemu-aarch64 (make test-arm) ----

@@ -1,7 +1,9 @@
-/* cmd_info.c - agentkv info: what a model file holds. */
+/* cmd_info.c - agentkv info: what a model file holds, and the SIMD level
+ * the kernels run at (src/cpu.h). */
 #include <stdio.h>
 #include <string.h>
 
+#include "../src/cpu.h"
 #include "../src/kernels.h"
 #include "args.h"
 #include "commands.h"
@@ -9,8 +11,45 @@
 
 static const char *usage_text =
     "usage: agentkv info -m MODEL [--metadata]\n"
+    "       agentkv info --cpu | --simd-levels\n"
     "  architecture, hyperparameters, cache spec, tokenizer and the tensor table\n"
-    "  --metadata   also list every metadata key\n";
+    "  --metadata     also list every metadata key\n"
+    "  --cpu          only the SIMD level chosen and what the CPU offers\n"
+    "  --simd-levels  the level running, then each lower one this binary can run\n"
+    "                 here, one per line (AGENTKV_SIMD=LEVEL forces one)\n";
+
+/* The SIMD lines: the level running (and the level of the code actually
+ * reached, which a working dispatch makes the same), how it was chosen,
+ * the levels this CPU supports and its features. */
+static void print_cpu(void) {
+    int level = ak_cpu_level();
+    char feats[512], levels[96] = "";
+    printf("level          %s (code running: %s, kernels %s)\n", ak_cpu_level_name(level),
+           ak_cpu_level_name(ak_cpu_compiled_level()), ak_simd_name());
+    if (ak_cpu_dispatched())
+        printf("dispatch       at run time from cpuid; AGENTKV_SIMD=scalar|avx2|avx2vnni|avx512 forces a lower level\n");
+    else
+        printf("dispatch       none: built for one target (make ARCH=dispatch for all levels)\n");
+    if (ak_cpu_note()[0]) printf("note           %s\n", ak_cpu_note());
+    for (int l = AK_CPU_NLEVELS - 1; l >= 0; l--) {
+        if (!ak_cpu_supports(l)) continue;
+        size_t o = strlen(levels);
+        snprintf(levels + o, sizeof levels - o, "%s%s%s", o ? " " : "", ak_cpu_level_name(l),
+                 ak_cpu_built(l) ? "" : " (not built)");
+    }
+    printf("cpu levels     %s\n", levels);
+    printf("cpu features   %s\n", ak_cpu_features(feats, sizeof feats));
+}
+
+/* One line per level: the running one, then every lower one that is both
+ * built in and supported here (what `make test` runs the SIMD tests at). */
+static void print_levels(void) {
+    int level = ak_cpu_level();
+    printf("%s\n", ak_cpu_level_name(level));
+    if (level == AK_CPU_NEON) level = AK_CPU_AVX2;   /* below neon: scalar only */
+    for (int l = level - 1; l >= 0; l--)
+        if (ak_cpu_built(l) && ak_cpu_supports(l)) printf("%s\n", ak_cpu_level_name(l));
+}
 
 static void print_kv(const gguf_kv *kv) {
     printf("  %-48.*s ", (int)kv->key.len, kv->key.data);
@@ -34,16 +73,20 @@ int cmd_info(int argc, char **argv) {
     ak_args a;
     args_init(&a, "info", argc, argv);
     const char *model_path = NULL;
-    int meta = 0;
+    int meta = 0, cpu = 0, levels = 0;
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
         else if (!strcmp(f, "--metadata")) meta = 1;
+        else if (!strcmp(f, "--cpu")) cpu = 1;
+        else if (!strcmp(f, "--simd-levels")) levels = 1;
         else args_unknown(&a, f);
     }
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && !model_path && !cpu && !levels) args_error(&a, "-m MODEL is required");
     if (a.failed) return AK_EXIT_USAGE;
+    if (levels) { print_levels(); return 0; }
+    if (!model_path) { print_cpu(); return 0; }
     loaded_model lm;
     if (load_model(&lm, "info", model_path) < 0) return 1;
     const ak_model *m = lm.model;
@@ -79,6 +122,7 @@ int cmd_info(int argc, char **argv) {
            ak_tokenizer_pre_name(lm.tok), ak_tokenizer_vocab_size(lm.tok), ak_tokenizer_bos(lm.tok),
            ak_tokenizer_eos(lm.tok), ak_tokenizer_add_bos(lm.tok) ? "yes" : "no");
     printf("kernels        %s\n", ak_simd_name());
+    print_cpu();
     if (meta) {
         printf("\nmetadata (%llu keys):\n", (unsigned long long)g->n_kv);
         for (uint64_t i = 0; i < g->n_kv; i++) print_kv(&g->kv[i]);
