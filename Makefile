@@ -45,7 +45,7 @@ ARCHFLAG    := $(if $(DSP),-march=x86-64,$(if $(ARCH),-march=$(ARCH),))
 ARCHFLAG    += $(if $(DSP),,$(shell $(CC) $(ARCHFLAG) -mprefer-vector-width=512 -x c -c -o /dev/null /dev/null 2>/dev/null && echo -mprefer-vector-width=512))
 CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -pthread \
            -D_GNU_SOURCE $(PCRE_CFLAGS) $(SAN) -MMD -MP
-LDLIBS  += $(PCRE_LIBS) -lmicrohttpd -lcjson -lxxhash -lsodium -lm -pthread
+LDLIBS  += $(PCRE_LIBS) -lmicrohttpd -lcjson -lxxhash -lsodium -lhiredis -lm -pthread
 
 LIB_SRC  := $(wildcard src/*.c)
 CLI_SRC  := $(wildcard cli/*.c)

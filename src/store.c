@@ -76,22 +76,82 @@ int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_erro
 
 /* ------------------------------------------------------------- open/close */
 
-ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
+/* Reads a Redis password: the first line of path, which must be private to
+ * its owner (as key files). Returns a malloc'd string, or NULL with err set. */
+static char *read_password(const char *path, ak_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        ak_failc(err, ak_err_code_of_errno(errno), "password file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (sb.st_mode & (S_IRWXG | S_IRWXO))) {
+        close(fd);
+        ak_failc(err, AK_ERR_PERMISSION, "password file %s: group or others may access it (or it cannot be read); "
+                 "it must be private to its owner (chmod 600 %s)", path, path);
+        return NULL;
+    }
+    char buf[513];
+    size_t n = 0;
+    while (n < sizeof buf - 1) {
+        ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    buf[strcspn(buf, "\r\n")] = 0;
+    int empty = !buf[0];
+    char *pw = empty ? NULL : strdup(buf);
+    sodium_memzero(buf, sizeof buf);
+    if (!pw) ak_failc(err, empty ? AK_ERR_INVALID : AK_ERR_NOMEM, "password file %s: %s", path, empty ? "empty" : "out of memory");
+    return pw;
+}
+
+ak_store *ak_store_open_at(const ak_store_where *w, const uint8_t *key, ak_error *err) {
+    const char *dir = w ? w->url : NULL;
+    int redis = dir && !strncmp(dir, "redis://", 8);
     if (!dir || !*dir) { ak_failc(err, AK_ERR_INVALID, "store: empty directory name"); return NULL; }
+    if (redis) dir = w->local_dir;
     /* room for "/<128-char id>.safetensors.tmp.<pid>.<tid>" after the dir */
-    if (strlen(dir) > PATH_MAX - 256) { ak_failc(err, AK_ERR_INVALID, "store: directory name too long"); return NULL; }
+    if (dir && strlen(dir) > PATH_MAX - 256) { ak_failc(err, AK_ERR_INVALID, "store: directory name too long"); return NULL; }
     if (ak_seal_init() != 0) { ak_fail(err, "store: libsodium failed to initialize"); return NULL; }
     ak_store *s = ak_calloc(1, sizeof *s, err);
     if (!s) return NULL;
-    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    if (dir) snprintf(s->dir, sizeof s->dir, "%s", dir);
+    else { /* Redis without a local directory: a private one for cards */
+        snprintf(s->dir, sizeof s->dir, "%s/agentkv-store-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+        if (!mkdtemp(s->dir)) {
+            ak_failc(err, ak_err_code_of_errno(errno), "store: mkdtemp %s: %s", s->dir, strerror(errno));
+            free(s);
+            return NULL;
+        }
+        s->tmp_dir = 1;
+    }
     size_t n = strlen(s->dir);
     while (n > 1 && s->dir[n - 1] == '/') s->dir[--n] = 0;
     snprintf(s->pool_dir, sizeof s->pool_dir, "%s/pools", s->dir);
     snprintf(s->mem_dir, sizeof s->mem_dir, "%s/memories", s->dir);
     ak_error e = {{0}};
-    if (!(s->be = ak_backend_dir_open(s->dir, &e))) {
+    if (redis) {
+        char *pw = NULL;
+        if (w->password_file && !(pw = read_password(w->password_file, &e))) {
+            ak_failc(err, e.code, "store: %s", e.msg);
+            free(s);
+            return NULL;
+        }
+        s->be = ak_backend_redis_open(w->url, pw, w->lease_ms, w->log, w->log_ud, &e);
+        if (pw) sodium_memzero(pw, strlen(pw));
+        free(pw);
+    } else {
+        s->be = ak_backend_dir_open(s->dir, &e);
+    }
+    if (!s->be) {
         if (e.code == AK_ERR_GENERIC || !e.code) ak_fail(err, "%s", e.msg);   /* a bad fault variable: its own words */
+        else if (!strncmp(e.msg, "store: ", 7)) ak_failc(err, e.code, "%s", e.msg);
         else ak_failc(err, e.code, "store: %s", e.msg);
+        if (s->tmp_dir) rmdir(s->dir);
         free(s);
         return NULL;
     }
@@ -108,9 +168,26 @@ ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
     return s;
 }
 
+ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
+    if (dir && !strncmp(dir, "redis://", 8)) {   /* a directory path never starts so; ak_store_open_at is explicit */
+        ak_failc(err, AK_ERR_INVALID, "store: %s: a Redis store is opened with ak_store_open_at", dir);
+        return NULL;
+    }
+    ak_store_where w = {dir, NULL, NULL, 0, NULL, NULL};
+    return ak_store_open_at(&w, key, err);
+}
+
+int ak_store_remote(const ak_store *s) { return strcmp(s->be->ops->name, "dir") != 0; }
+
 void ak_store_close(ak_store *s) {
     if (!s) return;
     if (s->be) s->be->ops->close(s->be);
+    if (s->tmp_dir) { /* the private directory of cards: removed if nothing was left in it */
+        char p[PATH_MAX + 16];
+        snprintf(p, sizeof p, "%s/cards", s->dir);
+        rmdir(p);
+        rmdir(s->dir);
+    }
     free(s->idx);
     free(s->q);
     ak_entry_index_free(&s->pools);

@@ -95,6 +95,31 @@ int ak_store_read_key(const char *path, uint8_t key[AK_STORE_KEY_BYTES], ak_erro
  * fault-injection variables (see store_dir.c: AK_FAULT_KILL_AT, AK_FAULT_FAIL_AT,
  * AK_FAULT_WRITE_CHUNK). Returns NULL with err set on failure. */
 ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err);
+/* Where a store lives (ak_store_open_at). */
+typedef struct {
+    const char *url;            /* a directory (as ak_store_open), or redis://host:port[/db]: the
+                                   images live in Redis (src/store_redis.c; docs/store.md) */
+    const char *password_file;  /* Redis only: the AUTH password, the first line of a file private
+                                   to its owner (as key files); NULL: none */
+    const char *local_dir;      /* Redis only: a local directory for what stays on this node (cards)
+                                   and the read-through cache of images; NULL: a private temporary
+                                   directory, no cache */
+    int lease_ms;               /* Redis only: an agent's lease time (0: AK_STORE_LEASE_MS) */
+    void (*log)(void *ud, const char *line);   /* lines about leases lost or writes fenced (NULL: stderr) */
+    void *log_ud;
+} ak_store_where;
+
+/* Opens the store w->url: a directory exactly as ak_store_open, or a Redis
+ * server (connected once at open: unreachable is an error here; later
+ * failures are per operation, ERROR for a load, a failed save). With Redis,
+ * one node serves an agent at a time: a save takes the agent's lease (or
+ * fails with AK_ERR_BUSY while another node holds it), a hit takes it when
+ * free; a held lease is renewed by a thread while the agent is used and
+ * released once it is not (store_redis.c). Returns NULL with err set. */
+ak_store *ak_store_open_at(const ak_store_where *w, const uint8_t *key, ak_error *err);
+/* 1 if the store keeps its images in Redis. */
+int ak_store_remote(const ak_store *s);
+
 /* Wipes the key and frees the store. NULL is fine. */
 void ak_store_close(ak_store *s);
 const char *ak_store_dir(const ak_store *s);

@@ -136,4 +136,21 @@ struct ak_store_backend {
  * err set on failure. */
 ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err);
 
+/* The Redis backend (store_redis.c): url redis://host:port[/db], password
+ * (NULL: no AUTH), lease_ms (<= 0: AK_STORE_LEASE_MS) the lease time;
+ * log (NULL: stderr) gets the lines a lost lease or a fenced write says.
+ * Connects once to check Redis is reachable. NULL with err set. */
+ak_store_backend *ak_backend_redis_open(const char *url, const char *password, int lease_ms,
+                                        void (*log)(void *ud, const char *line), void *log_ud, ak_error *err);
+#define AK_STORE_LEASE_MS 10000
+
+/* LEASES (store_redis.c; a directory backend is one node's: always held).
+ * lease_hold takes agent id's lease for this node (or notes it used, if
+ * held): 0; 1 with err set (AK_ERR_BUSY) if another node holds it; -1 if
+ * Redis cannot be asked. A held lease is renewed while used (every third of
+ * the lease time) and released once unused for a lease time. lease_held:
+ * 1 if this node holds it. */
+int ak_backend_lease_hold(ak_store_backend *b, const char *id, ak_error *err);
+int ak_backend_lease_held(ak_store_backend *b, const char *id);
+
 #endif

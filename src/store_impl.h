@@ -122,6 +122,7 @@ struct ak_store {
     uint8_t key[AK_STORE_KEY_BYTES];
     uint8_t key_id[8];
     ak_store_backend *be;       /* where the images live (store_backend.h) */
+    int tmp_dir;                /* dir is a private temporary directory (Redis without a local one) */
     /* The index: what the directory holds, as found at open and changed by
      * this store since (saves, loads, removals, quarantine, gc), so that
      * listing, gauges and gc touch no file. Guarded by mu: saves run on

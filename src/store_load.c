@@ -67,6 +67,9 @@ static void reader_close(reader *r) {
 static ak_store_status pread_all(reader *r, uint8_t *dst, size_t n, uint64_t off, verdict *v) {
     if (n == 0) return AK_STORE_HIT;
     int rc = r->ops->get_read(r->g, dst, n, off);
+    if (rc == -1 && errno == EBADMSG) /* the backend's own check of what it stored (a Redis chunk's sum) */
+        return aks_judge(v, AK_STORE_CORRUPT, "checksum", "stored bytes near offset %llu fail the backend's checksum",
+                         (unsigned long long)off);
     if (rc == -1) return aks_judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)off, strerror(errno));
     if (rc == -2) /* the file shrank under us: not its fault, not ours to aks_judge */
         return aks_judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
@@ -430,6 +433,9 @@ static ak_store_status read_direct(reader *r, const agent_meta *m, const tensor_
     for (int k = 0; k < 2; k++)
         if (res[k].err) {
             if (res[k].err < 0) st = aks_judge(v, AK_STORE_ERROR, NULL, "file shrank while being read");
+            else if (res[k].err == EBADMSG)
+                st = aks_judge(v, AK_STORE_CORRUPT, "checksum", "stored bytes near offset %llu fail the backend's "
+                               "checksum", (unsigned long long)res[k].err_off);
             else st = aks_judge(v, AK_STORE_ERROR, NULL, "read at offset %llu: %s", (unsigned long long)res[k].err_off,
                             strerror(res[k].err));
             goto out;
@@ -646,6 +652,10 @@ ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const 
     info->read_ms = r.read_ms;
     if (st == AK_STORE_HIT) {
         r.ops->get_touch(r.g);   /* recently used, for ak_store_gc; best effort */
+        if (kind == AK_FILE_AGENT) { /* this node serves the agent now: its lease, if free (best effort) */
+            ak_error le = {{0}};
+            ak_backend_lease_hold(s->be, id, &le);
+        }
         index_loaded(s, id, &r, &m);
         info->n_tokens = m.n_tokens;
         if (pool_hash) snprintf(pool_hash, 17, "%s", m.pool_hash);

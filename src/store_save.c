@@ -79,6 +79,13 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
     ak_error e = {{0}};
     ak_blob_info bi = {0};
     int rc = -1;
+    /* one node writes an agent: its lease first (always held in a directory) */
+    if (sn->kind == AK_FILE_AGENT && ak_backend_lease_hold(s->be, sn->id, &e) != 0) {
+        sodium_memzero(hdr, hl);
+        free(hdr);
+        return ak_failc(err, e.code ? e.code : AK_ERR_IO, "store: saving agent %s: %s (the previous file, if any, is "
+                        "intact)", sn->id, e.msg);
+    }
     ak_blob_put *p = ops->put_begin(s->be, sn->kind, sn->id, total, &e);
     if (p) {
         if (s->has_key ? put_sealed(s, p, binding, hdr, hl, sn->data, sn->data_bytes, &e) != 0

@@ -1,0 +1,1066 @@
+/* store_redis.c - the Redis backend (store_backend.h), via hiredis.
+ *
+ * URL: redis://host:port[/db] (loopback or any host the operator names;
+ * db 0..15, default 0), an optional password (AUTH) read from a file. Every
+ * request has a bounded time: connect 2 s, each command 30 s (a chunk is
+ * 1 MiB); a failed connection is dropped and the next operation connects
+ * again (one attempt per operation: the caller takes the cold path and
+ * says so). Connections are pooled (hiredis contexts are not shared between
+ * threads).
+ *
+ * KEYS (tag = "<k>:<id>", k = a (agent), p (pool), m (memory); the braces
+ * make every key of one image hash to one Redis Cluster slot):
+ *     akv:{tag}:m                 the manifest, a hash, written last:
+ *         v       "1"
+ *         gen     16 hex digits, the put's random generation
+ *         n       chunks
+ *         bytes   the image's size
+ *         chunk   bytes per chunk (the last holds the rest)
+ *         sums    n XXH3-64 of the chunks, 16 hex digits each, no separator
+ *         mtime   "<sec>.<nsec>" of the last put or touch (Redis TIME)
+ *     akv:{tag}:c:<gen>:<i>       chunk i of generation gen: the image's bytes
+ *                                 [i * chunk, ...) (the image: the same
+ *                                 safetensors bytes as a file, or its seal)
+ *     akv:{tag}:lease             the agent's lease: a node's random token,
+ *                                 with an expiry (SET NX PX)
+ *     akv:{tag}:q:<reason>.<unix time>[.k]
+ *                                 a quarantined manifest (its chunks kept)
+ * A put writes its chunks with an expiry (CHUNK_TTL_MS), then one Lua
+ * script checks the lease (fencing), makes the chunks persistent, gives the
+ * previous generation's chunks a short expiry (readers holding its manifest
+ * finish within it) and replaces the manifest, atomically. A writer killed
+ * before the script leaves only expiring chunks (Redis deletes them: no
+ * half image is ever visible). A reader reads the manifest, then chunks on
+ * demand, each checked against its sum (a mismatch reads as EBADMSG: the
+ * load judges the image CORRUPT).
+ *
+ * LEASES (one node serves an agent): ak_backend_lease_hold takes the lease
+ * of an agent (SET NX PX, a token random per process and lease) or renews
+ * it; a thread named "ak-lease" renews every held lease each third of the
+ * lease time, and releases those not used for LEASE_IDLE_MS; the manifest
+ * write is fenced by the token (a node whose lease expired or was taken
+ * cannot overwrite); a node that finds its lease gone stops writing that
+ * agent and logs one line. The thread is joined at close.
+ */
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sodium.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "store_backend.h"
+#include "store_impl.h"
+
+#define CHUNK_BYTES ((size_t)1 << 20)
+#define CHUNK_TTL_MS 600000LL          /* an uncommitted chunk lives 10 minutes */
+#define OLD_CHUNK_TTL_MS 60000LL       /* a replaced generation's chunks: a minute for readers */
+#define CONNECT_MS 2000
+#define COMMAND_MS 30000
+#define POOL_MAX 8                     /* idle connections kept */
+#define SCAN_MAX_ROUNDS 100000         /* SCAN calls per listing, at most */
+#define MAX_CHUNKS (1 << 20)
+
+typedef struct conn {
+    redisContext *c;
+    struct conn *next;
+} conn;
+
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    char token[33];
+    double last_used;                  /* ak_now() of the last hold */
+} lease;
+
+typedef struct {
+    ak_store_backend base;
+    char host[256];
+    int port, db;
+    char *password;                    /* NULL: no AUTH */
+    char url[300];
+    pthread_mutex_t mu;                /* the pool and the leases */
+    conn *idle;
+    int n_idle;
+    /* leases */
+    int lease_ms;
+    lease *leases;
+    int n_leases, cap_leases;
+    pthread_t lease_thread;
+    int lease_thread_on;
+    pthread_cond_t lease_cv;
+    int stopping;
+    void (*log)(void *ud, const char *line);
+    void *log_ud;
+} redis_backend;
+
+struct ak_blob_put {
+    redis_backend *r;
+    conn *cn;
+    int kind;
+    char id[AK_AGENT_ID_MAX + 1];
+    char gen[17];
+    uint64_t total, done;
+    uint8_t *buf;
+    size_t used;
+    int n;
+    char *sums;                        /* n * 16 hex digits */
+};
+
+struct ak_blob_get {
+    redis_backend *r;
+    int kind;
+    char id[AK_AGENT_ID_MAX + 1];
+    char gen[17];
+    uint64_t bytes, chunk;
+    int n;
+    uint64_t *sums;
+    uint8_t *img;                      /* bytes, chunks filled on demand */
+    uint8_t *have;                     /* have[i]: chunk i fetched and checked */
+    pthread_mutex_t mu;                /* fetches (readv runs on two threads) */
+};
+
+static const char kind_letter[3] = {'a', 'p', 'm'};
+
+/* "akv:{<k>:<id>}:<rest>" into out. */
+static void key_of(int kind, const char *id, const char *rest, char *out, size_t n) {
+    snprintf(out, n, "akv:{%c:%s}:%s", kind_letter[kind], id, rest);
+}
+
+/* ------------------------------------------------------------ connections */
+
+/* An idle connection, or a new one (connect, AUTH, SELECT). NULL with err
+ * set if Redis cannot be reached. */
+static conn *conn_get(redis_backend *r, ak_error *err) {
+    pthread_mutex_lock(&r->mu);
+    conn *cn = r->idle;
+    if (cn) {
+        r->idle = cn->next;
+        r->n_idle--;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (cn) return cn;
+    struct timeval ct = {CONNECT_MS / 1000, (CONNECT_MS % 1000) * 1000}, tt = {COMMAND_MS / 1000, 0};
+    redisContext *c = redisConnectWithTimeout(r->host, r->port, ct);
+    if (!c || c->err) {
+        ak_failc(err, AK_ERR_IO, "redis %s:%d: connect: %s", r->host, r->port, c ? c->errstr : "out of memory");
+        if (c) redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tt);
+    redisReply *rp = NULL;
+    if (r->password) {
+        rp = redisCommand(c, "AUTH %s", r->password);
+        if (!rp || rp->type == REDIS_REPLY_ERROR) {
+            ak_failc(err, AK_ERR_PERMISSION, "redis %s:%d: AUTH: %s", r->host, r->port,
+                     rp ? rp->str : c->errstr);
+            if (rp) freeReplyObject(rp);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(rp);
+    }
+    if (r->db) {
+        rp = redisCommand(c, "SELECT %d", r->db);
+        if (!rp || rp->type == REDIS_REPLY_ERROR) {
+            ak_failc(err, AK_ERR_IO, "redis %s:%d: SELECT %d: %s", r->host, r->port, r->db, rp ? rp->str : c->errstr);
+            if (rp) freeReplyObject(rp);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(rp);
+    }
+    cn = calloc(1, sizeof *cn);
+    if (!cn) {
+        redisFree(c);
+        ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    cn->c = c;
+    return cn;
+}
+
+/* Returns a connection to the pool, or frees it if it failed (its state is
+ * unknown) or the pool is full. */
+static void conn_put(redis_backend *r, conn *cn) {
+    if (!cn) return;
+    pthread_mutex_lock(&r->mu);
+    if (!cn->c->err && r->n_idle < POOL_MAX) {
+        cn->next = r->idle;
+        r->idle = cn;
+        r->n_idle++;
+        cn = NULL;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (cn) {
+        redisFree(cn->c);
+        free(cn);
+    }
+}
+
+/* Runs a command (argv form, binary safe); returns the reply, or NULL with
+ * err set (connection error or an error reply; a connection error marks cn
+ * failed). */
+static redisReply *cmd(redis_backend *r, conn *cn, ak_error *err, int argc, const char **argv, const size_t *len) {
+    redisReply *rp = redisCommandArgv(cn->c, argc, argv, len);
+    if (!rp) {
+        ak_failc(err, AK_ERR_IO, "redis %s:%d: %s: %s", r->host, r->port, argv[0], cn->c->errstr[0] ? cn->c->errstr : "no reply");
+        return NULL;
+    }
+    if (rp->type == REDIS_REPLY_ERROR) {
+        int busy = !strncmp(rp->str, "LEASE", 5) || strstr(rp->str, "LEASE ");
+        ak_failc(err, busy ? AK_ERR_BUSY : AK_ERR_IO, "redis %s:%d: %s: %s", r->host, r->port, argv[0], rp->str);
+        freeReplyObject(rp);
+        return NULL;
+    }
+    return rp;
+}
+
+/* cmd with string arguments (NULL-terminated). */
+static redisReply *cmds(redis_backend *r, conn *cn, ak_error *err, ...) {
+    const char *argv[64];
+    size_t len[64];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, err);
+    for (const char *a; argc < 64 && (a = va_arg(ap, const char *));) {
+        argv[argc] = a;
+        len[argc++] = strlen(a);
+    }
+    va_end(ap);
+    return cmd(r, cn, err, argc, argv, len);
+}
+
+/* ----------------------------------------------------------------- open */
+
+static const ak_backend_ops redis_ops;
+
+/* Parses redis://host:port[/db]. Returns 0, or -1 with err set. */
+static int parse_url(redis_backend *r, const char *url, ak_error *err) {
+    const char *p = url + strlen("redis://");
+    const char *colon = strrchr(p, ':'), *slash = strchr(p, '/');
+    if (strncmp(url, "redis://", 8) || !colon || colon == p || (slash && slash < colon) ||
+        (size_t)(colon - p) >= sizeof r->host)
+        return ak_failc(err, AK_ERR_INVALID, "store: %s: expected redis://host:port[/db]", url);
+    memcpy(r->host, p, (size_t)(colon - p));
+    r->host[colon - p] = 0;
+    char num[16];
+    size_t nl = slash ? (size_t)(slash - colon - 1) : strlen(colon + 1);
+    int64_t x;
+    if (nl == 0 || nl >= sizeof num) return ak_failc(err, AK_ERR_INVALID, "store: %s: bad port", url);
+    memcpy(num, colon + 1, nl);
+    num[nl] = 0;
+    if (ak_parse_dec(num, 1, 65535, &x)) return ak_failc(err, AK_ERR_INVALID, "store: %s: bad port", url);
+    r->port = (int)x;
+    if (slash && slash[1]) {
+        if (ak_parse_dec(slash + 1, 0, 15, &x)) return ak_failc(err, AK_ERR_INVALID, "store: %s: db must be 0..15", url);
+        r->db = (int)x;
+    }
+    snprintf(r->url, sizeof r->url, "redis://%s:%d/%d", r->host, r->port, r->db);
+    return 0;
+}
+
+ak_store_backend *ak_backend_redis_open(const char *url, const char *password, int lease_ms,
+                                        void (*log)(void *ud, const char *line), void *log_ud, ak_error *err) {
+    redis_backend *r = ak_calloc(1, sizeof *r, err);
+    if (!r) return NULL;
+    r->base.ops = &redis_ops;
+    if (parse_url(r, url, err) != 0) {
+        free(r);
+        return NULL;
+    }
+    if (password && !(r->password = strdup(password))) {
+        free(r);
+        ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    r->lease_ms = lease_ms > 0 ? lease_ms : AK_STORE_LEASE_MS;
+    r->log = log;
+    r->log_ud = log_ud;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->lease_cv, NULL);
+    /* reachable now: a store that cannot reach Redis at open says so (later
+     * failures are per operation: the cold path) */
+    conn *cn = conn_get(r, err);
+    if (!cn) {
+        redis_ops.close(&r->base);
+        return NULL;
+    }
+    conn_put(r, cn);
+    return &r->base;
+}
+
+static void redis_close(ak_store_backend *b) {
+    redis_backend *r = (redis_backend *)b;
+    pthread_mutex_lock(&r->mu);
+    r->stopping = 1;
+    pthread_cond_broadcast(&r->lease_cv);
+    int on = r->lease_thread_on;
+    pthread_mutex_unlock(&r->mu);
+    if (on) pthread_join(r->lease_thread, NULL);
+    /* release what is still held: another node may take the agents at once */
+    for (int i = 0; i < r->n_leases; i++) {
+        ak_error e = {{0}};
+        conn *cn = conn_get(r, &e);
+        if (!cn) break;
+        char key[AK_AGENT_ID_MAX + 32];
+        key_of(AK_FILE_AGENT, r->leases[i].id, "lease", key, sizeof key);
+        redisReply *rp = cmds(r, cn, &e, "EVAL",
+                              "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                              "1", key, r->leases[i].token, (char *)NULL);
+        if (rp) freeReplyObject(rp);
+        conn_put(r, cn);
+    }
+    while (r->idle) {
+        conn *n = r->idle->next;
+        redisFree(r->idle->c);
+        free(r->idle);
+        r->idle = n;
+    }
+    if (r->password) sodium_memzero(r->password, strlen(r->password));
+    free(r->password);
+    free(r->leases);
+    pthread_cond_destroy(&r->lease_cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static int redis_where(const ak_store_backend *b, int kind, const char *id, char *out, size_t n) {
+    char key[AK_AGENT_ID_MAX + 32];
+    key_of(kind, id, "m", key, sizeof key);
+    int w = snprintf(out, n, "%s %s", ((const redis_backend *)b)->url, key);
+    return w < 0 || (size_t)w >= n ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ put */
+
+static void lease_drop(redis_backend *r, int i);
+
+/* The token of this node's lease on agent id into tok ("" if none held). */
+static void lease_token(redis_backend *r, int kind, const char *id, char tok[33]) {
+    tok[0] = 0;
+    if (kind != AK_FILE_AGENT) return;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_leases; i++)
+        if (!strcmp(r->leases[i].id, id)) snprintf(tok, 33, "%s", r->leases[i].token);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static ak_blob_put *redis_put_begin(ak_store_backend *b, int kind, const char *id, uint64_t total, ak_error *err) {
+    redis_backend *r = (redis_backend *)b;
+    uint64_t n = (total + CHUNK_BYTES - 1) / CHUNK_BYTES;
+    if (n == 0 || n > MAX_CHUNKS) {
+        ak_failc(err, AK_ERR_INVALID, "%s: an image of %llu bytes", id, (unsigned long long)total);
+        return NULL;
+    }
+    ak_blob_put *p = ak_calloc(1, sizeof *p, err);
+    if (!p) return NULL;
+    p->r = r;
+    p->kind = kind;
+    snprintf(p->id, sizeof p->id, "%s", id);
+    p->total = total;
+    uint8_t g[8];
+    randombytes_buf(g, sizeof g);
+    for (int i = 0; i < 8; i++) snprintf(p->gen + 2 * i, 3, "%02x", g[i]);
+    p->buf = malloc(CHUNK_BYTES);
+    p->sums = malloc((size_t)n * 16 + 1);
+    if (!p->buf || !p->sums || !(p->cn = conn_get(r, err))) {
+        if (!p->buf || !p->sums) ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        free(p->buf);
+        free(p->sums);
+        free(p);
+        return NULL;
+    }
+    p->sums[0] = 0;
+    return p;
+}
+
+/* Writes the buffered chunk (with its expiry: see the top). */
+static int flush_chunk(ak_blob_put *p, ak_error *err) {
+    char key[AK_AGENT_ID_MAX + 64], rest[48], ttl[24];
+    snprintf(rest, sizeof rest, "c:%s:%d", p->gen, p->n);
+    key_of(p->kind, p->id, rest, key, sizeof key);
+    snprintf(ttl, sizeof ttl, "%lld", CHUNK_TTL_MS);
+    const char *argv[] = {"SET", key, (const char *)p->buf, "PX", ttl};
+    size_t len[] = {3, strlen(key), p->used, 2, strlen(ttl)};
+    redisReply *rp = cmd(p->r, p->cn, err, 5, argv, len);
+    if (!rp) return -1;
+    freeReplyObject(rp);
+    snprintf(p->sums + (size_t)p->n * 16, 17, "%016llx", (unsigned long long)XXH3_64bits(p->buf, p->used));
+    p->n++;
+    p->used = 0;
+    return 0;
+}
+
+static int redis_put_write(ak_blob_put *p, const uint8_t *data, size_t n, ak_error *err) {
+    if (p->done + n > p->total) return ak_failc(err, AK_ERR_INVALID, "%s: more bytes than announced", p->id);
+    while (n > 0) {
+        size_t k = CHUNK_BYTES - p->used < n ? CHUNK_BYTES - p->used : n;
+        memcpy(p->buf + p->used, data, k);
+        p->used += k;
+        p->done += k;
+        data += k;
+        n -= k;
+        if (p->used == CHUNK_BYTES && flush_chunk(p, err) != 0) return -1;
+    }
+    return 0;
+}
+
+static void redis_put_abort(ak_blob_put *p) {
+    if (!p) return;
+    /* the chunks written expire by themselves; delete them now if we can */
+    for (int i = 0; p->cn && !p->cn->c->err && i < p->n; i++) {
+        char key[AK_AGENT_ID_MAX + 64], rest[48];
+        snprintf(rest, sizeof rest, "c:%s:%d", p->gen, i);
+        key_of(p->kind, p->id, rest, key, sizeof key);
+        ak_error e = {{0}};
+        redisReply *rp = cmds(p->r, p->cn, &e, "DEL", key, (char *)NULL);
+        if (rp) freeReplyObject(rp);
+    }
+    conn_put(p->r, p->cn);
+    sodium_memzero(p->buf, CHUNK_BYTES);
+    free(p->buf);
+    free(p->sums);
+    free(p);
+}
+
+/* The commit (see the top): KEYS[1] manifest, KEYS[2] lease; ARGV: token
+ * ("" when this node holds no lease: then nobody may), gen, n, bytes,
+ * chunk, sums, the chunk keys' prefix, the old chunks' expiry, the lease
+ * time. A lease of ours that is gone (it expired, or Redis restarted empty)
+ * and that no other node took is taken again: no other writer exists at
+ * that instant; one another node holds fences the write. Returns the new
+ * mtime "sec.usec". */
+static const char COMMIT_LUA[] =
+    "local l = redis.call('GET', KEYS[2])\n"
+    "if ARGV[1] == '' then if l then return redis.error_reply('LEASE held by another node') end\n"
+    "elseif not l then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[9])\n"
+    "elseif l ~= ARGV[1] then return redis.error_reply('LEASE lost: another node holds the agent now') end\n"
+    "local n = tonumber(ARGV[3])\n"
+    "for i = 0, n - 1 do\n"
+    "  local k = ARGV[7] .. ARGV[2] .. ':' .. i\n"
+    "  if redis.call('EXISTS', k) == 0 then return redis.error_reply('CHUNK ' .. i .. ' missing (expired?)') end\n"
+    "  redis.call('PERSIST', k)\n"
+    "end\n"
+    "local og = redis.call('HGET', KEYS[1], 'gen')\n"
+    "local on = redis.call('HGET', KEYS[1], 'n')\n"
+    "if og and og ~= ARGV[2] and on then\n"
+    "  for i = 0, tonumber(on) - 1 do redis.call('PEXPIRE', ARGV[7] .. og .. ':' .. i, ARGV[8]) end\n"
+    "end\n"
+    "local t = redis.call('TIME')\n"
+    "local mt = t[1] .. '.' .. t[2]\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "redis.call('HSET', KEYS[1], 'v', '1', 'gen', ARGV[2], 'n', ARGV[3], 'bytes', ARGV[4], 'chunk', ARGV[5], "
+    "'sums', ARGV[6], 'mtime', mt)\n"
+    "return mt\n";
+
+/* "sec.usec" (Redis TIME) into sec and nsec. */
+static void parse_mtime(const char *s, int64_t *sec, int64_t *ns) {
+    *sec = 0;
+    *ns = 0;
+    if (!s) return;
+    char *end;
+    *sec = strtoll(s, &end, 10);
+    if (*end == '.') *ns = strtoll(end + 1, NULL, 10) * 1000;
+}
+
+static int redis_put_commit(ak_blob_put *p, ak_blob_info *info, ak_error *err) {
+    redis_backend *r = p->r;
+    if (p->done != p->total) {
+        ak_failc(err, AK_ERR_INVALID, "%s: %llu of %llu bytes written", p->id, (unsigned long long)p->done,
+                 (unsigned long long)p->total);
+        redis_put_abort(p);
+        return -1;
+    }
+    if (p->used && flush_chunk(p, err) != 0) {
+        redis_put_abort(p);
+        return -1;
+    }
+    char mkey[AK_AGENT_ID_MAX + 32], lkey[AK_AGENT_ID_MAX + 32], prefix[AK_AGENT_ID_MAX + 32], tok[33];
+    char n[16], bytes[24], chunk[24], old_ttl[24], lease_ms[24];
+    key_of(p->kind, p->id, "m", mkey, sizeof mkey);
+    key_of(p->kind, p->id, "lease", lkey, sizeof lkey);
+    key_of(p->kind, p->id, "c:", prefix, sizeof prefix);
+    lease_token(r, p->kind, p->id, tok);
+    snprintf(n, sizeof n, "%d", p->n);
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)p->total);
+    snprintf(chunk, sizeof chunk, "%zu", CHUNK_BYTES);
+    snprintf(old_ttl, sizeof old_ttl, "%lld", OLD_CHUNK_TTL_MS);
+    snprintf(lease_ms, sizeof lease_ms, "%d", r->lease_ms);
+    redisReply *rp = cmds(r, p->cn, err, "EVAL", COMMIT_LUA, "2", mkey, lkey, tok, p->gen, n, bytes, chunk, p->sums,
+                          prefix, old_ttl, lease_ms, (char *)NULL);
+    if (!rp) {
+        if (err->code == AK_ERR_BUSY) {
+            char line[800];
+            snprintf(line, sizeof line, "store: redis: agent %s: not written: %s", p->id, err->msg);
+            if (r->log) r->log(r->log_ud, line);
+            else fprintf(stderr, "%s\n", line);
+            if (tok[0]) { /* taken by another node: this node stops writing the agent (a later save asks again) */
+                pthread_mutex_lock(&r->mu);
+                for (int i = 0; i < r->n_leases; i++)
+                    if (!strcmp(r->leases[i].id, p->id)) {
+                        lease_drop(r, i);
+                        break;
+                    }
+                pthread_mutex_unlock(&r->mu);
+            }
+        }
+        redis_put_abort(p);
+        return -1;
+    }
+    memset(info, 0, sizeof *info);
+    info->bytes = p->total;
+    parse_mtime(rp->type == REDIS_REPLY_STRING ? rp->str : NULL, &info->mtime, &info->mtime_ns);
+    freeReplyObject(rp);
+    conn_put(r, p->cn);
+    sodium_memzero(p->buf, CHUNK_BYTES);
+    free(p->buf);
+    free(p->sums);
+    free(p);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ get */
+
+/* The field named f of an HGETALL / HMGET reply laid out as pairs. */
+static const char *field(const redisReply *rp, const char *f) {
+    for (size_t i = 0; i + 1 < rp->elements; i += 2)
+        if (rp->element[i]->type == REDIS_REPLY_STRING && !strcmp(rp->element[i]->str, f) &&
+            rp->element[i + 1]->type == REDIS_REPLY_STRING)
+            return rp->element[i + 1]->str;
+    return NULL;
+}
+
+static int redis_get_open(ak_store_backend *b, int kind, const char *id, ak_blob_get **out, ak_blob_info *info,
+                          char *why, size_t whyn, ak_error *err) {
+    redis_backend *r = (redis_backend *)b;
+    char mkey[AK_AGENT_ID_MAX + 32];
+    key_of(kind, id, "m", mkey, sizeof mkey);
+    conn *cn = conn_get(r, err);
+    if (!cn) return -1;
+    redisReply *rp = cmds(r, cn, err, "HGETALL", mkey, (char *)NULL);
+    conn_put(r, cn);
+    if (!rp) return -1;
+    if (rp->type != REDIS_REPLY_ARRAY || rp->elements == 0) {
+        freeReplyObject(rp);
+        return 1;
+    }
+    const char *v = field(rp, "v"), *gen = field(rp, "gen"), *n = field(rp, "n"), *bytes = field(rp, "bytes"),
+               *chunk = field(rp, "chunk"), *sums = field(rp, "sums");
+    int64_t xn, xb, xc;
+    ak_blob_get *g = NULL;
+    int rc = 2;
+    if (!v || strcmp(v, "1") || !gen || strlen(gen) != 16 || ak_parse_dec(n, 1, MAX_CHUNKS, &xn) ||
+        ak_parse_dec(bytes, 1, INT64_MAX, &xb) || ak_parse_dec(chunk, 1, 1 << 30, &xc) || !sums ||
+        strlen(sums) != (size_t)xn * 16 || (uint64_t)(xb + xc - 1) / (uint64_t)xc != (uint64_t)xn) {
+        snprintf(why, whyn, "malformed manifest %s", mkey);
+        goto done;
+    }
+    rc = -1;
+    if (!(g = ak_calloc(1, sizeof *g, err))) goto done;
+    g->r = r;
+    g->kind = kind;
+    snprintf(g->id, sizeof g->id, "%s", id);
+    snprintf(g->gen, sizeof g->gen, "%s", gen);
+    g->bytes = (uint64_t)xb;
+    g->chunk = (uint64_t)xc;
+    g->n = (int)xn;
+    g->sums = malloc(sizeof *g->sums * (size_t)xn);
+    g->have = calloc((size_t)xn, 1);
+    g->img = malloc((size_t)g->bytes);
+    if (!g->sums || !g->have || !g->img) {
+        ak_failc(err, AK_ERR_NOMEM, "out of memory for a %llu-byte image", (unsigned long long)g->bytes);
+        free(g->sums);
+        free(g->have);
+        free(g->img);
+        free(g);
+        g = NULL;
+        goto done;
+    }
+    for (int64_t i = 0; i < xn; i++) {
+        char h[17];
+        memcpy(h, sums + i * 16, 16);
+        h[16] = 0;
+        g->sums[i] = strtoull(h, NULL, 16);
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    memset(info, 0, sizeof *info);
+    info->bytes = g->bytes;
+    parse_mtime(field(rp, "mtime"), &info->mtime, &info->mtime_ns);
+    *out = g;
+    rc = 0;
+done:
+    freeReplyObject(rp);
+    return rc;
+}
+
+/* Fetches and checks chunks [c0, c1] that are not at hand. Returns 0, or -1
+ * with errno set: EIO (unreachable), ESTALE (a chunk gone: the image was
+ * replaced and its old chunks expired), EBADMSG (a chunk's sum differs). */
+static int fetch(ak_blob_get *g, int c0, int c1) {
+    int rc = 0, eno = 0;
+    pthread_mutex_lock(&g->mu);
+    conn *cn = NULL;
+    ak_error e = {{0}};
+    for (int i = c0; i <= c1 && !rc; i++) {
+        if (g->have[i]) continue;
+        if (!cn && !(cn = conn_get(g->r, &e))) {
+            rc = -1;
+            eno = EIO;
+            break;
+        }
+        char key[AK_AGENT_ID_MAX + 64], rest[48];
+        snprintf(rest, sizeof rest, "c:%s:%d", g->gen, i);
+        key_of(g->kind, g->id, rest, key, sizeof key);
+        redisReply *rp = cmds(g->r, cn, &e, "GET", key, (char *)NULL);
+        uint64_t off = (uint64_t)i * g->chunk, want = i == g->n - 1 ? g->bytes - off : g->chunk;
+        if (!rp) {
+            rc = -1;
+            eno = EIO;
+        } else if (rp->type != REDIS_REPLY_STRING) {
+            rc = -1;
+            eno = ESTALE;
+        } else if ((uint64_t)rp->len != want || XXH3_64bits(rp->str, rp->len) != g->sums[i]) {
+            rc = -1;
+            eno = EBADMSG;
+        } else {
+            memcpy(g->img + off, rp->str, rp->len);
+            g->have[i] = 1;
+        }
+        if (rp) freeReplyObject(rp);
+    }
+    if (cn) conn_put(g->r, cn);
+    pthread_mutex_unlock(&g->mu);
+    if (rc) errno = eno;
+    return rc;
+}
+
+static int redis_get_read(ak_blob_get *g, uint8_t *dst, size_t n, uint64_t off) {
+    if (n == 0) return 0;
+    if (off + n > g->bytes) return -2;
+    if (fetch(g, (int)(off / g->chunk), (int)((off + n - 1) / g->chunk)) != 0) return -1;
+    memcpy(dst, g->img + off, n);
+    return 0;
+}
+
+static ssize_t redis_get_readv(ak_blob_get *g, const struct iovec *iov, int cnt, uint64_t off) {
+    uint64_t n = 0;
+    for (int i = 0; i < cnt; i++) n += iov[i].iov_len;
+    if (off >= g->bytes) return 0;
+    if (off + n > g->bytes) n = g->bytes - off;
+    if (n && fetch(g, (int)(off / g->chunk), (int)((off + n - 1) / g->chunk)) != 0) return -1;
+    uint64_t done = 0;
+    for (int i = 0; i < cnt && done < n; i++) {
+        size_t k = iov[i].iov_len < n - done ? iov[i].iov_len : (size_t)(n - done);
+        memcpy(iov[i].iov_base, g->img + off + done, k);
+        done += k;
+    }
+    return (ssize_t)done;
+}
+
+static const char TOUCH_LUA[] =
+    "if redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return 0 end\n"
+    "local t = redis.call('TIME')\n"
+    "redis.call('HSET', KEYS[1], 'mtime', t[1] .. '.' .. t[2])\n"
+    "return 1\n";
+
+static void redis_get_touch(ak_blob_get *g) {
+    char mkey[AK_AGENT_ID_MAX + 32];
+    key_of(g->kind, g->id, "m", mkey, sizeof mkey);
+    ak_error e = {{0}};
+    conn *cn = conn_get(g->r, &e);
+    if (!cn) return;
+    redisReply *rp = cmds(g->r, cn, &e, "EVAL", TOUCH_LUA, "1", mkey, g->gen, (char *)NULL);
+    if (rp) freeReplyObject(rp);
+    conn_put(g->r, cn);
+}
+
+static void redis_get_close(ak_blob_get *g) {
+    if (!g) return;
+    pthread_mutex_destroy(&g->mu);
+    sodium_memzero(g->img, (size_t)g->bytes);   /* may be the plaintext-bearing image of a plain store */
+    free(g->img);
+    free(g->have);
+    free(g->sums);
+    free(g);
+}
+
+/* ---------------------------------------------------------- names, scan */
+
+/* Calls f(ud, key) for every key matching pattern (SCAN, bounded). */
+static int scan(redis_backend *r, const char *pattern, int (*f)(void *ud, const char *key), void *ud, ak_error *err) {
+    conn *cn = conn_get(r, err);
+    if (!cn) return -1;
+    char cursor[32] = "0";
+    int rc = 0;
+    for (int round = 0; round < SCAN_MAX_ROUNDS; round++) {
+        redisReply *rp = cmds(r, cn, err, "SCAN", cursor, "MATCH", pattern, "COUNT", "1000", (char *)NULL);
+        if (!rp) { rc = -1; break; }
+        if (rp->type != REDIS_REPLY_ARRAY || rp->elements != 2 || rp->element[0]->type != REDIS_REPLY_STRING) {
+            freeReplyObject(rp);
+            rc = ak_failc(err, AK_ERR_IO, "redis %s:%d: SCAN: unexpected reply", r->host, r->port);
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", rp->element[0]->str);
+        const redisReply *keys = rp->element[1];
+        for (size_t i = 0; rc == 0 && i < keys->elements; i++)
+            if (keys->element[i]->type == REDIS_REPLY_STRING && f(ud, keys->element[i]->str) != 0)
+                rc = ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        freeReplyObject(rp);
+        if (rc || !strcmp(cursor, "0")) break;
+    }
+    conn_put(r, cn);
+    return rc;
+}
+
+typedef struct {
+    char **keys;
+    int n, cap;
+} keylist;
+
+static int collect(void *ud, const char *key) {
+    keylist *l = ud;
+    if (l->n == l->cap) {
+        int nc = l->cap ? l->cap * 2 : 64;
+        char **nk = realloc(l->keys, sizeof *nk * (size_t)nc);
+        if (!nk) return -1;
+        l->keys = nk;
+        l->cap = nc;
+    }
+    if (!(l->keys[l->n] = strdup(key))) return -1;
+    l->n++;
+    return 0;
+}
+
+static void keylist_free(keylist *l) {
+    for (int i = 0; i < l->n; i++) free(l->keys[i]);
+    free(l->keys);
+}
+
+static int redis_list(ak_store_backend *b, int kind, ak_blob_name **out, int *n, ak_error *err) {
+    redis_backend *r = (redis_backend *)b;
+    char pattern[32];
+    snprintf(pattern, sizeof pattern, "akv:{%c:*}:m", kind_letter[kind]);
+    keylist l = {0};
+    *out = NULL;
+    *n = 0;
+    if (scan(r, pattern, collect, &l, err) != 0) {
+        keylist_free(&l);
+        return -1;
+    }
+    ak_blob_name *es = calloc((size_t)(l.n ? l.n : 1), sizeof *es);
+    conn *cn = es ? conn_get(r, err) : NULL;
+    if (!es || !cn) {
+        if (!es) ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        free(es);
+        keylist_free(&l);
+        return -1;
+    }
+    int cnt = 0, rc = 0;
+    for (int i = 0; i < l.n; i++) {
+        /* the id between "akv:{k:" and "}:m" */
+        size_t kl = strlen(l.keys[i]);
+        if (kl < 10 || kl - 10 > AK_AGENT_ID_MAX) continue;
+        char id[AK_AGENT_ID_MAX + 1];
+        memcpy(id, l.keys[i] + 7, kl - 10);
+        id[kl - 10] = 0;
+        if (!ak_agent_id_valid(id)) continue;
+        redisReply *rp = cmds(r, cn, err, "HMGET", l.keys[i], "bytes", "mtime", (char *)NULL);
+        if (!rp) { rc = -1; break; }
+        if (rp->type == REDIS_REPLY_ARRAY && rp->elements == 2 && rp->element[0]->type == REDIS_REPLY_STRING) {
+            snprintf(es[cnt].id, sizeof es[cnt].id, "%s", id);
+            es[cnt].info.bytes = strtoull(rp->element[0]->str, NULL, 10);
+            parse_mtime(rp->element[1]->type == REDIS_REPLY_STRING ? rp->element[1]->str : NULL, &es[cnt].info.mtime,
+                        &es[cnt].info.mtime_ns);
+            cnt++;
+        }
+        freeReplyObject(rp);
+    }
+    conn_put(r, cn);
+    keylist_free(&l);
+    if (rc) {
+        free(es);
+        return -1;
+    }
+    *out = es;
+    *n = cnt;
+    return 0;
+}
+
+/* Deletes a manifest and its chunks (KEYS[1]; ARGV[1] the chunk prefix).
+ * Returns 0 if there was none. */
+static const char REMOVE_LUA[] =
+    "local g = redis.call('HGET', KEYS[1], 'gen')\n"
+    "local n = redis.call('HGET', KEYS[1], 'n')\n"
+    "if not g then return redis.call('DEL', KEYS[1]) end\n"
+    "for i = 0, tonumber(n) - 1 do redis.call('DEL', ARGV[1] .. g .. ':' .. i) end\n"
+    "return redis.call('DEL', KEYS[1])\n";
+
+static int redis_remove(ak_store_backend *b, int kind, const char *id, ak_error *err) {
+    redis_backend *r = (redis_backend *)b;
+    char mkey[AK_AGENT_ID_MAX + 32], prefix[AK_AGENT_ID_MAX + 32];
+    key_of(kind, id, "m", mkey, sizeof mkey);
+    key_of(kind, id, "c:", prefix, sizeof prefix);
+    conn *cn = conn_get(r, err);
+    if (!cn) return -1;
+    redisReply *rp = cmds(r, cn, err, "EVAL", REMOVE_LUA, "1", mkey, prefix, (char *)NULL);
+    conn_put(r, cn);
+    if (!rp) return -1;
+    int gone = rp->type == REDIS_REPLY_INTEGER && rp->integer == 0;
+    freeReplyObject(rp);
+    return gone ? 1 : 0;
+}
+
+/* ------------------------------------------------------------ quarantine */
+
+/* KEYS[1] manifest, KEYS[2] the quarantine key; ARGV[1] the generation the
+ * reader opened ("" any). 0 none, -1 replaced, -2 name taken, 1 moved. */
+static const char QUARANTINE_LUA[] =
+    "local g = redis.call('HGET', KEYS[1], 'gen')\n"
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end\n"
+    "if ARGV[1] ~= '' and g ~= ARGV[1] then return -1 end\n"
+    "if redis.call('EXISTS', KEYS[2]) == 1 then return -2 end\n"
+    "redis.call('RENAME', KEYS[1], KEYS[2])\n"
+    "local t = redis.call('TIME')\n"
+    "redis.call('HSET', KEYS[2], 'qtime', t[1] .. '.' .. t[2])\n"
+    "return 1\n";
+
+static int redis_quarantine(ak_store_backend *b, int kind, const char *id, ak_blob_get *g, const char *prefix,
+                            const char *reason, ak_blob_qname *q, char *where, size_t wn, char *why, size_t whyn) {
+    redis_backend *r = (redis_backend *)b;
+    char mkey[AK_AGENT_ID_MAX + 32];
+    key_of(kind, id, "m", mkey, sizeof mkey);
+    ak_error e = {{0}};
+    conn *cn = conn_get(r, &e);
+    if (!cn) {
+        snprintf(why, whyn, "%s", e.msg);
+        return -1;
+    }
+    long now = (long)time(NULL);
+    int rc = -1;
+    snprintf(why, whyn, "no free name");
+    for (int k = 0; k < 100; k++) {
+        char rest[80], qkey[AK_AGENT_ID_MAX + 128];
+        if (k) snprintf(rest, sizeof rest, "q:%s.%ld.%d", reason, now, k);
+        else snprintf(rest, sizeof rest, "q:%s.%ld", reason, now);
+        key_of(kind, id, rest, qkey, sizeof qkey);
+        redisReply *rp = cmds(r, cn, &e, "EVAL", QUARANTINE_LUA, "2", mkey, qkey, g ? g->gen : "", (char *)NULL);
+        if (!rp) {
+            snprintf(why, whyn, "%s", e.msg);
+            break;
+        }
+        long long x = rp->type == REDIS_REPLY_INTEGER ? rp->integer : -3;
+        freeReplyObject(rp);
+        if (x == -2) continue;
+        if (x == 0) rc = g ? -1 : 1;
+        if (x == 0 && g) snprintf(why, whyn, "the image was removed meanwhile");
+        if (x == -1) snprintf(why, whyn, "the image was replaced meanwhile; the new one was left in place");
+        if (x == -3) snprintf(why, whyn, "unexpected reply");
+        if (x == 1) {
+            rc = 0;
+            memset(q, 0, sizeof *q);
+            snprintf(q->name, sizeof q->name, "%s", qkey);
+            q->bytes = g ? g->bytes : 0;
+            q->t = now;
+            snprintf(where, wn, "%s %s", r->url, qkey);
+        }
+        break;
+    }
+    conn_put(r, cn);
+    (void)prefix;   /* the kind is in the key */
+    return rc;
+}
+
+static int redis_quarantine_list(ak_store_backend *b, ak_blob_qname **out, int *n, ak_error *err) {
+    redis_backend *r = (redis_backend *)b;
+    keylist l = {0};
+    *out = NULL;
+    *n = 0;
+    if (scan(r, "akv:{*}:q:*", collect, &l, err) != 0) {
+        keylist_free(&l);
+        return -1;
+    }
+    ak_blob_qname *qs = calloc((size_t)(l.n ? l.n : 1), sizeof *qs);
+    conn *cn = qs ? conn_get(r, err) : NULL;
+    int cnt = 0;
+    for (int i = 0; cn && i < l.n; i++) {
+        if (strlen(l.keys[i]) >= sizeof qs->name) continue;
+        redisReply *rp = cmds(r, cn, err, "HMGET", l.keys[i], "bytes", "qtime", (char *)NULL);
+        if (!rp) break;
+        if (rp->type == REDIS_REPLY_ARRAY && rp->elements == 2) {
+            snprintf(qs[cnt].name, sizeof qs[cnt].name, "%s", l.keys[i]);
+            if (rp->element[0]->type == REDIS_REPLY_STRING) qs[cnt].bytes = strtoull(rp->element[0]->str, NULL, 10);
+            parse_mtime(rp->element[1]->type == REDIS_REPLY_STRING ? rp->element[1]->str : NULL, &qs[cnt].t, &qs[cnt].tn);
+            cnt++;
+        }
+        freeReplyObject(rp);
+    }
+    if (cn) conn_put(r, cn);
+    keylist_free(&l);
+    if (!qs) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    *out = qs;
+    *n = cnt;
+    return 0;
+}
+
+static void redis_quarantine_drop(ak_store_backend *b, const char *name) {
+    redis_backend *r = (redis_backend *)b;
+    /* the chunks' prefix: the key up to and including "}:", then "c:" */
+    const char *close = strstr(name, "}:q:");
+    if (!close) return;
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "%.*sc:", (int)(close - name + 2), name);
+    ak_error e = {{0}};
+    conn *cn = conn_get(r, &e);
+    if (!cn) return;
+    redisReply *rp = cmds(r, cn, &e, "EVAL", REMOVE_LUA, "1", name, prefix, (char *)NULL);
+    if (rp) freeReplyObject(rp);
+    conn_put(r, cn);
+}
+
+/* ----------------------------------------------------------------- leases */
+
+static const char RENEW_LUA[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\n"
+    "return 0\n";
+static const char RELEASE_LUA[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"
+    "return 0\n";
+
+static void lease_log(redis_backend *r, const char *fmt, const char *id, const char *what) {
+    char line[400];
+    snprintf(line, sizeof line, fmt, id, what);
+    if (r->log) r->log(r->log_ud, line);
+    else fprintf(stderr, "%s\n", line);
+}
+
+/* Drops lease i from the table. Call with r->mu held. */
+static void lease_drop(redis_backend *r, int i) {
+    memmove(r->leases + i, r->leases + i + 1, sizeof *r->leases * (size_t)(r->n_leases - i - 1));
+    r->n_leases--;
+}
+
+/* The renewal thread ("ak-lease"): each third of the lease time renews
+ * the leases in use, releases the idle ones, and drops (and logs) those
+ * found lost. Ends when the backend closes (joined there). */
+static void *lease_main(void *arg) {
+    redis_backend *r = arg;
+    pthread_setname_np(pthread_self(), "ak-lease");
+    pthread_mutex_lock(&r->mu);
+    while (!r->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long long ns = (long long)ts.tv_nsec + (long long)(r->lease_ms / 3) * 1000000LL;
+        ts.tv_sec += (time_t)(ns / 1000000000LL);
+        ts.tv_nsec = (long)(ns % 1000000000LL);
+        pthread_cond_timedwait(&r->lease_cv, &r->mu, &ts);
+        if (r->stopping) break;
+        int n = r->n_leases;
+        lease *copy = n ? malloc(sizeof *copy * (size_t)n) : NULL;
+        if (copy) memcpy(copy, r->leases, sizeof *copy * (size_t)n);
+        pthread_mutex_unlock(&r->mu);
+        double now = ak_now();
+        for (int i = 0; copy && i < n; i++) {
+            ak_error e = {{0}};
+            conn *cn = conn_get(r, &e);
+            if (!cn) break;   /* Redis away: the leases expire, and writes are refused (fenced) */
+            char key[AK_AGENT_ID_MAX + 32], ms[24];
+            key_of(AK_FILE_AGENT, copy[i].id, "lease", key, sizeof key);
+            snprintf(ms, sizeof ms, "%d", r->lease_ms);
+            int idle = (now - copy[i].last_used) * 1e3 > r->lease_ms;
+            redisReply *rp = idle ? cmds(r, cn, &e, "EVAL", RELEASE_LUA, "1", key, copy[i].token, (char *)NULL)
+                                  : cmds(r, cn, &e, "EVAL", RENEW_LUA, "1", key, copy[i].token, ms, (char *)NULL);
+            int held = rp && rp->type == REDIS_REPLY_INTEGER && rp->integer == 1;
+            if (rp) freeReplyObject(rp);
+            conn_put(r, cn);
+            if (!rp) continue;   /* undecided: tried again next round */
+            pthread_mutex_lock(&r->mu);
+            for (int j = 0; j < r->n_leases; j++)
+                if (!strcmp(r->leases[j].id, copy[i].id) && !strcmp(r->leases[j].token, copy[i].token)) {
+                    /* used again since the copy: kept for the next round */
+                    if (idle && r->leases[j].last_used > copy[i].last_used) break;
+                    if (!idle && !held)
+                        lease_log(r, "store: redis: lost the lease on agent %s%s; this node stops writing it",
+                                  copy[i].id, "");
+                    if (idle || !held) lease_drop(r, j);
+                    break;
+                }
+            pthread_mutex_unlock(&r->mu);
+        }
+        free(copy);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+int ak_backend_lease_hold(ak_store_backend *b, const char *id, ak_error *err) {
+    if (b->ops != &redis_ops) return 0;   /* one node owns a directory */
+    redis_backend *r = (redis_backend *)b;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_leases; i++)
+        if (!strcmp(r->leases[i].id, id)) {
+            r->leases[i].last_used = ak_now();
+            pthread_mutex_unlock(&r->mu);
+            return 0;
+        }
+    pthread_mutex_unlock(&r->mu);
+    lease l;
+    memset(&l, 0, sizeof l);
+    snprintf(l.id, sizeof l.id, "%s", id);
+    uint8_t t[16];
+    randombytes_buf(t, sizeof t);
+    for (int i = 0; i < 16; i++) snprintf(l.token + 2 * i, 3, "%02x", t[i]);
+    char key[AK_AGENT_ID_MAX + 32], ms[24];
+    key_of(AK_FILE_AGENT, id, "lease", key, sizeof key);
+    snprintf(ms, sizeof ms, "%d", r->lease_ms);
+    conn *cn = conn_get(r, err);
+    if (!cn) return -1;
+    redisReply *rp = cmds(r, cn, err, "SET", key, l.token, "NX", "PX", ms, (char *)NULL);
+    conn_put(r, cn);
+    if (!rp) return -1;
+    int got = rp->type == REDIS_REPLY_STATUS;
+    freeReplyObject(rp);
+    if (!got) {
+        ak_failc(err, AK_ERR_BUSY, "agent %s: its lease is held by another node", id);
+        return 1;
+    }
+    l.last_used = ak_now();
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    if (r->n_leases == r->cap_leases) {
+        int nc = r->cap_leases ? r->cap_leases * 2 : 16;
+        lease *nl = realloc(r->leases, sizeof *nl * (size_t)nc);
+        if (nl) {
+            r->leases = nl;
+            r->cap_leases = nc;
+        }
+    }
+    if (r->n_leases < r->cap_leases) r->leases[r->n_leases++] = l;
+    else rc = ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    if (!rc && !r->lease_thread_on && pthread_create(&r->lease_thread, NULL, lease_main, r) == 0) r->lease_thread_on = 1;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int ak_backend_lease_held(ak_store_backend *b, const char *id) {
+    if (b->ops != &redis_ops) return 1;
+    redis_backend *r = (redis_backend *)b;
+    char tok[33];
+    lease_token(r, AK_FILE_AGENT, id, tok);
+    return tok[0] != 0;
+}
+
+static const ak_backend_ops redis_ops = {
+    "redis", redis_close, redis_where,
+    redis_put_begin, redis_put_write, redis_put_commit, redis_put_abort,
+    redis_get_open, redis_get_read, redis_get_readv, NULL, redis_get_touch, redis_get_close,
+    redis_list, redis_remove,
+    redis_quarantine, redis_quarantine_list, redis_quarantine_drop,
+};
