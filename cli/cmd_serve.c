@@ -184,7 +184,7 @@ int cmd_serve(int argc, char **argv) {
             "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "
             "memory %s%s%s)\n",
             model_id, host, ak_server_port(server), ak_chat_family_name(family), n_ctx, ak_kv_format_get(co.fk)->name,
-            ak_kv_format_get(co.fv)->name, co.budget / 1048576.0, mo.dir, mo.key_file ? ", sealed" : "",
+            ak_kv_format_get(co.fv)->name, co.budget / 1048576.0, mo.store_url ? mo.store_url : mo.dir, mo.key_file ? ", sealed" : "",
             api_key ? ", API key required" : "");
     fflush(stderr);
     int sig = 0;

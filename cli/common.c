@@ -128,6 +128,10 @@ int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag) {
 void memory_opts_init(memory_opts *o) {
     o->dir = "./agentkv-memory";
     o->key_file = NULL;
+    o->store_url = NULL;
+    o->store_password_file = NULL;
+    o->store_lease_ms = 0;
+    o->dir_given = 0;
     o->disk_budget = 0;
     o->save = AK_SAVE_EVERY_TURN;
 }
@@ -136,6 +140,15 @@ int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag) {
     if (!strcmp(flag, "--memory-dir")) {
         const char *v = args_value(a, flag);
         if (v) o->dir = v;
+        o->dir_given = 1;
+    } else if (!strcmp(flag, "--store")) {
+        const char *v = args_value(a, flag);
+        if (v && strncmp(v, "redis://", 8)) args_error(a, "--store: '%s' is not redis://host:port[/db]", v);
+        o->store_url = v;
+    } else if (!strcmp(flag, "--store-password-file")) {
+        o->store_password_file = args_value(a, flag);
+    } else if (!strcmp(flag, "--store-lease-ms")) {
+        o->store_lease_ms = (int)args_int(a, flag, 100, 3600000);
     } else if (!strcmp(flag, "--memory-key-file")) {
         o->key_file = args_value(a, flag);
     } else if (!strcmp(flag, "--save-policy")) {
@@ -157,7 +170,9 @@ int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag) {
 ak_store *memory_opts_open(const memory_opts *o, ak_error *err) {
     uint8_t key[AK_STORE_KEY_BYTES];
     if (o->key_file && ak_store_read_key(o->key_file, key, err) < 0) return NULL;
-    ak_store *s = ak_store_open(o->dir, o->key_file ? key : NULL, err);
+    ak_store_where w = {o->store_url ? o->store_url : o->dir, o->store_password_file, o->dir_given ? o->dir : NULL,
+                        o->store_lease_ms, NULL, NULL};
+    ak_store *s = ak_store_open_at(&w, o->key_file ? key : NULL, err);
     sodium_memzero(key, sizeof key);
     return s;
 }

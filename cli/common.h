@@ -73,11 +73,21 @@ typedef struct {
     size_t disk_budget;       /* --disk-budget, 0 = none */
     ak_save_policy save;      /* --save-policy, default every turn */
     int no_prefix_sharing;    /* --no-prefix-sharing */
+    const char *store_url;    /* --store redis://host:port[/db], NULL: the memory directory */
+    const char *store_password_file;  /* --store-password-file */
+    int store_lease_ms;       /* --store-lease-ms, 0: the default */
+    int dir_given;            /* --memory-dir was given (with --store: the local directory) */
 } memory_opts;
 
 #define MEMORY_OPTS_HELP                                                                       \
     "  --memory-dir DIR         where agent caches live (default ./agentkv-memory)\n"           \
     "  --memory-key-file F      seal agent files with this 32-byte key (XChaCha20-Poly1305)\n"  \
+    "  --store URL              keep agent, pool and memory caches in Redis instead\n"            \
+    "                           (redis://host:port[/db]; shared by every node using it: one node\n" \
+    "                           writes an agent at a time, by lease); --memory-dir then names the\n" \
+    "                           local directory (cards); docs/store.md\n"                          \
+    "  --store-password-file F  the Redis password: the first line of F (mode 600)\n"             \
+    "  --store-lease-ms N       an agent's lease in Redis (default 10000 ms)\n"                    \
     "  --disk-budget BYTES      keep the memory directory under this size (LRU files go first)\n" \
     "  --save-policy P          when an agent's cache is written: turn (after every turn, default),\n" \
     "                           evict (when it leaves RAM) or shutdown (at exit); all save at a\n" \

@@ -1,0 +1,183 @@
+/* test_store_redis_serve.c - two `agentkv serve` processes (the released
+ * binary, AK_BIN) on two loopback ports sharing one Redis (started here):
+ * an agent's first turn on node A, its second on node B, which restores it
+ * warm from Redis (cached_tokens > 0) and answers exactly as one node
+ * holding the agent in its memory directory does (greedy). */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server_rig.h"
+#include "test_store_redis.h"
+
+static void nap_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char log[600];
+} node;
+
+/* Starts `agentkv serve` for stories260K on 127.0.0.1 (a free port) with
+ * memory dir dir, and Redis url (NULL: the directory alone). Returns 0, or
+ * -1 having failed the test (with the server's log). */
+static int node_start(ak_test_ctx *t, node *n, const char *name, const char *dir, const char *url) {
+    const char *bin = getenv("AK_BIN");
+    if (!bin || !*bin) bin = "build/agentkv";
+    char model[512];
+    test_path(model, sizeof model, "models/stories260K.gguf");
+    snprintf(n->log, sizeof n->log, "%s/%s.log", test_tmp_dir(), name);
+    n->port = 0;
+    n->pid = fork();
+    if (n->pid < 0) {
+        CHECK(0, "fork");
+        return -1;
+    }
+    if (n->pid == 0) {
+        int fd = open(n->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0) _exit(126);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, 0);
+        if (url)
+            execl(bin, bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--memory-dir", dir, "--store",
+                  url, "--store-lease-ms", "1000", "-c", "256", "-t", "1", "--model-id", "m", (char *)NULL);
+        else
+            execl(bin, bin, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "--memory-dir", dir, "-c", "256",
+                  "-t", "1", "--model-id", "m", (char *)NULL);
+        _exit(127);
+    }
+    char *text = NULL;
+    for (int i = 0; i < 1500 && !n->port; i++) {   /* up to 30 s to load and start */
+        free(text);
+        text = ak_read_file(n->log, NULL, NULL);
+        const char *p = text ? strstr(text, "on http://127.0.0.1:") : NULL;
+        if (p) n->port = atoi(p + strlen("on http://127.0.0.1:"));
+        else if (waitpid(n->pid, NULL, WNOHANG) == n->pid) break;
+        else nap_ms(20);
+    }
+    if (!n->port) {
+        kill(n->pid, SIGKILL);
+        waitpid(n->pid, NULL, 0);
+        n->pid = 0;
+        CHECK(0, "node %s did not start:\n%s", name, text ? text : "");
+        free(text);
+        return -1;
+    }
+    free(text);
+    return 0;
+}
+
+/* SIGTERM, then SIGKILL after 30 s. */
+static void node_stop(node *n) {
+    if (n->pid <= 0) return;
+    kill(n->pid, SIGTERM);
+    for (int i = 0; i < 1500; i++) {
+        if (waitpid(n->pid, NULL, WNOHANG) == n->pid) {
+            n->pid = 0;
+            return;
+        }
+        nap_ms(20);
+    }
+    kill(n->pid, SIGKILL);
+    waitpid(n->pid, NULL, 0);
+    n->pid = 0;
+}
+
+/* One chat turn of agent ag: the messages so far (a JSON array's inside).
+ * Returns the reply (status 0: no answer). */
+static reply turn(int port, const char *ag, const char *messages) {
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"model\":\"m\",\"agent_id\":\"%s\",\"messages\":[%s],\"max_tokens\":12,\"temperature\":0}", ag, messages);
+    return http(port, "POST", "/v1/chat/completions", body);
+}
+
+/* Waits (at most 10 s) until Redis holds a manifest for agent ag. */
+static int wait_saved(const redis_srv *r, const char *ag) {
+    char pat[200];
+    snprintf(pat, sizeof pat, "akv:{a:%s}:m", ag);
+    for (int i = 0; i < 200; i++) {
+        if (redis_count(r, pat) == 1) return 1;
+        nap_ms(50);
+    }
+    return 0;
+}
+
+/* Both turns on node a then b (b == a: one node), agent ag: the answers
+ * into out1, out2 and turn 2's tier and cached tokens. */
+static void two_turns(ak_test_ctx *t, int pa, int pb, const redis_srv *r, const char *ag, char *out1, char *out2,
+                      char *tier, double *cached) {
+    const char *m1 = "{\"role\":\"user\",\"content\":\"Once upon a time there was a little dog.\"}";
+    reply a = turn(pa, ag, m1);
+    const char *t1 = answer(&a);
+    CHECK(a.status == 200 && t1, "turn 1: %d %s", a.status, a.body ? a.body : "");
+    snprintf(out1, 512, "%s", t1 ? t1 : "");
+    reply_free(&a);
+    if (r) CHECK(wait_saved(r, ag), "turn 1 was not saved to Redis");
+    char *esc = cJSON_PrintUnformatted(cJSON_CreateString(out1));   /* the answer as a JSON string */
+    char msgs[2048];
+    snprintf(msgs, sizeof msgs, "%s,{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":\"What did "
+             "the dog do next?\"}", m1, esc ? esc : "\"\"");
+    free(esc);
+    reply b = turn(pb, ag, msgs);
+    const char *t2 = answer(&b);
+    CHECK(b.status == 200 && t2, "turn 2: %d %s", b.status, b.body ? b.body : "");
+    snprintf(out2, 512, "%s", t2 ? t2 : "");
+    const cJSON *ak = b.j ? cJSON_GetObjectItemCaseSensitive(b.j, "agentkv") : NULL;
+    const cJSON *u = b.j ? cJSON_GetObjectItemCaseSensitive(b.j, "usage") : NULL;
+    const cJSON *d = u ? cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details") : NULL;
+    snprintf(tier, 16, "%s", str(ak, "tier") ? str(ak, "tier") : "?");
+    *cached = num(d, "cached_tokens");
+    reply_free(&b);
+}
+
+static void two_nodes_on(ak_test_ctx *t, redis_srv *r) {
+    char da[600], db[600], dc[600];
+    snprintf(da, sizeof da, "%s/node-a", test_tmp_dir());
+    snprintf(db, sizeof db, "%s/node-b", test_tmp_dir());
+    snprintf(dc, sizeof dc, "%s/node-single", test_tmp_dir());
+    node a = {0}, b = {0}, c = {0};
+    if (node_start(t, &a, "node-a", da, r->url) || node_start(t, &b, "node-b", db, r->url) ||
+        node_start(t, &c, "node-single", dc, NULL)) {
+        node_stop(&a);
+        node_stop(&b);
+        node_stop(&c);
+        return;
+    }
+    char a1[512], b2[512], c1[512], c2[512], tier[16], tier_c[16];
+    double cached = 0, cached_c = 0;
+    two_turns(t, a.port, b.port, r, "wanderer", a1, b2, tier, &cached);
+    /* the same two turns on one node with its own directory (it keeps the
+     * agent hot in RAM between them): B's warm restore from Redis must
+     * answer exactly as that */
+    two_turns(t, c.port, c.port, NULL, "wanderer", c1, c2, tier_c, &cached_c);
+    printf("  turn 2 on node B: tier %s, cached_tokens %.0f; single node: tier %s, cached_tokens %.0f\n", tier, cached,
+           tier_c, cached_c);
+    CHECK(!strcmp(tier, "warm") && cached > 0, "node B: tier %s, cached_tokens %.0f", tier, cached);
+    CHECK(!strcmp(a1, c1), "turn 1 differs: A '%s', single '%s'", a1, c1);
+    CHECK(!strcmp(b2, c2), "turn 2 differs: B '%s', single '%s'", b2, c2);
+    CHECK(b2[0], "empty answer");
+    node_stop(&a);
+    node_stop(&b);
+    node_stop(&c);
+    char *log = ak_read_file(b.log, NULL, NULL);
+    CHECK(log && strstr(log, r->url), "node B's log does not name the store:\n%s", log ? log : "");
+    free(log);
+}
+
+TEST(store_redis_two_serve_nodes_share_an_agent) {
+    redis_srv r = {0};
+    if (redis_start(t, &r, 0) != 0) return;
+    two_nodes_on(t, &r);
+    redis_stop(&r);
+}
