@@ -505,3 +505,61 @@ TEST(reuse_methods_kl_against_full_printed) {
     ak_block_pool_free(pool);
     tenv_close(&e);
 }
+
+/* Every family: cacheblend and agentkvshift at ratio 1 equal full bit for
+ * bit, at ratio 0.2 they run (a different cache); deepseek2 (MLA) refuses
+ * them by code and still runs none and full. */
+TEST(reuse_every_family_ratio_1_is_full) {
+    const char *models[] = {"models/stories260K.gguf", "models/qwen2-tiny.gguf", "models/qwen3-tiny.gguf",
+                            "models/gemma3-tiny.gguf", "models/deepseek2-tiny.gguf"};
+    for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
+        ak_error err = {{0}};
+        char path[600];
+        ak_model *m = ak_model_load(test_path(path, sizeof path, models[mi]), NULL, NULL, &err);
+        REQUIRE(m, "%s: %s", path, err.msg);
+        ak_ctx *c = ak_ctx_new(m, 32, 2, &err);
+        ak_block_pool *pool = ak_block_pool_new(&m->spec, 0, 0, &err);
+        REQUIRE(c && pool, "ctx");
+        int V = m->cfg.vocab, mla = m->cfg.kv_lora > 0;
+        int32_t P[9], X[41], Q[5];
+        for (int i = 0; i < 9; i++) P[i] = (int32_t)((i * 37 + 11) % V);
+        for (int i = 0; i < 41; i++) X[i] = (int32_t)((i * 53 + 7) % V);
+        for (int i = 0; i < 5; i++) Q[i] = (int32_t)((i * 19 + 3) % V);
+        ak_kv *cx = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 128, &err);
+        REQUIRE(cx && ak_eval(c, cx, X, 41, 0, NULL, NULL, NULL, NULL, &err) == 0, "chunk: %s", err.msg);
+        ak_reuse_part parts[3] = {{P, 9, NULL}, {X, 41, cx}, {Q, 5, NULL}};
+        float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
+        ak_reuse_params full = {AK_REUSE_FULL, 0, -1, 0};
+        ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 128, &err);
+        CHECK(ak_reuse_prefill(c, kv, parts, 3, &full, ref, NULL, &err) == 0, "%s full: %s", models[mi], err.msg);
+        for (int me = 0; me < 2; me++) {
+            for (int r = 0; r < 2; r++) {
+                ak_reuse_params p = {me ? AK_REUSE_AGENTKVSHIFT : AK_REUSE_CACHEBLEND, r ? 0.2f : 1.0f, -1, 0};
+                ak_kv_truncate(kv, 0);
+                int rc = ak_reuse_prefill(c, kv, parts, 3, &p, got, NULL, &err);
+                if (mla) {
+                    CHECK(rc < 0 && err.code == AK_ERR_INVALID && ak_kv_length(kv) == 0, "%s: MLA %s not refused",
+                          models[mi], ak_reuse_method_name(p.method));
+                    continue;
+                }
+                CHECK(rc == 0, "%s %s: %s", models[mi], ak_reuse_method_name(p.method), err.msg);
+                if (r == 0)
+                    CHECK(rc == 0 && memcmp(ref, got, sizeof(float) * V) == 0, "%s %s r=1: differs from full by %g",
+                          models[mi], ak_reuse_method_name(p.method), rmaxdiff(ref, got, V));
+                else
+                    CHECK(rc == 0 && memcmp(ref, got, sizeof(float) * V) != 0, "%s %s r=0.2 equals full",
+                          models[mi], ak_reuse_method_name(p.method));
+            }
+        }
+        ak_reuse_params none = {AK_REUSE_NONE, 0, -1, 0};
+        ak_kv_truncate(kv, 0);
+        CHECK(ak_reuse_prefill(c, kv, parts, 3, &none, got, NULL, &err) == 0, "%s none: %s", models[mi], err.msg);
+        free(ref);
+        free(got);
+        ak_kv_free(kv);
+        ak_kv_free(cx);
+        ak_block_pool_free(pool);
+        ak_ctx_free(c);
+        ak_model_free(m);
+    }
+}
