@@ -135,6 +135,18 @@ static inline __attribute__((always_inline)) void store16(float *Y, float32x4_t 
     memcpy(Y, tmp, sizeof(float) * (size_t)(n > 0 ? n : 0));
 }
 
+/* Y[0 .. n) (at most 4) from v: the rows of one quarter, short where the
+ * group's padding rows begin. */
+static inline __attribute__((always_inline)) void store4(float *Y, float32x4_t v, int n) {
+    if (n >= 4) {
+        vst1q_f32(Y, v);
+        return;
+    }
+    float tmp[4];
+    vst1q_f32(tmp, v);
+    memcpy(Y, tmp, sizeof(float) * (size_t)(n > 0 ? n : 0));
+}
+
 typedef void (*q16_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
                        int64_t ldy, int nvalid);
 typedef void (*f16_fn)(const uint8_t *grp, int64_t cols, const float *X, int64_t ldx, float *Y, int64_t ldy,

@@ -5,7 +5,7 @@
  * inlined into code compiled for them); it expects
  *   NL       the level: 0 plain NEON, 1 + sdot (dotprod), 2 + smmla (i8mm)
  *   NL_SFX   the suffix of this copy's function names
- * and kernels_packed_arm.c's helpers (kind_*, plain_dot, load_col16, store16).
+ * and kernels_packed_arm.c's helpers (kind_*, plain_dot, load_col16, store4, store16).
  * The float tiles, which have no integer products, exist in copy 0 only.
  *
  * Every tile computes, for each row r and token t, the same integer block
@@ -72,6 +72,10 @@ AK_INLINE void NL_FN(unpack)(const int kind, const uint8_t *rec, int h, int8x16_
  * 32 quants are at q, starting from the token's offset c. Two chains (the
  * first 16 quants and the last), added at the end: exact either way. */
 AK_INLINE int32x4_t NL_FN(block_sum)(const int8x16_t w[8], const int8_t *q, int32_t c) {
+    /* the pointer made opaque: GCC would otherwise load (and broadcast)
+     * every token's quants once for the four quarters and keep them,
+     * spilling accumulators; reloads from L1 cost less */
+    __asm__("" : "+r"(q));
     const int8x16_t x0 = vld1q_s8(q), x1 = vld1q_s8(q + 16);
     int32x4_t s0 = vdupq_n_s32(c), s1 = vdupq_n_s32(0);
     s0 = DOTL(s0, w[0], x0, 0);
@@ -95,16 +99,25 @@ AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int
                             size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
     const size_t crb = kind_code_bytes(kind), srb = kind_scale_bytes(kind);
     const uint8_t *scales = grp + (size_t)nb * crb;
+    /* quarters per pass: all four for one token; one for more tokens, in
+     * four passes over the group (its lines come from cache after the
+     * first), so that a pass's live registers are T accumulators, 8
+     * weight vectors and the activations: GCC interleaves unrolled
+     * quarters and spilled half of a 4-token tile otherwise */
+    const int QP = T == 1 ? 4 : 1;
+#pragma GCC unroll 1
+    for (int h0 = 0; h0 < 4; h0 += QP) {
     float32x4_t acc[4][4];
 #pragma GCC unroll 4
-    for (int h = 0; h < 4; h++)
+    for (int hh = 0; hh < QP; hh++)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[h][t] = vdupq_n_f32(0);
+        for (int t = 0; t < T; t++) acc[hh][t] = vdupq_n_f32(0);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *rec = grp + (size_t)b * crb, *sc = scales + (size_t)b * srb;
         /* the weights stream from memory once per product: ahead of use */
 #pragma GCC unroll 8
-        for (size_t off = 0; off < crb; off += 64) __builtin_prefetch(rec + PF_BYTES + off);
+        for (size_t off = 0; off < crb; off += 64)
+            if (h0 == 0) __builtin_prefetch(rec + PF_BYTES + off);
         float dx[4], sx[4];
         int32_t cx[4];
 #pragma GCC unroll 4
@@ -115,7 +128,8 @@ AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int
             memcpy(&sx[t], xt + cols + 8 * nb + 4 * b, 4);
         }
 #pragma GCC unroll 4
-        for (int h = 0; h < 4; h++) {
+        for (int hh = 0; hh < QP; hh++) {
+            const int h = h0 + hh;
             int8x16_t w[8];
             NL_FN(unpack)(kind, rec, h, w);
             const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + 8 * h)));
@@ -137,6 +151,7 @@ AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int
             for (int t = 0; t + 1 < T; t += 2) {
                 const int8_t *q0 = (const int8_t *)(xp + (size_t)t * xps) + b * AK_QK;
                 const int8_t *q1 = (const int8_t *)(xp + (size_t)(t + 1) * xps) + b * AK_QK;
+                __asm__("" : "+r"(q0), "+r"(q1));   /* as in block_sum */
                 const int32x2_t c2 = vset_lane_s32(cx[t + 1], vdup_n_s32(cx[t]), 1);
                 int32x4_t s01 = vcombine_s32(c2, c2), s23 = s01;   /* [r0 t, r0 t+1, r1 t, r1 t+1] */
 #pragma GCC unroll 4
@@ -157,13 +172,16 @@ AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int
 #endif
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
-                acc[h][t] = vfmaq_f32(acc[h][t], vcvtq_f32_s32(isum[t]), vmulq_n_f32(dw, dx[t]));
-                if (kind_min(kind)) acc[h][t] = vfmaq_n_f32(acc[h][t], mw, sx[t]);
+                acc[hh][t] = vfmaq_f32(acc[hh][t], vcvtq_f32_s32(isum[t]), vmulq_n_f32(dw, dx[t]));
+                if (kind_min(kind)) acc[hh][t] = vfmaq_n_f32(acc[hh][t], mw, sx[t]);
             }
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) store16(Y + (size_t)t * ldy, acc[0][t], acc[1][t], acc[2][t], acc[3][t], nvalid);
+    for (int hh = 0; hh < QP; hh++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) store4(Y + (size_t)t * ldy + 4 * (h0 + hh), acc[hh][t], nvalid - 4 * (h0 + hh));
+    }
 }
 
 #if NL == 0   /* float tiles: no integer products, one copy serves every level */

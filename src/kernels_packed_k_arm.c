@@ -57,15 +57,16 @@ static inline __attribute__((always_inline)) int32x4_t plain_dot4(int32x4_t acc,
     return vpadalq_s16(acc, vpaddq_s16(m0, m1));
 }
 
-/* Y[0 .. n) from the 4 quarter vectors. */
-static inline __attribute__((always_inline)) void store16k(float *Y, float32x4_t a, float32x4_t b, float32x4_t c,
-                                                           float32x4_t d, int n) {
-    float tmp[16];
-    vst1q_f32(tmp, a);
-    vst1q_f32(tmp + 4, b);
-    vst1q_f32(tmp + 8, c);
-    vst1q_f32(tmp + 12, d);
-    memcpy(Y, tmp, sizeof(float) * (size_t)(n >= 16 ? 16 : n > 0 ? n : 0));
+/* Y[0 .. n) (at most 4) from v: one quarter's rows, short where the
+ * group's padding rows begin. */
+static inline __attribute__((always_inline)) void store4k(float *Y, float32x4_t v, int n) {
+    if (n >= 4) {
+        vst1q_f32(Y, v);
+        return;
+    }
+    float tmp[4];
+    vst1q_f32(tmp, v);
+    memcpy(Y, tmp, sizeof(float) * (size_t)(n > 0 ? n : 0));
 }
 
 typedef void (*k16_fn)(const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y, int64_t ldy,

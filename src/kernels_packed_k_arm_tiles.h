@@ -3,7 +3,7 @@
  * kernels_packed_k_arm.c, once per level inside its target pragma, with
  *   NL       0 plain NEON, 1 + sdot (dotprod)
  *   NL_SFX   the suffix of this copy's names
- * and that file's helpers (K offsets, plain_dot4, load_u32).
+ * and that file's helpers (K offsets, plain_dot4, load_u32, store4k).
  *
  * Per row and super-block the arithmetic is kernels_packed_k.c's, in its
  * order: s_j exact int32 per sub-block; f = fma(float(s_j), d * sc_j, f)
@@ -25,6 +25,7 @@
 /* c + the exact products of 4 rows' 16 elements: w[p] (p < 4) holds
  * elements 4p..4p+3 of each row, q the token's 16 quants. */
 AK_INLINE int32x4_t NL_FN(sum16)(const int8x16_t w[4], const int8_t *q, int32_t c) {
+    __asm__("" : "+r"(q));   /* no hoisting of every token's quants out of the quarters (spills) */
     const int8x16_t x = vld1q_s8(q);
     int32x4_t s0 = vdupq_n_s32(c), s1 = vdupq_n_s32(0);
     s0 = DOTL(s0, w[0], x, 0);
@@ -41,14 +42,23 @@ AK_INLINE void NL_FN(ktile)(const int kt, const int T, const uint8_t *grp, int64
                             float *Y, int64_t ldy, int nvalid) {
     const size_t rb = k_rec_bytes(kt);
     const uint8x16_t m4 = vdupq_n_u8(0x0f), b4 = vdupq_n_u8(0x10), b45 = vdupq_n_u8(0x30);
+    /* quarters per pass: all four for one token; one for more tokens, in
+     * four passes over the group (its lines come from cache after the
+     * first), so that a pass's live registers are T accumulators, 8
+     * weight vectors and the activations: GCC interleaves unrolled
+     * quarters and spilled half of a 4-token tile otherwise */
+    const int QP = T == 1 ? 4 : 1;
+#pragma GCC unroll 1
+    for (int h0 = 0; h0 < 4; h0 += QP) {
     float32x4_t acc[4][4];
 #pragma GCC unroll 4
-    for (int h = 0; h < 4; h++)
+    for (int hh = 0; hh < QP; hh++)
 #pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[h][t] = vdupq_n_f32(0);
+        for (int t = 0; t < T; t++) acc[hh][t] = vdupq_n_f32(0);
     for (int64_t sb = 0; sb < nsb; sb++) {
         const uint8_t *rec = grp + (size_t)sb * rb;
-        for (size_t off = 0; off < rb; off += 64) __builtin_prefetch(rec + K_PF_BYTES + off);
+        if (h0 == 0)
+            for (size_t off = 0; off < rb; off += 64) __builtin_prefetch(rec + K_PF_BYTES + off);
         const uint8_t *xs[4];
         float dx[4];
 #pragma GCC unroll 4
@@ -56,7 +66,8 @@ AK_INLINE void NL_FN(ktile)(const int kt, const int T, const uint8_t *grp, int64
             xs[t] = xk + (size_t)t * xks + (size_t)sb * K_XK_BYTES;
             memcpy(&dx[t], xs[t] + K_XK_D, 4);
         }
-        for (int h = 0; h < 4; h++) {
+        for (int hh = 0; hh < QP; hh++) {
+            const int h = h0 + hh;
             const float32x4_t d4 = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(rec + k_off_d(kt) + 8 * h)));
             float32x4_t f[4];
 #pragma GCC unroll 4
@@ -93,7 +104,7 @@ AK_INLINE void NL_FN(ktile)(const int kt, const int T, const uint8_t *grp, int64
                         }
                     }
 #pragma GCC unroll 4
-                for (int t = 0; t < T; t++) acc[h][t] = vfmaq_n_f32(acc[h][t], f[t], dx[t]);
+                for (int t = 0; t < T; t++) acc[hh][t] = vfmaq_n_f32(acc[hh][t], f[t], dx[t]);
                 continue;
             }
             const size_t osc = k_off_sc(kt);
@@ -142,13 +153,16 @@ AK_INLINE void NL_FN(ktile)(const int kt, const int T, const uint8_t *grp, int64
                     c23 = vmlal_s16(c23, vget_high_s16(mn[k]), bs);
                 }
                 const int32x4_t corr = vpaddq_s32(c01, c23);
-                acc[h][t] = vfmaq_n_f32(acc[h][t], f[t], dx[t]);
-                acc[h][t] = vfmaq_f32(acc[h][t], vnegq_f32(vcvtq_f32_s32(corr)), vmulq_n_f32(dmin4, dx[t]));
+                acc[hh][t] = vfmaq_n_f32(acc[hh][t], f[t], dx[t]);
+                acc[hh][t] = vfmaq_f32(acc[hh][t], vnegq_f32(vcvtq_f32_s32(corr)), vmulq_n_f32(dmin4, dx[t]));
             }
         }
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < T; t++) store16k(Y + (size_t)t * ldy, acc[0][t], acc[1][t], acc[2][t], acc[3][t], nvalid);
+    for (int hh = 0; hh < QP; hh++)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) store4k(Y + (size_t)t * ldy + 4 * (h0 + hh), acc[hh][t], nvalid - 4 * (h0 + hh));
+    }
 }
 
 #define NL_KT(K, T)                                                                                      \
