@@ -15,6 +15,7 @@ lib=/usr/lib/aarch64-linux-gnu
 [ -e $lib/libxxhash.so ] || need="$need libxxhash-dev:arm64"
 [ -e $lib/libsodium.so ] || need="$need libsodium-dev:arm64"
 [ -e $lib/libmicrohttpd.so ] || need="$need libmicrohttpd-dev:arm64"
+[ -e $lib/libhiredis.so ] || need="$need libhiredis-dev:arm64"
 [ -z "$need" ] && exit 0
 echo "deps-cross.sh: installing$need" >&2
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
