@@ -141,7 +141,9 @@ ak_store *ak_store_open_at(const ak_store_where *w, const uint8_t *key, ak_error
             free(s);
             return NULL;
         }
-        s->be = ak_backend_redis_open(w->url, pw, w->lease_ms, w->log, w->log_ud, &e);
+        char cache[PATH_MAX + 16];
+        if (w->local_dir) snprintf(cache, sizeof cache, "%s/redis-cache", s->dir);
+        s->be = ak_backend_redis_open(w->url, pw, w->lease_ms, w->local_dir ? cache : NULL, w->log, w->log_ud, &e);
         if (pw) sodium_memzero(pw, strlen(pw));
         free(pw);
     } else {

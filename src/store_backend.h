@@ -138,9 +138,10 @@ ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err);
 
 /* The Redis backend (store_redis.c): url redis://host:port[/db], password
  * (NULL: no AUTH), lease_ms (<= 0: AK_STORE_LEASE_MS) the lease time;
+ * cache_dir (NULL: none) a local directory kept as a read-through cache;
  * log (NULL: stderr) gets the lines a lost lease or a fenced write says.
  * Connects once to check Redis is reachable. NULL with err set. */
-ak_store_backend *ak_backend_redis_open(const char *url, const char *password, int lease_ms,
+ak_store_backend *ak_backend_redis_open(const char *url, const char *password, int lease_ms, const char *cache_dir,
                                         void (*log)(void *ud, const char *line), void *log_ud, ak_error *err);
 #define AK_STORE_LEASE_MS 10000
 

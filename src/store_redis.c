@@ -99,6 +99,7 @@ typedef struct {
     int stopping;
     void (*log)(void *ud, const char *line);
     void *log_ud;
+    ak_store_backend *cache;           /* the read-through cache (a directory backend), or NULL */
 } redis_backend;
 
 struct ak_blob_put {
@@ -125,6 +126,7 @@ struct ak_blob_get {
     uint64_t *sums;
     uint8_t *img;                      /* bytes, chunks filled on demand */
     uint8_t *have;                     /* have[i]: chunk i fetched and checked */
+    int from_cache;                    /* the image came from the read-through cache */
     pthread_mutex_t mu;                /* fetches (readv runs on two threads) */
 };
 
@@ -272,7 +274,7 @@ static int parse_url(redis_backend *r, const char *url, ak_error *err) {
     return 0;
 }
 
-ak_store_backend *ak_backend_redis_open(const char *url, const char *password, int lease_ms,
+ak_store_backend *ak_backend_redis_open(const char *url, const char *password, int lease_ms, const char *cache_dir,
                                         void (*log)(void *ud, const char *line), void *log_ud, ak_error *err) {
     redis_backend *r = ak_calloc(1, sizeof *r, err);
     if (!r) return NULL;
@@ -294,7 +296,8 @@ ak_store_backend *ak_backend_redis_open(const char *url, const char *password, i
     /* reachable now: a store that cannot reach Redis at open says so (later
      * failures are per operation: the cold path) */
     conn *cn = conn_get(r, err);
-    if (!cn) {
+    if (!cn || (cache_dir && !(r->cache = ak_backend_dir_open(cache_dir, err)))) {
+        if (cn) conn_put(r, cn);
         redis_ops.close(&r->base);
         return NULL;
     }
@@ -329,6 +332,7 @@ static void redis_close(ak_store_backend *b) {
         free(r->idle);
         r->idle = n;
     }
+    if (r->cache) r->cache->ops->close(r->cache);
     if (r->password) sodium_memzero(r->password, strlen(r->password));
     free(r->password);
     free(r->leases);
@@ -566,6 +570,71 @@ static const char *field(const redisReply *rp, const char *f) {
     return NULL;
 }
 
+/* READ-THROUGH CACHE. With a local directory, an image read whole from
+ * Redis is kept there (a directory backend under <local dir>/redis-cache)
+ * as "<k>.<gen>.<id>" (ids up to 110 characters): the generation names the
+ * version, so a manifest that moved on never meets an old copy. Opening an
+ * image whose generation is cached reads the file and checks it against
+ * the manifest's chunk sums (the same checks as chunks from Redis); a copy
+ * that fails them is deleted and Redis read instead. The manifest is always
+ * read from Redis: it decides which version is current. */
+static int cache_name(const ak_blob_get *g, char *out, size_t n) {
+    int w = snprintf(out, n, "%c.%s.%s", kind_letter[g->kind], g->gen, g->id);
+    return w < 0 || (size_t)w >= n || w > AK_AGENT_ID_MAX ? -1 : 0;
+}
+
+/* Fills g's image from the cache if it holds g's generation, sound. */
+static void cache_read(ak_blob_get *g) {
+    const ak_backend_ops *ops = g->r->cache->ops;
+    char name[AK_AGENT_ID_MAX + 1], why[64];
+    if (cache_name(g, name, sizeof name)) return;
+    ak_blob_get *cg = NULL;
+    ak_blob_info ci;
+    ak_error e = {{0}};
+    if (ops->get_open(g->r->cache, AK_FILE_AGENT, name, &cg, &ci, why, sizeof why, &e) != 0) {
+        if (cg) ops->get_close(cg);
+        return;
+    }
+    int ok = ci.bytes == g->bytes;
+    for (int i = 0; ok && i < g->n; i++) {
+        uint64_t off = (uint64_t)i * g->chunk, len = i == g->n - 1 ? g->bytes - off : g->chunk;
+        ok = ops->get_read(cg, g->img + off, (size_t)len, off) == 0 && XXH3_64bits(g->img + off, (size_t)len) == g->sums[i];
+    }
+    ops->get_close(cg);
+    if (ok) {
+        memset(g->have, 1, (size_t)g->n);
+        g->from_cache = 1;
+    } else {
+        ops->remove(g->r->cache, AK_FILE_AGENT, name, &e);   /* damaged or torn: Redis is read instead */
+    }
+}
+
+/* Keeps g's image in the cache if it was read whole from Redis, and drops
+ * the cached copies of the image's other generations. Best effort. */
+static void cache_write(ak_blob_get *g) {
+    for (int i = 0; i < g->n; i++)
+        if (!g->have[i]) return;
+    const ak_backend_ops *ops = g->r->cache->ops;
+    char name[AK_AGENT_ID_MAX + 1];
+    if (cache_name(g, name, sizeof name)) return;
+    ak_error e = {{0}};
+    ak_blob_name *v = NULL;
+    int nv = 0;
+    if (ops->list(g->r->cache, AK_FILE_AGENT, &v, &nv, &e) == 0) {
+        for (int i = 0; i < nv; i++) {   /* "<k>.<16 hex>.<id>" of this image, another generation */
+            const char *x = v[i].id;
+            if (x[0] == name[0] && x[1] == '.' && strlen(x) > 19 && x[18] == '.' && !strcmp(x + 19, g->id) &&
+                strcmp(x, name))
+                ops->remove(g->r->cache, AK_FILE_AGENT, x, &e);
+        }
+        free(v);
+    }
+    ak_blob_put *p = ops->put_begin(g->r->cache, AK_FILE_AGENT, name, g->bytes, &e);
+    if (!p) return;
+    if (ops->put_write(p, g->img, (size_t)g->bytes, &e) != 0) ops->put_abort(p);
+    else ops->put_commit(p, &(ak_blob_info){0}, &e);
+}
+
 static int redis_get_open(ak_store_backend *b, int kind, const char *id, ak_blob_get **out, ak_blob_info *info,
                           char *why, size_t whyn, ak_error *err) {
     redis_backend *r = (redis_backend *)b;
@@ -619,6 +688,7 @@ static int redis_get_open(ak_store_backend *b, int kind, const char *id, ak_blob
         g->sums[i] = strtoull(h, NULL, 16);
     }
     pthread_mutex_init(&g->mu, NULL);
+    if (r->cache) cache_read(g);
     memset(info, 0, sizeof *info);
     info->bytes = g->bytes;
     parse_mtime(field(rp, "mtime"), &info->mtime, &info->mtime_ns);
@@ -732,6 +802,7 @@ static void redis_get_touch(ak_blob_get *g) {
 
 static void redis_get_close(ak_blob_get *g) {
     if (!g) return;
+    if (g->r->cache && !g->from_cache) cache_write(g);
     pthread_mutex_destroy(&g->mu);
     sodium_memzero(g->img, (size_t)g->bytes);   /* may be the plaintext-bearing image of a plain store */
     free(g->img);

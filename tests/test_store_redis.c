@@ -559,6 +559,62 @@ TEST(store_redis_restart_mid_run_errors_then_resumes) {
     redis_stop(&r);
 }
 
+/* The read-through cache: an image read whole from Redis is kept in the
+ * local directory and served from there, checked against the manifest's
+ * chunk sums: a damaged copy is dropped and Redis read again. */
+static void read_through_on(ak_test_ctx *t, redis_srv *r) {
+    ak_error err = {{0}};
+    char local[600], cfile[800];
+    snprintf(local, sizeof local, "%s/rt-local", test_tmp_dir());
+    ak_store_where w = {r->url, NULL, local, 0, NULL, NULL};
+    ak_store *a = ak_store_open_at(&w, NULL, &err);
+    REQUIRE(a, "open: %s", err.msg);
+    ak_cache_spec s = small_spec();
+    cache c;
+    REQUIRE(cache_make(&c, &s, 32, AK_KV_Q8, AK_KV_F16, 512, 300, 12) == 0, "fill");
+    REQUIRE(ak_store_save(a, "rt", c.kv, c.tokens, c.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    CHECK(loads_as(a, "rt", &c) == 1, "first load (from Redis)");
+    /* the copy is there, named by the manifest's generation */
+    redisContext *rc = redis_conn(r);
+    REQUIRE(rc, "connect");
+    redisReply *g = redisCommand(rc, "HGET akv:{a:rt}:m gen");
+    REQUIRE(g && g->type == REDIS_REPLY_STRING, "gen");
+    snprintf(cfile, sizeof cfile, "%s/redis-cache/a.%s.rt.safetensors", local, g->str);
+    freeReplyObject(g);
+    CHECK(exists(cfile), "no cached copy %s", cfile);
+    /* Redis's chunk damaged: the load is served by the sound local copy */
+    redisReply *k = redisCommand(rc, "KEYS akv:{a:rt}:c:*:0");
+    REQUIRE(k && k->type == REDIS_REPLY_ARRAY && k->elements == 1, "chunk");
+    g = redisCommand(rc, "SETRANGE %s 100 XXXX", k->element[0]->str);
+    if (g) freeReplyObject(g);
+    CHECK(loads_as(a, "rt", &c) == 1, "not served from the local copy");
+    /* the local copy damaged too: dropped, Redis read (and found corrupt) */
+    FILE *f = fopen(cfile, "r+b");
+    REQUIRE(f, "open the copy");
+    fseek(f, 200, SEEK_SET);
+    fputc('Z', f);
+    fclose(f);
+    cache d;
+    REQUIRE(cache_empty_like(&d, &c, 32) == 0, "fill");
+    CHECK(ak_store_load(a, "rt", FP, VOCAB, d.kv, NULL, &err) == AK_STORE_CORRUPT, "damaged copy and chunk: %s", err.msg);
+    CHECK(!exists(cfile), "the damaged copy was kept");
+    /* a new version: read from Redis, cached under its own generation */
+    REQUIRE(ak_store_save(a, "rt", c.kv, c.tokens, c.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    CHECK(loads_as(a, "rt", &c) == 1, "new version");
+    freeReplyObject(k);
+    redisFree(rc);
+    cache_free(&d);
+    cache_free(&c);
+    ak_store_close(a);
+}
+
+TEST(store_redis_read_through_cache) {
+    redis_srv r = {0};
+    if (redis_start(t, &r, 0) != 0) return;
+    read_through_on(t, &r);
+    redis_stop(&r);
+}
+
 TEST(store_redis_unreachable_at_open_and_bad_urls) {
     ak_error err = {{0}};
     char url[64];
