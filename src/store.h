@@ -10,7 +10,10 @@
  *     <dir>/quarantine/<agent_id>.safetensors.<reason>.<unix time>
  *                                           files found corrupt, moved aside
  * The file format is specified in docs/agent-file-format.md (and at the top
- * of store_codec.c; the layers: store.c).
+ * of store_codec.c; the layers: store.c). That is the directory backend;
+ * with ak_store_open_at a store may instead keep the same images in Redis
+ * (store_redis.c: chunks under a manifest, leases; docs/store.md): every
+ * guarantee and status below holds there too, "file" meaning the image.
  *
  * Saving is two steps so that an agent manager holds its locks only while
  * memory is copied: ak_store_snapshot copies the first n tokens of a live
