@@ -57,7 +57,8 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 # ---- Run-time dispatch (ARCH=dispatch) ----
 # DSP_SRC: the files whose code depends on the SIMD target (those including
-# the kernels' or KV formats' internal headers, vmath.h or kquant.h). Each is
+# the kernels' or KV formats' internal headers, vmath.h or kquant.h: a new
+# file with target-dependent code must include one of them). Each is
 # compiled once per level into $(BUILD)/dsp/LEVEL/raw/, its global symbols
 # renamed NAME__LEVEL (scripts/dispatch.sh map, objcopy), and every function
 # reached through a generated jump (scripts/dispatch.sh stubs) whose table

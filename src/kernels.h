@@ -10,8 +10,10 @@
  * A "row" is one output neuron's weights (ne[0] elements of a GGUF tensor).
  *
  * Every SIMD path (AVX-512, AVX2, NEON, chosen at build time by the compiler's
- * target macros) has a scalar twin with the same contract; the *_scalar entry
- * points always use it, so tests can compare the two on any machine.
+ * target macros; in a dispatched x86-64 build each level's copy of this code
+ * is compiled with that level's target and one is picked at start, cpu.h)
+ * has a scalar twin with the same contract; the *_scalar entry points always
+ * use it, so tests can compare the two on any machine.
  */
 #ifndef AK_KERNELS_H
 #define AK_KERNELS_H
@@ -25,7 +27,8 @@
 int ak_wtype_supported(uint32_t type);
 /* Bytes of one row of n elements (n must be a multiple of the block size). */
 size_t ak_row_bytes(uint32_t type, int64_t n);
-/* Name of the SIMD path compiled in: "avx512", "avx2", "neon" or "scalar". */
+/* Name of the SIMD path running: "avx512", "avx2", "neon" or "scalar" (the
+ * avx2vnni level runs the "avx2" code built with AVX-VNNI; cpu.h). */
 const char *ak_simd_name(void);
 
 /* Float rows <-> a weight type (n a multiple of the block size). Quantizers
