@@ -92,6 +92,7 @@ static int bm_uses_ratio(int m) {
 
 /* ---- passages ------------------------------------------------------------ */
 
+/* ASCII whitespace: where passages may be cut (between words). */
 static int is_space(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
