@@ -40,7 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvcache.h"
+#include "cachespec.h"
 #include "kvformat.h"
 #include "util.h"
 

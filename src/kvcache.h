@@ -15,17 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cachespec.h"
 #include "kvformat.h"
 #include "util.h"
-
-/* What a model's cache looks like; derived from the GGUF metadata. */
-typedef struct {
-    int n_layer;
-    int n_head_kv;
-    int head_dim_k;
-    int head_dim_v;
-    int n_ctx;          /* the model's trained context length */
-} ak_cache_spec;
 
 typedef struct ak_kv ak_kv;
 typedef struct ak_block_pool ak_block_pool;
@@ -217,7 +209,6 @@ void ak_kv_correction_clear(ak_kv *kv);
 
 /* Floats of scratch ak_kv_attend needs for n_q queries on kv (or any
  * sequence of the same pool). */
-#define AK_KV_MAX_BLOCK_TOKENS 4096
 size_t ak_kv_attend_scratch(const ak_kv *kv, int n_q);
 
 /* For each of the n_q query vectors q[i] (head_dim_k floats each, the query
