@@ -38,10 +38,10 @@
 #include "model.h"
 #include "reuse.h"
 #include "store.h"
+#include "tier.h"
 
 typedef enum { AK_SAVE_EVERY_TURN, AK_SAVE_ON_EVICT, AK_SAVE_ON_SHUTDOWN } ak_save_policy;
 typedef enum { AK_MATCH_NEW, AK_MATCH_EXACT, AK_MATCH_EXTEND, AK_MATCH_DIVERGE } ak_match;
-typedef enum { AK_TIER_HOT, AK_TIER_WARM, AK_TIER_COLD } ak_tier;
 
 const char *ak_match_name(ak_match m);   /* "new", "exact", "extend", "diverge" */
 const char *ak_tier_name(ak_tier t);     /* "hot", "warm", "cold" */

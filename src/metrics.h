@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent.h"
+#include "tier.h"
 #include "util.h"
 
 typedef struct ak_metrics ak_metrics;
