@@ -1201,6 +1201,71 @@ int ak_agents_find(const ak_agents *a, const char *id) {
     return -1;
 }
 
+static int cmp_entry(const void *x, const void *y) {
+    return strcmp(((const ak_agent_entry *)x)->id, ((const ak_agent_entry *)y)->id);
+}
+
+int ak_agents_listing(const ak_agents *a, const ak_store_entry *files, int n_files,
+                      int (*busy)(void *ud, const char *id), void *ud, ak_agent_entry **out, int *n,
+                      ak_agents_census *census, ak_error *err) {
+    int n_ag = ak_agents_count(a), m = 0;
+    ak_agent_entry *v = calloc((size_t)(n_ag + n_files) + 1, sizeof *v);
+    if (!v) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    int hot = 0;
+    for (int i = 0; i < n_ag; i++) {
+        ak_agent_info in;
+        ak_agents_get(a, i, &in);
+        if (in.ephemeral) continue;
+        if (in.tier != AK_TIER_HOT && in.n_tokens == 0) continue;
+        ak_agent_entry *x = &v[m++];
+        snprintf(x->id, sizeof x->id, "%s", in.id);
+        x->n_tokens = in.n_tokens;
+        x->tier = in.tier;
+        x->bytes = in.bytes;
+        x->private_bytes = in.private_bytes;
+        snprintf(x->pool, sizeof x->pool, "%s", in.pool);
+        snprintf(x->card, sizeof x->card, "%s", in.card);
+        x->last_use = in.last_unix;
+        x->busy = busy && busy(ud, in.id);
+        hot += in.tier == AK_TIER_HOT;
+    }
+    int n_known = m;
+    uint64_t warm_bytes = 0;
+    for (int i = 0; i < n_files; i++) {
+        warm_bytes += files[i].bytes;
+        int j = 0;
+        while (j < n_known && strcmp(v[j].id, files[i].id)) j++;
+        if (j < n_known) {
+            /* an agent known here keeps its own token count: its file may
+             * still hold an older turn while the new save is queued */
+            if (v[j].tier != AK_TIER_HOT) v[j].bytes = v[j].private_bytes = files[i].bytes;
+            continue;
+        }
+        ak_agent_entry *x = &v[m++];
+        snprintf(x->id, sizeof x->id, "%s", files[i].id);
+        x->n_tokens = files[i].n_tokens;
+        x->tier = AK_TIER_WARM;
+        x->bytes = x->private_bytes = files[i].bytes;   /* a file holds only the agent's own positions */
+        /* a file's base is a pool's or a card's (store.h: base.card) */
+        snprintf(files[i].base.card ? x->card : x->pool, sizeof x->pool, "%s", files[i].base.pool_id);
+        x->last_use = files[i].mtime;
+        x->busy = busy && busy(ud, files[i].id);
+    }
+    if (census) {
+        census->hot = hot;
+        census->warm = m - hot;
+        census->warm_bytes = warm_bytes;
+    }
+    if (!out) {
+        free(v);
+        return 0;
+    }
+    qsort(v, (size_t)m, sizeof *v, cmp_entry);
+    *out = v;
+    *n = m;
+    return 0;
+}
+
 int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens, int n) {
     const agent *g = find(a, id);
     if (!g || !g->kv) return 0;

@@ -267,6 +267,39 @@ int ak_agents_count(const ak_agents *a);
  * that changes the set. */
 void ak_agents_get(const ak_agents *a, int i, ak_agent_info *out);
 
+/* One agent of a listing (ak_agents_listing): in RAM, or only in the store. */
+typedef struct {
+    char id[AK_AGENT_ID_MAX + 1];
+    int n_tokens;
+    ak_tier tier;             /* hot (RAM) or warm (store only) */
+    uint64_t bytes;           /* RAM bytes it reads when hot (a pool's shared blocks
+                                 included), file bytes when warm */
+    uint64_t private_bytes;   /* of them, bytes held by it alone when hot; file bytes when warm */
+    char pool[AK_AGENT_ID_MAX + 1];   /* the pool its history starts with ("" if none) */
+    char card[AK_AGENT_ID_MAX + 1];   /* the card its history starts with ("" if none) */
+    int64_t last_use;         /* unix seconds */
+    int busy;                 /* the caller's busy(ud, id) said so (a request running or queued) */
+} ak_agent_entry;
+
+/* What a listing counted. */
+typedef struct {
+    int hot, warm;            /* entries in RAM / in the store only (or evicted) */
+    uint64_t warm_bytes;      /* bytes of all the store's files given */
+} ak_agents_census;
+
+/* Every agent worth listing: those known here (not ephemeral; in RAM, or
+ * with a history), then those of files[0..n_files) (the store's index,
+ * listed by the caller) not known here. A known agent keeps its own token
+ * count, as its file may still hold an older turn while a newer save is
+ * queued; when it is not in RAM its bytes are its file's. busy(ud, id)
+ * (NULL: never busy) fills each entry's busy flag. With out non-NULL,
+ * *out gets the entries sorted by id (malloc'd, the caller frees) and *n
+ * their number; with out NULL only census is filled (may be NULL too).
+ * Returns 0, or -1 with err set (AK_ERR_NOMEM). */
+int ak_agents_listing(const ak_agents *a, const ak_store_entry *files, int n_files,
+                      int (*busy)(void *ud, const char *id), void *ud, ak_agent_entry **out, int *n,
+                      ak_agents_census *census, ak_error *err);
+
 /* POOLS. A pool is a named, write-once prefix (a document, a system
  * prompt) prefilled once, in its own K/V formats (default q8 keys, tq3
  * values), persisted in the store (store.h: pools/), and shared by every

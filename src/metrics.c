@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent.h"
+#include "blockpool.h"
+
 #define N_LAT 12
 static const double lat_bounds[N_LAT] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 #define N_BATCH 8
@@ -250,4 +253,31 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
         return NULL;
     }
     return b.s;
+}
+
+void ak_metrics_gauges_collect(ak_metrics_gauges *g, ak_agents *ag, ak_block_pool *pool, int agents_hot,
+                               int agents_warm, uint64_t bytes_warm, int active, int queued) {
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    g->agents_hot = agents_hot;
+    g->agents_warm = agents_warm;
+    g->bytes_hot = st.used;
+    g->bytes_budget = st.budget;
+    g->bytes_warm = bytes_warm;
+    g->active = active;
+    g->queued = queued;
+    ak_save_stats ss;
+    ak_agents_save_stats(ag, &ss);
+    g->saves = ss.saves;
+    g->save_failures = ss.failures;
+    g->saves_retrying = ss.retrying;
+    g->agents_unsaved = ss.unsaved;
+    ak_share_stats sh;
+    ak_agents_share_stats(ag, &sh);
+    g->shared_bytes = sh.shared_bytes;
+    g->logical_bytes = sh.logical_bytes;
+    g->used_bytes = sh.used_bytes;
+    g->linked_blocks = sh.linked_blocks;
+    g->pools = sh.pools;
+    g->pools_resident = sh.pools_resident;
 }

@@ -52,6 +52,16 @@ typedef struct {
     int pools, pools_resident; /* pools known / with their blocks in RAM */
 } ak_metrics_gauges;
 
+typedef struct ak_agents ak_agents;           /* agent.h */
+typedef struct ak_block_pool ak_block_pool;   /* blockpool.h */
+
+/* Fills g from the agents (their writer's and sharing statistics), the KV
+ * pool's use, the listing's counts (agents_hot, agents_warm, bytes_warm) and
+ * the engine's (active, queued requests). Call where the agents may be read
+ * (the engine thread, between steps). */
+void ak_metrics_gauges_collect(ak_metrics_gauges *g, ak_agents *ag, ak_block_pool *pool, int agents_hot,
+                               int agents_warm, uint64_t bytes_warm, int active, int queued);
+
 /* The whole exposition as a malloc'd NUL-terminated string, or NULL when out
  * of memory. */
 char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g);

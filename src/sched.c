@@ -866,16 +866,15 @@ static void sweep(ak_sched *s) {
     }
 }
 
-static int cmp_agent(const void *x, const void *y) {
-    return strcmp(((const ak_sched_agent *)x)->id, ((const ak_sched_agent *)y)->id);
-}
-
 static int agent_busy(const ak_sched *s, const char *id) {
     if (agent_active(s, id)) return 1;
     for (const ak_request *r = s->waiting; r; r = r->next)
         if (!strcmp(r->id, id)) return 1;
     return 0;
 }
+
+/* agent_busy for ak_agents_listing (ud: the scheduler). */
+static int busy_of(void *ud, const char *id) { return agent_busy(ud, id); }
 
 /* The pool ops (engine thread). */
 static void run_pool_op(ak_sched *s, op *o) {
@@ -989,86 +988,14 @@ static void run_op(ak_sched *s, op *o) {
         run_pool_op(s, o);
         return;
     }
-    const ak_store_entry *files = o->files;
-    int n_files = o->n_files;
-    int n_ag = ak_agents_count(ag), n = 0;
-    ak_sched_agent *v = calloc((size_t)(n_ag + n_files) + 1, sizeof *v);
-    if (!v) {
-        o->rc = ak_failc(&o->err, AK_ERR_NOMEM, "out of memory");
-        return;
-    }
-    int hot = 0;
-    for (int i = 0; i < n_ag; i++) {
-        ak_agent_info in;
-        ak_agents_get(ag, i, &in);
-        if (in.ephemeral) continue;
-        if (in.tier != AK_TIER_HOT && in.n_tokens == 0) continue;
-        ak_sched_agent *x = &v[n++];
-        snprintf(x->id, sizeof x->id, "%s", in.id);
-        x->n_tokens = in.n_tokens;
-        x->tier = in.tier;
-        x->bytes = in.bytes;
-        x->private_bytes = in.private_bytes;
-        snprintf(x->pool, sizeof x->pool, "%s", in.pool);
-        snprintf(x->card, sizeof x->card, "%s", in.card);
-        x->last_use = in.last_unix;
-        x->busy = agent_busy(s, in.id);
-        hot += in.tier == AK_TIER_HOT;
-    }
-    int n_known = n;
-    uint64_t warm_bytes = 0;
-    for (int i = 0; i < n_files; i++) {
-        warm_bytes += files[i].bytes;
-        int j = 0;
-        while (j < n_known && strcmp(v[j].id, files[i].id)) j++;
-        if (j < n_known) {
-            /* an agent known here keeps its own token count: its file may
-             * still hold an older turn while the new save is queued */
-            if (v[j].tier != AK_TIER_HOT) v[j].bytes = v[j].private_bytes = files[i].bytes;
-            continue;
-        }
-        ak_sched_agent *x = &v[n++];
-        snprintf(x->id, sizeof x->id, "%s", files[i].id);
-        x->n_tokens = files[i].n_tokens;
-        x->tier = AK_TIER_WARM;
-        x->bytes = x->private_bytes = files[i].bytes;   /* a file holds only the agent's own positions */
-        /* a file's base is a pool's or a card's (store.h: base.card) */
-        snprintf(files[i].base.card ? x->card : x->pool, sizeof x->pool, "%s", files[i].base.pool_id);
-        x->last_use = files[i].mtime;
-        x->busy = agent_busy(s, files[i].id);
-    }
+    ak_agents_census c;
     if (o->kind == OP_GAUGES) {
-        ak_block_pool_stats st;
-        ak_block_pool_get_stats(s->cfg.pool, &st);
-        o->g->agents_hot = hot;
-        o->g->agents_warm = n - hot;
-        o->g->bytes_hot = st.used;
-        o->g->bytes_budget = st.budget;
-        o->g->bytes_warm = warm_bytes;
-        o->g->active = s->n_active;
-        o->g->queued = s->n_waiting;
-        ak_save_stats ss;
-        ak_agents_save_stats(ag, &ss);
-        o->g->saves = ss.saves;
-        o->g->save_failures = ss.failures;
-        o->g->saves_retrying = ss.retrying;
-        o->g->agents_unsaved = ss.unsaved;
-        ak_share_stats sh;
-        ak_agents_share_stats(ag, &sh);
-        o->g->shared_bytes = sh.shared_bytes;
-        o->g->logical_bytes = sh.logical_bytes;
-        o->g->used_bytes = sh.used_bytes;
-        o->g->linked_blocks = sh.linked_blocks;
-        o->g->pools = sh.pools;
-        o->g->pools_resident = sh.pools_resident;
-        free(v);
-        o->rc = 0;
+        o->rc = ak_agents_listing(ag, o->files, o->n_files, NULL, NULL, NULL, NULL, &c, &o->err);
+        if (o->rc == 0)
+            ak_metrics_gauges_collect(o->g, ag, s->cfg.pool, c.hot, c.warm, c.warm_bytes, s->n_active, s->n_waiting);
         return;
     }
-    qsort(v, (size_t)n, sizeof *v, cmp_agent);
-    o->list = v;
-    o->n = n;
-    o->rc = 0;
+    o->rc = ak_agents_listing(ag, o->files, o->n_files, busy_of, s, &o->list, &o->n, NULL, &o->err);
 }
 
 /* Fails everything at shutdown: queued requests with 503, running ones cut. */

@@ -137,19 +137,9 @@ size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_r
 void ak_request_cancel(ak_request *r);
 void ak_request_release(ak_request *r);
 
-/* One agent as the engine sees it, for GET /v1/agents. */
-typedef struct {
-    char id[AK_AGENT_ID_MAX + 1];
-    int n_tokens;
-    ak_tier tier;             /* hot (RAM) or warm (disk only) */
-    uint64_t bytes;           /* RAM bytes it reads when hot (a pool's shared blocks
-                                 included), file bytes when warm */
-    uint64_t private_bytes;   /* of them, bytes held by it alone when hot; file bytes when warm */
-    char pool[AK_AGENT_ID_MAX + 1];   /* the pool its history starts with ("" if none) */
-    char card[AK_AGENT_ID_MAX + 1];   /* the card its history starts with ("" if none) */
-    int64_t last_use;         /* unix seconds */
-    int busy;                 /* a request is running or queued */
-} ak_sched_agent;
+/* One agent as the engine sees it, for GET /v1/agents (agent.h; busy: a
+ * request of it is running or queued). */
+typedef ak_agent_entry ak_sched_agent;
 
 /* Every agent (in RAM or with a file), sorted by id: *out malloc'd. Runs on
  * the engine thread between steps. Returns 0, or -1 with err set. */
