@@ -16,6 +16,9 @@
 # before (SIMD chosen by the compiler's target); ARCH= for a portable scalar
 # build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
 
+# The dispatch rules below are evaluated before `all`: name the default goal.
+.DEFAULT_GOAL := all
+
 CC      ?= cc
 BUILD   ?= build
 ARCH    ?= $(if $(filter x86_64-%,$(shell $(CC) -dumpmachine)),dispatch,native)
