@@ -198,7 +198,7 @@ soak: $(BUILD)/agentkv
 	    --seconds $(SOAK_SECONDS) --out $(BUILD)/soak
 
 clean:
-	rm -rf build build-asan build-scalar
+	rm -rf build build-asan build-scalar build-arm
 
 .PHONY: all test demo asan fuzz fuzz-build bench bench-tools soak clean
 -include $(LIB_OBJ:.o=.d) $(DSP_RAW:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
