@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "../src/agent.h"
+#include "../src/generate.h"
 #include "../src/sampler.h"
 #include "args.h"
 #include "commands.h"
@@ -90,7 +91,7 @@ int cmd_run(int argc, char **argv) {
 
     int rc = 1;
     ak_error err = {{0}};
-    int32_t *ids = NULL, *hist = NULL;
+    int32_t *ids = NULL;
     size_t n_ids = 0;
     ak_kv *kv = NULL;
     ak_block_pool *pool = NULL;
@@ -99,8 +100,7 @@ int cmd_run(int argc, char **argv) {
     ak_ctx *ctx = NULL;
     ak_sampler *smp = NULL;
     float *logits = NULL;
-    char *text = NULL, *piece = NULL;
-    size_t text_len = 0, text_cap = 0;
+    ak_gen gen = {0};
 
     if (ak_tokenize(lm.tok, prompt, prompt_len, no_bos ? 0 : AK_TOK_ADD_SPECIAL, &ids, &n_ids, &err) < 0) goto fail;
     if (n_ids == 0) { ak_fail(&err, "the prompt is empty (no tokens)"); goto fail; }
@@ -121,8 +121,7 @@ int cmd_run(int argc, char **argv) {
     if (cache_center(&co, ctx, lm.tok, pool, "run") < 0) goto done;
     if (!(smp = ak_sampler_new(&sp, cfg->vocab, &err))) goto fail;
     if (!(logits = ak_malloc((size_t)cfg->vocab * sizeof(float), &err))) goto fail;
-    if (!(hist = ak_malloc((n_ids + n_predict + 1) * sizeof(int32_t), &err))) goto fail;
-    memcpy(hist, ids, n_ids * sizeof(int32_t));
+    if (ak_gen_init(&gen, lm.tok, smp, ids, (int)n_ids, n_predict, n_ctx, 1, NULL, 0, &err) < 0) goto fail;
 
     progress pg;
     progress_init(&pg, "prefill");
@@ -139,64 +138,39 @@ int cmd_run(int argc, char **argv) {
     progress_done(&pg);
     double t1 = ak_now();
 
-    ak_detok dt;
-    ak_detok_init(&dt);
-    int n_gen = 0, pos = (int)n_ids;
-    size_t piece_cap = ak_detok_bound(lm.tok);
-    piece = malloc(piece_cap);
-    if (!piece) { ak_fail(&err, "out of memory"); goto fail; }
-    while (n_gen < n_predict && pos < n_ctx) {
-        int32_t tok = ak_sample(smp, logits, hist, pos);
-        if (ak_token_is_eog(lm.tok, tok)) break;
-        hist[pos] = tok;
-        n_gen++;
-        size_t np = 0;
-        if (ak_detok_push(&dt, lm.tok, tok, piece, piece_cap, &np) < 0) {
-            ak_fail(&err, "cannot decode token %d", tok);
-            goto fail;
+    /* the step (generate.h) samples, ends at end-of-generation or the
+     * limits, and keeps the text; only feeding the model is done here */
+    int pos = (int)n_ids;
+    for (;;) {
+        ak_gen_out out;
+        ak_gen_status st = ak_gen_step(&gen, logits, pos, &out, &err);
+        if (st == AK_GEN_ERROR) goto fail;
+        if (out.n_piece && !json) {
+            fwrite(out.piece, 1, out.n_piece, stdout);
+            fflush(stdout);
         }
-        if (np) {
-            if (json) {
-                if (text_len + np + 1 > text_cap) {
-                    text_cap = (text_len + np + 1) * 2;
-                    char *nt = realloc(text, text_cap);
-                    if (!nt) { ak_fail(&err, "out of memory"); goto fail; }
-                    text = nt;
-                }
-                memcpy(text + text_len, piece, np);
-                text_len += np;
-            } else {
-                fwrite(piece, 1, np, stdout);
-                fflush(stdout);
-            }
-        }
-        if (n_gen == n_predict || pos + 1 >= n_ctx) { pos++; break; }
+        if (st != AK_GEN_MORE) break;
+        int32_t tok = out.tok;
         if (agents ? ak_agent_step(agents, ctx, agent_id, tok, logits, &err)
                    : ak_eval(ctx, kv, &tok, 1, pos, logits, NULL, NULL, NULL, &err))
             goto fail;
         pos++;
     }
-    size_t np = ak_detok_flush(&dt, piece, piece_cap);
+    const char *piece;
+    size_t np = ak_gen_flush(&gen, &piece);
     double t2 = ak_now();
     if (agents && ak_agent_end(agents, agent_id, &err) < 0) goto fail;
-    if (json) {
-        if (np) {
-            char *nt = realloc(text, text_len + np + 1);
-            if (!nt) { ak_fail(&err, "out of memory"); goto fail; }
-            text = nt;
-            memcpy(text + text_len, piece, np);
-            text_len += np;
-        }
-    } else {
+    if (!json) {
         if (np) fwrite(piece, 1, np, stdout);
         fputc('\n', stdout);
         fflush(stdout);
     }
+    int n_gen = gen.n_gen;
     double pf_ms = (t1 - t0) * 1e3, dec_ms = (t2 - t1) * 1e3;
     double pf_tps = n_ids / (t1 - t0), dec_tps = n_gen > 0 ? n_gen / (t2 - t1) : 0;
     if (json) {
         printf("{\"prompt_tokens\": %zu, \"generated_tokens\": %d, \"text\": ", n_ids, n_gen);
-        ak_json_write_string(stdout, text ? text : "", text_len);
+        ak_json_write_string(stdout, gen.text ? gen.text : "", gen.len);
         printf(", \"timings\": {\"load_ms\": %.2f, \"prefill_ms\": %.2f, \"prefill_tok_s\": %.2f, "
                "\"decode_ms\": %.2f, \"decode_tok_s\": %.2f}}\n",
                lm.load_s * 1e3, pf_ms, pf_tps, dec_ms, dec_tps);
@@ -208,7 +182,8 @@ int cmd_run(int argc, char **argv) {
 fail:
     fprintf(stderr, "agentkv run: %s\n", err.msg);
 done:
-    free(text); free(piece); free(ids); free(hist); free(logits); free(file_text);
+    ak_gen_free(&gen);
+    free(ids); free(logits); free(file_text);
     ak_sampler_free(smp);
     ak_ctx_free(ctx);
     ak_agents_free(agents);

@@ -9,7 +9,7 @@
  */
 #include "sched.h"
 #include "cards.h"
-#include "textstop.h"
+#include "generate.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -47,12 +47,9 @@ struct ak_request {
     ak_kv *kv;
     int pos, step_k, prefetch_tried;
     ak_sampler *smp;
-    int32_t *hist;
-    int n_hist, n_gen;
+    ak_gen gen;                   /* sampling, end checks, text, stop strings (generate.h) */
     int32_t next_tok;
     float *logits;
-    ak_detok dt;
-    char *piece;
     double t_submit, t_admit, t_first, t_last, prefill_s;
     int sampled;                  /* a first token was sampled (ttft recorded) */
     /* shared, under s->mu */
@@ -125,9 +122,8 @@ struct ak_sched {
 static void free_request(ak_request *r) {
     ak_sampler_free(r->smp);
     free(r->prompt);
-    free(r->hist);
+    ak_gen_free(&r->gen);
     free(r->logits);
-    free(r->piece);
     free(r->source);
     free(r->text);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -281,13 +277,9 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     r->stop_at_eog = p->stop_at_eog;
     int vocab = s->cfg.model->cfg.vocab;
     r->prompt = ak_malloc(sizeof(int32_t) * (size_t)p->n_prompt, err);
-    r->hist = ak_malloc(sizeof(int32_t) * ((size_t)r->n_reserve + 1), err);
     r->logits = ak_malloc(sizeof(float) * (size_t)vocab, err);
-    r->piece = ak_malloc(ak_detok_bound(s->cfg.tok), err);
-    if (!r->prompt || !r->hist || !r->logits || !r->piece) goto fail;
+    if (!r->prompt || !r->logits) goto fail;
     memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
-    memcpy(r->hist, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
-    r->n_hist = p->n_prompt;
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0]) { *status = 400; ak_failc(err, AK_ERR_INVALID, "stop sequences must not be empty"); goto fail; }
         if (!(r->stop[i] = strdup(p->stop[i]))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
@@ -296,7 +288,9 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
         if (l > r->stop_max) r->stop_max = l;
     }
     if (!(r->smp = ak_sampler_new(&p->sp, vocab, err))) { *status = 400; goto fail; }
-    ak_detok_init(&r->dt);
+    if (ak_gen_init(&r->gen, s->cfg.tok, r->smp, p->prompt, p->n_prompt, p->max_tokens, s->cfg.n_ctx, p->stop_at_eog,
+                    (const char *const *)r->stop, r->n_stop, err) < 0)
+        goto fail;
     r->res.prompt_tokens = p->n_prompt;
     if (enqueue(s, r, status, err) < 0) goto fail;
     return r;
@@ -404,7 +398,7 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const 
         if (why == AK_FINISH_ERROR) ak_agent_abort(s->cfg.agents, agent_of(r));
         if (ak_agent_end(s->cfg.agents, agent_of(r), &err) < 0)
             logf_(s, "agent %s: %s", agent_of(r), err.msg);
-        ak_metrics_completion(s->cfg.metrics, r->n_gen);
+        ak_metrics_completion(s->cfg.metrics, r->gen.n_gen);
     }
     if (r->state == R_PREFILL || r->state == R_DECODE) {
         const ak_turn *t = &r->res.turn;
@@ -413,17 +407,18 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const 
               r->anonymous ? "anonymous " : "agent ", r->anonymous ? "request" : r->id, ak_tier_name(t->tier),
               ak_match_name(t->match), r->n_prompt, t->reused, t->prefilled,
               t->tier == AK_TIER_WARM ? (t->restored_ahead ? ", restored ahead" : ", restored on admission") : "",
-              r->n_gen, r->sampled ? (r->t_first - r->t_submit) * 1e3 : 0.0, why_name[why]);
+              r->gen.n_gen, r->sampled ? (r->t_first - r->t_submit) * 1e3 : 0.0, why_name[why]);
     }
-    size_t nf = r->piece ? ak_detok_flush(&r->dt, r->piece, ak_detok_bound(s->cfg.tok)) : 0;
-    if (nf && why != AK_FINISH_ERROR) append_text(s, r, r->piece, nf);
+    const char *fp;
+    size_t nf = ak_gen_flush(&r->gen, &fp);
+    if (nf && why != AK_FINISH_ERROR) append_text(s, r, fp, nf);
     double now = ak_now();
     pthread_mutex_lock(&s->mu);
     r->visible = r->len;
     r->res.finish = why;
     r->res.status = status;
     if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
-    r->res.completion_tokens = r->n_gen;
+    r->res.completion_tokens = r->gen.n_gen;
     if (r->sampled) r->res.decode_ms = (now - r->t_first) * 1e3;
     r->done = 1;
     pthread_cond_broadcast(&s->out_cv);
@@ -434,57 +429,48 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const 
 
 /* Samples the next token from r->logits and hands its text out; decides
  * whether the request goes on (r->next_tok is fed at the next step) or ends.
- * The rules are `agentkv run`'s, so that greedy output is the same. */
+ * The rules are `agentkv run`'s (the same step, generate.h), so that greedy
+ * output is the same. */
 static void next_token(ak_sched *s, ak_request *r) {
-    const int n_ctx = s->cfg.n_ctx;
-    if (r->n_gen >= r->max_tokens || r->pos >= n_ctx) { finish(s, r, AK_FINISH_LENGTH, 0, NULL); return; }
-    int32_t tok = ak_sample(r->smp, r->logits, r->hist, r->n_hist);
-    double now = ak_now();
-    if (!r->sampled) {
-        r->sampled = 1;
-        r->t_first = now;
-        double ttft = now - r->t_submit;
-        ak_metrics_turn(s->cfg.metrics, r->res.turn.tier, r->n_prompt, r->res.turn.reused, ttft,
-                        r->res.turn.restore_ms / 1e3, r->res.turn.restore_bytes, r->res.turn.restored_ahead);
-        pthread_mutex_lock(&s->mu);
-        r->res.ttft_ms = ttft * 1e3;
-        pthread_mutex_unlock(&s->mu);
-    } else {
-        ak_metrics_token(s->cfg.metrics, r->res.turn.tier, now - r->t_last);
+    ak_gen_out out;
+    ak_error err = {{0}};
+    ak_gen_status st = ak_gen_step(&r->gen, r->logits, r->pos, &out, &err);
+    if (out.sampled) {
+        double now = ak_now();
+        if (!r->sampled) {
+            r->sampled = 1;
+            r->t_first = now;
+            double ttft = now - r->t_submit;
+            ak_metrics_turn(s->cfg.metrics, r->res.turn.tier, r->n_prompt, r->res.turn.reused, ttft,
+                            r->res.turn.restore_ms / 1e3, r->res.turn.restore_bytes, r->res.turn.restored_ahead);
+            pthread_mutex_lock(&s->mu);
+            r->res.ttft_ms = ttft * 1e3;
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            ak_metrics_token(s->cfg.metrics, r->res.turn.tier, now - r->t_last);
+        }
+        r->t_last = now;
     }
-    r->t_last = now;
-    if (r->stop_at_eog && ak_token_is_eog(s->cfg.tok, tok)) { finish(s, r, AK_FINISH_STOP, 0, NULL); return; }
-    r->hist[r->n_hist++] = tok;
-    r->n_gen++;
-    size_t np = 0;
-    if (ak_detok_push(&r->dt, s->cfg.tok, tok, r->piece, ak_detok_bound(s->cfg.tok), &np) < 0 ||
-        (np && append_text(s, r, r->piece, np) < 0)) {
+    if (st == AK_GEN_ERROR || (out.n_piece && append_text(s, r, out.piece, out.n_piece) < 0)) {
         finish(s, r, AK_FINISH_ERROR, 500, "cannot decode a generated token (out of memory?)");
         return;
     }
-    if (r->n_stop && np) {
+    if (out.n_piece) {
+        /* the readers' copy of the text follows the generator's: cut where
+         * a stop string starts, shown up to what cannot become one */
         pthread_mutex_lock(&s->mu);
-        /* the text before the new piece held no stop string; what could
-         * still become one is held back (textstop.h) */
-        size_t vis;
-        long at = ak_textstop_scan(r->text, r->len, r->len - np, (const char *const *)r->stop, r->n_stop, 0, &vis);
-        if (at >= 0) {
-            r->len = (size_t)at;
+        if (out.cut >= 0) {
+            r->len = (size_t)out.cut;
             r->text[r->len] = 0;
         } else {
-            if (vis > r->visible) r->visible = vis;
+            if (out.visible > r->visible) r->visible = out.visible;
             pthread_cond_broadcast(&s->out_cv);
         }
         pthread_mutex_unlock(&s->mu);
-        if (at >= 0) { finish(s, r, AK_FINISH_STOP, 0, NULL); return; }
-    } else if (np) {
-        pthread_mutex_lock(&s->mu);
-        r->visible = r->len;
-        pthread_cond_broadcast(&s->out_cv);
-        pthread_mutex_unlock(&s->mu);
     }
-    if (r->n_gen == r->max_tokens || r->pos + 1 >= n_ctx) { finish(s, r, AK_FINISH_LENGTH, 0, NULL); return; }
-    r->next_tok = tok;
+    if (st == AK_GEN_STOP) { finish(s, r, AK_FINISH_STOP, 0, NULL); return; }
+    if (st == AK_GEN_LENGTH) { finish(s, r, AK_FINISH_LENGTH, 0, NULL); return; }
+    r->next_tok = out.tok;
 }
 
 /* 1 when agent id's history starts with pool (or with none when pool is
