@@ -114,6 +114,7 @@ size_t ak_gen_flush(ak_gen *g, const char **piece) {
     *piece = g->piece;
     if (!g->piece) return 0;
     size_t n = ak_detok_flush(&g->dt, g->piece, g->piece_cap);
-    if (n && !g->stopped && append(g, g->piece, n) == 0) g->visible = g->len;
+    if (g->stopped) return 0;   /* past the cut */
+    if (n && append(g, g->piece, n) == 0) g->visible = g->len;
     return n;
 }

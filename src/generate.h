@@ -81,8 +81,10 @@ ak_gen_status ak_gen_step(ak_gen *g, float *logits, int pos, ak_gen_out *out, ak
 
 /* At the end: the bytes the detokenizer still held (an incomplete UTF-8
  * sequence, replaced as ak_detok_flush does) into *piece (valid until the
- * next call); returns their number. They are appended to the text unless it
- * was cut at a stop string. 0 for a zeroed g. */
+ * next call); returns their number, and appends them to the text. When the
+ * text was cut at a stop string they lie after the cut: they are dropped
+ * and 0 is returned, so that no caller shows bytes past a stop string.
+ * 0 for a zeroed g. */
 size_t ak_gen_flush(ak_gen *g, const char **piece);
 
 #endif

@@ -176,3 +176,51 @@ TEST(generate_eos_and_limits) {
     ak_sampler_free(smp);
     ak_tokenizer_free(tk);
 }
+
+/* A stop string completed by a token that also starts a multi-byte
+ * character (" \xE2\x98" of " \xE2\x98\x83", a snowman, in GPT-2's
+ * byte-level vocabulary): the detokenizer still holds that lead byte at the end, and
+ * it lies after the cut, so ak_gen_flush gives nothing; without a stop
+ * string the same flush gives its replacement. */
+TEST(generate_flush_after_a_stop_string_gives_nothing) {
+    ak_tokenizer *tk = gen_tok(t);
+    REQUIRE(tk, "no tokenizer");
+    const char *src = "sat \xE2\x98\x83";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ak_error err = {0};
+    REQUIRE(ak_tokenize(tk, src, strlen(src), 0, &ids, &n, &err) == 0, "%s", err.msg);
+    REQUIRE(n >= 2, "%zu tokens", n);
+    int vocab = ak_tokenizer_vocab_size(tk);
+    ak_sampler *smp = greedy(vocab);
+    float *logits = malloc(sizeof(float) * (size_t)vocab);
+    REQUIRE(smp && logits, "setup");
+    /* the two first tokens: "sat" and " \xE2\x98" (checked: their text so
+     * far is "sat " with two bytes held) */
+    for (int with_stop = 0; with_stop < 2; with_stop++) {
+        const char *stops[1] = {"sat "};
+        ak_gen g;
+        REQUIRE(ak_gen_init(&g, tk, smp, NULL, 0, 100, 4096, 1, stops, with_stop, &err) == 0, "%s", err.msg);
+        ak_gen_out out;
+        ak_gen_status st = AK_GEN_MORE;
+        for (int i = 0; i < 2 && st == AK_GEN_MORE; i++) {
+            one_hot(logits, vocab, ids[i]);
+            st = ak_gen_step(&g, logits, i, &out, &err);
+        }
+        const char *fp;
+        size_t nf = ak_gen_flush(&g, &fp);
+        if (with_stop) {
+            CHECK(st == AK_GEN_STOP && g.len == 0, "status %d, text '%s'", (int)st, g.text);
+            CHECK(nf == 0, "%zu bytes flushed past the stop string", nf);
+        } else {
+            CHECK(st == AK_GEN_MORE && nf > 0, "no byte held after 'sat ' (status %d, flushed %zu): the precondition",
+                  (int)st, nf);
+            CHECK(g.len == 4 + nf && !memcmp(g.text, "sat ", 4), "text '%s'", g.text);
+        }
+        ak_gen_free(&g);
+    }
+    free(logits);
+    free(ids);
+    ak_sampler_free(smp);
+    ak_tokenizer_free(tk);
+}
