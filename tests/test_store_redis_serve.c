@@ -124,7 +124,9 @@ static void two_turns(ak_test_ctx *t, int pa, int pb, const redis_srv *r, const 
     snprintf(out1, 512, "%s", t1 ? t1 : "");
     reply_free(&a);
     if (r) CHECK(wait_saved(r, ag), "turn 1 was not saved to Redis");
-    char *esc = cJSON_PrintUnformatted(cJSON_CreateString(out1));   /* the answer as a JSON string */
+    cJSON *js = cJSON_CreateString(out1);
+    char *esc = js ? cJSON_PrintUnformatted(js) : NULL;   /* the answer as a JSON string */
+    cJSON_Delete(js);
     char msgs[2048];
     snprintf(msgs, sizeof msgs, "%s,{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":\"What did "
              "the dog do next?\"}", m1, esc ? esc : "\"\"");
