@@ -23,6 +23,10 @@
 #include "kquant.h"
 
 #if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2)
+
+/* The VNNI panel path (AVX-512) replaces these helpers; clang warns about
+ * unused static inline functions where gcc does not. */
+#define AK_UNUSED_ON_VNNI __attribute__((unused))
 #include <immintrin.h>
 
 #include "util.h"
@@ -48,7 +52,7 @@ AK_INLINE float hsum8(__m256 v) {
 AK_INLINE __m256i load256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* Unpacks one super-block of type kt at b. */
-AK_INLINE void unpack_k(const int kt, const uint8_t *b, ksb *o) {
+AK_INLINE AK_UNUSED_ON_VNNI void unpack_k(const int kt, const uint8_t *b, ksb *o) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     if (kt == KT_Q6K) {
         const __m256i m30 = _mm256_set1_epi8(0x30);
@@ -98,7 +102,7 @@ AK_INLINE void unpack_k(const int kt, const uint8_t *b, ksb *o) {
 }
 
 /* acc += this super-block's contribution for one token. */
-AK_INLINE void dot_k(const ksb *w, const ak_xq_k *x, __m256 *acc) {
+AK_INLINE AK_UNUSED_ON_VNNI void dot_k(const ksb *w, const ak_xq_k *x, __m256 *acc) {
     __m256i isum = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
@@ -231,7 +235,7 @@ AK_INLINE float row_dot_k(const int kt, const uint8_t *w, size_t bb, const ak_xq
 
 /* Rows [r0, r1) x tokens [t0, t1): unpack PANEL_ROWS rows' super-block once,
  * use it for up to PANEL_TOKS tokens (prefill). */
-AK_INLINE void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
+AK_INLINE AK_UNUSED_ON_VNNI void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
                           int64_t nsb, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y,
                           int64_t ldy) {
     for (int64_t r = r0; r < r1; r += PANEL_ROWS) {

@@ -1,6 +1,11 @@
 /* main.c - the test runner: runs every registered TEST (or those whose name
  * contains argv[1]) and prints "N passed, N failed, N skipped" last. Exit
- * status 1 when any test failed; skips alone do not fail the run. */
+ * status 1 when any test failed; skips alone do not fail the run.
+ * AK_TESTS_EXCLUDE="name1,name2" leaves out the tests with exactly those
+ * names (the sanitizer run leaves out the slowest, which the plain run has
+ * covered); a line before the summary says how many were left out, and a
+ * name that matches no test is an error (a renamed test must not silently
+ * come back, nor a typo leave its test in). */
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -79,12 +84,50 @@ static int cmp_tests(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Whether `name` is one of the comma-separated names in `list` (NULL: no). */
+static int name_in_list(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && memcmp(p, name, n) == 0) return 1;
+        p = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Checks that every name in the exclusion list names a registered test.
+ * Returns 0 when they all do, -1 after printing the ones that do not. */
+static int check_exclusions(const char *list) {
+    int bad = 0;
+    char name[256];
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len > 0 && len < sizeof name) {
+            memcpy(name, p, len);
+            name[len] = 0;
+            int found = 0;
+            for (int i = 0; i < n_tests && !found; i++) found = strcmp(tests[i].name, name) == 0;
+            if (!found) { fprintf(stderr, "AK_TESTS_EXCLUDE names no test: %s\n", name); bad = 1; }
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return bad ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
+    const char *exclude = getenv("AK_TESTS_EXCLUDE");
     qsort(tests, n_tests, sizeof tests[0], cmp_tests);
-    int passed = 0, failed = 0, skipped = 0;
+    if (check_exclusions(exclude) != 0) {
+        printf("0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
+    int passed = 0, failed = 0, skipped = 0, excluded = 0;
     for (int i = 0; i < n_tests; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
+        if (name_in_list(exclude, tests[i].name)) { excluded++; continue; }
         ak_test_ctx t = { tests[i].name, 0, "" };
         double t0 = ak_now();
         tests[i].fn(&t);
@@ -99,6 +142,7 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
     }
+    if (excluded) printf("%d tests left out by AK_TESTS_EXCLUDE=%s\n", excluded, exclude);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
