@@ -32,6 +32,7 @@
  * accumulators.
  */
 #include "kernels_impl.h"
+#include "kernels_packed_layout.h"
 
 #if defined(AK_SIMD_NEON)
 #include <arm_neon.h>
@@ -48,25 +49,9 @@
 #define HWCAP2_I8MM (1UL << 13)
 #endif
 
-#define GROUP 16            /* rows per group (kernels_packed.c) */
+#define GROUP AK_PACKED_GROUP   /* rows per group (kernels_packed_layout.h) */
 #define PF_BYTES 2048       /* prefetch distance in a group's codes */
 #define TILE_T 4            /* tokens per tile: 16 float accumulators */
-
-/* The 32-block kinds, numbered as the tables below are laid out. */
-enum { PQ_Q40, PQ_Q80, PQ_Q41, PQ_Q50, PQ_Q51, PQ_KINDS };
-static int kind_of(uint32_t wtype) {
-    switch (wtype) {
-    case GGML_TYPE_Q8_0: return PQ_Q80;
-    case GGML_TYPE_Q4_1: return PQ_Q41;
-    case GGML_TYPE_Q5_0: return PQ_Q50;
-    case GGML_TYPE_Q5_1: return PQ_Q51;
-    default: return PQ_Q40;
-    }
-}
-static inline int kind_min(int kind) { return kind == PQ_Q41 || kind == PQ_Q51; }
-static inline int kind_hbits(int kind) { return kind == PQ_Q50 || kind == PQ_Q51; }
-static inline size_t kind_code_bytes(int kind) { return kind == PQ_Q80 ? 512 : kind_hbits(kind) ? 320 : 256; }
-static inline size_t kind_scale_bytes(int kind) { return kind_min(kind) ? 4 * GROUP : 2 * GROUP; }
 
 /* ---- The level ---- */
 
@@ -191,7 +176,7 @@ static const q16_fn (*const qtiles_at[3])[4] = { qtiles_plain, qtiles_dot, qtile
  * offset of wtype's codes on NEON: 8 (Q4_0), 16 (Q5_0), else 0 (Q8_0's codes
  * are turned back into q). */
 void ak_packed_neon_quantize(uint32_t wtype, const float *x, uint8_t *dst, int64_t cols) {
-    const int kind = kind_of(wtype);
+    const int kind = pq_kind(wtype);
     const uint32_t offset = kind == PQ_Q40 ? 8 : kind == PQ_Q50 ? 16 : 0;
     const int64_t nb = cols / AK_QK;
     int8_t *q = (int8_t *)dst;
@@ -227,7 +212,7 @@ void ak_packed_neon_quantize(uint32_t wtype, const float *x, uint8_t *dst, int64
  * token 0's first); Y is ntok x rows. level: ak_neon_level()'s. */
 void ak_packed_neon_q_item(int level, uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols,
                            int64_t g0, int64_t g1, int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
-    const int kind = kind_of(wtype);
+    const int kind = pq_kind(wtype);
     const q16_fn *tiles = qtiles_at[level < 0 ? 0 : level > 2 ? 2 : level][kind];
     const int64_t nb = cols / AK_QK;
     for (int64_t g = g0; g < g1; g++) {

@@ -48,7 +48,7 @@ AK_INLINE void NL_FN(unpack)(const int kind, const uint8_t *rec, int h, int8x16_
         lo[p] = vandq_u8(z[p], m4);
         hi[p] = vshrq_n_u8(z[p], 4);
     }
-    if (kind_hbits(kind)) {
+    if (pq_has_hbits(kind)) {
         /* byte 4r + i of the fifth-bit vector: bit p is element 4p + i's,
          * bit 4 + p element 16 + 4p + i's; each moved to bit 4 */
         const uint8x16_t hb = vld1q_u8(rec + 256 + 16 * h);
@@ -97,7 +97,7 @@ AK_INLINE int32x4_t NL_FN(block_sum)(const int8x16_t w[8], const int8_t *q, int3
  * 2 tokens x 8 elements per instruction); a lone token takes sdot. */
 AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int64_t nb, const uint8_t *xp,
                             size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
-    const size_t crb = kind_code_bytes(kind), srb = kind_scale_bytes(kind);
+    const size_t crb = pq_code_record_bytes(kind), srb = pq_scale_record_bytes(kind);
     const uint8_t *scales = grp + (size_t)nb * crb;
     /* quarters per pass: all four for one token; one for more tokens, in
      * four passes over the group (its lines come from cache after the
@@ -133,7 +133,7 @@ AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int
             int8x16_t w[8];
             NL_FN(unpack)(kind, rec, h, w);
             const float32x4_t dw = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + 8 * h)));
-            const float32x4_t mw = kind_min(kind) ? vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + 2 * GROUP + 8 * h)))
+            const float32x4_t mw = pq_has_min(kind) ? vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(sc + 2 * GROUP + 8 * h)))
                                                   : vdupq_n_f32(0);
             int32x4_t isum[4];
 #if NL == 2
@@ -173,7 +173,7 @@ AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int
 #pragma GCC unroll 4
             for (int t = 0; t < T; t++) {
                 acc[hh][t] = vfmaq_f32(acc[hh][t], vcvtq_f32_s32(isum[t]), vmulq_n_f32(dw, dx[t]));
-                if (kind_min(kind)) acc[hh][t] = vfmaq_n_f32(acc[hh][t], mw, sx[t]);
+                if (pq_has_min(kind)) acc[hh][t] = vfmaq_n_f32(acc[hh][t], mw, sx[t]);
             }
         }
     }
