@@ -136,6 +136,13 @@ struct ak_store_backend {
  * err set on failure. */
 ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err);
 
+/* Writes n bytes at off into a put of the directory backend (pwrite: any
+ * order, from several threads at once) instead of put_write; the caller
+ * writes every byte of the announced total before put_commit (nothing
+ * checks it here). 0, or -1 with err set. The Redis backend's cache writes
+ * chunks as they arrive with it. */
+int ak_backend_dir_put_at(ak_blob_put *p, const uint8_t *data, size_t n, uint64_t off, ak_error *err);
+
 /* The Redis backend (store_redis.c): url redis://host:port[/db], password
  * (NULL: no AUTH), lease_ms (<= 0: AK_STORE_LEASE_MS) the lease time;
  * cache_dir (NULL: none) a local directory kept as a read-through cache;

@@ -340,6 +340,22 @@ static int dir_put_write(ak_blob_put *c, const uint8_t *p, size_t n, ak_error *e
     return 0;
 }
 
+int ak_backend_dir_put_at(ak_blob_put *c, const uint8_t *p, size_t n, uint64_t off, ak_error *err) {
+    while (n > 0) {
+        ssize_t w = pwrite(c->fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return put_fail(err, "write", c->tmp);
+        if (w == 0) {
+            errno = EIO;
+            return put_fail(err, "write", c->tmp);
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
 static void dir_put_abort(ak_blob_put *c) {
     if (!c) return;
     if (c->fd >= 0) close(c->fd);

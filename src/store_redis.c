@@ -67,7 +67,9 @@
 #define POOL_MAX 8                     /* idle connections kept */
 #define SCAN_MAX_ROUNDS 100000         /* SCAN calls per listing, at most */
 #define MAX_CHUNKS (1 << 20)
-#define PIPE_DEPTH 4                   /* chunk requests in flight on one connection */
+#define PIPE_DEPTH 4                   /* chunk SETs in flight on one connection */
+#define FETCH_AHEAD 6                  /* chunk GETs in flight on one connection (a restore) */
+#define SLOTS 16                       /* chunks at hand per open image (1 MiB each) */
 
 typedef struct conn {
     redisContext *c;
@@ -116,6 +118,17 @@ struct ak_blob_put {
     int pending;                       /* pipelined SETs not yet answered */
 };
 
+/* A chunk at hand: a reader took part of it and the rest is for the next
+ * (a restore reads 256 KiB at a time), or it was fetched ahead. */
+typedef struct {
+    int idx;                           /* the chunk, -1: free */
+    int ready;                         /* 0: being fetched */
+    int refs;                          /* readers copying from it */
+    uint8_t *buf;                      /* its bytes (chunk bytes, kept for the next chunk: no page faults) */
+    uint64_t len, used;                /* bytes; bytes delivered so far */
+    uint64_t tick;                     /* last use, for eviction */
+} slot;
+
 struct ak_blob_get {
     redis_backend *r;
     int kind;
@@ -124,10 +137,16 @@ struct ak_blob_get {
     uint64_t bytes, chunk;
     int n;
     uint64_t *sums;
-    uint8_t *img;                      /* bytes, chunks filled on demand */
-    uint8_t *have;                     /* have[i]: chunk i fetched and checked */
-    int from_cache;                    /* the image came from the read-through cache */
-    pthread_mutex_t mu;                /* fetches (readv runs on two threads) */
+    pthread_mutex_t mu;                /* the slots and the cache fields (readv runs on two threads) */
+    pthread_cond_t cv;                 /* a slot became ready or free */
+    slot slots[SLOTS];
+    uint64_t tick;
+    int ahead;                         /* a restore reads it: fetch ahead */
+    ak_blob_get *cg;                   /* the cached copy (a directory get), or NULL */
+    int cache_bad;                     /* a chunk of it failed its sum: deleted, Redis read */
+    ak_blob_put *cput;                 /* the copy being made (a directory put), or NULL */
+    uint8_t *cached;                   /* cached[i]: chunk i written to cput */
+    int cache_failed;                  /* a write to cput failed: dropped at close */
 };
 
 static const char kind_letter[3] = {'a', 'p', 'm'};
@@ -570,69 +589,313 @@ static const char *field(const redisReply *rp, const char *f) {
     return NULL;
 }
 
-/* READ-THROUGH CACHE. With a local directory, an image read whole from
+/* READ-THROUGH CACHE. With a local directory, an image a restore read from
  * Redis is kept there (a directory backend under <local dir>/redis-cache)
  * as "<k>.<gen>.<id>" (ids up to 110 characters): the generation names the
- * version, so a manifest that moved on never meets an old copy. Opening an
- * image whose generation is cached reads the file and checks it against
- * the manifest's chunk sums (the same checks as chunks from Redis); a copy
- * that fails them is deleted and Redis read instead. The manifest is always
- * read from Redis: it decides which version is current. */
+ * version, so a manifest that moved on never meets an old copy. Chunks are
+ * written to the copy as they arrive (positional writes into the put's
+ * temp file); at close the chunks the restore did not need are fetched and
+ * the copy committed. Opening an image whose generation is cached reads the
+ * file, each chunk checked against the manifest's sum (the same check as a
+ * chunk from Redis); a copy that fails it is deleted and Redis read
+ * instead. The manifest is always read from Redis: it decides which
+ * version is current. */
 static int cache_name(const ak_blob_get *g, char *out, size_t n) {
     int w = snprintf(out, n, "%c.%s.%s", kind_letter[g->kind], g->gen, g->id);
     return w < 0 || (size_t)w >= n || w > AK_AGENT_ID_MAX ? -1 : 0;
 }
 
-/* Fills g's image from the cache if it holds g's generation, sound. */
-static void cache_read(ak_blob_get *g) {
-    const ak_backend_ops *ops = g->r->cache->ops;
-    char name[AK_AGENT_ID_MAX + 1], why[64];
-    if (cache_name(g, name, sizeof name)) return;
-    ak_blob_get *cg = NULL;
-    ak_blob_info ci;
+/* Bytes of chunk c. */
+static uint64_t chunk_len(const ak_blob_get *g, int c) {
+    uint64_t off = (uint64_t)c * g->chunk;
+    return c == g->n - 1 ? g->bytes - off : g->chunk;
+}
+
+/* Empties slot s (its buffer is kept for the next chunk). Call with g->mu
+ * held. */
+static void slot_clear(slot *s) {
+    s->idx = -1;
+    s->ready = s->refs = 0;
+    s->len = s->used = s->tick = 0;
+}
+
+/* The slot of chunk c, or NULL. Call with g->mu held. */
+static slot *slot_find(ak_blob_get *g, int c) {
+    for (int i = 0; i < SLOTS; i++)
+        if (g->slots[i].idx == c) return &g->slots[i];
+    return NULL;
+}
+
+/* A slot for a new chunk: a free one, else the least recently used ready
+ * one no reader holds (emptied). NULL if every slot is busy. Call with
+ * g->mu held. */
+static slot *slot_take(ak_blob_get *g) {
+    slot *best = NULL;
+    for (int i = 0; i < SLOTS; i++) {
+        slot *s = &g->slots[i];
+        if (s->idx < 0) return s;
+        if (s->ready && !s->refs && (!best || s->tick < best->tick)) best = s;
+    }
+    if (best) slot_clear(best);
+    return best;
+}
+
+/* Writes verified chunk c to the cached copy being made, once. */
+static void cache_put_chunk(ak_blob_get *g, int c, const uint8_t *data, uint64_t len) {
+    pthread_mutex_lock(&g->mu);
+    int go = g->cput && !g->cached[c] && !g->cache_failed;
+    if (go) g->cached[c] = 1;
+    pthread_mutex_unlock(&g->mu);
+    if (!go) return;
     ak_error e = {{0}};
-    if (ops->get_open(g->r->cache, AK_FILE_AGENT, name, &cg, &ci, why, sizeof why, &e) != 0) {
-        if (cg) ops->get_close(cg);
-        return;
-    }
-    int ok = ci.bytes == g->bytes;
-    for (int i = 0; ok && i < g->n; i++) {
-        uint64_t off = (uint64_t)i * g->chunk, len = i == g->n - 1 ? g->bytes - off : g->chunk;
-        ok = ops->get_read(cg, g->img + off, (size_t)len, off) == 0 && XXH3_64bits(g->img + off, (size_t)len) == g->sums[i];
-    }
-    ops->get_close(cg);
-    if (ok) {
-        memset(g->have, 1, (size_t)g->n);
-        g->from_cache = 1;
-    } else {
-        ops->remove(g->r->cache, AK_FILE_AGENT, name, &e);   /* damaged or torn: Redis is read instead */
+    if (ak_backend_dir_put_at(g->cput, data, (size_t)len, (uint64_t)c * g->chunk, &e) != 0) {
+        pthread_mutex_lock(&g->mu);
+        g->cache_failed = 1;   /* the copy is dropped at close */
+        pthread_mutex_unlock(&g->mu);
     }
 }
 
-/* Keeps g's image in the cache if it was read whole from Redis, and drops
- * the cached copies of the image's other generations. Best effort. */
-static void cache_write(ak_blob_get *g) {
-    for (int i = 0; i < g->n; i++)
-        if (!g->have[i]) return;
-    const ak_backend_ops *ops = g->r->cache->ops;
-    char name[AK_AGENT_ID_MAX + 1];
-    if (cache_name(g, name, sizeof name)) return;
-    ak_error e = {{0}};
-    ak_blob_name *v = NULL;
-    int nv = 0;
-    if (ops->list(g->r->cache, AK_FILE_AGENT, &v, &nv, &e) == 0) {
-        for (int i = 0; i < nv; i++) {   /* "<k>.<16 hex>.<id>" of this image, another generation */
-            const char *x = v[i].id;
-            if (x[0] == name[0] && x[1] == '.' && strlen(x) > 19 && x[18] == '.' && !strcmp(x + 19, g->id) &&
-                strcmp(x, name))
-                ops->remove(g->r->cache, AK_FILE_AGENT, x, &e);
-        }
-        free(v);
+/* A GET's reply read off the socket by hand: hiredis would copy each
+ * 1 MiB bulk string from its buffer into a fresh allocation (page faults
+ * every time); here it lands in the slot's buffer once. The staging buffer
+ * holds what a read brought beyond what was asked; large reads go straight
+ * to their destination. Used only while hiredis's own reader buffer is
+ * empty and for replies it will never see (they are all read here). */
+typedef struct {
+    int fd;
+    char st[4096];
+    size_t pos, len;
+} raw_in;
+
+/* Reads exactly n bytes into dst. 0, or -1 (closed, timed out). */
+static int raw_read(raw_in *in, uint8_t *dst, size_t n) {
+    size_t k = in->len - in->pos < n ? in->len - in->pos : n;
+    memcpy(dst, in->st + in->pos, k);
+    in->pos += k;
+    dst += k;
+    n -= k;
+    while (n >= sizeof in->st) {
+        ssize_t r = read(in->fd, dst, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        dst += r;
+        n -= (size_t)r;
     }
-    ak_blob_put *p = ops->put_begin(g->r->cache, AK_FILE_AGENT, name, g->bytes, &e);
-    if (!p) return;
-    if (ops->put_write(p, g->img, (size_t)g->bytes, &e) != 0) ops->put_abort(p);
-    else ops->put_commit(p, &(ak_blob_info){0}, &e);
+    while (n) {
+        ssize_t r = read(in->fd, in->st, sizeof in->st);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        in->pos = 0;
+        in->len = (size_t)r;
+        k = in->len < n ? in->len : n;
+        memcpy(dst, in->st, k);
+        in->pos = k;
+        dst += k;
+        n -= k;
+    }
+    return 0;
+}
+
+/* Reads one reply line (up to "\r\n", which is dropped) into line. 0, or
+ * -1 (closed, or longer than n). */
+static int raw_line(raw_in *in, char *line, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++) {
+        uint8_t ch;
+        if (raw_read(in, &ch, 1) != 0) return -1;
+        if (ch == '\n' && i && line[i - 1] == '\r') {
+            line[i - 1] = 0;
+            return 0;
+        }
+        line[i] = (char)ch;
+    }
+    return -1;
+}
+
+/* Reads chunk c's GET reply into s: 0 with s filled; 1 if the reply says
+ * why there is none (nil: ESTALE; an error reply: EIO; the length or sum
+ * differs: EBADMSG; *eno set, the connection still in step); -1 if the
+ * connection broke or spoke nonsense (not in step any more). */
+static int raw_chunk(ak_blob_get *g, raw_in *in, int c, slot *s, int *eno) {
+    char line[128];
+    if (raw_line(in, line, sizeof line) != 0) return -1;
+    if (line[0] == '-') {
+        *eno = EIO;
+        return 1;
+    }
+    if (line[0] != '$') return -1;
+    char *end;
+    long long n = strtoll(line + 1, &end, 10);
+    if (*end || n < -1) return -1;
+    if (n == -1) {
+        *eno = ESTALE;
+        return 1;
+    }
+    uint64_t len = chunk_len(g, c);
+    uint8_t crlf[2];
+    if ((uint64_t)n != len) {   /* not ours to keep: skipped through the slot's buffer */
+        for (long long left = n; left > 0;) {
+            size_t k = (uint64_t)left < g->chunk ? (size_t)left : (size_t)g->chunk;
+            if (raw_read(in, s->buf, k) != 0) return -1;
+            left -= (long long)k;
+        }
+        if (raw_read(in, crlf, 2) != 0) return -1;
+        *eno = EBADMSG;
+        return 1;
+    }
+    if (raw_read(in, s->buf, (size_t)len) != 0 || raw_read(in, crlf, 2) != 0) return -1;
+    if (XXH3_64bits(s->buf, (size_t)len) != g->sums[c]) {
+        *eno = EBADMSG;
+        return 1;
+    }
+    s->len = len;
+    return 0;
+}
+
+/* Fills slot sl[j] with chunk want[j] for the k chunks asked, from the
+ * cached copy when there is a sound one, else from Redis (GETs pipelined on
+ * one connection, FETCH_AHEAD at most in flight), each checked against its
+ * sum in the slot's buffer. Sets ok[j]; returns 0, or -1 with *eno set to
+ * why chunk want[0] failed: EIO (unreachable), ESTALE (a chunk gone: the
+ * image was replaced and its old chunks expired), EBADMSG (its sum
+ * differs), ENOMEM. */
+static int fetch_chunks(ak_blob_get *g, const int *want, slot **sl, int *ok, int k, int *eno) {
+    int need[FETCH_AHEAD], nn = 0;
+    *eno = 0;
+    for (int j = 0; j < k; j++) {
+        ok[j] = 0;
+        if (!sl[j]->buf && !(sl[j]->buf = malloc((size_t)g->chunk))) {
+            if (j == 0) *eno = ENOMEM;
+            continue;
+        }
+        uint64_t len = chunk_len(g, want[j]);
+        pthread_mutex_lock(&g->mu);
+        int from_copy = g->cg && !g->cache_bad;
+        pthread_mutex_unlock(&g->mu);
+        if (from_copy) {
+            if (g->r->cache->ops->get_read(g->cg, sl[j]->buf, (size_t)len, (uint64_t)want[j] * g->chunk) == 0 &&
+                XXH3_64bits(sl[j]->buf, (size_t)len) == g->sums[want[j]]) {
+                sl[j]->len = len;
+                ok[j] = 1;
+                continue;
+            }
+            /* damaged or torn copy: deleted, and Redis read instead (from now on) */
+            char name[AK_AGENT_ID_MAX + 1];
+            ak_error e = {{0}};
+            pthread_mutex_lock(&g->mu);
+            int first = !g->cache_bad;
+            g->cache_bad = 1;
+            pthread_mutex_unlock(&g->mu);
+            if (first && !cache_name(g, name, sizeof name)) g->r->cache->ops->remove(g->r->cache, AK_FILE_AGENT, name, &e);
+        }
+        need[nn++] = j;
+    }
+    if (!nn) return ok[0] ? 0 : -1;
+    ak_error e = {{0}};
+    conn *cn = conn_get(g->r, &e);
+    int sent = 0, done = 0;
+    redisContext *c = cn ? cn->c : NULL;
+    if (c && c->reader->pos == c->reader->len) {   /* hiredis holds no bytes of ours */
+        for (; sent < nn; sent++) {
+            char key[AK_AGENT_ID_MAX + 64], rest[48];
+            snprintf(rest, sizeof rest, "c:%s:%d", g->gen, want[need[sent]]);
+            key_of(g->kind, g->id, rest, key, sizeof key);
+            if (redisAppendCommand(c, "GET %s", key) != REDIS_OK) break;
+        }
+        while (sent && !done)
+            if (redisBufferWrite(c, &done) != REDIS_OK) break;
+    }
+    raw_in in = {c ? c->fd : -1, {0}, 0, 0};
+    int broken = !done;
+    for (int i = 0; i < sent && !broken; i++) {
+        int j = need[i], why = 0;
+        int rc = raw_chunk(g, &in, want[j], sl[j], &why);
+        if (rc < 0) broken = 1;
+        else if (rc == 0) {
+            ok[j] = 1;
+            cache_put_chunk(g, want[j], sl[j]->buf, sl[j]->len);
+        } else if (j == 0) *eno = why;
+    }
+    if (broken && c) {   /* out of step (or a write failed): never reused */
+        c->err = REDIS_ERR_IO;
+        snprintf(c->errstr, sizeof c->errstr, "chunk reply: %s", errno ? strerror(errno) : "protocol");
+    }
+    if (cn) conn_put(g->r, cn);
+    if (!ok[0] && !*eno) *eno = EIO;
+    return ok[0] ? 0 : -1;
+}
+
+/* The slot holding chunk c, checked, with a reference held (chunk_release
+ * drops it): fetched if no slot has it, and while a restore reads the image
+ * (g->ahead) the next chunks with it. NULL with errno set on failure. */
+static slot *chunk_hold(ak_blob_get *g, int c) {
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        slot *s = slot_find(g, c);
+        if (s && s->ready) {
+            s->refs++;
+            s->tick = ++g->tick;
+            pthread_mutex_unlock(&g->mu);
+            return s;
+        }
+        if (!s && (s = slot_take(g))) break;
+        pthread_cond_wait(&g->cv, &g->mu);   /* another thread is fetching it, or every slot is in use */
+    }
+    int want[FETCH_AHEAD] = {0}, ok[FETCH_AHEAD] = {0}, k = 0;
+    slot *sl[FETCH_AHEAD], *s = slot_find(g, -1);
+    for (int a = c; a < g->n && k < (g->ahead ? FETCH_AHEAD : 1); a++) {
+        if (a > c && slot_find(g, a)) continue;
+        if (a > c && !(s = slot_take(g))) break;
+        s->idx = a;   /* claimed (not ready): other readers of chunk a wait for it */
+        s->ready = 0;
+        want[k] = a;
+        sl[k++] = s;
+    }
+    pthread_mutex_unlock(&g->mu);
+    int eno = 0;
+    fetch_chunks(g, want, sl, ok, k, &eno);
+    pthread_mutex_lock(&g->mu);
+    for (int j = 0; j < k; j++) {
+        if (ok[j]) {
+            sl[j]->ready = 1;
+            sl[j]->tick = ++g->tick;
+        } else {
+            slot_clear(sl[j]);
+        }
+    }
+    if (ok[0]) sl[0]->refs++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (!ok[0]) {
+        errno = eno;
+        return NULL;
+    }
+    return sl[0];
+}
+
+/* Drops a reference to s after used bytes of it were delivered; a chunk
+ * delivered whole (each byte of an image is read once by a restore) is
+ * freed at once. */
+static void chunk_release(ak_blob_get *g, slot *s, uint64_t used) {
+    pthread_mutex_lock(&g->mu);
+    s->used += used;
+    s->refs--;
+    if (!s->refs && s->used >= s->len) slot_clear(s);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Copies len bytes of src to the position pos of the bytes iov describes,
+ * back to back. */
+static void scatter(const struct iovec *iov, int cnt, uint64_t pos, const uint8_t *src, uint64_t len) {
+    int i = 0;
+    while (i < cnt && pos >= iov[i].iov_len) pos -= iov[i++].iov_len;
+    for (; len && i < cnt; i++) {
+        size_t k = iov[i].iov_len - (size_t)pos < len ? iov[i].iov_len - (size_t)pos : (size_t)len;
+        memcpy((uint8_t *)iov[i].iov_base + pos, src, k);
+        src += k;
+        len -= k;
+        pos = 0;
+    }
 }
 
 static int redis_get_open(ak_store_backend *b, int kind, const char *id, ak_blob_get **out, ak_blob_info *info,
@@ -670,13 +933,8 @@ static int redis_get_open(ak_store_backend *b, int kind, const char *id, ak_blob
     g->chunk = (uint64_t)xc;
     g->n = (int)xn;
     g->sums = malloc(sizeof *g->sums * (size_t)xn);
-    g->have = calloc((size_t)xn, 1);
-    g->img = malloc((size_t)g->bytes);
-    if (!g->sums || !g->have || !g->img) {
-        ak_failc(err, AK_ERR_NOMEM, "out of memory for a %llu-byte image", (unsigned long long)g->bytes);
-        free(g->sums);
-        free(g->have);
-        free(g->img);
+    if (!g->sums) {
+        ak_failc(err, AK_ERR_NOMEM, "out of memory");
         free(g);
         g = NULL;
         goto done;
@@ -687,8 +945,22 @@ static int redis_get_open(ak_store_backend *b, int kind, const char *id, ak_blob
         h[16] = 0;
         g->sums[i] = strtoull(h, NULL, 16);
     }
+    for (int i = 0; i < SLOTS; i++) g->slots[i].idx = -1;
     pthread_mutex_init(&g->mu, NULL);
-    if (r->cache) cache_read(g);
+    pthread_cond_init(&g->cv, NULL);
+    char name[AK_AGENT_ID_MAX + 1], cwhy[64];
+    ak_blob_info ci;
+    ak_error ce = {{0}};
+    if (r->cache && !cache_name(g, name, sizeof name) &&
+        r->cache->ops->get_open(r->cache, AK_FILE_AGENT, name, &g->cg, &ci, cwhy, sizeof cwhy, &ce) != 0 && g->cg) {
+        r->cache->ops->get_close(g->cg);
+        g->cg = NULL;
+    }
+    if (g->cg && ci.bytes != g->bytes) { /* torn or foreign: replaced by the next restore's copy */
+        r->cache->ops->get_close(g->cg);
+        g->cg = NULL;
+        r->cache->ops->remove(r->cache, AK_FILE_AGENT, name, &ce);
+    }
     memset(info, 0, sizeof *info);
     info->bytes = g->bytes;
     parse_mtime(field(rp, "mtime"), &info->mtime, &info->mtime_ns);
@@ -699,73 +971,26 @@ done:
     return rc;
 }
 
-/* Fetches and checks chunks [c0, c1] that are not at hand, pipelined (up
- * to PIPE_DEPTH requests in flight). A read past the first chunk fetches
- * every chunk up to the end: a restore reads the whole image, in an order
- * (tensor by tensor) that would otherwise ask for each chunk alone. Returns
- * 0, or -1 with errno set: EIO (unreachable), ESTALE (a chunk gone: the
- * image was replaced and its old chunks expired), EBADMSG (a chunk's sum
- * differs). */
-static int fetch(ak_blob_get *g, int c0, int c1) {
-    if (c1 > 0) c1 = g->n - 1;
-    int rc = 0, eno = 0;
-    pthread_mutex_lock(&g->mu);
-    conn *cn = NULL;
-    ak_error e = {{0}};
-    int want[PIPE_DEPTH];
-    for (int i = c0; i <= c1 && !rc;) {
-        int k = 0, failed = 0;
-        for (; i <= c1 && k < PIPE_DEPTH && !failed; i++) {
-            if (g->have[i]) continue;
-            if (!cn && !(cn = conn_get(g->r, &e))) {
-                failed = 1;
-                break;
-            }
-            char key[AK_AGENT_ID_MAX + 64], rest[48];
-            snprintf(rest, sizeof rest, "c:%s:%d", g->gen, i);
-            key_of(g->kind, g->id, rest, key, sizeof key);
-            if (redisAppendCommand(cn->c, "GET %s", key) != REDIS_OK) failed = 1;
-            else want[k++] = i;
-        }
-        if (failed) {
-            rc = -1;
-            eno = EIO;
-        }
-        for (int j = 0; j < k; j++) {   /* every reply read, even after a failure: the connection stays in step */
-            redisReply *rp = NULL;
-            if (redisGetReply(cn->c, (void **)&rp) != REDIS_OK || !rp) {
-                rc = -1;
-                eno = EIO;
-                break;
-            }
-            int c = want[j];
-            uint64_t off = (uint64_t)c * g->chunk, len = c == g->n - 1 ? g->bytes - off : g->chunk;
-            if (rc) {
-            } else if (rp->type != REDIS_REPLY_STRING) {
-                rc = -1;
-                eno = rp->type == REDIS_REPLY_NIL ? ESTALE : EIO;
-            } else if ((uint64_t)rp->len != len || XXH3_64bits(rp->str, rp->len) != g->sums[c]) {
-                rc = -1;
-                eno = EBADMSG;
-            } else {
-                memcpy(g->img + off, rp->str, rp->len);
-                g->have[c] = 1;
-            }
-            freeReplyObject(rp);
-        }
+/* Delivers the image's bytes [off, off + n) into iov, chunk by chunk, each
+ * chunk's checked bytes copied straight from its reply (or the cached
+ * copy's buffer) into place. Returns 0, or -1 with errno set (fetch_chunks). */
+static int deliver(ak_blob_get *g, const struct iovec *iov, int cnt, uint64_t off, uint64_t n) {
+    for (int c = (int)(off / g->chunk); n && (uint64_t)c * g->chunk < off + n; c++) {
+        uint64_t c0 = (uint64_t)c * g->chunk, lo = off > c0 ? off : c0, hi = c0 + chunk_len(g, c);
+        if (hi > off + n) hi = off + n;
+        slot *s = chunk_hold(g, c);
+        if (!s) return -1;
+        scatter(iov, cnt, lo - off, s->buf + (lo - c0), hi - lo);
+        chunk_release(g, s, hi - lo);
     }
-    if (cn) conn_put(g->r, cn);
-    pthread_mutex_unlock(&g->mu);
-    if (rc) errno = eno;
-    return rc;
+    return 0;
 }
 
 static int redis_get_read(ak_blob_get *g, uint8_t *dst, size_t n, uint64_t off) {
     if (n == 0) return 0;
     if (off + n > g->bytes) return -2;
-    if (fetch(g, (int)(off / g->chunk), (int)((off + n - 1) / g->chunk)) != 0) return -1;
-    memcpy(dst, g->img + off, n);
-    return 0;
+    struct iovec v = {dst, n};
+    return deliver(g, &v, 1, off, n);
 }
 
 static ssize_t redis_get_readv(ak_blob_get *g, const struct iovec *iov, int cnt, uint64_t off) {
@@ -773,14 +998,66 @@ static ssize_t redis_get_readv(ak_blob_get *g, const struct iovec *iov, int cnt,
     for (int i = 0; i < cnt; i++) n += iov[i].iov_len;
     if (off >= g->bytes) return 0;
     if (off + n > g->bytes) n = g->bytes - off;
-    if (n && fetch(g, (int)(off / g->chunk), (int)((off + n - 1) / g->chunk)) != 0) return -1;
-    uint64_t done = 0;
-    for (int i = 0; i < cnt && done < n; i++) {
-        size_t k = iov[i].iov_len < n - done ? iov[i].iov_len : (size_t)(n - done);
-        memcpy(iov[i].iov_base, g->img + off + done, k);
-        done += k;
+    if (deliver(g, iov, cnt, off, n) != 0) return -1;
+    return (ssize_t)n;
+}
+
+/* A restore reads the image from here on: chunks are fetched ahead
+ * (pipelined), and with a local cache a copy is made of what arrives. */
+static void redis_get_prefetch(ak_blob_get *g, uint64_t at_end, const uint64_t *off, const uint64_t *len, int n) {
+    (void)at_end, (void)off, (void)len, (void)n;
+    pthread_mutex_lock(&g->mu);
+    g->ahead = 1;
+    int make_copy = g->r->cache && !g->cg && !g->cput;
+    pthread_mutex_unlock(&g->mu);
+    char name[AK_AGENT_ID_MAX + 1];
+    if (!make_copy || cache_name(g, name, sizeof name)) return;
+    ak_error e = {{0}};
+    uint8_t *cached = calloc((size_t)g->n, 1);
+    ak_blob_put *p = cached ? g->r->cache->ops->put_begin(g->r->cache, AK_FILE_AGENT, name, g->bytes, &e) : NULL;
+    if (!p) {
+        free(cached);
+        return;
     }
-    return (ssize_t)done;
+    pthread_mutex_lock(&g->mu);
+    g->cached = cached;
+    g->cput = p;
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Completes the cached copy a restore began (the chunks it did not read
+ * fetched now), drops the image's copies of other generations, and commits
+ * it; drops it if anything failed. Best effort. */
+static void cache_finish(ak_blob_get *g) {
+    const ak_backend_ops *ops = g->r->cache->ops;
+    for (int c = 0; c < g->n && !g->cache_failed; c++) {
+        if (g->cached[c]) continue;
+        slot *s = chunk_hold(g, c);   /* a fresh fetch writes the copy; one held already is written here */
+        if (!s) {
+            g->cache_failed = 1;
+            break;
+        }
+        cache_put_chunk(g, c, s->buf, s->len);
+        chunk_release(g, s, 0);
+    }
+    if (g->cache_failed) {
+        ops->put_abort(g->cput);
+        return;
+    }
+    char name[AK_AGENT_ID_MAX + 1];
+    ak_error e = {{0}};
+    ak_blob_name *v = NULL;
+    int nv = 0;
+    if (!cache_name(g, name, sizeof name) && ops->list(g->r->cache, AK_FILE_AGENT, &v, &nv, &e) == 0) {
+        for (int i = 0; i < nv; i++) {   /* "<k>.<16 hex>.<id>" of this image, another generation */
+            const char *x = v[i].id;
+            if (x[0] == name[0] && x[1] == '.' && strlen(x) > 19 && x[18] == '.' && !strcmp(x + 19, g->id) &&
+                strcmp(x, name))
+                ops->remove(g->r->cache, AK_FILE_AGENT, x, &e);
+        }
+        free(v);
+    }
+    ops->put_commit(g->cput, &(ak_blob_info){0}, &e);
 }
 
 static const char TOUCH_LUA[] =
@@ -802,11 +1079,19 @@ static void redis_get_touch(ak_blob_get *g) {
 
 static void redis_get_close(ak_blob_get *g) {
     if (!g) return;
-    if (g->r->cache && !g->from_cache) cache_write(g);
+    if (g->cput) {
+        g->ahead = 0;   /* the chunks still missing: typically only the header's */
+        cache_finish(g);
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (g->slots[i].buf) { /* may hold a plain image's bytes */
+            sodium_memzero(g->slots[i].buf, (size_t)g->chunk);
+            free(g->slots[i].buf);
+        }
+    if (g->cg) g->r->cache->ops->get_close(g->cg);
+    pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
-    sodium_memzero(g->img, (size_t)g->bytes);   /* may be the plaintext-bearing image of a plain store */
-    free(g->img);
-    free(g->have);
+    free(g->cached);
     free(g->sums);
     free(g);
 }
@@ -1180,7 +1465,7 @@ int ak_backend_lease_held(ak_store_backend *b, const char *id) {
 static const ak_backend_ops redis_ops = {
     "redis", redis_close, redis_where,
     redis_put_begin, redis_put_write, redis_put_commit, redis_put_abort,
-    redis_get_open, redis_get_read, redis_get_readv, NULL, redis_get_touch, redis_get_close,
+    redis_get_open, redis_get_read, redis_get_readv, redis_get_prefetch, redis_get_touch, redis_get_close,
     redis_list, redis_remove,
     redis_quarantine, redis_quarantine_list, redis_quarantine_drop,
 };
