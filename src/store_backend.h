@@ -123,6 +123,12 @@ typedef struct {
     int (*quarantine_list)(ak_store_backend *b, ak_blob_qname **out, int *n, ak_error *err);
     /* Deletes quarantined image name (gone already is fine). */
     void (*quarantine_drop)(ak_store_backend *b, const char *name);
+
+    /* Says, before its first put_write, that the image's first n bytes are
+     * its header (what a listing reads): the backend may keep a copy where
+     * get_open finds it, so opening and listing read no image bytes
+     * (Redis: the manifest's head field). May be NULL. */
+    void (*put_head)(ak_blob_put *p, uint64_t n);
 } ak_backend_ops;
 
 /* Every backend's state starts with this. */

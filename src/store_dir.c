@@ -626,4 +626,5 @@ static const ak_backend_ops dir_ops = {
     dir_get_open, dir_get_read, dir_get_readv, dir_get_prefetch, dir_get_touch, dir_get_close,
     dir_list, dir_remove,
     dir_quarantine, dir_quarantine_list, dir_quarantine_drop,
+    NULL,   /* put_head: the file's first page is at hand anyway */
 };

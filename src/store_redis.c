@@ -18,6 +18,10 @@
  *         chunk   bytes per chunk (the last holds the rest)
  *         sums    n XXH3-64 of the chunks, 16 hex digits each, no separator
  *         mtime   "<sec>.<nsec>" of the last put or touch (Redis TIME)
+ *         head    (optional) a copy of the image's first bytes, its header
+ *                 (put_head; at most HEAD_MAX), so opening or listing an
+ *                 image reads no chunk; hsum its XXH3-64 (16 hex digits).
+ *                 A manifest without it (older builds) reads chunk 0.
  *     akv:{tag}:c:<gen>:<i>       chunk i of generation gen: the image's bytes
  *                                 [i * chunk, ...) (the image: the same
  *                                 safetensors bytes as a file, or its seal)
@@ -69,6 +73,7 @@
 #define MAX_CHUNKS (1 << 20)
 #define PIPE_DEPTH 4                   /* chunk SETs in flight on one connection */
 #define FETCH_AHEAD 6                  /* chunk GETs in flight on one connection (a restore) */
+#define HEAD_MAX ((size_t)1 << 20)    /* header bytes copied into a manifest, at most */
 #define SLOTS 16                       /* chunks at hand per open image (1 MiB each) */
 
 typedef struct conn {
@@ -116,6 +121,8 @@ struct ak_blob_put {
     int n;
     char *sums;                        /* n * 16 hex digits */
     int pending;                       /* pipelined SETs not yet answered */
+    uint64_t head_n;                   /* put_head: header bytes to copy into the manifest (0: none) */
+    uint8_t *head;                     /* their copy, once written */
 };
 
 /* A chunk at hand: a reader took part of it and the rest is for the next
@@ -137,6 +144,8 @@ struct ak_blob_get {
     uint64_t bytes, chunk;
     int n;
     uint64_t *sums;
+    uint8_t *head;                     /* the manifest's copy of the first head_n bytes, checked, or NULL */
+    uint64_t head_n;
     pthread_mutex_t mu;                /* the slots and the cache fields (readv runs on two threads) */
     pthread_cond_t cv;                 /* a slot became ready or free */
     slot slots[SLOTS];
@@ -431,6 +440,8 @@ static int drain(ak_blob_put *p, int keep, ak_error *err) {
 
 /* Writes the buffered chunk (with its expiry: see the top). */
 static int flush_chunk(ak_blob_put *p, ak_error *err) {
+    if (p->n == 0 && p->head_n && p->head_n <= p->used && (p->head = malloc((size_t)p->head_n)))
+        memcpy(p->head, p->buf, (size_t)p->head_n);   /* no copy (out of memory): the manifest has no head */
     char key[AK_AGENT_ID_MAX + 64], rest[48], ttl[24];
     snprintf(rest, sizeof rest, "c:%s:%d", p->gen, p->n);
     key_of(p->kind, p->id, rest, key, sizeof key);
@@ -446,6 +457,11 @@ static int flush_chunk(ak_blob_put *p, ak_error *err) {
     p->n++;
     p->used = 0;
     return 0;
+}
+
+static void redis_put_head(ak_blob_put *p, uint64_t n) {
+    /* a header longer than a chunk stays in the chunks */
+    if (p->done == 0 && n > 0 && n <= HEAD_MAX && n <= CHUNK_BYTES && n <= p->total) p->head_n = n;
 }
 
 static int redis_put_write(ak_blob_put *p, const uint8_t *data, size_t n, ak_error *err) {
@@ -478,6 +494,8 @@ static void redis_put_abort(ak_blob_put *p) {
     conn_put(p->r, p->cn);
     sodium_memzero(p->buf, CHUNK_BYTES);
     free(p->buf);
+    if (p->head) sodium_memzero(p->head, (size_t)p->head_n);
+    free(p->head);
     free(p->sums);
     free(p);
 }
@@ -485,7 +503,7 @@ static void redis_put_abort(ak_blob_put *p) {
 /* The commit (see the top): KEYS[1] manifest, KEYS[2] lease; ARGV: token
  * ("" when this node holds no lease: then nobody may), gen, n, bytes,
  * chunk, sums, the chunk keys' prefix, the old chunks' expiry, the lease
- * time. A lease of ours that is gone (it expired, or Redis restarted empty)
+ * time, the header's copy ("": none) and its sum. A lease of ours that is gone (it expired, or Redis restarted empty)
  * and that no other node took is taken again: no other writer exists at
  * that instant; one another node holds fences the write. Returns the new
  * mtime "sec.usec". */
@@ -510,6 +528,7 @@ static const char COMMIT_LUA[] =
     "redis.call('DEL', KEYS[1])\n"
     "redis.call('HSET', KEYS[1], 'v', '1', 'gen', ARGV[2], 'n', ARGV[3], 'bytes', ARGV[4], 'chunk', ARGV[5], "
     "'sums', ARGV[6], 'mtime', mt)\n"
+    "if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'head', ARGV[10], 'hsum', ARGV[11]) end\n"
     "return mt\n";
 
 /* "sec.usec" (Redis TIME) into sec and nsec. */
@@ -545,8 +564,13 @@ static int redis_put_commit(ak_blob_put *p, ak_blob_info *info, ak_error *err) {
     snprintf(chunk, sizeof chunk, "%zu", CHUNK_BYTES);
     snprintf(old_ttl, sizeof old_ttl, "%lld", OLD_CHUNK_TTL_MS);
     snprintf(lease_ms, sizeof lease_ms, "%d", r->lease_ms);
-    redisReply *rp = cmds(r, p->cn, err, "EVAL", COMMIT_LUA, "2", mkey, lkey, tok, p->gen, n, bytes, chunk, p->sums,
-                          prefix, old_ttl, lease_ms, (char *)NULL);
+    char hsum[17] = "";
+    if (p->head) snprintf(hsum, sizeof hsum, "%016llx", (unsigned long long)XXH3_64bits(p->head, (size_t)p->head_n));
+    const char *argv[] = {"EVAL", COMMIT_LUA, "2", mkey, lkey, tok, p->gen, n, bytes, chunk, p->sums, prefix, old_ttl,
+                          lease_ms, p->head ? (const char *)p->head : "", hsum};
+    size_t alen[16];
+    for (int i = 0; i < 16; i++) alen[i] = i == 14 ? (p->head ? (size_t)p->head_n : 0) : strlen(argv[i]);   /* 14: binary */
+    redisReply *rp = cmd(r, p->cn, err, 16, argv, alen);
     if (!rp) {
         if (err->code == AK_ERR_BUSY) {
             char line[800];
@@ -573,6 +597,8 @@ static int redis_put_commit(ak_blob_put *p, ak_blob_info *info, ak_error *err) {
     conn_put(r, p->cn);
     sodium_memzero(p->buf, CHUNK_BYTES);
     free(p->buf);
+    if (p->head) sodium_memzero(p->head, (size_t)p->head_n);
+    free(p->head);
     free(p->sums);
     free(p);
     return 0;
@@ -586,6 +612,15 @@ static const char *field(const redisReply *rp, const char *f) {
         if (rp->element[i]->type == REDIS_REPLY_STRING && !strcmp(rp->element[i]->str, f) &&
             rp->element[i + 1]->type == REDIS_REPLY_STRING)
             return rp->element[i + 1]->str;
+    return NULL;
+}
+
+/* The value element of field f (as field), or NULL. */
+static const redisReply *field_reply(const redisReply *rp, const char *f) {
+    for (size_t i = 0; i + 1 < rp->elements; i += 2)
+        if (rp->element[i]->type == REDIS_REPLY_STRING && !strcmp(rp->element[i]->str, f) &&
+            rp->element[i + 1]->type == REDIS_REPLY_STRING)
+            return rp->element[i + 1];
     return NULL;
 }
 
@@ -945,6 +980,15 @@ static int redis_get_open(ak_store_backend *b, int kind, const char *id, ak_blob
         h[16] = 0;
         g->sums[i] = strtoull(h, NULL, 16);
     }
+    /* the header's copy, if the manifest has one and it is sound (else the
+     * chunks are read: nothing is lost) */
+    const redisReply *hd = field_reply(rp, "head");
+    const char *hsum = field(rp, "hsum");
+    if (hd && hsum && hd->len > 0 && (uint64_t)hd->len <= g->bytes && (uint64_t)hd->len <= g->chunk &&
+        strtoull(hsum, NULL, 16) == XXH3_64bits(hd->str, hd->len) && (g->head = malloc(hd->len))) {
+        memcpy(g->head, hd->str, hd->len);
+        g->head_n = hd->len;
+    }
     for (int i = 0; i < SLOTS; i++) g->slots[i].idx = -1;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
@@ -975,6 +1019,10 @@ done:
  * chunk's checked bytes copied straight from its reply (or the cached
  * copy's buffer) into place. Returns 0, or -1 with errno set (fetch_chunks). */
 static int deliver(ak_blob_get *g, const struct iovec *iov, int cnt, uint64_t off, uint64_t n) {
+    if (off + n <= g->head_n) { /* the header, from the manifest's copy */
+        scatter(iov, cnt, 0, g->head + off, n);
+        return 0;
+    }
     for (int c = (int)(off / g->chunk); n && (uint64_t)c * g->chunk < off + n; c++) {
         uint64_t c0 = (uint64_t)c * g->chunk, lo = off > c0 ? off : c0, hi = c0 + chunk_len(g, c);
         if (hi > off + n) hi = off + n;
@@ -1092,6 +1140,8 @@ static void redis_get_close(ak_blob_get *g) {
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g->cached);
+    if (g->head) sodium_memzero(g->head, (size_t)g->head_n);
+    free(g->head);
     free(g->sums);
     free(g);
 }
@@ -1468,4 +1518,5 @@ static const ak_backend_ops redis_ops = {
     redis_get_open, redis_get_read, redis_get_readv, redis_get_prefetch, redis_get_touch, redis_get_close,
     redis_list, redis_remove,
     redis_quarantine, redis_quarantine_list, redis_quarantine_drop,
+    redis_put_head,
 };

@@ -87,6 +87,7 @@ int ak_store_write_snapshot(ak_store *s, const ak_snapshot *sn, ak_error *err) {
                         "intact)", sn->id, e.msg);
     }
     ak_blob_put *p = ops->put_begin(s->be, sn->kind, sn->id, total, &e);
+    if (p && !s->has_key && ops->put_head) ops->put_head(p, hl);   /* listing reads only the header: kept at hand */
     if (p) {
         if (s->has_key ? put_sealed(s, p, binding, hdr, hl, sn->data, sn->data_bytes, &e) != 0
                        : ops->put_write(p, hdr, hl, &e) != 0 || ops->put_write(p, sn->data, sn->data_bytes, &e) != 0)

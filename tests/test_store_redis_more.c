@@ -1,0 +1,148 @@
+/* test_store_redis_more.c - the Redis store's restore path and listing
+ * against a real redis-server (test_store_redis.h): an image of many chunks
+ * restored by the two restore threads byte-equal, from Redis and from the
+ * read-through cache's copy (made chunk by chunk), a damaged middle chunk
+ * CORRUPT; listing from the manifest's copy of the header (no chunk read),
+ * a manifest without it (older builds) or with a damaged one still listed
+ * from the chunks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "test_store_redis.h"
+#include "test_store_util.h"
+
+/* Loads id from st into a fresh sequence shaped like c: 1 if it equals c
+ * (tokens and every stored byte), 0 if not, -1 if not a hit (*st_out gets
+ * the status). */
+static int loads_like(ak_store *st, const char *id, const cache *c, ak_store_status *st_out) {
+    cache b;
+    if (cache_empty_like(&b, c, 32) != 0) return -1;
+    ak_store_load_info info;
+    ak_error err = {{0}};
+    ak_store_status s = ak_store_load(st, id, FP, VOCAB, b.kv, &info, &err);
+    if (st_out) *st_out = s;
+    int r = -1;
+    if (s == AK_STORE_HIT)
+        r = info.n_tokens == c->n && !memcmp(info.tokens, c->tokens, 4 * (size_t)c->n) && kv_equal(c->kv, b.kv);
+    if (s == AK_STORE_HIT) free(info.tokens);
+    cache_free(&b);
+    return r;
+}
+
+/* Runs a command with one %s argument; returns the reply (or NULL). */
+static redisReply *rcmd(redisContext *c, const char *fmt, const char *arg) {
+    return redisCommand(c, fmt, arg);
+}
+
+/* The manifest's generation of agent id into gen (17 bytes). 0, or -1. */
+static int gen_of(redisContext *c, const char *id, char gen[17]) {
+    char key[160];
+    snprintf(key, sizeof key, "akv:{a:%s}:m", id);
+    redisReply *g = rcmd(c, "HGET %s gen", key);
+    int ok = g && g->type == REDIS_REPLY_STRING && g->len == 16;
+    if (ok) memcpy(gen, g->str, 17);
+    if (g) freeReplyObject(g);
+    return ok ? 0 : -1;
+}
+
+TEST(store_redis_many_chunks_restore_and_cached_copy) {
+    redis_srv r = {0};
+    if (redis_start(t, &r, 0) != 0) return;
+    ak_error err = {{0}};
+    char local[600], cfile[900];
+    snprintf(local, sizeof local, "%s/mc-local", test_tmp_dir());
+    ak_store_where wa = {r.url, NULL, local, 0, NULL, NULL}, wb = {r.url, NULL, NULL, 0, NULL, NULL};
+    ak_store *a = ak_store_open_at(&wa, NULL, &err);
+    ak_store *b = a ? ak_store_open_at(&wb, NULL, &err) : NULL;
+    REQUIRE(a && b, "open: %s", err.msg);
+    /* 1200 positions of 4 layers x 4 heads x (128 + 128) f16: about 9.8 MB,
+     * 10 chunks, above the two-thread threshold of the restore */
+    ak_cache_spec s = {4, 4, 128, 128, 2048};
+    cache c;
+    REQUIRE(cache_make(&c, &s, 32, AK_KV_F16, AK_KV_F16, 1280, 1200, 21) == 0, "fill");
+    REQUIRE(ak_store_save(a, "big", c.kv, c.tokens, c.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    ak_store_entry e;
+    REQUIRE(ak_store_lookup(a, "big", &e) == 0 && e.bytes > 8u << 20, "image of %llu bytes", (unsigned long long)e.bytes);
+    CHECK(loads_like(b, "big", &c, NULL) == 1, "restore from Redis (no cache) differs");
+    CHECK(loads_like(a, "big", &c, NULL) == 1, "restore from Redis (caching) differs");
+    redisContext *rc = redis_conn(&r);
+    REQUIRE(rc, "connect");
+    char gen[17];
+    REQUIRE(gen_of(rc, "big", gen) == 0, "gen");
+    snprintf(cfile, sizeof cfile, "%s/redis-cache/a.%s.big.safetensors", local, gen);
+    struct stat sb;
+    CHECK(stat(cfile, &sb) == 0 && (uint64_t)sb.st_size == e.bytes, "no whole cached copy %s", cfile);
+    /* a middle chunk damaged in Redis: the copy serves A, B finds it corrupt */
+    char ck[200];
+    snprintf(ck, sizeof ck, "akv:{a:big}:c:%s:5", gen);
+    redisReply *x = redisCommand(rc, "SETRANGE %s 4096 XXXXXXXX", ck);
+    REQUIRE(x && x->type == REDIS_REPLY_INTEGER, "damage chunk 5");
+    freeReplyObject(x);
+    CHECK(loads_like(a, "big", &c, NULL) == 1, "not served from the cached copy");
+    ak_store_status st = AK_STORE_HIT;
+    CHECK(loads_like(b, "big", &c, &st) == -1 && st == AK_STORE_CORRUPT, "damaged chunk 5: %s",
+          ak_store_status_name(st));
+    redisFree(rc);
+    cache_free(&c);
+    ak_store_close(b);
+    ak_store_close(a);
+    redis_stop(&r);
+}
+
+TEST(store_redis_listing_reads_the_manifest_not_chunks) {
+    redis_srv r = {0};
+    if (redis_start(t, &r, 0) != 0) return;
+    ak_error err = {{0}};
+    ak_store_where w = {r.url, NULL, NULL, 0, NULL, NULL};
+    ak_store *a = ak_store_open_at(&w, NULL, &err);
+    REQUIRE(a, "open: %s", err.msg);
+    ak_cache_spec s = small_spec();
+    cache c;
+    REQUIRE(cache_make(&c, &s, 32, AK_KV_Q8, AK_KV_F16, 512, 300, 22) == 0, "fill");
+    const char *ids[] = {"new", "old", "bad"};
+    for (int i = 0; i < 3; i++)
+        REQUIRE(ak_store_save(a, ids[i], c.kv, c.tokens, c.n, FP, "m", &err) == 0, "save: %s", err.msg);
+    redisContext *rc = redis_conn(&r);
+    REQUIRE(rc, "connect");
+    redisReply *x = redisCommand(rc, "HEXISTS akv:{a:new}:m head");
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1, "the manifest has no copy of the header");
+    if (x) freeReplyObject(x);
+    /* "old": a manifest as older builds wrote it; "bad": its copy damaged */
+    x = redisCommand(rc, "HDEL akv:{a:old}:m head hsum");
+    if (x) freeReplyObject(x);
+    x = redisCommand(rc, "HSET akv:{a:bad}:m head garbage");
+    if (x) freeReplyObject(x);
+    /* every chunk of "new" gone: only the manifest can tell what it holds */
+    char gen[17], ck[200];
+    REQUIRE(gen_of(rc, "new", gen) == 0, "gen");
+    snprintf(ck, sizeof ck, "akv:{a:new}:c:%s:0", gen);
+    x = rcmd(rc, "DEL %s", ck);
+    CHECK(x && x->type == REDIS_REPLY_INTEGER && x->integer == 1, "chunk 0 of new");
+    if (x) freeReplyObject(x);
+    ak_store *b = ak_store_open_at(&w, NULL, &err);
+    REQUIRE(b, "open: %s", err.msg);
+    for (int i = 0; i < 3; i++) {
+        ak_store_entry e;
+        int found = ak_store_lookup(b, ids[i], &e) == 0;
+        CHECK(found && e.readable && e.n_tokens == c.n && e.spec.n_layer == s.n_layer && e.fk == AK_KV_Q8 &&
+                  !strcmp(e.model_name, "m") && !strcmp(e.fingerprint, FP),
+              "%s: not listed with its metadata (found %d, readable %d, tokens %d)", ids[i], found,
+              found ? e.readable : -1, found ? e.n_tokens : -1);
+    }
+    /* without the copy, a missing chunk 0 leaves the metadata unknown */
+    x = redisCommand(rc, "HDEL akv:{a:new}:m head hsum");
+    if (x) freeReplyObject(x);
+    ak_store *d = ak_store_open_at(&w, NULL, &err);
+    REQUIRE(d, "open: %s", err.msg);
+    ak_store_entry e;
+    CHECK(ak_store_lookup(d, "new", &e) != 0 || !e.readable, "listed readable with neither chunk 0 nor the copy");
+    CHECK(loads_like(d, "old", &c, NULL) == 1 && loads_like(d, "bad", &c, NULL) == 1, "old or bad manifest not restored");
+    redisFree(rc);
+    cache_free(&c);
+    ak_store_close(d);
+    ak_store_close(b);
+    ak_store_close(a);
+    redis_stop(&r);
+}
