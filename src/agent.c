@@ -257,6 +257,10 @@ ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     if (!a) return NULL;
     a->cfg = *cfg;
     ak_block_pool_set_model(cfg->pool, cfg->model->fingerprint);   /* salts the content index's hashes */
+    /* an agent's sliding-window layers keep only the blocks their window
+     * still sees (kvcache.h LAYER GROUPS): a long agent costs a window of
+     * positions on those layers */
+    ak_block_pool_set_window_release(cfg->pool, 1);
     pthread_mutex_init(&a->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

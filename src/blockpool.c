@@ -35,6 +35,10 @@ typedef struct {
 struct ak_block_pool {
     ak_cache_spec spec;
     int block_tokens;
+    int n_groups;                     /* layer groups (cachespec.h) */
+    int group_layers[AK_KV_MAX_GROUPS];   /* layers in each */
+    int *layer_index;                 /* (n_layer) each layer's place within its group */
+    int window_release;               /* new sequences release local blocks that slide out */
     pthread_mutex_t mu;
     ak_block_pool_stats st;   /* guarded by mu */
     size_class classes[MAX_CLASSES];  /* guarded by mu */
@@ -132,8 +136,23 @@ ak_block_pool *ak_block_pool_new(const ak_cache_spec *spec, int block_tokens, si
     }
     ak_block_pool *p = ak_calloc(1, sizeof *p, err);
     if (!p) return NULL;
+    if (spec->window > 0 && spec->n_layer > AK_KV_MAX_LAYERS) {
+        free(p);
+        ak_failc(err, AK_ERR_INVALID, "a windowed cache spec names at most %d layers (%d)", AK_KV_MAX_LAYERS,
+                 spec->n_layer);
+        return NULL;
+    }
+    if (!(p->layer_index = ak_calloc((size_t)spec->n_layer, sizeof(int), err))) {
+        free(p);
+        return NULL;
+    }
     p->spec = *spec;
     p->block_tokens = block_tokens;
+    p->n_groups = ak_spec_groups(spec);
+    for (int l = 0; l < spec->n_layer; l++) {
+        int g = ak_spec_group(spec, l);
+        p->layer_index[l] = p->group_layers[g]++;
+    }
     p->st.budget = budget;
     pthread_mutex_init(&p->mu, NULL);
     return p;
@@ -148,6 +167,7 @@ void ak_block_pool_free(ak_block_pool *p) {
     }
     pthread_mutex_destroy(&p->mu);
     free(p->bucket);
+    free(p->layer_index);
     free(p->center[0]);
     free(p->center[1]);
     free(p);
@@ -217,8 +237,18 @@ size_t ak_block_pool_block_bytes(const ak_block_pool *p, ak_kv_format fk, ak_kv_
     return (size_t)p->spec.n_layer * (k_region(p, fk) + v_region(p, fv));
 }
 
+int ak_block_pool_groups(const ak_block_pool *p) { return p->n_groups; }
+
+void ak_block_pool_set_window_release(ak_block_pool *p, int on) { p->window_release = on != 0; }
+int ak_block_pool_window_release(const ak_block_pool *p) { return p->window_release; }
+
+size_t ak_block_pool_group_bytes(const ak_block_pool *p, int group, ak_kv_format fk, ak_kv_format fv) {
+    if (group < 0 || group >= p->n_groups) return 0;
+    return (size_t)p->group_layers[group] * (k_region(p, fk) + v_region(p, fv));
+}
+
 size_t ak_block_k_offset(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, int layer) {
-    return (size_t)layer * (k_region(p, fk) + v_region(p, fv));
+    return (size_t)p->layer_index[layer] * (k_region(p, fk) + v_region(p, fv));
 }
 
 size_t ak_block_v_offset(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, int layer) {
@@ -238,11 +268,20 @@ void ak_block_pool_set_budget(ak_block_pool *p, size_t budget) {
 }
 
 ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_error *err) {
+    return ak_block_alloc_group(p, 0, fk, fv, err);
+}
+
+ak_block *ak_block_alloc_group(ak_block_pool *p, int group, ak_kv_format fk, ak_kv_format fv, ak_error *err) {
     if (!ak_kv_format_get(fk) || !ak_kv_format_get(fv)) {
         ak_fail(err, "invalid KV format");
         return NULL;
     }
-    size_t kb = (size_t)p->spec.n_layer * k_region(p, fk), vb = (size_t)p->spec.n_layer * v_region(p, fv);
+    if (group < 0 || group >= p->n_groups) {
+        ak_failc(err, AK_ERR_INVALID, "layer group %d of a pool of %d", group, p->n_groups);
+        return NULL;
+    }
+    int nl = p->group_layers[group];
+    size_t kb = (size_t)nl * k_region(p, fk), vb = (size_t)nl * v_region(p, fv);
     size_t bytes = kb + vb;
     pthread_mutex_lock(&p->mu);
     if (p->st.budget && p->st.used + bytes > p->st.budget) {
@@ -267,6 +306,7 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
     p->st.logical += bytes;
     b->refcount = 1;
     b->bytes = bytes;
+    b->group = group;
     b->mix = NULL;
     b->fk = fk;
     b->fv = fv;
@@ -284,7 +324,9 @@ ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_
 
 size_t ak_block_pool_prefault(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, size_t bytes) {
     if (!ak_kv_format_get(fk) || !ak_kv_format_get(fv)) return 0;
-    size_t bb = ak_block_pool_block_bytes(p, fk, fv), n = bb ? (bytes + bb - 1) / bb : 0, got = 0;
+    /* blocks of group 0 (all layers, or the global ones of a windowed
+     * pool: the local group's blocks are a few per sequence) */
+    size_t bb = ak_block_pool_group_bytes(p, 0, fk, fv), n = bb ? (bytes + bb - 1) / bb : 0, got = 0;
     ak_block **b = n ? calloc(n, sizeof *b) : NULL;
     if (!b) return 0;
     for (; got < n; got++) {
@@ -306,7 +348,7 @@ ak_block *ak_block_clone(ak_block_pool *p, const ak_block *b, ak_error *err) {
         }
         c = ak_block_alloc_mixed(p, fk, fv, b->mix->count, err);
     } else {
-        c = ak_block_alloc(p, b->fk, b->fv, err);
+        c = ak_block_alloc_group(p, b->group, b->fk, b->fv, err);
     }
     if (c) memcpy(c->data, b->data, b->bytes);
     return c;
@@ -363,6 +405,10 @@ static ak_block *alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_
     int T = p->block_tokens, H = p->spec.n_head_kv;
     if (count < 1 || count > T) {
         ak_failc(err, AK_ERR_INVALID, "a mixed block of %d slots (blocks hold %d)", count, T);
+        return NULL;
+    }
+    if (p->n_groups > 1) {   /* a mixed block holds every layer: no place in a per-group layout */
+        ak_failc(err, AK_ERR_INVALID, "mixed blocks (cards) are not supported for a cache with sliding-window layers");
         return NULL;
     }
     ak_block_mix *m = calloc(1, sizeof *m);
@@ -465,7 +511,8 @@ void ak_block_unref(ak_block_pool *p, ak_block *b) {
             p->st.mixed_bytes -= b->bytes;
             block_mem_put(p, b->data, b->bytes ? b->bytes : 64, b->plain);
         } else {
-            size_t kb = (size_t)p->spec.n_layer * k_region(p, b->fk), vb = (size_t)p->spec.n_layer * v_region(p, b->fv);
+            int nl = p->group_layers[b->group];
+            size_t kb = (size_t)nl * k_region(p, b->fk), vb = (size_t)nl * v_region(p, b->fv);
             p->st.k_bytes[b->fk] -= kb;
             p->st.v_bytes[b->fv] -= vb;
             block_mem_put(p, b->data, kb + vb ? kb + vb : 64, b->plain);

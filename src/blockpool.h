@@ -63,6 +63,7 @@ typedef struct ak_block_mix {
 typedef struct ak_block {
     int refcount;
     size_t bytes;           /* of data */
+    int group;              /* the layer group it holds (cachespec.h); 0 for mixed blocks */
     ak_block_mix *mix;      /* NULL: every slot in fk / fv; else per slot (then fk, fv are unused) */
     ak_kv_format fk, fv;
     uint64_t hash;          /* its key in the content index (below); 0 = not indexed */
@@ -96,9 +97,26 @@ void ak_block_pool_free(ak_block_pool *p);
 
 const ak_cache_spec *ak_block_pool_spec(const ak_block_pool *p);
 int ak_block_pool_block_tokens(const ak_block_pool *p);
-/* Bytes of one block with these formats. */
+/* Bytes of T positions of every layer with these formats: one block of a
+ * pool with one layer group; with two (cachespec.h), a block of each group
+ * together (an upper bound on what a span of a sequence takes). */
 size_t ak_block_pool_block_bytes(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv);
-/* Byte offsets inside a block of layer l's K and V regions. */
+/* Layer groups of the pool's spec (1 or 2). */
+int ak_block_pool_groups(const ak_block_pool *p);
+/* Whether sequences created on this pool from now on release their local
+ * group's blocks once those slide out of the window (kvcache.h:
+ * ak_kv_release_window). Off by default: such a sequence no longer holds
+ * the local layers' keys of early positions, which whoever reads or
+ * rewrites every position (key shifts, reuse chunks, calibration) needs.
+ * The agents' pool turns it on (agent.h). Not thread-safe: set it before
+ * sequences are made. */
+void ak_block_pool_set_window_release(ak_block_pool *p, int on);
+int ak_block_pool_window_release(const ak_block_pool *p);
+/* Bytes of one block of layer group g (0 when there is no such group). */
+size_t ak_block_pool_group_bytes(const ak_block_pool *p, int group, ak_kv_format fk, ak_kv_format fv);
+/* Byte offsets of layer l's K and V regions inside a block of l's layer
+ * group (cachespec.h): the layers of a group follow one another in order,
+ * so with one group this is l times a layer's K and V regions. */
 size_t ak_block_k_offset(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, int layer);
 size_t ak_block_v_offset(const ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, int layer);
 void ak_block_pool_get_stats(ak_block_pool *p, ak_block_pool_stats *out);
@@ -144,10 +162,14 @@ const char *ak_block_pool_center_id(const ak_block_pool *p, int is_v, ak_kv_form
  * when the budget or memory runs out. */
 size_t ak_block_pool_prefault(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, size_t bytes);
 
-/* A new block (refcount 1, contents undefined). Returns NULL with err set
- * when the budget cannot fit it ("KV budget exhausted: ...") or memory runs
- * out; nothing else changes then. */
+/* A new block (refcount 1, contents undefined) of layer group 0 (every
+ * layer with one group). Returns NULL with err set when the budget cannot
+ * fit it ("KV budget exhausted: ...") or memory runs out; nothing else
+ * changes then. */
 ak_block *ak_block_alloc(ak_block_pool *p, ak_kv_format fk, ak_kv_format fv, ak_error *err);
+/* ak_block_alloc for the layers of group g (cachespec.h); AK_ERR_INVALID
+ * for a group the pool does not have. */
+ak_block *ak_block_alloc_group(ak_block_pool *p, int group, ak_kv_format fk, ak_kv_format fv, ak_error *err);
 /* A new block with b's formats and contents (for copy-on-write). */
 ak_block *ak_block_clone(ak_block_pool *p, const ak_block *b, ak_error *err);
 void ak_block_ref(ak_block_pool *p, ak_block *b);

@@ -24,7 +24,16 @@ struct ak_kv {
     int seg_start[AK_KV_MAX_SEGMENTS + 1];
     int seg_blk0[AK_KV_MAX_SEGMENTS + 1];
     int n_table;        /* entries of table: ceil(capacity / T) + AK_KV_MAX_SEGMENTS (a partial block per segment) */
-    ak_block **table;   /* (n_table) NULL where not allocated */
+    ak_block **table;   /* (n_table) NULL where not allocated; layer group 0 (cachespec.h) */
+    /* LAYER GROUPS. With sliding-window layers (ng = 2) ltable holds the
+     * local group's blocks, entry for entry with table (the same spans:
+     * segments map both alike). Its entries below span lfirst_span were
+     * released (ak_kv_release_window): positions before lfirst (that
+     * span's start) are held by the global layers only. */
+    int ng;
+    ak_block **ltable;  /* (n_table) or NULL with one group */
+    int lfirst;         /* first position the local layers may still hold */
+    int release;        /* release the local group's blocks that slide out (ak_kv_release_window) */
     int n_corr;         /* corrections (kvcache.h: CORRECTIONS), in corr[0..n_corr) */
     struct kv_corr *corr[AK_KV_MAX_CORRECTIONS];
 };
@@ -41,6 +50,11 @@ struct kv_corr {
     unsigned char *set;   /* (n_layer) */
     float *mu, *mu_rot;   /* (n_layer x H x (dk + dv)) */
 };
+
+/* The block table of layer l's group. */
+static inline ak_block **tab_of(const ak_kv *kv, int layer) {
+    return kv->ng > 1 && ak_spec_group(&kv->spec, layer) ? kv->ltable : kv->table;
+}
 
 /* Blocks of the base: every segment's, each segment's last maybe partial. */
 static inline int n_base_blocks(const ak_kv *kv) { return kv->seg_blk0[kv->n_seg]; }
@@ -186,17 +200,31 @@ ak_kv *ak_kv_new(ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, int n_ct
     kv->n_table = (n_ctx + kv->T - 1) / kv->T + AK_KV_MAX_SEGMENTS;
     kv->table = ak_calloc(kv->n_table, sizeof(ak_block *), err);
     if (!kv->table) { free(kv); return NULL; }
+    kv->ng = ak_block_pool_groups(pool);
+    kv->release = kv->ng > 1 && ak_block_pool_window_release(pool);
+    if (kv->ng > 1 && !(kv->ltable = ak_calloc(kv->n_table, sizeof(ak_block *), err))) {
+        free(kv->table);
+        free(kv);
+        return NULL;
+    }
     return kv;
 }
 
 ak_kv *ak_kv_fork(const ak_kv *src, ak_error *err) {
     ak_kv *kv = ak_kv_new(src->pool, src->fk, src->fv, src->capacity, err);
     if (!kv) return NULL;
-    for (int i = 0; i < src->n_table; i++)
+    for (int i = 0; i < src->n_table; i++) {
         if (src->table[i]) {
             ak_block_ref(src->pool, src->table[i]);
             kv->table[i] = src->table[i];
         }
+        if (src->ltable && src->ltable[i]) {
+            ak_block_ref(src->pool, src->ltable[i]);
+            kv->ltable[i] = src->ltable[i];
+        }
+    }
+    kv->lfirst = src->lfirst;
+    kv->release = src->release;
     kv->length = src->length;
     int lens[AK_KV_MAX_SEGMENTS];
     seg_set(kv, lens, seg_lens(src, lens));
@@ -210,9 +238,13 @@ ak_kv *ak_kv_fork(const ak_kv *src, ak_error *err) {
 
 void ak_kv_free(ak_kv *kv) {
     if (!kv) return;
-    for (int i = 0; i < kv->n_table; i++) ak_block_unref(kv->pool, kv->table[i]);
+    for (int i = 0; i < kv->n_table; i++) {
+        ak_block_unref(kv->pool, kv->table[i]);
+        if (kv->ltable) ak_block_unref(kv->pool, kv->ltable[i]);
+    }
     for (int i = 0; i < kv->n_corr; i++) corr_free(kv->corr[i]);
     free(kv->table);
+    free(kv->ltable);
     free(kv);
 }
 
@@ -239,7 +271,12 @@ void ak_kv_truncate(ak_kv *kv, int n) {
     for (int i = keep; i < kv->n_table; i++) {
         ak_block_unref(kv->pool, kv->table[i]);
         kv->table[i] = NULL;
+        if (kv->ltable) {
+            ak_block_unref(kv->pool, kv->ltable[i]);
+            kv->ltable[i] = NULL;
+        }
     }
+    if (kv->lfirst > n) kv->lfirst = n;   /* an emptied sequence holds every layer again */
     /* corrections end with the positions they correct */
     int kept = 0;
     for (int i = 0; i < kv->n_corr; i++) {
@@ -253,14 +290,62 @@ void ak_kv_truncate(ak_kv *kv, int n) {
 
 int ak_kv_n_blocks(const ak_kv *kv) {
     int n = 0;
-    for (int i = 0; i < kv->n_table; i++) n += kv->table[i] != NULL;
+    for (int i = 0; i < kv->n_table; i++) n += (kv->table[i] != NULL) + (kv->ltable && kv->ltable[i] != NULL);
     return n;
+}
+
+int ak_kv_groups(const ak_kv *kv) { return kv->ng; }
+
+int ak_kv_group_blocks(const ak_kv *kv, int group) {
+    ak_block *const *t = group == 0 ? kv->table : group == 1 ? kv->ltable : NULL;
+    int n = 0;
+    for (int i = 0; t && i < kv->n_table; i++) n += t[i] != NULL;
+    return n;
+}
+
+int ak_kv_window_first(const ak_kv *kv) { return kv->ng > 1 ? kv->lfirst : 0; }
+
+void ak_kv_set_window_release(ak_kv *kv, int on) { kv->release = kv->ng > 1 && on; }
+
+int ak_kv_release_window_below(ak_kv *kv, int pos) {
+    if (kv->ng < 2 || pos <= kv->lfirst) return 0;
+    int released = 0;
+    for (int i = 0; i < kv->n_table; i++) {
+        int s0 = span_start(kv, i), end = s0 + span_cap(kv, i);
+        if (end > pos) break;
+        if (kv->ltable[i]) {
+            ak_block_unref(kv->pool, kv->ltable[i]);
+            kv->ltable[i] = NULL;
+            released++;
+        }
+        if (end > kv->lfirst) kv->lfirst = end;
+    }
+    return released;
+}
+
+int ak_kv_release_window(ak_kv *kv) {
+    if (kv->ng < 2 || !kv->release) return 0;
+    return ak_kv_release_window_below(kv, kv->length - kv->spec.window);
+}
+
+int ak_kv_window_check(const ak_kv *kv, int pos, ak_error *err) {
+    if (kv->ng < 2) return 0;
+    int lo = pos - kv->spec.window + 1;
+    if (lo < 0) lo = 0;
+    if (lo < kv->lfirst)
+        return ak_failc(err, AK_ERR_INVALID,
+                        "position %d sees positions from %d on through its window, but the local layers released "
+                        "those before %d",
+                        pos, lo, kv->lfirst);
+    return 0;
 }
 
 size_t ak_kv_bytes(const ak_kv *kv) {
     size_t n = 0;
-    for (int i = 0; i < kv->n_table; i++)
+    for (int i = 0; i < kv->n_table; i++) {
         if (kv->table[i]) n += kv->table[i]->bytes;
+        if (kv->ltable && kv->ltable[i]) n += kv->ltable[i]->bytes;
+    }
     return n;
 }
 
@@ -269,28 +354,38 @@ int ak_kv_prepare(ak_kv *kv, int from, int to, ak_error *err) {
         return ak_fail(err, "KV cache full: positions [%d, %d) do not fit the context size %d", from, to,
                        kv->capacity);
     if (from == to) return 0;
-    int slot, b0 = block_of(kv, from, &slot), b1 = block_of(kv, to - 1, &slot);
-    /* first make every new block, then commit, so a failure changes nothing */
-    ak_block *fresh[64];
-    ak_block **nb = b1 - b0 + 1 <= 64 ? fresh : ak_calloc(b1 - b0 + 1, sizeof(ak_block *), err);
+    int slot, b0 = block_of(kv, from, &slot), b1 = block_of(kv, to - 1, &slot), n = b1 - b0 + 1;
+    /* first make every new block (of each group), then commit, so a failure
+     * changes nothing */
+    ak_block *fresh[128];
+    ak_block **nb = 2 * n <= 128 ? fresh : ak_calloc(2 * (size_t)n, sizeof(ak_block *), err);
     if (!nb) return -1;
     int rc = 0;
-    for (int i = b0; i <= b1; i++) nb[i - b0] = NULL;   /* the unwinding below reads every entry */
-    for (int i = b0; i <= b1; i++) {
-        ak_block *b = kv->table[i];
-        if (!b) nb[i - b0] = ak_block_alloc(kv->pool, kv->fk, kv->fv, err);
-        /* shared, or indexed (its bits are named by its hash: never changed in place) */
-        else if (ak_block_refcount(kv->pool, b) > 1 || b->hash) nb[i - b0] = ak_block_clone(kv->pool, b, err);
-        else continue;
-        if (!nb[i - b0]) { rc = -1; break; }
+    for (int i = 0; i < 2 * n; i++) nb[i] = NULL;   /* the unwinding below reads every entry */
+    for (int g = 0; g < kv->ng && rc == 0; g++) {
+        ak_block **t = g ? kv->ltable : kv->table;
+        for (int i = b0; i <= b1; i++) {
+            ak_block *b = t[i], **o = &nb[g * n + i - b0];
+            /* the local group's released spans stay released */
+            if (g && span_start(kv, i) + span_cap(kv, i) <= kv->lfirst) continue;
+            if (!b) *o = ak_block_alloc_group(kv->pool, g, kv->fk, kv->fv, err);
+            /* shared, or indexed (its bits are named by its hash: never changed in place) */
+            else if (ak_block_refcount(kv->pool, b) > 1 || b->hash) *o = ak_block_clone(kv->pool, b, err);
+            else continue;
+            if (!*o) { rc = -1; break; }
+        }
     }
-    for (int i = b0; i <= b1; i++) {
-        if (!nb[i - b0]) continue;
-        if (rc == 0) {
-            ak_block_unref(kv->pool, kv->table[i]);
-            kv->table[i] = nb[i - b0];
-        } else {
-            ak_block_unref(kv->pool, nb[i - b0]);
+    for (int g = 0; g < kv->ng; g++) {
+        ak_block **t = g ? kv->ltable : kv->table;
+        for (int i = b0; i <= b1; i++) {
+            ak_block *o = nb[g * n + i - b0];
+            if (!o) continue;
+            if (rc == 0) {
+                ak_block_unref(kv->pool, t[i]);
+                t[i] = o;
+            } else {
+                ak_block_unref(kv->pool, o);
+            }
         }
     }
     if (nb != fresh) free(nb);
@@ -396,7 +491,7 @@ int ak_kv_write(ak_kv *kv, int layer, int pos, const float *k, const float *v, a
     if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer)
         return ak_fail(err, "KV write at layer %d position %d is out of range", layer, pos);
     int slot;
-    ak_block *b = kv->table[block_of(kv, pos, &slot)];
+    ak_block *b = tab_of(kv, layer)[block_of(kv, pos, &slot)];
     if (!b || b->refcount != 1 || b->hash) return ak_fail(err, "KV write at position %d: block not prepared", pos);
     if ((!k || !v) && pos >= kv->length)
         return ak_fail(err, "KV write of one side at position %d: the other side was never written", pos);
@@ -432,7 +527,10 @@ int ak_kv_read(const ak_kv *kv, int layer, int pos, float *k, float *v, ak_error
     if (pos < 0 || pos >= kv->length || layer < 0 || layer >= kv->spec.n_layer)
         return ak_fail(err, "KV read at layer %d position %d is out of range (length %d)", layer, pos, kv->length);
     int slot;
-    const ak_block *b = kv->table[block_of(kv, pos, &slot)];
+    const ak_block *b = tab_of(kv, layer)[block_of(kv, pos, &slot)];
+    if (!b)   /* a local layer's position that slid out of its window */
+        return ak_failc(err, AK_ERR_INVALID, "KV read at layer %d position %d: released (the local layers hold from %d)",
+                        layer, pos, kv->lfirst);
     if (b->mix) {
         mixed_get(kv, b, layer, slot, k, v);
         return 0;
@@ -458,7 +556,7 @@ static uint8_t *component_at(const ak_kv *kv, int layer, int is_v, int comp, int
         head >= kv->spec.n_head_kv || comp < 0 || comp > 1)
         return NULL;
     int slot;
-    ak_block *b = kv->table[block_of(kv, pos, &slot)];
+    ak_block *b = tab_of(kv, layer)[block_of(kv, pos, &slot)];
     if (!b || b->mix) return NULL;   /* mixed blocks persist as cards, not as agent files */
     int d = is_v ? kv->spec.head_dim_v : kv->spec.head_dim_k;
     ak_kv_format f = is_v ? b->fv : b->fk;
@@ -472,18 +570,22 @@ const uint8_t *ak_kv_stored(const ak_kv *kv, int layer, int is_v, int comp, int 
 }
 
 uint8_t *ak_kv_stored_mut(ak_kv *kv, int layer, int is_v, int comp, int head, int pos) {
-    if (pos < 0 || pos >= kv->capacity) return NULL;
+    if (pos < 0 || pos >= kv->capacity || layer < 0 || layer >= kv->spec.n_layer) return NULL;
     int slot;
-    ak_block *b = kv->table[block_of(kv, pos, &slot)];
+    ak_block *b = tab_of(kv, layer)[block_of(kv, pos, &slot)];
     if (!b || b->refcount != 1 || b->hash) return NULL;
     return component_at(kv, layer, is_v, comp, head, pos);
 }
 
 int ak_kv_swap(ak_kv *a, ak_kv *b) {
     if (a->pool != b->pool || a->fk != b->fk || a->fv != b->fv || a->capacity != b->capacity) return -1;
-    ak_block **t = a->table;
-    int n = a->length, la[AK_KV_MAX_SEGMENTS], lb[AK_KV_MAX_SEGMENTS];
+    ak_block **t = a->table, **lt = a->ltable;
+    int n = a->length, lf = a->lfirst, la[AK_KV_MAX_SEGMENTS], lb[AK_KV_MAX_SEGMENTS];
     int na = seg_lens(a, la), nb = seg_lens(b, lb);
+    a->ltable = b->ltable;
+    a->lfirst = b->lfirst;
+    b->ltable = lt;
+    b->lfirst = lf;
     a->table = b->table;
     a->length = b->length;
     seg_set(a, lb, nb);
@@ -504,7 +606,8 @@ int ak_kv_set_length(ak_kv *kv, int n, ak_error *err) {
     if (n < 0 || n > kv->capacity) return ak_fail(err, "length %d outside the capacity %d", n, kv->capacity);
     if (n < kv->base_len) return ak_fail(err, "length %d inside the shared base of %d positions", n, kv->base_len);
     for (int i = 0; i < spans_for(kv, n); i++)
-        if (!kv->table[i]) return ak_fail(err, "positions of block %d were never prepared", i);
+        if (!kv->table[i] || (kv->ltable && !kv->ltable[i] && span_start(kv, i) + span_cap(kv, i) > kv->lfirst))
+            return ak_fail(err, "positions of block %d were never prepared", i);
     kv->length = n;
     return 0;
 }
@@ -890,9 +993,11 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
     /* the first position the first token sees: blocks before it are not read */
     const int lo0 = window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0;
     int slot0;
+    ak_block *const *tb = tab_of(kv, layer);   /* the layer's group's blocks */
     for (int bi = block_of(kv, lo0, &slot0), s0; bi < kv->n_table && (s0 = span_start(kv, bi)) < n_end; bi++) {
         /* block bi holds positions [s0, s0 + its capacity) (a segment's partial block fewer than T) */
-        const ak_block *b = kv->table[bi];
+        const ak_block *b = tb[bi];
+        if (!b) continue;   /* released: only before the window (the forward pass checks, ak_kv_window_check) */
         int cap = span_cap(kv, bi), cnt = n_end - s0 < cap ? n_end - s0 : cap;
         if (b->mix) {   /* per-slot formats: class by class */
             attend_mixed(&a, kv, b, layer, kv_head, cnt, s0, pos0, window, scale, Tp, kt, vf, sc4);
@@ -901,8 +1006,9 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         }
         block_enter(&a, &h, kv, b, layer, kv_head);
         kv_prefetch pf = { .run = 4 };
-        if (bi + PF_AHEAD < kv->n_table && span_start(kv, bi + PF_AHEAD) < n_end && !kv->table[bi + PF_AHEAD]->mix)
-            prefetch_start(&pf, kv, &h, kv->table[bi + PF_AHEAD], kv_head);
+        if (bi + PF_AHEAD < kv->n_table && span_start(kv, bi + PF_AHEAD) < n_end && tb[bi + PF_AHEAD] &&
+            !tb[bi + PF_AHEAD]->mix)
+            prefetch_start(&pf, kv, &h, tb[bi + PF_AHEAD], kv_head);
         /* the block's keys (transposed) and values in f32, stored basis;
          * keys past cnt are zeros (their scores are never used, but they
          * must be finite) */
@@ -949,7 +1055,12 @@ int ak_kv_attach_base(ak_kv *kv, const ak_kv *src, int base_len, ak_error *err) 
     for (int i = 0; i < nb; i++) {
         ak_block_ref(kv->pool, src->table[i]);
         kv->table[i] = src->table[i];
+        if (kv->ltable && src->ltable[i]) {   /* NULL where src released it: kv holds no more than src */
+            ak_block_ref(kv->pool, src->ltable[i]);
+            kv->ltable[i] = src->ltable[i];
+        }
     }
+    kv->lfirst = src->lfirst < base_len ? src->lfirst : base_len;
     seg_set(kv, lens, ns);
     kv->length = base_len;
     return 0;
@@ -959,7 +1070,19 @@ int ak_kv_base_len(const ak_kv *kv) { return kv->base_len; }
 
 int ak_kv_segments(const ak_kv *kv, int *lens) { return seg_lens(kv, lens); }
 
+static int append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lblocks, int nb, int n, ak_error *err);
+
 int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err) {
+    return append_groups(kv, blocks, NULL, nb, n, err);
+}
+
+/* ak_kv_append_blocks with the local group's blocks lblocks (NULL: the
+ * sequence has one group; required with two). */
+static int append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lblocks, int nb, int n, ak_error *err) {
+    if (kv->ng > 1 && !lblocks)
+        return ak_failc(err, AK_ERR_INVALID,
+                        "a segment of shared blocks (a pool's, a card's, a memory's) cannot join a cache with "
+                        "sliding-window layers");
     if (kv->length != kv->base_len)
         return ak_failc(err, AK_ERR_INVALID, "blocks can only follow the segments: the sequence holds %d own positions",
                         kv->length - kv->base_len);
@@ -977,10 +1100,18 @@ int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_er
     for (int i = b0; i < kv->n_table; i++) {   /* blocks prepared past the length hold nothing */
         ak_block_unref(kv->pool, kv->table[i]);
         kv->table[i] = NULL;
+        if (kv->ltable) {
+            ak_block_unref(kv->pool, kv->ltable[i]);
+            kv->ltable[i] = NULL;
+        }
     }
     for (int i = 0; i < nb; i++) {
         ak_block_ref(kv->pool, blocks[i]);
         kv->table[b0 + i] = blocks[i];
+        if (kv->ltable) {
+            ak_block_ref(kv->pool, lblocks[i]);
+            kv->ltable[b0 + i] = lblocks[i];
+        }
     }
     int lens[AK_KV_MAX_SEGMENTS], ns = seg_lens(kv, lens);
     lens[ns++] = n;
@@ -994,12 +1125,12 @@ int ak_kv_append_empty(ak_kv *kv, int n, ak_error *err) {
         return ak_failc(err, AK_ERR_INVALID, "a segment of %d positions after %d in a context of %d", n, kv->base_len,
                         kv->capacity);
     int nb = (n + kv->T - 1) / kv->T, rc = 0;
-    ak_block **bl = ak_calloc((size_t)nb, sizeof *bl, err);
+    ak_block **bl = ak_calloc((size_t)nb * kv->ng, sizeof *bl, err);
     if (!bl) return -1;
-    for (int i = 0; i < nb && rc == 0; i++)
-        if (!(bl[i] = ak_block_alloc(kv->pool, kv->fk, kv->fv, err))) rc = -1;
-    if (rc == 0) rc = ak_kv_append_blocks(kv, bl, nb, n, err);
-    for (int i = 0; i < nb; i++) ak_block_unref(kv->pool, bl[i]);   /* kv holds them now (or nothing does) */
+    for (int i = 0; i < nb * kv->ng && rc == 0; i++)
+        if (!(bl[i] = ak_block_alloc_group(kv->pool, i / nb, kv->fk, kv->fv, err))) rc = -1;
+    if (rc == 0) rc = append_groups(kv, bl, kv->ng > 1 ? bl + nb : NULL, nb, n, err);
+    for (int i = 0; i < nb * kv->ng; i++) ak_block_unref(kv->pool, bl[i]);   /* kv holds them now (or nothing does) */
     free(bl);
     return rc;
 }
@@ -1048,6 +1179,8 @@ int ak_kv_link_point(const ak_kv *kv) {
 }
 
 int ak_kv_link(ak_kv *kv, ak_block *b, ak_error *err) {
+    if (kv->ng > 1)   /* an indexed block holds one group's layers: the other's would be missing */
+        return ak_failc(err, AK_ERR_INVALID, "linked (prefix-shared) blocks are not supported with sliding-window layers");
     if (ak_kv_link_point(kv) < 0)
         return ak_failc(err, AK_ERR_INVALID, "cannot link a block at position %d: not a block boundary", kv->length);
     if (kv->length + kv->T > kv->capacity)
@@ -1062,7 +1195,7 @@ int ak_kv_link(ak_kv *kv, ak_block *b, ak_error *err) {
 }
 
 int ak_kv_replace_span(ak_kv *kv, int i, ak_block *b) {
-    if (i < 0 || i >= spans_for(kv, kv->length) || !kv->table[i] || kv->table[i] == b) return -1;
+    if (kv->ng > 1 || i < 0 || i >= spans_for(kv, kv->length) || !kv->table[i] || kv->table[i] == b) return -1;
     ak_block *o = kv->table[i];
     if (ak_block_refcount(kv->pool, o) != 1 || o->mix || b->mix || o->fk != b->fk || o->fv != b->fv) return -1;
     ak_block_ref(kv->pool, b);
@@ -1073,9 +1206,10 @@ int ak_kv_replace_span(ak_kv *kv, int i, ak_block *b) {
 
 size_t ak_kv_private_bytes(const ak_kv *kv) {
     size_t n = 0;
-    for (int i = 0; i < kv->n_table; i++)
-        if (kv->table[i] && ak_block_refcount(kv->pool, kv->table[i]) == 1)
-            n += kv->table[i]->bytes;
+    for (int i = 0; i < kv->n_table; i++) {
+        if (kv->table[i] && ak_block_refcount(kv->pool, kv->table[i]) == 1) n += kv->table[i]->bytes;
+        if (kv->ltable && kv->ltable[i] && ak_block_refcount(kv->pool, kv->ltable[i]) == 1) n += kv->ltable[i]->bytes;
+    }
     return n;
 }
 

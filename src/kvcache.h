@@ -45,6 +45,37 @@ void ak_kv_truncate(ak_kv *kv, int n);
 size_t ak_kv_bytes(const ak_kv *kv);
 int ak_kv_n_blocks(const ak_kv *kv);
 
+/* LAYER GROUPS (cachespec.h). A sequence of a model with sliding-window
+ * layers holds, for each span of positions, a block of the global layers
+ * and one of the local layers. Once a local block lies wholly before
+ * (length - window) no later token can see it: ak_kv_release_window drops
+ * the sequence's reference to it (a shared block stays alive for its
+ * other holders), so a long sequence's local layers cost about a window of
+ * positions. Reading a released position (ak_kv_read, ak_kv_stored) fails;
+ * the forward pass checks ak_kv_window_check before computing a token.
+ * With one group (every other family) none of this changes anything. */
+/* Layer groups of the sequence (1 or 2). */
+int ak_kv_groups(const ak_kv *kv);
+/* Blocks the sequence holds of group g (0 global or all, 1 local). */
+int ak_kv_group_blocks(const ak_kv *kv, int group);
+/* The first position whose local-layer vectors may still be held: every
+ * local block ending at or before it was released (0 with one group). */
+int ak_kv_window_first(const ak_kv *kv);
+/* Turns releasing on or off for this sequence (by default as its pool
+ * says: ak_block_pool_set_window_release); forks inherit it. */
+void ak_kv_set_window_release(ak_kv *kv, int on);
+/* When releasing is on: releases the local blocks wholly before (length -
+ * window). Called after each forward pass. Returns the blocks released. */
+int ak_kv_release_window(ak_kv *kv);
+/* Releases the local blocks that end at or before pos, whatever the
+ * setting (a restore of a file that holds only the live ones, before its
+ * positions are prepared). Returns the blocks released. */
+int ak_kv_release_window_below(ak_kv *kv, int pos);
+/* 0 if a token at position pos finds every position its local layers'
+ * window shows still held, else -1 with err set (AK_ERR_INVALID: the
+ * sequence was truncated back below what it released). */
+int ak_kv_window_check(const ak_kv *kv, int pos, ak_error *err);
+
 /* Makes positions [from, to) writable: allocates missing blocks and copies
  * shared ones and those entered in the content index (copy-on-write: an
  * indexed block's bits are named by its hash, blockpool.h). Returns 0, or -1 with err set (budget

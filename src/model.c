@@ -398,6 +398,11 @@ static int load_weights(ak_model *m, ak_error *err) {
         const uint8_t *swa = c->window > 0 ? swa_layers(m, NULL) : NULL;
         int local = swa ? swa[l] != 0 : l % c->swa_pattern < c->swa_pattern - 1;
         L->window = c->window > 0 && local ? c->window : 0;
+        /* the cache's layer groups (cachespec.h) */
+        if (L->window && l < AK_KV_MAX_LAYERS) {
+            m->spec.window = c->window;
+            m->spec.local[l] = 1;
+        }
         if (c->n_expert && l >= c->n_dense_lead) {
             int sh = c->n_expert_shared * c->expert_ffn;
             W(router, "ffn_gate_inp.weight", c->n_expert, c->dim)
@@ -1040,7 +1045,8 @@ static int batch_setup(ak_ctx *c, const ak_batch *b, ak_error *err) {
                 if (b->pos[j] < lo) lo = b->pos[j];
                 if (b->pos[j] + 1 > hi) hi = b->pos[j] + 1;
             }
-        if (ak_kv_prepare(b->seq[i], lo, hi, err) < 0) return -1;
+        /* a windowed sequence truncated below what its local layers released cannot go on */
+        if (ak_kv_window_check(b->seq[i], lo, err) < 0 || ak_kv_prepare(b->seq[i], lo, hi, err) < 0) return -1;
     }
     int half = cf->rope_dim / 2;
     float *cs_swa = c->rope_cs + (size_t)c->max_batch * cf->rope_dim;   /* sliding-window layers' */
@@ -1166,6 +1172,12 @@ static void batch_logits(ak_ctx *c, const ak_batch *b) {
     }
 }
 
+/* After a whole forward pass: each sequence's local blocks that slid out
+ * of the window are released (where the sequence does so: kvcache.h). */
+static void release_windows(const ak_batch *b) {
+    for (int i = 0; i < b->n; i++) ak_kv_release_window(b->seq[i]);
+}
+
 static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     int n_units = batch_setup(c, b, err);
     if (n_units < 0) return -1;
@@ -1173,6 +1185,7 @@ static int forward(ak_ctx *c, const ak_batch *b, ak_error *err) {
     for (int l = 0; l < c->m->cfg.n_layer; l++)
         if (layer_forward(c, b, l, n_units, err) < 0) return -1;
     batch_logits(c, b);
+    release_windows(b);
     return 0;
 }
 
@@ -1208,7 +1221,10 @@ static int forward_layers(ak_ctx *c, const ak_batch *b, float *x, int l0, int l1
     for (int l = l0; l < l1; l++)
         if (layer_forward(c, b, l, n_units, err) < 0) return -1;
     memcpy(x, c->x, bytes);
-    if (l1 == c->m->cfg.n_layer) batch_logits(c, b);
+    if (l1 == c->m->cfg.n_layer) {
+        batch_logits(c, b);
+        release_windows(b);
+    }
     return 0;
 }
 

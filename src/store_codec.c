@@ -170,7 +170,7 @@ static const char *kind_format(int kind) {
  * and the data section's size. Returns -1 (why set) if a format cannot store
  * the head dim or the sizes overflow. Both the writer and the reader use
  * this: the reader requires the file's table to be exactly this one. */
-static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t nb, int T,
+static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t nb, int T, int64_t lb0,
                           tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn) {
     ak_kv_component ck[2], cv[2];
     int nck = ak_kv_format_components(fk, s->head_dim_k, ck);
@@ -178,6 +178,10 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
     if (!nck || !ncv) {
         snprintf(why, whyn, "formats %s/%s cannot store head dims %d/%d", ak_kv_format_get(fk)->name,
                  ak_kv_format_get(fv)->name, s->head_dim_k, s->head_dim_v);
+        return -1;
+    }
+    if (lb0 < 0 || lb0 > nb) {
+        snprintf(why, whyn, "local layers from block %lld of %lld", (long long)lb0, (long long)nb);
         return -1;
     }
     if (T < 1 || T > AK_KV_MAX_BLOCK_TOKENS || nb < 0) {
@@ -199,12 +203,13 @@ static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format 
                 d->ci = c;
                 snprintf(d->name, sizeof d->name, "layers.%d.%c.%s", l, v ? 'v' : 'k', d->comp.name);
                 d->ndim = 3 + d->comp.ndim;
-                d->shape[0] = nb;
+                d->b0 = ak_spec_group(s, l) ? lb0 : 0;
+                d->shape[0] = nb - d->b0;
                 d->shape[1] = s->n_head_kv;
                 d->shape[2] = T;
                 for (int k = 0; k < d->comp.ndim; k++) d->shape[3 + k] = d->comp.shape[k];
                 uint64_t b;
-                if (__builtin_mul_overflow((uint64_t)nb * (uint64_t)T, (uint64_t)s->n_head_kv, &b) ||
+                if (__builtin_mul_overflow((uint64_t)d->shape[0] * (uint64_t)T, (uint64_t)s->n_head_kv, &b) ||
                     __builtin_mul_overflow(b, (uint64_t)d->comp.bytes, &b) || __builtin_add_overflow(off, b, &off)) {
                     free(t);
                     snprintf(why, whyn, "tensor sizes overflow");
@@ -286,17 +291,21 @@ int aks_transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int 
     for (int i = 0; i < nt; i++) {
         size_t cb = t[i].comp.bytes;
         uint8_t *td = data + t[i].offset;
+        /* a version 7 file's local layers start at file block b0 (a file
+         * without a base: one run, standard-mapped from 0) */
+        int64_t tb0 = t[i].b0;
         for (int k = 0; k < ru->n; k++) {
-            int s0 = ru->start[k], n = s0 + ru->len[k];
+            int s0 = ru->start[k], n = s0 + ru->len[k], p0 = s0 + (k == ru->n - 1 ? skip : 0);
+            if (tb0 && p0 < tb0 * Tf) p0 = (int)(tb0 * Tf);
             for (int h = 0; h < H; h++)
-                for (int p = s0 + (k == ru->n - 1 ? skip : 0); p < n;) {
+                for (int p = p0; p < n;) {
                     int q = p - s0, r = Tf - q % Tf, rp = kv_run(kv, p);
                     if (rp < r) r = rp;
                     if (n - p < r) r = n - p;
                     uint8_t *a = to_kv ? ak_kv_stored_mut(kv, t[i].layer, t[i].is_v, t[i].ci, h, p)
                                        : (uint8_t *)ak_kv_stored(kv, t[i].layer, t[i].is_v, t[i].ci, h, p);
                     if (!a) return -1;
-                    uint8_t *tp = td + (((size_t)(ru->blk0[k] + q / Tf) * H + (size_t)h) * Tf + (size_t)(q % Tf)) * cb;
+                    uint8_t *tp = td + (((size_t)(ru->blk0[k] + q / Tf - tb0) * H + (size_t)h) * Tf + (size_t)(q % Tf)) * cb;
                     if (to_kv) memcpy(a, tp, (size_t)r * cb);
                     else memcpy(tp, a, (size_t)r * cb);
                     p += r;
@@ -304,7 +313,7 @@ int aks_transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int 
             int own = ru->len[k];
             if (!to_kv && own % Tf)   /* the run's last block's unused slots: zeros, so the file is a function of the cache */
                 for (int h = 0; h < H; h++)
-                    memset(td + (((size_t)(ru->blk0[k] + own / Tf) * H + (size_t)h) * Tf + (size_t)(own % Tf)) * cb,
+                    memset(td + (((size_t)(ru->blk0[k] + own / Tf - tb0) * H + (size_t)h) * Tf + (size_t)(own % Tf)) * cb,
                            0, (size_t)(Tf - own % Tf) * cb);
         }
     }
@@ -323,10 +332,14 @@ uint64_t aks_combine_hashes(const uint64_t *h, int nt, uint8_t *scratch) {
  * holds nt hashes, scratch nt * 8 bytes. */
 static uint64_t block_checksum(const uint8_t *data, const tensor_desc *t, int nt, int64_t b, uint64_t *hs,
                                uint8_t *scratch) {
-    for (int i = 0; i < nt; i++)
-        hs[i] = XXH3_64bits(data + t[i].offset + (uint64_t)b * t[i].piece, (size_t)t[i].piece);
-    return aks_combine_hashes(hs, nt, scratch);
+    int n = 0;
+    for (int i = 0; i < nt; i++)   /* the tensors that hold block b (a version 7 file's local ones from b0) */
+        if (b >= t[i].b0) hs[n++] = XXH3_64bits(data + t[i].offset + (uint64_t)(b - t[i].b0) * t[i].piece, (size_t)t[i].piece);
+    return aks_combine_hashes(hs, n, scratch);
 }
+
+/* File blocks of a table t (nt tensors): tensor 0's b0 plus its blocks. */
+static int64_t table_blocks(const tensor_desc *t, int nt) { return nt ? t[0].b0 + t[0].shape[0] : 0; }
 
 /* ---------------------------------------------------------------- snapshot */
 
@@ -587,8 +600,22 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
     char why[128];
     file_runs ru;
     aks_runs_of(&b, n_tokens, sn->block_tokens, &ru);
-    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens, &sn->t, &sn->data_bytes, why,
-                            sizeof why);
+    /* the local layers' released blocks (kvcache.h LAYER GROUPS): an agent
+     * file of version 7 leaves them out; a file of another kind, or with a
+     * base, cannot */
+    int wf = ak_kv_window_first(kv);
+    if (wf > n_tokens) wf = n_tokens / sn->block_tokens * sn->block_tokens;
+    if (wf > 0 && (kind != AK_FILE_AGENT || b.base_len > 0 || wf % sn->block_tokens)) {
+        ak_failc(err, AK_ERR_INVALID,
+                 "store: %s %s: its sliding-window layers released positions before %d; only an agent file without a "
+                 "base can leave them out",
+                 what, agent_id, wf);
+        ak_snapshot_free(sn);
+        return NULL;
+    }
+    sn->window_first = wf;
+    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens, wf / sn->block_tokens, &sn->t,
+                            &sn->data_bytes, why, sizeof why);
     if (sn->nt < 0) {
         ak_failc(err, AK_ERR_INVALID, "store: %s %s: %s", what, agent_id, why);
         ak_snapshot_free(sn);
@@ -630,7 +657,7 @@ ak_snapshot *ak_store_snapshot_base(const char *agent_id, const ak_kv *kv, const
 }
 
 size_t ak_snapshot_bytes(const ak_snapshot *sn) {
-    size_t nb = sn->nt ? (size_t)sn->t[0].shape[0] : 0;
+    size_t nb = (size_t)table_blocks(sn->t, sn->nt);
     return (size_t)sn->data_bytes + (size_t)sn->n_tokens * 8 + nb * 17 + (sn->source ? strlen(sn->source) : 0) +
            (sn->corrections ? strlen(sn->corrections) : 0) + 4096;
 }
@@ -699,7 +726,7 @@ static void wipe_tokens(cJSON *root) {
  * The pieces are hashed tensor by tensor (in file order: the data is read
  * once, front to back), then combined block by block. */
 static char *block_sums_string(const ak_snapshot *sn) {
-    int64_t nb = sn->nt ? sn->t[0].shape[0] : 0;
+    int64_t nb = table_blocks(sn->t, sn->nt);
     int nt = sn->nt ? sn->nt : 1;
     char *out = malloc((size_t)nb * 17 + 1);
     uint64_t *hs = malloc(sizeof *hs * (size_t)nt * (size_t)(nb ? nb : 1));
@@ -708,16 +735,26 @@ static char *block_sums_string(const ak_snapshot *sn) {
         free(out);
         out = NULL;
     } else {
+        /* block b's pieces, in tensor order, packed from hs[b * nt] (a
+         * version 7 file's local tensors have none before their b0) */
+        int *cnt = calloc((size_t)(nb ? nb : 1), sizeof *cnt);
+        if (!cnt) {
+            free(out);
+            out = NULL;
+            goto done;
+        }
         for (int i = 0; i < sn->nt; i++)
-            for (int64_t b = 0; b < nb; b++)
-                hs[(size_t)b * (size_t)nt + (size_t)i] =
-                    XXH3_64bits(sn->data + sn->t[i].offset + (uint64_t)b * sn->t[i].piece, (size_t)sn->t[i].piece);
+            for (int64_t b = sn->t[i].b0; b < nb; b++)
+                hs[(size_t)b * (size_t)nt + (size_t)cnt[b]++] = XXH3_64bits(
+                    sn->data + sn->t[i].offset + (uint64_t)(b - sn->t[i].b0) * sn->t[i].piece, (size_t)sn->t[i].piece);
         out[0] = 0;
         for (int64_t b = 0; b < nb; b++) {
             if (b) out[b * 17 - 1] = ',';
-            hex64(aks_combine_hashes(hs + (size_t)b * (size_t)nt, sn->nt, scratch), out + b * 17);
+            hex64(aks_combine_hashes(hs + (size_t)b * (size_t)nt, cnt[b], scratch), out + b * 17);
         }
+        free(cnt);
     }
+done:
     free(hs);
     free(scratch);
     return out;
@@ -727,7 +764,7 @@ static char *block_sums_string(const ak_snapshot *sn) {
  * malloc'd buffer of *len bytes; hashes every block on the way. */
 uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
     enum { NP = 32 };
-    char num[12][24], meta_hex[17];
+    char num[12][24], meta_hex[17], wfirst[24], wsize[24], locals[AK_KV_MAX_LAYERS + 1];
     char *tokens = NULL, *sums = NULL, *json = NULL;
     uint8_t *out = NULL;
     cJSON *root = NULL;
@@ -747,7 +784,8 @@ uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
                       sn->n_tokens, sn->created, sn->base.base_len};
     for (int i = 0; i < 9; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", kind_format(sn->kind)}, {"format_version", sn->corrections ? "6" : AK_FORMAT_VERSION_STR},
+        {"format", kind_format(sn->kind)},
+        {"format_version", sn->window_first ? "7" : sn->corrections ? "6" : AK_FORMAT_VERSION_STR},
         {"agent_id", sn->id}, {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name},
         {"n_layer", num[0]}, {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]},
         {"n_ctx", num[4]}, {"kv_format_k", ak_kv_format_get(sn->fk)->name},
@@ -781,6 +819,15 @@ uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
         p[np++] = (kv_pair){"source", sn->source ? sn->source : ""};
     }
     if (sn->corrections) p[np++] = (kv_pair){"corrections", sn->corrections};
+    if (sn->window_first) {   /* version 7: which layers are local, their window, where they start */
+        snprintf(wfirst, sizeof wfirst, "%d", sn->window_first);
+        snprintf(wsize, sizeof wsize, "%d", s->window);
+        for (int l = 0; l < s->n_layer && l < AK_KV_MAX_LAYERS; l++) locals[l] = ak_spec_group(s, l) ? '1' : '0';
+        locals[s->n_layer < AK_KV_MAX_LAYERS ? s->n_layer : AK_KV_MAX_LAYERS] = 0;
+        p[np++] = (kv_pair){"window_first", wfirst};
+        p[np++] = (kv_pair){"window", wsize};
+        p[np++] = (kv_pair){"local_layers", locals};
+    }
     kv_pair sorted[NP];
     memcpy(sorted, p, sizeof(kv_pair) * np);
     if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
@@ -1041,15 +1088,16 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
         free(pairs);
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "bad format_version \"%.20s\"", ver ? ver : "");
     }
-    if (x < AK_FORMAT_VERSION_OLDEST || x > AK_FORMAT_VERSION_CORR) {
+    if (x < AK_FORMAT_VERSION_OLDEST || x > AK_FORMAT_VERSION_WINDOW) {
         free(pairs);
         return aks_judge(v, AK_STORE_STALE, NULL, "format version %lld is %s than this build's %d..%d", (long long)x,
-                     x > AK_FORMAT_VERSION_CORR ? "newer" : "older", AK_FORMAT_VERSION_OLDEST, AK_FORMAT_VERSION_CORR);
+                     x > AK_FORMAT_VERSION_WINDOW ? "newer" : "older", AK_FORMAT_VERSION_OLDEST, AK_FORMAT_VERSION_WINDOW);
     }
     m->version = (int)x;
     /* corrections come with version 6 and only then (a 5 never has them) */
     m->corrections = meta_str(meta, "corrections");
-    if ((m->corrections != NULL) != (x == AK_FORMAT_VERSION_CORR) || (m->corrections && kind != AK_FILE_AGENT)) {
+    if ((m->corrections && x < AK_FORMAT_VERSION_CORR) || (!m->corrections && x == AK_FORMAT_VERSION_CORR) ||
+        (m->corrections && kind != AK_FILE_AGENT)) {
         free(pairs);
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "corrections %s in a version %lld %s file",
                          m->corrections ? "present" : "missing", (long long)x, ak_kind_word(kind));
@@ -1103,6 +1151,26 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
     m->block_tokens = (int)ints[5].val;
     m->n_tokens = (int)ints[6].val;
     m->created = ints[7].val;
+    if (m->version == AK_FORMAT_VERSION_WINDOW) {
+        /* the local layers (one '0'/'1' a layer), their window, and the
+         * first position they hold: a block boundary inside n_tokens of an
+         * agent file without a base (checked with the base below) */
+        const char *loc = meta_str(meta, "local_layers");
+        int64_t wf, w;
+        if (kind != AK_FILE_AGENT || !loc || strlen(loc) != (size_t)m->spec.n_layer || m->spec.n_layer > AK_KV_MAX_LAYERS ||
+            ak_parse_dec(meta_str(meta, "window_first"), 1, m->n_tokens, &wf) || wf % m->block_tokens ||
+            ak_parse_dec(meta_str(meta, "window"), 1, INT32_MAX, &w))
+            return aks_judge(v, AK_STORE_CORRUPT, "metadata", "version 7 window metadata missing or not sound");
+        for (int l = 0; l < m->spec.n_layer; l++) {
+            if (loc[l] != '0' && loc[l] != '1')
+                return aks_judge(v, AK_STORE_CORRUPT, "metadata", "local_layers is not a '0'/'1' string");
+            m->spec.local[l] = loc[l] == '1';
+        }
+        m->spec.window = (int)w;
+        if (ak_spec_groups(&m->spec) < 2)
+            return aks_judge(v, AK_STORE_CORRUPT, "metadata", "version 7 file without a local layer");
+        m->window_first = (int)wf;
+    }
     /* a format this build does not know was written by a newer one */
     if (ak_kv_format_parse(meta_str(meta, "kv_format_k"), &m->fk) || ak_kv_format_parse(meta_str(meta, "kv_format_v"), &m->fv))
         return aks_judge(v, AK_STORE_STALE, NULL, "unknown KV format %.10s/%.10s", meta_str(meta, "kv_format_k"),
@@ -1127,7 +1195,10 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
     }
     if (!ok || nt != m->n_tokens)
         return aks_judge(v, AK_STORE_CORRUPT, "tokens", "token list does not hold %d canonical ids", m->n_tokens);
-    return parse_base(meta, m, v);
+    ak_store_status bst = parse_base(meta, m, v);
+    if (bst == AK_STORE_HIT && m->window_first && m->base.base_len > 0)
+        return aks_judge(v, AK_STORE_CORRUPT, "metadata", "a version 7 file with a base");
+    return bst;
 }
 
 /* Parses "block_checksums" (nb entries) into out. Returns 0, or -1 if it
@@ -1169,9 +1240,10 @@ ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, tensor_d
                      (long long)count);
     file_runs ru;
     aks_runs_of(&m->base, m->n_tokens, m->block_tokens, &ru);
-    int nt = layout_tensors(&m->spec, m->fk, m->fv, ru.blk0[ru.n], m->block_tokens, &t, &data_bytes, why, sizeof why);
+    int nt = layout_tensors(&m->spec, m->fk, m->fv, ru.blk0[ru.n], m->block_tokens, m->window_first / m->block_tokens, &t,
+                            &data_bytes, why, sizeof why);
     if (nt < 0) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
-    int64_t nb = nt ? t[0].shape[0] : 0;
+    int64_t nb = table_blocks(t, nt);
     ak_store_status st = AK_STORE_HIT;
     uint64_t have = img_size - m->hdr_end;
     if (have != data_bytes) {
@@ -1292,6 +1364,13 @@ ak_store_status aks_check_expect(const agent_meta *m, const char *fingerprint, c
     if (m->n_tokens > ak_kv_capacity(kv))
         return aks_judge(v, AK_STORE_STALE, NULL, "%d tokens do not fit the sequence's capacity %d", m->n_tokens,
                      ak_kv_capacity(kv));
+    if (m->window_first) {   /* version 7: the same local layers and window as this cache's */
+        int same = ak_spec_groups(s) > 1 && s->window == f->window;
+        for (int l = 0; same && l < s->n_layer; l++) same = ak_spec_group(s, l) == ak_spec_group(f, l);
+        if (!same)
+            return aks_judge(v, AK_STORE_STALE, NULL, "the file's sliding-window layers (window %d) are not this cache's",
+                             f->window);
+    }
     return AK_STORE_HIT;
 }
 

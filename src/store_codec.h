@@ -30,6 +30,12 @@
  * carries AgentKVShift corrections: kvcache.h CORRECTIONS); only such
  * files are written as 6, every other file stays 5. */
 #define AK_FORMAT_VERSION_CORR 6
+/* Version 7 is version 6 (corrections optional) with "window_first": an
+ * agent of a model with sliding-window layers whose local layers released
+ * the blocks before that position (kvcache.h LAYER GROUPS); the local
+ * layers' tensors hold only the blocks from there on. Only such files are
+ * written as 7. */
+#define AK_FORMAT_VERSION_WINDOW 7
 
 /* A buffer for a whole cache (snapshot data, file images; free() it).
  * Plain 4 KiB pages: transparent huge pages (MADV_HUGEPAGE) made the first
@@ -51,6 +57,8 @@ typedef struct {
     int64_t shape[5];         /* [blocks, heads, T] + the component's own (up to 2) */
     uint64_t offset, bytes;   /* within the data section */
     uint64_t piece;           /* bytes of one block: [n_head_kv][T] components */
+    int64_t b0;               /* the first file block it holds (a version 7 file's local layers), else 0:
+                                 file block b (>= b0) is its piece b - b0 */
 } tensor_desc;
 
 /* The runs of positions a file holds, in file order: each own segment of
@@ -102,6 +110,7 @@ struct ak_snapshot {
     uint8_t *data;
     uint64_t data_bytes;
     char *corrections;      /* agents: the "corrections" metadata (malloc'd), or NULL when the sequence has none */
+    int window_first;       /* agents: the first position the local layers hold (version 7), 0: all */
 };
 
 /* Builds the safetensors header of sn (u64 length + padded JSON) into a
@@ -146,6 +155,7 @@ typedef struct {
     uint64_t hdr_end;       /* 8 + N: where the data section begins */
     cJSON *root;            /* the parsed header */
     const char *corrections; /* version 6: the "corrections" string (inside root), else NULL */
+    int window_first;       /* version 7: the first position the local layers hold, else 0 */
 } agent_meta;
 
 void aks_meta_free(agent_meta *m);

@@ -524,6 +524,9 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
         aks_judge_error(v, e2.code, "%s", e2.msg);
         goto out;
     }
+    /* a version 7 file holds the local layers from window_first on: the
+     * fresh sequence never allocates them before (kvcache.h LAYER GROUPS) */
+    if (m->window_first) ak_kv_release_window_below(tmp, m->window_first);
     int L = 0;
     if (prelink) {
         ak_error pe = {{0}};
@@ -549,10 +552,16 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
     info->linked = L;
     for (int k = 0; own_segs && k < ru.n - 1; k++) info->linked -= ru.len[k];   /* read, not linked */
     int64_t j0 = own_segs ? 0 : L >= n ? nb : (L - base) / Tf;
+    if (m->window_first && j0 > 0) {   /* version 7 files are read whole (a prelink links nothing into them) */
+        aks_judge_error(v, AK_ERR_INVALID, "a windowed agent file cannot skip %lld blocks", (long long)j0);
+        goto out;
+    }
     info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
     timed = 1;
     t1 = ak_now();
-    int direct = !r->sealed && Tf == T;
+    /* straight into blocks only with one layer group: read_direct places
+     * every tensor by its offset from the block's start */
+    int direct = !r->sealed && Tf == T && ak_kv_groups(tmp) == 1;
     if (direct && ak_kv_prepare(tmp, L, n, &e2) != 0) {
         if (ak_kv_n_blocks(kv) == 0) {
             aks_judge_error(v, e2.code, "%s", e2.msg);

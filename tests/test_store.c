@@ -587,7 +587,7 @@ TEST(store_stale_files_miss_without_quarantine) {
      * miss, kept */
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(file_of(dir, "a"), &len, &err);
-    const char *vers[2][3] = {{"\"format_version\":\"7\"", "v7", "newer"}, {"\"format_version\":\"3\"", "v3", "older"}};
+    const char *vers[2][3] = {{"\"format_version\":\"8\"", "v8", "newer"}, {"\"format_version\":\"3\"", "v3", "older"}};
     for (int k = 0; k < 2; k++) {
         REQUIRE(img && patch(img, len, "\"format_version\":\"5\"", vers[k][0]) == 0, "patch");
         REQUIRE(write_bytes(file_of(dir, vers[k][1]), img, len) == 0, "write");
