@@ -685,153 +685,6 @@ AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, con
         }
 }
 
-/* Both halves of one group of 16 rows times 8 tokens (the batched decode's
- * step, and prefill's full tiles): Y[t * ldy + 8 h + r] for 8 h + r <
- * nvalid. The weights are read once for the 8 tokens (each unpacked vector
- * is used 8 times, against 4 in tile's T = 4: half the unpacking, half the
- * passes over the group's lines), and block by block both halves, so a
- * line fetched for rows 0..7 serves rows 8..15 right away. Registers: the
- * 8 tokens' block sums (16-bit without VNNI, or int32), the unpacked vector
- * and its halves; the 16 float accumulators live in memory and are touched
- * once per block. Per row and token the arithmetic is tile's: the same
- * exact integer sums, then acc = fma(float(sum), dw * dx, acc) (+ m * s),
- * block by block, so a token's bits do not depend on this tile either. */
-#define T8 8    /* tokens per tile8 */
-#define TC 4    /* of which one pass takes (registers: 4 sums) */
-AK_INLINE_P void tile8(const int kind, const uint8_t *grp, int64_t nb, const uint8_t *xp0, size_t xps, int64_t cols,
-                       float *Y, int64_t ldy, int nvalid) {
-    const size_t crb = pq_code_record_bytes(kind), srb = pq_scale_record_bytes(kind);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
-    _Alignas(32) float acc[2][T8][8];
-    _Alignas(32) int32_t part[TC][8];   /* Q5: the first half of a block's sum */
-    memset(acc, 0, sizeof acc);
-    const int64_t nbk = cols / AK_QK;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *rec = grp + (size_t)b * crb;
-        const uint8_t *sc = grp + (size_t)nb * crb + (size_t)b * srb;
-#pragma GCC unroll 8
-        for (size_t off = 0; off < crb; off += 64) {
-            _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
-            _mm_prefetch((const char *)(rec + PF_FAR + off), _MM_HINT_T1);
-        }
-        _mm_prefetch((const char *)(sc + PF_BYTES / 8 * (srb / 32)), _MM_HINT_T0);
-#pragma GCC unroll 1
-        for (int hc = 0; hc < 4; hc++) {
-            const int h = hc >> 1, c = hc & 1;
-            /* Opaque per pass: else GCC hoists the broadcasts of the
-             * activations (the same for both halves) out of this loop and
-             * spills them all. */
-            const uint8_t *xp = xp0 + (size_t)(TC * c) * xps;
-            __asm__("" : "+r"(xp));
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16 * h)));
-            __m256i s[TC];
-            if (kind == PQ_Q80) {
-#pragma GCC unroll 4
-                for (int t = 0; t < TC; t++)
-                    s[t] = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + cols + 4 * nbk + 4 * b));
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    const __m256i z = _mm256_load_si256((const __m256i *)(rec + 64 * j + 32 * h));
-#if defined(AK_VNNI256)
-#pragma GCC unroll 4
-                    for (int t = 0; t < TC; t++) {
-                        s[t] = dpbusd_b(s[t], z, xp + (size_t)t * xps + b * AK_QK + 4 * j);
-                        KEEP(s[t]);
-                    }
-#else
-                    const __m256i ws = _mm256_xor_si256(z, _mm256_set1_epi8((char)0x80)), wa = _mm256_abs_epi8(ws);
-#pragma GCC unroll 4
-                    for (int t = 0; t < TC; t++) {
-                        __m256i x = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + b * AK_QK + 4 * j));
-                        __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, ws));
-                        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-                        KEEP(s[t]);
-                    }
-#endif
-                }
-            } else {
-                const __m256i hb = pq_has_hbits(kind) ? _mm256_load_si256((const __m256i *)(rec + 256 + 32 * h))
-                                                      : _mm256_setzero_si256();
-#if defined(AK_VNNI256)
-#pragma GCC unroll 4
-                for (int t = 0; t < TC; t++)
-                    s[t] = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + cols + 4 * nbk + 4 * b));
-#else
-                /* s: the 16-bit pair sums until they are widened */
-#pragma GCC unroll 4
-                for (int t = 0; t < TC; t++) s[t] = _mm256_setzero_si256();
-#endif
-#pragma GCC unroll 4
-                for (int p = 0; p < 4; p++) {
-                    const __m256i z = _mm256_load_si256((const __m256i *)(rec + 64 * p + 32 * h));
-                    __m256i lo = _mm256_and_si256(z, m4), hi = _mm256_and_si256(_mm256_srli_epi16(z, 4), m4);
-                    if (pq_has_hbits(kind)) {
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_sll_epi16(hb, _mm_cvtsi32_si128(4 - p)), b4));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(p)), b4));
-                    }
-#pragma GCC unroll 4
-                    for (int t = 0; t < TC; t++) {
-                        const uint8_t *q = xp + (size_t)t * xps + b * AK_QK;
-#if defined(AK_VNNI256)
-                        s[t] = dpbusd_b(s[t], lo, q + 4 * p);
-                        s[t] = dpbusd_b(s[t], hi, q + 16 + 4 * p);
-                        KEEP(s[t]);
-#else
-                        __m256i xl = _mm256_set1_epi32(load_i32(q + 4 * p)), xh = _mm256_set1_epi32(load_i32(q + 16 + 4 * p));
-                        KEEP(xl);
-                        KEEP(xh);
-                        s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(lo, xl));
-                        KEEP(s[t]);
-                        s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(hi, xh));
-                        KEEP(s[t]);
-#endif
-                    }
-#if !defined(AK_VNNI256)
-                    if (pq_has_hbits(kind) && p == 1) {   /* widen before a 16-bit sum could overflow */
-#pragma GCC unroll 4
-                        for (int t = 0; t < TC; t++) {
-                            _mm256_store_si256((__m256i *)part[t], _mm256_madd_epi16(s[t], _mm256_set1_epi16(1)));
-                            s[t] = _mm256_setzero_si256();
-                        }
-                    }
-#endif
-                }
-#if !defined(AK_VNNI256)
-#pragma GCC unroll 4
-                for (int t = 0; t < TC; t++) {
-                    __m256i w = _mm256_madd_epi16(s[t], _mm256_set1_epi16(1));
-                    if (pq_has_hbits(kind)) w = _mm256_add_epi32(w, _mm256_load_si256((const __m256i *)part[t]));
-                    s[t] = _mm256_add_epi32(
-                        _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + cols + 4 * nbk + 4 * b)), w);
-                }
-#else
-                (void)part;
-#endif
-            }
-            const __m256 mw = pq_has_min(kind) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 2 * GROUP + 16 * h)))
-                                               : _mm256_setzero_ps();
-#pragma GCC unroll 4
-            for (int t = 0; t < TC; t++) {
-                const uint8_t *xt = xp + (size_t)t * xps;
-                float dx, sx;
-                memcpy(&dx, xt + cols + 4 * b, 4);
-                memcpy(&sx, xt + cols + 8 * nbk + 4 * b, 4);
-                __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)),
-                                           _mm256_load_ps(acc[h][TC * c + t]));
-                if (pq_has_min(kind)) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), a);
-                _mm256_store_ps(acc[h][TC * c + t], a);
-            }
-        }
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        const int nv = nvalid - 8 * h;
-        if (nv <= 0) continue;
-#pragma GCC unroll 8
-        for (int t = 0; t < T8; t++) store8(Y + (size_t)t * ldy + 8 * h, _mm256_load_ps(acc[h][t]), nv);
-    }
-}
-
 typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int h0, int64_t nb, const uint8_t *xp, size_t xps,
                         int64_t cols, float *Y, int64_t ldy, int nvalid);
 #define TILE_FN(Q, G, H, T)                                                                                 \
@@ -850,15 +703,6 @@ TILE_KIND(0) TILE_KIND(1) TILE_KIND(2) TILE_KIND(3) TILE_KIND(4)
                       tile_##Q##_1_2_3, tile_##Q##_1_2_4, tile_##Q##_1_1_4 }
 enum { TS_G4T1, TS_G2T1, TS_G1T1, TS_G2T2, TS_G1T2, TS_G1T3, TS_G1T4, TS_HALF_T4, TS_N };
 static const tile_fn tiles[PQ_KINDS][TS_N] = { TILE_ROW(0), TILE_ROW(1), TILE_ROW(2), TILE_ROW(3), TILE_ROW(4) };
-typedef void (*tile8_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
-                         int64_t ldy, int nvalid);
-#define TILE8_FN(Q)                                                                                          \
-    static void tile8_##Q(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y, \
-                          int64_t ldy, int nvalid) {                                                         \
-        tile8(Q, grp, nb, xp, xps, cols, Y, ldy, nvalid);                                                    \
-    }
-TILE8_FN(0) TILE8_FN(1) TILE8_FN(2) TILE8_FN(3) TILE8_FN(4)
-static const tile8_fn tiles8[PQ_KINDS] = { tile8_0, tile8_1, tile8_2, tile8_3, tile8_4 };
 
 /* Y rows [16 g0, 16 g1) x tokens [t0, t1) of a 32-block kind (the AVX-512
  * q_item's contract). */
@@ -871,15 +715,10 @@ static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t 
         if (G == 3) G = 2;
         const int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
         const uint8_t *grp = P + (size_t)g * gb;
-        for (int64_t t = t0, T; t < t1; t += T) {
+        for (int64_t t = t0; t < t1; t += TILE_T) {
+            const int T = (int)ak_min64(TILE_T, t1 - t);
             const uint8_t *x = xp + (size_t)t * xps;
             float *y = Y + t * rows + g * GROUP;
-            if (t1 - t >= T8) {   /* eight tokens (G is 1): the weights once */
-                T = T8;
-                tiles8[kind](grp, nb, x, xps, cols, y, rows, nvalid);
-                continue;
-            }
-            T = (int)ak_min64(TILE_T, t1 - t);
             if (T == 4) {   /* half by half: the group's lines come from cache the second time */
                 tiles[kind][TS_HALF_T4](grp, gb, 0, nb, x, xps, cols, y, rows, nvalid);
                 tiles[kind][TS_HALF_T4](grp, gb, 1, nb, x, xps, cols, y, rows, nvalid);
@@ -989,6 +828,18 @@ static const ftile_fn ftiles[3][GMAX][FT_T] = { FTILE_ROWS(0), FTILE_ROWS(1), FT
 /* The AVX-512 f_item's contract. */
 static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
                    int64_t t0, int64_t t1, const float *X, float *Y) {
+    if (t1 - t0 > FT_T) {
+        /* more tokens than a tile: group by group, so that the group's
+         * columns come from L1 for the tiles after the first (token chunk
+         * by chunk over the whole item would stream them from L2 again) */
+        for (int64_t g = g0; g < g1; g++)
+            for (int64_t t = t0; t < t1; t += FT_T) {
+                const int T = (int)ak_min64(FT_T, t1 - t);
+                ftiles[ft][0][T - 1](P + (size_t)g * gb, gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
+                                     rows - g * GROUP);
+            }
+        return;
+    }
     for (int64_t t = t0; t < t1; t += FT_T) {
         const int T = (int)ak_min64(FT_T, t1 - t);
         for (int64_t g = g0, G; g < g1; g += G) {

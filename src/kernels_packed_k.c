@@ -686,6 +686,18 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
                       int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
     const int kt = kp_kind(wtype);
     const int64_t nsb = cols / AK_QKK;
+    if (t1 - t0 > KT_T) {
+        /* more tokens than a tile: group by group, so that the group's
+         * records come from L1 for the tiles after the first (token chunk
+         * by chunk over the whole item would stream them from L2 again) */
+        for (int64_t g = g0; g < g1; g++)
+            for (int64_t t = t0; t < t1; t += KT_T) {
+                const int T = (int)ak_min64(KT_T, t1 - t);
+                ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks, Y + t * rows + g * GROUP,
+                                     rows, (int)ak_min64(GROUP, rows - g * GROUP));
+            }
+        return;
+    }
     for (int64_t t = t0; t < t1; t += KT_T) {
         const int T = (int)ak_min64(KT_T, t1 - t);
         for (int64_t g = g0, G; g < g1; g += G) {
