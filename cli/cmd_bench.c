@@ -198,6 +198,7 @@ static int bench_engine(int argc, char **argv) {
     /* one warm-up decode so first-touch costs don't land in the first repeat */
     if (ak_eval(ctx, kv, toks, 1, 0, logits, NULL, NULL, NULL, &err) < 0) goto fail;
     int nt = ak_pool_size(ak_ctx_pool(ctx));
+    double tg_runs = 0;   /* pool runs per decoded token, last repeat */
     if (!json) fprintf(stderr, "bench engine: %s, %s weights, %d threads, %s kernels\n", m->gguf.path,
                        gguf_tensor_type_name(m->layers[0].wq.type), nt, ak_simd_name());
     for (int r = 0; r < reps; r++) {
@@ -210,13 +211,16 @@ static int bench_engine(int argc, char **argv) {
         if (n_tg > 0) {
             int at = tg_after ? n_pp : 0;   /* positions before the first generated token */
             ak_kv_truncate(kv, at);
+            uint64_t runs0 = ak_pool_runs(ak_ctx_pool(ctx));
             double t0 = ak_now();
             for (int i = 0; i < n_tg; i++)
                 if (ak_eval(ctx, kv, toks + at + i, 1, at + i, logits, NULL, NULL, NULL, &err) < 0) goto fail;
             tg[r] = n_tg / (ak_now() - t0);
+            /* the thread pool's parallel regions (synchronizations) per decoded token */
+            tg_runs = (double)(ak_pool_runs(ak_ctx_pool(ctx)) - runs0) / n_tg;
         }
-        if (!json) fprintf(stderr, "  repeat %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s\n", r + 1, reps, n_pp, pp[r],
-                           n_tg, tg[r]);
+        if (!json) fprintf(stderr, "  repeat %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s (%.1f pool syncs/token)\n", r + 1,
+                           reps, n_pp, pp[r], n_tg, tg[r], tg_runs);
     }
     /* KV read per tg step: the cache grows from 0 to n_tg positions, so on
      * average half of what it holds at the end */
@@ -270,9 +274,9 @@ static int bench_engine(int argc, char **argv) {
         printf("{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"n_pp\": %d, \"n_tg\": %d, "
                "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"weight_bytes\": %zu, \"tg_weight_gb_s\": %.2f, "
                "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %s, \"read_gb_s\": %s, \"tg_bw_pct\": %s, "
-               "\"tg_after_prompt\": %s",
+               "\"tg_after_prompt\": %s, \"tg_pool_syncs_per_token\": %.2f",
                m->gguf.path, tn, nt, n_pp, n_tg, pp_med, tg_med, m->weight_bytes, gbs, tg_kv, tg_bw, cp, rd, pc,
-               tg_after ? "true" : "false");
+               tg_after ? "true" : "false", tg_runs);
         if (B)
             printf(", \"batch\": %d, \"batch_prompt\": %d, \"batch1_tok_s\": %.3f, \"batch_tok_s\": %.3f, "
                    "\"batch_ratio\": %.3f, \"batch_kv_bytes\": %.0f, \"batch_gb_s\": %.2f, \"batch_bw_pct\": %s",

@@ -64,6 +64,7 @@ struct ak_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
 
+    uint64_t runs;              /* ak_pool_run calls (ak_pool_runs); the one caller's */
     void *scratch;              /* ak_pool_scratch */
     size_t scratch_cap;
     size_t scratch_limit;       /* requests over it fail (ak_pool_limit_scratch) */
@@ -196,6 +197,7 @@ int ak_pool_size(const ak_pool *pool) { return pool ? pool->n : 1; }
  * once all have returned; everything they wrote is then visible to the
  * caller. Not reentrant: fn must not call ak_pool_run on the same pool. */
 void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx) {
+    if (pool) pool->runs++;
     if (!pool || pool->n == 1) { fn(ctx, 0, 1); return; }
     pool->fn = fn;
     pool->ctx = ctx;
@@ -210,6 +212,10 @@ void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx) {
         pthread_mutex_unlock(&pool->mu);
     }
 }
+
+/* The number of ak_pool_run calls on pool so far (0 for NULL). Only the
+ * pool's one caller writes it, so a plain read between runs is exact. */
+uint64_t ak_pool_runs(const ak_pool *pool) { return pool ? pool->runs : 0; }
 
 /* Returns a 64-byte aligned buffer of at least `bytes` bytes, reallocating
  * (without keeping the contents) only when it has to grow. The buffer stays

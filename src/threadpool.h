@@ -19,6 +19,11 @@ int ak_pool_size(const ak_pool *pool);
 /* Runs fn(ctx, ith, nth) for ith in [0, nth) concurrently; blocks until done.
  * pool may be NULL: then fn(ctx, 0, 1) runs on the caller. */
 void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx);
+/* Parallel regions run so far: ak_pool_run calls on this pool (each one a
+ * wake-up of the workers and a wait for all of them when it has more than
+ * one thread). 0 for a NULL pool. Read by the caller between runs (bench
+ * engine prints it per decoded token). */
+uint64_t ak_pool_runs(const ak_pool *pool);
 /* A scratch buffer of at least `bytes` bytes owned by the pool, 64-byte
  * aligned, grown on demand and reused by later calls (contents not kept).
  * Returns NULL if pool is NULL or memory is exhausted. */

@@ -629,8 +629,12 @@ TEST(kernel_threadpool) {
         ak_pool *pool = ak_pool_new(nth, &err);
         REQUIRE(pool, "ak_pool_new(%d): %s", nth, err.msg);
         CHECK(ak_pool_size(pool) == nth, "size %d want %d", ak_pool_size(pool), nth);
+        CHECK(ak_pool_runs(pool) == 0, "a new pool has run %llu times", (unsigned long long)ak_pool_runs(pool));
         run_pool_rounds(t, pool, nth, 20000, 0);   /* spinning hand-offs */
         run_pool_rounds(t, pool, nth, 40, 1);      /* condvar hand-offs */
+        /* every run counted once, whatever the hand-off */
+        CHECK(ak_pool_runs(pool) == 20040, "nth=%d: %llu runs counted, want 20040", nth,
+              (unsigned long long)ak_pool_runs(pool));
         /* scratch: aligned, grows, reused */
         uint8_t *s1 = ak_pool_scratch(pool, 100);
         CHECK(s1 && ((uintptr_t)s1 & 63) == 0, "scratch %p not 64-byte aligned", (void *)s1);
@@ -642,6 +646,7 @@ TEST(kernel_threadpool) {
         ak_pool_free(pool);
     }
     CHECK(ak_pool_scratch(NULL, 10) == NULL, "scratch of NULL pool");
+    CHECK(ak_pool_runs(NULL) == 0, "runs of NULL pool");
     ak_pool *pool = ak_pool_new(0, &err);
     CHECK(pool && ak_pool_size(pool) == ak_num_cpus(), "n_threads 0 means all cores");
     ak_pool_free(pool);
