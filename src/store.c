@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store_backend.h"
 #include "store_codec.h"
 
 #define POOL_QPREFIX "pool+"   /* quarantined pools: '+' is in no agent id */
@@ -292,10 +293,27 @@ static void drop_oldest_quarantined(ak_store *s) {
     s->nq--;
 }
 
+/* Orders copies by last use, the least recent first. */
+static int cmp_blob_age(const void *a, const void *b) {
+    const ak_blob_name *x = a, *y = b;
+    if (x->info.mtime != y->info.mtime) return x->info.mtime < y->info.mtime ? -1 : 1;
+    if (x->info.mtime_ns != y->info.mtime_ns) return x->info.mtime_ns < y->info.mtime_ns ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
 int ak_store_gc(ak_store *s, uint64_t budget, uint64_t *bytes_after, ak_error *err) {
     int removed = 0;
+    /* the read-through cache's copies (a Redis store with a local
+     * directory) count too; listed before the lock (file system reads) */
+    ak_blob_name *cp = NULL;
+    int ncp = 0;
+    ak_error ce = {{0}};
+    if (ak_backend_cache_list(s->be, &cp, &ncp, &ce) != 0) ncp = 0;   /* unlisted: not counted this time */
+    uint64_t copies = 0;
+    for (int i = 0; i < ncp; i++) copies += cp[i].info.bytes;
+    if (ncp) qsort(cp, (size_t)ncp, sizeof *cp, cmp_blob_age);
     pthread_mutex_lock(&s->mu);
-    uint64_t total = 0;
+    uint64_t total = copies;
     for (int i = 0; i < s->n_idx; i++) total += s->idx[i].bytes;
     for (int i = 0; i < s->nq; i++) total += s->q[i].bytes;
     /* corrupt files first (the oldest first): they serve no agent */
@@ -304,6 +322,14 @@ int ak_store_gc(ak_store *s, uint64_t budget, uint64_t *bytes_after, ak_error *e
         drop_oldest_quarantined(s);
         removed++;
     }
+    /* then the cache's copies, least recently used first: the images stay
+     * in Redis (only the speed of their next load is lost) */
+    for (int i = 0; i < ncp && total > budget; i++) {
+        ak_backend_cache_drop(s->be, cp[i].id);
+        total -= cp[i].info.bytes;
+        copies -= cp[i].info.bytes;
+    }
+    free(cp);
     ak_store_entry *es = NULL;
     int cnt = s->n_idx;
     if (total > budget) {
@@ -332,8 +358,11 @@ int ak_store_gc(ak_store *s, uint64_t budget, uint64_t *bytes_after, ak_error *e
         total -= es[i].bytes;
         removed++;
     }
+    /* the room left to copies (what a load may add until the next gc) */
+    uint64_t others = total - copies;
     pthread_mutex_unlock(&s->mu);
     free(es);
+    ak_backend_cache_room(s->be, budget > others ? (int64_t)(budget - others) : 0);
     if (rc < 0) return -1;
     if (bytes_after) *bytes_after = total;
     return removed;

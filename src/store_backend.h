@@ -158,6 +158,16 @@ ak_store_backend *ak_backend_redis_open(const char *url, const char *password, i
                                         void (*log)(void *ud, const char *line), void *log_ud, ak_error *err);
 #define AK_STORE_LEASE_MS 10000
 
+/* THE READ-THROUGH CACHE's copies (store_redis.c; a backend without one
+ * has none): cache_list lists them (name, size, last use: the LRU time a
+ * load from the copy renews) as list does; cache_drop deletes one;
+ * cache_room bounds the bytes they may take (< 0: no bound, the default):
+ * each new copy then deletes the least recently used ones beyond it. The
+ * store's gc counts them in the disk budget (store.c: ak_store_gc). */
+int ak_backend_cache_list(ak_store_backend *b, ak_blob_name **out, int *n, ak_error *err);
+void ak_backend_cache_drop(ak_store_backend *b, const char *name);
+void ak_backend_cache_room(ak_store_backend *b, int64_t room);
+
 /* LEASES (store_redis.c; a directory backend is one node's: always held).
  * lease_hold takes agent id's lease for this node (or notes it used, if
  * held): 0; 1 with err set (AK_ERR_BUSY) if another node holds it; -1 if

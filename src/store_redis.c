@@ -107,6 +107,7 @@ typedef struct {
     void (*log)(void *ud, const char *line);
     void *log_ud;
     ak_store_backend *cache;           /* the read-through cache (a directory backend), or NULL */
+    int64_t cache_room;                /* bytes its copies may take (ak_backend_cache_room), < 0: no bound */
 } redis_backend;
 
 struct ak_blob_put {
@@ -317,6 +318,7 @@ ak_store_backend *ak_backend_redis_open(const char *url, const char *password, i
         return NULL;
     }
     r->lease_ms = lease_ms > 0 ? lease_ms : AK_STORE_LEASE_MS;
+    r->cache_room = -1;
     r->log = log;
     r->log_ud = log_ud;
     pthread_mutex_init(&r->mu, NULL);
@@ -1073,6 +1075,33 @@ static void redis_get_prefetch(ak_blob_get *g, uint64_t at_end, const uint64_t *
     pthread_mutex_unlock(&g->mu);
 }
 
+/* Deletes the least recently used copies until they take at most the room
+ * the store gave the cache (none given: nothing). */
+static void cache_prune(redis_backend *r) {
+    pthread_mutex_lock(&r->mu);
+    int64_t room = r->cache_room;
+    pthread_mutex_unlock(&r->mu);
+    if (room < 0) return;
+    ak_blob_name *v = NULL;
+    int nv = 0;
+    ak_error e = {{0}};
+    if (ak_backend_cache_list(&r->base, &v, &nv, &e) != 0) return;
+    uint64_t total = 0;
+    for (int i = 0; i < nv; i++) total += v[i].info.bytes;
+    while (total > (uint64_t)room) {
+        int o = -1;
+        for (int i = 0; i < nv; i++)
+            if (v[i].id[0] && (o < 0 || v[i].info.mtime < v[o].info.mtime ||
+                               (v[i].info.mtime == v[o].info.mtime && v[i].info.mtime_ns < v[o].info.mtime_ns)))
+                o = i;
+        if (o < 0) break;
+        r->cache->ops->remove(r->cache, AK_FILE_AGENT, v[o].id, &e);
+        total -= v[o].info.bytes;
+        v[o].id[0] = 0;
+    }
+    free(v);
+}
+
 /* Completes the cached copy a restore began (the chunks it did not read
  * fetched now), drops the image's copies of other generations, and commits
  * it; drops it if anything failed. Best effort. */
@@ -1105,7 +1134,7 @@ static void cache_finish(ak_blob_get *g) {
         }
         free(v);
     }
-    ops->put_commit(g->cput, &(ak_blob_info){0}, &e);
+    if (ops->put_commit(g->cput, &(ak_blob_info){0}, &e) >= 0) cache_prune(g->r);
 }
 
 static const char TOUCH_LUA[] =
@@ -1115,6 +1144,7 @@ static const char TOUCH_LUA[] =
     "return 1\n";
 
 static void redis_get_touch(ak_blob_get *g) {
+    if (g->cg) g->r->cache->ops->get_touch(g->cg);   /* the copy's last use: the cache's LRU order */
     char mkey[AK_AGENT_ID_MAX + 32];
     key_of(g->kind, g->id, "m", mkey, sizeof mkey);
     ak_error e = {{0}};
@@ -1377,6 +1407,31 @@ static void redis_quarantine_drop(ak_store_backend *b, const char *name) {
     redisReply *rp = cmds(r, cn, &e, "EVAL", REMOVE_LUA, "1", name, prefix, (char *)NULL);
     if (rp) freeReplyObject(rp);
     conn_put(r, cn);
+}
+
+/* ------------------------------------------------- the cache's copies */
+
+int ak_backend_cache_list(ak_store_backend *b, ak_blob_name **out, int *n, ak_error *err) {
+    *out = NULL;
+    *n = 0;
+    if (b->ops != &redis_ops || !((redis_backend *)b)->cache) return 0;
+    ak_store_backend *c = ((redis_backend *)b)->cache;
+    return c->ops->list(c, AK_FILE_AGENT, out, n, err);
+}
+
+void ak_backend_cache_drop(ak_store_backend *b, const char *name) {
+    if (b->ops != &redis_ops || !((redis_backend *)b)->cache) return;
+    ak_store_backend *c = ((redis_backend *)b)->cache;
+    ak_error e = {{0}};
+    c->ops->remove(c, AK_FILE_AGENT, name, &e);
+}
+
+void ak_backend_cache_room(ak_store_backend *b, int64_t room) {
+    if (b->ops != &redis_ops) return;
+    redis_backend *r = (redis_backend *)b;
+    pthread_mutex_lock(&r->mu);
+    r->cache_room = room;
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* ----------------------------------------------------------------- leases */

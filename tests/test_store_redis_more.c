@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "test_store_redis.h"
 #include "test_store_util.h"
@@ -142,6 +143,78 @@ TEST(store_redis_listing_reads_the_manifest_not_chunks) {
     redisFree(rc);
     cache_free(&c);
     ak_store_close(d);
+    ak_store_close(b);
+    ak_store_close(a);
+    redis_stop(&r);
+}
+
+/* 1 if the cached copy of agent id's current generation is on disk. */
+static int copy_exists(redisContext *rc, const char *local, const char *id) {
+    char gen[17], path[900];
+    struct stat sb;
+    if (gen_of(rc, id, gen) != 0) return -1;
+    snprintf(path, sizeof path, "%s/redis-cache/a.%s.%s.safetensors", local, gen, id);
+    return stat(path, &sb) == 0;
+}
+
+static void pause_ms(int ms) {
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+TEST(store_redis_cached_copies_count_in_the_disk_budget) {
+    redis_srv r = {0};
+    if (redis_start(t, &r, 0) != 0) return;
+    ak_error err = {{0}};
+    char local[600];
+    snprintf(local, sizeof local, "%s/budget-local", test_tmp_dir());
+    ak_store_where wa = {r.url, NULL, NULL, 0, NULL, NULL}, wb = {r.url, NULL, local, 0, NULL, NULL};
+    ak_store *a = ak_store_open_at(&wa, NULL, &err);
+    ak_store *b = a ? ak_store_open_at(&wb, NULL, &err) : NULL;
+    REQUIRE(a && b, "open: %s", err.msg);
+    ak_cache_spec s = small_spec();
+    cache c;
+    REQUIRE(cache_make(&c, &s, 32, AK_KV_Q8, AK_KV_Q8, 512, 200, 23) == 0, "fill");
+    const char *ids[] = {"c1", "c2", "c3"};
+    for (int i = 0; i < 3; i++)
+        REQUIRE(ak_store_save(a, ids[i], c.kv, c.tokens, c.n, FP, NULL, &err) == 0, "save: %s", err.msg);
+    redisContext *rc = redis_conn(&r);
+    REQUIRE(rc, "connect");
+    ak_store_entry e;
+    REQUIRE(ak_store_lookup(a, "c1", &e) == 0, "listed");
+    uint64_t x = e.bytes;   /* every image (and copy) has this size */
+    /* loaded on B in the order c2, c3, c1: each leaves a copy; c1 the most recently used */
+    const char *order[] = {"c2", "c3", "c1"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(loads_like(b, order[i], &c, NULL) == 1, "load %s", order[i]);
+        pause_ms(20);
+    }
+    for (int i = 0; i < 3; i++) CHECK(copy_exists(rc, local, ids[i]) == 1, "no copy of %s", ids[i]);
+    /* 3 images + 3 copies against 4.5 images: the two least recently used copies go, no image */
+    uint64_t after = 0;
+    CHECK(ak_store_gc(b, 4 * x + x / 2, &after, &err) == 0 && after == 4 * x, "gc: removed images or %llu bytes left",
+          (unsigned long long)after);
+    CHECK(copy_exists(rc, local, "c1") == 1 && copy_exists(rc, local, "c2") == 0 && copy_exists(rc, local, "c3") == 0,
+          "gc did not drop the least recently used copies");
+    for (int i = 0; i < 3; i++) CHECK(ak_store_lookup(b, ids[i], &e) == 0, "image %s removed", ids[i]);
+    /* room left for copies: 1.5 images; a new copy (c3) evicts the older one (c1) */
+    CHECK(loads_like(b, "c3", &c, NULL) == 1, "load c3");
+    CHECK(copy_exists(rc, local, "c3") == 1 && copy_exists(rc, local, "c1") == 0,
+          "a new copy beyond the budget did not evict the least recently used");
+    /* room for two copies; c2 cached, then c3 loaded from its copy (renewing
+     * its use), then c1 cached: c2 is the least recently used */
+    CHECK(ak_store_gc(b, 5 * x, &after, &err) == 0 && after == 4 * x, "gc with room: %llu bytes", (unsigned long long)after);
+    pause_ms(20);
+    CHECK(loads_like(b, "c2", &c, NULL) == 1, "load c2");
+    pause_ms(20);
+    CHECK(loads_like(b, "c3", &c, NULL) == 1, "load c3 from its copy");
+    pause_ms(20);
+    CHECK(loads_like(b, "c1", &c, NULL) == 1, "load c1");
+    CHECK(copy_exists(rc, local, "c1") == 1 && copy_exists(rc, local, "c3") == 1 && copy_exists(rc, local, "c2") == 0,
+          "a load from a copy did not count as its use (c1 %d, c2 %d, c3 %d)", copy_exists(rc, local, "c1"),
+          copy_exists(rc, local, "c2"), copy_exists(rc, local, "c3"));
+    redisFree(rc);
+    cache_free(&c);
     ak_store_close(b);
     ak_store_close(a);
     redis_stop(&r);
