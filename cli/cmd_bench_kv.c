@@ -1,6 +1,8 @@
 /* cmd_bench_kv.c - agentkv bench kv: what each KV format costs and keeps.
  *   1. bytes per token and agents that fit in a RAM budget, for this model's
- *      cache spec and for two reference shapes (Gemma-3-12B, Llama-3.1-8B);
+ *      cache spec and for two reference shapes (Gemma-3-12B, Llama-3.1-8B),
+ *      and for the shapes with sliding-window layers the per-layer-group
+ *      layout (kvcache.h LAYER GROUPS) against the naive one at 8K;
  *   2. attention time per decode step (all layers and KV heads, one thread)
  *      at growing context, on random K/V stored in each format;
  *   3. round-trip error on real K/V captured from the model on a text. */
@@ -48,6 +50,76 @@ static long agents_fit(const ak_cache_spec *s, fmt_pair p, size_t budget, int ct
     size_t blocks = (size_t)(ctx + AK_DEFAULT_BLOCK_TOKENS - 1) / AK_DEFAULT_BLOCK_TOKENS;
     size_t per_agent = blocks * AK_DEFAULT_BLOCK_TOKENS * bytes_per_token(s, p);
     return (long)(budget / per_agent);
+}
+
+static void pair_name(fmt_pair p, char *buf, size_t n);
+
+/* Local-group blocks a sequence of len positions keeps (blocks of T, window
+ * W): those not wholly before len - W (kvcache.h: ak_kv_release_window). */
+static long local_blocks_kept(int len, int T, int W) {
+    long first = len > W ? (len - W) / T : 0;   /* blocks [0, first) end at or before len - W */
+    return (len + T - 1) / T - first;
+}
+
+/* The Gemma-3-12B cache: 48 layers x 8 KV heads x 256, window 1024 on
+ * every layer but each 6th (5 local : 1 global; llama.cpp's gemma3
+ * sliding_window_pattern 6), trained context 131072. */
+static ak_cache_spec gemma3_12b_spec(void) {
+    ak_cache_spec s = {48, 8, 256, 256, 131072};
+    s.window = 1024;
+    for (int l = 0; l < s.n_layer; l++) s.local[l] = l % 6 != 5;
+    return s;
+}
+
+/* One row per format pair of the windowed layout of spec s (two layer
+ * groups) at ctx tokens in blocks of 32: each group's bytes per token, the
+ * bytes of an agent (global: every block; local: at most the blocks a
+ * window spans plus the one being filled, ceil(W / T) + 1; at exactly ctx
+ * after a forward pass: local_blocks_kept) and the agents that fit in
+ * budget, beside the naive layout's (every layer, every position). The
+ * block sizes are the block pool's own (ak_block_pool_group_bytes). */
+static int print_windowed(const char *shape, const ak_cache_spec *s, size_t budget, int ctx, int json, int *first) {
+    ak_error err = {{0}};
+    const int T = AK_DEFAULT_BLOCK_TOKENS;
+    ak_block_pool *p = ak_block_pool_new(s, T, 0, &err);
+    if (!p || ak_block_pool_groups(p) != 2) {
+        ak_block_pool_free(p);
+        return 0;
+    }
+    int nl = ak_spec_group_layers(s, 1), ng = s->n_layer - nl;
+    long gblocks = (ctx + T - 1) / T, lrest = local_blocks_kept(ctx, T, s->window);
+    long lmax = (s->window + T - 1) / T + 1;
+    if (lmax > gblocks) lmax = gblocks;
+    if (!json)
+        printf("\n-- %s, windowed: %d global + %d local layers (window %d), %d tokens, blocks of %d: global %ld "
+               "blocks, local %ld after a pass (at most %ld)\n%-9s %10s %10s %10s %10s %10s %10s %9s %9s %7s\n",
+               shape, ng, nl, s->window, ctx, T, gblocks, lrest, lmax, "K/V", "naiveB/tok", "globB/tok", "locB/tok",
+               "windB/tok", "naiveMiB", "windMiB", "naive#", "wind#", "ratio");
+    char name[32];
+    for (int i = 0; i < N_PAIRS; i++) {
+        if (!ak_kv_format_supports(pairs[i].k, s->head_dim_k) || !ak_kv_format_supports(pairs[i].v, s->head_dim_v))
+            continue;
+        pair_name(pairs[i], name, sizeof name);
+        size_t gb = ak_block_pool_group_bytes(p, 0, pairs[i].k, pairs[i].v);
+        size_t lb = ak_block_pool_group_bytes(p, 1, pairs[i].k, pairs[i].v);
+        size_t naive = (size_t)gblocks * T * bytes_per_token(s, pairs[i]);
+        size_t wind = (size_t)gblocks * gb + (size_t)lmax * lb;   /* the most an agent holds near ctx */
+        size_t wrest = (size_t)gblocks * gb + (size_t)lrest * lb;
+        if (json)
+            printf("%s{\"shape\": \"%s\", \"formats\": \"%s\", \"context\": %d, \"naive_bytes_per_token\": %zu, "
+                   "\"global_bytes_per_token\": %zu, \"local_bytes_per_token\": %zu, \"naive_bytes\": %zu, "
+                   "\"windowed_bytes\": %zu, \"windowed_bytes_after_pass\": %zu, \"naive_agents\": %zu, "
+                   "\"windowed_agents\": %zu}",
+                   *first ? "" : ", ", shape, name, ctx, bytes_per_token(s, pairs[i]), gb / T, lb / T, naive, wind,
+                   wrest, budget / naive, budget / wind);
+        else
+            printf("%-9s %10zu %10zu %10zu %10zu %10.0f %10.0f %9zu %9zu %6.2fx\n", name, bytes_per_token(s, pairs[i]),
+                   gb / T, lb / T, wind / (size_t)ctx, naive / 1048576.0, wind / 1048576.0, budget / naive,
+                   budget / wind, (double)naive / wind);
+        *first = 0;
+    }
+    ak_block_pool_free(p);
+    return 0;
 }
 
 static void pair_name(fmt_pair p, char *buf, size_t n) {
@@ -124,7 +196,7 @@ int cmd_bench_kv(int argc, char **argv) {
     /* 1. memory */
     const struct { const char *name; ak_cache_spec spec; } shapes[] = {
         {"this model", m->spec},
-        {"gemma3-12b", {48, 8, 256, 256, 131072}},
+        {"gemma3-12b", gemma3_12b_spec()},
         {"llama3.1-8b", {32, 8, 128, 128, 131072}},
     };
     if (json) printf("{\"model\": \"%s\", \"budget\": %zu, \"memory\": [", m->gguf.path, budget);
@@ -151,6 +223,14 @@ int cmd_bench_kv(int argc, char **argv) {
                 printf("%-9s %8.3f %8.3f %12zu %9ld %9ld %9ld\n", name, bk, bv, bpt, a4, a8, a16);
         }
     }
+
+    /* 1b. the windowed layout of the shapes with sliding-window layers */
+    if (json) printf("], \"windowed\": [");
+    else printf("\n== windowed layout (per layer group) at 8192 tokens against the naive one, agents in %.2f GB\n",
+                budget / 1e9);
+    int first_w = 1;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        print_windowed(shapes[si].name, &shapes[si].spec, budget, 8192, json, &first_w);
 
     /* 2. attention time per decode step: this model's cache shape, and one
      * layer of the Llama-3.1-8B shape (8 KV heads x 128, 4 query heads each),
