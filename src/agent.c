@@ -736,8 +736,12 @@ static void restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     wait_saved(a, g->id); /* its last save may still be on its way to disk */
     /* the index knows the files (no I/O); an id it lacks may have a file
      * another process wrote since the store was opened: look once */
-    if (ak_store_lookup(a->cfg.store, g->id, &e) != 0 && ak_store_inspect(a->cfg.store, g->id, &e, NULL, &ie) != 0)
-        return;
+    if (ak_store_lookup(a->cfg.store, g->id, &e) != 0) {
+        int rc = ak_store_inspect(a->cfg.store, g->id, &e, NULL, &ie);
+        /* a store that cannot be asked (Redis away) is said, not taken for "no file" */
+        if (rc < 0) logf_(a, "agent %s: cache unreadable, recomputing: %s", g->id, ie.msg);
+        if (rc != 0) return;
+    }
     ak_kv *kv = restore_target(a, &e, &ie);
     if (!kv) { logf_(a, "agent %s: cannot restore: %s", g->id, ie.msg); return; }
     prelink_ctx pc;
