@@ -1,12 +1,13 @@
 /* blockpool.h - the paged KV memory: fixed-size blocks under a byte budget.
  *
  * A block holds the keys and values of `block_tokens` consecutive positions
- * of one sequence, for every layer and KV head, in the formats it was created
- * with (K and V apart). Sequences own blocks through a block table (see
+ * of one sequence, for every layer of its layer group (every layer, unless
+ * the model has sliding-window layers: cachespec.h LAYER GROUPS) and KV
+ * head, in the formats it was created with (K and V apart). Sequences own blocks through a block table (see
  * kvcache.h); blocks are reference-counted so that sequences can share them,
  * and a shared block is copied before it is written (copy-on-write).
  *
- * Layout of a block's bytes, for each layer l in order, a K region then a V
+ * Layout of a block's bytes, for each layer l of its group in order, a K region then a V
  * region; each region (format f, head dim d, T = block_tokens, H = n_head_kv)
  * holds its vectors' components apart (ak_kv_format_components), each
  * component head-major:
@@ -225,7 +226,9 @@ ak_block *ak_block_pool_publish(ak_block_pool *p, ak_block *b, uint64_t h);
 /* A mixed block for `count` slots (1..T) with the given per-slot formats,
  * zeroed.
  * Returns NULL with err set: a rotated or invalid key format, more than
- * AK_MIX_CLASSES formats on a side, the budget (AK_ERR_KV_BUDGET). */
+ * AK_MIX_CLASSES formats on a side, a pool with two layer groups
+ * (AK_ERR_INVALID: a mixed block holds every layer), the budget
+ * (AK_ERR_KV_BUDGET). */
 ak_block *ak_block_alloc_mixed(ak_block_pool *p, const ak_kv_format *fk, const ak_kv_format *fv, int count,
                                ak_error *err);
 /* ak_block_alloc_mixed without the zeroing: the caller writes every byte

@@ -180,6 +180,9 @@ int ak_kv_has_mixed(const ak_kv *kv);
  * length: where block i would be), sets start and count; past the table it
  * returns NULL and sets nothing. */
 int ak_kv_span_count(const ak_kv *kv);
+/* (With two layer groups, ak_kv_block_at and ak_kv_span give the global
+ * group's blocks; ak_kv_n_blocks, ak_kv_bytes and ak_kv_private_bytes count
+ * both groups.) */
 /* The block holding position pos (< length) and pos's slot in it, or NULL
  * (nothing set) when pos is not held. */
 ak_block *ak_kv_block_at(const ak_kv *kv, int pos, int *slot);

@@ -1,5 +1,5 @@
 /* store_codec.c - see store_codec.h. THE place the image format is
- * specified (version 5; also in docs/agent-file-format.md). An image is
+ * specified (version 5, 6 and 7; also in docs/agent-file-format.md). An image is
  * what a backend stores under an agent's, a pool's or a memory's id (a
  * file in the directory backend, a value in Redis):
  *
@@ -31,9 +31,11 @@
  * __metadata__ maps strings to strings:
  *     format              "agentkv.agent" ("agentkv.pool" for a pool file,
  *                         "agentkv.memory" for a memory: store_memory.c)
- *     format_version      "5", or "6" for an agent file with "corrections"
- *                         (4 to 6 are read, 4 being 5 without "segments";
- *                         1 to 3 and newer are a miss: STALE)
+ *     format_version      "5", or "6" for an agent file with "corrections",
+ *                         or "7" for an agent file with "window_first"
+ *                         (corrections optional) (4 to 7 are read, 4
+ *                         being 5 without "segments"; 1 to 3 and newer
+ *                         are a miss: STALE)
  *     agent_id            the id (equal to the file name's; a pool's id
  *                         for a pool file)
  *     model_fingerprint   ak_model.fingerprint (hex)
@@ -83,12 +85,28 @@
  *                         floats as the 8 lowercase hex digits of their
  *                         IEEE-754 bits (exact: a restored agent attends
  *                         as the one saved); unset layers' offsets zero
+ *     window_first        version 7 agent files only (those without a
+ *     window              base): the sequence's sliding-window layers
+ *     local_layers        (kvcache.h LAYER GROUPS) released their blocks
+ *                         before position window_first (decimal, a
+ *                         multiple of block_tokens in [1, n_tokens]);
+ *                         local_layers is one '0'/'1' per layer ('1':
+ *                         local, at least one), window their window
+ *                         (decimal >= 1). Each local layer's tensors then
+ *                         hold only the file blocks from B0 =
+ *                         window_first / block_tokens on: shape [n_blocks
+ *                         - B0, ...], file block b (>= B0) at piece b - B0;
+ *                         the global layers' tensors hold all n_blocks. A
+ *                         restore needs a cache of the same local layers
+ *                         and window (else STALE) and never holds the
+ *                         local layers' blocks before B0
  *     checksum_algorithm  "xxh3-64" (XXH3_64bits, seed 0)
  *     block_checksums     one per block b = 0..n_blocks-1, 16 lowercase hex
  *                         digits each, separated by commas ("" if none):
  *                         XXH3_64bits of the n_tensors 8-byte little-endian
  *                         values XXH3_64bits(piece of tensor i of block b),
- *                         i in header order. A load that skips blocks (their
+ *                         i in header order (version 7: only the tensors
+ *                         that hold block b). A load that skips blocks (their
  *                         positions supplied from RAM) still verifies every
  *                         block it reads; the header stays small (17 bytes
  *                         a block: 8.7 KB for 16K tokens in blocks of 32)
