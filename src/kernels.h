@@ -70,5 +70,15 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
  * at a time on the stack: the same bits, not an error. */
 int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols,
                      const float *X, int64_t ntok, float *Y, ak_error *err);
+/* Several packed products of the same activations in one parallel region:
+ * Y[m] (ntok x rows[m]) = X (ntok x cols) times W_m^T for m < n (n at most
+ * AK_MATMUL_PACKED_MAX), the W_m packed copies of one type and width (Q,
+ * K and V of a layer; its gate and up). X is quantized once. Each Y[m] is
+ * the same bits as ak_matmul_packed of that matrix alone. Returns 0, or -1
+ * with err set (AK_ERR_INVALID, nothing written) where n is out of range
+ * or ak_packed_bytes is 0 for one of the matrices. */
+#define AK_MATMUL_PACKED_MAX 4
+int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
+                       const float *X, int64_t ntok, float *const *Y, ak_error *err);
 
 #endif

@@ -871,13 +871,16 @@ static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t co
 
 typedef struct {
     uint32_t wtype;
-    const uint8_t *P;
-    int64_t rows, cols, ntok;
+    int nm;                          /* matrices sharing X: 1..AK_MATMUL_PACKED_MAX */
+    const uint8_t *P[AK_MATMUL_PACKED_MAX];
+    int64_t rows[AK_MATMUL_PACKED_MAX];
+    float *Y[AK_MATMUL_PACKED_MAX];
+    int64_t gend[AK_MATMUL_PACKED_MAX];   /* matrix m's groups are [gend[m-1], gend[m]) of all */
+    int64_t cols, ntok;
     const float *X;
-    float *Y;
     uint8_t *xp;
     size_t xps, gb;
-    int64_t ng;             /* groups of 16 rows */
+    int64_t ng;             /* groups of 16 rows, all matrices' */
     ak_mm_items items;      /* groups x token chunks */
 } pk_job;
 
@@ -901,16 +904,22 @@ static void pk_task(void *arg, int ith, int nth) {
     pk_job *j = arg;
     int64_t g0, g1, t0, t1;
     while (ak_mm_items_next(&j->items, ith, &g0, &g1, &t0, &t1)) {
-        if (is_float(j->wtype)) {
-            f_item(ak_ftype_index(j->wtype), j->P, j->gb, j->rows, j->cols, g0, g1, t0, t1, j->X, j->Y);
-            continue;
-        }
+        /* an item may span the end of one matrix and the start of the next */
+        for (int m = 0; m < j->nm; m++) {
+            const int64_t base = m ? j->gend[m - 1] : 0;
+            const int64_t a = (g0 > base ? g0 : base) - base, b = ak_min64(g1, j->gend[m]) - base;
+            if (a >= b) continue;
+            if (is_float(j->wtype)) {
+                f_item(ak_ftype_index(j->wtype), j->P[m], j->gb, j->rows[m], j->cols, a, b, t0, t1, j->X, j->Y[m]);
+                continue;
+            }
 #if defined(AK_PACKED_Q)
-        if (is_k(j->wtype))
-            ak_packed_k_item(j->wtype, j->P, j->gb, j->rows, j->cols, g0, g1, t0, t1, j->xp, j->xps, j->Y);
-        else
-            q_item(pq_kind(j->wtype), j->P, j->gb, j->rows, j->cols, g0, g1, t0, t1, j->xp, j->xps, j->Y);
+            if (is_k(j->wtype))
+                ak_packed_k_item(j->wtype, j->P[m], j->gb, j->rows[m], j->cols, a, b, t0, t1, j->xp, j->xps, j->Y[m]);
+            else
+                q_item(pq_kind(j->wtype), j->P[m], j->gb, j->rows[m], j->cols, a, b, t0, t1, j->xp, j->xps, j->Y[m]);
 #endif
+        }
     }
 }
 
@@ -927,16 +936,35 @@ static void pk_task(void *arg, int ith, int nth) {
  * the same bits, never zeros. */
 int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
                      int64_t ntok, float *Y, ak_error *err) {
-    if (rows <= 0 || ntok <= 0) return 0;
-    if (!ak_packed_bytes(wtype, rows, cols))
-        return ak_failc(err, AK_ERR_INVALID, "no packed kernels for %s weights of %lld x %lld in this build (%s)",
-                        gguf_tensor_type_name(wtype), (long long)rows, (long long)cols, ak_simd_name());
+    return ak_matmul_packed_n(pool, wtype, 1, &P, &rows, cols, X, ntok, &Y, err);
+}
+
+/* Y[m] (ntok x rows[m]) = X times W_m^T for the n matrices P[m] of one type
+ * and width (kernels.h): ak_matmul_packed's contract for each, in one
+ * parallel region, with X quantized once. Each Y[m] is the same bits as
+ * ak_matmul_packed of that matrix alone (a row's arithmetic does not depend
+ * on the work item it falls in). */
+int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
+                       const float *X, int64_t ntok, float *const *Y, ak_error *err) {
+    if (n < 1 || n > AK_MATMUL_PACKED_MAX)
+        return ak_failc(err, AK_ERR_INVALID, "%d matrices in one packed product (1..%d)", n, AK_MATMUL_PACKED_MAX);
+    if (ntok <= 0) return 0;
+    for (int m = 0; m < n; m++)
+        if (rows[m] > 0 && !ak_packed_bytes(wtype, rows[m], cols))
+            return ak_failc(err, AK_ERR_INVALID, "no packed kernels for %s weights of %lld x %lld in this build (%s)",
+                            gguf_tensor_type_name(wtype), (long long)rows[m], (long long)cols, ak_simd_name());
 #if defined(AK_PACKED)
     int nth = ak_pool_size(pool);
     pk_job j = {0};
-    j.wtype = wtype; j.P = P; j.rows = rows; j.cols = cols; j.ntok = ntok; j.X = X; j.Y = Y;
+    j.wtype = wtype; j.cols = cols; j.ntok = ntok; j.X = X;
     j.gb = is_k(wtype) ? ak_packed_k_group_bytes(wtype, cols) : group_bytes(wtype, cols);
-    j.ng = (rows + GROUP - 1) / GROUP;
+    for (int m = 0; m < n; m++) {
+        if (rows[m] <= 0) continue;   /* nothing to compute, as ak_matmul_packed */
+        j.P[j.nm] = P[m]; j.rows[j.nm] = rows[m]; j.Y[j.nm] = Y[m];
+        j.ng += (rows[m] + GROUP - 1) / GROUP;
+        j.gend[j.nm++] = j.ng;
+    }
+    if (!j.nm) return 0;
     /* groups per item: even, as float tiles take them in pairs; K tiles four */
     const int64_t round = is_k(wtype) ? 4 : 2;
     ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, round);
@@ -957,7 +985,8 @@ int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows,
         _Alignas(64) uint8_t one[AK_PACKED_STACK];
         for (int64_t t = 0; t < ntok; t++) {
             pk_job k = j;
-            k.X = X + t * cols; k.Y = Y + t * rows; k.ntok = 1; k.xp = one;
+            k.X = X + t * cols; k.ntok = 1; k.xp = one;
+            for (int m = 0; m < k.nm; m++) k.Y[m] = j.Y[m] + t * j.rows[m];
             ak_mm_items_init(&k.items, k.ng, 1, 1, 1, round);
             pk_quantize_task(&k, 0, 1);
             pk_task(&k, 0, 1);

@@ -878,6 +878,23 @@ static void matmul(ak_pool *pool, const ak_weight *w, const float *X, int n, flo
     else ak_matmul(pool, w->type, w->data, w->rows, w->cols, X, n, Y);
 }
 
+/* Y[i] = X W[i]^T for n (2 or 3) matrices that read the same X (a layer's
+ * Q, K, V; its gate and up): one parallel region and one quantization of X
+ * where all are packed with the same type and width, else one product each.
+ * The same bits either way (kernels.h). */
+static void matmul_n(ak_pool *pool, int n, const ak_weight *const *w, const float *X, int ntok, float *const *Y) {
+    const void *P[AK_MATMUL_PACKED_MAX];
+    int64_t rows[AK_MATMUL_PACKED_MAX];
+    int same = n <= AK_MATMUL_PACKED_MAX;
+    for (int i = 0; i < n && same; i++) {
+        same = w[i]->packed && w[i]->type == w[0]->type && w[i]->cols == w[0]->cols;
+        P[i] = w[i]->packed;
+        rows[i] = w[i]->rows;
+    }
+    if (same && ak_matmul_packed_n(pool, w[0]->type, n, P, rows, w[0]->cols, X, ntok, Y, NULL) == 0) return;
+    for (int i = 0; i < n; i++) matmul(pool, w[i], X, ntok, Y[i]);
+}
+
 static void embed(const ak_model *m, int32_t tok, float *out) {
     const ak_weight *e = &m->tok_embd;
     ak_dequantize_row(e->type, (const uint8_t *)e->data + ak_row_bytes(e->type, e->cols) * tok, out, e->cols);
@@ -1084,9 +1101,7 @@ static void layer_qkv(ak_ctx *c, const ak_batch *b, int l) {
     const ak_layer *L = &m->layers[l];
     int n = b->n, hd = cf->head_dim, qd = cf->n_head * hd, kvd = cf->n_head_kv * hd;
     float *cs_swa = c->rope_cs + (size_t)c->max_batch * cf->rope_dim;
-    matmul(c->pool, &L->wq, c->xb, n, c->q);
-    matmul(c->pool, &L->wk, c->xb, n, c->k);
-    matmul(c->pool, &L->wv, c->xb, n, c->v);
+    matmul_n(c->pool, 3, (const ak_weight *[]){&L->wq, &L->wk, &L->wv}, c->xb, n, (float *[]){c->q, c->k, c->v});
     for (int i = 0; i < n; i++) {
         float *q = c->q + (size_t)i * qd, *k = c->k + (size_t)i * kvd, *v = c->v + (size_t)i * kvd;
         if (L->bq) {
@@ -1142,8 +1157,7 @@ static int layer_forward(ak_ctx *c, const ak_batch *b, int l, int n_units, ak_er
     for (size_t j = 0; j < (size_t)n * dim; j++) c->x[j] += c->xb[j];
 
     for (int i = 0; i < n; i++) rmsnorm(c->xb + (size_t)i * dim, c->x + (size_t)i * dim, L->ffn_norm, dim, cf->rms_eps);
-    matmul(c->pool, &L->w_gate, c->xb, n, c->hb);
-    matmul(c->pool, &L->w_up, c->xb, n, c->hb2);
+    matmul_n(c->pool, 2, (const ak_weight *[]){&L->w_gate, &L->w_up}, c->xb, n, (float *[]){c->hb, c->hb2});
     if (cf->act == AK_ACT_GELU) gelu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
     else ak_silu_mul(c->hb, c->hb2, (size_t)n * cf->ffn);
     matmul(c->pool, &L->w_down, c->hb, n, c->xb);

@@ -622,6 +622,71 @@ static void run_pool_rounds(ak_test_ctx *t, ak_pool *pool, int nth, int rounds, 
     }
 }
 
+/* Several packed products of the same activations in one parallel region
+ * (ak_matmul_packed_n: a layer's Q, K, V): each output the same bits as the
+ * matrix's own ak_matmul_packed, with work items that span two matrices
+ * (row counts not multiples of the items' groups), decode and batches; n
+ * out of range is AK_ERR_INVALID with nothing written. */
+TEST(kernel_packed_n_matches_one_by_one) {
+    ak_error err = {{0}};
+    ak_pool *pool = ak_pool_new(2, &err);
+    REQUIRE(pool, "ak_pool_new: %s", err.msg);
+    ak_rng r;
+    ak_rng_seed(&r, 5);
+    const uint32_t types[] = { GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K };
+    const int64_t rows[3] = { 40, 17, 130 }, cols = 256, ntoks[] = { 1, 3, 9 };
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        if (!ak_packed_bytes(type, 16, cols)) continue;   /* none in this build */
+        size_t rb = ak_row_bytes(type, cols);
+        void *P[3] = {0};
+        float *w = malloc(sizeof(float) * cols), *x = malloc(sizeof(float) * 9 * cols);
+        float *y1[3], *y2[3];
+        REQUIRE(w && x, "out of memory");
+        fill_normal(&r, x, 9 * cols, 1.0f);
+        for (int m = 0; m < 3; m++) {
+            uint8_t *W = malloc(rb * rows[m]);
+            P[m] = aligned_alloc(64, (ak_packed_bytes(type, rows[m], cols) + 63) & ~(size_t)63);
+            y1[m] = malloc(sizeof(float) * 9 * rows[m]);
+            y2[m] = malloc(sizeof(float) * 9 * rows[m]);
+            REQUIRE(W && P[m] && y1[m] && y2[m], "out of memory");
+            for (int64_t i = 0; i < rows[m]; i++) {
+                fill_normal(&r, w, cols, 0.3f);
+                ak_quantize_row(type, w, W + i * rb, cols);
+            }
+            ak_pack_weights(type, W, rows[m], cols, P[m]);
+            free(W);
+        }
+        for (size_t ki = 0; ki < 3; ki++) {
+            const int64_t nt = ntoks[ki];
+            for (int m = 0; m < 3; m++) {
+                for (int64_t i = 0; i < nt * rows[m]; i++) y1[m][i] = y2[m][i] = NAN;
+                CHECK(ak_matmul_packed(pool, type, P[m], rows[m], cols, x, nt, y1[m], &err) == 0, "%s", err.msg);
+            }
+            CHECK(ak_matmul_packed_n(pool, type, 3, (const void *const *)P, rows, cols, x, nt, y2, &err) == 0, "%s",
+                  err.msg);
+            for (int m = 0; m < 3; m++)
+                CHECK(!memcmp(y1[m], y2[m], sizeof(float) * nt * rows[m]), "%s ntok %lld: matrix %d differs",
+                      tname(type), (long long)nt, m);
+            tested++;
+        }
+        float *none[5] = { y2[0], y2[1], y2[2], y2[0], y2[1] };
+        const void *P5[5] = { P[0], P[1], P[2], P[0], P[1] };
+        const int64_t rows5[5] = { rows[0], rows[1], rows[2], rows[0], rows[1] };
+        err.code = AK_ERR_NONE;
+        CHECK(ak_matmul_packed_n(pool, type, 5, P5, rows5, cols, x, 1, none, &err) == -1 && err.code == AK_ERR_INVALID,
+              "5 matrices accepted (code %d)", err.code);
+        err.code = AK_ERR_NONE;
+        CHECK(ak_matmul_packed_n(pool, type, 0, P5, rows5, cols, x, 1, none, &err) == -1 && err.code == AK_ERR_INVALID,
+              "0 matrices accepted (code %d)", err.code);
+        for (int m = 0; m < 3; m++) { free(P[m]); free(y1[m]); free(y2[m]); }
+        free(w); free(x);
+    }
+    ak_pool_free(pool);
+    if (!tested) SKIP("no packed kernels in this build (%s)", ak_simd_name());
+}
+
 TEST(kernel_threadpool) {
     ak_error err = {{0}};
     run_pool_rounds(t, NULL, 1, 3, 0);
