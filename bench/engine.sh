@@ -6,7 +6,8 @@
 # sequences (aggregate tok/s) and its ratio to one sequence, and decode's
 # bandwidth (weights + KV read per token / time) as a % of a copy bandwidth
 # (STREAM-style, bytes read + written) measured in the same run; a read-only
-# bandwidth is shown beside it.
+# bandwidth is shown beside it; the thread pool's synchronizations per
+# decoded token (syncs).
 # Env: TYPES="f32 f16 bf16 q8_0 q4_0 q6_k q5_k q4_k", THREADS=2, PP=512,
 #      TG=128, REPEATS=3, BATCH=8 (BATCH=0: no batched decode).
 # KV=q8|q4|... (a quantized cache at long context: ours with -ctk/-ctv KV and
@@ -35,8 +36,8 @@ OURS_KV=""; [ -n "$KV" ] && OURS_KV="-ctk $KV -ctv $KV --tg-after-prompt"
 OURS_BATCH=""; [ "$BATCH" != 0 ] && OURS_BATCH="--batch $BATCH"
 mkdir -p "$BENCH_DIR"
 S="$BENCH_DIR/summary.txt"
-printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' type build pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s \
-    copy_GB read_GB tg_bw% "${LLAMA_BENCH:+llama.cpp_pp/tg ours/theirs}" > "$S"
+printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %6s %s\n' type build pp_tok_s tg_tok_s batch${BATCH}_tok_s ratio tg_GB_s \
+    copy_GB read_GB tg_bw% syncs "${LLAMA_BENCH:+llama.cpp_pp/tg ours/theirs}" > "$S"
 # one JSON field's value
 field() { echo "$1" | sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p"; }
 # llama-bench's mean t/s for test $2 (pp512, tg128) in its markdown output $1
@@ -69,9 +70,10 @@ $("$LLAMA_BENCH" -m "$m" -t "$THREADS" -fa 1 -ctk "$LKV" -ctv "$LKV" -p 0 -n "${
             peer="(llama-bench gave no figures)"
         fi
     fi
-    printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %s\n' "$t${KV:+/kv-$KV}" "$b" "$(field "$j" pp_tok_s)" \
+    printf '%-6s %-28s %9s %9s %11s %7s %8s %8s %8s %6s %6s %s\n' "$t${KV:+/kv-$KV}" "$b" "$(field "$j" pp_tok_s)" \
         "$(field "$j" tg_tok_s)" "$(field "$j" batch_tok_s)" "$(field "$j" batch_ratio)" "$(field "$j" tg_gb_s)" \
-        "$(field "$j" copy_gb_s)" "$(field "$j" read_gb_s)" "$(field "$j" tg_bw_pct)" "$peer" >> "$S"
+        "$(field "$j" copy_gb_s)" "$(field "$j" read_gb_s)" "$(field "$j" tg_bw_pct)" \
+        "$(field "$j" tg_pool_syncs_per_token)" "$peer" >> "$S"
   done
 done
 echo
