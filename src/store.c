@@ -28,6 +28,7 @@
 
 #define POOL_QPREFIX "pool+"   /* quarantined pools: '+' is in no agent id */
 #define MEMORY_QPREFIX "memory+"
+#define CARD_QPREFIX "card+"
 
 /* At most this many files stay in quarantine/ (the oldest go first): a
  * directory of corrupt files must not grow without bound. */
@@ -208,7 +209,8 @@ int ak_store_sealed(const ak_store *s) { return s->has_key; }
 
 int ak_store_quarantine_kind(ak_store *s, int kind, const char *id, ak_blob_get *g, const char *reason, char *where,
                              size_t wn, char *why, size_t whyn) {
-    const char *pre = kind == AK_FILE_POOL ? POOL_QPREFIX : kind == AK_FILE_MEMORY ? MEMORY_QPREFIX : "";
+    const char *pre = kind == AK_FILE_POOL ? POOL_QPREFIX : kind == AK_FILE_MEMORY ? MEMORY_QPREFIX
+                    : kind == AK_FILE_CARD ? CARD_QPREFIX : "";
     ak_blob_qname q;
     int rc = s->be->ops->quarantine(s->be, kind, id, g, pre, reason, &q, where, wn, why, whyn);
     if (rc != 0) return rc;
@@ -439,7 +441,8 @@ void ak_store_index_put(ak_store *s, int kind, const ak_store_entry *e, ak_store
 }
 
 void ak_store_index_del(ak_store *s, int kind, const char *id) {
-    if (kind == AK_FILE_AGENT) index_del(s, id);
+    if (kind == AK_FILE_CARD) ak_store_card_index_del(s, id);
+    else if (kind == AK_FILE_AGENT) index_del(s, id);
     else ak_entry_index_del(s, kind == AK_FILE_MEMORY ? &s->mems : &s->pools, id);
 }
 

@@ -54,9 +54,11 @@
  * bound to "cards/<id>": a card copied to another name, or into the agents'
  * directory, fails authentication.
  *
- * Saving: .<id>.safetensors.tmp.<pid>.<tid> in cards/, write, fsync,
- * close, rename over <id>.safetensors, fsync cards/. Loading reads the
- * whole file (cards are small: a 2K-token card of a 1B model at 4 bits is
+ * Saving and loading go through the store's backend (store_backend.h,
+ * kind AK_FILE_CARD) as agents' images do: the directory's cards/ (temp,
+ * fsync, rename, directory fsync), or Redis (chunks under a manifest), so
+ * nodes sharing a Redis store share their cards. Loading reads the
+ * whole image (cards are small: a 2K-token card of a 1B model at 4 bits is
  * about 16 MB), unseals it, checks everything above (every tensor's
  * checksum, the metadata checksum, the widths, the token ids, the content
  * hash recomputed from the contents) and only then returns the card.
@@ -84,9 +86,8 @@
 
 #define CARD_FORMAT "agentkv.card"
 #define CARD_VERSION 1
-#define CARD_SUFFIX ".safetensors"
-#define CARD_TMP_MARK ".safetensors.tmp."
-#define CARD_QPREFIX "card+"          /* quarantined cards: '+' is in no id */
+/* (names, temp files and quarantine names are the backend's: a card is
+ * kind AK_FILE_CARD, quarantined as "card+<id>...": store.c) */
 #define CARD_FORMATS_K "2:q2,4:q4,8:q8,16:f16"
 #define CARD_FORMATS_V "2:tq2,4:tq4,8:q8,16:f16"
 #define CARD_MAX_TENSORS (2 + 64 * 1024)
@@ -96,18 +97,6 @@
 ak_card *ak_card_alloc_for_load(const ak_cache_spec *spec, int n, const uint8_t *wk, const uint8_t *wv, ak_error *err);
 
 /* ---- paths and the index ------------------------------------------------ */
-
-/* <dir>/cards into out. Returns 0, or -1 if too long. */
-static int cards_dir(const ak_store *s, char *out, size_t n) {
-    int w = snprintf(out, n, "%s/cards", s->dir);
-    return w < 0 || (size_t)w >= n ? -1 : 0;
-}
-
-/* <dir>/cards/<id>.safetensors into out. Returns 0, or -1 if too long. */
-static int card_path(const ak_store *s, const char *id, char *out, size_t n) {
-    int w = snprintf(out, n, "%s/cards/%s%s", s->dir, id, CARD_SUFFIX);
-    return w < 0 || (size_t)w >= n ? -1 : 0;
-}
 
 /* The slot of id in the sorted card index (*found = 1 when there). Call
  * with s->mu held. */
@@ -183,78 +172,56 @@ void ak_store_card_entry_of(const ak_card *c, ak_store_card_entry *e) {
 
 /* The index entry of a card object and of its file (size and time from st,
  * if not NULL). */
-static void entry_of(const ak_store *s, const ak_card *c, const struct stat *st, ak_store_card_entry *e) {
+static void entry_of(const ak_store *s, const ak_card *c, const ak_blob_info *st, ak_store_card_entry *e) {
     ak_store_card_entry_of(c, e);
     if (st) {
-        e->bytes = (uint64_t)st->st_size;
-        e->mtime = (int64_t)st->st_mtim.tv_sec;
+        e->bytes = st->bytes;
+        e->mtime = st->mtime;
     }
     e->sealed = s->has_key;
 }
 
-static ak_store_status load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
-                                 int vocab, int move, ak_card **out, struct stat *st, ak_error *err);
-
-/* Removes a stale temp file name in cards/ (its process gone, or older
- * than an hour). */
-static void drop_stale_temp(const char *dir, const char *name) {
-    const char *m = strstr(name, CARD_TMP_MARK);
-    if (name[0] != '.' || !m) return;
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return;
-    struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
-    long pid = strtol(m + strlen(CARD_TMP_MARK), NULL, 10);
-    int stale = pid <= 0 || time(NULL) - st.st_mtime > 3600;
-    if (!stale && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) stale = 1;
-    if (stale) unlink(path);
+void ak_store_card_index_del(ak_store *s, const char *id) {
+    pthread_mutex_lock(&s->mu);
+    index_del_locked(s, id);
+    pthread_mutex_unlock(&s->mu);
 }
 
-/* Builds the card index once: a scan of cards/ reading each file (its
- * entry unreadable when it does not verify; nothing moved). */
+static ak_store_status load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
+                                 int vocab, int move, ak_card **out, ak_blob_info *st, ak_error *err);
+
+/* Builds the card index once: the backend's cards, each read (its entry
+ * unreadable when it does not verify; nothing moved). */
 static void ensure_indexed(ak_store *s) {
     pthread_mutex_lock(&s->mu);
     int done = s->cards_indexed;
     s->cards_indexed = 1;
     pthread_mutex_unlock(&s->mu);
     if (done) return;
-    char dir[PATH_MAX];
-    if (cards_dir(s, dir, sizeof dir)) return;
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.') {
-            drop_stale_temp(dir, de->d_name);
-            continue;
-        }
-        size_t len = strlen(de->d_name), sl = strlen(CARD_SUFFIX);
-        if (len <= sl || strcmp(de->d_name + len - sl, CARD_SUFFIX)) continue;
-        char id[AK_AGENT_ID_MAX + 1];
-        if (len - sl > AK_AGENT_ID_MAX) continue;
-        memcpy(id, de->d_name, len - sl);
-        id[len - sl] = 0;
-        if (!ak_agent_id_valid(id)) continue;
+    ak_blob_name *v = NULL;
+    int nv = 0;
+    ak_error le = {{0}};
+    if (s->be->ops->list(s->be, AK_FILE_CARD, &v, &nv, &le) != 0) return;   /* listed as none until the next open */
+    for (int i = 0; i < nv; i++) {
+        if (!ak_agent_id_valid(v[i].id)) continue;
         ak_card *c = NULL;
-        struct stat st;
+        ak_blob_info st;
         ak_error e = {{0}};
         ak_store_card_entry ent;
         memset(&ent, 0, sizeof ent);
-        if (load_card(s, id, NULL, NULL, 0, 0, &c, &st, &e) == AK_STORE_HIT) {
+        if (load_card(s, v[i].id, NULL, NULL, 0, 0, &c, &st, &e) == AK_STORE_HIT) {
             entry_of(s, c, &st, &ent);
             ak_card_free(c);
         } else {
-            char path[PATH_MAX];
-            if (card_path(s, id, path, sizeof path) || stat(path, &st) != 0) continue;
-            snprintf(ent.id, sizeof ent.id, "%s", id);
-            ent.bytes = (uint64_t)st.st_size;
-            ent.mtime = (int64_t)st.st_mtim.tv_sec;
+            snprintf(ent.id, sizeof ent.id, "%s", v[i].id);
+            ent.bytes = v[i].info.bytes;
+            ent.mtime = v[i].info.mtime;
         }
         pthread_mutex_lock(&s->mu);
         index_put_locked(s, &ent);
         pthread_mutex_unlock(&s->mu);
     }
-    closedir(d);
+    free(v);
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -414,30 +381,6 @@ done:
     return img;
 }
 
-/* Writes all n bytes of p to fd. Returns 0, or -1 (errno set). */
-static int write_full(int fd, const uint8_t *p, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync of a directory. Returns 0, or -1 (errno set). */
-static int sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd), e = errno;
-    close(fd);
-    errno = e;
-    return rc;
-}
-
 /* The file's bytes as pieces: the header, then each tensor's data. */
 typedef struct {
     const uint8_t *hdr;
@@ -464,18 +407,19 @@ static void pieces_read(pieces *p, uint8_t *dst, size_t n) {
     }
 }
 
-/* Writes the file (header, then the tensors' data, straight from the
- * card's arrays) to fd, sealed under the store's key (bound to
- * "cards/<id>") when it has one, through one chunk of staging. Returns 0,
- * or -1 (errno set). */
-static int write_card_file(const ak_store *s, int fd, const char *id, const uint8_t *hdr, size_t hlen,
-                           const card_tensor *t, int nt) {
+/* Writes the image (header, then the tensors' data, straight from the
+ * card's arrays) into the backend put p, sealed under the store's key
+ * (bound to "cards/<id>") when it has one, through one chunk of staging.
+ * Returns 0, or -1 with err set. */
+static int write_card_image(const ak_store *s, ak_blob_put *p, const char *id, const uint8_t *hdr, size_t hlen,
+                            const card_tensor *t, int nt, ak_error *err) {
+    const ak_backend_ops *ops = s->be->ops;
     size_t len = hlen;
     for (int i = 0; i < nt; i++) len += t[i].bytes;
     if (!s->has_key) {
-        if (write_full(fd, hdr, hlen) < 0) return -1;
+        if (ops->put_write(p, hdr, hlen, err) != 0) return -1;
         for (int i = 0; i < nt; i++)
-            if (t[i].bytes && write_full(fd, t[i].data, t[i].bytes) < 0) return -1;
+            if (t[i].bytes && ops->put_write(p, t[i].data, t[i].bytes, err) != 0) return -1;
         return 0;
     }
     char binding[AK_SEAL_ID_MAX + 1];
@@ -483,13 +427,12 @@ static int write_card_file(const ak_store *s, int fd, const char *id, const uint
     ak_seal z;
     uint8_t head[AK_SEAL_HEADER_BYTES];
     ak_seal_begin(&z, s->key, len, AK_SEAL_CHUNK, binding, head);
-    if (write_full(fd, head, sizeof head) < 0) return -1;
+    if (ops->put_write(p, head, sizeof head, err) != 0) return -1;
     uint8_t *in = malloc(AK_SEAL_CHUNK), *out = malloc(AK_SEAL_CHUNK + AK_SEAL_ABYTES);
     if (!in || !out) {
         free(in);
         free(out);
-        errno = ENOMEM;
-        return -1;
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory");
     }
     pieces pc = {hdr, hlen, t, nt, -1, 0};
     size_t done = 0;
@@ -498,7 +441,7 @@ static int write_card_file(const ak_store *s, int fd, const char *id, const uint
         size_t nb = ak_seal_next_bytes(&z);
         pieces_read(&pc, in, nb);
         size_t w = ak_seal_push(&z, in, out);
-        if (write_full(fd, out, w) < 0) { rc = -1; break; }
+        if (ops->put_write(p, out, w, err) != 0) { rc = -1; break; }
         done += nb;
     }
     sodium_memzero(&z, sizeof z);
@@ -512,55 +455,39 @@ int ak_store_save_card(ak_store *s, const ak_card *c, ak_error *err) {
     if (!c || !ak_agent_id_valid(c->id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid card id");
     if (c->n_tokens < 1) return ak_failc(err, AK_ERR_INVALID, "store: card %s: no tokens", c->id);
     ensure_indexed(s);
-    char dir[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
-    if (cards_dir(s, dir, sizeof dir) || card_path(s, c->id, path, sizeof path) ||
-        snprintf(tmp, sizeof tmp, "%s/.%s%s%ld.%ld", dir, c->id, CARD_TMP_MARK, (long)getpid(),
-                 (long)syscall(SYS_gettid)) >= (int)sizeof tmp)
-        return ak_failc(err, AK_ERR_INVALID, "store: path too long for card %s", c->id);
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving card %s: mkdir %s: %s", c->id, dir,
-                        strerror(errno));
     size_t len;
     card_tensor *t = NULL;
     int nt = 0;
     uint8_t *img = build_header(c, &len, &t, &nt, err);
     if (!img) return -1;
-    const char *what = "open";
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    struct stat st;
-    if (fd < 0) goto fail;
-    what = "write";
-    if (write_card_file(s, fd, c->id, img, len, t, nt) < 0) goto fail;
-    what = "fsync";
-    if (fsync(fd) != 0) goto fail;
-    if (fstat(fd, &st) != 0) memset(&st, 0, sizeof st);
-    what = "close";
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) goto fail;
-    what = "rename";
-    if (rename(tmp, path) != 0) goto fail;
+    uint64_t plain = len;
+    for (int i = 0; i < nt; i++) plain += t[i].bytes;
+    uint64_t total = s->has_key ? ak_seal_file_bytes(plain, AK_SEAL_CHUNK) : plain;
+    const ak_backend_ops *ops = s->be->ops;
+    ak_error e = {{0}};
+    ak_blob_info bi = {0};
+    int rc = -1;
+    ak_blob_put *p = ops->put_begin(s->be, AK_FILE_CARD, c->id, total, &e);
+    if (p && !s->has_key && ops->put_head) ops->put_head(p, len);   /* listing reads only the header */
+    if (p) {
+        if (write_card_image(s, p, c->id, img, len, t, nt, &e) != 0) ops->put_abort(p);
+        else rc = ops->put_commit(p, &bi, &e);
+    }
     sodium_memzero(img, len);   /* the header: token ids */
     free(img);
     free(t);
-    ak_store_card_entry e;
-    entry_of(s, c, &st, &e);
+    if (rc < 0)
+        return ak_failc(err, e.code ? e.code : AK_ERR_IO, "store: saving card %s: %s (the previous file, if any, is "
+                        "intact)", c->id, e.msg);
+    ak_store_card_entry ce;
+    entry_of(s, c, &bi, &ce);
     pthread_mutex_lock(&s->mu);
-    index_put_locked(s, &e);
+    index_put_locked(s, &ce);
     pthread_mutex_unlock(&s->mu);
-    if (sync_dir(dir) != 0)
-        return ak_failc(err, ak_err_code_of_errno(errno), "store: saving card %s: fsync of %s: %s (the new file is in "
-                        "place but may not survive a crash)", c->id, dir, strerror(errno));
+    if (rc > 0)
+        return ak_failc(err, e.code ? e.code : AK_ERR_IO, "store: saving card %s: %s (the new file is in place but may "
+                        "not survive a crash)", c->id, e.msg);
     return 0;
-fail:;
-    int e2 = errno;
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    sodium_memzero(img, len);
-    free(img);
-    free(t);
-    return ak_failc(err, ak_err_code_of_errno(e2), "store: saving card %s: %s %s: %s (the previous file, if any, is "
-                    "intact)", c->id, what, !strcmp(what, "rename") ? path : tmp, strerror(e2));
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -618,38 +545,33 @@ static const char *mstr(const cJSON *meta, const char *key) {
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-/* Reads the whole file at path into *img (malloc'd; *len bytes), unsealing
- * it when sealed. Returns HIT or a failed verdict. */
-static ak_store_status read_image(const ak_store *s, const char *id, const char *path, uint8_t **img, size_t *len,
-                                  struct stat *st, verdict *v, ak_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? judge(v, err, id, AK_STORE_ABSENT, NULL, "no such card")
-                               : judge(v, err, id, AK_STORE_ERROR, NULL, "open: %s", strerror(errno));
-    if (fstat(fd, st) != 0 || (uint64_t)st->st_size > ((uint64_t)1 << 40)) {
-        close(fd);
-        return judge(v, err, id, AK_STORE_ERROR, NULL, "stat: %s", strerror(errno));
-    }
-    size_t n = (size_t)st->st_size;
+/* Reads the whole image of card id into *img (malloc'd; *len bytes),
+ * unsealing it when sealed; *g stays open (the caller closes it: a
+ * quarantine moves only the image it read) and *st gets its size and time.
+ * Returns HIT or a failed verdict. */
+static ak_store_status read_image(const ak_store *s, const char *id, ak_blob_get **g, uint8_t **img, size_t *len,
+                                  ak_blob_info *st, verdict *v, ak_error *err) {
+    const ak_backend_ops *ops = s->be->ops;
+    char why[160];
+    ak_error e = {{0}};
+    int oc = ops->get_open(s->be, AK_FILE_CARD, id, g, st, why, sizeof why, &e);
+    if (oc == 1) return judge(v, err, id, AK_STORE_ABSENT, NULL, "no such card");
+    if (oc < 0) return judge(v, err, id, AK_STORE_ERROR, NULL, "%s", e.msg);
+    if (oc == 2) return judge(v, err, id, AK_STORE_CORRUPT, "notfile", "%s", why);
+    if (st->bytes > ((uint64_t)1 << 40)) return judge(v, err, id, AK_STORE_ERROR, NULL, "%llu bytes",
+                                                      (unsigned long long)st->bytes);
+    size_t n = (size_t)st->bytes;
     uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) {
-        close(fd);
-        return judge_oom(v, err, id);
+    if (!buf) return judge_oom(v, err, id);
+    int rc = n ? ops->get_read(*g, buf, n, 0) : 0;
+    if (rc != 0) {
+        int eno = errno;
+        free(buf);
+        if (rc == -2) return judge(v, err, id, AK_STORE_CORRUPT, "truncated", "the file shrank while read");
+        if (eno == EBADMSG)
+            return judge(v, err, id, AK_STORE_CORRUPT, "checksum", "stored bytes fail the backend's checksum");
+        return judge(v, err, id, AK_STORE_ERROR, NULL, "read: %s", strerror(eno));
     }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            int e = errno;
-            close(fd);
-            free(buf);
-            return r == 0 ? judge(v, err, id, AK_STORE_CORRUPT, "truncated", "the file shrank while read")
-                          : judge(v, err, id, AK_STORE_ERROR, NULL, "read: %s", strerror(e));
-        }
-        got += (size_t)r;
-    }
-    close(fd);
     int sealed = n >= 8 && !memcmp(buf, AK_SEAL_MAGIC, 8);
     if (!sealed) {
         if (s->has_key) {
@@ -918,93 +840,43 @@ out:
     return st;
 }
 
-/* Moves the card's file to quarantine/card+<id>.safetensors.<reason>.<time>
- * and records it in the store's quarantine list (bounded like agents').
- * Returns 0, or -1 (the file left in place). */
-static int quarantine_card(ak_store *s, const char *id, const char *path, const char *reason) {
-    char qdir[PATH_MAX], dst[PATH_MAX];
-    if (snprintf(qdir, sizeof qdir, "%s/quarantine", s->dir) >= (int)sizeof qdir) return -1;
-    if (mkdir(qdir, 0700) != 0 && errno != EEXIST) return -1;
-    long now = (long)time(NULL);
-    for (int k = 0; k < 1000; k++) {
-        int w = k ? snprintf(dst, sizeof dst, "%s/%s%s%s.%s.%ld.%d", qdir, CARD_QPREFIX, id, CARD_SUFFIX, reason, now, k)
-                  : snprintf(dst, sizeof dst, "%s/%s%s%s.%s.%ld", qdir, CARD_QPREFIX, id, CARD_SUFFIX, reason, now);
-        if (w < 0 || (size_t)w >= sizeof dst) return -1;
-        if (access(dst, F_OK) == 0) continue;
-        if (rename(path, dst) != 0) return -1;
-        struct stat st;
-        uint64_t bytes = lstat(dst, &st) == 0 ? (uint64_t)st.st_size : 0;
-        const char *name = strrchr(dst, '/') + 1;
-        pthread_mutex_lock(&s->mu);
-        index_del_locked(s, id);
-        if (s->nq == s->cap_q) {
-            int nc = s->cap_q ? s->cap_q * 2 : 8;
-            ak_qfile *nq = realloc(s->q, sizeof *nq * (size_t)nc);
-            if (nq) {
-                s->q = nq;
-                s->cap_q = nc;
-            }
-        }
-        if (s->nq < s->cap_q) {
-            snprintf(s->q[s->nq].name, sizeof s->q[s->nq].name, "%s", name);
-            s->q[s->nq].bytes = bytes;
-            s->nq++;
-        }
-        while (s->nq > AK_STORE_QUARANTINE_MAX) {   /* the oldest go first */
-            char old[PATH_MAX + NAME_MAX + 16];
-            snprintf(old, sizeof old, "%s/%s", qdir, s->q[0].name);
-            unlink(old);
-            memmove(s->q, s->q + 1, sizeof *s->q * (size_t)(s->nq - 1));
-            s->nq--;
-        }
-        pthread_mutex_unlock(&s->mu);
-        return 0;
-    }
-    return -1;
-}
-
-/* Reads, verifies and (move) quarantines a corrupt card; *st gets the
- * file's stat on a hit. */
+/* Reads, verifies and (move) quarantines a corrupt card (the image read:
+ * not one a save put in its place meanwhile); *st gets the image's size and
+ * time on a hit. */
 static ak_store_status load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
-                                 int vocab, int move, ak_card **out, struct stat *st, ak_error *err) {
+                                 int vocab, int move, ak_card **out, ak_blob_info *st, ak_error *err) {
     verdict v = {AK_STORE_HIT, NULL};
     if (!ak_agent_id_valid(id)) {
         ak_failc(err, AK_ERR_INVALID, "store: invalid card id");
         return AK_STORE_ERROR;
     }
-    char path[PATH_MAX];
-    if (card_path(s, id, path, sizeof path)) {
-        ak_failc(err, AK_ERR_INVALID, "store: path too long for card %s", id);
-        return AK_STORE_ERROR;
-    }
     uint8_t *img = NULL;
     size_t len = 0;
-    ak_store_status r = read_image(s, id, path, &img, &len, st, &v, err);
+    ak_blob_get *g = NULL;
+    ak_store_status r = read_image(s, id, &g, &img, &len, st, &v, err);
     if (r == AK_STORE_HIT) {
         r = parse_image(id, img, len, fingerprint, spec, vocab, out, &v, err);
         sodium_memzero(img, len < 4096 ? len : 4096);
         free(img);
     }
-    struct stat now;
-    if (r == AK_STORE_CORRUPT && move && stat(path, &now) == 0 && now.st_ino == st->st_ino && now.st_dev == st->st_dev) {
-        /* (a file replaced by a new save while it was read is not ours to move) */
-        if (quarantine_card(s, id, path, v.reason ? v.reason : "corrupt") == 0) {
+    if (r == AK_STORE_HIT && g) s->be->ops->get_touch(g);   /* recently used */
+    if (r == AK_STORE_CORRUPT && move) {
+        char where[PATH_MAX], why[PATH_MAX + 64];
+        if (ak_store_quarantine_kind(s, AK_FILE_CARD, id, g, v.reason ? v.reason : "corrupt", where, sizeof where, why,
+                                     sizeof why) == 0) {
             size_t l = strlen(err->msg);
             snprintf(err->msg + l, sizeof err->msg - l, " (moved to quarantine/)");
         }
     }
-    if (r == AK_STORE_ABSENT) {
-        pthread_mutex_lock(&s->mu);
-        index_del_locked(s, id);
-        pthread_mutex_unlock(&s->mu);
-    }
+    if (g) s->be->ops->get_close(g);
+    if (r == AK_STORE_ABSENT) ak_store_card_index_del(s, id);
     return r;
 }
 
 ak_store_status ak_store_load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
                                    int vocab, ak_card **out, ak_error *err) {
     ensure_indexed(s);
-    struct stat st;
+    ak_blob_info st;
     ak_card *c = NULL;
     ak_store_status r = load_card(s, id, fingerprint, spec, vocab, 1, &c, &st, err);
     if (r != AK_STORE_HIT) return r;
@@ -1019,7 +891,7 @@ ak_store_status ak_store_load_card(ak_store *s, const char *id, const char *fing
 
 ak_store_status ak_store_verify_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
                                      int vocab, ak_error *err) {
-    struct stat st;
+    ak_blob_info st;
     ak_card *c = NULL;
     ak_store_status r = load_card(s, id, fingerprint, spec, vocab, 0, &c, &st, err);
     ak_card_free(c);
@@ -1051,16 +923,9 @@ int ak_store_list_cards(ak_store *s, ak_store_card_entry **out, int *n, ak_error
 int ak_store_remove_card(ak_store *s, const char *id, ak_error *err) {
     if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid card id");
     ensure_indexed(s);
-    char path[PATH_MAX];
-    if (card_path(s, id, path, sizeof path)) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
-    int rc = 0;
-    if (unlink(path) != 0) {
-        if (errno != ENOENT)
-            return ak_failc(err, ak_err_code_of_errno(errno), "store: unlink %s: %s", path, strerror(errno));
-        rc = 1;
-    }
-    pthread_mutex_lock(&s->mu);
-    index_del_locked(s, id);
-    pthread_mutex_unlock(&s->mu);
+    ak_error e = {{0}};
+    int rc = s->be->ops->remove(s->be, AK_FILE_CARD, id, &e);
+    if (rc < 0) return ak_failc(err, e.code, "store: %s", e.msg);
+    ak_store_card_index_del(s, id);
     return rc;
 }

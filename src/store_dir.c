@@ -60,7 +60,7 @@
 typedef struct {
     ak_store_backend base;
     char dir[PATH_MAX];
-    char kdir[3][PATH_MAX];     /* per kind: dir, dir/pools, dir/memories */
+    char kdir[4][PATH_MAX];     /* per kind: dir, dir/pools, dir/memories, dir/cards */
     char qdir[PATH_MAX];        /* dir/quarantine */
     /* fault injection (read only with AK_FAULT_INJECTION): step numbers,
      * 0 = off */
@@ -209,13 +209,14 @@ ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err) {
     snprintf(d->kdir[AK_FILE_AGENT], sizeof d->kdir[0], "%s", d->dir);
     snprintf(d->kdir[AK_FILE_POOL], sizeof d->kdir[0], "%s/pools", d->dir);
     snprintf(d->kdir[AK_FILE_MEMORY], sizeof d->kdir[0], "%s/memories", d->dir);
+    snprintf(d->kdir[AK_FILE_CARD], sizeof d->kdir[0], "%s/cards", d->dir);
     snprintf(d->qdir, sizeof d->qdir, "%s/quarantine", d->dir);
     d->write_chunk = DEFAULT_WRITE_CHUNK;
     if (parse_fault_env(d, err) != 0 || mkdir_p(d->dir, err) != 0) {
         free(d);
         return NULL;
     }
-    for (int k = 0; k < 3; k++) remove_stale_temps(d->kdir[k]);
+    for (int k = 0; k < 4; k++) remove_stale_temps(d->kdir[k]);
     return &d->base;
 }
 

@@ -99,7 +99,7 @@ size_t ak_seal_next_bytes(const ak_seal *z);
 /* The kinds of file a store holds: agents (<dir>/<id>.safetensors), pools
  * (<dir>/pools/<id>.safetensors) and memories (<dir>/memories/<id>.safetensors,
  * laid out as pools: store_memory.c). */
-enum { AK_FILE_AGENT = 0, AK_FILE_POOL = 1, AK_FILE_MEMORY = 2 };
+enum { AK_FILE_AGENT = 0, AK_FILE_POOL = 1, AK_FILE_MEMORY = 2, AK_FILE_CARD = 3 };   /* cards: store_card.c */
 
 /* A file in quarantine/. */
 typedef struct ak_qfile {
@@ -144,7 +144,7 @@ struct ak_store {
 
 /* The kinds' words for messages, "agent", "pool", "memory". */
 static inline const char *ak_kind_word(int kind) {
-    return kind == AK_FILE_POOL ? "pool" : kind == AK_FILE_MEMORY ? "memory" : "agent";
+    return kind == AK_FILE_POOL ? "pool" : kind == AK_FILE_MEMORY ? "memory" : kind == AK_FILE_CARD ? "card" : "agent";
 }
 
 /* 1 for the kinds laid out as pools (a content hash and a source, no base):
@@ -213,5 +213,7 @@ void ak_entry_index_free(ak_entry_index *ix);
 
 /* Frees the card index (at close; store_card.c). */
 void ak_store_card_index_free(ak_store *s);
+/* Drops card id from the card index (store_card.c). */
+void ak_store_card_index_del(ak_store *s, const char *id);
 
 #endif

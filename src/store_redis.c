@@ -8,7 +8,7 @@
  * says so). Connections are pooled (hiredis contexts are not shared between
  * threads).
  *
- * KEYS (tag = "<k>:<id>", k = a (agent), p (pool), m (memory); the braces
+ * KEYS (tag = "<k>:<id>", k = a (agent), p (pool), m (memory), c (card); the braces
  * make every key of one image hash to one Redis Cluster slot):
  *     akv:{tag}:m                 the manifest, a hash, written last:
  *         v       "1"
@@ -159,7 +159,7 @@ struct ak_blob_get {
     int cache_failed;                  /* a write to cput failed: dropped at close */
 };
 
-static const char kind_letter[3] = {'a', 'p', 'm'};
+static const char kind_letter[4] = {'a', 'p', 'm', 'c'};
 
 /* "akv:{<k>:<id>}:<rest>" into out. */
 static void key_of(int kind, const char *id, const char *rest, char *out, size_t n) {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "../src/cards.h"
 #include "test_store_redis.h"
 #include "test_store_util.h"
 
@@ -215,6 +216,84 @@ TEST(store_redis_cached_copies_count_in_the_disk_budget) {
           copy_exists(rc, local, "c2"), copy_exists(rc, local, "c3"));
     redisFree(rc);
     cache_free(&c);
+    ak_store_close(b);
+    ak_store_close(a);
+    redis_stop(&r);
+}
+
+/* Cards live in the backend as agents do: a card saved on node A (a store
+ * on Redis with its own local directory) is listed and loads equal on node
+ * B (another local directory, the same Redis); sealed likewise; removed on
+ * B, gone for a third store. */
+TEST(store_redis_card_made_on_a_opens_on_b) {
+    redis_srv r = {0};
+    if (redis_start(t, &r, 0) != 0) return;
+    ak_error err = {{0}};
+    char la[600], lb[600];
+    snprintf(la, sizeof la, "%s/card-a", test_tmp_dir());
+    snprintf(lb, sizeof lb, "%s/card-b", test_tmp_dir());
+    ak_store_where wa = {r.url, NULL, la, 0, NULL, NULL}, wb = {r.url, NULL, lb, 0, NULL, NULL};
+    ak_store *a = ak_store_open_at(&wa, NULL, &err);
+    REQUIRE(a, "open: %s", err.msg);
+    ak_cache_spec s = small_spec();
+    cache src;
+    REQUIRE(cache_make(&src, &s, 16, AK_KV_F32, AK_KV_F32, 256, 45, 24) == 0, "cache");
+    uint8_t wk[40], wv[40];
+    for (int i = 0; i < 40; i++) {
+        wk[i] = (uint8_t)(2 << (i % 4));
+        wv[i] = (uint8_t)(2 << ((i + 1) % 4));
+    }
+    ak_card_params p = {"shared-card", "alice", FP, "tiny", 5, 45, wk, wv, "given", 0, 0, NULL};
+    ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
+    REQUIRE(c, "make: %s", err.msg);
+    REQUIRE(ak_store_save_card(a, c, &err) == 0, "save: %s", err.msg);
+    CHECK(redis_count(&r, "akv:{c:shared-card}:m") == 1, "the card is not in Redis");
+    struct stat sb;
+    char local[800];
+    snprintf(local, sizeof local, "%s/cards/shared-card.safetensors", la);
+    CHECK(stat(local, &sb) != 0, "the card was written to node A's directory");
+    ak_store *b = ak_store_open_at(&wb, NULL, &err);
+    REQUIRE(b, "open: %s", err.msg);
+    ak_store_card_entry ent;
+    CHECK(ak_store_lookup_card(b, "shared-card", &ent) == 0 && ent.readable && ent.n_tokens == 40 &&
+              !strcmp(ent.hash, c->hash) && !strcmp(ent.source_agent, "alice"),
+          "node B does not list the card");
+    ak_card *got = NULL;
+    ak_store_status st = ak_store_load_card(b, "shared-card", FP, &s, VOCAB, &got, &err);
+    CHECK(st == AK_STORE_HIT && got && got->n_tokens == c->n_tokens && !strcmp(got->hash, c->hash) &&
+              !memcmp(got->tokens, c->tokens, sizeof(int32_t) * (size_t)c->n_tokens),
+          "node B: %s: %s", ak_store_status_name(st), err.msg);
+    ak_card_free(got);
+    /* sealed: B with the key opens it, a store without the key finds it STALE */
+    uint8_t key[32];
+    for (int i = 0; i < 32; i++) key[i] = (uint8_t)(i * 13 + 5);
+    ak_store *ak = ak_store_open_at(&wa, key, &err);
+    REQUIRE(ak, "open sealed: %s", err.msg);
+    ak_card_params ps = p;
+    ps.id = "sealed-card";
+    ak_card *cs = ak_card_make(src.kv, src.tokens, &ps, &err);
+    REQUIRE(cs && ak_store_save_card(ak, cs, &err) == 0, "sealed save: %s", err.msg);
+    ak_store *bk = ak_store_open_at(&wb, key, &err);
+    REQUIRE(bk, "open sealed: %s", err.msg);
+    st = ak_store_load_card(bk, "sealed-card", FP, &s, VOCAB, &got, &err);
+    CHECK(st == AK_STORE_HIT && got && !strcmp(got->hash, cs->hash), "sealed card on B: %s: %s",
+          ak_store_status_name(st), err.msg);
+    ak_card_free(got);
+    got = NULL;
+    CHECK(ak_store_load_card(b, "sealed-card", FP, &s, VOCAB, &got, &err) == AK_STORE_STALE && !got,
+          "a sealed card opened without the key");
+    /* removed on B: gone for everyone */
+    CHECK(ak_store_remove_card(b, "shared-card", &err) == 0, "remove: %s", err.msg);
+    ak_store *d = ak_store_open_at(&wa, NULL, &err);
+    REQUIRE(d, "open: %s", err.msg);
+    CHECK(ak_store_lookup_card(d, "shared-card", &ent) == 1 && redis_count(&r, "akv:{c:shared-card}:*") == 0,
+          "the removed card is still listed or in Redis");
+    ak_card_free(cs);
+    ak_card_free(c);
+    cache_free(&src);
+    ak_store_close(d);
+    ak_store_close(bk);
+    ak_store_close(ak);
     ak_store_close(b);
     ak_store_close(a);
     redis_stop(&r);
