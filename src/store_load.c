@@ -453,6 +453,30 @@ out:
     return st;
 }
 
+/* Zeroes the local layers' positions [ak_kv_window_first(kv), wf) of a
+ * restore of a version 7 file into blocks of another size: the file does
+ * not hold them, no later token sees them (they lie before the window),
+ * but the block that holds wf from an earlier position is allocated, and
+ * its earlier slots must not be left uninitialized (a later save writes
+ * them). */
+static void zero_local(ak_kv *kv, int wf) {
+    const ak_cache_spec *s = ak_block_pool_spec(ak_kv_pool(kv));
+    ak_kv_format f[2] = {ak_kv_format_k(kv), ak_kv_format_v(kv)};
+    for (int l = 0; l < s->n_layer; l++) {
+        if (!ak_spec_group(s, l)) continue;
+        for (int side = 0; side < 2; side++) {
+            int d = side ? s->head_dim_v : s->head_dim_k;
+            size_t bytes[2] = {ak_kv_format_code_bytes(f[side], d), ak_kv_format_meta_bytes(f[side], d)};
+            for (int c = 0; c < 2; c++)
+                for (int h = 0; bytes[c] && h < s->n_head_kv; h++)
+                    for (int p = ak_kv_window_first(kv); p < wf; p++) {
+                        uint8_t *x = ak_kv_stored_mut(kv, l, side, c, h, p);
+                        if (x) memset(x, 0, bytes[c]);
+                    }
+        }
+    }
+}
+
 /* Reads what a plain file holds of blocks [j0, nb) into the image at its
  * place (the whole image when j0 = 0); the rest of the image stays unread. */
 static ak_store_status read_tails(reader *r, const agent_meta *m, const tensor_desc *t, int nt, int64_t j0,
@@ -589,6 +613,7 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
             aks_judge_error(v, e2.code, "%s", e2.msg);
             goto out;
         }
+        if (m->window_first) zero_local(tmp, m->window_first);
         if (aks_transfer(tmp, 1, r->img + m->hdr_end, t, nt, &ru, L - base, Tf) != 0) {
             aks_judge(v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
             goto out;
