@@ -907,6 +907,10 @@ static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_i
     for (int i = 0; i < k; i++)
         if (keep > at[i] && keep < at[i] + len[i]) keep = at[i];
     if (k > 0 && (flags & AK_AGENT_RECOMPUTE_MEMORIES) && keep > at[0]) keep = at[0];
+    /* a prompt that diverges before what the sliding-window layers still
+     * hold (kvcache.h LAYER GROUPS: they released the blocks its next
+     * token would see) is computed from the start */
+    if (keep > 0 && ak_kv_window_check(g->kv, keep, NULL) < 0) keep = 0;
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
     segs_sync(g);   /* truncated into (or out of) its pool or cards */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/agent.h"
 #include "../src/blockpool.h"
 #include "../src/kvcache.h"
 #include "../src/model.h"
@@ -331,5 +332,64 @@ TEST(gemma3_window_refusals_by_code) {
     ak_kv_free(kv);
     ak_ctx_free(c);
     ak_block_pool_free(p);
+    ak_model_free(m);
+}
+
+/* Through the agents: an agent's sliding-window layers release as it goes
+ * (the agents' pool turns it on), so after a turn well past the window the
+ * pool holds its global blocks and only the local blocks its window sees;
+ * its greedy tokens are a fresh sequence's that keeps every block; a next
+ * prompt that diverges before what the local layers still hold is computed
+ * from the start and gives the fresh sequence's logits bit for bit. */
+TEST(gemma3_window_agent_turns) {
+    ak_model *m = load_gemma3(t);
+    if (!m) return;
+    ak_error err = {{0}};
+    const int W = m->cfg.window, V = m->cfg.vocab, n = 30, gen = 40, T = AK_DEFAULT_BLOCK_TOKENS / 4;
+    const int nloc = local_layers(m), nglob = m->cfg.n_layer - nloc;
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, T, 0, &err), *pf = ak_block_pool_new(&m->spec, T, 0, &err);
+    REQUIRE(pool && pf, "pool: %s", err.msg);
+    ak_agents_config cfg = {m, pool, NULL, AK_KV_F16, AK_KV_F16, 256, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    ak_agents *ag = ak_agents_new(&cfg, &err);
+    ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
+    ak_kv *ref = ak_kv_new(pf, AK_KV_F16, AK_KV_F16, 256, &err);
+    float *la = malloc(sizeof(float) * V), *lr = malloc(sizeof(float) * V);
+    int32_t toks[30 + 40 + 1];
+    for (int i = 0; i < n; i++) toks[i] = 3 + (i * 577) % 12000;
+    REQUIRE(ag && c && ref && la && lr, "setup: %s", err.msg);
+    ak_turn tu;
+    REQUIRE(ak_agent_begin(ag, c, "g", toks, n, la, &tu, &err) == 0, "begin: %s", err.msg);
+    REQUIRE(ak_eval(c, ref, toks, n, 0, lr, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
+    int differ = memcmp(la, lr, sizeof(float) * V) != 0;
+    for (int i = 0; i < gen; i++) {
+        toks[n + i] = ak_argmax(la, V);
+        REQUIRE(ak_agent_step(ag, c, "g", toks[n + i], la, &err) == 0, "step: %s", err.msg);
+        REQUIRE(ak_eval(c, ref, &toks[n + i], 1, n + i, lr, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
+        differ += memcmp(la, lr, sizeof(float) * V) != 0;
+    }
+    REQUIRE(ak_agent_end(ag, "g", &err) == 0, "end: %s", err.msg);
+    CHECK(differ == 0, "%d of %d steps of the agent differ from a sequence keeping every block", differ, gen + 1);
+    int len = n + gen, nb = (len + T - 1) / T, loc = expect_local(len, T, W);
+    size_t pb = pos_bytes(m, AK_KV_F16, AK_KV_F16) * T;
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(pool, &st);
+    CHECK(st.blocks == (size_t)(nb + loc) && st.used == (size_t)nb * nglob * pb + (size_t)loc * nloc * pb,
+          "the agent's pool holds %zu blocks (%zu bytes), expected %d global + %d local", st.blocks, st.used, nb, loc);
+    /* diverge at position 3: far before the window, so computed from 0 */
+    int32_t p2[8];
+    memcpy(p2, toks, sizeof p2);
+    p2[3] ^= 1;
+    ak_kv_truncate(ref, 0);
+    REQUIRE(ak_agent_begin(ag, c, "g", p2, 8, la, &tu, &err) == 0, "diverged begin: %s (code %d)", err.msg, err.code);
+    REQUIRE(ak_eval(c, ref, p2, 8, 0, lr, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
+    CHECK(tu.match == AK_MATCH_DIVERGE && memcmp(la, lr, sizeof(float) * V) == 0,
+          "a prompt diverging before the window: match %d, logits %s", tu.match,
+          memcmp(la, lr, sizeof(float) * V) ? "differ" : "equal");
+    ak_agent_end(ag, "g", &err);
+    ak_agents_free(ag);
+    free(la); free(lr);
+    ak_ctx_free(c);
+    ak_kv_free(ref);
+    ak_block_pool_free(pool); ak_block_pool_free(pf);
     ak_model_free(m);
 }
