@@ -1433,15 +1433,5 @@ int ak_sched_card_file(ak_sched *s, const char *card_id, char **bytes, size_t *l
     if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
     if (!s->cfg.store) return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file (no memory directory)", card_id);
     ak_card_wait_saved(s->cfg.agents, card_id);   /* a card just made is written behind */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/cards/%s.safetensors", ak_store_dir(s->cfg.store), card_id);
-    ak_error e = {0};
-    char *b = ak_read_file(path, len, &e);
-    if (!b) {
-        if (e.code == AK_ERR_NOT_FOUND || access(path, F_OK) != 0)
-            return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file", card_id);
-        return ak_failc(err, e.code ? e.code : AK_ERR_IO, "%s", e.msg);
-    }
-    *bytes = b;
-    return 0;
+    return ak_store_card_bytes(s->cfg.store, card_id, bytes, len, err);   /* the directory's or Redis's */
 }

@@ -446,5 +446,10 @@ int ak_store_lookup_card(ak_store *s, const char *id, ak_store_card_entry *out);
 int ak_store_list_cards(ak_store *s, ak_store_card_entry **out, int *n, ak_error *err);
 /* Deletes card id's file. Returns 0, 1 if there was none, -1 on error. */
 int ak_store_remove_card(ak_store *s, const char *id, ak_error *err);
+/* The stored bytes of card id's file (as saved: sealed if the store is),
+ * read through the store's backend (a directory's cards/, or Redis) into
+ * *bytes (malloc'd, NUL-terminated after *len bytes). Returns 0, or -1 with
+ * err set (AK_ERR_NOT_FOUND: no such card). */
+int ak_store_card_bytes(ak_store *s, const char *id, char **bytes, size_t *len, ak_error *err);
 
 #endif

@@ -929,3 +929,38 @@ int ak_store_remove_card(ak_store *s, const char *id, ak_error *err) {
     ak_store_card_index_del(s, id);
     return rc;
 }
+
+int ak_store_card_bytes(ak_store *s, const char *id, char **bytes, size_t *len, ak_error *err) {
+    *bytes = NULL;
+    *len = 0;
+    if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
+    const ak_backend_ops *ops = s->be->ops;
+    ak_blob_get *g = NULL;
+    ak_blob_info bi;
+    char why[160];
+    ak_error e = {{0}};
+    int rc = ops->get_open(s->be, AK_FILE_CARD, id, &g, &bi, why, sizeof why, &e);
+    if (rc == 1) return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file", id);
+    if (rc < 0) return ak_failc(err, e.code ? e.code : AK_ERR_IO, "card %s: %s", id, e.msg);
+    if (rc == 2) {
+        ops->get_close(g);
+        return ak_failc(err, AK_ERR_CORRUPT, "card %s: %s", id, why);
+    }
+    char *b = bi.bytes < ((uint64_t)1 << 40) ? malloc((size_t)bi.bytes + 1) : NULL;
+    if (!b) {
+        ops->get_close(g);
+        return ak_failc(err, AK_ERR_NOMEM, "card %s: out of memory for %llu bytes", id, (unsigned long long)bi.bytes);
+    }
+    rc = bi.bytes ? ops->get_read(g, (uint8_t *)b, (size_t)bi.bytes, 0) : 0;
+    int eno = errno;
+    ops->get_close(g);
+    if (rc != 0) {
+        free(b);
+        if (rc == -1 && eno == EBADMSG) return ak_failc(err, AK_ERR_CORRUPT, "card %s: stored bytes fail the backend's checksum", id);
+        return ak_failc(err, AK_ERR_IO, "card %s: read: %s", id, rc == -2 ? "the file shrank while read" : strerror(eno));
+    }
+    b[bi.bytes] = 0;
+    *bytes = b;
+    *len = (size_t)bi.bytes;
+    return 0;
+}

@@ -264,6 +264,16 @@ TEST(store_redis_card_made_on_a_opens_on_b) {
               !memcmp(got->tokens, c->tokens, sizeof(int32_t) * (size_t)c->n_tokens),
           "node B: %s: %s", ak_store_status_name(st), err.msg);
     ak_card_free(got);
+    /* its file's bytes (the card download) come from Redis too: a safetensors
+     * image of the listed size whose header is the card's */
+    char *fb = NULL;
+    size_t fl = 0;
+    CHECK(ak_store_card_bytes(b, "shared-card", &fb, &fl, &err) == 0 && fl == ent.bytes && fl > 8 &&
+              strstr(fb + 8, "\"agentkv.card\"") && strstr(fb + 8, c->hash),
+          "card bytes on B: %s", err.msg);
+    free(fb);
+    CHECK(ak_store_card_bytes(b, "no-such-card", &fb, &fl, &err) < 0 && err.code == AK_ERR_NOT_FOUND && !fb,
+          "a missing card's bytes");
     /* sealed: B with the key opens it, a store without the key finds it STALE */
     uint8_t key[32];
     for (int i = 0; i < 32; i++) key[i] = (uint8_t)(i * 13 + 5);
