@@ -122,7 +122,7 @@ ak_store *ak_store_open_at(const ak_store_where *w, const uint8_t *key, ak_error
     ak_store *s = ak_calloc(1, sizeof *s, err);
     if (!s) return NULL;
     if (dir) snprintf(s->dir, sizeof s->dir, "%s", dir);
-    else { /* Redis without a local directory: a private one for cards */
+    else { /* Redis without a local directory: a private one (s->dir; every image, cards too, is in Redis) */
         snprintf(s->dir, sizeof s->dir, "%s/agentkv-store-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
         if (!mkdtemp(s->dir)) {
             ak_failc(err, ak_err_code_of_errno(errno), "store: mkdtemp %s: %s", s->dir, strerror(errno));
@@ -133,8 +133,10 @@ ak_store *ak_store_open_at(const ak_store_where *w, const uint8_t *key, ak_error
     }
     size_t n = strlen(s->dir);
     while (n > 1 && s->dir[n - 1] == '/') s->dir[--n] = 0;
-    snprintf(s->pool_dir, sizeof s->pool_dir, "%s/pools", s->dir);
-    snprintf(s->mem_dir, sizeof s->mem_dir, "%s/memories", s->dir);
+    /* (dir is at most PATH_MAX - 256 long, checked above: these fit) */
+    int wp = snprintf(s->pool_dir, sizeof s->pool_dir, "%s/pools", s->dir);
+    int wm = snprintf(s->mem_dir, sizeof s->mem_dir, "%s/memories", s->dir);
+    (void)wp, (void)wm;
     ak_error e = {{0}};
     if (redis) {
         char *pw = NULL;

@@ -35,8 +35,13 @@
  * finish within it) and replaces the manifest, atomically. A writer killed
  * before the script leaves only expiring chunks (Redis deletes them: no
  * half image is ever visible). A reader reads the manifest, then chunks on
- * demand, each checked against its sum (a mismatch reads as EBADMSG: the
- * load judges the image CORRUPT).
+ * demand into a few reused chunk buffers (SLOTS; GETs pipelined ahead once
+ * a restore announces itself with get_prefetch; replies read off the socket
+ * by hand, no hiredis copy), each checked against its sum before a byte of
+ * it is delivered (a mismatch reads as EBADMSG: the load judges the image
+ * CORRUPT); no buffer of the whole image is made. The header of a plain
+ * image is served from the manifest's copy (head), so listing reads no
+ * chunk.
  *
  * LEASES (one node serves an agent): ak_backend_lease_hold takes the lease
  * of an agent (SET NX PX, a token random per process and lease) or renews
