@@ -558,9 +558,20 @@ int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
 
 static size_t bytes_for(const ak_agents *a, const agent *g, int n_pos) {
     if (!g->kv) return ak_agents_bytes_for(a, n_pos);
-    int have = ak_kv_n_blocks(g->kv), want = ak_kv_blocks_for(g->kv, n_pos);
-    size_t bb = ak_block_pool_block_bytes(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv));
-    return want > have ? (size_t)(want - have) * bb : 0;
+    /* per layer group (kvcache.h LAYER GROUPS): the global group (every
+     * layer with one group) holds a block per span; the local group none
+     * of the spans it released, and may hold every other one until the
+     * pass that writes them ends (an upper bound: a prefill's pass releases
+     * only after it) */
+    ak_kv_format fk = ak_kv_format_k(g->kv), fv = ak_kv_format_v(g->kv);
+    int want = ak_kv_blocks_for(g->kv, n_pos);
+    size_t bytes = 0;
+    for (int grp = 0; grp < ak_kv_groups(g->kv); grp++) {
+        int w = grp ? want - ak_kv_blocks_for(g->kv, ak_kv_window_first(g->kv)) : want;
+        int have = ak_kv_group_blocks(g->kv, grp);
+        if (w > have) bytes += (size_t)(w - have) * ak_block_pool_group_bytes(a->cfg.pool, grp, fk, fv);
+    }
+    return bytes;
 }
 
 /* What a restore links instead of reading (store.h: prelink): for each

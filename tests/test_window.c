@@ -375,6 +375,12 @@ TEST(gemma3_window_agent_turns) {
     ak_block_pool_get_stats(pool, &st);
     CHECK(st.blocks == (size_t)(nb + loc) && st.used == (size_t)nb * nglob * pb + (size_t)loc * nloc * pb,
           "the agent's pool holds %zu blocks (%zu bytes), expected %d global + %d local", st.blocks, st.used, nb, loc);
+    /* what growing to len + 2T positions needs: two more global blocks,
+     * and local blocks for every span not released and not held */
+    int want = (len + 2 * T + T - 1) / T, released = len > W ? (len - W) / T : 0;
+    size_t need = (size_t)(want - nb) * nglob * pb + (size_t)(want - released - loc) * nloc * pb;
+    CHECK(ak_agent_bytes_needed(ag, "g", len + 2 * T) == need, "bytes needed for %d positions: %zu, expected %zu",
+          len + 2 * T, ak_agent_bytes_needed(ag, "g", len + 2 * T), need);
     /* diverge at position 3: far before the window, so computed from 0 */
     int32_t p2[8];
     memcpy(p2, toks, sizeof p2);
