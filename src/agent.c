@@ -556,22 +556,26 @@ int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
     return evicted;
 }
 
-static size_t bytes_for(const ak_agents *a, const agent *g, int n_pos) {
-    if (!g->kv) return ak_agents_bytes_for(a, n_pos);
+/* Bytes of the blocks kv lacks to hold n_pos positions. */
+static size_t kv_grow_bytes(const ak_agents *a, const ak_kv *kv, int n_pos) {
     /* per layer group (kvcache.h LAYER GROUPS): the global group (every
      * layer with one group) holds a block per span; the local group none
      * of the spans it released, and may hold every other one until the
      * pass that writes them ends (an upper bound: a prefill's pass releases
      * only after it) */
-    ak_kv_format fk = ak_kv_format_k(g->kv), fv = ak_kv_format_v(g->kv);
-    int want = ak_kv_blocks_for(g->kv, n_pos);
+    ak_kv_format fk = ak_kv_format_k(kv), fv = ak_kv_format_v(kv);
+    int want = ak_kv_blocks_for(kv, n_pos);
     size_t bytes = 0;
-    for (int grp = 0; grp < ak_kv_groups(g->kv); grp++) {
-        int w = grp ? want - ak_kv_blocks_for(g->kv, ak_kv_window_first(g->kv)) : want;
-        int have = ak_kv_group_blocks(g->kv, grp);
+    for (int grp = 0; grp < ak_kv_groups(kv); grp++) {
+        int w = grp ? want - ak_kv_blocks_for(kv, ak_kv_window_first(kv)) : want;
+        int have = ak_kv_group_blocks(kv, grp);
         if (w > have) bytes += (size_t)(w - have) * ak_block_pool_group_bytes(a->cfg.pool, grp, fk, fv);
     }
     return bytes;
+}
+
+static size_t bytes_for(const ak_agents *a, const agent *g, int n_pos) {
+    return g->kv ? kv_grow_bytes(a, g->kv, n_pos) : ak_agents_bytes_for(a, n_pos);
 }
 
 /* What a restore links instead of reading (store.h: prelink): for each
@@ -1412,10 +1416,9 @@ size_t ak_agent_bytes_to_add(const ak_agents *ca, const char *id, const char *po
     }
     if (n > 0 && ak_kv_length(kv) < n - 1 && !a->cfg.no_prefix_sharing && !(g && g->kv && g->impure && ak_kv_base_len(kv) > 0))
         ak_prefix_link(kv, tokens, n - 1);
-    int have = ak_kv_n_blocks(kv), want = ak_kv_blocks_for(kv, n_pos);
-    size_t bb = ak_block_pool_block_bytes(a->cfg.pool, ak_kv_format_k(kv), ak_kv_format_v(kv));
+    size_t bytes = kv_grow_bytes(a, kv, n_pos);
     ak_kv_free(kv);
-    return want > have ? (size_t)(want - have) * bb : 0;
+    return bytes;
 }
 
 void ak_agents_share_stats(ak_agents *a, ak_share_stats *st) {
