@@ -137,10 +137,13 @@ $(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/src/store_fault.o $(BUILD)/libagent
 # A dispatched build first runs the SIMD-dependent tests at each lower level
 # the CPU supports (scripts/test-levels.sh; not with T=..., nor LEVEL_TESTS=0),
 # then every test at the level chosen.
+# The tests run in TEST_JOBS processes (tests/main.c, AK_TEST_JOBS), output
+# still whole and in name order.
 LEVEL_TESTS ?= 1
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test: $(BUILD)/agentkv-tests $(BUILD)/agentkv
-	$(if $(DSP),$(if $(T),,$(if $(filter 1,$(LEVEL_TESTS)),AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv sh scripts/test-levels.sh $(BUILD))))
-	AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
+	$(if $(DSP),$(if $(T),,$(if $(filter 1,$(LEVEL_TESTS)),AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv sh scripts/test-levels.sh $(BUILD))))
+	AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
 
 demo: $(BUILD)/agentkv
 	python3 scripts/demo.py $(BUILD)/agentkv $(MODEL)

@@ -5,7 +5,10 @@
  * names (the sanitizer run leaves out the slowest, which the plain run has
  * covered); a line before the summary says how many were left out, and a
  * name that matches no test is an error (a renamed test must not silently
- * come back, nor a typo leave its test in). */
+ * come back, nor a typo leave its test in).
+ * AK_TEST_JOBS=N runs the tests in N worker processes (each takes the next
+ * test when free; each has its own temporary directory); every test's output
+ * is still printed whole and in name order. */
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +17,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <stdint.h>
 
 #include "test.h"
 #include "../src/util.h"
@@ -116,31 +122,163 @@ static int check_exclusions(const char *list) {
     return bad ? -1 : 0;
 }
 
+/* Runs test i, printing its result line; returns 0 passed, 1 failed, 2 skipped. */
+static int run_one(int i) {
+    ak_test_ctx t = { tests[i].name, 0, "" };
+    double t0 = ak_now();
+    tests[i].fn(&t);
+    double dt = ak_now() - t0;
+    int r;
+    if (t.failures) { r = 1; printf("FAIL %s (%.2fs)\n", tests[i].name, dt); }
+    else if (t.skip_reason[0]) { r = 2; printf("SKIP %s: %s (%.2fs)\n", tests[i].name, t.skip_reason, dt); }
+    else { r = 0; printf("ok   %s (%.2fs)\n", tests[i].name, dt); }
+    fflush(stdout);
+    fflush(stderr);
+    return r;
+}
+
+static void remove_tmp_dir(void) {
+    if (tmp_dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+        tmp_dir[0] = 0;
+    }
+}
+
+/* One worker process of a parallel run: takes the next test's position in
+ * sel[] from the pipe `queue` until it is empty, runs it with stdout and
+ * stderr (its subprocesses' too) going to OUT/K.out, then writes its result
+ * as one byte to OUT/K.st (written last: the parent prints K once that file
+ * exists). Has its own temporary directory. Never returns. */
+static void worker(int queue, const int *sel, const char *out) {
+    char path[512];
+    int32_t k;
+    while (read(queue, &k, sizeof k) == (ssize_t)sizeof k) {
+        snprintf(path, sizeof path, "%s/%d.out", out, (int)k);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(3);
+        fflush(stdout);
+        fflush(stderr);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+        char r = (char)('0' + run_one(sel[k]));
+        char tmp[520];
+        snprintf(tmp, sizeof tmp, "%s/%d.st.tmp", out, (int)k);
+        snprintf(path, sizeof path, "%s/%d.st", out, (int)k);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, &r, 1) != 1) _exit(3);
+        close(fd);
+        if (rename(tmp, path) != 0) _exit(3);
+    }
+    remove_tmp_dir();
+    _exit(0);
+}
+
+/* Copies file `path` to stdout. */
+static void cat_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+    fclose(f);
+}
+
+/* Runs the n tests sel[] in `jobs` worker processes, each taking the next
+ * test when it is free, and prints each test's output whole, in sel[]'s
+ * order, as soon as it and those before it have ended. A test whose worker
+ * died before its result counts as failed, with a line saying so.
+ * Adds to the three counts. */
+static void run_parallel(const int *sel, int n, int jobs, int *passed, int *failed, int *skipped) {
+    char out[] = "/tmp/agentkv-run-XXXXXX";
+    int q[2];
+    if (!mkdtemp(out) || pipe(q) != 0) { perror("parallel test run"); exit(1); }
+    /* every position fits in the pipe at once (MAX_TESTS x 4 bytes < 64 KiB) */
+    for (int32_t k = 0; k < n; k++)
+        if (write(q[1], &k, sizeof k) != (ssize_t)sizeof k) { perror("parallel test run"); exit(1); }
+    close(q[1]);
+    fflush(stdout);
+    fflush(stderr);
+    int alive = 0;
+    for (int j = 0; j < jobs && j < n; j++) {
+        pid_t pid = fork();
+        if (pid < 0) { perror("fork"); break; }
+        if (pid == 0) worker(q[0], sel, out);
+        alive++;
+    }
+    close(q[0]);
+    char path[512];
+    int next = 0;
+    while (next < n) {
+        snprintf(path, sizeof path, "%s/%d.st", out, next);
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            int c = fgetc(f);
+            fclose(f);
+            snprintf(path, sizeof path, "%s/%d.out", out, next);
+            cat_file(path);
+            if (c == '0') (*passed)++;
+            else if (c == '2') (*skipped)++;
+            else (*failed)++;
+            fflush(stdout);
+            next++;
+            continue;
+        }
+        if (alive > 0) {
+            int st;
+            pid_t w = waitpid(-1, &st, WNOHANG);
+            if (w > 0) { alive--; continue; }
+            usleep(20000);
+            continue;
+        }
+        /* every worker has ended and this test has no result */
+        snprintf(path, sizeof path, "%s/%d.out", out, next);
+        cat_file(path);
+        printf("FAIL %s (its test process died before the test ended)\n", tests[sel[next]].name);
+        (*failed)++;
+        next++;
+    }
+    while (alive > 0 && wait(NULL) > 0) alive--;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", out);
+}
+
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
     const char *exclude = getenv("AK_TESTS_EXCLUDE");
+    const char *jobs_env = getenv("AK_TEST_JOBS");
+    int jobs = jobs_env && *jobs_env ? atoi(jobs_env) : 1;
+    if (jobs < 1 || jobs > 64) {
+        fprintf(stderr, "AK_TEST_JOBS must be 1 to 64\n");
+        printf("0 passed, 1 failed, 0 skipped\n");
+        return 1;
+    }
     qsort(tests, n_tests, sizeof tests[0], cmp_tests);
     if (check_exclusions(exclude) != 0) {
         printf("0 passed, 1 failed, 0 skipped\n");
         return 1;
     }
-    int passed = 0, failed = 0, skipped = 0, excluded = 0;
+    static int sel[MAX_TESTS];
+    int n = 0, excluded = 0;
     for (int i = 0; i < n_tests; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
         if (name_in_list(exclude, tests[i].name)) { excluded++; continue; }
-        ak_test_ctx t = { tests[i].name, 0, "" };
-        double t0 = ak_now();
-        tests[i].fn(&t);
-        double dt = ak_now() - t0;
-        if (t.failures) { failed++; printf("FAIL %s (%.2fs)\n", tests[i].name, dt); }
-        else if (t.skip_reason[0]) { skipped++; printf("SKIP %s: %s (%.2fs)\n", tests[i].name, t.skip_reason, dt); }
-        else { passed++; printf("ok   %s (%.2fs)\n", tests[i].name, dt); }
-        fflush(stdout);
+        sel[n++] = i;
     }
-    if (tmp_dir[0]) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+    int passed = 0, failed = 0, skipped = 0;
+    if (jobs > 1 && n > 1) {
+        run_parallel(sel, n, jobs, &passed, &failed, &skipped);
+    } else {
+        for (int k = 0; k < n; k++) {
+            int r = run_one(sel[k]);
+            if (r == 0) passed++;
+            else if (r == 1) failed++;
+            else skipped++;
+        }
+        remove_tmp_dir();
     }
     if (excluded) printf("%d tests left out by AK_TESTS_EXCLUDE=%s\n", excluded, exclude);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
