@@ -2,7 +2,8 @@
  *
  * A sequence is a block table over a shared block pool (blockpool.h): block i
  * holds positions [i*T, (i+1)*T) for every layer, in the sequence's K and V
- * formats (kvformat.h). The forward pass prepares the positions it is about
+ * formats (kvformat.h); with sliding-window layers, a table per layer group
+ * (LAYER GROUPS below). The forward pass prepares the positions it is about
  * to write, writes each layer's keys and values, and asks for attention over
  * the first n positions; it never indexes cache memory itself. Attention
  * decodes one block at a time into f32 scratch (once for every query that
