@@ -21,32 +21,37 @@ cpus=${AK_ARM_CPUS:-max cortex-a53}
 # every CPU). CI time is the limit here: qemu is 20-50x slower than native.
 filters=${AK_ARM_TESTS:-"kernel vmath kvformat kquant weights_types golden_greedy golden_ppl_stories attend_window gemma3_local_layers golden_prefill_decode_batched_agree_bitwise"}
 others=${AK_ARM_TESTS_OTHERS:-"kernel vmath kvformat kquant golden_greedy_stories260K"}
-# One CPU's runs, one after another, into the file $3: every run's output,
-# then a line "sums P F S BAD".
+# One CPU's runs, one after another: every run's output to stdout, and a
+# line "sums P F S BAD" into the file $3.
 run_cpu() {
     cpu=$1 list=$2 log=$3
     p=0 fl=0 sk=0 bd=0
     one=$(mktemp)
     : >"$log"
     for f in $list; do
-        echo "== qemu-aarch64 -cpu $cpu: tests matching '$f'" >>"$log"
+        echo "== qemu-aarch64 -cpu $cpu: tests matching '$f'"
         AK_SHARED=$shared qemu-aarch64 -cpu "$cpu" "$bin" "$f" >"$one" 2>&1
-        cat "$one" >>"$log"
+        cat "$one"
         line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$one" | tail -1)
         if [ -z "$line" ]; then
-            echo "test-arm: -cpu $cpu '$f': no summary line (crashed?)" >>"$log"
+            echo "test-arm: -cpu $cpu '$f': no summary line (crashed?)"
             bd=1
             continue
         fi
         set -- $line
+        if [ $(($1 + $3 + $5)) = 0 ]; then
+            echo "test-arm: -cpu $cpu '$f' matched no test"
+            bd=1
+        fi
         p=$((p + $1)) fl=$((fl + $3)) sk=$((sk + $5))
     done
     rm -f "$one"
     echo "sums $p $fl $sk $bd" >>"$log"
 }
 
-# The CPUs' runs go side by side (each is one emulated thread mostly), and
-# their outputs are printed whole, one CPU after the other.
+# One CPU after the other: side by side, the tests' two-thread pools would
+# share two cores four ways, and their spinning hand-offs slow qemu down
+# several times over.
 logs=
 first=1
 for cpu in $cpus; do
@@ -55,12 +60,10 @@ for cpu in $cpus; do
     first=0
     log=$(mktemp)
     logs="$logs $log"
-    run_cpu "$cpu" "$list" "$log" &
+    run_cpu "$cpu" "$list" "$log"
 done
-wait
 P=0 F=0 S=0 bad=0
 for log in $logs; do
-    grep -v '^sums ' "$log"
     sums=$(grep '^sums ' "$log" | tail -1)
     if [ -z "$sums" ]; then
         echo "test-arm: a CPU's runs ended without their sums"
