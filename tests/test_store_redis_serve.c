@@ -184,52 +184,43 @@ TEST(store_redis_two_serve_nodes_share_an_agent) {
     redis_stop(&r);
 }
 
-/* Redis stopped under a serving node, then restarted on the same port:
- * node B (started while Redis answered) gets turn 2 of an agent node A
- * saved; with Redis gone it cannot restore it, answers on the cold path and
- * says why in its log; once Redis is back (empty: no persistence) B's next
- * turn is saved there again. */
+/* Redis stopped under a serving node, then restarted on the same port
+ * (one node: two would double the time under ASan): agent "survivor"'s
+ * turn 1 is saved to Redis; with Redis gone, a turn of an agent the node
+ * does not hold answers on the cold path and the log says why (the store
+ * could not be asked), and survivor's turn 2 (held in RAM) answers too;
+ * once Redis is back (empty: no persistence) survivor's next turn is saved
+ * there again. */
 static void redis_away_on(ak_test_ctx *t, redis_srv *r) {
-    char da[600], db[600];
-    snprintf(da, sizeof da, "%s/away-a", test_tmp_dir());
+    char db[600];
     snprintf(db, sizeof db, "%s/away-b", test_tmp_dir());
-    node a = {0}, b = {0};
-    if (node_start(t, &a, "away-a", da, r->url) || node_start(t, &b, "away-b", db, r->url)) {
-        node_stop(&a);
-        node_stop(&b);
-        return;
-    }
+    node b = {0};
+    if (node_start(t, &b, "away-b", db, r->url)) return;
     const char *m1 = "{\"role\":\"user\",\"content\":\"Once upon a time there was a little cat.\"}";
-    reply x = turn(a.port, "survivor", m1);
-    const char *t1 = answer(&x);
-    CHECK(x.status == 200 && t1, "turn 1: %d %s", x.status, x.body ? x.body : "");
-    cJSON *js = cJSON_CreateString(t1 ? t1 : "");
-    char *esc = js ? cJSON_PrintUnformatted(js) : NULL;
-    cJSON_Delete(js);
+    reply x = turn(b.port, "survivor", m1);
+    CHECK(x.status == 200 && answer(&x), "turn 1: %d %s", x.status, x.body ? x.body : "");
     reply_free(&x);
     CHECK(wait_saved(r, "survivor"), "turn 1 was not saved to Redis");
     int port = r->port;
     redis_stop(r);
-    char msgs[2048];
-    snprintf(msgs, sizeof msgs, "%s,{\"role\":\"assistant\",\"content\":%s},{\"role\":\"user\",\"content\":\"And then?\"}",
-             m1, esc ? esc : "\"\"");
-    free(esc);
-    reply y = turn(b.port, "survivor", msgs);
+    reply y = turn(b.port, "stranger", m1);
     const cJSON *ak = y.j ? cJSON_GetObjectItemCaseSensitive(y.j, "agentkv") : NULL;
     CHECK(y.status == 200 && answer(&y) && str(ak, "tier") && !strcmp(str(ak, "tier"), "cold"),
-          "turn 2 with Redis gone: %d %s", y.status, y.body ? y.body : "");
+          "a turn with Redis gone: %d %s", y.status, y.body ? y.body : "");
     reply_free(&y);
+    reply y2 = turn(b.port, "survivor", m1);
+    CHECK(y2.status == 200 && answer(&y2), "survivor with Redis gone: %d %s", y2.status, y2.body ? y2.body : "");
+    reply_free(&y2);
     char *log = ak_read_file(b.log, NULL, NULL);
-    CHECK(log && strstr(log, "agent survivor: cache unreadable, recomputing: store: ") && strstr(log, "connect"),
-          "node B's log does not say why it recomputed:\n%s", log ? log : "");
+    CHECK(log && strstr(log, "agent stranger: cache unreadable, recomputing: store: ") && strstr(log, "connect"),
+          "the log does not say why it recomputed:\n%s", log ? log : "");
     free(log);
     if (redis_start(t, r, port) == 0) {
         reply z = turn(b.port, "survivor", m1);
-        CHECK(z.status == 200 && answer(&z), "turn 3 after the restart: %d %s", z.status, z.body ? z.body : "");
+        CHECK(z.status == 200 && answer(&z), "turn after the restart: %d %s", z.status, z.body ? z.body : "");
         reply_free(&z);
         CHECK(wait_saved(r, "survivor"), "no save reached the restarted Redis");
     }
-    node_stop(&a);
     node_stop(&b);
 }
 
