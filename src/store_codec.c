@@ -993,8 +993,8 @@ static ak_store_status parse_segments(const cJSON *meta, const char *sg, agent_m
         if (ok && nf == 4) {
             ok = strlen(fld[2]) <= AK_AGENT_ID_MAX && strlen(fld[3]) < sizeof g->hash;
             if (ok) {
-                snprintf(g->id, sizeof g->id, "%s", fld[2]);
-                snprintf(g->hash, sizeof g->hash, "%s", fld[3]);
+                memcpy(g->id, fld[2], strlen(fld[2]) + 1);    /* lengths checked above */
+                memcpy(g->hash, fld[3], strlen(fld[3]) + 1);
             }
         }
         if (!ok)
