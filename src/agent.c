@@ -267,6 +267,10 @@ ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* retry deadlines are ak_now() times */
     pthread_cond_init(&a->cv, &ca);
     pthread_condattr_destroy(&ca);
+    /* The budget holds from the start, not only after the first save: a node
+     * that only loads would otherwise keep an over-budget directory (and, in
+     * front of Redis, grow its read-through copies: gc sets their room). */
+    if (cfg->store && cfg->disk_budget) apply_disk_budget(a);
     if (cfg->store) {
         if (pthread_create(&a->writer, NULL, writer_main, a) != 0) {
             ak_fail(err, "agents: cannot start the writer thread");

@@ -447,7 +447,8 @@ TEST(agent_save_that_keeps_failing_is_reported) {
 
 /* The disk budget still holds with gc moved to the writer thread: after
  * turns of three agents whose files each take most of the budget, only the
- * most recently saved file is left. */
+ * most recently saved file is left; and a smaller budget holds as soon as
+ * the agents object exists. */
 TEST(agent_disk_budget_applied_after_saves) {
     env e;
     char path[512];
@@ -485,6 +486,15 @@ TEST(agent_disk_budget_applied_after_saves) {
     char fp[600];
     snprintf(fp, sizeof fp, "%s/b0.safetensors", mem_dir("budget"));
     CHECK(access(fp, F_OK) != 0, "b0's file is still on disk");
+    ak_agents_free(ag);
+    /* a budget below what is on disk holds from the start, before any save */
+    c.disk_budget = en.bytes / 2;
+    ag = ak_agents_new(&c, &err);
+    REQUIRE(ag, "%s", err.msg);
+    REQUIRE(ak_store_list(store, &es, &n, &err) == 0, "list");
+    CHECK(n == 0, "%d files left (first %s) under a budget smaller than one file, before any save", n,
+          n ? es[0].id : "-");
+    free(es);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
