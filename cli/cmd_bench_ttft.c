@@ -1,8 +1,9 @@
 /* cmd_bench_ttft.c - agentkv bench ttft: time to first token of an agent
  * whose prompt extends its cached context by one token, served cold (full
  * re-prefill), warm (restored from its file, after dropping the file from the
- * page cache, and again from the page cache) and hot (blocks in RAM); and the
- * restore throughput next to a plain sequential read of the same file. */
+ * page cache, and again from the page cache), with --store warm from Redis
+ * (the same image, restored with no local copy), and hot (blocks in RAM);
+ * and the restore throughput next to a plain sequential read of the file. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +20,14 @@
 
 static const char *usage_text =
     "usage: agentkv bench ttft -m MODEL [--contexts 1024,4096,16384] [-ctk F -ctv F] [-t T]\n"
-    "                          [--memory-dir DIR] [--restore-only] [--reps N] [--json]\n"
+    "                          [--memory-dir DIR] [--store redis://host:port[/db]\n"
+    "                          [--store-password-file F]] [--restore-only] [--reps N] [--json]\n"
     "  TTFT of a turn that extends an agent's context by one token: cold (full prefill),\n"
     "  warm (restore from disk; page cache dropped first, then again from the page cache),\n"
     "  hot (in RAM); restore GB/s next to a plain read of the same file.\n"
+    "  --store: the cold turn's cache is also put in this Redis and a fresh process-like\n"
+    "  state restores it from there (no local copy): warm TTFT and restore GB/s from Redis\n"
+    "  (the password: the first line of F, mode 600).\n"
     "  --restore-only: no prefill; a cache of each context filled with random vectors is\n"
     "  saved, then restored (verified) with the page cache dropped (median of --reps, default 5,\n"
     "  each next to a plain read of the same file) and from the page cache (best of --reps)\n";
@@ -276,169 +281,352 @@ static int restore_only(const ak_model *m, const cache_opts *co, ak_store *store
     return 0;
 }
 
-int cmd_bench_ttft(int argc, char **argv) {
+/* What the command was asked. */
+typedef struct {
+    const char *model_path, *dir, *store_url, *password_file;
+    int n_threads, json, restore_only, reps;
+    cache_opts co;
+    int ctxs[16], n_ctxs, max_ctx;
+} ttft_opts;
+
+/* What the measurements run on: the model, the directory store, the Redis
+ * store (--store; NULL without), one context for every turn, the prompt. */
+typedef struct {
+    loaded_model lm;
+    ak_store *store, *redis;
+    ak_ctx *ctx;
+    int32_t *toks;          /* max_ctx + 1 random token ids */
+    float *logits;
+    char tmpl[32];          /* the temporary directory when no --memory-dir was given */
+    int own_dir;            /* 1: dir is that temporary directory (its files removed at the end) */
+} ttft_env;
+
+/* One context's figures. */
+typedef struct {
+    int L;
+    double ms[4];               /* TTFT: cold, warm (page cache dropped), warm (page cache), hot */
+    double rest_ms[3];          /* restore time of the warm turns [1], [2] */
+    uint64_t rest_bytes[3];
+    double resident_after_drop, save_engine_ms, save_total_ms;
+    double rd_drop_s, rd_pc_s;  /* plain reads of the file: dropped, from the page cache */
+    size_t rd_bytes;
+    int redis;                  /* 1: the Redis warm turn was measured */
+    double redis_ms, redis_rest_ms;
+    uint64_t redis_bytes;
+    int redis_tokens;           /* positions the Redis restore supplied */
+} ttft_row;
+
+/* Parses argv into o. Returns -1 when the command should run, else its exit
+ * code: 0 after --help, AK_EXIT_USAGE after a usage error (printed). */
+static int ttft_parse(int argc, char **argv, ttft_opts *o) {
     ak_args a;
     args_init(&a, "bench ttft", argc, argv);
-    const char *model_path = NULL, *contexts = "1024,4096,16384", *dir = NULL;
-    int n_threads = 0, json = 0, restore_flag = 0, reps = 5;
-    cache_opts co;
-    cache_opts_init(&co);
+    const char *contexts = "1024,4096,16384";
+    memset(o, 0, sizeof *o);
+    o->reps = 5;
+    cache_opts_init(&o->co);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); fputs(CACHE_OPTS_HELP, stdout); return 0; }
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) o->model_path = args_value(&a, f);
         else if (!strcmp(f, "--contexts")) contexts = args_value(&a, f);
-        else if (!strcmp(f, "--memory-dir")) dir = args_value(&a, f);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--restore-only")) restore_flag = 1;
-        else if (!strcmp(f, "--reps")) reps = (int)args_int(&a, f, 1, 1000);
-        else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!strcmp(f, "--memory-dir")) o->dir = args_value(&a, f);
+        else if (!strcmp(f, "--store")) {
+            o->store_url = args_value(&a, f);
+            /* the same check as serve's --store; the rest of the URL is the store's to judge */
+            if (o->store_url && strncmp(o->store_url, "redis://", 8))
+                args_error(&a, "--store: '%s' is not redis://host:port[/db]", o->store_url);
+        } else if (!strcmp(f, "--store-password-file")) o->password_file = args_value(&a, f);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--json")) o->json = 1;
+        else if (!strcmp(f, "--restore-only")) o->restore_only = 1;
+        else if (!strcmp(f, "--reps")) o->reps = (int)args_int(&a, f, 1, 1000);
+        else if (!cache_opts_parse(&o->co, &a, f)) args_unknown(&a, f);
     }
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    int ctxs[16];
-    int n_ctxs = args_int_list(&a, "--contexts", contexts, 2, 1 << 20, ctxs, 16);
+    if (!a.failed && !o->model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && o->password_file && !o->store_url) args_error(&a, "--store-password-file needs --store");
+    if (!a.failed && o->store_url && o->restore_only)
+        args_error(&a, "--store does not go with --restore-only (bench/store_restore.c times restores from Redis)");
+    o->n_ctxs = args_int_list(&a, "--contexts", contexts, 2, 1 << 20, o->ctxs, 16);
     if (a.failed) return AK_EXIT_USAGE;
-    loaded_model lm;
-    if (load_model(&lm, "bench ttft", model_path) < 0) return 1;
-    const ak_model *m = lm.model;
-    char tmpl[] = "/tmp/agentkv-ttft-XXXXXX";
-    if (!dir && !(dir = mkdtemp(tmpl))) { perror("mkdtemp"); unload_model(&lm); return 1; }
+    for (int i = 0; i < o->n_ctxs; i++) o->max_ctx = o->ctxs[i] > o->max_ctx ? o->ctxs[i] : o->max_ctx;
+    return -1;
+}
+
+/* Frees what setup made (a partly set up env too). */
+static void ttft_teardown(ttft_env *e) {
+    free(e->toks);
+    free(e->logits);
+    ak_ctx_free(e->ctx);
+    ak_store_close(e->store);
+    ak_store_close(e->redis);
+    if (e->own_dir) rmdir(e->tmpl);   /* empty unless a run failed midway: then kept for a look */
+    unload_model(&e->lm);
+}
+
+/* Opens the Redis store (first: an unreachable one fails before the model
+ * loads), loads the model, opens the directory store (o->dir, or a fresh
+ * temporary directory) and makes the context and the prompt. Returns 0, or
+ * -1 with the reason printed (everything made freed by ttft_teardown). */
+static int ttft_setup(ttft_opts *o, ttft_env *e) {
     ak_error err = {{0}};
-    int rc = 1, max_ctx = 0;
-    for (int i = 0; i < n_ctxs; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
-    if (max_ctx + 1 > m->spec.n_ctx) {
-        fprintf(stderr, "agentkv bench ttft: context %d exceeds the model's %d (synth a model with --ctx)\n",
-                max_ctx + 1, m->spec.n_ctx);
-        unload_model(&lm);
-        return 1;
+    memset(e, 0, sizeof *e);
+    if (o->store_url) {
+        /* no local directory: every restore reads Redis (no read-through copy) */
+        ak_store_where w = {o->store_url, o->password_file, NULL, 0, NULL, NULL};
+        if (!(e->redis = ak_store_open_at(&w, NULL, &err))) goto fail;
     }
-    ak_store *store = ak_store_open(dir, NULL, &err);
-    if (store && restore_flag) {
-        rc = restore_only(m, &co, store, ctxs, n_ctxs, reps, json);
-        ak_store_close(store);
-        unload_model(&lm);
-        return rc;
-    }
-    ak_ctx *ctx = store ? ak_ctx_new(m, 512, n_threads, &err) : NULL;
-    int32_t *toks = malloc(sizeof(int32_t) * (max_ctx + 1));
-    float *logits = malloc(sizeof(float) * m->cfg.vocab);
-    if (!ctx || !toks || !logits) goto fail;
-    ak_rng rng;
-    ak_rng_seed(&rng, 3);
-    for (int i = 0; i <= max_ctx; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % m->cfg.vocab);
-    if (!json)
-        fprintf(stderr, "bench ttft: %s, K %s / V %s, memory dir %s\n", m->gguf.path, ak_kv_format_get(co.fk)->name,
-                ak_kv_format_get(co.fv)->name, dir);
-    if (json) printf("{\"model\": \"%s\", \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"results\": [", m->gguf.path,
-                     ak_kv_format_get(co.fk)->name, ak_kv_format_get(co.fv)->name);
-    else printf("%8s %10s %10s %10s %10s %9s %10s %9s %9s %s\n", "context", "cold_ms", "warm_ms", "warm_pc_ms", "hot_ms",
-                "cold/warm", "file_MB", "rest_GB/s", "read_GB/s", "page cache dropped");
-    for (int ci = 0; ci < n_ctxs; ci++) {
-        int L = ctxs[ci];
-        char id[32], path[1024];
-        snprintf(id, sizeof id, "bench-%d", L);
-        snprintf(path, sizeof path, "%s/%s.safetensors", dir, id);
-        ak_store_remove(store, id, NULL);
-        /* phase 0 cold: full prefill of L tokens, saved at the end of the turn.
-         * phases 1 and 2 warm: a fresh process-like state (new pool, new
-         * agents) restores the file and prefills one more token; phase 1 after
-         * dropping the file from the page cache, phase 2 from the page cache.
-         * phase 3 hot: the agent of phase 2 takes another turn in RAM. Every
-         * turn saves, so each warm turn restores the previous turn's file. */
-        double ms[4] = {0}, rest_ms[3] = {0}, resident_after_drop = -1, save_engine_ms = 0, save_total_ms = 0;
-        uint64_t rest_bytes[3] = {0};
-        ak_block_pool *pool = NULL;
-        ak_agents *ag = NULL;
-        for (int phase = 0; phase < 4; phase++) {
-            if (phase < 3) {
-                ak_agents_free(ag);
-                ak_block_pool_free(pool);
-                ag = NULL;
-                pool = ak_block_pool_new(&m->spec, co.block_tokens, co.budget, &err);
-                /* as a server would at startup: memory for the caches made
-                 * ready, so a restore does not pay the first touch of pages */
-                if (pool && phase > 0) ak_block_pool_prefault(pool, co.fk, co.fv, 2 * file_size(path));
-                ak_agents_config ac = {m, pool, store, co.fk, co.fv, max_ctx + 1, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
-                if (!pool || !(ag = ak_agents_new(&ac, &err))) goto fail_phase;
-            }
-            if (phase == 1) {
-                drop_cache(path);
-                resident_after_drop = resident(path);
-            }
-            int n = phase == 0 ? L : L + 1;
-            ak_turn t;
-            progress pg;
-            progress_init(&pg, phase == 0 ? "cold prefill" : "restore");
-            double t0 = ak_now();
-            if (ak_agent_begin(ag, ctx, id, toks, n, logits, &t, &err) < 0) goto fail_phase;
-            ms[phase] = (ak_now() - t0) * 1e3;
-            progress_done(&pg);
-            static const ak_tier want[4] = {AK_TIER_COLD, AK_TIER_WARM, AK_TIER_WARM, AK_TIER_HOT};
-            if (t.tier != want[phase]) {
-                ak_fail(&err, "context %d phase %d: expected tier %s, got %s", L, phase, ak_tier_name(want[phase]),
-                        ak_tier_name(t.tier));
-                goto fail_phase;
-            }
-            if (phase == 1 || phase == 2) { rest_ms[phase] = t.restore_ms; rest_bytes[phase] = t.restore_bytes; }
-            double te = ak_now();
-            if (ak_agent_end(ag, id, &err) < 0) goto fail_phase;
-            if (phase == 0) {
-                /* what a save costs the engine thread (the copy) vs the whole
-                 * write, which the background writer does meanwhile */
-                save_engine_ms = (ak_now() - te) * 1e3;
-                if (ak_agents_flush(ag, &err) < 0) goto fail_phase;
-                save_total_ms = (ak_now() - te) * 1e3;
-            }
-        }
-        ak_agents_free(ag);
-        ak_block_pool_free(pool);
-        {
-            size_t fb = 0, fb2 = 0;
-            drop_cache(path);
-            double rd_cold = plain_read(path, &fb);
-            double rd_warm = plain_read(path, &fb2);
-            double rest_gbs_cold = rest_ms[1] > 0 ? rest_bytes[1] / (rest_ms[1] * 1e6) : 0;
-            double rest_gbs_warm = rest_ms[2] > 0 ? rest_bytes[2] / (rest_ms[2] * 1e6) : 0;
-            double rd_gbs_cold = rd_cold > 0 ? fb / (rd_cold * 1e9) : 0, rd_gbs_warm = rd_warm > 0 ? fb2 / (rd_warm * 1e9) : 0;
-            if (json)
-                printf("%s{\"context\": %d, \"cold_ms\": %.2f, \"warm_ms\": %.2f, \"warm_page_cache_ms\": %.2f, "
-                       "\"hot_ms\": %.2f, \"cold_over_warm\": %.1f, \"file_bytes\": %zu, \"restore_ms\": %.2f, "
-                       "\"restore_page_cache_ms\": %.2f, \"restore_gb_s\": %.3f, \"restore_page_cache_gb_s\": %.3f, "
-                       "\"read_gb_s\": %.3f, \"read_page_cache_gb_s\": %.3f, \"resident_after_drop\": %.3f, "
-                       "\"save_engine_ms\": %.2f, \"save_total_ms\": %.2f}",
-                       ci ? ", " : "", L, ms[0], ms[1], ms[2], ms[3], ms[0] / ms[1], fb, rest_ms[1], rest_ms[2],
-                       rest_gbs_cold, rest_gbs_warm, rd_gbs_cold, rd_gbs_warm, resident_after_drop, save_engine_ms,
-                       save_total_ms);
-            else {
-                printf("%8d %10.1f %10.2f %10.2f %10.2f %8.0fx %10.1f %9.2f %9.2f %s\n", L, ms[0], ms[1], ms[2], ms[3],
-                       ms[0] / ms[1], fb / 1e6, rest_gbs_cold, rd_gbs_cold,
-                       resident_after_drop < 0 ? "unknown" : resident_after_drop < 0.05 ? "yes" : "no (still cached)");
-                printf("%8s page cache: restore %.2f GB/s vs plain read %.2f GB/s (%.0f%%); dropped: restore %.2f vs "
-                       "read %.2f GB/s (%.0f%%)\n", "", rest_gbs_warm, rd_gbs_warm,
-                       rd_gbs_warm > 0 ? 100 * rest_gbs_warm / rd_gbs_warm : 0, rest_gbs_cold, rd_gbs_cold,
-                       rd_gbs_cold > 0 ? 100 * rest_gbs_cold / rd_gbs_cold : 0);
-                printf("%8s save: %.2f ms on the engine thread (copying the cache), %.2f ms until the file was "
-                       "durable (background writer)\n", "", save_engine_ms, save_total_ms);
-            }
-            fflush(stdout);
-        }
-        continue;
-    fail_phase:
-        ak_agents_free(ag);
-        ak_block_pool_free(pool);
+    if (load_model(&e->lm, "bench ttft", o->model_path) < 0) return -1;
+    const ak_model *m = e->lm.model;
+    if (o->max_ctx + 1 > m->spec.n_ctx) {
+        ak_failc(&err, AK_ERR_INVALID, "context %d exceeds the model's %d (synth a model with --ctx)", o->max_ctx + 1,
+                 m->spec.n_ctx);
         goto fail;
     }
-    if (json) printf("]}\n");
-    rc = 0;
-    goto done;
+    if (!o->dir) {
+        snprintf(e->tmpl, sizeof e->tmpl, "/tmp/agentkv-ttft-XXXXXX");
+        if (!(o->dir = mkdtemp(e->tmpl))) { perror("agentkv bench ttft: mkdtemp"); return -1; }
+        e->own_dir = 1;
+    }
+    if (!(e->store = ak_store_open(o->dir, NULL, &err))) goto fail;
+    if (o->restore_only) return 0;
+    if (!(e->ctx = ak_ctx_new(m, 512, o->n_threads, &err))) goto fail;
+    e->toks = malloc(sizeof(int32_t) * (size_t)(o->max_ctx + 1));
+    e->logits = malloc(sizeof(float) * (size_t)m->cfg.vocab);
+    if (!e->toks || !e->logits) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    ak_rng rng;
+    ak_rng_seed(&rng, 3);
+    for (int i = 0; i <= o->max_ctx; i++) e->toks[i] = (int32_t)(ak_rng_u32(&rng) % m->cfg.vocab);
+    return 0;
 fail:
     fprintf(stderr, "agentkv bench ttft: %s\n", err.msg);
-done:
-    free(toks);
-    free(logits);
-    ak_ctx_free(ctx);
-    ak_store_close(store);
-    unload_model(&lm);
+    return -1;
+}
+
+/* Frees *ag and *pool and makes fresh ones on store, as a process that just
+ * started has them: prefault > 0 readies that many bytes of the pool's
+ * memory (a server does at startup) so a restore does not pay the first
+ * touch of its pages. Returns 0, or -1 with err set (*ag NULL). */
+static int fresh_agents(const ttft_opts *o, const ttft_env *e, ak_store *store, size_t prefault, ak_block_pool **pool,
+                        ak_agents **ag, ak_error *err) {
+    ak_agents_free(*ag);
+    ak_block_pool_free(*pool);
+    *ag = NULL;
+    const ak_model *m = e->lm.model;
+    if (!(*pool = ak_block_pool_new(&m->spec, o->co.block_tokens, o->co.budget, err))) return -1;
+    if (prefault) ak_block_pool_prefault(*pool, o->co.fk, o->co.fv, prefault);
+    ak_agents_config ac = {m, *pool, store, o->co.fk, o->co.fv, o->max_ctx + 1, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    return (*ag = ak_agents_new(&ac, err)) ? 0 : -1;
+}
+
+/* Begins a turn of agent id with the first n prompt tokens, which must be
+ * served from tier want (what names the turn in the error otherwise); its
+ * TTFT (the begin: restore or prefill, and the logits) into *ms. The turn
+ * is left open. Returns 0, or -1 with err set. */
+static int timed_turn(ttft_env *e, ak_agents *ag, const char *id, int n, ak_tier want, const char *what, ak_turn *t,
+                      double *ms, ak_error *err) {
+    progress pg;
+    progress_init(&pg, want == AK_TIER_COLD ? "cold prefill" : "restore");
+    double t0 = ak_now();
+    int rc = ak_agent_begin(ag, e->ctx, id, e->toks, n, e->logits, t, err);
+    *ms = (ak_now() - t0) * 1e3;
+    progress_done(&pg);
+    if (rc < 0) return -1;
+    if (t->tier != want)
+        return ak_fail(err, "context %d, %s: expected tier %s, got %s", n, what, ak_tier_name(want),
+                       ak_tier_name(t->tier));
+    return 0;
+}
+
+/* Copies agent id (L positions) from the directory store into Redis: read
+ * with every check into a scratch sequence and saved there. Not timed: it
+ * stands for the save the cold turn would have made to Redis. Returns 0,
+ * or -1 with err set. */
+static int copy_to_redis(const ttft_opts *o, ttft_env *e, const char *id, int L, ak_error *err) {
+    const ak_model *m = e->lm.model;
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, o->co.block_tokens, 0, err);
+    ak_kv *kv = pool ? ak_kv_new(pool, o->co.fk, o->co.fv, L, err) : NULL;
+    ak_store_load_info info = {0};
+    int rc = -1;
+    if (kv && ak_store_load(e->store, id, m->fingerprint, m->cfg.vocab, kv, &info, err) == AK_STORE_HIT)
+        rc = ak_store_save(e->redis, id, kv, info.tokens, info.n_tokens, m->fingerprint, m->cfg.name, err);
+    free(info.tokens);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    return rc;
+}
+
+/* The warm turn from Redis: fresh agents on the Redis store restore agent
+ * id's L positions (every chunk from Redis, no local copy) and prefill one
+ * more token. Fills r's Redis figures. Returns 0, or -1 with err set. */
+static int redis_turn(const ttft_opts *o, ttft_env *e, const char *id, int L, size_t image_bytes, ttft_row *r,
+                      ak_error *err) {
+    ak_block_pool *pool = NULL;
+    ak_agents *ag = NULL;
+    ak_turn t;
+    int rc = fresh_agents(o, e, e->redis, 2 * image_bytes, &pool, &ag, err);
+    if (rc == 0) rc = timed_turn(e, ag, id, L + 1, AK_TIER_WARM, "warm from Redis", &t, &r->redis_ms, err);
+    if (rc == 0) {
+        r->redis = 1;
+        r->redis_rest_ms = t.restore_ms;
+        r->redis_bytes = t.restore_bytes;
+        r->redis_tokens = t.reused;
+        rc = ak_agent_end(ag, id, err);
+    }
+    if (rc == 0) rc = ak_agents_flush(ag, err);   /* the save back lands before the next timing */
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    return rc;
+}
+
+/* The directory's turns of one context after the cold one: a fresh process
+ * restores the file (phase 1: dropped from the page cache first; phase 2:
+ * from the page cache) and prefills one more token; phase 3 (hot): the agent
+ * of phase 2 takes another turn in RAM. Every turn saves, so each warm turn
+ * restores the previous turn's file. Returns 0, or -1 with err set. */
+static int dir_warm_turns(const ttft_opts *o, ttft_env *e, const char *id, const char *path, ttft_row *r,
+                          ak_error *err) {
+    static const ak_tier want[4] = {AK_TIER_COLD, AK_TIER_WARM, AK_TIER_WARM, AK_TIER_HOT};
+    static const char *what[4] = {"cold", "warm (page cache dropped)", "warm (page cache)", "hot"};
+    ak_block_pool *pool = NULL;
+    ak_agents *ag = NULL;
+    int rc = 0;
+    for (int phase = 1; phase < 4 && rc == 0; phase++) {
+        if (phase < 3 && (rc = fresh_agents(o, e, e->store, 2 * file_size(path), &pool, &ag, err)) < 0) break;
+        if (phase == 1) {
+            drop_cache(path);
+            r->resident_after_drop = resident(path);
+        }
+        ak_turn t;
+        rc = timed_turn(e, ag, id, r->L + 1, want[phase], what[phase], &t, &r->ms[phase], err);
+        if (rc == 0 && phase < 3) { r->rest_ms[phase] = t.restore_ms; r->rest_bytes[phase] = t.restore_bytes; }
+        if (rc == 0) rc = ak_agent_end(ag, id, err);
+    }
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    return rc;
+}
+
+/* One context: the cold turn (a full prefill of L tokens, saved to the
+ * directory; its save timed), with --store the same image put in Redis and
+ * restored from there, then the directory's warm and hot turns, and plain
+ * reads of the file. One cold prefill serves every warm row. Returns 0, or
+ * -1 with err set. */
+static int ttft_context(const ttft_opts *o, ttft_env *e, int L, ttft_row *r, ak_error *err) {
+    char id[32], path[1024];
+    snprintf(id, sizeof id, "bench-%d", L);
+    snprintf(path, sizeof path, "%s/%s.safetensors", o->dir, id);
+    memset(r, 0, sizeof *r);
+    r->L = L;
+    r->resident_after_drop = -1;
+    ak_store_remove(e->store, id, NULL);
+    if (e->redis) ak_store_remove(e->redis, id, NULL);
+    ak_block_pool *pool = NULL;
+    ak_agents *ag = NULL;
+    ak_turn t;
+    int rc = fresh_agents(o, e, e->store, 0, &pool, &ag, err);
+    if (rc == 0) rc = timed_turn(e, ag, id, L, AK_TIER_COLD, "cold", &t, &r->ms[0], err);
+    double te = ak_now();
+    if (rc == 0) rc = ak_agent_end(ag, id, err);
+    /* what a save costs the engine thread (the copy) vs the whole write,
+     * which the background writer does meanwhile */
+    r->save_engine_ms = (ak_now() - te) * 1e3;
+    if (rc == 0) rc = ak_agents_flush(ag, err);
+    r->save_total_ms = (ak_now() - te) * 1e3;
+    ak_agents_free(ag);
+    ak_block_pool_free(pool);
+    if (rc == 0 && e->redis) rc = copy_to_redis(o, e, id, L, err);
+    if (rc == 0 && e->redis) rc = redis_turn(o, e, id, L, file_size(path), r, err);
+    if (rc == 0) rc = dir_warm_turns(o, e, id, path, r, err);
+    if (rc < 0) return -1;
+    size_t b2 = 0;
+    drop_cache(path);
+    r->rd_drop_s = plain_read(path, &r->rd_bytes);
+    r->rd_pc_s = plain_read(path, &b2);
+    if (e->redis) ak_store_remove(e->redis, id, NULL);   /* Redis keeps it in RAM */
+    if (e->own_dir) ak_store_remove(e->store, id, NULL);
+    return 0;
+}
+
+/* The report's opening: the JSON object's start or the text table's header. */
+static void ttft_report_head(const ttft_opts *o, const ttft_env *e) {
+    const ak_model *m = e->lm.model;
+    const char *k = ak_kv_format_get(o->co.fk)->name, *v = ak_kv_format_get(o->co.fv)->name;
+    if (o->json) {
+        printf("{\"model\": \"%s\", \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"results\": [", m->gguf.path,
+               k, v);
+        return;
+    }
+    fprintf(stderr, "bench ttft: %s, K %s / V %s, memory dir %s%s%s\n", m->gguf.path, k, v, o->dir,
+            o->store_url ? ", Redis " : "", o->store_url ? o->store_url : "");
+    printf("%8s %10s %10s %10s %10s %9s %10s %9s %9s %s\n", "context", "cold_ms", "warm_ms", "warm_pc_ms", "hot_ms",
+           "cold/warm", "file_MB", "rest_GB/s", "read_GB/s", "page cache dropped");
+}
+
+static double gb_s(uint64_t bytes, double ms) { return ms > 0 ? bytes / (ms * 1e6) : 0; }
+
+/* One context's row: a JSON object (first: no comma before it) or text lines. */
+static void ttft_report_row(const ttft_opts *o, const ttft_row *r, int first) {
+    double rest_drop = gb_s(r->rest_bytes[1], r->rest_ms[1]), rest_pc = gb_s(r->rest_bytes[2], r->rest_ms[2]);
+    double rd_drop = gb_s(r->rd_bytes, r->rd_drop_s * 1e3), rd_pc = gb_s(r->rd_bytes, r->rd_pc_s * 1e3);
+    double redis_gbs = gb_s(r->redis_bytes, r->redis_rest_ms);
+    if (o->json) {
+        printf("%s{\"context\": %d, \"cold_ms\": %.2f, \"warm_ms\": %.2f, \"warm_page_cache_ms\": %.2f, "
+               "\"hot_ms\": %.2f, \"cold_over_warm\": %.1f, \"file_bytes\": %zu, \"restore_bytes\": %llu, "
+               "\"restore_ms\": %.2f, "
+               "\"restore_page_cache_ms\": %.2f, \"restore_gb_s\": %.3f, \"restore_page_cache_gb_s\": %.3f, "
+               "\"read_gb_s\": %.3f, \"read_page_cache_gb_s\": %.3f, \"resident_after_drop\": %.3f, "
+               "\"save_engine_ms\": %.2f, \"save_total_ms\": %.2f",
+               first ? "" : ", ", r->L, r->ms[0], r->ms[1], r->ms[2], r->ms[3], r->ms[0] / r->ms[1], r->rd_bytes,
+               (unsigned long long)r->rest_bytes[1], r->rest_ms[1], r->rest_ms[2], rest_drop, rest_pc, rd_drop, rd_pc, r->resident_after_drop,
+               r->save_engine_ms, r->save_total_ms);
+        if (r->redis)
+            printf(", \"redis\": {\"tokens\": %d, \"warm_ms\": %.2f, \"restore_ms\": %.2f, \"restore_bytes\": %llu, "
+                   "\"restore_gb_s\": %.3f, \"cold_over_warm\": %.1f}",
+                   r->redis_tokens, r->redis_ms, r->redis_rest_ms, (unsigned long long)r->redis_bytes, redis_gbs,
+                   r->ms[0] / r->redis_ms);
+        printf("}");
+    } else {
+        printf("%8d %10.1f %10.2f %10.2f %10.2f %8.0fx %10.1f %9.2f %9.2f %s\n", r->L, r->ms[0], r->ms[1], r->ms[2],
+               r->ms[3], r->ms[0] / r->ms[1], r->rd_bytes / 1e6, rest_drop, rd_drop,
+               r->resident_after_drop < 0 ? "unknown" : r->resident_after_drop < 0.05 ? "yes" : "no (still cached)");
+        if (r->redis)
+            printf("%8s Redis (no local copy): warm %.2f ms (cold/warm %.1fx), restore %.2f ms of %.1f MB, "
+                   "%.2f GB/s, %d tokens\n", "", r->redis_ms, r->ms[0] / r->redis_ms, r->redis_rest_ms,
+                   r->redis_bytes / 1e6, redis_gbs, r->redis_tokens);
+        printf("%8s page cache: restore %.2f GB/s vs plain read %.2f GB/s (%.0f%%); dropped: restore %.2f vs "
+               "read %.2f GB/s (%.0f%%)\n", "", rest_pc, rd_pc, rd_pc > 0 ? 100 * rest_pc / rd_pc : 0, rest_drop,
+               rd_drop, rd_drop > 0 ? 100 * rest_drop / rd_drop : 0);
+        printf("%8s save: %.2f ms on the engine thread (copying the cache), %.2f ms until the file was "
+               "durable (background writer)\n", "", r->save_engine_ms, r->save_total_ms);
+    }
+    fflush(stdout);
+}
+
+int cmd_bench_ttft(int argc, char **argv) {
+    ttft_opts o;
+    int rc = ttft_parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    ttft_env e;
+    if (ttft_setup(&o, &e) < 0) { ttft_teardown(&e); return 1; }
+    if (o.restore_only) {
+        rc = restore_only(e.lm.model, &o.co, e.store, o.ctxs, o.n_ctxs, o.reps, o.json);
+        ttft_teardown(&e);
+        return rc;
+    }
+    ttft_report_head(&o, &e);
+    ak_error err = {{0}};
+    rc = 0;
+    for (int ci = 0; ci < o.n_ctxs && rc == 0; ci++) {
+        ttft_row r;
+        if (ttft_context(&o, &e, o.ctxs[ci], &r, &err) < 0) {
+            fprintf(stderr, "agentkv bench ttft: %s\n", err.msg);
+            rc = 1;
+        } else {
+            ttft_report_row(&o, &r, ci == 0);
+        }
+    }
+    if (rc == 0 && o.json) printf("]}\n");
+    ttft_teardown(&e);
     return rc;
 }
