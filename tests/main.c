@@ -69,6 +69,29 @@ const char *test_tmp_dir(void) {
     return tmp_dir;
 }
 
+test_cli_result test_cli_run(const char *args, int timeout_s) {
+    test_cli_result r = {-1, NULL, NULL};
+    const char *b = getenv("AK_BIN");
+    char out_path[512], err_path[512], cmd[4096];
+    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmp_dir());
+    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmp_dir());
+    snprintf(cmd, sizeof cmd, "timeout -k 10 %d %s %s >%s 2>%s </dev/null", timeout_s, b && *b ? b : "build/agentkv",
+             args, out_path, err_path);
+    int st = system(cmd);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.out = ak_read_file(out_path, NULL, NULL);
+    r.err = ak_read_file(err_path, NULL, NULL);
+    if (!r.out) r.out = calloc(1, 1);
+    if (!r.err) r.err = calloc(1, 1);
+    return r;
+}
+
+void test_cli_free(test_cli_result *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
 int test_dial_loopback(int port, int timeout_ms) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;

@@ -70,4 +70,16 @@ int test_dial_loopback(int port, int timeout_ms);
         return;                                                           \
     } while (0)
 
+/* What a command run by test_cli_run printed and how it ended. */
+typedef struct {
+    int code;        /* exit status, 128 + signal, 124 or 137 when killed past its time */
+    char *out, *err; /* stdout and stderr, whole (never NULL) */
+} test_cli_result;
+
+/* Runs `AK_BIN ARGS` (build/agentkv when AK_BIN is unset) through the
+ * shell with stdin from /dev/null, capturing stdout and stderr; a run past
+ * timeout_s is killed. Free with test_cli_free. */
+test_cli_result test_cli_run(const char *args, int timeout_s);
+void test_cli_free(test_cli_result *r);
+
 #endif

@@ -81,33 +81,16 @@ TEST(bench_reuse_metrics_known_values) {
 
 /* ---- the command ---------------------------------------------------------- */
 
-typedef struct {
-    int code;
-    char *out, *err;
-} br_result;
+typedef test_cli_result br_result;
 
 /* Runs `agentkv bench reuse ARGS` (AK_BIN), capturing stdout and stderr. */
 static br_result br_run(const char *args) {
-    br_result r = {-1, NULL, NULL};
-    const char *b = getenv("AK_BIN");
-    char out_path[512], err_path[512], cmd[4096];
-    snprintf(out_path, sizeof out_path, "%s/bench-reuse.out", test_tmp_dir());
-    snprintf(err_path, sizeof err_path, "%s/bench-reuse.err", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "timeout -k 10 300 %s bench reuse %s >%s 2>%s </dev/null", b && *b ? b : "build/agentkv",
-             args, out_path, err_path);
-    int st = system(cmd);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = ak_read_file(out_path, NULL, NULL);
-    r.err = ak_read_file(err_path, NULL, NULL);
-    if (!r.out) r.out = calloc(1, 1);
-    if (!r.err) r.err = calloc(1, 1);
-    return r;
+    char a[4096];
+    snprintf(a, sizeof a, "bench reuse %s", args);
+    return test_cli_run(a, 300);
 }
 
-static void br_free(br_result *r) {
-    free(r->out);
-    free(r->err);
-}
+static void br_free(br_result *r) { test_cli_free(r); }
 
 /* The row of rows with this method, cache type and ratio, or NULL. */
 static cJSON *find_row(cJSON *rows, const char *method, const char *ct, double ratio) {

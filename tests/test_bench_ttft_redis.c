@@ -14,33 +14,16 @@
 #include "test.h"
 #include "test_store_redis.h"
 
-typedef struct {
-    int code;
-    char *out, *err;
-} bt_result;
+typedef test_cli_result bt_result;
 
 /* Runs `agentkv bench ttft ARGS` (AK_BIN), capturing stdout and stderr. */
 static bt_result bt_run(const char *args) {
-    bt_result r = {-1, NULL, NULL};
-    const char *b = getenv("AK_BIN");
-    char out_path[512], err_path[512], cmd[4096];
-    snprintf(out_path, sizeof out_path, "%s/bench-ttft.out", test_tmp_dir());
-    snprintf(err_path, sizeof err_path, "%s/bench-ttft.err", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "timeout -k 10 120 %s bench ttft %s >%s 2>%s </dev/null", b && *b ? b : "build/agentkv",
-             args, out_path, err_path);
-    int st = system(cmd);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = ak_read_file(out_path, NULL, NULL);
-    r.err = ak_read_file(err_path, NULL, NULL);
-    if (!r.out) r.out = calloc(1, 1);
-    if (!r.err) r.err = calloc(1, 1);
-    return r;
+    char a[4096];
+    snprintf(a, sizeof a, "bench ttft %s", args);
+    return test_cli_run(a, 120);
 }
 
-static void bt_free(bt_result *r) {
-    free(r->out);
-    free(r->err);
-}
+static void bt_free(bt_result *r) { test_cli_free(r); }
 
 static double num(const cJSON *o, const char *k) {
     const cJSON *x = cJSON_GetObjectItem(o, k);

@@ -10,38 +10,13 @@
 #include "../src/util.h"
 #include "test.h"
 
-typedef struct {
-    int code;
-    char *out;
-    char *err;
-} cmd_result;
-
-static const char *bin(void) {
-    const char *b = getenv("AK_BIN");
-    return b && *b ? b : "build/agentkv";
-}
+typedef test_cli_result cmd_result;
 
 /* Runs `agentkv ARGS` through the shell, capturing stdout and stderr; a run
  * past 300 s is killed (code 124, or 137 when SIGTERM was not enough). */
-static cmd_result run_cli(const char *args) {
-    cmd_result r = {-1, NULL, NULL};
-    char out_path[512], err_path[512], cmd[4096];
-    snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmp_dir());
-    snprintf(err_path, sizeof err_path, "%s/cli.err", test_tmp_dir());
-    snprintf(cmd, sizeof cmd, "timeout -k 10 300 %s %s >%s 2>%s </dev/null", bin(), args, out_path, err_path);
-    int st = system(cmd);
-    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = ak_read_file(out_path, NULL, NULL);
-    r.err = ak_read_file(err_path, NULL, NULL);
-    if (!r.out) r.out = calloc(1, 1);
-    if (!r.err) r.err = calloc(1, 1);
-    return r;
-}
+static cmd_result run_cli(const char *args) { return test_cli_run(args, 300); }
 
-static void free_result(cmd_result *r) {
-    free(r->out);
-    free(r->err);
-}
+static void free_result(cmd_result *r) { test_cli_free(r); }
 
 static int count_lines(const char *s) {
     int n = 0;
