@@ -52,7 +52,9 @@ static long agents_fit(const ak_cache_spec *s, fmt_pair p, size_t budget, int ct
     return (long)(budget / per_agent);
 }
 
-static void pair_name(fmt_pair p, char *buf, size_t n);
+static void pair_name(fmt_pair p, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s", ak_kv_format_get(p.k)->name, ak_kv_format_get(p.v)->name);
+}
 
 /* Local-group blocks a sequence of len positions keeps (blocks of T, window
  * W): those not wholly before len - W (kvcache.h: ak_kv_release_window). */
@@ -78,13 +80,13 @@ static ak_cache_spec gemma3_12b_spec(void) {
  * after a forward pass: local_blocks_kept) and the agents that fit in
  * budget, beside the naive layout's (every layer, every position). The
  * block sizes are the block pool's own (ak_block_pool_group_bytes). */
-static int print_windowed(const char *shape, const ak_cache_spec *s, size_t budget, int ctx, int json, int *first) {
+static void print_windowed(const char *shape, const ak_cache_spec *s, size_t budget, int ctx, int json, int *first) {
     ak_error err = {{0}};
     const int T = AK_DEFAULT_BLOCK_TOKENS;
     ak_block_pool *p = ak_block_pool_new(s, T, 0, &err);
     if (!p || ak_block_pool_groups(p) != 2) {
         ak_block_pool_free(p);
-        return 0;
+        return;
     }
     int nl = ak_spec_group_layers(s, 1), ng = s->n_layer - nl;
     long gblocks = (ctx + T - 1) / T, lrest = local_blocks_kept(ctx, T, s->window);
@@ -119,12 +121,8 @@ static int print_windowed(const char *shape, const ak_cache_spec *s, size_t budg
         *first = 0;
     }
     ak_block_pool_free(p);
-    return 0;
 }
 
-static void pair_name(fmt_pair p, char *buf, size_t n) {
-    snprintf(buf, n, "%s/%s", ak_kv_format_get(p.k)->name, ak_kv_format_get(p.v)->name);
-}
 
 /* Fills kv with len positions of N(0,1)-ish K/V (keys with a few larger
  * channels, as real keys have). Returns 0 or -1. */
@@ -164,35 +162,12 @@ static double time_attention(const ak_kv *kv, const ak_cache_spec *s, int group,
     return t / steps * 1e3;
 }
 
-int cmd_bench_kv(int argc, char **argv) {
-    ak_args a;
-    args_init(&a, "bench kv", argc, argv);
-    const char *model_path = NULL, *text_file = NULL, *contexts = "1024,2048,4096,8192,16384";
-    size_t budget = (size_t)10.2e9;
-    int json = 0;
-    const char *f;
-    while ((f = args_next(&a))) {
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
-        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) text_file = args_value(&a, f);
-        else if (!strcmp(f, "--contexts")) contexts = args_value(&a, f);
-        else if (!strcmp(f, "--budget")) {
-            const char *v = args_value(&a, f);
-            if (v && (ak_parse_bytes(v, &budget) < 0 || !budget)) args_error(&a, "--budget: bad size '%s'", v);
-        } else if (!strcmp(f, "--json")) json = 1;
-        else args_unknown(&a, f);
-    }
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    int ctxs[16];
-    int n_ctxs = args_int_list(&a, "--contexts", contexts, 1, 1 << 20, ctxs, 16);
-    if (a.failed) return AK_EXIT_USAGE;
-    loaded_model lm;
-    if (load_model(&lm, "bench kv", model_path) < 0) return 1;
-    const ak_model *m = lm.model;
-    ak_error err = {{0}};
-    int rc = 1;
+/* Section 1 of the report: bytes per token and agents that fit in budget
+ * for this model's cache spec and two reference shapes, then the windowed
+ * layout of those with sliding-window layers. JSON: the "memory" and
+ * "windowed" arrays (the latter left open for the next section). */
+static void report_memory(const ak_model *m, size_t budget, int json) {
     char name[32];
-
     /* 1. memory */
     const struct { const char *name; ak_cache_spec spec; } shapes[] = {
         {"this model", m->spec},
@@ -231,6 +206,38 @@ int cmd_bench_kv(int argc, char **argv) {
     int first_w = 1;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         print_windowed(shapes[si].name, &shapes[si].spec, budget, 8192, json, &first_w);
+}
+
+int cmd_bench_kv(int argc, char **argv) {
+    ak_args a;
+    args_init(&a, "bench kv", argc, argv);
+    const char *model_path = NULL, *text_file = NULL, *contexts = "1024,2048,4096,8192,16384";
+    size_t budget = (size_t)10.2e9;
+    int json = 0;
+    const char *f;
+    while ((f = args_next(&a))) {
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
+        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) text_file = args_value(&a, f);
+        else if (!strcmp(f, "--contexts")) contexts = args_value(&a, f);
+        else if (!strcmp(f, "--budget")) {
+            const char *v = args_value(&a, f);
+            if (v && (ak_parse_bytes(v, &budget) < 0 || !budget)) args_error(&a, "--budget: bad size '%s'", v);
+        } else if (!strcmp(f, "--json")) json = 1;
+        else args_unknown(&a, f);
+    }
+    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    int ctxs[16];
+    int n_ctxs = args_int_list(&a, "--contexts", contexts, 1, 1 << 20, ctxs, 16);
+    if (a.failed) return AK_EXIT_USAGE;
+    loaded_model lm;
+    if (load_model(&lm, "bench kv", model_path) < 0) return 1;
+    const ak_model *m = lm.model;
+    ak_error err = {{0}};
+    int rc = 1;
+    char name[32];
+
+    report_memory(m, budget, json);
 
     /* 2. attention time per decode step: this model's cache shape, and one
      * layer of the Llama-3.1-8B shape (8 KV heads x 128, 4 query heads each),
