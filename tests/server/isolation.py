@@ -2,9 +2,11 @@
 """isolation.py BIN SHARED - 64 concurrent agents, each told its own secret,
 must only ever see their own cache. Python standard library only.
 
-The crowd: one `agentkv serve` with a KV budget that holds about a third of
-the 64 agents (so agents are evicted to disk and restored mid-test, and
-others come back to their cache still in RAM), all 64
+The crowd: one `agentkv serve` with a KV budget that holds about a quarter
+of the 64 agents (so agents are evicted to disk and restored mid-test, and
+others come back to their cache still in RAM: about 50 later turns hot and
+80 warm, far from either edge; at a third, which other tests running beside
+it could push to all hot, it once failed that way), all 64
 agents talking at once, greedy, TURNS turns each: turn 0 tells the agent a
 secret (a distinct word and number), the later turns ask for it back. Then
 the crowd's server gets SIGTERM (it must exit 0, every agent saved), a new
@@ -56,7 +58,7 @@ MAX_TOKENS = 8
 DEADLINE_S = 240          # below test_server.c's limit, so this script reports first
 REQUEST_TIMEOUT_S = 120
 FLAGS = ["-t", "2", "-c", "256", "-ctk", "q8", "-ctv", "q8", "--kv-block", "16"]
-CROWD_FLAGS = ["--kv-budget", "2500K", "--max-agents", "16"]
+CROWD_FLAGS = ["--kv-budget", "2000K", "--max-agents", "16"]
 WORDS = ["apple", "river", "candle", "forest", "yellow", "pencil", "garden", "window"]
 ASKS = ["What is my secret? Say it.", "Say the secret number again."]
 
