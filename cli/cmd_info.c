@@ -28,8 +28,11 @@ static void print_cpu(void) {
            ak_cpu_level_name(ak_cpu_compiled_level()), ak_simd_name());
     if (ak_cpu_dispatched())
         printf("dispatch       at run time from cpuid; AGENTKV_SIMD=scalar|avx2|avx2vnni|avx512 forces a lower level\n");
+    else if (ak_cpu_neon_level() >= 0)
+        printf("dispatch       NEON extensions per product from getauxval; AGENTKV_NEON=plain|dotprod|i8mm lowers them\n");
     else
         printf("dispatch       none: built for one target (make ARCH=dispatch for all levels)\n");
+    if (ak_cpu_neon_level() >= 0) printf("neon level     %s\n", ak_cpu_neon_level_name(ak_cpu_neon_level()));
     if (ak_cpu_note()[0]) printf("note           %s\n", ak_cpu_note());
     for (int l = AK_CPU_NLEVELS - 1; l >= 0; l--) {
         if (!ak_cpu_supports(l)) continue;

@@ -110,6 +110,22 @@ static const unsigned level_needs[AK_CPU_NLEVELS] = {
 };
 #endif
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)   /* <asm/hwcap.h>'s values, where the libc headers lack them */
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1UL << 13)
+#endif
+/* 0 plain NEON, 1 dotprod, 2 dotprod + i8mm: what the CPU (and the kernel,
+ * which reports the hardware capabilities) offers. */
+static int neon_hw_level(void) {
+    unsigned long h = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+    return (h & HWCAP_ASIMDDP) ? ((h2 & HWCAP2_I8MM) ? 2 : 1) : 0;
+}
+#endif
+
 /* 1 if the CPU and OS can run the level's code. */
 int ak_cpu_supports(int level) {
     if (level < 0 || level >= AK_CPU_NLEVELS) return 0;
@@ -138,20 +154,36 @@ char *ak_cpu_features(char *buf, size_t n) {
         o += (size_t)w;
     }
 #elif defined(__aarch64__)
-    snprintf(buf, n, "neon (build target%s%s)",
-#if defined(__ARM_FEATURE_DOTPROD)
-             ", dotprod",
-#else
-             "",
-#endif
-#if defined(__ARM_FEATURE_MATMUL_INT8)
-             ", i8mm"
-#else
-             ""
-#endif
-    );
+    int hw = neon_hw_level();
+    snprintf(buf, n, "neon%s%s", hw >= 1 ? " dotprod" : "", hw >= 2 ? " i8mm" : "");
 #endif
     return buf;
+}
+
+static const char *const neon_level_names[3] = {"plain", "dotprod", "i8mm"};
+
+/* Name of a NEON level, "?" out of range. */
+const char *ak_cpu_neon_level_name(int level) {
+    return level >= 0 && level < 3 ? neon_level_names[level] : "?";
+}
+
+/* The CPU's NEON level, capped by AGENTKV_NEON. Read on every call (two
+ * reads of the auxiliary vector and an environment look-up): nothing is
+ * kept, so a test may change the variable between products. */
+int ak_cpu_neon_level(void) {
+#if defined(__aarch64__)
+    int lv = neon_hw_level();
+    const char *e = getenv("AGENTKV_NEON");
+    if (e) {
+        int want = lv;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(e, neon_level_names[i])) want = i;
+        if (want < lv) lv = want;
+    }
+    return lv;
+#else
+    return -1;
+#endif
 }
 
 /* ---- The choice ---- */

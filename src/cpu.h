@@ -1,6 +1,7 @@
 /* cpu.h - which SIMD level the kernels run at, and what the CPU offers.
  *
- * Levels, lowest first (x86-64; an ARM build is NEON, fixed at build time):
+ * Levels, lowest first (x86-64; an ARM build is NEON, whose extensions the
+ * kernels pick at run time: ak_cpu_neon_level):
  *   scalar    plain C (the x86-64 baseline: SSE2 where the compiler uses it)
  *   avx2      x86-64-v3: AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE
  *   avx2vnni  avx2 + AVX-VNNI (vpdpbusd on 256-bit vectors)
@@ -58,9 +59,21 @@ int ak_cpu_compiled_level(void);
  * unknown, above this CPU, or ignored by a single-target build), or "". */
 const char *ak_cpu_note(void);
 
+/* AArch64 builds: the NEON level the matrix kernels use, chosen per product
+ * (not once per process like the level above): 0 plain NEON, 1 + the
+ * dot-product extension (sdot), 2 + the int8 matrix multiply (smmla); what
+ * this CPU has (getauxval: HWCAP_ASIMDDP, HWCAP2_I8MM), lowered to the one
+ * the environment variable AGENTKV_NEON names (plain, dotprod, i8mm) where
+ * that is lower (a higher or unknown name is ignored). Every NEON level
+ * gives the same bits. -1 on other builds. */
+int ak_cpu_neon_level(void);
+/* The NEON level's name ("plain", "dotprod", "i8mm"), or "?" out of range. */
+const char *ak_cpu_neon_level_name(int level);
+
 /* The CPU's SIMD features the levels are made of, as space-separated
  * names ("sse2 avx avx2 fma f16c ..."), into buf (always terminated).
- * Returns buf. On non-x86 builds: the build's target features. */
+ * Returns buf. On AArch64: "neon", and "dotprod", "i8mm" where this CPU
+ * has them (getauxval). */
 char *ak_cpu_features(char *buf, size_t n);
 
 #endif

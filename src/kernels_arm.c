@@ -4,8 +4,16 @@
  * bytes, so Q4_0 nibbles are simply re-centred (q - 8) and no offset
  * correction is needed. With the dot-product extension (SDOT) a block is two
  * vdotq_s32; without it, vmull_s8/vmlal_s8 pairs into 16 bits (at most
- * 2 * 128 * 127, no overflow) and a pairwise widening add. Each block's four
- * lane sums become float and are scaled by dw * dx.
+ * 2 * 128 * 127, no overflow) and pairwise widening adds into the same
+ * lanes as SDOT's. Each block's four lane sums become float and are scaled
+ * by dw * dx.
+ *
+ * Which of the two runs is chosen per product at run time (ak_neon_level:
+ * getauxval, capped by AGENTKV_NEON), not by the build's target: the
+ * quantized tiles are kernels_arm_tiles.h compiled once for baseline
+ * armv8-a and once under the dot-product target pragma, and both give the
+ * same bits. So an armv8-a build uses SDOT where the CPU has it, and never
+ * executes it where the CPU lacks it.
  *
  * Tiles are R rows x T tokens of accumulators, as in the x86 back end.
  */
@@ -16,7 +24,7 @@
 
 #include "util.h"
 
-#define SIMD_NAME "neon"   /* with or without SDOT (__ARM_FEATURE_DOTPROD) */
+#define SIMD_NAME "neon"   /* with or without SDOT (ak_neon_level) */
 
 #define TILE_R 4
 #define TILE_T 2    /* 4 x 2 accumulators + 8 weight vectors: fits 32 registers */
@@ -80,51 +88,6 @@ AK_INLINE wblk load_q4(const uint8_t *b) {
     return w;
 }
 
-AK_INLINE int32x4_t dot_s8(const wblk *w, int8x16_t x0, int8x16_t x1) {
-#if defined(__ARM_FEATURE_DOTPROD)
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w->lo, x0), w->hi, x1);
-#else
-    int16x8_t p0 = vmull_s8(vget_low_s8(w->lo), vget_low_s8(x0));
-    p0 = vmlal_s8(p0, vget_high_s8(w->lo), vget_high_s8(x0));
-    int16x8_t p1 = vmull_s8(vget_low_s8(w->hi), vget_low_s8(x1));
-    p1 = vmlal_s8(p1, vget_high_s8(w->hi), vget_high_s8(x1));
-    return vpadalq_s16(vpaddlq_s16(p0), p1);
-#endif
-}
-
-AK_INLINE void q_tile(const int q8, const int R, const int T, const uint8_t *W, size_t wrb,
-                      const uint8_t *xq, size_t xqs, int64_t nb, float *Y, int64_t ldy) {
-    const size_t blk_bytes = q8 ? AK_Q8_0_BYTES : AK_Q4_0_BYTES;
-    const int64_t cols = nb * AK_QK;
-    float32x4_t acc[MAXR][MAXT];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) acc[r][t] = vdupq_n_f32(0);
-    for (int64_t b = 0; b < nb; b++) {
-        wblk w[MAXR];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *p = W + (size_t)r * wrb + (size_t)b * blk_bytes;
-            __builtin_prefetch(p + 4 * wrb);
-            w[r] = q8 ? load_q8(p) : load_q4(p);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) {
-            const int8_t *x = (const int8_t *)(xq + (size_t)t * xqs);
-            const float dx = ((const float *)(x + cols))[b];
-            int8x16_t x0 = vld1q_s8(x + b * AK_QK), x1 = vld1q_s8(x + b * AK_QK + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-                acc[r][t] = vfmaq_n_f32(acc[r][t], vcvtq_f32_s32(dot_s8(&w[r], x0, x1)), w[r].d * dx);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < T; t++) Y[t * ldy + r] = vaddvq_f32(acc[r][t]);
-}
-
 AK_INLINE float32x4_t load_w4(const int ft, const uint8_t *row, int64_t k) {
     if (ft == 0) return vld1q_f32((const float *)(row + 4 * k));
     uint16x4_t h = vld1_u16((const uint16_t *)(row + 2 * k));
@@ -180,9 +143,21 @@ static void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = ak_f16_to_f32(x[i]);
 }
 
-INST_R(qt, q_tile, INST_ONE_Q, 0)
-INST_R(qt, q_tile, INST_ONE_Q, 1)
-static const q_tile_fn q_tiles[2][4][4] = { ROW_R(qt, 0), ROW_R(qt, 1) };
+/* The two copies of the quantized tiles: q_tiles_plain, q_tiles_dot. */
+#define NL 0
+#define NL_SFX _plain
+#include "kernels_arm_tiles.h"
+#undef NL
+#undef NL_SFX
+
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod")
+#define NL 1
+#define NL_SFX _dot
+#include "kernels_arm_tiles.h"
+#undef NL
+#undef NL_SFX
+#pragma GCC pop_options
 
 INST_R(ft, f_tile, INST_ONE_F, 0)
 INST_R(ft, f_tile, INST_ONE_F, 1)
@@ -193,6 +168,7 @@ static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64
                  int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
                  float *Y, int64_t ldy) {
     const int q8 = wtype == GGML_TYPE_Q8_0;
+    const q_tile_fn (*q_tiles)[4][4] = ak_neon_level() >= 1 ? q_tiles_dot : q_tiles_plain;
     for (int64_t r = r0; r < r1; r += TILE_R) {
         int R = (int)ak_min64(TILE_R, r1 - r);
         for (int64_t t = t0; t < t1; t += TILE_T) {

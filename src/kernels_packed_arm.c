@@ -36,18 +36,10 @@
 
 #if defined(AK_SIMD_NEON)
 #include <arm_neon.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
 
+#include "cpu.h"
 #include "util.h"
-
-#ifndef HWCAP_ASIMDDP
-#define HWCAP_ASIMDDP (1UL << 20)   /* <asm/hwcap.h>'s values, where the libc headers lack them */
-#endif
-#ifndef HWCAP2_I8MM
-#define HWCAP2_I8MM (1UL << 13)
-#endif
 
 #define GROUP AK_PACKED_GROUP   /* rows per group (kernels_packed_layout.h) */
 #define PF_BYTES 2048       /* prefetch distance in a group's codes */
@@ -55,20 +47,8 @@
 
 /* ---- The level ---- */
 
-/* 0 plain NEON, 1 dotprod, 2 dotprod + i8mm: what this CPU has (getauxval),
- * lowered to AGENTKV_NEON's level where that names a lower one. Read on
- * every call: two reads of the auxiliary vector and an environment look-up
- * per product, nothing kept between calls. */
-int ak_neon_level(void) {
-    unsigned long h = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
-    int lv = (h & HWCAP_ASIMDDP) ? ((h2 & HWCAP2_I8MM) ? 2 : 1) : 0;
-    const char *e = getenv("AGENTKV_NEON");
-    if (e) {
-        int want = !strcmp(e, "plain") ? 0 : !strcmp(e, "dotprod") ? 1 : !strcmp(e, "i8mm") ? 2 : lv;
-        if (want < lv) lv = want;
-    }
-    return lv;
-}
+/* cpu.h's ak_cpu_neon_level: read on every call, nothing kept. */
+int ak_neon_level(void) { return ak_cpu_neon_level(); }
 
 /* ---- Helpers the tiles share (baseline NEON) ---- */
 

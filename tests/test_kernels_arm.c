@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "../src/cpu.h"
 #include "../src/kernels.h"
 #include "../src/kernels_impl.h"
 #include "../src/threadpool.h"
@@ -91,5 +92,97 @@ TEST(kernel_neon_levels_agree_bitwise) {
     else unsetenv("AGENTKV_NEON");
     free(saved_copy);
     free(w); free(x); free(ref); free(y0); free(y); free(one); free(wq);
+#endif
+}
+
+/* The row-major kernels (kernels_arm.c, kernels_kquant_arm.c: the products
+ * of matrices that are not packed) at each NEON level this CPU has, forced
+ * through AGENTKV_NEON: every level equals the plain one to the bit, and
+ * every value is within 1e-5 of sum |w x| of the scalar reference. 9 rows
+ * and 3 tokens leave a partial tile of each (the tiles are 4 x 2). */
+TEST(kernel_neon_rowmajor_levels_agree_bitwise) {
+#if !defined(AK_SIMD_NEON)
+    ak_test_skip(t, "not an AArch64 NEON build");
+#else
+    static const uint32_t types[] = { GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
+                                      GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
+    enum { ROWS = 9, COLS = 512, NTOK = 3 };
+    const int top = ak_neon_level();
+    const char *saved = getenv("AGENTKV_NEON");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    float *w = malloc(sizeof(float) * ROWS * COLS), *x = malloc(sizeof(float) * NTOK * COLS);
+    float *ref = malloc(sizeof(float) * NTOK * ROWS), *y0 = malloc(sizeof(float) * NTOK * ROWS);
+    float *y = malloc(sizeof(float) * NTOK * ROWS), *deq = malloc(sizeof(float) * COLS);
+    uint8_t *wq = malloc(ak_row_bytes(GGML_TYPE_F32, COLS) * ROWS);
+    REQUIRE(w && x && ref && y0 && y && deq && wq, "out of memory");
+    ak_rng r;
+    ak_rng_seed(&r, 23);
+    for (int i = 0; i < ROWS * COLS; i++) w[i] = ak_rng_normal(&r);
+    for (int i = 0; i < NTOK * COLS; i++) x[i] = ak_rng_normal(&r);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        const size_t rb = ak_row_bytes(type, COLS);
+        for (int i = 0; i < ROWS; i++) ak_quantize_row(type, w + (size_t)i * COLS, wq + (size_t)i * rb, COLS);
+        ak_matmul_scalar(type, wq, ROWS, COLS, x, NTOK, ref);
+        double worst = 0;
+        for (int lv = 0; lv <= top && lv <= 1; lv++) {   /* the row-major kernels have no i8mm form */
+            setenv("AGENTKV_NEON", level_names[lv], 1);
+            float *dst = lv == 0 ? y0 : y;
+            ak_matmul(NULL, type, wq, ROWS, COLS, x, NTOK, dst);
+            if (lv > 0)
+                CHECK(!memcmp(y, y0, sizeof(float) * NTOK * ROWS), "type %u: level %s differs from plain", type,
+                      level_names[lv]);
+            for (int i = 0; i < ROWS; i++) {
+                ak_dequantize_row(type, wq + (size_t)i * rb, deq, COLS);
+                for (int tk = 0; tk < NTOK; tk++) {
+                    double s = 0;   /* sum |w x| of the dequantized row: the scale of the error */
+                    for (int k = 0; k < COLS; k++) s += fabs((double)deq[k] * x[(size_t)tk * COLS + k]);
+                    double e = fabs((double)dst[(size_t)tk * ROWS + i] - ref[(size_t)tk * ROWS + i]) / (s > 0 ? s : 1);
+                    if (e > worst) worst = e;
+                }
+            }
+        }
+        printf("    %-5s row-major levels plain..%s agree; max |Y - scalar| / sum|w x| = %.2e\n",
+               gguf_tensor_type_name(type), level_names[top > 1 ? 1 : top], worst);
+        CHECK(worst < 1e-5, "type %u: error %.2e against the scalar reference", type, worst);
+    }
+    if (saved_copy) setenv("AGENTKV_NEON", saved_copy, 1);
+    else unsetenv("AGENTKV_NEON");
+    free(saved_copy);
+    free(w); free(x); free(ref); free(y0); free(y); free(deq); free(wq);
+#endif
+}
+
+/* AGENTKV_NEON lowers the NEON level and never raises it: plain is 0,
+ * dotprod and i8mm are at most what the CPU has, a name that is none is
+ * ignored; the CPU's own level agrees with the features reported (cpu.h). */
+TEST(kernel_neon_level_capped_by_agentkv_neon) {
+#if !defined(__aarch64__)
+    CHECK(ak_cpu_neon_level() == -1, "no NEON level off AArch64: %d", ak_cpu_neon_level());
+    ak_test_skip(t, "not an AArch64 build");
+#else
+    const char *saved = getenv("AGENTKV_NEON");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    unsetenv("AGENTKV_NEON");
+    const int hw = ak_cpu_neon_level();
+    char f[256];
+    ak_cpu_features(f, sizeof f);
+    printf("    this CPU: %s (features '%s')\n", ak_cpu_neon_level_name(hw), f);
+    CHECK(hw >= 0 && hw <= 2, "level %d", hw);
+    CHECK(!!strstr(f, "dotprod") == (hw >= 1) && !!strstr(f, "i8mm") == (hw >= 2), "features '%s', level %d", f, hw);
+    static const char *const names[3] = { "plain", "dotprod", "i8mm" };
+    for (int lv = 0; lv < 3; lv++) {
+        CHECK(!strcmp(ak_cpu_neon_level_name(lv), names[lv]), "name of %d", lv);
+        setenv("AGENTKV_NEON", names[lv], 1);
+        CHECK(ak_cpu_neon_level() == (lv < hw ? lv : hw), "AGENTKV_NEON=%s: level %d, CPU %d", names[lv],
+              ak_cpu_neon_level(), hw);
+        CHECK(ak_neon_level() == ak_cpu_neon_level(), "the kernels' level is cpu.h's");
+    }
+    setenv("AGENTKV_NEON", "sve2", 1);
+    CHECK(ak_cpu_neon_level() == hw, "an unknown name is ignored");
+    CHECK(!strcmp(ak_cpu_neon_level_name(3), "?") && !strcmp(ak_cpu_neon_level_name(-1), "?"), "out of range");
+    if (saved_copy) setenv("AGENTKV_NEON", saved_copy, 1);
+    else unsetenv("AGENTKV_NEON");
+    free(saved_copy);
 #endif
 }
