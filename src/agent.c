@@ -560,6 +560,19 @@ int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
     return evicted;
 }
 
+/* Bytes of an agent's nb spans in formats fk/fv once its window moved on:
+ * every span's block of the global group (of the only one with one
+ * group); of the local group (kvcache.h LAYER GROUPS) those a window of W
+ * positions can touch, ceil(W / T) + 1 at most, for it releases the rest
+ * after each pass. */
+static size_t spans_bytes(const ak_agents *a, int nb, ak_kv_format fk, ak_kv_format fv) {
+    ak_block_pool *p = a->cfg.pool;
+    if (ak_block_pool_groups(p) < 2) return (size_t)nb * ak_block_pool_block_bytes(p, fk, fv);
+    int T = ak_block_pool_block_tokens(p), cap = (ak_block_pool_spec(p)->window + T - 1) / T + 1;
+    return (size_t)nb * ak_block_pool_group_bytes(p, 0, fk, fv) +
+           (size_t)(nb < cap ? nb : cap) * ak_block_pool_group_bytes(p, 1, fk, fv);
+}
+
 /* Bytes of the blocks kv lacks to hold n_pos positions. */
 static size_t kv_grow_bytes(const ak_agents *a, const ak_kv *kv, int n_pos) {
     /* per layer group (kvcache.h LAYER GROUPS): the global group (every
@@ -707,7 +720,8 @@ static int prelink(void *ud, const ak_store_base *base, const int32_t *tokens, i
         free(v);
         if (rc < 0) return -1;
     }
-    if (!pc->no_index && !pc->impure) ak_prefix_link(kv, tokens, n);
+    /* with sliding-window layers the file may be version 7, read whole: nothing linked into it */
+    if (!pc->no_index && !pc->impure && ak_kv_groups(kv) == 1) ak_prefix_link(kv, tokens, n);
     return 0;
 }
 
@@ -721,7 +735,9 @@ static ak_kv *restore_target(ak_agents *a, const ak_store_entry *e, ak_error *er
 
 /* Bytes a restore of e adds: its own blocks, those of its own segments
  * included (its pool's are shared; its cards' are made by the prelink's
- * setup). */
+ * setup), and one to grow into; with sliding-window layers the local
+ * group's only as spans_bytes counts them (a version 7 file holds no
+ * more). */
 static size_t restore_bytes(const ak_agents *a, const ak_store_entry *e) {
     int n = e->readable ? e->n_tokens : 0;
     if (n > a->cfg.n_ctx) n = a->cfg.n_ctx;
@@ -731,7 +747,7 @@ static size_t restore_bytes(const ak_agents *a, const ak_store_entry *e) {
     if (own > 0) blocks += (own + T - 1) / T + 1;
     if (!blocks) return 0;
     ak_kv_format fk = e->base.n_seg ? e->fk : a->cfg.fk, fv = e->base.n_seg ? e->fv : a->cfg.fv;
-    return (size_t)blocks * ak_block_pool_block_bytes(a->cfg.pool, fk, fv);
+    return spans_bytes(a, blocks, fk, fv);
 }
 
 /* After a hit: g's history is the file's, its base the file's segments
@@ -1057,13 +1073,16 @@ int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, cons
         rc = ak_failc(err, AK_ERR_INVALID, "agent %s: its context is %d segments already: at most %d (each memory is "
                       "one, the positions before it another)", id, ns, AK_KV_MAX_SEGMENTS);
     int T = ak_block_pool_block_tokens(a->cfg.pool), nb = (n + T - 1) / T;
-    ak_block **bl = rc == 0 ? ak_calloc((size_t)nb, sizeof *bl, err) : NULL;
+    /* both layer groups' blocks (kvcache.h LAYER GROUPS: the memory keeps
+     * its local ones; the agent drops its references as its window moves) */
+    ak_block **bl = rc == 0 ? ak_calloc(2 * (size_t)nb, sizeof *bl, err) : NULL;
     if (rc == 0 && !bl) rc = -1;
     for (int i = 0; rc == 0 && i < nb; i++) {
         int s0, cnt;
         if (!(bl[i] = ak_kv_span(src, i, &s0, &cnt))) rc = ak_failc(err, AK_ERR_INVALID, "memory %s: block %d missing", mem_id, i);
+        bl[nb + i] = ak_kv_local_span(src, i);
     }
-    if (rc == 0) rc = ak_kv_append_blocks(nk, bl, nb, n, err);   /* references taken: shared, read-only */
+    if (rc == 0) rc = ak_kv_append_groups(nk, bl, bl + nb, nb, n, err);   /* references taken: shared, read-only */
     free(bl);
     if (rc == 0) rc = set_history(g, tokens, at + n, err);
     if (rc < 0) {
@@ -1149,7 +1168,7 @@ size_t ak_agent_bytes_needed(const ak_agents *a, const char *id, int n_pos) {
 
 size_t ak_agents_bytes_for(const ak_agents *a, int n_pos) {
     int T = ak_block_pool_block_tokens(a->cfg.pool);
-    return (size_t)((n_pos + T - 1) / T) * ak_block_pool_block_bytes(a->cfg.pool, a->cfg.fk, a->cfg.fv);
+    return spans_bytes(a, (n_pos + T - 1) / T, a->cfg.fk, a->cfg.fv);
 }
 
 int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
@@ -1402,9 +1421,11 @@ size_t ak_agent_bytes_to_add(const ak_agents *ca, const char *id, const char *po
     pool_rec *p = pool_id && pool_id[0] ? pools_find(a, pool_id) : NULL;
     ak_error e = {{0}};
     ak_kv *kv = NULL;
-    if (p && !p->kv)   /* the pool is loaded first: its blocks count once */
-        return ak_agents_bytes_for(a, p->n) +
-               ak_agents_bytes_for(a, n_pos - p->n + ak_block_pool_block_tokens(a->cfg.pool));
+    if (p && !p->kv) {   /* the pool is loaded first (every block of it: pools.c): its blocks count once */
+        int T = ak_block_pool_block_tokens(a->cfg.pool);
+        return (size_t)((p->n + T - 1) / T) * ak_block_pool_block_bytes(a->cfg.pool, p->fk, p->fv) +
+               ak_agents_bytes_for(a, n_pos - p->n + T);
+    }
     if (p && p->kv && (!g || !g->kv || strcmp(g->pool, p->id))) {
         if (!(kv = ak_kv_new(a->cfg.pool, p->fk, p->fv, a->cfg.n_ctx, &e)) || ak_kv_attach_base(kv, p->kv, p->n, &e) < 0) {
             ak_kv_free(kv);
@@ -1526,8 +1547,12 @@ typedef struct {
 static int stats_pass(ak_agents *a, agent *g, ak_ctx *c, int from, int to, range_stats *rs, ak_error *err) {
     int n = to - from;
     memset(rs, 0, sizeof *rs);
-    /* room for the scratch as for a turn of n tokens, g kept in RAM */
-    if (agents_ensure_room(a, ak_agents_bytes_for(a, n), g, err) < 0) return -1;
+    /* room for the scratch as for a turn of n tokens, g kept in RAM (every
+     * block: a pass holds its local ones until it ends) */
+    int T = ak_block_pool_block_tokens(a->cfg.pool);
+    if (agents_ensure_room(a, (size_t)((n + T - 1) / T) * ak_block_pool_block_bytes(a->cfg.pool, a->cfg.fk, a->cfg.fv), g,
+                           err) < 0)
+        return -1;
     ak_attn_stats *st = ak_attn_stats_new(a->cfg.model, NULL, 0, err);
     ak_kv *kv = st ? ak_kv_new(a->cfg.pool, a->cfg.fk, a->cfg.fv, n, err) : NULL;
     double *buf = kv ? malloc(sizeof(double) * 4 * (size_t)n) : NULL;

@@ -178,7 +178,11 @@ int ak_agent_open_memories(ak_agents *a, const char *id, int flags, const char *
 /* Bytes of blocks the agent still needs to grow to n_pos positions (0 if it
  * has them); for a scheduler's admission control. */
 size_t ak_agent_bytes_needed(const ak_agents *a, const char *id, int n_pos);
-/* Bytes of blocks n_pos positions take. */
+/* Bytes of blocks an agent of n_pos positions holds in the agents'
+ * formats. With sliding-window layers (kvcache.h LAYER GROUPS) the local
+ * layers count only the blocks their window can touch once it has moved
+ * on (ceil(window / T) + 1, fewer for a short agent); the global layers
+ * every one. */
 size_t ak_agents_bytes_for(const ak_agents *a, int n_pos);
 
 /* Restores that run off the engine thread (the paper's interleaving: an I/O

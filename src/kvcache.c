@@ -1076,6 +1076,10 @@ int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_er
     return append_groups(kv, blocks, NULL, nb, n, err);
 }
 
+int ak_kv_append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lblocks, int nb, int n, ak_error *err) {
+    return append_groups(kv, blocks, kv->ng > 1 ? lblocks : NULL, nb, n, err);
+}
+
 /* ak_kv_append_blocks with the local group's blocks lblocks (NULL: the
  * sequence has one group; required with two). */
 static int append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lblocks, int nb, int n, ak_error *err) {
@@ -1093,6 +1097,10 @@ static int append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lb
                         kv->base_len, kv->capacity);
     for (int i = 0; i < nb; i++) {
         int want = i < nb - 1 ? kv->T : n - i * kv->T;
+        /* a segment's local blocks are read by whatever comes after it
+         * within the window: a released one cannot be shared */
+        if (lblocks && !lblocks[i])
+            return ak_failc(err, AK_ERR_INVALID, "block %d of the shared segment has no local-layer block (released)", i);
         if (blocks[i]->mix && blocks[i]->mix->count < want)
             return ak_failc(err, AK_ERR_INVALID, "block %d holds %d positions, %d needed", i, blocks[i]->mix->count, want);
     }
@@ -1167,6 +1175,10 @@ ak_block *ak_kv_block_at(const ak_kv *kv, int pos, int *slot) {
     return kv->table[i];
 }
 
+ak_block *ak_kv_local_span(const ak_kv *kv, int i) {
+    return kv->ng > 1 && i >= 0 && i < kv->n_table ? kv->ltable[i] : NULL;
+}
+
 ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count) {
     if (i < 0 || i >= kv->n_table) return NULL;
     if (start) *start = span_start(kv, i);
@@ -1191,6 +1203,32 @@ int ak_kv_link(ak_kv *kv, ak_block *b, ak_error *err) {
     ak_block_unref(kv->pool, kv->table[i]);   /* a block prepared there earlier */
     kv->table[i] = b;
     kv->length += kv->T;
+    return 0;
+}
+
+int ak_kv_link_groups(ak_kv *kv, ak_block *b, ak_block *lb, ak_error *err) {
+    if (kv->ng < 2) return ak_kv_link(kv, b, err);
+    if (ak_kv_link_point(kv) < 0)
+        return ak_failc(err, AK_ERR_INVALID, "cannot link a block at position %d: not a block boundary", kv->length);
+    if (kv->length + kv->T > kv->capacity)
+        return ak_failc(err, AK_ERR_INVALID, "KV cache full: a linked block past the context size %d", kv->capacity);
+    if (b->mix || b->group != 0 || b->fk != kv->fk || b->fv != kv->fv ||
+        (lb && (lb->mix || lb->group != 1 || lb->fk != kv->fk || lb->fv != kv->fv)))
+        return ak_failc(err, AK_ERR_INVALID, "a linked block of another layer group or other KV formats");
+    /* without its local block the span counts as released: only while
+     * every earlier one is (the released spans are a prefix, kvcache.h) */
+    if (!lb && (!kv->release || kv->lfirst != kv->length))
+        return ak_failc(err, AK_ERR_INVALID, "a linked span without its local-layer block at %d, but the local layers "
+                        "hold positions from %d", kv->length, kv->lfirst);
+    int i = spans_for(kv, kv->length);
+    ak_block_ref(kv->pool, b);
+    ak_block_unref(kv->pool, kv->table[i]);   /* blocks prepared there earlier */
+    kv->table[i] = b;
+    if (lb) ak_block_ref(kv->pool, lb);
+    ak_block_unref(kv->pool, kv->ltable[i]);
+    kv->ltable[i] = lb;
+    kv->length += kv->T;
+    if (!lb) kv->lfirst = kv->length;
     return 0;
 }
 

@@ -156,6 +156,14 @@ int ak_kv_segments(const ak_kv *kv, int *lens);
  * 0, or -1 with err set (AK_ERR_INVALID: own positions held, no segment
  * left, past the capacity, a block too small); nothing changes then. */
 int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_error *err);
+/* ak_kv_append_blocks for a sequence of two layer groups (kvcache.h LAYER
+ * GROUPS): blocks[i] of the global group, lblocks[i] of the local group
+ * for the same span (none NULL: a released local block cannot be shared).
+ * With one group lblocks is ignored. A shared segment (a pool's, a
+ * memory's) is read by the positions after it through the window, so it
+ * brings both. Returns 0, or -1 with err set (ak_kv_append_blocks'
+ * errors; AK_ERR_INVALID: lblocks NULL or holding NULL with two groups). */
+int ak_kv_append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lblocks, int nb, int n, ak_error *err);
 /* ak_kv_append_blocks of ceil(n / T) fresh blocks of kv's formats, held by
  * kv alone: a segment whose positions are then filled through
  * ak_kv_stored_mut (a restore of a file's own segments, store.h). Returns 0,
@@ -188,6 +196,10 @@ int ak_kv_span_count(const ak_kv *kv);
  * (nothing set) when pos is not held. */
 ak_block *ak_kv_block_at(const ak_kv *kv, int pos, int *slot);
 ak_block *ak_kv_span(const ak_kv *kv, int i, int *start, int *count);
+/* The local group's block of span i (the one ak_kv_span gives for the
+ * global group), or NULL: one group, released, not allocated, or i out of
+ * range. */
+ak_block *ak_kv_local_span(const ak_kv *kv, int i);
 /* Blocks that positions [0, n) of this sequence take (its base included). */
 int ak_kv_blocks_for(const ak_kv *kv, int n);
 /* Where the next own block starts: the position at which ak_kv_link can
@@ -200,6 +212,16 @@ int ak_kv_link_point(const ak_kv *kv);
  * the length grows by T. The length must be a link point. Returns 0, or -1
  * with err set (not at a link point, past capacity); nothing changes then. */
 int ak_kv_link(ak_kv *kv, ak_block *b, ak_error *err);
+/* ak_kv_link for a sequence of two layer groups: b the global group's
+ * block of the span, lb the local group's (both full blocks of this
+ * sequence's formats, of their groups). lb NULL links the span as released
+ * (kvcache.h LAYER GROUPS): only on a sequence that releases and holds no
+ * local block before its length (window_first equal to the length); no
+ * later token may see the span through its window. With one group it is
+ * ak_kv_link (lb ignored). Returns 0, or -1 with err set (AK_ERR_INVALID:
+ * ak_kv_link's, a block of another group or formats, lb NULL where the
+ * local layers hold earlier positions); nothing changes then. */
+int ak_kv_link_groups(ak_kv *kv, ak_block *b, ak_block *lb, ak_error *err);
 /* Replaces the block at span i (exclusively owned, same formats) by b
  * (a reference taken): a block computed twice is held once. Returns 0, or
  * -1 if they cannot be swapped (nothing changes). */

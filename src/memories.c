@@ -145,6 +145,7 @@ static mem_body *body_load(ak_agents *a, const char *id, const ak_store_pool_ent
         body_unref(a, b);
         return NULL;
     }
+    ak_kv_set_window_release(b->kv, 0);   /* shared whole (see ak_memory_add) */
     ak_error le = {{0}};
     ak_store_status st = ak_store_load_memory(a->cfg.store, id, a->cfg.model->fingerprint, a->cfg.model->cfg.vocab,
                                               b->kv, &b->tokens, &b->n, b->hash, &le);
@@ -254,7 +255,11 @@ int ak_memory_add(ak_agents *a, ak_ctx *c, const char *id, const char *text, con
             return ak_failc(err, AK_ERR_NOMEM, "out of memory");
         }
         memcpy(b->tokens, tokens, sizeof(int32_t) * (size_t)n);
-        if (!(b->kv = ak_kv_new(a->cfg.pool, fk, fv, a->cfg.n_ctx, err)) ||
+        /* a memory's sliding-window layers keep every block (kvcache.h
+         * LAYER GROUPS): placed anywhere, every position of it is seen by
+         * the tokens that follow it; its copies (forks, shifts) inherit it */
+        if ((b->kv = ak_kv_new(a->cfg.pool, fk, fv, a->cfg.n_ctx, err))) ak_kv_set_window_release(b->kv, 0);
+        if (!b->kv ||
             agents_ensure_room(a, bytes_of(a, n, fk, fv), NULL, err) < 0 ||
             ak_eval(c, b->kv, tokens, n, 0, NULL, NULL, NULL, NULL, err) < 0) {
             body_unref(a, b);
@@ -415,6 +420,7 @@ const ak_kv *ak_memory_kv(ak_agents *a, const char *id, ak_error *err) {
 static ak_kv *convert(ak_agents *a, const mem_body *b, ak_kv_format fk, ak_kv_format fv, ak_error *err) {
     const ak_cache_spec *sp = ak_block_pool_spec(a->cfg.pool);
     ak_kv *kv = ak_kv_new(a->cfg.pool, fk, fv, a->cfg.n_ctx, err);
+    if (kv) ak_kv_set_window_release(kv, 0);   /* shared whole, as the memory */
     float *k = kv ? ak_malloc(sizeof(float) * (size_t)sp->n_head_kv * (size_t)(sp->head_dim_k + sp->head_dim_v), err)
                   : NULL;
     int rc = k && ak_kv_prepare(kv, 0, b->n, err) == 0 ? 0 : -1;

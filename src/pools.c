@@ -80,6 +80,7 @@ static int load_blocks(ak_agents *a, pool_rec *p, const ak_store_pool_entry *e, 
     if (agents_ensure_room(a, need, NULL, err) < 0) return -1;
     ak_kv *kv = ak_kv_new(a->cfg.pool, e->e.fk, e->e.fv, a->cfg.n_ctx, err);
     if (!kv) return -1;
+    ak_kv_set_window_release(kv, 0);   /* shared: every block of both layer groups stays (see ak_pool_begin) */
     int32_t *tok = NULL;
     int n = 0;
     char hash[17] = "";
@@ -186,6 +187,11 @@ int ak_pool_begin(ak_agents *a, const char *id, const int32_t *tokens, int n, ak
         rec_free(p);
         return -1;
     }
+    /* a pool's sliding-window layers keep every block (kvcache.h LAYER
+     * GROUPS): its file holds every position, and an agent that starts
+     * from a shorter base of it, or a restore, may need any of them; each
+     * agent releases its own references as its window moves on */
+    ak_kv_set_window_release(p->kv, 0);
     if (agents_ensure_room(a, (size_t)ak_kv_blocks_for(p->kv, n) * ak_block_pool_block_bytes(a->cfg.pool, fk, fv), NULL,
                            err) < 0 ||
         rec_add(a, p, err) < 0) {

@@ -85,21 +85,32 @@
  *                         floats as the 8 lowercase hex digits of their
  *                         IEEE-754 bits (exact: a restored agent attends
  *                         as the one saved); unset layers' offsets zero
- *     window_first        version 7 agent files only (those without a
- *     window              base): the sequence's sliding-window layers
- *     local_layers        (kvcache.h LAYER GROUPS) released their blocks
- *                         before position window_first (decimal, a
- *                         multiple of block_tokens in [1, n_tokens]);
- *                         local_layers is one '0'/'1' per layer ('1':
- *                         local, at least one), window their window
- *                         (decimal >= 1). Each local layer's tensors then
- *                         hold only the file blocks from B0 =
- *                         window_first / block_tokens on: shape [n_blocks
- *                         - B0, ...], file block b (>= B0) at piece b - B0;
- *                         the global layers' tensors hold all n_blocks. A
- *                         restore needs a cache of the same local layers
- *                         and window (else STALE) and never holds the
- *                         local layers' blocks before B0
+ *     window_first        version 7 agent files only: the sequence's
+ *     window              sliding-window layers (kvcache.h LAYER GROUPS)
+ *     local_layers        released their blocks that end at or before
+ *                         position window_first (decimal in [1,
+ *                         n_tokens]; without a base a multiple of
+ *                         block_tokens; with one, the end of a span of
+ *                         the sequence, which its segments may put
+ *                         anywhere); local_layers is one '0'/'1' per
+ *                         layer ('1': local, at least one), window their
+ *                         window (decimal >= 1). Each local layer's
+ *                         tensors then hold only the file blocks from B0
+ *                         on, B0 being the number of file blocks (file
+ *                         order: the runs below, each block ending at
+ *                         its run's start + (j + 1) * block_tokens or at
+ *                         the run's end) that end at or before
+ *                         window_first (window_first / block_tokens
+ *                         without a base): shape [n_blocks - B0, ...],
+ *                         file block b (>= B0) at piece b - B0; the
+ *                         global layers' tensors hold all n_blocks. A
+ *                         base's blocks (a pool's) are not in the file:
+ *                         a restore attaches them whole and drops the
+ *                         local ones that end at or before window_first,
+ *                         as the agent saved had. A restore needs a cache
+ *                         of the same local layers and window (else
+ *                         STALE) and never holds the local layers' blocks
+ *                         that end at or before window_first
  *     checksum_algorithm  "xxh3-64" (XXH3_64bits, seed 0)
  *     block_checksums     one per block b = 0..n_blocks-1, 16 lowercase hex
  *                         digits each, separated by commas ("" if none):
@@ -289,6 +300,17 @@ int64_t aks_block_pos(const file_runs *r, int64_t b, int T) {
     return r->start[k] + (b - r->blk0[k]) * T;
 }
 
+int64_t aks_local_b0(const file_runs *r, int wf, int T) {
+    int64_t n = 0;
+    for (int k = 0; k < r->n; k++)
+        for (int q = 0; q < r->len[k]; q += T) {
+            int end = r->start[k] + (q + T < r->len[k] ? q + T : r->len[k]);
+            if (end > wf) return n;
+            n++;
+        }
+    return n;
+}
+
 /* Positions from p to the end of the block of kv that holds p (kvcache.h
  * keeps the mapping: segments, then own blocks). */
 static int kv_run(const ak_kv *kv, int p) { return ak_kv_block_end(kv, p) - p; }
@@ -309,12 +331,13 @@ int aks_transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int 
     for (int i = 0; i < nt; i++) {
         size_t cb = t[i].comp.bytes;
         uint8_t *td = data + t[i].offset;
-        /* a version 7 file's local layers start at file block b0 (a file
-         * without a base: one run, standard-mapped from 0) */
+        /* a version 7 file's local layers start at file block b0: run k
+         * holds file blocks from blk0[k], the first of them at its start */
         int64_t tb0 = t[i].b0;
         for (int k = 0; k < ru->n; k++) {
             int s0 = ru->start[k], n = s0 + ru->len[k], p0 = s0 + (k == ru->n - 1 ? skip : 0);
-            if (tb0 && p0 < tb0 * Tf) p0 = (int)(tb0 * Tf);
+            if (tb0 >= ru->blk0[k + 1]) continue;
+            if (tb0 > ru->blk0[k] && p0 < s0 + (tb0 - ru->blk0[k]) * Tf) p0 = (int)(s0 + (tb0 - ru->blk0[k]) * Tf);
             for (int h = 0; h < H; h++)
                 for (int p = p0; p < n;) {
                     int q = p - s0, r = Tf - q % Tf, rp = kv_run(kv, p);
@@ -619,20 +642,21 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
     file_runs ru;
     aks_runs_of(&b, n_tokens, sn->block_tokens, &ru);
     /* the local layers' released blocks (kvcache.h LAYER GROUPS): an agent
-     * file of version 7 leaves them out; a file of another kind, or with a
-     * base, cannot */
+     * file of version 7 leaves them out (with a base, the own file blocks
+     * that end at or before window_first, which the sequence released
+     * span for span); a file of another kind cannot */
     int wf = ak_kv_window_first(kv);
-    if (wf > n_tokens) wf = n_tokens / sn->block_tokens * sn->block_tokens;
-    if (wf > 0 && (kind != AK_FILE_AGENT || b.base_len > 0 || wf % sn->block_tokens)) {
+    if (wf > n_tokens) wf = b.base_len > 0 ? n_tokens : n_tokens / sn->block_tokens * sn->block_tokens;
+    if (wf > 0 && (kind != AK_FILE_AGENT || (b.base_len == 0 && wf % sn->block_tokens))) {
         ak_failc(err, AK_ERR_INVALID,
-                 "store: %s %s: its sliding-window layers released positions before %d; only an agent file without a "
-                 "base can leave them out",
+                 "store: %s %s: its sliding-window layers released positions before %d; only an agent file can "
+                 "leave them out",
                  what, agent_id, wf);
         ak_snapshot_free(sn);
         return NULL;
     }
     sn->window_first = wf;
-    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens, wf / sn->block_tokens, &sn->t,
+    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens, aks_local_b0(&ru, wf, sn->block_tokens), &sn->t,
                             &sn->data_bytes, why, sizeof why);
     if (sn->nt < 0) {
         ak_failc(err, AK_ERR_INVALID, "store: %s %s: %s", what, agent_id, why);
@@ -1176,7 +1200,7 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
         const char *loc = meta_str(meta, "local_layers");
         int64_t wf, w;
         if (kind != AK_FILE_AGENT || !loc || strlen(loc) != (size_t)m->spec.n_layer || m->spec.n_layer > AK_KV_MAX_LAYERS ||
-            ak_parse_dec(meta_str(meta, "window_first"), 1, m->n_tokens, &wf) || wf % m->block_tokens ||
+            ak_parse_dec(meta_str(meta, "window_first"), 1, m->n_tokens, &wf) ||
             ak_parse_dec(meta_str(meta, "window"), 1, INT32_MAX, &w))
             return aks_judge(v, AK_STORE_CORRUPT, "metadata", "version 7 window metadata missing or not sound");
         for (int l = 0; l < m->spec.n_layer; l++) {
@@ -1214,8 +1238,10 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
     if (!ok || nt != m->n_tokens)
         return aks_judge(v, AK_STORE_CORRUPT, "tokens", "token list does not hold %d canonical ids", m->n_tokens);
     ak_store_status bst = parse_base(meta, m, v);
-    if (bst == AK_STORE_HIT && m->window_first && m->base.base_len > 0)
-        return aks_judge(v, AK_STORE_CORRUPT, "metadata", "a version 7 file with a base");
+    /* without a base window_first is a block boundary (with one, a span's
+     * end of the sequence, which segments make any position) */
+    if (bst == AK_STORE_HIT && m->window_first && m->base.base_len == 0 && m->window_first % m->block_tokens)
+        return aks_judge(v, AK_STORE_CORRUPT, "metadata", "window_first %d is not a block boundary", m->window_first);
     return bst;
 }
 
@@ -1258,7 +1284,8 @@ ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, tensor_d
                      (long long)count);
     file_runs ru;
     aks_runs_of(&m->base, m->n_tokens, m->block_tokens, &ru);
-    int nt = layout_tensors(&m->spec, m->fk, m->fv, ru.blk0[ru.n], m->block_tokens, m->window_first / m->block_tokens, &t,
+    int nt = layout_tensors(&m->spec, m->fk, m->fv, ru.blk0[ru.n], m->block_tokens,
+                            aks_local_b0(&ru, m->window_first, m->block_tokens), &t,
                             &data_bytes, why, sizeof why);
     if (nt < 0) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
     int64_t nb = table_blocks(t, nt);

@@ -561,6 +561,11 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
             else aks_judge_error(v, pe.code ? pe.code : AK_ERR_GENERIC, "%s", pe.msg[0] ? pe.msg : "prelink failed");
             goto out;
         }
+        /* a base's local blocks that end at or before window_first are
+         * dropped (the prelink attached its pool's whole, and made its
+         * own segments' blocks): the sequence holds what the file holds,
+         * as the one saved did */
+        if (m->window_first) ak_kv_release_window_below(tmp, m->window_first);
         L = ak_kv_length(tmp);
         int kl[AK_KV_MAX_SEGMENTS], kns = ak_kv_segments(tmp, kl), same = kns == m->base.n_seg;
         for (int k = 0; same && k < kns; k++) same = kl[k] == m->base.seg[k].len;
