@@ -76,6 +76,10 @@ typedef struct {
 void aks_runs_of(const ak_store_base *b, int n_tokens, int T, file_runs *r);
 /* The first position of file block b. */
 int64_t aks_block_pos(const file_runs *r, int64_t b, int T);
+/* The file blocks (in blocks of T, runs r) that end at or before position
+ * wf: those a version 7 file's local layers leave out (they come first:
+ * the runs are in position order). */
+int64_t aks_local_b0(const file_runs *r, int wf, int T);
 /* Copies the positions of the runs (the last run's from its start + skip)
  * of every vector between a sequence and tensor bytes laid out by t (nt
  * tensors, file blocks of Tf positions as the runs say). to_kv = 1: into kv
