@@ -944,8 +944,23 @@ static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_i
     if (k > 0 && (flags & AK_AGENT_RECOMPUTE_MEMORIES) && keep > at[0]) keep = at[0];
     /* a prompt that diverges before what the sliding-window layers still
      * hold (kvcache.h LAYER GROUPS: they released the blocks its next
-     * token would see) is computed from the start */
-    if (keep > 0 && ak_kv_window_check(g->kv, keep, NULL) < 0) keep = 0;
+     * token would see) is computed from the start, or from the end of its
+     * pool, attached again whole (the agent dropped its references to the
+     * pool's local blocks, the pool keeps them) */
+    if (keep > 0 && ak_kv_window_check(g->kv, keep, NULL) < 0) {
+        keep = 0;
+        if (p && n > p->n) {
+            ak_kv_truncate(g->kv, 0);
+            g->n = 0;
+            segs_sync(g);
+            if (attach_pool(a, g, p, err) < 0) {
+                if (fresh) { ak_kv_free(g->kv); g->kv = NULL; }
+                return -1;
+            }
+            keep = p->n;
+            t->shared = p->n;
+        }
+    }
     ak_kv_truncate(g->kv, keep);
     if (keep < g->n) g->n = keep;
     segs_sync(g);   /* truncated into (or out of) its pool or cards */
