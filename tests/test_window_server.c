@@ -5,8 +5,8 @@
  *     contexts well past the window (the pooled agent releases its own
  *     references to the pool's local blocks, the pool keeps them);
  *   - a chat with a memory placed by reuse none answers, twice the same on
- *     two agents, its tokens counted as cached; the agent's next turn
- *     after a restart the agents come back warm (version 7 files with a
+ *     two agents, its tokens counted as cached;
+ *   - after a restart the agents come back warm (version 7 files with a
  *     base or segments) and answer as the agents they are compared with. */
 #include <stdio.h>
 #include <string.h>
