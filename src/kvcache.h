@@ -54,6 +54,10 @@ int ak_kv_n_blocks(const ak_kv *kv);
  * other holders), so a long sequence's local layers cost about a window of
  * positions. Reading a released position (ak_kv_read, ak_kv_stored) fails;
  * the forward pass checks ak_kv_window_check before computing a token.
+ * Shared blocks carry both groups: a base (ak_kv_attach_base), a segment
+ * (ak_kv_append_groups), a linked span (ak_kv_link_groups); a sequence
+ * that others build on (a pool's, a memory's) turns releasing off, so
+ * that it keeps every block of both groups.
  * With one group (every other family) none of this changes anything. */
 /* Layer groups of the sequence (1 or 2). */
 int ak_kv_groups(const ak_kv *kv);
