@@ -477,3 +477,53 @@ TEST(gemma3_window_bytes_for) {
     ak_block_pool_free(pool);
     ak_model_free(m);
 }
+
+/* What the shared-base calls refuse by code (AK_ERR_INVALID, nothing
+ * changed): a segment whose local block is missing, a linked span of
+ * the wrong group, a span linked as released after a held one; and what
+ * they accept: a span linked as released on an empty sequence (its local
+ * layers then start after it). */
+TEST(gemma3_window_shared_refusals_by_code) {
+    ak_model *m = load_gemma3(t);
+    if (!m) return;
+    ak_error err = {{0}};
+    ak_block_pool *p = ak_block_pool_new(&m->spec, ST, 0, &err);
+    REQUIRE(p, "pool: %s", err.msg);
+    ak_block_pool_set_window_release(p, 1);
+    ak_kv *kv = ak_kv_new(p, AK_KV_F16, AK_KV_F16, 128, &err), *e = ak_kv_new(p, AK_KV_F16, AK_KV_F16, 128, &err);
+    ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
+    int32_t toks[48];
+    for (int i = 0; i < 48; i++) toks[i] = 21 + i * 89;
+    REQUIRE(kv && e && c && ak_eval(c, kv, toks, 48, 0, NULL, NULL, NULL, NULL, &err) == 0, "prefill: %s", err.msg);
+    REQUIRE(ak_kv_window_first(kv) == 32 && !ak_kv_local_span(kv, 0) && ak_kv_local_span(kv, 5),
+            "local layers from %d", ak_kv_window_first(kv));
+    ak_block *g0 = ak_kv_span(kv, 0, NULL, NULL), *g5 = ak_kv_span(kv, 5, NULL, NULL), *l5 = ak_kv_local_span(kv, 5);
+    ak_block *none = NULL;
+    err.code = 0;
+    CHECK(ak_kv_append_groups(e, &g0, &none, 1, ST, &err) < 0 && err.code == AK_ERR_INVALID && ak_kv_length(e) == 0 &&
+              ak_kv_n_blocks(e) == 0,
+          "a segment without its local block: code %d", err.code);
+    err.code = 0;
+    CHECK(ak_kv_append_groups(e, &g5, NULL, 1, ST, &err) < 0 && err.code == AK_ERR_INVALID && ak_kv_length(e) == 0,
+          "a segment of one group: code %d", err.code);
+    err.code = 0;
+    CHECK(ak_kv_link_groups(e, l5, l5, &err) < 0 && err.code == AK_ERR_INVALID && ak_kv_length(e) == 0,
+          "a local block linked as the global one: code %d", err.code);
+    /* empty: span 0 linked as released, then span 1 with its local block;
+     * then a span without one after a held one is refused */
+    int refs = ak_block_refcount(p, g5);
+    CHECK(ak_kv_link_groups(e, g0, NULL, &err) == 0 && ak_kv_length(e) == ST && ak_kv_window_first(e) == ST &&
+              ak_kv_link_groups(e, g5, l5, &err) == 0 && ak_kv_length(e) == 2 * ST &&
+              ak_block_refcount(p, g5) == refs + 1 && ak_kv_group_blocks(e, 1) == 1,
+          "linking: %s (length %d, local from %d)", err.msg, ak_kv_length(e), ak_kv_window_first(e));
+    err.code = 0;
+    CHECK(ak_kv_link_groups(e, g5, NULL, &err) < 0 && err.code == AK_ERR_INVALID && ak_kv_length(e) == 2 * ST,
+          "a span linked as released after a held one: code %d", err.code);
+    ak_kv_free(e);
+    CHECK(ak_block_refcount(p, g5) == refs, "references after the sequence went: %d, expected %d",
+          ak_block_refcount(p, g5), refs);
+    ak_kv_free(kv);
+    ak_ctx_free(c);
+    ak_block_pool_free(p);
+    ak_model_free(m);
+}
