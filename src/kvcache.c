@@ -1101,6 +1101,8 @@ static int append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lb
          * within the window: a released one cannot be shared */
         if (lblocks && !lblocks[i])
             return ak_failc(err, AK_ERR_INVALID, "block %d of the shared segment has no local-layer block (released)", i);
+        if (lblocks && (blocks[i]->group != 0 || lblocks[i]->group != 1))
+            return ak_failc(err, AK_ERR_INVALID, "block %d of the shared segment: blocks of the wrong layer groups", i);
         if (blocks[i]->mix && blocks[i]->mix->count < want)
             return ak_failc(err, AK_ERR_INVALID, "block %d holds %d positions, %d needed", i, blocks[i]->mix->count, want);
     }

@@ -166,7 +166,8 @@ int ak_kv_append_blocks(ak_kv *kv, ak_block *const *blocks, int nb, int n, ak_er
  * With one group lblocks is ignored. A shared segment (a pool's, a
  * memory's) is read by the positions after it through the window, so it
  * brings both. Returns 0, or -1 with err set (ak_kv_append_blocks'
- * errors; AK_ERR_INVALID: lblocks NULL or holding NULL with two groups). */
+ * errors; AK_ERR_INVALID: lblocks NULL or holding NULL with two groups, a
+ * block of the other group). */
 int ak_kv_append_groups(ak_kv *kv, ak_block *const *blocks, ak_block *const *lblocks, int nb, int n, ak_error *err);
 /* ak_kv_append_blocks of ceil(n / T) fresh blocks of kv's formats, held by
  * kv alone: a segment whose positions are then filled through

@@ -507,6 +507,9 @@ TEST(gemma3_window_shared_refusals_by_code) {
     CHECK(ak_kv_append_groups(e, &g5, NULL, 1, ST, &err) < 0 && err.code == AK_ERR_INVALID && ak_kv_length(e) == 0,
           "a segment of one group: code %d", err.code);
     err.code = 0;
+    CHECK(ak_kv_append_groups(e, &l5, &g5, 1, ST, &err) < 0 && err.code == AK_ERR_INVALID && ak_kv_length(e) == 0,
+          "a segment's groups swapped: code %d", err.code);
+    err.code = 0;
     CHECK(ak_kv_link_groups(e, l5, l5, &err) < 0 && err.code == AK_ERR_INVALID && ak_kv_length(e) == 0,
           "a local block linked as the global one: code %d", err.code);
     /* empty: span 0 linked as released, then span 1 with its local block;
