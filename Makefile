@@ -9,8 +9,8 @@
 #   make bench-tools  the stand-alone measuring programs in bench/*.c, as BUILD/bench/NAME
 #   make soak       the server under mixed traffic for SOAK_SECONDS (bench/soak.py; fails on 5xx,
 #                   RSS growth, leaked descriptors, a crash; plot and summary in BUILD/soak)
-# ARCH=dispatch by default on x86-64: one binary with scalar, AVX2, AVX2+VNNI
-# and AVX-512 kernels, the level picked at start from cpuid (AGENTKV_SIMD=...
+# ARCH=dispatch by default on x86-64: one binary with scalar, AVX2, AVX2+VNNI,
+# AVX-512 and AVX-512+VNNI+VBMI kernels, the level picked at start from cpuid (AGENTKV_SIMD=...
 # forces a lower one; see "Run-time dispatch" below and src/cpu.h). ARCH=native
 # (the default elsewhere), ARCH=x86-64-v3 etc. build for that one target as
 # before (SIMD chosen by the compiler's target); ARCH= for a portable scalar
@@ -73,11 +73,13 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # reached through a generated jump (scripts/dispatch.sh stubs) whose table
 # src/cpu.c fills once per process. Data of the scalar copy keeps its name.
 # A level's flags are the instruction sets src/cpu.c checks for it.
-DSP_LEVELS         := scalar avx2 avx2vnni avx512
+# In ak_cpu_level_id's order (src/cpu.h, scripts/dispatch.sh's LEVELS).
+DSP_LEVELS         := scalar avx2 avx2vnni avx512 avx512vnni
 DSP_FLAGS_scalar   := -march=x86-64
 DSP_FLAGS_avx2     := -march=x86-64-v3
 DSP_FLAGS_avx2vnni := -march=x86-64-v3 -mavxvnni
-DSP_FLAGS_avx512   := -march=x86-64-v4 -mavx512vnni -mavx512vbmi -mprefer-vector-width=512
+DSP_FLAGS_avx512   := -march=x86-64-v4 -mprefer-vector-width=512
+DSP_FLAGS_avx512vnni := -march=x86-64-v4 -mavx512vnni -mavx512vbmi -mprefer-vector-width=512
 OBJCOPY  ?= objcopy
 ifneq ($(DSP),)
 DSP_SRC  := $(filter-out %_arm.c,$(shell grep -l -E '^\#include "(kernels_impl|kvformat_impl|vmath|kquant|kvformat_quant)\.h"' $(LIB_SRC)))

@@ -27,7 +27,8 @@ static void print_cpu(void) {
     printf("level          %s (code running: %s, kernels %s)\n", ak_cpu_level_name(level),
            ak_cpu_level_name(ak_cpu_compiled_level()), ak_simd_name());
     if (ak_cpu_dispatched())
-        printf("dispatch       at run time from cpuid; AGENTKV_SIMD=scalar|avx2|avx2vnni|avx512 forces a lower level\n");
+        printf("dispatch       at run time from cpuid; AGENTKV_SIMD=scalar|avx2|avx2vnni|avx512|avx512vnni forces a lower "
+               "level\n");
     else if (ak_cpu_neon_level() >= 0)
         printf("dispatch       NEON extensions per product from getauxval; AGENTKV_NEON=plain|dotprod|i8mm lowers them\n");
     else

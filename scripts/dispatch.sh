@@ -17,7 +17,7 @@
 set -eu
 
 # Levels in ak_cpu_level_id order (src/cpu.h): the tables are indexed by it.
-LEVELS="scalar avx2 avx2vnni avx512"
+LEVELS="scalar avx2 avx2vnni avx512 avx512vnni"
 OBJDUMP=${OBJDUMP:-objdump}
 
 case "${1:-}" in

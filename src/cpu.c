@@ -28,7 +28,7 @@
 #define AK_CPU_X86 1
 #endif
 
-static const char *const level_names[AK_CPU_NLEVELS] = {"scalar", "avx2", "avx2vnni", "avx512", "neon"};
+static const char *const level_names[AK_CPU_NLEVELS] = {"scalar", "avx2", "avx2vnni", "avx512", "avx512vnni", "neon"};
 
 /* Name of a level, "?" out of range. */
 const char *ak_cpu_level_name(int level) {
@@ -104,8 +104,11 @@ static const unsigned level_needs[AK_CPU_NLEVELS] = {
                         BIT(F_LZCNT) | BIT(F_MOVBE) | BIT(F_OS_AVX) | BIT(F_AVXVNNI),
     [AK_CPU_AVX512] = BIT(F_AVX) | BIT(F_AVX2) | BIT(F_FMA) | BIT(F_F16C) | BIT(F_BMI1) | BIT(F_BMI2) |
                       BIT(F_LZCNT) | BIT(F_MOVBE) | BIT(F_OS_AVX) | BIT(F_AVX512F) | BIT(F_AVX512BW) |
-                      BIT(F_AVX512CD) | BIT(F_AVX512DQ) | BIT(F_AVX512VL) | BIT(F_AVX512VNNI) |
-                      BIT(F_AVX512VBMI) | BIT(F_OS_AVX512),
+                      BIT(F_AVX512CD) | BIT(F_AVX512DQ) | BIT(F_AVX512VL) | BIT(F_OS_AVX512),
+    [AK_CPU_AVX512VNNI] = BIT(F_AVX) | BIT(F_AVX2) | BIT(F_FMA) | BIT(F_F16C) | BIT(F_BMI1) | BIT(F_BMI2) |
+                          BIT(F_LZCNT) | BIT(F_MOVBE) | BIT(F_OS_AVX) | BIT(F_AVX512F) | BIT(F_AVX512BW) |
+                          BIT(F_AVX512CD) | BIT(F_AVX512DQ) | BIT(F_AVX512VL) | BIT(F_AVX512VNNI) |
+                          BIT(F_AVX512VBMI) | BIT(F_OS_AVX512),
     [AK_CPU_NEON] = 0,
 };
 #endif
@@ -193,7 +196,7 @@ int ak_cpu_neon_level(void) {
  * function jumps through, their number, and one address table per level. */
 extern void *ak_dsp_slots[];
 extern const unsigned long ak_dsp_count;
-extern void *const *const ak_dsp_tables[AK_CPU_SCALAR + 4];
+extern void *const *const ak_dsp_tables[AK_CPU_AVX512VNNI + 1];
 void ak_dsp_init(void);
 #endif
 
@@ -210,7 +213,7 @@ int ak_cpu_dispatched(void) {
 int ak_cpu_built(int level) {
     if (level < 0 || level >= AK_CPU_NLEVELS) return 0;
 #if defined(AK_DISPATCH)
-    return level <= AK_CPU_AVX512 && ak_dsp_tables[level] != 0;
+    return level <= AK_CPU_AVX512VNNI && ak_dsp_tables[level] != 0;
 #else
     return level == ak_cpu_compiled_level();
 #endif
@@ -230,12 +233,12 @@ static void choose(void) {
     int asked = ak_cpu_level_parse(want);
 #if defined(AK_DISPATCH)
     int best = AK_CPU_SCALAR;
-    for (int l = AK_CPU_AVX512; l > AK_CPU_SCALAR; l--)
+    for (int l = AK_CPU_AVX512VNNI; l > AK_CPU_SCALAR; l--)
         if (ak_cpu_built(l) && ak_cpu_supports(l)) { best = l; break; }
     int level = best;
     if (want && asked < 0)
         snprintf(chosen_note, sizeof chosen_note,
-                 "AGENTKV_SIMD=%.40s is not a level (scalar, avx2, avx2vnni, avx512); running %s", want,
+                 "AGENTKV_SIMD=%.40s is not a level (scalar, avx2, avx2vnni, avx512, avx512vnni); running %s", want,
                  level_names[best]);
     else if (want && !(ak_cpu_built(asked) && ak_cpu_supports(asked)))
         snprintf(chosen_note, sizeof chosen_note, "AGENTKV_SIMD=%s: %s; running %s", want,

@@ -5,14 +5,19 @@
  *   scalar    plain C (the x86-64 baseline: SSE2 where the compiler uses it)
  *   avx2      x86-64-v3: AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE
  *   avx2vnni  avx2 + AVX-VNNI (vpdpbusd on 256-bit vectors)
- *   avx512    x86-64-v4 (AVX-512 F, BW, CD, DQ, VL) + AVX512-VNNI + AVX512-VBMI
+ *   avx512    x86-64-v4: AVX-512 F, BW, CD, DQ, VL (Skylake-SP/X; Cascade
+ *             Lake, which has VNNI but not VBMI): the packed quantized
+ *             tiles are AVX2's (vpmaddubsw), the rest AVX-512's
+ *   avx512vnni  avx512 + AVX512-VNNI + AVX512-VBMI (Ice Lake, Sapphire
+ *             Rapids, Zen 4/5): vpdpbusd tiles on 64-byte vectors
  *
  * A build made with ARCH=dispatch (the default on x86-64) carries every
  * level: the files with SIMD code are compiled once per level and renamed
  * (scripts/dispatch.sh), and each of their global functions is reached
  * through one jump in a table filled once per process (src/cpu.c). The
  * level is the best one the CPU and the OS support, or a lower one named by
- * the environment variable AGENTKV_SIMD (scalar, avx2, avx2vnni, avx512);
+ * the environment variable AGENTKV_SIMD (scalar, avx2, avx2vnni, avx512,
+ * avx512vnni);
  * naming a level this CPU lacks (or one not built in) prints one warning
  * and runs the best available one; an unknown name likewise. A build made
  * for one target (ARCH=native, ARCH=x86-64-v3, ...) runs the level its
@@ -29,11 +34,13 @@ typedef enum {
     AK_CPU_AVX2 = 1,
     AK_CPU_AVX2VNNI = 2,
     AK_CPU_AVX512 = 3,
-    AK_CPU_NEON = 4,      /* ARM builds only; not above the x86 levels in any sense */
-    AK_CPU_NLEVELS = 5
+    AK_CPU_AVX512VNNI = 4,
+    AK_CPU_NEON = 5,      /* ARM builds only; not above the x86 levels in any sense */
+    AK_CPU_NLEVELS = 6
 } ak_cpu_level_id;
 
-/* The level's name ("scalar", "avx2", "avx2vnni", "avx512", "neon"), or
+/* The level's name ("scalar", "avx2", "avx2vnni", "avx512", "avx512vnni",
+ * "neon"), or
  * "?" out of range. */
 const char *ak_cpu_level_name(int level);
 /* The level named s (exact, lower case), or -1. */

@@ -10,7 +10,9 @@
 
 /* The level of this object's compiler target. */
 int ak_cpu_compiled_level(void) {
-#if defined(AK_SIMD_AVX512)
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
+    return AK_CPU_AVX512VNNI;
+#elif defined(AK_SIMD_AVX512)
     return AK_CPU_AVX512;
 #elif defined(AK_SIMD_AVX2) && defined(__AVXVNNI__)
     return AK_CPU_AVX2VNNI;

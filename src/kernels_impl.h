@@ -83,12 +83,13 @@ static inline float ak_quantize_block_avx512(const float *x, __m128i *lo, __m128
 }
 #endif
 
-#if defined(AK_SIMD_AVX2)
+#if defined(AK_SIMD_AVX2) || defined(AK_SIMD_AVX512)
 #include <immintrin.h>
 
 /* AVX2's twin of ak_quantize_block_avx512, the same contract and bits
  * (d = amax / 127, q = round-half-even(x / d)): the 32 quants in order in
- * *q, their sum in *sum; returns d. The packed layouts start here. */
+ * *q, their sum in *sum; returns d. The 32-byte packed layouts start here
+ * (AVX2, and AVX-512 without VNNI). */
 static inline float ak_quantize_block_avx2(const float *x, __m256i *q, int *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4], a = _mm256_setzero_ps();

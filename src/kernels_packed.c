@@ -36,8 +36,8 @@
  * m: a block adds m * s). The integer sum of a block starts at c, so the
  * offset costs nothing.
  *
- * Tiles: with AVX-512, the float ones everywhere and the quantized ones
- * where VNNI is; with AVX2 (x86-64-v3), all of them, on 32-byte vectors that
+ * Tiles: with AVX512-VNNI, all of them on 64-byte vectors; with AVX2
+ * (x86-64-v3) or AVX-512 without VNNI, all of them on 32-byte vectors that
  * each take half of a 64-byte one (rows 0..7, then 8..15: the layout is the
  * same), vpmaddubsw for the integer products (AVX-VNNI's vpdpbusd where the
  * build has it). Elsewhere ak_packed_bytes says 0 and the engine uses the
@@ -50,16 +50,15 @@
 #include "kernels_packed_layout.h"
 #include "util.h"
 
-#if defined(AK_SIMD_AVX512) && !defined(AK_NO_PACKED)
-#define AK_PACKED 1         /* float weights: AVX-512 */
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__) && !defined(AK_NO_PACKED)
+#define AK_PACKED 1         /* every type: AVX-512 and VNNI */
 #define AK_PACKED_512 1
 #include <immintrin.h>
-#if defined(__AVX512VNNI__)
-#define AK_PACKED_Q 1       /* Q4_0, Q8_0: AVX512-VNNI too */
-#endif
+#define AK_PACKED_Q 1
 #define TILE_T 8            /* tokens per tile */
 #define Q8_OFFSET 128       /* Q8_0 codes are q + 128, unsigned for vpdpbusd */
-#elif defined(AK_SIMD_AVX2) && !defined(AK_NO_PACKED)
+#elif (defined(AK_SIMD_AVX2) || defined(AK_SIMD_AVX512)) && !defined(AK_NO_PACKED)
+/* AVX-512 without VNNI (Skylake-SP) runs the AVX2 tiles: vpmaddubsw */
 #define AK_PACKED 1         /* every type: vpmaddubsw, or AVX-VNNI's vpdpbusd */
 #define AK_PACKED_256 1
 #define AK_PACKED_Q 1

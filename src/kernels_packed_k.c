@@ -58,9 +58,9 @@
  *
  * The threaded driver is kernels_packed.c's (ak_matmul_packed); this file
  * gives it the layout, the XK quantizer and the tiles of a work item. Built
- * where AVX512-VNNI is available and, on 32-byte vectors, with AVX2 (see its
- * section); elsewhere ak_packed_k_bytes says 0 and the row-major kernels
- * take these types.
+ * where AVX512-VNNI is available and, on 32-byte vectors, with AVX2 or
+ * AVX-512 without VNNI (see its section); elsewhere ak_packed_k_bytes says
+ * 0 and the row-major kernels take these types.
  */
 
 #include "kernels_impl.h"
@@ -71,9 +71,9 @@
 #define AK_PACKED_K 1
 #define AK_PACKED_K512 1
 #include <immintrin.h>
-#elif defined(AK_SIMD_AVX2) && !defined(AK_NO_PACKED)
+#elif (defined(AK_SIMD_AVX2) || defined(AK_SIMD_AVX512)) && !defined(AK_NO_PACKED)
 #define AK_PACKED_K 1
-#define AK_PACKED_K256 1   /* vpmaddubsw, or AVX-VNNI's vpdpbusd */
+#define AK_PACKED_K256 1   /* vpmaddubsw (also AVX-512 without VNNI), or AVX-VNNI's vpdpbusd */
 #include <immintrin.h>
 #elif defined(AK_SIMD_NEON) && !defined(AK_NO_PACKED)
 #define AK_PACKED_K 1      /* the quantizer and tiles: kernels_packed_k_arm.c */

@@ -11,10 +11,11 @@
 #include "../src/kvformat.h"
 #include "test.h"
 
-/* The kernels' back end name each level runs ("avx2vnni" is AVX2 code). */
+/* The kernels' back end name each level runs ("avx2vnni" is AVX2 code,
+ * "avx512vnni" AVX-512 code). */
 static const char *backend_of(int level) {
     switch (level) {
-    case AK_CPU_AVX512: return "avx512";
+    case AK_CPU_AVX512: case AK_CPU_AVX512VNNI: return "avx512";
     case AK_CPU_AVX2: case AK_CPU_AVX2VNNI: return "avx2";
     case AK_CPU_NEON: return "neon";
     default: return "scalar";
@@ -41,13 +42,15 @@ TEST(cpu_detection_agrees_with_the_compiler) {
     int vnni = v3 && __builtin_cpu_supports("avxvnni");
     int v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-             __builtin_cpu_supports("avx512vbmi");
+             __builtin_cpu_supports("avx512vl");
+    int v4vnni = v4 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
     CHECK(ak_cpu_supports(AK_CPU_SCALAR), "scalar always runs");
     CHECK(ak_cpu_supports(AK_CPU_AVX2) == v3, "avx2: ours %d, libgcc %d", ak_cpu_supports(AK_CPU_AVX2), v3);
     CHECK(ak_cpu_supports(AK_CPU_AVX2VNNI) == vnni, "avx2vnni: ours %d, libgcc %d", ak_cpu_supports(AK_CPU_AVX2VNNI),
           vnni);
     CHECK(ak_cpu_supports(AK_CPU_AVX512) == v4, "avx512: ours %d, libgcc %d", ak_cpu_supports(AK_CPU_AVX512), v4);
+    CHECK(ak_cpu_supports(AK_CPU_AVX512VNNI) == v4vnni, "avx512vnni: ours %d, libgcc %d",
+          ak_cpu_supports(AK_CPU_AVX512VNNI), v4vnni);
     CHECK(!ak_cpu_supports(AK_CPU_NEON), "no neon on x86");
     char f[512];
     ak_cpu_features(f, sizeof f);
@@ -77,7 +80,7 @@ TEST(cpu_level_running_is_the_one_asked_for) {
         return;
     }
     int best = AK_CPU_SCALAR;
-    for (int l = AK_CPU_AVX512; l > AK_CPU_SCALAR && best == AK_CPU_SCALAR; l--)
+    for (int l = AK_CPU_AVX512VNNI; l > AK_CPU_SCALAR && best == AK_CPU_SCALAR; l--)
         if (ak_cpu_supports(l) && ak_cpu_built(l)) best = l;
     if (asked >= 0 && ak_cpu_supports(asked) && ak_cpu_built(asked)) {
         CHECK(level == asked, "AGENTKV_SIMD=%s, running %s", want, ak_cpu_level_name(level));
@@ -113,9 +116,9 @@ static char *info_cpu(const char *want) {
 TEST(cpu_every_supported_level_runs_when_forced) {
     if (!ak_cpu_dispatched()) SKIP("a single-target build (ARCH=%s-like) has one level", ak_simd_name());
     int best = AK_CPU_SCALAR;
-    for (int l = AK_CPU_AVX512; l > AK_CPU_SCALAR && best == AK_CPU_SCALAR; l--)
+    for (int l = AK_CPU_AVX512VNNI; l > AK_CPU_SCALAR && best == AK_CPU_SCALAR; l--)
         if (ak_cpu_supports(l) && ak_cpu_built(l)) best = l;
-    for (int l = AK_CPU_SCALAR; l <= AK_CPU_AVX512; l++) {
+    for (int l = AK_CPU_SCALAR; l <= AK_CPU_AVX512VNNI; l++) {
         char *out = info_cpu(ak_cpu_level_name(l));
         REQUIRE(out, "agentkv info --cpu failed (AK_BIN)");
         char want[160];
@@ -135,3 +138,42 @@ TEST(cpu_every_supported_level_runs_when_forced) {
     CHECK(strstr(out, want) != NULL, "a bad name runs the best level (%s):\n%s", ak_cpu_level_name(best), out);
     free(out);
 }
+
+#if defined(__x86_64__)
+/* Instructions of VNNI (vpdpbusd, vpdpwssd and their saturating forms) or
+ * VBMI (vpermb, vpermt2b / vpermi2b, vpmultishiftqb) in the disassembly of
+ * the level's objects (the .o files of BUILD/dsp/LEVEL/src beside AK_BIN),
+ * or -1 when they cannot be read (no objdump, no such objects). */
+static long vnni_vbmi_instructions(const char *level) {
+    const char *bin = getenv("AK_BIN");
+    if (!bin) bin = "build/agentkv";
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s", bin);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "ls '%s'/dsp/%s/src/*.o >/dev/null 2>&1 && objdump -d '%s'/dsp/%s/src/*.o 2>/dev/null | "
+             "grep -c -E '\\s(vpdpbusds?|vpdpwssds?|vpermb|vpermt2b|vpermi2b|vpmultishiftqb)\\s' || true",
+             dir, level, dir, level);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    long n = -1;
+    if (fscanf(p, "%ld", &n) != 1) n = -1;
+    pclose(p);
+    return n;
+}
+
+/* The avx512 level (Skylake-SP: AVX-512 F/CD/BW/DQ/VL only) must never
+ * execute VNNI or VBMI: its objects hold none of their instructions, while
+ * the avx512vnni level's do (so the search would find them). */
+TEST(cpu_avx512_level_has_no_vnni_or_vbmi_code) {
+    if (!ak_cpu_dispatched()) SKIP("a single-target build has no per-level objects");
+    long top = vnni_vbmi_instructions("avx512vnni"), base = vnni_vbmi_instructions("avx512");
+    if (top < 0 || base < 0) SKIP("the level objects or objdump are not at hand (AK_BIN's build)");
+    printf("    VNNI/VBMI instructions: avx512vnni %ld, avx512 %ld\n", top, base);
+    CHECK(top > 0, "the avx512vnni level's objects hold no VNNI/VBMI instruction: the search finds nothing");
+    CHECK(base == 0, "the avx512 level's objects hold %ld VNNI/VBMI instructions", base);
+}
+#endif

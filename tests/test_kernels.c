@@ -468,19 +468,17 @@ TEST(kernel_packed_declines_rows_too_long_for_its_fallback) {
 
 /* Where the build has SIMD kernels, every weight type has packed ones, so
  * the comparisons above and in test_kquant.c run them: AVX2 (with or
- * without AVX-VNNI) and NEON pack every type, AVX-512 the float types and,
- * with VNNI, the quantized ones. A build that silently fell back to the
- * row-major kernels would pass those comparisons without testing the
- * packed code; this fails instead. */
+ * without AVX-VNNI), AVX-512 (with VNNI on 64-byte vectors, without it
+ * AVX2's tiles) and NEON pack every type. A build that silently fell back
+ * to the row-major kernels would pass those comparisons without testing
+ * the packed code; this fails instead. */
 TEST(kernel_packed_paths_built_for_every_type) {
     const uint32_t fl[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
     const uint32_t q[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
                            GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K };
     const char *simd = ak_simd_name();
     int want_f = !strcmp(simd, "avx2") || !strcmp(simd, "avx512") || !strcmp(simd, "neon");
-    /* AVX-512's quantized tiles need VNNI: told by Q4_0's; NEON packs every type */
-    int want_q = !strcmp(simd, "avx2") || !strcmp(simd, "neon") ||
-                 (!strcmp(simd, "avx512") && ak_packed_bytes(GGML_TYPE_Q4_0, 16, 256) > 0);
+    int want_q = want_f;
     for (int i = 0; i < 3; i++)
         CHECK((ak_packed_bytes(fl[i], 16, 256) > 0) == want_f, "%s: packed %zu bytes on %s", tname(fl[i]),
               ak_packed_bytes(fl[i], 16, 256), simd);
