@@ -656,8 +656,8 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
         return NULL;
     }
     sn->window_first = wf;
-    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens, aks_local_b0(&ru, wf, sn->block_tokens), &sn->t,
-                            &sn->data_bytes, why, sizeof why);
+    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens,
+                            aks_local_b0(&ru, wf, sn->block_tokens), &sn->t, &sn->data_bytes, why, sizeof why);
     if (sn->nt < 0) {
         ak_failc(err, AK_ERR_INVALID, "store: %s %s: %s", what, agent_id, why);
         ak_snapshot_free(sn);
