@@ -8,6 +8,7 @@
  * plain sequence keeping every block; two agents on one base do not see
  * each other's tokens; saved (version 7 with a base) and restored warm by
  * a fresh process, it goes on bit for bit as the twin. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "../src/kvcache.h"
 #include "../src/memories.h"
 #include "../src/model.h"
+#include "../src/reuse.h"
 #include "../src/sampler.h"
 #include "../src/store.h"
 #include "../src/util.h"
@@ -528,5 +530,61 @@ TEST(gemma3_window_shared_refusals_by_code) {
     ak_kv_free(kv);
     ak_ctx_free(c);
     ak_block_pool_free(p);
+    ak_model_free(m);
+}
+
+/* A memory placed by the blending methods (cacheblend, agentkvshift) in a
+ * gemma3 agent whose prefix and chunk are longer than the window: the
+ * placement reads every chunk position of the check layer (a local one)
+ * after recomputing some of them through the layers up to it (a pass
+ * releases only once it went through the last layer); the logits are
+ * those of ak_reuse_prefill on a plain sequence keeping every block
+ * (close: the agent's own positions after the frozen chunk start a fresh
+ * block, so the online softmax groups blocks differently) with the same
+ * recomputed count. */
+TEST(gemma3_window_memory_blended) {
+    ak_model *m = load_gemma3(t);
+    if (!m) return;
+    ak_error err = {{0}};
+    const int V = m->cfg.vocab, NP = 30, NX = 40, NQ = 6, n = NP + NX + NQ;
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, ST, 0, &err), *tp = ak_block_pool_new(&m->spec, ST, 0, &err);
+    ak_agents_config cfg = {m, pool, NULL, AK_KV_F16, AK_KV_F16, SCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents *ag = pool ? ak_agents_new(&cfg, &err) : NULL;
+    ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
+    float *la = malloc(sizeof(float) * V), *lr = malloc(sizeof(float) * V);
+    int32_t all[30 + 40 + 6];
+    for (int i = 0; i < n; i++) all[i] = 6 + (i * 263) % 12000;
+    REQUIRE(ag && tp && c && la && lr && ak_memory_add(ag, c, "mx", "x", all + NP, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0,
+            "setup: %s", err.msg);
+    ak_kv *chunk = ak_kv_new(tp, AK_KV_F16, AK_KV_F16, SCTX, &err);
+    REQUIRE(chunk && ak_eval(c, chunk, all + NP, NX, 0, NULL, NULL, NULL, NULL, &err) == 0, "chunk: %s", err.msg);
+    const ak_reuse_params ps[2] = {{AK_REUSE_CACHEBLEND, 0.2f, -1, 0}, {AK_REUSE_AGENTKVSHIFT, 0.2f, -1, 0}};
+    const char *ids[2] = {"blend", "shift"};
+    for (int k = 0; k < 2; k++) {
+        ak_kv *kv, *ref = ak_kv_new(tp, AK_KV_F16, AK_KV_F16, SCTX, &err);
+        ak_turn tu;
+        ak_reuse_stats sa, sr;
+        int at = NP, len = NX;
+        ak_reuse_part parts[3] = {{all, NP, NULL}, {all + NP, NX, chunk}, {all + NP + NX, NQ, NULL}};
+        REQUIRE(ref && ak_reuse_prefill(c, ref, parts, 3, &ps[k], lr, &sr, &err) == 0, "reference: %s", err.msg);
+        int rc = ak_agent_open_memories(ag, ids[k], 0, NULL, all, n, n, 0, &at, &len, 1, &kv, &tu, &err);
+        if (rc == 0) rc = ak_eval(c, kv, all, NP, 0, NULL, NULL, NULL, NULL, &err);
+        if (rc == 0) rc = ak_agent_reuse_memory(ag, c, ids[k], "mx", all, NP, &ps[k], &kv, &sa, &err);
+        if (rc == 0) rc = ak_eval(c, kv, all + NP + NX, NQ, NP + NX, la, NULL, NULL, NULL, &err);
+        if (rc == 0) rc = ak_agent_commit(ag, ids[k], all, n, &err);
+        if (rc == 0) rc = ak_agent_end(ag, ids[k], &err);
+        CHECK(rc == 0, "%s: %s (code %d)", ids[k], err.msg, err.code);
+        double md = 0;
+        for (int i = 0; rc == 0 && i < V; i++) md = fabs(la[i] - lr[i]) > md ? fabs(la[i] - lr[i]) : md;
+        CHECK(rc == 0 && sa.n_recomputed == sr.n_recomputed && sa.n_recomputed == 8 && md < 1e-3 &&
+                  ak_argmax(la, V) == ak_argmax(lr, V),
+              "%s: recomputed %d (reference %d), logits differ by %g", ids[k], sa.n_recomputed, sr.n_recomputed, md);
+        ak_kv_free(ref);
+    }
+    ak_kv_free(chunk);
+    free(la); free(lr);
+    ak_ctx_free(c);
+    ak_agents_free(ag);
+    ak_block_pool_free(pool); ak_block_pool_free(tp);
     ak_model_free(m);
 }
