@@ -17,8 +17,8 @@ cpus=${AK_ARM_CPUS:-max cortex-a53}
 # models' batch-invariance test (prefill = decode = batched decode, bit for
 # bit); the others, whose differences are in the kernels only, run the
 # kernel, format and K-quant tests and one model's greedy tokens
-# (kernel_neon_levels_agree_bitwise compares every NEON level's bits with
-# every CPU). CI time is the limit here: qemu is 20-50x slower than native.
+# (kernel_neon_levels_agree_bitwise and kernel_neon_rowmajor_levels_agree_bitwise
+# compare every NEON level's bits, packed and row-major, with every CPU). CI time is the limit here: qemu is 20-50x slower than native.
 filters=${AK_ARM_TESTS:-"kernel vmath kvformat kquant weights_types golden_greedy golden_ppl_stories attend_window gemma3_local_layers golden_prefill_decode_batched_agree_bitwise"}
 others=${AK_ARM_TESTS_OTHERS:-"kernel vmath kvformat kquant golden_greedy_stories260K"}
 # One CPU's runs, one after another: every run's output to stdout, and a
