@@ -501,7 +501,7 @@ static int set_history(agent *g, const int32_t *tokens, int n, ak_error *err) {
         g->tokens = nt;
         g->cap = nc;
     }
-    if (tokens != g->tokens) memmove(g->tokens, tokens, sizeof(int32_t) * n);
+    if (n > 0 && tokens != g->tokens) memmove(g->tokens, tokens, sizeof(int32_t) * n);
     g->n = n;
     return 0;
 }
