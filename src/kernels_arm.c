@@ -13,7 +13,11 @@
  * quantized tiles are kernels_arm_tiles.h compiled once for baseline
  * armv8-a and once under the dot-product target pragma, and both give the
  * same bits. So an armv8-a build uses SDOT where the CPU has it, and never
- * executes it where the CPU lacks it.
+ * executes it where the CPU lacks it. There is no i8mm (smmla) form: smmla
+ * gives a block's whole sum for 2 rows x 2 tokens, where these tiles keep
+ * four lane sums per row and token until the end; the same bits would cost
+ * the other levels a horizontal sum per block. The engine packs every type,
+ * and the packed tiles (kernels_packed_arm.c) have the smmla form.
  *
  * Tiles are R rows x T tokens of accumulators, as in the x86 back end.
  */
