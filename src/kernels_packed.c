@@ -528,10 +528,13 @@ AK_INLINE_P __m256i dpbusd_b(__m256i acc, __m256i w, const void *p) {
  * per block). Pinned, each token's sum is one chain, updated in place. */
 #define KEEP(v) __asm__("" : "+x"(v))
 
-/* 16-bit pair sums of the u8 w times the 4 s8 activation bytes at p broadcast. */
+#if !defined(AK_VNNI256)
+/* 16-bit pair sums of the u8 w times the 4 s8 activation bytes at p
+ * broadcast (builds without VNNI only). */
 AK_INLINE_P __m256i maddubs_b(__m256i w, const void *p) {
     return _mm256_maddubs_epi16(w, _mm256_set1_epi32(load_i32(p)));
 }
+#endif
 
 /* One token's activations into the XP layout (see the top). */
 static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) {
@@ -684,6 +687,157 @@ AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, con
         }
 }
 
+/* One group of 16 rows (both halves) times T tokens for the kinds without
+ * fifth bits (Q4_0, Q4_1, Q8_0): Y[t * ldy + r] for r < nvalid. Each
+ * activation broadcast serves both halves, where tile's half-by-half passes
+ * load it twice; the integer sums of the 2 T half-rows live in registers
+ * through a block (2 T + the 4 unpacked vectors + a broadcast fit 16 ymm),
+ * so the float accumulators are kept in an L1 buffer, loaded and stored
+ * once per block. A row's arithmetic is tile's: the same integer sum, the
+ * same FMAs from 0 in block order, so the same bits. pf: whether to issue
+ * the prefetches (the first pass over a group; a later one finds it in L1). */
+AK_INLINE_P void tile_both(const int kind, const int T, const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps,
+                           int64_t cols, float *Y, int64_t ldy, int nvalid, int pf) {
+    const size_t crb = pq_code_record_bytes(kind), srb = pq_scale_record_bytes(kind);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    _Alignas(32) float acc[TILE_T][2][8];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        _mm256_store_ps(acc[t][0], _mm256_setzero_ps());
+        _mm256_store_ps(acc[t][1], _mm256_setzero_ps());
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rec = grp + (size_t)b * crb;
+        const uint8_t *sc = grp + (size_t)nb * crb + (size_t)b * srb;
+        if (pf) {   /* as tile: into L1 near, into L2 far ahead */
+#pragma GCC unroll 8
+            for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
+#pragma GCC unroll 8
+            for (size_t off = 0; off < crb; off += 64) _mm_prefetch((const char *)(rec + PF_FAR + off), _MM_HINT_T1);
+            _mm_prefetch((const char *)(sc + PF_BYTES / 8 * (srb / 32)), _MM_HINT_T0);
+        }
+        __m256i s[TILE_T][2];
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) s[t][0] = s[t][1] = _mm256_setzero_si256();
+        if (kind == PQ_Q80) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const __m256i z0 = _mm256_load_si256((const __m256i *)(rec + 64 * j));
+                const __m256i z1 = _mm256_load_si256((const __m256i *)(rec + 64 * j + 32));
+#if defined(AK_VNNI256)
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m256i x = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + b * AK_QK + 4 * j));
+                    s[t][0] = _mm256_dpbusd_avx_epi32(s[t][0], z0, x);
+                    KEEP(s[t][0]);
+                    s[t][1] = _mm256_dpbusd_avx_epi32(s[t][1], z1, x);
+                    KEEP(s[t][1]);
+                }
+#else
+                const __m256i ws0 = _mm256_xor_si256(z0, _mm256_set1_epi8((char)0x80)), wa0 = _mm256_abs_epi8(ws0);
+                const __m256i ws1 = _mm256_xor_si256(z1, _mm256_set1_epi8((char)0x80)), wa1 = _mm256_abs_epi8(ws1);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m256i x = _mm256_set1_epi32(load_i32(xp + (size_t)t * xps + b * AK_QK + 4 * j));
+                    __m256i p0 = _mm256_maddubs_epi16(wa0, _mm256_sign_epi8(x, ws0));
+                    s[t][0] = _mm256_add_epi32(s[t][0], _mm256_madd_epi16(p0, _mm256_set1_epi16(1)));
+                    KEEP(s[t][0]);
+                    __m256i p1 = _mm256_maddubs_epi16(wa1, _mm256_sign_epi8(x, ws1));
+                    s[t][1] = _mm256_add_epi32(s[t][1], _mm256_madd_epi16(p1, _mm256_set1_epi16(1)));
+                    KEEP(s[t][1]);
+                }
+#endif
+            }
+        } else {
+            /* Q4_0 / Q4_1: without VNNI, s holds 16-bit pair sums until the
+             * block's end (at most 30720: see the section's top) */
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                const __m256i z0 = _mm256_load_si256((const __m256i *)(rec + 64 * p));
+                const __m256i z1 = _mm256_load_si256((const __m256i *)(rec + 64 * p + 32));
+                const __m256i lo0 = _mm256_and_si256(z0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(z0, 4), m4);
+                const __m256i lo1 = _mm256_and_si256(z1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(z1, 4), m4);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *q = xp + (size_t)t * xps + b * AK_QK;
+                    const __m256i xl = _mm256_set1_epi32(load_i32(q + 4 * p));
+                    const __m256i xh = _mm256_set1_epi32(load_i32(q + 16 + 4 * p));
+#if defined(AK_VNNI256)
+                    s[t][0] = _mm256_dpbusd_avx_epi32(s[t][0], lo0, xl);
+                    KEEP(s[t][0]);
+                    s[t][1] = _mm256_dpbusd_avx_epi32(s[t][1], lo1, xl);
+                    KEEP(s[t][1]);
+                    s[t][0] = _mm256_dpbusd_avx_epi32(s[t][0], hi0, xh);
+                    KEEP(s[t][0]);
+                    s[t][1] = _mm256_dpbusd_avx_epi32(s[t][1], hi1, xh);
+                    KEEP(s[t][1]);
+#else
+                    s[t][0] = _mm256_add_epi16(s[t][0], _mm256_maddubs_epi16(lo0, xl));
+                    KEEP(s[t][0]);
+                    s[t][1] = _mm256_add_epi16(s[t][1], _mm256_maddubs_epi16(lo1, xl));
+                    KEEP(s[t][1]);
+                    s[t][0] = _mm256_add_epi16(s[t][0], _mm256_maddubs_epi16(hi0, xh));
+                    KEEP(s[t][0]);
+                    s[t][1] = _mm256_add_epi16(s[t][1], _mm256_maddubs_epi16(hi1, xh));
+                    KEEP(s[t][1]);
+#endif
+                }
+            }
+#if !defined(AK_VNNI256)
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                s[t][0] = _mm256_madd_epi16(s[t][0], _mm256_set1_epi16(1));
+                s[t][1] = _mm256_madd_epi16(s[t][1], _mm256_set1_epi16(1));
+            }
+#endif
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 16 * h)));
+            const __m256 mw = pq_has_min(kind) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + 2 * GROUP + 16 * h)))
+                                               : _mm256_setzero_ps();
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const uint8_t *xt = xp + (size_t)t * xps;
+                float dx, sx;
+                memcpy(&dx, xt + cols + 4 * b, 4);
+                memcpy(&sx, xt + cols + 8 * (cols / AK_QK) + 4 * b, 4);
+                /* the offset c first, as tile's sums start from it (integer: any order) */
+                const __m256i si = _mm256_add_epi32(_mm256_set1_epi32(load_i32(xt + cols + 4 * (cols / AK_QK) + 4 * b)),
+                                                    s[t][h]);
+                __m256 a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(dw, _mm256_set1_ps(dx)),
+                                           _mm256_load_ps(acc[t][h]));
+                if (pq_has_min(kind)) a = _mm256_fmadd_ps(mw, _mm256_set1_ps(sx), a);
+                _mm256_store_ps(acc[t][h], a);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const int nv = nvalid - 8 * h;
+        if (nv <= 0) continue;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) store8(Y + (size_t)t * ldy + 8 * h, _mm256_load_ps(acc[t][h]), nv);
+    }
+}
+
+typedef void (*tile_both_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
+                             int64_t ldy, int nvalid, int pf);
+#define TILE_BOTH_FN(Q, T)                                                                                 \
+    static void tile_both_##Q##_##T(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps,         \
+                                    int64_t cols, float *Y, int64_t ldy, int nvalid, int pf) {           \
+        tile_both(Q, T, grp, nb, xp, xps, cols, Y, ldy, nvalid, pf);                                      \
+    }
+TILE_BOTH_FN(PQ_Q40, 3) TILE_BOTH_FN(PQ_Q40, 4) TILE_BOTH_FN(PQ_Q80, 3) TILE_BOTH_FN(PQ_Q80, 4)
+TILE_BOTH_FN(PQ_Q41, 3) TILE_BOTH_FN(PQ_Q41, 4)
+/* [kind][T - 3]; NULL: the kind goes half by half (Q5's fifth bits and
+ * 16-bit sums widened twice a block would not fit the registers) */
+static const tile_both_fn tiles_both[PQ_KINDS][2] = {
+    [PQ_Q40] = { tile_both_PQ_Q40_3, tile_both_PQ_Q40_4 },
+    [PQ_Q80] = { tile_both_PQ_Q80_3, tile_both_PQ_Q80_4 },
+    [PQ_Q41] = { tile_both_PQ_Q41_3, tile_both_PQ_Q41_4 },
+};
+
 typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int h0, int64_t nb, const uint8_t *xp, size_t xps,
                         int64_t cols, float *Y, int64_t ldy, int nvalid);
 #define TILE_FN(Q, G, H, T)                                                                                 \
@@ -718,6 +872,10 @@ static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t 
             const int T = (int)ak_min64(TILE_T, t1 - t);
             const uint8_t *x = xp + (size_t)t * xps;
             float *y = Y + t * rows + g * GROUP;
+            if (T >= 3 && tiles_both[kind][T - 3]) {   /* the chunks after the first find the group in L1 */
+                tiles_both[kind][T - 3](grp, nb, x, xps, cols, y, rows, nvalid, t == t0);
+                continue;
+            }
             if (T == 4) {   /* half by half: the group's lines come from cache the second time */
                 tiles[kind][TS_HALF_T4](grp, gb, 0, nb, x, xps, cols, y, rows, nvalid);
                 tiles[kind][TS_HALF_T4](grp, gb, 1, nb, x, xps, cols, y, rows, nvalid);

@@ -663,6 +663,117 @@ AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *gr
         }
 }
 
+/* Q4_K: one group of 16 rows, both halves, times T tokens (3 or 4):
+ * Y[t * ldy + r] for r < nvalid. Each activation broadcast serves both
+ * halves, where ktile's half-by-half steps load it twice; the 2 T sums of
+ * a sub-block live in registers (with the two unpacked vectors, a
+ * broadcast and the mask: 12 of the 16 ymm), so fsum and the accumulators
+ * are kept in an L1 buffer, loaded and stored once per sub-block and
+ * super-block. A row's arithmetic is ktile's, in its order: the same bits.
+ * pf: whether to prefetch (the first pass over a group). */
+AK_INLINE_K void ktile_both_q4k(const int T, const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
+                                int64_t ldy, int nvalid, int pf) {
+    const int kt = KP_Q4K;
+    const size_t rb = rec_bytes(kt);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    _Alignas(32) float acc[KT_T][2][8], fsum[KT_T][2][8];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; t++) {
+        _mm256_store_ps(acc[t][0], _mm256_setzero_ps());
+        _mm256_store_ps(acc[t][1], _mm256_setzero_ps());
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *x0 = xk + (size_t)b * XK_BYTES;
+        const uint8_t *rec = grp + (size_t)b * rb;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) {
+            _mm256_store_ps(fsum[t][0], _mm256_setzero_ps());
+            _mm256_store_ps(fsum[t][1], _mm256_setzero_ps());
+        }
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; j++) {
+            if (pf) prefetch_part(kt, rec, j);
+            const int c = j >> 1, hs = j & 1;
+            __m256i s[KT_T][2];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) s[t][0] = s[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) {
+                const uint8_t *v = rec + 512 * c + 64 * p;
+                const __m256i v0 = _mm256_and_si256(shift16(_mm256_load_si256((const __m256i *)v), -4 * hs), m4);
+                const __m256i v1 = _mm256_and_si256(shift16(_mm256_load_si256((const __m256i *)(v + 32)), -4 * hs), m4);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+                    const __m256i x = _mm256_set1_epi32(ld32(x0 + (size_t)t * xks + 64 * c + 32 * hs + 4 * p));
+#if defined(AK_VNNI256)
+                    s[t][0] = _mm256_dpbusd_avx_epi32(s[t][0], v0, x);
+                    __asm__("" : "+x"(s[t][0]));
+                    s[t][1] = _mm256_dpbusd_avx_epi32(s[t][1], v1, x);
+                    __asm__("" : "+x"(s[t][1]));
+#else   /* 16-bit sums: ktile's bound (a sub-block's 16 pairs) */
+                    s[t][0] = _mm256_add_epi16(s[t][0], _mm256_maddubs_epi16(v0, x));
+                    __asm__("" : "+x"(s[t][0]));
+                    s[t][1] = _mm256_add_epi16(s[t][1], _mm256_maddubs_epi16(v1, x));
+                    __asm__("" : "+x"(s[t][1]));
+#endif
+                }
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_d(kt) + 16 * h)));
+                const __m256 sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                    _mm_loadl_epi64((const __m128i *)(rec + off_sc(kt) + 16 * j + 8 * h)))));   /* d * sc: exact */
+#pragma GCC unroll 4
+                for (int t = 0; t < T; t++) {
+#if defined(AK_VNNI256)
+                    const __m256i si = s[t][h];
+#else
+                    const __m256i si = _mm256_madd_epi16(s[t][h], _mm256_set1_epi16(1));
+#endif
+                    _mm256_store_ps(fsum[t][h], _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), sc, _mm256_load_ps(fsum[t][h])));
+                }
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i mn[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + off_mn(kt) + 32 * k + 16 * h)));
+            const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_dmin(kt) + 16 * h)));
+#pragma GCC unroll 4
+            for (int t = 0; t < T; t++) {
+                const uint8_t *xt = x0 + (size_t)t * xks;
+                __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(ld32(xt + XK_S32 + 4 * k))));
+                float dx;
+                memcpy(&dx, xt + XK_D, 4);
+                const __m256 vdx = _mm256_set1_ps(dx);
+                __m256 a = _mm256_fmadd_ps(_mm256_load_ps(fsum[t][h]), vdx, _mm256_load_ps(acc[t][h]));
+                a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, vdx), a);
+                _mm256_store_ps(acc[t][h], a);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const int nv = nvalid - 8 * h;
+        if (nv <= 0) continue;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; t++) store8(Y + (size_t)t * ldy + 8 * h, _mm256_load_ps(acc[t][h]), nv);
+    }
+}
+static void ktile_both_q4k_3(const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y, int64_t ldy,
+                             int nvalid, int pf) {
+    ktile_both_q4k(3, grp, nsb, xk, xks, Y, ldy, nvalid, pf);
+}
+static void ktile_both_q4k_4(const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y, int64_t ldy,
+                             int nvalid, int pf) {
+    ktile_both_q4k(4, grp, nsb, xk, xks, Y, ldy, nvalid, pf);
+}
+
 typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
                          int64_t ldy, int nvalid);
 #define KTILE_FN(K, G, T)                                                                                   \
@@ -693,8 +804,15 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
         for (int64_t g = g0; g < g1; g++)
             for (int64_t t = t0; t < t1; t += KT_T) {
                 const int T = (int)ak_min64(KT_T, t1 - t);
-                ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks, Y + t * rows + g * GROUP,
-                                     rows, (int)ak_min64(GROUP, rows - g * GROUP));
+                const uint8_t *x = xk + (size_t)t * xks;
+                float *y = Y + t * rows + g * GROUP;
+                const int nvalid = (int)ak_min64(GROUP, rows - g * GROUP);
+                if (kt == KP_Q4K && T >= 3) {   /* the chunks after the first find the group in L1 */
+                    (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(P + (size_t)g * gb, nsb, x, xks, y, rows, nvalid,
+                                                                   t == t0);
+                    continue;
+                }
+                ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, x, xks, y, rows, nvalid);
             }
         return;
     }
@@ -704,6 +822,11 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
             /* four streams for one token, two for two tokens */
             G = T == 1 && g1 - g >= 4 ? 4 : T <= 2 && g1 - g >= 2 ? 2 : 1;
             const int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
+            if (kt == KP_Q4K && T >= 3) {
+                (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(P + (size_t)g * gb, nsb, xk + (size_t)t * xks, xks,
+                                                               Y + t * rows + g * GROUP, rows, nvalid, 1);
+                continue;
+            }
             ktiles[kt][G == 4 ? 2 : G - 1][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks,
                                                   Y + t * rows + g * GROUP, rows, nvalid);
         }
