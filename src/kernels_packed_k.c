@@ -774,6 +774,107 @@ static void ktile_both_q4k_4(const uint8_t *grp, int64_t nsb, const uint8_t *xk,
     ktile_both_q4k(4, grp, nsb, xk, xks, Y, ldy, nvalid, pf);
 }
 
+/* Q4_K, G groups of 16 rows (records at grp, grp + gb, ...) times one
+ * token: Y[g * 16 + r] for g * 16 + r < nvalid. Each 32-byte code vector
+ * is loaded once for both of its sub-blocks (low nibbles 2c, high 2c + 1)
+ * and each activation broadcast serves both halves of the group, where
+ * ktile's steps load the vector once per sub-block and the broadcast once
+ * per half. A row's arithmetic is ktile's, in its order (sub-block sums
+ * exact, then fsum's FMAs j = 0..7 per half): the same bits. */
+AK_INLINE_K void ktile1_q4k(const int G, const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y,
+                            int nvalid) {
+    const int kt = KP_Q4K;
+    const size_t rb = rec_bytes(kt);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *x0 = xk + (size_t)b * XK_BYTES;
+        float dx;
+        memcpy(&dx, x0 + XK_D, 4);
+        const __m256 vdx = _mm256_set1_ps(dx);
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            const uint8_t *rec = grp + g * gb + (size_t)b * rb;
+            __m256 fsum[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+#pragma GCC unroll 1
+            for (int c = 0; c < 4; c++) {
+                prefetch_part(kt, rec, 2 * c);
+                prefetch_part(kt, rec, 2 * c + 1);
+                __m256i s[2][2];   /* [half][nibble]: sub-block 2c + nibble */
+                s[0][0] = s[0][1] = s[1][0] = s[1][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int p = 0; p < 8; p++) {
+                    const uint8_t *v = rec + 512 * c + 64 * p;
+                    const __m256i xl = _mm256_set1_epi32(ld32(x0 + 64 * c + 4 * p));
+                    const __m256i xh = _mm256_set1_epi32(ld32(x0 + 64 * c + 32 + 4 * p));
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i w = _mm256_load_si256((const __m256i *)(v + 32 * h));
+                        const __m256i wl = _mm256_and_si256(w, m4);
+                        const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+#if defined(AK_VNNI256)
+                        s[h][0] = _mm256_dpbusd_avx_epi32(s[h][0], wl, xl);
+                        __asm__("" : "+x"(s[h][0]));
+                        s[h][1] = _mm256_dpbusd_avx_epi32(s[h][1], wh, xh);
+                        __asm__("" : "+x"(s[h][1]));
+#else   /* 16-bit sums: ktile's bound (a sub-block's 16 pairs) */
+                        s[h][0] = _mm256_add_epi16(s[h][0], _mm256_maddubs_epi16(wl, xl));
+                        __asm__("" : "+x"(s[h][0]));
+                        s[h][1] = _mm256_add_epi16(s[h][1], _mm256_maddubs_epi16(wh, xh));
+                        __asm__("" : "+x"(s[h][1]));
+#endif
+                    }
+                }
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_d(kt) + 16 * h)));
+#pragma GCC unroll 2
+                    for (int hs = 0; hs < 2; hs++) {   /* sub-blocks 2c, 2c + 1: ktile's order */
+                        const __m256 sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                            (const __m128i *)(rec + off_sc(kt) + 16 * (2 * c + hs) + 8 * h)))));   /* d * sc: exact */
+#if defined(AK_VNNI256)
+                        const __m256i si = s[h][hs];
+#else
+                        const __m256i si = _mm256_madd_epi16(s[h][hs], _mm256_set1_epi16(1));
+#endif
+                        fsum[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), sc, fsum[h]);
+                    }
+                }
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    corr = _mm256_add_epi32(corr, _mm256_madd_epi16(
+                        _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + off_mn(kt) + 32 * k + 16 * h))),
+                        _mm256_set1_epi32(ld32(x0 + XK_S32 + 4 * k))));
+                const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_dmin(kt) + 16 * h)));
+                acc[g][h] = _mm256_fmadd_ps(fsum[h], vdx, acc[g][h]);
+                acc[g][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, vdx), acc[g][h]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int base = g * GROUP + 8 * h, nv = nvalid - base;
+            if (nv > 0) store8(Y + base, acc[g][h], nv);
+        }
+}
+static void ktile1_q4k_1(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y, int nvalid) {
+    ktile1_q4k(1, grp, gb, nsb, xk, Y, nvalid);
+}
+static void ktile1_q4k_2(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y, int nvalid) {
+    ktile1_q4k(2, grp, gb, nsb, xk, Y, nvalid);
+}
+static void ktile1_q4k_4(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y, int nvalid) {
+    ktile1_q4k(4, grp, gb, nsb, xk, Y, nvalid);
+}
+
 typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
                          int64_t ldy, int nvalid);
 #define KTILE_FN(K, G, T)                                                                                   \
@@ -812,7 +913,8 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
                                                                    t == t0);
                     continue;
                 }
-                ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, x, xks, y, rows, nvalid);
+                if (kt == KP_Q4K && T == 1) ktile1_q4k_1(P + (size_t)g * gb, gb, nsb, x, y, nvalid);
+                else ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, x, xks, y, rows, nvalid);
             }
         return;
     }
@@ -825,6 +927,12 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
             if (kt == KP_Q4K && T >= 3) {
                 (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(P + (size_t)g * gb, nsb, xk + (size_t)t * xks, xks,
                                                                Y + t * rows + g * GROUP, rows, nvalid, 1);
+                continue;
+            }
+            if (kt == KP_Q4K && T == 1) {
+                (G == 4 ? ktile1_q4k_4 : G == 2 ? ktile1_q4k_2 : ktile1_q4k_1)(P + (size_t)g * gb, gb, nsb,
+                                                                             xk + (size_t)t * xks,
+                                                                             Y + t * rows + g * GROUP, nvalid);
                 continue;
             }
             ktiles[kt][G == 4 ? 2 : G - 1][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks,
