@@ -21,6 +21,7 @@ cpus=${AK_ARM_CPUS:-max cortex-a53}
 # compare every NEON level's bits, packed and row-major, with every CPU). CI time is the limit here: qemu is 20-50x slower than native.
 filters=${AK_ARM_TESTS:-"kernel vmath kvformat kquant weights_types golden_greedy golden_ppl_stories attend_window gemma3_local_layers golden_prefill_decode_batched_agree_bitwise"}
 others=${AK_ARM_TESTS_OTHERS:-"kernel vmath kvformat kquant golden_greedy_stories260K"}
+tmo=${AK_ARM_TIMEOUT:-900}   # seconds per filter and CPU; the longest takes a few minutes
 # One CPU's runs, one after another: every run's output to stdout, and a
 # line "sums P F S BAD" into the file $3.
 run_cpu() {
@@ -30,7 +31,18 @@ run_cpu() {
     : >"$log"
     for f in $list; do
         echo "== qemu-aarch64 -cpu $cpu: tests matching '$f'"
-        AK_SHARED=$shared qemu-aarch64 -cpu "$cpu" "$bin" "$f" >"$one" 2>&1
+        # A run that hangs must not eat CI's time: it stops after
+        # AK_ARM_TIMEOUT seconds, says so, and runs once more; a second
+        # hang fails below (no summary line).
+        rc=0
+        AK_SHARED=$shared timeout "$tmo" qemu-aarch64 -cpu "$cpu" "$bin" "$f" >"$one" 2>&1 || rc=$?
+        if [ "$rc" = 124 ]; then
+            cat "$one"
+            echo "test-arm: -cpu $cpu '$f': no result after $tmo s (hung under qemu); running it once more"
+            rc=0
+            AK_SHARED=$shared timeout "$tmo" qemu-aarch64 -cpu "$cpu" "$bin" "$f" >"$one" 2>&1 || rc=$?
+            [ "$rc" = 124 ] && echo "test-arm: -cpu $cpu '$f': hung again after $tmo s"
+        fi
         cat "$one"
         line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$one" | tail -1)
         if [ -z "$line" ]; then
