@@ -492,6 +492,19 @@ AK_INLINE_K __m256i shift16(__m256i v, int n) {
     return n >= 0 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)) : _mm256_srl_epi16(v, _mm_cvtsi32_si128(-n));
 }
 
+/* sum plus the u8 x s8 products of w and x, pinned to a register (see
+ * kernels_packed.c's KEEP): 32-bit lanes with VNNI; without it 16-bit pair
+ * sums, which the caller widens within their bound (a sub-block's 16 pairs). */
+AK_INLINE_K __m256i acc_u8s8(__m256i sum, __m256i w, __m256i x) {
+#if defined(AK_VNNI256)
+    sum = _mm256_dpbusd_avx_epi32(sum, w, x);
+#else
+    sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w, x));
+#endif
+    __asm__("" : "+x"(sum));
+    return sum;
+}
+
 /* s[t] + the u8 x s8 products of w with the 4 bytes at q[t] + off, for T
  * tokens: into the 16-bit sums s16 without VNNI, into s with it. */
 AK_INLINE_K void dot_step(const int T, __m256i w, const uint8_t *const *q, int off, __m256i *s, __m256i *s16) {
@@ -499,10 +512,9 @@ AK_INLINE_K void dot_step(const int T, __m256i w, const uint8_t *const *q, int o
     for (int t = 0; t < T; t++) {
         const __m256i x = _mm256_set1_epi32(ld32(q[t] + off));
 #if defined(AK_VNNI256)
-        s[t] = _mm256_dpbusd_avx_epi32(s[t], w, x);
+        s[t] = acc_u8s8(s[t], w, x);
 #else
-        s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, x));
-        __asm__("" : "+x"(s16[t]));   /* one chain per token: see kernels_packed.c's KEEP */
+        s16[t] = acc_u8s8(s16[t], w, x);   /* one chain per token */
 #endif
     }
 }
@@ -705,17 +717,8 @@ AK_INLINE_K void ktile_both_q4k(const int T, const uint8_t *grp, int64_t nsb, co
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) {
                     const __m256i x = _mm256_set1_epi32(ld32(x0 + (size_t)t * xks + 64 * c + 32 * hs + 4 * p));
-#if defined(AK_VNNI256)
-                    s[t][0] = _mm256_dpbusd_avx_epi32(s[t][0], v0, x);
-                    __asm__("" : "+x"(s[t][0]));
-                    s[t][1] = _mm256_dpbusd_avx_epi32(s[t][1], v1, x);
-                    __asm__("" : "+x"(s[t][1]));
-#else   /* 16-bit sums: ktile's bound (a sub-block's 16 pairs) */
-                    s[t][0] = _mm256_add_epi16(s[t][0], _mm256_maddubs_epi16(v0, x));
-                    __asm__("" : "+x"(s[t][0]));
-                    s[t][1] = _mm256_add_epi16(s[t][1], _mm256_maddubs_epi16(v1, x));
-                    __asm__("" : "+x"(s[t][1]));
-#endif
+                    s[t][0] = acc_u8s8(s[t][0], v0, x);
+                    s[t][1] = acc_u8s8(s[t][1], v1, x);
                 }
             }
 #pragma GCC unroll 2
@@ -814,17 +817,8 @@ AK_INLINE_K void ktile1_q4k(const int G, const uint8_t *grp, size_t gb, int64_t 
                         const __m256i w = _mm256_load_si256((const __m256i *)(v + 32 * h));
                         const __m256i wl = _mm256_and_si256(w, m4);
                         const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
-#if defined(AK_VNNI256)
-                        s[h][0] = _mm256_dpbusd_avx_epi32(s[h][0], wl, xl);
-                        __asm__("" : "+x"(s[h][0]));
-                        s[h][1] = _mm256_dpbusd_avx_epi32(s[h][1], wh, xh);
-                        __asm__("" : "+x"(s[h][1]));
-#else   /* 16-bit sums: ktile's bound (a sub-block's 16 pairs) */
-                        s[h][0] = _mm256_add_epi16(s[h][0], _mm256_maddubs_epi16(wl, xl));
-                        __asm__("" : "+x"(s[h][0]));
-                        s[h][1] = _mm256_add_epi16(s[h][1], _mm256_maddubs_epi16(wh, xh));
-                        __asm__("" : "+x"(s[h][1]));
-#endif
+                        s[h][0] = acc_u8s8(s[h][0], wl, xl);
+                        s[h][1] = acc_u8s8(s[h][1], wh, xh);
                     }
                 }
 #pragma GCC unroll 2
