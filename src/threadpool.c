@@ -13,7 +13,8 @@
  * condition under the mutex, and the other side only takes the mutex to
  * signal when it sees a sleeper: with seq_cst on both sides, either the
  * sleeper sees the new state or the waker sees the sleeper, so no wake-up is
- * lost and the common (spinning) case never touches the mutex.
+ * lost and the common (spinning) case never touches the mutex. Both
+ * announcements are read-modify-writes (see ak_pool_run for why).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -39,7 +40,7 @@
  * comes within a microsecond or two), then sched_yield in the loop so that a
  * thread the scheduler put on the same CPU as the spinner can run (without it
  * a run could cost a whole scheduler slice), for up to SPIN_SECONDS in all,
- * then block on the condition variable. */
+ * then block on the condition variable (ak_pool_set_spin changes the time). */
 #define SPIN_PAUSES 128
 #define SPIN_SECONDS 200e-6
 
@@ -61,6 +62,7 @@ struct ak_pool {
     atomic_int stop;
     atomic_int sleepers;        /* workers blocked, or about to, on cv_work */
     atomic_int caller_sleeping; /* caller blocked, or about to, on cv_done */
+    _Atomic double spin_seconds; /* ak_pool_set_spin; read by the workers */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
 
@@ -72,29 +74,29 @@ struct ak_pool {
 
 /* One step of a bounded spin; i counts from 1. Returns 0 once the caller
  * should stop spinning and block. */
-static int spin_step(unsigned i, double *t0) {
+static int spin_step(unsigned i, double *t0, double limit) {
     if (i < SPIN_PAUSES) { cpu_relax(); return 1; }
     sched_yield();
     double now = ak_now();
     if (*t0 == 0) *t0 = now;
-    return now - *t0 < SPIN_SECONDS;
+    return now - *t0 < limit;
 }
 
 /* Spin until *a != old: 1 if it changed, 0 if the caller should block. */
-static int spin_until_change(atomic_uint *a, unsigned old) {
+static int spin_until_change(atomic_uint *a, unsigned old, double limit) {
     double t0 = 0;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(a, memory_order_acquire) != old) return 1;
-        if (!spin_step(i, &t0)) return 0;
+        if (!spin_step(i, &t0, limit)) return 0;
     }
 }
 
 /* Spin until *a == 0: 1 if it did, 0 if the caller should block. */
-static int spin_until_zero(atomic_int *a) {
+static int spin_until_zero(atomic_int *a, double limit) {
     double t0 = 0;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(a, memory_order_acquire) == 0) return 1;
-        if (!spin_step(i, &t0)) return 0;
+        if (!spin_step(i, &t0, limit)) return 0;
     }
 }
 
@@ -104,7 +106,7 @@ static void *worker_main(void *arg) {
     unsigned seen = 0;
     ak_flush_denormals(); /* workers only run kernels: see util.h */
     for (;;) {
-        if (!spin_until_change(&p->gen, seen)) {
+        if (!spin_until_change(&p->gen, seen, atomic_load_explicit(&p->spin_seconds, memory_order_relaxed))) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
             while (atomic_load(&p->gen) == seen) pthread_cond_wait(&p->cv_work, &p->mu);
@@ -148,6 +150,7 @@ ak_pool *ak_pool_new(int n_threads, ak_error *err) {
     atomic_init(&p->stop, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->caller_sleeping, 0);
+    atomic_init(&p->spin_seconds, SPIN_SECONDS);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);
@@ -204,9 +207,15 @@ void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx) {
     atomic_store(&pool->pending, pool->n - 1);
     bump_generation(pool);
     fn(ctx, 0, pool->n);
-    if (!spin_until_zero(&pool->pending)) {
+    if (!spin_until_zero(&pool->pending, atomic_load_explicit(&pool->spin_seconds, memory_order_relaxed))) {
         pthread_mutex_lock(&pool->mu);
-        atomic_store(&pool->caller_sleeping, 1);
+        /* An exchange, not a store: the announcement must be ordered before
+         * the load of pending below. C11 promises that for a seq_cst store
+         * too, and AArch64 hardware keeps STLR before LDAR, but qemu-user
+         * (7.2, on an x86 host) lets that load pass the store, and then
+         * both sides sleep. An atomic read-modify-write is a full barrier
+         * everywhere, as on the workers' side (sleepers). */
+        atomic_exchange(&pool->caller_sleeping, 1);
         while (atomic_load(&pool->pending) != 0) pthread_cond_wait(&pool->cv_done, &pool->mu);
         atomic_store(&pool->caller_sleeping, 0);
         pthread_mutex_unlock(&pool->mu);
@@ -233,6 +242,11 @@ void *ak_pool_scratch(ak_pool *pool, size_t bytes) {
     pool->scratch = m;
     pool->scratch_cap = cap;
     return m;
+}
+
+/* Sets how long waits spin before they block (threadpool.h). */
+void ak_pool_set_spin(ak_pool *pool, double seconds) {
+    if (pool) atomic_store_explicit(&pool->spin_seconds, seconds > 0 ? seconds : 0, memory_order_relaxed);
 }
 
 /* Sets the size over which ak_pool_scratch fails (see threadpool.h). */

@@ -32,5 +32,11 @@ void *ak_pool_scratch(ak_pool *pool, size_t bytes);
  * memory were exhausted; SIZE_MAX lifts the limit. For tests that inject the
  * out-of-memory paths of the scratch's users. */
 void ak_pool_limit_scratch(ak_pool *pool, size_t bytes);
+/* How long a wait (a worker for work, the caller for the workers) spins
+ * before it blocks on a condition variable: `seconds` (default 200e-6; a
+ * short pause loop always comes first). 0 blocks almost at once, which puts
+ * every run through the sleep and wake-up hand-offs (tests of them; an idle
+ * pool that must not spin). Call between runs. */
+void ak_pool_set_spin(ak_pool *pool, double seconds);
 
 #endif
