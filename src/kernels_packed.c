@@ -988,10 +988,14 @@ static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t co
     if (t1 - t0 > FT_T) {
         /* more tokens than a tile: group by group, so that the group's
          * columns come from L1 for the tiles after the first (token chunk
-         * by chunk over the whole item would stream them from L2 again) */
+         * by chunk over the whole item would stream them from L2 again),
+         * in tiles of nearly equal size (8 tokens: 4 + 4, not 6 + 2, whose
+         * second tile loads and converts a weight vector per 2 FMAs) */
+        const int64_t n = t1 - t0, k = (n + FT_T - 1) / FT_T;
         for (int64_t g = g0; g < g1; g++)
-            for (int64_t t = t0; t < t1; t += FT_T) {
-                const int T = (int)ak_min64(FT_T, t1 - t);
+            for (int64_t i = 0; i < k; i++) {
+                const int64_t t = t0 + n * i / k;
+                const int T = (int)(t0 + n * (i + 1) / k - t);
                 ftiles[ft][0][T - 1](P + (size_t)g * gb, gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
                                      rows - g * GROUP);
             }
