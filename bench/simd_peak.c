@@ -47,111 +47,53 @@ static double thread_cpu(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Each returns seconds of thread CPU time for ITERS iterations of 12
- * groups; the result is folded into *sink so nothing is optimized away. */
-__attribute__((target("avx2,fma"))) static double run_fma(int *sink) {
-    __m256 w = _mm256_set1_ps(1.0001f), x = _mm256_set1_ps(0.9999f);
-    DECL(__m256, _mm256_set1_ps(1.0f));
-    double t0 = thread_cpu();
-    for (long n = 0; n < ITERS; n++) {
-#define STEP(a) a = _mm256_fmadd_ps(w, x, a); PIN(a);
-        EACH(STEP)
-#undef STEP
-        PIN(w);
+/* MIX_FN(NAME, TARGET, VT, CONSTS, INIT, STEP, FOLD) defines
+ * double NAME(int *sink): seconds of thread CPU time for ITERS iterations
+ * of STEP on each of the twelve accumulators (of vector type VT, set to
+ * INIT; CONSTS declares the operands w and x), built for TARGET; FOLD adds
+ * each result into *sink so that nothing is optimized away. */
+#define MIX_FN(NAME, TARGET, VT, CONSTS, INIT, STEP, FOLD)       \
+    __attribute__((target(TARGET))) static double NAME(int *sink) { \
+        CONSTS;                                                  \
+        DECL(VT, INIT);                                          \
+        double t0 = thread_cpu();                                \
+        for (long n = 0; n < ITERS; n++) {                       \
+            EACH(STEP)                                           \
+            PIN(w);                                              \
+        }                                                        \
+        double t = thread_cpu() - t0;                            \
+        EACH(FOLD)                                               \
+        return t;                                                \
     }
-    double t = thread_cpu() - t0;
-#define FOLD(a) *sink += (int)_mm256_cvtss_f32(a);
-    EACH(FOLD)
-#undef FOLD
-    return t;
-}
 
-__attribute__((target("avx2"))) static double run_u8s8_16(int *sink) {
-    __m256i w = _mm256_set1_epi8(7), x = _mm256_set1_epi8(-3);
-    DECL(__m256i, _mm256_set1_epi16(1));
-    double t0 = thread_cpu();
-    for (long n = 0; n < ITERS; n++) {
-        /* PIN(p): one product per chain, not shared by CSE */
-#define STEP(a) { __m256i p = _mm256_maddubs_epi16(w, x); PIN(p); a = _mm256_add_epi16(a, p); PIN(a); }
-        EACH(STEP)
-#undef STEP
-        PIN(w);
-    }
-    double t = thread_cpu() - t0;
-#define FOLD(a) *sink += _mm256_extract_epi16(a, 0);
-    EACH(FOLD)
-#undef FOLD
-    return t;
-}
+/* Each step's products take the accumulator itself as an operand, so that
+ * every chain computes its own (the same operands in every chain would be
+ * computed once and shared). */
+#define FMA256(a) a = _mm256_fmadd_ps(w, x, a); PIN(a);
+#define U8S8_16(a) a = _mm256_add_epi16(a, _mm256_maddubs_epi16(a, x)); PIN(a);
+#define S8S8(a) a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(x, a)), one)); PIN(a);
+#define VNNI256(a) a = _mm256_dpbusd_avx_epi32(a, w, x); PIN(a);
+#define FMA512(a) a = _mm512_fmadd_ps(w, x, a); PIN(a);
+#define VNNI512(a) a = _mm512_dpbusd_epi32(a, w, x); PIN(a);
+#define FOLD_PS(a) *sink += (int)_mm256_cvtss_f32(a);
+#define FOLD_EPI16(a) *sink += _mm256_extract_epi16(a, 0);
+#define FOLD_EPI32(a) *sink += _mm256_extract_epi32(a, 0);
+#define FOLD_PS512(a) *sink += (int)_mm512_reduce_add_ps(a);
+#define FOLD_EPI512(a) *sink += _mm512_reduce_add_epi32(a);
 
-__attribute__((target("avx2"))) static double run_s8s8(int *sink) {
-    __m256i w = _mm256_set1_epi8(7), x = _mm256_set1_epi8(-3), one = _mm256_set1_epi16(1);
-    DECL(__m256i, _mm256_set1_epi32(1));
-    double t0 = thread_cpu();
-    for (long n = 0; n < ITERS; n++) {
-#define STEP(a) { __m256i sx = _mm256_sign_epi8(x, w); PIN(sx); \
-                  a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(w, sx), one)); PIN(a); }
-        EACH(STEP)
-#undef STEP
-        PIN(w);
-    }
-    double t = thread_cpu() - t0;
-#define FOLD(a) *sink += _mm256_extract_epi32(a, 0);
-    EACH(FOLD)
-#undef FOLD
-    return t;
-}
-
-__attribute__((target("avx2,avxvnni"))) static double run_vnni(int *sink) {
-    __m256i w = _mm256_set1_epi8(7), x = _mm256_set1_epi8(-3);
-    DECL(__m256i, _mm256_set1_epi32(1));
-    double t0 = thread_cpu();
-    for (long n = 0; n < ITERS; n++) {
-#define STEP(a) a = _mm256_dpbusd_avx_epi32(a, w, x); PIN(a);
-        EACH(STEP)
-#undef STEP
-        PIN(w);
-    }
-    double t = thread_cpu() - t0;
-#define FOLD(a) *sink += _mm256_extract_epi32(a, 0);
-    EACH(FOLD)
-#undef FOLD
-    return t;
-}
-
-__attribute__((target("avx512f"))) static double run_fma512(int *sink) {
-    __m512 w = _mm512_set1_ps(1.0001f), x = _mm512_set1_ps(0.9999f);
-    DECL(__m512, _mm512_set1_ps(1.0f));
-    double t0 = thread_cpu();
-    for (long n = 0; n < ITERS; n++) {
-#define STEP(a) a = _mm512_fmadd_ps(w, x, a); PIN(a);
-        EACH(STEP)
-#undef STEP
-        PIN(w);
-    }
-    double t = thread_cpu() - t0;
-#define FOLD(a) *sink += (int)_mm512_reduce_add_ps(a);
-    EACH(FOLD)
-#undef FOLD
-    return t;
-}
-
-__attribute__((target("avx512f,avx512vnni"))) static double run_vnni512(int *sink) {
-    __m512i w = _mm512_set1_epi8(7), x = _mm512_set1_epi8(-3);
-    DECL(__m512i, _mm512_set1_epi32(1));
-    double t0 = thread_cpu();
-    for (long n = 0; n < ITERS; n++) {
-#define STEP(a) a = _mm512_dpbusd_epi32(a, w, x); PIN(a);
-        EACH(STEP)
-#undef STEP
-        PIN(w);
-    }
-    double t = thread_cpu() - t0;
-#define FOLD(a) *sink += _mm512_reduce_add_epi32(a);
-    EACH(FOLD)
-#undef FOLD
-    return t;
-}
+MIX_FN(run_fma, "avx2,fma", __m256, __m256 w = _mm256_set1_ps(1.0001f); __m256 x = _mm256_set1_ps(0.9999f),
+       _mm256_set1_ps(1.0f), FMA256, FOLD_PS)
+MIX_FN(run_u8s8_16, "avx2", __m256i, __m256i w = _mm256_set1_epi8(7); __m256i x = _mm256_set1_epi8(-3),
+       w, U8S8_16, FOLD_EPI16)
+MIX_FN(run_s8s8, "avx2", __m256i,
+       __m256i w = _mm256_set1_epi8(7); __m256i x = _mm256_set1_epi8(-3); __m256i one = _mm256_set1_epi16(1),
+       w, S8S8, FOLD_EPI32)
+MIX_FN(run_vnni, "avx2,avxvnni", __m256i, __m256i w = _mm256_set1_epi8(7); __m256i x = _mm256_set1_epi8(-3),
+       _mm256_set1_epi32(1), VNNI256, FOLD_EPI32)
+MIX_FN(run_fma512, "avx512f", __m512, __m512 w = _mm512_set1_ps(1.0001f); __m512 x = _mm512_set1_ps(0.9999f),
+       _mm512_set1_ps(1.0f), FMA512, FOLD_PS512)
+MIX_FN(run_vnni512, "avx512f,avx512vnni", __m512i, __m512i w = _mm512_set1_epi8(7); __m512i x = _mm512_set1_epi8(-3),
+       _mm512_set1_epi32(1), VNNI512, FOLD_EPI512)
 
 typedef struct {
     const char *name;
