@@ -62,7 +62,6 @@ struct ak_pool {
     atomic_int stop;
     atomic_int sleepers;        /* workers blocked, or about to, on cv_work */
     atomic_int caller_sleeping; /* caller blocked, or about to, on cv_done */
-    _Atomic double spin_seconds; /* ak_pool_set_spin; read by the workers */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
 
@@ -70,6 +69,8 @@ struct ak_pool {
     void *scratch;              /* ak_pool_scratch */
     size_t scratch_cap;
     size_t scratch_limit;       /* requests over it fail (ak_pool_limit_scratch) */
+    _Atomic double spin_seconds; /* ak_pool_set_spin; read by the workers (last:
+                                    off the lines the hand-offs write) */
 };
 
 /* One step of a bounded spin; i counts from 1. Returns 0 once the caller
