@@ -606,6 +606,30 @@ AK_INLINE_K void store8(float *y, __m256 v, int nv) {
     _mm256_maskstore_ps(y, m, v);
 }
 
+/* Half h's 8 mins of a Q4_K / Q5_K record widened to 16 bits (mn[k]:
+ * 32-blocks 2k, 2k + 1), and its dmin. */
+AK_INLINE_K void load_mins(int kt, const uint8_t *rec, int h, __m256i mn[4], __m256 *dm) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + off_mn(kt) + 32 * k + 16 * h)));
+    *dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_dmin(kt) + 16 * h)));
+}
+
+/* acc + dx * fsum - dmin * dx * (mins . the 32-block sums): a half's
+ * super-block closed for the token whose XK block is at xt (its d, its
+ * 32-blocks' integer sums), in the one order every tile uses. */
+AK_INLINE_K __m256 close_with_mins(__m256 acc, __m256 fsum, const __m256i mn[4], __m256 dm, const uint8_t *xt) {
+    __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(ld32(xt + XK_S32 + 4 * k))));
+    float dx;
+    memcpy(&dx, xt + XK_D, 4);
+    const __m256 vdx = _mm256_set1_ps(dx);
+    acc = _mm256_fmadd_ps(fsum, vdx, acc);
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, vdx), acc);
+}
+
 /* G groups of 16 rows (records at grp, grp + gb, ...), both halves of each,
  * times T tokens (XK rows xk + t * xks): Y[t * ldy + g * 16 + r] for
  * g * 16 + r < nvalid. A half's arithmetic does not depend on G or T. */
@@ -636,23 +660,11 @@ AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *gr
                 }
                 if (kt != KP_Q6K) {
                     __m256i mn[4];
+                    __m256 dm;
+                    load_mins(kt, rec, h, mn, &dm);
 #pragma GCC unroll 4
-                    for (int k = 0; k < 4; k++)
-                        mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + off_mn(kt) + 32 * k + 16 * h)));
-                    const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_dmin(kt) + 16 * h)));
-#pragma GCC unroll 4
-                    for (int t = 0; t < T; t++) {
-                        const uint8_t *xt = x0 + (size_t)t * xks;
-                        __m256i corr = _mm256_setzero_si256();
-#pragma GCC unroll 4
-                        for (int k = 0; k < 4; k++)
-                            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(ld32(xt + XK_S32 + 4 * k))));
-                        float dx;
-                        memcpy(&dx, xt + XK_D, 4);
-                        const __m256 vdx = _mm256_set1_ps(dx);
-                        acc[g][h][t] = _mm256_fmadd_ps(fsum[t], vdx, acc[g][h][t]);
-                        acc[g][h][t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, vdx), acc[g][h][t]);
-                    }
+                    for (int t = 0; t < T; t++)
+                        acc[g][h][t] = close_with_mins(acc[g][h][t], fsum[t], mn, dm, x0 + (size_t)t * xks);
                 } else {
 #pragma GCC unroll 4
                     for (int t = 0; t < T; t++) {
@@ -740,24 +752,12 @@ AK_INLINE_K void ktile_both_q4k(const int T, const uint8_t *grp, int64_t nsb, co
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i mn[4];
+            __m256 dm;
+            load_mins(kt, rec, h, mn, &dm);
 #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++)
-                mn[k] = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + off_mn(kt) + 32 * k + 16 * h)));
-            const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_dmin(kt) + 16 * h)));
-#pragma GCC unroll 4
-            for (int t = 0; t < T; t++) {
-                const uint8_t *xt = x0 + (size_t)t * xks;
-                __m256i corr = _mm256_setzero_si256();
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++)
-                    corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(ld32(xt + XK_S32 + 4 * k))));
-                float dx;
-                memcpy(&dx, xt + XK_D, 4);
-                const __m256 vdx = _mm256_set1_ps(dx);
-                __m256 a = _mm256_fmadd_ps(_mm256_load_ps(fsum[t][h]), vdx, _mm256_load_ps(acc[t][h]));
-                a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, vdx), a);
-                _mm256_store_ps(acc[t][h], a);
-            }
+            for (int t = 0; t < T; t++)
+                _mm256_store_ps(acc[t][h], close_with_mins(_mm256_load_ps(acc[t][h]), _mm256_load_ps(fsum[t][h]), mn,
+                                                           dm, x0 + (size_t)t * xks));
         }
     }
 #pragma GCC unroll 2
@@ -794,9 +794,6 @@ AK_INLINE_K void ktile1_q4k(const int G, const uint8_t *grp, size_t gb, int64_t 
     for (int g = 0; g < G; g++) acc[g][0] = acc[g][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nsb; b++) {
         const uint8_t *x0 = xk + (size_t)b * XK_BYTES;
-        float dx;
-        memcpy(&dx, x0 + XK_D, 4);
-        const __m256 vdx = _mm256_set1_ps(dx);
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             const uint8_t *rec = grp + g * gb + (size_t)b * rb;
@@ -839,15 +836,10 @@ AK_INLINE_K void ktile1_q4k(const int G, const uint8_t *grp, size_t gb, int64_t 
             }
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                __m256i corr = _mm256_setzero_si256();
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++)
-                    corr = _mm256_add_epi32(corr, _mm256_madd_epi16(
-                        _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(rec + off_mn(kt) + 32 * k + 16 * h))),
-                        _mm256_set1_epi32(ld32(x0 + XK_S32 + 4 * k))));
-                const __m256 dm = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_dmin(kt) + 16 * h)));
-                acc[g][h] = _mm256_fmadd_ps(fsum[h], vdx, acc[g][h]);
-                acc[g][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(dm, vdx), acc[g][h]);
+                __m256i mn[4];
+                __m256 dm;
+                load_mins(kt, rec, h, mn, &dm);
+                acc[g][h] = close_with_mins(acc[g][h], fsum[h], mn, dm, x0);
             }
         }
     }
@@ -859,16 +851,6 @@ AK_INLINE_K void ktile1_q4k(const int G, const uint8_t *grp, size_t gb, int64_t 
             if (nv > 0) store8(Y + base, acc[g][h], nv);
         }
 }
-static void ktile1_q4k_1(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y, int nvalid) {
-    ktile1_q4k(1, grp, gb, nsb, xk, Y, nvalid);
-}
-static void ktile1_q4k_2(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y, int nvalid) {
-    ktile1_q4k(2, grp, gb, nsb, xk, Y, nvalid);
-}
-static void ktile1_q4k_4(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y, int nvalid) {
-    ktile1_q4k(4, grp, gb, nsb, xk, Y, nvalid);
-}
-
 typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
                          int64_t ldy, int nvalid);
 #define KTILE_FN(K, G, T)                                                                                   \
@@ -876,14 +858,21 @@ typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8
                                       size_t xks, float *Y, int64_t ldy, int nvalid) {                     \
         ktile(K, G, T, grp, gb, nsb, xk, xks, Y, ldy, nvalid);                                              \
     }
+/* Q4_K's one-token entries: ktile1_q4k (one token: no row strides). */
+#define KTILE1_FN(G)                                                                                        \
+    static void ktile_0_##G##_1(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, \
+                                float *Y, int64_t ldy, int nvalid) {                                       \
+        (void)xks; (void)ldy;                                                                               \
+        ktile1_q4k(G, grp, gb, nsb, xk, Y, nvalid);                                                         \
+    }
 /* Per kind: one group with 1..4 tokens, two groups with 1 or 2, four with one. */
-#define KTILE_KIND(K) KTILE_FN(K, 1, 1) KTILE_FN(K, 1, 2) KTILE_FN(K, 1, 3) KTILE_FN(K, 1, 4) KTILE_FN(K, 2, 1) \
-    KTILE_FN(K, 2, 2) KTILE_FN(K, 4, 1)
+#define KTILE_MULTI(K) KTILE_FN(K, 1, 2) KTILE_FN(K, 1, 3) KTILE_FN(K, 1, 4) KTILE_FN(K, 2, 2)
+#define KTILE_KIND(K) KTILE_MULTI(K) KTILE_FN(K, 1, 1) KTILE_FN(K, 2, 1) KTILE_FN(K, 4, 1)
 #define KTILE_ROWS(K)                                                                                         \
     { { ktile_##K##_1_1, ktile_##K##_1_2, ktile_##K##_1_3, ktile_##K##_1_4 },                                 \
       { ktile_##K##_2_1, ktile_##K##_2_2, NULL, NULL },                                                       \
       { ktile_##K##_4_1, NULL, NULL, NULL } }
-KTILE_KIND(0) KTILE_KIND(1) KTILE_KIND(2)
+KTILE_MULTI(0) KTILE1_FN(1) KTILE1_FN(2) KTILE1_FN(4) KTILE_KIND(1) KTILE_KIND(2)
 static const ktile_fn ktiles[3][3][KT_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
 
 /* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_impl.h's contract for
@@ -907,8 +896,7 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
                                                                    t == t0);
                     continue;
                 }
-                if (kt == KP_Q4K && T == 1) ktile1_q4k_1(P + (size_t)g * gb, gb, nsb, x, y, nvalid);
-                else ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, x, xks, y, rows, nvalid);
+                ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, x, xks, y, rows, nvalid);
             }
         return;
     }
@@ -921,12 +909,6 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
             if (kt == KP_Q4K && T >= 3) {
                 (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(P + (size_t)g * gb, nsb, xk + (size_t)t * xks, xks,
                                                                Y + t * rows + g * GROUP, rows, nvalid, 1);
-                continue;
-            }
-            if (kt == KP_Q4K && T == 1) {
-                (G == 4 ? ktile1_q4k_4 : G == 2 ? ktile1_q4k_2 : ktile1_q4k_1)(P + (size_t)g * gb, gb, nsb,
-                                                                             xk + (size_t)t * xks,
-                                                                             Y + t * rows + g * GROUP, nvalid);
                 continue;
             }
             ktiles[kt][G == 4 ? 2 : G - 1][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks,
