@@ -1339,6 +1339,12 @@ int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens
     return common;
 }
 
+const int32_t *ak_agent_history(const ak_agents *a, const char *id, int *n) {
+    const agent *g = find(a, id);
+    *n = g && g->kv ? g->n : 0;
+    return *n ? g->tokens : NULL;
+}
+
 int ak_agent_hot(const ak_agents *a, const char *id) {
     const agent *g = find(a, id);
     return g && g->kv;

@@ -262,6 +262,11 @@ typedef struct {
  * as its cache holds it now (0 if unknown or not in RAM). */
 int ak_agent_match_len(const ak_agents *a, const char *id, const int32_t *tokens, int n);
 
+/* The history of agent id as its cache holds it now: *n tokens at the
+ * returned pointer (valid until the next call that changes the agent).
+ * NULL with *n = 0 when the agent is unknown or not in RAM. */
+const int32_t *ak_agent_history(const ak_agents *a, const char *id, int *n);
+
 /* Index of agent id for ak_agents_get, or -1 if unknown. */
 int ak_agents_find(const ak_agents *a, const char *id);
 

@@ -16,6 +16,9 @@ typedef struct {
      * message (content) and 0 for the template's own markup. */
     int track, content;
     uint8_t *mask;
+    /* Spans: where each assistant message's turn opens and its content
+     * lands (ak_chat_rendering); NULL when not wanted. */
+    ak_chat_span *spans;
 } sbuf;
 
 static void sb_putn(sbuf *b, const char *s, size_t n) {
@@ -44,6 +47,18 @@ static void sb_puts(sbuf *b, const char *s) { if (s) sb_putn(b, s, strlen(s)); }
 
 /* Runs an append as message content (see sbuf.mask). */
 #define CONTENT(b, stmt) do { (b)->content = 1; stmt; (b)->content = 0; } while (0)
+
+/* Message i's turn opens here (its opening markup follows). */
+static void mark_open(sbuf *b, int i) {
+    if (b->spans) b->spans[i].open = (long)b->len;
+}
+
+/* CONTENT, recording where message i's content lands. */
+#define MSG_CONTENT(b, i, stmt) do {                                             \
+        size_t at_ = (b)->len;                                                   \
+        CONTENT(b, stmt);                                                        \
+        if ((b)->spans) { (b)->spans[i].at = (long)at_; (b)->spans[i].end = (long)(b)->len; } \
+    } while (0)
 
 static int is_ws(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
@@ -229,10 +244,11 @@ static void render_llama3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
         sb_puts(b, "<|eot_id|>");
     }
     for (; i < n; i++) {
+        mark_open(b, i);
         sb_puts(b, "<|start_header_id|>");
         sb_puts(b, role_names[r[i]]);
         sb_puts(b, "<|end_header_id|>\n\n");
-        CONTENT(b, sb_put_trim(b, m[i].content));
+        MSG_CONTENT(b, i, sb_put_trim(b, m[i].content));
         sb_puts(b, "<|eot_id|>");
     }
     if (gen) sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -242,10 +258,11 @@ static void render_chatml(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
                           const char *tmpl) {
     if (r[0] != ROLE_SYSTEM) chatml_default_system(b, tmpl);
     for (int i = 0; i < n; i++) {
+        mark_open(b, i);
         sb_puts(b, "<|im_start|>");
         sb_puts(b, role_names[r[i]]);
         sb_puts(b, "\n");
-        CONTENT(b, sb_puts(b, m[i].content));
+        MSG_CONTENT(b, i, sb_puts(b, m[i].content));
         sb_puts(b, "<|im_end|>\n");
     }
     if (gen) sb_puts(b, "<|im_start|>assistant\n");
@@ -272,8 +289,9 @@ static void render_llama2(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
             CONTENT(b, sb_put_trim(b, text));
             sb_puts(b, " [/INST]");
         } else {
+            mark_open(b, i);
             sb_puts(b, " ");
-            CONTENT(b, sb_put_trim(b, text));
+            MSG_CONTENT(b, i, sb_put_trim(b, text));
             sb_puts(b, " ");
             sb_puts(b, eos);
         }
@@ -302,14 +320,18 @@ static int render_mistral(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
             b->content = 0;
             sb_puts(b, "[/INST]");
         } else {
-            CONTENT(b, sb_puts(b, m[i].content));
+            mark_open(b, i);
+            MSG_CONTENT(b, i, sb_puts(b, m[i].content));
             sb_puts(b, eos);
         }
     }
     return 0;
 }
 
-static void gemma_turn(sbuf *b, const char *role, const char *pending, const char *content) {
+/* One turn; i is the message whose content it shows alone (-1: a user turn,
+ * which may carry pending system text). */
+static void gemma_turn(sbuf *b, int i, const char *role, const char *pending, const char *content) {
+    if (i >= 0) mark_open(b, i);
     sb_puts(b, "<start_of_turn>");
     sb_puts(b, role);
     sb_puts(b, "\n");
@@ -321,6 +343,8 @@ static void gemma_turn(sbuf *b, const char *role, const char *pending, const cha
         if (c.failed) b->failed = 1;
         else CONTENT(b, sb_put_trim(b, c.p));
         free(c.p);
+    } else if (i >= 0) {
+        MSG_CONTENT(b, i, sb_put_trim(b, content));
     } else {
         CONTENT(b, sb_put_trim(b, pending ? pending : content));
     }
@@ -345,13 +369,13 @@ static void render_gemma(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
             if (acc.failed) { b->failed = 1; break; }
             pending = acc.p ? acc.p : "";
         } else if (r[i] == ROLE_USER) {
-            gemma_turn(b, "user", pending, m[i].content);
+            gemma_turn(b, -1, "user", pending, m[i].content);
             pending = NULL;
         } else {
-            gemma_turn(b, "model", NULL, m[i].content);
+            gemma_turn(b, i, "model", NULL, m[i].content);
         }
     }
-    if (pending) gemma_turn(b, "user", pending, NULL);
+    if (pending) gemma_turn(b, -1, "user", pending, NULL);
     free(acc.p);
     if (gen) sb_puts(b, "<start_of_turn>model\n");
 }
@@ -366,6 +390,7 @@ static void render_gemma3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
         sb_puts(b, "<end_of_turn>\n");
     }
     for (int i = prefix ? 1 : 0; i < n; i++) {
+        mark_open(b, i);
         sb_puts(b, "<start_of_turn>");
         sb_puts(b, shown[r[i]]);
         sb_puts(b, "\n");
@@ -373,7 +398,7 @@ static void render_gemma3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n,
             CONTENT(b, sb_puts(b, prefix));
             sb_puts(b, "\n\n");
         }
-        CONTENT(b, sb_put_trim(b, m[i].content));
+        MSG_CONTENT(b, i, sb_put_trim(b, m[i].content));
         sb_puts(b, "<end_of_turn>\n");
     }
     if (gen) sb_puts(b, "<start_of_turn>model\n");
@@ -383,10 +408,11 @@ static void render_phi3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, i
                         const char *eos) {
     for (int i = 0; i < n; i++) {
         if (r[i] == ROLE_SYSTEM && m[i].content[0] == '\0') continue;
+        mark_open(b, i);
         sb_puts(b, "<|");
         sb_puts(b, role_names[r[i]]);
         sb_puts(b, "|>\n");
-        CONTENT(b, sb_puts(b, m[i].content));
+        MSG_CONTENT(b, i, sb_puts(b, m[i].content));
         sb_puts(b, "<|end|>\n");
     }
     sb_puts(b, gen ? "<|assistant|>\n" : eos);
@@ -434,6 +460,7 @@ static void render_qwen3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
         }
         while (rs < re && *rs == '\n') rs++;
         while (re > rs && re[-1] == '\n') re--;
+        mark_open(b, i);
         sb_puts(b, "<|im_start|>assistant\n");
         if (i > last_query && (i == n - 1 || re > rs)) {
             sb_puts(b, "<think>\n");
@@ -441,7 +468,7 @@ static void render_qwen3(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
             sb_puts(b, "\n</think>\n\n");
             while (*c == '\n') c++;
         }
-        CONTENT(b, sb_puts(b, c));
+        MSG_CONTENT(b, i, sb_puts(b, c));
         sb_puts(b, "<|im_end|>\n");
     }
     if (gen) sb_puts(b, "<|im_start|>assistant\n");
@@ -453,8 +480,9 @@ static void render_deepseek2(sbuf *b, const ak_chat_msg *m, const role_t *r, int
     static const char *const label[] = { "", "User: ", "Assistant: " };
     sb_puts(b, bos);
     for (int i = 0; i < n; i++) {
+        mark_open(b, i);
         sb_puts(b, label[r[i]]);
-        CONTENT(b, sb_puts(b, m[i].content));
+        MSG_CONTENT(b, i, sb_puts(b, m[i].content));
         sb_puts(b, r[i] == ROLE_ASSISTANT ? eos : "\n\n");
     }
     if (gen) sb_puts(b, "Assistant:");
@@ -468,9 +496,10 @@ static void render_plain(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
         /* A reply generated after "Assistant:" starts with its own space;
          * echoed back as is it must not get a second one, or the agent's
          * cached reply would no longer match its own re-rendered tokens. */
+        mark_open(b, i);
         if (r[i] == ROLE_ASSISTANT && m[i].content[0] == ' ') sb_puts(b, "Assistant:");
         else sb_puts(b, label[r[i]]);
-        CONTENT(b, sb_puts(b, m[i].content));
+        MSG_CONTENT(b, i, sb_puts(b, m[i].content));
         sb_puts(b, "\n");
     }
     if (gen) sb_puts(b, "Assistant:");
@@ -537,4 +566,61 @@ int ak_chat_tokenize(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_g
     free(b.p);
     free(b.mask);
     return rc;
+}
+
+void ak_chat_rendering_free(ak_chat_rendering *r) {
+    if (!r) return;
+    free(r->text);
+    free(r->plain);
+    free(r->spans);
+    free(r->gen_prompt);
+    memset(r, 0, sizeof *r);
+}
+
+/* The text the generation prompt appends in family f: the difference
+ * between one user message rendered with and without it. Returns a
+ * malloc'd string, or NULL with err set. */
+static char *gen_prompt_text(ak_chat_family f, const char *template_text, ak_error *err) {
+    const ak_chat_msg probe = {.role = "user", .content = "x"};
+    char *with = NULL, *without = NULL, *out = NULL;
+    if (ak_chat_render(f, &probe, 1, 1, NULL, NULL, template_text, &with, err) == 0 &&
+        ak_chat_render(f, &probe, 1, 0, NULL, NULL, template_text, &without, err) == 0) {
+        size_t lw = strlen(without);
+        /* every family appends the prompt to the same text; phi3 without it
+         * appends eos, which is "" here */
+        if (strncmp(with, without, lw)) ak_fail(err, "chat: the generation prompt of %s is not a suffix", ak_chat_family_name(f));
+        else if (!(out = strdup(with + lw))) ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    }
+    free(with);
+    free(without);
+    return out;
+}
+
+int ak_chat_render_tracked(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
+                           ak_chat_rendering *out, ak_error *err) {
+    memset(out, 0, sizeof *out);
+    if (n < 1 || !msgs) return ak_fail(err, "chat: no messages to render");
+    sbuf b = {.track = 1};
+    if (!(b.spans = ak_malloc(sizeof *b.spans * (size_t)n, err))) return -1;
+    for (int i = 0; i < n; i++) b.spans[i] = (ak_chat_span){.open = -1, .at = -1, .end = -1};
+    int rc = render(f, msgs, n, 1, NULL, NULL, template_text, &b, err);
+    if (rc == 0 && !b.p) {   /* nothing rendered: an empty text, still owned */
+        b.p = calloc(1, 1);
+        b.mask = calloc(1, 1);
+        if (!b.p || !b.mask) rc = ak_fail(err, "chat: out of memory rendering the prompt");
+    }
+    if (rc == 0 && !(out->gen_prompt = gen_prompt_text(f, template_text, err))) rc = -1;
+    if (rc != 0) {
+        free(b.p);
+        free(b.mask);
+        free(b.spans);
+        ak_chat_rendering_free(out);
+        return -1;
+    }
+    out->text = b.p;
+    out->len = b.len;
+    out->plain = b.mask;
+    out->spans = b.spans;
+    out->n = n;
+    return 0;
 }

@@ -184,4 +184,33 @@ int ak_chat_tokenize(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_g
                      const char *template_text, const ak_tokenizer *tok, int flags, int32_t **ids,
                      size_t *n_ids, ak_error *err);
 
+/* Where a message landed in a rendering, as byte offsets into its text: the
+ * turn opens at `open` (the role's markup follows), and the content, as the
+ * template put it (trimmed, or with the reasoning dropped), is [at, end).
+ * -1 for messages without a turn of their own (a system message folded into
+ * another turn, or dropped). */
+typedef struct {
+    long open, at, end;
+} ak_chat_span;
+
+/* A conversation rendered with the generation prompt, and where each
+ * message went, for callers that build the prompt in pieces (chat_resend.h). */
+typedef struct {
+    char *text;           /* (len + 1) NUL-terminated: ak_chat_render's text, bos and eos "" */
+    size_t len;
+    uint8_t *plain;       /* (len) 1 for bytes of message content (ak_chat_tokenize's mask) */
+    ak_chat_span *spans;  /* (n) one per message */
+    int n;
+    char *gen_prompt;     /* what the generation prompt appends to a conversation */
+} ak_chat_rendering;
+
+/* Renders msgs[0..n) as ak_chat_tokenize does (generation prompt on, bos and
+ * eos ""), keeping the content mask and the spans. Returns 0 and fills *out
+ * (free with ak_chat_rendering_free), or -1 with err set (as ak_chat_render)
+ * and *out zeroed. */
+int ak_chat_render_tracked(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
+                           ak_chat_rendering *out, ak_error *err);
+/* Frees what a rendering holds and zeroes it; NULL is fine. */
+void ak_chat_rendering_free(ak_chat_rendering *r);
+
 #endif

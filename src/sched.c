@@ -42,6 +42,8 @@ struct ak_request {
     int mem_next;                 /* engine: the first memory not yet placed or passed */
     int mem_full;                 /* reuse full: computed, not placed (sched.h) */
     ak_reuse_params mem_reuse;    /* the method memories are placed by (NONE: ak_agent_place_memory) */
+    ak_reprompt reprompt;         /* the prompt's rebuild over the agent's history (fn NULL: none
+                                     or done; engine thread) */
     /* engine thread only */
     rstate state;
     ak_kv *kv;
@@ -120,6 +122,7 @@ struct ak_sched {
 #define logf_(s, ...) ak_logf((s)->cfg.log, (s)->cfg.log_ud, __VA_ARGS__)
 
 static void free_request(ak_request *r) {
+    if (r->reprompt.free) r->reprompt.free(r->reprompt.ud);
     ak_sampler_free(r->smp);
     free(r->prompt);
     ak_gen_free(&r->gen);
@@ -232,6 +235,10 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
         ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
         return NULL;
     }
+    if (p->reprompt.fn && (pooled || p->n_mem)) {
+        ak_failc(err, AK_ERR_INVALID, "a prompt rebuilt over the agent's history cannot start with a pool or hold memories");
+        return NULL;
+    }
     if (p->n_mem < 0 || p->n_mem > AK_MAX_MEMORIES) {
         ak_failc(err, AK_ERR_INVALID, "at most %d memories in a request", AK_MAX_MEMORIES);
         return NULL;
@@ -292,7 +299,11 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
                     (const char *const *)r->stop, r->n_stop, err) < 0)
         goto fail;
     r->res.prompt_tokens = p->n_prompt;
-    if (enqueue(s, r, status, err) < 0) goto fail;
+    if (!anonymous) r->reprompt = p->reprompt;
+    if (enqueue(s, r, status, err) < 0) {
+        r->reprompt = (ak_reprompt){0};   /* the caller's again */
+        goto fail;
+    }
     return r;
 fail:
     free_request(r);
@@ -629,6 +640,42 @@ static int admit_pool_job(ak_sched *s, ak_request *r, ak_request *prev) {
     return 1;
 }
 
+/* Rebuilds r's prompt over its agent's history (ak_reprompt), once, right
+ * before the prompt is matched; only an agent in RAM has a history to
+ * rebuild over (a warm one was restored ahead). A rebuilt prompt replaces
+ * the submitted one: the generator starts over on it and the reservation
+ * follows its length. Engine thread. */
+static void rebuild_prompt(ak_sched *s, ak_request *r) {
+    ak_reprompt rp = r->reprompt;
+    r->reprompt = (ak_reprompt){0};
+    int n_hist = 0, n = 0;
+    const int32_t *hist = ak_agent_history(s->cfg.agents, r->id, &n_hist);
+    int32_t *ids = NULL;
+    ak_error err = {{0}};
+    int rc = hist ? rp.fn(rp.ud, hist, n_hist, &ids, &n, &err) : 0;
+    if (rp.free) rp.free(rp.ud);
+    if (rc < 0) logf_(s, "agent %s: the prompt was not rebuilt over its history: %s", r->id, err.msg);
+    if (rc <= 0) return;
+    ak_gen g = {0};
+    if (n < 1 || n >= s->cfg.n_ctx ||
+        ak_gen_init(&g, s->cfg.tok, r->smp, ids, n, r->max_tokens, s->cfg.n_ctx, r->stop_at_eog,
+                    (const char *const *)r->stop, r->n_stop, &err) < 0) {
+        ak_gen_free(&g);
+        free(ids);
+        return;
+    }
+    ak_gen_free(&r->gen);
+    r->gen = g;
+    free(r->prompt);
+    r->prompt = ids;
+    r->n_prompt = n;
+    long reserve = (long)n + r->max_tokens;
+    r->n_reserve = (int)(reserve > s->cfg.n_ctx ? s->cfg.n_ctx : reserve);
+    pthread_mutex_lock(&s->mu);
+    r->res.prompt_tokens = n;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Admits waiting requests in arrival order (see sched.h). */
 static void admit(ak_sched *s) {
     char (*blocked)[AK_AGENT_ID_MAX + 2] = NULL;
@@ -667,6 +714,7 @@ static void admit(ak_sched *s) {
             r->prefetch_tried = 1; /* nothing to restore, or nothing else running: open restores */
         }
         if (r->anonymous) pick_anonymous(s, r);
+        else if (r->reprompt.fn) rebuild_prompt(s, r);
         double t_open = ak_now(); /* a restore in the open is service time, not queueing */
         ak_error err = {{0}};
         ak_turn t;

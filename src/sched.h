@@ -55,6 +55,17 @@ typedef struct {
                                  takes about this long (default 200; 0 = always step_tokens) */
 } ak_sched_config;
 
+/* A prompt rebuilt over the agent's history right before it is matched
+ * (chat_resend.h: a resent conversation whose replies the history's own
+ * tokens stand for). fn returns 1 with a malloc'd prompt in *ids (*n_ids
+ * tokens), 0 to keep the prompt as submitted, -1 on failure (the prompt as
+ * submitted is used; logged). free releases ud. */
+typedef struct {
+    int (*fn)(void *ud, const int32_t *hist, int n_hist, int32_t **ids, int *n_ids, ak_error *err);
+    void *ud;
+    void (*free)(void *ud);
+} ak_reprompt;
+
 typedef struct {
     const char *agent_id;     /* NULL or "": anonymous (prefix reuse, nothing persisted) */
     const char *pool;         /* NULL or "": none; else the pool the prompt starts with (copied):
@@ -79,6 +90,10 @@ typedef struct {
                                  is placed by ak_agent_reuse_memory (reuse.h) at mem_ratio when the
                                  prefill reaches it, in one go on the engine thread (FULL: mem_full) */
     float mem_ratio;
+    /* a named agent's prompt rebuilt over its history at admission (fn NULL: none; not with a
+       pool or memories). On success the scheduler owns ud (and frees it); on failure the
+       caller keeps it. A rebuilt prompt not shorter than the context is not used */
+    ak_reprompt reprompt;
 } ak_req_params;
 
 typedef enum {

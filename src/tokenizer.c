@@ -1013,7 +1013,8 @@ int ak_tokenize_masked(const ak_tokenizer *tk, const char *text, size_t len, int
         if (!sc.md) { ak_fail(err, "out of memory"); goto done; }
     }
     if (add && tk->add_bos && ivec_push(&sc.out, tk->bos) < 0) { ak_fail(err, "out of memory"); goto done; }
-    int prev_special = 1;   /* SPM: the dummy prefix goes at the start and after special tokens */
+    /* SPM: the dummy prefix goes at the start and after special tokens */
+    int prev_special = !(flags & AK_TOK_CONTINUE);
     for (size_t i = 0; i < n_parts; i++) {
         if (parts[i].tok >= 0) {
             if (ivec_push(&sc.out, parts[i].tok) < 0) { ak_fail(err, "out of memory"); goto done; }

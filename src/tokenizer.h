@@ -46,7 +46,10 @@ enum {
 /* ak_tokenize flags. */
 enum {
     AK_TOK_ADD_SPECIAL   = 1,  /* add BOS / EOS where the metadata asks for them */
-    AK_TOK_PARSE_SPECIAL = 2   /* turn the text of CONTROL tokens into those tokens */
+    AK_TOK_PARSE_SPECIAL = 2,  /* turn the text of CONTROL tokens into those tokens */
+    AK_TOK_CONTINUE      = 4   /* the text continues a sequence after a text token: SPM puts no
+                                  dummy-prefix space at its start (it still does after a
+                                  special token inside it) */
 };
 
 /* Builds the tokenizer described by f's metadata. Everything needed is
