@@ -15,12 +15,15 @@
  * ../shared/models/stories260K.gguf; `make fuzz` passes the shared one).
  * Checked, besides crashes and sanitizer reports:
  *   - accepted: 1 <= tokens < context, every id inside the vocabulary,
- *     1 <= max_tokens <= context - tokens, the stop strings non-empty and at
- *     most AK_MAX_STOP, the agent id empty or valid;
+ *     1 <= max_tokens <= context - tokens, the stop strings non-empty, valid
+ *     UTF-8 (utf8_check.h) and at most AK_MAX_STOP, the agent id empty or
+ *     valid, the logit biases inside the vocabulary and [-100, 100], the
+ *     penalties inside OpenAI's ranges;
  *   - refused: status 400, 404 or 500 with a message.
  * Seeds: fuzz/corpus/http/ (realistic bodies of both endpoints, with an
  * agent header or not). Run with `make fuzz FUZZ_TARGETS=http`.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +32,7 @@
 
 #include "../src/api.h"
 #include "../src/gguf.h"
+#include "utf8_check.h"
 
 static ak_tokenizer *load_tokenizer(void) {
     const char *path = getenv("AK_FUZZ_MODEL");
@@ -86,7 +90,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r.max_tokens < 1 || (size_t)r.max_tokens > (size_t)n_ctx - r.n_tokens) abort();
         if (r.n_stop < 0 || r.n_stop > AK_MAX_STOP) abort();
         for (int i = 0; i < r.n_stop; i++)
-            if (!r.stop[i] || !r.stop[i][0]) abort();
+            if (!r.stop[i] || !r.stop[i][0] || !utf8_valid((const unsigned char *)r.stop[i], strlen(r.stop[i]))) abort();
+        for (int i = 0; i < r.sp.n_logit_bias; i++)
+            if (r.sp.logit_bias[i].id < 0 || r.sp.logit_bias[i].id >= vocab || !(fabsf(r.sp.logit_bias[i].bias) <= 100))
+                abort();
+        if (!(fabsf(r.sp.frequency_penalty) <= 2 && fabsf(r.sp.presence_penalty) <= 2)) abort();
         if (r.agent_id[0] && !ak_agent_id_valid(r.agent_id)) abort();
         if (r.chat != chat) abort();
     } else {

@@ -1,5 +1,6 @@
 /* api.c - see api.h */
 #include "api.h"
+#include "api_fields.h"
 #include "bitalloc.h"
 
 #include <cjson/cJSON.h>
@@ -12,6 +13,7 @@ void ak_api_request_free(ak_api_request *r) {
     if (!r) return;
     free(r->tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->logit_bias);
     memset(r, 0, sizeof *r);
 }
 
@@ -421,17 +423,29 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     if (strcmp(model->valuestring, cfg->model_id))
         return fail_bad(b, 404, "model", "model_not_found", "The model '%.200s' does not exist (this server serves '%.200s')",
                         model->valuestring, cfg->model_id);
-    /* the agent: header or body field; both must agree */
+    /* every field OpenAI defines: type, range, and what this server lacks (api_fields.h) */
+    ak_api_field_ctx fctx = {.vocab = ak_tokenizer_vocab_size(cfg->tok)};
+    if (ak_api_check_fields(body, chat, &fctx, b) < 0) return -1;
+    /* the agent (api.h: AGENTS): the header; else agent_id or prompt_cache_key, which must agree */
     const cJSON *bid = cJSON_GetObjectItemCaseSensitive(body, "agent_id");
+    const cJSON *key = cJSON_GetObjectItemCaseSensitive(body, "prompt_cache_key");
     if (bid && !cJSON_IsNull(bid) && !cJSON_IsString(bid))
         return fail_bad(b, 400, "agent_id", "invalid_type", "agent_id must be a string");
     const char *id = hdr ? hdr : (cJSON_IsString(bid) ? bid->valuestring : NULL);
+    const char *id_param = "agent_id";
     if (hdr && cJSON_IsString(bid) && strcmp(hdr, bid->valuestring))
         return fail_bad(b, 400, "agent_id", "invalid_value", "X-Agent-Id and agent_id name different agents");
+    if (!hdr && cJSON_IsString(key)) {
+        if (id && strcmp(id, key->valuestring))
+            return fail_bad(b, 400, "prompt_cache_key", "invalid_value",
+                            "agent_id and prompt_cache_key name different agents");
+        id = key->valuestring;
+        id_param = cJSON_IsString(bid) ? "agent_id" : "prompt_cache_key";
+    }
     if (id) {
         if (!ak_agent_id_valid(id))
-            return fail_bad(b, 400, "agent_id", "invalid_agent_id",
-                            "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+            return fail_bad(b, 400, id_param, "invalid_agent_id",
+                            "%s: invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')", id_param);
         snprintf(p->agent_id, sizeof p->agent_id, "%s", id);
     }
     long v;
@@ -454,6 +468,7 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     d = p->sp.top_p;
     if (get_num(body, "top_p", 1e-9, 1, &d, b) < 0) return -1;
     p->sp.top_p = (float)d;
+    if (ak_api_read_sampler_fields(body, &p->sp, &p->logit_bias, b) < 0) return -1;
     if (get_int(body, "seed", -(1L << 62), 1L << 62, &v, &given, b) < 0) return -1;
     p->seed_given = given;
     p->sp.seed = given ? (uint64_t)v : default_seed;
@@ -519,7 +534,8 @@ int ak_api_parse(const ak_api_config *cfg, const char *body, size_t len, int cha
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
     if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
-    int rc = parse_body(cfg, j, chat, agent_header, default_seed, out, e);
+    int rc = ak_api_check_utf8(j, e);
+    if (rc == 0) rc = parse_body(cfg, j, chat, agent_header, default_seed, out, e);
     cJSON_Delete(j);
     if (rc < 0) ak_api_request_free(out);
     return rc;
@@ -640,7 +656,8 @@ int ak_api_parse_memory(const char *body, size_t len, ak_api_memory_request *out
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
     if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
-    int rc = parse_memory_body(j, out, e);
+    int rc = ak_api_check_utf8(j, e);
+    if (rc == 0) rc = parse_memory_body(j, out, e);
     cJSON_Delete(j);
     if (rc < 0) ak_api_memory_request_free(out);
     return rc;
@@ -652,7 +669,8 @@ int ak_api_parse_pool(const ak_api_config *cfg, const char *body, size_t len, ak
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
     if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
-    int rc = parse_pool_body(cfg, j, out, e);
+    int rc = ak_api_check_utf8(j, e);
+    if (rc == 0) rc = parse_pool_body(cfg, j, out, e);
     cJSON_Delete(j);
     if (rc < 0) ak_api_pool_request_free(out);
     return rc;
@@ -731,7 +749,8 @@ int ak_api_parse_card(const char *body, size_t len, ak_api_card_request *out, ak
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
     if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
-    int rc = parse_card_body(j, out, e);
+    int rc = ak_api_check_utf8(j, e);
+    if (rc == 0) rc = parse_card_body(j, out, e);
     cJSON_Delete(j);
     return rc;
 }
@@ -743,10 +762,12 @@ int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_M
     *mode = AK_IMPORT_REPLACE;
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
     if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
-    int rc = 0;
+    int rc = ak_api_check_utf8(j, e);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "card");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "mode");
-    if (!cJSON_IsObject(j)) rc = fail_bad(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
+    if (rc < 0) {
+        /* e says which string */
+    } else if (!cJSON_IsObject(j)) rc = fail_bad(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
     else if (!cJSON_IsString(c) || !ak_agent_id_valid(c->valuestring))
         rc = fail_bad(e, 400, "card", "invalid_card_id", "card must be a card id (1-128 of [A-Za-z0-9_.-])");
     else if (m && !cJSON_IsNull(m) &&

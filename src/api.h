@@ -3,9 +3,17 @@
  * connection: the server calls it with the body bytes and the X-Agent-Id
  * header's value, and so can a fuzzer.
  *
- * Fields read (others are ignored, as OpenAI's clients send many):
+ * First every string of the body, values and object keys at any depth,
+ * must be valid UTF-8 (else 400 invalid_encoding, param the string's path,
+ * e.g. "messages[1].content"); then every field OpenAI defines for the
+ * endpoint is checked against api_fields.h's table (type: 400
+ * invalid_type; range: 400 invalid_value; a capability the server lacks,
+ * e.g. tools, logprobs, n > 1: 400 unsupported_parameter). Fields not in
+ * the table are ignored, as OpenAI's clients send many. The pool, memory,
+ * card and import bodies below get the same UTF-8 check.
+ *
+ * Fields read:
  *   model (string, required, must equal the served model id)
- *   agent_id (string; must agree with the header when both are given)
  *   messages (chat, required): 1..AK_API_MAX_MESSAGES objects {role, content};
  *     role system|developer|user|assistant; content a string, null, or an
  *     array of at most AK_API_MAX_PARTS parts {"type":"text","text":...}
@@ -13,10 +21,25 @@
  *   n (only 1), max_tokens / max_completion_tokens (1..2^24),
  *   temperature [0, 2], top_p (0, 1], seed (|seed| <= 2^62),
  *   stream, stream_options.include_usage (booleans),
- *   stop (a string or an array of at most 4 non-empty strings), user (string),
- *   pool (string: the pool the prompt starts with; see POOLS below).
+ *   stop (a string or an array of at most 4 non-empty strings),
+ *   sampler fields (sampler.h): top_k (>= 0), min_p [0, 1],
+ *     repetition_penalty (0, 100], frequency_penalty and presence_penalty
+ *     [-2, 2], logit_bias {token id: [-100, 100]} (ids of this vocabulary),
+ *   pool (string: the pool the prompt starts with; see POOLS below),
+ *   memories, reuse, recompute_ratio (MEMORIES below),
+ *   agent_id, prompt_cache_key (AGENTS below).
  * Numbers are range-checked as doubles before any conversion, so 1e300 is a
  * 400 like any other out-of-range value.
+ *
+ * AGENTS. The X-Agent-Id header names the agent. Without it, agent_id or
+ * prompt_cache_key (OpenAI's field, which SDKs and frameworks can set
+ * where they cannot set a header) names it; both given must be equal (else
+ * 400 invalid_value naming prompt_cache_key). With the header, agent_id
+ * must equal it (else 400 invalid_value) and prompt_cache_key is not used
+ * (only its type is checked). The name must be an agent id (1-128 of
+ * [A-Za-z0-9_.-], not starting with '.'; else 400 invalid_agent_id naming
+ * the field it came from). None of them: an anonymous request (an
+ * in-memory prefix cache, nothing saved).
  */
 #ifndef AK_API_H
 #define AK_API_H
@@ -79,14 +102,16 @@ typedef struct {
     int n_mem_tokens;         /* their tokens in all */
     ak_reuse_method reuse;
     double recompute_ratio;   /* as given, AK_API_RECOMPUTE_RATIO if absent; cacheblend and agentkvshift use it */
+    ak_logit_bias *logit_bias;   /* sp.logit_bias's entries (owned), NULL when none */
 } ak_api_request;
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */
 typedef struct {
     int status;               /* 400, 404 (unknown model or pool), 409 (a pool of another
                                  model), 500 (out of memory, a corrupt pool), 503 */
-    const char *param, *code; /* static strings or NULL */
+    const char *param, *code; /* static strings, param_buf, or NULL */
     char msg[600];
+    char param_buf[160];      /* a param built for this error (a path such as "messages[1].content") */
 } ak_api_error;
 
 /* Parses body[0..len) (need not be NUL-terminated) for the chat (chat = 1)
