@@ -14,7 +14,19 @@ void ak_api_request_free(ak_api_request *r) {
     free(r->tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->logit_bias);
+    ak_chat_resend_free(r->resend);
     memset(r, 0, sizeof *r);
+}
+
+static int resend_fn(void *ud, const int32_t *hist, int n_hist, int32_t **ids, int *n_ids, ak_error *err) {
+    return ak_chat_resend_prompt(ud, hist, n_hist, ids, n_ids, err);
+}
+
+static void resend_free(void *ud) { ak_chat_resend_free(ud); }
+
+ak_reprompt ak_api_reprompt(const ak_api_request *r) {
+    if (!r->resend) return (ak_reprompt){0};
+    return (ak_reprompt){.fn = resend_fn, .ud = r->resend, .free = resend_free};
 }
 
 static int fail_bad(ak_api_error *b, int status, const char *param, const char *code, const char *fmt, ...)
@@ -167,6 +179,12 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, cons
     }
     if (read_messages(msgs, &l, b) < 0) goto done;
     rc = tokenize_messages(cfg, &l, 1, &p->tokens, &p->n_tokens, b);
+    if (rc == 0 && p->agent_id[0] && !p->pool[0]) {
+        /* kept for the engine: the agent's history may stand for its replies */
+        ak_error err = {0};
+        if (!(p->resend = ak_chat_resend_new(cfg->family, l.m, l.n, cfg->template_text, cfg->tok, &err)))
+            rc = fail_bad(b, 500, NULL, NULL, "out of memory");
+    }
 done:
     msg_list_free(&l);
     return rc;
@@ -405,6 +423,10 @@ static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, a
         goto done;
     }
     if (place_memories(cfg, body, p, b) < 0) goto done;
+    if (p->n_mem) {   /* memories sit at fixed positions of the prompt as rendered */
+        ak_chat_resend_free(p->resend);
+        p->resend = NULL;
+    }
     rc = 0;
 done:
     free(pool);

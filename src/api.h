@@ -49,6 +49,7 @@
 
 #include "agent.h"
 #include "chat.h"
+#include "chat_resend.h"
 #include "reuse.h"
 #include "sampler.h"
 #include "sched.h"
@@ -103,6 +104,9 @@ typedef struct {
     ak_reuse_method reuse;
     double recompute_ratio;   /* as given, AK_API_RECOMPUTE_RATIO if absent; cacheblend and agentkvshift use it */
     ak_logit_bias *logit_bias;   /* sp.logit_bias's entries (owned), NULL when none */
+    ak_chat_resend *resend;   /* a named agent's chat without pool or memories: its messages, for
+                                 the prompt's rebuild over the agent's history (chat_resend.h;
+                                 sched.h: ak_reprompt); NULL otherwise */
 } ak_api_request;
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */
@@ -125,6 +129,11 @@ int ak_api_parse(const ak_api_config *cfg, const char *body, size_t len, int cha
 
 /* Frees what ak_api_parse allocated; the struct is zeroed. NULL is fine. */
 void ak_api_request_free(ak_api_request *r);
+
+/* The scheduler's prompt rebuild for r (sched.h: ak_reprompt; fn NULL when
+ * r has none), its ud r->resend. Once ak_sched_submit took it, set
+ * r->resend to NULL: the scheduler frees it. */
+ak_reprompt ak_api_reprompt(const ak_api_request *r);
 
 /* POOLS. A request with "pool": ID gets a prompt that starts with the
  * pool's tokens (the lookup's), by the pool's source:

@@ -432,9 +432,11 @@ static enum MHD_Result handle_completion(ak_server *s, struct MHD_Connection *c,
         rp.mem_at[i] = p.mem_at[i];
         rp.mem_len[i] = p.mem_len[i];
     }
+    rp.reprompt = ak_api_reprompt(&p);
     int status = 0;
     ak_error err = {0};
     ak_request *r = ak_sched_submit(s->cfg.sched, &rp, &status, &err);
+    if (r) p.resend = NULL;   /* the scheduler's now */
     if (!r) {
         ak_api_request_free(&p);
         return send_error(s, c, ep, status, status == 400 ? "max_tokens" : NULL, NULL, "%s", err.msg);

@@ -11,6 +11,16 @@
 
 int rig_start(ak_test_ctx *t, rig *r, const char *model, size_t budget, const char *mem, ak_kv_format fk,
               ak_kv_format fv, int n_ctx) {
+    const rig_opts o = {.model = model, .budget = budget, .mem = mem, .fk = fk, .fv = fv, .n_ctx = n_ctx,
+                        .family = AK_CHAT_PLAIN};
+    return rig_start_opts(t, r, &o);
+}
+
+int rig_start_opts(ak_test_ctx *t, rig *r, const rig_opts *o) {
+    const char *model = o->model, *mem = o->mem;
+    size_t budget = o->budget;
+    ak_kv_format fk = o->fk, fv = o->fv;
+    int n_ctx = o->n_ctx;
     ak_error err = {0};
     char path[512], dir[512];
     memset(r, 0, sizeof *r);
@@ -35,7 +45,7 @@ int rig_start(ak_test_ctx *t, rig *r, const char *model, size_t budget, const ch
         vc.model = r->m;
         vc.tok = r->tok;
         vc.model_id = "m";
-        vc.family = AK_CHAT_PLAIN;
+        vc.family = o->family;
         vc.n_ctx = n_ctx;
         vc.metrics = r->metrics;
         r->srv = ak_server_start(&vc, &err);

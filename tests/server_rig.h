@@ -39,6 +39,15 @@ typedef struct {
  * Returns 0, or -1 having failed the test (naming the model). */
 int rig_start(ak_test_ctx *t, rig *r, const char *model, size_t budget, const char *mem, ak_kv_format fk,
               ak_kv_format fv, int n_ctx);
+/* rig_start with the chat family named (rig_start renders plain). */
+typedef struct {
+    const char *model, *mem;
+    size_t budget;
+    ak_kv_format fk, fv;
+    int n_ctx;
+    ak_chat_family family;
+} rig_opts;
+int rig_start_opts(ak_test_ctx *t, rig *r, const rig_opts *o);
 /* Stops and frees it all (the agents flushed first). */
 void rig_stop(rig *r);
 

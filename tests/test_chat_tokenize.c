@@ -232,3 +232,6 @@ TEST(chat_tokenize_server_request_cannot_spoof_turns) {
     ak_api_request_free(&r);
     ak_tokenizer_free(tk);
 }
+
+/* For other test files (test_chat_resend.c): the ChatML tokenizer above. */
+ak_tokenizer *test_chatml_tokenizer(ak_test_ctx *t) { return chatml_tok(t); }

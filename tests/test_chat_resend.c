@@ -1,0 +1,281 @@
+/* test_chat_resend.c - a conversation resent in full is rendered over the
+ * agent's own tokens (chat_resend.h), for every family and for SentencePiece
+ * and byte-level BPE vocabularies.
+ *
+ * The histories are built here from the tokenizer alone: a turn's prompt is
+ * ak_chat_tokenize of the messages so far (what the server sends when no
+ * reply came before), its reply the ids of the reply's text taken one
+ * character at a time, so that they are not the ids a re-rendering would
+ * give. The references: the rebuilt prompt starts with the whole history
+ * (the agent's cache is reused up to its end), what follows is no longer
+ * than the newest message rendered alone, and the template wins where it
+ * rewrites (nothing replaced).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/chat_resend.h"
+#include "../src/gguf.h"
+#include "../src/tokenizer.h"
+#include "test.h"
+
+ak_tokenizer *test_chatml_tokenizer(ak_test_ctx *t);
+
+static ak_tokenizer *tok_of(ak_test_ctx *t, const char *rel) {
+    char path[512];
+    gguf_file f;
+    ak_error err = {0};
+    if (gguf_open(&f, test_path(path, sizeof path, rel), &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", rel, err.msg);
+        return NULL;
+    }
+    ak_tokenizer *tk = ak_tokenizer_load(&f, &err);
+    gguf_close(&f);
+    if (!tk) ak_test_fail(t, __FILE__, __LINE__, "%s: %s", rel, err.msg);
+    return tk;
+}
+
+/* ids of text one UTF-8 character at a time (as a model might emit them),
+ * appended to (*v, *n). */
+static void push_chars(int32_t **v, int *n, const ak_tokenizer *tk, const char *text) {
+    for (size_t i = 0; text[i];) {
+        size_t k = 1;
+        while (((unsigned char)text[i + k] & 0xC0) == 0x80) k++;
+        int32_t *ids = NULL;
+        size_t m = 0;
+        ak_error err = {0};
+        if (ak_tokenize(tk, text + i, k, AK_TOK_CONTINUE, &ids, &m, &err) == 0) {
+            *v = realloc(*v, sizeof **v * (size_t)(*n + (int)m));
+            memcpy(*v + *n, ids, sizeof *ids * m);
+            *n += (int)m;
+        }
+        free(ids);
+        i += k;
+    }
+}
+
+/* The plain prompt of msgs[0..n) (what a first turn sends). */
+static int32_t *prompt_of(ak_test_ctx *t, const ak_tokenizer *tk, ak_chat_family f, const ak_chat_msg *m, int n,
+                          int gen, int *len) {
+    int32_t *ids = NULL;
+    size_t k = 0;
+    ak_error err = {0};
+    if (ak_chat_tokenize(f, m, n, gen, NULL, tk, AK_TOK_ADD_SPECIAL, &ids, &k, &err) < 0)
+        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", ak_chat_family_name(f), err.msg);
+    *len = (int)k;
+    return ids;
+}
+
+static const char *const replies[] = {
+    " \n Sure: make a branch with `git branch NAME`.\n ",
+    "\n\n- one\n- two  \n",
+    "  ok, done\t",
+};
+
+/* Three turns of family f, with a system message, resent in full: at turns
+ * 2 and 3 the prompt keeps the whole history and adds no more than the
+ * newest message. The history after each turn is the prompt the server
+ * would send (the function under test from turn 2 on) and the reply's ids. */
+static void three_turns(ak_test_ctx *t, const ak_tokenizer *tk, ak_chat_family f, const char *tk_name) {
+    ak_chat_msg m[8] = {
+        {.role = "system", .content = "You answer questions about git."},
+        {.role = "user", .content = "How do I make a branch?"},
+    };
+    int n = 2, nh = 0;
+    int32_t *hist = prompt_of(t, tk, f, m, n, 1, &nh);
+    if (!hist) return;
+    static const char *const users[] = {"And then?", "What about merging?"};
+    for (int turn = 0; turn < 3; turn++) {
+        if (turn > 0) {
+            int32_t *ids = NULL;
+            size_t k = 0;
+            int replaced = 0;
+            ak_error err = {0};
+            int rc = ak_chat_tokenize_resent(f, m, n, NULL, tk, hist, nh, &ids, &k, &replaced, &err);
+            CHECK(rc == 0, "%s/%s: %s", ak_chat_family_name(f), tk_name, err.msg);
+            int kept = 0;
+            while (ids && kept < nh && kept < (int)k && ids[kept] == hist[kept]) kept++;
+            CHECK(replaced == turn && kept == nh, "%s/%s turn %d: %d of %d replies replaced, %d of the %d history tokens kept",
+                  ak_chat_family_name(f), tk_name, turn + 1, replaced, turn, kept, nh);
+            /* what follows the history: the rendering's text after the last
+             * reply (as the template put it: trimmed by some) */
+            char *text = NULL;
+            REQUIRE(ak_chat_render(f, m, n, 1, NULL, NULL, NULL, &text, &err) == 0, "%s", err.msg);
+            const char *last = replies[turn - 1];
+            size_t a = 0, z = strlen(last);
+            while (a < z && strchr(" \t\n", last[a])) a++;
+            while (z > a && strchr(" \t\n", last[z - 1])) z--;
+            char *shown = strndup(last + a, z - a), *at = NULL;
+            for (char *p = text; (p = strstr(p, shown)) != NULL; p++) at = p;
+            int32_t *tail = NULL;
+            size_t nt = 0;
+            if (at) {
+                at += strlen(shown);
+                while (*at && strchr(" \t\n", *at) && at < text + strlen(text) && !strncmp(at, last + z, 1)) at++;
+                ak_tokenize(tk, at, strlen(at), AK_TOK_PARSE_SPECIAL | AK_TOK_CONTINUE, &tail, &nt, &err);
+            }
+            CHECK(ids && at && (int)k - nh <= (int)nt + 1, "%s/%s turn %d: %d tokens after the history, the text after the reply is %zu",
+                  ak_chat_family_name(f), tk_name, turn + 1, (int)k - nh, nt);
+            free(tail);
+            free(shown);
+            free(text);
+            if (ids) {
+                free(hist);
+                hist = ids;
+                nh = (int)k;
+            }
+        }
+        push_chars(&hist, &nh, tk, replies[turn]);
+        if (turn == 2) break;
+        m[n++] = (ak_chat_msg){.role = "assistant", .content = replies[turn]};
+        m[n++] = (ak_chat_msg){.role = "user", .content = users[turn]};
+    }
+    free(hist);
+}
+
+TEST(chat_resend_every_family_keeps_the_history) {
+    ak_tokenizer *spm = tok_of(t, "models/tiny-llama-h64-gqa-f32.gguf");
+    ak_tokenizer *bpe = tok_of(t, "models/qwen3-tiny.gguf");
+    ak_tokenizer *ctl = test_chatml_tokenizer(t);
+    REQUIRE(spm && bpe && ctl, "tokenizers");
+    for (int f = AK_CHAT_LLAMA3; f <= AK_CHAT_PLAIN; f++) {
+        if (f == AK_CHAT_MISTRAL) continue;   /* moves the system message: below */
+        three_turns(t, spm, (ak_chat_family)f, "spm");
+        three_turns(t, bpe, (ak_chat_family)f, "bpe");
+        three_turns(t, ctl, (ak_chat_family)f, "chatml-control");
+    }
+    ak_tokenizer_free(spm);
+    ak_tokenizer_free(bpe);
+    ak_tokenizer_free(ctl);
+}
+
+/* Rebuilds msgs[0..n) over hist; returns how many replies were replaced
+ * (-1 on error) and the common prefix with hist in *kept. */
+static int rebuild(ak_test_ctx *t, const ak_tokenizer *tk, ak_chat_family f, const ak_chat_msg *m, int n,
+                   const int32_t *hist, int nh, int *kept, int32_t **out, size_t *nout) {
+    int32_t *ids = NULL;
+    size_t k = 0;
+    int replaced = 0;
+    ak_error err = {0};
+    if (ak_chat_tokenize_resent(f, m, n, NULL, tk, hist, nh, &ids, &k, &replaced, &err) < 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "%s", err.msg);
+        return -1;
+    }
+    *kept = 0;
+    while (ids && *kept < nh && *kept < (int)k && ids[*kept] == hist[*kept]) (*kept)++;
+    if (out) {
+        *out = ids;
+        *nout = k;
+    } else {
+        free(ids);
+    }
+    return replaced;
+}
+
+TEST(chat_resend_only_the_very_text) {
+    ak_tokenizer *tk = tok_of(t, "models/tiny-llama-h64-gqa-f32.gguf");
+    REQUIRE(tk, "tokenizer");
+    ak_chat_msg m[3] = {{.role = "user", .content = "Tell me about git."},
+                        {.role = "assistant", .content = " Git tracks files.\n"},
+                        {.role = "user", .content = "More?"}};
+    for (int f = AK_CHAT_LLAMA3; f <= AK_CHAT_PLAIN; f++) {
+        int np = 0, kept = 0;
+        int32_t *hist = prompt_of(t, tk, (ak_chat_family)f, m, 1, 1, &np);
+        REQUIRE(hist, "prompt");
+        int nh = np;
+        push_chars(&hist, &nh, tk, " Git tracks files.\n");
+        const char *name = ak_chat_family_name(f);
+        /* the same text: replaced */
+        CHECK(rebuild(t, tk, f, m, 3, hist, nh, &kept, NULL, NULL) == 1 && kept == nh, "%s: the reply was not replaced", name);
+        /* an edited reply, one cut short (a stop string cut there: the ids
+         * up to it stand for it), one going on past where the history
+         * ends (a turn cut by max_tokens: the history is kept whole), a
+         * different one: replaced only when the history's ids decode to
+         * the text as far as they go */
+        static const char *const edited[] = {" Git tracks files!\n", " Git tracks", " Git tracks files.\n\n", "x"};
+        for (int e = 0; e < 4; e++) {
+            ak_chat_msg m2[3] = {m[0], {.role = "assistant", .content = edited[e]}, m[2]};
+            int r = rebuild(t, tk, f, m2, 3, hist, nh, &kept, NULL, NULL);
+            if (e == 1) CHECK(r == 1 && kept >= np + 1, "%s: a reply cut by a stop string: %d replaced, %d kept", name, r, kept);
+            else if (e == 2) CHECK(r == 1 && kept == nh, "%s: a reply past the history: %d replaced, %d kept", name, r, kept);
+            else CHECK(r == 0, "%s: edited reply %d replaced", name, e);
+        }
+        /* another history (another agent's, or this one's before the
+         * reply): nothing replaced */
+        CHECK(rebuild(t, tk, f, m, 3, hist, np - 1, &kept, NULL, NULL) == 0, "%s: replaced over a shorter prefix", name);
+        /* a turn cut by max_tokens: the history lacks the last token sampled;
+         * the reply's text goes on past it: the history is kept whole */
+        CHECK(rebuild(t, tk, f, m, 3, hist, nh - 1, &kept, NULL, NULL) == 1 && kept == nh - 1,
+              "%s: a history ending inside the reply was not kept", name);
+        free(hist);
+    }
+    ak_tokenizer_free(tk);
+}
+
+/* Where the template rewrites earlier turns or the reply, it wins. */
+TEST(chat_resend_template_wins) {
+    ak_tokenizer *tk = tok_of(t, "models/qwen3-tiny.gguf");
+    REQUIRE(tk, "tokenizer");
+    int np = 0, nh = 0, kept = 0;
+    /* qwen3 drops the reasoning of replies before the last user message */
+    const char *reply = "<think>\nfirst this\n</think>\n\nThe answer.";
+    ak_chat_msg q[3] = {{.role = "user", .content = "Why?"}, {.role = "assistant", .content = reply},
+                        {.role = "user", .content = "And?"}};
+    int32_t *hist = prompt_of(t, tk, AK_CHAT_QWEN3, q, 1, 1, &np);
+    REQUIRE(hist, "prompt");
+    nh = np;
+    push_chars(&hist, &nh, tk, reply);
+    CHECK(rebuild(t, tk, AK_CHAT_QWEN3, q, 3, hist, nh, &kept, NULL, NULL) == 0, "qwen3: a reasoning reply was replaced");
+    CHECK(kept < nh, "qwen3: the reasoning should be gone from the prompt");
+    free(hist);
+    /* mistral puts the system message before the last user message: the
+     * first turn's prompt is no prefix of the second's */
+    ak_chat_msg s[4] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "Hi"},
+                        {.role = "assistant", .content = " Hello\n"}, {.role = "user", .content = "Bye"}};
+    hist = prompt_of(t, tk, AK_CHAT_MISTRAL, s, 2, 1, &np);
+    REQUIRE(hist, "prompt");
+    nh = np;
+    push_chars(&hist, &nh, tk, " Hello\n");
+    CHECK(rebuild(t, tk, AK_CHAT_MISTRAL, s, 4, hist, nh, &kept, NULL, NULL) == 0, "mistral: replaced across a moved system message");
+    free(hist);
+    /* without a system message mistral keeps its replies */
+    hist = prompt_of(t, tk, AK_CHAT_MISTRAL, s + 1, 1, 1, &np);
+    REQUIRE(hist, "prompt");
+    nh = np;
+    push_chars(&hist, &nh, tk, " Hello\n");
+    CHECK(rebuild(t, tk, AK_CHAT_MISTRAL, s + 1, 3, hist, nh, &kept, NULL, NULL) == 1 && kept == nh,
+          "mistral without a system message: the reply was not replaced");
+    free(hist);
+    ak_tokenizer_free(tk);
+}
+
+/* With nothing to replace the caller's prompt stands; with replies the
+ * prompt still means the conversation as sent: its text, decoded, is the
+ * rendering with each reply's own text in place. */
+TEST(chat_resend_prompt_means_the_conversation) {
+    ak_tokenizer *tk = tok_of(t, "models/qwen3-tiny.gguf");
+    REQUIRE(tk, "tokenizer");
+    ak_chat_msg m[3] = {{.role = "user", .content = "Hi"}, {.role = "assistant", .content = "\n Hello there \n"},
+                        {.role = "user", .content = "Bye"}};
+    int np = 0;
+    int32_t *hist = prompt_of(t, tk, AK_CHAT_LLAMA3, m, 1, 1, &np);
+    REQUIRE(hist, "prompt");
+    int nh = np, kept = 0;
+    push_chars(&hist, &nh, tk, m[1].content);
+    int32_t *ids = NULL;
+    size_t k = 0;
+    REQUIRE(rebuild(t, tk, AK_CHAT_LLAMA3, m, 3, hist, nh, &kept, &ids, &k) == 1, "llama3: not replaced");
+    ak_error err = {0};
+    char *text = ak_detokenize(tk, ids, k, NULL, &err);
+    /* llama3's template trims content: the rebuilt prompt holds the reply
+     * untrimmed, as generated, and the rest as rendered */
+    const char *want = "<|start_header_id|>assistant<|end_header_id|>\n\n\n Hello there \n<|eot_id|>"
+                       "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    CHECK(text && strlen(text) >= strlen(want) && !strcmp(text + strlen(text) - strlen(want), want),
+          "llama3: the prompt's text ends %s", text ? text : "(none)");
+    free(text);
+    free(ids);
+    free(hist);
+    ak_tokenizer_free(tk);
+}
