@@ -36,11 +36,19 @@ static const char *usage_text =
     "                         a body that would go over gets 503 with Retry-After: 1\n"
     "  --timeout SECONDS      close a connection idle this long (default 30; generating is not idle)\n"
     "  --max-conns-per-ip N   connections one client address may hold (default 128); more are closed\n"
+    "  --allowed-host NAME    a Host name clients may use beside localhost, 127.0.0.1, [::1] and\n"
+    "                         --host (repeatable; '*': no Host check, e.g. behind a proxy that checks\n"
+    "                         it); other names get 403, against DNS rebinding\n"
+    "  --cors-origin ORIGIN   let web pages of ORIGIN (scheme://host[:port], or '*') call the API\n"
+    "                         (repeatable); without it every request with an Origin header gets 403\n"
     MEMORY_OPTS_HELP
     CACHE_OPTS_HELP
     "  (serve's default KV budget: half of the RAM left beside the weights)\n"
     "  SIGINT/SIGTERM: stop accepting, cut running requests, save every dirty agent (failed\n"
     "  saves retried), exit 0; exit 1 naming each agent that could not be saved.\n";
+
+/* The most --allowed-host / --cors-origin values serve takes. */
+#define MAX_WEB_NAMES 32
 
 static void log_line(void *ud, const char *line) {
     (void)ud;
@@ -74,6 +82,8 @@ int cmd_serve(int argc, char **argv) {
     int port = 8080, n_ctx = 0, n_threads = 0, max_agents = 16, step_tokens = 256, step_ms = 200;
     size_t max_body = 4u << 20, max_buffered = AK_SERVER_DEFAULT_MAX_BUFFERED;
     unsigned conn_timeout = AK_SERVER_DEFAULT_TIMEOUT_S, conns_per_ip = AK_SERVER_DEFAULT_CONNS_PER_IP;
+    const char *allowed_hosts[MAX_WEB_NAMES], *cors_origins[MAX_WEB_NAMES];
+    int n_allowed_hosts = 0, n_cors_origins = 0;
     memory_opts mo;
     memory_opts_init(&mo);
     cache_opts co;
@@ -102,6 +112,19 @@ int cmd_serve(int argc, char **argv) {
                 args_error(&a, "--max-buffered: '%s' is not a positive byte size", v);
         } else if (!strcmp(f, "--timeout")) conn_timeout = (unsigned)args_int(&a, f, 1, 86400);
         else if (!strcmp(f, "--max-conns-per-ip")) conns_per_ip = (unsigned)args_int(&a, f, 1, 512);
+        else if (!strcmp(f, "--allowed-host")) {
+            const char *v = args_value(&a, f);
+            if (v && !ak_server_host_name_valid(v))
+                args_error(&a, "--allowed-host: '%s' is not a host name ('*', a name, an IPv4 address or [IPv6]; no port)", v);
+            else if (v && n_allowed_hosts == MAX_WEB_NAMES) args_error(&a, "--allowed-host: at most %d", MAX_WEB_NAMES);
+            else if (v) allowed_hosts[n_allowed_hosts++] = v;
+        } else if (!strcmp(f, "--cors-origin")) {
+            const char *v = args_value(&a, f);
+            if (v && !ak_server_origin_valid(v))
+                args_error(&a, "--cors-origin: '%s' is not an origin ('*', or scheme://host[:port] without a path)", v);
+            else if (v && n_cors_origins == MAX_WEB_NAMES) args_error(&a, "--cors-origin: at most %d", MAX_WEB_NAMES);
+            else if (v) cors_origins[n_cors_origins++] = v;
+        }
         else if (!memory_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     ak_chat_family family = AK_CHAT_PLAIN;
@@ -177,8 +200,13 @@ int cmd_serve(int argc, char **argv) {
     ak_sched_config sc = {lm.model, lm.tok, agents, pool, store, n_threads, n_ctx, step_tokens, max_agents, metrics,
                           log_line, NULL, 0, step_ms};
     if (!(sched = ak_sched_start(&sc, &err))) goto fail;
-    ak_server_config vc = {host, port, sched, lm.model, lm.tok, model_id, api_key, max_body, family, template_text,
-                           n_ctx, metrics, log_line, NULL, conn_timeout, conns_per_ip, max_buffered};
+    ak_server_config vc = {.host = host, .port = port, .sched = sched, .model = lm.model, .tok = lm.tok,
+                           .model_id = model_id, .api_key = api_key, .max_body = max_body, .family = family,
+                           .template_text = template_text, .n_ctx = n_ctx, .metrics = metrics, .log = log_line,
+                           .log_ud = NULL, .conn_timeout_s = conn_timeout, .max_conns_per_ip = conns_per_ip,
+                           .max_buffered = max_buffered, .allowed_hosts = allowed_hosts,
+                           .n_allowed_hosts = n_allowed_hosts, .cors_origins = cors_origins,
+                           .n_cors_origins = n_cors_origins};
     if (!(server = ak_server_start(&vc, &err))) goto fail;
     fprintf(stderr,
             "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "

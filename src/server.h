@@ -4,6 +4,7 @@
  *   POST   /v1/chat/completions   messages rendered with the model's chat template
  *   POST   /v1/completions        a raw prompt (tokenized as `agentkv run` does)
  *   GET    /v1/models             the one model served
+ *   GET    /v1/models/{id}        that model (404 model_not_found for another id)
  *   GET    /v1/agents             every agent (in RAM or on disk)
  *   GET    /v1/agents/{id}        one agent
  *   DELETE /v1/agents/{id}        forget an agent (memory and file)
@@ -16,8 +17,9 @@
  *   GET    /v1/cards              every card
  *   GET    /v1/cards/{id}         one card (?download=1: its file's bytes)
  *   DELETE /v1/cards/{id}         delete a card (409 naming the agents that hold it)
- *   GET    /health                liveness, no key needed
+ *   GET    /health                liveness, no key needed, any Host
  *   GET    /metrics               Prometheus text format
+ *   OPTIONS any                    a CORS preflight (204) from an origin cors_origins allows
  * The agent of a request is the header X-Agent-Id or the body field
  * agent_id; without one, cached prefixes are reused but nothing persists.
  * A completion with "pool": ID starts from that pool's tokens, its agent
@@ -26,10 +28,17 @@
  *
  * Hostile or careless clients: the API key, a declared body over max_body
  * (413) and the global cap on buffered body bytes (503 + Retry-After) are
- * checked on the headers, before any body byte is read; bodies are parsed by
- * api.c (caps on messages and parts, numbers range-checked). A client that
- * closes its connection while its request waits or generates is noticed
- * within AK_GONE_POLL_MS (server.c) and the request cancelled (the agent
+ * checked on the headers, before any body byte is read; so are the guards
+ * against web pages driving a local server (DNS rebinding, CSRF): a Host
+ * that is not an allowed name (403 host_not_allowed), an Origin that
+ * cors_origins does not allow (403 origin_not_allowed), a body that is not
+ * application/json (415 unsupported_media_type). Errors libmicrohttpd finds
+ * itself (a malformed chunked body or header line, headers too large) are
+ * answered in the same JSON shape (server.c, "libmicrohttpd's errors": how,
+ * and which errors of a connection's first request line keep its page).
+ * Bodies are parsed by api.c (caps on messages and parts, numbers
+ * range-checked). A client that closes its connection while its request
+ * waits or generates is noticed within AK_GONE_POLL_MS (server.c) and the request cancelled (the agent
  * keeps what the engine committed: see README); /metrics counts it as 499.
  *
  * Why libmicrohttpd: Debian ships and maintains it, it does HTTP/1.1 with
@@ -65,6 +74,14 @@ typedef struct {
                                   more are closed at once */
     size_t max_buffered;       /* request-body bytes buffered across all connections (default
                                   64 MiB); a body that would go over gets 503 + Retry-After: 1 */
+    /* against web pages driving the server (the strings are the caller's, kept while it runs) */
+    const char *const *allowed_hosts; /* Host names allowed beside localhost, 127.0.0.1, [::1] and
+                                         host; "*" turns the Host check off */
+    int n_allowed_hosts;
+    const char *const *cors_origins;  /* origins whose browser requests are allowed and get CORS
+                                         headers ("*": any); none: every request with an Origin
+                                         header is refused */
+    int n_cors_origins;
 } ak_server_config;
 
 #define AK_SERVER_DEFAULT_TIMEOUT_S      30u
@@ -83,6 +100,12 @@ void ak_server_quiesce(ak_server *s);
  * ::1, or an IPv4-mapped 127.x), so only this machine can connect; 0 when
  * any is not, or host does not resolve (NULL means the default 127.0.0.1). */
 int ak_server_host_is_loopback(const char *host);
+/* 1 when o is a value cors_origins may hold (serve --cors-origin): "*",
+ * "null", or SCHEME://HOST[:PORT] as browsers send it (no path). */
+int ak_server_origin_valid(const char *o);
+/* 1 when h is a value allowed_hosts may hold (serve --allowed-host): "*",
+ * a name or IPv4 address, or an IPv6 address in brackets; no port. */
+int ak_server_host_name_valid(const char *h);
 /* Waits for open connections to end and frees the server. NULL is fine. */
 void ak_server_stop(ak_server *s);
 

@@ -11,7 +11,13 @@
  *   - a client that leaves a running request (plain or streamed) frees its
  *     batch slot within about a second, and the agent keeps exactly what the
  *     documented rule says;
- *   - integer fields of 1e300, -1e300 and 1e19 get 400 over HTTP. */
+ *   - integer fields of 1e300, -1e300 and 1e19 get 400 over HTTP;
+ *   - web pages cannot drive the server: a Host that is not an allowed name
+ *     (DNS rebinding), an Origin that --cors-origin does not allow and a body
+ *     that is not JSON (CSRF) are refused on the headers; allowed origins
+ *     get CORS answers; libmicrohttpd's own errors (a malformed chunked
+ *     body, headers too large) come as OpenAI JSON errors;
+ *   - GET /v1/models/{id}. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -394,7 +400,7 @@ TEST(server_unauthenticated_body_refused_on_headers) {
     /* headers announce 3 MB, no body byte follows: the answer must come anyway */
     int fd = dial(r.port, 3000);
     REQUIRE(fd >= 0, "connect");
-    const char *h = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    const char *h = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     "Content-Length: 3000000\r\n\r\n";
     REQUIRE(send_all(fd, h, strlen(h)) == 0, "send");
     double t0 = ak_now();
@@ -410,7 +416,7 @@ TEST(server_unauthenticated_body_refused_on_headers) {
     /* the wrong key, same */
     fd = dial(r.port, 3000);
     REQUIRE(fd >= 0, "connect");
-    h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Length: 3000000\r\n\r\n";
+    h = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer nope\r\nContent-Length: 3000000\r\n\r\n";
     REQUIRE(send_all(fd, h, strlen(h)) == 0, "send");
     raw = read_all(fd, &len, &to);
     parse_resp(&a, raw, len);
@@ -420,7 +426,8 @@ TEST(server_unauthenticated_body_refused_on_headers) {
     /* a declared body over max_body: 413 on the headers too */
     fd = dial(r.port, 3000);
     REQUIRE(fd >= 0, "connect");
-    h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-hard\r\nContent-Length: 99000000\r\n\r\n";
+    h = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sk-hard\r\n"
+        "Content-Type: application/json\r\nContent-Length: 99000000\r\n\r\n";
     REQUIRE(send_all(fd, h, strlen(h)) == 0, "send");
     raw = read_all(fd, &len, &to);
     parse_resp(&a, raw, len);
@@ -560,7 +567,8 @@ TEST(server_buffered_body_bytes_capped) {
     big[60000] = 0;
     int fa = dial(r.port, 5000);
     REQUIRE(fa >= 0, "connect");
-    const char *h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 60000\r\n\r\n";
+    const char *h = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n";
     send_all(fa, h, strlen(h));
     send_all(fa, big, 1000);
     usleep(500000);   /* A's headers handled: its 60000 bytes are reserved */
@@ -580,7 +588,8 @@ TEST(server_buffered_body_bytes_capped) {
     /* a chunked body (no length announced) counted as it arrives: refused too */
     fb = dial(r.port, 5000);
     REQUIRE(fb >= 0, "connect");
-    const char *hc = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const char *hc = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
     send_all(fb, hc, strlen(hc));
     for (int i = 0; i < 6; i++) {
         char ch[32];
@@ -718,4 +727,360 @@ TEST(server_warns_when_exposed_without_key) {
         int warned = strstr(out, "warning: --host") != NULL;
         CHECK(warned == (k == 0), "%s: warned %d:\n%s", cmd, warned, out);
     }
+}
+
+/* ------------------------------------------------------------ 8. web guards */
+
+/* Sends raw bytes on a fresh connection and reads the answer to EOF. */
+static resp raw_exchange(int port, const char *data, size_t len) {
+    resp r = {0};
+    int fd = dial(port, 5000);
+    if (fd < 0) return r;
+    if (send_all(fd, data, len) == 0) {
+        size_t n;
+        int to;
+        char *raw = read_all(fd, &n, &to);
+        parse_resp(&r, raw, n);
+        r.timed_out = to;
+    }
+    close(fd);
+    return r;
+}
+
+static resp raw_str(int port, const char *data) { return raw_exchange(port, data, strlen(data)); }
+
+/* The OpenAI error code of a response body ("" when it is not one). */
+static const char *code_of_resp(const resp *r, char *buf, size_t cap) {
+    cJSON *j = r->body ? cJSON_Parse(r->body) : NULL;
+    cJSON *e = cJSON_GetObjectItem(j, "error");
+    const char *c = cJSON_GetStringValue(cJSON_GetObjectItem(e, "code"));
+    int shaped = cJSON_IsString(cJSON_GetObjectItem(e, "message")) && cJSON_IsString(cJSON_GetObjectItem(e, "type")) &&
+                 cJSON_GetObjectItem(e, "param") && cJSON_GetObjectItem(e, "code");
+    snprintf(buf, cap, "%s", shaped && c ? c : "");
+    cJSON_Delete(j);
+    return buf;
+}
+
+/* Headers of a request that announces a 3 MB JSON body that never comes:
+ * an answer proves the request was refused on its headers. */
+#define BIG_BODY_HEADERS "Content-Length: 3000000\r\nConnection: close\r\n\r\n"
+
+/* One request line + header lines that announces a big body and is answered
+ * without one within 2 s; returns the response. */
+static resp refused_on_headers(ak_test_ctx *t, int port, const char *head) {
+    double t0 = ak_now();
+    resp r = raw_str(port, head);
+    CHECK(ak_now() - t0 < 2.0, "answered after %.2f s (not on the headers?)", ak_now() - t0);
+    return r;
+}
+
+TEST(server_guard_host_refused) {
+    srv_rig r;
+    ak_server_config lim = {0};
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    char code[64];
+    /* a page of attacker.example whose name was rebound to 127.0.0.1 */
+    resp a = refused_on_headers(t, r.port,
+                                "POST /v1/chat/completions HTTP/1.1\r\nHost: attacker.example\r\n"
+                                "Content-Type: application/json\r\n" BIG_BODY_HEADERS);
+    CHECK(a.status == 403 && !strcmp(code_of_resp(&a, code, sizeof code), "host_not_allowed"), "POST chat: %d %s",
+          a.status, a.body ? a.body : "");
+    resp_free(&a);
+    a = raw_str(r.port, "GET /v1/agents HTTP/1.1\r\nHost: attacker.example:8080\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 403 && !strcmp(code_of_resp(&a, code, sizeof code), "host_not_allowed"), "GET agents: %d %s",
+          a.status, a.body ? a.body : "");
+    resp_free(&a);
+    /* the loopback names, with or without a port, are served */
+    static const char *const ok_hosts[] = {"localhost", "LOCALHOST:1234", "127.0.0.1", "127.0.0.1:80", "[::1]",
+                                           "[::1]:8080", "localhost."};
+    for (size_t i = 0; i < sizeof ok_hosts / sizeof *ok_hosts; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "GET /v1/agents HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", ok_hosts[i]);
+        a = raw_str(r.port, req);
+        CHECK(a.status == 200, "Host %s: %d %s", ok_hosts[i], a.status, a.body ? a.body : "");
+        resp_free(&a);
+    }
+    /* names that only look like them are not */
+    static const char *const bad_hosts[] = {"localhost.attacker.example", "127.0.0.1.nip.io", "[::1", "localhost:80x",
+                                            "127.0.0.1 evil", ""};
+    for (size_t i = 0; i < sizeof bad_hosts / sizeof *bad_hosts; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "GET /v1/agents HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", bad_hosts[i]);
+        a = raw_str(r.port, req);
+        CHECK(a.status == 403 || a.status == 400, "Host '%s': %d %s", bad_hosts[i], a.status, a.body ? a.body : "");
+        resp_free(&a);
+    }
+    /* no Host: served on HTTP/1.0 (no browser sends that), 400 on HTTP/1.1 */
+    a = raw_str(r.port, "GET /v1/agents HTTP/1.0\r\n\r\n");
+    CHECK(a.status == 200, "HTTP/1.0 without Host: %d", a.status);
+    resp_free(&a);
+    a = raw_str(r.port, "GET /v1/agents HTTP/1.1\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 400 && !strcmp(code_of_resp(&a, code, sizeof code), "malformed_request"),
+          "HTTP/1.1 without Host: %d %s", a.status, a.body ? a.body : "");
+    resp_free(&a);
+    /* /health answers probes that name the machine by any address */
+    a = raw_str(r.port, "GET /health HTTP/1.1\r\nHost: 10.1.2.3:8080\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 200, "/health: %d", a.status);
+    resp_free(&a);
+    rig_stop(&r);
+}
+
+TEST(server_guard_allowed_host_names) {
+    static const char *const names[] = {"proxy.example", "[fd00::7]"};
+    srv_rig r;
+    ak_server_config lim = {0};
+    lim.allowed_hosts = names;
+    lim.n_allowed_hosts = 2;
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    static const char *const hosts[] = {"proxy.example", "PROXY.example:8443", "[fd00::7]:80", "attacker.example"};
+    for (int i = 0; i < 4; i++) {
+        char req[256];
+        snprintf(req, sizeof req, "GET /v1/agents HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hosts[i]);
+        resp a = raw_str(r.port, req);
+        CHECK(a.status == (i < 3 ? 200 : 403), "Host %s: %d", hosts[i], a.status);
+        resp_free(&a);
+    }
+    rig_stop(&r);
+    /* "*" turns the check off */
+    static const char *const any[] = {"*"};
+    lim.allowed_hosts = any;
+    lim.n_allowed_hosts = 1;
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    resp a = raw_str(r.port, "GET /v1/agents HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 200, "--allowed-host '*': %d", a.status);
+    resp_free(&a);
+    rig_stop(&r);
+    CHECK(ak_server_host_name_valid("*") && ak_server_host_name_valid("a.example") && ak_server_host_name_valid("[::1]") &&
+              ak_server_host_name_valid("10.0.0.1"),
+          "valid --allowed-host values");
+    CHECK(!ak_server_host_name_valid("") && !ak_server_host_name_valid("a.example:80") &&
+              !ak_server_host_name_valid("::1") && !ak_server_host_name_valid("http://a.example") &&
+              !ak_server_host_name_valid("a b"),
+          "invalid --allowed-host values");
+}
+
+TEST(server_guard_content_type_415) {
+    srv_rig r;
+    ak_server_config lim = {0};
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    char code[64];
+    /* what a web form or a fetch without preflight can send; and no type at all */
+    static const char *const types[] = {"Content-Type: text/plain\r\n", "Content-Type: application/x-www-form-urlencoded\r\n",
+                                        "Content-Type: multipart/form-data; boundary=x\r\n", "Content-Type: application/jsonx\r\n",
+                                        ""};
+    for (int i = 0; i < 5; i++) {
+        char req[512];
+        snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n%s" BIG_BODY_HEADERS, types[i]);
+        resp a = refused_on_headers(t, r.port, req);
+        CHECK(a.status == 415 && !strcmp(code_of_resp(&a, code, sizeof code), "unsupported_media_type"), "%s: %d %s",
+              types[i], a.status, a.body ? a.body : "");
+        resp_free(&a);
+    }
+    /* a form POST without a body is refused too */
+    resp a = raw_str(r.port, "POST /v1/agents/x/cards HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+                             "Content-Length: 0\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 415, "empty text/plain POST: %d", a.status);
+    resp_free(&a);
+    /* JSON with parameters, any case */
+    const char *body = "{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":2}";
+    char req[512];
+    snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: Application/JSON ; charset=utf-8\r\n"
+                              "Content-Length: %zu\r\nConnection: close\r\n\r\n%s", strlen(body), body);
+    a = raw_str(r.port, req);
+    CHECK(a.status == 200, "application/json with a charset: %d %s", a.status, a.body ? a.body : "");
+    resp_free(&a);
+    /* a transfer coding the server cannot read */
+    a = refused_on_headers(t, r.port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                      "Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 501 && !strcmp(code_of_resp(&a, code, sizeof code), "unsupported_transfer_encoding"), "gzip: %d %s",
+          a.status, a.body ? a.body : "");
+    resp_free(&a);
+    rig_stop(&r);
+}
+
+/* The value of header name in a response head ("" when absent). */
+static const char *header_value(const resp *r, const char *name, char *buf, size_t cap) {
+    buf[0] = 0;
+    size_t n = strlen(name);
+    for (const char *l = r->head; l && *l;) {
+        if (!strncasecmp(l, name, n) && l[n] == ':') {
+            const char *v = l + n + 1 + strspn(l + n + 1, " ");
+            size_t len = strcspn(v, "\r\n");
+            snprintf(buf, cap, "%.*s", (int)len, v);
+            break;
+        }
+        const char *nl = strstr(l, "\r\n");
+        l = nl ? nl + 2 : NULL;
+    }
+    return buf;
+}
+
+TEST(server_guard_origin_and_cors) {
+    srv_rig r;
+    ak_server_config lim = {0};
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    char code[64], v[1024];
+    /* CORS off: any request with an Origin is refused, GET included, and a
+     * preflight does not succeed */
+    resp a = raw_str(r.port, "GET /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 403 && !strcmp(code_of_resp(&a, code, sizeof code), "origin_not_allowed"), "GET agents: %d %s",
+          a.status, a.body ? a.body : "");
+    CHECK(!*header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "a refused origin got ACAO %s", v);
+    resp_free(&a);
+    a = refused_on_headers(t, r.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: null\r\n"
+                                      "Content-Type: application/json\r\n" BIG_BODY_HEADERS);
+    CHECK(a.status == 403 && !strcmp(code_of_resp(&a, code, sizeof code), "origin_not_allowed"), "POST chat: %d", a.status);
+    resp_free(&a);
+    a = raw_str(r.port, "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://localhost:3000\r\n"
+                        "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 403, "preflight with CORS off: %d", a.status);
+    resp_free(&a);
+    rig_stop(&r);
+
+    static const char *const origins[] = {"http://app.example:3000"};
+    lim.cors_origins = origins;
+    lim.n_cors_origins = 1;
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    a = raw_str(r.port, "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://app.example:3000\r\n"
+                        "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: content-type,authorization,"
+                        "x-agent-id,x-stainless-os\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 204, "preflight: %d", a.status);
+    CHECK(!strcmp(header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "http://app.example:3000"), "ACAO %s", v);
+    CHECK(!strcmp(header_value(&a, "Vary", v, sizeof v), "Origin"), "Vary %s", v);
+    header_value(&a, "Access-Control-Allow-Methods", v, sizeof v);
+    CHECK(strstr(v, "GET") && strstr(v, "POST") && strstr(v, "DELETE") && strstr(v, "OPTIONS"), "methods %s", v);
+    CHECK(atoi(header_value(&a, "Access-Control-Max-Age", v, sizeof v)) > 0, "max age %s", v);
+    CHECK(!*header_value(&a, "Access-Control-Allow-Credentials", v, sizeof v), "credentials %s", v);
+    header_value(&a, "Access-Control-Allow-Headers", v, sizeof v);
+    static const char *const wanted[] = {"Content-Type", "Authorization", "X-Agent-Id", "X-Stainless-OS",
+                                         "X-Stainless-Arch", "X-Stainless-Lang", "X-Stainless-Package-Version",
+                                         "X-Stainless-Runtime", "X-Stainless-Runtime-Version",
+                                         "X-Stainless-Retry-Count", "X-Stainless-Timeout"};
+    for (size_t i = 0; i < sizeof wanted / sizeof *wanted; i++)
+        CHECK(strcasestr(v, wanted[i]) != NULL, "Allow-Headers lacks %s: %s", wanted[i], v);
+    resp_free(&a);
+    /* an allowed origin's ordinary answers carry ACAO: JSON, an error, a stream */
+    a = raw_str(r.port, "GET /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://app.example:3000\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 200 && !strcmp(header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "http://app.example:3000"),
+          "GET agents: %d, ACAO %s", a.status, v);
+    CHECK(!strcmp(header_value(&a, "Vary", v, sizeof v), "Origin"), "Vary %s", v);
+    resp_free(&a);
+    a = raw_str(r.port, "GET /v1/nothing HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://app.example:3000\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 404 && *header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "404: %d, ACAO %s", a.status, v);
+    resp_free(&a);
+    a = http(r.port, "POST", "/v1/completions", "Origin: http://app.example:3000\r\n",
+             "{\"model\":\"m\",\"prompt\":\"Once\",\"max_tokens\":3,\"stream\":true}", 10000);
+    CHECK(a.status == 200 && a.body && strstr(a.body, "data: [DONE]") &&
+              *header_value(&a, "Access-Control-Allow-Origin", v, sizeof v),
+          "stream: %d, ACAO %s", a.status, v);
+    resp_free(&a);
+    /* another origin: 403, no ACAO */
+    a = raw_str(r.port, "GET /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://app.example:3001\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 403 && !*header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "other origin: %d", a.status);
+    resp_free(&a);
+    /* no Origin (curl, SDKs outside browsers): served as before */
+    a = http(r.port, "GET", "/v1/agents", NULL, NULL, 5000);
+    CHECK(a.status == 200, "no Origin: %d", a.status);
+    resp_free(&a);
+    rig_stop(&r);
+
+    static const char *const any[] = {"*"};
+    lim.cors_origins = any;
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    a = raw_str(r.port, "GET /v1/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://any.example\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 200 && !strcmp(header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "*"), "'*': %d, ACAO %s",
+          a.status, v);
+    resp_free(&a);
+    rig_stop(&r);
+    CHECK(ak_server_origin_valid("*") && ak_server_origin_valid("null") && ak_server_origin_valid("http://localhost:3000") &&
+              ak_server_origin_valid("https://app.example") && ak_server_origin_valid("http://[::1]:8080"),
+          "valid --cors-origin values");
+    CHECK(!ak_server_origin_valid("app.example") && !ak_server_origin_valid("http://app.example/") &&
+              !ak_server_origin_valid("http://") && !ak_server_origin_valid("http://a b") &&
+              !ak_server_origin_valid("http://app.example:80x"),
+          "invalid --cors-origin values");
+}
+
+TEST(server_protocol_errors_are_json) {
+    srv_rig r;
+    ak_server_config lim = {0};
+    static const char *const origins[] = {"http://app.example"};
+    lim.cors_origins = origins;
+    lim.n_cors_origins = 1;
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    char code[64], v[256];
+    const char *chunked = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Origin: http://app.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+    /* a chunk size that is not hexadecimal; a chunk not ended by CRLF */
+    static const char *const bodies[] = {"zz\r\nabc\r\n0\r\n\r\n", "5\r\n{\"mod\r\n3xyz\r\n0\r\n\r\n"};
+    for (int i = 0; i < 2; i++) {
+        char req[512];
+        snprintf(req, sizeof req, "%s%s", chunked, bodies[i]);
+        resp a = raw_str(r.port, req);
+        CHECK(a.status == 400 && !strcmp(code_of_resp(&a, code, sizeof code), "malformed_request"), "chunked %d: %d %s", i,
+              a.status, a.body ? a.body : "");
+        CHECK(strcasestr(a.head ? a.head : "", "Content-Type: application/json") != NULL, "chunked %d: head %s", i,
+              a.head ? a.head : "");
+        CHECK(*header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "chunked %d: no ACAO", i);
+        resp_free(&a);
+    }
+    /* a chunk size past 64 bits */
+    char req[1024];
+    snprintf(req, sizeof req, "%s%s", chunked, "fffffffffffffffffffff\r\nx\r\n0\r\n\r\n");
+    resp a = raw_str(r.port, req);
+    CHECK(a.status == 413 && !strcmp(code_of_resp(&a, code, sizeof code), "request_too_large"), "huge chunk: %d %s",
+          a.status, a.body ? a.body : "");
+    resp_free(&a);
+    /* a malformed Content-Length, a header line without a colon, headers too large */
+    a = raw_str(r.port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 12abc\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 400 && !strcmp(code_of_resp(&a, code, sizeof code), "malformed_request"), "Content-Length: %d %s",
+          a.status, a.body ? a.body : "");
+    resp_free(&a);
+    a = raw_str(r.port, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 400 && *code_of_resp(&a, code, sizeof code), "header line: %d %s", a.status, a.body ? a.body : "");
+    resp_free(&a);
+    size_t big = 100000;
+    char *huge = malloc(big + 200);
+    REQUIRE(huge, "oom");
+    int n = snprintf(huge, 200, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ");
+    memset(huge + n, 'a', big);
+    memcpy(huge + n + big, "\r\n\r\n", 5);
+    a = raw_str(r.port, huge);
+    free(huge);
+    CHECK(a.status == 431 && !strcmp(code_of_resp(&a, code, sizeof code), "request_header_fields_too_large"),
+          "headers too large: %d %s", a.status, a.body ? a.body : "");
+    resp_free(&a);
+    /* the server still serves */
+    a = http(r.port, "GET", "/health", NULL, NULL, 5000);
+    CHECK(a.status == 200, "/health after: %d", a.status);
+    resp_free(&a);
+    rig_stop(&r);
+}
+
+TEST(server_models_retrieve) {
+    srv_rig r;
+    ak_server_config lim = {0};
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    resp a = http(r.port, "GET", "/v1/models/m", NULL, NULL, 5000);
+    cJSON *j = a.status == 200 ? cJSON_Parse(a.body) : NULL;
+    CHECK(j && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "id")), "m") &&
+              !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "object")), "model") &&
+              cJSON_IsNumber(cJSON_GetObjectItem(j, "created")) &&
+              cJSON_IsString(cJSON_GetObjectItem(j, "owned_by")),
+          "GET /v1/models/m: %d %s", a.status, a.body ? a.body : "");
+    cJSON_Delete(j);
+    resp_free(&a);
+    char code[64];
+    a = http(r.port, "GET", "/v1/models/gpt-4o", NULL, NULL, 5000);
+    CHECK(a.status == 404 && !strcmp(code_of_resp(&a, code, sizeof code), "model_not_found"), "another id: %d %s",
+          a.status, a.body ? a.body : "");
+    j = cJSON_Parse(a.body ? a.body : "");
+    const char *param = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "param"));
+    CHECK(param && !strcmp(param, "model"), "param: %s", a.body ? a.body : "");
+    cJSON_Delete(j);
+    resp_free(&a);
+    a = http(r.port, "DELETE", "/v1/models/m", NULL, NULL, 5000);
+    CHECK(a.status == 405, "DELETE /v1/models/m: %d", a.status);
+    resp_free(&a);
+    rig_stop(&r);
 }

@@ -2,8 +2,9 @@
 # http_test.sh BIN SHARED - drives `agentkv serve` over real HTTP with curl:
 # greedy output equals `agentkv run` (plain and streamed), stop strings,
 # agents (list, get, delete), metrics, bad input of every kind (each a 4xx
-# with an OpenAI error body, the server still serving), API keys, and a clean
-# SIGTERM that saves agents for a warm restart.
+# with an OpenAI error body, the server still serving), API keys, the guards
+# against web pages (Host, Origin, Content-Type; CORS with --cors-origin),
+# and a clean SIGTERM that saves agents for a warm restart.
 # Prints one line per check and exits non-zero if any failed. The server is
 # killed on every exit path (normal end, a signal such as the runner's
 # timeout); every curl call gives up after 60 s.
@@ -69,7 +70,7 @@ jget "$WORK/c.json" 'd["choices"][0]["text"]' > "$WORK/http.txt"
 check "completions: greedy text equals agentkv run" '[ "$st" = 200 ] && cmp -s "$WORK/run.txt" "$WORK/http.txt"'
 check "completions: usage and finish_reason" \
     '[ "$(jget $WORK/c.json "d[\"usage\"][\"completion_tokens\"], d[\"choices\"][0][\"finish_reason\"]")" = "24 length" ]'
-curl -sN -H "$AUTH" -d "{\"model\":\"stories260K\",\"prompt\":\"$PROMPT\",\"max_tokens\":24,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" \
+curl -sN -H "$AUTH" -H 'Content-Type: application/json' -d "{\"model\":\"stories260K\",\"prompt\":\"$PROMPT\",\"max_tokens\":24,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" \
     "$URL/v1/completions" > "$WORK/sse.txt"
 python3 - "$WORK/sse.txt" > "$WORK/sse_text.txt" <<'EOF'
 import json, sys
@@ -166,6 +167,20 @@ expect_error "wrong API key" 401 "{\"model\":\"stories260K\",$MSG}" -H 'Authoriz
 st=$(curl -s -o "$WORK/e.json" -w '%{http_code}' -H "$AUTH" "$URL/v1/nothing")
 check "unknown URL: 404 error body" '[ "$st" = 404 ] && [ -n "$(jget $WORK/e.json "d[\"error\"][\"message\"]")" ]'
 
+# --- web pages cannot drive the server; curl as documented still can
+st=$(curl -s -o "$WORK/e.json" -w '%{http_code}' -H "$AUTH" -d "{\"model\":\"stories260K\",$MSG}" "$URL/v1/chat/completions")
+check "curl -d without a JSON Content-Type: 415" \
+    '[ "$st" = 415 ] && [ "$(jget $WORK/e.json "d[\"error\"][\"code\"]")" = unsupported_media_type ]'
+st=$(curl -s -o "$WORK/e.json" -w '%{http_code}' -H "$AUTH" -H 'Host: attacker.example' "$URL/v1/agents")
+check "Host attacker.example: 403 host_not_allowed" \
+    '[ "$st" = 403 ] && [ "$(jget $WORK/e.json "d[\"error\"][\"code\"]")" = host_not_allowed ]'
+st=$(curl -s -o "$WORK/e.json" -w '%{http_code}' -H "$AUTH" -H 'Origin: http://evil.example' "$URL/v1/agents")
+check "an Origin without --cors-origin: 403 origin_not_allowed" \
+    '[ "$st" = 403 ] && [ "$(jget $WORK/e.json "d[\"error\"][\"code\"]")" = origin_not_allowed ]'
+st=$(curl -s -o "$WORK/e.json" -w '%{http_code}' -H "$AUTH" "http://localhost:$PORT/v1/models/stories260K")
+check "curl to localhost: GET /v1/models/stories260K" \
+    '[ "$st" = 200 ] && [ "$(jget $WORK/e.json "d[\"id\"], d[\"object\"]")" = "stories260K model" ]'
+
 # --- metrics
 curl -s -H "$AUTH" "$URL/metrics" > "$WORK/metrics.txt"
 check "/metrics: Prometheus text with hits, TTFT histogram, batch sizes, bad requests" \
@@ -180,6 +195,19 @@ start
 st=$(post /v1/chat/completions "$CHAT2" "$WORK/a3.json")
 check "after a restart: tier warm, cached_tokens > 0, same greedy reply" \
     '[ "$st" = 200 ] && [ "$(jget $WORK/a3.json "d[\"agentkv\"][\"tier\"], d[\"usage\"][\"prompt_tokens_details\"][\"cached_tokens\"] > 0")" = "warm True" ] && [ "$(jget $WORK/a3.json "d[\"choices\"][0][\"message\"][\"content\"]")" = "$(jget $WORK/a2.json "d[\"choices\"][0][\"message\"][\"content\"]")" ]'
+kill -TERM $PID
+wait $PID
+
+# --- with --cors-origin: a browser's preflight and its answers
+start --cors-origin http://app.example:5173
+curl -s -D "$WORK/pre.h" -o /dev/null -X OPTIONS -H 'Origin: http://app.example:5173' \
+    -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type,authorization' \
+    "$URL/v1/chat/completions"
+check "--cors-origin: preflight 204 with the origin, methods and headers" \
+    'head -1 $WORK/pre.h | grep -q " 204" && grep -qi "^access-control-allow-origin: http://app.example:5173" $WORK/pre.h && grep -qi "^access-control-allow-methods:.*POST" $WORK/pre.h && grep -qi "^access-control-allow-headers:.*authorization" $WORK/pre.h'
+curl -s -D "$WORK/get.h" -o /dev/null -H "$AUTH" -H 'Origin: http://app.example:5173' "$URL/v1/agents"
+check "--cors-origin: an answer carries Access-Control-Allow-Origin and Vary" \
+    'head -1 $WORK/get.h | grep -q " 200" && grep -qi "^access-control-allow-origin: http://app.example:5173" $WORK/get.h && grep -qi "^vary: origin" $WORK/get.h'
 kill -TERM $PID
 wait $PID
 echo "http: $PASSED passed, $FAILED failed"
