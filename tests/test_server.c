@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../src/util.h"
 #include "test.h"
@@ -64,22 +65,49 @@ static int openai_pinned(const char *mods) {
     return ok;
 }
 
-TEST(server_openai_npm_client_workflow) {
-    char dir[512], cmd[2048], mods[600];
+/* The node_modules directory beside the binary (BUILD/npm/node_modules)
+ * in mods, with the pinned `openai` installed there first if it is not
+ * (the test setup: the official client from the npm registry, exact
+ * version). Returns 0, or -1 having failed the test. */
+static int openai_npm_modules(ak_test_ctx *t, char *mods, size_t cap) {
+    char dir[512], cmd[2048], log[64];
     snprintf(dir, sizeof dir, "%s", bin());
     char *d = dirname(dir);
-    snprintf(mods, sizeof mods, "%s/npm/node_modules", d);
-    if (!openai_pinned(mods)) {
-        /* the test setup: the official client from the npm registry, exact version */
-        snprintf(cmd, sizeof cmd, "npm install --no-audit --no-fund --silent --save-exact --prefix %s/npm openai@%s", d,
-                 OPENAI_NPM_VERSION);
-        REQUIRE(run_script(t, cmd, "npm_install.log", 300) == 0, "cannot install openai@%s from npm", OPENAI_NPM_VERSION);
-        REQUIRE(openai_pinned(mods), "npm installed another version than openai@%s", OPENAI_NPM_VERSION);
+    snprintf(mods, cap, "%s/npm/node_modules", d);
+    if (openai_pinned(mods)) return 0;
+    snprintf(cmd, sizeof cmd, "npm install --no-audit --no-fund --silent --save-exact --prefix %s/npm openai@%s", d,
+             OPENAI_NPM_VERSION);
+    snprintf(log, sizeof log, "npm_install.%d.log", (int)getpid());
+    if (run_script(t, cmd, log, 300) != 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "cannot install openai@%s from npm", OPENAI_NPM_VERSION);
+        return -1;
     }
-    char model[512];
+    if (!openai_pinned(mods)) {
+        ak_test_fail(t, __FILE__, __LINE__, "npm installed another version than openai@%s", OPENAI_NPM_VERSION);
+        return -1;
+    }
+    return 0;
+}
+
+TEST(server_openai_npm_client_workflow) {
+    char cmd[2048], mods[600], model[512];
+    if (openai_npm_modules(t, mods, sizeof mods) < 0) return;
     snprintf(cmd, sizeof cmd, "node tests/server/openai_workflow.mjs %s %s %s", bin(),
              test_path(model, sizeof model, "models/stories260K.gguf"), mods);
     run_script(t, cmd, "openai_workflow.log", 300);
+}
+
+/* The official client against the guards for web pages
+ * (tests/server/openai_http_guard.mjs): models.retrieve, a chat call with
+ * the guards on, a client whose baseURL is a reverse proxy that passes its
+ * own Host on (served with --allowed-host), and a request with a foreign
+ * Host refused. */
+TEST(server_openai_npm_client_http_guard) {
+    char cmd[2048], mods[600], model[512];
+    if (openai_npm_modules(t, mods, sizeof mods) < 0) return;
+    snprintf(cmd, sizeof cmd, "node tests/server/openai_http_guard.mjs %s %s %s", bin(),
+             test_path(model, sizeof model, "models/stories260K.gguf"), mods);
+    run_script(t, cmd, "openai_http_guard.log", 200);
 }
 
 /* 64 agents at once under a small KV budget: every answer equals the same
@@ -89,4 +117,15 @@ TEST(server_isolation_64_agents) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "python3 tests/server/isolation.py %s %s", bin(), test_shared_dir());
     run_script(t, cmd, "isolation.log", 300);
+}
+
+/* prompt_cache_key names an agent for frameworks that cannot set a header:
+ * created, cached, saved at SIGTERM and served warm after a restart
+ * (tests/server/openai_agent_key.mjs, the same pinned `openai` client). */
+TEST(server_openai_prompt_cache_key_agent) {
+    char cmd[2048], mods[600], model[512];
+    if (openai_npm_modules(t, mods, sizeof mods) < 0) return;
+    snprintf(cmd, sizeof cmd, "node tests/server/openai_agent_key.mjs %s %s %s", bin(),
+             test_path(model, sizeof model, "models/stories260K.gguf"), mods);
+    run_script(t, cmd, "openai_agent_key.log", 200);
 }
