@@ -179,7 +179,7 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, cons
     }
     if (read_messages(msgs, &l, b) < 0) goto done;
     rc = tokenize_messages(cfg, &l, 1, &p->tokens, &p->n_tokens, b);
-    if (rc == 0 && p->agent_id[0] && !p->pool[0]) {
+    if (rc == 0 && p->agent_id[0]) {
         /* kept for the engine: the agent's history may stand for its replies */
         ak_error err = {0};
         if (!(p->resend = ak_chat_resend_new(cfg->family, l.m, l.n, cfg->template_text, cfg->tok, &err)))
@@ -409,6 +409,7 @@ static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, a
             goto done;
         }
     }
+    if (pool_msgs && p->resend) ak_chat_resend_keep(p->resend, np);
     if (pool_msgs) {
         /* rendered together, the pool's messages must still render as the pool did alone */
         if (p->n_tokens < (size_t)np || memcmp(p->tokens, pool, sizeof *pool * (size_t)np)) {
@@ -419,8 +420,10 @@ static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, a
                      p->pool, ak_chat_family_name(cfg->family));
             goto done;
         }
-    } else if (p->pool[0] && prepend_pool(cfg, pool, np, p, b) < 0) {
-        goto done;
+    } else if (p->pool[0]) {
+        size_t n_conv = p->n_tokens;
+        if (prepend_pool(cfg, pool, np, p, b) < 0) goto done;
+        if (p->resend) ak_chat_resend_set_prefix(p->resend, np, p->n_tokens < (size_t)np + n_conv);
     }
     if (place_memories(cfg, body, p, b) < 0) goto done;
     if (p->n_mem) {   /* memories sit at fixed positions of the prompt as rendered */

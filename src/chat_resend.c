@@ -180,7 +180,16 @@ struct ak_chat_resend {
     const ak_tokenizer *tok;
     ak_chat_msg *msgs;   /* (n) roles static, contents owned */
     int n;
+    int n_prefix, drop_first;   /* ak_chat_resend_set_prefix */
+    int n_keep;                 /* ak_chat_resend_keep */
 };
+
+void ak_chat_resend_keep(ak_chat_resend *c, int n) { c->n_keep = n > 0 ? n : 0; }
+
+void ak_chat_resend_set_prefix(ak_chat_resend *c, int n_prefix, int drop_first) {
+    c->n_prefix = n_prefix > 0 ? n_prefix : 0;
+    c->drop_first = c->n_prefix && drop_first;
+}
 
 ak_chat_resend *ak_chat_resend_new(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
                                    const ak_tokenizer *tok, ak_error *err) {
@@ -217,11 +226,37 @@ void ak_chat_resend_free(ak_chat_resend *c) {
 int ak_chat_resend_prompt(const ak_chat_resend *c, const int32_t *hist, int n_hist, int32_t **ids, int *n_ids,
                           ak_error *err) {
     size_t n = 0;
-    int replaced = 0;
+    int replaced = 0, np = c->n_prefix, d = c->drop_first;
+    *ids = NULL;
     *n_ids = 0;
-    if (ak_chat_tokenize_resent(c->f, c->msgs, c->n, c->template_text, c->tok, hist, n_hist, ids, &n, &replaced, err) < 0)
+    if (n_hist < np + d) return 0;
+    /* the conversation's own history: what follows the prefix, with the
+     * first token it was tokenized with (the one dropped) put back */
+    int32_t first = -1;
+    if (d && ak_tokenizer_add_bos(c->tok)) first = ak_tokenizer_bos(c->tok);
+    if (d && first < 0) return 0;
+    int nv = n_hist - np + d;
+    int32_t *v = ak_malloc(sizeof *v * (size_t)(nv ? nv : 1), err);
+    if (!v) return -1;
+    if (d) v[0] = first;
+    memcpy(v + d, hist + np, sizeof *v * (size_t)(n_hist - np));
+    int32_t *conv = NULL;
+    int rc = ak_chat_tokenize_resent(c->f, c->msgs, c->n, c->template_text, c->tok, v, nv, &conv, &n, &replaced, err);
+    free(v);
+    if (rc < 0 || !replaced) return rc;
+    if (c->n_keep && (n_hist < c->n_keep || n < (size_t)c->n_keep || memcmp(conv, hist, sizeof *conv * (size_t)c->n_keep))) {
+        free(conv);
+        return 0;
+    }
+    int32_t *out = ak_malloc(sizeof *out * (np + n - (size_t)d), err);
+    if (!out) {
+        free(conv);
         return -1;
-    if (!replaced) return 0;
-    *n_ids = (int)n;
+    }
+    memcpy(out, hist, sizeof *out * (size_t)np);
+    memcpy(out + np, conv + d, sizeof *out * (n - (size_t)d));
+    free(conv);
+    *ids = out;
+    *n_ids = (int)(np + n - (size_t)d);
     return 1;
 }

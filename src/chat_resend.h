@@ -66,7 +66,17 @@ ak_chat_resend *ak_chat_resend_new(ak_chat_family f, const ak_chat_msg *msgs, in
                                    const ak_tokenizer *tok, ak_error *err);
 /* NULL is fine. */
 void ak_chat_resend_free(ak_chat_resend *c);
-/* ak_chat_tokenize_resent over hist[0..n_hist): returns 1 with the prompt in
+/* The prompt starts with n_prefix tokens of something else (a pool made
+ * from text) and then the conversation, its first token dropped when
+ * drop_first (the BOS the prefix already has). The history is then read the
+ * same way: its first n_prefix tokens are the prefix's, kept as they are. */
+void ak_chat_resend_set_prefix(ak_chat_resend *c, int n_prefix, int drop_first);
+/* A rebuilt prompt must start with the history's first n tokens (a pool
+ * made from messages, rendered with the conversation), else it is not used. */
+void ak_chat_resend_keep(ak_chat_resend *c, int n);
+/* ak_chat_tokenize_resent over hist[0..n_hist) (after the prefix, if set:
+ * the conversation's history, its first token put back when dropped; no
+ * history shorter than the prefix has one): returns 1 with the prompt in
  * *ids (malloc'd) and *n_ids when at least one message was replaced, 0 when
  * none was (the prompt as first tokenized stands), -1 with err set on
  * failure. The signature of a scheduler's prompt rebuild (sched.h:

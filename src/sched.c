@@ -235,8 +235,8 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
         ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
         return NULL;
     }
-    if (p->reprompt.fn && (pooled || p->n_mem)) {
-        ak_failc(err, AK_ERR_INVALID, "a prompt rebuilt over the agent's history cannot start with a pool or hold memories");
+    if (p->reprompt.fn && p->n_mem) {
+        ak_failc(err, AK_ERR_INVALID, "a prompt rebuilt over the agent's history cannot hold memories");
         return NULL;
     }
     if (p->n_mem < 0 || p->n_mem > AK_MAX_MEMORIES) {
