@@ -8,6 +8,36 @@
 #include <unistd.h>
 
 #include "../src/buf.h"
+#include "../src/util.h"
+
+#define RIG_KILL_GRACE_S 10
+
+const char *test_bin(void) {
+    const char *b = getenv("AK_BIN");
+    return b && *b ? b : "build/agentkv";
+}
+
+/* Runs cmd under `timeout -k RIG_KILL_GRACE_S limit_s` with its output to a log
+ * in the test's temp dir. Returns the exit code (124: timed out, 128 + n:
+ * killed by signal n); a non-zero code is recorded as a failure with the
+ * log's tail. */
+int run_script(ak_test_ctx *t, const char *cmd, const char *log_name, int limit_s) {
+    char log[512], full[4096];
+    snprintf(log, sizeof log, "%s/%s", test_tmp_dir(), log_name);
+    snprintf(full, sizeof full, "timeout -k %d %d %s >%s 2>&1 </dev/null", RIG_KILL_GRACE_S, limit_s, cmd, log);
+    int st = system(full);
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code != 0) {
+        char *out = ak_read_file(log, NULL, NULL);
+        size_t n = out ? strlen(out) : 0;
+        ak_test_fail(t, __FILE__, __LINE__, "`%s` %s %d:\n%s", cmd,
+                     code == 124 || code == 137 ? "timed out (killed), exit" : "exited", code,
+                     out ? out + (n > 6000 ? n - 6000 : 0) : "");
+        free(out);
+    }
+    return code;
+}
+
 
 int rig_start(ak_test_ctx *t, rig *r, const char *model, size_t budget, const char *mem, ak_kv_format fk,
               ak_kv_format fv, int n_ctx) {

@@ -48,6 +48,13 @@ typedef struct {
     ak_chat_family family;
 } rig_opts;
 int rig_start_opts(ak_test_ctx *t, rig *r, const rig_opts *o);
+/* The agentkv binary the tests run: AK_BIN, else build/agentkv. */
+const char *test_bin(void);
+/* Runs cmd under `timeout -k 10 limit_s` (GNU timeout signals the whole
+ * process group) with its output to log_name in the test's temp dir.
+ * Returns the exit code (124: timed out, 128 + n: killed by signal n); a
+ * non-zero code is recorded as a failure with the log's tail. */
+int run_script(ak_test_ctx *t, const char *cmd, const char *log_name, int limit_s);
 /* Stops and frees it all (the agents flushed first). */
 void rig_stop(rig *r);
 

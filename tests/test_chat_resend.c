@@ -20,20 +20,7 @@
 #include "test.h"
 
 ak_tokenizer *test_chatml_tokenizer(ak_test_ctx *t);
-
-static ak_tokenizer *tok_of(ak_test_ctx *t, const char *rel) {
-    char path[512];
-    gguf_file f;
-    ak_error err = {0};
-    if (gguf_open(&f, test_path(path, sizeof path, rel), &err) < 0) {
-        ak_test_fail(t, __FILE__, __LINE__, "%s: %s", rel, err.msg);
-        return NULL;
-    }
-    ak_tokenizer *tk = ak_tokenizer_load(&f, &err);
-    gguf_close(&f);
-    if (!tk) ak_test_fail(t, __FILE__, __LINE__, "%s: %s", rel, err.msg);
-    return tk;
-}
+ak_tokenizer *test_load_tokenizer(ak_test_ctx *t, const char *rel);
 
 /* ids of text one UTF-8 character at a time (as a model might emit them),
  * appended to (*v, *n). */
@@ -134,8 +121,8 @@ static void three_turns(ak_test_ctx *t, const ak_tokenizer *tk, ak_chat_family f
 }
 
 TEST(chat_resend_every_family_keeps_the_history) {
-    ak_tokenizer *spm = tok_of(t, "models/tiny-llama-h64-gqa-f32.gguf");
-    ak_tokenizer *bpe = tok_of(t, "models/qwen3-tiny.gguf");
+    ak_tokenizer *spm = test_load_tokenizer(t, "models/tiny-llama-h64-gqa-f32.gguf");
+    ak_tokenizer *bpe = test_load_tokenizer(t, "models/qwen3-tiny.gguf");
     ak_tokenizer *ctl = test_chatml_tokenizer(t);
     REQUIRE(spm && bpe && ctl, "tokenizers");
     for (int f = AK_CHAT_LLAMA3; f <= AK_CHAT_PLAIN; f++) {
@@ -173,7 +160,7 @@ static int rebuild(ak_test_ctx *t, const ak_tokenizer *tk, ak_chat_family f, con
 }
 
 TEST(chat_resend_only_the_very_text) {
-    ak_tokenizer *tk = tok_of(t, "models/tiny-llama-h64-gqa-f32.gguf");
+    ak_tokenizer *tk = test_load_tokenizer(t, "models/tiny-llama-h64-gqa-f32.gguf");
     REQUIRE(tk, "tokenizer");
     ak_chat_msg m[3] = {{.role = "user", .content = "Tell me about git."},
                         {.role = "assistant", .content = " Git tracks files.\n"},
@@ -214,7 +201,7 @@ TEST(chat_resend_only_the_very_text) {
 
 /* Where the template rewrites earlier turns or the reply, it wins. */
 TEST(chat_resend_template_wins) {
-    ak_tokenizer *tk = tok_of(t, "models/qwen3-tiny.gguf");
+    ak_tokenizer *tk = test_load_tokenizer(t, "models/qwen3-tiny.gguf");
     REQUIRE(tk, "tokenizer");
     int np = 0, nh = 0, kept = 0;
     /* qwen3 drops the reasoning of replies before the last user message */
@@ -253,7 +240,7 @@ TEST(chat_resend_template_wins) {
  * prompt still means the conversation as sent: its text, decoded, is the
  * rendering with each reply's own text in place. */
 TEST(chat_resend_prompt_means_the_conversation) {
-    ak_tokenizer *tk = tok_of(t, "models/qwen3-tiny.gguf");
+    ak_tokenizer *tk = test_load_tokenizer(t, "models/qwen3-tiny.gguf");
     REQUIRE(tk, "tokenizer");
     ak_chat_msg m[3] = {{.role = "user", .content = "Hi"}, {.role = "assistant", .content = "\n Hello there \n"},
                         {.role = "user", .content = "Bye"}};

@@ -233,5 +233,6 @@ TEST(chat_tokenize_server_request_cannot_spoof_turns) {
     ak_tokenizer_free(tk);
 }
 
-/* For other test files (test_chat_resend.c): the ChatML tokenizer above. */
+/* For other test files (test_chat_resend.c): the tokenizers above. */
 ak_tokenizer *test_chatml_tokenizer(ak_test_ctx *t) { return chatml_tok(t); }
+ak_tokenizer *test_load_tokenizer(ak_test_ctx *t, const char *rel) { return load_tok(t, rel); }

@@ -7,7 +7,7 @@
  *
  * Every script runs under `timeout -k`: GNU timeout signals its whole process
  * group, so a hung script and every server it started get SIGTERM at the
- * limit and SIGKILL KILL_GRACE_S later; `make test` cannot hang on them. */
+ * limit and SIGKILL 10 s later (run_script, server_rig.c); `make test` cannot hang on them. */
 #include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,39 +15,15 @@
 #include <unistd.h>
 
 #include "../src/util.h"
+#include "server_rig.h"
 #include "test.h"
 
 /* The exact `openai` npm version the workflow runs against: the newest that
  * npm installs on the Node.js of Debian stable (20; 7.x needs Node >= 22).
  * An installed copy of another version is replaced. */
 #define OPENAI_NPM_VERSION "6.49.0"
-#define KILL_GRACE_S 10
 
-static const char *bin(void) {
-    const char *b = getenv("AK_BIN");
-    return b && *b ? b : "build/agentkv";
-}
-
-/* Runs cmd under `timeout -k KILL_GRACE_S limit_s` with its output to a log
- * in the test's temp dir. Returns the exit code (124: timed out, 128 + n:
- * killed by signal n); a non-zero code is recorded as a failure with the
- * log's tail. */
-static int run_script(ak_test_ctx *t, const char *cmd, const char *log_name, int limit_s) {
-    char log[512], full[4096];
-    snprintf(log, sizeof log, "%s/%s", test_tmp_dir(), log_name);
-    snprintf(full, sizeof full, "timeout -k %d %d %s >%s 2>&1 </dev/null", KILL_GRACE_S, limit_s, cmd, log);
-    int st = system(full);
-    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (code != 0) {
-        char *out = ak_read_file(log, NULL, NULL);
-        size_t n = out ? strlen(out) : 0;
-        ak_test_fail(t, __FILE__, __LINE__, "`%s` %s %d:\n%s", cmd,
-                     code == 124 || code == 137 ? "timed out (killed), exit" : "exited", code,
-                     out ? out + (n > 6000 ? n - 6000 : 0) : "");
-        free(out);
-    }
-    return code;
-}
+static const char *bin(void) { return test_bin(); }
 
 TEST(server_http_with_curl) {
     char cmd[1024];
@@ -75,8 +51,12 @@ static int openai_npm_modules(ak_test_ctx *t, char *mods, size_t cap) {
     char *d = dirname(dir);
     snprintf(mods, cap, "%s/npm/node_modules", d);
     if (openai_pinned(mods)) return 0;
-    snprintf(cmd, sizeof cmd, "npm install --no-audit --no-fund --silent --save-exact --prefix %s/npm openai@%s", d,
-             OPENAI_NPM_VERSION);
+    /* tests run in parallel processes: one install at a time, and none once
+     * the first has put the pinned version there */
+    snprintf(cmd, sizeof cmd,
+             "flock %s/npm.lock sh -c 'grep -qs \"\\\"version\\\": \\\"%s\\\"\" %s/openai/package.json || "
+             "npm install --no-audit --no-fund --silent --save-exact --prefix %s/npm openai@%s'",
+             d, OPENAI_NPM_VERSION, mods, d, OPENAI_NPM_VERSION);
     snprintf(log, sizeof log, "npm_install.%d.log", (int)getpid());
     if (run_script(t, cmd, log, 300) != 0) {
         ak_test_fail(t, __FILE__, __LINE__, "cannot install openai@%s from npm", OPENAI_NPM_VERSION);

@@ -10,7 +10,7 @@
 //
 // The server is killed on every exit path; no client retries; a watchdog
 // ends the script before the C test's limit.
-import { spawn } from "node:child_process";
+import { live, startServer as spawnServer, stopServer as stopChild } from "./serve.mjs";
 import { createRequire } from "node:module";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,7 +22,6 @@ const agents = require("@openai/agents");
 const OpenAI = require("openai").default ?? require("openai");
 const memDir = mkdtempSync(join(tmpdir(), "agentkv-sdk-"));
 const WATCHDOG_MS = 170000;
-const live = new Set();
 process.on("exit", () => { for (const p of live) p.kill("SIGKILL"); rmSync(memDir, { recursive: true, force: true }); });
 setTimeout(() => { console.log(`FAIL watchdog: past ${WATCHDOG_MS / 1000} s`); process.exit(1); }, WATCHDOG_MS).unref();
 
@@ -34,28 +33,9 @@ function check(name, cond, detail = "") {
   console.log(`ok   ${name} ${detail}`);
 }
 
-function startServer() {
-  return new Promise((res, rej) => {
-    const p = spawn(bin, ["serve", "-m", model, "--port", "0", "--memory-dir", memDir, "-t", "2", "-c", "1024",
-                          "--model-id", "m", "--chat-template", "llama3"], { stdio: ["ignore", "ignore", "pipe"] });
-    live.add(p);
-    let log = "";
-    p.stderr.on("data", (d) => {
-      log += d;
-      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && !p.port) { p.port = Number(m[1]); res(p); }
-    });
-    p.on("exit", (code) => { live.delete(p); p.exitCode_ = code; if (!p.port) rej(new Error(`serve exited ${code}: ${log}`)); });
-  });
-}
-
-function stopServer(p) {
-  return new Promise((res) => {
-    if (!live.has(p)) return res(p.exitCode_);
-    p.on("exit", (code) => res(code));
-    p.kill("SIGTERM");
-  });
-}
+const startServer = () => spawnServer(bin, ["-m", model, "--port", "0", "--memory-dir", memDir, "-t", "2", "-c", "1024",
+                                          "--model-id", "m", "--chat-template", "llama3"]);
+const stopServer = (p) => stopChild(p, 20000);
 
 async function agentTokens(port, id) {
   const r = await fetch(`http://127.0.0.1:${port}/v1/agents/${id}`, { signal: AbortSignal.timeout(30000) });

@@ -12,7 +12,7 @@
 // killed on every exit path; clients never retry and give up on a request
 // after REQUEST_TIMEOUT_MS; a watchdog ends the script below the runner's
 // limit.
-import { spawn } from "node:child_process";
+import { live, startServer as spawnServer, stopServer as stopChild } from "./serve.mjs";
 import { createRequire } from "node:module";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
@@ -28,7 +28,6 @@ const STOP_GRACE_MS = 20000;
 const WATCHDOG_MS = 180000;   // below test_server.c's limit (200 s), so this script reports first
 const PROXY_NAME = "agents.proxy.test";
 const memDir = mkdtempSync(join(tmpdir(), "agentkv-guard-"));
-const live = new Set();
 process.on("exit", () => {
   for (const p of live) p.kill("SIGKILL");
   rmSync(memDir, { recursive: true, force: true });
@@ -52,32 +51,11 @@ function check(name, cond, detail = "") {
 }
 
 function startServer(extra, dir) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(bin, ["serve", "-m", model, "--port", "0", "--memory-dir", dir, "-t", "2", "-c", "256", ...extra],
-                    { stdio: ["ignore", "ignore", "pipe"] });
-    live.add(p);
-    let log = "";
-    p.stderr.on("data", (d) => {
-      log += d;
-      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
-    });
-    p.on("exit", (code, signal) => {
-      live.delete(p);
-      p.exitCode_ = code ?? signal;
-      if (!p.port) reject(new Error("server exited: " + log));
-    });
-    p.getLog = () => log;
-  });
+  return spawnServer(bin, ["-m", model, "--port", "0", "--memory-dir", dir, "-t", "2", "-c", "256", ...extra]);
 }
 
 function stopServer(p) {
-  return new Promise((resolve) => {
-    if (p.exitCode_ !== undefined) return resolve(p.exitCode_);
-    const hard = setTimeout(() => p.kill("SIGKILL"), STOP_GRACE_MS);
-    p.on("exit", (code, signal) => { clearTimeout(hard); resolve(code ?? signal); });
-    p.kill("SIGTERM");
-  });
+  return stopChild(p, STOP_GRACE_MS);
 }
 
 // A fetch for the client in which every name resolves to 127.0.0.1: the

@@ -9,7 +9,8 @@
 // thrown request, the watchdog): SIGTERM, then SIGKILL if it has not exited
 // within STOP_GRACE_MS. Clients never retry (maxRetries 0: an error cannot
 // hide behind a retry) and give up on a request after REQUEST_TIMEOUT_MS.
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
+import { live, startServer as spawnServer, stopServer as stopChild } from "./serve.mjs";
 import { createRequire } from "node:module";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,7 +23,6 @@ const memDir = mkdtempSync(join(tmpdir(), "agentkv-openai-"));
 const REQUEST_TIMEOUT_MS = 120000;
 const STOP_GRACE_MS = 20000;
 const WATCHDOG_MS = 280000;   // below test_server.c's timeout, so this script reports first
-const live = new Set();       // servers started and not yet exited
 const newClient = (port) =>
   new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: "unused", maxRetries: 0, timeout: REQUEST_TIMEOUT_MS });
 // the last resort: whatever ends the process, no server outlives it
@@ -45,34 +45,13 @@ function check(name, cond, detail = "") {
 }
 
 function startServer(extra = ["--kv-budget", "120K", "-ctk", "q8", "-ctv", "q8"], dir = memDir) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(bin, ["serve", "-m", model, "--port", "0", "--memory-dir", dir, "-t", "2", "-c", "512", ...extra],
-                    { stdio: ["ignore", "ignore", "pipe"] });
-    live.add(p);
-    let log = "";
-    p.stderr.on("data", (d) => {
-      log += d;
-      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
-    });
-    p.on("exit", (code, signal) => {
-      live.delete(p);
-      p.exitCode_ = code ?? signal;
-      if (!p.port) reject(new Error("server exited: " + log));
-    });
-    p.getLog = () => log;
-  });
+  return spawnServer(bin, ["-m", model, "--port", "0", "--memory-dir", dir, "-t", "2", "-c", "512", ...extra]);
 }
 
 // SIGTERM, then SIGKILL after STOP_GRACE_MS; resolves to the exit code (or
 // the signal's name when it was killed).
 function stopServer(p) {
-  return new Promise((resolve) => {
-    if (p.exitCode_ !== undefined) return resolve(p.exitCode_);
-    const hard = setTimeout(() => p.kill("SIGKILL"), STOP_GRACE_MS);
-    p.on("exit", (code, signal) => { clearTimeout(hard); resolve(code ?? signal); });
-    p.kill("SIGTERM");
-  });
+  return stopChild(p, STOP_GRACE_MS);
 }
 
 const roles = {

@@ -1,0 +1,39 @@
+// serve.mjs - what the server scripts share: `agentkv serve` as a child on
+// a free loopback port, and its stop. Every child started is in `live`
+// until it exits; a script kills what is left there on its exit paths.
+import { spawn } from "node:child_process";
+
+export const live = new Set();
+
+// Starts BIN serve ARGS (which should hold "--port", "0"); resolves to the
+// child once it says where it listens (child.port; child.getLog() is its
+// stderr so far), rejects if it exits first.
+export function startServer(bin, args) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(bin, ["serve", ...args], { stdio: ["ignore", "ignore", "pipe"] });
+    live.add(p);
+    let log = "";
+    p.stderr.on("data", (d) => {
+      log += d;
+      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m && !p.port) { p.port = Number(m[1]); resolve(p); }
+    });
+    p.on("exit", (code, signal) => {
+      live.delete(p);
+      p.exitCode_ = code ?? signal;
+      if (!p.port) reject(new Error("server exited: " + log));
+    });
+    p.getLog = () => log;
+  });
+}
+
+// SIGTERM, then SIGKILL after graceMs; resolves to the exit code (or the
+// signal's name when it was killed).
+export function stopServer(p, graceMs) {
+  return new Promise((resolve) => {
+    if (p.exitCode_ !== undefined) return resolve(p.exitCode_);
+    const hard = setTimeout(() => p.kill("SIGKILL"), graceMs);
+    p.on("exit", (code, signal) => { clearTimeout(hard); resolve(code ?? signal); });
+    p.kill("SIGTERM");
+  });
+}
