@@ -299,7 +299,7 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
                     (const char *const *)r->stop, r->n_stop, err) < 0)
         goto fail;
     r->res.prompt_tokens = p->n_prompt;
-    if (!anonymous) r->reprompt = p->reprompt;
+    r->reprompt = p->reprompt;
     if (enqueue(s, r, status, err) < 0) {
         r->reprompt = (ak_reprompt){0};   /* the caller's again */
         goto fail;
@@ -642,7 +642,8 @@ static int admit_pool_job(ak_sched *s, ak_request *r, ak_request *prev) {
 
 /* Rebuilds r's prompt over its agent's history (ak_reprompt), once, right
  * before the prompt is matched; only an agent in RAM has a history to
- * rebuild over (a warm one was restored ahead). A rebuilt prompt replaces
+ * rebuild over (a warm one was restored ahead; an anonymous request's is
+ * the ephemeral agent its prompt matched best). A rebuilt prompt replaces
  * the submitted one: the generator starts over on it and the reservation
  * follows its length. Engine thread. */
 static void rebuild_prompt(ak_sched *s, ak_request *r) {
@@ -714,7 +715,7 @@ static void admit(ak_sched *s) {
             r->prefetch_tried = 1; /* nothing to restore, or nothing else running: open restores */
         }
         if (r->anonymous) pick_anonymous(s, r);
-        else if (r->reprompt.fn) rebuild_prompt(s, r);
+        if (r->reprompt.fn) rebuild_prompt(s, r);
         double t_open = ak_now(); /* a restore in the open is service time, not queueing */
         ak_error err = {{0}};
         ak_turn t;

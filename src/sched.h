@@ -90,7 +90,8 @@ typedef struct {
                                  is placed by ak_agent_reuse_memory (reuse.h) at mem_ratio when the
                                  prefill reaches it, in one go on the engine thread (FULL: mem_full) */
     float mem_ratio;
-    /* a named agent's prompt rebuilt over its history at admission (fn NULL: none; not with
+    /* the prompt rebuilt over its agent's history at admission (an anonymous request's: the
+       ephemeral agent it is served by; fn NULL: none; not with
        memories; with a pool it must keep the pool's tokens first). On success the scheduler
        owns ud (and frees it); on failure the caller keeps it. A rebuilt prompt not shorter
        than the context is not used */

@@ -210,3 +210,49 @@ static void run_case(ak_test_ctx *t, const fam_case *c) {
 TEST(resend_server_every_family_reuses_the_history) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(t, &cases[i]);
 }
+
+/* Requests without an agent id are served by ephemeral agents (the prefix
+ * cache): a conversation resent in full reuses, each turn, the prompt and
+ * the reply of the turn before (all but the last token sampled, which the
+ * cache never held when the turn ran out of max_tokens). */
+TEST(resend_server_anonymous_reuses_the_last_turn) {
+    static const ak_chat_family fams[] = {AK_CHAT_PLAIN, AK_CHAT_LLAMA3};
+    for (int fi = 0; fi < 2; fi++) {
+        rig r;
+        rig_opts o = {.model = "models/tiny-llama-h64-gqa-f32.gguf", .mem = "resend-anon", .fk = AK_KV_F32, .fv = AK_KV_F32,
+                      .n_ctx = N_CTX, .family = fams[fi]};
+        if (rig_start_opts(t, &r, &o) < 0) return;
+        const char *roles[8] = {"system", "user"};
+        char *texts[8] = {strdup("You answer questions about git, briefly."), strdup("How do I make a branch?")};
+        int n = 2, prompt = 0, cached = 0, prev = 0;
+        for (int k = 0; k < 3; k++) {
+            char *msgs = messages_json(roles, texts, n), *text = NULL;
+            char *body = malloc(strlen(msgs) + 128);
+            sprintf(body, "{\"model\":\"m\",\"messages\":%s,\"max_tokens\":%d,\"temperature\":0}", msgs, MAX_TOKENS);
+            reply a = http(r.port, "POST", "/v1/chat/completions", body);
+            free(body);
+            free(msgs);
+            if (a.status != 200 || !answer(&a)) {
+                ak_test_fail(t, __FILE__, __LINE__, "anonymous turn %d: HTTP %d %s", k + 1, a.status, err_msg(&a));
+                reply_free(&a);
+                break;
+            }
+            cJSON *u = cJSON_GetObjectItem(a.j, "usage");
+            prompt = (int)num(u, "prompt_tokens");
+            cached = (int)num(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens");
+            int completion = (int)num(u, "completion_tokens");
+            if (k > 0)
+                CHECK(cached >= prev, "%s anonymous turn %d: %d cached, the turn before held %d", ak_chat_family_name(fams[fi]),
+                      k + 1, cached, prev);
+            prev = prompt + completion - 1;
+            text = strdup(answer(&a));
+            reply_free(&a);
+            roles[n] = "assistant";
+            texts[n++] = text;
+            roles[n] = "user";
+            texts[n++] = strdup(k == 0 ? "And then?" : "What about merging?");
+        }
+        for (int i = 0; i < n; i++) free(texts[i]);
+        rig_stop(&r);
+    }
+}
