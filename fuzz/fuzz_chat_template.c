@@ -17,7 +17,15 @@
  *     (when the template holds no NUL, which a C string cannot carry);
  *   - rendering succeeds exactly when chat.h says it must (roles known;
  *     mistral: no system message after the first), with *out NULL on failure;
- *   - chatml, which copies content verbatim, contains every message's content.
+ *   - chatml, which copies content verbatim, contains every message's content;
+ *   - the tracked rendering (ak_chat_render_tracked) is the rendering with
+ *     the generation prompt, its spans inside the text and in order;
+ *   - a conversation resent over a history (chat_resend.h; the tokenizer of
+ *     AK_FUZZ_MODEL), in the family flags bits 2.. pick: the history is the
+ *     prompt before the last assistant message and that message's text one
+ *     character at a time, then the input's last bytes as token ids; the
+ *     rebuild never fails, replaces at most the assistant messages, returns
+ *     a prompt exactly when it replaced one, of ids in the vocabulary.
  * Run with `make fuzz FUZZ_TARGETS=chat_template`. Seeds:
  * fuzz/corpus/chat_template/ (the real templates of ../shared/golden/templates).
  */
@@ -27,6 +35,7 @@
 #include <string.h>
 
 #include "../src/chat.h"
+#include "../src/chat_resend.h"
 #include "../src/gguf.h"
 
 #define MAX_MSG 16
@@ -81,6 +90,89 @@ static const uint8_t *field(const uint8_t **d, size_t *n, size_t *len) {
     return f;
 }
 
+/* The tokenizer of AK_FUZZ_MODEL, loaded once (NULL without one). */
+static const ak_tokenizer *fuzz_tokenizer(void) {
+    static int tried;
+    static ak_tokenizer *tk;
+    if (!tried) {
+        tried = 1;
+        const char *path = getenv("AK_FUZZ_MODEL");
+        gguf_file f;
+        ak_error err = {{0}};
+        if (path && gguf_open(&f, path, &err) == 0) {
+            tk = ak_tokenizer_load(&f, &err);
+            gguf_close(&f);
+        }
+    }
+    return tk;
+}
+
+/* Appends text's ids one UTF-8 character at a time to v (cap MAX_HIST). */
+#define MAX_HIST 4096
+static int push_chars(const ak_tokenizer *tk, const char *text, int32_t *v, int n) {
+    for (size_t i = 0; text[i] && n < MAX_HIST;) {
+        size_t k = 1;
+        while (k < 4 && ((unsigned char)text[i + k] & 0xC0) == 0x80) k++;
+        int32_t *ids = NULL;
+        size_t m = 0;
+        ak_error err = {{0}};
+        if (ak_tokenize(tk, text + i, k, AK_TOK_CONTINUE, &ids, &m, &err) == 0)
+            for (size_t j = 0; j < m && n < MAX_HIST; j++) v[n++] = ids[j];
+        free(ids);
+        i += k;
+    }
+    return n;
+}
+
+/* The tracked rendering and the rebuild over a history (see the top). */
+static void check_resend(ak_chat_family fam, const ak_chat_msg *msgs, int n, const char *text, const uint8_t *tail,
+                         size_t tail_len) {
+    ak_chat_rendering r;
+    ak_error err = {{0}};
+    char *plain = NULL;
+    if (ak_chat_render_tracked(fam, msgs, n, text, &r, &err) < 0) __builtin_trap();   /* rendered above */
+    if (ak_chat_render(fam, msgs, n, 1, NULL, NULL, text, &plain, &err) < 0 || strlen(plain) != r.len ||
+        memcmp(plain, r.text, r.len))
+        __builtin_trap();
+    free(plain);
+    long last = -1;
+    for (int i = 0; i < n; i++) {
+        const ak_chat_span *sp = &r.spans[i];
+        if (sp->at < 0) continue;
+        if (sp->open < 0 || sp->open > sp->at || sp->at > sp->end || sp->end > (long)r.len) __builtin_trap();
+        if (!strcmp(msgs[i].role, "assistant")) {
+            if (sp->open < last) __builtin_trap();
+            last = sp->end;
+        }
+    }
+    ak_chat_rendering_free(&r);
+    const ak_tokenizer *tk = fuzz_tokenizer();
+    if (!tk) return;
+    int la = -1, n_assistant = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(msgs[i].role, "assistant")) la = i, n_assistant++;
+    static int32_t hist[MAX_HIST];
+    int nh = 0;
+    if (la > 0) {
+        int32_t *ids = NULL;
+        size_t k = 0;
+        if (ak_chat_tokenize(fam, msgs, la, 1, text, tk, AK_TOK_ADD_SPECIAL, &ids, &k, &err) == 0)
+            for (size_t j = 0; j < k && nh < MAX_HIST; j++) hist[nh++] = ids[j];
+        free(ids);
+        nh = push_chars(tk, msgs[la].content, hist, nh);
+    }
+    int vocab = ak_tokenizer_vocab_size(tk);
+    for (size_t j = 0; j + 1 < tail_len && nh < MAX_HIST; j += 2) hist[nh++] = (tail[j] | tail[j + 1] << 8) % vocab;
+    int32_t *out = NULL;
+    size_t no = 0;
+    int replaced = -1;
+    if (ak_chat_tokenize_resent(fam, msgs, n, text, tk, hist, nh, &out, &no, &replaced, &err) < 0) __builtin_trap();
+    if (replaced < 0 || replaced > n_assistant || (replaced == 0) != (out == NULL)) __builtin_trap();
+    for (size_t j = 0; j < no; j++)
+        if (out[j] < 0 || out[j] >= vocab) __builtin_trap();
+    free(out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t alen, tlen;
     const uint8_t *arch = field(&data, &size, &alen);
@@ -123,7 +215,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     (void)ak_chat_family_name(fam);
 
-    /* messages */
+    /* messages; the last 16 bytes also serve as token ids (check_resend) */
+    const uint8_t *tail = size > 16 ? data + size - 16 : data;
+    size_t tail_len = size > 16 ? 16 : size;
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
     ak_chat_msg msgs[MAX_MSG];
     char *contents[MAX_MSG];
@@ -161,6 +255,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int i = 0; i < n; i++)
                 if (!strstr(out, msgs[i].content)) __builtin_trap();
         free(out);
+        if (fi == (flags >> 2) % (AK_CHAT_PLAIN + 1)) check_resend((ak_chat_family)fi, msgs, n, text, tail, tail_len);
     }
     for (int i = 0; i < n; i++) free(contents[i]);
     free(text);
