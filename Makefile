@@ -11,7 +11,7 @@
 #                   RSS growth, leaked descriptors, a crash; plot and summary in BUILD/soak)
 # ARCH=dispatch by default on x86-64: one binary with scalar, AVX2, AVX2+VNNI,
 # AVX-512 and AVX-512+VNNI+VBMI kernels, the level picked at start from cpuid (AGENTKV_SIMD=...
-# forces a lower one; see "Run-time dispatch" below and src/cpu.h). ARCH=native
+# forces a lower one; see "Run-time dispatch" below and src/base/cpu.h). ARCH=native
 # (the default elsewhere), ARCH=x86-64-v3 etc. build for that one target as
 # before (SIMD chosen by the compiler's target); ARCH= for a portable scalar
 # build, e.g. `make ARCH=x86-64 BUILD=build-scalar`.
@@ -53,10 +53,10 @@ ARCHFLAG    := $(if $(DSP),-march=x86-64,$(if $(ARCH),-march=$(ARCH),))
 # takes the flag (x86), loops it vectorizes use the full width too.
 ARCHFLAG    += $(if $(DSP),,$(shell $(CC) $(ARCHFLAG) -mprefer-vector-width=512 -x c -c -o /dev/null /dev/null 2>/dev/null && echo -mprefer-vector-width=512))
 CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -pthread \
-           -D_GNU_SOURCE $(PCRE_CFLAGS) $(SAN) -MMD -MP
+           -D_GNU_SOURCE -Isrc $(PCRE_CFLAGS) $(SAN) -MMD -MP
 LDLIBS  += $(PCRE_LIBS) -lmicrohttpd -lcjson -lxxhash -lsodium -lhiredis -lm -pthread
 
-LIB_SRC  := $(wildcard src/*.c)
+LIB_SRC  := $(wildcard src/*/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 BENCH_SRC:= $(wildcard bench/*.c)
@@ -71,9 +71,9 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # compiled once per level into $(BUILD)/dsp/LEVEL/raw/, its global symbols
 # renamed NAME__LEVEL (scripts/dispatch.sh map, objcopy), and every function
 # reached through a generated jump (scripts/dispatch.sh stubs) whose table
-# src/cpu.c fills once per process. Data of the scalar copy keeps its name.
-# A level's flags are the instruction sets src/cpu.c checks for it.
-# In ak_cpu_level_id's order (src/cpu.h, scripts/dispatch.sh's LEVELS).
+# src/base/cpu.c fills once per process. Data of the scalar copy keeps its name.
+# A level's flags are the instruction sets src/base/cpu.c checks for it.
+# In ak_cpu_level_id's order (src/base/cpu.h, scripts/dispatch.sh's LEVELS).
 DSP_LEVELS         := scalar avx2 avx2vnni avx512 avx512vnni
 DSP_FLAGS_scalar   := -march=x86-64
 DSP_FLAGS_avx2     := -march=x86-64-v3
@@ -82,11 +82,11 @@ DSP_FLAGS_avx512   := -march=x86-64-v4 -mprefer-vector-width=512
 DSP_FLAGS_avx512vnni := -march=x86-64-v4 -mavx512vnni -mavx512vbmi -mprefer-vector-width=512
 OBJCOPY  ?= objcopy
 ifneq ($(DSP),)
-DSP_SRC  := $(filter-out %_arm.c,$(shell grep -l -E '^\#include "(kernels_impl|kvformat_impl|vmath|kquant|kvformat_quant)\.h"' $(LIB_SRC)))
+DSP_SRC  := $(filter-out %_arm.c,$(shell grep -l -E '^\#include "[a-z]+/(kernels_impl|kvformat_impl|vmath|kquant|kvformat_quant)\.h"' $(LIB_SRC)))
 DSP_RAW  := $(foreach L,$(DSP_LEVELS),$(DSP_SRC:%.c=$(BUILD)/dsp/$(L)/raw/%.o))
 LIB_OBJ  := $(filter-out $(DSP_SRC:%.c=$(BUILD)/%.o),$(LIB_OBJ)) \
             $(foreach L,$(DSP_LEVELS),$(DSP_SRC:%.c=$(BUILD)/dsp/$(L)/%.o)) $(BUILD)/dsp/stubs.o
-$(BUILD)/src/cpu.o: CFLAGS += -DAK_DISPATCH
+$(BUILD)/src/base/cpu.o: CFLAGS += -DAK_DISPATCH
 
 define DSP_LEVEL_RULES
 $$(BUILD)/dsp/$(1)/raw/%.o: %.c
@@ -116,7 +116,7 @@ $(BUILD)/%.o: %.c
 # ISO C mode (-std=c11) turns contraction off, which halves their speed.
 # Only here: quantizers and the scalar references stay unfused, so stored
 # bytes are the same on machines with and without FMA.
-$(BUILD)/src/kvcache.o $(DSP_LEVELS:%=$(BUILD)/dsp/%/raw/src/kvcache.o): CFLAGS += -ffp-contract=fast
+$(BUILD)/src/kv/kvcache.o $(DSP_LEVELS:%=$(BUILD)/dsp/%/raw/src/kv/kvcache.o): CFLAGS += -ffp-contract=fast
 
 $(BUILD)/libagentkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -129,7 +129,7 @@ $(BUILD)/agentkv: $(CLI_OBJ) $(BUILD)/libagentkv.a
 # a second object of the directory backend (store_dir.c), linked ahead of
 # the library (whose store_dir.o then goes unused), so the shipped agentkv
 # has none.
-$(BUILD)/src/store_fault.o: src/store_dir.c
+$(BUILD)/src/store_fault.o: src/store/store_dir.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DAK_FAULT_INJECTION -c $< -o $@
 
@@ -143,7 +143,7 @@ $(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/src/store_fault.o $(BUILD)/libagent
 # still whole and in name order.
 LEVEL_TESTS ?= 1
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
-test: $(BUILD)/agentkv-tests $(BUILD)/agentkv
+test: check-layers $(BUILD)/agentkv-tests $(BUILD)/agentkv
 	$(if $(DSP),$(if $(T),,$(if $(filter 1,$(LEVEL_TESTS)),AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv sh scripts/test-levels.sh $(BUILD))))
 	AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
 
@@ -169,7 +169,7 @@ FUZZ_CC      ?= clang
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow
 FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer $(if $(DSP),-march=native,$(ARCHFLAG)) -Wall -Wextra -Wno-unused-parameter \
-                -Wno-missing-field-initializers -pthread -D_GNU_SOURCE $(PCRE_CFLAGS) -MMD -MP
+                -Wno-missing-field-initializers -pthread -D_GNU_SOURCE -Isrc $(PCRE_CFLAGS) -MMD -MP
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 AK_FUZZ_MODEL ?= $(SHARED)/models/stories260K.gguf
 # The SIMD kernels get UBSan's arithmetic checks only: on their intrinsics
@@ -177,7 +177,7 @@ AK_FUZZ_MODEL ?= $(SHARED)/models/stories260K.gguf
 # plain, 12 s these checks, 30 s ASan, 60 s UBSan, 3 min both; with
 # pointer-overflow too, kvformat_x86.c took over 2 min). Their memory
 # accesses are `make asan`'s to check.
-FUZZ_SIMD_SRC := $(wildcard src/*_x86.c src/*_arm.c src/kernels_packed*.c)
+FUZZ_SIMD_SRC := $(wildcard src/*/*_x86.c src/*/*_arm.c src/*/kernels_packed*.c)
 $(FUZZ_SIMD_SRC:%.c=$(FUZZ_DIR)/obj/%.o): FUZZ_SAN := \
     -fsanitize=signed-integer-overflow,shift,integer-divide-by-zero,float-cast-overflow,bounds,vla-bound \
     -fno-sanitize-recover=all
@@ -215,7 +215,12 @@ soak: $(BUILD)/agentkv
 clean:
 	rm -rf build build-asan build-scalar build-arm
 
-.PHONY: all test demo asan fuzz fuzz-build bench bench-tools soak clean
+# The layer rule of src/ (scripts/check-layers.sh: which folder may include
+# which, and the README's copy of the table).
+check-layers:
+	sh scripts/check-layers.sh src README.md
+
+.PHONY: all test check-layers demo asan fuzz fuzz-build bench bench-tools soak clean
 -include $(LIB_OBJ:.o=.d) $(DSP_RAW:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
 -include $(wildcard $(FUZZ_DIR)/obj/*/*.d)
 

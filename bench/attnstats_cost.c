@@ -1,4 +1,4 @@
-/* attnstats_cost.c - what the attention-statistics hook (src/attnstats.h)
+/* attnstats_cost.c - what the attention-statistics hook (src/engine/attnstats.h)
  * costs: a prefill of P tokens into an empty f32 cache, timed with the hook
  * detached and attached (default layers: first, middle, last, or -l
  * L1,L2,...), alternating, R repetitions each; prints the median wall and
@@ -12,10 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/attnstats.h"
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/model.h"
+#include "engine/attnstats.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "engine/model.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

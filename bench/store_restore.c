@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/store.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "store/store.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -1,5 +1,5 @@
 /* tcq3_table.c - trains the 512-value table of the tcq3 KV format (see
- * TRELLIS at the top of src/kvformat.c) and prints it as C.
+ * TRELLIS at the top of src/kv/kvformat.c) and prints it as C.
  *
  *   cc -O2 -o /tmp/tcq3_table bench/tcq3_table.c -lm
  *   /tmp/tcq3_table 40 20000 > table.txt      (rounds, training vectors)
@@ -14,7 +14,7 @@
  * the last line on stderr is the error on 5000 fresh vectors with the
  * least-squares norm. Deterministic: a fixed xorshift seed, doubles.
  * Standalone (no project code), run once; the output is pasted into
- * src/kvformat.c.
+ * src/kv/kvformat.c.
  */
 #include <math.h>
 #include <stdint.h>

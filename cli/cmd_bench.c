@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "../src/kernels.h"
+#include "kernels/kernels.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

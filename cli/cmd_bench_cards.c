@@ -36,11 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/agent.h"
-#include "../src/attnstats.h"
-#include "../src/bitalloc.h"
-#include "../src/cards.h"
-#include "../src/sampler.h"
+#include "agents/agent.h"
+#include "engine/attnstats.h"
+#include "agents/bitalloc.h"
+#include "store/cards.h"
+#include "text/sampler.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/blockpool.h"
+#include "kv/blockpool.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

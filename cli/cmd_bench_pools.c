@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/agent.h"
+#include "agents/agent.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -1,5 +1,5 @@
 /* cmd_bench_reuse.c - agentkv bench reuse: what reusing memory chunks' KV
- * (src/reuse.h: none, cacheblend, agentkvshift, full) costs in quality and
+ * (src/engine/reuse.h: none, cacheblend, agentkvshift, full) costs in quality and
  * saves in prefill time, on held-out text.
  *
  * Data. The text of --data is cut into passages, in order: a passage starts
@@ -41,9 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/kvformat.h"
-#include "../src/memories.h"
-#include "../src/reuse.h"
+#include "kv/kvformat.h"
+#include "agents/memories.h"
+#include "engine/reuse.h"
 #include "args.h"
 #include "bench_reuse_metrics.h"
 #include "commands.h"

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/sched.h"
+#include "serve/sched.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

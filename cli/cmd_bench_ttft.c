@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/agent.h"
+#include "agents/agent.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

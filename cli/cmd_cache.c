@@ -5,7 +5,7 @@
 #include <sodium.h>
 #include <time.h>
 
-#include "../src/store.h"
+#include "store/store.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

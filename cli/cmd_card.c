@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/bitalloc.h"
-#include "../src/cards.h"
-#include "../src/store.h"
+#include "agents/bitalloc.h"
+#include "store/cards.h"
+#include "store/store.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

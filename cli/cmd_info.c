@@ -1,10 +1,10 @@
 /* cmd_info.c - agentkv info: what a model file holds, and the SIMD level
- * the kernels run at (src/cpu.h). */
+ * the kernels run at (src/base/cpu.h). */
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/cpu.h"
-#include "../src/kernels.h"
+#include "base/cpu.h"
+#include "kernels/kernels.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -3,7 +3,7 @@
  *
  * add computes the chunk's KV alone at position 0 with the model and writes
  * memories/ID.safetensors exactly as the server's POST /v1/memories does
- * (the body is parsed by the same code, src/api.c, and the chunk tokenized
+ * (the body is parsed by the same code, src/serve/api.c, and the chunk tokenized
  * and computed by memories.c), so a memory made here is one a server
  * started on the directory places in chat requests. ls and rm read only
  * the store. */
@@ -14,9 +14,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/api.h"
-#include "../src/memories.h"
-#include "../src/store.h"
+#include "serve/api.h"
+#include "agents/memories.h"
+#include "store/store.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -1,11 +1,11 @@
 /* cmd_perplexity.c - agentkv perplexity (llama.cpp's method, see
- * src/perplexity.h). */
+ * src/engine/perplexity.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/calib.h"
-#include "../src/perplexity.h"
+#include "engine/calib.h"
+#include "engine/perplexity.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

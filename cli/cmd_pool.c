@@ -3,7 +3,7 @@
  *
  * create prefills the prefix with the model and writes pools/ID.safetensors
  * exactly as the server's POST /v1/pools does (the body is built and parsed
- * by the same code, src/api.c, so a pool made here composes with chat
+ * by the same code, src/serve/api.c, so a pool made here composes with chat
  * requests as one made over HTTP). ls, inspect and rm read only the store. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,9 +12,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/api.h"
-#include "../src/chat.h"
-#include "../src/store.h"
+#include "serve/api.h"
+#include "text/chat.h"
+#include "store/store.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/agent.h"
-#include "../src/generate.h"
-#include "../src/sampler.h"
+#include "agents/agent.h"
+#include "text/generate.h"
+#include "text/sampler.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -6,9 +6,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/agent.h"
-#include "../src/chat.h"
-#include "../src/server.h"
+#include "agents/agent.h"
+#include "text/chat.h"
+#include "serve/server.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -4,8 +4,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../src/gguf.h"
-#include "../src/synth.h"
+#include "base/gguf.h"
+#include "engine/synth.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"

@@ -1,7 +1,7 @@
 /* common.c - see common.h */
 #include "common.h"
 
-#include "../src/calib.h"
+#include "engine/calib.h"
 
 #include <sodium.h>
 #include <stdio.h>

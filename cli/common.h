@@ -3,11 +3,11 @@
 #ifndef AK_CLI_COMMON_H
 #define AK_CLI_COMMON_H
 
-#include "../src/agent.h"
-#include "../src/blockpool.h"
-#include "../src/model.h"
+#include "agents/agent.h"
+#include "kv/blockpool.h"
+#include "engine/model.h"
 #include "args.h"
-#include "../src/tokenizer.h"
+#include "text/tokenizer.h"
 
 typedef struct {
     const char *label;

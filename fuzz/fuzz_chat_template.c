@@ -1,5 +1,5 @@
 /* fuzz_chat_template.c - libFuzzer target for chat-template detection from
- * hostile model metadata, and rendering (src/chat.c).
+ * hostile model metadata, and rendering (src/text/chat.c).
  *
  * Input layout (fields are cut from the front; a short input leaves the
  * later fields empty):
@@ -34,9 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/chat.h"
-#include "../src/chat_resend.h"
-#include "../src/gguf.h"
+#include "text/chat.h"
+#include "text/chat_resend.h"
+#include "base/gguf.h"
 
 #define MAX_MSG 16
 

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../src/gguf.h"
+#include "base/gguf.h"
 
 /* Folds bytes into h so that the reads cannot be optimized away. */
 static uint64_t touch(uint64_t h, const void *p, uint64_t n) {

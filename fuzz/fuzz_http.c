@@ -1,5 +1,5 @@
 /* fuzz_http.c - libFuzzer target for the OpenAI request bodies the server
- * accepts (src/api.c: /v1/chat/completions and /v1/completions parsing,
+ * accepts (src/serve/api.c: /v1/chat/completions and /v1/completions parsing,
  * messages and content parts, stop strings, sampling fields, the agent id
  * from the header or the body, chat rendering and tokenization of every
  * template family).
@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/api.h"
-#include "../src/gguf.h"
+#include "serve/api.h"
+#include "base/gguf.h"
 #include "utf8_check.h"
 
 static ak_tokenizer *load_tokenizer(void) {

@@ -1,4 +1,4 @@
-/* fuzz_model.c - libFuzzer target for model loading (src/model.c): the
+/* fuzz_model.c - libFuzzer target for model loading (src/engine/model.c): the
  * architecture, hyperparameter, tensor shape and type checks on hostile GGUF
  * files.
  *
@@ -24,9 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/model.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "engine/model.h"
 
 static char path[512];
 

@@ -1,5 +1,5 @@
 /* fuzz_stop.c - libFuzzer target for stop strings and the held-back tail
- * (src/textstop.c), differential against a naive reference.
+ * (src/text/textstop.c), differential against a naive reference.
  *
  * Input layout:
  *   byte 0      bits 0-2: number of stop strings (values above 5 wrap);
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/textstop.h"
+#include "text/textstop.h"
 #include "utf8_check.h"
 
 #define MAX_STOP 5

@@ -1,4 +1,4 @@
-/* fuzz_tokenizer.c - libFuzzer target for the tokenizer (src/tokenizer.c):
+/* fuzz_tokenizer.c - libFuzzer target for the tokenizer (src/text/tokenizer.c):
  * loading from hostile GGUF metadata, tokenizing with and without special
  * tokens, streaming detokenization.
  *
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/tokenizer.h"
+#include "text/tokenizer.h"
 #include "utf8_check.h"
 
 /* Streams ids through ak_detok into one buffer and checks it against the

@@ -26,9 +26,9 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/store.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "store/store.h"
 
 static ak_store *store;
 static const uint8_t *store_key;

@@ -18,12 +18,13 @@ ROWS=${ROWS:-16}
 TYPES=${TYPES:-"q4_0 q8_0 q4_k q6_k f16"}
 out=$arm/arm-insns
 mkdir -p "$out/scalar"
-CF="-std=c11 -O2 -D_GNU_SOURCE -pthread"
+CF="-std=c11 -O2 -D_GNU_SOURCE -Isrc -pthread"
 LIBS="-lpcre2-8 -lmicrohttpd -lcjson -lxxhash -lsodium -lhiredis -lm -pthread"
 $CC $CF -march=armv8-a scripts/arm_insns.c "$arm/libagentkv.a" -o "$out/neon" $LIBS
-for f in kernels kquant kernels_packed kernels_packed_k kernels_arm kernels_kquant_arm kernels_packed_arm \
-         kernels_packed_k_arm util threadpool gguf; do
-    $CC $CF -march=armv8-a+nosimd -c src/$f.c -o "$out/scalar/$f.o"
+for f in kernels/kernels kernels/kquant kernels/kernels_packed kernels/kernels_packed_k kernels/kernels_arm \
+         kernels/kernels_kquant_arm kernels/kernels_packed_arm kernels/kernels_packed_k_arm base/util base/threadpool \
+         base/gguf; do
+    $CC $CF -march=armv8-a+nosimd -c src/$f.c -o "$out/scalar/$(basename $f).o"
 done
 $CC $CF -march=armv8-a+nosimd scripts/arm_insns.c "$out"/scalar/*.o -o "$out/scalar-bin" -lm -pthread
 

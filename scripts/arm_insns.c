@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/gguf.h"
-#include "../src/kernels.h"
-#include "../src/util.h"
+#include "../src/base/gguf.h"
+#include "../src/kernels/kernels.h"
+#include "../src/base/util.h"
 
 static const struct { const char *name; uint32_t type; } types[] = {
     {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},

@@ -8,7 +8,7 @@ pkg-config --exists libpcre2-8 2>/dev/null || need="$need libpcre2-dev"
 [ -f /usr/include/xxhash.h ] || need="$need libxxhash-dev"
 [ -f /usr/include/sodium.h ] || need="$need libsodium-dev"
 [ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"
-# the Redis store backend (src/store_redis.c), and the server its tests start
+# the Redis store backend (src/store/store_redis.c), and the server its tests start
 [ -f /usr/include/hiredis/hiredis.h ] || need="$need libhiredis-dev"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 command -v curl >/dev/null 2>&1 || need="$need curl"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # dispatch.sh - the generated parts of a run-time dispatched build (ARCH=dispatch;
-# see src/cpu.h and the Makefile's "Run-time dispatch" section).
+# see src/base/cpu.h and the Makefile's "Run-time dispatch" section).
 #
 #   dispatch.sh map LEVEL OUT OBJ...
 #       OUT: objcopy --redefine-syms lines "NAME NAME__LEVEL" for the global
@@ -11,12 +11,12 @@
 #       common, thread-local) is refused: each level would get its own.
 #   dispatch.sh stubs OUT.s MAPDIR
 #       OUT.s: for each function of MAPDIR/scalar.map, its original name as a
-#       jump through ak_dsp_slots (filled by src/cpu.c), a lazy first entry,
+#       jump through ak_dsp_slots (filled by src/base/cpu.c), a lazy first entry,
 #       and one table of the renamed functions per level of MAPDIR/*.map.
 #       Every level must define every function the scalar level does.
 set -eu
 
-# Levels in ak_cpu_level_id order (src/cpu.h): the tables are indexed by it.
+# Levels in ak_cpu_level_id order (src/base/cpu.h): the tables are indexed by it.
 LEVELS="scalar avx2 avx2vnni avx512 avx512vnni"
 OBJDUMP=${OBJDUMP:-objdump}
 

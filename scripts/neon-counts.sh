@@ -29,13 +29,13 @@ arm=${1:-build-arm}
 OBJDUMP=${OBJDUMP:-aarch64-linux-gnu-objdump}
 command -v "$OBJDUMP" >/dev/null 2>&1 || { echo "neon-counts.sh: no $OBJDUMP (scripts/deps-cross.sh)" >&2; exit 1; }
 for o in kernels kquant kernels_arm kernels_kquant_arm kernels_packed_arm kernels_packed_k_arm; do
-    [ -f "$arm/src/$o.o" ] || { echo "neon-counts.sh: no $arm/src/$o.o (make test-arm builds it)" >&2; exit 1; }
+    [ -f "$arm/src/kernels/$o.o" ] || { echo "neon-counts.sh: no $arm/src/kernels/$o.o (make test-arm builds it)" >&2; exit 1; }
 done
 
-# line FILE TEXT: "FILE:N", N the first line of src/FILE holding TEXT.
+# line FILE TEXT: "FILE:N", N the first line of src/kernels/FILE holding TEXT.
 line() {
-    n=$(grep -n -F -- "$2" "src/$1" | head -n 1 | cut -d: -f1)
-    [ -n "$n" ] || { echo "neon-counts.sh: '$2' not in src/$1" >&2; exit 1; }
+    n=$(grep -n -F -- "$2" "src/kernels/$1" | head -n 1 | cut -d: -f1)
+    [ -n "$n" ] || { echo "neon-counts.sh: '$2' not in src/kernels/$1" >&2; exit 1; }
     echo "$1:$n"
 }
 
@@ -44,7 +44,7 @@ line() {
 # multiplies count; SEL "FILE:LINE" or ""; PER products per weight x token
 # (2 where the scalar reference also multiplies by the scale per element).
 cell() {
-    "$OBJDUMP" -d -l --no-show-raw-insn --disassemble="$2" "$arm/src/$1.o" 2>/dev/null |
+    "$OBJDUMP" -d -l --no-show-raw-insn --disassemble="$2" "$arm/src/kernels/$1.o" 2>/dev/null |
     awk -v mode="$3" -v sel="${4:-}" -v per="${5:-1}" '
     function hex(s,   v, i) {
         v = 0
@@ -69,7 +69,7 @@ cell() {
         return 0
     }
     /^\/.*:[0-9]+/ {   # a line-table entry: the source line of what follows
-        src = $1; sub(/.*\/src\//, "", src); next
+        src = $1; sub(/.*\/src\/kernels\//, "", src); next
     }
     /^ *[0-9a-f]+:\t/ {
         split($0, f, "\t")

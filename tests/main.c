@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "test.h"
-#include "../src/util.h"
+#include "base/util.h"
 
 #define MAX_TESTS 1024
 static struct { const char *name; ak_test_fn fn; } tests[MAX_TESTS];

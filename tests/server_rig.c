@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../src/buf.h"
-#include "../src/util.h"
+#include "base/buf.h"
+#include "base/util.h"
 
 #define RIG_KILL_GRACE_S 10
 

@@ -7,11 +7,11 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
-#include "../src/agent.h"
-#include "../src/metrics.h"
-#include "../src/sched.h"
-#include "../src/server.h"
-#include "../src/tokenizer.h"
+#include "agents/agent.h"
+#include "serve/metrics.h"
+#include "serve/sched.h"
+#include "serve/server.h"
+#include "text/tokenizer.h"
 #include "test.h"
 
 typedef struct {

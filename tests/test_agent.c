@@ -7,10 +7,10 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "../src/agent.h"
-#include "../src/sampler.h"
-#include "../src/synth.h"
-#include "../src/tokenizer.h"
+#include "agents/agent.h"
+#include "text/sampler.h"
+#include "engine/synth.h"
+#include "text/tokenizer.h"
 #include "test.h"
 
 typedef struct {

@@ -1,14 +1,14 @@
-/* test_api.c - request-body parsing (src/api.c) without a server: the caps on
+/* test_api.c - request-body parsing (src/serve/api.c) without a server: the caps on
  * messages and content parts (and that a list near the cap parses in linear
  * time), integers far out of range refused with 400 before any conversion,
  * and chat content tokenized as text. */
 #include <string.h>
 
 #include "../fuzz/utf8_check.h"
-#include "../src/api.h"
-#include "../src/api_fields.h"
-#include "../src/buf.h"
-#include "../src/gguf.h"
+#include "serve/api.h"
+#include "serve/api_fields.h"
+#include "base/buf.h"
+#include "base/gguf.h"
 #include "test.h"
 
 typedef struct {

@@ -6,10 +6,10 @@
  * the sums its definitions imply; and that it changes no logit. */
 #include <string.h>
 
-#include "../src/attnstats.h"
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/model.h"
+#include "engine/attnstats.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "engine/model.h"
 #include "test.h"
 
 /* Reference accumulators: per query head h and slot, mass and entropy sums

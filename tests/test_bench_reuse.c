@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 
 #include "../cli/bench_reuse_metrics.h"
-#include "../src/util.h"
+#include "base/util.h"
 #include "test.h"
 
 /* ---- the arithmetic ------------------------------------------------------- */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "../src/util.h"
+#include "base/util.h"
 #include "test.h"
 #include "test_store_redis.h"
 

@@ -1,12 +1,12 @@
-/* test_bitalloc.c - the CacheCard bit allocator (src/bitalloc.h): budgets met
+/* test_bitalloc.c - the CacheCard bit allocator (src/agents/bitalloc.h): budgets met
  * exactly and spent, widths from {2, 4, 8, 16}, caps, pins, ties, the
  * monotonic order of scores, topology over importance, the score formulas
  * against hand-computed values, and the errors. */
 #include <string.h>
 
 #include "test.h"
-#include "../src/bitalloc.h"
-#include "../src/kvformat.h"
+#include "agents/bitalloc.h"
+#include "kv/kvformat.h"
 
 /* splitmix64: the property tests' own seeded generator. */
 static uint64_t rng_next(uint64_t *s) {

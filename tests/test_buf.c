@@ -1,4 +1,4 @@
-/* test_buf.c - the checked appender (src/buf.c): contents equal a reference
+/* test_buf.c - the checked appender (src/base/buf.c): contents equal a reference
  * built with snprintf into a large array, the invariants len < cap and
  * p[len] == NUL hold after every call, and appends that exactly fill the
  * allocation (the boundary where an off-by-one NUL write would land) neither
@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../src/buf.h"
+#include "base/buf.h"
 #include "test.h"
 
 /* The invariants of buf.h, checked against the expected contents. */

@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/agent.h"
-#include "../src/cards.h"
-#include "../src/sampler.h"
+#include "agents/agent.h"
+#include "store/cards.h"
+#include "text/sampler.h"
 #include "test.h"
 #include "test_model_env.h"
 #include "test_store_util.h"

@@ -23,11 +23,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/attnstats.h"
-#include "../src/bitalloc.h"
-#include "../src/buf.h"
-#include "../src/cards.h"
-#include "../src/server.h"
+#include "engine/attnstats.h"
+#include "agents/bitalloc.h"
+#include "base/buf.h"
+#include "store/cards.h"
+#include "serve/server.h"
 #include "server_rig.h"
 #include "test.h"
 

@@ -6,8 +6,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/chat.h"
-#include "../src/gguf.h"
+#include "text/chat.h"
+#include "base/gguf.h"
 #include "test.h"
 
 static const char *const template_files[] = {

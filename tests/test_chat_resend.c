@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/chat_resend.h"
-#include "../src/gguf.h"
-#include "../src/tokenizer.h"
+#include "text/chat_resend.h"
+#include "base/gguf.h"
+#include "text/tokenizer.h"
 #include "test.h"
 
 ak_tokenizer *test_chatml_tokenizer(ak_test_ctx *t);

@@ -5,10 +5,10 @@
  * the server sent before, so agents' cached prefixes stay valid). */
 #include <string.h>
 
-#include "../src/api.h"
-#include "../src/chat.h"
-#include "../src/gguf.h"
-#include "../src/tokenizer.h"
+#include "serve/api.h"
+#include "text/chat.h"
+#include "base/gguf.h"
+#include "text/tokenizer.h"
 #include "test.h"
 
 #define REQUIRE_NULL(cond, ...)                                           \

@@ -5,9 +5,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "../src/kvformat.h"
-#include "../src/model.h"
-#include "../src/util.h"
+#include "kv/kvformat.h"
+#include "engine/model.h"
+#include "base/util.h"
 #include "test.h"
 
 typedef test_cli_result cmd_result;

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/cpu.h"
-#include "../src/kernels.h"
-#include "../src/kvformat.h"
+#include "base/cpu.h"
+#include "kernels/kernels.h"
+#include "kv/kvformat.h"
 #include "test.h"
 
 /* The kernels' back end name each level runs ("avx2vnni" is AVX2 code,

@@ -7,16 +7,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/blockpool.h"
-#include "../src/chat.h"
-#include "../src/gguf.h"
-#include "../src/kvcache.h"
-#include "../src/model.h"
-#include "../src/perplexity.h"
-#include "../src/sampler.h"
-#include "../src/store.h"
-#include "../src/synth.h"
-#include "../src/tokenizer.h"
+#include "kv/blockpool.h"
+#include "text/chat.h"
+#include "base/gguf.h"
+#include "kv/kvcache.h"
+#include "engine/model.h"
+#include "engine/perplexity.h"
+#include "text/sampler.h"
+#include "store/store.h"
+#include "engine/synth.h"
+#include "text/tokenizer.h"
 #include "test.h"
 
 /* Attention of query q over keys/values [lo, p] in double: the reference. */

@@ -7,7 +7,7 @@
 #include <libgen.h>
 #include <string.h>
 
-#include "../src/util.h"
+#include "base/util.h"
 #include "server_rig.h"
 #include "test.h"
 

@@ -1,11 +1,11 @@
-/* test_generate.c - the generation step (src/generate.c) driven through a
+/* test_generate.c - the generation step (src/text/generate.c) driven through a
  * known token sequence: greedy sampling of one-hot logits picks each token
  * in turn, so the expected text, stop point and counts follow from the
  * tokens alone (ak_detokenize of each prefix, strstr for the stop string). */
 #include <string.h>
 
-#include "../src/generate.h"
-#include "../src/gguf.h"
+#include "text/generate.h"
+#include "base/gguf.h"
 #include "test.h"
 
 /* qwen2-tiny's byte-level BPE tokenizer, or NULL (failure recorded). */

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/gguf.h"
+#include "base/gguf.h"
 #include "test.h"
 
 /* ---- helpers ---------------------------------------------------------------- */

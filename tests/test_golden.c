@@ -6,13 +6,13 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/model.h"
-#include "../src/perplexity.h"
-#include "../src/sampler.h"
-#include "../src/synth.h"
-#include "../src/gguf.h"
-#include "../src/tokenizer.h"
+#include "kv/blockpool.h"
+#include "engine/model.h"
+#include "engine/perplexity.h"
+#include "text/sampler.h"
+#include "engine/synth.h"
+#include "base/gguf.h"
+#include "text/tokenizer.h"
 #include "test.h"
 
 typedef struct {

@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "../src/gguf.h"
-#include "../src/kernels.h"
-#include "../src/vmath.h"
-#include "../src/threadpool.h"
-#include "../src/util.h"
+#include "base/gguf.h"
+#include "kernels/kernels.h"
+#include "base/vmath.h"
+#include "base/threadpool.h"
+#include "base/util.h"
 
 /* ------------------------------------------------------------------------ */
 /* Independent references                                                   */

@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "test.h"
-#include "../src/cpu.h"
-#include "../src/kernels.h"
-#include "../src/kernels_impl.h"
-#include "../src/threadpool.h"
-#include "../src/util.h"
+#include "base/cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
+#include "base/threadpool.h"
+#include "base/util.h"
 
 #if defined(AK_SIMD_NEON)
 static const char *const level_names[3] = { "plain", "dotprod", "i8mm" };

@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "test.h"
-#include "../src/gguf.h"
-#include "../src/kernels.h"
-#include "../src/model.h"
-#include "../src/threadpool.h"
-#include "../src/util.h"
+#include "base/gguf.h"
+#include "kernels/kernels.h"
+#include "engine/model.h"
+#include "base/threadpool.h"
+#include "base/util.h"
 
 static const struct { uint32_t type; const char *name; int qk; int bytes; } kq_types[] = {
     {GGML_TYPE_Q4_1, "Q4_1", 32, 20},   {GGML_TYPE_Q5_0, "Q5_0", 32, 22},   {GGML_TYPE_Q5_1, "Q5_1", 32, 24},

@@ -3,9 +3,9 @@
  * dequantized cache (what the kernel must compute exactly, up to rounding). */
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/calib.h"
-#include "../src/kvcache.h"
+#include "kv/blockpool.h"
+#include "engine/calib.h"
+#include "kv/kvcache.h"
 #include "test.h"
 
 static ak_cache_spec spec_of(int layers, int kv_heads, int d, int n_ctx) {

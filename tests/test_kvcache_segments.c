@@ -8,8 +8,8 @@
  * spans with the tiling the segments imply. */
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
 #include "test.h"
 
 #define SL 2   /* layers */

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "test.h"
-#include "../src/kvformat.h"
-#include "../src/kvformat_impl.h"   /* tcq3's table, for the exhaustive-search test */
-#include "../src/util.h"
+#include "kv/kvformat.h"
+#include "kv/kvformat_impl.h"   /* tcq3's table, for the exhaustive-search test */
+#include "base/util.h"
 
 #define NF AK_KV_NFORMATS
 #define MAXD 1024

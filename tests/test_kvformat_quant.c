@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../src/kvformat_quant.h"
-#include "../src/util.h"
+#include "kv/kvformat_quant.h"
+#include "base/util.h"
 #include "test.h"
 
 static float special(ak_rng *r, float scale) {

@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/agent.h"
-#include "../src/memories.h"
+#include "agents/agent.h"
+#include "agents/memories.h"
 #include "test.h"
 #include "test_model_env.h"
 #include "test_store_util.h"

@@ -26,8 +26,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/memories.h"
-#include "../src/store.h"
+#include "agents/memories.h"
+#include "store/store.h"
 #include "server_rig.h"
 #include "test.h"
 

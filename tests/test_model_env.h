@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/model.h"
+#include "engine/model.h"
 #include "test.h"
 
 typedef struct {

@@ -19,8 +19,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/buf.h"
-#include "../src/server.h"
+#include "base/buf.h"
+#include "serve/server.h"
 #include "server_rig.h"
 #include "test.h"
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/chat.h"
-#include "../src/generate.h"
+#include "text/chat.h"
+#include "text/generate.h"
 #include "server_rig.h"
 
 typedef struct {

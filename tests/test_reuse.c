@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvformat.h"
-#include "../src/reuse.h"
+#include "kv/blockpool.h"
+#include "kv/kvformat.h"
+#include "engine/reuse.h"
 #include "test.h"
 #include "test_model_env.h"
 

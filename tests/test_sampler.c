@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../src/sampler.h"
+#include "text/sampler.h"
 #include "test.h"
 
 /* Greedy params with every truncation off. */

@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/buf.h"
-#include "../src/sched.h"
+#include "base/buf.h"
+#include "serve/sched.h"
 #include "test.h"
 
 typedef struct {

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../src/util.h"
+#include "base/util.h"
 #include "server_rig.h"
 #include "test.h"
 

@@ -30,8 +30,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/buf.h"
-#include "../src/server.h"
+#include "base/buf.h"
+#include "serve/server.h"
 #include "test.h"
 
 typedef struct {

@@ -5,9 +5,9 @@
  * not depend on how its tokens were batched. */
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/model.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "engine/model.h"
 #include "test.h"
 
 static ak_cache_spec small_spec(void) {
@@ -372,8 +372,8 @@ TEST(sharing_prefix_cache_bits_are_batch_invariant) {
 }
 
 /* ---- agents: automatic sharing and pools ------------------------------- */
-#include "../src/agent.h"
-#include "../src/sampler.h"
+#include "agents/agent.h"
+#include "text/sampler.h"
 
 typedef struct {
     ak_model *m;
@@ -585,7 +585,7 @@ TEST(sharing_pool_answers_equal_private_caches) {
 
 /* ---- sharing with the store --------------------------------------------- */
 #include <sys/stat.h>
-#include "../src/store.h"
+#include "store/store.h"
 
 static const char *share_dir(const char *name) {
     static char buf[512];

@@ -7,9 +7,9 @@
  * gemma3 local/global bases and windows, deepseek2's MLA rope key). */
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/model.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "engine/model.h"
 #include "test.h"
 
 typedef struct {

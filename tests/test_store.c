@@ -19,9 +19,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/store.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "store/store.h"
 #include "test.h"
 #include "test_store_util.h"
 

@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 #include <xxhash.h>
 
-#include "../src/store.h"
+#include "store/store.h"
 #include "test.h"
 #include "test_store_util.h"
 

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../src/cards.h"
+#include "store/cards.h"
 #include "test_store_redis.h"
 #include "test_store_util.h"
 

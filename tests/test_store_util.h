@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/store.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "store/store.h"
 #include "test.h"
 
 #define FP "0123456789abcdef"

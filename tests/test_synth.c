@@ -5,9 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/gguf.h"
-#include "../src/kernels.h"
-#include "../src/synth.h"
+#include "base/gguf.h"
+#include "kernels/kernels.h"
+#include "engine/synth.h"
 #include "test.h"
 
 static const uint32_t all_types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};

@@ -1,8 +1,8 @@
-/* test_textstop.c - stop strings and the held-back tail (src/textstop.c),
+/* test_textstop.c - stop strings and the held-back tail (src/text/textstop.c),
  * against expectations worked out by hand. */
 #include <string.h>
 
-#include "../src/textstop.h"
+#include "text/textstop.h"
 #include "test.h"
 
 /* scan with the text given as a C string */

@@ -3,9 +3,9 @@
 #include <string.h>
 
 #include "test.h"
-#include "../src/gguf.h"
-#include "../src/tokenizer.h"
-#include "../src/util.h"
+#include "base/gguf.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 /* Loads the tokenizer of a shared GGUF file (closing the file at once, which
  * also checks that the tokenizer copied what it needs). */

@@ -5,9 +5,9 @@
  * for llama and qwen2, tied and untied. */
 #include <string.h>
 
-#include "../src/blockpool.h"
-#include "../src/model.h"
-#include "../src/synth.h"
+#include "kv/blockpool.h"
+#include "engine/model.h"
+#include "engine/synth.h"
 #include "test.h"
 
 #define N_TOK 24

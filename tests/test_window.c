@@ -10,14 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/agent.h"
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/model.h"
-#include "../src/sampler.h"
-#include "../src/store.h"
-#include "../src/store_impl.h"
-#include "../src/util.h"
+#include "agents/agent.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "engine/model.h"
+#include "text/sampler.h"
+#include "store/store.h"
+#include "store/store_impl.h"
+#include "base/util.h"
 #include "test.h"
 
 enum { WT = 8 };   /* block size of these tests: two blocks a window */

@@ -13,15 +13,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/agent.h"
-#include "../src/blockpool.h"
-#include "../src/kvcache.h"
-#include "../src/memories.h"
-#include "../src/model.h"
-#include "../src/reuse.h"
-#include "../src/sampler.h"
-#include "../src/store.h"
-#include "../src/util.h"
+#include "agents/agent.h"
+#include "kv/blockpool.h"
+#include "kv/kvcache.h"
+#include "agents/memories.h"
+#include "engine/model.h"
+#include "engine/reuse.h"
+#include "text/sampler.h"
+#include "store/store.h"
+#include "base/util.h"
 #include "test.h"
 
 enum { ST = 8, SCTX = 256, NB = 40, NA = 12, GEN = 40 };

@@ -1,0 +1,284 @@
+/* kernels_impl.h - internal interface between kernels.c (public API, scalar
+ * code, threading) and the SIMD back ends (kernels_x86.c, kernels_arm.c).
+ * Not part of the public API.
+ *
+ * A back end provides, for one set of target macros:
+ *   - its layout of "XQ", one token's activations quantized to 8-bit blocks
+ *     of 32 (d = amax/127, q = round-half-even(x/d), |q| <= 127), used with
+ *     Q8_0 and Q4_0 weights. The layout may depend on the weight type.
+ *   - tile loops computing a rectangle of Y from W and XQ (quantized) or X.
+ * The scalar back end (kernels.c) is the reference for all of them.
+ */
+#ifndef AK_KERNELS_IMPL_H
+#define AK_KERNELS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "base/gguf.h"
+#include "kernels/kernels.h"
+
+/* Which SIMD back end this build uses: decided here only. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__) && defined(__FMA__) && defined(__F16C__)
+#define AK_SIMD_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define AK_SIMD_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define AK_SIMD_NEON 1
+
+#endif
+
+#define AK_QK 32            /* elements per quantized block */
+#define AK_Q8_0_BYTES 34    /* f16 d + 32 x int8 */
+#define AK_Q4_0_BYTES 18    /* f16 d + 16 bytes of nibbles */
+
+/* Y[t * ldy + r] = dot(row r of W, token t) for r in [r0, r1), t in [t0, t1).
+ * W points at row 0; rows are wrb bytes apart. For mm_q, xq points at token
+ * 0's XQ row and rows are xqs bytes apart; for mm_f, X is ntok x cols f32. */
+typedef void (*ak_mm_q_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
+                           int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
+                           float *Y, int64_t ldy);
+typedef void (*ak_mm_f_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
+                           int64_t cols, const float *X, int64_t t0, int64_t t1,
+                           float *Y, int64_t ldy);
+
+typedef struct {
+    const char *name;
+    /* Bytes of one token's XQ row for weights of wtype; a multiple of 64. */
+    size_t (*xq_row_bytes)(uint32_t wtype, int64_t cols);
+    /* Quantizes cols activations (a multiple of 32) into one XQ row. */
+    void (*quantize_x)(uint32_t wtype, const float *x, void *dst, int64_t cols);
+    ak_mm_q_fn mm_q;        /* Q8_0, Q4_0 weights */
+    ak_mm_f_fn mm_f;        /* F32, F16, BF16 weights */
+    /* Row conversions between f32 and IEEE half (round to nearest even). */
+    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
+    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
+} ak_kernel_backend;
+
+extern const ak_kernel_backend ak_backend_scalar;   /* kernels.c */
+#if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2) || defined(AK_SIMD_NEON)
+extern const ak_kernel_backend ak_backend_simd;     /* kernels_x86.c / kernels_arm.c */
+
+#endif
+
+#if defined(AK_SIMD_AVX512)
+#include <immintrin.h>
+
+/* One block of 32 activations to 8 bits, the XQ contract (d = amax / 127,
+ * q = round-half-even(x / d)): quants of elements 0..15 in *lo and 16..31
+ * in *hi, their sum in *sum; returns d. Every AVX-512 layout starts here. */
+static inline float ak_quantize_block_avx512(const float *x, __m128i *lo, __m128i *hi, int *sum) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));   /* half-even */
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    *lo = _mm512_cvtepi32_epi8(q0);
+    *hi = _mm512_cvtepi32_epi8(q1);
+    return d;
+}
+#endif
+
+#if defined(AK_SIMD_AVX2) || defined(AK_SIMD_AVX512)
+#include <immintrin.h>
+
+/* AVX2's twin of ak_quantize_block_avx512, the same contract and bits
+ * (d = amax / 127, q = round-half-even(x / d)): the 32 quants in order in
+ * *q, their sum in *sum; returns d. The 32-byte packed layouts start here
+ * (AVX2, and AVX-512 without VNNI). */
+static inline float ak_quantize_block_avx2(const float *x, __m256i *q, int *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], a = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        a = _mm256_max_ps(a, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    __m256i qi[4];
+    for (int i = 0; i < 4; i++) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));   /* half-even */
+    __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    *sum = _mm_cvtsi128_si32(s);
+    /* packs work within 128-bit lanes; the permute restores the order */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    *q = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    return d;
+}
+#endif
+
+#if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
+/* acc + the u8 x s8 products of w with 4 activation bytes at p broadcast to
+ * every lane (vpdpbusd). GCC does not fold the broadcast into the
+ * instruction (it emits a separate vpbroadcastd, doubling the instructions
+ * of the packed kernels' inner loops), so it is written out where the
+ * compiler takes GNU assembly. */
+typedef struct { int8_t b[4]; } ak_four_bytes;
+static inline __attribute__((always_inline)) __m512i ak_dpbusd_bcast(__m512i acc, __m512i w, const void *p) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const ak_four_bytes *)p));
+    return acc;
+#else
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(v));
+#endif
+}
+#endif
+
+/* ---- Work items of a threaded product, shared by the drivers ----
+ * A product is cut into (token chunk x unit chunk) items that threads claim
+ * atomically. Units are rows (kernels.c) or 16-row groups (kernels_packed.c).
+ * With several token chunks (prefill) every thread claims from one counter,
+ * token chunk outermost, so that the threads share one chunk of activations
+ * that stays in cache while weights stream past. With one (decode, batched
+ * decode) the items are split into one contiguous range per thread: each
+ * thread then reads one long stretch of the weights, which the prefetchers
+ * (hardware, and the kernels' own far ahead) can follow, where items dealt
+ * out in turn cut every thread's stream into pieces a prefetch distance
+ * long. A thread that finishes its range takes what is left of the others'
+ * (the machine is shared; a thread may be descheduled). */
+#define AK_MM_RANGES 16
+typedef struct {
+    int64_t units, ntok;
+    int64_t uchunk, tchunk, nuc, ntc;
+    int nranges;                          /* 1, or one per thread (at most AK_MM_RANGES) */
+    int64_t end[AK_MM_RANGES];            /* range r: items [end[r - 1], end[r]) */
+    atomic_llong next[AK_MM_RANGES];      /* next item of range r */
+} ak_mm_items;
+
+/* Enough items per thread to balance (8), each unit chunk a multiple of
+ * `round` units; tchunk tokens per item when there is more than one token
+ * (decode: the single token is one chunk). */
+static inline void ak_mm_items_init(ak_mm_items *w, int64_t units, int64_t ntok, int64_t tchunk, int nth,
+                                    int64_t round) {
+    w->units = units;
+    w->ntok = ntok;
+    w->tchunk = ntok > 1 ? (tchunk < ntok ? tchunk : ntok) : 1;
+    w->ntc = (ntok + w->tchunk - 1) / w->tchunk;
+    int64_t want = nth > 1 ? (int64_t)nth * 8 / w->ntc : 1;   /* unit chunks per token chunk */
+    if (want < 1) want = 1;
+    w->uchunk = (units + want - 1) / want;
+    w->uchunk = (w->uchunk + round - 1) / round * round;
+    w->nuc = (units + w->uchunk - 1) / w->uchunk;
+    int64_t items = w->nuc * w->ntc;
+    w->nranges = w->ntc == 1 && nth > 1 ? (nth < AK_MM_RANGES ? nth : AK_MM_RANGES) : 1;
+    if (w->nranges > items) w->nranges = (int)items > 0 ? (int)items : 1;
+    for (int r = 0; r < w->nranges; r++) {
+        atomic_init(&w->next[r], r * items / w->nranges);
+        w->end[r] = (r + 1) * items / w->nranges;
+    }
+}
+
+/* Claims the next item for thread ith: units [u0, u1) of tokens [t0, t1),
+ * from the thread's own range first. Returns 0 when none is left. Safe from
+ * any number of threads. */
+static inline int ak_mm_items_next(ak_mm_items *w, int ith, int64_t *u0, int64_t *u1, int64_t *t0, int64_t *t1) {
+    int64_t i = -1;
+    for (int k = 0; k < w->nranges && i < 0; k++) {
+        int r = (ith + k) % w->nranges;
+        if (atomic_load_explicit(&w->next[r], memory_order_relaxed) >= w->end[r]) continue;
+        int64_t c = atomic_fetch_add_explicit(&w->next[r], 1, memory_order_relaxed);
+        if (c < w->end[r]) i = c;
+    }
+    if (i < 0) return 0;
+    int64_t tc = i / w->nuc, uc = i % w->nuc;
+    *u0 = uc * w->uchunk;
+    *u1 = *u0 + w->uchunk < w->units ? *u0 + w->uchunk : w->units;
+    *t0 = tc * w->tchunk;
+    *t1 = *t0 + w->tchunk < w->ntok ? *t0 + w->tchunk : w->ntok;
+    return 1;
+}
+
+/* The K-quant half of kernels.h's packed layout (kernels_packed_k.c): Q4_K,
+ * Q5_K and Q6_K. kernels_packed.c's entry points and its threaded driver
+ * hand those types here for what differs: the layout, the activations
+ * ("XK", ak_packed_k_xk_bytes per token) and the tiles of one work item. */
+#define AK_PACKED_STACK 65536   /* one token's activations when the heap is exhausted */
+size_t ak_packed_k_bytes(uint32_t wtype, int64_t rows, int64_t cols);
+void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P);
+size_t ak_packed_k_group_bytes(uint32_t wtype, int64_t cols);
+size_t ak_packed_k_xk_bytes(int64_t cols);
+void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols);
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) from groups at P (gb bytes each)
+ * and the tokens' XK rows (xk, xks bytes apart); Y is ntok x rows. */
+void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
+                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y);
+
+/* ---- NEON tiles of kernels_packed.c's R16 layout (kernels_packed_arm.c) ----
+ * Levels: 0 plain NEON, 1 + dotprod (sdot), 2 + i8mm (smmla); every level
+ * gives the same bits. ak_neon_level: this CPU's (getauxval), capped by the
+ * environment variable AGENTKV_NEON (plain, dotprod, i8mm). quantize: one
+ * token's XP row for wtype. The items: kernels_packed.c's q_item / f_item
+ * contracts (Y rows [16 g0, 16 g1) x tokens [t0, t1), Y ntok x rows). */
+#if defined(AK_SIMD_NEON)
+int ak_neon_level(void);
+void ak_packed_neon_quantize(uint32_t wtype, const float *x, uint8_t *dst, int64_t cols);
+void ak_packed_neon_q_item(int level, uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols,
+                           int64_t g0, int64_t g1, int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y);
+void ak_packed_neon_f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
+                           int64_t t0, int64_t t1, const float *X, float *Y);
+#endif
+
+/* Little helpers shared by the back ends. */
+static inline uint16_t ak_load_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);   /* blocks are only 2-byte aligned at best */
+    return v;
+}
+static inline int64_t ak_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline size_t ak_round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+
+/* ---- Tile instantiation, shared by the SIMD back ends ----
+ * A back end writes its tile loops once as always-inline functions taking the
+ * tile size (R rows x T tokens, at most MAXR x MAXT) as constants; these
+ * macros stamp out one function per (type selector, R, T) and a table, so
+ * remainders run the same code with a smaller tile. */
+#define AK_INLINE static inline __attribute__((always_inline))
+#define MAXR 4
+#define MAXT 4
+
+typedef void (*q_tile_fn)(const uint8_t *W, size_t wrb, const uint8_t *xq, size_t xqs,
+                          int64_t nb, float *Y, int64_t ldy);
+typedef void (*f_tile_fn)(const uint8_t *W, size_t wrb, const float *X, int64_t ldx,
+                          int64_t cols, float *Y, int64_t ldy);
+
+/* Instantiates NAME##_Q_R_T(args) = BODY(Q, R, T, args) for Q in {0, 1, 2}
+ * (a type selector), R and T in 1..4, and a table NAME##_table[Q][R-1][T-1]. */
+#define INST_T(NAME, BODY, FN, Q, R)                                                       \
+    INST_ONE(NAME, BODY, FN, Q, R, 1) INST_ONE(NAME, BODY, FN, Q, R, 2)                    \
+    INST_ONE(NAME, BODY, FN, Q, R, 3) INST_ONE(NAME, BODY, FN, Q, R, 4)
+#define INST_R(NAME, BODY, FN, Q)                                                          \
+    INST_T(NAME, BODY, FN, Q, 1) INST_T(NAME, BODY, FN, Q, 2)                              \
+    INST_T(NAME, BODY, FN, Q, 3) INST_T(NAME, BODY, FN, Q, 4)
+#define ROW_T(NAME, Q, R) { NAME##_##Q##_##R##_1, NAME##_##Q##_##R##_2, NAME##_##Q##_##R##_3, NAME##_##Q##_##R##_4 }
+#define ROW_R(NAME, Q) { ROW_T(NAME, Q, 1), ROW_T(NAME, Q, 2), ROW_T(NAME, Q, 3), ROW_T(NAME, Q, 4) }
+
+#define INST_ONE_Q(NAME, BODY, Q, R, T)                                                    \
+    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const uint8_t *xq,    \
+                                       size_t xqs, int64_t nb, float *Y, int64_t ldy) {    \
+        BODY(Q, R, T, W, wrb, xq, xqs, nb, Y, ldy);                                        \
+    }
+#define INST_ONE_F(NAME, BODY, Q, R, T)                                                    \
+    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const float *X,       \
+                                       int64_t ldx, int64_t cols, float *Y, int64_t ldy) { \
+        BODY(Q, R, T, W, wrb, X, ldx, cols, Y, ldy);                                       \
+    }
+#define INST_ONE(NAME, BODY, FN, Q, R, T) FN(NAME, BODY, Q, R, T)
+
+
+/* Float weight selector used by the f tiles: 0 = F32, 1 = F16, 2 = BF16. */
+static inline int ak_ftype_index(uint32_t wtype) {
+    return wtype == GGML_TYPE_F16 ? 1 : wtype == GGML_TYPE_BF16 ? 2 : 0;
+}
+
+#endif

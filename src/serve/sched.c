@@ -1,0 +1,1486 @@
+/* sched.c - see sched.h
+ *
+ * Threads and locks. s->mu guards everything a non-engine thread can touch:
+ * the incoming queue, the ops queue, the I/O queues, each request's shared
+ * part (text, visible, done, result, cancelled, refs) and the stopping flag.
+ * The engine thread alone walks the waiting and active lists and calls into
+ * the agents; it takes s->mu only to exchange messages. Readers wait on
+ * out_cv, the engine on engine_cv, the I/O thread on io_cv.
+ */
+#include "serve/sched.h"
+#include "store/cards.h"
+#include "text/generate.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum { R_QUEUED, R_PREFILL, R_DECODE, R_DONE } rstate;
+
+struct ak_request {
+    ak_sched *s;
+    struct ak_request *next;      /* incoming / waiting / active list link */
+    /* parameters, immutable after submit */
+    char id[AK_AGENT_ID_MAX + 2];
+    int anonymous;
+    char pool[AK_AGENT_ID_MAX + 1];   /* the pool the prompt starts with ("" if none); for a
+                                         pool job, the pool it makes */
+    int pool_job;                 /* makes pool `pool` from the prompt instead of serving an agent */
+    ak_kv_format pfk, pfv;        /* a pool job's formats */
+    char *source;                 /* a pool job's source (may be NULL) */
+    int committed;                /* a pool job's pool was committed */
+    int32_t *prompt;
+    int n_prompt, max_tokens, n_reserve, stop_at_eog;
+    char *stop[AK_MAX_STOP];
+    int n_stop;
+    size_t stop_max;              /* longest stop string */
+    int n_mem;                    /* memories placed with reuse "none" (sched.h) */
+    char mem_id[AK_MAX_MEMORIES][AK_AGENT_ID_MAX + 1];
+    int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
+    int mem_next;                 /* engine: the first memory not yet placed or passed */
+    int mem_full;                 /* reuse full: computed, not placed (sched.h) */
+    ak_reuse_params mem_reuse;    /* the method memories are placed by (NONE: ak_agent_place_memory) */
+    ak_reprompt reprompt;         /* the prompt's rebuild over the agent's history (fn NULL: none
+                                     or done; engine thread) */
+    /* engine thread only */
+    rstate state;
+    ak_kv *kv;
+    int pos, step_k, prefetch_tried;
+    ak_sampler *smp;
+    ak_gen gen;                   /* sampling, end checks, text, stop strings (generate.h) */
+    int32_t next_tok;
+    float *logits;
+    double t_submit, t_admit, t_first, t_last, prefill_s;
+    int sampled;                  /* a first token was sampled (ttft recorded) */
+    /* shared, under s->mu */
+    int refs;
+    char *text;
+    size_t len, cap, visible;
+    int done, cancelled;
+    ak_req_result res;
+};
+
+enum { OP_LIST, OP_REMOVE, OP_GAUGES, OP_POOL_GET, OP_POOL_LIST, OP_POOL_TOKENS, OP_POOL_REMOVE,
+       OP_CARD_MAKE, OP_CARD_IMPORT, OP_CARD_GET, OP_CARD_LIST, OP_CARD_REMOVE,
+       OP_MEM_ADD, OP_MEM_GET, OP_MEM_LIST, OP_MEM_TOKENS, OP_MEM_REMOVE };
+
+typedef struct op {
+    struct op *next;
+    int kind;
+    const char *id;
+    int rc, done;
+    ak_error err;
+    ak_sched_agent *list;
+    int n;
+    ak_metrics_gauges *g;
+    ak_pool_info *pinfo;          /* OP_POOL_GET: one; OP_POOL_LIST: n, malloc'd */
+    int32_t *tokens;              /* OP_POOL_TOKENS (malloc'd, n of them) */
+    char *source;
+    const ak_card_request *rq;    /* OP_CARD_MAKE */
+    const char *card_id;          /* OP_CARD_IMPORT */
+    ak_import_mode mode;          /* OP_CARD_IMPORT */
+    ak_sched_card *card;          /* OP_CARD_MAKE, OP_CARD_GET: the result */
+    ak_store_card_entry *centries;   /* OP_CARD_LIST (n, malloc'd) */
+    const char *text;             /* OP_MEM_ADD */
+    ak_kv_format fk, fv;          /* OP_MEM_ADD */
+    ak_memory_info *minfo;        /* OP_MEM_ADD, OP_MEM_GET: one; OP_MEM_LIST: n, malloc'd */
+    char **mtext;                 /* OP_MEM_GET (may be NULL) */
+    int computed;                 /* OP_MEM_ADD */
+    const ak_store_entry *files;  /* the store's files, listed by the caller (from the store's
+                                     index, outside the engine thread) */
+    int n_files;
+} op;
+
+typedef struct io_item {
+    struct io_item *next;
+    ak_restore_job *job;
+} io_item;
+
+struct ak_sched {
+    ak_sched_config cfg;
+    ak_ctx *ctx;
+    pthread_t engine, io;
+    int engine_started, io_started, shut;
+    pthread_mutex_t mu;
+    pthread_cond_t engine_cv, out_cv, io_cv;
+    int stopping;
+    ak_request *incoming, *incoming_tail;
+    op *ops;
+    io_item *io_queue, *io_done;
+    /* engine thread only */
+    ak_request *waiting, *active;
+    int n_active, n_waiting, n_io, n_anon;
+    int changed;                  /* a request finished or started this round */
+    double prefill_tps;           /* measured prompt tokens per second (EMA), 0 until known */
+    int32_t *b_tok, *b_pos;
+    ak_kv **b_seq;
+    float **b_logits;
+};
+
+#define logf_(s, ...) ak_logf((s)->cfg.log, (s)->cfg.log_ud, __VA_ARGS__)
+
+static void free_request(ak_request *r) {
+    if (r->reprompt.free) r->reprompt.free(r->reprompt.ud);
+    ak_sampler_free(r->smp);
+    free(r->prompt);
+    ak_gen_free(&r->gen);
+    free(r->logits);
+    free(r->source);
+    free(r->text);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r);
+}
+
+/* Drops one reference; call with s->mu held. */
+static void unref_locked(ak_request *r) {
+    if (--r->refs == 0) free_request(r);
+}
+
+void ak_request_release(ak_request *r) {
+    if (!r) return;
+    ak_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    unref_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ak_request_cancel(ak_request *r) {
+    pthread_mutex_lock(&r->s->mu);
+    r->cancelled = 1;
+    pthread_cond_signal(&r->s->engine_cv);
+    pthread_mutex_unlock(&r->s->mu);
+}
+
+int ak_request_wait(ak_request *r, size_t have, int timeout_ms) {
+    ak_sched *s = r->s;
+    struct timespec until;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!r->done && r->visible <= have) {
+        if (timeout_ms < 0) pthread_cond_wait(&s->out_cv, &s->mu);
+        else if (pthread_cond_timedwait(&s->out_cv, &s->mu, &until) != 0) break;
+    }
+    int done = r->done;
+    pthread_mutex_unlock(&s->mu);
+    return done;
+}
+
+size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res) {
+    ak_sched *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    size_t vis = r->visible;
+    if (chunk) {
+        *chunk = NULL;
+        *n = 0;
+        if (vis > from) {
+            *chunk = malloc(vis - from + 1);
+            if (*chunk) {
+                memcpy(*chunk, r->text + from, vis - from);
+                (*chunk)[vis - from] = 0;
+                *n = vis - from;
+            } else {
+                vis = from; /* nothing consumed: the caller retries */
+            }
+        }
+    }
+    if (res) *res = r->res;
+    pthread_mutex_unlock(&s->mu);
+    return vis;
+}
+
+/* ---------------------------------------------------------------- submit */
+
+/* Hands r to the engine. Returns 0, or -1 with err set and *status 503
+ * when stopping (r is then the caller's to free). */
+static int enqueue(ak_sched *s, ak_request *r, int *status, ak_error *err) {
+    r->t_submit = ak_now();
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        *status = 503;
+        return ak_failc(err, AK_ERR_SHUTDOWN, "the server is shutting down");
+    }
+    if (s->incoming_tail) s->incoming_tail->next = r;
+    else s->incoming = r;
+    s->incoming_tail = r;
+    pthread_cond_signal(&s->engine_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err) {
+    *status = 400;
+    if (p->n_prompt < 1) { ak_failc(err, AK_ERR_INVALID, "the prompt is empty (no tokens)"); return NULL; }
+    if (p->n_prompt >= s->cfg.n_ctx) {
+        ak_failc(err, AK_ERR_INVALID, "the prompt has %d tokens; the context is %d, so nothing could be generated", p->n_prompt,
+                s->cfg.n_ctx);
+        return NULL;
+    }
+    if (p->max_tokens < 1) { ak_failc(err, AK_ERR_INVALID, "max_tokens must be at least 1"); return NULL; }
+    int anonymous = !p->agent_id || !p->agent_id[0];
+    if (!anonymous && !ak_agent_id_valid(p->agent_id)) {
+        ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+        return NULL;
+    }
+    if (p->n_stop < 0 || p->n_stop > AK_MAX_STOP) { ak_failc(err, AK_ERR_INVALID, "at most %d stop sequences", AK_MAX_STOP); return NULL; }
+    int pooled = p->pool && p->pool[0];
+    if (pooled && !ak_pool_id_valid(p->pool)) {
+        ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+        return NULL;
+    }
+    if (p->reprompt.fn && p->n_mem) {
+        ak_failc(err, AK_ERR_INVALID, "a prompt rebuilt over the agent's history cannot hold memories");
+        return NULL;
+    }
+    if (p->n_mem < 0 || p->n_mem > AK_MAX_MEMORIES) {
+        ak_failc(err, AK_ERR_INVALID, "at most %d memories in a request", AK_MAX_MEMORIES);
+        return NULL;
+    }
+    for (int i = 0; i < p->n_mem; i++)
+        if (!p->mem_id[i] || !ak_agent_id_valid(p->mem_id[i]) || p->mem_len[i] < 1 ||
+            p->mem_at[i] < (i ? p->mem_at[i - 1] + p->mem_len[i - 1] : 0) ||
+            p->mem_at[i] + p->mem_len[i] >= p->n_prompt) {
+            ak_failc(err, AK_ERR_INVALID, "memory %d: not a valid id, or not in order before the prompt's last token", i);
+            return NULL;
+        }
+    long reserve = (long)p->n_prompt + p->max_tokens;
+    if (reserve > s->cfg.n_ctx) reserve = s->cfg.n_ctx;
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(s->cfg.pool, &st);
+    size_t need = ak_agents_bytes_for(s->cfg.agents, (int)reserve);
+    /* a pooled agent shares the pool's blocks and stores its own in the
+     * pool's formats: only admission (ak_agent_bytes_to_add) can say */
+    if (!pooled && st.budget && need > st.budget) {
+        ak_failc(err, AK_ERR_KV_BUDGET, "this request needs %zu bytes of KV cache for %ld tokens (prompt %d + max_tokens); the KV "
+                "budget is %zu bytes: lower max_tokens or shorten the prompt", need, reserve, p->n_prompt, st.budget);
+        return NULL;
+    }
+    *status = 500;
+    ak_request *r = ak_calloc(1, sizeof *r, err);
+    if (!r) return NULL;
+    r->s = s;
+    r->refs = 2; /* the caller's and the engine's */
+    r->anonymous = anonymous;
+    if (!anonymous) snprintf(r->id, sizeof r->id, "%s", p->agent_id);
+    if (pooled) snprintf(r->pool, sizeof r->pool, "%s", p->pool);
+    r->n_mem = p->n_mem;
+    r->mem_full = p->mem_full;
+    r->mem_reuse = (ak_reuse_params){p->mem_method, p->mem_ratio, -1, 0};
+    for (int i = 0; i < p->n_mem; i++) {
+        snprintf(r->mem_id[i], sizeof r->mem_id[i], "%s", p->mem_id[i]);
+        r->mem_at[i] = p->mem_at[i];
+        r->mem_len[i] = p->mem_len[i];
+    }
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    r->n_reserve = (int)reserve;
+    r->stop_at_eog = p->stop_at_eog;
+    int vocab = s->cfg.model->cfg.vocab;
+    r->prompt = ak_malloc(sizeof(int32_t) * (size_t)p->n_prompt, err);
+    r->logits = ak_malloc(sizeof(float) * (size_t)vocab, err);
+    if (!r->prompt || !r->logits) goto fail;
+    memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+    for (int i = 0; i < p->n_stop; i++) {
+        if (!p->stop[i] || !p->stop[i][0]) { *status = 400; ak_failc(err, AK_ERR_INVALID, "stop sequences must not be empty"); goto fail; }
+        if (!(r->stop[i] = strdup(p->stop[i]))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+        r->n_stop = i + 1;
+        size_t l = strlen(p->stop[i]);
+        if (l > r->stop_max) r->stop_max = l;
+    }
+    if (!(r->smp = ak_sampler_new(&p->sp, vocab, err))) { *status = 400; goto fail; }
+    if (ak_gen_init(&r->gen, s->cfg.tok, r->smp, p->prompt, p->n_prompt, p->max_tokens, s->cfg.n_ctx, p->stop_at_eog,
+                    (const char *const *)r->stop, r->n_stop, err) < 0)
+        goto fail;
+    r->res.prompt_tokens = p->n_prompt;
+    r->reprompt = p->reprompt;
+    if (enqueue(s, r, status, err) < 0) {
+        r->reprompt = (ak_reprompt){0};   /* the caller's again */
+        goto fail;
+    }
+    return r;
+fail:
+    free_request(r);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- engine */
+
+static const char *agent_of(const ak_request *r) { return r->id; }
+
+static int agent_active(const ak_sched *s, const char *id) {
+    for (const ak_request *r = s->active; r; r = r->next)
+        if (!strcmp(r->id, id)) return 1;
+    return 0;
+}
+
+/* Bytes of blocks a pool job still needs to hold its n_prompt positions. */
+static size_t pool_job_needs(const ak_sched *s, const ak_request *r) {
+    int bt = ak_block_pool_block_tokens(s->cfg.pool);
+    size_t want = (size_t)((r->n_prompt + bt - 1) / bt) * ak_block_pool_block_bytes(s->cfg.pool, r->pfk, r->pfv);
+    size_t have = r->kv ? ak_kv_bytes(r->kv) : 0;
+    return want > have ? want - have : 0;
+}
+
+/* Bytes the running requests may still need to reach their reservations:
+ * only what each will add (a pool's blocks and blocks linked from the
+ * content index are shared, not counted again). */
+static size_t outstanding(const ak_sched *s) {
+    size_t sum = 0;
+    for (const ak_request *r = s->active; r; r = r->next) {
+        if (r->pool_job) sum += pool_job_needs(s, r);
+        else
+            sum += ak_agent_bytes_to_add(s->cfg.agents, agent_of(r), r->pool[0] ? r->pool : NULL, r->prompt,
+                                         r->n_prompt, r->n_reserve);
+    }
+    return sum;
+}
+
+/* Appends bytes to the request's text (engine thread; takes s->mu). */
+static int append_text(ak_sched *s, ak_request *r, const char *b, size_t n) {
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (r->len + n + 1 > r->cap) {
+        size_t nc = (r->len + n + 1) * 2;
+        char *nt = realloc(r->text, nc);
+        if (!nt) rc = -1;
+        else { r->text = nt; r->cap = nc; }
+    }
+    if (rc == 0) {
+        memcpy(r->text + r->len, b, n);
+        r->len += n;
+        r->text[r->len] = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* Ends a pool job: a pool not committed is forgotten; the waiting caller
+ * sees the result. Engine thread. */
+static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg) {
+    if (r->state == R_PREFILL && !r->committed) ak_pool_abort(s->cfg.agents, r->pool);
+    if (r->committed)
+        logf_(s, "pool %s: created, %d tokens (%s/%s) in %.1f ms", r->pool, r->n_prompt, ak_kv_format_get(r->pfk)->name,
+              ak_kv_format_get(r->pfv)->name, (ak_now() - r->t_submit) * 1e3);
+    pthread_mutex_lock(&s->mu);
+    /* cut at shutdown before its commit: the pool does not exist */
+    if (!r->committed && why != AK_FINISH_ERROR) {
+        why = AK_FINISH_ERROR;
+        status = 503;
+        msg = "the server is shutting down";
+        r->res.code = AK_ERR_SHUTDOWN;
+    }
+    r->res.finish = why;
+    r->res.status = status;
+    if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
+    r->done = 1;
+    pthread_cond_broadcast(&s->out_cv);
+    pthread_mutex_unlock(&s->mu);
+    r->state = R_DONE;
+    s->changed = 1;
+}
+
+static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg);
+
+/* finish with an error whose ak_err_code the reader gets in res.code. */
+static void finish_err(ak_sched *s, ak_request *r, int status, const ak_error *e) {
+    pthread_mutex_lock(&s->mu);
+    r->res.code = e->code ? e->code : AK_ERR_GENERIC;
+    pthread_mutex_unlock(&s->mu);
+    finish(s, r, AK_FINISH_ERROR, status, e->msg);
+}
+
+/* Ends a request: the agent's turn ends (saved per the policy), readers see
+ * the whole text and the result. Engine thread; r leaves the active list in
+ * the caller's sweep (state R_DONE). */
+static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg) {
+    if (r->pool_job) {
+        finish_pool_job(s, r, why, status, msg);
+        return;
+    }
+    if (r->state == R_PREFILL || r->state == R_DECODE) {
+        ak_error err = {{0}};
+        if (why == AK_FINISH_ERROR) ak_agent_abort(s->cfg.agents, agent_of(r));
+        if (ak_agent_end(s->cfg.agents, agent_of(r), &err) < 0)
+            logf_(s, "agent %s: %s", agent_of(r), err.msg);
+        ak_metrics_completion(s->cfg.metrics, r->gen.n_gen);
+    }
+    if (r->state == R_PREFILL || r->state == R_DECODE) {
+        const ak_turn *t = &r->res.turn;
+        static const char *why_name[] = {"running", "stop", "length", "error"};
+        logf_(s, "%s%s: %s/%s, %d prompt tokens (%d cached, %d prefilled%s), %d generated, ttft %.1f ms, %s",
+              r->anonymous ? "anonymous " : "agent ", r->anonymous ? "request" : r->id, ak_tier_name(t->tier),
+              ak_match_name(t->match), r->n_prompt, t->reused, t->prefilled,
+              t->tier == AK_TIER_WARM ? (t->restored_ahead ? ", restored ahead" : ", restored on admission") : "",
+              r->gen.n_gen, r->sampled ? (r->t_first - r->t_submit) * 1e3 : 0.0, why_name[why]);
+    }
+    const char *fp;
+    size_t nf = ak_gen_flush(&r->gen, &fp);
+    if (nf && why != AK_FINISH_ERROR) append_text(s, r, fp, nf);
+    double now = ak_now();
+    pthread_mutex_lock(&s->mu);
+    r->visible = r->len;
+    r->res.finish = why;
+    r->res.status = status;
+    if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
+    r->res.completion_tokens = r->gen.n_gen;
+    if (r->sampled) r->res.decode_ms = (now - r->t_first) * 1e3;
+    r->done = 1;
+    pthread_cond_broadcast(&s->out_cv);
+    pthread_mutex_unlock(&s->mu);
+    r->state = R_DONE;
+    s->changed = 1;
+}
+
+/* Samples the next token from r->logits and hands its text out; decides
+ * whether the request goes on (r->next_tok is fed at the next step) or ends.
+ * The rules are `agentkv run`'s (the same step, generate.h), so that greedy
+ * output is the same. */
+static void next_token(ak_sched *s, ak_request *r) {
+    ak_gen_out out;
+    ak_error err = {{0}};
+    ak_gen_status st = ak_gen_step(&r->gen, r->logits, r->pos, &out, &err);
+    if (out.sampled) {
+        double now = ak_now();
+        if (!r->sampled) {
+            r->sampled = 1;
+            r->t_first = now;
+            double ttft = now - r->t_submit;
+            ak_metrics_turn(s->cfg.metrics, r->res.turn.tier, r->n_prompt, r->res.turn.reused, ttft,
+                            r->res.turn.restore_ms / 1e3, r->res.turn.restore_bytes, r->res.turn.restored_ahead);
+            pthread_mutex_lock(&s->mu);
+            r->res.ttft_ms = ttft * 1e3;
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            ak_metrics_token(s->cfg.metrics, r->res.turn.tier, now - r->t_last);
+        }
+        r->t_last = now;
+    }
+    if (st == AK_GEN_ERROR || (out.n_piece && append_text(s, r, out.piece, out.n_piece) < 0)) {
+        finish(s, r, AK_FINISH_ERROR, 500, "cannot decode a generated token (out of memory?)");
+        return;
+    }
+    if (out.n_piece) {
+        /* the readers' copy of the text follows the generator's: cut where
+         * a stop string starts, shown up to what cannot become one */
+        pthread_mutex_lock(&s->mu);
+        if (out.cut >= 0) {
+            r->len = (size_t)out.cut;
+            r->text[r->len] = 0;
+        } else {
+            if (out.visible > r->visible) r->visible = out.visible;
+            pthread_cond_broadcast(&s->out_cv);
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (st == AK_GEN_STOP) { finish(s, r, AK_FINISH_STOP, 0, NULL); return; }
+    if (st == AK_GEN_LENGTH) { finish(s, r, AK_FINISH_LENGTH, 0, NULL); return; }
+    r->next_tok = out.tok;
+}
+
+/* 1 when agent id's history starts with pool (or with none when pool is
+ * ""), as far as the agents know (an unknown agent has none). */
+static int agent_on_pool(const ak_sched *s, const char *id, const char *pool) {
+    int i = ak_agents_find(s->cfg.agents, id);
+    if (i < 0) return !pool[0];
+    ak_agent_info in;
+    ak_agents_get(s->cfg.agents, i, &in);
+    return !strcmp(in.pool, pool);
+}
+
+/* An anonymous request reuses the idle ephemeral agent on the same pool (or
+ * none) whose cache shares the longest prefix with its prompt, or gets a new
+ * one; with max_active of them already, an idle one on another pool is
+ * emptied and reused (its cache could not serve this prompt anyway). */
+static void pick_anonymous(ak_sched *s, ak_request *r) {
+    int best = -1, best_len = 0, spare = -1;
+    char id[32];
+    for (int i = 0; i < s->n_anon; i++) {
+        snprintf(id, sizeof id, ".anon-%d", i);
+        if (agent_active(s, id)) continue;
+        if (!agent_on_pool(s, id, r->pool)) {
+            if (spare < 0) spare = i;
+            continue;
+        }
+        int m = ak_agent_match_len(s->cfg.agents, id, r->prompt, r->n_prompt);
+        if (best < 0 || m > best_len) { best = i; best_len = m; }
+    }
+    if (best < 0 && spare >= 0 && s->n_anon >= s->cfg.max_active) {
+        snprintf(id, sizeof id, ".anon-%d", spare);
+        ak_error err = {{0}};
+        ak_agent_remove(s->cfg.agents, id, &err);
+        best = spare;
+    } else if (best < 0 || (best_len == 0 && s->n_anon < s->cfg.max_active)) {
+        best = s->n_anon++;
+    }
+    snprintf(r->id, sizeof r->id, ".anon-%d", best);
+}
+
+/* 1 while a pool job making pool id runs. */
+static int pool_job_active(const ak_sched *s, const char *id) {
+    for (const ak_request *r = s->active; r; r = r->next)
+        if (r->pool_job && !strcmp(r->pool, id)) return 1;
+    return 0;
+}
+
+/* The HTTP status of a failed pool job or pooled open, by error code. */
+static int status_of(int code) {
+    switch (code) {
+    case AK_ERR_INVALID: return 400;
+    case AK_ERR_NOT_FOUND: return 404;
+    case AK_ERR_EXISTS:
+    case AK_ERR_STALE:
+    case AK_ERR_BUSY: return 409;
+    case AK_ERR_KV_BUDGET:
+    case AK_ERR_SHUTDOWN: return 503;
+    default: return 500;
+    }
+}
+
+static int id_listed(char (*ids)[AK_AGENT_ID_MAX + 2], int n, const char *id) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ids[i], id)) return 1;
+    return 0;
+}
+
+static void unlink_waiting(ak_sched *s, ak_request *r, ak_request *prev) {
+    if (prev) prev->next = r->next;
+    else s->waiting = r->next;
+    r->next = NULL;
+    s->n_waiting--;
+}
+
+#define MAX_IO 2   /* restores queued or running on the I/O thread */
+
+/* Hands r's agent to the I/O thread if it is warm. Returns 1 if a restore
+ * is now in flight, 0 if there is nothing to restore (hot, new, or no
+ * usable file), -1 if it cannot start now (no room, I/O queue full). */
+static int start_prefetch(ak_sched *s, ak_request *r) {
+    if (s->n_io >= MAX_IO) return -1;
+    ak_restore_job *job = NULL;
+    ak_error err = {{0}};
+    int rc = ak_agent_prefetch(s->cfg.agents, r->id, outstanding(s), &job, &err);
+    if (rc <= 0) return rc;
+    io_item *it = malloc(sizeof *it);
+    if (!it) {
+        ak_agent_prefetch_done(s->cfg.agents, job); /* nothing loaded: the turn restores */
+        return 0;
+    }
+    it->job = job;
+    it->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    io_item **tail = &s->io_queue;
+    while (*tail) tail = &(*tail)->next;
+    *tail = it;
+    s->n_io++;
+    pthread_cond_signal(&s->io_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
+/* Hands warm agents of requests still waiting for a slot to the I/O thread,
+ * so their caches are in RAM when their turn comes. */
+static void prefetch(ak_sched *s) {
+    if (s->cfg.no_prefetch) return;
+    for (ak_request *r = s->waiting; r && s->n_io < MAX_IO; r = r->next) {
+        if (r->anonymous || r->pool_job || r->prefetch_tried) continue;
+        int rc = start_prefetch(s, r);
+        if (rc < 0) break; /* no room yet: retry at a later step */
+        r->prefetch_tried = 1;
+    }
+}
+
+/* Appends r (just unlinked from the waiting list) to the active list,
+ * keeping admission order. */
+static void activate(ak_sched *s, ak_request *r) {
+    ak_request **tail = &s->active;
+    while (*tail) tail = &(*tail)->next;
+    *tail = r;
+    s->n_active++;
+}
+
+/* Admits pool job r: begins the pool and reserves every block of its
+ * prefill up front, so that its chunks cannot fail a batch for room.
+ * Returns 1 when r left the waiting list (admitted or failed), 0 when it
+ * waits (the same pool is being made, or no room while requests run). */
+static int admit_pool_job(ak_sched *s, ak_request *r, ak_request *prev) {
+    if (pool_job_active(s, r->pool)) return 0;
+    ak_block_pool_stats st;
+    ak_block_pool_get_stats(s->cfg.pool, &st);
+    size_t need = pool_job_needs(s, r), busy = st.used + outstanding(s);
+    int others = s->n_active > 0 || s->n_io > 0;
+    if (others && st.budget && (busy > st.budget || need > st.budget - busy)) return 0;
+    ak_error err = {{0}};
+    ak_kv *kv = NULL;
+    int rc = ak_pool_begin(s->cfg.agents, r->pool, r->prompt, r->n_prompt, r->pfk, r->pfv, r->source, &kv, &err);
+    if (rc == 0 && ak_kv_prepare(kv, 0, r->n_prompt, &err) < 0) {
+        ak_pool_abort(s->cfg.agents, r->pool);
+        rc = -1;
+    }
+    if (rc < 0 && err.code == AK_ERR_KV_BUDGET && others) return 0;
+    unlink_waiting(s, r, prev);
+    if (rc < 0) {
+        finish_err(s, r, status_of(err.code), &err);
+        pthread_mutex_lock(&s->mu);
+        unref_locked(r);
+        pthread_mutex_unlock(&s->mu);
+        return 1;
+    }
+    r->kv = kv;
+    r->pos = 0;
+    r->state = R_PREFILL;
+    r->t_admit = ak_now();
+    activate(s, r);
+    return 1;
+}
+
+/* Rebuilds r's prompt over its agent's history (ak_reprompt), once, right
+ * before the prompt is matched; only an agent in RAM has a history to
+ * rebuild over (a warm one was restored ahead; an anonymous request's is
+ * the ephemeral agent its prompt matched best). A rebuilt prompt replaces
+ * the submitted one: the generator starts over on it and the reservation
+ * follows its length. Engine thread. */
+static void rebuild_prompt(ak_sched *s, ak_request *r) {
+    ak_reprompt rp = r->reprompt;
+    r->reprompt = (ak_reprompt){0};
+    int n_hist = 0, n = 0;
+    const int32_t *hist = ak_agent_history(s->cfg.agents, r->id, &n_hist);
+    int32_t *ids = NULL;
+    ak_error err = {{0}};
+    int rc = hist ? rp.fn(rp.ud, hist, n_hist, &ids, &n, &err) : 0;
+    if (rp.free) rp.free(rp.ud);
+    if (rc < 0) logf_(s, "agent %s: the prompt was not rebuilt over its history: %s", r->id, err.msg);
+    if (rc <= 0) return;
+    ak_gen g = {0};
+    if (n < 1 || n >= s->cfg.n_ctx ||
+        ak_gen_init(&g, s->cfg.tok, r->smp, ids, n, r->max_tokens, s->cfg.n_ctx, r->stop_at_eog,
+                    (const char *const *)r->stop, r->n_stop, &err) < 0) {
+        ak_gen_free(&g);
+        free(ids);
+        return;
+    }
+    ak_gen_free(&r->gen);
+    r->gen = g;
+    free(r->prompt);
+    r->prompt = ids;
+    r->n_prompt = n;
+    long reserve = (long)n + r->max_tokens;
+    r->n_reserve = (int)(reserve > s->cfg.n_ctx ? s->cfg.n_ctx : reserve);
+    pthread_mutex_lock(&s->mu);
+    r->res.prompt_tokens = n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Admits waiting requests in arrival order (see sched.h). */
+static void admit(ak_sched *s) {
+    char (*blocked)[AK_AGENT_ID_MAX + 2] = NULL;
+    int n_blocked = 0;
+    if (s->n_waiting) blocked = malloc(sizeof *blocked * (size_t)s->n_waiting);
+    if (!blocked && s->n_waiting) return; /* out of memory: try next step */
+    ak_request *prev = NULL, *r = s->waiting;
+    while (r) {
+        ak_request *nx = r->next;
+        if (s->n_active >= s->cfg.max_active) break;
+        if (r->pool_job) {
+            if (!admit_pool_job(s, r, prev)) prev = r;
+            r = nx;
+            continue;
+        }
+        if (!r->anonymous && (id_listed(blocked, n_blocked, r->id) || agent_active(s, r->id) ||
+                              ak_agent_restoring(s->cfg.agents, r->id))) {
+            /* a later request of a busy agent waits behind the earlier one */
+            if (!id_listed(blocked, n_blocked, r->id)) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+            prev = r;
+            r = nx;
+            continue;
+        }
+        /* a warm agent is restored on the I/O thread while the batch goes
+         * on; the request is admitted when its cache is in RAM */
+        if (!r->anonymous && !s->cfg.no_prefetch && !r->prefetch_tried &&
+            !ak_agent_hot(s->cfg.agents, r->id)) {
+            int rc = start_prefetch(s, r);
+            if (rc != 0 && (rc > 0 || s->n_active > 0 || s->n_io > 0)) {
+                if (rc > 0) r->prefetch_tried = 1;
+                snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+                prev = r;
+                r = nx;
+                continue;
+            }
+            r->prefetch_tried = 1; /* nothing to restore, or nothing else running: open restores */
+        }
+        if (r->anonymous) pick_anonymous(s, r);
+        if (r->reprompt.fn) rebuild_prompt(s, r);
+        double t_open = ak_now(); /* a restore in the open is service time, not queueing */
+        ak_error err = {{0}};
+        ak_turn t;
+        ak_kv *kv;
+        int flags = (r->anonymous ? AK_AGENT_EPHEMERAL : 0) | (r->mem_full ? AK_AGENT_RECOMPUTE_MEMORIES : 0);
+        if (ak_agent_open_memories(s->cfg.agents, r->id, flags, r->pool[0] ? r->pool : NULL, r->prompt, r->n_prompt,
+                                   r->n_reserve, outstanding(s), r->mem_at, r->mem_len, r->n_mem, &kv, &t, &err) < 0) {
+            if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
+                /* room comes back when a running request ends */
+                if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+                else r->id[0] = 0;
+                prev = r;
+                r = nx;
+                continue;
+            }
+            unlink_waiting(s, r, prev);
+            /* alone and still no room: this request can never fit */
+            finish_err(s, r, err.code == AK_ERR_KV_BUDGET ? 400 : status_of(err.code), &err);
+            pthread_mutex_lock(&s->mu);
+            unref_locked(r);
+            pthread_mutex_unlock(&s->mu);
+            r = nx;
+            continue;
+        }
+        ak_metrics_evictions(s->cfg.metrics, t.evicted);
+        unlink_waiting(s, r, prev);
+        r->kv = kv;
+        r->pos = t.reused;
+        r->state = R_PREFILL;
+        r->t_admit = t_open;
+        pthread_mutex_lock(&s->mu);
+        r->res.turn = t;
+        r->res.queue_ms = (r->t_admit - r->t_submit) * 1e3;
+        pthread_mutex_unlock(&s->mu);
+        activate(s, r);
+        r = nx;
+    }
+    free(blocked);
+}
+
+/* Places the memories a prefilling request has reached (its cache holds
+ * exactly the positions before the next one; those reused already are
+ * passed). Returns 0, or -1 having finished the request with the error. */
+static int place_memories(ak_sched *s, ak_request *r) {
+    while (!r->mem_full && r->mem_next < r->n_mem) {
+        int i = r->mem_next;
+        if (r->pos > r->mem_at[i]) {   /* the agent's history held it already */
+            r->mem_next++;
+            continue;
+        }
+        if (r->pos < r->mem_at[i]) return 0;
+        ak_error e = {{0}};
+        ak_reuse_stats st = {0};
+        int blend = r->mem_reuse.method == AK_REUSE_CACHEBLEND || r->mem_reuse.method == AK_REUSE_AGENTKVSHIFT;
+        int rc = blend ? ak_agent_reuse_memory(s->cfg.agents, s->ctx, agent_of(r), r->mem_id[i], r->prompt, r->pos,
+                                               &r->mem_reuse, &r->kv, &st, &e)
+                       : ak_agent_place_memory(s->cfg.agents, agent_of(r), r->mem_id[i], r->prompt, r->pos, &r->kv, &e);
+        if (rc < 0) {
+            finish_err(s, r, status_of(e.code), &e);
+            return -1;
+        }
+        if (blend) {
+            pthread_mutex_lock(&s->mu);
+            r->res.mem_recomputed += st.n_recomputed;
+            r->res.mem_ms += st.ms;
+            pthread_mutex_unlock(&s->mu);
+        }
+        r->pos += r->mem_len[i];
+        r->mem_next++;
+        pthread_mutex_lock(&s->mu);
+        r->res.turn.reused += r->mem_len[i];   /* placed, not computed */
+        r->res.turn.prefilled -= r->mem_len[i];
+        pthread_mutex_unlock(&s->mu);
+    }
+    return 0;
+}
+
+/* One forward pass over every running request (see sched.h). */
+static void step(ak_sched *s) {
+    int nb = 0, nseq = 0, cap = s->cfg.step_tokens;
+    for (ak_request *r = s->active; r; r = r->next) {
+        r->step_k = 0;
+        if (r->state != R_DECODE || nb >= cap) continue;
+        s->b_tok[nb] = r->next_tok;
+        s->b_pos[nb] = r->pos;
+        s->b_seq[nb] = r->kv;
+        s->b_logits[nb] = r->logits;
+        nb++;
+        nseq++;
+        r->step_k = 1;
+    }
+    /* with agents decoding, a step's prefill chunk is what fits in step_ms
+     * at the measured speed: their next token is never more than a step away */
+    int n_decode = nb;
+    if (n_decode && s->cfg.step_ms > 0 && s->prefill_tps > 0) {
+        int chunk = (int)(s->prefill_tps * s->cfg.step_ms / 1e3);
+        if (chunk < 16) chunk = 16;
+        if (nb + chunk < cap) cap = nb + chunk;
+    }
+    for (ak_request *r = s->active; r && nb < cap; r = r->next) {
+        if (r->state != R_PREFILL) continue;
+        if (place_memories(s, r) < 0) continue;
+        int k = r->n_prompt - r->pos;
+        if (!r->mem_full && r->mem_next < r->n_mem) k = r->mem_at[r->mem_next] - r->pos;   /* up to the next memory */
+        if (k > cap - nb) k = cap - nb;
+        for (int i = 0; i < k; i++) {
+            int p = r->pos + i;
+            s->b_tok[nb] = r->prompt[p];
+            s->b_pos[nb] = p;
+            s->b_seq[nb] = r->kv;
+            s->b_logits[nb] = p == r->n_prompt - 1 && !r->pool_job ? r->logits : NULL;
+            nb++;
+        }
+        r->step_k = k;
+        nseq++;
+    }
+    if (nb == 0) return;
+    ak_batch b = {nb, s->b_tok, s->b_pos, s->b_seq, s->b_logits};
+    ak_error err = {{0}};
+    double t0 = ak_now();
+    int rc = ak_forward(s->ctx, &b, &err);
+    double dt = ak_now() - t0;
+    ak_metrics_batch(s->cfg.metrics, nseq);
+    if (rc == 0 && nb - n_decode >= 16) {
+        double tps = (nb - n_decode) / dt; /* decode tokens ride along almost free */
+        s->prefill_tps = s->prefill_tps > 0 ? 0.7 * s->prefill_tps + 0.3 * tps : tps;
+    }
+    for (ak_request *r = s->active; r; r = r->next) {
+        if (!r->step_k) continue;
+        if (rc < 0) {
+            logf_(s, "agent %s: forward pass failed: %s", agent_of(r), err.msg);
+            finish(s, r, AK_FINISH_ERROR, 500, err.msg);
+            continue;
+        }
+        ak_error e = {{0}};
+        if (r->state == R_PREFILL) {
+            r->pos += r->step_k;
+            r->prefill_s += dt;
+            if (r->pos < r->n_prompt) continue;
+            if (r->pool_job) {
+                if (ak_pool_commit(s->cfg.agents, r->pool, &e) < 0) {
+                    finish_err(s, r, status_of(e.code), &e);
+                    continue;
+                }
+                r->committed = 1;
+                finish(s, r, AK_FINISH_STOP, 0, NULL);
+                continue;
+            }
+            if (ak_agent_commit(s->cfg.agents, agent_of(r), r->prompt, r->n_prompt, &e) < 0) {
+                finish(s, r, AK_FINISH_ERROR, 500, e.msg);
+                continue;
+            }
+            pthread_mutex_lock(&s->mu);
+            r->res.turn.prefill_ms = r->prefill_s * 1e3;
+            r->res.started = 1;
+            pthread_mutex_unlock(&s->mu);
+            r->state = R_DECODE;
+        } else {
+            if (ak_agent_append(s->cfg.agents, agent_of(r), r->next_tok, &e) < 0) {
+                finish(s, r, AK_FINISH_ERROR, 500, e.msg);
+                continue;
+            }
+            r->pos++;
+        }
+        next_token(s, r);
+    }
+}
+
+/* Removes finished requests from the active list. */
+static void sweep(ak_sched *s) {
+    ak_request **pp = &s->active;
+    while (*pp) {
+        ak_request *r = *pp;
+        if (r->state == R_DONE) {
+            *pp = r->next;
+            s->n_active--;
+            pthread_mutex_lock(&s->mu);
+            unref_locked(r);
+            pthread_mutex_unlock(&s->mu);
+        } else {
+            pp = &r->next;
+        }
+    }
+}
+
+static int agent_busy(const ak_sched *s, const char *id) {
+    if (agent_active(s, id)) return 1;
+    for (const ak_request *r = s->waiting; r; r = r->next)
+        if (!strcmp(r->id, id)) return 1;
+    return 0;
+}
+
+/* agent_busy for ak_agents_listing (ud: the scheduler). */
+static int busy_of(void *ud, const char *id) { return agent_busy(ud, id); }
+
+/* The pool ops (engine thread). */
+static void run_pool_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    switch (o->kind) {
+    case OP_POOL_GET: o->rc = ak_pool_get(ag, o->id, o->pinfo, &o->err); break;
+    case OP_POOL_LIST: o->rc = ak_pools_list(ag, &o->pinfo, &o->n, &o->err); break;
+    case OP_POOL_TOKENS: o->rc = ak_pool_tokens(ag, o->id, &o->tokens, &o->n, &o->source, &o->err); break;
+    default:
+        if (pool_job_active(s, o->id))
+            o->rc = ak_failc(&o->err, AK_ERR_BUSY, "pool '%s' is being created", o->id);
+        else
+            o->rc = ak_pool_remove(ag, o->id, &o->err);
+        break;
+    }
+}
+
+/* Fills out from card c: its index entry (with the file's size when the
+ * store has it) and its width histograms. */
+static void card_out(ak_sched *s, const ak_card *c, ak_sched_card *out) {
+    memset(out, 0, sizeof *out);
+    ak_store_card_entry fe;
+    if (s->cfg.store && ak_store_lookup_card(s->cfg.store, c->id, &fe) == 0 && !strcmp(fe.hash, c->hash)) {
+        out->e = fe;
+        out->saved = 1;
+    } else {
+        ak_store_card_entry_of(c, &out->e);
+    }
+    for (int k = 0; k < AK_CARD_N_WIDTHS && k < 4; k++) {
+        out->count_k[k] = c->count[0][k];
+        out->count_v[k] = c->count[1][k];
+    }
+}
+
+/* The card ops (engine thread): refused while the agent they touch has a
+ * request running or queued, as DELETE of an agent is. */
+static void run_card_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    if ((o->kind == OP_CARD_MAKE || o->kind == OP_CARD_IMPORT) && agent_busy(s, o->id)) {
+        o->rc = ak_failc(&o->err, AK_ERR_BUSY, "agent %s has a request running or queued", o->id);
+        return;
+    }
+    char cid[AK_AGENT_ID_MAX + 1];
+    const ak_card *c = NULL;
+    switch (o->kind) {
+    case OP_CARD_MAKE: {
+        ak_card_request rq = *o->rq;
+        rq.ctx = s->ctx;   /* free between steps: the statistics pass runs on it */
+        o->rc = ak_agent_make_card(ag, o->id, &rq, cid, &o->err);
+        if (o->rc == 0 && !(c = ak_card_get(ag, cid, &o->err))) o->rc = -1;
+        if (c) card_out(s, c, o->card);
+        break;
+    }
+    case OP_CARD_IMPORT:
+        o->rc = ak_agent_import_card_mode(ag, o->id, o->card_id, o->mode, &o->err);
+        if (o->rc == 0) {
+            ak_agent_info in;
+            ak_agents_get(ag, ak_agents_find(ag, o->id), &in);
+            o->n = in.n_tokens;
+        }
+        break;
+    case OP_CARD_GET:
+        ak_card_wait_saved(ag, o->card_id);   /* its file's size, once written behind */
+        c = ak_card_get(ag, o->card_id, &o->err);
+        o->rc = c ? 0 : -1;
+        if (c) card_out(s, c, o->card);
+        break;
+    case OP_CARD_LIST: o->rc = ak_cards_list(ag, &o->centries, &o->n, &o->err); break;
+    default: o->rc = ak_card_remove(ag, o->card_id, &o->err); break;
+    }
+}
+
+/* The memory ops (engine thread). An add prefills the chunk with the
+ * engine's context, free between steps. */
+static void run_mem_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    switch (o->kind) {
+    case OP_MEM_ADD: {
+        int32_t *ids = NULL;
+        int n = 0;
+        o->rc = ak_memory_tokenize(s->cfg.tok, o->text, strlen(o->text), &ids, &n, &o->err);
+        if (o->rc == 0)
+            o->rc = ak_memory_add(ag, s->ctx, o->id, o->text, ids, n, o->fk, o->fv, &o->computed, &o->err);
+        free(ids);
+        if (o->rc == 0) o->rc = ak_memory_get(ag, o->id, o->minfo, NULL, &o->err);
+        break;
+    }
+    case OP_MEM_GET: o->rc = ak_memory_get(ag, o->id, o->minfo, o->mtext, &o->err); break;
+    case OP_MEM_LIST: o->rc = ak_memories_list(ag, &o->minfo, &o->n, &o->err); break;
+    case OP_MEM_TOKENS: o->rc = ak_memory_tokens(ag, o->id, &o->tokens, &o->n, &o->err); break;
+    default: o->rc = ak_memory_remove(ag, o->id, &o->err); break;
+    }
+}
+
+static void run_op(ak_sched *s, op *o) {
+    ak_agents *ag = s->cfg.agents;
+    if (o->kind >= OP_MEM_ADD) {
+        run_mem_op(s, o);
+        return;
+    }
+    if (o->kind == OP_REMOVE) {
+        if (agent_busy(s, o->id)) o->rc = 2;
+        else o->rc = ak_agent_remove(ag, o->id, &o->err);
+        return;
+    }
+    if (o->kind >= OP_CARD_MAKE) {
+        run_card_op(s, o);
+        return;
+    }
+    if (o->kind >= OP_POOL_GET) {
+        run_pool_op(s, o);
+        return;
+    }
+    ak_agents_census c;
+    if (o->kind == OP_GAUGES) {
+        o->rc = ak_agents_listing(ag, o->files, o->n_files, NULL, NULL, NULL, NULL, &c, &o->err);
+        if (o->rc == 0)
+            ak_metrics_gauges_collect(o->g, ag, s->cfg.pool, c.hot, c.warm, c.warm_bytes, s->n_active, s->n_waiting);
+        return;
+    }
+    o->rc = ak_agents_listing(ag, o->files, o->n_files, busy_of, s, &o->list, &o->n, NULL, &o->err);
+}
+
+/* Fails everything at shutdown: queued requests with 503, running ones cut. */
+static void shutdown_requests(ak_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    ak_request *in = s->incoming;
+    s->incoming = s->incoming_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (in) {
+        ak_request *nx = in->next;
+        in->next = s->waiting;
+        s->waiting = in;
+        s->n_waiting++;
+        in = nx;
+    }
+    while (s->waiting) {
+        ak_request *r = s->waiting;
+        unlink_waiting(s, r, NULL);
+        finish(s, r, AK_FINISH_ERROR, 503, "the server is shutting down");
+        pthread_mutex_lock(&s->mu);
+        unref_locked(r);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (ak_request *r = s->active; r; r = r->next) finish(s, r, AK_FINISH_LENGTH, 0, NULL);
+    sweep(s);
+}
+
+static void *engine_main(void *arg) {
+    ak_sched *s = arg;
+    ak_flush_denormals();
+    int idle = 0;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (idle && !s->stopping && !s->incoming && !s->ops && !s->io_done)
+            pthread_cond_wait(&s->engine_cv, &s->mu);
+        ak_request *in = s->incoming;
+        s->incoming = s->incoming_tail = NULL;
+        op *ops = s->ops;
+        s->ops = NULL;
+        io_item *done = s->io_done;
+        s->io_done = NULL;
+        int stopping = s->stopping;
+        /* cancellations (the client went away) */
+        for (ak_request *r = s->active; r; r = r->next)
+            if (r->cancelled && r->state != R_DONE) r->step_k = -1;
+        pthread_mutex_unlock(&s->mu);
+        ak_request **tail = &s->waiting;
+        while (*tail) tail = &(*tail)->next;
+        *tail = in;
+        for (; in; in = in->next) s->n_waiting++;
+        while (done) {
+            io_item *nx = done->next;
+            ak_agent_prefetch_done(s->cfg.agents, done->job);
+            s->n_io--;
+            free(done);
+            done = nx;
+        }
+        while (ops) {
+            op *nx = ops->next;
+            run_op(s, ops);
+            pthread_mutex_lock(&s->mu);
+            ops->done = 1;
+            pthread_cond_broadcast(&s->out_cv);
+            pthread_mutex_unlock(&s->mu);
+            ops = nx;
+        }
+        if (stopping) break;
+        for (ak_request *r = s->active; r; r = r->next)
+            if (r->step_k == -1) { r->step_k = 0; finish(s, r, AK_FINISH_STOP, 0, NULL); }
+        /* cancelled while queued */
+        ak_request *prev = NULL;
+        for (ak_request *r = s->waiting; r;) {
+            ak_request *nx = r->next;
+            pthread_mutex_lock(&s->mu);
+            int c = r->cancelled;
+            pthread_mutex_unlock(&s->mu);
+            if (c) {
+                unlink_waiting(s, r, prev);
+                finish(s, r, AK_FINISH_STOP, 0, NULL);
+                pthread_mutex_lock(&s->mu);
+                unref_locked(r);
+                pthread_mutex_unlock(&s->mu);
+            } else {
+                prev = r;
+            }
+            r = nx;
+        }
+        sweep(s);
+        admit(s);
+        prefetch(s);
+        step(s);
+        sweep(s);
+        /* with nothing running, sleep unless this round freed an agent or
+         * room that a waiting request may take */
+        idle = s->n_active == 0 && !s->changed;
+        s->changed = 0;
+    }
+    shutdown_requests(s);
+    return NULL;
+}
+
+static void *io_main(void *arg) {
+    ak_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->io_queue && !s->stopping) pthread_cond_wait(&s->io_cv, &s->mu);
+        if (!s->io_queue) break;
+        io_item *it = s->io_queue;
+        s->io_queue = it->next;
+        pthread_mutex_unlock(&s->mu);
+        ak_restore_job_run(it->job);
+        pthread_mutex_lock(&s->mu);
+        it->next = s->io_done;
+        s->io_done = it;
+        pthread_cond_signal(&s->engine_cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err) {
+    if (!cfg->model || !cfg->tok || !cfg->agents || !cfg->pool || cfg->n_ctx < 2) {
+        ak_fail(err, "scheduler: model, tokenizer, agents, pool and a context are required");
+        return NULL;
+    }
+    ak_sched *s = ak_calloc(1, sizeof *s, err);
+    if (!s) return NULL;
+    s->cfg = *cfg;
+    if (s->cfg.max_active <= 0) s->cfg.max_active = 16;
+    if (s->cfg.step_tokens <= 0) s->cfg.step_tokens = 256;
+    if (s->cfg.step_ms < 0) s->cfg.step_ms = 0;
+    if (s->cfg.step_tokens < s->cfg.max_active + 16) s->cfg.step_tokens = s->cfg.max_active + 16;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->engine_cv, NULL);
+    pthread_cond_init(&s->out_cv, NULL);
+    pthread_cond_init(&s->io_cv, NULL);
+    int cap = s->cfg.step_tokens;
+    s->b_tok = ak_malloc(sizeof(int32_t) * (size_t)cap, err);
+    s->b_pos = ak_malloc(sizeof(int32_t) * (size_t)cap, err);
+    s->b_seq = ak_malloc(sizeof(ak_kv *) * (size_t)cap, err);
+    s->b_logits = ak_malloc(sizeof(float *) * (size_t)cap, err);
+    if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
+    if (!(s->ctx = ak_ctx_new(cfg->model, cap, cfg->n_threads, err))) goto fail;
+    ak_agents_set_threads(cfg->agents, ak_ctx_pool(s->ctx));   /* imports run between the engine's steps */
+    if (pthread_create(&s->io, NULL, io_main, s) != 0) { ak_fail(err, "scheduler: cannot start the I/O thread"); goto fail; }
+    s->io_started = 1;
+    if (pthread_create(&s->engine, NULL, engine_main, s) != 0) { ak_fail(err, "scheduler: cannot start the engine"); goto fail; }
+    s->engine_started = 1;
+    return s;
+fail:
+    ak_sched_free(s);
+    return NULL;
+}
+
+void ak_sched_shutdown(ak_sched *s) {
+    if (!s || s->shut) return;
+    s->shut = 1;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->engine_cv);
+    pthread_cond_broadcast(&s->io_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->engine_started) pthread_join(s->engine, NULL);
+    if (s->io_started) pthread_join(s->io, NULL);
+    /* restores that finished (or never started: their status says absent,
+     * so nothing is installed) after the engine left */
+    io_item *lists[2] = {s->io_queue, s->io_done};
+    for (int i = 0; i < 2; i++)
+        for (io_item *it = lists[i]; it;) {
+            io_item *nx = it->next;
+            ak_agent_prefetch_done(s->cfg.agents, it->job);
+            free(it);
+            it = nx;
+        }
+    s->io_queue = s->io_done = NULL;
+}
+
+void ak_sched_free(ak_sched *s) {
+    if (!s) return;
+    ak_sched_shutdown(s);
+    if (s->ctx) ak_agents_set_threads(s->cfg.agents, NULL);
+    ak_ctx_free(s->ctx);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_logits);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->engine_cv);
+    pthread_cond_destroy(&s->out_cv);
+    pthread_cond_destroy(&s->io_cv);
+    free(s);
+}
+
+/* Queues an op for the engine and waits for it. */
+static int post_op(ak_sched *s, op *o) {
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return ak_failc(&o->err, AK_ERR_SHUTDOWN, "the server is shutting down");
+    }
+    o->next = s->ops;
+    s->ops = o;
+    pthread_cond_signal(&s->engine_cv);
+    while (!o->done) pthread_cond_wait(&s->out_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* Lists the store's files on the calling thread (from the store's index:
+ * no file is read). Returns 0, or -1 with err set. */
+static int list_files(ak_sched *s, op *o, ak_error *err) {
+    ak_store_entry *files = NULL;
+    int n = 0;
+    if (s->cfg.store && ak_store_list(s->cfg.store, &files, &n, err) < 0) return -1;
+    o->files = files;
+    o->n_files = n;
+    return 0;
+}
+
+int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_LIST;
+    if (list_files(s, &o, err) < 0) return -1;
+    int rc = post_op(s, &o);
+    free((void *)o.files);
+    if (rc < 0 || o.rc < 0) {
+        if (err) *err = o.err;
+        return -1;
+    }
+    *out = o.list;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_remove_agent(ak_sched *s, const char *id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_REMOVE;
+    o.id = id;
+    if (post_op(s, &o) < 0 || o.rc < 0) {
+        if (err) *err = o.err;
+        return -1;
+    }
+    return o.rc;
+}
+
+void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g) {
+    memset(g, 0, sizeof *g);
+    op o = {0};
+    o.kind = OP_GAUGES;
+    o.g = g;
+    ak_error err = {{0}};
+    list_files(s, &o, &err);   /* no files listed: warm gauges read 0 */
+    post_op(s, &o);
+    free((void *)o.files);
+}
+
+/* ----------------------------------------------------------------- pools */
+
+int ak_sched_pool_create(ak_sched *s, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
+                         const char *source, ak_pool_info *info, int *status, ak_error *err) {
+    *status = 400;
+    if (!id || !ak_pool_id_valid(id))
+        return ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+    if (n < 1) return ak_failc(err, AK_ERR_INVALID, "the pool is empty (no tokens)");
+    if (n >= s->cfg.n_ctx)
+        return ak_failc(err, AK_ERR_INVALID, "the pool has %d tokens; the context is %d, so no agent could add one", n,
+                        s->cfg.n_ctx);
+    *status = 500;
+    ak_request *r = ak_calloc(1, sizeof *r, err);
+    if (!r) return -1;
+    r->s = s;
+    r->refs = 2;
+    r->pool_job = 1;
+    snprintf(r->pool, sizeof r->pool, "%s", id);
+    r->pfk = fk;
+    r->pfv = fv;
+    r->n_prompt = r->n_reserve = n;
+    r->max_tokens = 1;
+    r->res.prompt_tokens = n;
+    if (!(r->prompt = ak_malloc(sizeof(int32_t) * (size_t)n, err))) goto fail;
+    memcpy(r->prompt, tokens, sizeof(int32_t) * (size_t)n);
+    if (source && !(r->source = strdup(source))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    if (enqueue(s, r, status, err) < 0) goto fail;
+    ak_request_wait(r, (size_t)-1, -1);
+    ak_req_result res;
+    ak_request_read(r, 0, NULL, NULL, &res);
+    ak_request_release(r);
+    if (res.finish == AK_FINISH_ERROR) {
+        *status = res.status ? res.status : 500;
+        return ak_failc(err, res.code ? res.code : AK_ERR_GENERIC, "%s", res.error);
+    }
+    *status = 201;
+    if (ak_sched_pool_get(s, id, info, err) < 0) {
+        *status = status_of(err->code);
+        return -1;
+    }
+    return 0;
+fail:
+    free_request(r);
+    return -1;
+}
+
+/* Posts a pool op and copies its error out. Returns o->rc, or -1. */
+static int pool_op(ak_sched *s, op *o, ak_error *err) {
+    if (post_op(s, o) < 0 || o->rc < 0) {
+        if (err) *err = o->err;
+        return -1;
+    }
+    return o->rc;
+}
+
+int ak_sched_pool_get(ak_sched *s, const char *id, ak_pool_info *info, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_GET;
+    o.id = id;
+    o.pinfo = info;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_pools_list(ak_sched *s, ak_pool_info **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_LIST;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *out = o.pinfo;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, char **source, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_TOKENS;
+    o.id = id;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *tokens = o.tokens;
+    *n = o.n;
+    *source = o.source;
+    return 0;
+}
+
+int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_POOL_REMOVE;
+    o.id = id;
+    return pool_op(s, &o, err);
+}
+
+/* -------------------------------------------------------------- memories */
+
+int ak_sched_memory_add(ak_sched *s, const char *id, const char *text, ak_kv_format fk, ak_kv_format fv,
+                        ak_memory_info *info, int *computed, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_ADD;
+    o.id = id;
+    o.text = text ? text : "";
+    o.fk = fk;
+    o.fv = fv;
+    o.minfo = info;
+    if (pool_op(s, &o, err) < 0) return -1;
+    if (computed) *computed = o.computed;
+    return 0;
+}
+
+int ak_sched_memory_get(ak_sched *s, const char *id, ak_memory_info *info, char **text, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_GET;
+    o.id = id;
+    o.minfo = info;
+    o.mtext = text;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_memories_list(ak_sched *s, ak_memory_info **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_LIST;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *out = o.minfo;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_memory_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_TOKENS;
+    o.id = id;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *tokens = o.tokens;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_memory_remove(ak_sched *s, const char *id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_MEM_REMOVE;
+    o.id = id;
+    return pool_op(s, &o, err);
+}
+
+/* ----------------------------------------------------------------- cards */
+
+int ak_sched_status_of(int code) { return status_of(code); }
+
+int ak_sched_card_make(ak_sched *s, const char *agent_id, const ak_card_request *rq, ak_sched_card *out,
+                       ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_MAKE;
+    o.id = agent_id;
+    o.rq = rq;
+    o.card = out;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, ak_import_mode mode, int *n_tokens,
+                         ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_IMPORT;
+    o.id = id;
+    o.card_id = card_id;
+    o.mode = mode;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *n_tokens = o.n;
+    return 0;
+}
+
+int ak_sched_card_get(ak_sched *s, const char *card_id, ak_sched_card *out, ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_GET;
+    o.card_id = card_id;
+    o.card = out;
+    return pool_op(s, &o, err) < 0 ? -1 : 0;
+}
+
+int ak_sched_cards_list(ak_sched *s, ak_store_card_entry **out, int *n, ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_LIST;
+    if (pool_op(s, &o, err) < 0) return -1;
+    *out = o.centries;
+    *n = o.n;
+    return 0;
+}
+
+int ak_sched_card_remove(ak_sched *s, const char *card_id, ak_error *err) {
+    op o = {0};
+    o.kind = OP_CARD_REMOVE;
+    o.card_id = card_id;
+    return pool_op(s, &o, err);
+}
+
+int ak_sched_card_file(ak_sched *s, const char *card_id, char **bytes, size_t *len, ak_error *err) {
+    if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
+    if (!s->cfg.store) return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file (no memory directory)", card_id);
+    ak_card_wait_saved(s->cfg.agents, card_id);   /* a card just made is written behind */
+    return ak_store_card_bytes(s->cfg.store, card_id, bytes, len, err);   /* the directory's or Redis's */
+}

@@ -1,0 +1,259 @@
+/* sched.h - the engine loop: continuous batching of many agents' turns.
+ *
+ * One engine thread owns the model context and the agents. Each step it
+ *   1. admits queued requests in arrival order (requests of one agent are
+ *      serialized: a later one waits for the earlier one to finish) while
+ *      the bytes their prompt plus max_tokens will add fit in the KV budget
+ *      next to what the running requests may still add (a pool's blocks and
+ *      blocks linked from the content index are shared, not counted again:
+ *      ak_agent_bytes_to_add; idle agents are evicted LRU to disk to make
+ *      room; what does not fit waits). A pool's creation is queued and
+ *      admitted the same way, its blocks reserved up front;
+ *   2. runs ONE forward pass holding one decode token of every decoding
+ *      request (the weights are read once for the whole batch) plus a bounded
+ *      chunk of prompt (or pool) tokens (chunked prefill: a 16K prompt cannot stall the
+ *      others for more than a step; while others decode, the chunk is sized
+ *      from the measured prefill speed so that a step takes about step_ms);
+ *   3. samples, detokenizes, enforces stop strings and hands the text to the
+ *      request's reader.
+ * An I/O thread restores warm agents named by queued requests while the
+ * engine decodes others, so their caches are in RAM when their turn comes.
+ *
+ * Requests are submitted and read from any thread (the HTTP handlers).
+ */
+#ifndef AK_SCHED_H
+#define AK_SCHED_H
+
+#include <stdint.h>
+
+#include "agents/agent.h"
+#include "agents/memories.h"
+#include "serve/metrics.h"
+#include "engine/model.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+
+#define AK_MAX_STOP 5   /* OpenAI allows 4 from the client; one more for the chat family's end of turn */
+#define AK_MAX_MEMORIES 6   /* memories placed in one request: each is a segment of the agent's
+                               sequence, and so is the prefix before them (AK_KV_MAX_SEGMENTS) */
+
+typedef struct {
+    const ak_model *model;
+    const ak_tokenizer *tok;
+    ak_agents *agents;        /* used only by the engine thread while it runs */
+    ak_block_pool *pool;      /* the agents' pool (for gauges) */
+    ak_store *store;          /* the agents' store or NULL (for gauges) */
+    int n_threads;
+    int n_ctx;
+    int step_tokens;          /* tokens per forward step, decode + prefill (default 256) */
+    int max_active;           /* requests running at once (default 16) */
+    ak_metrics *metrics;      /* may be NULL */
+    ak_log_fn log;            /* may be NULL */
+    void *log_ud;
+    int no_prefetch;          /* 1: warm agents are restored only when admitted (benchmarks) */
+    int step_ms;              /* while agents decode, prefill chunks are sized so that a step
+                                 takes about this long (default 200; 0 = always step_tokens) */
+} ak_sched_config;
+
+/* A prompt rebuilt over the agent's history right before it is matched
+ * (chat_resend.h: a resent conversation whose replies the history's own
+ * tokens stand for). fn returns 1 with a malloc'd prompt in *ids (*n_ids
+ * tokens), 0 to keep the prompt as submitted, -1 on failure (the prompt as
+ * submitted is used; logged). free releases ud. */
+typedef struct {
+    int (*fn)(void *ud, const int32_t *hist, int n_hist, int32_t **ids, int *n_ids, ak_error *err);
+    void *ud;
+    void (*free)(void *ud);
+} ak_reprompt;
+
+typedef struct {
+    const char *agent_id;     /* NULL or "": anonymous (prefix reuse, nothing persisted) */
+    const char *pool;         /* NULL or "": none; else the pool the prompt starts with (copied):
+                                 the agent attaches to it (ak_agent_open_pool) */
+    const int32_t *prompt;    /* copied; starts with the pool's tokens when pool is set */
+    int n_prompt;
+    int max_tokens;           /* >= 1 */
+    ak_sampler_params sp;
+    const char *stop[AK_MAX_STOP];   /* copied; enforced on the text, not returned */
+    int n_stop;
+    int stop_at_eog;          /* stop at end-of-generation tokens (always 1 for chat) */
+    /* memories placed with reuse "none" (memories.h): memory mem_id[i]'s tokens are
+       prompt[mem_at[i], mem_at[i] + mem_len[i]), in order, before the prompt's last token;
+       the engine prefills up to each, places its blocks (ak_agent_place_memory) and
+       prefills the rest. n_mem 0: none (reuse "full" sends the tokens as a plain prompt) */
+    int n_mem;
+    const char *mem_id[AK_MAX_MEMORIES];   /* copied */
+    int mem_at[AK_MAX_MEMORIES], mem_len[AK_MAX_MEMORIES];
+    int mem_full;             /* reuse "full": the memories' tokens are computed like the rest, and
+                                 nothing from the first one on is reused from the agent's history */
+    ak_reuse_method mem_method; /* NONE (placed as above) or CACHEBLEND / AGENTKVSHIFT: each memory
+                                 is placed by ak_agent_reuse_memory (reuse.h) at mem_ratio when the
+                                 prefill reaches it, in one go on the engine thread (FULL: mem_full) */
+    float mem_ratio;
+    /* the prompt rebuilt over its agent's history at admission (an anonymous request's: the
+       ephemeral agent it is served by; fn NULL: none; not with
+       memories; with a pool it must keep the pool's tokens first). On success the scheduler
+       owns ud (and frees it); on failure the caller keeps it. A rebuilt prompt not shorter
+       than the context is not used */
+    ak_reprompt reprompt;
+} ak_req_params;
+
+typedef enum {
+    AK_FINISH_NONE = 0,       /* still running */
+    AK_FINISH_STOP,           /* end of generation or a stop string */
+    AK_FINISH_LENGTH,         /* max_tokens, the context, or cut at shutdown */
+    AK_FINISH_ERROR           /* see status and error */
+} ak_finish;
+
+typedef struct {
+    ak_finish finish;
+    int status;               /* HTTP status for AK_FINISH_ERROR (400, 404, 409, 500, 503) */
+    int code;                 /* its ak_err_code (AK_ERR_NOT_FOUND for a pool that vanished, ...) */
+    char error[512];
+    ak_turn turn;             /* valid once started */
+    int started;              /* admitted and its prefill done */
+    int prompt_tokens, completion_tokens;
+    double queue_ms;          /* submit to admission: waiting for a batch slot, KV room, or a
+                                 restore on the I/O thread (a restore done at admission is not
+                                 queueing: it counts in ttft_ms - queue_ms) */
+    double ttft_ms;           /* submit to first token */
+    double decode_ms;         /* first token to finish */
+    int mem_recomputed;       /* memory tokens recomputed by cacheblend / agentkvshift (all of them
+                                 for full: counted in turn.prefilled instead, this stays 0) */
+    double mem_ms;            /* time placing memories by those methods (in ttft_ms) */
+} ak_req_result;
+
+typedef struct ak_sched ak_sched;
+typedef struct ak_request ak_request;
+
+/* Starts the engine and I/O threads. Returns NULL with err set on failure. */
+ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err);
+/* Stops accepting, fails queued requests (503), cuts running ones
+ * (finish LENGTH, their text so far kept), joins the threads. Afterwards
+ * every request is finished and the agents are the caller's again (flush
+ * them); handles stay valid until released. NULL is fine. */
+void ak_sched_shutdown(ak_sched *s);
+/* Frees the scheduler (shutting it down first if needed). Every request
+ * handle must have been released. NULL is fine. */
+void ak_sched_free(ak_sched *s);
+
+/* Queues a request. Returns a handle the caller must release, or NULL with
+ * err set and *status the HTTP status: 400 for a request that can never run
+ * (empty prompt, prompt not shorter than the context, prompt + max_tokens
+ * larger than the whole KV budget, invalid agent id, bad sampling
+ * parameters), 503 when stopping, 500 out of memory. */
+ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err);
+/* Waits until the request has more than `have` bytes of text or is finished,
+ * or timeout_ms passes (< 0: no limit). Returns 1 if finished, else 0. */
+int ak_request_wait(ak_request *r, size_t have, int timeout_ms);
+/* Copies text[from, len) into a malloc'd buffer (*chunk, NUL-terminated; may
+ * be NULL when there is nothing new) and the result so far into *res (may be
+ * NULL). Returns the new length. */
+size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res);
+/* The client went away: the engine ends the request at its next step. */
+void ak_request_cancel(ak_request *r);
+void ak_request_release(ak_request *r);
+
+/* One agent as the engine sees it, for GET /v1/agents (agent.h; busy: a
+ * request of it is running or queued). */
+typedef ak_agent_entry ak_sched_agent;
+
+/* Every agent (in RAM or with a file), sorted by id: *out malloc'd. Runs on
+ * the engine thread between steps. Returns 0, or -1 with err set. */
+int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *err);
+/* Forgets an agent (memory and file). Returns 0, 1 if unknown, 2 if busy
+ * (a request of it is running or queued), -1 with err set. */
+int ak_sched_remove_agent(ak_sched *s, const char *id, ak_error *err);
+/* Gauges for /metrics (engine thread, between steps). */
+void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g);
+
+/* POOLS (agent.h), run on the engine thread; every call blocks until done.
+ *
+ * Creates pool id from tokens[0..n) in formats fk/fv with source kept
+ * beside it (may be NULL). The prefill goes through the engine's batched
+ * forward pass in chunks, like a request's prompt, so agents decoding
+ * meanwhile keep getting tokens; it waits for KV room while requests run.
+ * Returns 0 and fills *info, or -1 with err set and *status the HTTP status:
+ * 400 (invalid id, empty, not shorter than the context, a format that
+ * cannot store the model's heads), 409 (the pool exists: err.code
+ * AK_ERR_EXISTS), 503 (no KV room even with nothing else running, or
+ * shutting down), 500 (store or memory failure). */
+int ak_sched_pool_create(ak_sched *s, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
+                         const char *source, ak_pool_info *info, int *status, ak_error *err);
+/* Info about pool id. Returns 0, or -1 with err set (AK_ERR_NOT_FOUND). */
+int ak_sched_pool_get(ak_sched *s, const char *id, ak_pool_info *info, ak_error *err);
+/* Every pool, sorted by id (*out malloc'd). Returns 0, or -1 with err set. */
+int ak_sched_pools_list(ak_sched *s, ak_pool_info **out, int *n, ak_error *err);
+/* The pool's tokens and source (both malloc'd; *source may be NULL), for
+ * building a prompt that starts with them. Returns 0, or -1 with err set:
+ * AK_ERR_NOT_FOUND, AK_ERR_STALE (another model's), AK_ERR_CORRUPT
+ * (quarantined), AK_ERR_KV_BUDGET, ... */
+int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, char **source, ak_error *err);
+/* Deletes pool id. Returns 0, 1 if unknown, -1 with err set: AK_ERR_BUSY
+ * while agents are attached (err names them) or while it is being created. */
+int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err);
+
+/* MEMORIES (memories.h), run on the engine thread between steps; every
+ * call blocks until done. Errors carry memories.h's codes (ak_sched_status_of
+ * maps them to HTTP statuses).
+ *
+ * Adds memory id from text (tokenized by ak_memory_tokenize) in formats
+ * fk/fv: computed with the engine's context in one prefill between two
+ * steps (a chunk is shorter than the context), or shared when the same
+ * content is known (*computed 0). Fills *info. */
+int ak_sched_memory_add(ak_sched *s, const char *id, const char *text, ak_kv_format fk, ak_kv_format fv,
+                        ak_memory_info *info, int *computed, ak_error *err);
+/* Info about memory id and its text (*text malloc'd; text may be NULL). */
+int ak_sched_memory_get(ak_sched *s, const char *id, ak_memory_info *info, char **text, ak_error *err);
+/* Every memory, sorted by id (*out malloc'd). */
+int ak_sched_memories_list(ak_sched *s, ak_memory_info **out, int *n, ak_error *err);
+/* The memory's tokens (*tokens malloc'd), loading it if need be:
+ * AK_ERR_NOT_FOUND, AK_ERR_STALE (another model), AK_ERR_CORRUPT, ... */
+int ak_sched_memory_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, ak_error *err);
+/* Deletes memory id. Returns 0, 1 if unknown, -1 with err set. */
+int ak_sched_memory_remove(ak_sched *s, const char *id, ak_error *err);
+
+/* CARDS (agent.h: CARDS), run on the engine thread between steps; every
+ * call blocks until done. Errors carry agent.h's codes; ak_sched_status_of
+ * maps them to HTTP statuses. */
+typedef struct {
+    ak_store_card_entry e;    /* the card as the store indexes it (bytes: its file's size,
+                                 0 for a card only in RAM) */
+    int saved;                /* its file is written (a card just made is written behind:
+                                 agent.h, ak_agent_make_card; a GET waits for it) */
+    int count_k[4], count_v[4];   /* tokens at widths 2, 4, 8, 16 (keys, values); all 0 in
+                                     a list, which reads no card */
+} ak_sched_card;
+
+/* The HTTP status of an error code: INVALID 400, NOT_FOUND 404, EXISTS,
+ * STALE, BUSY 409, KV_BUDGET and SHUTDOWN 503, anything else 500. */
+int ak_sched_status_of(int code);
+/* Makes a card of agent agent_id (ak_agent_make_card with the engine's
+ * context for the statistics pass of importance and topology: one prefill
+ * of the range, in one op, so other agents wait one pass for their next
+ * step). Refused with AK_ERR_BUSY while a request of the agent runs or is
+ * queued. Returns 0 and fills *out, or -1 with err set. */
+int ak_sched_card_make(ak_sched *s, const char *agent_id, const ak_card_request *rq, ak_sched_card *out,
+                       ak_error *err);
+/* Import of card card_id into agent id in mode `mode`
+ * (ak_agent_import_card_mode: replace, append); *n_tokens gets the agent's
+ * new context length. AK_ERR_BUSY while a request of the agent runs or is
+ * queued. Returns 0, or -1 with err set. */
+int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, ak_import_mode mode, int *n_tokens,
+                         ak_error *err);
+/* Card card_id (loaded and verified if need be). Returns 0, or -1 with err
+ * set (AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT: quarantined, ...). */
+int ak_sched_card_get(ak_sched *s, const char *card_id, ak_sched_card *out, ak_error *err);
+/* Every card, sorted by id (*out malloc'd). Returns 0, or -1 with err set. */
+int ak_sched_cards_list(ak_sched *s, ak_store_card_entry **out, int *n, ak_error *err);
+/* Deletes card card_id. Returns 0, 1 if unknown, -1 with err set
+ * (AK_ERR_BUSY while agents hold it: err names them). */
+int ak_sched_card_remove(ak_sched *s, const char *card_id, ak_error *err);
+/* The bytes of card card_id's file (*bytes malloc'd, *len), read on the
+ * calling thread (the store is thread-safe, a card file is replaced only
+ * atomically). Call after ak_sched_card_get succeeded, so that the file was
+ * verified. Returns 0, or -1 with err set: AK_ERR_NOT_FOUND (no store: the
+ * card lives in RAM only, or it was removed since), AK_ERR_IO. */
+int ak_sched_card_file(ak_sched *s, const char *card_id, char **bytes, size_t *len, ak_error *err);
+
+#endif

@@ -1,0 +1,262 @@
+/* chat_resend.c - see chat_resend.h. */
+#include "text/chat_resend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A growable token list. */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} toks;
+
+static int toks_put(toks *t, const int32_t *ids, size_t n, ak_error *err) {
+    if (t->n + n > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->n + n) cap *= 2;
+        int32_t *v = realloc(t->v, sizeof *v * cap);
+        if (!v) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        t->v = v;
+        t->cap = cap;
+    }
+    if (n) memcpy(t->v + t->n, ids, sizeof *ids * n);
+    t->n += n;
+    return 0;
+}
+
+/* Tokenizes text[0..n) (plain: its content mask, NULL for all markup,
+ * all_plain for all content) and appends the ids: special tokens parsed in
+ * markup, no BOS, and no SentencePiece dummy space at its start when it
+ * continues text (cont). Returns 0, or -1 with err set. */
+static int put_text(toks *t, const ak_tokenizer *tok, const char *text, size_t n, const uint8_t *plain, int all_plain,
+                    int cont, ak_error *err) {
+    if (n == 0) return 0;
+    uint8_t *mask = NULL;
+    if (all_plain) {
+        if (!(mask = malloc(n))) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        memset(mask, 1, n);
+        plain = mask;
+    }
+    int32_t *ids = NULL;
+    size_t k = 0;
+    int flags = AK_TOK_PARSE_SPECIAL | (cont ? AK_TOK_CONTINUE : 0);
+    int rc = ak_tokenize_masked(tok, text, n, flags, plain, &ids, &k, err);
+    if (rc == 0) rc = toks_put(t, ids, k, err);
+    free(ids);
+    free(mask);
+    return rc;
+}
+
+/* Appends the rendering's [from, to) followed by the generation prompt gp,
+ * tokenized as one piece (so that it splits as the prompt that ended with
+ * gp did). Returns 0, or -1 with err set. */
+static int put_piece(toks *t, const ak_tokenizer *tok, const ak_chat_rendering *r, size_t from, size_t to,
+                     const char *gp, ak_error *err) {
+    size_t lg = strlen(gp), n = to - from + lg;
+    char *text = malloc(n + 1);
+    uint8_t *mask = malloc(n + 1);
+    if (!text || !mask) {
+        free(text);
+        free(mask);
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    }
+    memcpy(text, r->text + from, to - from);
+    memcpy(mask, r->plain + from, to - from);
+    memcpy(text + (to - from), gp, lg);
+    memset(mask + (to - from), 0, lg);
+    int rc = put_text(t, tok, text, n, mask, 0, from > 0, err);
+    free(text);
+    free(mask);
+    return rc;
+}
+
+/* 1 if the template rendered content c as c itself or c with ASCII
+ * whitespace trimmed from both ends (r[0..n) is what it rendered). */
+static int rendered_as_is(const char *r, size_t n, const char *c) {
+    size_t lc = strlen(c), a = 0, z = lc;
+    if (n == lc && !memcmp(r, c, n)) return 1;
+    while (a < z && strchr(" \t\n\v\f\r", c[a])) a++;
+    while (z > a && strchr(" \t\n\v\f\r", c[z - 1])) z--;
+    return n == z - a && !memcmp(r, c + a, n);
+}
+
+/* Matches hist[p..) against content c: the longest run hist[p..q) whose
+ * decoding is a prefix of c. Returns 1 with *q set and *covered the bytes
+ * of c it decodes to when that is all of c, when the next token's text
+ * starts with the rest of c (the content ends inside it), or when the
+ * history ends there; else 0. -1 with err set when out of memory. */
+static int match_content(const ak_tokenizer *tok, const int32_t *hist, int n_hist, int p, const char *c, int *q,
+                         size_t *covered, ak_error *err) {
+    size_t lc = strlen(c), got = 0, cap = ak_detok_bound(tok);
+    char *buf = malloc(cap);
+    if (!buf) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    ak_detok d;
+    ak_detok_init(&d);
+    int i = p, rc = 0;
+    while (got < lc && i < n_hist) {
+        size_t k = 0;
+        unsigned held = d.n_pend;   /* bytes of earlier tokens this push may complete */
+        if (ak_detok_push(&d, tok, hist[i], buf, cap, &k) < 0) break;
+        if (got + k > lc) {
+            /* the content ends inside this token: its text must go on with
+             * c's rest, and hist[p..i) must decode to c's head alone */
+            rc = !held && !memcmp(buf, c + got, lc - got);
+            break;
+        }
+        if (memcmp(buf, c + got, k)) break;
+        got += k;
+        i++;
+        if (got == lc && d.n_pend) {
+            /* c ends with bytes still held back: not the same text */
+            got = 0;
+            break;
+        }
+    }
+    /* the history ends inside the content: a turn cut by max_tokens (or
+     * a client gone) keeps all but the last token it sampled */
+    if (!rc && (got == lc || (i == n_hist && !d.n_pend))) rc = 1;
+    if (rc) {
+        *q = i;
+        *covered = got;
+    }
+    free(buf);
+    return rc;
+}
+
+int ak_chat_tokenize_resent(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
+                            const ak_tokenizer *tok, const int32_t *hist, int n_hist, int32_t **ids, size_t *n_ids,
+                            int *n_replaced, ak_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    *n_replaced = 0;
+    ak_chat_rendering r;
+    if (ak_chat_render_tracked(f, msgs, n, template_text, &r, err) < 0) return -1;
+    toks t = {0};
+    int rc = 0, replaced = 0;
+    int32_t bos = ak_tokenizer_bos(tok);
+    if (ak_tokenizer_add_bos(tok) && bos >= 0) rc = toks_put(&t, &bos, 1, err);
+    size_t pos = 0;   /* the rendering's bytes before pos are placed */
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const ak_chat_span *sp = &r.spans[i];
+        if (strcmp(msgs[i].role, "assistant") || sp->open < (long)pos || sp->at < sp->open || sp->end < sp->at)
+            continue;
+        if (!rendered_as_is(r.text + sp->at, (size_t)(sp->end - sp->at), msgs[i].content)) continue;
+        size_t mark = t.n;
+        if ((rc = put_piece(&t, tok, &r, pos, (size_t)sp->open, r.gen_prompt, err)) < 0) break;
+        int q = 0;
+        size_t covered = 0;
+        int m = t.n <= (size_t)n_hist && !memcmp(t.v, hist, sizeof *t.v * t.n)
+                    ? match_content(tok, hist, n_hist, (int)t.n, msgs[i].content, &q, &covered, err)
+                    : 0;
+        if (m < 0) { rc = -1; break; }
+        if (!m) {   /* rendered as the template does */
+            t.n = mark;
+            continue;
+        }
+        size_t p = t.n;
+        if ((rc = toks_put(&t, hist + p, (size_t)q - p, err)) < 0) break;
+        const char *rest = msgs[i].content + covered;
+        if ((rc = put_text(&t, tok, rest, strlen(rest), NULL, 1, 1, err)) < 0) break;
+        pos = (size_t)sp->end;
+        replaced++;
+    }
+    if (rc == 0 && replaced) rc = put_text(&t, tok, r.text + pos, r.len - pos, r.plain + pos, 0, pos > 0, err);
+    int32_t eos = ak_tokenizer_eos(tok);
+    if (rc == 0 && replaced && ak_tokenizer_add_eos(tok) && eos >= 0) rc = toks_put(&t, &eos, 1, err);
+    ak_chat_rendering_free(&r);
+    if (rc < 0 || !replaced) {
+        free(t.v);
+        return rc;
+    }
+    *ids = t.v;
+    *n_ids = t.n;
+    *n_replaced = replaced;
+    return 0;
+}
+
+struct ak_chat_resend {
+    ak_chat_family f;
+    const char *template_text;
+    const ak_tokenizer *tok;
+    ak_chat_msg *msgs;   /* (n) roles static, contents owned */
+    int n;
+    int n_prefix, drop_first;   /* ak_chat_resend_set_prefix */
+    int n_keep;                 /* ak_chat_resend_keep */
+};
+
+void ak_chat_resend_keep(ak_chat_resend *c, int n) { c->n_keep = n > 0 ? n : 0; }
+
+void ak_chat_resend_set_prefix(ak_chat_resend *c, int n_prefix, int drop_first) {
+    c->n_prefix = n_prefix > 0 ? n_prefix : 0;
+    c->drop_first = c->n_prefix && drop_first;
+}
+
+ak_chat_resend *ak_chat_resend_new(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
+                                   const ak_tokenizer *tok, ak_error *err) {
+    ak_chat_resend *c = ak_calloc(1, sizeof *c, err);
+    if (!c) return NULL;
+    *c = (ak_chat_resend){.f = f, .template_text = template_text, .tok = tok};
+    if (!(c->msgs = ak_calloc((size_t)(n > 0 ? n : 1), sizeof *c->msgs, err))) goto fail;
+    for (int i = 0; i < n; i++) {
+        /* roles are compared by text later: keep the canonical ones */
+        const char *role = !strcmp(msgs[i].role, "assistant") ? "assistant"
+                         : !strcmp(msgs[i].role, "user")      ? "user"
+                                                              : "system";
+        char *content = strdup(msgs[i].content);
+        if (!content) {
+            ak_failc(err, AK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        c->msgs[i] = (ak_chat_msg){.role = role, .content = content};
+        c->n = i + 1;
+    }
+    return c;
+fail:
+    ak_chat_resend_free(c);
+    return NULL;
+}
+
+void ak_chat_resend_free(ak_chat_resend *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) free((char *)c->msgs[i].content);
+    free(c->msgs);
+    free(c);
+}
+
+int ak_chat_resend_prompt(const ak_chat_resend *c, const int32_t *hist, int n_hist, int32_t **ids, int *n_ids,
+                          ak_error *err) {
+    size_t n = 0;
+    int replaced = 0, np = c->n_prefix, d = c->drop_first;
+    *ids = NULL;
+    *n_ids = 0;
+    if (n_hist < np + d) return 0;
+    /* the conversation's own history: what follows the prefix, with the
+     * first token it was tokenized with (the one dropped) put back */
+    int32_t first = -1;
+    if (d && ak_tokenizer_add_bos(c->tok)) first = ak_tokenizer_bos(c->tok);
+    if (d && first < 0) return 0;
+    int nv = n_hist - np + d;
+    int32_t *v = ak_malloc(sizeof *v * (size_t)(nv ? nv : 1), err);
+    if (!v) return -1;
+    if (d) v[0] = first;
+    memcpy(v + d, hist + np, sizeof *v * (size_t)(n_hist - np));
+    int32_t *conv = NULL;
+    int rc = ak_chat_tokenize_resent(c->f, c->msgs, c->n, c->template_text, c->tok, v, nv, &conv, &n, &replaced, err);
+    free(v);
+    if (rc < 0 || !replaced) return rc;
+    if (c->n_keep && (n_hist < c->n_keep || n < (size_t)c->n_keep || memcmp(conv, hist, sizeof *conv * (size_t)c->n_keep))) {
+        free(conv);
+        return 0;
+    }
+    int32_t *out = ak_malloc(sizeof *out * (np + n - (size_t)d), err);
+    if (!out) {
+        free(conv);
+        return -1;
+    }
+    memcpy(out, hist, sizeof *out * (size_t)np);
+    memcpy(out + np, conv + d, sizeof *out * (n - (size_t)d));
+    free(conv);
+    *ids = out;
+    *n_ids = (int)(np + n - (size_t)d);
+    return 1;
+}
