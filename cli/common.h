@@ -44,7 +44,7 @@ typedef struct {
 #define CACHE_OPTS_HELP                                                                  \
     "  -ctk, --cache-type-k F   format of cached keys (default f16)\n"                   \
     "  -ctv, --cache-type-v F   format of cached values (default f16)\n"                 \
-    "                           formats: f32 f16 bf16 q8 q4 q2 tq4 tq3 tq2\n"            \
+    "                           formats: f32 f16 bf16 q8 q4 q2 tq4 tq3 tq2 tcq3\n"       \
     "  --kv-budget BYTES        RAM budget of the KV block pool (e.g. 2G; default: none)\n" \
     "  --kv-block N             tokens per KV block (default 32)\n"                     \
     "  --center k|v|kv|none     store 4/3/2-bit K and/or V minus the model's mean (default k;\n" \

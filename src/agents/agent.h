@@ -1,4 +1,13 @@
-/* agent.h - agents: named, persistent KV memories on top of the block pool
+/* LAYER agents/ (src/agents/): agents (registry, tiers, turns, save
+ * queue, restore); pools, memories, CacheCard bit allocation.
+ * Promises: a named agent's cache is its durable memory: a turn reuses
+ * what the agent's history shares with its prompt (hot, warm from the
+ * store, or cold), idle agents are evicted under the KV budget and saved
+ * per the save policy. Speaks no HTTP: the serve layer and the CLI drive it.
+ * May use: base, text, kv, engine, store. Used by: serve. The table:
+ * scripts/check-layers.sh.
+ *
+ * agent.h - agents: named, persistent KV memories on top of the block pool
  * and the store.
  *
  * An agent has an id, the token history its cache holds, and (while hot) a

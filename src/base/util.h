@@ -1,4 +1,13 @@
-/* util.h - errors, checked allocation, small helpers shared by every module.
+/* LAYER base/ (src/base/), the lowest: errors and checked allocation,
+ * buffers, worker threads, CPU features, vector math, the GGUF container.
+ * Promises: no function exits; each failure is an ak_err code with a
+ * one-line message in the caller's ak_error; a GGUF file is read with every
+ * offset and size checked before it is used. Knows nothing of models, KV
+ * caches, agents or HTTP.
+ * May use: nothing but the C library and POSIX (no other layer); every
+ * layer above may use it. The table: scripts/check-layers.sh.
+ *
+ * util.h - errors, checked allocation, small helpers shared by every module.
  *
  * Library functions never exit: they return an error code and describe the
  * problem in an ak_error supplied by the caller. Only main() decides to exit.

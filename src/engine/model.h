@@ -1,4 +1,14 @@
-/* model.h - architectures, weights and the forward pass.
+/* LAYER engine/ (src/engine/): models and the forward pass, attention
+ * statistics, calibration, reuse methods, synthetic models, perplexity.
+ * Promises: one batched forward pass for prefill and decode of many
+ * sequences, each token's logits and cache entries the same bits in any
+ * batch; a model is read-only after load, so many threads share it.
+ * Writes no file but synth's GGUF files and perplexity's KL base; knows no
+ * agent or store.
+ * May use: base, kernels, text, kv. Used by: store, agents, serve. The
+ * table: scripts/check-layers.sh.
+ *
+ * model.h - architectures, weights and the forward pass.
  *
  * Supported architectures: `llama` (Llama 2 / 3.x, Mistral, SmolLM2,
  * TinyLlama, the stories models), `qwen2` (biases on q/k/v), `qwen3`

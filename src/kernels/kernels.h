@@ -1,4 +1,13 @@
-/* kernels.h - weight formats and the products the forward pass is made of.
+/* LAYER kernels/ (src/kernels/): weight formats and their SIMD matrix
+ * products, K-quants, the run-time choice of SIMD level.
+ * Promises: every product has a scalar twin with the same contract, and
+ * sums in an order that does not depend on the batch, so a row's result is
+ * the same bits alone or batched; weights are read, never written, after
+ * load. Knows no model, cache or file beyond the tensors it is handed.
+ * May use: base. Used by: engine (and the CLI's benchmarks). The table:
+ * scripts/check-layers.sh.
+ *
+ * kernels.h - weight formats and the products the forward pass is made of.
  *
  * Weight types are ggml's (see gguf.h): F32, F16, BF16, Q8_0, Q4_0, and (see
  * kquant.h for their layouts) Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.

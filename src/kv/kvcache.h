@@ -1,4 +1,14 @@
-/* kvcache.h - one sequence's KV cache, reached only through this interface.
+/* LAYER kv/ (src/kv/): KV formats, the cache spec, the block pool,
+ * sequences (this header), content-addressed prefixes.
+ * Promises: KV memory lives in reference-counted blocks under a byte
+ * budget, shared copy-on-write; attention reaches it only through this
+ * interface and reads each format as stored; a token's entries are the
+ * same bits however they were computed. Knows no model, file or agent:
+ * the cache spec says the geometry.
+ * May use: base. Used by: engine, store, agents, serve. The table:
+ * scripts/check-layers.sh.
+ *
+ * kvcache.h - one sequence's KV cache, reached only through this interface.
  *
  * A sequence is a block table over a shared block pool (blockpool.h): block i
  * holds positions [i*T, (i+1)*T) for every layer, in the sequence's K and V

@@ -1,4 +1,13 @@
-/* server.h - the OpenAI-compatible HTTP front end (libmicrohttpd).
+/* LAYER serve/ (src/serve/), the highest: the HTTP server, request
+ * parsing, the scheduler (continuous batching), metrics.
+ * Promises: OpenAI's API and error shapes; every request body checked
+ * (type, range, UTF-8, size) before it reaches an agent; hostile clients
+ * refused on their headers; one engine thread runs the batch, an I/O
+ * thread restores, a thread per connection waits.
+ * May use: base, text, kv, engine, store, agents; no layer uses it (the
+ * CLI's `agentkv serve` does). The table: scripts/check-layers.sh.
+ *
+ * server.h - the OpenAI-compatible HTTP front end (libmicrohttpd).
  *
  * Endpoints:
  *   POST   /v1/chat/completions   messages rendered with the model's chat template

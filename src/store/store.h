@@ -1,4 +1,13 @@
-/* store.h - the persistent store of agent KV caches: one safetensors file
+/* LAYER store/ (src/store/): agent, pool, memory and card files: the
+ * image codec, directory and Redis backends, sealing, the index; CacheCards.
+ * Promises: a save is atomic (the previous image stays whole until the new
+ * one is committed); no byte reaches a sequence before the whole image is
+ * verified; a failure says which of ABSENT, STALE, CORRUPT, ERROR it is.
+ * Decides no policy: what to save and when is the agents layer's.
+ * May use: base, kv, engine. Used by: agents, serve. The table:
+ * scripts/check-layers.sh.
+ *
+ * store.h - the persistent store of agent KV caches: one safetensors file
  * per agent, written atomically, verified completely before restore,
  * optionally sealed (encrypted and authenticated) at rest.
  *

@@ -1,4 +1,13 @@
-/* tokenizer.h - text <-> token ids, built from a GGUF file's tokenizer.ggml.*
+/* LAYER text/ (src/text/): tokenizers, chat templates, resent
+ * conversations, stop strings, sampling, the generation step.
+ * Promises: text in, tokens out (and back) by the model's own rules; only
+ * a template's own markup becomes control tokens; the generation step is
+ * the one copy of the rules `agentkv run` and the server share. Runs no
+ * model and holds no KV: the caller feeds logits and gets tokens.
+ * May use: base. Used by: engine, agents, serve. The table:
+ * scripts/check-layers.sh.
+ *
+ * tokenizer.h - text <-> token ids, built from a GGUF file's tokenizer.ggml.*
  * metadata. Reproduces llama.cpp's tokenizers for two model families:
  *
  *   "llama"  SentencePiece BPE: spaces become U+2581 ("▁"), a dummy-prefix space
