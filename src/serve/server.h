@@ -48,7 +48,7 @@
  * Bodies are parsed by api.c (caps on messages and parts, numbers
  * range-checked). A client that closes its connection while its request
  * waits or generates is noticed within AK_GONE_POLL_MS (server.c) and the request cancelled (the agent
- * keeps what the engine committed: see README); /metrics counts it as 499.
+ * keeps what the engine committed: docs/server.md); /metrics counts it as 499.
  *
  * Why libmicrohttpd: Debian ships and maintains it, it does HTTP/1.1 with
  * chunked responses (what SSE needs) and a thread per connection, so a
