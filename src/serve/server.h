@@ -22,15 +22,21 @@
  *   GET    /v1/pools/{id}         one pool
  *   DELETE /v1/pools/{id}         delete a pool (409 naming the agents attached to it)
  *   POST   /v1/agents/{id}/cards  make a CacheCard of the agent's context (201; docs/cards.md)
- *   POST   /v1/agents/{id}/import the agent's context becomes a card (mode "replace")
+ *   POST   /v1/agents/{id}/import a card becomes the agent's context (mode "replace")
+ *                                 or follows it (mode "append")
  *   GET    /v1/cards              every card
  *   GET    /v1/cards/{id}         one card (?download=1: its file's bytes)
  *   DELETE /v1/cards/{id}         delete a card (409 naming the agents that hold it)
+ *   POST   /v1/memories           compute and persist a memory chunk (201; 200 when held)
+ *   GET    /v1/memories           every memory
+ *   GET    /v1/memories/{id}      one memory, with its text
+ *   DELETE /v1/memories/{id}      delete a memory (docs/memories.md)
  *   GET    /health                liveness, no key needed, any Host
  *   GET    /metrics               Prometheus text format
  *   OPTIONS any                    a CORS preflight (204) from an origin cors_origins allows
- * The agent of a request is the header X-Agent-Id or the body field
- * agent_id; without one, cached prefixes are reused but nothing persists.
+ * The agent of a request is the header X-Agent-Id, or the body field
+ * agent_id or prompt_cache_key (docs/agents.md); without one, cached
+ * prefixes are reused but nothing persists.
  * A completion with "pool": ID starts from that pool's tokens, its agent
  * attached to the pool's blocks (api.h: POOLS says how the prompt is made).
  * Errors are OpenAI's body {"error": {"message", "type", "param", "code"}}.
@@ -47,8 +53,9 @@
  * and which errors of a connection's first request line keep its page).
  * Bodies are parsed by api.c (caps on messages and parts, numbers
  * range-checked). A client that closes its connection while its request
- * waits or generates is noticed within AK_GONE_POLL_MS (server.c) and the request cancelled (the agent
- * keeps what the engine committed: docs/server.md); /metrics counts it as 499.
+ * waits or generates is noticed within AK_GONE_POLL_MS
+ * (routes_completions.c) and the request cancelled (the agent keeps what
+ * the engine committed: docs/server.md); /metrics counts it as 499.
  *
  * Why libmicrohttpd: Debian ships and maintains it, it does HTTP/1.1 with
  * chunked responses (what SSE needs) and a thread per connection, so a
