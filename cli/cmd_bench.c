@@ -69,7 +69,7 @@ static void read_task(void *arg, int ith, int nth) {
 }
 
 /* A buffer for the bandwidth passes, in 2 MB pages where the kernel allows,
- * as the packed weights are (model.c): in 4 KB pages this machine's copy
+ * as the packed weights are (model_load.c): in 4 KB pages this machine's copy
  * measured 41 GB/s against 49, and reads 27 against 33, so the limit decode
  * is compared with would be understated. NULL if none can be had. */
 static uint8_t *bw_alloc(size_t bytes) {

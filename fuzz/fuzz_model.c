@@ -1,4 +1,4 @@
-/* fuzz_model.c - libFuzzer target for model loading (src/engine/model.c): the
+/* fuzz_model.c - libFuzzer target for model loading (src/engine/model_load.c): the
  * architecture, hyperparameter, tensor shape and type checks on hostile GGUF
  * files.
  *

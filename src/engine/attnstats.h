@@ -106,7 +106,7 @@ void ak_attn_stats_query_count(const ak_attn_stats *st, int64_t *out);
  * until the next forward pass, reset or free. */
 const double *ak_attn_stats_head_mass(const ak_attn_stats *st, int i, int h);
 
-/* Called by the forward pass (model.c) after layer `layer` wrote the batch's
+/* Called by the forward pass (forward.c) after layer `layer` wrote the batch's
  * keys into their sequences: q holds the batch's post-RoPE queries as the
  * layer scores the cache, token i's H heads at q + i * qstride, head_dim_k
  * floats each. Does nothing for a layer not chosen. Returns 0, or -1 with
