@@ -68,9 +68,9 @@
 
 #include "kv/kvcache.h"
 #include "kv/kvformat.h"
+#include "base/ids.h"
 #include "base/util.h"
 
-#define AK_AGENT_ID_MAX 128
 #define AK_STORE_KEY_BYTES 32
 
 typedef struct ak_store ak_store;
@@ -83,10 +83,6 @@ typedef enum {
     AK_STORE_CORRUPT,
     AK_STORE_ERROR
 } ak_store_status;
-
-/* 1 if id matches [A-Za-z0-9_.-]{1,128} and does not start with '.', else 0.
- * Such an id can only name a file inside the store's directory. */
-int ak_agent_id_valid(const char *id);
 
 /* "hit", "absent", "stale", "corrupt", "error". */
 const char *ak_store_status_name(ak_store_status st);

@@ -160,19 +160,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-int ak_agent_id_valid(const char *id) {
-    if (!id || !id[0] || id[0] == '.') return 0;
-    size_t n = 0;
-    for (const char *p = id; *p; p++, n++) {
-        char c = *p;   /* explicit ranges: no locale can widen the set */
-        if (n >= AK_AGENT_ID_MAX) return 0;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-              c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 const char *ak_store_status_name(ak_store_status st) {
     switch (st) {
     case AK_STORE_HIT: return "hit";
