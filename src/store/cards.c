@@ -7,9 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 static const int widths[AK_CARD_N_WIDTHS] = {2, 4, 8, 16};
 
 int ak_card_width_class(int w) {
@@ -87,34 +84,6 @@ void ak_card_free(ak_card *c) {
     free(c->widths_k);
     free(c->widths_v);
     free(c);
-}
-
-/* Appends v as 4 little-endian bytes to the hash state. */
-static void hash_u32(XXH3_state_t *h, uint32_t v) {
-    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    XXH3_64bits_update(h, b, 4);
-}
-
-void ak_card_content_hash(const ak_card *c, char out[17]) {
-    XXH3_state_t h;
-    XXH3_64bits_reset(&h);
-    XXH3_64bits_update(&h, "agentkv card v1", 16);   /* with its NUL */
-    XXH3_64bits_update(&h, c->fingerprint, strlen(c->fingerprint) + 1);
-    const int dims[7] = {c->spec.n_layer, c->spec.n_head_kv, c->spec.head_dim_k, c->spec.head_dim_v, c->spec.n_ctx,
-                         c->n_tokens, c->pos_offset};
-    for (int i = 0; i < 7; i++) hash_u32(&h, (uint32_t)dims[i]);
-    for (int i = 0; i < c->n_tokens; i++) hash_u32(&h, (uint32_t)c->tokens[i]);
-    XXH3_64bits_update(&h, c->widths_k, (size_t)c->n_tokens);
-    XXH3_64bits_update(&h, c->widths_v, (size_t)c->n_tokens);
-    /* the vector tensors in file order: layer, side, class, component */
-    for (int l = 0; l < c->spec.n_layer; l++)
-        for (int side = 0; side < 2; side++)
-            for (int cls = 0; cls < AK_CARD_N_WIDTHS; cls++)
-                for (int comp = 0; comp < 2; comp++) {
-                    size_t n = ak_card_component_bytes(c, side, cls, comp);
-                    if (n) XXH3_64bits_update(&h, c->data[ak_card_slot(l, side, cls, comp)], n);
-                }
-    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(&h));
 }
 
 /* 1 if s is 1..31 characters of [a-z0-9_-]. */

@@ -135,8 +135,8 @@ size_t ak_card_f16_bytes(const ak_card *c);
 
 /* The content hash of a card (16 hex digits): XXH3-64 over "agentkv card
  * v1", the fingerprint, the cache spec, n_tokens, pos_offset, the token
- * ids, both width arrays and every vector tensor's bytes (store_card.c has
- * the exact byte order). Two cards of equal contents have one hash whatever
+ * ids, both width arrays and every vector tensor's bytes (store_codec.c
+ * has the exact byte order). Two cards of equal contents have one hash whatever
  * their ids; an agent that imported a card records it, so a card re-made
  * under the same id with other contents is told apart. */
 void ak_card_content_hash(const ak_card *c, char out[17]);

@@ -152,6 +152,7 @@
 #include <xxhash.h>
 
 #include "kv/blockpool.h"
+#include "store/cards.h"
 
 #define FORMAT_NAME "agentkv.agent"
 #define POOL_FORMAT_NAME "agentkv.pool"
@@ -1417,5 +1418,79 @@ void aks_entry_from_meta(ak_store_entry *e, const agent_meta *m) {
     snprintf(e->fingerprint, sizeof e->fingerprint, "%s", m->fingerprint);
     snprintf(e->model_name, sizeof e->model_name, "%s", m->model_name);
     e->base = m->base;
+}
+
+/* --------------------------------------------------------- content hashes
+ *
+ * The names of contents (not of files): an agent file records the content
+ * hash of the pool or card its base came from ("pool_hash", or each named
+ * record of "segments"), a pool or memory file its own ("pool_hash"), a
+ * card file its own ("card_hash"), so that a pool, memory or card re-made under the same id
+ * with other contents is told apart. Both are XXH3_64bits, seed 0, written
+ * as 16 lowercase hex digits.
+ *
+ * A pool's or memory's (ak_pool_content_hash, store.h) is of
+ *     "agentkv pool v1" 0x00
+ *     fingerprint 0x00  kv_format_k name 0x00  kv_format_v name 0x00
+ *     n_layer n_head_kv head_dim_k head_dim_v n_ctx n_tokens   u32 LE each
+ *     the token ids                                            i32 LE each
+ * so two pools of the same model, formats and tokens have the same hash
+ * whatever their ids.
+ *
+ * A card's (ak_card_content_hash, cards.h) is of
+ *     "agentkv card v1" 0x00
+ *     fingerprint 0x00
+ *     n_layer n_head_kv head_dim_k head_dim_v n_ctx n_tokens pos_offset
+ *                                                              u32 LE each
+ *     the token ids                                            i32 LE each
+ *     widths_k, widths_v                                       n_tokens bytes each
+ *     the vector tensors' bytes in file order (store_card.c): layer, side,
+ *     width class, component; empty ones skipped
+ */
+
+/* Appends v as 4 little-endian bytes to the hash state. */
+static void hash_u32(XXH3_state_t *h, uint32_t v) {
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    XXH3_64bits_update(h, b, 4);
+}
+
+/* Appends the string s and its terminating NUL. */
+static void hash_str(XXH3_state_t *h, const char *s) { XXH3_64bits_update(h, s, strlen(s) + 1); }
+
+void ak_pool_content_hash(const char *fingerprint, const ak_cache_spec *spec, ak_kv_format fk, ak_kv_format fv,
+                          const int32_t *tokens, int n_tokens, char out[17]) {
+    XXH3_state_t h;
+    XXH3_64bits_reset(&h);
+    hash_str(&h, "agentkv pool v1");
+    hash_str(&h, fingerprint ? fingerprint : "");
+    hash_str(&h, ak_kv_format_get(fk)->name);
+    hash_str(&h, ak_kv_format_get(fv)->name);
+    const int dims[6] = {spec->n_layer, spec->n_head_kv, spec->head_dim_k, spec->head_dim_v, spec->n_ctx, n_tokens};
+    for (int i = 0; i < 6; i++) hash_u32(&h, (uint32_t)dims[i]);
+    for (int i = 0; i < n_tokens; i++) hash_u32(&h, (uint32_t)tokens[i]);
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(&h));
+}
+
+
+void ak_card_content_hash(const ak_card *c, char out[17]) {
+    XXH3_state_t h;
+    XXH3_64bits_reset(&h);
+    XXH3_64bits_update(&h, "agentkv card v1", 16);   /* with its NUL */
+    XXH3_64bits_update(&h, c->fingerprint, strlen(c->fingerprint) + 1);
+    const int dims[7] = {c->spec.n_layer, c->spec.n_head_kv, c->spec.head_dim_k, c->spec.head_dim_v, c->spec.n_ctx,
+                         c->n_tokens, c->pos_offset};
+    for (int i = 0; i < 7; i++) hash_u32(&h, (uint32_t)dims[i]);
+    for (int i = 0; i < c->n_tokens; i++) hash_u32(&h, (uint32_t)c->tokens[i]);
+    XXH3_64bits_update(&h, c->widths_k, (size_t)c->n_tokens);
+    XXH3_64bits_update(&h, c->widths_v, (size_t)c->n_tokens);
+    /* the vector tensors in file order: layer, side, class, component */
+    for (int l = 0; l < c->spec.n_layer; l++)
+        for (int side = 0; side < 2; side++)
+            for (int cls = 0; cls < AK_CARD_N_WIDTHS; cls++)
+                for (int comp = 0; comp < 2; comp++) {
+                    size_t n = ak_card_component_bytes(c, side, cls, comp);
+                    if (n) XXH3_64bits_update(&h, c->data[ak_card_slot(l, side, cls, comp)], n);
+                }
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(&h));
 }
 

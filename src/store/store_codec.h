@@ -5,6 +5,12 @@
  * writes what this builds through a backend, the load path (store_load.c)
  * reads through a backend and hands the bytes here.
  *
+ * The content hashes that files record (a pool's or memory's, a card's)
+ * are specified and computed in store_codec.c beside the format, and
+ * declared where their users outside the store reach them:
+ * ak_pool_content_hash in store.h (the agents hash their pools and
+ * memories), ak_card_content_hash in cards.h.
+ *
  * What it promises: an image built here parses here to the same metadata
  * and tensors (the round trip the store's tests check byte for byte); a
  * parse never trusts a size, count or offset before checking it against

@@ -6,14 +6,8 @@
  * them. Pools are explicit: ak_store_gc neither counts nor deletes them,
  * ak_store_list does not list them.
  *
- * The content hash (ak_pool_content_hash) is XXH3_64bits, seed 0, of
- *     "agentkv pool v1" 0x00
- *     fingerprint 0x00  kv_format_k name 0x00  kv_format_v name 0x00
- *     n_layer n_head_kv head_dim_k head_dim_v n_ctx n_tokens   u32 LE each
- *     the token ids                                            i32 LE each
- * so two pools of the same model, formats and tokens have the same hash
- * whatever their ids, and an agent file records which contents its base
- * was (a pool re-made from other tokens under the same id is another).
+ * The content hash of a pool (ak_pool_content_hash) is specified and
+ * computed beside the format, in store_codec.c.
  */
 #include <errno.h>
 #include <limits.h>
@@ -21,35 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include "kv/blockpool.h"
 #include "store/store.h"
 #include "store/store_impl.h"
-
-/* Appends v as 4 little-endian bytes to the hash state. */
-static void hash_u32(XXH3_state_t *h, uint32_t v) {
-    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    XXH3_64bits_update(h, b, 4);
-}
-
-/* Appends the string s and its terminating NUL. */
-static void hash_str(XXH3_state_t *h, const char *s) { XXH3_64bits_update(h, s, strlen(s) + 1); }
-
-void ak_pool_content_hash(const char *fingerprint, const ak_cache_spec *spec, ak_kv_format fk, ak_kv_format fv,
-                          const int32_t *tokens, int n_tokens, char out[17]) {
-    XXH3_state_t h;
-    XXH3_64bits_reset(&h);
-    hash_str(&h, "agentkv pool v1");
-    hash_str(&h, fingerprint ? fingerprint : "");
-    hash_str(&h, ak_kv_format_get(fk)->name);
-    hash_str(&h, ak_kv_format_get(fv)->name);
-    const int dims[6] = {spec->n_layer, spec->n_head_kv, spec->head_dim_k, spec->head_dim_v, spec->n_ctx, n_tokens};
-    for (int i = 0; i < 6; i++) hash_u32(&h, (uint32_t)dims[i]);
-    for (int i = 0; i < n_tokens; i++) hash_u32(&h, (uint32_t)tokens[i]);
-    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(&h));
-}
 
 int ak_store_save_pool(ak_store *s, const char *pool_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
                        const char *source, const char *fingerprint, const char *model_name, ak_error *err) {
