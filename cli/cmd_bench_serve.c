@@ -64,8 +64,7 @@ static ak_request *submit(rig *r, const char *id, const int32_t *prompt, int n_p
     p.max_tokens = n;
     p.sp = ak_sampler_defaults();
     p.sp.temp = 0;
-    int status;
-    return ak_sched_submit(r->s, &p, &status, err);
+    return ak_sched_submit(r->s, &p, err);
 }
 
 static int finish(ak_request *q, ak_req_result *res, ak_error *err) {

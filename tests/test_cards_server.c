@@ -383,8 +383,7 @@ static ak_request *long_request(rig *r, const char *id) {
     p.max_tokens = N_CTX - (int)n - 8;
     p.sp = ak_sampler_defaults();
     p.sp.temp = 0;
-    int status = 0;
-    ak_request *q = ak_sched_submit(r->s, &p, &status, &err);
+    ak_request *q = ak_sched_submit(r->s, &p, &err);
     free(toks);
     return q;
 }

@@ -74,10 +74,9 @@ static ak_request *submit_text(ak_test_ctx *t, rig *r, const char *agent, const 
     p.sp = ak_sampler_defaults();
     p.sp.temp = 0;
     p.stop_at_eog = eog;
-    int status = 0;
-    ak_request *q = ak_sched_submit(r->s, &p, &status, &err);
+    ak_request *q = ak_sched_submit(r->s, &p, &err);
     free(ids);
-    if (!q) ak_test_fail(t, __FILE__, __LINE__, "submit: %d %s", status, err.msg);
+    if (!q) ak_test_fail(t, __FILE__, __LINE__, "submit: %s %s", ak_err_code_name(err.code), err.msg);
     return q;
 }
 
@@ -265,20 +264,19 @@ TEST(sched_same_agent_serialized_and_admission_errors) {
     p.n_prompt = 200;
     p.max_tokens = 8;
     p.sp = ak_sampler_defaults();
-    int status = 0;
     ak_error err = {{0}};
-    ak_request *x = ak_sched_submit(r.s, &p, &status, &err);
-    CHECK(!x && status == 400 && strstr(err.msg, "KV budget"), "status %d: %s", status, err.msg);
+    ak_request *x = ak_sched_submit(r.s, &p, &err);
+    CHECK(!x && err.code == AK_ERR_KV_BUDGET && strstr(err.msg, "KV budget"), "code %d: %s", err.code, err.msg);
     ak_request_release(x);
     p.n_prompt = 300; /* longer than nothing, but also: invalid id */
     p.agent_id = "../etc/passwd";
-    x = ak_sched_submit(r.s, &p, &status, &err);
-    CHECK(!x && status == 400 && strstr(err.msg, "invalid agent id"), "status %d: %s", status, err.msg);
+    x = ak_sched_submit(r.s, &p, &err);
+    CHECK(!x && err.code == AK_ERR_INVALID && strstr(err.msg, "invalid agent id"), "code %d: %s", err.code, err.msg);
     ak_request_release(x);
     p.agent_id = NULL;
     p.n_prompt = 0;
-    x = ak_sched_submit(r.s, &p, &status, &err);
-    CHECK(!x && status == 400, "empty prompt: status %d", status);
+    x = ak_sched_submit(r.s, &p, &err);
+    CHECK(!x && err.code == AK_ERR_INVALID, "empty prompt: code %d", err.code);
     ak_request_release(x);
     rig_close(&r);
 }
@@ -307,7 +305,7 @@ TEST(sched_shutdown_cuts_running_and_fails_queued) {
         ak_req_result res;
         char *text = collect(q[i], &res);
         if (res.finish == AK_FINISH_LENGTH && res.completion_tokens < 400) cut++;
-        if (res.finish == AK_FINISH_ERROR && res.status == 503) refused++;
+        if (res.finish == AK_FINISH_ERROR && res.code == AK_ERR_SHUTDOWN) refused++;
         free(text);
         ak_request_release(q[i]);
     }
@@ -482,11 +480,12 @@ TEST(sched_pool_create_keeps_decoding) {
     if (n > 450) n = 450;
     size_t before = ak_request_read(q, 0, NULL, NULL, NULL);
     ak_pool_info in;
-    int status = 0;
-    int rc = ak_sched_pool_create(r.s, "doc", ids, (int)n, AK_KV_Q8, AK_KV_TQ3, "{\"text\":\"...\"}", &in, &status, &err);
+    ak_sched_pool_params pp = {.id = "doc", .tokens = ids, .n = (int)n, .fk = AK_KV_Q8, .fv = AK_KV_TQ3,
+                               .source = "{\"text\":\"...\"}"};
+    int rc = ak_sched_pool_create(r.s, &pp, &in, &err);
     ak_req_result res;
     size_t after = ak_request_read(q, 0, NULL, NULL, &res);
-    CHECK(rc == 0 && status == 201, "create: %d %s", status, err.msg);
+    CHECK(rc == 0, "create: %s", err.msg);
     CHECK(res.finish == AK_FINISH_NONE, "the talker must still be decoding when the pool is done");
     /* ~14 steps of 32 tokens: about one token of text each */
     CHECK(after >= before + 8, "text while the pool prefilled: %zu -> %zu bytes", before, after);
@@ -499,12 +498,13 @@ TEST(sched_pool_create_keeps_decoding) {
           "tokens and source back");
     free(got);
     free(src);
-    CHECK(ak_sched_pool_create(r.s, "doc", ids, (int)n, AK_KV_Q8, AK_KV_TQ3, NULL, &in, &status, &err) < 0 &&
-          status == 409 && err.code == AK_ERR_EXISTS, "write-once: %d", status);
+    pp.source = NULL;
+    CHECK(ak_sched_pool_create(r.s, &pp, &in, &err) < 0 && err.code == AK_ERR_EXISTS, "write-once: %d", err.code);
     int32_t full[512];   /* the rig's context */
     for (int i = 0; i < 512; i++) full[i] = ids[i % n];
-    CHECK(ak_sched_pool_create(r.s, "long", full, 512, AK_KV_Q8, AK_KV_TQ3, NULL, &in, &status, &err) < 0 &&
-          status == 400, "not shorter than the context: %d", status);
+    pp = (ak_sched_pool_params){.id = "long", .tokens = full, .n = 512, .fk = AK_KV_Q8, .fv = AK_KV_TQ3};
+    CHECK(ak_sched_pool_create(r.s, &pp, &in, &err) < 0 && err.code == AK_ERR_INVALID, "not shorter than the context: %d",
+          err.code);
     ak_pool_info *v = NULL;
     int nv = 0;
     CHECK(ak_sched_pools_list(r.s, &v, &nv, &err) == 0 && nv == 1, "list: %d", nv);

@@ -7,8 +7,7 @@
  * the agents; it takes s->mu only to exchange messages. Readers wait on
  * out_cv, the engine on engine_cv, the I/O thread on io_cv.
  */
-#include "serve/sched.h"
-#include "store/cards.h"
+#include "serve/sched_impl.h"
 #include "text/generate.h"
 
 #include <pthread.h>
@@ -62,36 +61,14 @@ struct ak_request {
     ak_req_result res;
 };
 
-enum { OP_LIST, OP_REMOVE, OP_GAUGES, OP_POOL_GET, OP_POOL_LIST, OP_POOL_TOKENS, OP_POOL_REMOVE,
-       OP_CARD_MAKE, OP_CARD_IMPORT, OP_CARD_GET, OP_CARD_LIST, OP_CARD_REMOVE,
-       OP_MEM_ADD, OP_MEM_GET, OP_MEM_LIST, OP_MEM_TOKENS, OP_MEM_REMOVE };
-
-typedef struct op {
-    struct op *next;
-    int kind;
-    const char *id;
+/* An operation posted to the engine thread (ak_sched_post). */
+typedef struct post_item {
+    struct post_item *next;
+    ak_sched_fn fn;
+    void *ctx;
     int rc, done;
     ak_error err;
-    ak_sched_agent *list;
-    int n;
-    ak_metrics_gauges *g;
-    ak_pool_info *pinfo;          /* OP_POOL_GET: one; OP_POOL_LIST: n, malloc'd */
-    int32_t *tokens;              /* OP_POOL_TOKENS (malloc'd, n of them) */
-    char *source;
-    const ak_card_request *rq;    /* OP_CARD_MAKE */
-    const char *card_id;          /* OP_CARD_IMPORT */
-    ak_import_mode mode;          /* OP_CARD_IMPORT */
-    ak_sched_card *card;          /* OP_CARD_MAKE, OP_CARD_GET: the result */
-    ak_store_card_entry *centries;   /* OP_CARD_LIST (n, malloc'd) */
-    const char *text;             /* OP_MEM_ADD */
-    ak_kv_format fk, fv;          /* OP_MEM_ADD */
-    ak_memory_info *minfo;        /* OP_MEM_ADD, OP_MEM_GET: one; OP_MEM_LIST: n, malloc'd */
-    char **mtext;                 /* OP_MEM_GET (may be NULL) */
-    int computed;                 /* OP_MEM_ADD */
-    const ak_store_entry *files;  /* the store's files, listed by the caller (from the store's
-                                     index, outside the engine thread) */
-    int n_files;
-} op;
+} post_item;
 
 typedef struct io_item {
     struct io_item *next;
@@ -107,7 +84,7 @@ struct ak_sched {
     pthread_cond_t engine_cv, out_cv, io_cv;
     int stopping;
     ak_request *incoming, *incoming_tail;
-    op *ops;
+    post_item *posts;
     io_item *io_queue, *io_done;
     /* engine thread only */
     ak_request *waiting, *active;
@@ -197,14 +174,13 @@ size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_r
 
 /* ---------------------------------------------------------------- submit */
 
-/* Hands r to the engine. Returns 0, or -1 with err set and *status 503
+/* Hands r to the engine. Returns 0, or -1 with err set (AK_ERR_SHUTDOWN)
  * when stopping (r is then the caller's to free). */
-static int enqueue(ak_sched *s, ak_request *r, int *status, ak_error *err) {
+static int enqueue(ak_sched *s, ak_request *r, ak_error *err) {
     r->t_submit = ak_now();
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
-        *status = 503;
         return ak_failc(err, AK_ERR_SHUTDOWN, "the server is shutting down");
     }
     if (s->incoming_tail) s->incoming_tail->next = r;
@@ -215,8 +191,7 @@ static int enqueue(ak_sched *s, ak_request *r, int *status, ak_error *err) {
     return 0;
 }
 
-ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err) {
-    *status = 400;
+ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) {
     if (p->n_prompt < 1) { ak_failc(err, AK_ERR_INVALID, "the prompt is empty (no tokens)"); return NULL; }
     if (p->n_prompt >= s->cfg.n_ctx) {
         ak_failc(err, AK_ERR_INVALID, "the prompt has %d tokens; the context is %d, so nothing could be generated", p->n_prompt,
@@ -262,7 +237,6 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
                 "budget is %zu bytes: lower max_tokens or shorten the prompt", need, reserve, p->n_prompt, st.budget);
         return NULL;
     }
-    *status = 500;
     ak_request *r = ak_calloc(1, sizeof *r, err);
     if (!r) return NULL;
     r->s = s;
@@ -272,7 +246,7 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     if (pooled) snprintf(r->pool, sizeof r->pool, "%s", p->pool);
     r->n_mem = p->n_mem;
     r->mem_full = p->mem_full;
-    r->mem_reuse = (ak_reuse_params){p->mem_method, p->mem_ratio, -1, 0};
+    r->mem_reuse = (ak_reuse_params){.method = p->mem_method, .ratio = p->mem_ratio, .check_layer = -1};
     for (int i = 0; i < p->n_mem; i++) {
         snprintf(r->mem_id[i], sizeof r->mem_id[i], "%s", p->mem_id[i]);
         r->mem_at[i] = p->mem_at[i];
@@ -288,19 +262,26 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak
     if (!r->prompt || !r->logits) goto fail;
     memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
     for (int i = 0; i < p->n_stop; i++) {
-        if (!p->stop[i] || !p->stop[i][0]) { *status = 400; ak_failc(err, AK_ERR_INVALID, "stop sequences must not be empty"); goto fail; }
+        if (!p->stop[i] || !p->stop[i][0]) { ak_failc(err, AK_ERR_INVALID, "stop sequences must not be empty"); goto fail; }
         if (!(r->stop[i] = strdup(p->stop[i]))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
         r->n_stop = i + 1;
         size_t l = strlen(p->stop[i]);
         if (l > r->stop_max) r->stop_max = l;
     }
-    if (!(r->smp = ak_sampler_new(&p->sp, vocab, err))) { *status = 400; goto fail; }
-    if (ak_gen_init(&r->gen, s->cfg.tok, r->smp, p->prompt, p->n_prompt, p->max_tokens, s->cfg.n_ctx, p->stop_at_eog,
-                    (const char *const *)r->stop, r->n_stop, err) < 0)
+    if (!(r->smp = ak_sampler_new(&p->sp, vocab, err))) {
+        if (err) err->code = AK_ERR_INVALID;   /* parameters the sampler refuses: the client's */
         goto fail;
+    }
+    if (ak_gen_init(&r->gen, s->cfg.tok, r->smp, p->prompt, p->n_prompt, p->max_tokens, s->cfg.n_ctx, p->stop_at_eog,
+                    (const char *const *)r->stop, r->n_stop, err) < 0) {
+        /* the prompt, limits and stop strings were checked above: what is
+         * left is out of memory or a fault of the server, never the client's */
+        if (err && err->code != AK_ERR_NOMEM) err->code = AK_ERR_GENERIC;
+        goto fail;
+    }
     r->res.prompt_tokens = p->n_prompt;
     r->reprompt = p->reprompt;
-    if (enqueue(s, r, status, err) < 0) {
+    if (enqueue(s, r, err) < 0) {
         r->reprompt = (ak_reprompt){0};   /* the caller's again */
         goto fail;
     }
@@ -362,8 +343,9 @@ static int append_text(ak_sched *s, ak_request *r, const char *b, size_t n) {
 }
 
 /* Ends a pool job: a pool not committed is forgotten; the waiting caller
- * sees the result. Engine thread. */
-static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg) {
+ * sees the result (code: an ak_err_code for AK_FINISH_ERROR, else 0).
+ * Engine thread. */
+static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int code, const char *msg) {
     if (r->state == R_PREFILL && !r->committed) ak_pool_abort(s->cfg.agents, r->pool);
     if (r->committed)
         logf_(s, "pool %s: created, %d tokens (%s/%s) in %.1f ms", r->pool, r->n_prompt, ak_kv_format_get(r->pfk)->name,
@@ -372,12 +354,11 @@ static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int statu
     /* cut at shutdown before its commit: the pool does not exist */
     if (!r->committed && why != AK_FINISH_ERROR) {
         why = AK_FINISH_ERROR;
-        status = 503;
+        code = AK_ERR_SHUTDOWN;
         msg = "the server is shutting down";
-        r->res.code = AK_ERR_SHUTDOWN;
     }
     r->res.finish = why;
-    r->res.status = status;
+    r->res.code = code;
     if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
     r->done = 1;
     pthread_cond_broadcast(&s->out_cv);
@@ -386,22 +367,20 @@ static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int statu
     s->changed = 1;
 }
 
-static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg);
+static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const char *msg);
 
-/* finish with an error whose ak_err_code the reader gets in res.code. */
-static void finish_err(ak_sched *s, ak_request *r, int status, const ak_error *e) {
-    pthread_mutex_lock(&s->mu);
-    r->res.code = e->code ? e->code : AK_ERR_GENERIC;
-    pthread_mutex_unlock(&s->mu);
-    finish(s, r, AK_FINISH_ERROR, status, e->msg);
+/* finish with error e, whose ak_err_code the reader gets in res.code. */
+static void finish_err(ak_sched *s, ak_request *r, const ak_error *e) {
+    finish(s, r, AK_FINISH_ERROR, e->code ? e->code : AK_ERR_GENERIC, e->msg);
 }
 
 /* Ends a request: the agent's turn ends (saved per the policy), readers see
- * the whole text and the result. Engine thread; r leaves the active list in
- * the caller's sweep (state R_DONE). */
-static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const char *msg) {
+ * the whole text and the result (code: an ak_err_code for AK_FINISH_ERROR,
+ * else 0). Engine thread; r leaves the active list in the caller's sweep
+ * (state R_DONE). */
+static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const char *msg) {
     if (r->pool_job) {
-        finish_pool_job(s, r, why, status, msg);
+        finish_pool_job(s, r, why, code, msg);
         return;
     }
     if (r->state == R_PREFILL || r->state == R_DECODE) {
@@ -427,7 +406,7 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int status, const 
     pthread_mutex_lock(&s->mu);
     r->visible = r->len;
     r->res.finish = why;
-    r->res.status = status;
+    r->res.code = code;
     if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
     r->res.completion_tokens = r->gen.n_gen;
     if (r->sampled) r->res.decode_ms = (now - r->t_first) * 1e3;
@@ -463,7 +442,7 @@ static void next_token(ak_sched *s, ak_request *r) {
         r->t_last = now;
     }
     if (st == AK_GEN_ERROR || (out.n_piece && append_text(s, r, out.piece, out.n_piece) < 0)) {
-        finish(s, r, AK_FINISH_ERROR, 500, "cannot decode a generated token (out of memory?)");
+        finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, "cannot decode a generated token (out of memory?)");
         return;
     }
     if (out.n_piece) {
@@ -529,20 +508,6 @@ static int pool_job_active(const ak_sched *s, const char *id) {
     return 0;
 }
 
-/* The HTTP status of a failed pool job or pooled open, by error code. */
-static int status_of(int code) {
-    switch (code) {
-    case AK_ERR_INVALID: return 400;
-    case AK_ERR_NOT_FOUND: return 404;
-    case AK_ERR_EXISTS:
-    case AK_ERR_STALE:
-    case AK_ERR_BUSY: return 409;
-    case AK_ERR_KV_BUDGET:
-    case AK_ERR_SHUTDOWN: return 503;
-    default: return 500;
-    }
-}
-
 static int id_listed(char (*ids)[AK_AGENT_ID_MAX + 2], int n, const char *id) {
     for (int i = 0; i < n; i++)
         if (!strcmp(ids[i], id)) return 1;
@@ -603,6 +568,9 @@ static void activate(ak_sched *s, ak_request *r) {
     while (*tail) tail = &(*tail)->next;
     *tail = r;
     s->n_active++;
+    pthread_mutex_lock(&s->mu);
+    r->res.admitted = 1;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Admits pool job r: begins the pool and reserves every block of its
@@ -626,7 +594,7 @@ static int admit_pool_job(ak_sched *s, ak_request *r, ak_request *prev) {
     if (rc < 0 && err.code == AK_ERR_KV_BUDGET && others) return 0;
     unlink_waiting(s, r, prev);
     if (rc < 0) {
-        finish_err(s, r, status_of(err.code), &err);
+        finish_err(s, r, &err);
         pthread_mutex_lock(&s->mu);
         unref_locked(r);
         pthread_mutex_unlock(&s->mu);
@@ -732,8 +700,9 @@ static void admit(ak_sched *s) {
                 continue;
             }
             unlink_waiting(s, r, prev);
-            /* alone and still no room: this request can never fit */
-            finish_err(s, r, err.code == AK_ERR_KV_BUDGET ? 400 : status_of(err.code), &err);
+            /* alone and still no room (AK_ERR_KV_BUDGET before admission):
+             * this request can never fit */
+            finish_err(s, r, &err);
             pthread_mutex_lock(&s->mu);
             unref_locked(r);
             pthread_mutex_unlock(&s->mu);
@@ -774,7 +743,7 @@ static int place_memories(ak_sched *s, ak_request *r) {
                                                &r->mem_reuse, &r->kv, &st, &e)
                        : ak_agent_place_memory(s->cfg.agents, agent_of(r), r->mem_id[i], r->prompt, r->pos, &r->kv, &e);
         if (rc < 0) {
-            finish_err(s, r, status_of(e.code), &e);
+            finish_err(s, r, &e);
             return -1;
         }
         if (blend) {
@@ -833,7 +802,7 @@ static void step(ak_sched *s) {
         nseq++;
     }
     if (nb == 0) return;
-    ak_batch b = {nb, s->b_tok, s->b_pos, s->b_seq, s->b_logits};
+    ak_batch b = {.n = nb, .token = s->b_tok, .pos = s->b_pos, .seq = s->b_seq, .logits_out = s->b_logits};
     ak_error err = {{0}};
     double t0 = ak_now();
     int rc = ak_forward(s->ctx, &b, &err);
@@ -847,7 +816,7 @@ static void step(ak_sched *s) {
         if (!r->step_k) continue;
         if (rc < 0) {
             logf_(s, "agent %s: forward pass failed: %s", agent_of(r), err.msg);
-            finish(s, r, AK_FINISH_ERROR, 500, err.msg);
+            finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, err.msg);   /* the engine's failure, whatever its cause */
             continue;
         }
         ak_error e = {{0}};
@@ -857,7 +826,7 @@ static void step(ak_sched *s) {
             if (r->pos < r->n_prompt) continue;
             if (r->pool_job) {
                 if (ak_pool_commit(s->cfg.agents, r->pool, &e) < 0) {
-                    finish_err(s, r, status_of(e.code), &e);
+                    finish_err(s, r, &e);
                     continue;
                 }
                 r->committed = 1;
@@ -865,7 +834,7 @@ static void step(ak_sched *s) {
                 continue;
             }
             if (ak_agent_commit(s->cfg.agents, agent_of(r), r->prompt, r->n_prompt, &e) < 0) {
-                finish(s, r, AK_FINISH_ERROR, 500, e.msg);
+                finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, e.msg);
                 continue;
             }
             pthread_mutex_lock(&s->mu);
@@ -875,7 +844,7 @@ static void step(ak_sched *s) {
             r->state = R_DECODE;
         } else {
             if (ak_agent_append(s->cfg.agents, agent_of(r), r->next_tok, &e) < 0) {
-                finish(s, r, AK_FINISH_ERROR, 500, e.msg);
+                finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, e.msg);
                 continue;
             }
             r->pos++;
@@ -908,131 +877,6 @@ static int agent_busy(const ak_sched *s, const char *id) {
     return 0;
 }
 
-/* agent_busy for ak_agents_listing (ud: the scheduler). */
-static int busy_of(void *ud, const char *id) { return agent_busy(ud, id); }
-
-/* The pool ops (engine thread). */
-static void run_pool_op(ak_sched *s, op *o) {
-    ak_agents *ag = s->cfg.agents;
-    switch (o->kind) {
-    case OP_POOL_GET: o->rc = ak_pool_get(ag, o->id, o->pinfo, &o->err); break;
-    case OP_POOL_LIST: o->rc = ak_pools_list(ag, &o->pinfo, &o->n, &o->err); break;
-    case OP_POOL_TOKENS: o->rc = ak_pool_tokens(ag, o->id, &o->tokens, &o->n, &o->source, &o->err); break;
-    default:
-        if (pool_job_active(s, o->id))
-            o->rc = ak_failc(&o->err, AK_ERR_BUSY, "pool '%s' is being created", o->id);
-        else
-            o->rc = ak_pool_remove(ag, o->id, &o->err);
-        break;
-    }
-}
-
-/* Fills out from card c: its index entry (with the file's size when the
- * store has it) and its width histograms. */
-static void card_out(ak_sched *s, const ak_card *c, ak_sched_card *out) {
-    memset(out, 0, sizeof *out);
-    ak_store_card_entry fe;
-    if (s->cfg.store && ak_store_lookup_card(s->cfg.store, c->id, &fe) == 0 && !strcmp(fe.hash, c->hash)) {
-        out->e = fe;
-        out->saved = 1;
-    } else {
-        ak_store_card_entry_of(c, &out->e);
-    }
-    for (int k = 0; k < AK_CARD_N_WIDTHS && k < 4; k++) {
-        out->count_k[k] = c->count[0][k];
-        out->count_v[k] = c->count[1][k];
-    }
-}
-
-/* The card ops (engine thread): refused while the agent they touch has a
- * request running or queued, as DELETE of an agent is. */
-static void run_card_op(ak_sched *s, op *o) {
-    ak_agents *ag = s->cfg.agents;
-    if ((o->kind == OP_CARD_MAKE || o->kind == OP_CARD_IMPORT) && agent_busy(s, o->id)) {
-        o->rc = ak_failc(&o->err, AK_ERR_BUSY, "agent %s has a request running or queued", o->id);
-        return;
-    }
-    char cid[AK_AGENT_ID_MAX + 1];
-    const ak_card *c = NULL;
-    switch (o->kind) {
-    case OP_CARD_MAKE: {
-        ak_card_request rq = *o->rq;
-        rq.ctx = s->ctx;   /* free between steps: the statistics pass runs on it */
-        o->rc = ak_agent_make_card(ag, o->id, &rq, cid, &o->err);
-        if (o->rc == 0 && !(c = ak_card_get(ag, cid, &o->err))) o->rc = -1;
-        if (c) card_out(s, c, o->card);
-        break;
-    }
-    case OP_CARD_IMPORT:
-        o->rc = ak_agent_import_card_mode(ag, o->id, o->card_id, o->mode, &o->err);
-        if (o->rc == 0) {
-            ak_agent_info in;
-            ak_agents_get(ag, ak_agents_find(ag, o->id), &in);
-            o->n = in.n_tokens;
-        }
-        break;
-    case OP_CARD_GET:
-        ak_card_wait_saved(ag, o->card_id);   /* its file's size, once written behind */
-        c = ak_card_get(ag, o->card_id, &o->err);
-        o->rc = c ? 0 : -1;
-        if (c) card_out(s, c, o->card);
-        break;
-    case OP_CARD_LIST: o->rc = ak_cards_list(ag, &o->centries, &o->n, &o->err); break;
-    default: o->rc = ak_card_remove(ag, o->card_id, &o->err); break;
-    }
-}
-
-/* The memory ops (engine thread). An add prefills the chunk with the
- * engine's context, free between steps. */
-static void run_mem_op(ak_sched *s, op *o) {
-    ak_agents *ag = s->cfg.agents;
-    switch (o->kind) {
-    case OP_MEM_ADD: {
-        int32_t *ids = NULL;
-        int n = 0;
-        o->rc = ak_memory_tokenize(s->cfg.tok, o->text, strlen(o->text), &ids, &n, &o->err);
-        if (o->rc == 0)
-            o->rc = ak_memory_add(ag, s->ctx, o->id, o->text, ids, n, o->fk, o->fv, &o->computed, &o->err);
-        free(ids);
-        if (o->rc == 0) o->rc = ak_memory_get(ag, o->id, o->minfo, NULL, &o->err);
-        break;
-    }
-    case OP_MEM_GET: o->rc = ak_memory_get(ag, o->id, o->minfo, o->mtext, &o->err); break;
-    case OP_MEM_LIST: o->rc = ak_memories_list(ag, &o->minfo, &o->n, &o->err); break;
-    case OP_MEM_TOKENS: o->rc = ak_memory_tokens(ag, o->id, &o->tokens, &o->n, &o->err); break;
-    default: o->rc = ak_memory_remove(ag, o->id, &o->err); break;
-    }
-}
-
-static void run_op(ak_sched *s, op *o) {
-    ak_agents *ag = s->cfg.agents;
-    if (o->kind >= OP_MEM_ADD) {
-        run_mem_op(s, o);
-        return;
-    }
-    if (o->kind == OP_REMOVE) {
-        if (agent_busy(s, o->id)) o->rc = 2;
-        else o->rc = ak_agent_remove(ag, o->id, &o->err);
-        return;
-    }
-    if (o->kind >= OP_CARD_MAKE) {
-        run_card_op(s, o);
-        return;
-    }
-    if (o->kind >= OP_POOL_GET) {
-        run_pool_op(s, o);
-        return;
-    }
-    ak_agents_census c;
-    if (o->kind == OP_GAUGES) {
-        o->rc = ak_agents_listing(ag, o->files, o->n_files, NULL, NULL, NULL, NULL, &c, &o->err);
-        if (o->rc == 0)
-            ak_metrics_gauges_collect(o->g, ag, s->cfg.pool, c.hot, c.warm, c.warm_bytes, s->n_active, s->n_waiting);
-        return;
-    }
-    o->rc = ak_agents_listing(ag, o->files, o->n_files, busy_of, s, &o->list, &o->n, NULL, &o->err);
-}
-
 /* Fails everything at shutdown: queued requests with 503, running ones cut. */
 static void shutdown_requests(ak_sched *s) {
     pthread_mutex_lock(&s->mu);
@@ -1049,7 +893,7 @@ static void shutdown_requests(ak_sched *s) {
     while (s->waiting) {
         ak_request *r = s->waiting;
         unlink_waiting(s, r, NULL);
-        finish(s, r, AK_FINISH_ERROR, 503, "the server is shutting down");
+        finish(s, r, AK_FINISH_ERROR, AK_ERR_SHUTDOWN, "the server is shutting down");
         pthread_mutex_lock(&s->mu);
         unref_locked(r);
         pthread_mutex_unlock(&s->mu);
@@ -1064,12 +908,12 @@ static void *engine_main(void *arg) {
     int idle = 0;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (idle && !s->stopping && !s->incoming && !s->ops && !s->io_done)
+        while (idle && !s->stopping && !s->incoming && !s->posts && !s->io_done)
             pthread_cond_wait(&s->engine_cv, &s->mu);
         ak_request *in = s->incoming;
         s->incoming = s->incoming_tail = NULL;
-        op *ops = s->ops;
-        s->ops = NULL;
+        post_item *posts = s->posts;
+        s->posts = NULL;
         io_item *done = s->io_done;
         s->io_done = NULL;
         int stopping = s->stopping;
@@ -1088,14 +932,14 @@ static void *engine_main(void *arg) {
             free(done);
             done = nx;
         }
-        while (ops) {
-            op *nx = ops->next;
-            run_op(s, ops);
+        while (posts) {
+            post_item *nx = posts->next;
+            posts->rc = posts->fn(posts->ctx, s->cfg.agents, s->ctx, &posts->err);
             pthread_mutex_lock(&s->mu);
-            ops->done = 1;
+            posts->done = 1;
             pthread_cond_broadcast(&s->out_cv);
             pthread_mutex_unlock(&s->mu);
-            ops = nx;
+            posts = nx;
         }
         if (stopping) break;
         for (ak_request *r = s->active; r; r = r->next)
@@ -1224,263 +1068,66 @@ void ak_sched_free(ak_sched *s) {
     free(s);
 }
 
-/* Queues an op for the engine and waits for it. */
-static int post_op(ak_sched *s, op *o) {
+int ak_sched_post(ak_sched *s, ak_sched_fn fn, void *ctx, ak_error *err) {
+    post_item it = {.fn = fn, .ctx = ctx};
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
-        return ak_failc(&o->err, AK_ERR_SHUTDOWN, "the server is shutting down");
+        return ak_failc(err, AK_ERR_SHUTDOWN, "the server is shutting down");
     }
-    o->next = s->ops;
-    s->ops = o;
+    it.next = s->posts;
+    s->posts = &it;
     pthread_cond_signal(&s->engine_cv);
-    while (!o->done) pthread_cond_wait(&s->out_cv, &s->mu);
+    while (!it.done) pthread_cond_wait(&s->out_cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
-    return 0;
+    if (it.rc < 0 && err) *err = it.err;
+    return it.rc;
 }
 
-/* Lists the store's files on the calling thread (from the store's index:
- * no file is read). Returns 0, or -1 with err set. */
-static int list_files(ak_sched *s, op *o, ak_error *err) {
-    ak_store_entry *files = NULL;
-    int n = 0;
-    if (s->cfg.store && ak_store_list(s->cfg.store, &files, &n, err) < 0) return -1;
-    o->files = files;
-    o->n_files = n;
-    return 0;
-}
+const ak_sched_config *ak_sched_config_of(const ak_sched *s) { return &s->cfg; }
 
-int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *err) {
-    op o = {0};
-    o.kind = OP_LIST;
-    if (list_files(s, &o, err) < 0) return -1;
-    int rc = post_op(s, &o);
-    free((void *)o.files);
-    if (rc < 0 || o.rc < 0) {
-        if (err) *err = o.err;
-        return -1;
-    }
-    *out = o.list;
-    *n = o.n;
-    return 0;
-}
+int ak_sched_agent_busy(const ak_sched *s, const char *id) { return agent_busy(s, id); }
 
-int ak_sched_remove_agent(ak_sched *s, const char *id, ak_error *err) {
-    op o = {0};
-    o.kind = OP_REMOVE;
-    o.id = id;
-    if (post_op(s, &o) < 0 || o.rc < 0) {
-        if (err) *err = o.err;
-        return -1;
-    }
-    return o.rc;
-}
+int ak_sched_pool_job_active(const ak_sched *s, const char *id) { return pool_job_active(s, id); }
 
-void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g) {
-    memset(g, 0, sizeof *g);
-    op o = {0};
-    o.kind = OP_GAUGES;
-    o.g = g;
-    ak_error err = {{0}};
-    list_files(s, &o, &err);   /* no files listed: warm gauges read 0 */
-    post_op(s, &o);
-    free((void *)o.files);
+void ak_sched_counts(const ak_sched *s, int *n_active, int *n_waiting) {
+    *n_active = s->n_active;
+    *n_waiting = s->n_waiting;
 }
 
 /* ----------------------------------------------------------------- pools */
 
-int ak_sched_pool_create(ak_sched *s, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
-                         const char *source, ak_pool_info *info, int *status, ak_error *err) {
-    *status = 400;
+int ak_sched_pool_create(ak_sched *s, const ak_sched_pool_params *p, ak_pool_info *info, ak_error *err) {
+    const char *id = p->id;
+    int n = p->n;
     if (!id || !ak_pool_id_valid(id))
         return ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
     if (n < 1) return ak_failc(err, AK_ERR_INVALID, "the pool is empty (no tokens)");
     if (n >= s->cfg.n_ctx)
         return ak_failc(err, AK_ERR_INVALID, "the pool has %d tokens; the context is %d, so no agent could add one", n,
                         s->cfg.n_ctx);
-    *status = 500;
     ak_request *r = ak_calloc(1, sizeof *r, err);
     if (!r) return -1;
     r->s = s;
     r->refs = 2;
     r->pool_job = 1;
     snprintf(r->pool, sizeof r->pool, "%s", id);
-    r->pfk = fk;
-    r->pfv = fv;
+    r->pfk = p->fk;
+    r->pfv = p->fv;
     r->n_prompt = r->n_reserve = n;
     r->max_tokens = 1;
     r->res.prompt_tokens = n;
     if (!(r->prompt = ak_malloc(sizeof(int32_t) * (size_t)n, err))) goto fail;
-    memcpy(r->prompt, tokens, sizeof(int32_t) * (size_t)n);
-    if (source && !(r->source = strdup(source))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
-    if (enqueue(s, r, status, err) < 0) goto fail;
+    memcpy(r->prompt, p->tokens, sizeof(int32_t) * (size_t)n);
+    if (p->source && !(r->source = strdup(p->source))) { ak_failc(err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    if (enqueue(s, r, err) < 0) goto fail;
     ak_request_wait(r, (size_t)-1, -1);
     ak_req_result res;
     ak_request_read(r, 0, NULL, NULL, &res);
     ak_request_release(r);
-    if (res.finish == AK_FINISH_ERROR) {
-        *status = res.status ? res.status : 500;
-        return ak_failc(err, res.code ? res.code : AK_ERR_GENERIC, "%s", res.error);
-    }
-    *status = 201;
-    if (ak_sched_pool_get(s, id, info, err) < 0) {
-        *status = status_of(err->code);
-        return -1;
-    }
-    return 0;
+    if (res.finish == AK_FINISH_ERROR) return ak_failc(err, res.code ? res.code : AK_ERR_GENERIC, "%s", res.error);
+    return ak_sched_pool_get(s, id, info, err) < 0 ? -1 : 0;
 fail:
     free_request(r);
     return -1;
-}
-
-/* Posts a pool op and copies its error out. Returns o->rc, or -1. */
-static int pool_op(ak_sched *s, op *o, ak_error *err) {
-    if (post_op(s, o) < 0 || o->rc < 0) {
-        if (err) *err = o->err;
-        return -1;
-    }
-    return o->rc;
-}
-
-int ak_sched_pool_get(ak_sched *s, const char *id, ak_pool_info *info, ak_error *err) {
-    op o = {0};
-    o.kind = OP_POOL_GET;
-    o.id = id;
-    o.pinfo = info;
-    return pool_op(s, &o, err) < 0 ? -1 : 0;
-}
-
-int ak_sched_pools_list(ak_sched *s, ak_pool_info **out, int *n, ak_error *err) {
-    op o = {0};
-    o.kind = OP_POOL_LIST;
-    if (pool_op(s, &o, err) < 0) return -1;
-    *out = o.pinfo;
-    *n = o.n;
-    return 0;
-}
-
-int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, char **source, ak_error *err) {
-    op o = {0};
-    o.kind = OP_POOL_TOKENS;
-    o.id = id;
-    if (pool_op(s, &o, err) < 0) return -1;
-    *tokens = o.tokens;
-    *n = o.n;
-    *source = o.source;
-    return 0;
-}
-
-int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err) {
-    op o = {0};
-    o.kind = OP_POOL_REMOVE;
-    o.id = id;
-    return pool_op(s, &o, err);
-}
-
-/* -------------------------------------------------------------- memories */
-
-int ak_sched_memory_add(ak_sched *s, const char *id, const char *text, ak_kv_format fk, ak_kv_format fv,
-                        ak_memory_info *info, int *computed, ak_error *err) {
-    op o = {0};
-    o.kind = OP_MEM_ADD;
-    o.id = id;
-    o.text = text ? text : "";
-    o.fk = fk;
-    o.fv = fv;
-    o.minfo = info;
-    if (pool_op(s, &o, err) < 0) return -1;
-    if (computed) *computed = o.computed;
-    return 0;
-}
-
-int ak_sched_memory_get(ak_sched *s, const char *id, ak_memory_info *info, char **text, ak_error *err) {
-    op o = {0};
-    o.kind = OP_MEM_GET;
-    o.id = id;
-    o.minfo = info;
-    o.mtext = text;
-    return pool_op(s, &o, err) < 0 ? -1 : 0;
-}
-
-int ak_sched_memories_list(ak_sched *s, ak_memory_info **out, int *n, ak_error *err) {
-    op o = {0};
-    o.kind = OP_MEM_LIST;
-    if (pool_op(s, &o, err) < 0) return -1;
-    *out = o.minfo;
-    *n = o.n;
-    return 0;
-}
-
-int ak_sched_memory_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, ak_error *err) {
-    op o = {0};
-    o.kind = OP_MEM_TOKENS;
-    o.id = id;
-    if (pool_op(s, &o, err) < 0) return -1;
-    *tokens = o.tokens;
-    *n = o.n;
-    return 0;
-}
-
-int ak_sched_memory_remove(ak_sched *s, const char *id, ak_error *err) {
-    op o = {0};
-    o.kind = OP_MEM_REMOVE;
-    o.id = id;
-    return pool_op(s, &o, err);
-}
-
-/* ----------------------------------------------------------------- cards */
-
-int ak_sched_status_of(int code) { return status_of(code); }
-
-int ak_sched_card_make(ak_sched *s, const char *agent_id, const ak_card_request *rq, ak_sched_card *out,
-                       ak_error *err) {
-    op o = {0};
-    o.kind = OP_CARD_MAKE;
-    o.id = agent_id;
-    o.rq = rq;
-    o.card = out;
-    return pool_op(s, &o, err) < 0 ? -1 : 0;
-}
-
-int ak_sched_card_import(ak_sched *s, const char *id, const char *card_id, ak_import_mode mode, int *n_tokens,
-                         ak_error *err) {
-    op o = {0};
-    o.kind = OP_CARD_IMPORT;
-    o.id = id;
-    o.card_id = card_id;
-    o.mode = mode;
-    if (pool_op(s, &o, err) < 0) return -1;
-    *n_tokens = o.n;
-    return 0;
-}
-
-int ak_sched_card_get(ak_sched *s, const char *card_id, ak_sched_card *out, ak_error *err) {
-    op o = {0};
-    o.kind = OP_CARD_GET;
-    o.card_id = card_id;
-    o.card = out;
-    return pool_op(s, &o, err) < 0 ? -1 : 0;
-}
-
-int ak_sched_cards_list(ak_sched *s, ak_store_card_entry **out, int *n, ak_error *err) {
-    op o = {0};
-    o.kind = OP_CARD_LIST;
-    if (pool_op(s, &o, err) < 0) return -1;
-    *out = o.centries;
-    *n = o.n;
-    return 0;
-}
-
-int ak_sched_card_remove(ak_sched *s, const char *card_id, ak_error *err) {
-    op o = {0};
-    o.kind = OP_CARD_REMOVE;
-    o.card_id = card_id;
-    return pool_op(s, &o, err);
-}
-
-int ak_sched_card_file(ak_sched *s, const char *card_id, char **bytes, size_t *len, ak_error *err) {
-    if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
-    if (!s->cfg.store) return ak_failc(err, AK_ERR_NOT_FOUND, "card %s has no file (no memory directory)", card_id);
-    ak_card_wait_saved(s->cfg.agents, card_id);   /* a card just made is written behind */
-    return ak_store_card_bytes(s->cfg.store, card_id, bytes, len, err);   /* the directory's or Redis's */
 }

@@ -102,15 +102,19 @@ typedef enum {
     AK_FINISH_NONE = 0,       /* still running */
     AK_FINISH_STOP,           /* end of generation or a stop string */
     AK_FINISH_LENGTH,         /* max_tokens, the context, or cut at shutdown */
-    AK_FINISH_ERROR           /* see status and error */
+    AK_FINISH_ERROR           /* see code and error */
 } ak_finish;
 
 typedef struct {
     ak_finish finish;
-    int status;               /* HTTP status for AK_FINISH_ERROR (400, 404, 409, 500, 503) */
-    int code;                 /* its ak_err_code (AK_ERR_NOT_FOUND for a pool that vanished, ...) */
+    int code;                 /* for AK_FINISH_ERROR, its ak_err_code: AK_ERR_NOT_FOUND for a pool
+                                 or memory that vanished, AK_ERR_KV_BUDGET for no KV room (before
+                                 admitted: the request can never fit, even alone),
+                                 AK_ERR_SHUTDOWN when stopping, AK_ERR_GENERIC for a failure of
+                                 the engine (a forward pass, a token that cannot be decoded) */
     char error[512];
     ak_turn turn;             /* valid once started */
+    int admitted;             /* its KV was reserved and its prefill began */
     int started;              /* admitted and its prefill done */
     int prompt_tokens, completion_tokens;
     double queue_ms;          /* submit to admission: waiting for a batch slot, KV room, or a
@@ -128,7 +132,7 @@ typedef struct ak_request ak_request;
 
 /* Starts the engine and I/O threads. Returns NULL with err set on failure. */
 ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err);
-/* Stops accepting, fails queued requests (503), cuts running ones
+/* Stops accepting, fails queued requests (AK_ERR_SHUTDOWN), cuts running ones
  * (finish LENGTH, their text so far kept), joins the threads. Afterwards
  * every request is finished and the agents are the caller's again (flush
  * them); handles stay valid until released. NULL is fine. */
@@ -138,11 +142,12 @@ void ak_sched_shutdown(ak_sched *s);
 void ak_sched_free(ak_sched *s);
 
 /* Queues a request. Returns a handle the caller must release, or NULL with
- * err set and *status the HTTP status: 400 for a request that can never run
- * (empty prompt, prompt not shorter than the context, prompt + max_tokens
- * larger than the whole KV budget, invalid agent id, bad sampling
- * parameters), 503 when stopping, 500 out of memory. */
-ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, int *status, ak_error *err);
+ * err set: AK_ERR_INVALID for a request that can never run (empty prompt,
+ * prompt not shorter than the context, invalid agent id, bad sampling
+ * parameters), AK_ERR_KV_BUDGET when prompt + max_tokens is larger than the
+ * whole KV budget (it can never run either), AK_ERR_SHUTDOWN when stopping,
+ * AK_ERR_NOMEM (or AK_ERR_GENERIC) otherwise. */
+ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err);
 /* Waits until the request has more than `have` bytes of text or is finished,
  * or timeout_ms passes (< 0: no limit). Returns 1 if finished, else 0. */
 int ak_request_wait(ak_request *r, size_t have, int timeout_ms);
@@ -153,6 +158,19 @@ size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_r
 /* The client went away: the engine ends the request at its next step. */
 void ak_request_cancel(ak_request *r);
 void ak_request_release(ak_request *r);
+
+/* An operation run on the engine thread between two steps (ak_sched_post):
+ * ctx is the poster's, agents the scheduler's, engine its model context (free
+ * between steps: an operation may run a prefill on it). Returns what the
+ * poster gets back; a negative value with err set is a failure. */
+typedef int (*ak_sched_fn)(void *ctx, ak_agents *agents, ak_ctx *engine, ak_error *err);
+
+/* Runs fn(ctx, agents, engine context, err) on the engine thread between two
+ * steps and waits until it ran (operations posted in one round run before
+ * the next step). Returns fn's value (err copied out when it is negative),
+ * or -1 with err set (AK_ERR_SHUTDOWN) when the scheduler is stopping: fn
+ * is then not run. err may be NULL. */
+int ak_sched_post(ak_sched *s, ak_sched_fn fn, void *ctx, ak_error *err);
 
 /* One agent as the engine sees it, for GET /v1/agents (agent.h; busy: a
  * request of it is running or queued). */
@@ -167,19 +185,27 @@ int ak_sched_remove_agent(ak_sched *s, const char *id, ak_error *err);
 /* Gauges for /metrics (engine thread, between steps). */
 void ak_sched_gauges(ak_sched *s, ak_metrics_gauges *g);
 
-/* POOLS (agent.h), run on the engine thread; every call blocks until done.
- *
- * Creates pool id from tokens[0..n) in formats fk/fv with source kept
- * beside it (may be NULL). The prefill goes through the engine's batched
+/* POOLS (agent.h), run on the engine thread; every call blocks until done. */
+
+/* A pool to create: id from tokens[0..n) in formats fk/fv, source kept
+ * beside it (may be NULL). */
+typedef struct {
+    const char *id;
+    const int32_t *tokens;
+    int n;
+    ak_kv_format fk, fv;
+    const char *source;
+} ak_sched_pool_params;
+
+/* Creates pool p->id. The prefill goes through the engine's batched
  * forward pass in chunks, like a request's prompt, so agents decoding
  * meanwhile keep getting tokens; it waits for KV room while requests run.
- * Returns 0 and fills *info, or -1 with err set and *status the HTTP status:
- * 400 (invalid id, empty, not shorter than the context, a format that
- * cannot store the model's heads), 409 (the pool exists: err.code
- * AK_ERR_EXISTS), 503 (no KV room even with nothing else running, or
- * shutting down), 500 (store or memory failure). */
-int ak_sched_pool_create(ak_sched *s, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
-                         const char *source, ak_pool_info *info, int *status, ak_error *err);
+ * Returns 0 and fills *info, or -1 with err set: AK_ERR_INVALID (invalid
+ * id, empty, not shorter than the context, a format that cannot store the
+ * model's heads), AK_ERR_EXISTS (the pool exists), AK_ERR_KV_BUDGET (no KV
+ * room even with nothing else running), AK_ERR_SHUTDOWN, or a store or
+ * memory failure's code. */
+int ak_sched_pool_create(ak_sched *s, const ak_sched_pool_params *p, ak_pool_info *info, ak_error *err);
 /* Info about pool id. Returns 0, or -1 with err set (AK_ERR_NOT_FOUND). */
 int ak_sched_pool_get(ak_sched *s, const char *id, ak_pool_info *info, ak_error *err);
 /* Every pool, sorted by id (*out malloc'd). Returns 0, or -1 with err set. */
@@ -194,8 +220,7 @@ int ak_sched_pool_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n, 
 int ak_sched_pool_remove(ak_sched *s, const char *id, ak_error *err);
 
 /* MEMORIES (memories.h), run on the engine thread between steps; every
- * call blocks until done. Errors carry memories.h's codes (ak_sched_status_of
- * maps them to HTTP statuses).
+ * call blocks until done. Errors carry memories.h's codes.
  *
  * Adds memory id from text (tokenized by ak_memory_tokenize) in formats
  * fk/fv: computed with the engine's context in one prefill between two
@@ -214,8 +239,7 @@ int ak_sched_memory_tokens(ak_sched *s, const char *id, int32_t **tokens, int *n
 int ak_sched_memory_remove(ak_sched *s, const char *id, ak_error *err);
 
 /* CARDS (agent.h: CARDS), run on the engine thread between steps; every
- * call blocks until done. Errors carry agent.h's codes; ak_sched_status_of
- * maps them to HTTP statuses. */
+ * call blocks until done. Errors carry agent.h's codes. */
 typedef struct {
     ak_store_card_entry e;    /* the card as the store indexes it (bytes: its file's size,
                                  0 for a card only in RAM) */
@@ -225,9 +249,6 @@ typedef struct {
                                      a list, which reads no card */
 } ak_sched_card;
 
-/* The HTTP status of an error code: INVALID 400, NOT_FOUND 404, EXISTS,
- * STALE, BUSY 409, KV_BUDGET and SHUTDOWN 503, anything else 500. */
-int ak_sched_status_of(int code);
 /* Makes a card of agent agent_id (ak_agent_make_card with the engine's
  * context for the statistics pass of importance and topology: one prefill
  * of the range, in one op, so other agents wait one pass for their next

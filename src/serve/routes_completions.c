@@ -1,0 +1,379 @@
+/* routes_completions.c - POST /v1/chat/completions and /v1/completions:
+ * the body parsed (api.h), the request submitted to the scheduler and its
+ * text answered whole or streamed as server-sent events; a client that
+ * leaves is noticed and its request cancelled. */
+#include "serve/server_impl.h"
+
+#include "base/buf.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* A response id: prefix, the server's salt and a serial number. */
+static void make_id(ak_server *s, const char *prefix, char *out, size_t cap) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(out, cap, "%s-%016llx%08llx", prefix, (unsigned long long)s->id_salt, (unsigned long long)n);
+}
+
+static const char *finish_name(ak_finish f) { return f == AK_FINISH_LENGTH ? "length" : "stop"; }
+
+/* The usage object of a finished request. */
+static cJSON *usage_json(const ak_req_result *res) {
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", res->prompt_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", res->completion_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", res->prompt_tokens + res->completion_tokens);
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    cJSON_AddNumberToObject(d, "cached_tokens", res->turn.reused);
+    /* memory tokens a reuse method recomputed (cacheblend, agentkvshift): part of cached_tokens */
+    cJSON_AddNumberToObject(d, "memory_recomputed_tokens", res->mem_recomputed);
+    return u;
+}
+
+/* agentkv's own object: the agent's tier, reuse and timings. */
+static cJSON *agentkv_json(const ak_api_request *p, const ak_req_result *res) {
+    cJSON *a = cJSON_CreateObject();
+    if (p->agent_id[0]) cJSON_AddStringToObject(a, "agent_id", p->agent_id);
+    else cJSON_AddNullToObject(a, "agent_id");
+    if (p->pool[0]) cJSON_AddStringToObject(a, "pool", p->pool);
+    else cJSON_AddNullToObject(a, "pool");
+    cJSON_AddStringToObject(a, "tier", ak_tier_name(res->turn.tier));
+    cJSON_AddStringToObject(a, "match", ak_match_name(res->turn.match));
+    cJSON_AddNumberToObject(a, "reused", res->turn.reused);
+    cJSON_AddNumberToObject(a, "shared", res->turn.shared);
+    cJSON_AddNumberToObject(a, "prefilled", res->turn.prefilled);
+    cJSON_AddNumberToObject(a, "restore_ms", res->turn.restore_ms);
+    cJSON_AddBoolToObject(a, "restored_ahead", res->turn.restored_ahead);
+    cJSON_AddNumberToObject(a, "prefill_ms", res->turn.prefill_ms);
+    cJSON_AddNumberToObject(a, "memory_reuse_ms", res->mem_ms);
+    cJSON_AddNumberToObject(a, "queue_ms", res->queue_ms);
+    cJSON_AddNumberToObject(a, "ttft_ms", res->ttft_ms);
+    cJSON_AddNumberToObject(a, "decode_ms", res->decode_ms);
+    cJSON_AddNumberToObject(a, "evicted", res->turn.evicted);
+    return a;
+}
+
+/* The skeleton of a response or chunk object. */
+static cJSON *response_head(ak_server *s, const ak_api_request *p, const char *id, long created, int chunk) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", id);
+    cJSON_AddStringToObject(j, "object", p->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    cJSON_AddNumberToObject(j, "created", (double)created);
+    cJSON_AddStringToObject(j, "model", s->cfg.model_id);
+    cJSON_AddStringToObject(j, "system_fingerprint", s->cfg.model->fingerprint);
+    return j;
+}
+
+/* A choice: for chat chunks a delta, for chat a message, else text. */
+static void add_choice(cJSON *j, const ak_api_request *p, int chunk, const char *role, const char *text, const char *finish) {
+    cJSON *choices = cJSON_AddArrayToObject(j, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (p->chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
+        if (role) cJSON_AddStringToObject(m, "role", role);
+        if (text) cJSON_AddStringToObject(m, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text ? text : "");
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+}
+
+/* The state of one SSE stream. */
+typedef struct {
+    ak_server *s;
+    ak_request *r;
+    ak_api_request p;
+    char id[64];
+    long created;
+    size_t have;              /* text bytes already sent */
+    ak_buf out;               /* formatted events not yet handed to MHD */
+    int fd;                   /* the client's socket, to notice it leaving (-1: unknown) */
+    size_t out_pos;           /* bytes of out already handed to MHD */
+    int sent_role, ended;
+} stream;
+
+/* 1 when the peer has closed or reset the connection (or shut down its
+ * sending side: an HTTP client does that only when leaving). Data waiting to
+ * be read (a pipelined request) is not a departure. Never blocks. */
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd pf = {fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) return 1;
+    char ch;
+    ssize_t n = recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* How often a waiting handler looks at its client's socket: a client that
+ * leaves is noticed within this time and its request cancelled (it then ends
+ * at the engine's next step). */
+#define AK_GONE_POLL_MS 50
+
+/* Waits like ak_request_wait (no limit), watching the client: returns 1 when
+ * r finished, 0 when it has more than `have` bytes, -1 when the client left
+ * (r is then cancelled). */
+static int wait_watching(ak_request *r, size_t have, int fd) {
+    for (;;) {
+        int done = ak_request_wait(r, have, AK_GONE_POLL_MS);
+        size_t len = ak_request_read(r, have, NULL, NULL, NULL);
+        if (done) return 1;
+        if (len > have) return 0;
+        if (client_gone(fd)) {
+            ak_request_cancel(r);
+            return -1;
+        }
+    }
+}
+
+/* Appends one SSE event "data: JSON\n\n" for j (consumed) to the stream's
+ * output. Returns 0, or -1 when out of memory (the stream then ends). */
+static int emit(stream *st, cJSON *j) {
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    const char *src = s ? s : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+    int rc = ak_buf_puts(&st->out, "data: ") | ak_buf_puts(&st->out, src) | ak_buf_puts(&st->out, "\n\n");
+    free(s);
+    return rc ? -1 : 0;
+}
+
+/* The status of a request that failed in the engine: its code's
+ * (ak_http_status_of), but no KV room before admission means the request
+ * can never fit, even alone (the scheduler waits for room while others
+ * run): the client's error, 400. */
+static int failed_status(const ak_req_result *res) {
+    if (res->code == AK_ERR_KV_BUDGET && !res->admitted) return 400;
+    return ak_http_status_of(res->code);
+}
+
+/* libmicrohttpd's content reader of an SSE stream: the role, then text
+ * events as the engine writes them, the end with usage, and [DONE]. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream *st = cls;
+    while (st->out_pos == st->out.len) {
+        st->out_pos = 0;
+        ak_buf_clear(&st->out);
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (st->p.chat && !st->sent_role) {
+            cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+            add_choice(j, &st->p, 1, "assistant", "", NULL);
+            st->sent_role = 1;
+            if (emit(st, j) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        int done = wait_watching(st->r, st->have, st->fd);
+        if (done < 0) return MHD_CONTENT_READER_END_WITH_ERROR;   /* the client left */
+        char *chunk = NULL;
+        size_t n = 0;
+        ak_req_result res;
+        st->have = ak_request_read(st->r, st->have, &chunk, &n, &res);
+        if (n) {
+            cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+            add_choice(j, &st->p, 1, NULL, chunk, NULL);
+            free(chunk);
+            if (emit(st, j) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        free(chunk);
+        if (!done) continue;
+        if (res.finish == AK_FINISH_ERROR) {
+            emit(st, ak_http_error_json(failed_status(&res), res.error, NULL, NULL));
+        } else {
+            cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+            add_choice(j, &st->p, 1, NULL, NULL, finish_name(res.finish));
+            cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
+            emit(st, j);
+            if (st->p.include_usage) {
+                j = response_head(st->s, &st->p, st->id, st->created, 1);
+                cJSON_AddArrayToObject(j, "choices");
+                cJSON_AddItemToObject(j, "usage", usage_json(&res));
+                cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
+                emit(st, j);
+            }
+        }
+        if (ak_buf_puts(&st->out, "data: [DONE]\n\n") < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        st->ended = 1;
+    }
+    size_t n = st->out.len - st->out_pos;
+    if (n > max) n = max;
+    memcpy(buf, st->out.p + st->out_pos, n);
+    st->out_pos += n;
+    return (ssize_t)n;
+}
+
+/* libmicrohttpd's end of a stream: the request is cancelled if it runs. */
+static void stream_free(void *cls) {
+    stream *st = cls;
+    ak_request_cancel(st->r); /* a no-op when it finished */
+    ak_request_release(st->r);
+    ak_api_request_free(&st->p);
+    ak_buf_free(&st->out);
+
+}
+
+/* The client of a running request closed its connection: the request was
+ * cancelled (it ends at the engine's next step, its agent keeping what was
+ * computed); counted as status 499 (nginx's "client closed request"). Closes
+ * the connection. */
+static enum MHD_Result client_left(ak_server *s, ak_request *r, ak_api_request *p, const char *ep) {
+    ak_request_release(r);
+    ak_api_request_free(p);
+    ak_metrics_request(s->cfg.metrics, ep, 499);
+    return MHD_NO;
+}
+
+/* OpenAI's error code (and its param) for a request that failed with an
+ * ak_err_code in the engine: a pool that vanished or broke between parsing
+ * and admission, no KV room. NULL when there is none to give. */
+static const char *code_of(int code, const char **param) {
+    *param = NULL;
+    switch (code) {
+    case AK_ERR_NOT_FOUND: *param = "pool"; return "pool_not_found";
+    case AK_ERR_STALE: *param = "pool"; return "pool_stale";
+    case AK_ERR_CORRUPT: *param = "pool"; return "pool_corrupt";
+    case AK_ERR_KV_BUDGET: return "kv_budget";
+    default: return NULL;
+    }
+}
+
+/* ak_api_pool_fn for the parser: the pool's tokens from the engine. */
+static int pool_lookup(void *ud, const char *id, int32_t **tokens, int *n, char **source, ak_error *err) {
+    ak_server *s = ud;
+    return ak_sched_pool_tokens(s->cfg.sched, id, tokens, n, source, err);
+}
+
+/* ak_api_memory_fn for the parser: the memory's tokens from the engine. */
+static int memory_lookup(void *ud, const char *id, int32_t **tokens, int *n, ak_error *err) {
+    ak_server *s = ud;
+    return ak_sched_memory_tokens(s->cfg.sched, id, tokens, n, err);
+}
+
+ak_api_config ak_server_api_config(ak_server *s) {
+    return (ak_api_config){.tok = s->cfg.tok, .model_id = s->cfg.model_id, .family = s->cfg.family,
+                           .template_text = s->cfg.template_text, .n_ctx = s->cfg.n_ctx, .pool_lookup = pool_lookup,
+                           .pool_ud = s, .memory_lookup = memory_lookup, .memory_ud = s};
+}
+
+/* The scheduler's parameters of a parsed request (pointing into p). */
+static ak_req_params req_params(ak_api_request *p) {
+    ak_req_params rp = {.agent_id = p->agent_id, .pool = p->pool, .prompt = p->tokens, .n_prompt = (int)p->n_tokens,
+                        .max_tokens = p->max_tokens, .sp = p->sp, .n_stop = p->n_stop, .stop_at_eog = 1,
+                        /* full: the same prompt computed as a plain one, from the first memory on */
+                        .n_mem = p->n_mem, .mem_full = p->reuse == AK_REUSE_FULL, .mem_method = p->reuse,
+                        .mem_ratio = (float)p->recompute_ratio, .reprompt = ak_api_reprompt(p)};
+    for (int i = 0; i < p->n_stop; i++) rp.stop[i] = p->stop[i];
+    for (int i = 0; i < p->n_mem; i++) {
+        rp.mem_id[i] = p->mem_id[i];
+        rp.mem_at[i] = p->mem_at[i];
+        rp.mem_len[i] = p->mem_len[i];
+    }
+    return rp;
+}
+
+/* A completion (chat: rendered messages, else a raw prompt): submitted,
+ * then answered once finished, or streamed (SSE) from its first text. */
+static enum MHD_Result complete(const ak_route_req *q, int chat) {
+    ak_server *s = q->s;
+    struct MHD_Connection *c = q->c;
+    ak_conn *cn = q->cn;
+    const char *ep = q->ep;
+    ak_api_config ac = ak_server_api_config(s);
+    pthread_mutex_lock(&s->mu);
+    uint64_t seed = (uint64_t)time(NULL) ^ (s->id_salt + s->next_id * 0x9E3779B97F4A7C15ull);
+    pthread_mutex_unlock(&s->mu);
+    ak_api_request p;
+    ak_api_error b;
+    if (ak_api_parse(&ac, cn->body, cn->len, chat, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Agent-Id"), seed,
+                     &p, &b) < 0)
+        return ak_http_error(s, c, ep, b.status, b.param, b.code, "%s", b.msg);
+    ak_server_release_body(s, cn);   /* parsed: the body no longer counts while the request runs */
+    int fd = ak_server_conn_fd(c);
+    ak_req_params rp = req_params(&p);
+    ak_error err = {0};
+    ak_request *r = ak_sched_submit(s->cfg.sched, &rp, &err);
+    if (r) p.resend = NULL;   /* the scheduler's now */
+    if (!r) {
+        ak_api_request_free(&p);
+        /* KV_BUDGET here: larger than the whole budget, it can never run */
+        int status = err.code == AK_ERR_KV_BUDGET ? 400 : ak_http_status_of(err.code);
+        return ak_http_error(s, c, ep, status, status == 400 ? "max_tokens" : NULL, NULL, "%s", err.msg);
+    }
+    char id[64];
+    make_id(s, chat ? "chatcmpl" : "cmpl", id, sizeof id);
+    long created = (long)time(NULL);
+    /* wait for the first text (or the end), so that a request that fails
+     * in the queue still gets its own HTTP status */
+    if (wait_watching(r, 0, fd) < 0) return client_left(s, r, &p, ep);
+    ak_req_result res;
+    ak_request_read(r, 0, NULL, NULL, &res);
+    if (res.finish == AK_FINISH_ERROR) {
+        ak_request_release(r);
+        ak_api_request_free(&p);
+        const char *param, *code = code_of(res.code, &param);
+        if (p.n_mem && param && !strcmp(param, "pool")) {   /* a memory that vanished or broke since the parse */
+            param = "memories";
+            code = res.code == AK_ERR_NOT_FOUND ? "memory_not_found" : res.code == AK_ERR_STALE ? "memory_stale"
+                                                                                                 : "memory_corrupt";
+        }
+        return ak_http_error(s, c, ep, failed_status(&res), param, code, "%s", res.error);
+    }
+    if (p.stream) {
+        stream *st = calloc(1, sizeof *st);
+        if (!st) {
+            ak_request_cancel(r);
+            ak_request_release(r);
+            ak_api_request_free(&p);
+            return ak_http_error(s, c, ep, 500, NULL, NULL, "out of memory");
+        }
+        st->s = s;
+        st->fd = fd;
+        st->r = r;
+        st->p = p;
+        st->created = created;
+        snprintf(st->id, sizeof st->id, "%s", id);
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+        if (!resp) {
+            stream_free(st);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        ak_http_add_cors(s, c, resp);
+        enum MHD_Result rc = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        ak_metrics_request(s->cfg.metrics, ep, 200);
+        return rc;
+    }
+    if (wait_watching(r, (size_t)-1, fd) < 0) return client_left(s, r, &p, ep);
+    char *text = NULL;
+    size_t n = 0;
+    ak_request_read(r, 0, &text, &n, &res);
+    ak_request_release(r);
+    if (res.finish == AK_FINISH_ERROR) {
+        free(text);
+        ak_api_request_free(&p);
+        return ak_http_error(s, c, ep, failed_status(&res), NULL, NULL, "%s", res.error);
+    }
+    cJSON *j = response_head(s, &p, id, created, 0);
+    add_choice(j, &p, 0, "assistant", text ? text : "", finish_name(res.finish));
+    cJSON_AddItemToObject(j, "usage", usage_json(&res));
+    cJSON_AddItemToObject(j, "agentkv", agentkv_json(&p, &res));
+    free(text);
+    ak_api_request_free(&p);
+    return ak_http_json(s, c, ep, 200, j);
+}
+
+enum MHD_Result ak_route_chat(const ak_route_req *q) { return complete(q, 1); }
+
+enum MHD_Result ak_route_completion(const ak_route_req *q) { return complete(q, 0); }
