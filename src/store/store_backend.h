@@ -1,14 +1,33 @@
 /* store_backend.h - the byte backend under the store (not an API).
  *
- * The store (store.h) keeps images: an agent, pool or memory file's bytes
- * (store_codec.h: the safetensors image, or its seal). Where those bytes
- * live is a backend's business, behind this table of operations:
+ * The store (store.h) keeps images: an agent, pool, memory or card file's
+ * bytes (store_codec.h: the safetensors image, or its seal; a card's:
+ * store_card.c). Where those bytes live is a backend's business, behind
+ * this table of operations:
  *   store_dir.c    a local directory (the embedded default): one file per
  *                  image, written as temp + fsync + rename + directory fsync;
  *   store_redis.c  a Redis server (hiredis): one value per image, large
- *                  images split into chunks under a manifest written last.
+ *                  images split into chunks under a manifest written last
+ *                  (its files: store_redis_impl.h).
  * Everything above the backend (the codec, the save and load paths, the
  * index, gc, quarantine bookkeeping) is the same for both.
+ *
+ * THE OPERATIONS (ak_backend_ops, each described there; "-" where the
+ * directory backend has none: NULL in its table):
+ *   close, where                       the backend itself
+ *   put_begin, put_write, put_commit,  writing an image (the directory's
+ *   put_abort, put_head (dir: -)       puts also take ak_backend_dir_put_at)
+ *   get_open, get_read, get_readv,     reading one
+ *   get_prefetch, get_touch, get_close
+ *   list, remove                       the images of a kind
+ *   quarantine, quarantine_list,       images moved aside
+ *   quarantine_drop
+ *   cache_list, cache_drop,            the read-through cache's copies
+ *   cache_room (dir: -)                (Redis with a local directory)
+ *   lease_hold, lease_held (dir: -)    which node serves an agent
+ * Callers reach the last five through ak_backend_cache_* and
+ * ak_backend_lease_* below, which give a backend without them its
+ * behaviour: no copies, and every lease held (one node owns a directory).
  *
  * What every backend promises:
  *   - put is atomic: between put_begin and put_commit nothing a reader can
@@ -20,8 +39,9 @@
  *   - get returns exactly the bytes a committed put wrote (the backend
  *     verifies what it can: a truncated or torn value is reported as such;
  *     the codec then checks every byte against its checksums).
- *   - ids are ak_agent_id_valid ids; kind is AK_FILE_AGENT, _POOL or
- *     _MEMORY (store_impl.h): the same id of two kinds is two values.
+ *   - ids are ak_agent_id_valid ids (base/ids.h); kind is AK_FILE_AGENT,
+ *     _POOL, _MEMORY or _CARD (store_impl.h): the same id of two kinds is
+ *     two values.
  *   - every operation may be called from any thread, concurrently, except
  *     that a put or get handle is used by one thread at a time (get_readv
  *     may run on two threads at once on one handle: the restore's worker).
@@ -129,6 +149,16 @@ typedef struct {
      * get_open finds it, so opening and listing read no image bytes
      * (Redis: the manifest's head field). May be NULL. */
     void (*put_head)(ak_blob_put *p, uint64_t n);
+
+    /* THE READ-THROUGH CACHE's copies (NULL: the backend keeps none; see
+     * ak_backend_cache_list). */
+    int (*cache_list)(ak_store_backend *b, ak_blob_name **out, int *n, ak_error *err);
+    void (*cache_drop)(ak_store_backend *b, const char *name);
+    void (*cache_room)(ak_store_backend *b, int64_t room);
+    /* LEASES (NULL: one node's backend, every lease held; see
+     * ak_backend_lease_hold). */
+    int (*lease_hold)(ak_store_backend *b, const char *id, ak_error *err);
+    int (*lease_held)(ak_store_backend *b, const char *id);
 } ak_backend_ops;
 
 /* Every backend's state starts with this. */
@@ -158,23 +188,37 @@ ak_store_backend *ak_backend_redis_open(const char *url, const char *password, i
                                         void (*log)(void *ud, const char *line), void *log_ud, ak_error *err);
 #define AK_STORE_LEASE_MS 10000
 
-/* THE READ-THROUGH CACHE's copies (store_redis.c; a backend without one
- * has none): cache_list lists them (name, size, last use: the LRU time a
- * load from the copy renews) as list does; cache_drop deletes one;
- * cache_room bounds the bytes they may take (< 0: no bound, the default):
- * each new copy then deletes the least recently used ones beyond it. The
- * store's gc counts them in the disk budget (store.c: ak_store_gc). */
-int ak_backend_cache_list(ak_store_backend *b, ak_blob_name **out, int *n, ak_error *err);
-void ak_backend_cache_drop(ak_store_backend *b, const char *name);
-void ak_backend_cache_room(ak_store_backend *b, int64_t room);
+/* THE READ-THROUGH CACHE's copies (the backend's cache_* operations; a
+ * backend without them has none): cache_list lists them (name, size, last
+ * use: the LRU time a load from the copy renews) as list does; cache_drop
+ * deletes one; cache_room bounds the bytes they may take (< 0: no bound,
+ * the default): each new copy then deletes the least recently used ones
+ * beyond it. The store's gc counts them in the disk budget (store.c:
+ * ak_store_gc). */
+static inline int ak_backend_cache_list(ak_store_backend *b, ak_blob_name **out, int *n, ak_error *err) {
+    if (b->ops->cache_list) return b->ops->cache_list(b, out, n, err);
+    *out = NULL;
+    *n = 0;
+    return 0;
+}
+static inline void ak_backend_cache_drop(ak_store_backend *b, const char *name) {
+    if (b->ops->cache_drop) b->ops->cache_drop(b, name);
+}
+static inline void ak_backend_cache_room(ak_store_backend *b, int64_t room) {
+    if (b->ops->cache_room) b->ops->cache_room(b, room);
+}
 
-/* LEASES (store_redis.c; a directory backend is one node's: always held).
- * lease_hold takes agent id's lease for this node (or notes it used, if
- * held): 0; 1 with err set (AK_ERR_BUSY) if another node holds it; -1 if
- * Redis cannot be asked. A held lease is renewed while used (every third of
- * the lease time) and released once unused for a lease time. lease_held:
- * 1 if this node holds it. */
-int ak_backend_lease_hold(ak_store_backend *b, const char *id, ak_error *err);
-int ak_backend_lease_held(ak_store_backend *b, const char *id);
+/* LEASES (the backend's lease_* operations; a backend without them is one
+ * node's: always held). lease_hold takes agent id's lease for this node (or
+ * notes it used, if held): 0; 1 with err set (AK_ERR_BUSY) if another node
+ * holds it; -1 if Redis cannot be asked. A held lease is renewed while used
+ * (every third of the lease time) and released once unused for a lease
+ * time. lease_held: 1 if this node holds it. */
+static inline int ak_backend_lease_hold(ak_store_backend *b, const char *id, ak_error *err) {
+    return b->ops->lease_hold ? b->ops->lease_hold(b, id, err) : 0;
+}
+static inline int ak_backend_lease_held(ak_store_backend *b, const char *id) {
+    return b->ops->lease_held ? b->ops->lease_held(b, id) : 1;
+}
 
 #endif

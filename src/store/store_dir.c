@@ -635,10 +635,12 @@ static void dir_quarantine_drop(ak_store_backend *b, const char *name) {
 }
 
 static const ak_backend_ops dir_ops = {
-    "dir", dir_close, dir_where,
-    dir_put_begin, dir_put_write, dir_put_commit, dir_put_abort,
-    dir_get_open, dir_get_read, dir_get_readv, dir_get_prefetch, dir_get_touch, dir_get_close,
-    dir_list, dir_remove,
-    dir_quarantine, dir_quarantine_list, dir_quarantine_drop,
-    NULL,   /* put_head: the file's first page is at hand anyway */
+    .name = "dir", .close = dir_close, .where = dir_where,
+    .put_begin = dir_put_begin, .put_write = dir_put_write, .put_commit = dir_put_commit, .put_abort = dir_put_abort,
+    .get_open = dir_get_open, .get_read = dir_get_read, .get_readv = dir_get_readv,
+    .get_prefetch = dir_get_prefetch, .get_touch = dir_get_touch, .get_close = dir_get_close,
+    .list = dir_list, .remove = dir_remove,
+    .quarantine = dir_quarantine, .quarantine_list = dir_quarantine_list, .quarantine_drop = dir_quarantine_drop,
+    /* no put_head: the file's first page is at hand anyway; no cache_*: a
+     * directory is its own copy; no lease_*: one node owns a directory */
 };
