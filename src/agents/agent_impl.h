@@ -1,5 +1,22 @@
-/* agent_impl.h - what agent.c and pools.c share inside the agents module:
- * the structures and the few helpers both need. Not a public header. */
+/* agent_impl.h - the core of the agents module: the agent records and
+ * their registry (registry.c: find, create, LRU eviction, the KV budget)
+ * and the save queue (save_queue.c: the writer thread, retries, flush).
+ * Not a public header.
+ *
+ * THE DIRECTION. The module's files depend on each other one way, lowest
+ * first:
+ *   1. the core (this header): registry.c and save_queue.c (evicting saves
+ *      an agent; the writer's outcomes are applied to the registry's agents);
+ *   2. the resident sets, each on the core only: pools.c (pools_impl.h),
+ *      memories.c (memories_impl.h), card_set.c (card_set.h);
+ *   3. restore.c (restore.h): restores and prefetches, on the core, pools
+ *      and cards;
+ *   4. turn.c (turns, placing memories, admission) and agent_cards.c
+ *      (making and importing cards), on everything below.
+ * The core reaches no module above it: a resident set registers an
+ * ak_resident_ops with the registry (agents_resident_register), which asks
+ * it to drop something when idle agents cannot make room and frees it with
+ * the agents. A lower file never includes a higher one's header. */
 #ifndef AK_AGENT_IMPL_H
 #define AK_AGENT_IMPL_H
 
@@ -18,7 +35,7 @@ typedef struct {
                                appended one): never published to nor linked from the content
                                index (prefix.h) */
     ak_store_seg segs[AK_KV_MAX_SEGMENTS];   /* what each segment of its cache's base is (store.h:
-                                                SEGMENTS; lengths as kv's, kept by segs_sync) */
+                                                SEGMENTS; lengths as kv's, kept by agent_segs_sync) */
     int n_segs;             /* of them, those its cache (or, evicted, its file) holds */
     int32_t *tokens;        /* (cap) the history whose KV the cache holds */
     int n, cap;
@@ -38,19 +55,6 @@ typedef struct {
     double ahead_ms;
     uint64_t ahead_bytes;
 } agent;
-
-struct ak_restore_job {
-    char id[AK_AGENT_ID_MAX + 1];
-    ak_store *store;
-    const char *fingerprint;
-    int vocab;
-    ak_kv *kv;
-    size_t reserved;
-    ak_store_status status;
-    ak_store_load_info info;
-    ak_error err;
-    struct prelink_ctx *prelink;   /* what the restore links instead of reading (agent.c) */
-};
 
 /* A save waiting for the writer thread: the agent's cache was copied into
  * the snapshot, so the agent may be evicted or decode on meanwhile. */
@@ -75,9 +79,14 @@ typedef struct save_result {
     int code;                   /* the error's ak_err_code */
 } save_result;
 
+/* The slots of the resident sets (see ak_resident_ops below), in the order
+ * the registry asks them to drop something and frees them. */
+typedef enum { AK_RESIDENT_POOLS, AK_RESIDENT_MEMORIES, AK_RESIDENT_CARDS, AK_RESIDENT_SLOTS } ak_resident_slot;
+
 struct ak_agents {
     ak_agents_config cfg;
     ak_pool *threads;           /* ak_agents_set_threads: imports fill card blocks on them */
+    const struct ak_resident_ops *resident[AK_RESIDENT_SLOTS];   /* the sets registered, by slot */
     agent **v;
     int n, cap;
     uint64_t clock;
@@ -96,10 +105,12 @@ struct ak_agents {
     int stop;
     uint64_t saves_done, saves_failed, saves_abandoned;
     size_t reserved;            /* bytes promised to restores in flight */
+    /* the resident sets' own records, each touched only by its module (the
+     * registry reaches them through resident[]) */
     /* pools (pools.c): those known this run, resident or not */
     struct pool_rec **pools;
     int n_pools, cap_pools;
-    /* cards (agent.c): made or loaded this run, immutable */
+    /* cards (card_set.c): made or loaded this run, immutable */
     struct ak_card **cards;
     int n_cards, cap_cards;
     /* memories (memories.c): those known this run */
@@ -109,52 +120,78 @@ struct ak_agents {
     uint64_t linked_bytes;
 };
 
-/* A pool as this process knows it (pools.c). */
-typedef struct pool_rec {
-    char id[AK_AGENT_ID_MAX + 1];
-    char hash[17];              /* content hash ("" while building) */
-    int32_t *tokens;            /* (n) */
-    int n;
-    ak_kv_format fk, fv;
-    ak_kv *kv;                  /* NULL unless resident */
-    char *source;               /* what it was made from (JSON), or NULL */
-    int64_t created;
-    uint64_t file_bytes;
-    int building;               /* ak_pool_begin called, not yet committed */
-} pool_rec;
-
 #define logf_(a, ...) ak_logf((a)->cfg.log, (a)->cfg.log_ud, __VA_ARGS__)
 
-/* agent.c */
+/* 1 if g's file is not current (its history changed since the version
+ * known to be on disk). */
+static inline int agent_is_dirty(const agent *g) { return g->saved != g->version; }
+
+/* ---- resident sets (registered with the registry) ------------------------ */
+
+/* What holds blocks (or other memory) of the agents' pool outside any
+ * agent, as the registry sees it. */
+typedef struct ak_resident_ops {
+    /* Drops one idle thing the set can bring back (or whose blocks no agent
+     * holds); returns 1, or 0 if there is none. NULL: the set never drops. */
+    int (*evict_one)(ak_agents *a);
+    /* Frees everything of the set (at ak_agents_free, after the agents). */
+    void (*free_all)(ak_agents *a);
+} ak_resident_ops;
+
+/* Registers ops (static, outliving a) in slot; a set registers before it
+ * first keeps something. Registering again is harmless. */
+void agents_resident_register(ak_agents *a, ak_resident_slot slot, const ak_resident_ops *ops);
+
+/* ---- the registry (registry.c) ------------------------------------------- */
+
+/* The agent id known this run (hot or not), or NULL. */
 agent *agents_find(const ak_agents *a, const char *id);
-/* Evicts idle LRU agents (then idle resident pools) until `need` bytes are
- * free; returns the number evicted, or -1 with err set. */
+/* A new, cold, empty agent id, taken into the registry; NULL with err set
+ * (AK_ERR_NOMEM). */
+agent *agents_create(ak_agents *a, const char *id, ak_error *err);
+/* Marks g used now (the LRU clock and the wall clock). */
+void agent_touch(ak_agents *a, agent *g);
+/* Sets g's history to tokens[0, n) (tokens may be g's own). Returns 0, or
+ * -1 with err set (AK_ERR_NOMEM) and g unchanged. */
+int agent_set_history(agent *g, const int32_t *tokens, int n, ak_error *err);
+/* Brings g's segment descriptors, pool, card and impure in line with its
+ * sequence (when hot). */
+void agent_segs_sync(agent *g);
+/* Sets g's segment k to a pool's or a card's (id, hash). */
+void agent_seg_named(agent *g, int k, int kind, const char *id, const char *hash);
+/* Replaces g's sequence with kv (taken over), whose one segment is a
+ * pool's or a card's (kind, id, hash), and syncs g's base bookkeeping. */
+void agent_set_base(agent *g, ak_kv *kv, int kind, const char *id, const char *hash);
+/* Evicts idle LRU agents other than keep (then asks the resident sets)
+ * until `need` bytes are free; returns the number of agents evicted, or -1
+ * with err set (AK_ERR_KV_BUDGET when nothing more can go). */
 int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *err);
+/* Bytes of nb spans in formats fk/fv once an agent's window moved on. */
+size_t agents_spans_bytes(const ak_agents *a, int nb, ak_kv_format fk, ak_kv_format fv);
+/* Bytes of the blocks kv lacks to hold n_pos positions. */
+size_t agents_kv_grow_bytes(const ak_agents *a, const ak_kv *kv, int n_pos);
+/* Bytes g (hot or not) adds to hold n_pos positions. */
+size_t agent_bytes_for(const ak_agents *a, const agent *g, int n_pos);
 
-/* pools.c */
-pool_rec *pools_find(const ak_agents *a, const char *id);
-/* The pool, resident (loaded from the store if need be), or NULL with err
- * set (AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT, ...). */
-pool_rec *pools_resolve(ak_agents *a, const char *id, ak_error *err);
-/* Drops one idle resident pool that the store can give back and whose
- * blocks no agent shares; returns 1, or 0 if there is none. */
-int pools_evict_one(ak_agents *a);
-void pools_free_all(ak_agents *a);
+/* ---- the save queue (save_queue.c) --------------------------------------- */
 
-/* memories.c */
-/* Memory id's blocks with their keys at positions [at, at + n), in formats
- * fk/fv (the memory's: its own vectors; others: converted, each vector
- * dequantized and quantized again): a sequence whose positions [0, n) hold
- * them, owned by the memory and shared by every placement at `at` in those
- * formats; its tokens and content hash. NULL with err set (memories.h:
- * ak_memory_kv's errors). */
-const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,
-                            const int32_t **tokens, int *n, const char **hash, ak_error *err);
-void mems_free_all(ak_agents *a);
-/* Drops from RAM one shifted copy whose blocks no agent holds, else one
- * idle memory the store can give back (its file reloads it on use);
- * returns 1, or 0 if there is none. */
-int mems_evict_one(ak_agents *a);
-
+/* Readies a's lock and condition, applies the disk budget and starts the
+ * writer thread when a has a store. Returns 0, or -1 with err set (the lock
+ * and condition destroyed again). */
+int saves_start(ak_agents *a, ak_error *err);
+/* Stops the writer once everything queued is written (retries without
+ * backoff) and applies the outcomes. No-op without a writer. */
+void saves_stop(ak_agents *a);
+/* Queues p (an agent's snapshot or a card, taken over) for the writer, last. */
+void saves_enqueue(ak_agents *a, pending *p);
+/* Waits until no save of id (NULL: of any agent) is queued, being written
+ * or waiting for a retry. */
+void saves_wait(ak_agents *a, const char *id);
+/* Applies the writer's reported outcomes to the agents (engine thread). */
+void saves_drain(ak_agents *a);
+/* Saves g if its file is not current and no save of its current history is
+ * on its way: snapshots it and queues the write (sync = 1: writes it here).
+ * Returns 0, or -1 with err set. */
+int agent_save(ak_agents *a, agent *g, int sync, ak_error *err);
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "agents/agent_impl.h"
 #include "agents/memories.h"
+#include "agents/memories_impl.h"
 
 /* Shifted copies kept per content: the positions a memory is placed at
  * most recently (a system prompt is usually one length for many agents). */
@@ -76,7 +77,8 @@ static void rec_free(ak_agents *a, mem_rec *r) {
     free(r);
 }
 
-void mems_free_all(ak_agents *a) {
+/* Frees every memory record (the registry's resident set hook). */
+static void mems_free_all(ak_agents *a) {
     for (int i = 0; i < a->n_mems; i++) rec_free(a, a->mems[i]);
     free(a->mems);
     a->mems = NULL;
@@ -98,8 +100,42 @@ static mem_body *body_find(const ak_agents *a, const char *hash) {
     return NULL;
 }
 
+/* Drops from RAM one shifted copy whose blocks no agent holds, else one
+ * idle memory the store can give back (its file reloads it on use);
+ * returns 1, or 0 if there is none (the registry's resident set hook). */
+static int mems_evict_one(ak_agents *a) {
+    /* first a shifted copy whose blocks no agent holds any more, then a
+     * whole memory the store can give back */
+    for (int i = 0; i < a->n_mems; i++) {
+        mem_body *b = a->mems[i]->body;
+        for (int k = 0; b && !b->pinned && k < MEM_SHIFTS; k++)
+            if (b->shift[k] && ak_kv_private_bytes(b->shift[k]) > 0) {
+                ak_kv_free(b->shift[k]);
+                b->shift[k] = NULL;
+                return 1;
+            }
+    }
+    if (!a->cfg.store) return 0;
+    for (int i = 0; i < a->n_mems; i++) {
+        mem_body *b = a->mems[i]->body;
+        if (!b || b->pinned || !b->kv || ak_kv_private_bytes(b->kv) == 0) continue;
+        for (int k = 0; k < MEM_SHIFTS; k++) {
+            ak_kv_free(b->shift[k]);
+            b->shift[k] = NULL;
+        }
+        ak_kv_free(b->kv);
+        b->kv = NULL;
+        logf_(a, "memory %s: dropped from RAM (its file stays)", a->mems[i]->id);
+        return 1;
+    }
+    return 0;
+}
+
+static const ak_resident_ops mem_set = {.evict_one = mems_evict_one, .free_all = mems_free_all};
+
 /* Takes r into the list. Returns 0, or -1 with err set. */
 static int rec_add(ak_agents *a, mem_rec *r, ak_error *err) {
+    agents_resident_register(a, AK_RESIDENT_MEMORIES, &mem_set);
     if (a->n_mems == a->cap_mems) {
         int nc = a->cap_mems ? 2 * a->cap_mems : 4;
         mem_rec **nv = realloc(a->mems, sizeof *nv * (size_t)nc);
@@ -436,34 +472,6 @@ static ak_kv *convert(ak_agents *a, const mem_body *b, ak_kv_format fk, ak_kv_fo
         return NULL;
     }
     return kv;
-}
-
-int mems_evict_one(ak_agents *a) {
-    /* first a shifted copy whose blocks no agent holds any more, then a
-     * whole memory the store can give back */
-    for (int i = 0; i < a->n_mems; i++) {
-        mem_body *b = a->mems[i]->body;
-        for (int k = 0; b && !b->pinned && k < MEM_SHIFTS; k++)
-            if (b->shift[k] && ak_kv_private_bytes(b->shift[k]) > 0) {
-                ak_kv_free(b->shift[k]);
-                b->shift[k] = NULL;
-                return 1;
-            }
-    }
-    if (!a->cfg.store) return 0;
-    for (int i = 0; i < a->n_mems; i++) {
-        mem_body *b = a->mems[i]->body;
-        if (!b || b->pinned || !b->kv || ak_kv_private_bytes(b->kv) == 0) continue;
-        for (int k = 0; k < MEM_SHIFTS; k++) {
-            ak_kv_free(b->shift[k]);
-            b->shift[k] = NULL;
-        }
-        ak_kv_free(b->kv);
-        b->kv = NULL;
-        logf_(a, "memory %s: dropped from RAM (its file stays)", a->mems[i]->id);
-        return 1;
-    }
-    return 0;
 }
 
 const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,

@@ -1,6 +1,6 @@
 /* pools.c - pools: named, write-once shared prefixes (agent.h).
  *
- * A pool is known to this process by a record (pool_rec, agent_impl.h):
+ * A pool is known to this process by a record (pool_rec, pools_impl.h):
  * created here (ak_pool_begin .. ak_pool_commit), or found in the store the
  * first time something names it. Its blocks are resident while kv is set;
  * an idle pool may be dropped from RAM to make room (its file brings it
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "agents/agent_impl.h"
+#include "agents/pools_impl.h"
 #include "kv/prefix.h"
 
 int ak_pool_id_valid(const char *id) { return ak_agent_id_valid(id); }
@@ -32,8 +32,35 @@ static void rec_free(pool_rec *p) {
     free(p);
 }
 
+/* Frees every pool record (the registry's resident set hook). */
+static void pools_free_all(ak_agents *a) {
+    for (int i = 0; i < a->n_pools; i++) rec_free(a->pools[i]);
+    free(a->pools);
+    a->pools = NULL;
+    a->n_pools = a->cap_pools = 0;
+}
+
+/* Drops one idle resident pool that the store can give back and whose
+ * blocks no agent shares; returns 1, or 0 if there is none (the
+ * registry's resident set hook). */
+static int pools_evict_one(ak_agents *a) {
+    if (!a->cfg.store) return 0;
+    for (int i = 0; i < a->n_pools; i++) {
+        pool_rec *p = a->pools[i];
+        if (!p->kv || p->building || ak_kv_private_bytes(p->kv) == 0) continue;
+        ak_kv_free(p->kv);
+        p->kv = NULL;
+        logf_(a, "pool %s: dropped from RAM (its file stays)", p->id);
+        return 1;
+    }
+    return 0;
+}
+
+static const ak_resident_ops pool_set = {.evict_one = pools_evict_one, .free_all = pools_free_all};
+
 /* Takes p into the list. Returns 0, or -1 with err set. */
 static int rec_add(ak_agents *a, pool_rec *p, ak_error *err) {
+    agents_resident_register(a, AK_RESIDENT_POOLS, &pool_set);
     if (a->n_pools == a->cap_pools) {
         int nc = a->cap_pools ? 2 * a->cap_pools : 4;
         pool_rec **nv = realloc(a->pools, sizeof *nv * (size_t)nc);
@@ -52,13 +79,6 @@ static void rec_del(ak_agents *a, pool_rec *p) {
             break;
         }
     rec_free(p);
-}
-
-void pools_free_all(ak_agents *a) {
-    for (int i = 0; i < a->n_pools; i++) rec_free(a->pools[i]);
-    free(a->pools);
-    a->pools = NULL;
-    a->n_pools = a->cap_pools = 0;
 }
 
 static ak_err_code status_code(ak_store_status st) {
@@ -140,19 +160,6 @@ pool_rec *pools_resolve(ak_agents *a, const char *id, ak_error *err) {
         return NULL;
     }
     return p;
-}
-
-int pools_evict_one(ak_agents *a) {
-    if (!a->cfg.store) return 0;
-    for (int i = 0; i < a->n_pools; i++) {
-        pool_rec *p = a->pools[i];
-        if (!p->kv || p->building || ak_kv_private_bytes(p->kv) == 0) continue;
-        ak_kv_free(p->kv);
-        p->kv = NULL;
-        logf_(a, "pool %s: dropped from RAM (its file stays)", p->id);
-        return 1;
-    }
-    return 0;
 }
 
 /* ---- creating --------------------------------------------------------- */
@@ -383,4 +390,20 @@ int ak_pool_remove(ak_agents *a, const char *id, ak_error *err) {
         if (r == 0) found = 1;
     }
     return found ? 0 : 1;
+}
+
+void ak_agents_share_stats(ak_agents *a, ak_share_stats *st) {
+    memset(st, 0, sizeof *st);
+    ak_block_pool_stats ps;
+    ak_block_pool_get_stats(a->cfg.pool, &ps);
+    st->shared_bytes = ps.shared;
+    st->logical_bytes = ps.logical;
+    st->used_bytes = ps.used;
+    st->linked_blocks = a->linked_blocks;
+    st->linked_bytes = a->linked_bytes;
+    for (int i = 0; i < a->n_pools; i++) {
+        if (a->pools[i]->building) continue;
+        st->pools++;
+        st->pools_resident += a->pools[i]->kv != NULL;
+    }
 }
