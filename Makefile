@@ -82,7 +82,7 @@ DSP_FLAGS_avx512   := -march=x86-64-v4 -mprefer-vector-width=512
 DSP_FLAGS_avx512vnni := -march=x86-64-v4 -mavx512vnni -mavx512vbmi -mprefer-vector-width=512
 OBJCOPY  ?= objcopy
 ifneq ($(DSP),)
-DSP_SRC  := $(filter-out %_arm.c,$(shell grep -l -E '^\#include "[a-z]+/(kernels_impl|kvformat_impl|vmath|kquant|kvformat_quant)\.h"' $(LIB_SRC)))
+DSP_SRC  := $(filter-out %_arm.c,$(shell grep -l -E '^\#include "[a-z]+/(kernels_backend|kernels_impl|kvformat_impl|vmath|kquant|kvformat_quant)\.h"' $(LIB_SRC)))
 DSP_RAW  := $(foreach L,$(DSP_LEVELS),$(DSP_SRC:%.c=$(BUILD)/dsp/$(L)/raw/%.o))
 LIB_OBJ  := $(filter-out $(DSP_SRC:%.c=$(BUILD)/%.o),$(LIB_OBJ)) \
             $(foreach L,$(DSP_LEVELS),$(DSP_SRC:%.c=$(BUILD)/dsp/$(L)/%.o)) $(BUILD)/dsp/stubs.o

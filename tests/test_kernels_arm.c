@@ -12,7 +12,7 @@
 #include "test.h"
 #include "base/cpu.h"
 #include "kernels/kernels.h"
-#include "kernels/kernels_impl.h"
+#include "kernels/kernels_backend.h"
 #include "base/threadpool.h"
 #include "base/util.h"
 

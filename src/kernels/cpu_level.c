@@ -1,12 +1,12 @@
 /* cpu_level.c - the level this copy of the SIMD code was compiled for.
  *
- * It includes kernels_impl.h, which makes it one of the files a dispatched
+ * It includes kernels_backend.h, which makes it one of the files a dispatched
  * build compiles once per level (Makefile: DSP_SRC), so the call below is
  * dispatched like every kernel: it answers the level of the code the
  * process actually runs, by the same compile-time test the kernels make.
  */
 #include "base/cpu.h"
-#include "kernels/kernels_impl.h"
+#include "kernels/kernels_backend.h"
 
 /* The level of this object's compiler target. */
 int ak_cpu_compiled_level(void) {

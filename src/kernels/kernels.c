@@ -1,7 +1,7 @@
 /* kernels.c - see kernels.h. This file holds the public entry points, the
  * scalar reference code (the "scalar back end") and the threaded driver of
  * ak_matmul. The SIMD loops live in kernels_x86.c and kernels_arm.c behind
- * the small interface of kernels_impl.h.
+ * the small interface of kernels_backend.h.
  *
  * Quantized products. Q8_0 and Q4_0 weights are multiplied with activations
  * that are themselves quantized to 8-bit blocks of 32 (per block scale
@@ -13,10 +13,11 @@
  *
  * Q4_1, Q5_0, Q5_1 and the K-quants (Q4_K, Q5_K, Q6_K) live in kquant.c and
  * kernels_kquant_*.c, with their own activation layouts; backend_for() hands
- * them their back end, and the driver below is shared.
+ * them their back end (declared in kernels_backend.h), and the driver below
+ * is shared.
  */
+#include "kernels/kernels_backend.h"
 #include "kernels/kernels_impl.h"
-#include "kernels/kquant.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -1,4 +1,4 @@
-/* kernels_arm.c - the NEON back end (AArch64; see kernels_impl.h).
+/* kernels_arm.c - the NEON back end (AArch64; see kernels_backend.h).
  *
  * Quantized weights x 8-bit activations: NEON multiplies signed by signed
  * bytes, so Q4_0 nibbles are simply re-centred (q - 8) and no offset

@@ -1,13 +1,9 @@
-/* kernels_impl.h - internal interface between kernels.c (public API, scalar
- * code, threading) and the SIMD back ends (kernels_x86.c, kernels_arm.c).
- * Not part of the public API.
- *
- * A back end provides, for one set of target macros:
- *   - its layout of "XQ", one token's activations quantized to 8-bit blocks
- *     of 32 (d = amax/127, q = round-half-even(x/d), |q| <= 127), used with
- *     Q8_0 and Q4_0 weights. The layout may depend on the weight type.
- *   - tile loops computing a rectangle of Y from W and XQ (quantized) or X.
- * The scalar back end (kernels.c) is the reference for all of them.
+/* kernels_impl.h - code shared by the SIMD back ends and the threaded
+ * drivers of the kernels, on top of their interface (kernels_backend.h):
+ * the SIMD activation quantizers every x86 layout starts from, the work
+ * items of a threaded product (kernels.c, kernels_packed.c) and the tile
+ * instantiation macros of the row-major SIMD back ends. Not part of the
+ * public API.
  */
 #ifndef AK_KERNELS_IMPL_H
 #define AK_KERNELS_IMPL_H
@@ -19,50 +15,7 @@
 
 #include "base/gguf.h"
 #include "kernels/kernels.h"
-
-/* Which SIMD back end this build uses: decided here only. */
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__AVX512DQ__) && defined(__FMA__) && defined(__F16C__)
-#define AK_SIMD_AVX512 1
-#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define AK_SIMD_AVX2 1
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-#define AK_SIMD_NEON 1
-
-#endif
-
-#define AK_QK 32            /* elements per quantized block */
-#define AK_Q8_0_BYTES 34    /* f16 d + 32 x int8 */
-#define AK_Q4_0_BYTES 18    /* f16 d + 16 bytes of nibbles */
-
-/* Y[t * ldy + r] = dot(row r of W, token t) for r in [r0, r1), t in [t0, t1).
- * W points at row 0; rows are wrb bytes apart. For mm_q, xq points at token
- * 0's XQ row and rows are xqs bytes apart; for mm_f, X is ntok x cols f32. */
-typedef void (*ak_mm_q_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                           int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
-                           float *Y, int64_t ldy);
-typedef void (*ak_mm_f_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                           int64_t cols, const float *X, int64_t t0, int64_t t1,
-                           float *Y, int64_t ldy);
-
-typedef struct {
-    const char *name;
-    /* Bytes of one token's XQ row for weights of wtype; a multiple of 64. */
-    size_t (*xq_row_bytes)(uint32_t wtype, int64_t cols);
-    /* Quantizes cols activations (a multiple of 32) into one XQ row. */
-    void (*quantize_x)(uint32_t wtype, const float *x, void *dst, int64_t cols);
-    ak_mm_q_fn mm_q;        /* Q8_0, Q4_0 weights */
-    ak_mm_f_fn mm_f;        /* F32, F16, BF16 weights */
-    /* Row conversions between f32 and IEEE half (round to nearest even). */
-    void (*f32_to_f16)(const float *x, uint16_t *y, int64_t n);
-    void (*f16_to_f32)(const uint16_t *x, float *y, int64_t n);
-} ak_kernel_backend;
-
-extern const ak_kernel_backend ak_backend_scalar;   /* kernels.c */
-#if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2) || defined(AK_SIMD_NEON)
-extern const ak_kernel_backend ak_backend_simd;     /* kernels_x86.c / kernels_arm.c */
-
-#endif
+#include "kernels/kernels_backend.h"
 
 #if defined(AK_SIMD_AVX512)
 #include <immintrin.h>
@@ -198,52 +151,11 @@ static inline int ak_mm_items_next(ak_mm_items *w, int ith, int64_t *u0, int64_t
     return 1;
 }
 
-/* The K-quant half of kernels.h's packed layout (kernels_packed_k.c): Q4_K,
- * Q5_K and Q6_K. kernels_packed.c's entry points and its threaded driver
- * hand those types here for what differs: the layout, the activations
- * ("XK", ak_packed_k_xk_bytes per token) and the tiles of one work item. */
-#define AK_PACKED_STACK 65536   /* one token's activations when the heap is exhausted */
-size_t ak_packed_k_bytes(uint32_t wtype, int64_t rows, int64_t cols);
-void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P);
-size_t ak_packed_k_group_bytes(uint32_t wtype, int64_t cols);
-size_t ak_packed_k_xk_bytes(int64_t cols);
-void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols);
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) from groups at P (gb bytes each)
- * and the tokens' XK rows (xk, xks bytes apart); Y is ntok x rows. */
-void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
-                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y);
-
-/* ---- NEON tiles of kernels_packed.c's R16 layout (kernels_packed_arm.c) ----
- * Levels: 0 plain NEON, 1 + dotprod (sdot), 2 + i8mm (smmla); every level
- * gives the same bits. ak_neon_level: this CPU's (getauxval), capped by the
- * environment variable AGENTKV_NEON (plain, dotprod, i8mm). quantize: one
- * token's XP row for wtype. The items: kernels_packed.c's q_item / f_item
- * contracts (Y rows [16 g0, 16 g1) x tokens [t0, t1), Y ntok x rows). */
-#if defined(AK_SIMD_NEON)
-int ak_neon_level(void);
-void ak_packed_neon_quantize(uint32_t wtype, const float *x, uint8_t *dst, int64_t cols);
-void ak_packed_neon_q_item(int level, uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols,
-                           int64_t g0, int64_t g1, int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y);
-void ak_packed_neon_f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                           int64_t t0, int64_t t1, const float *X, float *Y);
-#endif
-
-/* Little helpers shared by the back ends. */
-static inline uint16_t ak_load_u16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);   /* blocks are only 2-byte aligned at best */
-    return v;
-}
-static inline int64_t ak_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline size_t ak_round64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-
 /* ---- Tile instantiation, shared by the SIMD back ends ----
  * A back end writes its tile loops once as always-inline functions taking the
  * tile size (R rows x T tokens, at most MAXR x MAXT) as constants; these
  * macros stamp out one function per (type selector, R, T) and a table, so
  * remainders run the same code with a smaller tile. */
-#define AK_INLINE static inline __attribute__((always_inline))
 #define MAXR 4
 #define MAXT 4
 
@@ -274,7 +186,6 @@ typedef void (*f_tile_fn)(const uint8_t *W, size_t wrb, const float *X, int64_t 
         BODY(Q, R, T, W, wrb, X, ldx, cols, Y, ldy);                                       \
     }
 #define INST_ONE(NAME, BODY, FN, Q, R, T) FN(NAME, BODY, Q, R, T)
-
 
 /* Float weight selector used by the f tiles: 0 = F32, 1 = F16, 2 = BF16. */
 static inline int ak_ftype_index(uint32_t wtype) {

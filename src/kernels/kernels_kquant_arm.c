@@ -1,5 +1,5 @@
 /* kernels_kquant_arm.c - NEON back end (AArch64) for kquant.h's types; the
- * contract is kernels_impl.h's, the reference kquant.c's scalar back end.
+ * contract is kernels_backend.h's, the reference kquant.c's scalar back end.
  *
  * Quants are unpacked to bytes 0..63 (Q6_K: q + 32), which are valid signed
  * bytes, so the signed x signed products of SDOT (vdotq_s32) apply directly;
@@ -49,7 +49,7 @@ AK_INLINE uint8x16_t bits16_to_0x10(uint32_t h) {
 #undef NL_SFX
 #pragma GCC pop_options
 
-/* kernels_impl.h's mm_q contract, one row and token at a time. */
+/* kernels_backend.h's mm_q contract, one row and token at a time. */
 static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
                  const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
     const int dot = ak_neon_level() >= 1;

@@ -1,5 +1,5 @@
 /* kernels_kquant_x86.c - AVX2 (and AVX-512 builds, which include it) back end
- * for kquant.h's types; the contract is kernels_impl.h's, the reference is
+ * for kquant.h's types; the contract is kernels_backend.h's, the reference is
  * kquant.c's scalar back end.
  *
  * K super-blocks. A row's super-block is unpacked into eight 32-byte vectors
@@ -453,7 +453,7 @@ MM_32(mm_q41, KT_Q41)
 MM_32(mm_q50, KT_Q50)
 MM_32(mm_q51, KT_Q51)
 
-/* kernels_impl.h's mm_q contract for every type of kquant.h. */
+/* kernels_backend.h's mm_q contract for every type of kquant.h. */
 static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
                  const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
     switch (wtype) {

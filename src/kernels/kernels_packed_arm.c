@@ -148,7 +148,7 @@ typedef void (*f16_fn)(const uint8_t *grp, int64_t cols, const float *X, int64_t
 
 static const q16_fn (*const qtiles_at[3])[4] = { qtiles_plain, qtiles_dot, qtiles_i8mm };
 
-/* ---- Entry points (kernels_impl.h) ---- */
+/* ---- Entry points (kernels_backend.h) ---- */
 
 /* One token's activations into kernels_packed.c's XP layout: cols int8
  * quants (the XQ contract: d = amax / 127, q = round-half-even(x / d)), nb

@@ -395,7 +395,7 @@ typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8
 KTILE_KIND(0) KTILE_KIND(1) KTILE_KIND(2)
 static const ktile_fn ktiles[3][3][TILE_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
 
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_impl.h's contract for
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_backend.h's contract for
  * one work item of kernels_packed.c's driver). */
 void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
                       int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
@@ -875,7 +875,7 @@ typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8
 KTILE_MULTI(0) KTILE1_FN(1) KTILE1_FN(2) KTILE1_FN(4) KTILE_KIND(1) KTILE_KIND(2)
 static const ktile_fn ktiles[3][3][KT_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
 
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_impl.h's contract for
+/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_backend.h's contract for
  * one work item of kernels_packed.c's driver). */
 void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
                       int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {

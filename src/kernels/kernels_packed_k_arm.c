@@ -14,7 +14,7 @@
  * ak_neon_level()'s; both give the same bits.
  *
  * kernels_packed.c's driver calls ak_packed_k_quantize and ak_packed_k_item
- * (kernels_impl.h) where kernels_packed_k.c reports a packed size, which it
+ * (kernels_backend.h) where kernels_packed_k.c reports a packed size, which it
  * does on AArch64 builds for these tiles.
  */
 #include "kernels/kernels_impl.h"
@@ -121,7 +121,7 @@ void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols) {
 
 /* Y rows [16 g0, 16 g1) x tokens [t0, t1) from the groups at P (gb bytes
  * each) and the tokens' XK rows (xk: token 0's, xks bytes apart); Y is
- * ntok x rows (kernels_impl.h's contract). */
+ * ntok x rows (kernels_backend.h's contract). */
 void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
                       int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
     const int kt = k_kind(wtype);

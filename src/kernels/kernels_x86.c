@@ -1,4 +1,4 @@
-/* kernels_x86.c - the AVX-512 and AVX2 back ends (see kernels_impl.h).
+/* kernels_x86.c - the AVX-512 and AVX2 back ends (see kernels_backend.h).
  *
  * Quantized weights x 8-bit activations. The instructions at hand multiply
  * unsigned by signed bytes (vpdpbusd with AVX512-VNNI, vpmaddubsw otherwise),

@@ -461,7 +461,7 @@ static float dotk(uint32_t t, const uint8_t *w, const ak_xq_k *x, int64_t nsb) {
     return sum;
 }
 
-/* kernels_impl.h's mm_q contract, one row and token at a time. */
+/* kernels_backend.h's mm_q contract, one row and token at a time. */
 static void scalar_mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
                         int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
                         float *Y, int64_t ldy) {

@@ -2,7 +2,9 @@
  * Q4_0: formats, quantizers, dequantizers and the kernel back ends that
  * multiply them with 8-bit activations. Internal to the kernels: the public
  * entry points stay those of kernels.h (ak_quantize_row, ak_matmul, ...),
- * which dispatch here for these types.
+ * which dispatch here for these types through kernels_backend.h (where the
+ * row sizes, row quantizers and back ends of these types are declared);
+ * this header holds what the K-quant back ends share beyond that.
  *
  * Formats (byte-exact with GGUF files written by llama.cpp; d, dmin, m are
  * IEEE halves, little-endian):
@@ -38,7 +40,7 @@
 #ifndef AK_KQUANT_H
 #define AK_KQUANT_H
 
-#include "kernels/kernels_impl.h"
+#include "kernels/kernels_backend.h"
 
 #define AK_QKK 256            /* elements per K super-block */
 
@@ -50,25 +52,8 @@ typedef struct {
     float pad_[7];            /* keeps records 64-byte multiples */
 } ak_xq_k;
 
-/* 1 for the types this module handles (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). */
-int ak_kq_type(uint32_t type);
 /* 1 for the K super-block types. */
 int ak_kq_is_k(uint32_t type);
-/* Bytes of a row of n elements of a kq type. */
-size_t ak_kq_row_bytes(uint32_t type, int64_t n);
-
-/* Quantize / dequantize rows of n elements (a multiple of the block size). */
-void ak_kq_quantize_row(uint32_t type, const float *x, void *dst, int64_t n);
-void ak_kq_dequantize_row(uint32_t type, const void *src, float *y, int64_t n);
-
-/* Back ends for these types (same interface as the Q8_0/Q4_0 ones; mm_f is
- * unused). The scalar one is the reference; the SIMD one is
- * kernels_kquant_x86.c's or kernels_kquant_arm.c's. */
-extern const ak_kernel_backend ak_kq_backend_scalar;
-#if defined(AK_SIMD_AVX512) || defined(AK_SIMD_AVX2) || defined(AK_SIMD_NEON)
-#define AK_KQ_SIMD 1
-extern const ak_kernel_backend ak_kq_backend_simd;
-#endif
 
 /* Shared with the SIMD back ends: the activation quantizer (both back ends
  * use this exact arithmetic, so they differ only in float summation order),

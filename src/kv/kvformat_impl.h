@@ -19,7 +19,7 @@
 #include "base/util.h"
 
 /* Which SIMD back end this build uses: decided here only (the same rule as
- * kernels_impl.h, under names of this module's own). */
+ * kernels_backend.h, under names of this module's own). */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512DQ__) && defined(__FMA__) && defined(__F16C__)
 #define AK_KVF_AVX512 1
