@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         at += l;
     }
     const int n_ctx = 4096;
-    ak_api_config cfg = {tk, "m", fam, NULL, n_ctx};
+    ak_api_config cfg = {.tok = tk, .model_id = "m", .family = fam, .n_ctx = n_ctx};
     /* the body in a buffer of its own size: reads past it are caught */
     size_t n = size - at;
     char *body = malloc(n ? n : 1);

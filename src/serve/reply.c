@@ -118,7 +118,17 @@ enum MHD_Result ak_http_deleted(const ak_route_req *q, const char *what) {
 
 enum MHD_Result ak_http_list(const ak_route_req *q, cJSON *data) {
     cJSON *j = cJSON_CreateObject();
+    if (!j) cJSON_Delete(data);
     cJSON_AddStringToObject(j, "object", "list");
     cJSON_AddItemToObject(j, "data", data);
     return ak_http_json(q->s, q->c, q->ep, 200, j);
+}
+
+enum MHD_Result ak_http_items(const ak_route_req *q, int rc, const ak_error *err, void *v, int n, size_t size,
+                              cJSON *(*json)(const void *item)) {
+    if (rc < 0) return ak_http_error(q->s, q->c, q->ep, 500, NULL, NULL, "%s", err->msg);
+    cJSON *data = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, json((const char *)v + (size_t)i * size));
+    free(v);
+    return ak_http_list(q, data);
 }

@@ -239,7 +239,8 @@ static enum MHD_Result model_get(const ak_route_req *q) {
 
 /* ---------------------------------------------------------------- agents */
 
-static cJSON *agent_json(const ak_sched_agent *a) {
+static cJSON *agent_json(const void *item) {
+    const ak_sched_agent *a = item;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", a->id);
     cJSON_AddStringToObject(j, "object", "agent");
@@ -261,12 +262,8 @@ static enum MHD_Result agents_list(const ak_route_req *q) {
     ak_sched_agent *v = NULL;
     int n = 0;
     ak_error err = {0};
-    if (ak_sched_list_agents(q->s->cfg.sched, &v, &n, &err) < 0)
-        return ak_http_error(q->s, q->c, q->ep, 500, NULL, NULL, "%s", err.msg);
-    cJSON *data = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, agent_json(&v[i]));
-    free(v);
-    return ak_http_list(q, data);
+    int rc = ak_sched_list_agents(q->s->cfg.sched, &v, &n, &err);
+    return ak_http_items(q, rc, &err, v, n, sizeof *v, agent_json);
 }
 
 /* DELETE /v1/agents: refused, an agent is deleted by its id. */

@@ -38,6 +38,9 @@ static cJSON *card_json(const ak_store_card_entry *e, const ak_sched_card *hist)
     return j;
 }
 
+/* card_json of a list's item: no histograms (a list reads no card). */
+static cJSON *card_item_json(const void *item) { return card_json(item, NULL); }
+
 /* The answer to a card operation that failed with err: its code's status
  * (reply.c) with OpenAI's code: card_not_found (agent_not_found when
  * agent_missing: the operation's agent is what a NOT_FOUND names),
@@ -149,12 +152,8 @@ enum MHD_Result ak_route_cards_list(const ak_route_req *q) {
     ak_store_card_entry *v = NULL;
     int n = 0;
     ak_error err = {0};
-    if (ak_sched_cards_list(q->s->cfg.sched, &v, &n, &err) < 0)
-        return ak_http_error(q->s, q->c, q->ep, 500, NULL, NULL, "%s", err.msg);
-    cJSON *data = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, card_json(&v[i], NULL));
-    free(v);
-    return ak_http_list(q, data);
+    int rc = ak_sched_cards_list(q->s->cfg.sched, &v, &n, &err);
+    return ak_http_items(q, rc, &err, v, n, sizeof *v, card_item_json);
 }
 
 /* DELETE /v1/cards/{id}: refused (409, naming them) while agents hold it. */

@@ -7,7 +7,8 @@
 
 /* ---------------------------------------------------------------- pools */
 
-static cJSON *pool_json(const ak_pool_info *in) {
+static cJSON *pool_json(const void *item) {
+    const ak_pool_info *in = item;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", in->id);
     cJSON_AddStringToObject(j, "object", "pool");
@@ -58,12 +59,8 @@ enum MHD_Result ak_route_pools_list(const ak_route_req *q) {
     ak_pool_info *v = NULL;
     int n = 0;
     ak_error err = {0};
-    if (ak_sched_pools_list(q->s->cfg.sched, &v, &n, &err) < 0)
-        return ak_http_error(q->s, q->c, q->ep, 500, NULL, NULL, "%s", err.msg);
-    cJSON *data = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, pool_json(&v[i]));
-    free(v);
-    return ak_http_list(q, data);
+    int rc = ak_sched_pools_list(q->s->cfg.sched, &v, &n, &err);
+    return ak_http_items(q, rc, &err, v, n, sizeof *v, pool_json);
 }
 
 /* GET /v1/pools/{id}: one pool, or 404. */
@@ -108,6 +105,9 @@ static cJSON *memory_json(const ak_memory_info *in, const char *text) {
     return j;
 }
 
+/* memory_json of a list's item: without its text. */
+static cJSON *memory_item_json(const void *item) { return memory_json(item, NULL); }
+
 /* The answer to a memory operation that failed with err: its code's status
  * (reply.c) with OpenAI's code for it (memory_not_found, memory_exists,
  * memory_stale, memory_corrupt, kv_budget; else none) and param. */
@@ -151,12 +151,8 @@ enum MHD_Result ak_route_memories_list(const ak_route_req *q) {
     ak_memory_info *v = NULL;
     int n = 0;
     ak_error err = {0};
-    if (ak_sched_memories_list(q->s->cfg.sched, &v, &n, &err) < 0)
-        return ak_http_error(q->s, q->c, q->ep, 500, NULL, NULL, "%s", err.msg);
-    cJSON *data = cJSON_CreateArray();
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(data, memory_json(&v[i], NULL));
-    free(v);
-    return ak_http_list(q, data);
+    int rc = ak_sched_memories_list(q->s->cfg.sched, &v, &n, &err);
+    return ak_http_items(q, rc, &err, v, n, sizeof *v, memory_item_json);
 }
 
 /* GET /v1/memories/{id}: one memory with its text. */

@@ -877,7 +877,7 @@ static int agent_busy(const ak_sched *s, const char *id) {
     return 0;
 }
 
-/* Fails everything at shutdown: queued requests with 503, running ones cut. */
+/* Fails everything at shutdown: queued requests with AK_ERR_SHUTDOWN, running ones cut. */
 static void shutdown_requests(ak_sched *s) {
     pthread_mutex_lock(&s->mu);
     ak_request *in = s->incoming;

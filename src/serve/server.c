@@ -196,11 +196,11 @@ static int web_guard(ak_server *s, struct MHD_Connection *c, const char *url, co
         *out = ak_http_error(s, c, ep, 400, NULL, "malformed_request", "an HTTP/1.1 request needs a Host header");
     else if (strcmp(url, "/health") && !host_allowed(s, host))
         *out = ak_http_error(s, c, ep, 403, NULL, "host_not_allowed",
-                          "Host '%.200s' is not a name of this server (allow it with serve --allowed-host)", host);
+                             "Host '%.200s' is not a name of this server (allow it with serve --allowed-host)", host);
     else if (origin && !cors_value(s, origin))
         *out = ak_http_error(s, c, ep, 403, NULL, "origin_not_allowed",
-                          "requests from the web origin '%.200s' are not allowed (allow it with serve --cors-origin)",
-                          origin);
+                             "requests from the web origin '%.200s' are not allowed (allow it with serve --cors-origin)",
+                             origin);
     else if (origin && !strcmp(method, "OPTIONS"))
         *out = send_preflight(s, c, ep);
     else
@@ -221,16 +221,18 @@ static int body_type_guard(ak_server *s, struct MHD_Connection *c, const char *m
     int has_body = te || (cl && cl[strspn(cl, "0")]);
     if ((has_body || (ct && !strcmp(method, "POST"))) && !(ct && is_json_type(ct)))
         *out = ak_http_error(s, c, ep, 415, NULL, "unsupported_media_type",
-                          "the request body must be JSON (Content-Type: application/json), not '%.100s'",
-                          ct ? ct : "(none)");
+                             "the request body must be JSON (Content-Type: application/json), not '%.100s'",
+                             ct ? ct : "(none)");
     else if (te && strcasecmp(te, "chunked"))
         *out = ak_http_error(s, c, ep, 501, NULL, "unsupported_transfer_encoding",
-                          "Transfer-Encoding '%.100s' is not supported (send Content-Length or chunked)", te);
+                             "Transfer-Encoding '%.100s' is not supported (send Content-Length or chunked)", te);
     else
         return 0;
     return 1;
 }
 
+/* 1 when no key is required or the request carries it (Authorization:
+ * Bearer KEY, compared in constant time). */
 static int authorized(ak_server *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -240,6 +242,10 @@ static int authorized(ak_server *s, struct MHD_Connection *c) {
     return a == b && sodium_memcmp(h, s->cfg.api_key, a) == 0;
 }
 
+/* libmicrohttpd's request handler, called per request on its connection's
+ * thread: first with the headers (refused there if they can be), then with
+ * each piece of the body (buffered, or discarded past a limit), then once
+ * the body is complete: the route table answers. */
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     ak_server *s = cls;
@@ -254,7 +260,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (web_guard(s, c, url, method, version, ep, &out)) return out;
         if (strcmp(url, "/health") && !authorized(s, c))
             return ak_http_error(s, c, ep, 401, NULL, "invalid_api_key",
-                              "a valid API key is required (Authorization: Bearer KEY)");
+                                 "a valid API key is required (Authorization: Bearer KEY)");
         if (body_type_guard(s, c, method, ep, &out)) return out;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -295,6 +301,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     return ak_route_dispatch(s, c, cn, url, method);
 }
 
+/* libmicrohttpd's end of a request: its body and buffer share go. */
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)c;
     (void)toe;

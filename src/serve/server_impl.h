@@ -123,5 +123,9 @@ enum MHD_Result ak_http_deleted(const ak_route_req *q, const char *what);
 /* An answer whose body is a list {"object": "list", "data": [...]}: data
  * (an array, consumed) wrapped. */
 enum MHD_Result ak_http_list(const ak_route_req *q, cJSON *data);
+/* The answer to a listing that returned rc (err set when < 0: 500): the n
+ * items of `size` bytes at v (malloc'd, freed here), each as json makes it. */
+enum MHD_Result ak_http_items(const ak_route_req *q, int rc, const ak_error *err, void *v, int n, size_t size,
+                              cJSON *(*json)(const void *item));
 
 #endif
