@@ -104,12 +104,13 @@ typedef struct {
 } mix;
 
 static const mix mixes[] = {
-    { "fma", run_fma, 8, "avx2,fma", "F32/F16/BF16 weights, AVX2" },
-    { "u8s8_16", run_u8s8_16, 32, "avx2", "Q4_0/Q4_1/Q4_K, plain AVX2" },
-    { "s8s8", run_s8s8, 32, "avx2", "Q8_0, plain AVX2" },
-    { "vnni", run_vnni, 32, "avxvnni", "8/4-bit weights, AVX-VNNI" },
-    { "fma512", run_fma512, 16, "avx512f", "float weights, AVX-512" },
-    { "vnni512", run_vnni512, 64, "avx512vnni", "8/4-bit weights, AVX-512 VNNI" },
+    { .name = "fma", .run = run_fma, .macs = 8, .needs = "avx2,fma", .for_what = "F32/F16/BF16 weights, AVX2" },
+    { .name = "u8s8_16", .run = run_u8s8_16, .macs = 32, .needs = "avx2", .for_what = "Q4_0/Q4_1/Q4_K, plain AVX2" },
+    { .name = "s8s8", .run = run_s8s8, .macs = 32, .needs = "avx2", .for_what = "Q8_0, plain AVX2" },
+    { .name = "vnni", .run = run_vnni, .macs = 32, .needs = "avxvnni", .for_what = "8/4-bit weights, AVX-VNNI" },
+    { .name = "fma512", .run = run_fma512, .macs = 16, .needs = "avx512f", .for_what = "float weights, AVX-512" },
+    { .name = "vnni512", .run = run_vnni512, .macs = 64, .needs = "avx512vnni",
+     .for_what = "8/4-bit weights, AVX-512 VNNI" },
 };
 
 /* Whether the CPU has every feature in the comma-separated list. */
@@ -152,7 +153,7 @@ static double measure(const mix *m, int nth, int reps, int *sink) {
     pthread_t tid[64];
     if (nth > 64) nth = 64;
     for (int i = 0; i < nth; i++) {
-        jobs[i] = (job){ m, reps, 0, 0 };
+        jobs[i] = (job){ .m = m, .reps = reps };
         if (i && pthread_create(&tid[i], NULL, worker, &jobs[i]) != 0) {
             fprintf(stderr, "simd_peak: cannot start thread %d\n", i);
             exit(1);

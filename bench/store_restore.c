@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     }
     if (reps < 1 || reps > 100) reps = 5;
     ak_error err = {{0}};
-    ak_store_where wr = {url, NULL, NULL, 0, NULL, NULL};
+    ak_store_where wr = {.url = url};
     ak_store *st[2] = {ak_store_open(dir, NULL, &err), NULL};
     if (st[0]) st[1] = ak_store_open_at(&wr, NULL, &err);
     if (!st[0] || !st[1]) {
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     snprintf(list, sizeof list, "%s", ctxs);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         int n = atoi(tok);
-        ak_cache_spec s = {16, 8, 64, 64, n + 64};
+        ak_cache_spec s = {.n_layer = 16, .n_head_kv = 8, .head_dim_k = 64, .head_dim_v = 64, .n_ctx = n + 64};
         ak_block_pool *pool = ak_block_pool_new(&s, 32, 0, &err);
         ak_kv *kv = pool ? ak_kv_new(pool, fk, fv, n, &err) : NULL;
         int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n);

@@ -88,7 +88,7 @@ static void bw_free(uint8_t *p, size_t bytes) {
  * plus written (*read_gbs: best of 5 read-only passes, GB/s); 0 if the
  * buffers cannot be had. */
 static double copy_bandwidth(ak_pool *pool, size_t bytes, double *read_gbs) {
-    copy_job j = {bw_alloc(bytes), bw_alloc(bytes), bytes};
+    copy_job j = {.src = bw_alloc(bytes), .dst = bw_alloc(bytes), .n = bytes};
     double best = 0;
     *read_gbs = 0;
     if (j.src && j.dst) {
@@ -121,7 +121,7 @@ static double decode_batched(ak_ctx *ctx, ak_kv **kvs, int B, int start, int n, 
     if (B > 256) { ak_fail(err, "batch too large"); return -1; }
     double kv0 = 0, kv1 = 0;
     for (int s = 0; s < B; s++) kv0 += (double)ak_kv_bytes(kvs[s]);
-    ak_batch b = {B, tok, pos, kvs, logits};
+    ak_batch b = {.n = B, .token = tok, .pos = pos, .seq = kvs, .logits_out = logits};
     double t0 = ak_now();
     for (int i = 0; i < n; i++) {
         for (int s = 0; s < B; s++) {

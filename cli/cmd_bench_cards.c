@@ -119,7 +119,8 @@ typedef struct {
 static qopts qopts_default(void) {
     ak_bitalloc_params bp;
     ak_bitalloc_params_init(&bp);
-    qopts o = {0, bp.weighting, bp.mass_power, bp.min_bits, bp.n_sinks, bp.key_weight, 0, 0, -1, 0, 0};
+    qopts o = {.weighting = bp.weighting, .mass_power = bp.mass_power, .floor_bits = bp.min_bits, .sinks = bp.n_sinks,
+               .key_weight = bp.key_weight, .probe_side = -1};
     return o;
 }
 
@@ -131,7 +132,8 @@ static qopts qopts_quality(void) {
     ak_bitalloc_params bp;
     ak_bitalloc_params_init(&bp);
     ak_bitalloc_params_measured(&bp);
-    qopts o = {1, bp.weighting, bp.mass_power, bp.min_bits, bp.n_sinks, bp.key_weight, 0, 0, -1, 0, 0};
+    qopts o = {.measured = 1, .weighting = bp.weighting, .mass_power = bp.mass_power, .floor_bits = bp.min_bits,
+               .sinks = bp.n_sinks, .key_weight = bp.key_weight, .probe_side = -1};
     return o;
 }
 
@@ -386,8 +388,9 @@ static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, co
             goto done;
         char id[48];
         snprintf(id, sizeof id, "hop-%d", h);
-        ak_card_params cp = {id, NULL, "bench", NULL, 0, to, wk, wv, ak_bitalloc_policy_name(q->policy),
-                             q->budget, q->budget};
+        ak_card_params cp = {.id = id, .fingerprint = "bench", .to = to, .widths_k = wk, .widths_v = wv,
+                             .policy = ak_bitalloc_policy_name(q->policy), .budget_k = q->budget,
+                             .budget_v = q->budget};
         if (!(card = ak_card_make(kv, toks, &cp, err))) goto done;
         if (first_window && h == 0) {
             q->bpt_first = (double)ak_card_vector_bytes(card) / card->n_tokens;
@@ -615,7 +618,8 @@ static int rig_open(rig *r, const ak_model *m, ak_ctx *ctx, const ak_tokenizer *
         ak_fail(err, "calibration failed");
         goto fail;
     }
-    ak_agents_config ac = {m, r->pool, r->store, co->fk, co->fv, n_ctx, save, 0, NULL, NULL, 1};
+    ak_agents_config ac = {.model = m, .pool = r->pool, .store = r->store, .fk = co->fk, .fv = co->fv, .n_ctx = n_ctx,
+                           .save = save, .no_prefix_sharing = 1};
     if (!(r->ag = ak_agents_new(&ac, err))) goto fail;
     ak_agents_set_threads(r->ag, ak_ctx_pool(ctx));   /* imports fill card blocks on them, as the server's do */
     return 0;
@@ -848,7 +852,7 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
     rig main_r = {0}, warm = {0};
     ak_attn_stats *st = NULL;
     hrow *R = calloc((size_t)n_contexts, sizeof *R);
-    brow B[5] = {{3, 0, 0}, {4, 0, 0}, {6, 0, 0}, {8, 0, 0}, {16, 0, 0}};
+    brow B[5] = {{.budget = 3}, {.budget = 4}, {.budget = 6}, {.budget = 8}, {.budget = 16}};
     double bpt_f16 = 0;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_n + turn));
     float *logits = malloc(sizeof(float) * vocab);

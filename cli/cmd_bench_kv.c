@@ -25,9 +25,10 @@ static const char *usage_text =
 typedef struct { ak_kv_format k, v; } fmt_pair;
 
 static const fmt_pair pairs[] = {
-    {AK_KV_F32, AK_KV_F32}, {AK_KV_F16, AK_KV_F16}, {AK_KV_BF16, AK_KV_BF16}, {AK_KV_Q8, AK_KV_Q8},
-    {AK_KV_Q4, AK_KV_Q4},   {AK_KV_Q2, AK_KV_Q2},   {AK_KV_TQ4, AK_KV_TQ4},   {AK_KV_TQ3, AK_KV_TQ3},
-    {AK_KV_TQ2, AK_KV_TQ2}, {AK_KV_Q8, AK_KV_TQ3},  {AK_KV_Q8, AK_KV_Q4},     {AK_KV_Q8, AK_KV_TCQ3},
+    {.k = AK_KV_F32, .v = AK_KV_F32}, {.k = AK_KV_F16, .v = AK_KV_F16}, {.k = AK_KV_BF16, .v = AK_KV_BF16},
+    {.k = AK_KV_Q8, .v = AK_KV_Q8},   {.k = AK_KV_Q4, .v = AK_KV_Q4},   {.k = AK_KV_Q2, .v = AK_KV_Q2},
+    {.k = AK_KV_TQ4, .v = AK_KV_TQ4}, {.k = AK_KV_TQ3, .v = AK_KV_TQ3}, {.k = AK_KV_TQ2, .v = AK_KV_TQ2},
+    {.k = AK_KV_Q8, .v = AK_KV_TQ3},  {.k = AK_KV_Q8, .v = AK_KV_Q4},   {.k = AK_KV_Q8, .v = AK_KV_TCQ3},
 };
 #define N_PAIRS ((int)(sizeof pairs / sizeof pairs[0]))
 
@@ -67,7 +68,7 @@ static long local_blocks_kept(int len, int T, int W) {
  * every layer but each 6th (5 local : 1 global; llama.cpp's gemma3
  * sliding_window_pattern 6), trained context 131072. */
 static ak_cache_spec gemma3_12b_spec(void) {
-    ak_cache_spec s = {48, 8, 256, 256, 131072};
+    ak_cache_spec s = {.n_layer = 48, .n_head_kv = 8, .head_dim_k = 256, .head_dim_v = 256, .n_ctx = 131072};
     s.window = 1024;
     for (int l = 0; l < s.n_layer; l++) s.local[l] = l % 6 != 5;
     return s;
@@ -170,9 +171,10 @@ static void report_memory(const ak_model *m, size_t budget, int json) {
     char name[32];
     /* 1. memory */
     const struct { const char *name; ak_cache_spec spec; } shapes[] = {
-        {"this model", m->spec},
-        {"gemma3-12b", gemma3_12b_spec()},
-        {"llama3.1-8b", {32, 8, 128, 128, 131072}},
+        {.name = "this model", .spec = m->spec},
+        {.name = "gemma3-12b", .spec = gemma3_12b_spec()},
+        {.name = "llama3.1-8b",
+         .spec = {.n_layer = 32, .n_head_kv = 8, .head_dim_k = 128, .head_dim_v = 128, .n_ctx = 131072}},
     };
     if (json) printf("{\"model\": \"%s\", \"budget\": %zu, \"memory\": [", m->gguf.path, budget);
     else printf("== memory: bytes per token and agents that fit in %.2f GB (32-token blocks)\n", budget / 1e9);
@@ -245,7 +247,8 @@ int cmd_bench_kv(int argc, char **argv) {
     if (json) printf("], \"attention_ms\": [");
     int first_json = 1;
     for (int shape_i = 0; shape_i < 2; shape_i++) {
-    ak_cache_spec s = shape_i == 0 ? m->spec : (ak_cache_spec){1, 8, 128, 128, 0};
+    ak_cache_spec s = shape_i == 0 ? m->spec : (ak_cache_spec){.n_layer = 1, .n_head_kv = 8, .head_dim_k = 128,
+                                                               .head_dim_v = 128, .n_ctx = 0};
     int group = shape_i == 0 ? m->cfg.n_head / m->cfg.n_head_kv : 4;
     const char *shape_name = shape_i == 0 ? "this model" : "llama3.1-8b, 1 layer";
     int max_ctx = 0;

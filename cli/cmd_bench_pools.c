@@ -93,7 +93,8 @@ static int rig_open(rig *r, const ak_model *m, ak_ctx *ctx, const ak_tokenizer *
         r->pool = NULL;
         return ak_fail(err, "calibration failed");
     }
-    ak_agents_config ac = {m, r->pool, NULL, co->fk, co->fv, n_ctx, AK_SAVE_ON_SHUTDOWN, 0, NULL, NULL};
+    ak_agents_config ac = {.model = m, .pool = r->pool, .fk = co->fk, .fv = co->fv, .n_ctx = n_ctx,
+                           .save = AK_SAVE_ON_SHUTDOWN};
     if (!(r->ag = ak_agents_new(&ac, err))) {
         ak_block_pool_free(r->pool);
         r->pool = NULL;
@@ -181,7 +182,7 @@ static double step(ak_ctx *ctx, ak_kv **kvs, int B, const int32_t *tok, int pos,
         p[s] = pos;
         out[s] = rows + (size_t)s * vocab;
     }
-    ak_batch b = {B, tok, p, kvs, out};
+    ak_batch b = {.n = B, .token = tok, .pos = p, .seq = kvs, .logits_out = out};
     double t0 = ak_now();
     if (ak_forward(ctx, &b, err) < 0) return -1;
     return ak_now() - t0;

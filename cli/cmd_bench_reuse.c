@@ -540,7 +540,8 @@ int cmd_bench_reuse(int argc, char **argv) {
         if (cache_center(&o, ctx, lm.tok, pool, "bench reuse") < 0) { rc = 1; err.msg[0] = 0; goto fail; }
         for (int x = 0; x < n_ctx; x++) {
             const int32_t *ct = toks + (size_t)x * per;
-            bcase bc = {ctx, pool, cts[c], check_layer, n_pre, k, T, C, ct, chunk_kv, parts, 0};
+            bcase bc = {.ctx = ctx, .pool = pool, .fmt = cts[c], .check_layer = check_layer, .n_pre = n_pre, .k = k,
+                        .T = T, .C = C, .toks = ct, .chunk_kv = chunk_kv, .parts = parts};
             if (n_pre) {
                 memset(&parts[bc.n_parts], 0, sizeof parts[0]);
                 parts[bc.n_parts].tokens = ct;

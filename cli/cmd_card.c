@@ -201,8 +201,8 @@ static int setup(card_rig *r, card_args *ca) {
     if (!(r->pool = ak_block_pool_new(&r->lm.model->spec, ca->co.block_tokens, ca->co.budget, &err))) goto fail;
     if (!(r->ctx = ak_ctx_new(r->lm.model, 256, ca->n_threads, &err))) goto fail;
     if (cache_center(&ca->co, r->ctx, r->lm.tok, r->pool, "card") < 0) return -1;
-    ak_agents_config ac = {r->lm.model, r->pool, r->store, ca->co.fk, ca->co.fv, n_ctx, AK_SAVE_EVERY_TURN, 0, NULL,
-                           NULL};
+    ak_agents_config ac = {.model = r->lm.model, .pool = r->pool, .store = r->store, .fk = ca->co.fk, .fv = ca->co.fv,
+                           .n_ctx = n_ctx, .save = AK_SAVE_EVERY_TURN};
     if (!(r->agents = ak_agents_new(&ac, &err))) goto fail;
     ak_agents_set_threads(r->agents, ak_ctx_pool(r->ctx));
     return 0;

@@ -137,7 +137,8 @@ static int run_add(mem_args *ma) {
         goto fail;
     /* the model's KV means, as serve installs them: stored as a server stores them */
     if (cache_center(&ma->co, ctx, lm.tok, pool, "memory") < 0) goto out;
-    ak_agents_config ac = {lm.model, pool, store, ma->co.fk, ma->co.fv, n_ctx, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config ac = {.model = lm.model, .pool = pool, .store = store, .fk = ma->co.fk, .fv = ma->co.fv,
+                           .n_ctx = n_ctx, .save = AK_SAVE_EVERY_TURN};
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     if (ak_memory_tokenize(lm.tok, p.text, strlen(p.text), &ids, &n, &err) < 0) goto fail;
     int computed = 0;

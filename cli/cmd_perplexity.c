@@ -71,8 +71,8 @@ int cmd_perplexity(int argc, char **argv) {
     if (!(ctx = ak_ctx_new(lm.model, n_ctx < 512 ? n_ctx : 512, n_threads, &err))) goto out;
     if (co.center && ak_calib_install(ctx, lm.tok, pool, co.fk, co.fv, co.center, &err) < 0) goto out;
     const char *center = ak_block_pool_center_id(pool, 0, co.fk), *vcenter = ak_block_pool_center_id(pool, 1, co.fv);
-    ak_ppl_opts po = {max_chunks, add_bos ? ak_tokenizer_bos(lm.tok) : -1, kl_out, kl_in, 0,
-                      json ? NULL : on_chunk, NULL};
+    ak_ppl_opts po = {.max_chunks = max_chunks, .bos = add_bos ? ak_tokenizer_bos(lm.tok) : -1, .kl_base_out = kl_out,
+                      .kl_base_in = kl_in, .cb = json ? NULL : on_chunk};
     if (ak_perplexity(ctx, kv, ids, n_ids, n_ctx, &po, &r, &err) < 0) goto out;
     double secs = ak_now() - t0;
     const char *ck = ak_kv_format_get(co.fk)->name, *cv = ak_kv_format_get(co.fv)->name;

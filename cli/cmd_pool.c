@@ -187,8 +187,8 @@ static int setup(create_rig *r, pool_args *pa) {
     /* the model's KV means, as serve installs them: the pool's blocks are
      * then stored as the server's would be */
     if (cache_center(&pa->co, r->ctx, r->lm.tok, r->pool, "pool") < 0) return -1;
-    ak_agents_config ac = {r->lm.model, r->pool, r->store, pa->co.fk, pa->co.fv, r->n_ctx, AK_SAVE_EVERY_TURN, 0,
-                           NULL, NULL};
+    ak_agents_config ac = {.model = r->lm.model, .pool = r->pool, .store = r->store, .fk = pa->co.fk, .fv = pa->co.fv,
+                           .n_ctx = r->n_ctx, .save = AK_SAVE_EVERY_TURN};
     if (!(r->agents = ak_agents_new(&ac, &err))) goto fail;
     return 0;
 fail:
@@ -212,7 +212,8 @@ static int run_create(pool_args *pa) {
         fprintf(stderr, "agentkv pool: --chat-template: %s\n", err.msg);
         goto out;
     }
-    ak_api_config ac = {r.lm.tok, "", family, r.template_text, r.n_ctx, NULL, NULL};
+    ak_api_config ac = {.tok = r.lm.tok, .model_id = "", .family = family, .template_text = r.template_text,
+                        .n_ctx = r.n_ctx};
     ak_api_error b;
     if (ak_api_parse_pool(&ac, body, strlen(body), &p, &b) < 0) {
         fprintf(stderr, "agentkv pool: %s\n", b.msg);

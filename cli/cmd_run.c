@@ -111,8 +111,9 @@ int cmd_run(int argc, char **argv) {
     if (agent_id) {
         if (!(store = memory_opts_open(&mo, &err))) goto fail;
         if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
-        ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, mo.save, mo.disk_budget,
-                               log_line, NULL, mo.no_prefix_sharing};
+        ak_agents_config ac = {.model = lm.model, .pool = pool, .store = store, .fk = co.fk, .fv = co.fv,
+                               .n_ctx = n_ctx, .save = mo.save, .disk_budget = mo.disk_budget, .log = log_line,
+                               .no_prefix_sharing = mo.no_prefix_sharing};
         if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     } else if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) {
         goto done;

@@ -42,10 +42,13 @@ static const char *usage_text =
 
 static int parse_type(const char *s, uint32_t *t) {
     static const struct { const char *name; uint32_t type; } types[] = {
-        {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16},
-        {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1},
-        {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1}, {"q4_k", GGML_TYPE_Q4_K},
-        {"q5_k", GGML_TYPE_Q5_K}, {"q6_k", GGML_TYPE_Q6_K},
+        {.name = "f32", .type = GGML_TYPE_F32}, {.name = "f16", .type = GGML_TYPE_F16},
+        {.name = "bf16", .type = GGML_TYPE_BF16},
+        {.name = "q8_0", .type = GGML_TYPE_Q8_0}, {.name = "q4_0", .type = GGML_TYPE_Q4_0},
+        {.name = "q4_1", .type = GGML_TYPE_Q4_1},
+        {.name = "q5_0", .type = GGML_TYPE_Q5_0}, {.name = "q5_1", .type = GGML_TYPE_Q5_1},
+        {.name = "q4_k", .type = GGML_TYPE_Q4_K},
+        {.name = "q5_k", .type = GGML_TYPE_Q5_K}, {.name = "q6_k", .type = GGML_TYPE_Q6_K},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (!strcasecmp(s, types[i].name)) { *t = types[i].type; return 0; }

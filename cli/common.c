@@ -170,8 +170,8 @@ int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag) {
 ak_store *memory_opts_open(const memory_opts *o, ak_error *err) {
     uint8_t key[AK_STORE_KEY_BYTES];
     if (o->key_file && ak_store_read_key(o->key_file, key, err) < 0) return NULL;
-    ak_store_where w = {o->store_url ? o->store_url : o->dir, o->store_password_file, o->dir_given ? o->dir : NULL,
-                        o->store_lease_ms, NULL, NULL};
+    ak_store_where w = {.url = o->store_url ? o->store_url : o->dir, .password_file = o->store_password_file,
+                        .local_dir = o->dir_given ? o->dir : NULL, .lease_ms = o->store_lease_ms};
     ak_store *s = ak_store_open_at(&w, o->key_file ? key : NULL, err);
     sodium_memzero(key, sizeof key);
     return s;

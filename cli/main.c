@@ -10,17 +10,22 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } commands[] = {
-    {"run", cmd_run, "generate text from a prompt"},
-    {"serve", cmd_serve, "OpenAI-compatible HTTP server with persistent agent memory"},
-    {"tokenize", cmd_tokenize, "print the token ids of a text"},
-    {"info", cmd_info, "architecture, hyperparameters, tokenizer and tensors of a model"},
-    {"perplexity", cmd_perplexity, "perplexity of a text (llama.cpp's method)"},
-    {"cache", cmd_cache, "list, inspect, verify, remove and gc agent caches in a memory directory"},
-    {"pool", cmd_pool, "create, list, inspect and remove pools (shared prefixes) in a memory directory"},
-    {"memory", cmd_memory, "add, list and remove memory chunks (a text's KV computed once, placed in chat turns)"},
-    {"card", cmd_card, "export, import, inspect, list and remove CacheCards (KV handoffs) in a memory directory"},
-    {"synth", cmd_synth, "write a GGUF with random weights of a real model's shape"},
-    {"bench", cmd_bench, "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching), pools (shared pool vs private copies), cards (KV handoffs), reuse (memory chunks: none, cacheblend, agentkvshift vs full)"},
+    {.name = "run", .fn = cmd_run, .help = "generate text from a prompt"},
+    {.name = "serve", .fn = cmd_serve, .help = "OpenAI-compatible HTTP server with persistent agent memory"},
+    {.name = "tokenize", .fn = cmd_tokenize, .help = "print the token ids of a text"},
+    {.name = "info", .fn = cmd_info, .help = "architecture, hyperparameters, tokenizer and tensors of a model"},
+    {.name = "perplexity", .fn = cmd_perplexity, .help = "perplexity of a text (llama.cpp's method)"},
+    {.name = "cache", .fn = cmd_cache,
+     .help = "list, inspect, verify, remove and gc agent caches in a memory directory"},
+    {.name = "pool", .fn = cmd_pool,
+     .help = "create, list, inspect and remove pools (shared prefixes) in a memory directory"},
+    {.name = "memory", .fn = cmd_memory,
+     .help = "add, list and remove memory chunks (a text's KV computed once, placed in chat turns)"},
+    {.name = "card", .fn = cmd_card,
+     .help = "export, import, inspect, list and remove CacheCards (KV handoffs) in a memory directory"},
+    {.name = "synth", .fn = cmd_synth, .help = "write a GGUF with random weights of a real model's shape"},
+    {.name = "bench", .fn = cmd_bench,
+     .help = "benchmarks: engine (prefill, decode), kv (formats), ttft (restore vs re-prefill), serve (batching), pools (shared pool vs private copies), cards (KV handoffs), reuse (memory chunks: none, cacheblend, agentkvshift vs full)"},
 };
 
 static void usage(FILE *out) {
