@@ -71,7 +71,7 @@ const char *test_tmp_dir(void) {
 }
 
 test_cli_result test_cli_run(const char *args, int timeout_s) {
-    test_cli_result r = {-1, NULL, NULL};
+    test_cli_result r = {.code = -1};
     const char *b = getenv("AK_BIN");
     char out_path[512], err_path[512], cmd[4096];
     snprintf(out_path, sizeof out_path, "%s/cli.out", test_tmp_dir());
@@ -96,7 +96,7 @@ void test_cli_free(test_cli_result *r) {
 int test_dial_loopback(int port, int timeout_ms) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct sockaddr_in a = {0};
@@ -148,7 +148,7 @@ static int check_exclusions(const char *list) {
 
 /* Runs test i, printing its result line; returns 0 passed, 1 failed, 2 skipped. */
 static int run_one(int i) {
-    ak_test_ctx t = { tests[i].name, 0, "" };
+    ak_test_ctx t = { .name = tests[i].name, .skip_reason = "" };
     double t0 = ak_now();
     tests[i].fn(&t);
     double dt = ak_now() - t0;

@@ -60,12 +60,15 @@ int rig_start_opts(ak_test_ctx *t, rig *r, const rig_opts *o) {
     if (r->tok) r->pool = ak_block_pool_new(&r->m->spec, 0, budget, &err);
     if (r->pool) r->store = ak_store_open(dir, NULL, &err);
     if (r->store) {
-        ak_agents_config ac = {r->m, r->pool, r->store, fk, fv, n_ctx, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+        ak_agents_config ac = {.model = r->m, .pool = r->pool, .store = r->store, .fk = fk, .fv = fv, .n_ctx = n_ctx,
+                               .save = AK_SAVE_EVERY_TURN};
         r->agents = ak_agents_new(&ac, &err);
     }
     if (r->agents) r->metrics = ak_metrics_new(&err);
     if (r->metrics) {
-        ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, n_ctx, 256, 16, r->metrics, NULL, NULL, 0, 0};
+        ak_sched_config sc = {.model = r->m, .tok = r->tok, .agents = r->agents, .pool = r->pool, .store = r->store,
+                              .n_threads = 2, .n_ctx = n_ctx, .step_tokens = 256, .max_active = 16,
+                              .metrics = r->metrics};
         r->s = ak_sched_start(&sc, &err);
     }
     if (r->s) {

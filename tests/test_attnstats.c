@@ -249,7 +249,7 @@ static void observe_case(ak_test_ctx *t, const char *rel, int layer0, int layer1
                 REQUIRE(ak_kv_write(kv, layer, p0 + j, K + (size_t)(p0 + j) * ks, V, &err) == 0, "write: %s", err.msg);
             for (int j = 0; mixed && j < p0 + nt; j++)   /* the other sequence: every key it would see */
                 REQUIRE(ak_kv_write(other, layer, j, K, V, &err) == 0, "write: %s", err.msg);
-            ak_batch b = {n, tk, pos, seqs, outs};
+            ak_batch b = {.n = n, .token = tk, .pos = pos, .seq = seqs, .logits_out = outs};
             REQUIRE(ak_attn_stats_observe(st, threads, &b, layer, qb, qs, &err) == 0, "observe: %s", err.msg);
             /* a layer not chosen adds nothing */
             REQUIRE(ak_attn_stats_observe(st, threads, &b, (layer + 1) % m->cfg.n_layer, qb, qs, &err) == 0, "observe: %s", err.msg);

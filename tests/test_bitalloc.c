@@ -100,16 +100,11 @@ TEST(bitalloc_budget_property) {
         p.spread = rng_int(&seed, 2);
         p.lambda = 3.0 * rng_unit(&seed);
         int use_caps = rng_int(&seed, 3) == 0;
-        ak_bitalloc_input in = {n,
-                                rng_int(&seed, 4) ? mass : NULL,
-                                rng_int(&seed, 2) ? var : NULL,
-                                rng_int(&seed, 2) ? ent : NULL,
-                                rng_int(&seed, 2) ? expo : NULL,
-                                rng_int(&seed, 2) ? tok : NULL,
-                                rng_int(&seed, 2) ? seg : NULL,
-                                rng_int(&seed, 2) ? ov : NULL,
-                                use_caps ? capk : NULL,
-                                use_caps ? capv : NULL};
+        ak_bitalloc_input in = {.n = n, .mass = rng_int(&seed, 4) ? mass : NULL,
+                                .variance = rng_int(&seed, 2) ? var : NULL, .entropy = rng_int(&seed, 2) ? ent : NULL,
+                                .exposure = rng_int(&seed, 2) ? expo : NULL, .tokens = rng_int(&seed, 2) ? tok : NULL,
+                                .segment = rng_int(&seed, 2) ? seg : NULL, .overlap = rng_int(&seed, 2) ? ov : NULL,
+                                .cap_k = use_caps ? capk : NULL, .cap_v = use_caps ? capv : NULL};
         ak_bitalloc_result r, r2;
         ak_error e = {{0}};
         REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "iter %d: %s", it, e.msg);
@@ -207,11 +202,11 @@ TEST(bitalloc_ties_by_position) {
     uint8_t w[5];
     ak_error e = {{0}};
     struct { double b; long sum; uint8_t want[5]; } cases[] = {
-        {2.8, 14, {2, 4, 4, 2, 2}},
-        {3.6, 18, {4, 4, 4, 2, 4}},
-        {4.4, 20, {4, 4, 4, 4, 4}},
-        {4.8, 24, {4, 8, 4, 4, 4}},
-        {5.6, 28, {4, 8, 8, 4, 4}},
+        {.b = 2.8, .sum = 14, .want = {2, 4, 4, 2, 2}},
+        {.b = 3.6, .sum = 18, .want = {4, 4, 4, 2, 4}},
+        {.b = 4.4, .sum = 20, .want = {4, 4, 4, 4, 4}},
+        {.b = 4.8, .sum = 24, .want = {4, 8, 4, 4, 4}},
+        {.b = 5.6, .sum = 28, .want = {4, 8, 8, 4, 4}},
     };
     for (int c = 0; c < 5; c++) {
         long sum = ak_bitalloc_widths(s, 5, cases[c].b, NULL, 0, 8, 0, p.err, w, NULL, &e);

@@ -87,7 +87,8 @@ TEST(cards_file_round_trip_every_width) {
     uint8_t wk[N], wv[N];
     random_widths(wk, wv, N, 3);
     ak_error err = {{0}};
-    ak_card_params p = {"c1", "alice", FP, "tiny", 5, 45, wk, wv, "importance", 5.5, 0};
+    ak_card_params p = {.id = "c1", .source_agent = "alice", .fingerprint = FP, .model_name = "tiny", .from = 5,
+                        .to = 45, .widths_k = wk, .widths_v = wv, .policy = "importance", .budget_k = 5.5};
     ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
     REQUIRE(c, "make: %s", err.msg);
     for (int sd = 0; sd < 2; sd++)
@@ -162,7 +163,7 @@ TEST(cards_file_round_trip_every_width) {
         }
     CHECK(bad == 0, "%d vectors of the imported card differ from the expected ones", bad);
     /* a card of a card keeps or lowers each width, never raises it */
-    ak_card_params p2 = {"c2", "bob", FP, NULL, 0, N, NULL, NULL, NULL, 0, 0};   /* asks 16 everywhere */
+    ak_card_params p2 = {.id = "c2", .source_agent = "bob", .fingerprint = FP, .to = N};   /* asks 16 everywhere */
     ak_card *c2 = ak_card_make(kv, c->tokens, &p2, &err);
     REQUIRE(c2, "%s", err.msg);
     CHECK(!memcmp(c2->widths_k, wk, N) && !memcmp(c2->widths_v, wv, N), "re-carded widths must stay capped");
@@ -187,7 +188,8 @@ TEST(cards_make_on_threads_copies_equal_formats) {
     ak_error err = {{0}};
     ak_pool *tp = ak_pool_new(2, &err);
     REQUIRE(tp, "%s", err.msg);
-    ak_card_params p = {"c1", "alice", FP, "tiny", 3, 3 + N, wk, wv, "given", 0, 0, NULL};
+    ak_card_params p = {.id = "c1", .source_agent = "alice", .fingerprint = FP, .model_name = "tiny", .from = 3,
+                        .to = 3 + N, .widths_k = wk, .widths_v = wv, .policy = "given"};
     ak_card *c1 = ak_card_make(src.kv, src.tokens, &p, &err);
     p.threads = tp;
     ak_card *c2 = ak_card_make(src.kv, src.tokens, &p, &err);
@@ -257,7 +259,8 @@ TEST(cards_sealed_round_trip) {
     uint8_t wk[N], wv[N];
     random_widths(wk, wv, N, 8);
     ak_error err = {{0}};
-    ak_card_params p = {"sc", "alice", FP, "tiny", 4, 4 + N, wk, wv, "given", 0, 0, NULL};
+    ak_card_params p = {.id = "sc", .source_agent = "alice", .fingerprint = FP, .model_name = "tiny", .from = 4,
+                        .to = 4 + N, .widths_k = wk, .widths_v = wv, .policy = "given"};
     ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
     REQUIRE(c, "make: %s", err.msg);
     REQUIRE(ak_card_vector_bytes(c) > 2 * (64 * 1024), "the card must span several seal chunks");
@@ -296,7 +299,8 @@ TEST(cards_bytes_per_token_by_budget) {
         int w = 2 << wi;
         uint8_t ws[64];
         memset(ws, w, sizeof ws);
-        ak_card_params p = {"b", NULL, FP, NULL, 0, 64, ws, ws, "uniform", w, w};
+        ak_card_params p = {.id = "b", .fingerprint = FP, .to = 64, .widths_k = ws, .widths_v = ws,
+                            .policy = "uniform", .budget_k = w, .budget_v = w};
         ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
         REQUIRE(c, "%s", err.msg);
         /* independently: each format's documented bits per value */
@@ -327,7 +331,7 @@ TEST(cards_bad_files_are_refused_by_code) {
     const char *dir = card_dir_for("bad");
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "%s", err.msg);
-    ak_card_params p = {"x", NULL, FP, NULL, 0, 30, wk, wv, NULL, 0, 0};
+    ak_card_params p = {.id = "x", .fingerprint = FP, .to = 30, .widths_k = wk, .widths_v = wv};
     ak_card *c = ak_card_make(src.kv, src.tokens, &p, &err);
     REQUIRE(c && ak_store_save_card(st, c, &err) == 0, "save: %s", err.msg);
     char path[700];
@@ -437,7 +441,8 @@ TEST(cards_bad_files_are_refused_by_code) {
 static ak_agents *agents_on(tenv *e, ak_block_pool **pool, ak_store *store) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
-    ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, 256, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config c = {.model = e->m, .pool = *pool, .store = store, .fk = AK_KV_F16, .fv = AK_KV_F16,
+                          .n_ctx = 256, .save = AK_SAVE_EVERY_TURN};
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
@@ -628,7 +633,7 @@ TEST(cards_import_replace_on_a_real_model) {
         ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 256, &err);
         ak_kv_prepare(kv, 0, 4, &err);
         ak_eval(e.ctx, kv, prompt, 4, 0, e.logits, NULL, NULL, NULL, &err);
-        ak_card_params cp = {"other", NULL, "feedfacefeedface", NULL, 0, 4, NULL, NULL, NULL, 0, 0};
+        ak_card_params cp = {.id = "other", .fingerprint = "feedfacefeedface", .to = 4};
         ak_card *oc = ak_card_make(kv, prompt, &cp, &err);
         REQUIRE(oc && ak_store_save_card(store, oc, &err) == 0, "%s", err.msg);
         snprintf(oc->fingerprint, sizeof oc->fingerprint, "%s", e.m->fingerprint);
@@ -739,7 +744,7 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     int rc = ak_eval(e.ctx, skv, tok, N, 0, e.logits, NULL, NULL, NULL, &err);
     ak_ctx_set_pos_offset(e.ctx, 0);
     REQUIRE(rc == 0, "eval at offset: %s", err.msg);
-    ak_card_params cp = {"s5", "src", e.m->fingerprint, NULL, 0, N, NULL, NULL, NULL, 0, 0};
+    ak_card_params cp = {.id = "s5", .source_agent = "src", .fingerprint = e.m->fingerprint, .to = N};
     ak_card *c = ak_card_make(skv, tok, &cp, &err);
     REQUIRE(c, "%s", err.msg);
     c->pos_offset = OFF;   /* where these tokens sat in their source */

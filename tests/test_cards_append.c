@@ -30,7 +30,8 @@
 static ak_agents *agents_at(tenv *e, ak_block_pool **pool, ak_store *store) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
-    ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, ACTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config c = {.model = e->m, .pool = *pool, .store = store, .fk = AK_KV_F16, .fv = AK_KV_F16,
+                          .n_ctx = ACTX, .save = AK_SAVE_EVERY_TURN};
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
@@ -524,8 +525,8 @@ TEST(store_segments_round_trip_and_bad_records) {
     ak_store_base b;
     memset(&b, 0, sizeof b);
     b.n_seg = 2;
-    b.seg[0] = (ak_store_seg){AK_SEG_OWN, 45, "", ""};
-    b.seg[1] = (ak_store_seg){AK_SEG_CARD, 21, "cc", "0123456789abcdef"};
+    b.seg[0] = (ak_store_seg){.kind = AK_SEG_OWN, .len = 45, .id = "", .hash = ""};
+    b.seg[1] = (ak_store_seg){.kind = AK_SEG_CARD, .len = 21, .id = "cc", .hash = "0123456789abcdef"};
     /* the base must describe the sequence's segments */
     ak_store_base wrong = b;
     wrong.seg[0].len = 44, wrong.seg[1].len = 22;

@@ -344,7 +344,7 @@ static int foreign_card(ak_test_ctx *t, const ak_model *m, ak_store *st, const c
     int rc = c ? ak_eval(c, kv, toks, 8, 0, NULL, NULL, NULL, NULL, &err) : -1;
     ak_card *card = NULL;
     if (rc == 0) {
-        ak_card_params p = {id, "elsewhere", fp, "x", 0, 8, NULL, NULL, NULL, 0, 0};
+        ak_card_params p = {.id = id, .source_agent = "elsewhere", .fingerprint = fp, .model_name = "x", .to = 8};
         card = ak_card_make(kv, toks, &p, &err);
     }
     rc = card ? ak_store_save_card(st, card, &err) : -1;

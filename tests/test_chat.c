@@ -172,10 +172,10 @@ TEST(chat_names_and_end_of_turn) {
 TEST(chat_gemma_system_message) {
     char *tmpl = read_template("google-gemma-2-2b-it.jinja");
     const ak_chat_msg m[] = {
-        {"system", "  Be brief. "},
-        {"user", "Hi there\n"},
-        {"assistant", " Hello."},
-        {"user", "Bye"},
+        {.role = "system", .content = "  Be brief. "},
+        {.role = "user", .content = "Hi there\n"},
+        {.role = "assistant", .content = " Hello."},
+        {.role = "user", .content = "Bye"},
     };
     char *out = NULL;
     ak_error err = {{0}};
@@ -186,7 +186,7 @@ TEST(chat_gemma_system_message) {
               "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
     free(out);
     /* A system message with no user message after it is a user turn of its own. */
-    const ak_chat_msg only[] = {{"system", "Rules."}};
+    const ak_chat_msg only[] = {{.role = "system", .content = "Rules."}};
     REQUIRE(ak_chat_render(AK_CHAT_GEMMA, only, 1, 1, "<bos>", NULL, NULL, &out, &err) == 0, "%s", err.msg);
     same_text(t, "gemma system only", out,
               "<bos><start_of_turn>user\nRules.<end_of_turn>\n<start_of_turn>model\n");
@@ -196,10 +196,10 @@ TEST(chat_gemma_system_message) {
 
 TEST(chat_llama2_plain_and_variants) {
     const ak_chat_msg m[] = {
-        {"system", "Sys."},
-        {"user", " Q1 "},
-        {"assistant", "A1"},
-        {"user", "Q2"},
+        {.role = "system", .content = "Sys."},
+        {.role = "user", .content = " Q1 "},
+        {.role = "assistant", .content = "A1"},
+        {.role = "user", .content = "Q2"},
     };
     char *out = NULL;
     ak_error err = {{0}};
@@ -213,7 +213,8 @@ TEST(chat_llama2_plain_and_variants) {
     same_text(t, "plain", out, "System: Sys.\nUser:  Q1 \nAssistant: A1\nUser: Q2\nAssistant:");
     free(out);
     /* a reply echoed back with the space the model generated after "Assistant:" */
-    const ak_chat_msg echo[] = { {"user", "Q1"}, {"assistant", " A1"}, {"user", "Q2"} };
+    const ak_chat_msg echo[] = { {.role = "user", .content = "Q1"}, {.role = "assistant", .content = " A1"},
+                                {.role = "user", .content = "Q2"} };
     REQUIRE(ak_chat_render(AK_CHAT_PLAIN, echo, 3, 1, NULL, NULL, NULL, &out, &err) == 0, "%s", err.msg);
     same_text(t, "plain, echoed reply", out, "User: Q1\nAssistant: A1\nUser: Q2\nAssistant:");
     free(out);
@@ -241,7 +242,7 @@ TEST(chat_llama2_plain_and_variants) {
     free(out);
 
     /* Mistral with a system message not first is refused, as the template does. */
-    const ak_chat_msg late[] = {{"user", "a"}, {"system", "b"}};
+    const ak_chat_msg late[] = {{.role = "user", .content = "a"}, {.role = "system", .content = "b"}};
     CHECK(ak_chat_render(AK_CHAT_MISTRAL, late, 2, 1, "<s>", "</s>", NULL, &out, &err) != 0 && !out,
           "mistral late system");
 }
@@ -249,7 +250,7 @@ TEST(chat_llama2_plain_and_variants) {
 TEST(chat_errors) {
     char *out = (char *)1;
     ak_error err = {{0}};
-    const ak_chat_msg bad[] = {{"user", "hi"}, {"tool", "x"}};
+    const ak_chat_msg bad[] = {{.role = "user", .content = "hi"}, {.role = "tool", .content = "x"}};
     for (int f = AK_CHAT_LLAMA3; f <= AK_CHAT_PLAIN; f++) {
         out = (char *)1;
         err.msg[0] = '\0';
@@ -263,7 +264,7 @@ TEST(chat_errors) {
         CHECK(ak_chat_render((ak_chat_family)f, NULL, 3, 1, "", "", NULL, &out, &err) != 0,
               "NULL msgs");
     }
-    const ak_chat_msg nocontent[] = {{"user", NULL}};
+    const ak_chat_msg nocontent[] = {{.role = "user"}};
     CHECK(ak_chat_render(AK_CHAT_CHATML, nocontent, 1, 1, "", "", NULL, &out, &err) != 0, "NULL content");
     CHECK(ak_chat_render((ak_chat_family)99, bad, 1, 1, "", "", NULL, &out, &err) != 0, "bad family");
 }

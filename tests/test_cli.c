@@ -300,12 +300,12 @@ TEST(cli_cache_flags_bad_input) {
     char args[1024], path[512];
     const char *model = test_path(path, sizeof path, "models/stories260K.gguf");
     struct { const char *flags; int code; const char *want; } cases[] = {
-        {"-ctk q5_9", 2, "unknown cache format"},
-        {"-ctv nope", 2, "unknown cache format"},
-        {"--kv-budget 0", 2, "positive byte size"},
-        {"--kv-budget lots", 2, "positive byte size"},
-        {"-c 999999", 1, "longer than the model"},
-        {"--kv-budget 1K", 1, "KV budget exhausted"},
+        {.flags = "-ctk q5_9", .code = 2, .want = "unknown cache format"},
+        {.flags = "-ctv nope", .code = 2, .want = "unknown cache format"},
+        {.flags = "--kv-budget 0", .code = 2, .want = "positive byte size"},
+        {.flags = "--kv-budget lots", .code = 2, .want = "positive byte size"},
+        {.flags = "-c 999999", .code = 1, .want = "longer than the model"},
+        {.flags = "--kv-budget 1K", .code = 1, .want = "KV budget exhausted"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(args, sizeof args, "run -m %s -p 'Once upon a time' -n 4 %s", model, cases[i].flags);

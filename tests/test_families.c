@@ -157,26 +157,37 @@ TEST(chat_qwen3_renders_as_its_template) {
         ak_chat_msg m[4];
         const char *want;
     } cases[] = {
-        {"system + user", 2, 1, {{"system", "S"}, {"user", "Hi"}},
-         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
-        {"earlier reasoning dropped", 3, 1,
-         {{"user", "Hi"}, {"assistant", "<think>\nreason\n</think>\n\nHello"}, {"user", "More"}},
-         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
-         "<|im_start|>user\nMore<|im_end|>\n<|im_start|>assistant\n"},
-        {"final turn keeps reasoning", 2, 0, {{"user", "Hi"}, {"assistant", "<think>\nreason\n</think>\n\nHello"}},
-         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nreason\n</think>\n\nHello<|im_end|>\n"},
-        {"final turn without reasoning", 2, 0, {{"user", "Hi"}, {"assistant", "\nHello"}},
-         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello<|im_end|>\n"},
-        {"two turns after the query", 3, 0, {{"user", "Q"}, {"assistant", "x<think>a\n\n</think>b"}, {"assistant", "\nc"}},
-         "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\na\n</think>\n\nb<|im_end|>\n"
-         "<|im_start|>assistant\n<think>\n\n</think>\n\nc<|im_end|>\n"},
-        {"no reasoning, not last", 3, 1, {{"user", "Q"}, {"assistant", "\nplain"}, {"system", "late"}},
-         "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n\nplain<|im_end|>\n"
-         "<|im_start|>system\nlate<|im_end|>\n<|im_start|>assistant\n"},
-        {"tool response is no query", 3, 1,
-         {{"user", "q"}, {"assistant", "<think>r</think>x"}, {"user", "<tool_response>y</tool_response>"}},
-         "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\nx<|im_end|>\n"
-         "<|im_start|>user\n<tool_response>y</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+        {.what = "system + user", .n = 2, .gen = 1,
+         .m = {{.role = "system", .content = "S"}, {.role = "user", .content = "Hi"}},
+         .want = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+        {.what = "earlier reasoning dropped", .n = 3, .gen = 1,
+         .m = {{.role = "user", .content = "Hi"},
+               {.role = "assistant", .content = "<think>\nreason\n</think>\n\nHello"},
+               {.role = "user", .content = "More"}},
+         .want = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+                 "<|im_start|>user\nMore<|im_end|>\n<|im_start|>assistant\n"},
+        {.what = "final turn keeps reasoning", .n = 2, .gen = 0,
+         .m = {{.role = "user", .content = "Hi"},
+               {.role = "assistant", .content = "<think>\nreason\n</think>\n\nHello"}},
+         .want = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\nreason\n</think>\n\nHello<|im_end|>\n"},
+        {.what = "final turn without reasoning", .n = 2, .gen = 0,
+         .m = {{.role = "user", .content = "Hi"}, {.role = "assistant", .content = "\nHello"}},
+         .want = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello<|im_end|>\n"},
+        {.what = "two turns after the query", .n = 3, .gen = 0,
+         .m = {{.role = "user", .content = "Q"}, {.role = "assistant", .content = "x<think>a\n\n</think>b"},
+               {.role = "assistant", .content = "\nc"}},
+         .want = "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\na\n</think>\n\nb<|im_end|>\n"
+                 "<|im_start|>assistant\n<think>\n\n</think>\n\nc<|im_end|>\n"},
+        {.what = "no reasoning, not last", .n = 3, .gen = 1,
+         .m = {{.role = "user", .content = "Q"}, {.role = "assistant", .content = "\nplain"},
+               {.role = "system", .content = "late"}},
+         .want = "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n\nplain<|im_end|>\n"
+                 "<|im_start|>system\nlate<|im_end|>\n<|im_start|>assistant\n"},
+        {.what = "tool response is no query", .n = 3, .gen = 1,
+         .m = {{.role = "user", .content = "q"}, {.role = "assistant", .content = "<think>r</think>x"},
+               {.role = "user", .content = "<tool_response>y</tool_response>"}},
+         .want = "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\nx<|im_end|>\n"
+                 "<|im_start|>user\n<tool_response>y</tool_response><|im_end|>\n<|im_start|>assistant\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;
@@ -279,17 +290,22 @@ TEST(chat_gemma3_renders_as_its_template) {
         ak_chat_msg m[3];
         const char *want;
     } cases[] = {
-        {"system + user", 2, 1, {{"system", "You are terse."}, {"user", "  Hi  "}},
-         "<bos><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
-        {"turns", 3, 1, {{"user", "a"}, {"assistant", " b "}, {"user", "c"}},
-         "<bos><start_of_turn>user\na<end_of_turn>\n<start_of_turn>model\nb<end_of_turn>\n"
-         "<start_of_turn>user\nc<end_of_turn>\n<start_of_turn>model\n"},
-        {"system kept as is", 2, 0, {{"system", " S "}, {"user", "u\n"}},
-         "<bos><start_of_turn>user\n S \n\nu<end_of_turn>\n"},
-        {"later system turn", 2, 1, {{"user", "u"}, {"system", " late"}},
-         "<bos><start_of_turn>user\nu<end_of_turn>\n<start_of_turn>system\nlate<end_of_turn>\n<start_of_turn>model\n"},
-        {"system alone", 1, 1, {{"system", " only "}},
-         "<bos><start_of_turn>user\nonly<end_of_turn>\n<start_of_turn>model\n"},
+        {.what = "system + user", .n = 2, .gen = 1,
+         .m = {{.role = "system", .content = "You are terse."}, {.role = "user", .content = "  Hi  "}},
+         .want = "<bos><start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n<start_of_turn>model\n"},
+        {.what = "turns", .n = 3, .gen = 1,
+         .m = {{.role = "user", .content = "a"}, {.role = "assistant", .content = " b "},
+               {.role = "user", .content = "c"}},
+         .want = "<bos><start_of_turn>user\na<end_of_turn>\n<start_of_turn>model\nb<end_of_turn>\n"
+                 "<start_of_turn>user\nc<end_of_turn>\n<start_of_turn>model\n"},
+        {.what = "system kept as is", .n = 2, .gen = 0,
+         .m = {{.role = "system", .content = " S "}, {.role = "user", .content = "u\n"}},
+         .want = "<bos><start_of_turn>user\n S \n\nu<end_of_turn>\n"},
+        {.what = "later system turn", .n = 2, .gen = 1,
+         .m = {{.role = "user", .content = "u"}, {.role = "system", .content = " late"}},
+         .want = "<bos><start_of_turn>user\nu<end_of_turn>\n<start_of_turn>system\nlate<end_of_turn>\n<start_of_turn>model\n"},
+        {.what = "system alone", .n = 1, .gen = 1, .m = {{.role = "system", .content = " only "}},
+         .want = "<bos><start_of_turn>user\nonly<end_of_turn>\n<start_of_turn>model\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;
@@ -313,11 +329,11 @@ TEST(chat_gemma3_renders_as_its_template) {
 TEST(gemma3_layer_pattern_from_file) {
     static const uint8_t def6[6] = {1, 1, 1, 1, 1, 0}, none[6] = {0};
     static const struct { const char *what; int pattern; const uint8_t *flags; int local[6]; } v[] = {
-        {"no key", 0, NULL, {1, 1, 1, 1, 1, 0}},
-        {"pattern 6", 6, NULL, {1, 1, 1, 1, 1, 0}},
-        {"flags as pattern 6", 0, def6, {1, 1, 1, 1, 1, 0}},
-        {"pattern 3", 3, NULL, {1, 1, 0, 1, 1, 0}},
-        {"flags all global", 0, none, {0, 0, 0, 0, 0, 0}},
+        {.what = "no key", .pattern = 0, .flags = NULL, .local = {1, 1, 1, 1, 1, 0}},
+        {.what = "pattern 6", .pattern = 6, .flags = NULL, .local = {1, 1, 1, 1, 1, 0}},
+        {.what = "flags as pattern 6", .pattern = 0, .flags = def6, .local = {1, 1, 1, 1, 1, 0}},
+        {.what = "pattern 3", .pattern = 3, .flags = NULL, .local = {1, 1, 0, 1, 1, 0}},
+        {.what = "flags all global", .pattern = 0, .flags = none, .local = {0, 0, 0, 0, 0, 0}},
     };
     enum { NV = sizeof v / sizeof v[0], NTOK = 24, VOCAB = 300 };
     static float logits[NV][VOCAB];
@@ -528,7 +544,8 @@ TEST(chat_deepseek2_renders_as_its_template) {
     CHECK(ak_chat_detect(tmpl) == AK_CHAT_DEEPSEEK2, "deepseek2 not detected");
     const char *eos = "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
     const char *bos = "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>";
-    const ak_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", " Hello!"}, {"user", "2+2?"}};
+    const ak_chat_msg msgs[] = {{.role = "system", .content = "Be brief."}, {.role = "user", .content = "Hi"},
+                                {.role = "assistant", .content = " Hello!"}, {.role = "user", .content = "2+2?"}};
     char *out = NULL;
     ak_error err = {{0}};
     REQUIRE(ak_chat_render(AK_CHAT_DEEPSEEK2, msgs, 4, 1, bos, eos, tmpl, &out, &err) == 0, "%s", err.msg);

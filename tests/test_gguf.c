@@ -110,11 +110,12 @@ typedef struct {
 } tdesc;
 
 static const tdesc rt_tensors[] = {
-    {"a.f32", GGML_TYPE_F32, 2, {5, 3, 1, 1}, 60},           /* 60: not a multiple of 32 */
-    {"b.f16", GGML_TYPE_F16, 1, {7, 1, 1, 1}, 14},
-    {"c.q8_0", GGML_TYPE_Q8_0, 2, {64, 2, 1, 1}, 4 * 34},
-    {"d.q4_0", GGML_TYPE_Q4_0, 4, {32, 1, 1, 2}, 2 * 18},
-    {"e.bf16", GGML_TYPE_BF16, 3, {3, 2, 2, 1}, 24},
+    {.name = "a.f32", .type = GGML_TYPE_F32, .n_dims = 2, .ne = {5, 3, 1, 1}, .nbytes = 60},
+    /* 60: not a multiple of 32 */
+    {.name = "b.f16", .type = GGML_TYPE_F16, .n_dims = 1, .ne = {7, 1, 1, 1}, .nbytes = 14},
+    {.name = "c.q8_0", .type = GGML_TYPE_Q8_0, .n_dims = 2, .ne = {64, 2, 1, 1}, .nbytes = 4 * 34},
+    {.name = "d.q4_0", .type = GGML_TYPE_Q4_0, .n_dims = 4, .ne = {32, 1, 1, 2}, .nbytes = 2 * 18},
+    {.name = "e.bf16", .type = GGML_TYPE_BF16, .n_dims = 3, .ne = {3, 2, 2, 1}, .nbytes = 24},
 };
 #define N_RT (int)(sizeof rt_tensors / sizeof rt_tensors[0])
 
@@ -136,7 +137,7 @@ static int write_roundtrip(const char *path, uint32_t alignment, ak_error *err) 
     gguf_writer_kv_str(w, "t.empty", "");
     const char *strs[] = {"a", "", "ccc", "\xe2\x96\x81x", long_str};
     gguf_writer_kv_arr_str(w, "t.arr_str", strs, 5);
-    gguf_str with_nul[2] = {{3, "x\0y"}, {0, NULL}};
+    gguf_str with_nul[2] = {{.len = 3, .data = "x\0y"}, {.len = 0, .data = NULL}};
     gguf_writer_kv_arr_str_len(w, "t.arr_str_len", with_nul, 2);
     uint8_t u8[] = {0, 1, 255};
     int8_t i8[] = {-128, 0, 127};
@@ -191,7 +192,7 @@ static void check_roundtrip(ak_test_ctx *t, const gguf_file *f, uint32_t alignme
     uint32_t u32 = 0;
     float f32 = 0;
     int b = -1;
-    gguf_str s = {0, NULL};
+    gguf_str s = {0};
     CHECK(gguf_get_u32(f, "t.u32", &u32, NULL) == 0 && u32 == 0xdeadbeefu, "t.u32 = %u", u32);
     CHECK(gguf_get_u32(f, "general.alignment", &u32, NULL) == 0 && u32 == alignment, "general.alignment = %u", u32);
     const gguf_kv *kv = gguf_find(f, "t.i32");
@@ -304,11 +305,15 @@ TEST(gguf_read_every_scalar_type) {
     bytes b = {.len = 0};
     b_header(&b, 3, 0, 12);
     struct { const char *key; uint32_t type; uint64_t raw; size_t n; } kvs[] = {
-        {"s.u8", GGUF_TYPE_UINT8, 200, 1},      {"s.i8", GGUF_TYPE_INT8, 0x80, 1},
-        {"s.u16", GGUF_TYPE_UINT16, 60000, 2},  {"s.i16", GGUF_TYPE_INT16, 0x8001, 2},
-        {"s.u32", GGUF_TYPE_UINT32, 4000000000u, 4}, {"s.i32", GGUF_TYPE_INT32, 0xfffffffe, 4},
-        {"s.u64", GGUF_TYPE_UINT64, 1ull << 63, 8},  {"s.i64", GGUF_TYPE_INT64, (uint64_t)-3, 8},
-        {"s.bool", GGUF_TYPE_BOOL, 1, 1},
+        {.key = "s.u8", .type = GGUF_TYPE_UINT8, .raw = 200, .n = 1},
+        {.key = "s.i8", .type = GGUF_TYPE_INT8, .raw = 0x80, .n = 1},
+        {.key = "s.u16", .type = GGUF_TYPE_UINT16, .raw = 60000, .n = 2},
+        {.key = "s.i16", .type = GGUF_TYPE_INT16, .raw = 0x8001, .n = 2},
+        {.key = "s.u32", .type = GGUF_TYPE_UINT32, .raw = 4000000000u, .n = 4},
+        {.key = "s.i32", .type = GGUF_TYPE_INT32, .raw = 0xfffffffe, .n = 4},
+        {.key = "s.u64", .type = GGUF_TYPE_UINT64, .raw = 1ull << 63, .n = 8},
+        {.key = "s.i64", .type = GGUF_TYPE_INT64, .raw = (uint64_t)-3, .n = 8},
+        {.key = "s.bool", .type = GGUF_TYPE_BOOL, .raw = 1, .n = 1},
     };
     for (int i = 0; i < 9; i++) {
         b_str(&b, kvs[i].key);

@@ -9,7 +9,7 @@
 #include "test.h"
 
 static ak_cache_spec spec_of(int layers, int kv_heads, int d, int n_ctx) {
-    ak_cache_spec s = {layers, kv_heads, d, d, n_ctx};
+    ak_cache_spec s = {.n_layer = layers, .n_head_kv = kv_heads, .head_dim_k = d, .head_dim_v = d, .n_ctx = n_ctx};
     return s;
 }
 

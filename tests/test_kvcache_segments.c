@@ -145,7 +145,7 @@ TEST(kvcache_segments_attention_reads_spans) {
     const int Ts[] = {16, 32};
     ak_rng rng;
     ak_rng_seed(&rng, 1616);
-    ak_cache_spec s = {SL, SH, SD, SD, 1024};
+    ak_cache_spec s = {.n_layer = SL, .n_head_kv = SH, .head_dim_k = SD, .head_dim_v = SD, .n_ctx = 1024};
     for (int ti = 0; ti < 2; ti++) {
         int T = Ts[ti];
         ak_error err = {{0}};

@@ -110,12 +110,17 @@ static size_t spec_bytes(ak_kv_format f, int d) {
 
 TEST(kvformat_bits_and_sizes) {
     struct { ak_kv_format f; int d; double bits; } want[] = {
-        { AK_KV_F32, 64, 32 },    { AK_KV_F16, 128, 16 },   { AK_KV_BF16, 80, 16 },  { AK_KV_Q8, 64, 8.5 },
-        { AK_KV_Q8, 128, 8.5 },   { AK_KV_Q8, 80, 8.6 },    { AK_KV_Q8, 16, 9.0 },   { AK_KV_Q4, 64, 5.0 },
-        { AK_KV_Q4, 128, 5.0 },   { AK_KV_Q4, 8, 8.0 },     { AK_KV_Q2, 64, 4.0 },   { AK_KV_Q2, 8, 6.0 },
-        { AK_KV_TQ3, 64, 3.25 },  { AK_KV_TQ3, 128, 3.125 }, { AK_KV_TQ4, 64, 4.25 }, { AK_KV_TQ2, 64, 2.25 },
-        { AK_KV_TQ3, 8, 5.0 },    { AK_KV_TQ3, 96, 3.0 + 16.0 / 96 }, { AK_KV_TCQ3, 64, 3.25 },
-        { AK_KV_TCQ3, 128, 3.125 },
+        { .f = AK_KV_F32, .d = 64, .bits = 32 },    { .f = AK_KV_F16, .d = 128, .bits = 16 },
+        { .f = AK_KV_BF16, .d = 80, .bits = 16 },  { .f = AK_KV_Q8, .d = 64, .bits = 8.5 },
+        { .f = AK_KV_Q8, .d = 128, .bits = 8.5 },   { .f = AK_KV_Q8, .d = 80, .bits = 8.6 },
+        { .f = AK_KV_Q8, .d = 16, .bits = 9.0 },   { .f = AK_KV_Q4, .d = 64, .bits = 5.0 },
+        { .f = AK_KV_Q4, .d = 128, .bits = 5.0 },   { .f = AK_KV_Q4, .d = 8, .bits = 8.0 },
+        { .f = AK_KV_Q2, .d = 64, .bits = 4.0 },   { .f = AK_KV_Q2, .d = 8, .bits = 6.0 },
+        { .f = AK_KV_TQ3, .d = 64, .bits = 3.25 },  { .f = AK_KV_TQ3, .d = 128, .bits = 3.125 },
+        { .f = AK_KV_TQ4, .d = 64, .bits = 4.25 }, { .f = AK_KV_TQ2, .d = 64, .bits = 2.25 },
+        { .f = AK_KV_TQ3, .d = 8, .bits = 5.0 },    { .f = AK_KV_TQ3, .d = 96, .bits = 3.0 + 16.0 / 96 },
+        { .f = AK_KV_TCQ3, .d = 64, .bits = 3.25 },
+        { .f = AK_KV_TCQ3, .d = 128, .bits = 3.125 },
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         double b = ak_kv_format_bits(want[i].f, want[i].d);

@@ -120,17 +120,17 @@ TEST(memories_server_crud_and_bad_bodies) {
           "delete: %d, get after %d, again %d", del.status, g2.status, del2.status);
     /* bad bodies and ids */
     struct { const char *body; int status; const char *code; } bad[] = {
-        {"{not json", 400, "invalid_json"},
-        {"[]", 400, "invalid_type"},
-        {"{\"text\":\"x\"}", 400, "missing_required_parameter"},
-        {"{\"id\":\"../etc\",\"text\":\"x\"}", 400, "invalid_memory_id"},
-        {"{\"id\":\".hidden\",\"text\":\"x\"}", 400, "invalid_memory_id"},
-        {"{\"id\":\"a/b\",\"text\":\"x\"}", 400, "invalid_memory_id"},
-        {"{\"id\":7,\"text\":\"x\"}", 400, "invalid_memory_id"},
-        {"{\"id\":\"ok\"}", 400, "missing_required_parameter"},
-        {"{\"id\":\"ok\",\"text\":\"\"}", 400, "invalid_value"},
-        {"{\"id\":\"ok\",\"text\":5}", 400, "invalid_type"},
-        {"{\"id\":\"ok\",\"text\":\"x\",\"cache_type_k\":\"q17\"}", 400, "invalid_value"},
+        {.body = "{not json", .status = 400, .code = "invalid_json"},
+        {.body = "[]", .status = 400, .code = "invalid_type"},
+        {.body = "{\"text\":\"x\"}", .status = 400, .code = "missing_required_parameter"},
+        {.body = "{\"id\":\"../etc\",\"text\":\"x\"}", .status = 400, .code = "invalid_memory_id"},
+        {.body = "{\"id\":\".hidden\",\"text\":\"x\"}", .status = 400, .code = "invalid_memory_id"},
+        {.body = "{\"id\":\"a/b\",\"text\":\"x\"}", .status = 400, .code = "invalid_memory_id"},
+        {.body = "{\"id\":7,\"text\":\"x\"}", .status = 400, .code = "invalid_memory_id"},
+        {.body = "{\"id\":\"ok\"}", .status = 400, .code = "missing_required_parameter"},
+        {.body = "{\"id\":\"ok\",\"text\":\"\"}", .status = 400, .code = "invalid_value"},
+        {.body = "{\"id\":\"ok\",\"text\":5}", .status = 400, .code = "invalid_type"},
+        {.body = "{\"id\":\"ok\",\"text\":\"x\",\"cache_type_k\":\"q17\"}", .status = 400, .code = "invalid_value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         reply x = http(r.port, "POST", "/v1/memories", bad[i].body);
@@ -200,22 +200,28 @@ TEST(memories_server_chat_none_and_full) {
     printf("    reuse none: \"%s\"; full: \"%s\"\n", answer(&none) ? answer(&none) : "", answer(&full) ? answer(&full) : "");
     /* bad requests */
     struct { const char *mem, *reuse, *extra; int status; const char *code; } bad[] = {
-        {"[\"nope\"]", NULL, NULL, 404, "memory_not_found"},
-        {"[\"../x\"]", NULL, NULL, 400, "invalid_memory_id"},
-        {"[5]", NULL, NULL, 400, "invalid_type"},
-        {"\"fact\"", NULL, NULL, 400, "invalid_type"},
-        {"[]", NULL, NULL, 400, "invalid_value"},
-        {"[\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\"]", NULL, NULL, 400, "invalid_value"},
-        {"[\"nope\"]", "agentkvshift", NULL, 404, "memory_not_found"},
-        {"[\"nope\"]", "cacheblend", NULL, 404, "memory_not_found"},
-        {"[\"fact\"]", "agentkvshift", "{\"recompute_ratio\": 1.01}", 400, "invalid_value"},
-        {"[\"fact\"]", "cacheblend", "{\"recompute_ratio\": -1}", 400, "invalid_value"},
-        {"[\"fact\"]", "agentkvshift", "{\"recompute_ratio\": \"0.1\"}", 400, "invalid_type"},
-        {"[\"fact\"]", NULL, "{\"reuse\": 3}", 400, "invalid_type"},
-        {"[\"fact\"]", "sometimes", NULL, 400, "invalid_value"},
-        {"[\"fact\"]", "none", "{\"recompute_ratio\": 1.5}", 400, "invalid_value"},
-        {"[\"fact\"]", "none", "{\"recompute_ratio\": -0.1}", 400, "invalid_value"},
-        {"[\"fact\"]", "none", "{\"pool\": \"p\"}", 404, "pool_not_found"},
+        {.mem = "[\"nope\"]", .reuse = NULL, .extra = NULL, .status = 404, .code = "memory_not_found"},
+        {.mem = "[\"../x\"]", .reuse = NULL, .extra = NULL, .status = 400, .code = "invalid_memory_id"},
+        {.mem = "[5]", .reuse = NULL, .extra = NULL, .status = 400, .code = "invalid_type"},
+        {.mem = "\"fact\"", .reuse = NULL, .extra = NULL, .status = 400, .code = "invalid_type"},
+        {.mem = "[]", .reuse = NULL, .extra = NULL, .status = 400, .code = "invalid_value"},
+        {.mem = "[\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\",\"fact\"]", .reuse = NULL, .extra = NULL,
+         .status = 400, .code = "invalid_value"},
+        {.mem = "[\"nope\"]", .reuse = "agentkvshift", .extra = NULL, .status = 404, .code = "memory_not_found"},
+        {.mem = "[\"nope\"]", .reuse = "cacheblend", .extra = NULL, .status = 404, .code = "memory_not_found"},
+        {.mem = "[\"fact\"]", .reuse = "agentkvshift", .extra = "{\"recompute_ratio\": 1.01}", .status = 400,
+         .code = "invalid_value"},
+        {.mem = "[\"fact\"]", .reuse = "cacheblend", .extra = "{\"recompute_ratio\": -1}", .status = 400,
+         .code = "invalid_value"},
+        {.mem = "[\"fact\"]", .reuse = "agentkvshift", .extra = "{\"recompute_ratio\": \"0.1\"}", .status = 400,
+         .code = "invalid_type"},
+        {.mem = "[\"fact\"]", .reuse = NULL, .extra = "{\"reuse\": 3}", .status = 400, .code = "invalid_type"},
+        {.mem = "[\"fact\"]", .reuse = "sometimes", .extra = NULL, .status = 400, .code = "invalid_value"},
+        {.mem = "[\"fact\"]", .reuse = "none", .extra = "{\"recompute_ratio\": 1.5}", .status = 400,
+         .code = "invalid_value"},
+        {.mem = "[\"fact\"]", .reuse = "none", .extra = "{\"recompute_ratio\": -0.1}", .status = 400,
+         .code = "invalid_value"},
+        {.mem = "[\"fact\"]", .reuse = "none", .extra = "{\"pool\": \"p\"}", .status = 404, .code = "pool_not_found"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         reply x = chat(r.port, "bad", bad[i].mem, bad[i].reuse, "Hi.", bad[i].extra, 4);

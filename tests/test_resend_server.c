@@ -20,11 +20,16 @@ typedef struct {
 } fam_case;
 
 static const fam_case cases[] = {
-    {"models/tiny-llama-h64-gqa-f32.gguf", AK_CHAT_PLAIN},  {"models/tiny-llama-h64-gqa-f32.gguf", AK_CHAT_LLAMA3},
-    {"models/tiny-llama-h64-gqa-f32.gguf", AK_CHAT_CHATML}, {"models/tiny-llama-h64-gqa-f32.gguf", AK_CHAT_LLAMA2},
-    {"models/tiny-llama-h64-gqa-f32.gguf", AK_CHAT_GEMMA},  {"models/tiny-llama-h64-gqa-f32.gguf", AK_CHAT_PHI3},
-    {"models/tiny-llama-h64-gqa-f32.gguf", AK_CHAT_MISTRAL}, {"models/qwen3-tiny.gguf", AK_CHAT_QWEN3},
-    {"models/deepseek2-tiny.gguf", AK_CHAT_DEEPSEEK2},      {"models/gemma3-tiny.gguf", AK_CHAT_GEMMA3},
+    {.model = "models/tiny-llama-h64-gqa-f32.gguf", .family = AK_CHAT_PLAIN},
+    {.model = "models/tiny-llama-h64-gqa-f32.gguf", .family = AK_CHAT_LLAMA3},
+    {.model = "models/tiny-llama-h64-gqa-f32.gguf", .family = AK_CHAT_CHATML},
+    {.model = "models/tiny-llama-h64-gqa-f32.gguf", .family = AK_CHAT_LLAMA2},
+    {.model = "models/tiny-llama-h64-gqa-f32.gguf", .family = AK_CHAT_GEMMA},
+    {.model = "models/tiny-llama-h64-gqa-f32.gguf", .family = AK_CHAT_PHI3},
+    {.model = "models/tiny-llama-h64-gqa-f32.gguf", .family = AK_CHAT_MISTRAL},
+    {.model = "models/qwen3-tiny.gguf", .family = AK_CHAT_QWEN3},
+    {.model = "models/deepseek2-tiny.gguf", .family = AK_CHAT_DEEPSEEK2},
+    {.model = "models/gemma3-tiny.gguf", .family = AK_CHAT_GEMMA3},
 };
 
 #define N_CTX 1024

@@ -75,11 +75,12 @@ TEST(reuse_full_equals_a_plain_prefill_and_none_the_chunks_moved_apart) {
         ak_kv_format f = fmts[fi];
         ak_kv *cx = rchunk(&e, pool, f, X, RX), *cy = rchunk(&e, pool, f, Y, RY);
         REQUIRE(cx && cy, "chunks");
-        ak_reuse_part parts[4] = {{P, RP, NULL}, {X, RX, cx}, {Y, RY, cy}, {Q, RQ, NULL}};
+        ak_reuse_part parts[4] = {{.tokens = P, .n = RP, .chunk = NULL}, {.tokens = X, .n = RX, .chunk = cx},
+                                  {.tokens = Y, .n = RY, .chunk = cy}, {.tokens = Q, .n = RQ, .chunk = NULL}};
         /* full: the plain prefill's bits */
         REQUIRE(rplain(&e, pool, f, all, N, ref) == 0, "plain");
         ak_kv *kv = rnew(pool, f);
-        ak_reuse_params p = {AK_REUSE_FULL, 0.5f, -1, 0};
+        ak_reuse_params p = {.method = AK_REUSE_FULL, .ratio = 0.5f, .check_layer = -1};
         ak_reuse_stats st;
         CHECK(ak_reuse_prefill(e.ctx, kv, parts, 4, &p, got, &st, &err) == 0, "full: %s", err.msg);
         CHECK(memcmp(ref, got, sizeof(float) * V) == 0, "%s: full differs from a plain prefill by %g",
@@ -146,8 +147,9 @@ TEST(reuse_refuses_bad_arguments_by_code) {
     ak_kv *cx = rchunk(&e, pool, AK_KV_F16, X, RX), *co = rchunk(&e, other, AK_KV_F16, X, RX);
     ak_kv *kv = rnew(pool, AK_KV_F16);
     REQUIRE(cx && co && kv, "kvs");
-    ak_reuse_part parts[3] = {{P, RP, NULL}, {X, RX, cx}, {Q, RQ, NULL}};
-    ak_reuse_params p = {AK_REUSE_CACHEBLEND, 1.5f, -1, 0};
+    ak_reuse_part parts[3] = {{.tokens = P, .n = RP, .chunk = NULL}, {.tokens = X, .n = RX, .chunk = cx},
+                              {.tokens = Q, .n = RQ, .chunk = NULL}};
+    ak_reuse_params p = {.method = AK_REUSE_CACHEBLEND, .ratio = 1.5f, .check_layer = -1};
     CHECK(ak_reuse_prefill(e.ctx, kv, parts, 3, &p, NULL, NULL, &err) < 0 && err.code == AK_ERR_INVALID, "ratio 1.5");
     p.ratio = NAN;
     CHECK(ak_reuse_prefill(e.ctx, kv, parts, 3, &p, NULL, NULL, &err) < 0 && err.code == AK_ERR_INVALID, "ratio NaN");
@@ -167,7 +169,7 @@ TEST(reuse_refuses_bad_arguments_by_code) {
     CHECK(ak_reuse_prefill(e.ctx, kv, parts, 2, &p, e.logits, NULL, &err) < 0 && err.code == AK_ERR_INVALID,
           "logits after a chunk");
     int32_t *big = calloc(RCTX, sizeof(int32_t));
-    ak_reuse_part over[2] = {{big, RCTX - RX + 1, NULL}, {X, RX, cx}};
+    ak_reuse_part over[2] = {{.tokens = big, .n = RCTX - RX + 1, .chunk = NULL}, {.tokens = X, .n = RX, .chunk = cx}};
     CHECK(ak_reuse_prefill(e.ctx, kv, over, 2, &p, NULL, NULL, &err) < 0 && err.code == AK_ERR_INVALID,
           "past the capacity");
     CHECK(ak_kv_length(kv) == 0, "kv touched by refused calls");
@@ -211,7 +213,7 @@ TEST(reuse_layer_ranges_equal_the_forward_pass) {
     float *outs[N] = {0};
     for (int i = 0; i < N; i++) seq[i] = kv;
     outs[N - 1] = lg;
-    ak_batch b = {N, tok, pos, seq, outs};
+    ak_batch b = {.n = N, .token = tok, .pos = pos, .seq = seq, .logits_out = outs};
     int a = L / 2;
     CHECK(ak_model_embed(e.ctx, tok, N, x, &err) == 0, "%s", err.msg);
     CHECK(ak_forward_layers(e.ctx, &b, x, 0, a, &err) == 0, "%s", err.msg);
@@ -235,13 +237,13 @@ TEST(reuse_layer_ranges_equal_the_forward_pass) {
     int32_t st[3] = {tok[5], tok[17], tok[33]}, sp[3] = {5, 17, 33};
     float *xs = malloc(sizeof(float) * 3 * dim);
     CHECK(ak_model_embed(e.ctx, tok, N, x, &err) == 0, "%s", err.msg);
-    ak_batch bb = {N, tok, pos, seq, NULL};
+    ak_batch bb = {.n = N, .token = tok, .pos = pos, .seq = seq};
     ak_kv *kv2 = rnew(pool, AK_KV_F32);
     for (int i = 0; i < N; i++) seq[i] = kv2;
     CHECK(ak_forward_layers(e.ctx, &bb, x, 0, a, &err) == 0, "%s", err.msg);
     for (int j = 0; j < 3; j++) memcpy(xs + j * dim, x + (size_t)sp[j] * dim, sizeof(float) * dim);
     CHECK(ak_forward_layers(e.ctx, &bb, x, a, L, &err) == 0, "%s", err.msg);
-    ak_batch b3 = {3, st, sp, seq, NULL};
+    ak_batch b3 = {.n = 3, .token = st, .pos = sp, .seq = seq};
     CHECK(ak_forward_layers(e.ctx, &b3, xs, a, L, &err) == 0, "%s", err.msg);
     bad = 0;
     for (int l = 0; l < L; l++)
@@ -266,7 +268,8 @@ static ak_kv *rbuild(tenv *e, ak_block_pool *pool, ak_kv_format f, const ak_kv *
     ak_error err = {{0}};
     int32_t P[RP], X[RX], Y[RY], Q[RQ];
     rtexts(e->vocab, P, X, Y, Q);
-    ak_reuse_part parts[4] = {{P, RP, NULL}, {X, RX, cx}, {Y, RY, cy}, {Q, RQ, NULL}};
+    ak_reuse_part parts[4] = {{.tokens = P, .n = RP, .chunk = NULL}, {.tokens = X, .n = RX, .chunk = cx},
+                              {.tokens = Y, .n = RY, .chunk = cy}, {.tokens = Q, .n = RQ, .chunk = NULL}};
     ak_kv *kv = rnew(pool, f);
     if (!kv || ak_reuse_prefill(e->ctx, kv, parts, 4, p, out, st, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "%s r=%g: %s", ak_reuse_method_name(p->method), (double)p->ratio, err.msg);
@@ -310,12 +313,14 @@ TEST(reuse_blend_ratio_1_is_full_and_ratio_0_is_none_above_the_check_layer) {
         ak_kv_format f = fmts[fi];
         ak_kv *cx = rchunk(&e, pool, f, X, RX), *cy = rchunk(&e, pool, f, Y, RY);
         REQUIRE(cx && cy, "chunks");
-        ak_reuse_params full = {AK_REUSE_FULL, 0, -1, 0}, none = {AK_REUSE_NONE, 0, -1, 0};
+        ak_reuse_params full = {.method = AK_REUSE_FULL, .check_layer = -1},
+            none = {.method = AK_REUSE_NONE, .check_layer = -1};
         ak_reuse_stats st;
         ak_kv *kf = rbuild(&e, pool, f, cx, cy, &full, ref, &st, t), *kn = rbuild(&e, pool, f, cx, cy, &none, NULL, &st, t);
         REQUIRE(kf && kn, "full, none");
         for (int mi = 0; mi < 2; mi++) {
-            ak_reuse_params p = {mi ? AK_REUSE_AGENTKVSHIFT : AK_REUSE_CACHEBLEND, 1.0f, -1, 0};
+            ak_reuse_params p = {.method = mi ? AK_REUSE_AGENTKVSHIFT : AK_REUSE_CACHEBLEND, .ratio = 1.0f,
+                                 .check_layer = -1};
             ak_kv *kv = rbuild(&e, pool, f, cx, cy, &p, got, &st, t);
             REQUIRE(kv, "r=1");
             CHECK(memcmp(ref, got, sizeof(float) * V) == 0, "%s %s r=1: logits differ from full by %g",
@@ -370,7 +375,7 @@ TEST(reuse_agentkvshift_correction_equals_the_materialized_one) {
         ak_kv_format f = fmts[fi];
         ak_kv *cx = rchunk(&e, pool, f, X, RX), *cy = rchunk(&e, pool, f, Y, RY);
         REQUIRE(cx && cy, "chunks");
-        ak_reuse_params p = {AK_REUSE_AGENTKVSHIFT, 0.2f, -1, 0};
+        ak_reuse_params p = {.method = AK_REUSE_AGENTKVSHIFT, .ratio = 0.2f, .check_layer = -1};
         ak_reuse_stats st;
         ak_kv *kv = rbuild(&e, pool, f, cx, cy, &p, NULL, &st, t);
         REQUIRE(kv && ak_kv_corrections(kv) == 2, "agentkvshift: %d ranges", kv ? ak_kv_corrections(kv) : -1);
@@ -484,7 +489,7 @@ TEST(reuse_methods_kl_against_full_printed) {
     int V = e.vocab;
     float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
     ak_kv *cx = rchunk(&e, pool, AK_KV_F16, X, RX), *cy = rchunk(&e, pool, AK_KV_F16, Y, RY);
-    ak_reuse_params full = {AK_REUSE_FULL, 0, -1, 0};
+    ak_reuse_params full = {.method = AK_REUSE_FULL, .check_layer = -1};
     ak_reuse_stats st;
     ak_kv_free(rbuild(&e, pool, AK_KV_F16, cx, cy, &full, ref, &st, t));
     const float ratios[] = {0, 0.1f, 0.3f, 0.5f, 1};
@@ -492,7 +497,7 @@ TEST(reuse_methods_kl_against_full_printed) {
         ak_reuse_method m = mi == 0 ? AK_REUSE_CACHEBLEND : AK_REUSE_AGENTKVSHIFT;
         printf("  %-12s%s", ak_reuse_method_name(m), mi == 2 ? "(w=1)" : "     ");
         for (int ri = 0; ri < 5; ri++) {
-            ak_reuse_params p = {m, ratios[ri], -1, mi == 2};
+            ak_reuse_params p = {.method = m, .ratio = ratios[ri], .check_layer = -1, .unit_weights = mi == 2};
             ak_kv_free(rbuild(&e, pool, AK_KV_F16, cx, cy, &p, got, &st, t));
             double kl = rkl(ref, got, V);
             printf(" r=%.1f KL %.5f", (double)ratios[ri], kl);
@@ -527,14 +532,16 @@ TEST(reuse_every_family_ratio_1_is_full) {
         for (int i = 0; i < 5; i++) Q[i] = (int32_t)((i * 19 + 3) % V);
         ak_kv *cx = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 128, &err);
         REQUIRE(cx && ak_eval(c, cx, X, 41, 0, NULL, NULL, NULL, NULL, &err) == 0, "chunk: %s", err.msg);
-        ak_reuse_part parts[3] = {{P, 9, NULL}, {X, 41, cx}, {Q, 5, NULL}};
+        ak_reuse_part parts[3] = {{.tokens = P, .n = 9, .chunk = NULL}, {.tokens = X, .n = 41, .chunk = cx},
+                                  {.tokens = Q, .n = 5, .chunk = NULL}};
         float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
-        ak_reuse_params full = {AK_REUSE_FULL, 0, -1, 0};
+        ak_reuse_params full = {.method = AK_REUSE_FULL, .check_layer = -1};
         ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 128, &err);
         CHECK(ak_reuse_prefill(c, kv, parts, 3, &full, ref, NULL, &err) == 0, "%s full: %s", models[mi], err.msg);
         for (int me = 0; me < 2; me++) {
             for (int r = 0; r < 2; r++) {
-                ak_reuse_params p = {me ? AK_REUSE_AGENTKVSHIFT : AK_REUSE_CACHEBLEND, r ? 0.2f : 1.0f, -1, 0};
+                ak_reuse_params p = {.method = me ? AK_REUSE_AGENTKVSHIFT : AK_REUSE_CACHEBLEND,
+                                     .ratio = r ? 0.2f : 1.0f, .check_layer = -1};
                 ak_kv_truncate(kv, 0);
                 int rc = ak_reuse_prefill(c, kv, parts, 3, &p, got, NULL, &err);
                 if (mla) {
@@ -551,7 +558,7 @@ TEST(reuse_every_family_ratio_1_is_full) {
                           models[mi], ak_reuse_method_name(p.method));
             }
         }
-        ak_reuse_params none = {AK_REUSE_NONE, 0, -1, 0};
+        ak_reuse_params none = {.method = AK_REUSE_NONE, .check_layer = -1};
         ak_kv_truncate(kv, 0);
         CHECK(ak_reuse_prefill(c, kv, parts, 3, &none, got, NULL, &err) == 0, "%s none: %s", models[mi], err.msg);
         free(ref);

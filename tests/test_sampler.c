@@ -33,12 +33,12 @@ TEST(sampler_frequency_presence_hand_computed) {
     static const float base[5] = {2.0f, 1.5f, 1.0f, 0.5f, -1.0f};
     /* logit[t] = base[t] - 0.5 * count[t] - 0.25 * (count[t] > 0), count over the tokens picked before */
     static const struct { float after[5]; int32_t pick; } steps[] = {
-        {{2.0f, 1.5f, 1.0f, 0.5f, -1.0f}, 0},     /* nothing generated yet */
-        {{1.25f, 1.5f, 1.0f, 0.5f, -1.0f}, 1},    /* 0 once: 2 - 0.5 - 0.25 */
-        {{1.25f, 0.75f, 1.0f, 0.5f, -1.0f}, 0},   /* 0 once, 1 once */
-        {{0.75f, 0.75f, 1.0f, 0.5f, -1.0f}, 2},   /* 0 twice: 2 - 1 - 0.25 */
-        {{0.75f, 0.75f, 0.25f, 0.5f, -1.0f}, 0},  /* ties go to the lower id */
-        {{0.25f, 0.75f, 0.25f, 0.5f, -1.0f}, 1},  /* 0 three times: 2 - 1.5 - 0.25 */
+        {.after = {2.0f, 1.5f, 1.0f, 0.5f, -1.0f}, .pick = 0},     /* nothing generated yet */
+        {.after = {1.25f, 1.5f, 1.0f, 0.5f, -1.0f}, .pick = 1},    /* 0 once: 2 - 0.5 - 0.25 */
+        {.after = {1.25f, 0.75f, 1.0f, 0.5f, -1.0f}, .pick = 0},   /* 0 once, 1 once */
+        {.after = {0.75f, 0.75f, 1.0f, 0.5f, -1.0f}, .pick = 2},   /* 0 twice: 2 - 1 - 0.25 */
+        {.after = {0.75f, 0.75f, 0.25f, 0.5f, -1.0f}, .pick = 0},  /* ties go to the lower id */
+        {.after = {0.25f, 0.75f, 0.25f, 0.5f, -1.0f}, .pick = 1},  /* 0 three times: 2 - 1.5 - 0.25 */
     };
     int32_t hist[8];
     for (int k = 0; k < (int)(sizeof steps / sizeof *steps); k++) {

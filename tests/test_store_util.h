@@ -24,7 +24,9 @@ typedef struct {
     int n;
 } cache;
 
-static inline ak_cache_spec small_spec(void) { return (ak_cache_spec){3, 2, 64, 32, 512}; }
+static inline ak_cache_spec small_spec(void) {
+    return (ak_cache_spec){.n_layer = 3, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 32, .n_ctx = 512};
+}
 
 static inline int cache_make(cache *c, const ak_cache_spec *s, int block_tokens, ak_kv_format fk, ak_kv_format fv, int cap,
                       int n, uint64_t seed) {

@@ -201,10 +201,10 @@ TEST(synth_types_share_f32_weights) {
 
     /* statistics of the f32 weights */
     struct { const char *name; float mean, sd; } stats[] = {
-        {"token_embd.weight", 0.0f, 1.0f},
-        {"blk.0.attn_q.weight", 0.0f, 0.125f},          /* 1/sqrt(64) */
-        {"blk.1.ffn_down.weight", 0.0f, 0.0884f},       /* 1/sqrt(128) */
-        {"blk.0.attn_norm.weight", 1.0f, 0.02f},
+        {.name = "token_embd.weight", .mean = 0.0f, .sd = 1.0f},
+        {.name = "blk.0.attn_q.weight", .mean = 0.0f, .sd = 0.125f},          /* 1/sqrt(64) */
+        {.name = "blk.1.ffn_down.weight", .mean = 0.0f, .sd = 0.0884f},       /* 1/sqrt(128) */
+        {.name = "blk.0.attn_norm.weight", .mean = 1.0f, .sd = 0.02f},
     };
     for (int i = 0; i < 4; i++) {
         const gguf_tensor *g = gguf_find_tensor(&f32, stats[i].name);

@@ -12,7 +12,7 @@
 static ak_tokenizer *load_tk(ak_test_ctx *t, const char *rel) {
     char path[1024];
     gguf_file f;
-    ak_error err = { "" };
+    ak_error err = {0};
     if (gguf_open(&f, test_path(path, sizeof path, rel), &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "%s", err.msg);
         return NULL;
@@ -25,7 +25,7 @@ static ak_tokenizer *load_tk(ak_test_ctx *t, const char *rel) {
 
 /* tokenize (no BOS/EOS, no special parsing unless flags say so) */
 static int tok(const ak_tokenizer *tk, const char *s, size_t n, int flags, int32_t **ids, size_t *n_ids) {
-    ak_error err = { "" };
+    ak_error err = {0};
     int rc = ak_tokenize(tk, s, n, flags, ids, n_ids, &err);
     if (rc < 0) fprintf(stderr, "  tokenize error: %s\n", err.msg);
     return rc;
@@ -42,7 +42,7 @@ static void fmt_ids(char *buf, size_t cap, const int32_t *ids, size_t n) {
  * ends with that separator); NAME.out: one line of ids per string. */
 static void golden(ak_test_ctx *t, const char *name, int min_vocab) {
     char rel[256], path[1024];
-    ak_error err = { "" };
+    ak_error err = {0};
     snprintf(rel, sizeof rel, "golden/tokenizer/%s.gguf", name);
     ak_tokenizer *tk = load_tk(t, rel);
     REQUIRE(tk, "no tokenizer");
@@ -387,7 +387,7 @@ static ak_tokenizer *tiny(ak_test_ctx *t, int kind, ak_error *err) {
 }
 
 TEST(tokenizer_bad_input) {
-    ak_error err = { "" };
+    ak_error err = {0};
     ak_tokenizer *tk = tiny(t, 0, &err);
     REQUIRE(tk, "valid tiny vocab: %s", err.msg);
     int32_t *ids;
@@ -454,7 +454,7 @@ static ak_tokenizer *tiny_bpe(ak_test_ctx *t, const char *pre) {
     kv_strs(&g, "tokenizer.ggml.merges", merges, 1);
     kv_u32(&g, "tokenizer.ggml.bos_token_id", 5);
     gguf_file f;
-    ak_error err = { "" };
+    ak_error err = {0};
     if (gguf_open_buffer(&f, g.b, g.n, "tiny-bpe.gguf", &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "gguf_open_buffer: %s", err.msg);
         return NULL;
@@ -493,7 +493,7 @@ TEST(tokenizer_bpe_llama3_rules) {
 
 static void speed(ak_test_ctx *t, const char *rel, double limit) {
     char path[1024];
-    ak_error err = { "" };
+    ak_error err = {0};
     size_t len;
     char *text = ak_read_file(test_path(path, sizeof path, "golden/tiny-llama-h64/val.txt"), &len, &err);
     REQUIRE(text, "%s", err.msg);

@@ -261,7 +261,8 @@ static void check_window_file(ak_test_ctx *t, ak_kv_format fk, ak_kv_format fv) 
     uint8_t *img = (uint8_t *)ak_read_file(pw7, &len, &err);
     REQUIRE(img, "read: %s", err.msg);
     struct { const char *id; size_t keep; long flip; } bad[] = {
-        {"cut1", len - 1, -1}, {"cut2", len / 2, -1}, {"cut3", 200, -1}, {"flip", len, (long)len - 3}};
+        {.id = "cut1", .keep = len - 1, .flip = -1}, {.id = "cut2", .keep = len / 2, .flip = -1},
+        {.id = "cut3", .keep = 200, .flip = -1}, {.id = "flip", .keep = len, .flip = (long)len - 3}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         snprintf(pbad, sizeof pbad, "%s/%s.safetensors", dir, bad[k].id);
         FILE *f = fopen(pbad, "wb");
@@ -349,7 +350,8 @@ TEST(gemma3_window_agent_turns) {
     const int nloc = local_layers(m), nglob = m->cfg.n_layer - nloc;
     ak_block_pool *pool = ak_block_pool_new(&m->spec, T, 0, &err), *pf = ak_block_pool_new(&m->spec, T, 0, &err);
     REQUIRE(pool && pf, "pool: %s", err.msg);
-    ak_agents_config cfg = {m, pool, NULL, AK_KV_F16, AK_KV_F16, 256, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    ak_agents_config cfg = {.model = m, .pool = pool, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = 256,
+                            .save = AK_SAVE_EVERY_TURN};
     ak_agents *ag = ak_agents_new(&cfg, &err);
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     ak_kv *ref = ak_kv_new(pf, AK_KV_F16, AK_KV_F16, 256, &err);

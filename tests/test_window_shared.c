@@ -128,7 +128,8 @@ static int rig_open(rig *r, ak_model *m, const char *dir, ak_error *err) {
     memset(r, 0, sizeof *r);
     r->pool = ak_block_pool_new(&m->spec, ST, 0, err);
     r->store = r->pool ? ak_store_open(dir, NULL, err) : NULL;
-    ak_agents_config cfg = {m, r->pool, r->store, AK_KV_F16, AK_KV_F16, SCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config cfg = {.model = m, .pool = r->pool, .store = r->store, .fk = AK_KV_F16, .fv = AK_KV_F16,
+                            .n_ctx = SCTX, .save = AK_SAVE_EVERY_TURN};
     r->ag = r->store ? ak_agents_new(&cfg, err) : NULL;
     return r->ag ? 0 : -1;
 }
@@ -389,7 +390,8 @@ TEST(gemma3_window_prefix_shared_blocks) {
     ak_error err = {{0}};
     const int V = m->cfg.vocab, W = m->cfg.window, NP = 64;
     ak_block_pool *pool = ak_block_pool_new(&m->spec, ST, 0, &err), *tp = ak_block_pool_new(&m->spec, ST, 0, &err);
-    ak_agents_config cfg = {m, pool, NULL, AK_KV_F16, AK_KV_F16, SCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config cfg = {.model = m, .pool = pool, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = SCTX,
+                            .save = AK_SAVE_EVERY_TURN};
     ak_agents *ag = pool ? ak_agents_new(&cfg, &err) : NULL;
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     float *la = malloc(sizeof(float) * V), *lt = malloc(sizeof(float) * V);
@@ -448,7 +450,8 @@ TEST(gemma3_window_bytes_for) {
     if (!m) return;
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&m->spec, ST, 0, &err);
-    ak_agents_config cfg = {m, pool, NULL, AK_KV_F16, AK_KV_Q8, SCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config cfg = {.model = m, .pool = pool, .fk = AK_KV_F16, .fv = AK_KV_Q8, .n_ctx = SCTX,
+                            .save = AK_SAVE_EVERY_TURN};
     ak_agents *ag = pool ? ak_agents_new(&cfg, &err) : NULL;
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     REQUIRE(ag && c, "setup: %s", err.msg);
@@ -457,7 +460,10 @@ TEST(gemma3_window_bytes_for) {
     const size_t pb = pos_bytes(m, AK_KV_F16, AK_KV_Q8) * ST;   /* one layer's share of a block */
     const int nglob = m->cfg.n_layer - nloc;
     /* window 16 in blocks of 8: 2 + 1 local blocks at most */
-    struct { int n; int global, local; } want[] = {{1, 1, 1}, {8, 1, 1}, {9, 2, 2}, {24, 3, 3}, {25, 4, 3}, {200, 25, 3}};
+    struct { int n; int global, local; } want[] = {
+        {.n = 1, .global = 1, .local = 1},   {.n = 8, .global = 1, .local = 1},   {.n = 9, .global = 2, .local = 2},
+        {.n = 24, .global = 3, .local = 3},  {.n = 25, .global = 4, .local = 3},  {.n = 200, .global = 25, .local = 3},
+    };
     for (size_t k = 0; k < sizeof want / sizeof *want; k++) {
         size_t e = (size_t)want[k].global * nglob * pb + (size_t)want[k].local * nloc * pb;
         CHECK(ak_agents_bytes_for(ag, want[k].n) == e, "%d positions: %zu bytes, expected %zu", want[k].n,
@@ -548,7 +554,8 @@ TEST(gemma3_window_memory_blended) {
     ak_error err = {{0}};
     const int V = m->cfg.vocab, NP = 30, NX = 40, NQ = 6, n = NP + NX + NQ;
     ak_block_pool *pool = ak_block_pool_new(&m->spec, ST, 0, &err), *tp = ak_block_pool_new(&m->spec, ST, 0, &err);
-    ak_agents_config cfg = {m, pool, NULL, AK_KV_F16, AK_KV_F16, SCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config cfg = {.model = m, .pool = pool, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = SCTX,
+                            .save = AK_SAVE_EVERY_TURN};
     ak_agents *ag = pool ? ak_agents_new(&cfg, &err) : NULL;
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     float *la = malloc(sizeof(float) * V), *lr = malloc(sizeof(float) * V);
@@ -558,14 +565,17 @@ TEST(gemma3_window_memory_blended) {
             "setup: %s", err.msg);
     ak_kv *chunk = ak_kv_new(tp, AK_KV_F16, AK_KV_F16, SCTX, &err);
     REQUIRE(chunk && ak_eval(c, chunk, all + NP, NX, 0, NULL, NULL, NULL, NULL, &err) == 0, "chunk: %s", err.msg);
-    const ak_reuse_params ps[2] = {{AK_REUSE_CACHEBLEND, 0.2f, -1, 0}, {AK_REUSE_AGENTKVSHIFT, 0.2f, -1, 0}};
+    const ak_reuse_params ps[2] = {{.method = AK_REUSE_CACHEBLEND, .ratio = 0.2f, .check_layer = -1},
+                                   {.method = AK_REUSE_AGENTKVSHIFT, .ratio = 0.2f, .check_layer = -1}};
     const char *ids[2] = {"blend", "shift"};
     for (int k = 0; k < 2; k++) {
         ak_kv *kv, *ref = ak_kv_new(tp, AK_KV_F16, AK_KV_F16, SCTX, &err);
         ak_turn tu;
         ak_reuse_stats sa, sr;
         int at = NP, len = NX;
-        ak_reuse_part parts[3] = {{all, NP, NULL}, {all + NP, NX, chunk}, {all + NP + NX, NQ, NULL}};
+        ak_reuse_part parts[3] = {{.tokens = all, .n = NP, .chunk = NULL},
+                                  {.tokens = all + NP, .n = NX, .chunk = chunk},
+        {.tokens = all + NP + NX, .n = NQ, .chunk = NULL}};
         REQUIRE(ref && ak_reuse_prefill(c, ref, parts, 3, &ps[k], lr, &sr, &err) == 0, "reference: %s", err.msg);
         int rc = ak_agent_open_memories(ag, ids[k], 0, NULL, all, n, n, 0, &at, &len, 1, &kv, &tu, &err);
         if (rc == 0) rc = ak_eval(c, kv, all, NP, 0, NULL, NULL, NULL, NULL, &err);
