@@ -329,9 +329,12 @@ int ak_server_conn_fd(struct MHD_Connection *c) {
  * 1.0.x). What it does offer: each such answer is announced through the
  * error logger, with the status, in the connection's own thread (one thread
  * per connection), before the page is queued. So the logger writes this
- * server's JSON answer to the socket first and shuts its sending side: the
- * client reads the JSON and the end of the stream; libmicrohttpd's page
- * then fails to send and it closes the connection.
+ * server's JSON answer (Connection: close, its Content-Length) to the
+ * socket first; the client reads it and closes. The socket is not shut or
+ * read behind libmicrohttpd's back: doing so crashed libmicrohttpd's
+ * connection thread now and then. Its page follows the answer on the wire,
+ * past the Content-Length a client reads, and it then closes the
+ * connection.
  *
  * The connection of a thread is recorded (conn_key) when libmicrohttpd has
  * parsed a request line (the URI log callback): an error on a connection's
@@ -370,26 +373,9 @@ static int send_bounded(int fd, const char *p, size_t n) {
     return 0;
 }
 
-/* Reads and drops what the client still sends, for at most 300 ms and
- * 1 MiB, stopping once 50 ms pass without a byte: a socket closed with
- * unread data is reset, and a reset can destroy the answer before the
- * client has read it. */
-static void drain(int fd) {
-    char tmp[16384];
-    size_t got = 0;
-    double t0 = ak_now();
-    while (got < ((size_t)1 << 20) && ak_now() - t0 < 0.3) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        if (poll(&pf, 1, 50) <= 0) return;
-        ssize_t k = recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
-        if (k <= 0) return;
-        got += (size_t)k;
-    }
-}
-
 /* Writes this server's JSON answer for an error libmicrohttpd found in the
- * request on c (status: the one libmicrohttpd chose) and ends the sending
- * side of the connection. */
+ * request on c (status: the one libmicrohttpd chose) ahead of
+ * libmicrohttpd's own page. */
 static void protocol_error(ak_server *s, struct MHD_Connection *c, unsigned status) {
     int fd = ak_server_conn_fd(c);
     if (fd < 0) return;
@@ -417,8 +403,6 @@ static void protocol_error(ak_server *s, struct MHD_Connection *c, unsigned stat
     ak_buf_printf(&b, "\r\n%s", body);
     free(body);
     if (!b.failed && send_bounded(fd, b.p, b.len) == 0) {
-        shutdown(fd, SHUT_WR);
-        drain(fd);
         ak_metrics_request(s->cfg.metrics, "other", (int)status);
     }
     ak_buf_free(&b);
