@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
     qsort(on, R, sizeof(double), cmp_double);
     qsort(coff, R, sizeof(double), cmp_double);
     qsort(con, R, sizeof(double), cmp_double);
-    printf("%s: prefill %d tokens, %d threads, stats at %d of %d layers (", m->gguf.path, P, ak_pool_size(ak_ctx_pool(c)),
+    printf("%s: prefill %d tokens, %d threads, stats at %d of %d layers (", m->gguf.path, P, ak_threads_size(ak_ctx_pool(c)),
            ak_attn_stats_n_layers(st), m->cfg.n_layer);
     for (int i = 0; i < ak_attn_stats_n_layers(st); i++) printf("%s%d", i ? "," : "", ak_attn_stats_layer(st, i));
     printf("), median of %d: wall off %.3f s (%.1f tok/s), on %.3f s (%.1f tok/s), on/off %.3f; CPU off %.3f s, "

@@ -87,7 +87,7 @@ static void bw_free(uint8_t *p, size_t bytes) {
 /* Best of 5 copies of `bytes` on the pool's threads, in GB/s of bytes read
  * plus written (*read_gbs: best of 5 read-only passes, GB/s); 0 if the
  * buffers cannot be had. */
-static double copy_bandwidth(ak_pool *pool, size_t bytes, double *read_gbs) {
+static double copy_bandwidth(ak_threads *pool, size_t bytes, double *read_gbs) {
     copy_job j = {.src = bw_alloc(bytes), .dst = bw_alloc(bytes), .n = bytes};
     double best = 0;
     *read_gbs = 0;
@@ -96,11 +96,11 @@ static double copy_bandwidth(ak_pool *pool, size_t bytes, double *read_gbs) {
         memset(j.dst, 2, bytes);
         for (int r = 0; r < 5; r++) {
             double t0 = ak_now();
-            ak_pool_run(pool, copy_task, &j);
+            ak_threads_run(pool, copy_task, &j);
             double gbs = 2.0 * (double)bytes / (ak_now() - t0) / 1e9;
             if (gbs > best) best = gbs;
             t0 = ak_now();
-            ak_pool_run(pool, read_task, &j);
+            ak_threads_run(pool, read_task, &j);
             gbs = (double)bytes / (ak_now() - t0) / 1e9;
             if (gbs > *read_gbs) *read_gbs = gbs;
         }
@@ -197,7 +197,7 @@ static int bench_engine(int argc, char **argv) {
     for (int i = 0; i < ctx_len; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % m->cfg.vocab);
     /* one warm-up decode so first-touch costs don't land in the first repeat */
     if (ak_eval(ctx, kv, toks, 1, 0, logits, NULL, NULL, NULL, &err) < 0) goto fail;
-    int nt = ak_pool_size(ak_ctx_pool(ctx));
+    int nt = ak_threads_size(ak_ctx_pool(ctx));
     double tg_runs = 0;   /* pool runs per decoded token, last repeat */
     if (!json) fprintf(stderr, "bench engine: %s, %s weights, %d threads, %s kernels\n", m->gguf.path,
                        gguf_tensor_type_name(m->layers[0].wq.type), nt, ak_simd_name());
@@ -211,13 +211,13 @@ static int bench_engine(int argc, char **argv) {
         if (n_tg > 0) {
             int at = tg_after ? n_pp : 0;   /* positions before the first generated token */
             ak_kv_truncate(kv, at);
-            uint64_t runs0 = ak_pool_runs(ak_ctx_pool(ctx));
+            uint64_t runs0 = ak_threads_runs(ak_ctx_pool(ctx));
             double t0 = ak_now();
             for (int i = 0; i < n_tg; i++)
                 if (ak_eval(ctx, kv, toks + at + i, 1, at + i, logits, NULL, NULL, NULL, &err) < 0) goto fail;
             tg[r] = n_tg / (ak_now() - t0);
             /* the thread pool's parallel regions (synchronizations) per decoded token */
-            tg_runs = (double)(ak_pool_runs(ak_ctx_pool(ctx)) - runs0) / n_tg;
+            tg_runs = (double)(ak_threads_runs(ak_ctx_pool(ctx)) - runs0) / n_tg;
         }
         if (!json) fprintf(stderr, "  repeat %d/%d: pp%d %.2f tok/s, tg%d %.2f tok/s (%.1f pool syncs/token)\n", r + 1,
                            reps, n_pp, pp[r], n_tg, tg[r], tg_runs);

@@ -860,7 +860,7 @@ static int run_handoff(const char *model_path, const int *contexts, int n_contex
     ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
     if (!ctx) goto fail;
     if (!R || !toks || !logits || !tv) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
-    const int nt = ak_pool_size(ak_ctx_pool(ctx));
+    const int nt = ak_threads_size(ak_ctx_pool(ctx));
     ak_rng rng;
     ak_rng_seed(&rng, 11);
     fprintf(stderr, "bench cards handoff: %s, %d threads, contexts", model_path, nt);

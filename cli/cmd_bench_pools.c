@@ -416,7 +416,7 @@ int cmd_bench_pools(int argc, char **argv) {
     for (int i = 0; ok && i < B; i++) ok = (gen[i] = malloc(sizeof(int32_t) * (size_t)n_gen)) != NULL;
     if (!ctx) goto fail;
     if (!ok) { ak_fail(&err, "out of memory"); goto fail; }
-    const int nt = ak_pool_size(ak_ctx_pool(ctx));
+    const int nt = ak_threads_size(ak_ctx_pool(ctx));
     R.bpt = bytes_per_token(&m->spec, co.fk, co.fv);
     R.bpt_f16 = bytes_per_token(&m->spec, AK_KV_F16, AK_KV_F16);
     R.ttft_reps = ttft_reps;

@@ -528,7 +528,7 @@ int cmd_bench_reuse(int argc, char **argv) {
             }
         }
     if (!(ctx = ak_ctx_new(m, per, n_threads, &err))) goto fail;
-    const int nt = ak_pool_size(ak_ctx_pool(ctx));
+    const int nt = ak_threads_size(ak_ctx_pool(ctx));
     fprintf(stderr, "bench reuse: %s, %d contexts of %s%d chunks x %d tokens + %d continuation tokens, %d threads%s\n",
             model_path, n_ctx, n_pre ? "BOS + " : "", k, T, C, nt, speed_only ? ", speed only" : "");
     const int runs_per_ctx = n_rows / n_ct + 1;

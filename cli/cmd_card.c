@@ -52,7 +52,7 @@ typedef struct {
     const char *model_path, *agent, *card, *id, *policy, *mode;
     double bits_k, bits_v;
     int from, to, n_ctx, n_threads, force;
-    memory_opts mo;
+    store_opts mo;
     cache_opts co;
 } card_args;
 
@@ -97,14 +97,14 @@ static int parse_args(card_args *ca, int argc, char **argv) {
     ak_args a;
     args_init(&a, "card", argc, argv);
     memset(ca, 0, sizeof *ca);
-    memory_opts_init(&ca->mo);
+    store_opts_init(&ca->mo);
     cache_opts_init(&ca->co);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 1; }
         if (parse_flag(ca, &a, f)) continue;
         if (f[0] == '-') {
-            if (!memory_opts_parse(&ca->mo, &a, f) && !cache_opts_parse(&ca->co, &a, f)) args_unknown(&a, f);
+            if (!store_opts_parse(&ca->mo, &a, f) && !cache_opts_parse(&ca->co, &a, f)) args_unknown(&a, f);
         } else if (!ca->sub) ca->sub = f;
         else if (!ca->name) ca->name = f;
         else args_error(&a, "unexpected argument '%s'", f);
@@ -197,7 +197,7 @@ static int setup(card_rig *r, card_args *ca) {
     const ak_config *cfg = &r->lm.model->cfg;
     int n_ctx = ca->n_ctx ? ca->n_ctx : cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
     ak_error err = {{0}};
-    if (!(r->store = memory_opts_open(&ca->mo, &err))) goto fail;
+    if (!(r->store = store_opts_open(&ca->mo, &err))) goto fail;
     if (!(r->pool = ak_block_pool_new(&r->lm.model->spec, ca->co.block_tokens, ca->co.budget, &err))) goto fail;
     if (!(r->ctx = ak_ctx_new(r->lm.model, 256, ca->n_threads, &err))) goto fail;
     if (cache_center(&ca->co, r->ctx, r->lm.tok, r->pool, "card") < 0) return -1;
@@ -346,7 +346,7 @@ static int run_rm(ak_store *s, const card_args *ca, ak_error *err) {
 /* inspect / ls / rm: the store alone. */
 static int run_store(card_args *ca) {
     ak_error err = {{0}};
-    ak_store *s = memory_opts_open(&ca->mo, &err);
+    ak_store *s = store_opts_open(&ca->mo, &err);
     if (!s) {
         fprintf(stderr, "agentkv card: %s\n", err.msg);
         return 1;

@@ -49,7 +49,7 @@ typedef struct {
     const char *sub, *name;
     const char *model_path, *id, *file, *text;
     int n_ctx, n_threads, json;
-    memory_opts mo;
+    store_opts mo;
     cache_opts co;
 } mem_args;
 
@@ -59,7 +59,7 @@ static int parse_args(mem_args *ma, int argc, char **argv) {
     ak_args a;
     args_init(&a, "memory", argc, argv);
     memset(ma, 0, sizeof *ma);
-    memory_opts_init(&ma->mo);
+    store_opts_init(&ma->mo);
     cache_opts_init(&ma->co);
     const char *f;
     while ((f = args_next(&a))) {
@@ -73,7 +73,7 @@ static int parse_args(mem_args *ma, int argc, char **argv) {
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) ma->n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--json")) ma->json = 1;
         else if (f[0] == '-') {
-            if (!memory_opts_parse(&ma->mo, &a, f) && !cache_opts_parse(&ma->co, &a, f)) args_unknown(&a, f);
+            if (!store_opts_parse(&ma->mo, &a, f) && !cache_opts_parse(&ma->co, &a, f)) args_unknown(&a, f);
         } else if (!ma->sub) ma->sub = f;
         else if (!ma->name) ma->name = f;
         else args_error(&a, "unexpected argument '%s'", f);
@@ -131,7 +131,7 @@ static int run_add(mem_args *ma) {
     loaded = 1;
     const ak_config *cfg = &lm.model->cfg;
     int n_ctx = ma->n_ctx ? ma->n_ctx : cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
-    if (!(store = memory_opts_open(&ma->mo, &err)) ||
+    if (!(store = store_opts_open(&ma->mo, &err)) ||
         !(pool = ak_block_pool_new(&lm.model->spec, ma->co.block_tokens, ma->co.budget, &err)) ||
         !(ctx = ak_ctx_new(lm.model, 512, ma->n_threads, &err)))
         goto fail;
@@ -211,7 +211,7 @@ int cmd_memory(int argc, char **argv) {
     if (rc) return rc;
     if (!strcmp(ma.sub, "add")) return run_add(&ma);
     ak_error err = {{0}};
-    ak_store *s = memory_opts_open(&ma.mo, &err);
+    ak_store *s = store_opts_open(&ma.mo, &err);
     if (!s) {
         fprintf(stderr, "agentkv memory: %s\n", err.msg);
         return 1;

@@ -52,7 +52,7 @@ typedef struct {
     const char *sub, *name;           /* subcommand, and the ID of inspect / rm */
     const char *model_path, *id, *file, *text, *messages_file, *template_arg;
     int n_ctx, n_threads, force, json, formats_given;
-    memory_opts mo;
+    store_opts mo;
     cache_opts co;
 } pool_args;
 
@@ -64,7 +64,7 @@ static int parse_args(pool_args *pa, int argc, char **argv) {
     ak_args a;
     args_init(&a, "pool", argc, argv);
     memset(pa, 0, sizeof *pa);
-    memory_opts_init(&pa->mo);
+    store_opts_init(&pa->mo);
     cache_opts_init(&pa->co);
     pa->co.fk = AK_KV_Q8;   /* a pool's defaults: shared by many, so small */
     pa->co.fv = AK_KV_TQ3;
@@ -83,7 +83,7 @@ static int parse_args(pool_args *pa, int argc, char **argv) {
         else if (!strcmp(f, "--force")) pa->force = 1;
         else if (!strcmp(f, "--json")) pa->json = 1;
         else if (f[0] == '-') {
-            if (!memory_opts_parse(&pa->mo, &a, f) && !cache_opts_parse(&pa->co, &a, f)) args_unknown(&a, f);
+            if (!store_opts_parse(&pa->mo, &a, f) && !cache_opts_parse(&pa->co, &a, f)) args_unknown(&a, f);
         } else if (!pa->sub) pa->sub = f;
         else if (!pa->name) pa->name = f;
         else args_error(&a, "unexpected argument '%s'", f);
@@ -181,7 +181,7 @@ static int setup(create_rig *r, pool_args *pa) {
     r->n_ctx = pa->n_ctx ? pa->n_ctx : cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
     ak_error err = {{0}};
     r->template_text = ak_chat_template_gguf(&r->lm.model->gguf, &err);
-    if (!(r->store = memory_opts_open(&pa->mo, &err))) goto fail;
+    if (!(r->store = store_opts_open(&pa->mo, &err))) goto fail;
     if (!(r->pool = ak_block_pool_new(&r->lm.model->spec, pa->co.block_tokens, pa->co.budget, &err))) goto fail;
     if (!(r->ctx = ak_ctx_new(r->lm.model, 512, pa->n_threads, &err))) goto fail;
     /* the model's KV means, as serve installs them: the pool's blocks are
@@ -353,7 +353,7 @@ static int run_rm(ak_store *s, const pool_args *pa, ak_error *err) {
 /* ls / inspect / rm: the store alone. */
 static int run_store(pool_args *pa) {
     ak_error err = {{0}};
-    ak_store *s = memory_opts_open(&pa->mo, &err);
+    ak_store *s = store_opts_open(&pa->mo, &err);
     if (!s) {
         fprintf(stderr, "agentkv pool: %s\n", err.msg);
         return 1;

@@ -49,8 +49,8 @@ int cmd_run(int argc, char **argv) {
     cache_opts co;
     cache_opts_init(&co);
     const char *agent_id = NULL;
-    memory_opts mo;
-    memory_opts_init(&mo);
+    store_opts mo;
+    store_opts_init(&mo);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
@@ -70,7 +70,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(f, "--no-bos")) no_bos = 1;
         else if (!strcmp(f, "--json")) json = 1;
         else if (!strcmp(f, "--agent")) agent_id = args_value(&a, f);
-        else if (!memory_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!store_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
     if (!a.failed && !prompt == !prompt_file) args_error(&a, "give exactly one of -p PROMPT or -f PROMPT_FILE");
@@ -109,7 +109,7 @@ int cmd_run(int argc, char **argv) {
         goto fail;
     }
     if (agent_id) {
-        if (!(store = memory_opts_open(&mo, &err))) goto fail;
+        if (!(store = store_opts_open(&mo, &err))) goto fail;
         if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
         ak_agents_config ac = {.model = lm.model, .pool = pool, .store = store, .fk = co.fk, .fv = co.fv,
                                .n_ctx = n_ctx, .save = mo.save, .disk_budget = mo.disk_budget, .log = log_line,

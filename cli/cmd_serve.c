@@ -84,8 +84,8 @@ int cmd_serve(int argc, char **argv) {
     unsigned conn_timeout = AK_SERVER_DEFAULT_TIMEOUT_S, conns_per_ip = AK_SERVER_DEFAULT_CONNS_PER_IP;
     const char *allowed_hosts[MAX_WEB_NAMES], *cors_origins[MAX_WEB_NAMES];
     int n_allowed_hosts = 0, n_cors_origins = 0;
-    memory_opts mo;
-    memory_opts_init(&mo);
+    store_opts mo;
+    store_opts_init(&mo);
     cache_opts co;
     cache_opts_init(&co);
     const char *f;
@@ -125,7 +125,7 @@ int cmd_serve(int argc, char **argv) {
             else if (v && n_cors_origins == MAX_WEB_NAMES) args_error(&a, "--cors-origin: at most %d", MAX_WEB_NAMES);
             else if (v) cors_origins[n_cors_origins++] = v;
         }
-        else if (!memory_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!store_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
     }
     ak_chat_family family = AK_CHAT_PLAIN;
     ak_error err = {{0}};
@@ -172,7 +172,7 @@ int cmd_serve(int argc, char **argv) {
     template_text = ak_chat_template_gguf(&lm.model->gguf, &err);
     if (!template_arg) family = ak_chat_detect(template_text);
     if (api_key_file && !(api_key = read_api_key(api_key_file, &err))) goto fail;
-    if (!(store = memory_opts_open(&mo, &err))) goto fail;
+    if (!(store = store_opts_open(&mo, &err))) goto fail;
     if (!co.budget) {
         /* a server without a budget would keep every agent in RAM forever:
          * default to half of what the machine has beside the weights */

@@ -125,7 +125,7 @@ int cache_opts_parse(cache_opts *o, ak_args *a, const char *flag) {
     return 0;
 }
 
-void memory_opts_init(memory_opts *o) {
+void store_opts_init(store_opts *o) {
     o->dir = "./agentkv-memory";
     o->key_file = NULL;
     o->store_url = NULL;
@@ -136,7 +136,7 @@ void memory_opts_init(memory_opts *o) {
     o->save = AK_SAVE_EVERY_TURN;
 }
 
-int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag) {
+int store_opts_parse(store_opts *o, ak_args *a, const char *flag) {
     if (!strcmp(flag, "--memory-dir")) {
         const char *v = args_value(a, flag);
         if (v) o->dir = v;
@@ -167,7 +167,7 @@ int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag) {
     return 1;
 }
 
-ak_store *memory_opts_open(const memory_opts *o, ak_error *err) {
+ak_store *store_opts_open(const store_opts *o, ak_error *err) {
     uint8_t key[AK_STORE_KEY_BYTES];
     if (o->key_file && ak_store_read_key(o->key_file, key, err) < 0) return NULL;
     ak_store_where w = {.url = o->store_url ? o->store_url : o->dir, .password_file = o->store_password_file,

@@ -77,7 +77,7 @@ typedef struct {
     const char *store_password_file;  /* --store-password-file */
     int store_lease_ms;       /* --store-lease-ms, 0: the default */
     int dir_given;            /* --memory-dir was given (with --store: the local directory) */
-} memory_opts;
+} store_opts;
 
 #define MEMORY_OPTS_HELP                                                                       \
     "  --memory-dir DIR         where agent caches live (default ./agentkv-memory)\n"           \
@@ -103,12 +103,12 @@ int bench_cmp_double(const void *a, const void *b);
 double bench_median(double *v, int n);
 double bench_cpu_ms(void);
 
-void memory_opts_init(memory_opts *o);
+void store_opts_init(store_opts *o);
 /* If flag is one of the memory flags, parses its value into o (errors go
  * through a) and returns 1; returns 0 for other flags. */
-int memory_opts_parse(memory_opts *o, ak_args *a, const char *flag);
+int store_opts_parse(store_opts *o, ak_args *a, const char *flag);
 /* Opens the store o names (reading its key, if any). Returns NULL with err set. */
-ak_store *memory_opts_open(const memory_opts *o, ak_error *err);
+ak_store *store_opts_open(const store_opts *o, ak_error *err);
 
 /* Reads a prompt file; on failure prints the error and returns NULL. */
 char *read_prompt_file(const char *cmd, const char *path, size_t *len);

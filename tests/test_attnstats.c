@@ -207,7 +207,7 @@ static void observe_case(ak_test_ctx *t, const char *rel, int layer0, int layer1
     size_t ks = (size_t)Hkv * dk, qs = (size_t)H * dk;
     ak_block_pool *pool = ak_block_pool_new(&m->spec, 16, 0, &err);
     ak_kv *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 256, &err), *other = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 256, &err);
-    ak_pool *threads = ak_pool_new(3, &err);
+    ak_threads *threads = ak_threads_new(3, &err);
     REQUIRE(pool && kv && other && threads, "setup: %s", err.msg);
     float *K = malloc(sizeof(float) * ks * N), *V = malloc(sizeof(float) * Hkv * dv), *Q = malloc(sizeof(float) * qs * N);
     ak_rng r;
@@ -277,7 +277,7 @@ static void observe_case(ak_test_ctx *t, const char *rel, int layer0, int layer1
         ak_attn_stats_free(st);
     }
     free(K); free(V); free(Q);
-    ak_pool_free(threads);
+    ak_threads_free(threads);
     ak_kv_free(kv); ak_kv_free(other);
     ak_block_pool_free(pool);
     m->cfg.n_head = file_heads;

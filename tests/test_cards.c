@@ -186,7 +186,7 @@ TEST(cards_make_on_threads_copies_equal_formats) {
     uint8_t wk[N], wv[N];
     random_widths(wk, wv, N, 5);
     ak_error err = {{0}};
-    ak_pool *tp = ak_pool_new(2, &err);
+    ak_threads *tp = ak_threads_new(2, &err);
     REQUIRE(tp, "%s", err.msg);
     ak_card_params p = {.id = "c1", .source_agent = "alice", .fingerprint = FP, .model_name = "tiny", .from = 3,
                         .to = 3 + N, .widths_k = wk, .widths_v = wv, .policy = "given"};
@@ -244,7 +244,7 @@ TEST(cards_make_on_threads_copies_equal_formats) {
     ak_kv_free(a2);
     ak_card_free(c1);
     ak_card_free(c2);
-    ak_pool_free(tp);
+    ak_threads_free(tp);
     cache_free(&src);
 }
 

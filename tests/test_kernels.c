@@ -352,7 +352,7 @@ TEST(kernel_vec_dot_vs_reference) {
 /* Matrix multiplication                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int64_t rows,
+static int check_matmul_shape(ak_test_ctx *t, ak_threads *pool, uint32_t type, int64_t rows,
                               int64_t cols, int64_t ntok, ak_rng *r, double *worst) {
     size_t rb = ak_row_bytes(type, cols);
     float *w = malloc(sizeof(float) * rows * cols), *wd = malloc(sizeof(float) * rows * cols);
@@ -431,8 +431,8 @@ static int check_matmul_shape(ak_test_ctx *t, ak_pool *pool, uint32_t type, int6
 
 TEST(kernel_matmul_vs_reference) {
     ak_error err = {{0}};
-    ak_pool *pool = ak_pool_new(2, &err);
-    REQUIRE(pool, "ak_pool_new: %s", err.msg);
+    ak_threads *pool = ak_threads_new(2, &err);
+    REQUIRE(pool, "ak_threads_new: %s", err.msg);
     ak_rng r;
     ak_rng_seed(&r, 99);
     const int64_t rows_list[] = { 1, 5, 67, 130 };
@@ -452,7 +452,7 @@ TEST(kernel_matmul_vs_reference) {
         printf("    %-4s max |Y - ref| / sum|w x| = %.2e%s\n", tname(type), worst,
                ak_packed_bytes(type, 16, 32) ? " (row-major and packed kernels)" : "");
     }
-    ak_pool_free(pool);
+    ak_threads_free(pool);
 }
 
 /* The packed kernels' out-of-memory path holds one token's activations on
@@ -497,8 +497,8 @@ TEST(kernel_packed_paths_built_for_every_type) {
  * Y untouched, where it once wrote zeros. */
 TEST(kernel_packed_scratch_failure) {
     ak_error err = {{0}};
-    ak_pool *pool = ak_pool_new(2, &err);
-    REQUIRE(pool, "ak_pool_new: %s", err.msg);
+    ak_threads *pool = ak_threads_new(2, &err);
+    REQUIRE(pool, "ak_threads_new: %s", err.msg);
     ak_rng r;
     ak_rng_seed(&r, 41);
     const uint32_t types[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K,
@@ -518,16 +518,16 @@ TEST(kernel_packed_scratch_failure) {
         for (int i = 0; i < ROWS; i++) ak_quantize_row(type, w + i * COLS, W + i * rb, COLS);
         ak_pack_weights(type, W, ROWS, COLS, P);
         for (int i = 0; i < NTOK * ROWS; i++) y1[i] = y2[i] = NAN;
-        ak_pool_limit_scratch(pool, SIZE_MAX);
+        ak_threads_limit_scratch(pool, SIZE_MAX);
         CHECK(ak_matmul_packed(pool, type, P, ROWS, COLS, x, NTOK, y1, &err) == 0, "%u: %s", type, err.msg);
-        ak_pool_limit_scratch(pool, 0);
-        CHECK(ak_pool_scratch(pool, 64) == NULL, "the limit should make the scratch fail");
+        ak_threads_limit_scratch(pool, 0);
+        CHECK(ak_threads_scratch(pool, 64) == NULL, "the limit should make the scratch fail");
         CHECK(ak_matmul_packed(pool, type, P, ROWS, COLS, x, NTOK, y2, &err) == 0, "%u: %s", type, err.msg);
         int same = memcmp(y1, y2, sizeof y1) == 0, nonzero = 0;
         for (int i = 0; i < NTOK * ROWS; i++) nonzero += y2[i] != 0 && !isnan(y2[i]);
         CHECK(same && nonzero == NTOK * ROWS, "type %u without scratch: %s, %d of %d outputs nonzero", type,
               same ? "same bits" : "different bits", nonzero, NTOK * ROWS);
-        ak_pool_limit_scratch(pool, SIZE_MAX);
+        ak_threads_limit_scratch(pool, SIZE_MAX);
         free(P);
         ran++;
     }
@@ -540,7 +540,7 @@ TEST(kernel_packed_scratch_failure) {
     for (int i = 0; i < NTOK * ROWS; i++) touched += !isnan(y1[i]);
     CHECK(touched == 0, "%d outputs written by a refused product", touched);
     printf("    %d types computed without scratch\n", ran);
-    ak_pool_free(pool);
+    ak_threads_free(pool);
 }
 
 /* Rows that end exactly where an inaccessible page begins: a kernel that
@@ -598,7 +598,7 @@ static void pool_task(void *arg, int ith, int nth) {
     atomic_fetch_add(&c->sum, s);
 }
 
-static void run_pool_rounds(ak_test_ctx *t, ak_pool *pool, int nth, int rounds, int sleep_every) {
+static void run_pool_rounds(ak_test_ctx *t, ak_threads *pool, int nth, int rounds, int sleep_every) {
     static int data[1000];
     long long want = 0;
     for (int i = 0; i < 1000; i++) { data[i] = i * 7 - 300; want += data[i]; }
@@ -606,7 +606,7 @@ static void run_pool_rounds(ak_test_ctx *t, ak_pool *pool, int nth, int rounds, 
         pool_ctx c = { .nth = nth, .data = data, .n = 1000 };
         for (int i = 0; i < 8; i++) atomic_init(&c.seen[i], 0);
         atomic_init(&c.sum, 0);
-        ak_pool_run(pool, pool_task, &c);
+        ak_threads_run(pool, pool_task, &c);
         int bad = c.nth_seen_bad;
         for (int i = 0; i < 8; i++) bad |= atomic_load(&c.seen[i]) != (i < nth);
         if (bad || atomic_load(&c.sum) != want) {
@@ -629,8 +629,8 @@ static void run_pool_rounds(ak_test_ctx *t, ak_pool *pool, int nth, int rounds, 
  * out of range is AK_ERR_INVALID with nothing written. */
 TEST(kernel_packed_n_matches_one_by_one) {
     ak_error err = {{0}};
-    ak_pool *pool = ak_pool_new(2, &err);
-    REQUIRE(pool, "ak_pool_new: %s", err.msg);
+    ak_threads *pool = ak_threads_new(2, &err);
+    REQUIRE(pool, "ak_threads_new: %s", err.msg);
     ak_rng r;
     ak_rng_seed(&r, 5);
     const uint32_t types[] = { GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q4_K };
@@ -683,7 +683,7 @@ TEST(kernel_packed_n_matches_one_by_one) {
         for (int m = 0; m < 3; m++) { free(P[m]); free(y1[m]); free(y2[m]); }
         free(w); free(x);
     }
-    ak_pool_free(pool);
+    ak_threads_free(pool);
     if (!tested) SKIP("no packed kernels in this build (%s)", ak_simd_name());
 }
 
@@ -691,30 +691,30 @@ TEST(kernel_threadpool) {
     ak_error err = {{0}};
     run_pool_rounds(t, NULL, 1, 3, 0);
     for (int nth = 1; nth <= 4; nth *= 2) {
-        ak_pool *pool = ak_pool_new(nth, &err);
-        REQUIRE(pool, "ak_pool_new(%d): %s", nth, err.msg);
-        CHECK(ak_pool_size(pool) == nth, "size %d want %d", ak_pool_size(pool), nth);
-        CHECK(ak_pool_runs(pool) == 0, "a new pool has run %llu times", (unsigned long long)ak_pool_runs(pool));
+        ak_threads *pool = ak_threads_new(nth, &err);
+        REQUIRE(pool, "ak_threads_new(%d): %s", nth, err.msg);
+        CHECK(ak_threads_size(pool) == nth, "size %d want %d", ak_threads_size(pool), nth);
+        CHECK(ak_threads_runs(pool) == 0, "a new pool has run %llu times", (unsigned long long)ak_threads_runs(pool));
         run_pool_rounds(t, pool, nth, 5000, 0);    /* spinning hand-offs (qemu runs this test too) */
         run_pool_rounds(t, pool, nth, 40, 1);      /* condvar hand-offs */
         /* every run counted once, whatever the hand-off */
-        CHECK(ak_pool_runs(pool) == 5040, "nth=%d: %llu runs counted, want 5040", nth,
-              (unsigned long long)ak_pool_runs(pool));
+        CHECK(ak_threads_runs(pool) == 5040, "nth=%d: %llu runs counted, want 5040", nth,
+              (unsigned long long)ak_threads_runs(pool));
         /* scratch: aligned, grows, reused */
-        uint8_t *s1 = ak_pool_scratch(pool, 100);
+        uint8_t *s1 = ak_threads_scratch(pool, 100);
         CHECK(s1 && ((uintptr_t)s1 & 63) == 0, "scratch %p not 64-byte aligned", (void *)s1);
         if (s1) memset(s1, 1, 100);
-        CHECK(ak_pool_scratch(pool, 50) == s1, "smaller request should reuse the buffer");
-        uint8_t *s2 = ak_pool_scratch(pool, 1 << 20);
+        CHECK(ak_threads_scratch(pool, 50) == s1, "smaller request should reuse the buffer");
+        uint8_t *s2 = ak_threads_scratch(pool, 1 << 20);
         CHECK(s2 && ((uintptr_t)s2 & 63) == 0, "grown scratch not aligned");
         if (s2) memset(s2, 2, 1 << 20);
-        ak_pool_free(pool);
+        ak_threads_free(pool);
     }
-    CHECK(ak_pool_scratch(NULL, 10) == NULL, "scratch of NULL pool");
-    CHECK(ak_pool_runs(NULL) == 0, "runs of NULL pool");
-    ak_pool *pool = ak_pool_new(0, &err);
-    CHECK(pool && ak_pool_size(pool) == ak_num_cpus(), "n_threads 0 means all cores");
-    ak_pool_free(pool);
+    CHECK(ak_threads_scratch(NULL, 10) == NULL, "scratch of NULL pool");
+    CHECK(ak_threads_runs(NULL) == 0, "runs of NULL pool");
+    ak_threads *pool = ak_threads_new(0, &err);
+    CHECK(pool && ak_threads_size(pool) == ak_num_cpus(), "n_threads 0 means all cores");
+    ak_threads_free(pool);
 }
 
 static void count_task(void *ctx, int ith, int nth) {
@@ -729,7 +729,7 @@ static void count_task(void *ctx, int ith, int nth) {
  * it stopped at) instead of holding the suite. The child runs for about
  * 1.5 s: long enough to catch, most times, the wake-up that qemu-aarch64 7.2
  * lost when the caller's announcement was a plain seq_cst store (see
- * ak_pool_run; the rates are in docs/speed.md). */
+ * ak_threads_run; the rates are in docs/speed.md). */
 TEST(kernel_threadpool_blocking_handoffs_lose_no_wakeup) {
     _Atomic long *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(done != MAP_FAILED, "mmap");
@@ -740,17 +740,17 @@ TEST(kernel_threadpool_blocking_handoffs_lose_no_wakeup) {
         ak_error err = {{0}};
         double t0 = ak_now();
         for (int nth = 2; nth <= 3; nth++) {
-            ak_pool *pool = ak_pool_new(nth, &err);
+            ak_threads *pool = ak_threads_new(nth, &err);
             if (!pool) _exit(3);
-            ak_pool_set_spin(pool, 0);
+            ak_threads_set_spin(pool, 0);
             for (long k = 0; k < 4000000 && ak_now() - t0 < (nth == 2 ? 1.1 : 1.5); k++) {
                 atomic_int ran;   /* each thread once per run */
                 atomic_init(&ran, 0);
-                ak_pool_run(pool, count_task, &ran);
+                ak_threads_run(pool, count_task, &ran);
                 if (atomic_load(&ran) != nth) _exit(4);
                 atomic_fetch_add_explicit(done, 1, memory_order_relaxed);
             }
-            ak_pool_free(pool);
+            ak_threads_free(pool);
         }
         _exit(0);
     }

@@ -245,8 +245,8 @@ TEST(kquant_vec_dot_vs_reference) {
 
 TEST(kquant_matmul_vs_reference) {
     ak_error err = {{0}};
-    ak_pool *pool = ak_pool_new(2, &err);
-    REQUIRE(pool, "ak_pool_new: %s", err.msg);
+    ak_threads *pool = ak_threads_new(2, &err);
+    REQUIRE(pool, "ak_threads_new: %s", err.msg);
     ak_rng r;
     ak_rng_seed(&r, 3);
     const int64_t shapes[][3] = {   /* rows, cols, tokens: decode, remainders, panels */
@@ -318,7 +318,7 @@ TEST(kquant_matmul_vs_reference) {
         if (packed) printf("    %s max |Y - ref| / sum|w x| = %.2e, packed kernels %.2e\n", kq_types[ti].name, worst, worst_packed);
         else printf("    %s max |Y - ref| / sum|w x| = %.2e\n", kq_types[ti].name, worst);
     }
-    ak_pool_free(pool);
+    ak_threads_free(pool);
 }
 
 /* The packed K kernels' out-of-memory path holds one token's activations on

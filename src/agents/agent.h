@@ -516,7 +516,7 @@ void ak_card_wait_saved(ak_agents *a, const char *card_id);
 /* The threads an import (replace or append) fills a card's blocks on: the
  * engine's, whose imports run between its steps (NULL, the default: the
  * caller's thread). Restores never use them (they may run beside a step). */
-void ak_agents_set_threads(ak_agents *a, ak_pool *threads);
+void ak_agents_set_threads(ak_agents *a, ak_threads *threads);
 /* Every card (in RAM or in the store), sorted by id, into *out (malloc'd;
  * store.h's entry; bytes is the file size, 0 for cards only in RAM).
  * Returns 0, or -1 with err set. */

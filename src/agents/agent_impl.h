@@ -85,7 +85,7 @@ typedef enum { AK_RESIDENT_POOLS, AK_RESIDENT_MEMORIES, AK_RESIDENT_CARDS, AK_RE
 
 struct ak_agents {
     ak_agents_config cfg;
-    ak_pool *threads;           /* ak_agents_set_threads: imports fill card blocks on them */
+    ak_threads *threads;           /* ak_agents_set_threads: imports fill card blocks on them */
     const struct ak_resident_ops *resident[AK_RESIDENT_SLOTS];   /* the sets registered, by slot */
     agent **v;
     int n, cap;

@@ -22,7 +22,7 @@ static const ak_resident_ops card_set = {.evict_one = NULL, .free_all = cards_fr
  * when at is its offset, else those of the card moved there (cards.h:
  * ak_card_shift; deterministic, so a restore rebuilds the same bits).
  * Copied on threads (NULL: here). Returns 0, or -1 with err set. */
-int cards_attach_at(const ak_agents *a, const ak_card *c, int at, ak_kv *kv, ak_pool *threads, ak_error *err) {
+int cards_attach_at(const ak_agents *a, const ak_card *c, int at, ak_kv *kv, ak_threads *threads, ak_error *err) {
     if (c->pos_offset == at) return ak_card_attach_on(c, kv, threads, err);
     ak_card *s = ak_card_shift(c, a->cfg.model, at, err);
     if (!s) return -1;

@@ -27,6 +27,6 @@ int cards_exists(ak_agents *a, const char *id);
  * its keys as they are when they start at position `at` (cards.h:
  * ak_card_shift; deterministic). Copied on threads (NULL: here). Returns 0,
  * or -1 with err set. */
-int cards_attach_at(const ak_agents *a, const ak_card *c, int at, ak_kv *kv, ak_pool *threads, ak_error *err);
+int cards_attach_at(const ak_agents *a, const ak_card *c, int at, ak_kv *kv, ak_threads *threads, ak_error *err);
 
 #endif

@@ -1,5 +1,5 @@
 /* memories.h - memory chunks: a text's KV computed once, alone, and placed
- * into any number of agents' turns (issue 17: AgentKVShift / CacheBlend).
+ * into any number of agents' turns (the AgentKVShift and CacheBlend papers).
  *
  * A memory is the KV cache of one chunk of text computed by itself:
  *   - tokenized on its own with no BOS and no EOS, special-token text not

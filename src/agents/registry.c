@@ -411,4 +411,4 @@ int ak_agent_restoring(const ak_agents *a, const char *id) {
     return g && g->restoring;
 }
 
-void ak_agents_set_threads(ak_agents *a, ak_pool *threads) { a->threads = threads; }
+void ak_agents_set_threads(ak_agents *a, ak_threads *threads) { a->threads = threads; }

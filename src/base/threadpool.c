@@ -14,7 +14,7 @@
  * signal when it sees a sleeper: with seq_cst on both sides, either the
  * sleeper sees the new state or the waker sees the sleeper, so no wake-up is
  * lost and the common (spinning) case never touches the mutex. Both
- * announcements are read-modify-writes (see ak_pool_run for why).
+ * announcements are read-modify-writes (see ak_threads_run for why).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -40,17 +40,17 @@
  * comes within a microsecond or two), then sched_yield in the loop so that a
  * thread the scheduler put on the same CPU as the spinner can run (without it
  * a run could cost a whole scheduler slice), for up to SPIN_SECONDS in all,
- * then block on the condition variable (ak_pool_set_spin changes the time). */
+ * then block on the condition variable (ak_threads_set_spin changes the time). */
 #define SPIN_PAUSES 128
 #define SPIN_SECONDS 200e-6
 
 typedef struct {
-    ak_pool *pool;
+    ak_threads *pool;
     int ith;
     pthread_t tid;
 } ak_worker;
 
-struct ak_pool {
+struct ak_threads {
     int n;                      /* threads including the caller */
     ak_worker *workers;         /* n-1 of them */
     int started;                /* workers successfully created */
@@ -65,11 +65,11 @@ struct ak_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
 
-    uint64_t runs;              /* ak_pool_run calls (ak_pool_runs); the one caller's */
-    void *scratch;              /* ak_pool_scratch */
+    uint64_t runs;              /* ak_threads_run calls (ak_threads_runs); the one caller's */
+    void *scratch;              /* ak_threads_scratch */
     size_t scratch_cap;
-    size_t scratch_limit;       /* requests over it fail (ak_pool_limit_scratch) */
-    _Atomic double spin_seconds; /* ak_pool_set_spin; read by the workers (last:
+    size_t scratch_limit;       /* requests over it fail (ak_threads_limit_scratch) */
+    _Atomic double spin_seconds; /* ak_threads_set_spin; read by the workers (last:
                                     off the lines the hand-offs write) */
 };
 
@@ -103,7 +103,7 @@ static int spin_until_zero(atomic_int *a, double limit) {
 
 static void *worker_main(void *arg) {
     ak_worker *w = arg;
-    ak_pool *p = w->pool;
+    ak_threads *p = w->pool;
     unsigned seen = 0;
     ak_flush_denormals(); /* workers only run kernels: see util.h */
     for (;;) {
@@ -128,7 +128,7 @@ static void *worker_main(void *arg) {
 }
 
 /* Publishes a new generation and wakes sleeping workers. */
-static void bump_generation(ak_pool *p) {
+static void bump_generation(ak_threads *p) {
     atomic_fetch_add(&p->gen, 1);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -138,11 +138,11 @@ static void bump_generation(ak_pool *p) {
 }
 
 /* Creates a pool of n_threads threads (the caller counts as one; <= 0 means
- * one per online CPU). Workers are started now and live until ak_pool_free.
+ * one per online CPU). Workers are started now and live until ak_threads_free.
  * Returns NULL and sets err if memory or a thread cannot be had. */
-ak_pool *ak_pool_new(int n_threads, ak_error *err) {
+ak_threads *ak_threads_new(int n_threads, ak_error *err) {
     if (n_threads <= 0) n_threads = ak_num_cpus();
-    ak_pool *p = ak_calloc(1, sizeof *p, err);
+    ak_threads *p = ak_calloc(1, sizeof *p, err);
     if (!p) return NULL;
     p->n = n_threads;
     p->scratch_limit = SIZE_MAX;
@@ -157,7 +157,7 @@ ak_pool *ak_pool_new(int n_threads, ak_error *err) {
     pthread_cond_init(&p->cv_done, NULL);
     if (n_threads > 1) {
         p->workers = ak_calloc((size_t)n_threads - 1, sizeof *p->workers, err);
-        if (!p->workers) { ak_pool_free(p); return NULL; }
+        if (!p->workers) { ak_threads_free(p); return NULL; }
         for (int i = 1; i < n_threads; i++) {
             ak_worker *w = &p->workers[i - 1];
             w->pool = p;
@@ -165,7 +165,7 @@ ak_pool *ak_pool_new(int n_threads, ak_error *err) {
             int rc = pthread_create(&w->tid, NULL, worker_main, w);
             if (rc != 0) {
                 ak_fail(err, "cannot create worker thread %d of %d: %s", i, n_threads, strerror(rc));
-                ak_pool_free(p);
+                ak_threads_free(p);
                 return NULL;
             }
             p->started++;
@@ -176,7 +176,7 @@ ak_pool *ak_pool_new(int n_threads, ak_error *err) {
 
 /* Stops and joins the workers and frees everything, scratch included.
  * Must not be called while a run is in progress. NULL is a no-op. */
-void ak_pool_free(ak_pool *pool) {
+void ak_threads_free(ak_threads *pool) {
     if (!pool) return;
     if (pool->started > 0) {
         atomic_store(&pool->stop, 1);
@@ -195,12 +195,12 @@ void ak_pool_free(ak_pool *pool) {
 }
 
 /* Number of threads, the caller included; 1 for a NULL pool. */
-int ak_pool_size(const ak_pool *pool) { return pool ? pool->n : 1; }
+int ak_threads_size(const ak_threads *pool) { return pool ? pool->n : 1; }
 
 /* Runs fn(ctx, ith, nth) on every thread (the caller is ith 0) and returns
  * once all have returned; everything they wrote is then visible to the
- * caller. Not reentrant: fn must not call ak_pool_run on the same pool. */
-void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx) {
+ * caller. Not reentrant: fn must not call ak_threads_run on the same pool. */
+void ak_threads_run(ak_threads *pool, ak_task_fn fn, void *ctx) {
     if (pool) pool->runs++;
     if (!pool || pool->n == 1) { fn(ctx, 0, 1); return; }
     pool->fn = fn;
@@ -223,14 +223,14 @@ void ak_pool_run(ak_pool *pool, ak_task_fn fn, void *ctx) {
     }
 }
 
-/* The number of ak_pool_run calls on pool so far (0 for NULL). Only the
+/* The number of ak_threads_run calls on pool so far (0 for NULL). Only the
  * pool's one caller writes it, so a plain read between runs is exact. */
-uint64_t ak_pool_runs(const ak_pool *pool) { return pool ? pool->runs : 0; }
+uint64_t ak_threads_runs(const ak_threads *pool) { return pool ? pool->runs : 0; }
 
 /* Returns a 64-byte aligned buffer of at least `bytes` bytes, reallocating
  * (without keeping the contents) only when it has to grow. The buffer stays
- * valid until the next call or ak_pool_free. NULL for a NULL pool or OOM. */
-void *ak_pool_scratch(ak_pool *pool, size_t bytes) {
+ * valid until the next call or ak_threads_free. NULL for a NULL pool or OOM. */
+void *ak_threads_scratch(ak_threads *pool, size_t bytes) {
     if (!pool || bytes > pool->scratch_limit) return NULL;
     if (bytes <= pool->scratch_cap && pool->scratch) return pool->scratch;
     size_t cap = pool->scratch_cap + pool->scratch_cap / 2;   /* grow geometrically */
@@ -246,11 +246,11 @@ void *ak_pool_scratch(ak_pool *pool, size_t bytes) {
 }
 
 /* Sets how long waits spin before they block (threadpool.h). */
-void ak_pool_set_spin(ak_pool *pool, double seconds) {
+void ak_threads_set_spin(ak_threads *pool, double seconds) {
     if (pool) atomic_store_explicit(&pool->spin_seconds, seconds > 0 ? seconds : 0, memory_order_relaxed);
 }
 
-/* Sets the size over which ak_pool_scratch fails (see threadpool.h). */
-void ak_pool_limit_scratch(ak_pool *pool, size_t bytes) {
+/* Sets the size over which ak_threads_scratch fails (see threadpool.h). */
+void ak_threads_limit_scratch(ak_threads *pool, size_t bytes) {
     if (pool) pool->scratch_limit = bytes;
 }

@@ -24,8 +24,7 @@ typedef int32_t ak_v16i __attribute__((vector_size(64)));
  * memcpy: with the tuning -march=native picks on Intel server cores
  * (prefer 256-bit vectors) GCC copies 64 bytes as two 32-byte halves
  * through the stack, and the 64-byte load that follows two 32-byte stores
- * cannot be forwarded: a stall of ~20 cycles per vector (measured: prefill
- * attention 3x slower on a Xeon than on Zen 5). */
+ * cannot be forwarded: a stall per vector (docs/speed.md). */
 typedef float ak_v16f_mem __attribute__((vector_size(64), aligned(4), may_alias));
 #define AK_V16F_LD(p) (*(const ak_v16f_mem *)(const void *)(p))
 #define AK_V16F_ST(p, v) (*(ak_v16f_mem *)(void *)(p) = (v))

@@ -274,14 +274,14 @@ static void observe_worker(void *ud, int ith, int nth) {
     }
 }
 
-int ak_attn_stats_observe(ak_attn_stats *st, ak_pool *pool, const ak_batch *b, int layer, const float *q,
+int ak_attn_stats_observe(ak_attn_stats *st, ak_threads *pool, const ak_batch *b, int layer, const float *q,
                           size_t qstride, ak_error *err) {
     int li = -1;
     for (int i = 0; i < st->nl; i++)
         if (st->layers[i] == layer) li = i;
     if (li < 0) return 0;
     const ak_model *m = st->m;
-    int window = m->layers[layer].window, nth = pool ? ak_pool_size(pool) : 1;
+    int window = m->layers[layer].window, nth = pool ? ak_threads_size(pool) : 1;
     size_t kstride = (size_t)m->spec.n_head_kv * m->spec.head_dim_k;
     if (b->n > st->tok_n) {
         int *tok = realloc(st->tok, (size_t)b->n * sizeof(int));
@@ -330,7 +330,7 @@ int ak_attn_stats_observe(ak_attn_stats *st, ak_pool *pool, const ak_batch *b, i
         for (size_t e = 0; e < kstride; e++)
             for (size_t t = (size_t)(hi - lo + 1); t < sp; t++) st->K[e * sp + t] = 0;
         observe_task o = {st, b, li, window, m->cfg.attn_scale, q, qstride, lo, sp, nt};
-        ak_pool_run(pool, observe_worker, &o);
+        ak_threads_run(pool, observe_worker, &o);
         /* a pass counts its queries once, at the first chosen layer; the
          * slots each query could see, at every chosen layer (windows) */
         int64_t *seen = st->seen + (size_t)li * st->cap;

@@ -111,7 +111,7 @@ const double *ak_attn_stats_head_mass(const ak_attn_stats *st, int i, int h);
  * layer scores the cache, token i's H heads at q + i * qstride, head_dim_k
  * floats each. Does nothing for a layer not chosen. Returns 0, or -1 with
  * err set (AK_ERR_NOMEM, a key that cannot be read back). */
-int ak_attn_stats_observe(ak_attn_stats *st, ak_pool *pool, const ak_batch *b, int layer, const float *q,
+int ak_attn_stats_observe(ak_attn_stats *st, ak_threads *pool, const ak_batch *b, int layer, const float *q,
                           size_t qstride, ak_error *err);
 
 #endif

@@ -23,7 +23,7 @@
 
 struct ak_ctx {
     const ak_model *m;
-    ak_pool *pool;
+    ak_threads *pool;
     int max_batch;
     float *x;       // (B, dim) residual stream
     float *xb;      // (B, dim) normed input of a sublayer
@@ -72,7 +72,7 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
     size_t fw = cf->ffn;
     if ((size_t)cf->n_expert_shared * cf->expert_ffn > fw) fw = (size_t)cf->n_expert_shared * cf->expert_ffn;
     if ((size_t)cf->expert_ffn > fw) fw = cf->expert_ffn;
-    c->pool = ak_pool_new(n_threads, err);
+    c->pool = ak_threads_new(n_threads, err);
     if (!c->pool) { free(c); return NULL; }
     c->x = ak_malloc(B * cf->dim * sizeof(float), err);
     c->xb = ak_malloc(B * cf->dim * sizeof(float), err);
@@ -118,7 +118,7 @@ ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *er
 
 void ak_ctx_free(ak_ctx *c) {
     if (!c) return;
-    ak_pool_free(c->pool);
+    ak_threads_free(c->pool);
     free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->att);
     free(c->hb); free(c->hb2); free(c->logits); free(c->rope_cs); free(c->rows);
     free(c->run_scratch); free(c->units);
@@ -131,7 +131,7 @@ int ak_ctx_max_batch(const ak_ctx *c) { return c->max_batch; }
 void ak_ctx_set_pos_offset(ak_ctx *c, int offset) { c->pos_offset = offset; }
 int ak_ctx_pos_offset(const ak_ctx *c) { return c->pos_offset; }
 void ak_ctx_set_attn_stats(ak_ctx *c, ak_attn_stats *st) { c->stats = st; }
-ak_pool *ak_ctx_pool(ak_ctx *c) { return c->pool; }
+ak_threads *ak_ctx_pool(ak_ctx *c) { return c->pool; }
 const ak_model *ak_ctx_model(const ak_ctx *c) { return c->m; }
 
 /* out = x / sqrt(mean(x^2) + eps) * w over n elements; out may be x. */
@@ -207,7 +207,7 @@ typedef struct {
  * set if the scratch cannot be had. */
 static int attention_units(ak_ctx *c, const ak_batch *b, ak_error *err) {
     const ak_config *cf = &c->m->cfg;
-    int group = cf->n_head / cf->n_head_kv, nth = ak_pool_size(c->pool), n = 0;
+    int group = cf->n_head / cf->n_head_kv, nth = ak_threads_size(c->pool), n = 0;
     size_t need = 0;
     for (int i = 0; i < b->n;) {
         int len = 1;
@@ -253,7 +253,7 @@ static void attn_worker(void *ud, int ith, int nth) {
 }
 
 /* Y (n x w->rows) = X (n x w->cols) W^T, from the packed copy when there is one. */
-static void matmul(ak_pool *pool, const ak_weight *w, const float *X, int n, float *Y) {
+static void matmul(ak_threads *pool, const ak_weight *w, const float *X, int n, float *Y) {
     if (w->packed) ak_matmul_packed(pool, w->type, w->packed, w->rows, w->cols, X, n, Y, NULL);   /* cannot fail: packed where ak_packed_bytes > 0 */
     else ak_matmul(pool, w->type, w->data, w->rows, w->cols, X, n, Y);
 }
@@ -262,7 +262,7 @@ static void matmul(ak_pool *pool, const ak_weight *w, const float *X, int n, flo
  * Q, K, V; its gate and up): one parallel region and one quantization of X
  * where all are packed with the same type and width, else one product each.
  * The same bits either way (kernels.h). */
-static void matmul_n(ak_pool *pool, int n, const ak_weight *const *w, const float *X, int ntok, float *const *Y) {
+static void matmul_n(ak_threads *pool, int n, const ak_weight *const *w, const float *X, int ntok, float *const *Y) {
     const void *P[AK_MATMUL_PACKED_MAX];
     int64_t rows[AK_MATMUL_PACKED_MAX];
     int same = n <= AK_MATMUL_PACKED_MAX;
@@ -319,7 +319,7 @@ static int mla_attention(ak_ctx *c, const ak_batch *b, int l, int n_units, ak_er
     /* the absorbed queries are what scores the cache as stored */
     if (c->stats && ak_attn_stats_observe(c->stats, c->pool, b, l, c->qa, (size_t)H * dk, err) < 0) return -1;
     attn_task at = {.c = c, .b = b, .layer = l, .n_units = n_units};
-    ak_pool_run(c->pool, attn_worker, &at);
+    ak_threads_run(c->pool, attn_worker, &at);
     for (int h = 0; h < H; h++) {   /* each head's weighted latent through its v_b */
         for (int i = 0; i < n; i++)
             memcpy(c->ga + (size_t)i * KL, c->att + ((size_t)i * H + h) * KL, KL * sizeof(float));
@@ -521,7 +521,7 @@ static int layer_forward(ak_ctx *c, const ak_batch *b, int l, int n_units, ak_er
     /* statistics read the batch's keys back, so after every write */
     if (c->stats && ak_attn_stats_observe(c->stats, c->pool, b, l, c->q, (size_t)qd, err) < 0) return -1;
     attn_task at = {.c = c, .b = b, .layer = l, .n_units = n_units};
-    ak_pool_run(c->pool, attn_worker, &at);
+    ak_threads_run(c->pool, attn_worker, &at);
     matmul(c->pool, &L->wo, c->att, n, c->xb);
     if (L->post_attn_norm)
         for (int i = 0; i < n; i++)

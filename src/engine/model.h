@@ -175,7 +175,7 @@ typedef struct ak_ctx ak_ctx;
 ak_ctx *ak_ctx_new(const ak_model *m, int max_batch, int n_threads, ak_error *err);
 void ak_ctx_free(ak_ctx *c);
 int ak_ctx_max_batch(const ak_ctx *c);
-ak_pool *ak_ctx_pool(ak_ctx *c);
+ak_threads *ak_ctx_pool(ak_ctx *c);
 const ak_model *ak_ctx_model(const ak_ctx *c);
 
 /* POSITION OFFSET. A context runs every token whose cache slot is s with

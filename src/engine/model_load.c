@@ -592,8 +592,8 @@ static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *
     for (int i = 0; i < nw; i++) total += ak_packed_bytes(ws[i]->type, ws[i]->rows, ws[i]->cols);
     if (total == 0) { free(ws); return 0; }
     /* Anonymous memory in 2 MB pages where the kernel allows: a 4 KB page
-     * fault per page made the copy ten times slower than the copying, and
-     * decode walks all of it every token (fewer TLB misses). */
+     * fault per page made the copy far slower than the copying, and decode
+     * walks all of it every token (fewer TLB misses). */
     size_t huge = (size_t)2 << 20, len = (total + huge - 1) / huge * huge;
     void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
@@ -616,9 +616,9 @@ static int64_t pack_weights(ak_model *m, ak_progress_fn cb, void *ud, ak_error *
     atomic_init(&j.next, 0);
     atomic_init(&j.done, 0);
     ak_error perr = {{0}};
-    ak_pool *pool = ak_pool_new(0, &perr);
-    ak_pool_run(pool, pack_task, &j);   /* NULL pool: the caller does it all */
-    ak_pool_free(pool);
+    ak_threads *pool = ak_threads_new(0, &perr);
+    ak_threads_run(pool, pack_task, &j);   /* NULL pool: the caller does it all */
+    ak_threads_free(pool);
     if (c->tied_output) m->tok_embd.packed = m->output.packed;
     free(ws);
     return (int64_t)total;

@@ -1,6 +1,6 @@
 /* reuse.h - a context whose pieces include memory chunks computed
- * elsewhere (memories.h), prefilled by one of four reuse methods (issue 17:
- * CacheBlend, AgentKVShift).
+ * elsewhere (memories.h), prefilled by one of four reuse methods
+ * (CacheBlend, AgentKVShift).
  *
  * A chunk's KV was computed alone at positions [0, n); placed at position
  * p its keys are rotated to [p, p + n) (ak_model_shift_keys) but its values

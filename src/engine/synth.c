@@ -630,7 +630,7 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
         return -1;
     }
     int rc = -1;
-    ak_pool *pool = NULL;
+    ak_threads *pool = NULL;
     uint8_t *chunk = NULL;
     float *scratch = NULL;
     tspec *ts = calloc(3 + 16 * (size_t)o->n_layers, sizeof *ts);
@@ -642,9 +642,9 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
         total += ak_row_bytes(ts[i].type, (int64_t)ts[i].ne[0]) * ts[i].ne[1] * ts[i].ne[2];
         if ((int64_t)ts[i].ne[0] > max_row) max_row = (int64_t)ts[i].ne[0];
     }
-    pool = ak_pool_new(o->n_threads, err);
+    pool = ak_threads_new(o->n_threads, err);
     if (!pool) goto done;
-    int nth = ak_pool_size(pool);
+    int nth = ak_threads_size(pool);
     /* a chunk holds at least one row: the widest F32 row is 4 * max_row */
     size_t chunk_cap = CHUNK_BYTES > 4 * (size_t)max_row ? CHUNK_BYTES : 4 * (size_t)max_row;
     chunk = malloc(chunk_cap);
@@ -664,7 +664,7 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
             for (int64_t r0 = 0; r0 < rows; r0 += per) {
                 j.row0 = r0;
                 j.nrows = rows - r0 < per ? rows - r0 : per;
-                ak_pool_run(pool, gen_task, &j);
+                ak_threads_run(pool, gen_task, &j);
                 if (gguf_writer_write(w, chunk, (size_t)j.nrows * rb) < 0) goto close;
                 written += (uint64_t)j.nrows * rb;
                 if (o->progress) o->progress(o->progress_ctx, total ? (double)written / (double)total : 1.0);
@@ -677,7 +677,7 @@ close:
 done:
     if (o->vocab_from) vocab_src_close(&vs);
     synth_vocab_free(&sv);
-    ak_pool_free(pool);
+    ak_threads_free(pool);
     free(chunk);
     free(scratch);
     free(ts);

@@ -347,13 +347,13 @@ static void mm_task(void *arg, int ith, int nth) {
     }
 }
 
-static void matmul_with(const ak_kernel_backend *be, ak_pool *pool, uint32_t wtype,
+static void matmul_with(const ak_kernel_backend *be, ak_threads *pool, uint32_t wtype,
                         const void *W, int64_t rows, int64_t cols, const float *X,
                         int64_t ntok, float *Y) {
     if (rows <= 0 || ntok <= 0) return;
     if (!ak_wtype_supported(wtype)) { memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y); return; }
     be = backend_for(be, wtype);
-    int nth = ak_pool_size(pool);
+    int nth = ak_threads_size(pool);
     mm_job j = {0};
     j.be = be; j.wtype = wtype; j.W = W; j.wrb = ak_row_bytes(wtype, cols);
     j.rows = rows; j.cols = cols; j.X = X; j.ntok = ntok; j.Y = Y;
@@ -362,7 +362,7 @@ static void matmul_with(const ak_kernel_backend *be, ak_pool *pool, uint32_t wty
     if (is_quantized(wtype)) {
         j.xqs = be->xq_row_bytes(wtype, cols);
         size_t need = j.xqs * (size_t)ntok;
-        j.xq = pool ? ak_pool_scratch(pool, need) : NULL;
+        j.xq = pool ? ak_threads_scratch(pool, need) : NULL;
         if (!j.xq) j.xq = owned = aligned_alloc(64, need);
         if (!j.xq) {
             /* Out of memory: fall back to dot products that use the stack. */
@@ -372,20 +372,20 @@ static void matmul_with(const ak_kernel_backend *be, ak_pool *pool, uint32_t wty
                                                    X + t * cols, cols);
             return;
         }
-        if (ntok >= 2 * nth) ak_pool_run(pool, mm_quantize_task, &j);
+        if (ntok >= 2 * nth) ak_threads_run(pool, mm_quantize_task, &j);
         else mm_quantize_task(&j, 0, 1);
     }
 
     /* row chunks of 16 rows or more, so tile loops rarely see remainders */
     ak_mm_items_init(&j.items, rows, ntok, MM_TOKEN_CHUNK, nth, 16);
-    ak_pool_run(pool, mm_task, &j);
+    ak_threads_run(pool, mm_task, &j);
     free(owned);
 }
 
 /* Y (ntok x rows) = X (ntok x cols) W^T on the pool's threads with the SIMD
- * back end. Uses ak_pool_scratch for the quantized activations, so callers
+ * back end. Uses ak_threads_scratch for the quantized activations, so callers
  * must not hold a pool scratch pointer across this call. */
-void ak_matmul(ak_pool *pool, uint32_t wtype, const void *W, int64_t rows, int64_t cols,
+void ak_matmul(ak_threads *pool, uint32_t wtype, const void *W, int64_t rows, int64_t cols,
                const float *X, int64_t ntok, float *Y) {
     matmul_with(simd_backend(), pool, wtype, W, rows, cols, X, ntok, Y);
 }

@@ -56,7 +56,7 @@ float ak_vec_dot_scalar(uint32_t type, const void *row, const float *x, int64_t 
  * the activations are quantized to 8-bit blocks once per call and integer dot
  * products are used. Scratch memory is owned by the pool's kernel context and
  * grown on demand (no allocation per call in steady state). */
-void ak_matmul(ak_pool *pool, uint32_t wtype, const void *W, int64_t rows, int64_t cols,
+void ak_matmul(ak_threads *pool, uint32_t wtype, const void *W, int64_t rows, int64_t cols,
                const float *X, int64_t ntok, float *Y);
 /* Same contract, scalar code, single thread: the reference the tests use. */
 void ak_matmul_scalar(uint32_t wtype, const void *W, int64_t rows, int64_t cols,
@@ -77,7 +77,7 @@ void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, 
  * with err set (AK_ERR_INVALID, Y untouched) where ak_packed_bytes is 0 for
  * (wtype, rows, cols). Out of memory for its scratch it computes one token
  * at a time on the stack: the same bits, not an error. */
-int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols,
+int ak_matmul_packed(ak_threads *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols,
                      const float *X, int64_t ntok, float *Y, ak_error *err);
 /* Several packed products of the same activations in one parallel region:
  * Y[m] (ntok x rows[m]) = X (ntok x cols) times W_m^T for m < n (n at most
@@ -87,7 +87,7 @@ int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows,
  * with err set (AK_ERR_INVALID, nothing written) where n is out of range
  * or ak_packed_bytes is 0 for one of the matrices. */
 #define AK_MATMUL_PACKED_MAX 4
-int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
+int ak_matmul_packed_n(ak_threads *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
                        const float *X, int64_t ntok, float *const *Y, ak_error *err);
 
 #endif

@@ -248,9 +248,9 @@ static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) 
  * xps. With one or two tokens the eight products of a block run as two
  * chains, so decode is not bound by the instruction's latency. The drivers
  * take groups four at a time for one token and two at a time otherwise:
- * more weight streams per thread keep more lines in flight (one group ->
- * two: Q4_0 decode +7%, batch-8 decode +6%, where some accumulators spill;
- * two -> four for one token: Q4_0 and Q8_0 decode +2-4%). A group's
+ * more weight streams per thread keep more lines in flight (two groups
+ * beat one, and four beat two for one token, even where some accumulators
+ * spill: docs/speed.md has the figures). A group's
  * arithmetic is the same whatever G and T are. */
 AK_INLINE_P void tile(const int kind, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nb,
                       const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
@@ -276,9 +276,8 @@ AK_INLINE_P void tile(const int kind, const int G, const int T, const uint8_t *g
              * as in memory, and the L1 prefetches alone (bounded by L1's
              * fill buffers) let the two take turns: a second stream of
              * prefetches far ahead into L2 keeps memory busy while the core
-             * computes (8 tokens, one group at a time: the matrix in 0.47
-             * -> 0.41 ms; with two groups the distance doubled, as each
-             * stream moves at half the pace). */
+             * computes (with two groups the distance doubles, as each
+             * stream moves at half the pace; docs/speed.md). */
 #pragma GCC unroll 8
             for (size_t off = 0; off < crb; off += 64)
                 _mm_prefetch((const char *)(rec + PF_BYTES + off), _MM_HINT_T0);
@@ -382,8 +381,7 @@ static const tile_fn tiles_quad[PQ_KINDS] = {   /* [kind]: four groups, one toke
  * many tokens share the pass (decode, batched decode and prefill agree to
  * the last bit). With one token that leaves two chains of FMAs in flight,
  * which still outrun what memory delivers (a 16-row column of f16 weights
- * per FMA); more groups, as more streams, measured slower (8 groups: -5%
- * on F16 decode). */
+ * per FMA); more groups, as more streams, measured slower (docs/speed.md). */
 #define GMAX 2
 
 AK_INLINE_P __m512 load_col(const int ft, const uint8_t *p) {
@@ -1095,7 +1093,7 @@ static void pk_task(void *arg, int ith, int nth) {
  * that cannot be had, the product is computed one token at a time with the
  * activations on the stack, which ak_packed_bytes sized for: the result is
  * the same bits, never zeros. */
-int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
+int ak_matmul_packed(ak_threads *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
                      int64_t ntok, float *Y, ak_error *err) {
     return ak_matmul_packed_n(pool, wtype, 1, &P, &rows, cols, X, ntok, &Y, err);
 }
@@ -1105,7 +1103,7 @@ int ak_matmul_packed(ak_pool *pool, uint32_t wtype, const void *P, int64_t rows,
  * parallel region, with X quantized once. Each Y[m] is the same bits as
  * ak_matmul_packed of that matrix alone (a row's arithmetic does not depend
  * on the work item it falls in). */
-int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
+int ak_matmul_packed_n(ak_threads *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
                        const float *X, int64_t ntok, float *const *Y, ak_error *err) {
     if (n < 1 || n > AK_MATMUL_PACKED_MAX)
         return ak_failc(err, AK_ERR_INVALID, "%d matrices in one packed product (1..%d)", n, AK_MATMUL_PACKED_MAX);
@@ -1115,7 +1113,7 @@ int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *
             return ak_failc(err, AK_ERR_INVALID, "no packed kernels for %s weights of %lld x %lld in this build (%s)",
                             gguf_tensor_type_name(wtype), (long long)rows[m], (long long)cols, ak_simd_name());
 #if defined(AK_PACKED)
-    int nth = ak_pool_size(pool);
+    int nth = ak_threads_size(pool);
     pk_job j = {0};
     j.wtype = wtype; j.cols = cols; j.ntok = ntok; j.X = X;
     j.gb = is_k(wtype) ? ak_packed_k_group_bytes(wtype, cols) : group_bytes(wtype, cols);
@@ -1130,7 +1128,7 @@ int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *
     const int64_t round = is_k(wtype) ? 4 : 2;
     ak_mm_items_init(&j.items, j.ng, ntok, TOKEN_CHUNK, nth, round);
     if (is_float(wtype)) {
-        ak_pool_run(pool, pk_task, &j);
+        ak_threads_run(pool, pk_task, &j);
         return 0;
     }
 #if defined(AK_PACKED_Q)
@@ -1138,7 +1136,7 @@ int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *
     size_t need = j.xps * (size_t)ntok;
     uint8_t *owned = NULL;
     /* the pool's scratch is heap memory: where it fails a malloc would too */
-    if (pool) j.xp = ak_pool_scratch(pool, need);
+    if (pool) j.xp = ak_threads_scratch(pool, need);
     else j.xp = owned = aligned_alloc(64, need);
     if (!j.xp) {
         /* Out of memory: one token at a time through the stack (it holds
@@ -1154,9 +1152,9 @@ int ak_matmul_packed_n(ak_pool *pool, uint32_t wtype, int n, const void *const *
         }
         return 0;
     }
-    if (ntok >= 2 * nth) ak_pool_run(pool, pk_quantize_task, &j);
+    if (ntok >= 2 * nth) ak_threads_run(pool, pk_quantize_task, &j);
     else pk_quantize_task(&j, 0, 1);
-    ak_pool_run(pool, pk_task, &j);
+    ak_threads_run(pool, pk_task, &j);
     free(owned);
 #endif
 #else

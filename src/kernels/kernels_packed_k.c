@@ -36,8 +36,8 @@
  *           bits in nibble k >> 1 of vector k & 1, its high 2 at bits 2k.
  *     3072  sc[16][16]: scale i of row r at 16i + r (s8)
  *     3328  d[16] (IEEE halves), then zero to 3392
- * Same bytes as the row-major blocks but for the scales (stored unpacked, 1-3%
- * more): the packed copy replaces them.
+ * Same bytes as the row-major blocks but for the scales (stored unpacked, a
+ * little more): the packed copy replaces them.
  *
  * Activations ("XK"), per token and super-block, 384 bytes: 256 int8 quants
  * (d = amax / 127 over the super-block, round half to even: the row-major K
@@ -216,9 +216,8 @@ AK_INLINE_K __m512i dpwssd_b(__m512i acc, __m512i w, const void *p) {
  * twice, PF_L2 ahead into L2 and PF_L1 ahead into L1 (past the group's end
  * too: the next group follows), in eight parts, one per step of a record's
  * loop. Asked for all at once, a record's lines waited on L1's fill buffers
- * and stalled the core. A harness streaming an 8192 x 2048 Q4_K matrix on
- * two threads took 0.34 ms per token with L1 prefetches 4 KiB ahead alone,
- * 0.30-0.31 ms with these two (2 KiB alone: 0.32; 6 KiB: 0.38). */
+ * and stalled the core; these two distances together beat any one alone
+ * (docs/speed.md). */
 AK_INLINE_K void prefetch_part(const int kt, const uint8_t *rec, int step) {
     const int lines = (int)(rec_bytes(kt) / 64), a = step * lines / 8, b = (step + 1) * lines / 8;
 #pragma GCC unroll 8
@@ -256,8 +255,7 @@ AK_INLINE_K void k4_step(const int kt, const int T, const uint8_t *rec, int j, c
 #pragma GCC unroll 8
     for (int t = 0; t < T; t++) {
         const uint8_t *q = x0 + (size_t)t * xks + 64 * c + 32 * h;
-        /* two chains, so latency does not bind (8 tokens: 0.34 -> 0.31 ms
-         * for an 8192 x 2048 matrix in cache) */
+        /* two chains, so latency does not bind */
         __m512i s = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int p = 0; p < 8; p += 2) {

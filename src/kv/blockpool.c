@@ -12,9 +12,9 @@
 
 /* Block memory comes from slabs: 32 MiB mappings advised to use transparent
  * huge pages, each cut into blocks of one size, with a free list per size.
- * Touching fresh 4 KiB pages cost ~3 ms per MB on the machines we measured
- * (a restore into new blocks was 10x slower than into reused ones); huge
- * pages and reuse remove most of it. Slabs are returned to the system only
+ * Touching fresh 4 KiB pages made a restore into new blocks much slower
+ * than into reused ones (docs/store.md); huge pages and reuse remove most
+ * of it. Slabs are returned to the system only
  * when the pool is freed; the budget counts live blocks. */
 #define SLAB_BYTES ((size_t)32 << 20)
 #define MAX_CLASSES 16

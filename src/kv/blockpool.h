@@ -22,9 +22,8 @@
  * into the block, one contiguous range to another (for a 1B model: from
  * 512 B of tq norms to 32 KiB of f16 values). The layout before, each
  * head's metadata run followed by its codes run, cut a restore into H times
- * more pieces: a 16K-token q4 restore of a 1B model issued 262K of them, of
- * 1 KiB and 256 B, and took about 27 ms of CPU against 21 ms now (a plain
- * read of the file: 11-14 ms; measured on a busy 2-core machine).
+ * more, smaller pieces, and cost more CPU than the read itself
+ * (docs/store.md).
  *
  * Default block size: 32 tokens. Small enough that a sequence wastes at most
  * 31 positions and that shared prefixes split at fine grain; large enough that

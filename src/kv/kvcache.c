@@ -722,7 +722,7 @@ static void block_enter(attn_rows *a, head_view *h, const ak_kv *kv, const ak_bl
  * adjacent, so the hardware prefetchers cannot guess them. Why in steps:
  * every prefetch takes a fill buffer until its line arrives, and a block's
  * 60-70 lines asked at once stalled the core on the 16 or so buffers there
- * are (15% of attention's time in decode at 2K). The sizes are the current
+ * are (docs/speed.md). The sizes are the current
  * block's (h): a block of another format pair is merely prefetched wrong. */
 typedef struct {
     const uint8_t *p[4];

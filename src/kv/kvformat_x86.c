@@ -496,8 +496,8 @@ AK_INLINE int convert_meta(const int f, const uint8_t *m0, size_t mstride, int j
     return fs;
 }
 
-/* Vectors go in blocks of BLOCK whose metadata is converted first (measured
- * on q4/q8/q2: about 20% faster than converting four vectors' at a time). */
+/* Vectors go in blocks of BLOCK whose metadata is converted first: faster
+ * than converting four vectors' at a time (docs/speed.md). */
 AK_INLINE void dot_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
                         const float *q, int d, float *out) {
     if (!valid_d(d)) return;

@@ -3,7 +3,7 @@
  *
  * Every function may be called from any thread (one mutex inside).
  * Histograms have fixed buckets (seconds for latencies, sequences for batch
- * sizes) and are labelled by tier where the issue asks for it.
+ * sizes) and are labelled by tier where a tier tells latencies apart.
  */
 #ifndef AK_METRICS_H
 #define AK_METRICS_H

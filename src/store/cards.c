@@ -387,7 +387,7 @@ ak_card *ak_card_make(const ak_kv *kv, const int32_t *tokens, const ak_card_para
         rank[n + i] = at[1][ak_card_width_class(c->widths_v[i])]++;
     }
     make_job job = {kv, c, p->from, {rank, rank + n}, 0};
-    ak_pool_run(p->threads, make_task, &job);
+    ak_threads_run(p->threads, make_task, &job);
     free(rank);
     if (job.failed) {
         ak_card_free(c);
@@ -442,7 +442,7 @@ static void fill_task(void *arg, int ith, int nth) {
     for (int b = ith; b < j->nb; b += nth) fill_block(j, b);
 }
 
-int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, ak_block ***blocks_out, int *nb_out,
+int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_threads *threads, ak_block ***blocks_out, int *nb_out,
                       ak_error *err) {
     const ak_cache_spec *ps = ak_block_pool_spec(pool);
     if (ps->n_layer != c->spec.n_layer || ps->n_head_kv != c->spec.n_head_kv || ps->head_dim_k != c->spec.head_dim_k ||
@@ -479,7 +479,7 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, a
         }
     }
     fill_job job = {c, bl, nb, T, rank};
-    ak_pool_run(threads, fill_task, &job);
+    ak_threads_run(threads, fill_task, &job);
     free(rank);
     free(fk);
     *blocks_out = bl;
@@ -489,7 +489,7 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, a
 
 int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err) { return ak_card_attach_on(c, kv, NULL, err); }
 
-int ak_card_attach_on(const ak_card *c, ak_kv *kv, ak_pool *threads, ak_error *err) {
+int ak_card_attach_on(const ak_card *c, ak_kv *kv, ak_threads *threads, ak_error *err) {
     if (ak_kv_length(kv) != 0) return ak_failc(err, AK_ERR_INVALID, "card %s: the sequence is not empty", c->id);
     if (c->n_tokens > ak_kv_capacity(kv))
         return ak_failc(err, AK_ERR_INVALID, "card %s: %d tokens exceed the sequence's capacity of %d", c->id,

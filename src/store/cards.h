@@ -110,7 +110,7 @@ typedef struct {
     const uint8_t *widths_v;     /* likewise for values */
     const char *policy;          /* recorded (<= 31 characters of [a-z0-9_-]); NULL: "given" */
     double budget_k, budget_v;   /* recorded; <= 0: the mean of the widths */
-    ak_pool *threads;            /* the layers are quantized on these threads; NULL: the caller's */
+    ak_threads *threads;            /* the layers are quantized on these threads; NULL: the caller's */
 } ak_card_params;
 
 /* Makes a card of positions [p->from, p->to) of kv, whose token ids are
@@ -149,7 +149,7 @@ void ak_card_content_hash(const ak_card *c, char out[17]);
  * ak_kv_attach_blocks, then ak_block_unref each). Returns 0, or -1 with err
  * set (AK_ERR_INVALID: another spec; AK_ERR_KV_BUDGET; AK_ERR_NOMEM), having
  * allocated nothing. */
-int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, ak_block ***blocks, int *nb,
+int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_threads *threads, ak_block ***blocks, int *nb,
                       ak_error *err);
 
 /* Makes the empty sequence kv (of c's pool's spec) hold the card: positions
@@ -159,7 +159,7 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_pool *threads, a
  * kv then still empty. */
 int ak_card_attach(const ak_card *c, ak_kv *kv, ak_error *err);
 /* ak_card_attach with the blocks filled on threads (NULL: the caller). */
-int ak_card_attach_on(const ak_card *c, ak_kv *kv, ak_pool *threads, ak_error *err);
+int ak_card_attach_on(const ak_card *c, ak_kv *kv, ak_threads *threads, ak_error *err);
 
 /* A copy of c moved to position offset `offset`: every key rotated by
  * offset - c->pos_offset with ak_model_shift_keys (through a private f32

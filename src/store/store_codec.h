@@ -48,9 +48,8 @@
  * touch cheaper in a fresh process, but with the kernel's usual
  * defrag=madvise a fault in such a region compacts memory when no free 2 MiB
  * page is at hand, and once the page cache had churned that stalled the
- * engine thread: saving a 16K-token q4 agent (168 MB) took 300-400 ms
- * against 65-75 ms with 4 KiB pages, a 1K-token one 20-24 ms against 4.6
- * (measured on a Xeon VM, kernel 6.18). */
+ * engine thread: saves took several times longer than with 4 KiB pages
+ * (docs/store.md). */
 static inline void *aks_big_alloc(size_t n) { return malloc(n ? n : 1); }
 
 /* One tensor of an agent file. */

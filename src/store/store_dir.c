@@ -467,7 +467,7 @@ static ssize_t dir_get_readv(ak_blob_get *g, const struct iovec *iov, int cnt, u
 }
 
 /* WILLNEED has the kernel read the data ahead, but walking the page cache
- * for it costs about 5% of a cached 2000-token restore: asked only when
+ * for it costs a cached restore time (docs/store.md): asked only when
  * the image's last byte is not cached (a file is read and written in
  * order, so its last page is the last to leave the cache). */
 static void dir_get_prefetch(ak_blob_get *g, uint64_t at_end, const uint64_t *off, const uint64_t *len, int n) {
