@@ -278,7 +278,7 @@ static int find_duplicate(const void *recs, uint64_t n, size_t rec_size, const g
 }
 
 static int parse(gguf_file *f, ak_error *err) {
-    cursor c = {f->map, (const uint8_t *)f->map + f->size, f->map, f->path, err, 0};
+    cursor c = {.p = f->map, .end = (const uint8_t *)f->map + f->size, .base = f->map, .name = f->path, .err = err};
     char msg[256];
     uint32_t magic = rd_u32(&c, "magic");
     if (c.failed) return -1;

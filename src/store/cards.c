@@ -386,7 +386,7 @@ ak_card *ak_card_make(const ak_kv *kv, const int32_t *tokens, const ak_card_para
         rank[i] = at[0][ak_card_width_class(c->widths_k[i])]++;
         rank[n + i] = at[1][ak_card_width_class(c->widths_v[i])]++;
     }
-    make_job job = {kv, c, p->from, {rank, rank + n}, 0};
+    make_job job = {.kv = kv, .c = c, .from = p->from, .rank = {rank, rank + n}};
     ak_threads_run(p->threads, make_task, &job);
     free(rank);
     if (job.failed) {
@@ -478,7 +478,7 @@ int ak_card_to_blocks(const ak_card *c, ak_block_pool *pool, ak_threads *threads
             return -1;
         }
     }
-    fill_job job = {c, bl, nb, T, rank};
+    fill_job job = {.c = c, .bl = bl, .nb = nb, .T = T, .rank = rank};
     ak_threads_run(threads, fill_task, &job);
     free(rank);
     free(fk);

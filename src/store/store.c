@@ -186,7 +186,7 @@ ak_store *ak_store_open(const char *dir, const uint8_t *key, ak_error *err) {
         ak_failc(err, AK_ERR_INVALID, "store: %s: a Redis store is opened with ak_store_open_at", dir);
         return NULL;
     }
-    ak_store_where w = {dir, NULL, NULL, 0, NULL, NULL};
+    ak_store_where w = {.url = dir};
     return ak_store_open_at(&w, key, err);
 }
 
@@ -501,7 +501,7 @@ static int index_build(ak_store *s, ak_error *err) {
     if (scan_ids(s, AK_FILE_AGENT, &es, &cnt, err) != 0) return -1;
     int k = 0;
     for (int i = 0; i < cnt; i++) {
-        verdict v = {AK_STORE_HIT, NULL, "", 0};
+        verdict v = {.st = AK_STORE_HIT};
         char id[AK_AGENT_ID_MAX + 1];
         snprintf(id, sizeof id, "%s", es[i].id);
         if (aks_read_entry(s, AK_FILE_AGENT, id, &es[k], NULL, NULL, &v) != 1) k++;   /* 1: removed since the scan */
@@ -513,7 +513,7 @@ static int index_build(ak_store *s, ak_error *err) {
     /* the pools, likewise (their index sorts itself) */
     if (scan_ids(s, AK_FILE_POOL, &es, &cnt, err) != 0) return -1;
     for (int i = 0; i < cnt; i++) {
-        verdict v = {AK_STORE_HIT, NULL, "", 0};
+        verdict v = {.st = AK_STORE_HIT};
         ak_store_entry e;
         ak_store_pool_entry pe;
         if (aks_read_entry(s, AK_FILE_POOL, es[i].id, &e, &pe, NULL, &v) != 1) ak_store_index_put(s, AK_FILE_POOL, NULL, &pe);
@@ -522,7 +522,7 @@ static int index_build(ak_store *s, ak_error *err) {
     /* and the memories (store_memory.c) */
     if (scan_ids(s, AK_FILE_MEMORY, &es, &cnt, err) != 0) return -1;
     for (int i = 0; i < cnt; i++) {
-        verdict v = {AK_STORE_HIT, NULL, "", 0};
+        verdict v = {.st = AK_STORE_HIT};
         ak_store_entry e;
         ak_store_pool_entry pe;
         if (aks_read_entry(s, AK_FILE_MEMORY, es[i].id, &e, &pe, NULL, &v) != 1) ak_store_index_put(s, AK_FILE_MEMORY, NULL, &pe);

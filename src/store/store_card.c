@@ -328,14 +328,16 @@ static uint8_t *build_header(const ak_card *c, size_t *len, card_tensor **tensor
     snprintf(num[9], 32, "%lld", (long long)c->created);
     snprintf(num[10], 32, "%d", CARD_VERSION);
     mpair p[] = {
-        {"format", CARD_FORMAT},       {"format_version", num[10]},  {"card_id", c->id},
-        {"source_agent", c->source_agent}, {"model_fingerprint", c->fingerprint}, {"model_name", c->model_name},
-        {"n_layer", num[0]},           {"n_head_kv", num[1]},        {"head_dim_k", num[2]},
-        {"head_dim_v", num[3]},        {"n_ctx", num[4]},            {"n_tokens", num[5]},
-        {"pos_offset", num[6]},        {"tokens", toks},             {"formats_k", CARD_FORMATS_K},
-        {"formats_v", CARD_FORMATS_V}, {"policy", c->policy},        {"budget_k", num[7]},
-        {"budget_v", num[8]},          {"created", num[9]},          {"card_hash", c->hash},
-        {"checksum_algorithm", "xxh3-64"}, {"tensor_checksums", sums},
+        {.key = "format", .val = CARD_FORMAT}, {.key = "format_version", .val = num[10]},
+        {.key = "card_id", .val = c->id}, {.key = "source_agent", .val = c->source_agent},
+        {.key = "model_fingerprint", .val = c->fingerprint}, {.key = "model_name", .val = c->model_name},
+        {.key = "n_layer", .val = num[0]}, {.key = "n_head_kv", .val = num[1]}, {.key = "head_dim_k", .val = num[2]},
+        {.key = "head_dim_v", .val = num[3]}, {.key = "n_ctx", .val = num[4]}, {.key = "n_tokens", .val = num[5]},
+        {.key = "pos_offset", .val = num[6]}, {.key = "tokens", .val = toks},
+        {.key = "formats_k", .val = CARD_FORMATS_K}, {.key = "formats_v", .val = CARD_FORMATS_V},
+        {.key = "policy", .val = c->policy}, {.key = "budget_k", .val = num[7]}, {.key = "budget_v", .val = num[8]},
+        {.key = "created", .val = num[9]}, {.key = "card_hash", .val = c->hash},
+        {.key = "checksum_algorithm", .val = "xxh3-64"}, {.key = "tensor_checksums", .val = sums},
     };
     int np = (int)(sizeof p / sizeof p[0]);
     for (int i = 0; i < np; i++)
@@ -434,7 +436,7 @@ static int write_card_image(const ak_store *s, ak_blob_put *p, const char *id, c
         free(out);
         return ak_failc(err, AK_ERR_NOMEM, "out of memory");
     }
-    pieces pc = {hdr, hlen, t, nt, -1, 0};
+    pieces pc = {.hdr = hdr, .hlen = hlen, .t = t, .nt = nt, .at = -1};
     size_t done = 0;
     int rc = 0;
     while (done < len) {
@@ -683,7 +685,7 @@ static ak_store_status parse_image(const char *id, const uint8_t *img, size_t le
         for (const cJSON *x = meta->child; x; x = x->next) {
             if (!cJSON_IsString(x) || !x->string) { bad = 1; break; }
             if (!strcmp(x->string, "metadata_checksum")) want = x->valuestring;
-            else p[np++] = (mpair){x->string, x->valuestring};
+            else p[np++] = (mpair){.key = x->string, .val = x->valuestring};
         }
         char got[17];
         if (!bad) metadata_hash(p, np, got);
@@ -735,7 +737,8 @@ static ak_store_status parse_image(const char *id, const uint8_t *img, size_t le
         st = judge(v, err, id, AK_STORE_STALE, NULL, "made with model %.64s, not %.64s", fp, fingerprint);
         goto out;
     }
-    ak_cache_spec cs = {(int)x[0], (int)x[1], (int)x[2], (int)x[3], (int)x[4]};
+    ak_cache_spec cs = {.n_layer = (int)x[0], .n_head_kv = (int)x[1], .head_dim_k = (int)x[2], .head_dim_v = (int)x[3],
+                        .n_ctx = (int)x[4]};
     if (spec && (cs.n_layer != spec->n_layer || cs.n_head_kv != spec->n_head_kv || cs.head_dim_k != spec->head_dim_k ||
                  cs.head_dim_v != spec->head_dim_v)) {
         st = judge(v, err, id, AK_STORE_STALE, NULL, "cache spec %d layers x %d heads x %d/%d is not this model's",
@@ -745,7 +748,8 @@ static ak_store_status parse_image(const char *id, const uint8_t *img, size_t le
     int n = (int)x[5];
     /* the widths (the first two tensors) say which tensors follow */
     size_t data0 = 8 + (size_t)hl, dlen = len - data0;
-    card_tensor w2[2] = {{"widths_k", "U8", 1, {n}, NULL, (size_t)n}, {"widths_v", "U8", 1, {n}, NULL, (size_t)n}};
+    card_tensor w2[2] = {{.name = "widths_k", .dtype = "U8", .ndim = 1, .shape = {n}, .bytes = (size_t)n},
+                         {.name = "widths_v", .dtype = "U8", .ndim = 1, .shape = {n}, .bytes = (size_t)n}};
     if ((size_t)2 * n > dlen || !tensor_matches(root, &w2[0], 0) || !tensor_matches(root, &w2[1], (size_t)n)) {
         st = judge(v, err, id, AK_STORE_CORRUPT, "tensors", "widths tensors missing or malformed");
         goto out;
@@ -845,7 +849,7 @@ out:
  * time on a hit. */
 static ak_store_status load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
                                  int vocab, int move, ak_card **out, ak_blob_info *st, ak_error *err) {
-    verdict v = {AK_STORE_HIT, NULL};
+    verdict v = {.st = AK_STORE_HIT};
     if (!ak_agent_id_valid(id)) {
         ak_failc(err, AK_ERR_INVALID, "store: invalid card id");
         return AK_STORE_ERROR;

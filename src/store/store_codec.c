@@ -814,22 +814,24 @@ uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
                       sn->n_tokens, sn->created, sn->base.base_len};
     for (int i = 0; i < 9; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
     kv_pair p[NP] = {
-        {"format", kind_format(sn->kind)},
-        {"format_version", sn->window_first ? "7" : sn->corrections ? "6" : AK_FORMAT_VERSION_STR},
-        {"agent_id", sn->id}, {"model_fingerprint", sn->fingerprint}, {"model_name", sn->model_name},
-        {"n_layer", num[0]}, {"n_head_kv", num[1]}, {"head_dim_k", num[2]}, {"head_dim_v", num[3]},
-        {"n_ctx", num[4]}, {"kv_format_k", ak_kv_format_get(sn->fk)->name},
-        {"kv_format_v", ak_kv_format_get(sn->fv)->name}, {"block_tokens", num[5]}, {"n_tokens", num[6]},
-        {"tokens", tokens}, {"created", num[7]}, {"checksum_algorithm", "xxh3-64"}, {"block_checksums", sums},
-        {"key_center", sn->center[0]}, {"value_center", sn->center[1]},
+        {.key = "format", .val = kind_format(sn->kind)},
+        {.key = "format_version", .val = sn->window_first ? "7" : sn->corrections ? "6" : AK_FORMAT_VERSION_STR},
+        {.key = "agent_id", .val = sn->id}, {.key = "model_fingerprint", .val = sn->fingerprint},
+        {.key = "model_name", .val = sn->model_name}, {.key = "n_layer", .val = num[0]},
+        {.key = "n_head_kv", .val = num[1]}, {.key = "head_dim_k", .val = num[2]}, {.key = "head_dim_v", .val = num[3]},
+        {.key = "n_ctx", .val = num[4]}, {.key = "kv_format_k", .val = ak_kv_format_get(sn->fk)->name},
+        {.key = "kv_format_v", .val = ak_kv_format_get(sn->fv)->name}, {.key = "block_tokens", .val = num[5]},
+        {.key = "n_tokens", .val = num[6]}, {.key = "tokens", .val = tokens}, {.key = "created", .val = num[7]},
+        {.key = "checksum_algorithm", .val = "xxh3-64"}, {.key = "block_checksums", .val = sums},
+        {.key = "key_center", .val = sn->center[0]}, {.key = "value_center", .val = sn->center[1]},
     };
     int np = 20;
     char segs[AK_KV_MAX_SEGMENTS * (AK_AGENT_ID_MAX + 48)];
     if (base_single(&sn->base)) {   /* a sequence without a base records none */
-        p[np++] = (kv_pair){"pool_id", sn->base.pool_id};
-        p[np++] = (kv_pair){"pool_hash", sn->base.pool_hash};
-        p[np++] = (kv_pair){"base_len", num[8]};
-        p[np++] = (kv_pair){"base_kind", sn->base.card ? "card" : "pool"};
+        p[np++] = (kv_pair){.key = "pool_id", .val = sn->base.pool_id};
+        p[np++] = (kv_pair){.key = "pool_hash", .val = sn->base.pool_hash};
+        p[np++] = (kv_pair){.key = "base_len", .val = num[8]};
+        p[np++] = (kv_pair){.key = "base_kind", .val = sn->base.card ? "card" : "pool"};
     } else if (sn->base.n_seg > 0) {   /* segments (store.h): "kind:len[:id:hash]", comma-separated */
         size_t sl = 0;
         for (int k = 0; k < sn->base.n_seg; k++) {
@@ -841,27 +843,27 @@ uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
             if (w < 0 || (size_t)w >= sizeof segs - sl) goto oom;
             sl += (size_t)w;
         }
-        p[np++] = (kv_pair){"segments", segs};
-        p[np++] = (kv_pair){"base_len", num[8]};
+        p[np++] = (kv_pair){.key = "segments", .val = segs};
+        p[np++] = (kv_pair){.key = "base_len", .val = num[8]};
     }
     if (ak_kind_pooled(sn->kind)) {
-        p[np++] = (kv_pair){"pool_hash", sn->pool_hash};
-        p[np++] = (kv_pair){"source", sn->source ? sn->source : ""};
+        p[np++] = (kv_pair){.key = "pool_hash", .val = sn->pool_hash};
+        p[np++] = (kv_pair){.key = "source", .val = sn->source ? sn->source : ""};
     }
-    if (sn->corrections) p[np++] = (kv_pair){"corrections", sn->corrections};
+    if (sn->corrections) p[np++] = (kv_pair){.key = "corrections", .val = sn->corrections};
     if (sn->window_first) {   /* version 7: which layers are local, their window, where they start */
         snprintf(wfirst, sizeof wfirst, "%d", sn->window_first);
         snprintf(wsize, sizeof wsize, "%d", s->window);
         for (int l = 0; l < s->n_layer && l < AK_KV_MAX_LAYERS; l++) locals[l] = ak_spec_group(s, l) ? '1' : '0';
         locals[s->n_layer < AK_KV_MAX_LAYERS ? s->n_layer : AK_KV_MAX_LAYERS] = 0;
-        p[np++] = (kv_pair){"window_first", wfirst};
-        p[np++] = (kv_pair){"window", wsize};
-        p[np++] = (kv_pair){"local_layers", locals};
+        p[np++] = (kv_pair){.key = "window_first", .val = wfirst};
+        p[np++] = (kv_pair){.key = "window", .val = wsize};
+        p[np++] = (kv_pair){.key = "local_layers", .val = locals};
     }
     kv_pair sorted[NP];
     memcpy(sorted, p, sizeof(kv_pair) * np);
     if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
-    p[np++] = (kv_pair){"metadata_checksum", meta_hex};
+    p[np++] = (kv_pair){.key = "metadata_checksum", .val = meta_hex};
 
     cJSON *meta;
     if (!(root = cJSON_CreateObject()) || !(meta = cJSON_AddObjectToObject(root, "__metadata__"))) goto oom;
@@ -1104,7 +1106,7 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
             free(pairs);
             return aks_judge(v, AK_STORE_CORRUPT, "metadata", "metadata value %s is not a string", it->string ? it->string : "?");
         }
-        pairs[i] = (kv_pair){it->string, it->valuestring};
+        pairs[i] = (kv_pair){.key = it->string, .val = it->valuestring};
     }
     const char *fmt = meta_str(meta, "format"), *ver = meta_str(meta, "format_version");
     int64_t x;
@@ -1169,15 +1171,21 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
     snprintf(m->fingerprint, sizeof m->fingerprint, "%s", fp);
     snprintf(m->model_name, sizeof m->model_name, "%s", name);
     struct { const char *key; int64_t lo, hi; int64_t val; } ints[] = {
-        {"n_layer", 1, MAX_DIM, 0}, {"n_head_kv", 1, MAX_DIM, 0}, {"head_dim_k", 1, 1024, 0},
-        {"head_dim_v", 1, 1024, 0}, {"n_ctx", 0, INT32_MAX, 0}, {"block_tokens", 1, AK_KV_MAX_BLOCK_TOKENS, 0},
-        {"n_tokens", 0, INT32_MAX, 0}, {"created", 0, INT64_MAX, 0},
+        {.key = "n_layer", .lo = 1, .hi = MAX_DIM},
+        {.key = "n_head_kv", .lo = 1, .hi = MAX_DIM},
+        {.key = "head_dim_k", .lo = 1, .hi = 1024},
+        {.key = "head_dim_v", .lo = 1, .hi = 1024},
+        {.key = "n_ctx", .lo = 0, .hi = INT32_MAX},
+        {.key = "block_tokens", .lo = 1, .hi = AK_KV_MAX_BLOCK_TOKENS},
+        {.key = "n_tokens", .lo = 0, .hi = INT32_MAX},
+        {.key = "created", .lo = 0, .hi = INT64_MAX},
     };
     for (size_t k = 0; k < sizeof ints / sizeof *ints; k++)
         if (ak_parse_dec(meta_str(meta, ints[k].key), ints[k].lo, ints[k].hi, &ints[k].val))
             return aks_judge(v, AK_STORE_CORRUPT, "metadata", "metadata %s \"%.20s\" is not an integer in [%lld, %lld]",
                          ints[k].key, meta_str(meta, ints[k].key), (long long)ints[k].lo, (long long)ints[k].hi);
-    m->spec = (ak_cache_spec){(int)ints[0].val, (int)ints[1].val, (int)ints[2].val, (int)ints[3].val, (int)ints[4].val};
+    m->spec = (ak_cache_spec){.n_layer = (int)ints[0].val, .n_head_kv = (int)ints[1].val, .head_dim_k = (int)ints[2].val,
+                              .head_dim_v = (int)ints[3].val, .n_ctx = (int)ints[4].val};
     m->block_tokens = (int)ints[5].val;
     m->n_tokens = (int)ints[6].val;
     m->created = ints[7].val;

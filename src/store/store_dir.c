@@ -472,7 +472,7 @@ static ssize_t dir_get_readv(ak_blob_get *g, const struct iovec *iov, int cnt, u
  * order, so its last page is the last to leave the cache). */
 static void dir_get_prefetch(ak_blob_get *g, uint64_t at_end, const uint64_t *off, const uint64_t *len, int n) {
     uint8_t probe;
-    struct iovec pv = {&probe, 1};
+    struct iovec pv = {.iov_base = &probe, .iov_len = 1};
     if (preadv2(g->fd, &pv, 1, (off_t)at_end, RWF_NOWAIT) == 1) return;
     for (int i = 0; i < n; i++) posix_fadvise(g->fd, (off_t)off[i], (off_t)len[i], POSIX_FADV_WILLNEED);
 }

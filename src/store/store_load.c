@@ -419,8 +419,9 @@ static ak_store_status read_direct(reader *r, const agent_meta *m, const tensor_
         }
         free(po);
     }
-    *sh = (dl_shared){r->ops, r->g, t, nt, blk, toff, j0, nr, m->hdr_end, hash, 0, 0, 0, {{0}}};
-    for (int k = 0; k < 2; k++) sh->job[k] = (dl_job){sh, 0, 0, 0};
+    *sh = (dl_shared){.ops = r->ops, .g = r->g, .t = t, .nt = nt, .blk = blk, .toff = toff, .j0 = j0, .nr = nr,
+                      .data_off = m->hdr_end, .hash = hash};
+    for (int k = 0; k < 2; k++) sh->job[k] = (dl_job){.sh = sh};
     pthread_t th;
     int worker = 0;
     if ((uint64_t)nr * (data_bytes / (uint64_t)nb) >= TWO_THREADS_BYTES)
@@ -685,7 +686,7 @@ ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const 
     double t0 = ak_now();
     reader r;
     agent_meta m;
-    verdict v = {AK_STORE_HIT, NULL, "", 0};
+    verdict v = {.st = AK_STORE_HIT};
     ak_store_status st = load_file(s, kind, id, fingerprint, vocab, kv, prelink, ud, &r, &m, &v, info);
     info->bytes_read = r.bytes_read;
     info->read_ms = r.read_ms;
@@ -736,7 +737,7 @@ ak_store_status ak_store_verify(ak_store *s, const char *id, const char *fingerp
     if (s->be->ops->where(s->be, AK_FILE_AGENT, id, path, sizeof path)) { ak_failc(err, AK_ERR_INVALID, "store: path too long"); return AK_STORE_ERROR; }
     reader r;
     agent_meta m;
-    verdict v = {AK_STORE_HIT, NULL, "", 0};
+    verdict v = {.st = AK_STORE_HIT};
     double ms;
     ak_store_status st = check_file(s, AK_FILE_AGENT, id, fingerprint, vocab, NULL, &r, &m, &v, &ms);
     if (st != AK_STORE_HIT) ak_failc(err, v.code, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
@@ -790,7 +791,7 @@ int aks_read_entry(const ak_store *s, int kind, const char *id, ak_store_entry *
 int ak_store_inspect(ak_store *s, const char *id, ak_store_entry *out, char **metadata_json, ak_error *err) {
     if (metadata_json) *metadata_json = NULL;
     if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
-    verdict v = {AK_STORE_HIT, NULL, "", 0};
+    verdict v = {.st = AK_STORE_HIT};
     int rc = aks_read_entry(s, AK_FILE_AGENT, id, out, NULL, metadata_json, &v);
     if (rc < 0) {
         char where[PATH_MAX];

@@ -69,7 +69,8 @@ conn *ak_redis_conn_get(redis_backend *r, ak_error *err) {
     }
     pthread_mutex_unlock(&r->mu);
     if (cn) return cn;
-    struct timeval ct = {CONNECT_MS / 1000, (CONNECT_MS % 1000) * 1000}, tt = {COMMAND_MS / 1000, 0};
+    struct timeval ct = {.tv_sec = CONNECT_MS / 1000, .tv_usec = (CONNECT_MS % 1000) * 1000},
+                   tt = {.tv_sec = COMMAND_MS / 1000};
     redisContext *c = redisConnectWithTimeout(r->host, r->port, ct);
     if (!c || c->err) {
         ak_failc(err, AK_ERR_IO, "redis %s:%d: connect: %s", r->host, r->port, c ? c->errstr : "out of memory");

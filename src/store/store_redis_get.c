@@ -197,7 +197,7 @@ static int fetch_chunks(ak_blob_get *g, const int *want, slot **sl, int *ok, int
         while (sent && !done)
             if (redisBufferWrite(c, &done) != REDIS_OK) break;
     }
-    raw_in in = {c ? c->fd : -1, {0}, 0, 0};
+    raw_in in = {.fd = c ? c->fd : -1};
     int broken = !done;
     for (int i = 0; i < sent && !broken; i++) {
         int j = need[i], why = 0;
@@ -386,7 +386,7 @@ static int deliver(ak_blob_get *g, const struct iovec *iov, int cnt, uint64_t of
 int ak_redis_get_read(ak_blob_get *g, uint8_t *dst, size_t n, uint64_t off) {
     if (n == 0) return 0;
     if (off + n > g->bytes) return -2;
-    struct iovec v = {dst, n};
+    struct iovec v = {.iov_base = dst, .iov_len = n};
     return deliver(g, &v, 1, off, n);
 }
 
