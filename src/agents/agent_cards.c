@@ -172,8 +172,10 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
         return ak_failc(err, AK_ERR_INVALID, "agent %s: range [%d, %d) is outside its %d tokens", agent_id, rq->from, to,
                         g->n);
     agent_touch(a, g);
-    ak_card_params p = {id, agent_id, a->cfg.model->fingerprint, a->cfg.model->cfg.name, rq->from, to,
-                        rq->widths_k, rq->widths_v, rq->policy, rq->budget_k, rq->budget_v, NULL};
+    ak_card_params p = {.id = id, .source_agent = agent_id, .fingerprint = a->cfg.model->fingerprint,
+                        .model_name = a->cfg.model->cfg.name, .from = rq->from, .to = to,
+                        .widths_k = rq->widths_k, .widths_v = rq->widths_v, .policy = rq->policy,
+                        .budget_k = rq->budget_k, .budget_v = rq->budget_v, .threads = NULL};
     /* the engine's threads are free between steps (rq->ctx is the engine's context) */
     if (rq->ctx) p.threads = ak_ctx_pool(rq->ctx);
     uint8_t *wb = NULL;
@@ -264,7 +266,7 @@ static int import_append(ak_agents *a, agent *g, const ak_card *c, ak_error *err
     free(h);
     /* the descriptors: g's segments, its own positions frozen (if any), the card */
     int k = g->n_segs;
-    if (ns > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};   /* attach_base made them one */
+    if (ns > k) g->segs[k++] = (ak_store_seg){.kind = AK_SEG_OWN, .len = 0, .id = "", .hash = ""};   /* attach_base made them one */
     agent_seg_named(g, k++, AK_SEG_CARD, c->id, c->hash);
     g->n_segs = k;
     ak_kv_free(g->kv);

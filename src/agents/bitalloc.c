@@ -477,7 +477,8 @@ static long greedy(const greedy_in *g, uint8_t *bits, int *pinned, ak_error *err
 long ak_bitalloc_widths(const double *score, int n, double budget, const uint8_t *cap, int n_sinks,
                         int sink_bits, int spread, const double err_model[AK_BITALLOC_N_WIDTHS],
                         uint8_t *bits, int *pinned, ak_error *err) {
-    greedy_in g = {score, NULL, err_model, n, budget, cap, 0, n_sinks, sink_bits, spread, NULL};
+    greedy_in g = {.score = score, .errors = NULL, .model = err_model, .n = n, .budget = budget, .cap = cap, .min_bits = 0,
+                   .n_sinks = n_sinks, .sink_bits = sink_bits, .spread = spread, .keep = NULL};
     return greedy(&g, bits, pinned, err);
 }
 
@@ -486,7 +487,8 @@ long ak_bitalloc_widths_measured(const double *score, const double *errors, int 
                                  int min_bits, int n_sinks, int sink_bits, uint8_t *bits, int *pinned,
                                  ak_error *err) {
     if (!errors) return ak_failc(err, AK_ERR_INVALID, "no measured errors");
-    greedy_in g = {score, errors, NULL, n, budget, cap, min_bits, n_sinks, sink_bits, 0, NULL};
+    greedy_in g = {.score = score, .errors = errors, .model = NULL, .n = n, .budget = budget, .cap = cap, .min_bits = min_bits,
+                   .n_sinks = n_sinks, .sink_bits = sink_bits, .spread = 0, .keep = NULL};
     return greedy(&g, bits, pinned, err);
 }
 
@@ -568,7 +570,8 @@ static int run_joint(const ak_bitalloc_input *in, const ak_bitalloc_params *p, c
         ak_failc(err, AK_ERR_INVALID, "bit allocation over %d tokens", n);
         goto done;
     }
-    greedy_in g = {s2, e2, p->err, (int)n2, b, cap2, floor_bits, 0, p->sink_bits, 0, keep2};
+    greedy_in g = {.score = s2, .errors = e2, .model = p->err, .n = (int)n2, .budget = b, .cap = cap2, .min_bits = floor_bits,
+                   .n_sinks = 0, .sink_bits = p->sink_bits, .spread = 0, .keep = keep2};
     if (greedy(&g, w2, NULL, err) < 0) goto done;
     memcpy(bits_k, w2, (size_t)n);
     memcpy(bits_v, w2 + n, (size_t)n);
@@ -620,10 +623,12 @@ int ak_bitalloc_run(const ak_bitalloc_input *in, const ak_bitalloc_params *p, ui
     }
     /* uniform stays one width for all: measured errors and the floor are
      * for the adaptive policies */
-    greedy_in gk = {score, uni ? NULL : in->err_k, p->err, in->n, bk, in->cap_k, floor_bits, sinks, p->sink_bits, spread,
-                    uni ? NULL : in->keep_k};
-    greedy_in gv = {score, uni ? NULL : in->err_v, p->err, in->n, bv, in->cap_v, floor_bits, sinks, p->sink_bits, spread,
-                    uni ? NULL : in->keep_v};
+    greedy_in gk = {.score = score, .errors = uni ? NULL : in->err_k, .model = p->err, .n = in->n, .budget = bk,
+                    .cap = in->cap_k, .min_bits = floor_bits, .n_sinks = sinks, .sink_bits = p->sink_bits,
+                    .spread = spread, .keep = uni ? NULL : in->keep_k};
+    greedy_in gv = {.score = score, .errors = uni ? NULL : in->err_v, .model = p->err, .n = in->n, .budget = bv,
+                    .cap = in->cap_v, .min_bits = floor_bits, .n_sinks = sinks, .sink_bits = p->sink_bits,
+                    .spread = spread, .keep = uni ? NULL : in->keep_v};
     long sk = greedy(&gk, bits_k, &pk, err);
     if (sk < 0) goto done;
     long sv = greedy(&gv, bits_v, &pv, err);

@@ -304,8 +304,8 @@ int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, cons
     /* descriptors: the positions before it frozen (if any), then the chunk,
      * both stored in the agent's file as its own (restored without the memory) */
     int k = g->n_segs;
-    if (ns > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
-    g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
+    if (ns > k) g->segs[k++] = (ak_store_seg){.kind = AK_SEG_OWN, .len = 0, .id = "", .hash = ""};
+    g->segs[k++] = (ak_store_seg){.kind = AK_SEG_OWN, .len = 0, .id = "", .hash = ""};
     g->n_segs = k;
     ak_kv_free(g->kv);
     g->kv = nk;
@@ -344,7 +344,7 @@ int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const char *id, const char *m
                         "ends one)", id, ns, AK_KV_MAX_SEGMENTS);
     if (agent_set_history(g, tokens, at, err) < 0) return -1;
     agent_segs_sync(g);
-    ak_reuse_part part = {tokens + at, n, src};
+    ak_reuse_part part = {.tokens = tokens + at, .n = n, .chunk = src};
     if (ak_reuse_place(c, g->kv, &part, p, st, err) < 0) return -1;   /* g->kv back at [0, at) */
     /* [0, at + n) frozen as one more own segment: the agent is impure (its
      * chunk positions are not what a prefill computes: never in the content
@@ -359,7 +359,7 @@ int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const char *id, const char *m
         return -1;
     }
     int k = g->n_segs;
-    if (ak_kv_segments(nk, lens) > k) g->segs[k++] = (ak_store_seg){AK_SEG_OWN, 0, "", ""};
+    if (ak_kv_segments(nk, lens) > k) g->segs[k++] = (ak_store_seg){.kind = AK_SEG_OWN, .len = 0, .id = "", .hash = ""};
     g->n_segs = k;
     ak_kv_free(g->kv);
     g->kv = nk;

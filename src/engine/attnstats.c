@@ -329,7 +329,8 @@ int ak_attn_stats_observe(ak_attn_stats *st, ak_threads *pool, const ak_batch *b
         }
         for (size_t e = 0; e < kstride; e++)
             for (size_t t = (size_t)(hi - lo + 1); t < sp; t++) st->K[e * sp + t] = 0;
-        observe_task o = {st, b, li, window, m->cfg.attn_scale, q, qstride, lo, sp, nt};
+        observe_task o = {.st = st, .b = b, .li = li, .window = window, .scale = m->cfg.attn_scale, .q = q,
+                           .qstride = qstride, .klo = lo, .sp = sp, .nt = nt};
         ak_threads_run(pool, observe_worker, &o);
         /* a pass counts its queries once, at the first chosen layer; the
          * slots each query could see, at every chosen layer (windows) */

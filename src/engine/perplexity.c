@@ -140,7 +140,7 @@ int ak_perplexity(ak_ctx *c, ak_kv *kv, const int32_t *ids, size_t n, int n_ctx,
                 seqs[j] = kv;
                 outs[j] = (p >= first && p < n_ctx - 1) ? logits + (size_t)(p - first) * V : NULL;
             }
-            ak_batch b = {cnt, chunk + i0, pos, seqs, outs};
+            ak_batch b = {.n = cnt, .token = chunk + i0, .pos = pos, .seq = seqs, .logits_out = outs};
             if (ak_forward(c, &b, err) < 0) goto out;
         }
         for (int p = first; p < n_ctx - 1; p++) {

@@ -169,7 +169,7 @@ static int run_layers(ak_ctx *c, ak_kv *kv, const int32_t *tok, const int32_t *p
     for (int i = 0; i < B; i++) seq[i] = kv;
     for (int i0 = 0; i0 < m; i0 += B) {
         int cnt = m - i0 < B ? m - i0 : B;
-        ak_batch b = {cnt, tok + i0, pos + i0, seq, NULL};
+        ak_batch b = {.n = cnt, .token = tok + i0, .pos = pos + i0, .seq = seq, .logits_out = NULL};
         if (ak_forward_layers(c, &b, x + (size_t)i0 * dim, l0, l1, err) < 0) return -1;
     }
     return 0;
@@ -183,7 +183,7 @@ static int layer_kv(ak_ctx *c, const int32_t *tok, const int32_t *pos, int m, co
     size_t kd = (size_t)md->spec.n_head_kv * md->spec.head_dim_k, vd = (size_t)md->spec.n_head_kv * md->spec.head_dim_v;
     for (int i0 = 0; i0 < m; i0 += B) {
         int cnt = m - i0 < B ? m - i0 : B;
-        ak_batch b = {cnt, tok + i0, pos + i0, seq, NULL};
+        ak_batch b = {.n = cnt, .token = tok + i0, .pos = pos + i0, .seq = seq, .logits_out = NULL};
         if (ak_layer_kv(c, &b, x + (size_t)i0 * dim, l, k + i0 * kd, v + i0 * vd, err) < 0) return -1;
     }
     return 0;

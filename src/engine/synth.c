@@ -660,7 +660,8 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
             const tspec *t = &ts[i];
             size_t rb = ak_row_bytes(t->type, (int64_t)t->ne[0]);
             int64_t rows = (int64_t)(t->ne[1] * t->ne[2]), per = (int64_t)(chunk_cap / rb);
-            gen_job j = {t, o->seed * 0x9E3779B97F4A7C15ull ^ fnv1a(t->name), 0, 0, rb, chunk, scratch, max_row};
+            gen_job j = {.t = t, .key = o->seed * 0x9E3779B97F4A7C15ull ^ fnv1a(t->name), .row0 = 0, .nrows = 0,
+                         .row_bytes = rb, .dst = chunk, .scratch = scratch, .scratch_stride = max_row};
             for (int64_t r0 = 0; r0 < rows; r0 += per) {
                 j.row0 = r0;
                 j.nrows = rows - r0 < per ? rows - r0 : per;

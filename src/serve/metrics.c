@@ -184,7 +184,7 @@ static void put_tier_hist(sbuf *b, const char *name, const char *help, const his
 }
 
 char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
-    sbuf b = {malloc(4096), 0, 4096, 0};
+    sbuf b = {.s = malloc(4096), .n = 0, .cap = 4096, .failed = 0};
     if (!b.s) return NULL;
     b.s[0] = 0;
     static const char *tiers[N_TIERS] = {"hot", "warm", "cold"};

@@ -473,7 +473,7 @@ static int build_special(ak_tokenizer *tk, ak_error *err) {
     tk->n_special = ns;
     len_id *li = ak_malloc(((size_t)ns + 1) * sizeof *li, err);
     if (!li) return -1;
-    for (int32_t k = 0; k < ns; k++) li[k] = (len_id){ tk->tok[tk->special[k]].len, tk->special[k] };
+    for (int32_t k = 0; k < ns; k++) li[k] = (len_id){ .len = tk->tok[tk->special[k]].len, .id = tk->special[k] };
     qsort(li, (size_t)ns, sizeof *li, cmp_special);
     for (int32_t k = 0; k < ns; k++) tk->special[k] = li[k].id;
     free(li);
@@ -728,7 +728,7 @@ static int try_pair(const ak_tokenizer *tk, scratch *sc, const char *text, int32
     int ok = 0;
     double key = fn(tk, text + a->off, a->n, text + b->off, b->n, &ok);
     if (!ok) return 0;
-    bigram g = { key, l, r, a->n + b->n };
+    bigram g = { .key = key, .left = l, .right = r, .len = a->n + b->n };
     return heap_push(&sc->hp, g);
 }
 
@@ -758,7 +758,7 @@ static int split_chars(scratch *sc, const char *text, size_t n, size_t *nsym) {
     for (size_t i = 0; i < n; k++) {
         size_t l = utf8_len((uint8_t)text[i]);
         if (l > n - i) l = n - i;
-        sc->sy[k] = (sym){ (int32_t)k - 1, i + l == n ? -1 : (int32_t)k + 1, (uint32_t)l, i };
+        sc->sy[k] = (sym){ .prev = (int32_t)k - 1, .next = i + l == n ? -1 : (int32_t)k + 1, .n = (uint32_t)l, .off = i };
         i += l;
     }
     *nsym = k;
@@ -821,7 +821,7 @@ static int bpe_word(const ak_tokenizer *tk, scratch *sc, const char *w, size_t n
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t b = (uint8_t)w[i];
-        sc->sy[i] = (sym){ (int32_t)i - 1, i + 1 == n ? -1 : (int32_t)i + 1, tk->b2u_len[b], o };
+        sc->sy[i] = (sym){ .prev = (int32_t)i - 1, .next = i + 1 == n ? -1 : (int32_t)i + 1, .n = tk->b2u_len[b], .off = o };
         memcpy(sc->wb + o, tk->b2u[b], tk->b2u_len[b]);
         o += tk->b2u_len[b];
     }
@@ -850,7 +850,7 @@ static int bpe_word(const ak_tokenizer *tk, scratch *sc, const char *w, size_t n
 
 static int frag_push(scratch *sc, size_t off, size_t len) {
     if (!GROW(sc->fb, sc->fb_cap, sc->fb_n + 1)) return -1;
-    sc->fb[sc->fb_n++] = (struct frag){ off, len };
+    sc->fb[sc->fb_n++] = (struct frag){ .off = off, .len = len };
     return 0;
 }
 
@@ -941,7 +941,7 @@ static int partition(const ak_tokenizer *tk, const char *text, size_t len, int p
     size_t n = 0, cap = 0;
     *parts = NULL;
     *n_parts = 0;
-    if (len && part_push(&p, &n, &cap, (part){ -1, 0, len }) < 0) return -1;
+    if (len && part_push(&p, &n, &cap, (part){ .tok = -1, .off = 0, .len = len }) < 0) return -1;
     *parts = p; *n_parts = n;
     if (!len || !tk->n_special) return 0;
 
@@ -977,11 +977,11 @@ static int partition(const ak_tokenizer *tk, const char *text, size_t len, int p
                     from = h + 1;
                     continue;
                 }
-                if (h > pos) rc = part_push(&q, &qn, &qcap, (part){ -1, pos, h - pos });
-                if (rc == 0) rc = part_push(&q, &qn, &qcap, (part){ id, h, sl });
+                if (h > pos) rc = part_push(&q, &qn, &qcap, (part){ .tok = -1, .off = pos, .len = h - pos });
+                if (rc == 0) rc = part_push(&q, &qn, &qcap, (part){ .tok = id, .off = h, .len = sl });
                 pos = from = h + sl;
             }
-            if (rc == 0 && pos < end) rc = part_push(&q, &qn, &qcap, (part){ -1, pos, end - pos });
+            if (rc == 0 && pos < end) rc = part_push(&q, &qn, &qcap, (part){ .tok = -1, .off = pos, .len = end - pos });
         }
         free(p);
         p = q; n = qn;
