@@ -219,7 +219,7 @@ static void stream_free(void *cls) {
     ak_request_release(st->r);
     ak_api_request_free(&st->p);
     ak_buf_free(&st->out);
-
+    free(st);
 }
 
 /* The client of a running request closed its connection: the request was
