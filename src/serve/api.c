@@ -179,7 +179,9 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, cons
     }
     if (read_messages(msgs, &l, b) < 0) goto done;
     rc = tokenize_messages(cfg, &l, 1, &p->tokens, &p->n_tokens, b);
-    if (rc == 0) {
+    int replies = 0;
+    for (int i = 0; i < l.n; i++) replies |= !strcmp(l.m[i].role, "assistant");
+    if (rc == 0 && replies) {
         /* kept for the engine: the agent's history may stand for its replies */
         ak_error err = {0};
         if (!(p->resend = ak_chat_resend_new(cfg->family, l.m, l.n, cfg->template_text, cfg->tok, &err)))

@@ -104,7 +104,7 @@ typedef struct {
     ak_reuse_method reuse;
     double recompute_ratio;   /* as given, AK_API_RECOMPUTE_RATIO if absent; cacheblend and agentkvshift use it */
     ak_logit_bias *logit_bias;   /* sp.logit_bias's entries (owned), NULL when none */
-    ak_chat_resend *resend;   /* a chat without memories: its messages, for
+    ak_chat_resend *resend;   /* a chat without memories that holds a reply: its messages, for
                                  the prompt's rebuild over the agent's history (chat_resend.h;
                                  sched.h: ak_reprompt); NULL otherwise */
 } ak_api_request;

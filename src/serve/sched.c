@@ -621,7 +621,10 @@ static void rebuild_prompt(ak_sched *s, ak_request *r) {
     const int32_t *hist = ak_agent_history(s->cfg.agents, r->id, &n_hist);
     int32_t *ids = NULL;
     ak_error err = {{0}};
-    int rc = hist ? rp.fn(rp.ud, hist, n_hist, &ids, &n, &err) : 0;
+    /* a prompt that already holds the whole history has nothing to gain:
+     * skip rendering it again on the engine thread */
+    int whole = hist && ak_agent_match_len(s->cfg.agents, r->id, r->prompt, r->n_prompt) >= n_hist;
+    int rc = hist && !whole ? rp.fn(rp.ud, hist, n_hist, &ids, &n, &err) : 0;
     if (rp.free) rp.free(rp.ud);
     if (rc < 0) logf_(s, "agent %s: the prompt was not rebuilt over its history: %s", r->id, err.msg);
     if (rc <= 0) return;
