@@ -130,8 +130,9 @@ static void check_resend(ak_chat_family fam, const ak_chat_msg *msgs, int n, con
     ak_chat_rendering r;
     ak_error err = {{0}};
     char *plain = NULL;
-    if (ak_chat_render_tracked(fam, msgs, n, text, &r, &err) < 0) __builtin_trap();   /* rendered above */
-    if (ak_chat_render(fam, msgs, n, 1, NULL, NULL, text, &plain, &err) < 0 || strlen(plain) != r.len ||
+    const ak_chat_opts o = {.family = fam, .template_text = text, .add_generation_prompt = 1};
+    if (ak_chat_render_tracked(msgs, n, &o, &r, &err) < 0) __builtin_trap();   /* rendered above */
+    if (ak_chat_render(msgs, n, &o, &plain, &err) < 0 || strlen(plain) != r.len ||
         memcmp(plain, r.text, r.len))
         __builtin_trap();
     free(plain);
@@ -156,21 +157,19 @@ static void check_resend(ak_chat_family fam, const ak_chat_msg *msgs, int n, con
     if (la > 0) {
         int32_t *ids = NULL;
         size_t k = 0;
-        if (ak_chat_tokenize(fam, msgs, la, 1, text, tk, AK_TOK_ADD_SPECIAL, &ids, &k, &err) == 0)
+        if (ak_chat_tokenize(msgs, la, &o, tk, AK_TOK_ADD_SPECIAL, &ids, &k, &err) == 0)
             for (size_t j = 0; j < k && nh < MAX_HIST; j++) hist[nh++] = ids[j];
         free(ids);
         nh = push_chars(tk, msgs[la].content, hist, nh);
     }
     int vocab = ak_tokenizer_vocab_size(tk);
     for (size_t j = 0; j + 1 < tail_len && nh < MAX_HIST; j += 2) hist[nh++] = (tail[j] | tail[j + 1] << 8) % vocab;
-    int32_t *out = NULL;
-    size_t no = 0;
-    int replaced = -1;
-    if (ak_chat_tokenize_resent(fam, msgs, n, text, tk, hist, nh, &out, &no, &replaced, &err) < 0) __builtin_trap();
-    if (replaced < 0 || replaced > n_assistant || (replaced == 0) != (out == NULL)) __builtin_trap();
-    for (size_t j = 0; j < no; j++)
-        if (out[j] < 0 || out[j] >= vocab) __builtin_trap();
-    free(out);
+    ak_chat_resent rs = {.n_replaced = -1};
+    if (ak_chat_tokenize_resent(msgs, n, &o, tk, hist, nh, &rs, &err) < 0) __builtin_trap();
+    if (rs.n_replaced < 0 || rs.n_replaced > n_assistant || (rs.n_replaced == 0) != (rs.ids == NULL)) __builtin_trap();
+    for (size_t j = 0; j < rs.n_ids; j++)
+        if (rs.ids[j] < 0 || rs.ids[j] >= vocab) __builtin_trap();
+    free(rs.ids);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -243,7 +242,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *bos = flags & 2 ? "<s>" : NULL, *eos = flags & 2 ? "</s>" : NULL;
     for (int fi = 0; fi <= AK_CHAT_PLAIN; fi++) {
         char *out = (char *)1;
-        int rc = ak_chat_render((ak_chat_family)fi, msgs, n, flags & 1, bos, eos, text, &out, &err);
+        const ak_chat_opts o = {.family = (ak_chat_family)fi, .template_text = text, .add_generation_prompt = flags & 1,
+                                .bos = bos, .eos = eos};
+        int rc = ak_chat_render(msgs, n, &o, &out, &err);
         int must_fail = n < 1 || bad_role || (fi == AK_CHAT_MISTRAL && late_system);
         if (must_fail != (rc < 0)) __builtin_trap();
         if (rc < 0) {

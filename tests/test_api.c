@@ -201,7 +201,9 @@ TEST(api_pool_body) {
                        "\"Be kind.\"}]}],\"cache_type_k\":\"q4\",\"cache_type_v\":\"f16\"}",
                        &p, &e) == 201, "messages pool refused: %s", e.msg);
     ak_chat_msg m = {"system", "Be kind."};
-    REQUIRE(ak_chat_tokenize(AK_CHAT_PLAIN, &m, 1, 0, NULL, r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_tokenize(&m, 1,
+                             &(ak_chat_opts){.family = AK_CHAT_PLAIN},
+                             r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
     CHECK(p.n_tokens == n && !memcmp(p.tokens, ids, n * sizeof *ids), "messages pool = the messages rendered alone");
     CHECK(p.fk == AK_KV_Q4 && p.fv == AK_KV_F16, "formats given: %d/%d", p.fk, p.fv);
     CHECK(p.source && !strcmp(p.source, "{\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"}]}"), "source %s",
@@ -243,7 +245,9 @@ TEST(api_pool_composition) {
     ak_chat_msg two[2] = {{"system", "You tell tales."}, {"user", "A cat?"}};
     int32_t *ids = NULL;
     size_t n = 0;
-    REQUIRE(ak_chat_tokenize(AK_CHAT_PLAIN, two, 2, 1, NULL, r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_tokenize(two, 2,
+                             &(ak_chat_opts){.family = AK_CHAT_PLAIN, .add_generation_prompt = 1},
+                             r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
     CHECK(p.n_tokens == n && !memcmp(p.tokens, ids, n * sizeof *ids), "pooled chat = both rendered together");
     CHECK(!memcmp(p.tokens, pp.tokens, pp.n_tokens * sizeof *ids) && p.n_pool_tokens == (int)pp.n_tokens &&
           !strcmp(p.pool, "sys"), "starts with the pool");
@@ -269,7 +273,9 @@ TEST(api_pool_composition) {
     r.cfg.pool_ud = &ft;
     body = "{\"model\":\"m\",\"pool\":\"doc\",\"messages\":[{\"role\":\"user\",\"content\":\"A cat?\"}]}";
     REQUIRE(ak_api_parse(&r.cfg, body, strlen(body), 1, NULL, 7, &p, &e) == 0, "%s", e.msg);
-    REQUIRE(ak_chat_tokenize(AK_CHAT_PLAIN, two + 1, 1, 1, NULL, r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s",
+    REQUIRE(ak_chat_tokenize(two + 1, 1,
+                             &(ak_chat_opts){.family = AK_CHAT_PLAIN, .add_generation_prompt = 1},
+                             r.tok, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s",
             err.msg);
     CHECK(ids[0] == ak_tokenizer_bos(r.tok) && p.n_tokens == tp.n_tokens + n - 1 &&
           !memcmp(p.tokens, tp.tokens, tp.n_tokens * sizeof *ids) &&

@@ -85,7 +85,9 @@ TEST(chat_golden_renders) {
         char *got = NULL;
         char label[256];
         snprintf(label, sizeof label, "%s [%s]", file, cas ? cas : "?");
-        if (ak_chat_render(fam, m, n, gen, bos, eos, tmpl, &got, &err) != 0) {
+        if (ak_chat_render(m, n,
+                           &(ak_chat_opts){.family = fam, .template_text = tmpl, .add_generation_prompt = gen, .bos = bos, .eos = eos},
+                           &got, &err) != 0) {
             CHECK(0, "%s: render failed: %s", label, err.msg);
         } else if (same_text(t, label, got, want)) {
             pass[ti]++;
@@ -179,7 +181,9 @@ TEST(chat_gemma_system_message) {
     };
     char *out = NULL;
     ak_error err = {{0}};
-    REQUIRE(ak_chat_render(AK_CHAT_GEMMA, m, 4, 1, "<bos>", "<eos>", tmpl, &out, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_render(m, 4,
+                           &(ak_chat_opts){.family = AK_CHAT_GEMMA, .template_text = tmpl, .add_generation_prompt = 1, .bos = "<bos>", .eos = "<eos>"},
+                           &out, &err) == 0, "%s", err.msg);
     same_text(t, "gemma+system", out,
               "<bos><start_of_turn>user\nBe brief. \n\nHi there<end_of_turn>\n"
               "<start_of_turn>model\nHello.<end_of_turn>\n"
@@ -187,7 +191,9 @@ TEST(chat_gemma_system_message) {
     free(out);
     /* A system message with no user message after it is a user turn of its own. */
     const ak_chat_msg only[] = {{.role = "system", .content = "Rules."}};
-    REQUIRE(ak_chat_render(AK_CHAT_GEMMA, only, 1, 1, "<bos>", NULL, NULL, &out, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_render(only, 1,
+                           &(ak_chat_opts){.family = AK_CHAT_GEMMA, .add_generation_prompt = 1, .bos = "<bos>"},
+                           &out, &err) == 0, "%s", err.msg);
     same_text(t, "gemma system only", out,
               "<bos><start_of_turn>user\nRules.<end_of_turn>\n<start_of_turn>model\n");
     free(out);
@@ -204,25 +210,33 @@ TEST(chat_llama2_plain_and_variants) {
     char *out = NULL;
     ak_error err = {{0}};
     /* The template strips the whole first turn, so the space before Q1 stays. */
-    REQUIRE(ak_chat_render(AK_CHAT_LLAMA2, m, 4, 1, "<s>", "</s>", NULL, &out, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_render(m, 4,
+                           &(ak_chat_opts){.family = AK_CHAT_LLAMA2, .add_generation_prompt = 1, .bos = "<s>", .eos = "</s>"},
+                           &out, &err) == 0, "%s", err.msg);
     same_text(t, "llama2", out,
               "<s>[INST] <<SYS>>\nSys.\n<</SYS>>\n\n Q1 [/INST] A1 </s><s>[INST] Q2 [/INST]");
     free(out);
 
-    REQUIRE(ak_chat_render(AK_CHAT_PLAIN, m, 4, 1, NULL, NULL, NULL, &out, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_render(m, 4,
+                           &(ak_chat_opts){.family = AK_CHAT_PLAIN, .add_generation_prompt = 1},
+                           &out, &err) == 0, "%s", err.msg);
     same_text(t, "plain", out, "System: Sys.\nUser:  Q1 \nAssistant: A1\nUser: Q2\nAssistant:");
     free(out);
     /* a reply echoed back with the space the model generated after "Assistant:" */
     const ak_chat_msg echo[] = { {.role = "user", .content = "Q1"}, {.role = "assistant", .content = " A1"},
                                 {.role = "user", .content = "Q2"} };
-    REQUIRE(ak_chat_render(AK_CHAT_PLAIN, echo, 3, 1, NULL, NULL, NULL, &out, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_render(echo, 3,
+                           &(ak_chat_opts){.family = AK_CHAT_PLAIN, .add_generation_prompt = 1},
+                           &out, &err) == 0, "%s", err.msg);
     same_text(t, "plain, echoed reply", out, "User: Q1\nAssistant: A1\nUser: Q2\nAssistant:");
     free(out);
 
     /* Llama 3.0 template (no date preamble): every message is a header turn. */
     const char *l30 = "{% set content = '<|start_header_id|>' + message['role'] + "
                       "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}";
-    REQUIRE(ak_chat_render(AK_CHAT_LLAMA3, m, 2, 1, "<|begin_of_text|>", NULL, l30, &out, &err) == 0,
+    REQUIRE(ak_chat_render(m, 2,
+                           &(ak_chat_opts){.family = AK_CHAT_LLAMA3, .template_text = l30, .add_generation_prompt = 1, .bos = "<|begin_of_text|>"},
+                           &out, &err) == 0,
             "%s", err.msg);
     same_text(t, "llama3.0", out,
               "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nSys.<|eot_id|>"
@@ -231,19 +245,25 @@ TEST(chat_llama2_plain_and_variants) {
     free(out);
 
     /* ChatML without a template: no default system message. */
-    REQUIRE(ak_chat_render(AK_CHAT_CHATML, m + 1, 1, 1, NULL, NULL, NULL, &out, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_render(m + 1, 1,
+                           &(ak_chat_opts){.family = AK_CHAT_CHATML, .add_generation_prompt = 1},
+                           &out, &err) == 0, "%s", err.msg);
     same_text(t, "chatml bare", out, "<|im_start|>user\n Q1 <|im_end|>\n<|im_start|>assistant\n");
     free(out);
 
     /* Phi-3 without a generation prompt ends with eos. */
-    REQUIRE(ak_chat_render(AK_CHAT_PHI3, m + 1, 2, 0, "<s>", "<|endoftext|>", NULL, &out, &err) == 0,
+    REQUIRE(ak_chat_render(m + 1, 2,
+                           &(ak_chat_opts){.family = AK_CHAT_PHI3, .bos = "<s>", .eos = "<|endoftext|>"},
+                           &out, &err) == 0,
             "%s", err.msg);
     same_text(t, "phi3 no gen", out, "<|user|>\n Q1 <|end|>\n<|assistant|>\nA1<|end|>\n<|endoftext|>");
     free(out);
 
     /* Mistral with a system message not first is refused, as the template does. */
     const ak_chat_msg late[] = {{.role = "user", .content = "a"}, {.role = "system", .content = "b"}};
-    CHECK(ak_chat_render(AK_CHAT_MISTRAL, late, 2, 1, "<s>", "</s>", NULL, &out, &err) != 0 && !out,
+    CHECK(ak_chat_render(late, 2,
+                         &(ak_chat_opts){.family = AK_CHAT_MISTRAL, .add_generation_prompt = 1, .bos = "<s>", .eos = "</s>"},
+                         &out, &err) != 0 && !out,
           "mistral late system");
 }
 
@@ -254,17 +274,27 @@ TEST(chat_errors) {
     for (int f = AK_CHAT_LLAMA3; f <= AK_CHAT_PLAIN; f++) {
         out = (char *)1;
         err.msg[0] = '\0';
-        CHECK(ak_chat_render((ak_chat_family)f, bad, 2, 1, "", "", NULL, &out, &err) != 0,
+        CHECK(ak_chat_render(bad, 2,
+                             &(ak_chat_opts){.family = (ak_chat_family)f, .add_generation_prompt = 1, .bos = "", .eos = ""},
+                             &out, &err) != 0,
               "%s accepted role tool", ak_chat_family_name((ak_chat_family)f));
         CHECK(out == NULL && strstr(err.msg, "tool"), "%s: err '%s'",
               ak_chat_family_name((ak_chat_family)f), err.msg);
         out = (char *)1;
-        CHECK(ak_chat_render((ak_chat_family)f, bad, 0, 1, "", "", NULL, &out, &err) != 0 && !out,
+        CHECK(ak_chat_render(bad, 0,
+                             &(ak_chat_opts){.family = (ak_chat_family)f, .add_generation_prompt = 1, .bos = "", .eos = ""},
+                             &out, &err) != 0 && !out,
               "%s accepted no messages", ak_chat_family_name((ak_chat_family)f));
-        CHECK(ak_chat_render((ak_chat_family)f, NULL, 3, 1, "", "", NULL, &out, &err) != 0,
+        CHECK(ak_chat_render(NULL, 3,
+                             &(ak_chat_opts){.family = (ak_chat_family)f, .add_generation_prompt = 1, .bos = "", .eos = ""},
+                             &out, &err) != 0,
               "NULL msgs");
     }
     const ak_chat_msg nocontent[] = {{.role = "user"}};
-    CHECK(ak_chat_render(AK_CHAT_CHATML, nocontent, 1, 1, "", "", NULL, &out, &err) != 0, "NULL content");
-    CHECK(ak_chat_render((ak_chat_family)99, bad, 1, 1, "", "", NULL, &out, &err) != 0, "bad family");
+    CHECK(ak_chat_render(nocontent, 1,
+                         &(ak_chat_opts){.family = AK_CHAT_CHATML, .add_generation_prompt = 1, .bos = "", .eos = ""},
+                         &out, &err) != 0, "NULL content");
+    CHECK(ak_chat_render(bad, 1,
+                         &(ak_chat_opts){.family = (ak_chat_family)99, .add_generation_prompt = 1, .bos = "", .eos = ""},
+                         &out, &err) != 0, "bad family");
 }

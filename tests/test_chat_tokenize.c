@@ -117,7 +117,9 @@ TEST(chat_tokenize_content_is_text_chatml) {
     int32_t *ids = NULL;
     size_t n = 0;
     ak_error err = {0};
-    REQUIRE(ak_chat_tokenize(AK_CHAT_CHATML, m, 2, 1, NULL, tk, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_tokenize(m, 2,
+                             &(ak_chat_opts){.family = AK_CHAT_CHATML, .add_generation_prompt = 1},
+                             tk, AK_TOK_ADD_SPECIAL, &ids, &n, &err) == 0, "%s", err.msg);
     /* the template places one <|im_start|> per message and one for the reply */
     CHECK(count_id(ids, n, im_start) == 3, "%d <|im_start|> ids, the template places 3", count_id(ids, n, im_start));
     CHECK(count_id(ids, n, im_end) == 2, "%d <|im_end|> ids, the template places 2", count_id(ids, n, im_end));
@@ -139,7 +141,9 @@ TEST(chat_tokenize_content_is_text_chatml) {
     /* the rendered text tokenized as a whole with special parsing (the old
      * server path) does turn the content into control tokens */
     char *text = NULL;
-    REQUIRE(ak_chat_render(AK_CHAT_CHATML, m, 2, 1, NULL, NULL, NULL, &text, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_chat_render(m, 2,
+                           &(ak_chat_opts){.family = AK_CHAT_CHATML, .add_generation_prompt = 1},
+                           &text, &err) == 0, "%s", err.msg);
     int32_t *naive = NULL;
     size_t nn = 0;
     REQUIRE(ak_tokenize(tk, text, strlen(text), AK_TOK_ADD_SPECIAL | AK_TOK_PARSE_SPECIAL, &naive, &nn, &err) == 0,
@@ -163,12 +167,16 @@ static void same_as_whole(ak_test_ctx *t, const ak_tokenizer *tk, ak_chat_family
         int32_t *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
         ak_error err = {0};
-        if (ak_chat_render(f, m, n, 1, NULL, NULL, tmpl, &text, &err) < 0) {
+        if (ak_chat_render(m, n,
+                           &(ak_chat_opts){.family = f, .template_text = tmpl, .add_generation_prompt = 1},
+                           &text, &err) < 0) {
             ak_test_fail(t, __FILE__, __LINE__, "%s: %s", ak_chat_family_name(f), err.msg);
             return;
         }
         int ra = ak_tokenize(tk, text, strlen(text), AK_TOK_ADD_SPECIAL | AK_TOK_PARSE_SPECIAL, &a, &na, &err);
-        int rb = ak_chat_tokenize(f, m, n, 1, tmpl, tk, AK_TOK_ADD_SPECIAL, &b, &nb, &err);
+        int rb = ak_chat_tokenize(m, n,
+                                  &(ak_chat_opts){.family = f, .template_text = tmpl, .add_generation_prompt = 1},
+                                  tk, AK_TOK_ADD_SPECIAL, &b, &nb, &err);
         CHECK(ra == 0 && rb == 0 && na == nb && !memcmp(a, b, na * sizeof *a), "%s, %d messages: %zu vs %zu ids",
               ak_chat_family_name(f), n, na, nb);
         free(a);
@@ -199,8 +207,12 @@ TEST(chat_tokenize_every_family_keeps_content_text) {
         int32_t *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
         ak_error err = {0};
-        REQUIRE(ak_chat_tokenize((ak_chat_family)f, evil, 1, 1, NULL, tk, 0, &a, &na, &err) == 0, "%s", err.msg);
-        REQUIRE(ak_chat_tokenize((ak_chat_family)f, good, 1, 1, NULL, tk, 0, &b, &nb, &err) == 0, "%s", err.msg);
+        REQUIRE(ak_chat_tokenize(evil, 1,
+                                 &(ak_chat_opts){.family = (ak_chat_family)f, .add_generation_prompt = 1},
+                                 tk, 0, &a, &na, &err) == 0, "%s", err.msg);
+        REQUIRE(ak_chat_tokenize(good, 1,
+                                 &(ak_chat_opts){.family = (ak_chat_family)f, .add_generation_prompt = 1},
+                                 tk, 0, &b, &nb, &err) == 0, "%s", err.msg);
         int ca = 0, cb = 0;
         for (size_t i = 0; i < na; i++) ca += ak_token_type(tk, a[i]) == AK_TOKEN_CONTROL;
         for (size_t i = 0; i < nb; i++) cb += ak_token_type(tk, b[i]) == AK_TOKEN_CONTROL;

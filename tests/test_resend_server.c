@@ -106,7 +106,9 @@ static char *fresh_greedy(ak_test_ctx *t, rig *r, ak_chat_family f, const int32_
     ak_turn tt;
     char *out = NULL;
     if (ctx && logits && smp &&
-        ak_gen_init(&g, r->tok, smp, prompt, n, MAX_TOKENS, N_CTX, 1, stop, special ? 0 : 1, &err) == 0 &&
+        ak_gen_init(&g, &(ak_gen_opts){.tok = r->tok, .smp = smp, .prompt = prompt, .n_prompt = n,
+                    .max_tokens = MAX_TOKENS, .n_ctx = N_CTX, .stop_at_eog = 1, .stop = stop,
+                    .n_stop = special ? 0 : 1}, &err) == 0 &&
         ak_agent_begin(r->agents, ctx, "fresh-prefill", prompt, n, logits, &tt, &err) == 0) {
         int pos = n;
         for (;;) {
@@ -136,8 +138,12 @@ static int shared_by_renderings(const ak_tokenizer *tk, ak_chat_family f, const 
     int32_t *a = NULL, *b = NULL;
     size_t na = 0, nb = 0, k = 0;
     ak_error err = {0};
-    if (ak_chat_tokenize(f, m, 2, 1, NULL, tk, AK_TOK_ADD_SPECIAL, &a, &na, &err) == 0 &&
-        ak_chat_tokenize(f, m, 4, 1, NULL, tk, AK_TOK_ADD_SPECIAL, &b, &nb, &err) == 0)
+    if (ak_chat_tokenize(m, 2,
+                         &(ak_chat_opts){.family = f, .add_generation_prompt = 1},
+                         tk, AK_TOK_ADD_SPECIAL, &a, &na, &err) == 0 &&
+        ak_chat_tokenize(m, 4,
+                         &(ak_chat_opts){.family = f, .add_generation_prompt = 1},
+                         tk, AK_TOK_ADD_SPECIAL, &b, &nb, &err) == 0)
         while (k < na && k < nb && a[k] == b[k]) k++;
     free(a);
     free(b);

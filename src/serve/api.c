@@ -158,8 +158,8 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
 static int tokenize_messages(const ak_api_config *cfg, const msg_list *l, int gen_prompt, int32_t **ids, size_t *n,
                              ak_api_error *b) {
     ak_error err = {0};
-    if (ak_chat_tokenize(cfg->family, l->m, l->n, gen_prompt, cfg->template_text, cfg->tok, AK_TOK_ADD_SPECIAL, ids, n,
-                         &err) < 0)
+    const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = gen_prompt};
+    if (ak_chat_tokenize(l->m, l->n, &o, cfg->tok, AK_TOK_ADD_SPECIAL, ids, n, &err) < 0)
         return fail_bad(b, 400, "messages", "invalid_value", "%s", err.msg);
     return 0;
 }
@@ -184,7 +184,8 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, cons
     if (rc == 0 && replies) {
         /* kept for the engine: the agent's history may stand for its replies */
         ak_error err = {0};
-        if (!(p->resend = ak_chat_resend_new(cfg->family, l.m, l.n, cfg->template_text, cfg->tok, &err)))
+        const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = 1};
+        if (!(p->resend = ak_chat_resend_new(l.m, l.n, &o, cfg->tok, &err)))
             rc = fail_bad(b, 500, NULL, NULL, "out of memory");
     }
 done:
@@ -330,7 +331,8 @@ static int place_memories(const ak_api_config *cfg, const cJSON *body, ak_api_re
         int32_t *sys = NULL;
         size_t ns = 0;
         ak_error err = {0};
-        int rc = ak_chat_tokenize(cfg->family, l.m, 1, 0, cfg->template_text, cfg->tok, AK_TOK_ADD_SPECIAL, &sys, &ns, &err);
+        const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text};
+        int rc = ak_chat_tokenize(l.m, 1, &o, cfg->tok, AK_TOK_ADD_SPECIAL, &sys, &ns, &err);
         int ok = rc == 0 && ns <= p->n_tokens && !memcmp(sys, p->tokens, sizeof *sys * ns);
         free(sys);
         msg_list_free(&l);

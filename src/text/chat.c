@@ -507,22 +507,22 @@ static void render_plain(sbuf *b, const ak_chat_msg *m, const role_t *r, int n, 
 
 /* Renders into b (its track flag chosen by the caller). Returns 0, or -1
  * with err set; b is the caller's to free either way. */
-static int render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
-                  const char *bos, const char *eos, const char *template_text, sbuf *b, ak_error *err) {
+static int render(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, sbuf *b, ak_error *err) {
     if (!msgs || n < 1) return ak_fail(err, "chat: no messages to render");
+    if (!o) return ak_fail(err, "chat: no rendering options");
+    ak_chat_family f = o->family;
     if ((int)f < 0 || (int)f >= N_FAMILIES)
         return ak_fail(err, "chat: unknown template family %d", (int)f);
-    if (!bos) bos = "";
-    if (!eos) eos = "";
+    const char *bos = o->bos ? o->bos : "", *eos = o->eos ? o->eos : "", *tmpl = o->template_text;
     role_t *roles = ak_malloc((size_t)n * sizeof *roles, err);
     if (!roles) return -1;
     if (classify(msgs, n, roles, err) != 0) { free(roles); return -1; }
 
-    int gen = add_generation_prompt != 0;
+    int gen = o->add_generation_prompt != 0;
     int rc = 0;
     switch (f) {
-    case AK_CHAT_LLAMA3: render_llama3(b, msgs, roles, n, gen, bos, template_text); break;
-    case AK_CHAT_CHATML: render_chatml(b, msgs, roles, n, gen, template_text); break;
+    case AK_CHAT_LLAMA3: render_llama3(b, msgs, roles, n, gen, bos, tmpl); break;
+    case AK_CHAT_CHATML: render_chatml(b, msgs, roles, n, gen, tmpl); break;
     case AK_CHAT_LLAMA2: render_llama2(b, msgs, roles, n, bos, eos); break;
     case AK_CHAT_MISTRAL: rc = render_mistral(b, msgs, roles, n, bos, eos, err); break;
     case AK_CHAT_GEMMA: render_gemma(b, msgs, roles, n, gen, bos); break;
@@ -537,12 +537,10 @@ static int render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_gene
     return rc;
 }
 
-int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
-                   const char *bos, const char *eos, const char *template_text, char **out,
-                   ak_error *err) {
+int ak_chat_render(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, char **out, ak_error *err) {
     *out = NULL;
     sbuf b = {0};
-    int rc = render(f, msgs, n, add_generation_prompt, bos, eos, template_text, &b, err);
+    int rc = render(msgs, n, o, &b, err);
     if (rc == 0 && !b.p) {   /* rendered nothing: still return "" */
         b.p = malloc(1);
         if (b.p) b.p[0] = '\0';
@@ -553,14 +551,17 @@ int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_gen
     return 0;
 }
 
-int ak_chat_tokenize(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
-                     const char *template_text, const ak_tokenizer *tok, int flags, int32_t **ids,
-                     size_t *n_ids, ak_error *err) {
+int ak_chat_tokenize(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok, int flags,
+                     int32_t **ids, size_t *n_ids, ak_error *err) {
     *ids = NULL;
     *n_ids = 0;
-    sbuf b = {0};
-    b.track = 1;
-    int rc = render(f, msgs, n, add_generation_prompt, NULL, NULL, template_text, &b, err);
+    sbuf b = {.track = 1};
+    ak_chat_opts bare;
+    if (o) {   /* the tokenizer adds BOS/EOS */
+        bare = *o;
+        bare.bos = bare.eos = NULL;
+    }
+    int rc = render(msgs, n, o ? &bare : NULL, &b, err);
     if (rc == 0)
         rc = ak_tokenize_masked(tok, b.p ? b.p : "", b.len, flags | AK_TOK_PARSE_SPECIAL, b.mask, ids, n_ids, err);
     free(b.p);
@@ -580,15 +581,18 @@ void ak_chat_rendering_free(ak_chat_rendering *r) {
 /* The text the generation prompt appends in family f: the difference
  * between one user message rendered with and without it. Returns a
  * malloc'd string, or NULL with err set. */
-static char *gen_prompt_text(ak_chat_family f, const char *template_text, ak_error *err) {
+static char *gen_prompt_text(const ak_chat_opts *o, ak_error *err) {
     const ak_chat_msg probe = {.role = "user", .content = "x"};
+    ak_chat_opts on = *o, off = *o;
+    on.add_generation_prompt = 1;
+    off.add_generation_prompt = 0;
+    on.bos = on.eos = off.bos = off.eos = NULL;
     char *with = NULL, *without = NULL, *out = NULL;
-    if (ak_chat_render(f, &probe, 1, 1, NULL, NULL, template_text, &with, err) == 0 &&
-        ak_chat_render(f, &probe, 1, 0, NULL, NULL, template_text, &without, err) == 0) {
+    if (ak_chat_render(&probe, 1, &on, &with, err) == 0 && ak_chat_render(&probe, 1, &off, &without, err) == 0) {
         size_t lw = strlen(without);
         /* every family appends the prompt to the same text; phi3 without it
          * appends eos, which is "" here */
-        if (strncmp(with, without, lw)) ak_fail(err, "chat: the generation prompt of %s is not a suffix", ak_chat_family_name(f));
+        if (strncmp(with, without, lw)) ak_fail(err, "chat: the generation prompt of %s is not a suffix", ak_chat_family_name(o->family));
         else if (!(out = strdup(with + lw))) ak_failc(err, AK_ERR_NOMEM, "out of memory");
     }
     free(with);
@@ -596,20 +600,24 @@ static char *gen_prompt_text(ak_chat_family f, const char *template_text, ak_err
     return out;
 }
 
-int ak_chat_render_tracked(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
-                           ak_chat_rendering *out, ak_error *err) {
+int ak_chat_render_tracked(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, ak_chat_rendering *out,
+                           ak_error *err) {
     memset(out, 0, sizeof *out);
     if (n < 1 || !msgs) return ak_fail(err, "chat: no messages to render");
+    if (!o) return ak_fail(err, "chat: no rendering options");
+    ak_chat_opts bare = *o;
+    bare.bos = bare.eos = NULL;
+    bare.add_generation_prompt = 1;
     sbuf b = {.track = 1};
     if (!(b.spans = ak_malloc(sizeof *b.spans * (size_t)n, err))) return -1;
     for (int i = 0; i < n; i++) b.spans[i] = (ak_chat_span){.open = -1, .at = -1, .end = -1};
-    int rc = render(f, msgs, n, 1, NULL, NULL, template_text, &b, err);
+    int rc = render(msgs, n, &bare, &b, err);
     if (rc == 0 && !b.p) {   /* nothing rendered: an empty text, still owned */
         b.p = calloc(1, 1);
         b.mask = calloc(1, 1);
         if (!b.p || !b.mask) rc = ak_fail(err, "chat: out of memory rendering the prompt");
     }
-    if (rc == 0 && !(out->gen_prompt = gen_prompt_text(f, template_text, err))) rc = -1;
+    if (rc == 0 && !(out->gen_prompt = gen_prompt_text(&bare, err))) rc = -1;
     if (rc != 0) {
         free(b.p);
         free(b.mask);

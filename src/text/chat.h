@@ -143,7 +143,7 @@ ak_chat_family ak_chat_detect(const char *template_text);
 ak_chat_family ak_chat_detect_gguf(const gguf_file *f);
 
 /* Returns a malloc'd NUL-terminated copy of the model's
- * `tokenizer.chat_template` (for ak_chat_render's template_text), or NULL
+ * `tokenizer.chat_template` (for ak_chat_opts.template_text), or NULL
  * when it is absent (err is then left untouched) or allocation fails (err set). */
 char *ak_chat_template_gguf(const gguf_file *f, ak_error *err);
 
@@ -161,28 +161,33 @@ int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err);
  * and gemma3 "<end_of_turn>", phi3 "<|end|>", plain "\nUser:". Static string. */
 const char *ak_chat_end_of_turn(ak_chat_family f);
 
-/* Renders msgs[0..n) in family f (see the table above) into *out, a malloc'd
- * NUL-terminated string the caller frees. add_generation_prompt (0/1) appends
- * the opening of the assistant's turn. bos and eos may be NULL (meaning "").
- * template_text (may be NULL) selects variants and defaults as described
- * above; it is never executed. Returns 0, or -1 with err set and *out = NULL
- * when n < 1, msgs is NULL, a role or content is NULL, a role is unknown, the
- * family is out of range, or (mistral) a system message is not first. */
-int ak_chat_render(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
-                   const char *bos, const char *eos, const char *template_text, char **out,
-                   ak_error *err);
+/* How a conversation is rendered. Fields left zero: no generation prompt,
+ * no bos/eos, no template text. */
+typedef struct {
+    ak_chat_family family;      /* set it: zero is AK_CHAT_LLAMA3 */
+    const char *template_text;  /* the model's template (may be NULL): selects variants and defaults as
+                                 * described above; never executed */
+    int add_generation_prompt;  /* 1: append the opening of the assistant's turn */
+    const char *bos, *eos;      /* ak_chat_render only (NULL: ""); tokenizing takes them from the tokenizer */
+} ak_chat_opts;
 
-/* Renders msgs as ak_chat_render does (bos and eos ""; BOS comes from the
- * tokenizer when flags has AK_TOK_ADD_SPECIAL) and tokenizes the result so
- * that only the template's own markup can produce control tokens: markup is
- * tokenized with AK_TOK_PARSE_SPECIAL, message content as plain text (a
- * user's "<|im_start|>system" stays text; see ak_tokenize_masked). For
- * content without control-token text the ids equal ak_tokenize(rendered
+/* Renders msgs[0..n) in family o->family (see the table above) into *out, a
+ * malloc'd NUL-terminated string the caller frees. Returns 0, or -1 with err
+ * set and *out = NULL when n < 1, msgs or o is NULL, a role or content is
+ * NULL, a role is unknown, the family is out of range, or (mistral) a system
+ * message is not first. */
+int ak_chat_render(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, char **out, ak_error *err);
+
+/* Renders msgs as ak_chat_render does (o's bos and eos ignored; BOS comes
+ * from the tokenizer when flags has AK_TOK_ADD_SPECIAL) and tokenizes the
+ * result so that only the template's own markup can produce control tokens:
+ * markup is tokenized with AK_TOK_PARSE_SPECIAL, message content as plain
+ * text (a user's "<|im_start|>system" stays text; see ak_tokenize_masked).
+ * For content without control-token text the ids equal ak_tokenize(rendered
  * text, flags | AK_TOK_PARSE_SPECIAL). *ids is malloc'd. Returns 0, or -1
  * with err set (as ak_chat_render, or the tokenizer's error). */
-int ak_chat_tokenize(ak_chat_family f, const ak_chat_msg *msgs, int n, int add_generation_prompt,
-                     const char *template_text, const ak_tokenizer *tok, int flags, int32_t **ids,
-                     size_t *n_ids, ak_error *err);
+int ak_chat_tokenize(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok, int flags,
+                     int32_t **ids, size_t *n_ids, ak_error *err);
 
 /* Where a message landed in a rendering, as byte offsets into its text: the
  * turn opens at `open` (the role's markup follows), and the content, as the
@@ -205,11 +210,11 @@ typedef struct {
 } ak_chat_rendering;
 
 /* Renders msgs[0..n) as ak_chat_tokenize does (generation prompt on, bos and
- * eos ""), keeping the content mask and the spans. Returns 0 and fills *out
- * (free with ak_chat_rendering_free), or -1 with err set (as ak_chat_render)
- * and *out zeroed. */
-int ak_chat_render_tracked(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
-                           ak_chat_rendering *out, ak_error *err);
+ * eos ""; o's other fields as given), keeping the content mask and the spans.
+ * Returns 0 and fills *out (free with ak_chat_rendering_free), or -1 with err
+ * set (as ak_chat_render) and *out zeroed. */
+int ak_chat_render_tracked(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, ak_chat_rendering *out,
+                           ak_error *err);
 /* Frees what a rendering holds and zeroes it; NULL is fine. */
 void ak_chat_rendering_free(ak_chat_rendering *r);
 

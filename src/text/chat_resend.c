@@ -123,14 +123,11 @@ static int match_content(const ak_tokenizer *tok, const int32_t *hist, int n_his
     return rc;
 }
 
-int ak_chat_tokenize_resent(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
-                            const ak_tokenizer *tok, const int32_t *hist, int n_hist, int32_t **ids, size_t *n_ids,
-                            int *n_replaced, ak_error *err) {
-    *ids = NULL;
-    *n_ids = 0;
-    *n_replaced = 0;
+int ak_chat_tokenize_resent(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok,
+                            const int32_t *hist, int n_hist, ak_chat_resent *out, ak_error *err) {
+    *out = (ak_chat_resent){0};
     ak_chat_rendering r;
-    if (ak_chat_render_tracked(f, msgs, n, template_text, &r, err) < 0) return -1;
+    if (ak_chat_render_tracked(msgs, n, o, &r, err) < 0) return -1;
     toks t = {0};
     int rc = 0, replaced = 0;
     int32_t bos = ak_tokenizer_bos(tok);
@@ -168,15 +165,12 @@ int ak_chat_tokenize_resent(ak_chat_family f, const ak_chat_msg *msgs, int n, co
         free(t.v);
         return rc;
     }
-    *ids = t.v;
-    *n_ids = t.n;
-    *n_replaced = replaced;
+    *out = (ak_chat_resent){.ids = t.v, .n_ids = t.n, .n_replaced = replaced};
     return 0;
 }
 
 struct ak_chat_resend {
-    ak_chat_family f;
-    const char *template_text;
+    ak_chat_opts opts;   /* template text borrowed */
     const ak_tokenizer *tok;
     ak_chat_msg *msgs;   /* (n) roles static, contents owned */
     int n;
@@ -191,11 +185,12 @@ void ak_chat_resend_set_prefix(ak_chat_resend *c, int n_prefix, int drop_first) 
     c->drop_first = c->n_prefix && drop_first;
 }
 
-ak_chat_resend *ak_chat_resend_new(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
-                                   const ak_tokenizer *tok, ak_error *err) {
+ak_chat_resend *ak_chat_resend_new(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok,
+                                   ak_error *err) {
     ak_chat_resend *c = ak_calloc(1, sizeof *c, err);
     if (!c) return NULL;
-    *c = (ak_chat_resend){.f = f, .template_text = template_text, .tok = tok};
+    *c = (ak_chat_resend){.opts = *o, .tok = tok};
+    c->opts.bos = c->opts.eos = NULL;   /* not used, not kept */
     if (!(c->msgs = ak_calloc((size_t)(n > 0 ? n : 1), sizeof *c->msgs, err))) goto fail;
     for (int i = 0; i < n; i++) {
         /* roles are compared by text later: keep the canonical ones */
@@ -226,7 +221,7 @@ void ak_chat_resend_free(ak_chat_resend *c) {
 int ak_chat_resend_prompt(const ak_chat_resend *c, const int32_t *hist, int n_hist, int32_t **ids, int *n_ids,
                           ak_error *err) {
     size_t n = 0;
-    int replaced = 0, np = c->n_prefix, d = c->drop_first;
+    int np = c->n_prefix, d = c->drop_first;
     *ids = NULL;
     *n_ids = 0;
     if (n_hist < np + d) return 0;
@@ -240,10 +235,12 @@ int ak_chat_resend_prompt(const ak_chat_resend *c, const int32_t *hist, int n_hi
     if (!v) return -1;
     if (d) v[0] = first;
     memcpy(v + d, hist + np, sizeof *v * (size_t)(n_hist - np));
-    int32_t *conv = NULL;
-    int rc = ak_chat_tokenize_resent(c->f, c->msgs, c->n, c->template_text, c->tok, v, nv, &conv, &n, &replaced, err);
+    ak_chat_resent rs;
+    int rc = ak_chat_tokenize_resent(c->msgs, c->n, &c->opts, c->tok, v, nv, &rs, err);
     free(v);
-    if (rc < 0 || !replaced) return rc;
+    if (rc < 0 || !rs.n_replaced) return rc;
+    int32_t *conv = rs.ids;
+    n = rs.n_ids;
     if (c->n_keep && (n_hist < c->n_keep || n < (size_t)c->n_keep || memcmp(conv, hist, sizeof *conv * (size_t)c->n_keep))) {
         free(conv);
         return 0;

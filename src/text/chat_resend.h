@@ -45,25 +45,32 @@
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
-/* Tokenizes msgs[0..n) of family f (template_text as for ak_chat_tokenize;
- * the tokenizer's BOS/EOS as AK_TOK_ADD_SPECIAL adds them) over the history
- * hist[0..n_hist) by the rule above. On success returns 0 with *n_replaced
- * the number of assistant messages the history stood for; when that is at
- * least 1, *ids (malloc'd) and *n_ids hold the prompt, else *ids is NULL and
- * the caller's ak_chat_tokenize prompt stands. Returns -1 with err set when
- * rendering or tokenizing fails (*ids NULL). */
-int ak_chat_tokenize_resent(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
-                            const ak_tokenizer *tok, const int32_t *hist, int n_hist, int32_t **ids, size_t *n_ids,
-                            int *n_replaced, ak_error *err);
+/* What ak_chat_tokenize_resent built. */
+typedef struct {
+    int32_t *ids;     /* the prompt (malloc'd) when n_replaced >= 1, else NULL */
+    size_t n_ids;
+    int n_replaced;   /* the assistant messages the history stood for */
+} ak_chat_resent;
+
+/* Tokenizes msgs[0..n) as o says (o's generation prompt, bos and eos are
+ * ignored: the prompt ends with the generation prompt, the tokenizer's
+ * BOS/EOS as AK_TOK_ADD_SPECIAL adds them) over the history hist[0..n_hist)
+ * by the rule above. On success returns 0 with out->n_replaced the number of
+ * assistant messages the history stood for; when that is at least 1,
+ * out->ids and out->n_ids hold the prompt, else out->ids is NULL and the
+ * caller's ak_chat_tokenize prompt stands. Returns -1 with err set when
+ * rendering or tokenizing fails (*out zeroed). */
+int ak_chat_tokenize_resent(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok,
+                            const int32_t *hist, int n_hist, ak_chat_resent *out, ak_error *err);
 
 /* A request's conversation kept until the engine knows the agent's history:
- * the messages copied, the family, template and tokenizer borrowed (they
- * must outlive it: the server's). */
+ * the messages and options copied, the template text and tokenizer borrowed
+ * (they must outlive it: the server's). */
 typedef struct ak_chat_resend ak_chat_resend;
 
-/* Copies msgs[0..n). Returns NULL with err set (out of memory). */
-ak_chat_resend *ak_chat_resend_new(ak_chat_family f, const ak_chat_msg *msgs, int n, const char *template_text,
-                                   const ak_tokenizer *tok, ak_error *err);
+/* Copies msgs[0..n) and *o. Returns NULL with err set (out of memory). */
+ak_chat_resend *ak_chat_resend_new(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok,
+                                   ak_error *err);
 /* NULL is fine. */
 void ak_chat_resend_free(ak_chat_resend *c);
 /* The prompt starts with n_prefix tokens of something else (a pool made
