@@ -245,6 +245,7 @@ typedef struct {
     uint64_t abandoned;       /* saves given up after their last attempt */
     int retrying;             /* failed saves waiting for their next attempt */
     int unsaved;              /* ak_agents_unsaved */
+    uint64_t disk_budget;     /* the budget the writer keeps the store's agent files under (0: none) */
 } ak_save_stats;
 /* Counters of the writer, for /metrics (engine thread). */
 void ak_agents_save_stats(ak_agents *a, ak_save_stats *st);
