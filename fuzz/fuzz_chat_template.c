@@ -8,7 +8,7 @@
  *           T = 0xFFFF: the key is stored as a u32 instead of a string
  *   u8      flags: bit 0 add_generation_prompt, bit 1 bos/eos given
  *   the rest  messages separated by byte 0x1E: each one role byte (0 system,
- *           1 user, 2 assistant, 3 an unknown role "tool"), then its content
+ *           1 user, 2 assistant, 3 an unknown role "function"), then its content
  *           (cut at a NUL byte, as C strings are)
  * A GGUF image holding the two keys is built in memory and parsed; then the
  * family is detected from it and the messages rendered in every family.
@@ -217,7 +217,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* messages; the last 16 bytes also serve as token ids (check_resend) */
     const uint8_t *tail = size > 16 ? data + size - 16 : data;
     size_t tail_len = size > 16 ? 16 : size;
-    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    static const char *const roles[] = {"system", "user", "assistant", "function"};
     ak_chat_msg msgs[MAX_MSG];
     char *contents[MAX_MSG];
     int n = 0, bad_role = 0, late_system = 0;
@@ -231,8 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (cl) memcpy(c, data + 1, cl);
         c[cl] = 0;
         contents[n] = c;
-        msgs[n].role = roles[r];
-        msgs[n].content = c;
+        msgs[n] = (ak_chat_msg){.role = roles[r], .content = c};
         bad_role |= r == 3;
         late_system |= r == 0 && n > 0;
         n++;
@@ -240,7 +239,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size -= end ? l + 1 : l;
     }
     const char *bos = flags & 2 ? "<s>" : NULL, *eos = flags & 2 ? "</s>" : NULL;
-    for (int fi = 0; fi <= AK_CHAT_PLAIN; fi++) {
+    for (int fi = 0; fi < AK_CHAT_N_FAMILIES; fi++) {
         char *out = (char *)1;
         const ak_chat_opts o = {.family = (ak_chat_family)fi, .template_text = text, .add_generation_prompt = flags & 1,
                                 .bos = bos, .eos = eos};
@@ -256,7 +255,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int i = 0; i < n; i++)
                 if (!strstr(out, msgs[i].content)) __builtin_trap();
         free(out);
-        if (fi == (flags >> 2) % (AK_CHAT_PLAIN + 1)) check_resend((ak_chat_family)fi, msgs, n, text, tail, tail_len);
+        if (fi == (flags >> 2) % AK_CHAT_N_FAMILIES) check_resend((ak_chat_family)fi, msgs, n, text, tail, tail_len);
     }
     for (int i = 0; i < n; i++) free(contents[i]);
     free(text);

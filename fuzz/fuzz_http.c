@@ -57,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!tk) tk = load_tokenizer();
     if (size < 1) return 0;
     int chat = data[0] & 1;
-    ak_chat_family fam = (ak_chat_family)(((data[0] >> 1) & 15) % (AK_CHAT_PLAIN + 1));
+    ak_chat_family fam = (ak_chat_family)(((data[0] >> 1) & 15) % AK_CHAT_N_FAMILIES);
     size_t at = 1;
     char hdr[256];
     const char *header = NULL;

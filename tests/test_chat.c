@@ -76,8 +76,8 @@ TEST(chat_golden_renders) {
         REQUIRE(n <= 16, "too many messages");
         for (int k = 0; k < n; k++) {
             cJSON *e = cJSON_GetArrayItem(msgs, k);
-            m[k].role = cJSON_GetStringValue(cJSON_GetObjectItem(e, "role"));
-            m[k].content = cJSON_GetStringValue(cJSON_GetObjectItem(e, "content"));
+            m[k] = (ak_chat_msg){.role = cJSON_GetStringValue(cJSON_GetObjectItem(e, "role")),
+                                 .content = cJSON_GetStringValue(cJSON_GetObjectItem(e, "content"))};
         }
         char *tmpl = read_template(file);
         CHECK(tmpl, "cannot read %s", file);
@@ -270,15 +270,15 @@ TEST(chat_llama2_plain_and_variants) {
 TEST(chat_errors) {
     char *out = (char *)1;
     ak_error err = {{0}};
-    const ak_chat_msg bad[] = {{.role = "user", .content = "hi"}, {.role = "tool", .content = "x"}};
-    for (int f = AK_CHAT_LLAMA3; f <= AK_CHAT_PLAIN; f++) {
+    const ak_chat_msg bad[] = {{.role = "user", .content = "hi"}, {.role = "function", .content = "x"}};
+    for (int f = AK_CHAT_LLAMA3; f < AK_CHAT_N_FAMILIES; f++) {
         out = (char *)1;
         err.msg[0] = '\0';
         CHECK(ak_chat_render(bad, 2,
                              &(ak_chat_opts){.family = (ak_chat_family)f, .add_generation_prompt = 1, .bos = "", .eos = ""},
                              &out, &err) != 0,
-              "%s accepted role tool", ak_chat_family_name((ak_chat_family)f));
-        CHECK(out == NULL && strstr(err.msg, "tool"), "%s: err '%s'",
+              "%s accepted role function", ak_chat_family_name((ak_chat_family)f));
+        CHECK(out == NULL && strstr(err.msg, "function"), "%s: err '%s'",
               ak_chat_family_name((ak_chat_family)f), err.msg);
         out = (char *)1;
         CHECK(ak_chat_render(bad, 0,

@@ -144,8 +144,7 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
         char *text = content_text(content, i, b);
         if (!text) return -1;
         l->texts[l->n] = text;
-        l->m[l->n].role = r;   /* a static string: the list outlives the JSON */
-        l->m[l->n].content = text;
+        l->m[l->n] = (ak_chat_msg){.role = r, .content = text};   /* r: a static string, the list outlives the JSON */
         l->n++;
         i++;
     }

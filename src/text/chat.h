@@ -5,8 +5,9 @@
  * only inspected for distinctive markers to pick a family (ak_chat_detect),
  * and the family is rendered natively (ak_chat_render), reproducing byte for
  * byte what Hugging Face's renderer produces from that family's real template
- * (add_generation_prompt, trim_blocks, lstrip_blocks; no tools). Where a
- * family has variants the template text, when given, selects the variant.
+ * (add_generation_prompt, trim_blocks, lstrip_blocks; tools, tool calls and
+ * tool results as below). Where a family has variants the template text,
+ * when given, selects the variant.
  *
  * Families and what each renders (bos/eos are the caller's strings):
  *
@@ -87,6 +88,20 @@
  *            content + "\n\n", a user message "User: " + content + "\n\n", an
  *            assistant message "Assistant: " + content + eos (untrimmed, as
  *            the template); generation prompt "Assistant:" (no space).
+ *   deepseek3 DeepSeek V3.1 and R1 (template mentions "<｜User｜>"): bos, the
+ *            system prompt, then "<｜User｜>" + content per user message and
+ *            "<｜Assistant｜>" + content + "<｜end▁of▁sentence｜>" per reply,
+ *            the reply's text before its "</think>" dropped, as the two
+ *            templates do (tools below). V3.1 (template mentions
+ *            "is_last_user"; also without template text): every system
+ *            message, joined by a blank line; a reply that follows a user
+ *            message opens "<｜Assistant｜><think></think>"; the generation
+ *            prompt, only after a user message, is "<｜Assistant｜><think>"
+ *            with thinking on (AK_CHAT_THINK_ON), else
+ *            "<｜Assistant｜><think></think>". R1: the last system message;
+ *            the generation prompt "<｜Assistant｜><think>\n", then "</think>"
+ *            unless thinking is on when the template reads enable_thinking,
+ *            none after tool results.
  *   plain    Fallback for models without a template: bos, then per message
  *            "System: ", "User: " or "Assistant: " + content + "\n"; the
  *            generation prompt is "Assistant:" (no trailing space), so the
@@ -97,8 +112,61 @@
  * "trim" strips ASCII whitespace (space, \t, \n, \v, \f, \r) from both ends
  * (Jinja's trim also strips Unicode spaces; messages that begin or end with
  * those would differ).
- * Roles are "system", "user" and "assistant"; any other role is an error.
- * The families do not enforce user/assistant alternation.
+ * Roles are "system", "user", "assistant" and "tool"; any other role is an
+ * error. The families do not enforce user/assistant alternation.
+ *
+ * Tools (ak_chat_opts.tools), calls (an assistant message's calls) and
+ * results (role "tool") are rendered the way each family's published
+ * template renders them, JSON printed as Hugging Face's tojson prints it
+ * (pyjson.h) and a call's arguments given to the template as the parsed
+ * object (text that is not JSON stays a string); the tool a template prints
+ * whole is {"type": "function", "function": {"name", "description",
+ * "parameters", "strict"}} with the fields given, in that order:
+ *   chatml   Qwen2.5: a system turn of the system message's text (or the
+ *            template's default, or nothing) + "\n\n" + "# Tools ..." with
+ *            each tool's JSON in <tools></tools>; a call
+ *            "\n<tool_call>\n{\"name\": N, \"arguments\": A}\n</tool_call>"
+ *            after "<|im_start|>assistant" and the reply's text (if any,
+ *            after "\n"); consecutive results one user turn of
+ *            "\n<tool_response>\nR\n</tool_response>" blocks.
+ *   qwen3    as chatml, the system text without a default; the first call
+ *            follows the text with "\n" (none when there is no text), the
+ *            others too; an assistant turn keeps its reasoning while it is
+ *            after the last real user message (tool results are not one).
+ *   llama3   3.1/3.2: "Environment: ipython\n" opens the system turn; the
+ *            tools (JSON indented by 4) go into the first user message with
+ *            the template's instructions (there must be one); a call is an
+ *            assistant turn {"name": N, "parameters": A} (the text beside it
+ *            dropped; several calls: one turn each, as the template renders
+ *            them sent one by one); a result is an "ipython" turn of the
+ *            result as a JSON string.
+ *   mistral  Nemo: "[AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS]" before the last
+ *            user message (and before any earlier one with the same text);
+ *            calls "[TOOL_CALLS][{\"name\": N, \"arguments\": A, \"id\": I}, ...]"
+ *            + eos (the text beside them dropped); a result
+ *            "[TOOL_RESULTS]{\"content\": R, \"call_id\": I}[/TOOL_RESULTS]".
+ *            Ids are nine characters (the template refuses others): an id of
+ *            another length is replaced by nine letters and digits derived
+ *            from it (the same for the same id: a call and its result still
+ *            match).
+ *   deepseek3 the tools follow the system prompt ("\n\n## Tools\n..." as
+ *            DeepSeek's model card writes them; the templates print none);
+ *            V3.1 calls "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>A
+ *            <｜tool▁call▁end｜>...<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+ *            after the text, results "<｜tool▁output▁begin｜>R<｜tool▁output▁end｜>";
+ *            R1 "<｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\nA\n```
+ *            <｜tool▁call▁end｜>" and "<｜tool▁outputs▁begin｜>" around its results
+ *            (the template's first-call and first-result state is kept for
+ *            the whole conversation, as it does).
+ *   others   (llama2, gemma, gemma3, phi3, deepseek2, plain: no tool markup
+ *            of their own; Phi-3.5's template drops tool messages) the
+ *            documented format: the tools block of qwen3 follows the system
+ *            text (a system message of its own when there is none), calls
+ *            follow the reply's text as qwen3 writes them, and consecutive
+ *            results are one user message of "<tool_response>\nR\n
+ *            </tool_response>" blocks, one per line; then the family renders
+ *            those messages.
+ * Tool choice and parallel calls do not change the prompt (toolcall.h).
  */
 #ifndef AK_CHAT_H
 #define AK_CHAT_H
@@ -117,25 +185,57 @@ typedef enum {
     AK_CHAT_QWEN3,
     AK_CHAT_GEMMA3,
     AK_CHAT_DEEPSEEK2,
-    AK_CHAT_PLAIN
+    AK_CHAT_PLAIN,
+    AK_CHAT_DEEPSEEK3
 } ak_chat_family;
+
+#define AK_CHAT_N_FAMILIES (AK_CHAT_DEEPSEEK3 + 1)
 
 /* The "Today Date" the Llama 3.1/3.2 templates print when the renderer has no
  * clock helper (their own default, and what the golden renders use). */
 #define AK_CHAT_LLAMA3_DATE "26 Jul 2024"
 
+/* A tool call an assistant message made (OpenAI's tool_calls[i]). */
 typedef struct {
-    const char *role;     /* "system", "user" or "assistant" */
-    const char *content;  /* NUL-terminated UTF-8 */
+    const char *id;         /* the call's id (NULL: ""), as the result's tool_call_id names it */
+    const char *name;       /* the function's name */
+    const char *arguments;  /* JSON text of an object, as OpenAI sends it (NULL: "{}") */
+} ak_chat_call;
+
+typedef struct {
+    const char *role;          /* "system", "user", "assistant" or "tool" */
+    const char *content;       /* NUL-terminated UTF-8; NULL (OpenAI's null) only beside calls */
+    const char *reasoning;     /* assistant: its reasoning (reasoning_content), or NULL: what the
+                                * content holds in <think></think>, for the families that read it */
+    const ak_chat_call *calls; /* assistant: the calls it made, n_calls of them */
+    int n_calls;
+    const char *tool_call_id;  /* tool: the call this is the result of */
 } ak_chat_msg;
+
+/* A function the model may call (OpenAI's tools[i] of type "function"). */
+typedef struct {
+    const char *name;
+    const char *description;  /* NULL: none */
+    const char *parameters;   /* its arguments' JSON Schema as JSON text; NULL: none */
+    int strict;               /* 0: not given, 1: "strict": true, -1: "strict": false */
+} ak_chat_tool;
+
+/* Thinking, for the families whose templates switch it (qwen3, deepseek3):
+ * what enable_thinking (or reasoning_effort "none": off) asks for. */
+typedef enum {
+    AK_CHAT_THINK_DEFAULT,   /* the template's own default (enable_thinking undefined) */
+    AK_CHAT_THINK_ON,
+    AK_CHAT_THINK_OFF
+} ak_chat_think;
 
 /* Picks the family of a chat template by its markers, in this order:
  * "<|start_header_id|>" -> llama3; "<|im_start|>" -> qwen3 if the template
  * also has "reasoning_content" and "</think>", else chatml;
  * "<start_of_turn>" -> gemma3 if the template also has "first_user_prefix",
  * else gemma; "<|user|>" and "<|end|>" -> phi3; "[INST]" with
- * "<<SYS>>" -> llama2; "[INST]" without -> mistral; anything else, an empty
- * string or NULL -> plain. Never fails. */
+ * "<<SYS>>" -> llama2; "[INST]" without -> mistral; "<｜User｜>" ->
+ * deepseek3; DeepSeek V2's "'Assistant: ' + message['content'] + eos_token"
+ * -> deepseek2; anything else, an empty string or NULL -> plain. Never fails. */
 ak_chat_family ak_chat_detect(const char *template_text);
 
 /* Same as ak_chat_detect on the model's `tokenizer.chat_template` metadata;
@@ -148,7 +248,8 @@ ak_chat_family ak_chat_detect_gguf(const gguf_file *f);
 char *ak_chat_template_gguf(const gguf_file *f, ak_error *err);
 
 /* The family's lower-case name: "llama3", "chatml", "llama2", "mistral",
- * "gemma", "phi3", "qwen3", "gemma3", "plain" ("unknown" for an out-of-range value). Static. */
+ * "gemma", "phi3", "qwen3", "gemma3", "deepseek2", "plain", "deepseek3"
+ * ("unknown" for an out-of-range value). Static. */
 const char *ak_chat_family_name(ak_chat_family f);
 
 /* Parses a family name as printed by ak_chat_family_name (ASCII
@@ -158,7 +259,8 @@ int ak_chat_family_parse(const char *name, ak_chat_family *out, ak_error *err);
 
 /* The text that ends a model turn in this family, for servers to stop on:
  * llama3 "<|eot_id|>", chatml and qwen3 "<|im_end|>", llama2/mistral "</s>", gemma
- * and gemma3 "<end_of_turn>", phi3 "<|end|>", plain "\nUser:". Static string. */
+ * and gemma3 "<end_of_turn>", phi3 "<|end|>", deepseek2 and deepseek3
+ * "<｜end▁of▁sentence｜>", plain "\nUser:". Static string. */
 const char *ak_chat_end_of_turn(ak_chat_family f);
 
 /* How a conversation is rendered. Fields left zero: no generation prompt,
@@ -169,6 +271,9 @@ typedef struct {
                                  * described above; never executed */
     int add_generation_prompt;  /* 1: append the opening of the assistant's turn */
     const char *bos, *eos;      /* ak_chat_render only (NULL: ""); tokenizing takes them from the tokenizer */
+    const ak_chat_tool *tools;  /* the tools the model may call, n_tools of them (none: no tools block) */
+    int n_tools;
+    ak_chat_think think;
 } ak_chat_opts;
 
 /* Renders msgs[0..n) in family o->family (see the table above) into *out, a
@@ -188,6 +293,13 @@ int ak_chat_render(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, char *
  * with err set (as ak_chat_render, or the tokenizer's error). */
 int ak_chat_tokenize(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok, int flags,
                      int32_t **ids, size_t *n_ids, ak_error *err);
+
+/* 1 when the generation prompt o renders leaves the model inside its
+ * reasoning (it ends with a "<think>" that no "</think>" follows: deepseek3
+ * with thinking on), so that the reply starts with reasoning and has no
+ * "<think>" of its own (ak_toolcall_opts.in_reasoning); else 0, also when
+ * rendering fails. */
+int ak_chat_reasoning_open(const ak_chat_opts *o);
 
 /* Where a message landed in a rendering, as byte offsets into its text: the
  * turn opens at `open` (the role's markup follows), and the content, as the

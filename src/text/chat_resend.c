@@ -135,7 +135,8 @@ int ak_chat_tokenize_resent(const ak_chat_msg *msgs, int n, const ak_chat_opts *
     size_t pos = 0;   /* the rendering's bytes before pos are placed */
     for (int i = 0; rc == 0 && i < n; i++) {
         const ak_chat_span *sp = &r.spans[i];
-        if (strcmp(msgs[i].role, "assistant") || sp->open < (long)pos || sp->at < sp->open || sp->end < sp->at)
+        if (strcmp(msgs[i].role, "assistant") || !msgs[i].content || sp->open < (long)pos || sp->at < sp->open ||
+            sp->end < sp->at)
             continue;
         if (!rendered_as_is(r.text + sp->at, (size_t)(sp->end - sp->at), msgs[i].content)) continue;
         size_t mark = t.n;
@@ -170,12 +171,14 @@ int ak_chat_tokenize_resent(const ak_chat_msg *msgs, int n, const ak_chat_opts *
 }
 
 struct ak_chat_resend {
-    ak_chat_opts opts;   /* template text borrowed */
+    ak_chat_opts opts;   /* template text borrowed, tools owned */
     const ak_tokenizer *tok;
-    ak_chat_msg *msgs;   /* (n) roles static, contents owned */
+    ak_chat_msg *msgs;   /* (n) roles static, the rest owned */
     int n;
     int n_prefix, drop_first;   /* ak_chat_resend_set_prefix */
     int n_keep;                 /* ak_chat_resend_keep */
+    void **own;                 /* what the copies allocated, n_own of them */
+    int n_own, cap_own;
 };
 
 void ak_chat_resend_keep(ak_chat_resend *c, int n) { c->n_keep = n > 0 ? n : 0; }
@@ -185,35 +188,83 @@ void ak_chat_resend_set_prefix(ak_chat_resend *c, int n_prefix, int drop_first) 
     c->drop_first = c->n_prefix && drop_first;
 }
 
+/* Records p as c's to free; NULL stays NULL. Returns p, or NULL with *failed
+ * set (p freed) when the list cannot grow. */
+static void *own(ak_chat_resend *c, void *p, int *failed) {
+    if (!p) return NULL;
+    if (c->n_own == c->cap_own) {
+        int cap = c->cap_own ? c->cap_own * 2 : 16;
+        void **v = realloc(c->own, sizeof *v * (size_t)cap);
+        if (!v) {
+            free(p);
+            *failed = 1;
+            return NULL;
+        }
+        c->own = v;
+        c->cap_own = cap;
+    }
+    return c->own[c->n_own++] = p;
+}
+
+/* A copy of s owned by c (NULL for NULL); *failed set when out of memory. */
+static const char *own_str(ak_chat_resend *c, const char *s, int *failed) {
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *failed = 1;
+    return own(c, d, failed);
+}
+
+/* Copies m into c->msgs[i]: roles canonical (compared by text later). */
+static void copy_msg(ak_chat_resend *c, int i, const ak_chat_msg *m, int *failed) {
+    static const char *const roles[] = {"assistant", "user", "tool", "system"};
+    const char *role = roles[3];
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(m->role, roles[k])) role = roles[k];
+    ak_chat_call *calls = NULL;
+    if (m->n_calls > 0 && (calls = own(c, calloc((size_t)m->n_calls, sizeof *calls), failed)) == NULL) *failed = 1;
+    for (int k = 0; calls && k < m->n_calls; k++)
+        calls[k] = (ak_chat_call){.id = own_str(c, m->calls[k].id, failed), .name = own_str(c, m->calls[k].name, failed),
+                                  .arguments = own_str(c, m->calls[k].arguments, failed)};
+    c->msgs[i] = (ak_chat_msg){.role = role, .content = own_str(c, m->content, failed),
+                               .reasoning = own_str(c, m->reasoning, failed), .calls = calls,
+                               .n_calls = calls ? m->n_calls : 0, .tool_call_id = own_str(c, m->tool_call_id, failed)};
+}
+
 ak_chat_resend *ak_chat_resend_new(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, const ak_tokenizer *tok,
                                    ak_error *err) {
     ak_chat_resend *c = ak_calloc(1, sizeof *c, err);
     if (!c) return NULL;
     *c = (ak_chat_resend){.opts = *o, .tok = tok};
     c->opts.bos = c->opts.eos = NULL;   /* not used, not kept */
-    if (!(c->msgs = ak_calloc((size_t)(n > 0 ? n : 1), sizeof *c->msgs, err))) goto fail;
-    for (int i = 0; i < n; i++) {
-        /* roles are compared by text later: keep the canonical ones */
-        const char *role = !strcmp(msgs[i].role, "assistant") ? "assistant"
-                         : !strcmp(msgs[i].role, "user")      ? "user"
-                                                              : "system";
-        char *content = strdup(msgs[i].content);
-        if (!content) {
-            ak_failc(err, AK_ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-        c->msgs[i] = (ak_chat_msg){.role = role, .content = content};
-        c->n = i + 1;
+    c->opts.tools = NULL;
+    c->opts.n_tools = 0;
+    int failed = 0;
+    ak_chat_tool *tools = NULL;
+    if (o->n_tools > 0 && !(tools = own(c, calloc((size_t)o->n_tools, sizeof *tools), &failed))) failed = 1;
+    for (int k = 0; tools && k < o->n_tools; k++)
+        tools[k] = (ak_chat_tool){.name = own_str(c, o->tools[k].name, &failed),
+                                  .description = own_str(c, o->tools[k].description, &failed),
+                                  .parameters = own_str(c, o->tools[k].parameters, &failed),
+                                  .strict = o->tools[k].strict};
+    if (tools) {
+        c->opts.tools = tools;
+        c->opts.n_tools = o->n_tools;
+    }
+    if (!(c->msgs = calloc((size_t)(n > 0 ? n : 1), sizeof *c->msgs))) failed = 1;
+    for (int i = 0; c->msgs && i < n; i++) copy_msg(c, i, &msgs[i], &failed);
+    c->n = c->msgs ? n : 0;
+    if (failed) {
+        ak_failc(err, AK_ERR_NOMEM, "out of memory");
+        ak_chat_resend_free(c);
+        return NULL;
     }
     return c;
-fail:
-    ak_chat_resend_free(c);
-    return NULL;
 }
 
 void ak_chat_resend_free(ak_chat_resend *c) {
     if (!c) return;
-    for (int i = 0; i < c->n; i++) free((char *)c->msgs[i].content);
+    for (int i = 0; i < c->n_own; i++) free(c->own[i]);
+    free(c->own);
     free(c->msgs);
     free(c);
 }
