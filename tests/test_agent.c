@@ -49,11 +49,24 @@ static ak_agents *agents_for(env *e, ak_block_pool **pool, ak_store *store, ak_k
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
-/* A turn: begin with prompt, then n greedy tokens (appended to out). */
-static int turn(ak_test_ctx *t, env *e, ak_agents *ag, const char *id, const int32_t *prompt, int n_prompt, int n_gen,
-                int32_t *out, ak_turn *info) {
+/* One turn of an agent: its prompt, how many greedy tokens to generate,
+ * where they and the turn's report go. */
+typedef struct {
+    const char *id;
+    const int32_t *prompt;
+    int n_prompt, n_gen;
+    int32_t *out;    /* n_gen tokens */
+    ak_turn *info;
+} turn_req;
+
+/* A turn: begin with the prompt, then n_gen greedy tokens into out. Returns
+ * 0, or -1 with a test failure recorded. */
+static int turn(ak_test_ctx *t, env *e, ak_agents *ag, turn_req r) {
+    const char *id = r.id;
+    int n_gen = r.n_gen;
+    int32_t *out = r.out;
     ak_error err = {{0}};
-    if (ak_agent_begin(ag, e->ctx, id, prompt, n_prompt, e->logits, info, &err) < 0) {
+    if (ak_agent_begin(ag, e->ctx, id, r.prompt, r.n_prompt, e->logits, r.info, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "begin %s: %s", id, err.msg);
         return -1;
     }
@@ -92,7 +105,8 @@ TEST(agent_prefix_matching) {
     int32_t p[64], g[16];
     for (int i = 0; i < 64; i++) p[i] = 1 + (i * 13) % 500;
     ak_turn ti;
-    REQUIRE(turn(t, &e, ag, "a", p, 20, 4, g, &ti) == 0, "turn 1");
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = p, .n_prompt = 20, .n_gen = 4, .out = g, .info = &ti}) == 0,
+            "turn 1");
     CHECK(ti.match == AK_MATCH_NEW && ti.tier == AK_TIER_COLD && ti.reused == 0 && ti.prefilled == 20,
           "new: %s/%s reused %d prefilled %d", ak_match_name(ti.match), ak_tier_name(ti.tier), ti.reused, ti.prefilled);
     /* the cache now holds p[0..20) + g[0..3): extend with those and 5 more */
@@ -100,22 +114,26 @@ TEST(agent_prefix_matching) {
     memcpy(q, p, 20 * sizeof(int32_t));
     memcpy(q + 20, g, 3 * sizeof(int32_t));
     for (int i = 23; i < 28; i++) q[i] = 7 + i;
-    REQUIRE(turn(t, &e, ag, "a", q, 28, 2, g, &ti) == 0, "turn 2");
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n_prompt = 28, .n_gen = 2, .out = g, .info = &ti}) == 0,
+            "turn 2");
     CHECK(ti.match == AK_MATCH_EXTEND && ti.tier == AK_TIER_HOT && ti.reused == 23 && ti.prefilled == 5,
           "extend: %s/%s reused %d prefilled %d", ak_match_name(ti.match), ak_tier_name(ti.tier), ti.reused,
           ti.prefilled);
     /* history is q[0..28) + g[0]: the same prompt again is EXACT */
     q[28] = g[0];
-    REQUIRE(turn(t, &e, ag, "a", q, 29, 1, g, &ti) == 0, "turn 3");
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n_prompt = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
+            "turn 3");
     CHECK(ti.match == AK_MATCH_EXACT && ti.reused == 28 && ti.prefilled == 1, "exact: %s reused %d prefilled %d",
           ak_match_name(ti.match), ti.reused, ti.prefilled);
     /* change token 10: DIVERGE keeps 10 */
     q[10] ^= 1;
-    REQUIRE(turn(t, &e, ag, "a", q, 29, 1, g, &ti) == 0, "turn 4");
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n_prompt = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
+            "turn 4");
     CHECK(ti.match == AK_MATCH_DIVERGE && ti.reused == 10 && ti.prefilled == 19, "diverge: %s reused %d prefilled %d",
           ak_match_name(ti.match), ti.reused, ti.prefilled);
     /* a second agent never sees the first one's cache */
-    REQUIRE(turn(t, &e, ag, "b", q, 29, 1, g, &ti) == 0, "agent b");
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "b", .prompt = q, .n_prompt = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
+            "agent b");
     CHECK(ti.match == AK_MATCH_NEW && ti.reused == 0, "agent b reused %d tokens of agent a", ti.reused);
     ak_error err = {{0}};
     CHECK(ak_agent_begin(ag, e.ctx, "../etc", q, 5, e.logits, &ti, &err) < 0 && strstr(err.msg, "invalid agent id"),
@@ -143,18 +161,21 @@ static void check_restore_exact(ak_test_ctx *t, const char *model_path, const ch
         ak_turn ti;
         ak_block_pool *pool1, *pool2;
         ak_agents *hot = agents_for(&e, &pool1, store, fmts[fi][0], fmts[fi][1], 0);
-        REQUIRE(hot && turn(t, &e, hot, "x", p, 40, 12, g1, &ti) == 0, "turn 1");
+        REQUIRE(hot && turn(t, &e, hot, (turn_req){.id = "x", .prompt = p, .n_prompt = 40, .n_gen = 12, .out = g1,
+                                                   .info = &ti}) == 0, "turn 1");
         /* phase 2 prompt: everything so far plus the last generated token */
         memcpy(p + 40, g1, sizeof g1);
         /* saves are written by a background thread: wait for the file */
         REQUIRE(ak_agents_flush(hot, &err) == 0, "flush: %s", err.msg);
         /* warm: a new pool and agent set (as after a restart) restores the file */
         ak_agents *warm = agents_for(&e, &pool2, store, fmts[fi][0], fmts[fi][1], 0);
-        REQUIRE(warm && turn(t, &e, warm, "x", p, 52, 12, g2, &ti) == 0, "warm turn");
+        REQUIRE(warm && turn(t, &e, warm, (turn_req){.id = "x", .prompt = p, .n_prompt = 52, .n_gen = 12, .out = g2,
+                                                     .info = &ti}) == 0, "warm turn");
         CHECK(ti.tier == AK_TIER_WARM && ti.match == AK_MATCH_EXTEND && ti.reused == 51 && ti.prefilled == 1,
               "warm turn: %s/%s reused %d prefilled %d", ak_tier_name(ti.tier), ak_match_name(ti.match), ti.reused,
               ti.prefilled);
-        REQUIRE(turn(t, &e, hot, "x", p, 52, 12, g3, &ti) == 0, "hot turn");
+        REQUIRE(turn(t, &e, hot, (turn_req){.id = "x", .prompt = p, .n_prompt = 52, .n_gen = 12, .out = g3,
+                                            .info = &ti}) == 0, "hot turn");
         CHECK(ti.tier == AK_TIER_HOT, "hot turn tier %s", ak_tier_name(ti.tier));
         reprefill(&e, fmts[fi][0], fmts[fi][1], p, 52, 12, g4);
         CHECK(!memcmp(g2, g3, sizeof g2), "K %s / V %s: warm and hot generations differ",
@@ -187,14 +208,19 @@ TEST(agent_restore_is_exact_synthetic) {
     check_restore_exact(t, path, "exact-synth");
 }
 
-/* Round-robin turns of n agents (3 rounds, 33 tokens a turn) under budget;
- * counts the tiers of the turns after each agent's first. */
-static void round_robin(ak_test_ctx *t, env *e, ak_store *store, ak_kv_format fmt, size_t budget, int n, int *warm,
-                        int *hot, int *cold, size_t *peak) {
-    *warm = *hot = *cold = 0;
+/* The tiers of the turns after each agent's first, and the pool's peak. */
+typedef struct {
+    int warm, hot, cold;
+    size_t peak;
+} rr_tally;
+
+/* Round-robin turns of n agents (3 rounds, 33 tokens a turn) under budget.
+ * Returns the tally; a failure is recorded in t (the tally is then partial). */
+static rr_tally round_robin(ak_test_ctx *t, env *e, ak_store *store, ak_kv_format fmt, size_t budget, int n) {
+    rr_tally r = {0};
     ak_block_pool *pool;
     ak_agents *ag = agents_for(e, &pool, store, fmt, fmt, budget);
-    if (!ag) { ak_test_fail(t, __FILE__, __LINE__, "agents"); return; }
+    if (!ag) { ak_test_fail(t, __FILE__, __LINE__, "agents"); return r; }
     static int32_t hist[24][128];
     int32_t gen[4];
     int len[24] = {0};
@@ -205,11 +231,12 @@ static void round_robin(ak_test_ctx *t, env *e, ak_store *store, ak_kv_format fm
             for (int i = 0; i < 30; i++) hist[a][len[a] + i] = 5 + (a * 97 + (len[a] + i) * 13) % 4000;
             len[a] += 30;
             ak_turn ti;
-            if (turn(t, e, ag, id, hist[a], len[a], 4, gen, &ti) < 0) goto out;
+            turn_req rq = {.id = id, .prompt = hist[a], .n_prompt = len[a], .n_gen = 4, .out = gen, .info = &ti};
+            if (turn(t, e, ag, rq) < 0) goto out;
             if (round > 0) {
-                *warm += ti.tier == AK_TIER_WARM;
-                *hot += ti.tier == AK_TIER_HOT;
-                *cold += ti.tier == AK_TIER_COLD;
+                r.warm += ti.tier == AK_TIER_WARM;
+                r.hot += ti.tier == AK_TIER_HOT;
+                r.cold += ti.tier == AK_TIER_COLD;
                 CHECK(ti.reused == len[a] - 30, "%s reused %d of %d", id, ti.reused, len[a] - 30);
             }
             memcpy(hist[a] + len[a], gen, 3 * sizeof(int32_t));
@@ -217,10 +244,11 @@ static void round_robin(ak_test_ctx *t, env *e, ak_store *store, ak_kv_format fm
         }
     ak_block_pool_stats st;
     ak_block_pool_get_stats(pool, &st);
-    *peak = st.peak;
+    r.peak = st.peak;
 out:
     ak_agents_free(ag);
     ak_block_pool_free(pool);
+    return r;
 }
 
 TEST(agent_capacity_and_eviction_round_robin) {
@@ -239,10 +267,10 @@ TEST(agent_capacity_and_eviction_round_robin) {
     ak_block_pool_free(probe);
     const ak_kv_format fmts[2] = {AK_KV_Q4, AK_KV_TQ3};
     for (int fi = 0; fi < 2; fi++) {
-        int warm, hot, cold;
-        size_t peak;
         /* as many agents as the budget holds: after their first turn, all hot */
-        round_robin(t, &e, store, fmts[fi], budget, fit[fi] < 24 ? fit[fi] : 24, &warm, &hot, &cold, &peak);
+        rr_tally r = round_robin(t, &e, store, fmts[fi], budget, fit[fi] < 24 ? fit[fi] : 24);
+        int warm = r.warm, hot = r.hot, cold = r.cold;
+        size_t peak = r.peak;
         printf("    budget %zu B (3 agents in f16): %d agents in %s, later turns %d hot %d warm %d cold, peak %zu B\n",
                budget, fit[fi], ak_kv_format_get(fmts[fi])->name, hot, warm, cold, peak);
         CHECK(cold == 0 && warm == 0, "%s: agents that fit were evicted (%d warm, %d cold)",
@@ -250,7 +278,8 @@ TEST(agent_capacity_and_eviction_round_robin) {
         CHECK(peak <= budget, "peak %zu over budget %zu", peak, budget);
         /* more agents than fit: evicted ones come back warm, never cold */
         int more = fit[fi] + 4 < 24 ? fit[fi] + 4 : 24;
-        round_robin(t, &e, store, fmts[fi], budget, more, &warm, &hot, &cold, &peak);
+        r = round_robin(t, &e, store, fmts[fi], budget, more);
+        warm = r.warm, hot = r.hot, cold = r.cold, peak = r.peak;
         printf("    %d agents in %s: later turns %d hot %d warm %d cold, peak %zu B\n", more,
                ak_kv_format_get(fmts[fi])->name, hot, warm, cold, peak);
         CHECK(cold == 0, "%d cold re-prefills after the first turn", cold);
@@ -274,7 +303,8 @@ TEST(agent_bad_file_takes_cold_path) {
     ak_turn ti;
     ak_block_pool *pool1, *pool2;
     ak_agents *a1 = agents_for(&e, &pool1, store, AK_KV_Q8, AK_KV_Q8, 0);
-    REQUIRE(a1 && turn(t, &e, a1, "z", p, 30, 8, g1, &ti) == 0, "turn 1");
+    REQUIRE(a1 && turn(t, &e, a1, (turn_req){.id = "z", .prompt = p, .n_prompt = 30, .n_gen = 8, .out = g1,
+                                             .info = &ti}) == 0, "turn 1");
     ak_agents_free(a1);
     ak_block_pool_free(pool1);
     /* flip one byte in the middle of the file */
@@ -291,7 +321,8 @@ TEST(agent_bad_file_takes_cold_path) {
     fclose(f);
     memcpy(p + 30, g1, 7 * sizeof(int32_t));
     ak_agents *a2 = agents_for(&e, &pool2, store, AK_KV_Q8, AK_KV_Q8, 0);
-    REQUIRE(a2 && turn(t, &e, a2, "z", p, 37, 8, g2, &ti) == 0, "turn after corruption");
+    REQUIRE(a2 && turn(t, &e, a2, (turn_req){.id = "z", .prompt = p, .n_prompt = 37, .n_gen = 8, .out = g2,
+                                             .info = &ti}) == 0, "turn after corruption");
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0 && ti.prefilled == 37, "corrupt file served as %s, reused %d",
           ak_tier_name(ti.tier), ti.reused);
     reprefill(&e, AK_KV_Q8, AK_KV_Q8, p, 37, 8, ref);
@@ -372,7 +403,8 @@ TEST(agent_failed_save_stays_dirty_and_is_retried) {
     for (int i = 0; i < 30; i++) p[i] = 1 + (i * 11) % 400;
     REQUIRE(rename(dir, away) == 0, "rename");
     ak_turn ti;
-    REQUIRE(turn(t, &e, ag, "r", p, 30, 4, g, &ti) == 0, "turn");
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "r", .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g, .info = &ti}) == 0,
+            "turn");
     CHECK(wait_failures(ag, 1) == 0, "the save did not fail");
     ak_agent_info in;
     REQUIRE(ak_agents_count(ag) == 1, "count");
@@ -425,7 +457,8 @@ TEST(agent_save_that_keeps_failing_is_reported) {
     int32_t p[40], g[4];
     for (int i = 0; i < 30; i++) p[i] = 1 + (i * 13) % 400;
     ak_turn ti;
-    REQUIRE(turn(t, &e, ag, "doomed", p, 30, 4, g, &ti) == 0, "turn");
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "doomed", .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g,
+                                       .info = &ti}) == 0, "turn");
     err = (ak_error){{0}};
     CHECK(ak_agents_flush(ag, &err) < 0, "flush reported success after failed saves");
     CHECK(strstr(err.msg, "doomed") && err.code == AK_ERR_NOSPACE, "flush error (code %d): %s", err.code, err.msg);
@@ -464,8 +497,9 @@ TEST(agent_disk_budget_applied_after_saves) {
     ak_agents_config c = {e.m, pool, store, AK_KV_Q8, AK_KV_Q8, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
     ak_agents *ag = ak_agents_new(&c, &err);
     ak_turn ti;
-    REQUIRE(ag && turn(t, &e, ag, "probe", p, 30, 4, g, &ti) == 0 && ak_agents_flush(ag, &err) == 0, "probe: %s",
-            err.msg);
+    REQUIRE(ag && turn(t, &e, ag, (turn_req){.id = "probe", .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g,
+                                             .info = &ti}) == 0 && ak_agents_flush(ag, &err) == 0,
+            "probe: %s", err.msg);
     ak_agents_free(ag);
     ak_store_entry en;
     REQUIRE(ak_store_lookup(store, "probe", &en) == 0 && en.bytes > 0, "no probe file");
@@ -475,7 +509,8 @@ TEST(agent_disk_budget_applied_after_saves) {
     REQUIRE(ag, "%s", err.msg);
     const char *ids[3] = {"b0", "b1", "b2"};
     for (int i = 0; i < 3; i++) {
-        REQUIRE(turn(t, &e, ag, ids[i], p, 30, 4, g, &ti) == 0, "turn");
+        REQUIRE(turn(t, &e, ag, (turn_req){.id = ids[i], .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g,
+                                           .info = &ti}) == 0, "turn");
         REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
     }
     ak_store_entry *es;

@@ -33,11 +33,22 @@ static void ref_init(ref_stats *r, int H, int n) {
 
 static void ref_free(ref_stats *r) { free(r->mass); free(r->ent); free(r->nq); free(r->seen); }
 
-/* Adds one query head's softmax over keys [lo, p] (K: slot-major, kstride
- * floats apart, the head's KV head at offset koff) to r: the definition,
+/* One layer's keys as the reference reads them: slot-major, kstride floats
+ * apart, KV head j at offset j * d; `group` query heads share a KV head. */
+typedef struct {
+    const float *K;
+    size_t kstride;
+    int d, group;
+    double scale;
+} ref_keys;
+
+/* Adds query head h's softmax over keys [lo, p] to r: the definition,
  * written out plainly. */
-static void ref_add(ref_stats *r, int h, int p, int lo, const double *q, const float *K, size_t kstride, int koff,
-                    int d, double scale) {
+static void ref_add(ref_stats *r, const ref_keys *k, int h, int p, int lo, const double *q) {
+    const float *K = k->K;
+    size_t kstride = k->kstride;
+    int d = k->d, koff = (h / k->group) * d;
+    double scale = k->scale;
     double *s = malloc(sizeof(double) * (p + 1)), mx = -1e300, z = 0;
     for (int t = lo; t <= p; t++) {
         double acc = 0;
@@ -173,9 +184,9 @@ TEST(attnstats_layer0_matches_reference) {
         ref_init(&ref, H, n);
         double *q = malloc(sizeof(double) * H * hd);
         for (int p = 0; p < n; p++) {
+        const ref_keys keys = {.K = K, .kstride = ks, .d = hd, .group = H / Hkv, .scale = m->cfg.attn_scale};
             layer0_query(m, tok[p], p, q);
-            for (int h = 0; h < H; h++)
-                ref_add(&ref, h, p, 0, q + (size_t)h * hd, K, ks, (h / (H / Hkv)) * hd, hd, m->cfg.attn_scale);
+            for (int h = 0; h < H; h++) ref_add(&ref, &keys, h, p, 0, q + (size_t)h * hd);
             ref.nq[p]++;
         }
         compare(t, models[mi], st, &ref, 1e-5);
@@ -255,11 +266,12 @@ static void observe_case(ak_test_ctx *t, const char *rel, int layer0, int layer1
             REQUIRE(ak_attn_stats_observe(st, threads, &b, (layer + 1) % m->cfg.n_layer, qb, qs, &err) == 0, "observe: %s", err.msg);
             free(qb);
             for (int j = 0; j < nt; j++) {
+            const ref_keys keys = {.K = K, .kstride = ks, .d = dk, .group = H / Hkv, .scale = m->cfg.attn_scale};
                 int p = p0 + j, lo = window && p - window + 1 > 0 ? p - window + 1 : 0;
                 for (int h = 0; h < H; h++) {
                     double qd[512];
                     for (int i = 0; i < dk; i++) qd[i] = Q[(size_t)p * qs + (size_t)h * dk + i];
-                    ref_add(&ref, h, p, lo, qd, K, ks, (h / (H / Hkv)) * dk, dk, m->cfg.attn_scale);
+                    ref_add(&ref, &keys, h, p, lo, qd);
                 }
                 ref.nq[p]++;
             }

@@ -38,11 +38,16 @@ static long max_total(double b, int n) {
 /* The largest width <= c. */
 static int round_cap(int c) { return c >= 16 ? 16 : c >= 8 ? 8 : c >= 4 ? 4 : 2; }
 
-/* Checks one side's widths: valid widths, within caps, mean <= budget, sum
- * and counts as reported, and the budget spent: no token below its cap
- * could still afford its next step. */
-static void check_side(ak_test_ctx *t, const uint8_t *w, const uint8_t *cap, int n, double b, long sum,
-                       double mean, const int *count, const char *side, int iter) {
+/* Checks one side's widths w (K, or V when v_side) against r's report of
+ * that side: valid widths, within caps, mean <= budget b, sum and counts as
+ * reported, and the budget spent: no token below its cap could still afford
+ * its next step. Failures are recorded in t. */
+static void check_side(ak_test_ctx *t, const ak_bitalloc_result *r, int v_side, const uint8_t *w, const uint8_t *cap,
+                       int n, double b, int iter) {
+    const char *side = v_side ? "V" : "K";
+    long sum = v_side ? r->sum_v : r->sum_k;
+    double mean = v_side ? r->mean_v : r->mean_k;
+    const int *count = v_side ? r->count_v : r->count_k;
     long s = 0;
     int cnt[4] = {0};
     for (int i = 0; i < n; i++) {
@@ -109,8 +114,8 @@ TEST(bitalloc_budget_property) {
         ak_error e = {{0}};
         REQUIRE(ak_bitalloc_run(&in, &p, wk, wv, &r, &e) == 0, "iter %d: %s", it, e.msg);
         double bv = p.budget_v == 0.0 ? p.budget_k : p.budget_v;
-        check_side(t, wk, in.cap_k, n, p.budget_k, r.sum_k, r.mean_k, r.count_k, "K", it);
-        check_side(t, wv, in.cap_v, n, bv, r.sum_v, r.mean_v, r.count_v, "V", it);
+        check_side(t, &r, 0, wk, in.cap_k, n, p.budget_k, it);
+        check_side(t, &r, 1, wv, in.cap_v, n, bv, it);
         REQUIRE(ak_bitalloc_run(&in, &p, wk2, wv2, &r2, &e) == 0, "iter %d: %s", it, e.msg);
         CHECK(memcmp(wk, wk2, (size_t)n) == 0 && memcmp(wv, wv2, (size_t)n) == 0, "iter %d: not deterministic", it);
         int sinks = p.policy == AK_BITALLOC_UNIFORM ? 0 : (p.n_sinks < n ? p.n_sinks : n);
@@ -525,7 +530,7 @@ TEST(bitalloc_long_range) {
     int rc = ak_bitalloc_run(&in, &p, k, v, &r, &e);
     double dt = ak_now() - t0;
     CHECK(rc == 0, "%s", e.msg);
-    check_side(t, k, NULL, N, 4.3, r.sum_k, r.mean_k, r.count_k, "K", 0);
+    check_side(t, &r, 0, k, NULL, N, 4.3, 0);
     CHECK(dt < 1.0, "32K tokens took %.3f s", dt);
     free(m);
     free(tk);

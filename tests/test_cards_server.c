@@ -213,12 +213,15 @@ TEST(cards_server_append_then_chat) {
     rig_stop(&r);
 }
 
-/* Widths of tokens[0..n) of MODEL under policy (overlap: NULL or n
- * counts) at budget 4/4, scored from a statistics pass run here (stats: 1)
- * or the token ids alone (0), as docs/cards.md says: f16 sequence, default
- * layers, no caps. */
-static int expected_widths_ex(ak_test_ctx *t, const ak_model *m, const int32_t *tokens, int n, int stats,
-                              ak_bitalloc_policy policy, const int32_t *overlap, uint8_t *wk, uint8_t *wv) {
+/* Widths of tokens[0..n) = base->tokens of MODEL under policy (overlap:
+ * base->overlap, NULL or n counts) at budget 5/5, scored from a statistics
+ * pass run here (stats: 1) or the token ids alone (0), as docs/cards.md
+ * says: f16 sequence, default layers, no caps. Returns 0, or -1 with a test
+ * failure recorded. */
+static int expected_widths_ex(ak_test_ctx *t, const ak_model *m, const ak_bitalloc_input *base, int stats,
+                              ak_bitalloc_policy policy, uint8_t *wk, uint8_t *wv) {
+    const int32_t *tokens = base->tokens;
+    int n = base->n;
     ak_error err = {0};
     ak_block_pool *bp = ak_block_pool_new(&m->spec, 0, 0, &err);
     ak_kv *kv = bp ? ak_kv_new(bp, AK_KV_F16, AK_KV_F16, n, &err) : NULL;
@@ -237,10 +240,7 @@ static int expected_widths_ex(ak_test_ctx *t, const ak_model *m, const int32_t *
         ak_attn_stats_mass_var(st, buf + n);
         ak_attn_stats_entropy(st, buf + 2 * n);
         ak_attn_stats_exposure(st, buf + 3 * n);
-        ak_bitalloc_input in = {0};
-        in.n = n;
-        in.tokens = tokens;
-        in.overlap = overlap;
+        ak_bitalloc_input in = {.n = n, .tokens = tokens, .overlap = base->overlap};
         if (stats) {
             in.mass = buf;
             in.variance = buf + n;
@@ -264,9 +264,11 @@ static int expected_widths_ex(ak_test_ctx *t, const ak_model *m, const int32_t *
     return rc;
 }
 
+/* expected_widths_ex under importance, with no overlap. */
 static int expected_widths(ak_test_ctx *t, const ak_model *m, const int32_t *tokens, int n, int stats, uint8_t *wk,
                            uint8_t *wv) {
-    return expected_widths_ex(t, m, tokens, n, stats, AK_BITALLOC_IMPORTANCE, NULL, wk, wv);
+    return expected_widths_ex(t, m, &(ak_bitalloc_input){.n = n, .tokens = tokens}, stats, AK_BITALLOC_IMPORTANCE, wk,
+                              wv);
 }
 
 /* At 5 bits (at 4 the agents' allocation floors every token at 4: uniform),
@@ -670,7 +672,8 @@ TEST(cards_server_topology_counts_a_prior_handoff) {
     uint8_t *w = malloc((size_t)n * 2);
     REQUIRE(ov && w && n > nc, "n %d card %d", n, nc);
     for (int i = 0; i < nc; i++) ov[i] = 1;
-    if (expected_widths_ex(t, r.m, bt->tokens, n, 1, AK_BITALLOC_TOPOLOGY, ov, w, w + n) == 0)
+    const ak_bitalloc_input in = {.n = n, .tokens = bt->tokens, .overlap = ov};
+    if (expected_widths_ex(t, r.m, &in, 1, AK_BITALLOC_TOPOLOGY, w, w + n) == 0)
         CHECK(!memcmp(w, bt->widths_k, (size_t)n) && !memcmp(w + n, bt->widths_v, (size_t)n),
               "topology widths are those of the pass with the card's positions at overlap 1");
     CHECK(memcmp(bt->widths_k, bi->widths_k, (size_t)n) || memcmp(bt->widths_v, bi->widths_v, (size_t)n),

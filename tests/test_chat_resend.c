@@ -141,10 +141,26 @@ TEST(chat_resend_every_family_keeps_the_history) {
     ak_tokenizer_free(ctl);
 }
 
-/* Rebuilds msgs[0..n) over hist; returns how many replies were replaced
- * (-1 on error) and the common prefix with hist in *kept. */
-static int rebuild(ak_test_ctx *t, const ak_tokenizer *tk, ak_chat_family f, const ak_chat_msg *m, int n,
-                   const int32_t *hist, int nh, int *kept, int32_t **out, size_t *nout) {
+/* A conversation resent over an agent's history: messages m[0..n) in
+ * family f, the history hist[0..nh). */
+typedef struct {
+    ak_chat_family f;
+    const ak_chat_msg *m;
+    int n;
+    const int32_t *hist;
+    int nh;
+} resend_case;
+
+/* Rebuilds c's messages over its history; returns how many replies were
+ * replaced (-1 on error, recorded in t) and the common prefix with the
+ * history in *kept; the rebuilt ids in *out (*nout of them, the caller
+ * frees) when out is not NULL. */
+static int rebuild(ak_test_ctx *t, const ak_tokenizer *tk, const resend_case *c, int *kept, int32_t **out,
+                   size_t *nout) {
+    ak_chat_family f = c->f;
+    const ak_chat_msg *m = c->m;
+    int n = c->n, nh = c->nh;
+    const int32_t *hist = c->hist;
     ak_chat_resent rs;
     ak_error err = {0};
     if (ak_chat_tokenize_resent(m, n, &(ak_chat_opts){.family = f}, tk, hist, nh, &rs, &err) < 0) {
@@ -178,8 +194,9 @@ TEST(chat_resend_only_the_very_text) {
         int nh = np;
         push_chars(&hist, &nh, tk, " Git tracks files.\n");
         const char *name = ak_chat_family_name(f);
+        resend_case c = {.f = f, .m = m, .n = 3, .hist = hist, .nh = nh};
         /* the same text: replaced */
-        CHECK(rebuild(t, tk, f, m, 3, hist, nh, &kept, NULL, NULL) == 1 && kept == nh, "%s: the reply was not replaced", name);
+        CHECK(rebuild(t, tk, &c, &kept, NULL, NULL) == 1 && kept == nh, "%s: the reply was not replaced", name);
         /* an edited reply, one cut short (a stop string cut there: the ids
          * up to it stand for it), one going on past where the history
          * ends (a turn cut by max_tokens: the history is kept whole), a
@@ -188,17 +205,19 @@ TEST(chat_resend_only_the_very_text) {
         static const char *const edited[] = {" Git tracks files!\n", " Git tracks", " Git tracks files.\n\n", "x"};
         for (int e = 0; e < 4; e++) {
             ak_chat_msg m2[3] = {m[0], {.role = "assistant", .content = edited[e]}, m[2]};
-            int r = rebuild(t, tk, f, m2, 3, hist, nh, &kept, NULL, NULL);
+            int r = rebuild(t, tk, &(resend_case){.f = f, .m = m2, .n = 3, .hist = hist, .nh = nh}, &kept, NULL, NULL);
             if (e == 1) CHECK(r == 1 && kept >= np + 1, "%s: a reply cut by a stop string: %d replaced, %d kept", name, r, kept);
             else if (e == 2) CHECK(r == 1 && kept == nh, "%s: a reply past the history: %d replaced, %d kept", name, r, kept);
             else CHECK(r == 0, "%s: edited reply %d replaced", name, e);
         }
         /* another history (another agent's, or this one's before the
          * reply): nothing replaced */
-        CHECK(rebuild(t, tk, f, m, 3, hist, np - 1, &kept, NULL, NULL) == 0, "%s: replaced over a shorter prefix", name);
+        c.nh = np - 1;
+        CHECK(rebuild(t, tk, &c, &kept, NULL, NULL) == 0, "%s: replaced over a shorter prefix", name);
         /* a turn cut by max_tokens: the history lacks the last token sampled;
          * the reply's text goes on past it: the history is kept whole */
-        CHECK(rebuild(t, tk, f, m, 3, hist, nh - 1, &kept, NULL, NULL) == 1 && kept == nh - 1,
+        c.nh = nh - 1;
+        CHECK(rebuild(t, tk, &c, &kept, NULL, NULL) == 1 && kept == nh - 1,
               "%s: a history ending inside the reply was not kept", name);
         free(hist);
     }
@@ -218,7 +237,8 @@ TEST(chat_resend_template_wins) {
     REQUIRE(hist, "prompt");
     nh = np;
     push_chars(&hist, &nh, tk, reply);
-    CHECK(rebuild(t, tk, AK_CHAT_QWEN3, q, 3, hist, nh, &kept, NULL, NULL) == 0, "qwen3: a reasoning reply was replaced");
+    resend_case c = {.f = AK_CHAT_QWEN3, .m = q, .n = 3, .hist = hist, .nh = nh};
+    CHECK(rebuild(t, tk, &c, &kept, NULL, NULL) == 0, "qwen3: a reasoning reply was replaced");
     CHECK(kept < nh, "qwen3: the reasoning should be gone from the prompt");
     free(hist);
     /* mistral puts the system message before the last user message: the
@@ -229,14 +249,16 @@ TEST(chat_resend_template_wins) {
     REQUIRE(hist, "prompt");
     nh = np;
     push_chars(&hist, &nh, tk, " Hello\n");
-    CHECK(rebuild(t, tk, AK_CHAT_MISTRAL, s, 4, hist, nh, &kept, NULL, NULL) == 0, "mistral: replaced across a moved system message");
+    c = (resend_case){.f = AK_CHAT_MISTRAL, .m = s, .n = 4, .hist = hist, .nh = nh};
+    CHECK(rebuild(t, tk, &c, &kept, NULL, NULL) == 0, "mistral: replaced across a moved system message");
     free(hist);
     /* without a system message mistral keeps its replies */
     hist = prompt_of(t, tk, AK_CHAT_MISTRAL, s + 1, 1, 1, &np);
     REQUIRE(hist, "prompt");
     nh = np;
     push_chars(&hist, &nh, tk, " Hello\n");
-    CHECK(rebuild(t, tk, AK_CHAT_MISTRAL, s + 1, 3, hist, nh, &kept, NULL, NULL) == 1 && kept == nh,
+    c = (resend_case){.f = AK_CHAT_MISTRAL, .m = s + 1, .n = 3, .hist = hist, .nh = nh};
+    CHECK(rebuild(t, tk, &c, &kept, NULL, NULL) == 1 && kept == nh,
           "mistral without a system message: the reply was not replaced");
     free(hist);
     ak_tokenizer_free(tk);
@@ -257,7 +279,8 @@ TEST(chat_resend_prompt_means_the_conversation) {
     push_chars(&hist, &nh, tk, m[1].content);
     int32_t *ids = NULL;
     size_t k = 0;
-    REQUIRE(rebuild(t, tk, AK_CHAT_LLAMA3, m, 3, hist, nh, &kept, &ids, &k) == 1, "llama3: not replaced");
+    const resend_case c = {.f = AK_CHAT_LLAMA3, .m = m, .n = 3, .hist = hist, .nh = nh};
+    REQUIRE(rebuild(t, tk, &c, &kept, &ids, &k) == 1, "llama3: not replaced");
     ak_error err = {0};
     char *text = ak_detokenize(tk, ids, k, NULL, &err);
     /* llama3's template trims content: the rebuilt prompt holds the reply

@@ -31,10 +31,20 @@ static int fill(ak_kv *kv, const ak_cache_spec *s, int from, int n, ak_rng *rng)
     return rc;
 }
 
+/* One layer's vectors read back from a cache (K, V: position x n_head_kv x
+ * d, in the spec's dimensions), and the attention scale. */
+typedef struct {
+    const float *K, *V;
+    const ak_cache_spec *s;
+    float scale;
+} ref_layer;
+
 /* Double-precision attention of `group` queries q (dk each) over positions
- * [0, n) of head h, from vectors read back (K, V: n x n_head_kv x d). */
-static void ref_attention(const float *K, const float *V, const ak_cache_spec *s, int h, const float *q, int group,
-                          int n, float scale, double *out) {
+ * [0, n) of KV head h of c into out (group x dv). */
+static void ref_attention(const ref_layer *c, int h, const float *q, int group, int n, double *out) {
+    const float *K = c->K, *V = c->V;
+    const ak_cache_spec *s = c->s;
+    float scale = c->scale;
     int dk = s->head_dim_k, dv = s->head_dim_v, nk = s->n_head_kv * dk, nv = s->n_head_kv * dv;
     double *sc = malloc(sizeof(double) * n);
     for (int g = 0; g < group; g++) {
@@ -69,7 +79,7 @@ static double attention_error(const ak_kv *kv, const ak_cache_spec *s, int group
         for (int h = 0; h < s->n_head_kv; h++) {
             for (int i = 0; i < group * dk; i++) q[i] = ak_rng_normal(rng);
             ak_kv_attend(kv, l, h, q, group, n, scale, out, scratch);
-            ref_attention(K, V, s, h, q, group, n, scale, ref);
+            ref_attention(&(ref_layer){.K = K, .V = V, .s = s, .scale = scale}, h, q, group, n, ref);
             for (int g = 0; g < group; g++) {
                 double ref_max = 0, diff_max = 0;
                 for (int j = 0; j < dv; j++) {
@@ -284,8 +294,9 @@ TEST(kvcache_attend_run_matches_reference) {
                         for (int i = 0; i < nt * group * d; i++) out[i] = NAN;
                         ak_kv_attend_run(kv, l, h, q, (size_t)group * d, group, nt, pos0, scale, out,
                                          (size_t)group * d, scratch);
+                        const ref_layer rl = {.K = K, .V = V, .s = &s, .scale = scale};
                         for (int t = 0; t < nt; t++) {
-                            ref_attention(K, V, &s, h, q + (size_t)t * group * d, group, pos0 + t + 1, scale, ref);
+                            ref_attention(&rl, h, q + (size_t)t * group * d, group, pos0 + t + 1, ref);
                             double mx = 0, e = 0;
                             for (int i = 0; i < group * d; i++) {
                                 mx = fmax(mx, fabs(ref[i]));

@@ -261,16 +261,27 @@ TEST(reuse_layer_ranges_equal_the_forward_pass) {
     tenv_close(&e);
 }
 
-/* The context P X Y Q with both chunks placed by params p into a fresh
- * sequence of format f; logits into out. */
-static ak_kv *rbuild(tenv *e, ak_block_pool *pool, ak_kv_format f, const ak_kv *cx, const ak_kv *cy,
-                     const ak_reuse_params *p, float *out, ak_reuse_stats *st, ak_test_ctx *t) {
+/* The chunks X and Y computed alone (cx, cy) in format f, and where a
+ * context built over them lives. */
+typedef struct {
+    tenv *e;
+    ak_block_pool *pool;
+    ak_kv_format f;
+    const ak_kv *cx, *cy;
+} rchunks;
+
+/* The context P X Y Q with both chunks of c placed by params p into a fresh
+ * sequence of c's format; logits into out (if not NULL), stats into st.
+ * Returns the sequence, or NULL with a test failure recorded. */
+static ak_kv *rbuild(ak_test_ctx *t, const rchunks *c, const ak_reuse_params *p, float *out, ak_reuse_stats *st) {
+    tenv *e = c->e;
+    const ak_kv *cx = c->cx, *cy = c->cy;
     ak_error err = {{0}};
     int32_t P[RP], X[RX], Y[RY], Q[RQ];
     rtexts(e->vocab, P, X, Y, Q);
     ak_reuse_part parts[4] = {{.tokens = P, .n = RP, .chunk = NULL}, {.tokens = X, .n = RX, .chunk = cx},
                               {.tokens = Y, .n = RY, .chunk = cy}, {.tokens = Q, .n = RQ, .chunk = NULL}};
-    ak_kv *kv = rnew(pool, f);
+    ak_kv *kv = rnew(c->pool, c->f);
     if (!kv || ak_reuse_prefill(e->ctx, kv, parts, 4, p, out, st, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "%s r=%g: %s", ak_reuse_method_name(p->method), (double)p->ratio, err.msg);
         ak_kv_free(kv);
@@ -313,15 +324,16 @@ TEST(reuse_blend_ratio_1_is_full_and_ratio_0_is_none_above_the_check_layer) {
         ak_kv_format f = fmts[fi];
         ak_kv *cx = rchunk(&e, pool, f, X, RX), *cy = rchunk(&e, pool, f, Y, RY);
         REQUIRE(cx && cy, "chunks");
+        const rchunks ch = {.e = &e, .pool = pool, .f = f, .cx = cx, .cy = cy};
         ak_reuse_params full = {.method = AK_REUSE_FULL, .check_layer = -1},
             none = {.method = AK_REUSE_NONE, .check_layer = -1};
         ak_reuse_stats st;
-        ak_kv *kf = rbuild(&e, pool, f, cx, cy, &full, ref, &st, t), *kn = rbuild(&e, pool, f, cx, cy, &none, NULL, &st, t);
+        ak_kv *kf = rbuild(t, &ch, &full, ref, &st), *kn = rbuild(t, &ch, &none, NULL, &st);
         REQUIRE(kf && kn, "full, none");
         for (int mi = 0; mi < 2; mi++) {
             ak_reuse_params p = {.method = mi ? AK_REUSE_AGENTKVSHIFT : AK_REUSE_CACHEBLEND, .ratio = 1.0f,
                                  .check_layer = -1};
-            ak_kv *kv = rbuild(&e, pool, f, cx, cy, &p, got, &st, t);
+            ak_kv *kv = rbuild(t, &ch, &p, got, &st);
             REQUIRE(kv, "r=1");
             CHECK(memcmp(ref, got, sizeof(float) * V) == 0, "%s %s r=1: logits differ from full by %g",
                   ak_kv_format_get(f)->name, ak_reuse_method_name(p.method), rmaxdiff(ref, got, V));
@@ -329,7 +341,7 @@ TEST(reuse_blend_ratio_1_is_full_and_ratio_0_is_none_above_the_check_layer) {
             CHECK(st.n_recomputed == RX + RY && st.check_layer == 1, "r=1 stats %d %d", st.n_recomputed, st.check_layer);
             ak_kv_free(kv);
             p.ratio = 0.0f;
-            kv = rbuild(&e, pool, f, cx, cy, &p, got, &st, t);
+            kv = rbuild(t, &ch, &p, got, &st);
             REQUIRE(kv, "r=0");
             CHECK(st.n_recomputed == 0, "r=0 recomputed %d", st.n_recomputed);
             CHECK(rdiffs(kv, kf, 0, 1, 0, N - RQ, kd) == 0, "r=0: layer 0 differs from full's");
@@ -339,7 +351,7 @@ TEST(reuse_blend_ratio_1_is_full_and_ratio_0_is_none_above_the_check_layer) {
             CHECK(ak_kv_corrections(kv) == 0, "r=0: no correction expected");
             ak_kv_free(kv);
             p.ratio = 0.1f;   /* 45 -> 5, 38 -> 4 */
-            kv = rbuild(&e, pool, f, cx, cy, &p, got, &st, t);
+            kv = rbuild(t, &ch, &p, got, &st);
             CHECK(kv && st.n_recomputed == 5 + 4, "r=0.1 recomputed %d", st.n_recomputed);
             CHECK(kv && ak_kv_corrections(kv) == (mi ? 2 : 0), "corrections %d", kv ? ak_kv_corrections(kv) : -1);
             ak_kv_free(kv);
@@ -375,9 +387,10 @@ TEST(reuse_agentkvshift_correction_equals_the_materialized_one) {
         ak_kv_format f = fmts[fi];
         ak_kv *cx = rchunk(&e, pool, f, X, RX), *cy = rchunk(&e, pool, f, Y, RY);
         REQUIRE(cx && cy, "chunks");
+        const rchunks ch = {.e = &e, .pool = pool, .f = f, .cx = cx, .cy = cy};
         ak_reuse_params p = {.method = AK_REUSE_AGENTKVSHIFT, .ratio = 0.2f, .check_layer = -1};
         ak_reuse_stats st;
-        ak_kv *kv = rbuild(&e, pool, f, cx, cy, &p, NULL, &st, t);
+        ak_kv *kv = rbuild(t, &ch, &p, NULL, &st);
         REQUIRE(kv && ak_kv_corrections(kv) == 2, "agentkvshift: %d ranges", kv ? ak_kv_corrections(kv) : -1);
         /* materialized */
         ak_kv *mat = rnew(pool, AK_KV_F32);
@@ -446,7 +459,7 @@ TEST(reuse_agentkvshift_correction_equals_the_materialized_one) {
         /* unit weights: all 1 but the probes */
         ak_reuse_params pu = p;
         pu.unit_weights = 1;
-        ak_kv *ku = rbuild(&e, pool, f, cx, cy, &pu, NULL, &st, t);
+        ak_kv *ku = rbuild(t, &ch, &pu, NULL, &st);
         REQUIRE(ku, "unit weights");
         int ones = 0, zeros = 0;
         for (int r = 0; r < 2; r++) {
@@ -489,16 +502,17 @@ TEST(reuse_methods_kl_against_full_printed) {
     int V = e.vocab;
     float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
     ak_kv *cx = rchunk(&e, pool, AK_KV_F16, X, RX), *cy = rchunk(&e, pool, AK_KV_F16, Y, RY);
+    const rchunks ch = {.e = &e, .pool = pool, .f = AK_KV_F16, .cx = cx, .cy = cy};
     ak_reuse_params full = {.method = AK_REUSE_FULL, .check_layer = -1};
     ak_reuse_stats st;
-    ak_kv_free(rbuild(&e, pool, AK_KV_F16, cx, cy, &full, ref, &st, t));
+    ak_kv_free(rbuild(t, &ch, &full, ref, &st));
     const float ratios[] = {0, 0.1f, 0.3f, 0.5f, 1};
     for (int mi = 0; mi < 3; mi++) {
         ak_reuse_method m = mi == 0 ? AK_REUSE_CACHEBLEND : AK_REUSE_AGENTKVSHIFT;
         printf("  %-12s%s", ak_reuse_method_name(m), mi == 2 ? "(w=1)" : "     ");
         for (int ri = 0; ri < 5; ri++) {
             ak_reuse_params p = {.method = m, .ratio = ratios[ri], .check_layer = -1, .unit_weights = mi == 2};
-            ak_kv_free(rbuild(&e, pool, AK_KV_F16, cx, cy, &p, got, &st, t));
+            ak_kv_free(rbuild(t, &ch, &p, got, &st));
             double kl = rkl(ref, got, V);
             printf(" r=%.1f KL %.5f", (double)ratios[ri], kl);
             if (ratios[ri] == 1) CHECK(kl == 0, "ratio 1 is not full");

@@ -29,10 +29,23 @@ static int fill_random(ak_kv *kv, const ak_cache_spec *s, int from, int to, ak_r
     return 0;
 }
 
-/* Double-precision causal attention of query q (head h, layer l) at position
- * `at` over the vectors kv reads back at [lo, at]: the reference. */
-static void ref_attend(const ak_kv *kv, const ak_cache_spec *s, int l, int h, const float *q, int lo, int at,
-                       float scale, double *out) {
+/* One KV head of a layer of kv (in spec s) and the attention scale: what
+ * ref_attend reads. */
+typedef struct {
+    const ak_kv *kv;
+    const ak_cache_spec *s;
+    int l, h;
+    float scale;
+} ref_head;
+
+/* Double-precision causal attention of query q on head r->h of layer r->l
+ * at position `at` over the vectors r->kv reads back at [lo, at] into out
+ * (head_dim_v): the reference. */
+static void ref_attend(const ref_head *r, const float *q, int lo, int at, double *out) {
+    const ak_kv *kv = r->kv;
+    const ak_cache_spec *s = r->s;
+    int l = r->l, h = r->h;
+    float scale = r->scale;
     int d = s->head_dim_k, dv = s->head_dim_v;
     float k[64], v[64];
     double mx = -1e300, sum = 0, *sc = malloc(sizeof(double) * (size_t)(at + 1));
@@ -66,9 +79,10 @@ static double run_error(const ak_kv *kv, const ak_cache_spec *s, int pos0, int n
         for (int h = 0; h < s->n_head_kv; h++) {
             for (int i = 0; i < nt * d; i++) q[i] = ak_rng_normal(rng);
             ak_kv_attend_run_window(kv, l, h, q, (size_t)d, 1, nt, pos0, w, scale, out, (size_t)dv, scratch);
+            const ref_head rh = {.kv = kv, .s = s, .l = l, .h = h, .scale = scale};
             for (int t = 0; t < nt; t++) {
                 int at = pos0 + t, lo = w > 0 && at - w + 1 > 0 ? at - w + 1 : 0;
-                ref_attend(kv, s, l, h, q + (size_t)t * d, lo, at, scale, ref);
+                ref_attend(&rh, q + (size_t)t * d, lo, at, ref);
                 double rm = 0, dm = 0;
                 for (int j = 0; j < dv; j++) {
                     rm = fmax(rm, fabs(ref[j]));

@@ -113,15 +113,21 @@ static int wait_saved(const redis_srv *r, const char *ag) {
     return 0;
 }
 
-/* Both turns on node a then b (b == a: one node), agent ag: the answers
- * into out1, out2 and turn 2's tier and cached tokens. */
-static void two_turns(ak_test_ctx *t, int pa, int pb, const redis_srv *r, const char *ag, char *out1, char *out2,
-                      char *tier, double *cached) {
+/* What two turns said: both answers, turn 2's tier and cached tokens. */
+typedef struct {
+    char answer1[512], answer2[512], tier[16];
+    double cached;
+} two_answers;
+
+/* Both turns on node a then b (b == a: one node), agent ag, into *o;
+ * failures are recorded in t. */
+static void two_turns(ak_test_ctx *t, int pa, int pb, const redis_srv *r, const char *ag, two_answers *o) {
+    char *out1 = o->answer1, *out2 = o->answer2, *tier = o->tier;
     const char *m1 = "{\"role\":\"user\",\"content\":\"Once upon a time there was a little dog.\"}";
     reply a = turn(pa, ag, m1);
     const char *t1 = answer(&a);
     CHECK(a.status == 200 && t1, "turn 1: %d %s", a.status, a.body ? a.body : "");
-    snprintf(out1, 512, "%s", t1 ? t1 : "");
+    snprintf(out1, sizeof o->answer1, "%s", t1 ? t1 : "");
     reply_free(&a);
     if (r) CHECK(wait_saved(r, ag), "turn 1 was not saved to Redis");
     cJSON *js = cJSON_CreateString(out1);
@@ -134,12 +140,12 @@ static void two_turns(ak_test_ctx *t, int pa, int pb, const redis_srv *r, const 
     reply b = turn(pb, ag, msgs);
     const char *t2 = answer(&b);
     CHECK(b.status == 200 && t2, "turn 2: %d %s", b.status, b.body ? b.body : "");
-    snprintf(out2, 512, "%s", t2 ? t2 : "");
+    snprintf(out2, sizeof o->answer2, "%s", t2 ? t2 : "");
     const cJSON *ak = b.j ? cJSON_GetObjectItemCaseSensitive(b.j, "agentkv") : NULL;
     const cJSON *u = b.j ? cJSON_GetObjectItemCaseSensitive(b.j, "usage") : NULL;
     const cJSON *d = u ? cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details") : NULL;
-    snprintf(tier, 16, "%s", str(ak, "tier") ? str(ak, "tier") : "?");
-    *cached = num(d, "cached_tokens");
+    snprintf(tier, sizeof o->tier, "%s", str(ak, "tier") ? str(ak, "tier") : "?");
+    o->cached = num(d, "cached_tokens");
     reply_free(&b);
 }
 
@@ -156,13 +162,15 @@ static void two_nodes_on(ak_test_ctx *t, redis_srv *r) {
         node_stop(&c);
         return;
     }
-    char a1[512], b2[512], c1[512], c2[512], tier[16], tier_c[16];
-    double cached = 0, cached_c = 0;
-    two_turns(t, a.port, b.port, r, "wanderer", a1, b2, tier, &cached);
+    two_answers ab = {.cached = 0}, single = {.cached = 0};
+    two_turns(t, a.port, b.port, r, "wanderer", &ab);
     /* the same two turns on one node with its own directory (it keeps the
      * agent hot in RAM between them): B's warm restore from Redis must
      * answer exactly as that */
-    two_turns(t, c.port, c.port, NULL, "wanderer", c1, c2, tier_c, &cached_c);
+    two_turns(t, c.port, c.port, NULL, "wanderer", &single);
+    const char *a1 = ab.answer1, *b2 = ab.answer2, *c1 = single.answer1, *c2 = single.answer2;
+    const char *tier = ab.tier, *tier_c = single.tier;
+    double cached = ab.cached, cached_c = single.cached;
     printf("  turn 2 on node B: tier %s, cached_tokens %.0f; single node: tier %s, cached_tokens %.0f\n", tier, cached,
            tier_c, cached_c);
     CHECK(!strcmp(tier, "warm") && cached > 0, "node B: tier %s, cached_tokens %.0f", tier, cached);

@@ -82,11 +82,22 @@ static ak_kv *twin_of(ak_test_ctx *t, ak_model *m, ak_ctx *c, ak_block_pool *poo
     return kv;
 }
 
-/* Greedy steps of agent id and of its twin from the twin's logits lt (the
- * agent's are la), `steps` of them, the tokens appended to hist[*n..]:
- * returns the number of steps whose logits differ (-1 on an error). */
-static int step_both(ak_test_ctx *t, ak_agents *ag, ak_ctx *c, const char *id, ak_kv *twin, int32_t *hist, int *n,
-                     int steps, float *la, float *lt, int vocab) {
+/* What an agent and its twin step on: the context and their logits (la
+ * the agent's, lt the twin's, vocab floats each). */
+typedef struct {
+    ak_ctx *c;
+    float *la, *lt;
+    int vocab;
+} lockstep;
+
+/* Greedy steps of agent id (of ag) and of its twin from the twin's logits,
+ * `steps` of them, the tokens appended to hist[*n..]: returns the number of
+ * steps whose logits differ (-1 on an error, recorded in t). */
+static int step_both(ak_test_ctx *t, const lockstep *ls, ak_agents *ag, const char *id, ak_kv *twin, int32_t *hist,
+                     int *n, int steps) {
+    ak_ctx *c = ls->c;
+    float *la = ls->la, *lt = ls->lt;
+    int vocab = ls->vocab;
     ak_error err = {{0}};
     int differ = 0;
     for (int i = 0; i < steps; i++) {
@@ -122,10 +133,14 @@ typedef struct {
     ak_block_pool *pool;
     ak_store *store;
     ak_agents *ag;
+    int mem;   /* the shared base of the tests: a memory (1) or a pool (0) */
 } rig;
 
-static int rig_open(rig *r, ak_model *m, const char *dir, ak_error *err) {
+/* Opens r on directory dir for model m, its base a memory (mem = 1) or a
+ * pool (0). Returns 0, or -1 with err set. */
+static int rig_open(rig *r, ak_model *m, const char *dir, int mem, ak_error *err) {
     memset(r, 0, sizeof *r);
+    r->mem = mem;
     r->pool = ak_block_pool_new(&m->spec, ST, 0, err);
     r->store = r->pool ? ak_store_open(dir, NULL, err) : NULL;
     ak_agents_config cfg = {.model = m, .pool = r->pool, .store = r->store, .fk = AK_KV_F16, .fv = AK_KV_F16,
@@ -140,11 +155,12 @@ static void rig_close(rig *r) {
     ak_block_pool_free(r->pool);
 }
 
-/* The shared base of these tests: a pool (mem = 0) or a memory (mem = 1)
- * of base[0..NB), made through the agents of r; its sequence into *kv. */
-static int make_base(ak_test_ctx *t, rig *r, ak_ctx *c, int mem, const int32_t *base, const ak_kv **kv) {
+/* The shared base of these tests: a pool (r->mem = 0) or a memory
+ * (r->mem = 1) of base[0..NB), made through the agents of r; its sequence
+ * into *kv. Returns 0, or -1 with a test failure recorded. */
+static int make_base(ak_test_ctx *t, rig *r, ak_ctx *c, const int32_t *base, const ak_kv **kv) {
     ak_error err = {{0}};
-    if (mem) {
+    if (r->mem) {
         int computed = 0;
         if (ak_memory_add(r->ag, c, "m", "the memory", base, NB, AK_KV_F16, AK_KV_F16, &computed, &err) < 0 ||
             !(*kv = ak_memory_kv(r->ag, "m", &err))) {
@@ -163,10 +179,12 @@ static int make_base(ak_test_ctx *t, rig *r, ak_ctx *c, int mem, const int32_t *
     return 0;
 }
 
-/* A turn of agent id whose prompt[0..n) starts with the base (a pool's or
- * a memory's, placed at 0 with reuse "none"); last logits into la. */
-static int turn_on_base(ak_test_ctx *t, rig *r, ak_ctx *c, int mem, const char *id, const int32_t *prompt, int n,
-                        float *la, ak_turn *tu) {
+/* A turn of agent id whose prompt[0..n) starts with r's base (a pool's or
+ * a memory's, placed at 0 with reuse "none"); last logits into la. Returns
+ * 0, or -1 with a test failure recorded. */
+static int turn_on_base(ak_test_ctx *t, rig *r, ak_ctx *c, const char *id, const int32_t *prompt, int n, float *la,
+                        ak_turn *tu) {
+    int mem = r->mem;
     ak_error err = {{0}};
     ak_kv *kv;
     int at = 0, len = NB;
@@ -199,14 +217,15 @@ static void check_shared_base(ak_test_ctx *t, int mem) {
     ak_block_pool *tp = ak_block_pool_new(&m->spec, ST, 0, &err);
     float *la = malloc(sizeof(float) * V), *lt = malloc(sizeof(float) * V);
     static int32_t h1[SCTX], h2[SCTX];
-    REQUIRE(c && tp && la && lt && W == 16 && rig_open(&r, m, dir, &err) == 0, "setup: %s", err.msg);
+    REQUIRE(c && tp && la && lt && W == 16 && rig_open(&r, m, dir, mem, &err) == 0, "setup: %s", err.msg);
+    const lockstep ls = {.c = c, .la = la, .lt = lt, .vocab = V};
     for (int i = 0; i < NB; i++) h1[i] = h2[i] = 2 + (i * 313) % 15000;
     for (int i = 0; i < NA; i++) {
         h1[NB + i] = 5 + (i * 97) % 9000;
         h2[NB + i] = 11 + (i * 151) % 7000;
     }
     const ak_kv *bk;
-    if (make_base(t, &r, c, mem, h1, &bk) < 0) goto out;
+    if (make_base(t, &r, c, h1, &bk) < 0) goto out;
     const int nbb = (NB + ST - 1) / ST;
     REQUIRE(ak_kv_group_blocks(bk, 0) == nbb && ak_kv_group_blocks(bk, 1) == nbb,
             "the base keeps %d/%d blocks, expected %d of each group", ak_kv_group_blocks(bk, 0), ak_kv_group_blocks(bk, 1),
@@ -220,9 +239,9 @@ static void check_shared_base(ak_test_ctx *t, int mem) {
     ak_turn tu;
     int n1 = NB + NA;
     ak_kv *t1 = twin_of(t, m, c, tp, h1, n1, lt);
-    if (!t1 || turn_on_base(t, &r, c, mem, "a1", h1, n1, la, &tu) < 0) goto out_dump;
+    if (!t1 || turn_on_base(t, &r, c, "a1", h1, n1, la, &tu) < 0) goto out_dump;
     int differ = memcmp(la, lt, sizeof(float) * V) != 0;
-    int d = step_both(t, r.ag, c, "a1", t1, h1, &n1, GEN, la, lt, V);
+    int d = step_both(t, &ls, r.ag, "a1", t1, h1, &n1, GEN);
     REQUIRE(d >= 0 && ak_agent_end(r.ag, "a1", &err) == 0, "end: %s", err.msg);
     CHECK(differ + d == 0 && tu.shared == (mem ? 0 : NB), "agent 1: %d of %d steps differ from its twin, %d shared",
           differ + d, GEN + 1, tu.shared);
@@ -242,9 +261,9 @@ static void check_shared_base(ak_test_ctx *t, int mem) {
     /* agent 2 on the same base: its own tokens only */
     int n2 = NB + NA;
     ak_kv *t2 = twin_of(t, m, c, tp, h2, n2, lt);
-    if (!t2 || turn_on_base(t, &r, c, mem, "a2", h2, n2, la, &tu) < 0) goto out_twins;
+    if (!t2 || turn_on_base(t, &r, c, "a2", h2, n2, la, &tu) < 0) goto out_twins;
     differ = memcmp(la, lt, sizeof(float) * V) != 0;
-    d = step_both(t, r.ag, c, "a2", t2, h2, &n2, GEN / 2, la, lt, V);
+    d = step_both(t, &ls, r.ag, "a2", t2, h2, &n2, GEN / 2);
     REQUIRE(d >= 0 && ak_agent_end(r.ag, "a2", &err) == 0, "end: %s", err.msg);
     CHECK(differ + d == 0, "agent 2: %d of %d steps differ from its twin", differ + d, GEN / 2 + 1);
     float *after = dump(m, bk, NB);
@@ -264,7 +283,7 @@ static void check_shared_base(ak_test_ctx *t, int mem) {
 
     /* a fresh process: agent 1 restored warm (its base from the store),
      * one more prompt token, then steps, as its twin */
-    REQUIRE(rig_open(&r, m, dir, &err) == 0, "reopen: %s", err.msg);
+    REQUIRE(rig_open(&r, m, dir, mem, &err) == 0, "reopen: %s", err.msg);
     {
         ak_kv *kv;
         h1[n1] = 77;
@@ -280,7 +299,7 @@ static void check_shared_base(ak_test_ctx *t, int mem) {
                 "restored turn: %s", err.msg);
         n1 = n;
         differ = memcmp(la, lt, sizeof(float) * V) != 0;
-        d = step_both(t, r.ag, c, "a1", t1, h1, &n1, GEN / 2, la, lt, V);
+        d = step_both(t, &ls, r.ag, "a1", t1, h1, &n1, GEN / 2);
         REQUIRE(d >= 0 && ak_agent_end(r.ag, "a1", &err) == 0, "end: %s", err.msg);
         CHECK(differ + d == 0, "restored agent 1: %d of %d steps differ from its twin", differ + d, GEN / 2 + 1);
     }
@@ -348,13 +367,13 @@ TEST(gemma3_window_files_pass_python_checker) {
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     static int32_t toks[SCTX];
     for (int i = 0; i < 100; i++) toks[i] = 9 + (i * 277) % 11000;
-    REQUIRE(c && rig_open(&r, m, dir, &err) == 0, "setup: %s", err.msg);
+    REQUIRE(c && rig_open(&r, m, dir, 0, &err) == 0, "setup: %s", err.msg);
     const ak_kv *bk;
     ak_turn tu;
     float *la = malloc(sizeof(float) * m->cfg.vocab);
-    REQUIRE(la && make_base(t, &r, c, 0, toks, &bk) == 0, "pool");
+    REQUIRE(la && make_base(t, &r, c, toks, &bk) == 0, "pool");
     /* "plain": no base, 72 positions; "based": the pool, then 60 of its own */
-    if (turn_on_base(t, &r, c, 0, "based", toks, 100, la, &tu) < 0) goto out;
+    if (turn_on_base(t, &r, c, "based", toks, 100, la, &tu) < 0) goto out;
     REQUIRE(ak_agent_end(r.ag, "based", &err) == 0, "end: %s", err.msg);
     REQUIRE(ak_agent_begin(r.ag, c, "plain", toks + 20, 72, la, &tu, &err) == 0 &&
                 ak_agent_end(r.ag, "plain", &err) == 0 && ak_agents_flush(r.ag, &err) == 0,
@@ -397,6 +416,7 @@ TEST(gemma3_window_prefix_shared_blocks) {
     float *la = malloc(sizeof(float) * V), *lt = malloc(sizeof(float) * V);
     static int32_t h1[SCTX], h2[SCTX];
     REQUIRE(ag && tp && c && la && lt, "setup: %s", err.msg);
+    const lockstep ls = {.c = c, .la = la, .lt = lt, .vocab = V};
     for (int i = 0; i < NP; i++) h1[i] = h2[i] = 4 + (i * 431) % 13000;
     for (int i = 0; i < 6; i++) h2[NP + i] = 17 + i * 5;
     ak_turn tu;
@@ -418,7 +438,7 @@ TEST(gemma3_window_prefix_shared_blocks) {
           "q2 linked %d positions (reused %d), its pool grew by %zu bytes (expected %d and %zu)", tu.shared, tu.reused,
           s1.used - s0.used, NP, (size_t)m->cfg.n_layer * pb);
     differ += memcmp(la, lt, sizeof(float) * V) != 0;
-    int d = step_both(t, ag, c, "q2", t2, h2, &n2, 30, la, lt, V);
+    int d = step_both(t, &ls, ag, "q2", t2, h2, &n2, 30);
     REQUIRE(d >= 0 && ak_agent_end(ag, "q2", &err) == 0, "end: %s", err.msg);
     differ += d;
     /* q1 goes on: its blocks are what it computed */
@@ -428,7 +448,7 @@ TEST(gemma3_window_prefix_shared_blocks) {
             "q1 again: %s", err.msg);
     n1++;
     differ += memcmp(la, lt, sizeof(float) * V) != 0;
-    d = step_both(t, ag, c, "q1", t1, h1, &n1, 30, la, lt, V);
+    d = step_both(t, &ls, ag, "q1", t1, h1, &n1, 30);
     REQUIRE(d >= 0 && ak_agent_end(ag, "q1", &err) == 0, "end: %s", err.msg);
     differ += d;
     CHECK(differ == 0 && n2 - W > NP, "%d steps of q1 and q2 differ from their twins", differ);
