@@ -315,7 +315,7 @@ int cmd_bench_cards(int argc, char **argv);
 
 int cmd_bench(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {
-        fputs("usage: agentkv bench engine|kv|ttft|serve|pools|cards|reuse [flags]   (agentkv bench NAME --help)\n",
+        fputs("usage: agentkv bench engine|kv|ttft|serve|pools|cards|reuse|grammar [flags]   (agentkv bench NAME --help)\n",
               argc < 1 ? stderr : stdout);
         return argc < 1 ? AK_EXIT_USAGE : 0;
     }
@@ -326,6 +326,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[0], "pools")) return cmd_bench_pools(argc - 1, argv + 1);
     if (!strcmp(argv[0], "cards")) return cmd_bench_cards(argc - 1, argv + 1);
     if (!strcmp(argv[0], "reuse")) return cmd_bench_reuse(argc - 1, argv + 1);
-    fprintf(stderr, "agentkv bench: unknown benchmark '%s' (engine, kv, ttft, serve, pools, cards, reuse)\n", argv[0]);
+    if (!strcmp(argv[0], "grammar")) return cmd_bench_grammar(argc - 1, argv + 1);
+    fprintf(stderr, "agentkv bench: unknown benchmark '%s' (engine, kv, ttft, serve, pools, cards, reuse, grammar)\n", argv[0]);
     return AK_EXIT_USAGE;
 }

@@ -20,5 +20,6 @@ int cmd_bench_ttft(int argc, char **argv); /* agentkv bench ttft */
 int cmd_bench_serve(int argc, char **argv); /* agentkv bench serve */
 int cmd_bench_pools(int argc, char **argv); /* agentkv bench pools */
 int cmd_bench_reuse(int argc, char **argv); /* agentkv bench reuse */
+int cmd_bench_grammar(int argc, char **argv); /* agentkv bench grammar */
 
 #endif
