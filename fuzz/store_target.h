@@ -149,8 +149,9 @@ static void run_agent(void) {
     ak_kv *src = kv && need <= 1024 ? zero_seq(pool, e.fk, e.fv, e.spec.n_ctx, need) : NULL;
     if (kv) {
         ak_store_load_info info;
-        ak_store_status st = ak_store_load_linked(store, "a", e.fingerprint, 0, kv, src ? fuzz_prelink : NULL, src,
-                                                  &info, &err);
+        ak_store_status st = ak_store_load_linked(store, &(ak_store_load_args){.id = "a", .fingerprint = e.fingerprint,
+                                                  .kv = kv, .prelink = src ? fuzz_prelink : NULL, .ud = src}, &info,
+                                                  &err);
         if (st == AK_STORE_HIT) {
             if (ak_kv_length(kv) != info.n_tokens || info.linked > info.n_tokens) __builtin_trap();
             free(info.tokens);
@@ -174,7 +175,8 @@ static void run_pool(void) {
         int32_t *tokens = NULL;
         int n = -1;
         char hash[17];
-        if (kv && ak_store_load_pool(store, "a", pe.e.fingerprint, 0, kv, &tokens, &n, hash, &err) == AK_STORE_HIT) {
+        if (kv && ak_store_load_pool(store, &(ak_store_load_args){.id = "a", .fingerprint = pe.e.fingerprint, .kv = kv},
+                                     &tokens, &n, hash, &err) == AK_STORE_HIT) {
             if (ak_kv_length(kv) != n || strcmp(hash, pe.pool_hash)) __builtin_trap();
             free(tokens);
         }
@@ -238,8 +240,9 @@ static int store_target_write_seeds(const char *out_dir) {
     ak_snapshot *sn = rc == 0 ? ak_store_snapshot_base("a", based, tokens, 100, &base, "fuzzmodel", "m", &err) : NULL;
     if (!sn || ak_store_write_snapshot(store, sn, &err) != 0 || copy_out(path, out_dir, "synth-base") != 0) rc = -1;
     ak_snapshot_free(sn);
-    if (rc == 0 && (ak_store_save_pool(store, "a", kv[1], tokens, 70, "[{\"role\":\"system\",\"content\":\"x\"}]",
-                                       "fuzzmodel", "m", &err) != 0 ||
+    if (rc == 0 && (ak_store_save_pool(store, &(ak_store_save_args){.id = "a", .kv = kv[1], .tokens = tokens,
+                                       .n_tokens = 70, .source = "[{\"role\":\"system\",\"content\":\"x\"}]",
+                                       .fingerprint = "fuzzmodel", .model_name = "m"}, &err) != 0 ||
                     copy_out(pool_path, out_dir, "synth-pool") != 0))
         rc = -1;
     if (rc == 0 && (ak_store_save(store, "a", kv[2], tokens, 45, "fuzzmodel", "m", &err) != 0 ||

@@ -554,7 +554,9 @@ TEST(store_segments_round_trip_and_bad_records) {
     for (int pass = 0; pass < 2; pass++) {
         ak_kv *R = ak_kv_new(pass ? p16 : p32, AK_KV_F16, AK_KV_F16, 256, &err);
         ak_store_load_info info;
-        ak_store_status rs = ak_store_load_linked(st, "sg", FP, VOCAB, R, seg_prelink, pass ? C16 : C, &info, &err);
+        ak_store_status rs = ak_store_load_linked(st, &(ak_store_load_args){.id = "sg", .fingerprint = FP,
+                                                  .vocab = VOCAB, .kv = R, .prelink = seg_prelink,
+                                                  .ud = pass ? C16 : C}, &info, &err);
         int lens[AK_KV_MAX_SEGMENTS];
         CHECK(rs == AK_STORE_HIT && info.n_tokens == 110 && info.base.n_seg == 2 && info.linked == 21 &&
                   ak_kv_segments(R, lens) == 2 && lens[0] == 45 && lens[1] == 21,

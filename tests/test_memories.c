@@ -437,7 +437,9 @@ TEST(memories_persist_and_bad_files_are_refused) {
     /* another model's file: STALE, left in place */
     ak_block_pool *op = ak_block_pool_new(&e.m->spec, 0, 0, &err);
     ak_kv *okv = alone(&e, op, X, NX);
-    REQUIRE(okv && ak_store_save_memory(store, "other", okv, X, NX, "x", "another-model-fingerprint", "m", &err) == 0,
+    REQUIRE(okv && ak_store_save_memory(store, &(ak_store_save_args){.id = "other", .kv = okv, .tokens = X,
+                                        .n_tokens = NX, .source = "x", .fingerprint = "another-model-fingerprint",
+                                        .model_name = "m"}, &err) == 0,
             "other: %s", err.msg);
     CHECK(ak_memory_kv(ag, "other", &err) == NULL && err.code == AK_ERR_STALE, "another model: %s", err.msg);
     snprintf(ypath, sizeof ypath, "%s/memories/other.safetensors", dir);

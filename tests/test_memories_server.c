@@ -296,7 +296,9 @@ TEST(memories_server_restart_corrupt_and_stale) {
     ak_kv *kv = ak_kv_new(r.pool, AK_KV_F16, AK_KV_F16, N_CTX, &err);
     int32_t toks[4] = {10, 11, 12, 13};
     REQUIRE(kv && ak_kv_prepare(kv, 0, 4, &err) == 0 && ak_kv_set_length(kv, 4, &err) == 0, "kv: %s", err.msg);
-    REQUIRE(ak_store_save_memory(r.store, "alien", kv, toks, 4, "x", "some-other-model", "other", &err) == 0, "save: %s",
+    REQUIRE(ak_store_save_memory(r.store, &(ak_store_save_args){.id = "alien", .kv = kv, .tokens = toks, .n_tokens = 4,
+                                 .source = "x", .fingerprint = "some-other-model", .model_name = "other"},
+                                 &err) == 0, "save: %s",
             err.msg);
     ak_kv_free(kv);
     reply st = chat(r.port, "w", "[\"alien\"]", "none", "Hi.", NULL, 4);

@@ -209,7 +209,8 @@ TEST(store_prelinked_blocks_are_not_read) {
         REQUIRE(write_bytes(file_of(dir, "p"), bad, bad_len) == 0, "write");
         kv = ak_kv_new(a.pool, AK_KV_Q8, AK_KV_Q4, 256, &err);
         prelink_ctx pc = {NULL, a.kv, linked, 0, 0, 0, {{0}}, 0};
-        ak_store_status r = ak_store_load_linked(st, "p", FP, VOCAB, kv, test_prelink, &pc, &info, &err);
+        ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
+                                                 .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         int L = linked * 32;
         if (linked <= 2) {   /* block 2 is read: caught, quarantined, kv untouched */
             CHECK(r == AK_STORE_CORRUPT && strstr(err.msg, "block 2 (positions 64..95;") && quarantined(dir, "p") == 1 &&
@@ -238,7 +239,8 @@ TEST(store_prelinked_blocks_are_not_read) {
     {   /* the control: one block less is too little even with the sequence emptied */
         ak_block_pool_set_budget(a.pool, (NB + 3) * bb);
         prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
-        ak_store_status r = ak_store_load_linked(st, "p", FP, VOCAB, kv, test_prelink, &pc, &info, &err);
+        ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
+                                                 .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         CHECK(r == AK_STORE_ERROR && err.code == AK_ERR_KV_BUDGET && ak_kv_length(kv) == 0 && exists(file_of(dir, "p")),
               "budget of %d blocks: %s %s", NB + 3, ak_store_status_name(r), err.msg);
         REQUIRE(ak_kv_prepare(kv, 0, 1, &err) == 0 && ak_kv_write(kv, 0, 0, zk, zv, &err) == 0, "%s", err.msg);
@@ -246,7 +248,8 @@ TEST(store_prelinked_blocks_are_not_read) {
     ak_block_pool_set_budget(a.pool, (NB + 4) * bb);
     {
         prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
-        ak_store_status r = ak_store_load_linked(st, "p", FP, VOCAB, kv, test_prelink, &pc, &info, &err);
+        ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
+                                                 .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         uint64_t want = hdr + data / NB * (uint64_t)(NB - 3);
         CHECK(r == AK_STORE_HIT && kv_equal(a.kv, kv) && info.linked == 96 && info.bytes_read == want,
               "full budget, 3 blocks linked: %s %s; %llu bytes read, expected %llu", ak_store_status_name(r), err.msg,
@@ -271,7 +274,8 @@ TEST(store_prelinked_blocks_are_not_read) {
         REQUIRE(write_bytes(file_of(dir, "p"), bad, bad_len) == 0, "write");
         kv = ak_kv_new(p16, AK_KV_Q8, AK_KV_Q4, 256, &err);
         prelink_ctx pc = {NULL, ref, links16[k], 0, 0, 0, {{0}}, 0};
-        ak_store_status r = ak_store_load_linked(st, "p", FP, VOCAB, kv, test_prelink, &pc, &info, &err);
+        ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
+                                                 .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         int L = links16[k] * 16, j0 = L / 32;   /* file blocks before j0 are not read */
         if (j0 <= 1) {
             CHECK(r == AK_STORE_CORRUPT && strstr(err.msg, "block 1 (positions 32..63;") && quarantined(dir, "p") == 1,
@@ -298,7 +302,8 @@ TEST(store_prelinked_blocks_are_not_read) {
     REQUIRE(ak_store_save(st, "p", a.kv, a.tokens, a.n, FP, "m", &err) == 0, "save: %s", err.msg);
     kv = ak_kv_new(a.pool, AK_KV_Q8, AK_KV_Q4, 256, &err);
     prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
-    CHECK(ak_store_load_linked(st, "p", FP, VOCAB, kv, test_prelink, &pc, &info, &err) == AK_STORE_HIT &&
+    CHECK(ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB, .kv = kv,
+                               .prelink = test_prelink, .ud = &pc}, &info, &err) == AK_STORE_HIT &&
               kv_equal(a.kv, kv) && info.linked == 96,
           "sealed, 3 blocks linked: %s", err.msg);
     /* the linked blocks are a's own (shared), the rest were read */
@@ -386,7 +391,9 @@ TEST(store_base_round_trip) {
         ak_kv *r = ak_kv_new(p.pool, AK_KV_Q4, AK_KV_Q8, 256, &err);
         prelink_ctx pc = {p.kv, linked ? a : NULL, linked, 0, 0, 0, {{0}}, 0};
         ak_store_load_info info;
-        ak_store_status rs = ak_store_load_linked(st, "ag", FP, VOCAB, r, test_prelink, &pc, &info, &err);
+        ak_store_status rs = ak_store_load_linked(st, &(ak_store_load_args){.id = "ag", .fingerprint = FP,
+                                                  .vocab = VOCAB, .kv = r, .prelink = test_prelink, .ud = &pc}, &info,
+                                                  &err);
         uint64_t want_bytes = 8 + f.N + (uint64_t)(OWN_BLOCKS - linked) * block_bytes;
         CHECK(rs == AK_STORE_HIT && info.linked == B + 32 * linked && !strcmp(info.base.pool_id, "doc") &&
                   info.base.base_len == B && !strcmp(info.base.pool_hash, base.pool_hash) &&
@@ -460,20 +467,23 @@ TEST(store_base_without_pool_is_stale) {
     for (int i = 0; i < 3; i++) {
         prelink_ctx pc = {p.kv, NULL, 0, fails[i].code, 0, 0, {{0}}, 0};
         err.code = 0;
-        rs = ak_store_load_linked(st, "ag", FP, VOCAB, r, test_prelink, &pc, NULL, &err);
+        rs = ak_store_load_linked(st, &(ak_store_load_args){.id = "ag", .fingerprint = FP, .vocab = VOCAB, .kv = r,
+                                  .prelink = test_prelink, .ud = &pc}, NULL, &err);
         CHECK(rs == fails[i].st && err.code == fails[i].want_code && strstr(err.msg, "pool gone is gone") && pc.calls == 1,
               "prelink failing with %s: %s (code %s) %s", ak_err_code_name(fails[i].code), ak_store_status_name(rs),
               ak_err_code_name(err.code), err.msg);
     }
     prelink_ctx pc = {p.kv, NULL, 0, 0, 32, 0, {{0}}, 0};
-    rs = ak_store_load_linked(st, "ag", FP, VOCAB, r, test_prelink, &pc, NULL, &err);
+    rs = ak_store_load_linked(st, &(ak_store_load_args){.id = "ag", .fingerprint = FP, .vocab = VOCAB, .kv = r,
+                              .prelink = test_prelink, .ud = &pc}, NULL, &err);
     CHECK(rs == AK_STORE_ERROR && err.code == AK_ERR_INVALID, "a base of 32 for 40: %s %s", ak_store_status_name(rs),
           err.msg);
     CHECK(exists(file_of(dir, "ag")) && ak_kv_length(r) == 0 && ak_kv_n_blocks(r) == 0,
           "a miss moved the file or touched the sequence");
     /* and it is a sound file: with its base it loads */
     pc = (prelink_ctx){p.kv, NULL, 0, 0, 0, 0, {{0}}, 0};
-    CHECK(ak_store_load_linked(st, "ag", FP, VOCAB, r, test_prelink, &pc, NULL, &err) == AK_STORE_HIT &&
+    CHECK(ak_store_load_linked(st, &(ak_store_load_args){.id = "ag", .fingerprint = FP, .vocab = VOCAB, .kv = r,
+                               .prelink = test_prelink, .ud = &pc}, NULL, &err) == AK_STORE_HIT &&
               ak_kv_length(r) == 45,
           "with its base: %s", err.msg);
     ak_kv_free(r);

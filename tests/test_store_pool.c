@@ -98,8 +98,11 @@ TEST(store_pool_save_load_list_remove) {
     static const char pat[] = "[{\"role\":\"system\",\"content\":\"x\\n\u00e9\"}]\n";
     for (size_t i = 0; i < slen; i++) source[i] = pat[i % (sizeof pat - 1)];
     source[slen] = 0;
-    REQUIRE(ak_store_save_pool(st, "doc", p.kv, p.tokens, p.n, source, FP, "m", &err) == 0, "save: %s", err.msg);
-    REQUIRE(ak_store_save_pool(st, "aaa", p.kv, p.tokens, 10, "", FP, "m", &err) == 0, "save: %s", err.msg);
+    REQUIRE(ak_store_save_pool(st, &(ak_store_save_args){.id = "doc", .kv = p.kv, .tokens = p.tokens, .n_tokens = p.n,
+                               .source = source, .fingerprint = FP, .model_name = "m"}, &err) == 0,
+            "save: %s", err.msg);
+    REQUIRE(ak_store_save_pool(st, &(ak_store_save_args){.id = "aaa", .kv = p.kv, .tokens = p.tokens, .n_tokens = 10,
+                               .source = "", .fingerprint = FP, .model_name = "m"}, &err) == 0, "save: %s", err.msg);
     char hash[17], hash10[17];
     ak_pool_content_hash(FP, &s, AK_KV_Q4, AK_KV_TQ3, p.tokens, p.n, hash);
     ak_pool_content_hash(FP, &s, AK_KV_Q4, AK_KV_TQ3, p.tokens, 10, hash10);
@@ -142,7 +145,8 @@ TEST(store_pool_save_load_list_remove) {
     int32_t *tokens = NULL;
     int n = -1;
     char got[17] = "";
-    ak_store_status r = ak_store_load_pool(st, "doc", FP, VOCAB, b.kv, &tokens, &n, got, &err);
+    ak_store_status r = ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB,
+                                           .kv = b.kv}, &tokens, &n, got, &err);
     CHECK(r == AK_STORE_HIT && kv_equal(p.kv, b.kv) && n == 70 && tokens && !memcmp(tokens, p.tokens, 70 * 4) &&
               !strcmp(got, hash),
           "load: %s %s", ak_store_status_name(r), err.msg);
@@ -154,7 +158,8 @@ TEST(store_pool_save_load_list_remove) {
     ak_store_pool_entry e;
     CHECK(ak_store_lookup_pool(st, "doc", &e) == 1 && ak_store_remove_pool(st, "doc", &err) == 1, "removed twice");
     CHECK(ak_store_remove_pool(st, "../x", &err) < 0 && err.code == AK_ERR_INVALID, "hostile id");
-    CHECK(ak_store_save_pool(st, ".x", p.kv, p.tokens, p.n, "", FP, NULL, &err) < 0 && err.code == AK_ERR_INVALID,
+    CHECK(ak_store_save_pool(st, &(ak_store_save_args){.id = ".x", .kv = p.kv, .tokens = p.tokens, .n_tokens = p.n,
+                             .source = "", .fingerprint = FP}, &err) < 0 && err.code == AK_ERR_INVALID,
           "hostile id saved");
     free(source);
     cache_free(&p);
@@ -170,20 +175,23 @@ TEST(store_pool_damage_is_caught) {
     cache p, b;
     REQUIRE(cache_make(&p, &s, 32, AK_KV_Q8, AK_KV_Q8, 256, 90, 32) == 0, "fill");
     REQUIRE(cache_empty_like(&b, &p, 32) == 0, "empty");
-    REQUIRE(ak_store_save_pool(st, "doc", p.kv, p.tokens, p.n, "src", FP, "m", &err) == 0, "save: %s", err.msg);
+    REQUIRE(ak_store_save_pool(st, &(ak_store_save_args){.id = "doc", .kv = p.kv, .tokens = p.tokens, .n_tokens = p.n,
+                               .source = "src", .fingerprint = FP, .model_name = "m"}, &err) == 0, "save: %s", err.msg);
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(pool_file(dir, "doc"), &len, &err);
     REQUIRE(img, "read");
     /* another model: a miss, kept */
     err.code = 0;
-    ak_store_status r = ak_store_load_pool(st, "doc", "another-model", VOCAB, b.kv, NULL, NULL, NULL, &err);
+    ak_store_status r = ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = "another-model",
+                                           .vocab = VOCAB, .kv = b.kv}, NULL, NULL, NULL, &err);
     CHECK(r == AK_STORE_STALE && err.code == AK_ERR_STALE && exists(pool_file(dir, "doc")) && ak_kv_length(b.kv) == 0,
           "other model: %s %s", ak_store_status_name(r), err.msg);
     /* a flipped byte in the data: corrupt, quarantined as pool+doc */
     img[len - 100] ^= 4;
     REQUIRE(write_bytes(pool_file(dir, "doc"), img, len) == 0, "write");
     img[len - 100] ^= 4;
-    r = ak_store_load_pool(st, "doc", FP, VOCAB, b.kv, NULL, NULL, NULL, &err);
+    r = ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB, .kv = b.kv}, NULL,
+                           NULL, NULL, &err);
     CHECK(r == AK_STORE_CORRUPT && strstr(err.msg, "checksum mismatch") && !exists(pool_file(dir, "doc")) &&
               pool_quarantined(dir, "doc") == 1 && quarantined(dir, "doc") == 0 && ak_kv_length(b.kv) == 0,
           "flipped byte: %s %s", ak_store_status_name(r), err.msg);
@@ -192,7 +200,8 @@ TEST(store_pool_damage_is_caught) {
     CHECK(ak_store_lookup_pool(st, "doc", &e) == 1, "a quarantined pool is still indexed");
     /* truncated */
     REQUIRE(write_bytes(pool_file(dir, "doc"), img, len - 1) == 0, "write");
-    r = ak_store_load_pool(st, "doc", FP, VOCAB, b.kv, NULL, NULL, NULL, &err);
+    r = ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB, .kv = b.kv}, NULL,
+                           NULL, NULL, &err);
     CHECK(r == AK_STORE_CORRUPT && strstr(err.msg, "truncated") && pool_quarantined(dir, "doc") == 1,
           "truncated: %s %s", ak_store_status_name(r), err.msg);
     /* a recorded hash that is not the contents': with the metadata checksum
@@ -201,13 +210,15 @@ TEST(store_pool_damage_is_caught) {
     char hash[17];
     ak_pool_content_hash(FP, &s, AK_KV_Q8, AK_KV_Q8, p.tokens, p.n, hash);
     REQUIRE(rewrite_meta(pool_file(dir, "doc"), "pool_hash", hash) == 0, "rewrite");   /* the control: same hash */
-    r = ak_store_load_pool(st, "doc", FP, VOCAB, b.kv, NULL, NULL, NULL, &err);
+    r = ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB, .kv = b.kv}, NULL,
+                           NULL, NULL, &err);
     CHECK(r == AK_STORE_HIT && kv_equal(p.kv, b.kv), "rewritten with the same hash: %s %s", ak_store_status_name(r),
           err.msg);
     REQUIRE(rewrite_meta(pool_file(dir, "doc"), "pool_hash", "0123456789abcdef") == 0, "rewrite");
     cache c;
     REQUIRE(cache_empty_like(&c, &p, 32) == 0, "empty");
-    r = ak_store_load_pool(st, "doc", FP, VOCAB, c.kv, NULL, NULL, NULL, &err);
+    r = ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB, .kv = c.kv}, NULL,
+                           NULL, NULL, &err);
     CHECK(r == AK_STORE_CORRUPT && strstr(err.msg, "pool_hash") && pool_quarantined(dir, "doc") == 1 &&
               ak_kv_length(c.kv) == 0,
           "wrong pool_hash: %s %s", ak_store_status_name(r), err.msg);
@@ -234,7 +245,8 @@ TEST(store_pool_sealed_round_trip) {
     ak_cache_spec s = small_spec();
     cache p, b;
     REQUIRE(cache_make(&p, &s, 32, AK_KV_F16, AK_KV_Q8, 256, 120, 33) == 0, "fill");
-    REQUIRE(ak_store_save_pool(st, "doc", p.kv, p.tokens, p.n, "secret text", FP, "m", &err) == 0, "save: %s",
+    REQUIRE(ak_store_save_pool(st, &(ak_store_save_args){.id = "doc", .kv = p.kv, .tokens = p.tokens, .n_tokens = p.n,
+                               .source = "secret text", .fingerprint = FP, .model_name = "m"}, &err) == 0, "save: %s",
             err.msg);
     size_t len;
     uint8_t *img = (uint8_t *)ak_read_file(pool_file(dir, "doc"), &len, &err);
@@ -242,7 +254,8 @@ TEST(store_pool_sealed_round_trip) {
     CHECK(!memcmp(img, "AKVSEAL1", 8) && !memmem(img, len, "secret text", 11) && !memmem(img, len, "agentkv.pool", 12),
           "pool file not sealed");
     REQUIRE(cache_empty_like(&b, &p, 16) == 0, "empty");
-    CHECK(ak_store_load_pool(st, "doc", FP, VOCAB, b.kv, NULL, NULL, NULL, &err) == AK_STORE_HIT && kv_equal(p.kv, b.kv),
+    CHECK(ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB, .kv = b.kv},
+                             NULL, NULL, NULL, &err) == AK_STORE_HIT && kv_equal(p.kv, b.kv),
           "sealed pool: %s", err.msg);
     ak_store_close(st);
     st = ak_store_open(dir, key, &err);   /* the index reads sealed pools with the key */
@@ -257,7 +270,8 @@ TEST(store_pool_sealed_round_trip) {
     size_t alen;
     uint8_t *agent = (uint8_t *)ak_read_file(file_of(dir, "doc"), &alen, &err);
     REQUIRE(agent && write_bytes(pool_file(dir, "doc"), agent, alen) == 0, "write");
-    ak_store_status r = ak_store_load_pool(st, "doc", FP, VOCAB, b.kv, NULL, NULL, NULL, &err);
+    ak_store_status r = ak_store_load_pool(st, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB,
+                                           .kv = b.kv}, NULL, NULL, NULL, &err);
     CHECK(r == AK_STORE_CORRUPT && strstr(err.msg, "authentication failed") && pool_quarantined(dir, "doc") == 1,
           "an agent's sealed file as a pool: %s %s", ak_store_status_name(r), err.msg);
     free(agent);
@@ -280,7 +294,8 @@ TEST(store_gc_leaves_pools_alone) {
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 30, 3) == 0, "fill");
     REQUIRE(ak_store_save(st, "a1", a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
     REQUIRE(ak_store_save(st, "a2", a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
-    REQUIRE(ak_store_save_pool(st, "doc", a.kv, a.tokens, a.n, "", FP, NULL, &err) == 0, "save: %s", err.msg);
+    REQUIRE(ak_store_save_pool(st, &(ak_store_save_args){.id = "doc", .kv = a.kv, .tokens = a.tokens, .n_tokens = a.n,
+                               .source = "", .fingerprint = FP}, &err) == 0, "save: %s", err.msg);
     struct stat sb;
     REQUIRE(stat(file_of(dir, "a1"), &sb) == 0, "stat");
     uint64_t left = 1;
@@ -317,7 +332,8 @@ TEST(store_pool_failed_writes_keep_the_old_file) {
     REQUIRE(cache_make(&nw, &s, 32, AK_KV_Q8, AK_KV_Q8, 128, 60, 2) == 0, "fill");
     int steps = 0;
     for (int n = 1; n < 100; n++) {
-        REQUIRE(ak_store_save_pool(st, "doc", old.kv, old.tokens, old.n, "old", FP, NULL, &err) == 0, "%s", err.msg);
+        REQUIRE(ak_store_save_pool(st, &(ak_store_save_args){.id = "doc", .kv = old.kv, .tokens = old.tokens,
+                                   .n_tokens = old.n, .source = "old", .fingerprint = FP}, &err) == 0, "%s", err.msg);
         char spec[32];
         snprintf(spec, sizeof spec, "%d:ENOSPC", n);
         setenv("AK_FAULT_FAIL_AT", spec, 1);
@@ -326,14 +342,16 @@ TEST(store_pool_failed_writes_keep_the_old_file) {
         unsetenv("AK_FAULT_FAIL_AT");
         unsetenv("AK_FAULT_WRITE_CHUNK");
         REQUIRE(f, "open: %s", err.msg);
-        int rc = ak_store_save_pool(f, "doc", nw.kv, nw.tokens, nw.n, "new", FP, NULL, &err);
+        int rc = ak_store_save_pool(f, &(ak_store_save_args){.id = "doc", .kv = nw.kv, .tokens = nw.tokens,
+                                    .n_tokens = nw.n, .source = "new", .fingerprint = FP}, &err);
         int newer = rc == 0 || strstr(err.msg, "fsync of directory") != NULL;
         ak_store_close(f);
         ak_store *g = ak_store_open(dir, NULL, &err);
         REQUIRE(g, "open: %s", err.msg);
         REQUIRE(cache_empty_like(&b, &old, 32) == 0, "empty");
         int nt = 0;
-        ak_store_status r = ak_store_load_pool(g, "doc", FP, VOCAB, b.kv, NULL, &nt, NULL, &err);
+        ak_store_status r = ak_store_load_pool(g, &(ak_store_load_args){.id = "doc", .fingerprint = FP, .vocab = VOCAB,
+                                               .kv = b.kv}, NULL, &nt, NULL, &err);
         CHECK(r == AK_STORE_HIT && kv_equal(newer ? nw.kv : old.kv, b.kv) && nt == (newer ? 60 : 30),
               "step %d (save rc %d): %s %s", n, rc, ak_store_status_name(r), err.msg);
         cache_free(&b);

@@ -244,8 +244,10 @@ static void pools_memories(ak_test_ctx *t, const redis_srv *redis, const char *n
     ak_cache_spec s = small_spec();
     cache c;
     REQUIRE(cache_make(&c, &s, 32, AK_KV_Q8, AK_KV_Q8, 512, 90, 4) == 0, "fill");
-    REQUIRE(ak_store_save_pool(a, "doc", c.kv, c.tokens, c.n, "{\"src\":1}", FP, NULL, &err) == 0, "pool: %s", err.msg);
-    REQUIRE(ak_store_save_memory(a, "mem1", c.kv, c.tokens, c.n, "some text", FP, NULL, &err) == 0, "memory: %s", err.msg);
+    REQUIRE(ak_store_save_pool(a, &(ak_store_save_args){.id = "doc", .kv = c.kv, .tokens = c.tokens, .n_tokens = c.n,
+                               .source = "{\"src\":1}", .fingerprint = FP}, &err) == 0, "pool: %s", err.msg);
+    REQUIRE(ak_store_save_memory(a, &(ak_store_save_args){.id = "mem1", .kv = c.kv, .tokens = c.tokens, .n_tokens = c.n,
+                                 .source = "some text", .fingerprint = FP}, &err) == 0, "memory: %s", err.msg);
     ak_store *b = open_on(redis, name, NULL, 0, &err);
     REQUIRE(b, "open: %s", err.msg);
     ak_store_pool_entry pe;
@@ -262,8 +264,10 @@ static void pools_memories(ak_test_ctx *t, const redis_srv *redis, const char *n
         int32_t *tok = NULL;
         int n = 0;
         char h[17];
-        ak_store_status st = k ? ak_store_load_memory(b, "mem1", FP, VOCAB, d.kv, &tok, &n, h, &err)
-                               : ak_store_load_pool(b, "doc", FP, VOCAB, d.kv, &tok, &n, h, &err);
+        ak_store_status st = k ? ak_store_load_memory(b, &(ak_store_load_args){.id = "mem1", .fingerprint = FP,
+                                                      .vocab = VOCAB, .kv = d.kv}, &tok, &n, h, &err)
+                               : ak_store_load_pool(b, &(ak_store_load_args){.id = "doc", .fingerprint = FP,
+                                                    .vocab = VOCAB, .kv = d.kv}, &tok, &n, h, &err);
         CHECK(st == AK_STORE_HIT && n == c.n && !memcmp(tok, c.tokens, 4 * (size_t)n) && kv_equal(c.kv, d.kv),
               "%s: %s not restored: %s", name, k ? "memory" : "pool", err.msg);
         free(tok);

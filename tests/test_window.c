@@ -321,8 +321,9 @@ TEST(gemma3_window_refusals_by_code) {
     CHECK(ak_block_alloc_mixed(p, fk, fv, WT, &err) == NULL && err.code == AK_ERR_INVALID, "mixed: code %d", err.code);
     /* a pool file would have to hold every position of every layer */
     err.code = 0;
-    ak_snapshot *sn = ak_store_snapshot_kind(AK_FILE_POOL, "px", kv, toks, 48, NULL, "0123456789abcdef", "t",
-                                             m->fingerprint, NULL, &err);
+    ak_snapshot *sn = ak_store_snapshot_kind(AK_FILE_POOL, &(ak_store_save_args){.id = "px", .kv = kv, .tokens = toks,
+                                             .n_tokens = 48, .source = "t", .fingerprint = m->fingerprint}, NULL,
+                                             "0123456789abcdef", &err);
     CHECK(!sn && err.code == AK_ERR_INVALID, "pool snapshot of a windowed sequence: code %d", err.code);
     ak_snapshot_free(sn);
     /* an agent's is version 7 */

@@ -183,8 +183,9 @@ static mem_body *body_load(ak_agents *a, const char *id, const ak_store_pool_ent
     }
     ak_kv_set_window_release(b->kv, 0);   /* shared whole (see ak_memory_add) */
     ak_error le = {{0}};
-    ak_store_status st = ak_store_load_memory(a->cfg.store, id, a->cfg.model->fingerprint, a->cfg.model->cfg.vocab,
-                                              b->kv, &b->tokens, &b->n, b->hash, &le);
+    const ak_store_load_args la = {.id = id, .fingerprint = a->cfg.model->fingerprint,
+                                   .vocab = a->cfg.model->cfg.vocab, .kv = b->kv};
+    ak_store_status st = ak_store_load_memory(a->cfg.store, &la, &b->tokens, &b->n, b->hash, &le);
     if (st != AK_STORE_HIT) {
         body_unref(a, b);
         int code = st == AK_STORE_ERROR && le.code ? le.code : (int)status_code(st);
@@ -316,8 +317,9 @@ int ak_memory_add(ak_agents *a, ak_ctx *c, const char *id, const char *text, con
         return ak_failc(err, AK_ERR_NOMEM, "out of memory");
     }
     if (a->cfg.store) {
-        if (ak_store_save_memory(a->cfg.store, id, b->kv, b->tokens, b->n, text, a->cfg.model->fingerprint,
-                                 a->cfg.model->cfg.name, err) < 0) {
+        if (ak_store_save_memory(a->cfg.store, &(ak_store_save_args){.id = id, .kv = b->kv, .tokens = b->tokens,
+                                 .n_tokens = b->n, .source = text, .fingerprint = a->cfg.model->fingerprint,
+                                 .model_name = a->cfg.model->cfg.name}, err) < 0) {
             rec_free(a, r);
             return -1;
         }

@@ -104,8 +104,9 @@ static int load_blocks(ak_agents *a, pool_rec *p, const ak_store_pool_entry *e, 
     int32_t *tok = NULL;
     int n = 0;
     char hash[17] = "";
-    ak_store_status st = ak_store_load_pool(a->cfg.store, p->id, a->cfg.model->fingerprint, a->cfg.model->cfg.vocab, kv,
-                                            &tok, &n, hash, &le);
+    const ak_store_load_args la = {.id = p->id, .fingerprint = a->cfg.model->fingerprint,
+                                   .vocab = a->cfg.model->cfg.vocab, .kv = kv};
+    ak_store_status st = ak_store_load_pool(a->cfg.store, &la, &tok, &n, hash, &le);
     if (st != AK_STORE_HIT) {
         ak_kv_free(kv);
         int code = st == AK_STORE_ERROR && le.code ? le.code : (int)status_code(st);
@@ -216,8 +217,9 @@ int ak_pool_commit(ak_agents *a, const char *id, ak_error *err) {
         return ak_failc(err, AK_ERR_INVALID, "pool %s: %d of %d positions computed", id, ak_kv_length(p->kv), p->n);
     ak_pool_content_hash(a->cfg.model->fingerprint, &a->cfg.model->spec, p->fk, p->fv, p->tokens, p->n, p->hash);
     if (a->cfg.store) {
-        if (ak_store_save_pool(a->cfg.store, id, p->kv, p->tokens, p->n, p->source, a->cfg.model->fingerprint,
-                               a->cfg.model->cfg.name, err) < 0)
+        if (ak_store_save_pool(a->cfg.store, &(ak_store_save_args){.id = id, .kv = p->kv, .tokens = p->tokens,
+                               .n_tokens = p->n, .source = p->source, .fingerprint = a->cfg.model->fingerprint,
+                               .model_name = a->cfg.model->cfg.name}, err) < 0)
             return -1;
         ak_store_pool_entry e;
         if (ak_store_lookup_pool(a->cfg.store, id, &e) == 0) {

@@ -206,8 +206,9 @@ void agent_restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     }
     t->evicted += ev;
     ak_store_load_info info;
-    ak_store_status st = ak_store_load_linked(a->cfg.store, g->id, a->cfg.model->fingerprint,
-                                              a->cfg.model->cfg.vocab, kv, prelink, &pc, &info, &ie);
+    const ak_store_load_args la = {.id = g->id, .fingerprint = a->cfg.model->fingerprint,
+                                   .vocab = a->cfg.model->cfg.vocab, .kv = kv, .prelink = prelink, .ud = &pc};
+    ak_store_status st = ak_store_load_linked(a->cfg.store, &la, &info, &ie);
     int impure = pc.impure;
     prelink_clear(&pc);
     if (st == AK_STORE_HIT && agent_set_history(g, info.tokens, info.n_tokens, err) == 0) {
@@ -272,8 +273,9 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
 }
 
 void ak_restore_job_run(ak_restore_job *j) {
-    j->status = ak_store_load_linked(j->store, j->id, j->fingerprint, j->vocab, j->kv, prelink, j->prelink, &j->info,
-                                     &j->err);
+    const ak_store_load_args la = {.id = j->id, .fingerprint = j->fingerprint, .vocab = j->vocab, .kv = j->kv,
+                                   .prelink = prelink, .ud = j->prelink};
+    j->status = ak_store_load_linked(j->store, &la, &j->info, &j->err);
     if (j->status == AK_STORE_HIT && !j->prelink->no_index && !j->prelink->impure) {   /* at once: the next restore of this prefix links it */
         int next = 0;
         ak_prefix_publish(j->kv, j->info.tokens, j->info.n_tokens, &next);

@@ -216,14 +216,13 @@ int ak_store_sealed(const ak_store *s) { return s->has_key; }
 
 /* ------------------------------------------------------------ quarantine */
 
-int ak_store_quarantine_kind(ak_store *s, int kind, const char *id, ak_blob_get *g, const char *reason, char *where,
-                             size_t wn, char *why, size_t whyn) {
-    const char *pre = kind == AK_FILE_POOL ? POOL_QPREFIX : kind == AK_FILE_MEMORY ? MEMORY_QPREFIX
-                    : kind == AK_FILE_CARD ? CARD_QPREFIX : "";
+int ak_store_quarantine_kind(ak_store *s, const ak_quarantine_args *a) {
+    const char *pre = a->kind == AK_FILE_POOL ? POOL_QPREFIX : a->kind == AK_FILE_MEMORY ? MEMORY_QPREFIX
+                    : a->kind == AK_FILE_CARD ? CARD_QPREFIX : "";
     ak_blob_qname q;
-    int rc = s->be->ops->quarantine(s->be, kind, id, g, pre, reason, &q, where, wn, why, whyn);
+    int rc = s->be->ops->quarantine(s->be, a, pre, &q);
     if (rc != 0) return rc;
-    ak_store_index_del(s, kind, id);
+    ak_store_index_del(s, a->kind, a->id);
     ak_store_index_quarantined(s, &q);
     return 0;
 }
@@ -241,7 +240,9 @@ int ak_store_quarantine(ak_store *s, const char *id, const char *reason, ak_erro
     if (!ak_agent_id_valid(id)) return ak_failc(err, AK_ERR_INVALID, "store: invalid agent id");
     if (!reason_ok(reason)) return ak_failc(err, AK_ERR_INVALID, "store: quarantine reason must be a short [a-z0-9-] word");
     if (s->be->ops->where(s->be, AK_FILE_AGENT, id, path, sizeof path)) return ak_failc(err, AK_ERR_INVALID, "store: path too long");
-    int rc = ak_store_quarantine_kind(s, AK_FILE_AGENT, id, NULL, reason, dst, sizeof dst, why, sizeof why);
+    int rc = ak_store_quarantine_kind(s, &(ak_quarantine_args){.kind = AK_FILE_AGENT, .id = id, .reason = reason,
+                                                               .where = dst, .wn = sizeof dst, .why = why,
+                                                               .whyn = sizeof why});
     if (rc < 0) return ak_failc(err, AK_ERR_IO, "store: %s: quarantine: %s", path, why);
     return rc;
 }

@@ -246,11 +246,21 @@ typedef struct {
 ak_store_status ak_store_load(ak_store *s, const char *agent_id, const char *fingerprint, int vocab, ak_kv *kv,
                               ak_store_load_info *info, ak_error *err);
 
-/* ak_store_load with a prelink callback (NULL: as ak_store_load, where a
- * file with a base is then STALE: nothing can supply it). info->bytes_read
- * counts only the blocks read; info->linked gets L. */
-ak_store_status ak_store_load_linked(ak_store *s, const char *agent_id, const char *fingerprint, int vocab, ak_kv *kv,
-                                     ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+/* What a load restores and checks the file against (ak_store_load_linked,
+ * ak_store_load_pool, ak_store_load_memory): as ak_store_load's arguments. */
+typedef struct {
+    const char *id;                /* the agent's, pool's or memory's */
+    const char *fingerprint;       /* the model the file must be for */
+    int vocab;                     /* token ids must be below it (<= 0: not checked) */
+    ak_kv *kv;                     /* the sequence to fill (not NULL) */
+    ak_store_prelink_fn prelink;   /* ak_store_load_linked only (pools and memories have no base): */
+    void *ud;                      /* the callback and its first argument, or NULL */
+} ak_store_load_args;
+
+/* ak_store_load of a->id with a prelink callback (a->prelink NULL: as
+ * ak_store_load, where a file with a base is then STALE: nothing can supply
+ * it). info->bytes_read counts only the blocks read; info->linked gets L. */
+ak_store_status ak_store_load_linked(ak_store *s, const ak_store_load_args *a, ak_store_load_info *info,
                                      ak_error *err);
 
 /* Everything ak_store_load checks that needs no sequence: the whole file,
@@ -334,16 +344,28 @@ typedef struct {
  * fingerprint, the formats, the cache spec and the token ids. */
 void ak_pool_content_hash(const char *fingerprint, const ak_cache_spec *spec, ak_kv_format fk, ak_kv_format fv,
                           const int32_t *tokens, int n_tokens, char out[17]);
-/* Writes pool id (positions [0, n_tokens) of kv, no base) atomically.
- * Returns 0, or -1 with err set. */
-int ak_store_save_pool(ak_store *s, const char *pool_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                       const char *source, const char *fingerprint, const char *model_name, ak_error *err);
-/* Loads pool id into the empty kv (its formats must be the file's: use
- * ak_store_lookup_pool first to learn them); statuses as ak_store_load
- * (CORRUPT files are quarantined). On a hit *tokens (malloc'd), *n_tokens,
- * and pool_hash are set. */
-ak_store_status ak_store_load_pool(ak_store *s, const char *pool_id, const char *fingerprint, int vocab, ak_kv *kv,
-                                   int32_t **tokens, int *n_tokens, char pool_hash[17], ak_error *err);
+/* A sequence to write as a pool or a memory (ak_store_save_pool,
+ * ak_store_save_memory): positions [0, n_tokens) of kv (no base) and their
+ * token ids. */
+typedef struct {
+    const char *id;            /* the pool's or memory's */
+    const ak_kv *kv;
+    const int32_t *tokens;
+    int n_tokens;
+    const char *source;        /* a pool's "source", a memory's text (NULL: "") */
+    const char *fingerprint;   /* the model (as ak_store_snapshot) */
+    const char *model_name;    /* informational (may be NULL) */
+} ak_store_save_args;
+
+/* Writes pool a->id (positions [0, a->n_tokens) of a->kv, no base)
+ * atomically. Returns 0, or -1 with err set. */
+int ak_store_save_pool(ak_store *s, const ak_store_save_args *a, ak_error *err);
+/* Loads pool a->id into the empty a->kv (its formats must be the file's:
+ * use ak_store_lookup_pool first to learn them; a->prelink is not used);
+ * statuses as ak_store_load (CORRUPT files are quarantined). On a hit
+ * *tokens (malloc'd), *n_tokens, and pool_hash are set (each if not NULL). */
+ak_store_status ak_store_load_pool(ak_store *s, const ak_store_load_args *a, int32_t **tokens, int *n_tokens,
+                                   char pool_hash[17], ak_error *err);
 /* The index entry of a pool (no I/O; source copied, the caller frees it).
  * Returns 0, or 1 if there is no such pool file. */
 int ak_store_lookup_pool(ak_store *s, const char *pool_id, ak_store_pool_entry *out);
@@ -369,17 +391,18 @@ int ak_store_remove_pool(ak_store *s, const char *pool_id, ak_error *err);
  * store's saves, loads, removals and quarantine moves; ak_store_gc neither
  * counts nor deletes memories. Entries are ak_store_pool_entry (pool_hash:
  * the content hash, source: the text). */
-/* Writes memory id (positions [0, n_tokens) of kv, no base) with its
- * content hash and text atomically (creating memories/). Returns 0, or -1
- * with err set (the previous file, if any, intact). */
-int ak_store_save_memory(ak_store *s, const char *id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                         const char *text, const char *fingerprint, const char *model_name, ak_error *err);
-/* Loads memory id into the empty kv (its formats must be the file's:
- * ak_store_lookup_memory first). Statuses as ak_store_load (CORRUPT files
- * are quarantined, another model is STALE). On a hit *tokens (malloc'd),
- * *n_tokens and hash are set. */
-ak_store_status ak_store_load_memory(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
-                                     int32_t **tokens, int *n_tokens, char hash[17], ak_error *err);
+/* Writes memory a->id (positions [0, a->n_tokens) of a->kv, at least one,
+ * no base) with its content hash and text (a->source) atomically (creating
+ * memories/). Returns 0, or -1 with err set (the previous file, if any,
+ * intact). */
+int ak_store_save_memory(ak_store *s, const ak_store_save_args *a, ak_error *err);
+/* Loads memory a->id into the empty a->kv (its formats must be the
+ * file's: ak_store_lookup_memory first; a->prelink is not used). Statuses
+ * as ak_store_load (CORRUPT files are quarantined, another model is
+ * STALE). On a hit *tokens (malloc'd), *n_tokens and hash are set (each if
+ * not NULL). */
+ak_store_status ak_store_load_memory(ak_store *s, const ak_store_load_args *a, int32_t **tokens, int *n_tokens,
+                                     char hash[17], ak_error *err);
 /* The index entry of memory id (no I/O; source copied, the caller frees
  * it). Returns 0, or 1 if there is no such file. */
 int ak_store_lookup_memory(ak_store *s, const char *id, ak_store_pool_entry *out);

@@ -83,6 +83,19 @@ typedef struct ak_store_backend ak_store_backend;
 typedef struct ak_blob_put ak_blob_put;   /* a put in flight */
 typedef struct ak_blob_get ak_blob_get;   /* an open image */
 
+/* An image to move to quarantine, and where to say what became of it (the
+ * backend's quarantine operation; ak_store_quarantine_kind). */
+typedef struct {
+    int kind;                  /* AK_FILE_* */
+    const char *id;
+    ak_blob_get *g;            /* not NULL: only if the image is still the one g opened */
+    const char *reason;        /* a short word for the new name */
+    char *where;               /* out: the new place (a path or key), for messages; wn bytes */
+    size_t wn;
+    char *why;                 /* out: why it was not moved; whyn bytes */
+    size_t whyn;
+} ak_quarantine_args;
+
 typedef struct {
     const char *name;   /* "dir", "redis" */
     /* Frees the backend (no handle may be open). */
@@ -132,13 +145,12 @@ typedef struct {
     /* Deletes the image of (kind, id): 0; 1 if there was none; -1. */
     int (*remove)(ak_store_backend *b, int kind, const char *id, ak_error *err);
 
-    /* QUARANTINE. Moves the image of (kind, id) aside under a new name
-     * (prefix, the id, the reason, the time: unique): if g is not NULL only
-     * if the image is still the one g opened (else -1, "replaced meanwhile").
-     * Returns 0 with q (name, bytes, time) and where (a path or key, for
-     * messages) set; 1 if there is no image; -1 with why set. */
-    int (*quarantine)(ak_store_backend *b, int kind, const char *id, ak_blob_get *g, const char *prefix,
-                      const char *reason, ak_blob_qname *q, char *where, size_t wn, char *why, size_t whyn);
+    /* QUARANTINE. Moves the image of (a->kind, a->id) aside under a new
+     * name (prefix, the id, a->reason, the time: unique): if a->g is not
+     * NULL only if the image is still the one a->g opened (else -1,
+     * "replaced meanwhile"). Returns 0 with q (name, bytes, time) and
+     * a->where set; 1 if there is no image; -1 with a->why set. */
+    int (*quarantine)(ak_store_backend *b, const ak_quarantine_args *a, const char *prefix, ak_blob_qname *q);
     /* The quarantined images, unsorted (malloc'd). */
     int (*quarantine_list)(ak_store_backend *b, ak_blob_qname **out, int *n, ak_error *err);
     /* Deletes quarantined image name (gone already is fine). */

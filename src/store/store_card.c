@@ -866,8 +866,9 @@ static ak_store_status load_card(ak_store *s, const char *id, const char *finger
     if (r == AK_STORE_HIT && g) s->be->ops->get_touch(g);   /* recently used */
     if (r == AK_STORE_CORRUPT && move) {
         char where[PATH_MAX], why[PATH_MAX + 64];
-        if (ak_store_quarantine_kind(s, AK_FILE_CARD, id, g, v.reason ? v.reason : "corrupt", where, sizeof where, why,
-                                     sizeof why) == 0) {
+        ak_quarantine_args qa = {.kind = AK_FILE_CARD, .id = id, .g = g, .reason = v.reason ? v.reason : "corrupt",
+                                 .where = where, .wn = sizeof where, .why = why, .whyn = sizeof why};
+        if (ak_store_quarantine_kind(s, &qa) == 0) {
             size_t l = strlen(err->msg);
             snprintf(err->msg + l, sizeof err->msg - l, " (moved to quarantine/)");
         }

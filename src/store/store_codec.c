@@ -555,10 +555,12 @@ ak_store_status aks_apply_corrections(const agent_meta *m, ak_kv *kv, verdict *v
     return st;
 }
 
-ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv *kv, const int32_t *tokens,
-                                    int n_tokens, const ak_store_base *base, const char *pool_hash,
-                                    const char *source, const char *fingerprint, const char *model_name,
-                                    ak_error *err) {
+ak_snapshot *ak_store_snapshot_kind(int kind, const ak_store_save_args *a, const ak_store_base *base,
+                                    const char *pool_hash, ak_error *err) {
+    const char *agent_id = a->id, *fingerprint = a->fingerprint;
+    const ak_kv *kv = a->kv;
+    const int32_t *tokens = a->tokens;
+    int n_tokens = a->n_tokens;
     const char *what = ak_kind_word(kind);
     if (!ak_agent_id_valid(agent_id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid %s id", what); return NULL; }
     if (!fingerprint_ok(fingerprint)) {
@@ -605,7 +607,7 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
     sn->base = b;
     if (ak_kind_pooled(kind)) {
         snprintf(sn->pool_hash, sizeof sn->pool_hash, "%s", pool_hash);
-        if (!(sn->source = strdup(source ? source : ""))) {
+        if (!(sn->source = strdup(a->source ? a->source : ""))) {
             ak_failc(err, AK_ERR_NOMEM, "store: pool %s: out of memory", agent_id);
             free(sn);
             return NULL;
@@ -613,7 +615,7 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
     }
     snprintf(sn->id, sizeof sn->id, "%s", agent_id);
     snprintf(sn->fingerprint, sizeof sn->fingerprint, "%s", fingerprint);
-    snprintf(sn->model_name, sizeof sn->model_name, "%s", model_name ? model_name : "");
+    snprintf(sn->model_name, sizeof sn->model_name, "%s", a->model_name ? a->model_name : "");
     for (char *p = sn->model_name; *p; p++)   /* keep the metadata one clean line */
         if ((unsigned char)*p < 32 || *p == 127) *p = '?';
     sn->spec = *ak_block_pool_spec(ak_kv_pool(kv));
@@ -675,15 +677,15 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const char *agent_id, const ak_kv 
 
 ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
                                const char *fingerprint, const char *model_name, ak_error *err) {
-    return ak_store_snapshot_kind(AK_FILE_AGENT, agent_id, kv, tokens, n_tokens, NULL, NULL, NULL, fingerprint,
-                                  model_name, err);
+    return ak_store_snapshot_base(agent_id, kv, tokens, n_tokens, NULL, fingerprint, model_name, err);
 }
 
 ak_snapshot *ak_store_snapshot_base(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
                                     const ak_store_base *base, const char *fingerprint, const char *model_name,
                                     ak_error *err) {
-    return ak_store_snapshot_kind(AK_FILE_AGENT, agent_id, kv, tokens, n_tokens, base, NULL, NULL, fingerprint,
-                                  model_name, err);
+    const ak_store_save_args a = {.id = agent_id, .kv = kv, .tokens = tokens, .n_tokens = n_tokens,
+                                  .fingerprint = fingerprint, .model_name = model_name};
+    return ak_store_snapshot_kind(AK_FILE_AGENT, &a, base, NULL, err);
 }
 
 size_t ak_snapshot_bytes(const ak_snapshot *sn) {
@@ -1260,13 +1262,18 @@ static int parse_block_sums(const char *str, int64_t nb, uint64_t *out) {
     return 0;
 }
 
+void aks_table_free(aks_table *tb) {
+    free(tb->t);
+    free(tb->sums);
+    memset(tb, 0, sizeof *tb);
+}
+
 /* The tensor table of the header against the layout the metadata implies
- * (the own positions [base_len, n_tokens)) and the image size: on HIT *tout
- * gets the tensors (nt returned in *ntout) and *sout each block's checksum
- * as the file states it (*nbout blocks), both malloc'd (the caller frees).
- * Needs the header only. */
-ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, tensor_desc **tout, int *ntout, uint64_t **sout,
-                                   int64_t *nbout, verdict *v) {
+ * (the own positions [base_len, n_tokens)) and the image size: on HIT *tb
+ * gets the tensors and each block's checksum as the file states it, both
+ * malloc'd (aks_table_free); else *tb is zeroed. Needs the header only. */
+ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, aks_table *tb, verdict *v) {
+    memset(tb, 0, sizeof *tb);
     char why[128];
     tensor_desc *t = NULL;
     uint64_t *sums = NULL;
@@ -1332,10 +1339,7 @@ done:
         free(sums);
         return st;
     }
-    *tout = t;
-    *ntout = nt;
-    *sout = sums;
-    *nbout = nb;
+    *tb = (aks_table){.t = t, .nt = nt, .sums = sums, .nb = nb};
     return st;
 }
 
@@ -1364,16 +1368,17 @@ ak_store_status aks_check_tokens(const agent_meta *m, int vocab, verdict *v) {
     return AK_STORE_HIT;
 }
 
-/* The checksums of blocks [j0, nb) of an image whose data section is data
- * (in memory). */
-ak_store_status aks_check_blocks(const agent_meta *m, const uint8_t *data, const tensor_desc *t, int nt,
-                                    const uint64_t *sums, int64_t j0, int64_t nb, verdict *v) {
+/* The checksums of file blocks [j0, tb->nb) of an image whose data
+ * section is data (in memory). */
+ak_store_status aks_check_blocks(const agent_meta *m, const uint8_t *data, const aks_table *tb, int64_t j0,
+                                 verdict *v) {
+    int nt = tb->nt;
     uint64_t *hs = malloc(sizeof *hs * (size_t)(nt ? nt : 1));
     uint8_t *scratch = malloc((size_t)(nt ? nt : 1) * 8);
     ak_store_status st = AK_STORE_HIT;
     if (!hs || !scratch) st = aks_judge_error(v, AK_ERR_NOMEM, "out of memory");
-    for (int64_t b = j0; b < nb && st == AK_STORE_HIT; b++)
-        st = aks_check_block(m, b, sums[b], block_checksum(data, t, nt, b, hs, scratch), v);
+    for (int64_t b = j0; b < tb->nb && st == AK_STORE_HIT; b++)
+        st = aks_check_block(m, b, tb->sums[b], block_checksum(data, tb->t, nt, b, hs, scratch), v);
     free(hs);
     free(scratch);
     return st;

@@ -187,20 +187,29 @@ ak_store_status aks_header_length(const uint8_t *img8, uint64_t img_size, uint64
  * tensor table. m is filled (free with aks_meta_free in any case). */
 ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const char *id, agent_meta *m,
                                  verdict *v);
+/* An image's tensor table as checked (aks_check_table): its tensors in
+ * file order and each file block's checksum as the file states it. */
+typedef struct {
+    tensor_desc *t;     /* malloc'd */
+    int nt;             /* tensors */
+    uint64_t *sums;     /* malloc'd, nb of them */
+    int64_t nb;         /* file blocks */
+} aks_table;
+
+/* Frees a table's arrays (a zeroed table is fine). */
+void aks_table_free(aks_table *tb);
 /* The tensor table of the header against the layout the metadata implies
- * and the image size: on HIT *tout gets the tensors (nt in *ntout) and
- * *sout each block's checksum as the file states it (*nbout blocks), both
- * malloc'd (the caller frees). */
-ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, tensor_desc **tout, int *ntout,
-                                uint64_t **sout, int64_t *nbout, verdict *v);
+ * and the image size: on HIT *tb holds the table (free it with
+ * aks_table_free); else *tb is zeroed. */
+ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, aks_table *tb, verdict *v);
 /* CORRUPT unless got is the checksum the file states for its block b. */
 ak_store_status aks_check_block(const agent_meta *m, int64_t b, uint64_t want, uint64_t got, verdict *v);
 /* The token ids against vocab (> 0; else not checked). */
 ak_store_status aks_check_tokens(const agent_meta *m, int vocab, verdict *v);
-/* The checksums of blocks [j0, nb) of an image whose data section is data
- * (in memory). */
-ak_store_status aks_check_blocks(const agent_meta *m, const uint8_t *data, const tensor_desc *t, int nt,
-                                 const uint64_t *sums, int64_t j0, int64_t nb, verdict *v);
+/* The checksums of file blocks [j0, tb->nb) of an image whose data
+ * section is data (in memory), against the table's. */
+ak_store_status aks_check_blocks(const agent_meta *m, const uint8_t *data, const aks_table *tb, int64_t j0,
+                                 verdict *v);
 /* STALE unless the file is for this model (fingerprint NULL: any), and,
  * if kv is not NULL, its cache spec, formats, centering and capacity. */
 ak_store_status aks_check_expect(const agent_meta *m, const char *fingerprint, const ak_kv *kv, verdict *v);

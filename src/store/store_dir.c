@@ -544,15 +544,20 @@ static int dir_remove(ak_store_backend *b, int kind, const char *id, ak_error *e
 
 /* ------------------------------------------------------------ quarantine */
 
-static int dir_quarantine(ak_store_backend *b, int kind, const char *id, ak_blob_get *g, const char *prefix,
-                          const char *reason, ak_blob_qname *q, char *dst, size_t dn, char *why, size_t whyn) {
+/* store_backend.h's quarantine: the file renamed into quarantine/ as
+ * <prefix><id>.safetensors.<reason>.<unix time>[.k]. */
+static int dir_quarantine(ak_store_backend *b, const ak_quarantine_args *a, const char *prefix, ak_blob_qname *q) {
     dir_backend *d = (dir_backend *)b;
+    const char *id = a->id, *reason = a->reason;
+    ak_blob_get *g = a->g;
+    char *dst = a->where, *why = a->why;
+    size_t dn = a->wn, whyn = a->whyn;
     char path[PATH_MAX];
-    if (kpath_of(d, kind, id, AK_STORE_SUFFIX, path, sizeof path)) {
+    if (kpath_of(d, a->kind, id, AK_STORE_SUFFIX, path, sizeof path)) {
         snprintf(why, whyn, "path too long");
         return -1;
     }
-    struct stat a, st;
+    struct stat gs, st;
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT && !g) return 1;
         snprintf(why, whyn, "%s: %s", path, strerror(errno));
@@ -562,7 +567,7 @@ static int dir_quarantine(ak_store_backend *b, int kind, const char *id, ak_blob
         snprintf(why, whyn, "mkdir %s: %s", d->qdir, strerror(errno));
         return -1;
     }
-    if (g && fstat(g->fd, &a) == 0 && (a.st_ino != st.st_ino || a.st_dev != st.st_dev)) {
+    if (g && fstat(g->fd, &gs) == 0 && (gs.st_ino != st.st_ino || gs.st_dev != st.st_dev)) {
         /* replaced by a new save while we read it: the new file is not ours to move */
         snprintf(why, whyn, "the file was replaced meanwhile; the new one was left in place");
         return -1;

@@ -181,24 +181,30 @@ void ak_store_index_put(ak_store *s, int kind, const ak_store_entry *e, ak_store
 void ak_store_index_del(ak_store *s, int kind, const char *id);
 void ak_store_index_quarantined(ak_store *s, const ak_blob_qname *q);
 
-/* Moves the image of (kind, id) to quarantine (if g is not NULL, only if it
- * is still the one g opened) and updates the index. Returns 0 (where: the
- * new place, for messages), 1 if there was none, -1 with why set. */
-int ak_store_quarantine_kind(ak_store *s, int kind, const char *id, ak_blob_get *g, const char *reason, char *where,
-                             size_t wn, char *why, size_t whyn);
+/* Moves the image of (a->kind, a->id) to quarantine (if a->g is not NULL,
+ * only if it is still the one a->g opened) under the kind's prefix, and
+ * updates the index. Returns 0 (a->where: the new place, for messages), 1
+ * if there was none, -1 with a->why set. */
+int ak_store_quarantine_kind(ak_store *s, const ak_quarantine_args *a);
 
-/* Snapshot of a sequence for a file of kind (AK_FILE_*): agents may have a
- * base (NULL: none); pools record pool_hash and source (copied; NULL is
- * ""). See ak_store_snapshot_base. */
-ak_snapshot *ak_store_snapshot_kind(int kind, const char *id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                                    const ak_store_base *base, const char *pool_hash, const char *source,
-                                    const char *fingerprint, const char *model_name, ak_error *err);
+/* Snapshot of a sequence (a's) for a file of kind (AK_FILE_*): agents may
+ * have a base (NULL: none; a->source unused); pooled kinds record
+ * pool_hash and a->source (copied; NULL is ""). See ak_store_snapshot_base.
+ * NULL with err set on bad arguments or out of memory. */
+ak_snapshot *ak_store_snapshot_kind(int kind, const ak_store_save_args *a, const ak_store_base *base,
+                                    const char *pool_hash, ak_error *err);
 
 /* ak_store_load_linked for a file of kind. For pools, on a hit *pool_hash
  * (if not NULL) gets the file's content hash. */
-ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const char *fingerprint, int vocab,
-                                   ak_kv *kv, ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+ak_store_status ak_store_load_kind(ak_store *s, int kind, const ak_store_load_args *a, ak_store_load_info *info,
                                    char *pool_hash, ak_error *err);
+/* ak_store_save_pool and ak_store_save_memory after their checks: the
+ * content hash, the snapshot, the write. 0, or -1 with err set. */
+int ak_store_save_pooled(ak_store *s, int kind, const ak_store_save_args *a, ak_error *err);
+/* ak_store_load_pool and ak_store_load_memory: a pooled kind's file (no
+ * prelink), its token ids and content hash handed out (each if not NULL). */
+ak_store_status ak_store_load_pooled(ak_store *s, int kind, const ak_store_load_args *a, int32_t **tokens,
+                                     int *n_tokens, char hash[17], ak_error *err);
 
 /* The pool and memory indexes (ix: &s->pools or &s->mems; store_pool.c).
  * Each takes s->mu itself. put: inserts or replaces the entry of e->e.id,

@@ -206,33 +206,31 @@ static ak_store_status parse_header(reader *r, int kind, const char *id, agent_m
 /* The tensor table, every block's checksum over the image, the token ids.
  * img must be complete. */
 static ak_store_status check_body(reader *r, const agent_meta *m, int vocab, verdict *v) {
-    tensor_desc *t = NULL;
-    uint64_t *sums = NULL;
-    int nt = 0;
-    int64_t nb = 0;
-    if (aks_check_table(r->img_size, m, &t, &nt, &sums, &nb, v) != AK_STORE_HIT) return v->st;
-    ak_store_status st = aks_check_blocks(m, r->img + m->hdr_end, t, nt, sums, 0, nb, v);
+    aks_table tb;
+    if (aks_check_table(r->img_size, m, &tb, v) != AK_STORE_HIT) return v->st;
+    ak_store_status st = aks_check_blocks(m, r->img + m->hdr_end, &tb, 0, v);
     if (st == AK_STORE_HIT) st = aks_check_tokens(m, vocab, v);
-    free(t);
-    free(sums);
+    aks_table_free(&tb);
     return st;
 }
 
-/* Opens and checks the image of id completely (r, m filled on HIT; the
- * caller closes and frees both in any case). */
-static ak_store_status check_file(const ak_store *s, int kind, const char *id, const char *fingerprint, int vocab,
-                                  const ak_kv *kv, reader *r, agent_meta *m, verdict *v, double *verify_ms) {
+/* Opens and checks the image of (kind, a->id) completely against a's
+ * fingerprint, vocabulary and a->kv (NULL: no sequence to fit); r, m
+ * filled on HIT (the caller closes and frees both in any case). Returns
+ * the verdict's status; *verify_ms gets the time spent checking. */
+static ak_store_status check_file(const ak_store *s, int kind, const ak_store_load_args *a, reader *r, agent_meta *m,
+                                  verdict *v, double *verify_ms) {
     memset(m, 0, sizeof *m);
     char binding[AK_SEAL_ID_MAX + 1];
-    ak_seal_binding(kind, id, binding);
-    if (reader_open(r, s, kind, id, binding, v) != AK_STORE_HIT) return v->st;
+    ak_seal_binding(kind, a->id, binding);
+    if (reader_open(r, s, kind, a->id, binding, v) != AK_STORE_HIT) return v->st;
     double t0 = ak_now(), rd0 = r->read_ms;
-    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, kind, id, m, v) != AK_STORE_HIT ||
-        aks_check_expect(m, fingerprint, kv, v) != AK_STORE_HIT)
+    if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, kind, a->id, m, v) != AK_STORE_HIT ||
+        aks_check_expect(m, a->fingerprint, a->kv, v) != AK_STORE_HIT)
         goto out;
     /* the body is read only once the header says the file is usable */
     if (reader_need(r, r->img_size, v) != AK_STORE_HIT) goto out;
-    check_body(r, m, vocab, v);
+    check_body(r, m, a->vocab, v);
 out:
     *verify_ms = ms_since(t0) - (r->read_ms - rd0);
     return v->st;
@@ -367,13 +365,15 @@ static void *dl_thread(void *arg) {
     return NULL;
 }
 
-/* Reads file blocks [j0, nb) of a plain file straight into the prepared
- * positions of tmp (block size the file's; where each block's positions
- * are: file_runs) and checks each block's checksum against sums. HIT, or
- * the verdict. */
-static ak_store_status read_direct(reader *r, const agent_meta *m, const tensor_desc *t, int nt,
-                                   const uint64_t *sums, int64_t j0, int64_t nb, ak_kv *tmp, verdict *v) {
-    int64_t nr = nb - j0;
+/* Reads file blocks [j0, tb->nb) of a plain file straight into the
+ * prepared positions of tmp (block size the file's; where each block's
+ * positions are: file_runs) and checks each block's checksum against the
+ * table's. HIT, or the verdict. */
+static ak_store_status read_direct(reader *r, const agent_meta *m, const aks_table *tb, int64_t j0, ak_kv *tmp,
+                                   verdict *v) {
+    const tensor_desc *t = tb->t;
+    int nt = tb->nt;
+    int64_t nb = tb->nb, nr = nb - j0;
     if (nr <= 0) return AK_STORE_HIT;
     int T = m->block_tokens;
     file_runs ru;
@@ -443,7 +443,7 @@ static ak_store_status read_direct(reader *r, const agent_meta *m, const tensor_
         }
     for (int64_t k = 0; k < nr && st == AK_STORE_HIT; k++) {
         for (int i = 0; i < nt; i++) hs[i] = hash[(size_t)i * (size_t)nr + (size_t)k];
-        st = aks_check_block(m, j0 + k, sums[j0 + k], aks_combine_hashes(hs, nt, scratch), v);
+        st = aks_check_block(m, j0 + k, tb->sums[j0 + k], aks_combine_hashes(hs, nt, scratch), v);
     }
 out:
     free(blk);
@@ -478,10 +478,11 @@ static void zero_local(ak_kv *kv, int wf) {
     }
 }
 
-/* Reads what a plain file holds of blocks [j0, nb) into the image at its
- * place (the whole image when j0 = 0); the rest of the image stays unread. */
-static ak_store_status read_tails(reader *r, const agent_meta *m, const tensor_desc *t, int nt, int64_t j0,
-                                  verdict *v) {
+/* Reads what a plain file holds of blocks [j0, tb->nb) into the image at
+ * its place (the whole image when j0 = 0); the rest of the image stays
+ * unread. */
+static ak_store_status read_tails(reader *r, const agent_meta *m, const aks_table *tb, int64_t j0, verdict *v) {
+    const tensor_desc *t = tb->t;
     if (j0 == 0) return reader_need(r, r->img_size, v);
     double t0 = ak_now();
     if (r->img_size > r->cap) {
@@ -493,7 +494,7 @@ static ak_store_status read_tails(reader *r, const agent_meta *m, const tensor_d
         r->cap = r->img_size;
     }
     ak_store_status st = AK_STORE_HIT;
-    for (int i = 0; i < nt && st == AK_STORE_HIT; i++) {
+    for (int i = 0; i < tb->nt && st == AK_STORE_HIT; i++) {
         uint64_t off = m->hdr_end + t[i].offset + (uint64_t)j0 * t[i].piece, len = t[i].bytes - (uint64_t)j0 * t[i].piece;
         if (len) st = pread_all(r, r->img + off, (size_t)len, off, v);
     }
@@ -501,8 +502,8 @@ static ak_store_status read_tails(reader *r, const agent_meta *m, const tensor_d
     return st;
 }
 
-/* Loads the file of kind at path into kv (see ak_store_load_linked): checks
- * the header, metadata, expectations and token ids; calls prelink (if any)
+/* Loads the file of (kind, a->id) into a->kv (see ak_store_load_linked):
+ * checks the header, metadata, expectations and token ids; calls a->prelink (if any)
  * on a fresh sequence, which then holds positions [0, L); reads and checks
  * only the file blocks holding positions >= L: straight into the fresh
  * sequence's blocks (a plain file of the pool's block size, with room in
@@ -510,25 +511,25 @@ static ak_store_status read_tails(reader *r, const agent_meta *m, const tensor_d
  * seal is read whole; another block size; no room for a second copy while
  * kv holds its old one: kv is emptied only after the checks). Only when
  * everything passed is the fresh sequence swapped into kv. r and m are
- * filled (the caller closes and frees both in any case). */
-static ak_store_status load_file(ak_store *s, int kind, const char *id, const char *fingerprint,
-                                 int vocab, ak_kv *kv, ak_store_prelink_fn prelink, void *ud, reader *r,
-                                 agent_meta *m, verdict *v, ak_store_load_info *info) {
+ * filled (the caller closes and frees both in any case). Returns the
+ * verdict's status; info gets the base, L and the times. */
+static ak_store_status load_file(ak_store *s, int kind, const ak_store_load_args *a, reader *r, agent_meta *m,
+                                 verdict *v, ak_store_load_info *info) {
+    const char *id = a->id;
+    ak_kv *kv = a->kv;
+    ak_store_prelink_fn prelink = a->prelink;
     memset(m, 0, sizeof *m);
     char binding[AK_SEAL_ID_MAX + 1];
     ak_seal_binding(kind, id, binding);
     if (reader_open(r, s, kind, id, binding, v) != AK_STORE_HIT) return v->st;
     double t0 = ak_now(), rd0 = r->read_ms, t1 = 0, ck0 = 0;
     int timed = 0;
-    tensor_desc *t = NULL;
-    uint64_t *sums = NULL;
-    int nt = 0;
-    int64_t nb = 0;
+    aks_table tb = {0};
     ak_kv *tmp = NULL;
     ak_error e2 = {{0}};
     if (reader_need(r, 8, v) != AK_STORE_HIT || parse_header(r, kind, id, m, v) != AK_STORE_HIT ||
-        aks_check_expect(m, fingerprint, kv, v) != AK_STORE_HIT ||
-        aks_check_table(r->img_size, m, &t, &nt, &sums, &nb, v) != AK_STORE_HIT || aks_check_tokens(m, vocab, v) != AK_STORE_HIT)
+        aks_check_expect(m, a->fingerprint, kv, v) != AK_STORE_HIT ||
+        aks_check_table(r->img_size, m, &tb, v) != AK_STORE_HIT || aks_check_tokens(m, a->vocab, v) != AK_STORE_HIT)
         goto out;
     info->base = m->base;
     int n = m->n_tokens, base = m->base.base_len, Tf = m->block_tokens;
@@ -555,7 +556,7 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
     int L = 0;
     if (prelink) {
         ak_error pe = {{0}};
-        if (prelink(ud, &m->base, m->tokens, n, tmp, &pe) != 0) {
+        if (prelink(a->ud, &m->base, m->tokens, n, tmp, &pe) != 0) {
             /* the pool vanished or changed: the file cannot be used now */
             if (pe.code == AK_ERR_STALE || pe.code == AK_ERR_NOT_FOUND)
                 aks_judge(v, AK_STORE_STALE, NULL, "%s", pe.msg[0] ? pe.msg : "the base could not be supplied");
@@ -581,7 +582,7 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
     }
     info->linked = L;
     for (int k = 0; own_segs && k < ru.n - 1; k++) info->linked -= ru.len[k];   /* read, not linked */
-    int64_t j0 = own_segs ? 0 : L >= n ? nb : (L - base) / Tf;
+    int64_t j0 = own_segs ? 0 : L >= n ? tb.nb : (L - base) / Tf;
     if (m->window_first && j0 > 0) {   /* version 7 files are read whole (a prelink links nothing into them) */
         aks_judge_error(v, AK_ERR_INVALID, "a windowed agent file cannot skip %lld blocks", (long long)j0);
         goto out;
@@ -602,14 +603,14 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
     double fused = 0, tr0 = t1;
     if (direct) {
         double f0 = ak_now();
-        if (read_direct(r, m, t, nt, sums, j0, nb, tmp, v) != AK_STORE_HIT) goto out;
+        if (read_direct(r, m, &tb, j0, tmp, v) != AK_STORE_HIT) goto out;
         fused = ms_since(f0);
         r->read_ms += fused;   /* reading and hashing, fused */
     } else {
-        if (r->sealed ? reader_need(r, r->img_size, v) != AK_STORE_HIT : read_tails(r, m, t, nt, j0, v) != AK_STORE_HIT)
+        if (r->sealed ? reader_need(r, r->img_size, v) != AK_STORE_HIT : read_tails(r, m, &tb, j0, v) != AK_STORE_HIT)
             goto out;
         ck0 = ak_now();
-        if (aks_check_blocks(m, r->img + m->hdr_end, t, nt, sums, j0, nb, v) != AK_STORE_HIT) goto out;
+        if (aks_check_blocks(m, r->img + m->hdr_end, &tb, j0, v) != AK_STORE_HIT) goto out;
         info->verify_ms += ms_since(ck0);
         tr0 = ak_now();
         /* verified: kv is emptied (its blocks are the budget the restore
@@ -620,7 +621,7 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
             goto out;
         }
         if (m->window_first) zero_local(tmp, m->window_first);
-        if (aks_transfer(tmp, 1, r->img + m->hdr_end, t, nt, &ru, L - base, Tf) != 0) {
+        if (aks_transfer(tmp, 1, r->img + m->hdr_end, tb.t, tb.nt, &ru, L - base, Tf) != 0) {
             aks_judge(v, AK_STORE_ERROR, NULL, "the sequence refused a restored vector");
             goto out;
         }
@@ -640,8 +641,7 @@ static ak_store_status load_file(ak_store *s, int kind, const char *id, const ch
 out:
     if (!timed) info->verify_ms = ms_since(t0) - (r->read_ms - rd0);
     ak_kv_free(tmp);   /* kv's old blocks after a swap, else the unverified copy */
-    free(t);
-    free(sums);
+    aks_table_free(&tb);
     return v->st;
 }
 
@@ -671,9 +671,9 @@ static void index_loaded(ak_store *s, const char *id, const reader *r, const age
     }
 }
 
-ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const char *fingerprint, int vocab,
-                                   ak_kv *kv, ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+ak_store_status ak_store_load_kind(ak_store *s, int kind, const ak_store_load_args *a, ak_store_load_info *info,
                                    char *pool_hash, ak_error *err) {
+    const char *id = a->id;
     ak_store_load_info dummy;
     if (!info) info = &dummy;
     memset(info, 0, sizeof *info);
@@ -687,7 +687,7 @@ ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const 
     reader r;
     agent_meta m;
     verdict v = {.st = AK_STORE_HIT};
-    ak_store_status st = load_file(s, kind, id, fingerprint, vocab, kv, prelink, ud, &r, &m, &v, info);
+    ak_store_status st = load_file(s, kind, a, &r, &m, &v, info);
     info->bytes_read = r.bytes_read;
     info->read_ms = r.read_ms;
     if (st == AK_STORE_HIT) {
@@ -705,7 +705,9 @@ ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const 
         }
     } else if (st == AK_STORE_CORRUPT) {
         char dst[PATH_MAX], why[PATH_MAX + 64];
-        if (ak_store_quarantine_kind(s, kind, id, r.g, v.slug ? v.slug : "corrupt", dst, sizeof dst, why, sizeof why) == 0) {
+        ak_quarantine_args qa = {.kind = kind, .id = id, .g = r.g, .reason = v.slug ? v.slug : "corrupt",
+                                 .where = dst, .wn = sizeof dst, .why = why, .whyn = sizeof why};
+        if (ak_store_quarantine_kind(s, &qa) == 0) {
             info->quarantined = 1;
             ak_failc(err, AK_ERR_CORRUPT, "store: %s: corrupt: %s; moved to %s", path, v.msg, dst);
         } else {
@@ -720,15 +722,15 @@ ak_store_status ak_store_load_kind(ak_store *s, int kind, const char *id, const 
     return st;
 }
 
-ak_store_status ak_store_load_linked(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
-                                     ak_store_prelink_fn prelink, void *ud, ak_store_load_info *info,
+ak_store_status ak_store_load_linked(ak_store *s, const ak_store_load_args *a, ak_store_load_info *info,
                                      ak_error *err) {
-    return ak_store_load_kind(s, AK_FILE_AGENT, id, fingerprint, vocab, kv, prelink, ud, info, NULL, err);
+    return ak_store_load_kind(s, AK_FILE_AGENT, a, info, NULL, err);
 }
 
 ak_store_status ak_store_load(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
                               ak_store_load_info *info, ak_error *err) {
-    return ak_store_load_kind(s, AK_FILE_AGENT, id, fingerprint, vocab, kv, NULL, NULL, info, NULL, err);
+    const ak_store_load_args a = {.id = id, .fingerprint = fingerprint, .vocab = vocab, .kv = kv};
+    return ak_store_load_kind(s, AK_FILE_AGENT, &a, info, NULL, err);
 }
 
 ak_store_status ak_store_verify(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_error *err) {
@@ -739,7 +741,8 @@ ak_store_status ak_store_verify(ak_store *s, const char *id, const char *fingerp
     agent_meta m;
     verdict v = {.st = AK_STORE_HIT};
     double ms;
-    ak_store_status st = check_file(s, AK_FILE_AGENT, id, fingerprint, vocab, NULL, &r, &m, &v, &ms);
+    const ak_store_load_args a = {.id = id, .fingerprint = fingerprint, .vocab = vocab};
+    ak_store_status st = check_file(s, AK_FILE_AGENT, &a, &r, &m, &v, &ms);
     if (st != AK_STORE_HIT) ak_failc(err, v.code, "store: %s: %s: %s", path, ak_store_status_name(st), v.msg);
     reader_close(&r);
     aks_meta_free(&m);

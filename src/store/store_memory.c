@@ -36,35 +36,19 @@
 #include "store/store.h"
 #include "store/store_impl.h"
 
-int ak_store_save_memory(ak_store *s, const char *id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                         const char *text, const char *fingerprint, const char *model_name, ak_error *err) {
-    char hash[17];
-    if (n_tokens < 1 || n_tokens > ak_kv_length(kv) || !tokens)
-        return ak_failc(err, AK_ERR_INVALID, "store: memory %s: %d tokens to save but the cache holds %d",
-                        id ? id : "?", n_tokens, ak_kv_length(kv));
-    if (ak_kv_base_len(kv) != 0)   /* a memory is computed alone: it never shares a base */
-        return ak_failc(err, AK_ERR_INVALID, "store: memory %s: the sequence has a base", id ? id : "?");
-    ak_pool_content_hash(fingerprint, ak_block_pool_spec(ak_kv_pool(kv)), ak_kv_format_k(kv), ak_kv_format_v(kv),
-                         tokens, n_tokens, hash);
-    ak_snapshot *sn = ak_store_snapshot_kind(AK_FILE_MEMORY, id, kv, tokens, n_tokens, NULL, hash, text ? text : "",
-                                             fingerprint, model_name, err);
-    if (!sn) return -1;
-    int rc = ak_store_write_snapshot(s, sn, err);
-    ak_snapshot_free(sn);
-    return rc;
+int ak_store_save_memory(ak_store *s, const ak_store_save_args *a, ak_error *err) {
+    const char *id = a->id ? a->id : "?";
+    if (a->n_tokens < 1 || a->n_tokens > ak_kv_length(a->kv) || !a->tokens)
+        return ak_failc(err, AK_ERR_INVALID, "store: memory %s: %d tokens to save but the cache holds %d", id,
+                        a->n_tokens, ak_kv_length(a->kv));
+    if (ak_kv_base_len(a->kv) != 0)   /* a memory is computed alone: it never shares a base */
+        return ak_failc(err, AK_ERR_INVALID, "store: memory %s: the sequence has a base", id);
+    return ak_store_save_pooled(s, AK_FILE_MEMORY, a, err);
 }
 
-ak_store_status ak_store_load_memory(ak_store *s, const char *id, const char *fingerprint, int vocab, ak_kv *kv,
-                                     int32_t **tokens, int *n_tokens, char hash[17], ak_error *err) {
-    ak_store_load_info info;
-    char h[17] = "";
-    ak_store_status st = ak_store_load_kind(s, AK_FILE_MEMORY, id, fingerprint, vocab, kv, NULL, NULL, &info, h, err);
-    if (st != AK_STORE_HIT) return st;
-    if (tokens) *tokens = info.tokens;
-    else free(info.tokens);
-    if (n_tokens) *n_tokens = info.n_tokens;
-    if (hash) memcpy(hash, h, 17);
-    return st;
+ak_store_status ak_store_load_memory(ak_store *s, const ak_store_load_args *a, int32_t **tokens, int *n_tokens,
+                                     char hash[17], ak_error *err) {
+    return ak_store_load_pooled(s, AK_FILE_MEMORY, a, tokens, n_tokens, hash, err);
 }
 
 int ak_store_lookup_memory(ak_store *s, const char *id, ak_store_pool_entry *out) {

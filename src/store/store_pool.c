@@ -19,34 +19,43 @@
 #include "store/store.h"
 #include "store/store_impl.h"
 
-int ak_store_save_pool(ak_store *s, const char *pool_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                       const char *source, const char *fingerprint, const char *model_name, ak_error *err) {
+int ak_store_save_pooled(ak_store *s, int kind, const ak_store_save_args *a, ak_error *err) {
     char hash[17];
-    if (n_tokens < 0 || n_tokens > ak_kv_length(kv) || (n_tokens > 0 && !tokens))
-        return ak_failc(err, AK_ERR_INVALID, "store: pool %s: %d tokens to save but the cache holds %d",
-                        pool_id ? pool_id : "?", n_tokens, ak_kv_length(kv));
-    ak_pool_content_hash(fingerprint, ak_block_pool_spec(ak_kv_pool(kv)), ak_kv_format_k(kv), ak_kv_format_v(kv),
-                         tokens, n_tokens, hash);
-    ak_snapshot *sn = ak_store_snapshot_kind(AK_FILE_POOL, pool_id, kv, tokens, n_tokens, NULL, hash, source,
-                                             fingerprint, model_name, err);
+    const ak_kv *kv = a->kv;
+    ak_pool_content_hash(a->fingerprint, ak_block_pool_spec(ak_kv_pool(kv)), ak_kv_format_k(kv), ak_kv_format_v(kv),
+                         a->tokens, a->n_tokens, hash);
+    ak_snapshot *sn = ak_store_snapshot_kind(kind, a, NULL, hash, err);
     if (!sn) return -1;
     int rc = ak_store_write_snapshot(s, sn, err);
     ak_snapshot_free(sn);
     return rc;
 }
 
-ak_store_status ak_store_load_pool(ak_store *s, const char *pool_id, const char *fingerprint, int vocab, ak_kv *kv,
-                                   int32_t **tokens, int *n_tokens, char pool_hash[17], ak_error *err) {
+int ak_store_save_pool(ak_store *s, const ak_store_save_args *a, ak_error *err) {
+    if (a->n_tokens < 0 || a->n_tokens > ak_kv_length(a->kv) || (a->n_tokens > 0 && !a->tokens))
+        return ak_failc(err, AK_ERR_INVALID, "store: pool %s: %d tokens to save but the cache holds %d",
+                        a->id ? a->id : "?", a->n_tokens, ak_kv_length(a->kv));
+    return ak_store_save_pooled(s, AK_FILE_POOL, a, err);
+}
+
+ak_store_status ak_store_load_pooled(ak_store *s, int kind, const ak_store_load_args *a, int32_t **tokens,
+                                     int *n_tokens, char hash[17], ak_error *err) {
     ak_store_load_info info;
-    char hash[17] = "";
-    ak_store_status st = ak_store_load_kind(s, AK_FILE_POOL, pool_id, fingerprint, vocab, kv, NULL, NULL, &info,
-                                            hash, err);
+    char h[17] = "";
+    /* a pooled file has no base: nothing to link */
+    const ak_store_load_args b = {.id = a->id, .fingerprint = a->fingerprint, .vocab = a->vocab, .kv = a->kv};
+    ak_store_status st = ak_store_load_kind(s, kind, &b, &info, h, err);
     if (st != AK_STORE_HIT) return st;
     if (tokens) *tokens = info.tokens;
     else free(info.tokens);
     if (n_tokens) *n_tokens = info.n_tokens;
-    if (pool_hash) memcpy(pool_hash, hash, 17);
+    if (hash) memcpy(hash, h, 17);
     return st;
+}
+
+ak_store_status ak_store_load_pool(ak_store *s, const ak_store_load_args *a, int32_t **tokens, int *n_tokens,
+                                   char pool_hash[17], ak_error *err) {
+    return ak_store_load_pooled(s, AK_FILE_POOL, a, tokens, n_tokens, pool_hash, err);
 }
 
 /* The slot of id in ix: its index when found (*found = 1), else where it

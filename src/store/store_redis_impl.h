@@ -198,8 +198,7 @@ void ak_redis_cache_room(ak_store_backend *b, int64_t room);
 /* NAMES (store_redis_index.c): the backend operations of store_backend.h. */
 int ak_redis_list(ak_store_backend *b, int kind, ak_blob_name **out, int *n, ak_error *err);
 int ak_redis_remove(ak_store_backend *b, int kind, const char *id, ak_error *err);
-int ak_redis_quarantine(ak_store_backend *b, int kind, const char *id, ak_blob_get *g, const char *prefix,
-                        const char *reason, ak_blob_qname *q, char *where, size_t wn, char *why, size_t whyn);
+int ak_redis_quarantine(ak_store_backend *b, const ak_quarantine_args *a, const char *prefix, ak_blob_qname *q);
 int ak_redis_quarantine_list(ak_store_backend *b, ak_blob_qname **out, int *n, ak_error *err);
 void ak_redis_quarantine_drop(ak_store_backend *b, const char *name);
 

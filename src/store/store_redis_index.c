@@ -158,9 +158,13 @@ static const char QUARANTINE_LUA[] =
 /* store_backend.h's quarantine: the manifest renamed to
  * "akv:{<k>:<id>}:q:<reason>.<unix time>[.k]" (prefix unused: the kind is
  * in the key). */
-int ak_redis_quarantine(ak_store_backend *b, int kind, const char *id, ak_blob_get *g, const char *prefix,
-                            const char *reason, ak_blob_qname *q, char *where, size_t wn, char *why, size_t whyn) {
+int ak_redis_quarantine(ak_store_backend *b, const ak_quarantine_args *a, const char *prefix, ak_blob_qname *q) {
     redis_backend *r = (redis_backend *)b;
+    int kind = a->kind;
+    const char *id = a->id, *reason = a->reason;
+    ak_blob_get *g = a->g;
+    char *why = a->why;
+    size_t whyn = a->whyn;
     char mkey[AK_AGENT_ID_MAX + 32];
     key_of(kind, id, "m", mkey, sizeof mkey);
     ak_error e = {{0}};
@@ -195,7 +199,7 @@ int ak_redis_quarantine(ak_store_backend *b, int kind, const char *id, ak_blob_g
             snprintf(q->name, sizeof q->name, "%s", qkey);
             q->bytes = g ? g->bytes : 0;
             q->t = now;
-            snprintf(where, wn, "%s %s", r->url, qkey);
+            snprintf(a->where, a->wn, "%s %s", r->url, qkey);
         }
         break;
     }
