@@ -172,6 +172,17 @@ TEST(jsonschema_official_suite) {
 
 /* ---- hand-written schemas --------------------------------------------------------- */
 
+typedef struct { const char *s; int ok; } text_case;
+
+/* Compiles schema and checks each case's text is accepted (ok 1) or not. */
+static void check_cases(ak_test_ctx *t, const char *schema, const text_case *cases, size_t n) {
+    ak_gram_error e = {0};
+    ak_grammar *g = compile_opts(schema, 0, &e);
+    REQUIRE(g, "compile: %s", e.msg);
+    for (size_t i = 0; i < n; i++) CHECK(accepts(g, cases[i].s) == cases[i].ok, "%s: want %d", cases[i].s, cases[i].ok);
+    ak_grammar_free(g);
+}
+
 /* As Pydantic v2 writes `class Pet(BaseModel): name: str; age: int | None = None;
  * owner: Owner | None = None; tags: list[str] = []` with Owner in $defs. */
 static const char *pydantic_schema =
@@ -185,10 +196,7 @@ static const char *pydantic_schema =
     "\"required\":[\"name\"],\"title\":\"Pet\",\"type\":\"object\"}";
 
 TEST(jsonschema_pydantic_style) {
-    ak_gram_error e = {0};
-    ak_grammar *g = compile_opts(pydantic_schema, 0, &e);
-    REQUIRE(g, "compile: %s", e.msg);
-    static const struct { const char *s; int ok; } cases[] = {
+    static const text_case cases[] = {
         {"{\"name\":\"Rex\"}", 1},
         {"{\"name\":\"Rex\",\"age\":3}", 1},
         {"{\"name\":\"Rex\",\"age\":null,\"owner\":null,\"tags\":[]}", 1},
@@ -207,12 +215,11 @@ TEST(jsonschema_pydantic_style) {
         {"{\"name\":\"Rex\"", 0},
         {"{ \"name\":\"Rex\"}", 0},                        /* compact by default */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        CHECK(accepts(g, cases[i].s) == cases[i].ok, "%s: want %d", cases[i].s, cases[i].ok);
-    ak_grammar_free(g);
+    check_cases(t, pydantic_schema, cases, sizeof cases / sizeof cases[0]);
     /* any order and whitespace by option */
+    ak_gram_error e = {0};
     ak_js_opts o = {.any_order = 1, .ws = AK_JS_WS_ANY};
-    g = ak_jsonschema_compile(pydantic_schema, strlen(pydantic_schema), &o, &e);
+    ak_grammar *g = ak_jsonschema_compile(pydantic_schema, strlen(pydantic_schema), &o, &e);
     REQUIRE(g, "compile: %s", e.msg);
     CHECK(accepts(g, "{\"age\":3,\"name\":\"Rex\"}") == 1, "any order");
     CHECK(accepts(g, "{\n  \"name\" : \"Rex\" ,\n  \"tags\" : [ \"a\" ]\n}") == 1, "whitespace");
@@ -232,10 +239,7 @@ static const char *zod_schema =
     "\"required\":[\"shape\",\"label\",\"id\"],\"additionalProperties\":false}";
 
 TEST(jsonschema_zod_style) {
-    ak_gram_error e = {0};
-    ak_grammar *g = compile_opts(zod_schema, 0, &e);
-    REQUIRE(g, "compile: %s", e.msg);
-    static const struct { const char *s; int ok; } cases[] = {
+    static const text_case cases[] = {
         {"{\"shape\":{\"kind\":\"circle\",\"r\":0.5},\"label\":\"a\",\"id\":\"ab-123\"}", 1},
         {"{\"shape\":{\"kind\":\"square\",\"side\":2},\"label\":\"b\\\"c\",\"id\":\"zz-000\"}", 1},
         {"{\"shape\":{\"kind\":\"circle\",\"r\":0},\"label\":\"a\",\"id\":\"ab-123\"}", 0},      /* exclusiveMinimum */
@@ -246,9 +250,7 @@ TEST(jsonschema_zod_style) {
         {"{\"shape\":{\"kind\":\"circle\",\"r\":1},\"label\":\"a\",\"id\":\"Ab-123\"}", 0},
         {"{\"shape\":{\"kind\":\"circle\",\"r\":1},\"label\":\"a\",\"id\":\"ab-123\",\"x\":1}", 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        CHECK(accepts(g, cases[i].s) == cases[i].ok, "%s: want %d", cases[i].s, cases[i].ok);
-    ak_grammar_free(g);
+    check_cases(t, zod_schema, cases, sizeof cases / sizeof cases[0]);
 }
 
 TEST(jsonschema_oneof_exclusivity) {

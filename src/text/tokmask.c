@@ -25,12 +25,10 @@ struct ak_vocab_index {
     int32_t n_eog;
 };
 
-static const ak_vocab_index *sort_v;   /* qsort has no context argument */
-
-/* Byte order, a prefix first. */
-static int cmp_tok(const void *x, const void *y) {
+/* Byte order, a prefix first (qsort_r with the index as context). */
+static int cmp_tok(const void *x, const void *y, void *ctx) {
     int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-    const ak_vocab_index *v = sort_v;
+    const ak_vocab_index *v = ctx;
     uint32_t la = v->len[a], lb = v->len[b];
     int c = memcmp(v->bytes + v->off[a], v->bytes + v->off[b], la < lb ? la : lb);
     if (c) return c;
@@ -91,9 +89,7 @@ ak_vocab_index *ak_vocab_index_from_bytes(const char *const *bytes, const size_t
         if (v->len[i] > (uint32_t)v->max_len) v->max_len = (int)v->len[i];
         if (v->len[i]) order[no++] = i;
     }
-    sort_v = v;
-    qsort(order, (size_t)no, sizeof *order, cmp_tok);
-    sort_v = NULL;
+    qsort_r(order, (size_t)no, sizeof *order, cmp_tok, v);
     /* nodes: at most total bytes */
     v->nb = malloc(total + 1);
     v->nd = malloc((total + 1) * sizeof *v->nd);
