@@ -356,6 +356,7 @@ int ak_agents_unsaved(ak_agents *a) {
 void ak_agents_save_stats(ak_agents *a, ak_save_stats *st) {
     memset(st, 0, sizeof *st);
     st->unsaved = ak_agents_unsaved(a);
+    st->disk_budget = a->cfg.disk_budget;
     pthread_mutex_lock(&a->mu);
     st->saves = a->saves_done;
     st->failures = a->saves_failed;

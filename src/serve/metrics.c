@@ -225,6 +225,8 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
                 "agentkv_tier_bytes{tier=\"warm\"} %llu\n",
             (unsigned long long)g->bytes_hot, (unsigned long long)g->bytes_warm);
         put_u64(&b, "gauge", "agentkv_kv_budget_bytes", "RAM budget of the KV pool (0: none).", g->bytes_budget);
+        put_u64(&b, "gauge", "agentkv_disk_budget_bytes",
+                "Budget of the agent files in the memory directory (the warm tier's bytes; 0: none).", g->disk_budget);
         put_u64(&b, "gauge", "agentkv_requests_active", "Requests prefilling or decoding.", (uint64_t)g->active);
         put_u64(&b, "gauge", "agentkv_requests_queued", "Requests waiting for admission.", (uint64_t)g->queued);
         put_u64(&b, "counter", "agentkv_store_saves_total", "Agent files written to the memory directory.", g->saves);
@@ -272,6 +274,7 @@ void ak_metrics_gauges_collect(ak_metrics_gauges *g, ak_agents *ag, ak_block_poo
     g->save_failures = ss.failures;
     g->saves_retrying = ss.retrying;
     g->agents_unsaved = ss.unsaved;
+    g->disk_budget = ss.disk_budget;
     ak_share_stats sh;
     ak_agents_share_stats(ag, &sh);
     g->shared_bytes = sh.shared_bytes;

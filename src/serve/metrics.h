@@ -39,6 +39,7 @@ typedef struct {
     uint64_t bytes_hot;        /* KV pool bytes in use */
     uint64_t bytes_budget;     /* KV pool budget (0: none) */
     uint64_t bytes_warm;       /* agent files in the memory directory */
+    uint64_t disk_budget;      /* what they are kept under (0: none) */
     int active, queued;        /* requests running / waiting */
     uint64_t saves;            /* agent files written (a counter) */
     uint64_t save_failures;    /* failed save attempts, retries included (a counter) */
