@@ -214,7 +214,8 @@ TEST(bitalloc_ties_by_position) {
         {.b = 5.6, .sum = 28, .want = {4, 8, 8, 4, 4}},
     };
     for (int c = 0; c < 5; c++) {
-        long sum = ak_bitalloc_widths(s, 5, cases[c].b, NULL, 0, 8, 0, p.err, w, NULL, &e);
+        long sum = ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = s, .n = 5, .budget = cases[c].b, .sink_bits = 8,
+                                      .model = p.err}, w, NULL, &e);
         CHECK(sum == cases[c].sum, "budget %g: sum %ld", cases[c].b, sum);
         CHECK(memcmp(w, cases[c].want, 5) == 0, "budget %g: %d %d %d %d %d", cases[c].b, w[0], w[1], w[2], w[3], w[4]);
     }
@@ -261,12 +262,14 @@ TEST(bitalloc_caps) {
     const double s[4] = {10, 5, 1, 1};
     const uint8_t cap[4] = {7, 16, 16, 16};
     uint8_t w[4];
-    long sum = ak_bitalloc_widths(s, 4, 5.0, cap, 0, 8, 0, p.err, w, NULL, &e);
+    long sum = ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = s, .n = 4, .budget = 5.0, .cap = cap, .sink_bits = 8,
+                                  .model = p.err}, w, NULL, &e);
     CHECK(sum == 20 && w[0] == 4 && w[1] == 8 && w[2] == 4 && w[3] == 4, "capped: sum %ld widths %d %d %d %d", sum,
           w[0], w[1], w[2], w[3]);
     const uint8_t bad[4] = {16, 1, 16, 16};
     e.code = 0;
-    CHECK(ak_bitalloc_widths(s, 4, 5.0, bad, 0, 8, 0, p.err, w, NULL, &e) < 0 && e.code == AK_ERR_INVALID,
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = s, .n = 4, .budget = 5.0, .cap = bad, .sink_bits = 8,
+                             .model = p.err}, w, NULL, &e) < 0 && e.code == AK_ERR_INVALID,
           "a cap below 2 must fail INVALID (code %d)", e.code);
 }
 
@@ -467,7 +470,8 @@ TEST(bitalloc_errors) {
         CHECK(ak_bitalloc_run(&in0, &p, k, v, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "n %d", n);
         double s[1] = {1};
         e.code = 0;
-        CHECK(ak_bitalloc_widths(s, n, 4.0, NULL, 0, 8, 0, p.err, k, NULL, &e) == -1 && e.code == AK_ERR_INVALID,
+        CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = s, .n = n, .budget = 4.0, .sink_bits = 8,
+                                 .model = p.err}, k, NULL, &e) == -1 && e.code == AK_ERR_INVALID,
               "widths n %d", n);
         e.code = 0;
         CHECK(ak_bitalloc_scores(&in0, &p, NULL, NULL, NULL, &e) == -1 && e.code == AK_ERR_INVALID, "scores n %d", n);
@@ -599,7 +603,8 @@ TEST(bitalloc_measured_near_optimal) {
         long L = max_total(b, n);
         ak_error e = {{0}};
         int pinned = -1;
-        long sum = ak_bitalloc_widths_measured(score, errors, n, b, use_caps ? cap : NULL, floor, 0, 8, w, &pinned, &e);
+        long sum = ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = score, .errors = errors, .n = n, .budget = b,
+                                      .cap = use_caps ? cap : NULL, .min_bits = floor, .sink_bits = 8}, w, &pinned, &e);
         REQUIRE(sum >= 0, "iter %d: %s", it, e.msg);
         long s = 0;
         for (int i = 0; i < n; i++) s += w[i];
@@ -642,7 +647,8 @@ TEST(bitalloc_measured_near_optimal) {
         if (!use_caps && !floored) {
             ak_bitalloc_params p = params(AK_BITALLOC_IMPORTANCE, b);
             uint8_t wm[NMAX];
-            REQUIRE(ak_bitalloc_widths(score, n, b, NULL, 0, 8, 0, p.err, wm, NULL, &e) >= 0, "%s", e.msg);
+            REQUIRE(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = score, .n = n, .budget = b, .sink_bits = 8,
+                                       .model = p.err}, wm, NULL, &e) >= 0, "%s", e.msg);
             if (g <= objective(score, errors, wm, n) + 1e-12) beat_model++;
         }
     }
@@ -667,8 +673,10 @@ TEST(bitalloc_measured_matches_model) {
         double bud = 2.0 + 14.0 * rng_unit(&seed);
         const uint8_t *c = it % 2 ? cap : NULL;
         ak_error e = {{0}};
-        long s1 = ak_bitalloc_widths(score, N, bud, c, 0, 8, 0, p.err, a, NULL, &e);
-        long s2 = ak_bitalloc_widths_measured(score, errors, N, bud, c, 0, 0, 8, b, NULL, &e);
+        long s1 = ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = score, .n = N, .budget = bud, .cap = c,
+                                     .sink_bits = 8, .model = p.err}, a, NULL, &e);
+        long s2 = ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = score, .errors = errors, .n = N, .budget = bud,
+                                     .cap = c, .sink_bits = 8}, b, NULL, &e);
         CHECK(s1 >= 0 && s1 == s2 && memcmp(a, b, N) == 0, "iter %d: budget %.3f: totals %ld / %ld, widths %s", it,
               bud, s1, s2, memcmp(a, b, N) ? "differ" : "equal");
     }
@@ -686,31 +694,38 @@ TEST(bitalloc_measured_follows_errors) {
     uint8_t w[3];
     ak_error e = {{0}};
     /* 10 bits: 2 + 2 + 2 and 4 to spend: token 1 first (4 per bit), then token 0 */
-    CHECK(ak_bitalloc_widths_measured(score, errors, 3, 10.0 / 3, NULL, 0, 0, 8, w, NULL, &e) == 10, "%s", e.msg);
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = score, .errors = errors, .n = 3, .budget = 10.0 / 3,
+                             .sink_bits = 8}, w, NULL, &e) == 10, "%s", e.msg);
     CHECK(w[0] == 4 && w[1] == 4 && w[2] == 2, "widths %d %d %d, want 4 4 2", w[0], w[1], w[2]);
     /* 2 -> 8 of drop 6 beats 2 -> 4 of drop 0.5 per bit */
     double skip[4] = {7.0, 6.0, 1.0, 0.9};
     double one = 1;
-    CHECK(ak_bitalloc_widths_measured(&one, skip, 1, 8.0, NULL, 0, 0, 8, w, NULL, &e) == 8 && w[0] == 8,
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = &one, .errors = skip, .n = 1, .budget = 8.0,
+                             .sink_bits = 8}, w, NULL, &e) == 8 && w[0] == 8,
           "hull step: width %d", w[0]);
     /* 6 bits: the hull's 2 -> 8 step does not fit; the best that does (2 -> 4) is taken */
-    CHECK(ak_bitalloc_widths_measured(&one, skip, 1, 6.0, NULL, 0, 0, 8, w, NULL, &e) == 4 && w[0] == 4,
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = &one, .errors = skip, .n = 1, .budget = 6.0,
+                             .sink_bits = 8}, w, NULL, &e) == 4 && w[0] == 4,
           "fallback step: width %d", w[0]);
     /* errors that rise with width: no bits spent on them */
     double rising[4] = {1.0, 2.0, 3.0, 4.0};
-    CHECK(ak_bitalloc_widths_measured(&one, rising, 1, 16.0, NULL, 0, 0, 8, w, NULL, &e) == 2 && w[0] == 2,
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = &one, .errors = rising, .n = 1, .budget = 16.0,
+                             .sink_bits = 8}, w, NULL, &e) == 2 && w[0] == 2,
           "rising errors: width %d", w[0]);
     /* bad errors */
     double bad[4] = {1.0, NAN, 0.5, 0.0};
     e.code = 0;
-    CHECK(ak_bitalloc_widths_measured(&one, bad, 1, 4.0, NULL, 0, 0, 8, w, NULL, &e) == -1 &&
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = &one, .errors = bad, .n = 1, .budget = 4.0,
+                             .sink_bits = 8}, w, NULL, &e) == -1 &&
               e.code == AK_ERR_INVALID, "NaN error: code %d", e.code);
     bad[1] = -1.0;
     e.code = 0;
-    CHECK(ak_bitalloc_widths_measured(&one, bad, 1, 4.0, NULL, 0, 0, 8, w, NULL, &e) == -1 &&
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = &one, .errors = bad, .n = 1, .budget = 4.0,
+                             .sink_bits = 8}, w, NULL, &e) == -1 &&
               e.code == AK_ERR_INVALID, "negative error: code %d", e.code);
     e.code = 0;
-    CHECK(ak_bitalloc_widths_measured(&one, skip, 1, 4.0, NULL, 3, 0, 8, w, NULL, &e) == -1 &&
+    CHECK(ak_bitalloc_widths(&(ak_bitalloc_greedy){.score = &one, .errors = skip, .n = 1, .budget = 4.0,
+                             .min_bits = 3, .sink_bits = 8}, w, NULL, &e) == -1 &&
               e.code == AK_ERR_INVALID, "floor 3: code %d", e.code);
 }
 

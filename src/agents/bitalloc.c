@@ -297,22 +297,9 @@ static uint32_t bit_reverse(uint32_t i, int bits) {
     return r;
 }
 
-/* Everything one side's greedy works from (ak_bitalloc_widths and
- * ak_bitalloc_widths_measured fill it). */
-typedef struct {
-    const double *score;     /* n weights >= 0 */
-    const double *errors;    /* n * 4 measured errors, or NULL: model */
-    const double *model;     /* the modeled errors of widths 2, 4, 8, 16 */
-    int n;
-    double budget;
-    const uint8_t *cap;
-    int min_bits, n_sinks, sink_bits, spread;
-    const uint8_t *keep;     /* per-token start widths, or NULL */
-} greedy_in;
-
 /* Token t's weighted error at level j: score * its measured error, or
  * score * the model's. */
-static double werr(const greedy_in *g, int t, int j) {
+static double werr(const ak_bitalloc_greedy *g, int t, int j) {
     return g->score[t] * (g->errors ? g->errors[(size_t)t * AK_BITALLOC_N_WIDTHS + j] : g->model[j]);
 }
 
@@ -325,7 +312,7 @@ static double werr(const greedy_in *g, int t, int j) {
  * returns 0 when no step is affordable or none lowers the error (a gain <
  * 0), else 1. With the model (adjacent steps only, convex by the table's
  * check) the step is always lv + 1 and its gain score * per_bit[lv]. */
-static int next_step(const greedy_in *g, const double *per_bit, int t, int lv, int cl, long afford, int *to,
+static int next_step(const ak_bitalloc_greedy *g, const double *per_bit, int t, int lv, int cl, long afford, int *to,
                      double *gain) {
     const int *W = ak_bitalloc_widths_table;
     if (!g->errors) {
@@ -348,7 +335,7 @@ static int next_step(const greedy_in *g, const double *per_bit, int t, int lv, i
 
 /* The greedy of bitalloc.h (both error sources). Returns the total bits or
  * -1 (err set). */
-static long greedy(const greedy_in *g, uint8_t *bits, int *pinned, ak_error *err) {
+static long greedy(const ak_bitalloc_greedy *g, uint8_t *bits, int *pinned, ak_error *err) {
     const int *W = ak_bitalloc_widths_table;
     int n = g->n;
     const uint8_t *cap = g->cap;
@@ -473,23 +460,11 @@ static long greedy(const greedy_in *g, uint8_t *bits, int *pinned, ak_error *err
     return used;
 }
 
-/* The greedy of bitalloc.h over precomputed scores and the model. */
-long ak_bitalloc_widths(const double *score, int n, double budget, const uint8_t *cap, int n_sinks,
-                        int sink_bits, int spread, const double err_model[AK_BITALLOC_N_WIDTHS],
-                        uint8_t *bits, int *pinned, ak_error *err) {
-    greedy_in g = {.score = score, .errors = NULL, .model = err_model, .n = n, .budget = budget, .cap = cap, .min_bits = 0,
-                   .n_sinks = n_sinks, .sink_bits = sink_bits, .spread = spread, .keep = NULL};
-    return greedy(&g, bits, pinned, err);
-}
-
-/* The greedy over measured errors (bitalloc.h). */
-long ak_bitalloc_widths_measured(const double *score, const double *errors, int n, double budget, const uint8_t *cap,
-                                 int min_bits, int n_sinks, int sink_bits, uint8_t *bits, int *pinned,
-                                 ak_error *err) {
-    if (!errors) return ak_failc(err, AK_ERR_INVALID, "no measured errors");
-    greedy_in g = {.score = score, .errors = errors, .model = NULL, .n = n, .budget = budget, .cap = cap, .min_bits = min_bits,
-                   .n_sinks = n_sinks, .sink_bits = sink_bits, .spread = 0, .keep = NULL};
-    return greedy(&g, bits, pinned, err);
+/* The greedy of bitalloc.h over precomputed scores, measured errors or the
+ * model. */
+long ak_bitalloc_widths(const ak_bitalloc_greedy *g, uint8_t *bits, int *pinned, ak_error *err) {
+    if (!g->errors && !g->model) return ak_failc(err, AK_ERR_INVALID, "no measured errors and no error model");
+    return greedy(g, bits, pinned, err);
 }
 
 /* Quantizes each vector at each width's format of the side and adds the
@@ -570,8 +545,9 @@ static int run_joint(const ak_bitalloc_input *in, const ak_bitalloc_params *p, c
         ak_failc(err, AK_ERR_INVALID, "bit allocation over %d tokens", n);
         goto done;
     }
-    greedy_in g = {.score = s2, .errors = e2, .model = p->err, .n = (int)n2, .budget = b, .cap = cap2, .min_bits = floor_bits,
-                   .n_sinks = 0, .sink_bits = p->sink_bits, .spread = 0, .keep = keep2};
+    ak_bitalloc_greedy g = {.score = s2, .errors = e2, .model = p->err, .n = (int)n2, .budget = b, .cap = cap2,
+                            .min_bits = floor_bits, .n_sinks = 0, .sink_bits = p->sink_bits, .spread = 0,
+                            .keep = keep2};
     if (greedy(&g, w2, NULL, err) < 0) goto done;
     memcpy(bits_k, w2, (size_t)n);
     memcpy(bits_v, w2 + n, (size_t)n);
@@ -623,12 +599,12 @@ int ak_bitalloc_run(const ak_bitalloc_input *in, const ak_bitalloc_params *p, ui
     }
     /* uniform stays one width for all: measured errors and the floor are
      * for the adaptive policies */
-    greedy_in gk = {.score = score, .errors = uni ? NULL : in->err_k, .model = p->err, .n = in->n, .budget = bk,
-                    .cap = in->cap_k, .min_bits = floor_bits, .n_sinks = sinks, .sink_bits = p->sink_bits,
-                    .spread = spread, .keep = uni ? NULL : in->keep_k};
-    greedy_in gv = {.score = score, .errors = uni ? NULL : in->err_v, .model = p->err, .n = in->n, .budget = bv,
-                    .cap = in->cap_v, .min_bits = floor_bits, .n_sinks = sinks, .sink_bits = p->sink_bits,
-                    .spread = spread, .keep = uni ? NULL : in->keep_v};
+    ak_bitalloc_greedy gk = {.score = score, .errors = uni ? NULL : in->err_k, .model = p->err, .n = in->n,
+                             .budget = bk, .cap = in->cap_k, .min_bits = floor_bits, .n_sinks = sinks,
+                             .sink_bits = p->sink_bits, .spread = spread, .keep = uni ? NULL : in->keep_k};
+    ak_bitalloc_greedy gv = {.score = score, .errors = uni ? NULL : in->err_v, .model = p->err, .n = in->n,
+                             .budget = bv, .cap = in->cap_v, .min_bits = floor_bits, .n_sinks = sinks,
+                             .sink_bits = p->sink_bits, .spread = spread, .keep = uni ? NULL : in->keep_v};
     long sk = greedy(&gk, bits_k, &pk, err);
     if (sk < 0) goto done;
     long sv = greedy(&gv, bits_v, &pv, err);

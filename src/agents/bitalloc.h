@@ -49,7 +49,7 @@
  *
  * by marginal gains over each token's lower convex hull of (w, s e_t(w))
  * (a step may skip a width: 2 -> 8), within one hull step's drop of the
- * optimum (ak_bitalloc_widths_measured). Options of params, all off by
+ * optimum (ak_bitalloc_widths with errors). Options of params, all off by
  * default (params_init keeps the behaviour above): a floor width
  * (min_bits) for every token when the budget pays it for all; per-token
  * kept widths (input keep_k / keep_v); I(t) from the mass alone
@@ -195,37 +195,43 @@ int ak_bitalloc_split_budget(double total, double *budget_k, double *budget_v, a
 int ak_bitalloc_scores(const ak_bitalloc_input *in, const ak_bitalloc_params *p, double *importance,
                        double *transfer, double *score, ak_error *err);
 
-/* The greedy alone: widths (2, 4, 8 or 16) for n tokens of scores score[]
- * (>= 0, finite) under an average of `budget` bits, into bits[n]. cap: max
- * width per token (NULL: 16). Pins the first n_sinks tokens to sink_bits
- * (or their cap, if lower) while the budget allows (n_sinks <= 0: none);
- * ties go to the earlier position, or with spread to the earlier in an
- * evenly spread order (bit-reversed positions). err_model: the modeled
- * errors (as params' err). *pinned (if
- * not NULL) gets the sinks pinned. Fails with AK_ERR_INVALID on n <= 0, a
- * budget outside [2, 16], a cap below 2, a bad score, sink_bits or err
- * table; AK_ERR_NOMEM. Returns the total bits, or -1. */
-long ak_bitalloc_widths(const double *score, int n, double budget, const uint8_t *cap, int n_sinks,
-                        int sink_bits, int spread, const double err_model[AK_BITALLOC_N_WIDTHS],
-                        uint8_t *bits, int *pinned, ak_error *err);
+/* What one side's greedy works from (ak_bitalloc_widths). */
+typedef struct {
+    const double *score;      /* n weights (>= 0, finite) */
+    int n;
+    double budget;            /* average bits, in [2, 16] */
+    const uint8_t *cap;       /* max width per token (>= 2); NULL: 16 */
+    const double *errors;     /* measured errors: n * 4 (finite, >= 0), token t's at widths 2, 4, 8,
+                                 16 at errors[4t .. 4t + 3]; NULL: the model's */
+    const double *model;      /* without errors: the modeled errors of widths 2, 4, 8, 16 (as
+                                 params' err) */
+    int min_bits;             /* floor width: 0 or 2 (none), 4, 8, 16 */
+    const uint8_t *keep;      /* per-token width to start from (0: none; capped by cap); NULL: none */
+    int n_sinks, sink_bits;   /* the first n_sinks tokens (<= 0: none) are pinned to sink_bits (2, 4,
+                                 8 or 16; or their cap, if lower) */
+    int spread;               /* ties: 0 to the earlier position, 1 to the earlier in an evenly
+                                 spread order (bit-reversed positions) */
+} ak_bitalloc_greedy;
 
-/* The greedy over measured errors: widths for n tokens minimizing
- * sum_t score[t] * errors[4t + level(t)] under an average of `budget` bits
- * (errors: n * 4, finite, >= 0; token t's error at widths 2, 4, 8, 16).
- * Each token's steps walk the lower convex hull of its (bits, weighted
- * error) points (a step may skip a width: 2 -> 8), all tokens' steps taken
- * in decreasing error drop per bit, ties to the earlier position; a step
- * that no longer fits is replaced by the token's best one that does. The
- * result's objective is within the drop of one hull step (the largest of
- * any token's) of the optimum over all width choices with the same floor,
- * pins and caps (the fractional-knapsack bound). min_bits: every token
- * starts at this width (0 or 2: none) when the budget pays it for all,
- * else none does; then sinks as ak_bitalloc_widths. Fails as
- * ak_bitalloc_widths (and on a negative or non-finite error, a floor that is
- * not a width). Returns the total bits, or -1. */
-long ak_bitalloc_widths_measured(const double *score, const double *errors, int n, double budget, const uint8_t *cap,
-                                 int min_bits, int n_sinks, int sink_bits, uint8_t *bits, int *pinned,
-                                 ak_error *err);
+/* The greedy alone: widths (2, 4, 8 or 16) for g's n tokens under an
+ * average of g->budget bits, into bits[n]. Kept widths first (more than
+ * the budget: AK_ERR_INVALID), then the floor for every token when the
+ * budget pays it for all (else for none), then the sinks pinned while the
+ * budget allows; then steps up by gain per bit, ties as g->spread says.
+ * Without errors each step is the next width, of gain score[t] times the
+ * model's error drop per bit. With errors the greedy minimizes sum_t
+ * score[t] * errors[4t + level(t)]: each token's steps walk the lower
+ * convex hull of its (bits, weighted error) points (a step may skip a
+ * width: 2 -> 8), all tokens' steps taken in decreasing error drop per
+ * bit; a step that no longer fits is replaced by the token's best one that
+ * does. The result's objective is then within the drop of one hull step
+ * (the largest of any token's) of the optimum over all width choices with
+ * the same floor, pins and caps (the fractional-knapsack bound). *pinned
+ * (if not NULL) gets the sinks pinned. Fails with AK_ERR_INVALID on n <=
+ * 0, a budget outside [2, 16], a cap below 2, a bad score, sink_bits,
+ * floor, measured error (negative or not finite) or model table (or none);
+ * AK_ERR_NOMEM. Returns the total bits, or -1. */
+long ak_bitalloc_widths(const ak_bitalloc_greedy *g, uint8_t *bits, int *pinned, ak_error *err);
 
 /* Adds to out[j] (j = 0..3: widths 2, 4, 8, 16) the squared quantization
  * error sum_v ||x_v - deq(quant(x_v))||^2 of the n_vec vectors of d floats
@@ -245,11 +251,10 @@ int ak_bitalloc_measure_errors(const float *x, int n_vec, int d, int side, doubl
  * p->key_weight > 0 allocate both sides in one greedy under the mean of the
  * two budgets (no pins; the mean of both sides' widths stays within it);
  * uniform ignores all four. res (if not NULL) gets what was achieved
- * (pinned 0 with key_weight). Fails as ak_bitalloc_scores,
- * ak_bitalloc_widths and ak_bitalloc_widths_measured do (a budget_v other
- * than 0 outside [2, 16], kept widths the budget cannot pay, a key_weight
- * negative or not finite too). Deterministic: the same inputs give the
- * same widths. Returns 0 or -1. */
+ * (pinned 0 with key_weight). Fails as ak_bitalloc_scores and
+ * ak_bitalloc_widths do (a budget_v other than 0 outside [2, 16], kept
+ * widths the budget cannot pay, a key_weight negative or not finite too).
+ * Deterministic: the same inputs give the same widths. Returns 0 or -1. */
 int ak_bitalloc_run(const ak_bitalloc_input *in, const ak_bitalloc_params *p, uint8_t *bits_k,
                     uint8_t *bits_v, ak_bitalloc_result *res, ak_error *err);
 
