@@ -41,25 +41,6 @@
         }                                                                  \
     } while (0)
 
-/* Copies in[0..n) to out with each invalid byte replaced by U+FFFD (out
- * needs 3n bytes); returns the output length. */
-static size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(in + i, n - i);
-        if (l) {
-            memcpy(out + o, in + i, l);
-            o += l;
-            i += l;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    return o;
-}
-
 /* The rule of textstop.h, the slow way: every position of the whole text. */
 static long ref_scan(const char *text, size_t len, char stop[][256], int n, int ended, size_t *visible) {
     for (size_t p = 0; p < len; p++)

@@ -116,23 +116,6 @@ static ak_toolcall *parse(const ak_toolcall_opts *o, const char *text, size_t n,
     return p;
 }
 
-static size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(in + i, n - i);
-        if (l) {
-            memcpy(out + o, in + i, l);
-            o += l;
-            i += l;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    return o;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 3) return 0;
     ak_toolcall_opts o = {.family = (ak_chat_family)(data[0] % AK_CHAT_N_FAMILIES), .tools = data[1] & 1,

@@ -5,6 +5,7 @@
 #define AK_FUZZ_UTF8_CHECK_H
 
 #include <stddef.h>
+#include <string.h>
 
 /* Length of the valid UTF-8 sequence at p[0..n), or 0 if it is not one. */
 static size_t utf8_seq(const unsigned char *p, size_t n) {
@@ -27,6 +28,25 @@ static size_t utf8_seq(const unsigned char *p, size_t n) {
     for (size_t i = 2; i < len; i++)
         if (p[i] < 0x80 || p[i] > 0xBF) return 0;
     return len;
+}
+
+/* Copies in[0..n) to out with each invalid byte replaced by U+FFFD (out
+ * needs 3n bytes); returns the output length. */
+static inline size_t utf8_repair(const unsigned char *in, size_t n, unsigned char *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(in + i, n - i);
+        if (l) {
+            memcpy(out + o, in + i, l);
+            o += l;
+            i += l;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    return o;
 }
 
 /* 1 if p[0..n) is valid UTF-8. */

@@ -633,15 +633,22 @@ static int st_mistral_list(ak_toolcall *p, int final) {
     return 1;
 }
 
+/* Where marker m begins in the pending text after off, within a name's
+ * length; NULL with *rc 0 when more text may bring it, else the call given
+ * back (*rc 1). */
+static const char *name_end(ak_toolcall *p, size_t off, const char *m, int final, int *rc) {
+    size_t n = p->pend.len - off;
+    const char *f = memmem(p->pend.p + off, upto(n, NAME_MAX_LEN), m, strlen(m));
+    if (!f) *rc = final || n >= NAME_MAX_LEN ? give_back(p) : 0;
+    return f;
+}
+
 /* NAME[ARGS] or NAME[CALL_ID]ID[ARGS], then the arguments' value. */
 static int st_mistral_name(ak_toolcall *p, int final) {
     const char *s = p->pend.p;
-    size_t n = p->pend.len;
-    const char *a = memmem(s, upto(n, NAME_MAX_LEN), M_ARGS, sizeof M_ARGS - 1);
-    if (!a) {
-        if (final || n >= NAME_MAX_LEN) return give_back(p);
-        return 0;
-    }
+    int rc;
+    const char *a = name_end(p, 0, M_ARGS, final, &rc);
+    if (!a) return rc;
     const char *id = memmem(s, (size_t)(a - s), M_CALL_ID, sizeof M_CALL_ID - 1);
     const char *end = id ? id : a;
     while (end > s && is_ws(end[-1])) end--;
@@ -672,11 +679,9 @@ static int st_ds_between(ak_toolcall *p, int final) {
 static int st_ds_head(ak_toolcall *p, int final) {
     const char *s = p->pend.p;
     size_t n = p->pend.len;
-    const char *sep = memmem(s, upto(n, NAME_MAX_LEN), DS_SEP, sizeof DS_SEP - 1);
-    if (!sep) {
-        if (final || n >= NAME_MAX_LEN) return give_back(p);
-        return 0;
-    }
+    int rc;
+    const char *sep = name_end(p, 0, DS_SEP, final, &rc);
+    if (!sep) return rc;
     size_t at = (size_t)(sep - s) + sizeof DS_SEP - 1;
     const char *a = s, *z = sep;
     while (a < z && is_ws(*a)) a++;
@@ -686,11 +691,8 @@ static int st_ds_head(ak_toolcall *p, int final) {
         call_begin(p, a, (size_t)(z - a));
         consume(p, at);
     } else {
-        const char *nl = memchr(s + at, '\n', upto(n - at, NAME_MAX_LEN));
-        if (!nl) {
-            if (final || n - at >= NAME_MAX_LEN) return give_back(p);
-            return 0;
-        }
+        const char *nl = name_end(p, at, "\n", final, &rc);
+        if (!nl) return rc;
         size_t after = (size_t)(nl - s) + 1;
         if (n - after < 8 && !final && partial(s + after, n - after, "```json\n")) return 0;
         call_begin(p, s + at, (size_t)(nl - s) - at);
