@@ -106,6 +106,18 @@ $(BUILD)/dsp/stubs.o: $(BUILD)/dsp/stubs.s
 	$(CC) -c $< -o $@
 endif
 
+# The console (GET /): the files of src/serve/console/ become C arrays in
+# $(BUILD)/gen/console_assets.c (scripts/embed.sh: od and sed, no network),
+# compiled into the library (src/serve/console.h).
+CONSOLE_FILES := $(sort $(wildcard src/serve/console/*))
+CONSOLE_C     := $(BUILD)/gen/console_assets.c
+LIB_OBJ       += $(BUILD)/gen/console_assets.o
+$(CONSOLE_C): $(CONSOLE_FILES) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	sh scripts/embed.sh $@ $(CONSOLE_FILES)
+$(BUILD)/gen/console_assets.o: $(CONSOLE_C)
+	$(CC) $(CFLAGS) -c $< -o $@
+
 all: $(BUILD)/agentkv $(BUILD)/agentkv-tests
 
 $(BUILD)/%.o: %.c
@@ -147,6 +159,12 @@ test: check-layers $(BUILD)/agentkv-tests $(BUILD)/agentkv
 	$(if $(DSP),$(if $(T),,$(if $(filter 1,$(LEVEL_TESTS)),AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv sh scripts/test-levels.sh $(BUILD))))
 	AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
 
+# The console's tests alone (test_console.c, test_server_hard.c's
+# server_console_*; the browser test drives headless chromium).
+# CONSOLE_SHOT=docs/console.png also writes the browser test's screenshot there.
+test-ui: $(BUILD)/agentkv-tests $(BUILD)/agentkv
+	AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv AK_CONSOLE_SHOT=$(CONSOLE_SHOT) $(BUILD)/agentkv-tests console
+
 demo: $(BUILD)/agentkv
 	python3 scripts/demo.py $(BUILD)/agentkv $(MODEL)
 
@@ -170,7 +188,7 @@ FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow
 FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer $(if $(DSP),-march=native,$(ARCHFLAG)) -Wall -Wextra -Wno-unused-parameter \
                 -Wno-missing-field-initializers -pthread -D_GNU_SOURCE -Isrc $(PCRE_CFLAGS) -MMD -MP
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/gen/console_assets.o
 AK_FUZZ_MODEL ?= $(SHARED)/models/stories260K.gguf
 # The SIMD kernels get UBSan's arithmetic checks only: on their intrinsics
 # clang's full ASan + UBSan take minutes per file (kernels_packed.c: 6 s
@@ -185,6 +203,10 @@ $(FUZZ_SIMD_SRC:%.c=$(FUZZ_DIR)/obj/%.o): FUZZ_SAN := \
 $(FUZZ_DIR)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/obj/gen/console_assets.o: $(CONSOLE_C)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
@@ -220,7 +242,7 @@ clean:
 check-layers:
 	sh scripts/check-layers.sh src README.md
 
-.PHONY: all test check-layers demo asan fuzz fuzz-build bench bench-tools soak clean
+.PHONY: all test test-ui check-layers demo asan fuzz fuzz-build bench bench-tools soak clean
 -include $(LIB_OBJ:.o=.d) $(DSP_RAW:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/store_fault.d
 -include $(wildcard $(FUZZ_DIR)/obj/*/*.d)
 

@@ -17,7 +17,9 @@
  *     that is not JSON (CSRF) are refused on the headers; allowed origins
  *     get CORS answers; libmicrohttpd's own errors (a malformed chunked
  *     body, headers too large) come as OpenAI JSON errors;
- *   - GET /v1/models/{id}. */
+ *   - GET /v1/models/{id};
+ *   - the console's files need no key and carry the strict CSP; a request
+ *     from the page's own origin passes the Origin check. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -1081,6 +1083,109 @@ TEST(server_models_retrieve) {
     resp_free(&a);
     a = http(r.port, "DELETE", "/v1/models/m", NULL, NULL, 5000);
     CHECK(a.status == 405, "DELETE /v1/models/m: %d", a.status);
+    resp_free(&a);
+    rig_stop(&r);
+}
+
+/* ------------------------------------------------------------ 9. the console */
+
+/* A raw request on 127.0.0.1 with the key: METHOD PATH, Host host, Origin
+ * origin (NULL: none). */
+static resp with_origin(int port, const char *method, const char *path, const char *host, const char *origin) {
+    char req[1024];
+    snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: %s\r\n%s%s%s%sConnection: close\r\n\r\n", method, path, host,
+             origin ? "Origin: " : "", origin ? origin : "", origin ? "\r\n" : "", key_hdr);
+    return raw_str(port, req);
+}
+
+/* The console (GET /, /console, /console/NAME) needs no key (the data it
+ * reads does) and comes with the strict CSP, byte for byte the files of
+ * src/serve/console/; a POST or DELETE whose Origin is the request's own
+ * (http:// or https:// and its Host: the page calling back) passes the
+ * Origin check, any other origin does not, nor the same one when the Host
+ * check is off (next test). */
+TEST(server_console_keyless_csp_same_origin) {
+    srv_rig r;
+    ak_server_config lim = {0};
+    lim.api_key = "sk-hard";
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    char v[1024], code[64];
+    static const char csp[] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                              "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+    static const char *const pages[][3] = {
+        {"/", "console.html", "text/html; charset=utf-8"},
+        {"/console", "console.html", "text/html; charset=utf-8"},
+        {"/console/console.js", "console.js", "text/javascript; charset=utf-8"},
+        {"/console/console.css", "console.css", "text/css; charset=utf-8"},
+    };
+    for (size_t i = 0; i < sizeof pages / sizeof *pages; i++) {
+        resp a = http(r.port, "GET", pages[i][0], NULL, NULL, 5000);
+        char path[256];
+        snprintf(path, sizeof path, "src/serve/console/%s", pages[i][1]);
+        size_t len = 0;
+        char *want = ak_read_file(path, &len, NULL);
+        CHECK(a.status == 200 && want && a.body_len == len && !memcmp(a.body, want, len),
+              "GET %s without the key: %d, %zu bytes (the file: %zu)", pages[i][0], a.status, a.body_len, len);
+        CHECK(!strcmp(header_value(&a, "Content-Type", v, sizeof v), pages[i][2]), "%s: type %s", pages[i][0], v);
+        CHECK(!strcmp(header_value(&a, "Content-Security-Policy", v, sizeof v), csp), "%s: CSP %s", pages[i][0], v);
+        CHECK(!strcmp(header_value(&a, "X-Content-Type-Options", v, sizeof v), "nosniff") &&
+                  !strcmp(header_value(&a, "X-Frame-Options", v, sizeof v), "DENY"),
+              "%s: nosniff, DENY", pages[i][0]);
+        free(want);
+        resp_free(&a);
+    }
+    resp a = http(r.port, "GET", "/console/nothing.js", NULL, NULL, 5000);
+    CHECK(a.status == 404 && !strcmp(code_of_resp(&a, code, sizeof code), "unknown_url"), "unknown file: %d", a.status);
+    resp_free(&a);
+    a = http(r.port, "POST", "/", NULL, "{}", 5000);
+    CHECK(a.status == 405, "POST /: %d", a.status);
+    resp_free(&a);
+    a = http(r.port, "GET", "/v1/agents", NULL, NULL, 5000);
+    CHECK(a.status == 401, "the data needs the key: %d", a.status);
+    resp_free(&a);
+    a = raw_str(r.port, "GET / HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n");
+    CHECK(a.status == 403 && !strcmp(code_of_resp(&a, code, sizeof code), "host_not_allowed"), "foreign Host: %d",
+          a.status);
+    resp_free(&a);
+    /* the page's own origin: past the guard (404: no such agent) */
+    static const char *const own[][2] = {
+        {"127.0.0.1", "http://127.0.0.1"}, {"127.0.0.1", "HTTPS://127.0.0.1"}, {"localhost:8080", "http://LOCALHOST:8080"}};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++) {
+        a = with_origin(r.port, "DELETE", "/v1/agents/nobody", own[i][0], own[i][1]);
+        CHECK(a.status == 404 && !strcmp(code_of_resp(&a, code, sizeof code), "agent_not_found"),
+              "Host %s, Origin %s: %d %s", own[i][0], own[i][1], a.status, a.body ? a.body : "");
+        CHECK(!*header_value(&a, "Access-Control-Allow-Origin", v, sizeof v), "same origin got ACAO %s", v);
+        resp_free(&a);
+    }
+    static const char *const other[][2] = {{"127.0.0.1", "http://127.0.0.1:1"},
+                                           {"127.0.0.1", "http://localhost"},
+                                           {"127.0.0.1", "null"},
+                                           {"127.0.0.1", "http://127.0.0.1.evil.example"},
+                                           {"127.0.0.1", "ftp://127.0.0.1"},
+                                           {"localhost:8080", "http://localhost:80"}};
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
+        a = with_origin(r.port, "DELETE", "/v1/agents/nobody", other[i][0], other[i][1]);
+        CHECK(a.status == 403 && !strcmp(code_of_resp(&a, code, sizeof code), "origin_not_allowed"),
+              "Host %s, Origin %s: %d", other[i][0], other[i][1], a.status);
+        resp_free(&a);
+    }
+    rig_stop(&r);
+}
+
+/* With the Host check off (--allowed-host '*') a name may be a rebound one:
+ * an Origin equal to it is no proof of a page this server served. */
+TEST(server_console_same_origin_needs_the_host_check) {
+    static const char *const any[] = {"*"};
+    const ak_server_config lim = {.api_key = "sk-hard", .allowed_hosts = any, .n_allowed_hosts = 1};
+    srv_rig r;
+    if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
+    char code[64];
+    resp a = with_origin(r.port, "DELETE", "/v1/agents/nobody", "rebound.example", "http://rebound.example");
+    CHECK(a.status == 403 && !strcmp(code_of_resp(&a, code, sizeof code), "origin_not_allowed"), "%d %s", a.status,
+          a.body ? a.body : "");
+    resp_free(&a);
+    a = with_origin(r.port, "DELETE", "/v1/agents/nobody", "rebound.example", NULL);
+    CHECK(a.status == 404, "without an Origin: %d", a.status);
     resp_free(&a);
     rig_stop(&r);
 }

@@ -132,3 +132,16 @@ enum MHD_Result ak_http_items(const ak_route_req *q, int rc, const ak_error *err
     free(v);
     return ak_http_list(q, data);
 }
+
+enum MHD_Result ak_http_static(const ak_route_req *q, const void *data, size_t len, const char *content_type,
+                               const char *const *headers) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", content_type);
+    for (const char *const *h = headers; h && h[0]; h += 2) MHD_add_response_header(r, h[0], h[1]);
+    ak_http_add_cors(q->s, q->c, r);
+    enum MHD_Result rc = MHD_queue_response(q->c, 200, r);
+    MHD_destroy_response(r);
+    ak_metrics_request(q->s->cfg.metrics, q->ep, 200);
+    return rc;
+}

@@ -41,6 +41,7 @@ typedef struct {
     const char *label;        /* the endpoint /metrics counts it under */
     id_kind id;
     int body;                 /* 1: reads a JSON body (413 over max_body, 503 over the buffered cap) */
+    int keyless;              /* 1: served without the API key (ak_route_keyless) */
     refusal refuse;
     const char *hint;         /* REFUSE_LIST: after the allowed methods (NULL: none) */
 } route;
@@ -58,7 +59,12 @@ static enum MHD_Result agent_unknown_action(const ak_route_req *q);
 #define MAKE_CARD_HINT "; make one with POST /v1/agents/{id}/cards"
 
 static const route routes[] = {
-    {.pattern = "/health", .fn = health, .label = "/health"},
+    {.pattern = "/health", .fn = health, .label = "/health", .keyless = 1},
+    {.method = "GET", .pattern = "/", .fn = ak_route_console, .label = "/console", .keyless = 1, .refuse = REFUSE_BARE},
+    {.method = "GET", .pattern = "/console", .fn = ak_route_console, .label = "/console", .keyless = 1,
+     .refuse = REFUSE_BARE},
+    {.method = "GET", .pattern = "/console/{*}", .fn = ak_route_console, .label = "/console", .keyless = 1,
+     .refuse = REFUSE_BARE},
     {.pattern = "/metrics", .fn = metrics, .label = "/metrics"},
     {.method = "POST", .pattern = "/v1/chat/completions", .fn = ak_route_chat, .label = "/v1/chat/completions",
      .body = 1},
@@ -142,6 +148,12 @@ const char *ak_route_label(const char *url) {
     params p;
     const route *r = find(url, &p);
     return r ? r->label : "other";
+}
+
+int ak_route_keyless(const char *url) {
+    params p;
+    const route *r = find(url, &p);
+    return r && r->keyless;
 }
 
 /* The 405 for method on the pattern of row r. */

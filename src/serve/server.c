@@ -169,6 +169,22 @@ int ak_server_host_name_valid(const char *h) {
 }
 
 
+/* 1 when origin is the request's own, http:// or https:// and its Host
+ * header: a page this server served (the console) calling it back, as
+ * browsers send Origin on a same-origin POST or DELETE. Only a page loaded
+ * from that very origin makes a browser send it, and the Host check has
+ * passed by then, so the name is not a rebound one; with that check off
+ * ("*" among allowed_hosts) it may be, and 0. */
+static int same_origin(const ak_server *s, const char *host, const char *origin) {
+    for (int i = 0; i < s->cfg.n_allowed_hosts; i++)
+        if (!strcmp(s->cfg.allowed_hosts[i], "*")) return 0;
+    if (!host) return 0;
+    const char *rest = !strncasecmp(origin, "http://", 7)    ? origin + 7
+                       : !strncasecmp(origin, "https://", 8) ? origin + 8
+                                                             : NULL;
+    return rest && !strcasecmp(rest, host);
+}
+
 /* 204 to a CORS preflight from an allowed origin: the methods and request
  * headers browsers may use, cached for AK_CORS_MAX_AGE_S. */
 static enum MHD_Result send_preflight(ak_server *s, struct MHD_Connection *c, const char *ep) {
@@ -197,7 +213,7 @@ static int web_guard(ak_server *s, struct MHD_Connection *c, const char *url, co
     else if (strcmp(url, "/health") && !host_allowed(s, host))
         *out = ak_http_error(s, c, ep, 403, NULL, "host_not_allowed",
                              "Host '%.200s' is not a name of this server (allow it with serve --allowed-host)", host);
-    else if (origin && !cors_value(s, origin))
+    else if (origin && !same_origin(s, host, origin) && !cors_value(s, origin))
         *out = ak_http_error(s, c, ep, 403, NULL, "origin_not_allowed",
                              "requests from the web origin '%.200s' are not allowed (allow it with serve --cors-origin)",
                              origin);
@@ -258,7 +274,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         const char *ep = ak_route_label(url);
         enum MHD_Result out;
         if (web_guard(s, c, url, method, version, ep, &out)) return out;
-        if (strcmp(url, "/health") && !authorized(s, c))
+        if (!ak_route_keyless(url) && !authorized(s, c))
             return ak_http_error(s, c, ep, 401, NULL, "invalid_api_key",
                                  "a valid API key is required (Authorization: Bearer KEY)");
         if (body_type_guard(s, c, method, ep, &out)) return out;

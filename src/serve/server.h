@@ -32,6 +32,8 @@
  *   GET    /v1/memories/{id}      one memory, with its text
  *   DELETE /v1/memories/{id}      delete a memory (docs/memories.md)
  *   GET    /health                liveness, no key needed, any Host
+ *   GET    /, /console            the console: a page that reads this API (routes_console.c;
+ *                                 no key needed for it, nor for /console/NAME, its files)
  *   GET    /metrics               Prometheus text format
  *   OPTIONS any                    a CORS preflight (204) from an origin cors_origins allows
  * The agent of a request is the header X-Agent-Id, or the body field

@@ -9,6 +9,7 @@
  *   routes_completions.c /v1/chat/completions and /v1/completions (SSE too)
  *   routes_pools.c       pools and memories
  *   routes_cards.c       CacheCards
+ *   routes_console.c     the console: a page that reads the API (GET /)
  */
 #ifndef AK_SERVER_IMPL_H
 #define AK_SERVER_IMPL_H
@@ -68,6 +69,9 @@ enum MHD_Result ak_route_dispatch(ak_server *s, struct MHD_Connection *c, ak_con
                                   const char *method);
 /* The /metrics label of url (the route table's, "other" for none). */
 const char *ak_route_label(const char *url);
+/* 1 when url is served without the API key (/health, the console's files:
+ * they hold no data; the data they show comes from routes that need it). */
+int ak_route_keyless(const char *url);
 
 /* The handlers the route table names (routes_*.c). */
 enum MHD_Result ak_route_chat(const ak_route_req *q);
@@ -85,6 +89,7 @@ enum MHD_Result ak_route_card_import(const ak_route_req *q);
 enum MHD_Result ak_route_cards_list(const ak_route_req *q);
 enum MHD_Result ak_route_card_get(const ak_route_req *q);
 enum MHD_Result ak_route_card_delete(const ak_route_req *q);
+enum MHD_Result ak_route_console(const ak_route_req *q);
 
 /* The parser's view of this server (api.h), its pools and memories looked
  * up through the scheduler. */
@@ -120,6 +125,11 @@ enum MHD_Result ak_http_busy(ak_server *s, struct MHD_Connection *c, const char 
 enum MHD_Result ak_http_too_large(ak_server *s, struct MHD_Connection *c, const char *ep);
 /* The answer to a DELETE that removed `what` (agent, pool, ...) id, logged. */
 enum MHD_Result ak_http_deleted(const ak_route_req *q, const char *what);
+/* 200 with a body that outlives the server (a file of the console: not
+ * copied, never freed) of content_type and the extra headers, name and
+ * value pairs ending with a NULL name (headers may be NULL). */
+enum MHD_Result ak_http_static(const ak_route_req *q, const void *data, size_t len, const char *content_type,
+                               const char *const *headers);
 /* An answer whose body is a list {"object": "list", "data": [...]}: data
  * (an array, consumed) wrapped. */
 enum MHD_Result ak_http_list(const ak_route_req *q, cJSON *data);
