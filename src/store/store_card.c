@@ -187,8 +187,17 @@ void ak_store_card_index_del(ak_store *s, const char *id) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static ak_store_status load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
-                                 int vocab, int move, ak_card **out, ak_blob_info *st, ak_error *err);
+/* What a load checks a card against: its id (the file's name) and, when
+ * given, the model, the cache spec and the vocabulary. */
+typedef struct {
+    const char *id;
+    const char *fingerprint;     /* NULL: any model */
+    const ak_cache_spec *spec;   /* NULL: any cache spec */
+    int vocab;                   /* token ids below it (<= 0: not checked) */
+} card_want;
+
+static ak_store_status load_card(ak_store *s, const card_want *w, int move, ak_card **out, ak_blob_info *st,
+                                 ak_error *err);
 
 /* Builds the card index once: the backend's cards, each read (its entry
  * unreadable when it does not verify; nothing moved). */
@@ -209,7 +218,7 @@ static void ensure_indexed(ak_store *s) {
         ak_error e = {{0}};
         ak_store_card_entry ent;
         memset(&ent, 0, sizeof ent);
-        if (load_card(s, v[i].id, NULL, NULL, 0, 0, &c, &st, &e) == AK_STORE_HIT) {
+        if (load_card(s, &(card_want){.id = v[i].id}, 0, &c, &st, &e) == AK_STORE_HIT) {
             entry_of(s, c, &st, &ent);
             ak_card_free(c);
         } else {
@@ -656,9 +665,11 @@ static int tensor_matches(const cJSON *root, const card_tensor *t, size_t off) {
            b->valuedouble == (double)(off + t->bytes);
 }
 
-/* Parses and verifies a card image into *out. */
-static ak_store_status parse_image(const char *id, const uint8_t *img, size_t len, const char *fingerprint,
-                                   const ak_cache_spec *spec, int vocab, ak_card **out, verdict *v, ak_error *err) {
+/* Parses and verifies the card image img[0, len) of w->id against w into
+ * *out (a new card). Returns HIT, or the status with v and err set. */
+static ak_store_status parse_image(const card_want *w, const uint8_t *img, size_t len, ak_card **out, verdict *v,
+                                   ak_error *err) {
+    const char *id = w->id;
     if (len < 8) return judge(v, err, id, AK_STORE_CORRUPT, "truncated", "shorter than a safetensors header");
     uint64_t hl = 0;
     for (int i = 0; i < 8; i++) hl |= (uint64_t)img[i] << (8 * i);
@@ -733,12 +744,13 @@ static ak_store_status parse_image(const char *id, const uint8_t *img, size_t le
         st = judge(v, err, id, AK_STORE_STALE, NULL, "another width-to-format map (%.40s / %.40s)", fk, fv);
         goto out;
     }
-    if (fingerprint && strcmp(fp, fingerprint)) {
-        st = judge(v, err, id, AK_STORE_STALE, NULL, "made with model %.64s, not %.64s", fp, fingerprint);
+    if (w->fingerprint && strcmp(fp, w->fingerprint)) {
+        st = judge(v, err, id, AK_STORE_STALE, NULL, "made with model %.64s, not %.64s", fp, w->fingerprint);
         goto out;
     }
     ak_cache_spec cs = {.n_layer = (int)x[0], .n_head_kv = (int)x[1], .head_dim_k = (int)x[2], .head_dim_v = (int)x[3],
                         .n_ctx = (int)x[4]};
+    const ak_cache_spec *spec = w->spec;
     if (spec && (cs.n_layer != spec->n_layer || cs.n_head_kv != spec->n_head_kv || cs.head_dim_k != spec->head_dim_k ||
                  cs.head_dim_v != spec->head_dim_v)) {
         st = judge(v, err, id, AK_STORE_STALE, NULL, "cache spec %d layers x %d heads x %d/%d is not this model's",
@@ -807,7 +819,7 @@ static ak_store_status parse_image(const char *id, const uint8_t *img, size_t le
             char *end;
             errno = 0;
             long tv = strtol(p, &end, 10);
-            if (end == p || errno || tv < 0 || tv > INT32_MAX || (vocab > 0 && tv >= vocab) ||
+            if (end == p || errno || tv < 0 || tv > INT32_MAX || (w->vocab > 0 && tv >= w->vocab) ||
                 *end != (i + 1 < n ? ',' : 0) || (*p == '0' && end - p > 1) || *p == '+' || *p == '-') {
                 st = judge(v, err, id, AK_STORE_CORRUPT, "tokens", "token id %d malformed or outside the vocabulary", i);
                 goto out;
@@ -847,8 +859,9 @@ out:
 /* Reads, verifies and (move) quarantines a corrupt card (the image read:
  * not one a save put in its place meanwhile); *st gets the image's size and
  * time on a hit. */
-static ak_store_status load_card(ak_store *s, const char *id, const char *fingerprint, const ak_cache_spec *spec,
-                                 int vocab, int move, ak_card **out, ak_blob_info *st, ak_error *err) {
+static ak_store_status load_card(ak_store *s, const card_want *w, int move, ak_card **out, ak_blob_info *st,
+                                 ak_error *err) {
+    const char *id = w->id;
     verdict v = {.st = AK_STORE_HIT};
     if (!ak_agent_id_valid(id)) {
         ak_failc(err, AK_ERR_INVALID, "store: invalid card id");
@@ -859,7 +872,7 @@ static ak_store_status load_card(ak_store *s, const char *id, const char *finger
     ak_blob_get *g = NULL;
     ak_store_status r = read_image(s, id, &g, &img, &len, st, &v, err);
     if (r == AK_STORE_HIT) {
-        r = parse_image(id, img, len, fingerprint, spec, vocab, out, &v, err);
+        r = parse_image(w, img, len, out, &v, err);
         sodium_memzero(img, len < 4096 ? len : 4096);
         free(img);
     }
@@ -883,7 +896,8 @@ ak_store_status ak_store_load_card(ak_store *s, const char *id, const char *fing
     ensure_indexed(s);
     ak_blob_info st;
     ak_card *c = NULL;
-    ak_store_status r = load_card(s, id, fingerprint, spec, vocab, 1, &c, &st, err);
+    const card_want w = {.id = id, .fingerprint = fingerprint, .spec = spec, .vocab = vocab};
+    ak_store_status r = load_card(s, &w, 1, &c, &st, err);
     if (r != AK_STORE_HIT) return r;
     ak_store_card_entry e;
     entry_of(s, c, &st, &e);
@@ -898,7 +912,8 @@ ak_store_status ak_store_verify_card(ak_store *s, const char *id, const char *fi
                                      int vocab, ak_error *err) {
     ak_blob_info st;
     ak_card *c = NULL;
-    ak_store_status r = load_card(s, id, fingerprint, spec, vocab, 0, &c, &st, err);
+    const card_want w = {.id = id, .fingerprint = fingerprint, .spec = spec, .vocab = vocab};
+    ak_store_status r = load_card(s, &w, 0, &c, &st, err);
     ak_card_free(c);
     return r;
 }

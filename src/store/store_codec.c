@@ -181,14 +181,18 @@ static const char *kind_format(int kind) {
 
 /* ------------------------------------------------------------ the layout */
 
-/* The tensors of a cache of spec s in formats fk/fv holding nb blocks of T
- * positions (file_runs: the file's runs of positions, each starting a
- * block), in file order, into a malloc'd array (*out, count returned)
- * and the data section's size. Returns -1 (why set) if a format cannot store
- * the head dim or the sizes overflow. Both the writer and the reader use
- * this: the reader requires the file's table to be exactly this one. */
-static int layout_tensors(const ak_cache_spec *s, ak_kv_format fk, ak_kv_format fv, int64_t nb, int T, int64_t lb0,
-                          tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn) {
+/* The tensors of the layout ly (a cache of spec s in formats fk/fv
+ * holding nb blocks of T positions; file_runs: the file's runs of
+ * positions, each starting a block), in file order, into a malloc'd array
+ * (*out, count returned) and the data section's size. Returns -1 (why set)
+ * if a format cannot store the head dim or the sizes overflow. Both the
+ * writer and the reader use this: the reader requires the file's table to
+ * be exactly this one. */
+static int layout_tensors(const aks_layout *ly, tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn) {
+    const ak_cache_spec *s = ly->spec;
+    ak_kv_format fk = ly->fk, fv = ly->fv;
+    int64_t nb = ly->nb, lb0 = ly->lb0;
+    int T = ly->T;
     ak_kv_component ck[2], cv[2];
     int nck = ak_kv_format_components(fk, s->head_dim_k, ck);
     int ncv = ak_kv_format_components(fv, s->head_dim_v, cv);
@@ -646,8 +650,9 @@ ak_snapshot *ak_store_snapshot_kind(int kind, const ak_store_save_args *a, const
         return NULL;
     }
     sn->window_first = wf;
-    sn->nt = layout_tensors(&sn->spec, sn->fk, sn->fv, ru.blk0[ru.n], sn->block_tokens,
-                            aks_local_b0(&ru, wf, sn->block_tokens), &sn->t, &sn->data_bytes, why, sizeof why);
+    const aks_layout ly = {.spec = &sn->spec, .fk = sn->fk, .fv = sn->fv, .nb = ru.blk0[ru.n], .T = sn->block_tokens,
+                           .lb0 = aks_local_b0(&ru, wf, sn->block_tokens)};
+    sn->nt = layout_tensors(&ly, &sn->t, &sn->data_bytes, why, sizeof why);
     if (sn->nt < 0) {
         ak_failc(err, AK_ERR_INVALID, "store: %s %s: %s", what, agent_id, why);
         ak_snapshot_free(sn);
@@ -1287,9 +1292,9 @@ ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, aks_tabl
                      (long long)count);
     file_runs ru;
     aks_runs_of(&m->base, m->n_tokens, m->block_tokens, &ru);
-    int nt = layout_tensors(&m->spec, m->fk, m->fv, ru.blk0[ru.n], m->block_tokens,
-                            aks_local_b0(&ru, m->window_first, m->block_tokens), &t,
-                            &data_bytes, why, sizeof why);
+    const aks_layout ly = {.spec = &m->spec, .fk = m->fk, .fv = m->fv, .nb = ru.blk0[ru.n], .T = m->block_tokens,
+                           .lb0 = aks_local_b0(&ru, m->window_first, m->block_tokens)};
+    int nt = layout_tensors(&ly, &t, &data_bytes, why, sizeof why);
     if (nt < 0) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
     int64_t nb = table_blocks(t, nt);
     ak_store_status st = AK_STORE_HIT;

@@ -66,6 +66,17 @@ typedef struct {
                                  file block b (>= b0) is its piece b - b0 */
 } tensor_desc;
 
+/* The geometry of an image's data section: a cache of spec in formats fk /
+ * fv, nb file blocks of T positions, the local layers' tensors holding the
+ * file blocks from lb0 on (a version 7 file's; else 0). */
+typedef struct {
+    const ak_cache_spec *spec;
+    ak_kv_format fk, fv;
+    int64_t nb;
+    int T;
+    int64_t lb0;
+} aks_layout;
+
 /* The runs of positions a file holds, in file order: each own segment of
  * its base, then its own positions [base_len, n_tokens) (the last run, maybe
  * empty). Run r holds [start[r], start[r] + len[r]) in file blocks
