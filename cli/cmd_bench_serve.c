@@ -34,20 +34,37 @@ typedef struct {
     ak_sched *s;
 } rig;
 
-static int rig_open(rig *r, loaded_model *lm, const cache_opts *co, const char *mem, int n_ctx, int n_threads,
-                    int max_active, int step_tokens, int no_prefetch, ak_error *err) {
+/* What a rig runs on: the model, the cache's formats, the memory directory
+ * (NULL: none), and the scheduler's sizes. */
+typedef struct {
+    const loaded_model *lm;
+    const cache_opts *co;
+    const char *mem;
+    int n_ctx, n_threads;
+    int max_active, step_tokens;
+    int no_prefetch;   /* 1: warm agents restored only when admitted */
+} rig_opts;
+
+/* Opens r: a block pool, the store (if o->mem), agents saving every turn and
+ * a running scheduler. Returns 0, or -1 with err set (rig_close frees what
+ * was opened). */
+static int rig_open(rig *r, const rig_opts *o, ak_error *err) {
+    const loaded_model *lm = o->lm;
     memset(r, 0, sizeof *r);
     r->lm = *lm;
-    if (!(r->pool = ak_block_pool_new(&lm->model->spec, co->block_tokens, 0, err))) return -1;
-    if (mem && !(r->store = ak_store_open(mem, NULL, err))) return -1;
-    ak_agents_config ac = {lm->model, r->pool, r->store, co->fk, co->fv, n_ctx, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    if (!(r->pool = ak_block_pool_new(&lm->model->spec, o->co->block_tokens, 0, err))) return -1;
+    if (o->mem && !(r->store = ak_store_open(o->mem, NULL, err))) return -1;
+    ak_agents_config ac = {.model = lm->model, .pool = r->pool, .store = r->store, .fk = o->co->fk, .fv = o->co->fv,
+                           .n_ctx = o->n_ctx, .save = AK_SAVE_EVERY_TURN};
     if (!(r->agents = ak_agents_new(&ac, err))) return -1;
-    ak_sched_config sc = {lm->model, lm->tok, r->agents, r->pool, r->store, n_threads, n_ctx, step_tokens, max_active,
-                          NULL, NULL, NULL, no_prefetch, 200};
+    ak_sched_config sc = {.model = lm->model, .tok = lm->tok, .agents = r->agents, .pool = r->pool, .store = r->store,
+                          .n_threads = o->n_threads, .n_ctx = o->n_ctx, .step_tokens = o->step_tokens,
+                          .max_active = o->max_active, .no_prefetch = o->no_prefetch, .step_ms = 200};
     if (!(r->s = ak_sched_start(&sc, err))) return -1;
     return 0;
 }
 
+/* Stops the scheduler and frees what rig_open opened. */
 static void rig_close(rig *r) {
     ak_sched_free(r->s);
     ak_agents_free(r->agents);
@@ -81,6 +98,121 @@ static void make_prompt(int32_t *p, int n, int i, int vocab) {
     for (int k = 0; k < n; k++) p[k] = 1 + (int32_t)((i * 7919 + k * 104729) % (vocab - 1));
 }
 
+/* One run's settings and its prompt buffer (n_ctx + 16 tokens). */
+typedef struct {
+    loaded_model *lm;
+    const cache_opts *co;
+    int n_prompt, n_gen, warm_ctx, n_ctx, n_threads, vocab, json;
+    int32_t *prompt;
+} serve_bench;
+
+/* What the restore test measured (medians of 3). */
+typedef struct {
+    double ttft_ahead, ttft_demand, restore_ahead, restore_demand;
+    int ahead;     /* every restore ahead overlapped decoding */
+    int warm_ok;   /* 2: every turn was warm */
+} restore_result;
+
+/* Continuous batching with N agents: decode tokens/s of N requests one
+ * after another (*seq_tps) and all at once (*bat_tps). Returns 0, or -1
+ * with err set. */
+static int measure_batching(const serve_bench *b, int N, double *seq_tps, double *bat_tps, ak_error *err) {
+    rig r;
+    /* every prompt of the batch fits one step: all decode in lockstep after it */
+    rig_opts ro = {.lm = b->lm, .co = b->co, .n_ctx = b->n_ctx, .n_threads = b->n_threads, .max_active = N,
+                   .step_tokens = N * (b->n_prompt + 1)};
+    if (rig_open(&r, &ro, err) < 0) { rig_close(&r); return -1; }
+    /* sequential: one request at a time */
+    double dec_s = 0;
+    int dec_tok = 0;
+    for (int i = 0; i < N; i++) {
+        make_prompt(b->prompt, b->n_prompt, i, b->vocab);
+        ak_request *q = submit(&r, NULL, b->prompt, b->n_prompt, b->n_gen, err);
+        ak_req_result res;
+        if (!q || finish(q, &res, err) < 0) { rig_close(&r); return -1; }
+        dec_s += res.decode_ms / 1e3;
+        dec_tok += res.completion_tokens - 1;
+    }
+    *seq_tps = dec_tok / dec_s;
+    /* batched: all at once (fresh agents: new prompts) */
+    ak_request *qs[256];
+    for (int i = 0; i < N; i++) {
+        make_prompt(b->prompt, b->n_prompt, 1000 + i, b->vocab);
+        if (!(qs[i] = submit(&r, NULL, b->prompt, b->n_prompt, b->n_gen, err))) { rig_close(&r); return -1; }
+    }
+    double wall = 0;
+    dec_tok = 0;
+    for (int i = 0; i < N; i++) {
+        ak_req_result res;
+        if (finish(qs[i], &res, err) < 0) { rig_close(&r); return -1; }
+        if (res.decode_ms / 1e3 > wall) wall = res.decode_ms / 1e3;
+        dec_tok += res.completion_tokens - 1;
+    }
+    *bat_tps = dec_tok / wall;
+    rig_close(&r);
+    return 0;
+}
+
+/* The middle of three values. */
+static double median3(double a, double b, double c) {
+    return a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+}
+
+/* Restores hidden behind decoding, in memory directory mem: a warm agent
+ * of warm_ctx tokens waits while another decodes, restored ahead by the I/O
+ * thread or on demand at admission, 3 reps of each. Returns 0, or -1 with
+ * err set. */
+static int measure_restore(const serve_bench *b, const char *mem, restore_result *out, ak_error *err) {
+    rig r;
+    make_prompt(b->prompt, b->warm_ctx + 8, 4242, b->vocab);
+    if (!b->json) fprintf(stderr, "restore test: prefilling a %d-token agent once...\n", b->warm_ctx);
+    rig_opts ro = {.lm = b->lm, .co = b->co, .mem = mem, .n_ctx = b->n_ctx, .n_threads = b->n_threads,
+                   .max_active = 2, .step_tokens = 256};
+    if (rig_open(&r, &ro, err) < 0) { rig_close(&r); return -1; }
+    ak_request *q = submit(&r, "warm", b->prompt, b->warm_ctx, 1, err);
+    ak_req_result res;
+    if (!q || finish(q, &res, err) < 0) { rig_close(&r); return -1; }
+    rig_close(&r); /* saved at shutdown: "warm" lives only on disk now */
+    double ta[3][2], rs[3][2];
+    int ahead = 0, warm = 0;
+    for (int rep = 0; rep < 3; rep++)
+        for (int mode = 0; mode < 2; mode++) {
+            /* one batch slot: "warm" waits while "busy" decodes n_gen tokens */
+            ro.max_active = 1;
+            ro.no_prefetch = mode == 1;
+            if (rig_open(&r, &ro, err) < 0) { rig_close(&r); return -1; }
+            int32_t busy[64];
+            make_prompt(busy, 16, 77 + mode + 2 * rep, b->vocab);
+            ak_request *qb = submit(&r, NULL, busy, 16, b->n_gen, err);
+            ak_request *qw = qb ? submit(&r, "warm", b->prompt, b->warm_ctx + 4, 2, err) : NULL;
+            ak_req_result rb, rw;
+            if (!qb || !qw || finish(qb, &rb, err) < 0 || finish(qw, &rw, err) < 0) { rig_close(&r); return -1; }
+            ta[rep][mode] = rw.ttft_ms - rw.queue_ms;
+            rs[rep][mode] = rw.turn.restore_ms;
+            if (mode == 0) ahead += rw.turn.restored_ahead;
+            warm += rw.turn.tier == AK_TIER_WARM;
+            rig_close(&r);
+        }
+    out->ttft_ahead = median3(ta[0][0], ta[1][0], ta[2][0]);
+    out->restore_ahead = median3(rs[0][0], rs[1][0], rs[2][0]);
+    out->ttft_demand = median3(ta[0][1], ta[1][1], ta[2][1]);
+    out->restore_demand = median3(rs[0][1], rs[1][1], rs[2][1]);
+    out->ahead = ahead == 3;
+    out->warm_ok = warm == 6 ? 2 : 0;
+    if (!b->json) {
+        fprintf(stderr, "  warm agent of %d tokens, waiting while another agent decodes %d tokens (median of 3):\n",
+                b->warm_ctx, b->n_gen);
+        fprintf(stderr, "    restored ahead by the I/O thread: TTFT after admission %8.2f ms (restore %.2f ms, %s)\n",
+                out->ttft_ahead, out->restore_ahead, out->ahead ? "overlapped with decoding" : "NOT overlapped");
+        fprintf(stderr, "    restored on demand at admission:  TTFT after admission %8.2f ms (restore %.2f ms)\n",
+                out->ttft_demand, out->restore_demand);
+        fprintf(stderr, "    both warm: %s\n", out->warm_ok == 2 ? "yes" : "NO");
+    }
+    return 0;
+}
+
+/* agentkv bench serve: parses the flags, measures batching per batch size
+ * and the restore test, reports. Returns the exit code. */
 int cmd_bench_serve(int argc, char **argv) {
     ak_args a;
     args_init(&a, "bench serve", argc, argv);
@@ -105,112 +237,35 @@ int cmd_bench_serve(int argc, char **argv) {
     if (a.failed) return AK_EXIT_USAGE;
     loaded_model lm;
     if (load_model(&lm, "bench serve", model_path) < 0) return 1;
-    int vocab = lm.model->cfg.vocab, max_n = 1;
-    for (int i = 0; i < n_list; i++) if (agents_list[i] > max_n) max_n = agents_list[i];
     int n_ctx = n_prompt + n_gen + 8;
     if (warm_ctx + 16 > n_ctx) n_ctx = warm_ctx + 16;
+    serve_bench b = {.lm = &lm, .co = &co, .n_prompt = n_prompt, .n_gen = n_gen, .warm_ctx = warm_ctx, .n_ctx = n_ctx,
+                     .n_threads = n_threads, .vocab = lm.model->cfg.vocab, .json = json,
+                     .prompt = malloc(sizeof(int32_t) * (size_t)(n_ctx + 16))};
     ak_error err = {{0}};
     int rc = 1;
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)(n_ctx + 16));
     double seq_tps[16] = {0}, bat_tps[16] = {0};
-    if (!prompt) { ak_fail(&err, "out of memory"); goto fail; }
+    if (!b.prompt) { ak_fail(&err, "out of memory"); goto fail; }
     if (!json)
         fprintf(stderr, "batched vs sequential decode: %d prompt + %d generated tokens per agent, %s/%s cache\n",
                 n_prompt, n_gen, ak_kv_format_get(co.fk)->name, ak_kv_format_get(co.fv)->name);
     for (int li = 0; li < n_list; li++) {
         int N = agents_list[li];
-        rig r;
-        /* every prompt of the batch fits one step: all decode in lockstep after it */
-        if (rig_open(&r, &lm, &co, NULL, n_ctx, n_threads, N, N * (n_prompt + 1), 0, &err) < 0) { rig_close(&r); goto fail; }
-        /* sequential: one request at a time */
-        double dec_s = 0;
-        int dec_tok = 0;
-        for (int i = 0; i < N; i++) {
-            make_prompt(prompt, n_prompt, i, vocab);
-            ak_request *q = submit(&r, NULL, prompt, n_prompt, n_gen, &err);
-            ak_req_result res;
-            if (!q || finish(q, &res, &err) < 0) { rig_close(&r); goto fail; }
-            dec_s += res.decode_ms / 1e3;
-            dec_tok += res.completion_tokens - 1;
-        }
-        seq_tps[li] = dec_tok / dec_s;
-        /* batched: all at once (fresh agents: new prompts) */
-        ak_request *qs[256];
-        for (int i = 0; i < N; i++) {
-            make_prompt(prompt, n_prompt, 1000 + i, vocab);
-            if (!(qs[i] = submit(&r, NULL, prompt, n_prompt, n_gen, &err))) { rig_close(&r); goto fail; }
-        }
-        double wall = 0;
-        dec_tok = 0;
-        for (int i = 0; i < N; i++) {
-            ak_req_result res;
-            if (finish(qs[i], &res, &err) < 0) { rig_close(&r); goto fail; }
-            if (res.decode_ms / 1e3 > wall) wall = res.decode_ms / 1e3;
-            dec_tok += res.completion_tokens - 1;
-        }
-        bat_tps[li] = dec_tok / wall;
-        rig_close(&r);
+        if (measure_batching(&b, N, &seq_tps[li], &bat_tps[li], &err) < 0) goto fail;
         if (!json)
             fprintf(stderr, "  N=%-3d sequential %8.2f tok/s   batched %8.2f tok/s   speedup %5.2fx (goal >= %.1fx)\n", N,
                     seq_tps[li], bat_tps[li], bat_tps[li] / seq_tps[li], 0.7 * N);
     }
     /* restore hidden behind decoding */
-    double ttft_ahead = 0, ttft_demand = 0, restore_ahead = 0, restore_demand = 0;
-    int ahead_flag = 0, warm_ok = 0;
+    restore_result rr = {.ahead = 0};
     if (warm_ctx > 0) {
         char mem[] = "/tmp/agentkv-bench-serve-XXXXXX";
         if (!mkdtemp(mem)) { ak_fail(&err, "cannot make a temporary directory"); goto fail; }
-        rig r;
-        make_prompt(prompt, warm_ctx + 8, 4242, vocab);
-        if (!json) fprintf(stderr, "restore test: prefilling a %d-token agent once...\n", warm_ctx);
-        if (rig_open(&r, &lm, &co, mem, n_ctx, n_threads, 2, 256, 0, &err) < 0) { rig_close(&r); goto fail_mem; }
-        ak_request *q = submit(&r, "warm", prompt, warm_ctx, 1, &err);
-        ak_req_result res;
-        if (!q || finish(q, &res, &err) < 0) { rig_close(&r); goto fail_mem; }
-        rig_close(&r); /* saved at shutdown: "warm" lives only on disk now */
-        double ta[3][2], rs[3][2];
-        for (int rep = 0; rep < 3; rep++)
-            for (int mode = 0; mode < 2; mode++) {
-                /* one batch slot: "warm" waits while "busy" decodes n_gen tokens */
-                if (rig_open(&r, &lm, &co, mem, n_ctx, n_threads, 1, 256, mode == 1, &err) < 0) { rig_close(&r); goto fail_mem; }
-                int32_t busy[64];
-                make_prompt(busy, 16, 77 + mode + 2 * rep, vocab);
-                ak_request *qb = submit(&r, NULL, busy, 16, n_gen, &err);
-                ak_request *qw = qb ? submit(&r, "warm", prompt, warm_ctx + 4, 2, &err) : NULL;
-                ak_req_result rb, rw;
-                if (!qb || !qw || finish(qb, &rb, &err) < 0 || finish(qw, &rw, &err) < 0) { rig_close(&r); goto fail_mem; }
-                ta[rep][mode] = rw.ttft_ms - rw.queue_ms;
-                rs[rep][mode] = rw.turn.restore_ms;
-                if (mode == 0) ahead_flag += rw.turn.restored_ahead;
-                warm_ok += rw.turn.tier == AK_TIER_WARM;
-                rig_close(&r);
-            }
-        /* medians of 3 */
-        for (int mode = 0; mode < 2; mode++) {
-            double v[3] = {ta[0][mode], ta[1][mode], ta[2][mode]}, w[3] = {rs[0][mode], rs[1][mode], rs[2][mode]};
-            for (int i = 0; i < 3; i++)
-                for (int j = i + 1; j < 3; j++) {
-                    if (v[j] < v[i]) { double x = v[i]; v[i] = v[j]; v[j] = x; }
-                    if (w[j] < w[i]) { double x = w[i]; w[i] = w[j]; w[j] = x; }
-                }
-            if (mode == 0) { ttft_ahead = v[1]; restore_ahead = w[1]; }
-            else { ttft_demand = v[1]; restore_demand = w[1]; }
-        }
-        ahead_flag = ahead_flag == 3;
-        warm_ok = warm_ok == 6 ? 2 : 0;
-        if (!json) {
-            fprintf(stderr, "  warm agent of %d tokens, waiting while another agent decodes %d tokens (median of 3):\n", warm_ctx, n_gen);
-            fprintf(stderr, "    restored ahead by the I/O thread: TTFT after admission %8.2f ms (restore %.2f ms, %s)\n",
-                    ttft_ahead, restore_ahead, ahead_flag ? "overlapped with decoding" : "NOT overlapped");
-            fprintf(stderr, "    restored on demand at admission:  TTFT after admission %8.2f ms (restore %.2f ms)\n",
-                    ttft_demand, restore_demand);
-            fprintf(stderr, "    both warm: %s\n", warm_ok == 2 ? "yes" : "NO");
-        }
-    fail_mem:;
+        int r = measure_restore(&b, mem, &rr, &err);
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", mem);
         if (system(cmd) != 0) fprintf(stderr, "bench serve: could not remove %s\n", mem);
-        if (err.msg[0]) goto fail;
+        if (r < 0) goto fail;
     }
     if (json) {
         printf("{\"model\": \"%s\", \"prompt\": %d, \"generated\": %d, \"batching\": [", model_path, n_prompt, n_gen);
@@ -219,14 +274,15 @@ int cmd_bench_serve(int argc, char **argv) {
                    i ? ", " : "", agents_list[i], seq_tps[i], bat_tps[i], bat_tps[i] / seq_tps[i]);
         printf("], \"warm_ctx\": %d, \"ttft_after_admission_ms_restored_ahead\": %.3f, \"restore_ms_ahead\": %.3f, "
                "\"overlapped\": %s, \"ttft_after_admission_ms_on_demand\": %.3f, \"restore_ms_on_demand\": %.3f}\n",
-               warm_ctx, ttft_ahead, restore_ahead, ahead_flag ? "true" : "false", ttft_demand, restore_demand);
+               warm_ctx, rr.ttft_ahead, rr.restore_ahead, rr.ahead ? "true" : "false", rr.ttft_demand,
+               rr.restore_demand);
     }
     rc = 0;
     goto done;
 fail:
     fprintf(stderr, "agentkv bench serve: %s\n", err.msg);
 done:
-    free(prompt);
+    free(b.prompt);
     unload_model(&lm);
     return rc;
 }

@@ -419,12 +419,21 @@ static int fresh_agents(const ttft_opts *o, const ttft_env *e, ak_store *store, 
     return (*ag = ak_agents_new(&ac, err)) ? 0 : -1;
 }
 
-/* Begins a turn of agent id with the first n prompt tokens, which must be
- * served from tier want (what names the turn in the error otherwise); its
- * TTFT (the begin: restore or prefill, and the logits) into *ms. The turn
- * is left open. Returns 0, or -1 with err set. */
-static int timed_turn(ttft_env *e, ak_agents *ag, const char *id, int n, ak_tier want, const char *what, ak_turn *t,
-                      double *ms, ak_error *err) {
+/* A turn to time: agent id with the first n prompt tokens, which must be
+ * served from tier want (what names the turn in the error otherwise). */
+typedef struct {
+    const char *id;
+    int n;
+    ak_tier want;
+    const char *what;
+} ttft_turn;
+
+/* Begins turn q on ag; its TTFT (the begin: restore or prefill, and the
+ * logits) into *ms. The turn is left open. Returns 0, or -1 with err set. */
+static int timed_turn(ttft_env *e, ak_agents *ag, const ttft_turn *q, ak_turn *t, double *ms, ak_error *err) {
+    const char *id = q->id;
+    int n = q->n;
+    ak_tier want = q->want;
     progress pg;
     progress_init(&pg, want == AK_TIER_COLD ? "cold prefill" : "restore");
     double t0 = ak_now();
@@ -433,7 +442,7 @@ static int timed_turn(ttft_env *e, ak_agents *ag, const char *id, int n, ak_tier
     progress_done(&pg);
     if (rc < 0) return -1;
     if (t->tier != want)
-        return ak_fail(err, "context %d, %s: expected tier %s, got %s", n, what, ak_tier_name(want),
+        return ak_fail(err, "context %d, %s: expected tier %s, got %s", n, q->what, ak_tier_name(want),
                        ak_tier_name(t->tier));
     return 0;
 }
@@ -465,7 +474,8 @@ static int redis_turn(const ttft_opts *o, ttft_env *e, const char *id, int L, si
     ak_agents *ag = NULL;
     ak_turn t;
     int rc = fresh_agents(o, e, e->redis, 2 * image_bytes, &pool, &ag, err);
-    if (rc == 0) rc = timed_turn(e, ag, id, L + 1, AK_TIER_WARM, "warm from Redis", &t, &r->redis_ms, err);
+    const ttft_turn q = {.id = id, .n = L + 1, .want = AK_TIER_WARM, .what = "warm from Redis"};
+    if (rc == 0) rc = timed_turn(e, ag, &q, &t, &r->redis_ms, err);
     if (rc == 0) {
         r->redis = 1;
         r->redis_rest_ms = t.restore_ms;
@@ -498,7 +508,8 @@ static int dir_warm_turns(const ttft_opts *o, ttft_env *e, const char *id, const
             r->resident_after_drop = resident(path);
         }
         ak_turn t;
-        rc = timed_turn(e, ag, id, r->L + 1, want[phase], what[phase], &t, &r->ms[phase], err);
+        const ttft_turn q = {.id = id, .n = r->L + 1, .want = want[phase], .what = what[phase]};
+        rc = timed_turn(e, ag, &q, &t, &r->ms[phase], err);
         if (rc == 0 && phase < 3) { r->rest_ms[phase] = t.restore_ms; r->rest_bytes[phase] = t.restore_bytes; }
         if (rc == 0) rc = ak_agent_end(ag, id, err);
     }
@@ -525,7 +536,8 @@ static int ttft_context(const ttft_opts *o, ttft_env *e, int L, ttft_row *r, ak_
     ak_agents *ag = NULL;
     ak_turn t;
     int rc = fresh_agents(o, e, e->store, 0, &pool, &ag, err);
-    if (rc == 0) rc = timed_turn(e, ag, id, L, AK_TIER_COLD, "cold", &t, &r->ms[0], err);
+    const ttft_turn q = {.id = id, .n = L, .want = AK_TIER_COLD, .what = "cold"};
+    if (rc == 0) rc = timed_turn(e, ag, &q, &t, &r->ms[0], err);
     double te = ak_now();
     if (rc == 0) rc = ak_agent_end(ag, id, err);
     /* what a save costs the engine thread (the copy) vs the whole write,

@@ -74,66 +74,134 @@ static char *read_api_key(const char *path, ak_error *err) {
     return k;
 }
 
-int cmd_serve(int argc, char **argv) {
+/* What serve was asked: its flags. */
+typedef struct {
+    const char *model_path, *host, *api_key_file, *model_id, *chat_template;
+    int port, n_ctx, n_threads, max_agents, step_tokens, step_ms;
+    size_t max_body, max_buffered;
+    unsigned conn_timeout, conns_per_ip;
+    const char *allowed_hosts[MAX_WEB_NAMES], *cors_origins[MAX_WEB_NAMES];
+    int n_allowed_hosts, n_cors_origins;
+    ak_chat_family family;   /* --chat-template's (AK_CHAT_PLAIN without it: detected later) */
+    store_opts mo;
+    cache_opts co;
+} serve_opts;
+
+/* Parses argv into o. Returns -1 when serve should run, else its exit code:
+ * 0 after --help, AK_EXIT_USAGE after a usage error (printed). */
+static int serve_parse(int argc, char **argv, serve_opts *o) {
     ak_args a;
     args_init(&a, "serve", argc, argv);
-    const char *model_path = NULL, *host = "127.0.0.1";
-    const char *api_key_file = NULL, *model_id_arg = NULL, *template_arg = NULL;
-    int port = 8080, n_ctx = 0, n_threads = 0, max_agents = 16, step_tokens = 256, step_ms = 200;
-    size_t max_body = 4u << 20, max_buffered = AK_SERVER_DEFAULT_MAX_BUFFERED;
-    unsigned conn_timeout = AK_SERVER_DEFAULT_TIMEOUT_S, conns_per_ip = AK_SERVER_DEFAULT_CONNS_PER_IP;
-    const char *allowed_hosts[MAX_WEB_NAMES], *cors_origins[MAX_WEB_NAMES];
-    int n_allowed_hosts = 0, n_cors_origins = 0;
-    store_opts mo;
-    store_opts_init(&mo);
-    cache_opts co;
-    cache_opts_init(&co);
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080, o->max_agents = 16, o->step_tokens = 256, o->step_ms = 200;
+    o->max_body = 4u << 20, o->max_buffered = AK_SERVER_DEFAULT_MAX_BUFFERED;
+    o->conn_timeout = AK_SERVER_DEFAULT_TIMEOUT_S, o->conns_per_ip = AK_SERVER_DEFAULT_CONNS_PER_IP;
+    store_opts_init(&o->mo);
+    cache_opts_init(&o->co);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
-        else if (!strcmp(f, "--host")) host = args_value(&a, f);
-        else if (!strcmp(f, "--port")) port = (int)args_int(&a, f, 0, 65535);
-        else if (!strcmp(f, "--api-key-file")) api_key_file = args_value(&a, f);
-        else if (!strcmp(f, "--model-id")) model_id_arg = args_value(&a, f);
-        else if (!strcmp(f, "--chat-template")) template_arg = args_value(&a, f);
-        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) n_ctx = (int)args_int(&a, f, 2, 1 << 24);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--max-agents")) max_agents = (int)args_int(&a, f, 1, 4096);
-        else if (!strcmp(f, "--step-tokens")) step_tokens = (int)args_int(&a, f, 1, 1 << 16);
-        else if (!strcmp(f, "--step-ms")) step_ms = (int)args_int(&a, f, 0, 600000);
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) o->model_path = args_value(&a, f);
+        else if (!strcmp(f, "--host")) o->host = args_value(&a, f);
+        else if (!strcmp(f, "--port")) o->port = (int)args_int(&a, f, 0, 65535);
+        else if (!strcmp(f, "--api-key-file")) o->api_key_file = args_value(&a, f);
+        else if (!strcmp(f, "--model-id")) o->model_id = args_value(&a, f);
+        else if (!strcmp(f, "--chat-template")) o->chat_template = args_value(&a, f);
+        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) o->n_ctx = (int)args_int(&a, f, 2, 1 << 24);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--max-agents")) o->max_agents = (int)args_int(&a, f, 1, 4096);
+        else if (!strcmp(f, "--step-tokens")) o->step_tokens = (int)args_int(&a, f, 1, 1 << 16);
+        else if (!strcmp(f, "--step-ms")) o->step_ms = (int)args_int(&a, f, 0, 600000);
         else if (!strcmp(f, "--max-body")) {
             const char *v = args_value(&a, f);
-            if (v && (ak_parse_bytes(v, &max_body) < 0 || !max_body))
+            if (v && (ak_parse_bytes(v, &o->max_body) < 0 || !o->max_body))
                 args_error(&a, "--max-body: '%s' is not a positive byte size", v);
         } else if (!strcmp(f, "--max-buffered")) {
             const char *v = args_value(&a, f);
-            if (v && (ak_parse_bytes(v, &max_buffered) < 0 || !max_buffered))
+            if (v && (ak_parse_bytes(v, &o->max_buffered) < 0 || !o->max_buffered))
                 args_error(&a, "--max-buffered: '%s' is not a positive byte size", v);
-        } else if (!strcmp(f, "--timeout")) conn_timeout = (unsigned)args_int(&a, f, 1, 86400);
-        else if (!strcmp(f, "--max-conns-per-ip")) conns_per_ip = (unsigned)args_int(&a, f, 1, 512);
+        } else if (!strcmp(f, "--timeout")) o->conn_timeout = (unsigned)args_int(&a, f, 1, 86400);
+        else if (!strcmp(f, "--max-conns-per-ip")) o->conns_per_ip = (unsigned)args_int(&a, f, 1, 512);
         else if (!strcmp(f, "--allowed-host")) {
             const char *v = args_value(&a, f);
             if (v && !ak_server_host_name_valid(v))
                 args_error(&a, "--allowed-host: '%s' is not a host name ('*', a name, an IPv4 address or [IPv6]; no port)", v);
-            else if (v && n_allowed_hosts == MAX_WEB_NAMES) args_error(&a, "--allowed-host: at most %d", MAX_WEB_NAMES);
-            else if (v) allowed_hosts[n_allowed_hosts++] = v;
+            else if (v && o->n_allowed_hosts == MAX_WEB_NAMES) args_error(&a, "--allowed-host: at most %d", MAX_WEB_NAMES);
+            else if (v) o->allowed_hosts[o->n_allowed_hosts++] = v;
         } else if (!strcmp(f, "--cors-origin")) {
             const char *v = args_value(&a, f);
             if (v && !ak_server_origin_valid(v))
                 args_error(&a, "--cors-origin: '%s' is not an origin ('*', or scheme://host[:port] without a path)", v);
-            else if (v && n_cors_origins == MAX_WEB_NAMES) args_error(&a, "--cors-origin: at most %d", MAX_WEB_NAMES);
-            else if (v) cors_origins[n_cors_origins++] = v;
+            else if (v && o->n_cors_origins == MAX_WEB_NAMES) args_error(&a, "--cors-origin: at most %d", MAX_WEB_NAMES);
+            else if (v) o->cors_origins[o->n_cors_origins++] = v;
         }
-        else if (!store_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!store_opts_parse(&o->mo, &a, f) && !cache_opts_parse(&o->co, &a, f)) args_unknown(&a, f);
     }
-    ak_chat_family family = AK_CHAT_PLAIN;
+    o->family = AK_CHAT_PLAIN;
     ak_error err = {{0}};
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    if (!a.failed && template_arg && ak_chat_family_parse(template_arg, &family, &err) < 0)
+    if (!a.failed && !o->model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && o->chat_template && ak_chat_family_parse(o->chat_template, &o->family, &err) < 0)
         args_error(&a, "--chat-template: %s", err.msg);
-    if (a.failed) return AK_EXIT_USAGE;
-    if (!api_key_file && !ak_server_host_is_loopback(host))
+    return a.failed ? AK_EXIT_USAGE : -1;
+}
+
+/* The name clients use for the model: --model-id, else the file name
+ * without .gguf, into buf (n bytes). */
+static void model_id_of(const serve_opts *o, char *buf, size_t n) {
+    if (o->model_id) {
+        snprintf(buf, n, "%s", o->model_id);
+        return;
+    }
+    const char *base = strrchr(o->model_path, '/');
+    snprintf(buf, n, "%s", base ? base + 1 : o->model_path);
+    size_t l = strlen(buf);
+    if (l > 5 && !strcmp(buf + l - 5, ".gguf")) buf[l - 5] = 0;
+}
+
+/* Waits for SIGINT or SIGTERM (blocked in sigs), then stops accepting, cuts
+ * running requests, stops *server and frees *sched (both set to NULL) and
+ * saves every dirty agent. Returns 0, or -1 with err set when an agent could
+ * not be saved (each such agent is printed by name). */
+static int serve_until_signal(const sigset_t *sigs, ak_server **server, ak_sched **sched, ak_agents *agents,
+                              ak_error *err) {
+    int sig = 0;
+    sigwait(sigs, &sig);
+    log_line(NULL, sig == SIGINT ? "SIGINT: shutting down" : "SIGTERM: shutting down");
+    ak_server_quiesce(*server);   /* no new connections */
+    ak_sched_shutdown(*sched);    /* queued requests get 503, running ones end with their text so far */
+    ak_server_stop(*server);      /* open connections finish */
+    *server = NULL;
+    ak_sched_free(*sched);
+    *sched = NULL;
+    if (ak_agents_flush(agents, err) < 0) {
+        /* each agent by name: an operator must know whose memory is lost */
+        for (int i = 0; i < ak_agents_count(agents); i++) {
+            ak_agent_info in;
+            ak_agents_get(agents, i, &in);
+            if (in.dirty)
+                fprintf(stderr, "agentkv serve: agent %s NOT saved (%d tokens): %s\n", in.id, in.n_tokens,
+                        in.save_error[0] ? in.save_error : "no save succeeded");
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* agentkv serve: parses the flags, loads the model, starts the agents, the
+ * scheduler and the server, and serves until a signal. Returns the exit
+ * code. */
+int cmd_serve(int argc, char **argv) {
+    serve_opts so;
+    int prc = serve_parse(argc, argv, &so);
+    if (prc >= 0) return prc;
+    serve_opts *o = &so;
+    cache_opts *co = &o->co;
+    const store_opts *mo = &o->mo;
+    const char *host = o->host;
+    ak_chat_family family = o->family;
+    ak_error err = {{0}};
+    if (!o->api_key_file && !ak_server_host_is_loopback(host))
         fprintf(stderr, "agentkv serve: warning: --host %s is reachable from other machines and no --api-key-file "
                         "is set: anyone who can connect can use and delete every agent\n", host);
 
@@ -146,8 +214,9 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     loaded_model lm;
-    if (load_model(&lm, "serve", model_path) < 0) return 1;
+    if (load_model(&lm, "serve", o->model_path) < 0) return 1;
     const ak_config *cfg = &lm.model->cfg;
+    int n_ctx = o->n_ctx;
     if (!n_ctx) n_ctx = cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
     if (n_ctx > cfg->n_ctx_train) {
         fprintf(stderr, "agentkv serve: -c %d is longer than the model's context of %d\n", n_ctx, cfg->n_ctx_train);
@@ -162,77 +231,56 @@ int cmd_serve(int argc, char **argv) {
     ak_metrics *metrics = NULL;
     ak_sched *sched = NULL;
     ak_server *server = NULL;
-    if (model_id_arg) snprintf(model_id, sizeof model_id, "%s", model_id_arg);
-    else {
-        const char *base = strrchr(model_path, '/');
-        snprintf(model_id, sizeof model_id, "%s", base ? base + 1 : model_path);
-        size_t l = strlen(model_id);
-        if (l > 5 && !strcmp(model_id + l - 5, ".gguf")) model_id[l - 5] = 0;
-    }
+    model_id_of(o, model_id, sizeof model_id);
     template_text = ak_chat_template_gguf(&lm.model->gguf, &err);
-    if (!template_arg) family = ak_chat_detect(template_text);
-    if (api_key_file && !(api_key = read_api_key(api_key_file, &err))) goto fail;
-    if (!(store = store_opts_open(&mo, &err))) goto fail;
-    if (!co.budget) {
+    if (!o->chat_template) family = ak_chat_detect(template_text);
+    if (o->api_key_file && !(api_key = read_api_key(o->api_key_file, &err))) goto fail;
+    if (!(store = store_opts_open(mo, &err))) goto fail;
+    if (!co->budget) {
         /* a server without a budget would keep every agent in RAM forever:
          * default to half of what the machine has beside the weights */
         long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
         size_t ram = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
         size_t w = lm.model->weight_bytes;
-        co.budget = ram > w ? (ram - w) / 2 : 256u << 20;
+        co->budget = ram > w ? (ram - w) / 2 : 256u << 20;
     }
-    if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
+    if (!(pool = ak_block_pool_new(&lm.model->spec, co->block_tokens, co->budget, &err))) goto fail;
     {
         /* the model's KV means, before any block is written (agent files
          * record them: a restart computes the same and restores) */
-        ak_ctx *cal = ak_ctx_new(lm.model, 512, n_threads, &err);
+        ak_ctx *cal = ak_ctx_new(lm.model, 512, o->n_threads, &err);
         if (!cal) goto fail;
-        int crc = cache_center(&co, cal, lm.tok, pool, "serve");
+        int crc = cache_center(co, cal, lm.tok, pool, "serve");
         ak_ctx_free(cal);
         if (crc < 0) goto done; /* cache_center printed why */
     }
     /* touch the first part of the hot tier now, not during a restore */
-    ak_block_pool_prefault(pool, co.fk, co.fv, co.budget < (512u << 20) ? co.budget : (512u << 20));
-    ak_agents_config ac = {lm.model, pool, store, co.fk, co.fv, n_ctx, mo.save, mo.disk_budget, log_line, NULL,
-                           mo.no_prefix_sharing};
+    ak_block_pool_prefault(pool, co->fk, co->fv, co->budget < (512u << 20) ? co->budget : (512u << 20));
+    ak_agents_config ac = {.model = lm.model, .pool = pool, .store = store, .fk = co->fk, .fv = co->fv,
+                           .n_ctx = n_ctx, .save = mo->save, .disk_budget = mo->disk_budget, .log = log_line,
+                           .no_prefix_sharing = mo->no_prefix_sharing};
     if (!(agents = ak_agents_new(&ac, &err))) goto fail;
     if (!(metrics = ak_metrics_new(&err))) goto fail;
-    ak_sched_config sc = {lm.model, lm.tok, agents, pool, store, n_threads, n_ctx, step_tokens, max_agents, metrics,
-                          log_line, NULL, 0, step_ms};
+    ak_sched_config sc = {.model = lm.model, .tok = lm.tok, .agents = agents, .pool = pool, .store = store,
+                          .n_threads = o->n_threads, .n_ctx = n_ctx, .step_tokens = o->step_tokens,
+                          .max_active = o->max_agents, .metrics = metrics, .log = log_line, .step_ms = o->step_ms};
     if (!(sched = ak_sched_start(&sc, &err))) goto fail;
-    ak_server_config vc = {.host = host, .port = port, .sched = sched, .model = lm.model, .tok = lm.tok,
-                           .model_id = model_id, .api_key = api_key, .max_body = max_body, .family = family,
+    ak_server_config vc = {.host = host, .port = o->port, .sched = sched, .model = lm.model, .tok = lm.tok,
+                           .model_id = model_id, .api_key = api_key, .max_body = o->max_body, .family = family,
                            .template_text = template_text, .n_ctx = n_ctx, .metrics = metrics, .log = log_line,
-                           .log_ud = NULL, .conn_timeout_s = conn_timeout, .max_conns_per_ip = conns_per_ip,
-                           .max_buffered = max_buffered, .allowed_hosts = allowed_hosts,
-                           .n_allowed_hosts = n_allowed_hosts, .cors_origins = cors_origins,
-                           .n_cors_origins = n_cors_origins};
+                           .log_ud = NULL, .conn_timeout_s = o->conn_timeout, .max_conns_per_ip = o->conns_per_ip,
+                           .max_buffered = o->max_buffered, .allowed_hosts = o->allowed_hosts,
+                           .n_allowed_hosts = o->n_allowed_hosts, .cors_origins = o->cors_origins,
+                           .n_cors_origins = o->n_cors_origins};
     if (!(server = ak_server_start(&vc, &err))) goto fail;
     fprintf(stderr,
             "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "
             "memory %s%s%s)\n",
-            model_id, host, ak_server_port(server), ak_chat_family_name(family), n_ctx, ak_kv_format_get(co.fk)->name,
-            ak_kv_format_get(co.fv)->name, co.budget / 1048576.0, mo.store_url ? mo.store_url : mo.dir, mo.key_file ? ", sealed" : "",
-            api_key ? ", API key required" : "");
+            model_id, host, ak_server_port(server), ak_chat_family_name(family), n_ctx, ak_kv_format_get(co->fk)->name,
+            ak_kv_format_get(co->fv)->name, co->budget / 1048576.0, mo->store_url ? mo->store_url : mo->dir,
+            mo->key_file ? ", sealed" : "", api_key ? ", API key required" : "");
     fflush(stderr);
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    log_line(NULL, sig == SIGINT ? "SIGINT: shutting down" : "SIGTERM: shutting down");
-    ak_server_quiesce(server);   /* no new connections */
-    ak_sched_shutdown(sched);    /* queued requests get 503, running ones end with their text so far */
-    ak_server_stop(server);      /* open connections finish */
-    server = NULL;
-    ak_sched_free(sched);
-    sched = NULL;
-    if (ak_agents_flush(agents, &err) < 0) {
-        /* each agent by name: an operator must know whose memory is lost */
-        for (int i = 0; i < ak_agents_count(agents); i++) {
-            ak_agent_info in;
-            ak_agents_get(agents, i, &in);
-            if (in.dirty)
-                fprintf(stderr, "agentkv serve: agent %s NOT saved (%d tokens): %s\n", in.id, in.n_tokens,
-                        in.save_error[0] ? in.save_error : "no save succeeded");
-        }
+    if (serve_until_signal(&sigs, &server, &sched, agents, &err) < 0) {
         fprintf(stderr, "agentkv serve: saving agents at shutdown: %s\n", err.msg);
         goto done;
     }
