@@ -111,17 +111,28 @@ static double copy_bandwidth(ak_threads *pool, size_t bytes, double *read_gbs) {
 
 /* ---- batched decode ------------------------------------------------------ */
 
-/* B sequences (kvs[0..B)), each already holding `start` positions, advanced
- * n steps by one forward pass of B tokens per step. Returns aggregate
- * tokens/s, or -1 with err set; *kv_bytes gets the mean bytes of the caches
- * (all B) over the run (first and last step). */
-static double decode_batched(ak_ctx *ctx, ak_kv **kvs, int B, int start, int n, const int32_t *toks,
-                             float **logits, double *kv_bytes, ak_error *err) {
+/* Sequences decoded together: kvs[s] (each already holding `start`
+ * positions) fed tokens from toks[0..n), its logits into logits[s]. */
+typedef struct {
+    ak_kv **kvs;
+    float **logits;
+    const int32_t *toks;
+    int start, n;
+} batch_run;
+
+/* The first B sequences of br advanced n steps by one forward pass of B
+ * tokens per step. Returns aggregate tokens/s, or -1 with err set;
+ * *kv_bytes gets the mean bytes of the caches (all B) over the run (first
+ * and last step). */
+static double decode_batched(ak_ctx *ctx, const batch_run *br, int B, double *kv_bytes, ak_error *err) {
+    ak_kv **kvs = br->kvs;
+    const int32_t *toks = br->toks;
+    int start = br->start, n = br->n;
     int32_t tok[256], pos[256];
     if (B > 256) { ak_fail(err, "batch too large"); return -1; }
     double kv0 = 0, kv1 = 0;
     for (int s = 0; s < B; s++) kv0 += (double)ak_kv_bytes(kvs[s]);
-    ak_batch b = {.n = B, .token = tok, .pos = pos, .seq = kvs, .logits_out = logits};
+    ak_batch b = {.n = B, .token = tok, .pos = pos, .seq = kvs, .logits_out = br->logits};
     double t0 = ak_now();
     for (int i = 0; i < n; i++) {
         for (int s = 0; s < B; s++) {
@@ -136,36 +147,115 @@ static double decode_batched(ak_ctx *ctx, ak_kv **kvs, int B, int start, int n, 
     return (double)B * n / dt;
 }
 
-static int bench_engine(int argc, char **argv) {
+/* What bench engine was asked: its flags. */
+typedef struct {
+    const char *model_path;
+    int n_pp, n_tg, n_threads, reps, json, batch, batch_prompt, copy_bench;
+    int tg_after;   /* decode after the prompt instead of from an empty cache */
+    cache_opts co;
+} engine_opts;
+
+/* Parses argv into o. Returns -1 when the bench should run, else its exit
+ * code: 0 after --help, AK_EXIT_USAGE after a usage error (printed). */
+static int engine_parse(int argc, char **argv, engine_opts *o) {
     ak_args a;
     args_init(&a, "bench engine", argc, argv);
-    const char *model_path = NULL;
-    int n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, json = 0, batch = 0, batch_prompt = 32, copy_bench = 1;
-    int tg_after = 0;   /* decode after the prompt instead of from an empty cache */
-    cache_opts co;
-    cache_opts_init(&co);
+    *o = (engine_opts){.n_pp = 512, .n_tg = 128, .reps = 3, .batch_prompt = 32, .copy_bench = 1};
+    cache_opts_init(&o->co);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
-        else if (!strcmp(f, "-p")) n_pp = (int)args_int(&a, f, 0, 1 << 16);
-        else if (!strcmp(f, "-n")) n_tg = (int)args_int(&a, f, 0, 1 << 16);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "-r") || !strcmp(f, "--repeats")) reps = (int)args_int(&a, f, 1, 100);
-        else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--batch")) batch = (int)args_int(&a, f, 1, 256);
-        else if (!strcmp(f, "--batch-prompt")) batch_prompt = (int)args_int(&a, f, 1, 1 << 16);
-        else if (!strcmp(f, "--no-copy-bench")) copy_bench = 0;
-        else if (!strcmp(f, "--tg-after-prompt")) tg_after = 1;
-        else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) o->model_path = args_value(&a, f);
+        else if (!strcmp(f, "-p")) o->n_pp = (int)args_int(&a, f, 0, 1 << 16);
+        else if (!strcmp(f, "-n")) o->n_tg = (int)args_int(&a, f, 0, 1 << 16);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "-r") || !strcmp(f, "--repeats")) o->reps = (int)args_int(&a, f, 1, 100);
+        else if (!strcmp(f, "--json")) o->json = 1;
+        else if (!strcmp(f, "--batch")) o->batch = (int)args_int(&a, f, 1, 256);
+        else if (!strcmp(f, "--batch-prompt")) o->batch_prompt = (int)args_int(&a, f, 1, 1 << 16);
+        else if (!strcmp(f, "--no-copy-bench")) o->copy_bench = 0;
+        else if (!strcmp(f, "--tg-after-prompt")) o->tg_after = 1;
+        else if (!cache_opts_parse(&o->co, &a, f)) args_unknown(&a, f);
     }
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    if (a.failed) return AK_EXIT_USAGE;
+    if (!a.failed && !o->model_path) args_error(&a, "-m MODEL is required");
+    return a.failed ? AK_EXIT_USAGE : -1;
+}
+
+/* What bench engine measured: medians over the repeats, and the copy
+ * bandwidth (0: not measured). */
+typedef struct {
+    double pp_med, tg_med;
+    double tg_runs;          /* pool runs per decoded token, last repeat */
+    double tg_kv;            /* KV bytes read per tg step, on average */
+    int B;                   /* sequences decoded together (0: none) */
+    double b1_med, bn_med, b_ratio, bn_kv;
+    double copy_gbs, read_gbs;
+    int nt;                  /* threads */
+} engine_figures;
+
+/* Prints what bench engine measured on m: a JSON object (o->json) or two
+ * lines. */
+static void engine_report(const engine_opts *o, const ak_model *m, const engine_figures *g) {
+    int n_pp = o->n_pp, n_tg = o->n_tg, tg_after = o->tg_after, B = g->B, batch_prompt = o->batch_prompt, nt = g->nt;
+    double pp_med = g->pp_med, tg_med = g->tg_med, b1_med = g->b1_med, bn_med = g->bn_med, b_ratio = g->b_ratio;
+    double tg_kv = g->tg_kv, bn_kv = g->bn_kv, copy_gbs = g->copy_gbs, read_gbs = g->read_gbs, tg_runs = g->tg_runs;
+    const double wb = (double)m->weight_bytes;
+    double gbs = tg_med * wb / 1e9;                        /* weights only, as before */
+    double tg_bw = tg_med * (wb + tg_kv) / 1e9;            /* weights + KV */
+    double bn_bw = B ? bn_med / B * (wb + bn_kv) / 1e9 : 0; /* steps/s x bytes per step */
+    double pct = copy_gbs > 0 ? 100 * tg_bw / copy_gbs : 0, bn_pct = copy_gbs > 0 ? 100 * bn_bw / copy_gbs : 0;
+    const char *tn = gguf_tensor_type_name(m->layers[0].wq.type);
+    if (o->json) {
+        /* without the copy measurement (--no-copy-bench) its fields are null */
+        char cp[32] = "null", rd[32] = "null", pc[32] = "null", bpc[32] = "null";
+        if (copy_gbs > 0) {
+            snprintf(cp, sizeof cp, "%.2f", copy_gbs);
+            snprintf(rd, sizeof rd, "%.2f", read_gbs);
+            snprintf(pc, sizeof pc, "%.1f", pct);
+            snprintf(bpc, sizeof bpc, "%.1f", bn_pct);
+        }
+        printf("{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"n_pp\": %d, \"n_tg\": %d, "
+               "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"weight_bytes\": %zu, \"tg_weight_gb_s\": %.2f, "
+               "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %s, \"read_gb_s\": %s, \"tg_bw_pct\": %s, "
+               "\"tg_after_prompt\": %s, \"tg_pool_syncs_per_token\": %.2f",
+               m->gguf.path, tn, nt, n_pp, n_tg, pp_med, tg_med, m->weight_bytes, gbs, tg_kv, tg_bw, cp, rd, pc,
+               tg_after ? "true" : "false", tg_runs);
+        if (B)
+            printf(", \"batch\": %d, \"batch_prompt\": %d, \"batch1_tok_s\": %.3f, \"batch_tok_s\": %.3f, "
+                   "\"batch_ratio\": %.3f, \"batch_kv_bytes\": %.0f, \"batch_gb_s\": %.2f, \"batch_bw_pct\": %s",
+                   B, batch_prompt, b1_med, bn_med, b_ratio, bn_kv, bn_bw, bpc);
+        printf("}\n");
+    } else {
+        printf("pp%d %.2f tok/s | tg%d%s %.2f tok/s (%.1f GB/s of weights + KV", n_pp, pp_med, n_tg,
+               tg_after ? " after the prompt" : "", tg_med, tg_bw);
+        if (copy_gbs > 0)
+            printf(", %.0f%% of copy bandwidth %.1f GB/s; read-only %.1f GB/s", pct, copy_gbs, read_gbs);
+        printf(") | %s, %d threads\n", tn, nt);
+        if (B) {
+            printf("batch %d after %d-token prompts: %.2f tok/s aggregate vs %.2f tok/s for 1 sequence = %.2fx "
+                   "(%.1f GB/s of weights + KV",
+                   B, batch_prompt, bn_med, b1_med, b_ratio, bn_bw);
+            if (copy_gbs > 0) printf(", %.0f%% of copy", bn_pct);
+            printf(")\n");
+        }
+    }
+}
+
+/* agentkv bench engine: parses the flags, measures prefill, decode and
+ * batched decode, reports. Returns the exit code. */
+static int bench_engine(int argc, char **argv) {
+    engine_opts o;
+    int prc = engine_parse(argc, argv, &o);
+    if (prc >= 0) return prc;
+    const char *model_path = o.model_path;
+    int n_pp = o.n_pp, n_tg = o.n_tg, n_threads = o.n_threads, reps = o.reps, json = o.json, batch = o.batch;
+    int batch_prompt = o.batch_prompt, tg_after = o.tg_after, copy_bench = o.copy_bench;
+    cache_opts co = o.co;
     loaded_model lm;
     if (load_model(&lm, "bench", model_path) < 0) return 1;
     const ak_model *m = lm.model;
     ak_error err = {{0}};
-    if (n_pp == 0) tg_after = 0;
+    if (n_pp == 0) tg_after = o.tg_after = 0;   /* the report says what ran */
     int rc = 1, ctx_len = (tg_after ? n_pp + n_tg : n_pp > n_tg ? n_pp : n_tg) + 1;
     int32_t *toks = malloc(sizeof(int32_t) * (ctx_len + 1));
     float *logits = malloc(sizeof(float) * m->cfg.vocab);
@@ -240,10 +330,11 @@ static int bench_engine(int argc, char **argv) {
         }
         for (int r = 0; r < reps; r++) {
             for (int s = 0; s < B; s++) ak_kv_truncate(bkv[s], batch_prompt);
-            bt1[r] = decode_batched(ctx, bkv, 1, batch_prompt, n_tg, btoks, blog, &b1_kv, &err);
+            const batch_run br = {.kvs = bkv, .logits = blog, .toks = btoks, .start = batch_prompt, .n = n_tg};
+            bt1[r] = decode_batched(ctx, &br, 1, &b1_kv, &err);
             if (bt1[r] < 0) goto fail;
             ak_kv_truncate(bkv[0], batch_prompt);
-            btn[r] = decode_batched(ctx, bkv, B, batch_prompt, n_tg, btoks, blog, &bn_kv, &err);
+            btn[r] = decode_batched(ctx, &br, B, &bn_kv, &err);
             if (btn[r] < 0) goto fail;
             brat[r] = btn[r] / bt1[r];   /* adjacent runs: the ratio is less noisy than the medians' */
             if (!json) fprintf(stderr, "  repeat %d/%d: batch 1 %.2f tok/s, batch %d %.2f tok/s (aggregate)\n", r + 1,
@@ -253,49 +344,14 @@ static int bench_engine(int argc, char **argv) {
     double read_gbs = 0;
     double copy_gbs = copy_bench ? copy_bandwidth(ak_ctx_pool(ctx), (size_t)512 << 20, &read_gbs) : 0;
 
-    double pp_med = bench_median(pp, reps), tg_med = bench_median(tg, reps);
-    double b1_med = B ? bench_median(bt1, reps) : 0, bn_med = B ? bench_median(btn, reps) : 0;
-    double b_ratio = B ? bench_median(brat, reps) : 0;
-    const double wb = (double)m->weight_bytes;
-    double gbs = tg_med * wb / 1e9;                        /* weights only, as before */
-    double tg_bw = tg_med * (wb + tg_kv) / 1e9;            /* weights + KV */
-    double bn_bw = B ? bn_med / B * (wb + bn_kv) / 1e9 : 0; /* steps/s x bytes per step */
-    double pct = copy_gbs > 0 ? 100 * tg_bw / copy_gbs : 0, bn_pct = copy_gbs > 0 ? 100 * bn_bw / copy_gbs : 0;
-    const char *tn = gguf_tensor_type_name(m->layers[0].wq.type);
-    if (json) {
-        /* without the copy measurement (--no-copy-bench) its fields are null */
-        char cp[32] = "null", rd[32] = "null", pc[32] = "null", bpc[32] = "null";
-        if (copy_gbs > 0) {
-            snprintf(cp, sizeof cp, "%.2f", copy_gbs);
-            snprintf(rd, sizeof rd, "%.2f", read_gbs);
-            snprintf(pc, sizeof pc, "%.1f", pct);
-            snprintf(bpc, sizeof bpc, "%.1f", bn_pct);
-        }
-        printf("{\"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, \"n_pp\": %d, \"n_tg\": %d, "
-               "\"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, \"weight_bytes\": %zu, \"tg_weight_gb_s\": %.2f, "
-               "\"tg_kv_bytes\": %.0f, \"tg_gb_s\": %.2f, \"copy_gb_s\": %s, \"read_gb_s\": %s, \"tg_bw_pct\": %s, "
-               "\"tg_after_prompt\": %s, \"tg_pool_syncs_per_token\": %.2f",
-               m->gguf.path, tn, nt, n_pp, n_tg, pp_med, tg_med, m->weight_bytes, gbs, tg_kv, tg_bw, cp, rd, pc,
-               tg_after ? "true" : "false", tg_runs);
-        if (B)
-            printf(", \"batch\": %d, \"batch_prompt\": %d, \"batch1_tok_s\": %.3f, \"batch_tok_s\": %.3f, "
-                   "\"batch_ratio\": %.3f, \"batch_kv_bytes\": %.0f, \"batch_gb_s\": %.2f, \"batch_bw_pct\": %s",
-                   B, batch_prompt, b1_med, bn_med, b_ratio, bn_kv, bn_bw, bpc);
-        printf("}\n");
-    } else {
-        printf("pp%d %.2f tok/s | tg%d%s %.2f tok/s (%.1f GB/s of weights + KV", n_pp, pp_med, n_tg,
-               tg_after ? " after the prompt" : "", tg_med, tg_bw);
-        if (copy_gbs > 0)
-            printf(", %.0f%% of copy bandwidth %.1f GB/s; read-only %.1f GB/s", pct, copy_gbs, read_gbs);
-        printf(") | %s, %d threads\n", tn, nt);
-        if (B) {
-            printf("batch %d after %d-token prompts: %.2f tok/s aggregate vs %.2f tok/s for 1 sequence = %.2fx "
-                   "(%.1f GB/s of weights + KV",
-                   B, batch_prompt, bn_med, b1_med, b_ratio, bn_bw);
-            if (copy_gbs > 0) printf(", %.0f%% of copy", bn_pct);
-            printf(")\n");
-        }
+    engine_figures g = {.pp_med = bench_median(pp, reps), .tg_med = bench_median(tg, reps), .tg_runs = tg_runs,
+                        .tg_kv = tg_kv, .B = B, .bn_kv = bn_kv, .copy_gbs = copy_gbs, .read_gbs = read_gbs, .nt = nt};
+    if (B) {
+        g.b1_med = bench_median(bt1, reps);
+        g.bn_med = bench_median(btn, reps);
+        g.b_ratio = bench_median(brat, reps);
     }
+    engine_report(&o, m, &g);
     rc = 0;
     goto done;
 fail:

@@ -210,6 +210,145 @@ static void report_memory(const ak_model *m, size_t budget, int json) {
         print_windowed(shapes[si].name, &shapes[si].spec, budget, 8192, json, &first_w);
 }
 
+/* 2. attention time per decode step: this model's cache shape, and one
+ * layer of the Llama-3.1-8B shape (8 KV heads x 128, 4 query heads each),
+ * where the cache is far larger than the CPU caches; at each context of
+ * ctxs[0..n_ctxs), for every format pair. Prints its section (text, or the
+ * JSON object's "attention_ms" array). Returns 0, or -1 with err set. */
+static int report_attention(const ak_model *m, const int *ctxs, int n_ctxs, int json, ak_error *err) {
+    char name[32];
+    if (json) printf("], \"attention_ms\": [");
+    int first_json = 1;
+    for (int shape_i = 0; shape_i < 2; shape_i++) {
+        ak_cache_spec s = shape_i == 0 ? m->spec : (ak_cache_spec){.n_layer = 1, .n_head_kv = 8, .head_dim_k = 128,
+                                                                   .head_dim_v = 128, .n_ctx = 0};
+        int group = shape_i == 0 ? m->cfg.n_head / m->cfg.n_head_kv : 4;
+        const char *shape_name = shape_i == 0 ? "this model" : "llama3.1-8b, 1 layer";
+        int max_ctx = 0;
+        for (int i = 0; i < n_ctxs; i++)
+            if (ctxs[i] > max_ctx) max_ctx = ctxs[i];
+        s.n_ctx = max_ctx;
+        if (!json) {
+            printf("\n== decode attention per step, ms (%s: %d layers x %d KV heads x %d queries, head dim %d, 1 thread)\n%-9s",
+                   shape_name, s.n_layer, s.n_head_kv, group, s.head_dim_k, "K/V");
+            for (int i = 0; i < n_ctxs; i++) printf(" %9d", ctxs[i]);
+            printf("   f16/this at %d\n", max_ctx);
+        }
+        double f16_ms = 0;
+        for (int i = 0; i < N_PAIRS; i++) {
+            if (!ak_kv_format_supports(pairs[i].k, s.head_dim_k) || !ak_kv_format_supports(pairs[i].v, s.head_dim_v))
+                continue;
+            pair_name(pairs[i], name, sizeof name);
+            ak_block_pool *pool = ak_block_pool_new(&s, 0, 0, err);
+            ak_kv *kv = pool ? ak_kv_new(pool, pairs[i].k, pairs[i].v, max_ctx, err) : NULL;
+            ak_rng rng;
+            ak_rng_seed(&rng, 7);
+            if (!kv || fill_random(kv, &s, max_ctx, &rng, err) < 0) {
+                ak_kv_free(kv);
+                ak_block_pool_free(pool);
+                return -1;
+            }
+            if (!json) printf("%-9s", name);
+            double last = 0;
+            for (int c = 0; c < n_ctxs; c++) {
+                last = time_attention(kv, &s, group, ctxs[c]);
+                if (json)
+                    printf("%s{\"shape\": \"%s\", \"formats\": \"%s\", \"context\": %d, \"ms\": %.4f}",
+                           first_json ? "" : ", ", shape_name, name, ctxs[c], last);
+                else printf(" %9.3f", last);
+                first_json = 0;
+                fflush(stdout);
+            }
+            if (pairs[i].k == AK_KV_F16 && pairs[i].v == AK_KV_F16) f16_ms = last;
+            if (!json) {
+                if (f16_ms > 0) printf("   %.2fx\n", f16_ms / last);
+                else printf("\n");
+            }
+            ak_kv_free(kv);
+            ak_block_pool_free(pool);
+        }
+    }
+    return 0;
+}
+
+/* 3. round-trip error on real K/V: the text (text_file, or a default
+ * one) prefilled in f32, every vector quantized and dequantized in every
+ * format. Prints its section (text, or the JSON object's "roundtrip" array
+ * and its end). Returns 0; 1 when the text could not be read (said on
+ * stderr); or -1 with err set. */
+static int report_roundtrip(const loaded_model *lm, const char *text_file, int json, ak_error *err) {
+    const ak_model *m = lm->model;
+    ak_cache_spec s = m->spec;
+    size_t len = 0;
+    char *text = text_file ? read_prompt_file("bench kv", text_file, &len) : NULL;
+    if (text_file && !text) return 1;
+    const char *src = text ? text : default_text;
+    if (!text) len = strlen(default_text);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (ak_tokenize(lm->tok, src, len, AK_TOK_ADD_SPECIAL, &ids, &n_ids, err) < 0) { free(text); return -1; }
+    free(text);
+    int n = (int)n_ids < m->spec.n_ctx ? (int)n_ids : m->spec.n_ctx;
+    if (n > 1024) n = 1024;
+    ak_block_pool *pool = ak_block_pool_new(&m->spec, 0, 0, err);
+    ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, n, err) : NULL;
+    ak_ctx *ctx = kv ? ak_ctx_new(m, 256, 0, err) : NULL;
+    int nk = s.n_head_kv * s.head_dim_k, nv = s.n_head_kv * s.head_dim_v;
+    float *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nv);
+    float *tmp = malloc(sizeof(float) * (s.head_dim_k > s.head_dim_v ? s.head_dim_k : s.head_dim_v));
+    uint8_t *qb = malloc(8 * (size_t)(s.head_dim_k > s.head_dim_v ? s.head_dim_k : s.head_dim_v) + 64);
+    int ok = ctx && k && v && tmp && qb && ak_eval(ctx, kv, ids, n, 0, NULL, NULL, NULL, NULL, err) == 0;
+    if (ok) {
+        if (json) printf("], \"roundtrip\": [");
+        else printf("\n== round-trip error on real K/V (%d tokens x %d layers x %d heads): relative MSE, cosine\n"
+                    "%-6s %12s %10s %12s %10s\n", n, s.n_layer, s.n_head_kv, "format", "K rel MSE", "K cos",
+                    "V rel MSE", "V cos");
+        for (int fi = 0; fi < AK_KV_NFORMATS; fi++) {
+            const ak_kv_format_info *info = ak_kv_format_get((ak_kv_format)fi);
+            if (!ak_kv_format_supports((ak_kv_format)fi, s.head_dim_k)) continue;
+            double err_k = 0, nrm_k = 0, err_v = 0, nrm_v = 0, cos_k = 0, cos_v = 0;
+            long cnt = 0;
+            for (int l = 0; l < s.n_layer; l++)
+                for (int p = 0; p < n; p++) {
+                    ak_kv_read(kv, l, p, k, v, NULL);
+                    for (int h = 0; h < s.n_head_kv; h++) {
+                        for (int which = 0; which < 2; which++) {
+                            int d = which ? s.head_dim_v : s.head_dim_k;
+                            const float *x = (which ? v : k) + (size_t)h * d;
+                            info->quantize(x, d, qb);
+                            info->dequantize(qb, d, tmp);
+                            double e = 0, nx = 0, dot = 0, ny = 0;
+                            for (int j = 0; j < d; j++) {
+                                e += (x[j] - tmp[j]) * (double)(x[j] - tmp[j]);
+                                nx += (double)x[j] * x[j];
+                                ny += (double)tmp[j] * tmp[j];
+                                dot += (double)x[j] * tmp[j];
+                            }
+                            double cs = nx > 0 && ny > 0 ? dot / sqrt(nx * ny) : 1;
+                            if (which) { err_v += e; nrm_v += nx; cos_v += cs; }
+                            else { err_k += e; nrm_k += nx; cos_k += cs; cnt++; }
+                        }
+                    }
+                }
+            if (json)
+                printf("%s{\"format\": \"%s\", \"k_rel_mse\": %.3e, \"k_cos\": %.6f, \"v_rel_mse\": %.3e, "
+                       "\"v_cos\": %.6f}", fi ? ", " : "", info->name, err_k / nrm_k, cos_k / cnt, err_v / nrm_v,
+                       cos_v / cnt);
+            else
+                printf("%-6s %12.3e %10.6f %12.3e %10.6f\n", info->name, err_k / nrm_k, cos_k / cnt,
+                       err_v / nrm_v, cos_v / cnt);
+        }
+        if (json) printf("]}\n");
+    }
+    free(ids); free(k); free(v); free(tmp); free(qb);
+    ak_ctx_free(ctx);
+    ak_kv_free(kv);
+    ak_block_pool_free(pool);
+    return ok ? 0 : -1;
+}
+
+/* agentkv bench kv: parses the flags and prints the memory, attention and
+ * round-trip sections. Returns the exit code. */
 int cmd_bench_kv(int argc, char **argv) {
     ak_args a;
     args_init(&a, "bench kv", argc, argv);
@@ -237,135 +376,13 @@ int cmd_bench_kv(int argc, char **argv) {
     const ak_model *m = lm.model;
     ak_error err = {{0}};
     int rc = 1;
-    char name[32];
 
     report_memory(m, budget, json);
 
-    /* 2. attention time per decode step: this model's cache shape, and one
-     * layer of the Llama-3.1-8B shape (8 KV heads x 128, 4 query heads each),
-     * where the cache is far larger than the CPU caches */
-    if (json) printf("], \"attention_ms\": [");
-    int first_json = 1;
-    for (int shape_i = 0; shape_i < 2; shape_i++) {
-    ak_cache_spec s = shape_i == 0 ? m->spec : (ak_cache_spec){.n_layer = 1, .n_head_kv = 8, .head_dim_k = 128,
-                                                               .head_dim_v = 128, .n_ctx = 0};
-    int group = shape_i == 0 ? m->cfg.n_head / m->cfg.n_head_kv : 4;
-    const char *shape_name = shape_i == 0 ? "this model" : "llama3.1-8b, 1 layer";
-    int max_ctx = 0;
-    for (int i = 0; i < n_ctxs; i++)
-        if (ctxs[i] > max_ctx) max_ctx = ctxs[i];
-    s.n_ctx = max_ctx;
-    if (!json) {
-        printf("\n== decode attention per step, ms (%s: %d layers x %d KV heads x %d queries, head dim %d, 1 thread)\n%-9s",
-               shape_name, s.n_layer, s.n_head_kv, group, s.head_dim_k, "K/V");
-        for (int i = 0; i < n_ctxs; i++) printf(" %9d", ctxs[i]);
-        printf("   f16/this at %d\n", max_ctx);
-    }
-    double f16_ms = 0;
-    for (int i = 0; i < N_PAIRS; i++) {
-        if (!ak_kv_format_supports(pairs[i].k, s.head_dim_k) || !ak_kv_format_supports(pairs[i].v, s.head_dim_v))
-            continue;
-        pair_name(pairs[i], name, sizeof name);
-        ak_block_pool *pool = ak_block_pool_new(&s, 0, 0, &err);
-        ak_kv *kv = pool ? ak_kv_new(pool, pairs[i].k, pairs[i].v, max_ctx, &err) : NULL;
-        ak_rng rng;
-        ak_rng_seed(&rng, 7);
-        if (!kv || fill_random(kv, &s, max_ctx, &rng, &err) < 0) {
-            ak_kv_free(kv);
-            ak_block_pool_free(pool);
-            goto fail;
-        }
-        if (!json) printf("%-9s", name);
-        double last = 0;
-        for (int c = 0; c < n_ctxs; c++) {
-            last = time_attention(kv, &s, group, ctxs[c]);
-            if (json)
-                printf("%s{\"shape\": \"%s\", \"formats\": \"%s\", \"context\": %d, \"ms\": %.4f}",
-                       first_json ? "" : ", ", shape_name, name, ctxs[c], last);
-            else printf(" %9.3f", last);
-            first_json = 0;
-            fflush(stdout);
-        }
-        if (pairs[i].k == AK_KV_F16 && pairs[i].v == AK_KV_F16) f16_ms = last;
-        if (!json) {
-            if (f16_ms > 0) printf("   %.2fx\n", f16_ms / last);
-            else printf("\n");
-        }
-        ak_kv_free(kv);
-        ak_block_pool_free(pool);
-    }
-    }
-    ak_cache_spec s = m->spec;
-
-    /* 3. round-trip error on real K/V */
-    {
-        size_t len = 0;
-        char *text = text_file ? read_prompt_file("bench kv", text_file, &len) : NULL;
-        if (text_file && !text) goto fail_quiet;
-        const char *src = text ? text : default_text;
-        if (!text) len = strlen(default_text);
-        int32_t *ids = NULL;
-        size_t n_ids = 0;
-        if (ak_tokenize(lm.tok, src, len, AK_TOK_ADD_SPECIAL, &ids, &n_ids, &err) < 0) { free(text); goto fail; }
-        free(text);
-        int n = (int)n_ids < m->spec.n_ctx ? (int)n_ids : m->spec.n_ctx;
-        if (n > 1024) n = 1024;
-        ak_block_pool *pool = ak_block_pool_new(&m->spec, 0, 0, &err);
-        ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, n, &err) : NULL;
-        ak_ctx *ctx = kv ? ak_ctx_new(m, 256, 0, &err) : NULL;
-        int nk = s.n_head_kv * s.head_dim_k, nv = s.n_head_kv * s.head_dim_v;
-        float *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nv);
-        float *tmp = malloc(sizeof(float) * (s.head_dim_k > s.head_dim_v ? s.head_dim_k : s.head_dim_v));
-        uint8_t *qb = malloc(8 * (size_t)(s.head_dim_k > s.head_dim_v ? s.head_dim_k : s.head_dim_v) + 64);
-        int ok = ctx && k && v && tmp && qb && ak_eval(ctx, kv, ids, n, 0, NULL, NULL, NULL, NULL, &err) == 0;
-        if (ok) {
-            if (json) printf("], \"roundtrip\": [");
-            else printf("\n== round-trip error on real K/V (%d tokens x %d layers x %d heads): relative MSE, cosine\n"
-                        "%-6s %12s %10s %12s %10s\n", n, s.n_layer, s.n_head_kv, "format", "K rel MSE", "K cos",
-                        "V rel MSE", "V cos");
-            for (int fi = 0; fi < AK_KV_NFORMATS; fi++) {
-                const ak_kv_format_info *info = ak_kv_format_get((ak_kv_format)fi);
-                if (!ak_kv_format_supports((ak_kv_format)fi, s.head_dim_k)) continue;
-                double err_k = 0, nrm_k = 0, err_v = 0, nrm_v = 0, cos_k = 0, cos_v = 0;
-                long cnt = 0;
-                for (int l = 0; l < s.n_layer; l++)
-                    for (int p = 0; p < n; p++) {
-                        ak_kv_read(kv, l, p, k, v, NULL);
-                        for (int h = 0; h < s.n_head_kv; h++) {
-                            for (int which = 0; which < 2; which++) {
-                                int d = which ? s.head_dim_v : s.head_dim_k;
-                                const float *x = (which ? v : k) + (size_t)h * d;
-                                info->quantize(x, d, qb);
-                                info->dequantize(qb, d, tmp);
-                                double e = 0, nx = 0, dot = 0, ny = 0;
-                                for (int j = 0; j < d; j++) {
-                                    e += (x[j] - tmp[j]) * (double)(x[j] - tmp[j]);
-                                    nx += (double)x[j] * x[j];
-                                    ny += (double)tmp[j] * tmp[j];
-                                    dot += (double)x[j] * tmp[j];
-                                }
-                                double cs = nx > 0 && ny > 0 ? dot / sqrt(nx * ny) : 1;
-                                if (which) { err_v += e; nrm_v += nx; cos_v += cs; }
-                                else { err_k += e; nrm_k += nx; cos_k += cs; cnt++; }
-                            }
-                        }
-                    }
-                if (json)
-                    printf("%s{\"format\": \"%s\", \"k_rel_mse\": %.3e, \"k_cos\": %.6f, \"v_rel_mse\": %.3e, "
-                           "\"v_cos\": %.6f}", fi ? ", " : "", info->name, err_k / nrm_k, cos_k / cnt, err_v / nrm_v,
-                           cos_v / cnt);
-                else
-                    printf("%-6s %12.3e %10.6f %12.3e %10.6f\n", info->name, err_k / nrm_k, cos_k / cnt,
-                           err_v / nrm_v, cos_v / cnt);
-            }
-            if (json) printf("]}\n");
-        }
-        free(ids); free(k); free(v); free(tmp); free(qb);
-        ak_ctx_free(ctx);
-        ak_kv_free(kv);
-        ak_block_pool_free(pool);
-        if (!ok) goto fail;
-    }
+    if (report_attention(m, ctxs, n_ctxs, json, &err) < 0) goto fail;
+    int rrc = report_roundtrip(&lm, text_file, json, &err);
+    if (rrc > 0) goto fail_quiet;
+    if (rrc < 0) goto fail;
     rc = 0;
     goto done;
 fail:

@@ -40,44 +40,70 @@ static void log_line(void *ud, const char *line) {
     fprintf(stderr, "agentkv: %s\n", line);
 }
 
-int cmd_run(int argc, char **argv) {
+/* What run was asked: its flags. */
+typedef struct {
+    const char *model_path, *prompt, *prompt_file, *agent_id;
+    int n_predict, n_ctx, n_threads, json, no_bos;
+    ak_sampler_params sp;
+    cache_opts co;
+    store_opts mo;
+} run_opts;
+
+/* Parses argv into o (the seed, unless --seed, from the clock). Returns -1
+ * when run should go on, else its exit code: 0 after --help,
+ * AK_EXIT_USAGE after a usage error (printed). */
+static int run_parse(int argc, char **argv, run_opts *o) {
     ak_args a;
     args_init(&a, "run", argc, argv);
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 128, n_ctx = 0, n_threads = 0, json = 0, no_bos = 0, seed_set = 0;
-    ak_sampler_params sp = ak_sampler_defaults();
-    cache_opts co;
-    cache_opts_init(&co);
-    const char *agent_id = NULL;
-    store_opts mo;
-    store_opts_init(&mo);
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->sp = ak_sampler_defaults();
+    cache_opts_init(&o->co);
+    store_opts_init(&o->mo);
+    ak_sampler_params *sp = &o->sp;
+    int seed_set = 0;
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
-        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) prompt = args_value(&a, f);
-        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) prompt_file = args_value(&a, f);
-        else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict")) n_predict = (int)args_int(&a, f, 0, 1 << 24);
-        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) n_ctx = (int)args_int(&a, f, 1, 1 << 24);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--temp")) sp.temp = (float)args_float(&a, f, 0, 100);
-        else if (!strcmp(f, "--top-k")) sp.top_k = (int)args_int(&a, f, 0, 1 << 24);
-        else if (!strcmp(f, "--top-p")) sp.top_p = (float)args_float(&a, f, 1e-6, 1);
-        else if (!strcmp(f, "--min-p")) sp.min_p = (float)args_float(&a, f, 0, 1);
-        else if (!strcmp(f, "--repeat-penalty")) sp.repeat_penalty = (float)args_float(&a, f, 1e-3, 100);
-        else if (!strcmp(f, "--repeat-last-n")) sp.repeat_last_n = (int)args_int(&a, f, 0, 1 << 24);
-        else if (!strcmp(f, "--seed")) { sp.seed = (uint64_t)args_int(&a, f, 0, INT64_MAX); seed_set = 1; }
-        else if (!strcmp(f, "--no-bos")) no_bos = 1;
-        else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--agent")) agent_id = args_value(&a, f);
-        else if (!store_opts_parse(&mo, &a, f) && !cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) o->model_path = args_value(&a, f);
+        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) o->prompt = args_value(&a, f);
+        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) o->prompt_file = args_value(&a, f);
+        else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict")) o->n_predict = (int)args_int(&a, f, 0, 1 << 24);
+        else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) o->n_ctx = (int)args_int(&a, f, 1, 1 << 24);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--temp")) sp->temp = (float)args_float(&a, f, 0, 100);
+        else if (!strcmp(f, "--top-k")) sp->top_k = (int)args_int(&a, f, 0, 1 << 24);
+        else if (!strcmp(f, "--top-p")) sp->top_p = (float)args_float(&a, f, 1e-6, 1);
+        else if (!strcmp(f, "--min-p")) sp->min_p = (float)args_float(&a, f, 0, 1);
+        else if (!strcmp(f, "--repeat-penalty")) sp->repeat_penalty = (float)args_float(&a, f, 1e-3, 100);
+        else if (!strcmp(f, "--repeat-last-n")) sp->repeat_last_n = (int)args_int(&a, f, 0, 1 << 24);
+        else if (!strcmp(f, "--seed")) { sp->seed = (uint64_t)args_int(&a, f, 0, INT64_MAX); seed_set = 1; }
+        else if (!strcmp(f, "--no-bos")) o->no_bos = 1;
+        else if (!strcmp(f, "--json")) o->json = 1;
+        else if (!strcmp(f, "--agent")) o->agent_id = args_value(&a, f);
+        else if (!store_opts_parse(&o->mo, &a, f) && !cache_opts_parse(&o->co, &a, f)) args_unknown(&a, f);
     }
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    if (!a.failed && !prompt == !prompt_file) args_error(&a, "give exactly one of -p PROMPT or -f PROMPT_FILE");
-    if (!a.failed && agent_id && !ak_agent_id_valid(agent_id))
-        args_error(&a, "--agent: invalid id '%s' (1-128 of [A-Za-z0-9_.-], not starting with '.')", agent_id);
+    if (!a.failed && !o->model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && !o->prompt == !o->prompt_file) args_error(&a, "give exactly one of -p PROMPT or -f PROMPT_FILE");
+    if (!a.failed && o->agent_id && !ak_agent_id_valid(o->agent_id))
+        args_error(&a, "--agent: invalid id '%s' (1-128 of [A-Za-z0-9_.-], not starting with '.')", o->agent_id);
     if (a.failed) return AK_EXIT_USAGE;
-    if (!seed_set) sp.seed = (uint64_t)time(NULL);
+    if (!seed_set) sp->seed = (uint64_t)time(NULL);
+    return -1;
+}
+
+/* agentkv run: parses the flags, prefills the prompt (as an agent with
+ * --agent), generates. Returns the exit code. */
+int cmd_run(int argc, char **argv) {
+    run_opts o;
+    int prc = run_parse(argc, argv, &o);
+    if (prc >= 0) return prc;
+    const char *model_path = o.model_path, *prompt = o.prompt, *prompt_file = o.prompt_file;
+    int n_predict = o.n_predict, n_ctx = o.n_ctx, n_threads = o.n_threads, json = o.json, no_bos = o.no_bos;
+    ak_sampler_params sp = o.sp;
+    cache_opts co = o.co;
+    const char *agent_id = o.agent_id;
+    store_opts mo = o.mo;
 
     char *file_text = NULL;
     size_t prompt_len = prompt ? strlen(prompt) : 0;
