@@ -192,25 +192,44 @@ done:
     return rc;
 }
 
-/* Widths for positions [0, n) of kv (NULL: no caps, no measured errors)
- * under `budget` average bits (both sides) with policy pol and allocation o
- * (NULL: qopts_default; its kv_shift and probe apply), into wk and wv (n
- * bytes each). For importance and topology the scores come from st (which
- * must have seen every slot < n as a key): mass, its variance across heads,
- * exposure, the entropy of the slots st saw as queries (a slot the agent
- * never ran as a query gets the mean entropy of those it did: neutral after
- * normalization), the token ids; segment and overlap (may be NULL) feed
- * topology; with o->measured, each token's errors at each width measured on
- * kv's vectors. A token kv holds in a mixed block is capped at the width it
- * has, so the greedy spends the budget on the others. Uniform spreads the
- * higher of two widths evenly. res (may be NULL) gets the allocation's
- * result. Returns 0, or -1 with err set. */
-static int stats_widths_with(const ak_attn_stats *st, const ak_kv *kv, const ak_cache_spec *sp, const int32_t *tokens,
-                             int n, const uint8_t *segment, const int32_t *overlap, ak_bitalloc_policy pol,
-                             double budget, const qopts *o, uint8_t *wk, uint8_t *wv, ak_bitalloc_result *res,
-                             ak_error *err) {
+/* The widths to allocate for a card of positions [0, n) (stats_widths). */
+typedef struct {
+    const ak_attn_stats *st;    /* the statistics (importance, topology) */
+    const ak_kv *kv;            /* the sequence; NULL: no caps, no measured errors */
+    const ak_cache_spec *sp;    /* kv's spec, for measured errors */
+    const int32_t *tokens;      /* tokens[0..n) */
+    int n;
+    const uint8_t *segment;     /* topology's segments; may be NULL */
+    const int32_t *overlap;     /* topology's prior hand-offs; may be NULL */
+    ak_bitalloc_policy policy;
+    double budget;              /* average bits, both sides */
+    const qopts *o;             /* the allocation; NULL: qopts_default */
+} widths_req;
+
+/* Widths for positions [0, q->n) of q->kv under q->budget average bits
+ * (both sides) with policy q->policy and allocation q->o (its kv_shift and
+ * probe apply), into wk and wv (n bytes each). For importance and topology
+ * the scores come from q->st (which must have seen every slot < n as a
+ * key): mass, its variance across heads, exposure, the entropy of the slots
+ * st saw as queries (a slot the agent never ran as a query gets the mean
+ * entropy of those it did: neutral after normalization), the token ids;
+ * segment and overlap feed topology; with o->measured, each token's errors
+ * at each width measured on kv's vectors. A token kv holds in a mixed block
+ * is capped at the width it has, so the greedy spends the budget on the
+ * others. Uniform spreads the higher of two widths evenly. res (may be
+ * NULL) gets the allocation's result. Returns 0, or -1 with err set. */
+static int stats_widths(const widths_req *q, uint8_t *wk, uint8_t *wv, ak_bitalloc_result *res, ak_error *err) {
+    const ak_attn_stats *st = q->st;
+    const ak_kv *kv = q->kv;
+    const ak_cache_spec *sp = q->sp;
+    const int32_t *tokens = q->tokens;
+    const int n = q->n;
+    const uint8_t *segment = q->segment;
+    const int32_t *overlap = q->overlap;
+    const ak_bitalloc_policy pol = q->policy;
+    const double budget = q->budget;
     qopts def = qopts_default();
-    if (!o) o = &def;
+    const qopts *o = q->o ? q->o : &def;
     int L = st ? ak_attn_stats_length(st) : 0;
     if (pol != AK_BITALLOC_UNIFORM && L < n)
         return ak_failc(err, AK_ERR_INVALID, "statistics cover %d slots, the card %d", L, n);
@@ -298,16 +317,6 @@ done:
     return rc;
 }
 
-/* stats_widths_with under the default allocation and no measured errors
- * (the handoff's cards). */
-static int stats_widths(const ak_attn_stats *st, const ak_kv *kv, const int32_t *tokens, int n,
-                        const uint8_t *segment, const int32_t *overlap, ak_bitalloc_policy pol, double budget,
-                        uint8_t *wk, uint8_t *wv, ak_bitalloc_result *res, ak_error *err) {
-    qopts o = qopts_default();
-    o.measured = 0;
-    return stats_widths_with(st, kv, NULL, tokens, n, segment, overlap, pol, budget, &o, wk, wv, res, err);
-}
-
 /* ---- quality ------------------------------------------------------------ */
 
 typedef struct {
@@ -340,15 +349,34 @@ static void log_softmax(const float *logits, int n, double *out) {
     for (int i = 0; i < n; i++) out[i] = (double)logits[i] - lz;
 }
 
-/* One chain over toks[0..N) for row q: bounds[0..N_HOPS] are the agents'
- * segments ([bounds[h], bounds[h+1]) is agent h's own turn), E then reads
- * [bounds[N_HOPS], N) with every logit into elog (rows x vocab). Each agent
+/* A window of the quality mode: its tokens toks[0..N), the agents'
+ * segments bounds[0..N_HOPS] ([bounds[h], bounds[h+1]) is agent h's own
+ * turn; E then reads [bounds[N_HOPS], N)), where E's logits go (rows x
+ * vocab), and what the chains run on. */
+typedef struct {
+    ak_ctx *ctx;
+    const ak_model *m;
+    ak_block_pool *pool;
+    const int32_t *toks;
+    int N;
+    const int *bounds;
+    float *elog;
+} qwindow;
+
+/* One chain over window w for row q: E reads [bounds[N_HOPS], N) with
+ * every logit into w->elog. Each agent
  * has a fresh f16 sequence of n_ctx positions in pool; A's segment is the
  * task (AK_SEG_TASK), the others' their own turns (AK_SEG_ASSISTANT); a
  * token's overlap is how many hand-offs carried it before this one.
  * first_window: fills q's widths and bytes. Returns 0, or -1 with err set. */
-static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, const int32_t *toks, int N,
-                         const int *bounds, const qopts *o, qrow *q, int first_window, float *elog, ak_error *err) {
+static int quality_chain(const qwindow *w, const qopts *o, qrow *q, int first_window, ak_error *err) {
+    ak_ctx *ctx = w->ctx;
+    const ak_model *m = w->m;
+    ak_block_pool *pool = w->pool;
+    const int32_t *toks = w->toks;
+    const int N = w->N;
+    const int *bounds = w->bounds;
+    float *elog = w->elog;
     int n_ctx = m->spec.n_ctx;
     ak_attn_stats *st = ak_attn_stats_new(m, NULL, 0, err);
     uint8_t *seg = malloc((size_t)N), *wk = malloc((size_t)N), *wv = malloc((size_t)N);
@@ -384,8 +412,9 @@ static int quality_chain(ak_ctx *ctx, const ak_model *m, ak_block_pool *pool, co
             ov[p] = h - owner;
         }
         ak_bitalloc_result res;
-        if (stats_widths_with(st, kv, &m->spec, toks, to, seg, ov, q->policy, q->budget, o, wk, wv, &res, err) < 0)
-            goto done;
+        const widths_req wq = {.st = st, .kv = kv, .sp = &m->spec, .tokens = toks, .n = to, .segment = seg,
+                               .overlap = ov, .policy = q->policy, .budget = q->budget, .o = o};
+        if (stats_widths(&wq, wk, wv, &res, err) < 0) goto done;
         char id[48];
         snprintf(id, sizeof id, "hop-%d", h);
         ak_card_params cp = {.id = id, .fingerprint = "bench", .to = to, .widths_k = wk, .widths_v = wv,
@@ -417,9 +446,123 @@ done:
     return rc;
 }
 
+/* What the quality mode was asked. */
+typedef struct {
+    const char *model_path, *text_path;
+    int N;                  /* tokens per window (0: the model's context - 24) */
+    int windows;
+    const int *budgets;
+    int n_budgets;
+    const qopts *o;         /* the chain's allocation */
+    int n_threads;
+    const char *json_out;   /* NULL: none */
+} quality_args;
+
+/* Adds E's held-out logits elog to row q's sums against the reference's
+ * rlog (H rows of vocab each): KL, top-1 agreement, the negative
+ * log-likelihoods of the next tokens next[1..H); lr, le: vocab doubles of
+ * scratch. */
+static void score_row(qrow *q, const float *rlog, const float *elog, int H, int vocab, const int32_t *next, double *lr,
+                      double *le) {
+    for (int j = 0; j < H; j++) {
+        const float *rj = rlog + (size_t)j * vocab, *ej = elog + (size_t)j * vocab;
+        log_softmax(rj, vocab, lr);
+        log_softmax(ej, vocab, le);
+        double kl = 0;
+        for (int v = 0; v < vocab; v++) kl += exp(lr[v]) * (lr[v] - le[v]);
+        if (kl < 0) kl = 0;   /* rounding of two equal distributions */
+        q->kl += kl;
+        q->n_kl++;
+        if (ak_argmax(rj, vocab) == ak_argmax(ej, vocab)) q->top1_agree++;
+        if (j + 1 < H) {
+            int32_t nx = next[j + 1];
+            q->nll -= le[nx];
+            q->nll_ref -= lr[nx];
+            q->n_nll++;
+        }
+    }
+}
+
+/* Prints the quality table (n_rows rows) and, per budget, the best
+ * adaptive row against uniform. */
+static void quality_table(const quality_args *qa, const qrow *rows, int n_rows, const int *bounds, int H) {
+    const qopts *o = qa->o;
+    const int N = qa->N, windows = qa->windows, n_budgets = qa->n_budgets;
+    const int *budgets = qa->budgets;
+    const char *model_path = qa->model_path, *text_path = qa->text_path;
+    printf("\ncards quality: %s, %d windows of %d tokens of %s; chain A -> B -> C -> D -> E, each hop a card of\n"
+           "the whole context (A's %d tokens, then %d of each agent's own), E reads %d held-out tokens; vs an f16\n"
+           "prefill of the same window. Statistics: each agent's own forward passes (attnstats, default layers).\n"
+           "alloc 'chain': errors %s, weighting %s (mass power %g), floor %d, sinks %d, key weight %g%s%s;\n"
+           "alloc 'default': bitalloc.h's defaults (modeled errors 4^-w, the four-feature mix, 4 sinks at 8 bits).\n\n",
+           model_path, windows, N, text_path, bounds[1], N / 10, H, o->measured ? "measured" : "modeled 4^-w",
+           o->weighting == AK_BITALLOC_WEIGHT_MIX ? "mix" : o->weighting == AK_BITALLOC_WEIGHT_MASS ? "mass" : "none",
+           o->mass_power, o->floor_bits, o->sinks, o->key_weight, o->keep ? ", handed-in widths kept" : "",
+           o->probe_side >= 0 ? ", importance rows are a PROBE" : "");
+    printf("%-11s %-7s %6s %10s %9s %8s %8s %8s %10s %8s   %-15s %s\n", "policy", "alloc", "budget", "mean_KL", "dPPL_%",
+           "top1_%", "D_bits_k", "D_bits_v", "A_bytes/t", "vs_f16", "D_keys_2/4/8/16", "D_vals_2/4/8/16");
+    for (int i = 0; i < n_rows; i++) {
+        const qrow *q = &rows[i];
+        char hk[40], hv[40];
+        snprintf(hk, sizeof hk, "%d/%d/%d/%d", q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3]);
+        snprintf(hv, sizeof hv, "%d/%d/%d/%d", q->hist_v[0], q->hist_v[1], q->hist_v[2], q->hist_v[3]);
+        printf("%-11s %-7s %6.1f %10.3e %+9.3f %8.2f %8.2f %8.2f %10.1f %7.3fx   %-15s %s\n",
+               ak_bitalloc_policy_name(q->policy), q->policy == AK_BITALLOC_UNIFORM ? "-" : q->defaults ? "default" : "chain",
+               q->budget, q->kl / q->n_kl, 100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k,
+               q->mean_v, q->bpt_first, q->bpt_first / q->bpt_f16, hk, hv);
+    }
+    printf("f16 prefill held-out perplexity %.4f; D_bits = mean widths of D's card (after the caps of the chain);\n"
+           "A_bytes/t = bytes per token of A's card (f16: %.1f).\n", rows[0].ppl_ref, rows[0].bpt_f16);
+    for (int b = 0; b < n_budgets; b++) {
+        const qrow *r = &rows[ROWS_PER_BUDGET * b];
+        double ku = r[0].kl / r[0].n_kl;
+        for (int d = 0; d < 2; d++) {
+            const qrow *im = &r[1 + 2 * d], *tp = &r[2 + 2 * d];
+            double ki = im->kl / im->n_kl, kt = tp->kl / tp->n_kl, kb = ki <= kt ? ki : kt;
+            printf("at %d bits, alloc %-7s: best adaptive (%s) KL %.3e vs uniform %.3e: %s (%.2fx)\n", budgets[b],
+                   d ? "default" : "chain", ki <= kt ? "importance" : "topology", kb, ku,
+                   kb < ku ? "below uniform" : kb == ku ? "EQUAL to uniform" : "NOT below uniform", ku / kb);
+        }
+    }
+}
+
+/* Writes the quality figures as one JSON object into json_out. Returns 0, or
+ * -1 with err set. */
+static int quality_json(const quality_args *qa, const qrow *rows, int n_rows, const int *bounds, int H,
+                        const char *json_out, ak_error *err) {
+    const int N = qa->N, windows = qa->windows;
+    const char *model_path = qa->model_path, *text_path = qa->text_path;
+    FILE *jf = fopen(json_out, "w");
+    if (!jf) { ak_failc(err, AK_ERR_IO, "cannot write %s", json_out); return -1; }
+    fprintf(jf, "{\"mode\": \"quality\", \"model\": \"%s\", \"text\": \"%s\", \"windows\": %d, \"tokens\": %d, "
+            "\"bounds\": [%d, %d, %d, %d, %d, %d], \"held_out\": %d, \"ppl_ref\": %.6f, \"rows\": [",
+            model_path, text_path, windows, N, bounds[0], bounds[1], bounds[2], bounds[3], bounds[4], bounds[5],
+            H, rows[0].ppl_ref);
+    for (int i = 0; i < n_rows; i++) {
+        const qrow *q = &rows[i];
+        fprintf(jf, "%s{\"policy\": \"%s\", \"budget\": %g, \"mean_kl\": %.7f, \"ppl\": %.6f, \"dppl_pct\": %.5f, "
+                "\"top1_agree_pct\": %.3f, \"last_card_bits_k\": %.4f, \"last_card_bits_v\": %.4f, "
+                "\"first_card_bytes_per_token\": %.2f, \"f16_bytes_per_token\": %.2f, "
+                "\"last_card_key_widths_2_4_8_16\": [%d, %d, %d, %d], "
+                "\"last_card_value_widths_2_4_8_16\": [%d, %d, %d, %d], \"alloc\": \"%s\"}",
+                i ? ", " : "", ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl, q->ppl,
+                100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k, q->mean_v,
+                q->bpt_first, q->bpt_f16, q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3], q->hist_v[0],
+                q->hist_v[1], q->hist_v[2], q->hist_v[3],
+                q->policy == AK_BITALLOC_UNIFORM ? "-" : q->defaults ? "default" : "chain");
+    }
+    fprintf(jf, "]}\n");
+    if (fclose(jf) != 0) { ak_failc(err, AK_ERR_IO, "cannot write %s", json_out); return -1; }
+    return 0;
+}
+
 /* The quality mode. Returns the exit code. */
-static int run_quality(const char *model_path, const char *text_path, int N, int windows, const int *budgets,
-                       int n_budgets, const qopts *o, int n_threads, const char *json_out) {
+static int run_quality(const quality_args *qa) {
+    const char *model_path = qa->model_path, *text_path = qa->text_path, *json_out = qa->json_out;
+    int N = qa->N;
+    const int windows = qa->windows, n_budgets = qa->n_budgets, n_threads = qa->n_threads;
+    const int *budgets = qa->budgets;
+    const qopts *o = qa->o;
     loaded_model lm;
     if (load_model(&lm, "bench cards", model_path) < 0) return 1;
     const ak_model *m = lm.model;
@@ -493,24 +636,9 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
         for (int i = 0; i < n_rows; i++) {
             qrow *q = &rows[i];
             const qopts *qo = q->defaults ? &dflt : o;
-            if (quality_chain(ctx, m, pool, toks, N, bounds, qo, q, w == 0, elog, &err) < 0) { free(toks); goto fail; }
-            for (int j = 0; j < H; j++) {
-                const float *rj = rlog + (size_t)j * vocab, *ej = elog + (size_t)j * vocab;
-                log_softmax(rj, vocab, lr);
-                log_softmax(ej, vocab, le);
-                double kl = 0;
-                for (int v = 0; v < vocab; v++) kl += exp(lr[v]) * (lr[v] - le[v]);
-                if (kl < 0) kl = 0;   /* rounding of two equal distributions */
-                q->kl += kl;
-                q->n_kl++;
-                if (ak_argmax(rj, vocab) == ak_argmax(ej, vocab)) q->top1_agree++;
-                if (j + 1 < H) {
-                    int32_t nx = toks[bounds[N_HOPS] + j + 1];
-                    q->nll -= le[nx];
-                    q->nll_ref -= lr[nx];
-                    q->n_nll++;
-                }
-            }
+            const qwindow win = {.ctx = ctx, .m = m, .pool = pool, .toks = toks, .N = N, .bounds = bounds, .elog = elog};
+            if (quality_chain(&win, qo, q, w == 0, &err) < 0) { free(toks); goto fail; }
+            score_row(q, rlog, elog, H, vocab, toks + bounds[N_HOPS], lr, le);
             fprintf(stderr, "  window %d/%d  %-10s %-7s %5.1f bits: KL so far %.3e\n", w + 1, windows,
                     ak_bitalloc_policy_name(q->policy), q->defaults ? "default" : "", q->budget, q->kl / q->n_kl);
         }
@@ -520,40 +648,9 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
         rows[i].ppl = exp(rows[i].nll / rows[i].n_nll);
         rows[i].ppl_ref = exp(rows[i].nll_ref / rows[i].n_nll);
     }
-    printf("\ncards quality: %s, %d windows of %d tokens of %s; chain A -> B -> C -> D -> E, each hop a card of\n"
-           "the whole context (A's %d tokens, then %d of each agent's own), E reads %d held-out tokens; vs an f16\n"
-           "prefill of the same window. Statistics: each agent's own forward passes (attnstats, default layers).\n"
-           "alloc 'chain': errors %s, weighting %s (mass power %g), floor %d, sinks %d, key weight %g%s%s;\n"
-           "alloc 'default': bitalloc.h's defaults (modeled errors 4^-w, the four-feature mix, 4 sinks at 8 bits).\n\n",
-           model_path, windows, N, text_path, bounds[1], N / 10, H, o->measured ? "measured" : "modeled 4^-w",
-           o->weighting == AK_BITALLOC_WEIGHT_MIX ? "mix" : o->weighting == AK_BITALLOC_WEIGHT_MASS ? "mass" : "none",
-           o->mass_power, o->floor_bits, o->sinks, o->key_weight, o->keep ? ", handed-in widths kept" : "",
-           o->probe_side >= 0 ? ", importance rows are a PROBE" : "");
-    printf("%-11s %-7s %6s %10s %9s %8s %8s %8s %10s %8s   %-15s %s\n", "policy", "alloc", "budget", "mean_KL", "dPPL_%",
-           "top1_%", "D_bits_k", "D_bits_v", "A_bytes/t", "vs_f16", "D_keys_2/4/8/16", "D_vals_2/4/8/16");
-    for (int i = 0; i < n_rows; i++) {
-        qrow *q = &rows[i];
-        char hk[40], hv[40];
-        snprintf(hk, sizeof hk, "%d/%d/%d/%d", q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3]);
-        snprintf(hv, sizeof hv, "%d/%d/%d/%d", q->hist_v[0], q->hist_v[1], q->hist_v[2], q->hist_v[3]);
-        printf("%-11s %-7s %6.1f %10.3e %+9.3f %8.2f %8.2f %8.2f %10.1f %7.3fx   %-15s %s\n",
-               ak_bitalloc_policy_name(q->policy), q->policy == AK_BITALLOC_UNIFORM ? "-" : q->defaults ? "default" : "chain",
-               q->budget, q->kl / q->n_kl, 100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k,
-               q->mean_v, q->bpt_first, q->bpt_first / q->bpt_f16, hk, hv);
-    }
-    printf("f16 prefill held-out perplexity %.4f; D_bits = mean widths of D's card (after the caps of the chain);\n"
-           "A_bytes/t = bytes per token of A's card (f16: %.1f).\n", rows[0].ppl_ref, rows[0].bpt_f16);
-    for (int b = 0; b < n_budgets; b++) {
-        const qrow *r = &rows[ROWS_PER_BUDGET * b];
-        double ku = r[0].kl / r[0].n_kl;
-        for (int d = 0; d < 2; d++) {
-            const qrow *im = &r[1 + 2 * d], *tp = &r[2 + 2 * d];
-            double ki = im->kl / im->n_kl, kt = tp->kl / tp->n_kl, kb = ki <= kt ? ki : kt;
-            printf("at %d bits, alloc %-7s: best adaptive (%s) KL %.3e vs uniform %.3e: %s (%.2fx)\n", budgets[b],
-                   d ? "default" : "chain", ki <= kt ? "importance" : "topology", kb, ku,
-                   kb < ku ? "below uniform" : kb == ku ? "EQUAL to uniform" : "NOT below uniform", ku / kb);
-        }
-    }
+    quality_args shown = *qa;
+    shown.N = N;   /* as resolved */
+    quality_table(&shown, rows, n_rows, bounds, H);
     /* the 16-bit chain holds the f16 prefill's values: only the order of
      * sums differs, so its KL is rounding; anything more means the chain or
      * this measure is broken, and no figure above can be trusted */
@@ -562,29 +659,7 @@ static int run_quality(const char *model_path, const char *text_path, int N, int
         ak_failc(&err, AK_ERR_GENERIC, "the 16-bit chain's mean KL is %.3g, not rounding (< 1e-6)", q16->kl / q16->n_kl);
         goto fail;
     }
-    if (json_out) {
-        FILE *jf = fopen(json_out, "w");
-        if (!jf) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
-        fprintf(jf, "{\"mode\": \"quality\", \"model\": \"%s\", \"text\": \"%s\", \"windows\": %d, \"tokens\": %d, "
-                "\"bounds\": [%d, %d, %d, %d, %d, %d], \"held_out\": %d, \"ppl_ref\": %.6f, \"rows\": [",
-                model_path, text_path, windows, N, bounds[0], bounds[1], bounds[2], bounds[3], bounds[4], bounds[5],
-                H, rows[0].ppl_ref);
-        for (int i = 0; i < n_rows; i++) {
-            qrow *q = &rows[i];
-            fprintf(jf, "%s{\"policy\": \"%s\", \"budget\": %g, \"mean_kl\": %.7f, \"ppl\": %.6f, \"dppl_pct\": %.5f, "
-                    "\"top1_agree_pct\": %.3f, \"last_card_bits_k\": %.4f, \"last_card_bits_v\": %.4f, "
-                    "\"first_card_bytes_per_token\": %.2f, \"f16_bytes_per_token\": %.2f, "
-                    "\"last_card_key_widths_2_4_8_16\": [%d, %d, %d, %d], "
-                    "\"last_card_value_widths_2_4_8_16\": [%d, %d, %d, %d], \"alloc\": \"%s\"}",
-                    i ? ", " : "", ak_bitalloc_policy_name(q->policy), q->budget, q->kl / q->n_kl, q->ppl,
-                    100 * (q->ppl / q->ppl_ref - 1), 100.0 * q->top1_agree / q->n_kl, q->mean_k, q->mean_v,
-                    q->bpt_first, q->bpt_f16, q->hist_k[0], q->hist_k[1], q->hist_k[2], q->hist_k[3], q->hist_v[0],
-                    q->hist_v[1], q->hist_v[2], q->hist_v[3],
-                    q->policy == AK_BITALLOC_UNIFORM ? "-" : q->defaults ? "default" : "chain");
-        }
-        fprintf(jf, "]}\n");
-        if (fclose(jf) != 0) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
-    }
+    if (json_out && quality_json(&shown, rows, n_rows, bounds, H, json_out, &err) < 0) goto fail;
     rc = 0;
     goto done;
 fail:
@@ -605,13 +680,32 @@ typedef struct {
     ak_store *store;
     ak_block_pool *pool;
     ak_agents *ag;
+    ak_ctx *ctx;   /* what its turns run on (not owned) */
 } rig;
 
-/* Opens r on store directory dir with agents of n_ctx positions in co's
- * formats, saving per `save`. Returns 0, or -1 with err set (r closed). */
-static int rig_open(rig *r, const ak_model *m, ak_ctx *ctx, const ak_tokenizer *tk, const cache_opts *co, int n_ctx,
-                    const char *dir, ak_save_policy save, ak_error *err) {
+/* What a rig is opened on: the model, its context (whose threads the
+ * agents use) and tokenizer, the cache's formats, the store directory and
+ * the save policy. */
+typedef struct {
+    const ak_model *m;
+    ak_ctx *ctx;
+    const ak_tokenizer *tk;
+    const cache_opts *co;
+    const char *dir;
+    ak_save_policy save;
+} rig_cfg;
+
+/* Opens r as c says with agents of n_ctx positions. Returns 0, or -1 with
+ * err set (r closed). */
+static int rig_open(rig *r, const rig_cfg *c, int n_ctx, ak_error *err) {
+    const ak_model *m = c->m;
+    ak_ctx *ctx = c->ctx;
+    const ak_tokenizer *tk = c->tk;
+    const cache_opts *co = c->co;
+    const char *dir = c->dir;
+    const ak_save_policy save = c->save;
     memset(r, 0, sizeof *r);
+    r->ctx = ctx;
     if (!(r->store = ak_store_open(dir, NULL, err))) return -1;
     if (!(r->pool = ak_block_pool_new(&m->spec, co->block_tokens, co->budget, err))) goto fail;
     if (cache_center(co, ctx, tk, r->pool, "bench cards") < 0) {
@@ -639,15 +733,27 @@ static void rig_close(rig *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* A turn of agent id with prompt toks[0..n) up to its first token's logits
- * (into logits): open (match, restore, make room), prefill what the cache
- * lacks (progress bar `label` if not NULL); *ms gets that time (*cpu, if not
- * NULL, the CPU time of all threads). Then, out of
- * the timing, commit + end (keep = 1) or abort (keep = 0: the agent stays
- * as it was, its file untouched). *t gets the turn. Returns 0, or -1 with
- * err set. */
-static int timed_turn(rig *r, ak_ctx *ctx, const char *id, const int32_t *toks, int n, const char *label, int keep,
-                      float *logits, double *ms, double *cpu, ak_turn *t, ak_error *err) {
+/* A turn to time: agent id with prompt toks[0..n), a progress bar label
+ * (NULL: none), and whether the turn is kept. */
+typedef struct {
+    const char *id;
+    const int32_t *toks;
+    int n;
+    const char *label;
+    int keep;
+} turn_spec;
+
+/* Turn q of r up to its first token's logits (into logits): open (match,
+ * restore, make room), prefill what the cache lacks (with q's progress
+ * bar); *ms gets that time (*cpu, if not NULL, the CPU time of all
+ * threads). Then, out of the timing, commit + end (q->keep = 1) or abort
+ * (keep = 0: the agent stays as it was, its file untouched). *t gets the
+ * turn. Returns 0, or -1 with err set. */
+static int timed_turn(rig *r, const turn_spec *q, float *logits, double *ms, double *cpu, ak_turn *t, ak_error *err) {
+    ak_ctx *ctx = r->ctx;
+    const char *id = q->id, *label = q->label;
+    const int32_t *toks = q->toks;
+    const int n = q->n, keep = q->keep;
     ak_kv *kv;
     progress pg;
     if (label) progress_init(&pg, label);
@@ -694,16 +800,43 @@ typedef struct {
     double uniform, importance;
 } brow;
 
-/* One handoff of variant v from agent "sender" (whose statistics are st)
- * into a fresh agent recv_id, then its turn toks[0..n + turn) (the card's n
- * tokens and its own). Times: *make (widths from the statistics for
- * importance, make and save the card), *import, *turn, and the CPU time of
- * all three into *cpu; the first token into
- * *first. Card facts into *bpt, *bits, *file_bytes. The card and the receiver
- * are removed afterwards. Returns 0, or -1 with err set. */
-static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const char *card_id, const char *recv_id,
-                   const int32_t *toks, int n, int turn, float *logits, double *make, double *import, double *tturn,
-                   double *cpu, int32_t *first, double *bpt, double *bits, size_t *file_bytes, ak_error *err) {
+/* One handoff (handoff): variant v (variant_name) of the card card_id
+ * made from agent "sender" (whose statistics are st), imported into a fresh
+ * agent recv_id whose turn is toks[0..n + turn) (the card's n tokens and
+ * its own); logits: vocab floats of scratch. */
+typedef struct {
+    const ak_attn_stats *st;
+    int v;
+    const char *card_id, *recv_id;
+    const int32_t *toks;
+    int n, turn;
+    float *logits;
+} handoff_req;
+
+/* What one handoff measured. */
+typedef struct {
+    double make;        /* widths from the statistics (importance), make and save the card, ms */
+    double import;      /* ms */
+    double turn;        /* the receiver's turn, ms */
+    double cpu;         /* the CPU time of all three, all threads, ms */
+    int32_t first;      /* the receiver's first token */
+    double bpt, bits;   /* the card's vector bytes per token and mean width */
+    size_t file_bytes;  /* its file */
+} handoff_out;
+
+/* Handoff q on r into *out. The card and the receiver are removed
+ * afterwards. Returns 0, or -1 with err set. */
+static int handoff(rig *r, const handoff_req *q, handoff_out *out, ak_error *err) {
+    ak_ctx *ctx = r->ctx;
+    const ak_attn_stats *st = q->st;
+    const int v = q->v, n = q->n, turn = q->turn;
+    const char *card_id = q->card_id, *recv_id = q->recv_id;
+    const int32_t *toks = q->toks;
+    float *logits = q->logits;
+    double *make = &out->make, *import = &out->import, *tturn = &out->turn, *cpu = &out->cpu;
+    int32_t *first = &out->first;
+    double *bpt = &out->bpt, *bits = &out->bits;
+    size_t *file_bytes = &out->file_bytes;
     uint8_t *wk = NULL, *wv = NULL;
     char cid[AK_AGENT_ID_MAX + 1];
     ak_card_request rq;
@@ -714,7 +847,8 @@ static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const ch
     if (v == 2) {
         wk = malloc((size_t)n), wv = malloc((size_t)n);
         if (!wk || !wv) { free(wk); free(wv); return ak_failc(err, AK_ERR_NOMEM, "out of memory"); }
-        if (stats_widths(st, NULL, toks, n, NULL, NULL, AK_BITALLOC_IMPORTANCE, 4, wk, wv, NULL, err) < 0) {
+        const widths_req wq = {.st = st, .tokens = toks, .n = n, .policy = AK_BITALLOC_IMPORTANCE, .budget = 4};
+        if (stats_widths(&wq, wk, wv, NULL, err) < 0) {
             free(wk); free(wv);
             return -1;
         }
@@ -731,7 +865,8 @@ static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const ch
     double t2 = ak_now();
     ak_turn t;
     double c1 = bench_cpu_ms(), tcpu;
-    if (timed_turn(r, ctx, recv_id, toks, n + turn, NULL, 1, logits, tturn, &tcpu, &t, err) < 0) return -1;
+    const turn_spec ts = {.id = recv_id, .toks = toks, .n = n + turn, .keep = 1};
+    if (timed_turn(r, &ts, logits, tturn, &tcpu, &t, err) < 0) return -1;
     *cpu = c1 - c0 + tcpu;
     *make = (t1 - t0) * 1e3;
     *import = (t2 - t1) * 1e3;
@@ -757,9 +892,35 @@ static int handoff(rig *r, ak_ctx *ctx, const ak_attn_stats *st, int v, const ch
     return 0;
 }
 
-/* Prints the handoff tables to stdout, or one JSON object to json. */
-static void handoff_report(const hrow *R, int n_ctx_list, const brow *B, int n_b, double bpt_f16, const char *model_path,
-                           const char *wt, const cache_opts *co, int nt, int turn, int reps, FILE *json) {
+/* What the handoff mode was asked. */
+typedef struct {
+    const char *model_path;
+    const int *contexts;
+    int n_contexts, turn, reps;
+    const char *dir;          /* the store directory */
+    const cache_opts *co;
+    int n_threads;
+    const char *json_out;     /* NULL: none */
+} handoff_args;
+
+/* What the handoff mode measured, for the report. */
+typedef struct {
+    const hrow *R;            /* one per context */
+    const brow *B;            /* bytes per token at each budget */
+    int n_b;
+    double bpt_f16;
+    const char *wt;           /* the weights' type */
+    int nt;                   /* threads */
+} handoff_results;
+
+/* Prints the handoff tables of res to stdout, or one JSON object to json. */
+static void handoff_report(const handoff_args *a, const handoff_results *res, FILE *json) {
+    const hrow *R = res->R;
+    const brow *B = res->B;
+    const int n_ctx_list = a->n_contexts, n_b = res->n_b, nt = res->nt, turn = a->turn, reps = a->reps;
+    const double bpt_f16 = res->bpt_f16;
+    const char *model_path = a->model_path, *wt = res->wt;
+    const cache_opts *co = a->co;
     const char *fk = ak_kv_format_get(co->fk)->name, *fv = ak_kv_format_get(co->fv)->name;
     if (json) {
         fprintf(json, "{\"mode\": \"handoff\", \"model\": \"%s\", \"weight_type\": \"%s\", \"threads\": %d, "
@@ -833,155 +994,213 @@ static void handoff_report(const hrow *R, int n_ctx_list, const brow *B, int n_b
                B[i].importance, B[i].importance / bpt_f16);
 }
 
+/* Views into a handoff run's timings, reps each (the per-variant ones
+ * reps x N_VARIANTS, variant-major): (a) total, make, import, turn and CPU;
+ * (c) wall, its restore and CPU; (a)/(c) of each rep. */
+typedef struct {
+    double *ta, *tm, *ti, *tt, *tca;
+    double *tw, *twr, *twc, *tac;
+} hcols;
+
+/* The columns of tv (reps x (5 N_VARIANTS + 4) doubles). */
+static hcols hcols_of(double *tv, int reps) {
+    hcols c = {.ta = tv, .tm = tv + reps * N_VARIANTS, .ti = tv + 2 * reps * N_VARIANTS,
+               .tt = tv + 3 * reps * N_VARIANTS, .tw = tv + 4 * reps * N_VARIANTS};
+    c.twr = c.tw + reps;
+    c.tac = c.twr + reps;
+    c.twc = c.tac + reps;
+    c.tca = c.twc + reps;
+    return c;
+}
+
+/* A handoff run's state: what it was asked, how its rigs open, the
+ * context and turn's tokens, scratch logits, the timings, and the context
+ * at hand's rigs and the sender's statistics. */
+typedef struct {
+    const handoff_args *a;
+    const ak_model *m;
+    rig_cfg rc;
+    ak_rng rng;
+    int32_t *toks;          /* max context + turn */
+    float *logits;          /* vocab */
+    double *tv;             /* hcols_of's */
+    rig main_r, warm;
+    ak_attn_stats *st;
+} handoff_run;
+
+/* Rep r of context h->n: each variant's handoff (its first token into
+ * first[v]), then (c): a fresh agent set on the same store restores the
+ * sender's file and takes the same turn. Returns 0, or -1 with err set. */
+static int handoff_rep(handoff_run *H, hrow *h, int r, int32_t *first, ak_error *err) {
+    const int n = h->n, turn = H->a->turn, reps = H->a->reps, vocab = H->m->cfg.vocab;
+    const hcols c = hcols_of(H->tv, reps);
+    for (int i = n; i < n + turn; i++) H->toks[i] = (int32_t)(ak_rng_u32(&H->rng) % vocab);
+    for (int v = 0; v < N_VARIANTS; v++) {
+        char cid[48], rid[48];
+        snprintf(cid, sizeof cid, "bench-card-%d-%d-%d", n, r, v);
+        snprintf(rid, sizeof rid, "receiver-%d-%d", r, v);
+        int k = v * reps + r;
+        const handoff_req q = {.st = H->st, .v = v, .card_id = cid, .recv_id = rid, .toks = H->toks, .n = n,
+                               .turn = turn, .logits = H->logits};
+        handoff_out o;
+        if (handoff(&H->main_r, &q, &o, err) < 0) return -1;
+        c.tm[k] = o.make, c.ti[k] = o.import, c.tt[k] = o.turn, c.tca[k] = o.cpu;
+        first[v] = o.first;
+        h->card_bpt[v] = o.bpt, h->mean_bits[v] = o.bits, h->card_file[v] = o.file_bytes;
+        c.ta[k] = c.tm[k] + c.ti[k] + c.tt[k];
+    }
+    /* (c): a fresh agent set on the same store restores the sender's file */
+    if (rig_open(&H->warm, &H->rc, n + turn, err) < 0) return -1;
+    ak_turn t;
+    const turn_spec ts = {.id = "sender", .toks = H->toks, .n = n + turn, .keep = 0};
+    if (timed_turn(&H->warm, &ts, H->logits, &c.tw[r], &c.twc[r], &t, err) < 0) return -1;
+    if (t.tier != AK_TIER_WARM || t.reused != n)
+        return ak_failc(err, AK_ERR_GENERIC, "the warm restore was %s with %d reused, not warm with %d",
+                        ak_tier_name(t.tier), t.reused, n);
+    c.twr[r] = t.restore_ms;
+    h->warm_bytes = t.restore_bytes;
+    rig_close(&H->warm);
+    fprintf(stderr, "  context %d rep %d/%d: handoff u8 %.1f ms, u4 %.1f ms, imp4 %.1f ms; warm %.1f ms\n", n, r + 1,
+            reps, c.ta[r], c.ta[reps + r], c.ta[2 * reps + r], c.tw[r]);
+    return 0;
+}
+
+/* Context h->n (its tokens already in H->toks) on H->main_r: the sender
+ * prefills with statistics H->st attached and is saved to its file; then
+ * per rep the handoffs and the warm restore; then once (b), a receiver
+ * re-prefilling the context and the last rep's turn. Medians into h.
+ * Returns 0, or -1 with err set. */
+static int handoff_context(handoff_run *H, hrow *h, ak_error *err) {
+    const int n = h->n, turn = H->a->turn, reps = H->a->reps, vocab = H->m->cfg.vocab;
+    const hcols c = hcols_of(H->tv, reps);
+    char label[64];
+    snprintf(label, sizeof label, "sender prefill %d (+stats)", n);
+    ak_turn t;
+    ak_ctx_set_attn_stats(H->main_r.ctx, H->st);
+    const turn_spec sender = {.id = "sender", .toks = H->toks, .n = n, .label = label, .keep = 1};
+    int r0 = timed_turn(&H->main_r, &sender, H->logits, &h->sender_ms, &h->sender_cpu, &t, err);
+    ak_ctx_set_attn_stats(H->main_r.ctx, NULL);
+    if (r0 < 0 || ak_agents_flush(H->main_r.ag, err) < 0) return -1;
+    fprintf(stderr, "  context %d: sender prefilled in %.1f s (statistics attached), file written\n", n,
+            h->sender_ms / 1e3);
+    int32_t first[N_VARIANTS];
+    for (int r = 0; r < reps; r++)
+        if (handoff_rep(H, h, r, first, err) < 0) return -1;
+    /* (b): once, with the last rep's turn */
+    snprintf(label, sizeof label, "re-prefill %d", n + turn);
+    const turn_spec re = {.id = "reprefill", .toks = H->toks, .n = n + turn, .label = label, .keep = 1};
+    if (timed_turn(&H->main_r, &re, H->logits, &h->reprefill_ms, &h->reprefill_cpu, &t, err) < 0) return -1;
+    if (t.prefilled != n + turn)
+        return ak_failc(err, AK_ERR_GENERIC, "the re-prefill computed %d tokens, not %d", t.prefilled, n + turn);
+    int32_t ref_first = ak_argmax(H->logits, vocab);
+    if (ak_agent_remove(H->main_r.ag, "reprefill", err) < 0) return -1;
+    for (int v = 0; v < N_VARIANTS; v++) {
+        double *a = c.ta + v * reps;
+        for (int r = 0; r < reps; r++) c.tac[r] = a[r] / c.tw[r];
+        h->ratio_a_c[v] = bench_median(c.tac, reps);
+        h->same_token[v] = first[v] == ref_first;
+        h->make[v] = bench_median(c.tm + v * reps, reps);
+        h->import[v] = bench_median(c.ti + v * reps, reps);
+        h->turn[v] = bench_median(c.tt + v * reps, reps);
+        h->total[v] = bench_median(a, reps);
+        h->total_cpu[v] = bench_median(c.tca + v * reps, reps);
+        h->ratio_b_a[v] = h->reprefill_ms / h->total[v];
+    }
+    h->warm_ms = bench_median(c.tw, reps);
+    h->warm_cpu = bench_median(c.twc, reps);
+    h->warm_restore_ms = bench_median(c.twr, reps);
+    fprintf(stderr, "  context %d: re-prefill %.1f s; handoff u8 %.1f ms (%.0fx faster), warm %.1f ms\n", n,
+            h->reprefill_ms / 1e3, h->total[0], h->ratio_b_a[0], h->warm_ms);
+    return 0;
+}
+
+/* Bytes per token of the sender's cards of its n tokens at each budget of
+ * B[0..n_b), uniform and importance (untimed), into B; f16's into
+ * *bpt_f16. Returns 0, or -1 with err set. */
+static int card_sizes(handoff_run *H, int n, brow *B, int n_b, double *bpt_f16, ak_error *err) {
+    for (int b = 0; b < n_b; b++) {
+        for (int p = 0; p < 2; p++) {
+            uint8_t *wk = malloc((size_t)n), *wv = malloc((size_t)n);
+            char cid[48], got[AK_AGENT_ID_MAX + 1];
+            snprintf(cid, sizeof cid, "bench-bytes-%d-%d", b, p);
+            ak_card_request rq;
+            memset(&rq, 0, sizeof rq);
+            rq.card_id = cid;
+            rq.widths_k = wk, rq.widths_v = wv;
+            rq.policy = p ? "importance" : "uniform";
+            rq.budget_k = rq.budget_v = B[b].budget;
+            const widths_req wq = {.st = H->st, .tokens = H->toks, .n = n,
+                                   .policy = p ? AK_BITALLOC_IMPORTANCE : AK_BITALLOC_UNIFORM, .budget = B[b].budget};
+            int ok = wk && wv && stats_widths(&wq, wk, wv, NULL, err) == 0 &&
+                     ak_agent_make_card(H->main_r.ag, "sender", &rq, got, err) == 0;
+            free(wk); free(wv);
+            if (!ok) return -1;
+            const ak_card *c = ak_card_get(H->main_r.ag, got, err);
+            if (!c) return -1;
+            double bpt = (double)ak_card_vector_bytes(c) / c->n_tokens;
+            *bpt_f16 = (double)ak_card_f16_bytes(c) / c->n_tokens;
+            if (p) B[b].importance = bpt;
+            else B[b].uniform = bpt;
+            if (ak_card_remove(H->main_r.ag, got, err) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
 /* The handoff mode. Returns the exit code. */
-static int run_handoff(const char *model_path, const int *contexts, int n_contexts, int turn, int reps,
-                       const char *dir, const cache_opts *co, int n_threads, const char *json_out) {
+static int run_handoff(const handoff_args *a) {
     loaded_model lm;
-    if (load_model(&lm, "bench cards", model_path) < 0) return 1;
+    if (load_model(&lm, "bench cards", a->model_path) < 0) return 1;
     const ak_model *m = lm.model;
-    const int vocab = m->cfg.vocab;
+    const int vocab = m->cfg.vocab, turn = a->turn, reps = a->reps;
     ak_error err = {{0}};
     int rc = 1, max_n = 0;
-    for (int i = 0; i < n_contexts; i++) if (contexts[i] > max_n) max_n = contexts[i];
+    for (int i = 0; i < a->n_contexts; i++) if (a->contexts[i] > max_n) max_n = a->contexts[i];
     if (max_n + turn > m->spec.n_ctx) {
         fprintf(stderr, "agentkv bench cards: context %d + turn %d exceed the model's context %d\n", max_n, turn,
                 m->spec.n_ctx);
         unload_model(&lm);
         return AK_EXIT_USAGE;
     }
-    rig main_r = {0}, warm = {0};
-    ak_attn_stats *st = NULL;
-    hrow *R = calloc((size_t)n_contexts, sizeof *R);
+    handoff_run H = {.a = a, .m = m};
+    hrow *R = calloc((size_t)a->n_contexts, sizeof *R);
     brow B[5] = {{.budget = 3}, {.budget = 4}, {.budget = 6}, {.budget = 8}, {.budget = 16}};
     double bpt_f16 = 0;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_n + turn));
-    float *logits = malloc(sizeof(float) * vocab);
-    double *tv = calloc((size_t)reps * (5 * N_VARIANTS + 4), sizeof(double));
-    ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
+    H.toks = malloc(sizeof(int32_t) * (size_t)(max_n + turn));
+    H.logits = malloc(sizeof(float) * vocab);
+    H.tv = calloc((size_t)reps * (5 * N_VARIANTS + 4), sizeof(double));
+    ak_ctx *ctx = ak_ctx_new(m, 512, a->n_threads, &err);
     if (!ctx) goto fail;
-    if (!R || !toks || !logits || !tv) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!R || !H.toks || !H.logits || !H.tv) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    H.rc = (rig_cfg){.m = m, .ctx = ctx, .tk = lm.tok, .co = a->co, .dir = a->dir, .save = AK_SAVE_ON_SHUTDOWN};
     const int nt = ak_threads_size(ak_ctx_pool(ctx));
-    ak_rng rng;
-    ak_rng_seed(&rng, 11);
-    fprintf(stderr, "bench cards handoff: %s, %d threads, contexts", model_path, nt);
-    for (int i = 0; i < n_contexts; i++) fprintf(stderr, " %d", contexts[i]);
-    fprintf(stderr, ", turn %d, %d reps, store %s\n", turn, reps, dir);
-    for (int ci = 0; ci < n_contexts; ci++) {
+    ak_rng_seed(&H.rng, 11);
+    fprintf(stderr, "bench cards handoff: %s, %d threads, contexts", a->model_path, nt);
+    for (int i = 0; i < a->n_contexts; i++) fprintf(stderr, " %d", a->contexts[i]);
+    fprintf(stderr, ", turn %d, %d reps, store %s\n", turn, reps, a->dir);
+    for (int ci = 0; ci < a->n_contexts; ci++) {
         hrow *h = &R[ci];
-        const int n = h->n = contexts[ci];
-        for (int i = 0; i < n; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % vocab);
-        if (rig_open(&main_r, m, ctx, lm.tok, co, n + turn, dir, AK_SAVE_ON_SHUTDOWN, &err) < 0) goto fail;
-        ak_agent_remove(main_r.ag, "sender", &err);   /* a file left by an interrupted run */
-        if (!(st = ak_attn_stats_new(m, NULL, 0, &err))) goto fail;
-        /* the sender: prefill with statistics, saved to its file */
-        char label[64];
-        snprintf(label, sizeof label, "sender prefill %d (+stats)", n);
-        ak_turn t;
-        ak_ctx_set_attn_stats(ctx, st);
-        int r0 = timed_turn(&main_r, ctx, "sender", toks, n, label, 1, logits, &h->sender_ms, &h->sender_cpu, &t,
-                            &err);
-        ak_ctx_set_attn_stats(ctx, NULL);
-        if (r0 < 0 || ak_agents_flush(main_r.ag, &err) < 0) goto fail;
-        fprintf(stderr, "  context %d: sender prefilled in %.1f s (statistics attached), file written\n", n,
-                h->sender_ms / 1e3);
-        double *ta = tv, *tm = tv + reps * N_VARIANTS, *ti = tv + 2 * reps * N_VARIANTS, *tt = tv + 3 * reps * N_VARIANTS;
-        double *tw = tv + 4 * reps * N_VARIANTS, *twr = tw + reps, *tac = twr + reps, *twc = tac + reps;
-        double *tca = twc + reps;   /* reps * N_VARIANTS */
-        int32_t first[N_VARIANTS];
-        for (int r = 0; r < reps; r++) {
-            for (int i = n; i < n + turn; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % vocab);
-            for (int v = 0; v < N_VARIANTS; v++) {
-                char cid[48], rid[48];
-                snprintf(cid, sizeof cid, "bench-card-%d-%d-%d", n, r, v);
-                snprintf(rid, sizeof rid, "receiver-%d-%d", r, v);
-                int k = v * reps + r;
-                if (handoff(&main_r, ctx, st, v, cid, rid, toks, n, turn, logits, &tm[k], &ti[k], &tt[k], &tca[k], &first[v],
-                            &h->card_bpt[v], &h->mean_bits[v], &h->card_file[v], &err) < 0)
-                    goto fail;
-                ta[k] = tm[k] + ti[k] + tt[k];
-            }
-            /* (c): a fresh agent set on the same store restores the sender's file */
-            if (rig_open(&warm, m, ctx, lm.tok, co, n + turn, dir, AK_SAVE_ON_SHUTDOWN, &err) < 0) goto fail;
-            if (timed_turn(&warm, ctx, "sender", toks, n + turn, NULL, 0, logits, &tw[r], &twc[r], &t, &err) < 0)
-                goto fail;
-            if (t.tier != AK_TIER_WARM || t.reused != n) {
-                ak_failc(&err, AK_ERR_GENERIC, "the warm restore was %s with %d reused, not warm with %d",
-                         ak_tier_name(t.tier), t.reused, n);
-                goto fail;
-            }
-            twr[r] = t.restore_ms;
-            h->warm_bytes = t.restore_bytes;
-            rig_close(&warm);
-            fprintf(stderr, "  context %d rep %d/%d: handoff u8 %.1f ms, u4 %.1f ms, imp4 %.1f ms; warm %.1f ms\n", n,
-                    r + 1, reps, ta[r], ta[reps + r], ta[2 * reps + r], tw[r]);
-        }
-        /* (b): once, with the last rep's turn */
-        snprintf(label, sizeof label, "re-prefill %d", n + turn);
-        if (timed_turn(&main_r, ctx, "reprefill", toks, n + turn, label, 1, logits, &h->reprefill_ms, &h->reprefill_cpu, &t,
-                       &err) < 0)
-            goto fail;
-        if (t.prefilled != n + turn) {
-            ak_failc(&err, AK_ERR_GENERIC, "the re-prefill computed %d tokens, not %d", t.prefilled, n + turn);
-            goto fail;
-        }
-        int32_t ref_first = ak_argmax(logits, vocab);
-        if (ak_agent_remove(main_r.ag, "reprefill", &err) < 0) goto fail;
-        for (int v = 0; v < N_VARIANTS; v++) {
-            double *a = ta + v * reps;
-            for (int r = 0; r < reps; r++) tac[r] = a[r] / tw[r];
-            h->ratio_a_c[v] = bench_median(tac, reps);
-            h->same_token[v] = first[v] == ref_first;
-            h->make[v] = bench_median(tm + v * reps, reps);
-            h->import[v] = bench_median(ti + v * reps, reps);
-            h->turn[v] = bench_median(tt + v * reps, reps);
-            h->total[v] = bench_median(a, reps);
-            h->total_cpu[v] = bench_median(tca + v * reps, reps);
-            h->ratio_b_a[v] = h->reprefill_ms / h->total[v];
-        }
-        h->warm_ms = bench_median(tw, reps);
-        h->warm_cpu = bench_median(twc, reps);
-        h->warm_restore_ms = bench_median(twr, reps);
-        fprintf(stderr, "  context %d: re-prefill %.1f s; handoff u8 %.1f ms (%.0fx faster), warm %.1f ms\n", n,
-                h->reprefill_ms / 1e3, h->total[0], h->ratio_b_a[0], h->warm_ms);
-        /* bytes per token at each budget, on the first context (untimed) */
-        for (int b = 0; ci == 0 && b < 5; b++) {
-            for (int p = 0; p < 2; p++) {
-                uint8_t *wk = malloc((size_t)n), *wv = malloc((size_t)n);
-                char cid[48], got[AK_AGENT_ID_MAX + 1];
-                snprintf(cid, sizeof cid, "bench-bytes-%d-%d", b, p);
-                ak_card_request rq;
-                memset(&rq, 0, sizeof rq);
-                rq.card_id = cid;
-                rq.widths_k = wk, rq.widths_v = wv;
-                rq.policy = p ? "importance" : "uniform";
-                rq.budget_k = rq.budget_v = B[b].budget;
-                int ok = wk && wv &&
-                         stats_widths(st, NULL, toks, n, NULL, NULL, p ? AK_BITALLOC_IMPORTANCE : AK_BITALLOC_UNIFORM,
-                                      B[b].budget, wk, wv, NULL, &err) == 0 &&
-                         ak_agent_make_card(main_r.ag, "sender", &rq, got, &err) == 0;
-                free(wk); free(wv);
-                if (!ok) goto fail;
-                const ak_card *c = ak_card_get(main_r.ag, got, &err);
-                if (!c) goto fail;
-                double bpt = (double)ak_card_vector_bytes(c) / c->n_tokens;
-                bpt_f16 = (double)ak_card_f16_bytes(c) / c->n_tokens;
-                if (p) B[b].importance = bpt;
-                else B[b].uniform = bpt;
-                if (ak_card_remove(main_r.ag, got, &err) < 0) goto fail;
-            }
-        }
-        if (ak_agent_remove(main_r.ag, "sender", &err) < 0) goto fail;
-        rig_close(&main_r);
-        ak_attn_stats_free(st);
-        st = NULL;
+        const int n = h->n = a->contexts[ci];
+        for (int i = 0; i < n; i++) H.toks[i] = (int32_t)(ak_rng_u32(&H.rng) % vocab);
+        if (rig_open(&H.main_r, &H.rc, n + turn, &err) < 0) goto fail;
+        ak_agent_remove(H.main_r.ag, "sender", &err);   /* a file left by an interrupted run */
+        if (!(H.st = ak_attn_stats_new(m, NULL, 0, &err))) goto fail;
+        if (handoff_context(&H, h, &err) < 0) goto fail;
+        /* bytes per token at each budget, on the first context */
+        if (ci == 0 && card_sizes(&H, n, B, 5, &bpt_f16, &err) < 0) goto fail;
+        if (ak_agent_remove(H.main_r.ag, "sender", &err) < 0) goto fail;
+        rig_close(&H.main_r);
+        ak_attn_stats_free(H.st);
+        H.st = NULL;
     }
-    const char *wt = gguf_tensor_type_name(m->layers[0].wq.type);
-    handoff_report(R, n_contexts, B, 5, bpt_f16, model_path, wt, co, nt, turn, reps, NULL);
-    if (json_out) {
-        FILE *jf = fopen(json_out, "w");
-        if (!jf) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
-        handoff_report(R, n_contexts, B, 5, bpt_f16, model_path, wt, co, nt, turn, reps, jf);
-        if (fclose(jf) != 0) { ak_failc(&err, AK_ERR_IO, "cannot write %s", json_out); goto fail; }
+    const handoff_results res = {.R = R, .B = B, .n_b = 5, .bpt_f16 = bpt_f16,
+                                 .wt = gguf_tensor_type_name(m->layers[0].wq.type), .nt = nt};
+    handoff_report(a, &res, NULL);
+    if (a->json_out) {
+        FILE *jf = fopen(a->json_out, "w");
+        if (!jf) { ak_failc(&err, AK_ERR_IO, "cannot write %s", a->json_out); goto fail; }
+        handoff_report(a, &res, jf);
+        if (fclose(jf) != 0) { ak_failc(&err, AK_ERR_IO, "cannot write %s", a->json_out); goto fail; }
     }
     fflush(stdout);
     rc = 0;
@@ -990,11 +1209,11 @@ fail:
     fprintf(stderr, "agentkv bench cards: %s\n", err.msg[0] ? err.msg : "failed");
 done:
     ak_ctx_set_attn_stats(ctx, NULL);
-    rig_close(&warm);
-    rig_close(&main_r);
-    ak_attn_stats_free(st);
+    rig_close(&H.warm);
+    rig_close(&H.main_r);
+    ak_attn_stats_free(H.st);
     ak_ctx_free(ctx);
-    free(R); free(toks); free(logits); free(tv);
+    free(R); free(H.toks); free(H.logits); free(H.tv);
     unload_model(&lm);
     return rc;
 }
@@ -1076,6 +1295,13 @@ int cmd_bench_cards(int argc, char **argv) {
     if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
     if (!a.failed && quality && !text) args_error(&a, "--quality needs --text FILE");
     if (a.failed) return AK_EXIT_USAGE;
-    if (quality) return run_quality(model_path, text, N, windows, budgets, n_budgets, &qo, n_threads, json_out);
-    return run_handoff(model_path, contexts, n_contexts, turn, reps, dir, &co, n_threads, json_out);
+    if (quality) {
+        const quality_args qa = {.model_path = model_path, .text_path = text, .N = N, .windows = windows,
+                                 .budgets = budgets, .n_budgets = n_budgets, .o = &qo, .n_threads = n_threads,
+                                 .json_out = json_out};
+        return run_quality(&qa);
+    }
+    const handoff_args ha = {.model_path = model_path, .contexts = contexts, .n_contexts = n_contexts, .turn = turn,
+                             .reps = reps, .dir = dir, .co = &co, .n_threads = n_threads, .json_out = json_out};
+    return run_handoff(&ha);
 }

@@ -75,18 +75,22 @@ static double bytes_per_token(const ak_cache_spec *s, ak_kv_format fk, ak_kv_for
     return (double)s->n_layer * s->n_head_kv * (double)(k + v);
 }
 
-/* One block pool with its agents (no store: memory only). */
+/* One block pool with its agents (no store: memory only), and the context
+ * their turns run on. */
 typedef struct {
     ak_block_pool *pool;
     ak_agents *ag;
+    ak_ctx *ctx;   /* not owned */
 } rig;
 
 /* Opens r: a block pool for m's cache (centered as co asks, which may run
  * the calibration once per process) and agents of n_ctx positions in
- * formats fk/fv. Returns 0, or -1 with err set (r is then closed). */
+ * formats fk/fv, their turns on ctx. Returns 0, or -1 with err set (r is
+ * then closed). */
 static int rig_open(rig *r, const ak_model *m, ak_ctx *ctx, const ak_tokenizer *tk, const cache_opts *co, int n_ctx,
                     ak_error *err) {
     memset(r, 0, sizeof *r);
+    r->ctx = ctx;
     if (!(r->pool = ak_block_pool_new(&m->spec, co->block_tokens, co->budget, err))) return -1;
     if (cache_center(co, ctx, tk, r->pool, "bench pools") < 0) {
         ak_block_pool_free(r->pool);
@@ -117,16 +121,26 @@ static size_t rig_used(rig *r) {
     return st.used;
 }
 
-/* The first turn of agent id with prompt toks[0..n), attached to pool
- * pool_id (NULL: none), as ak_agent_begin runs a turn: open (match, attach,
- * link, make room), prefill the tokens the cache lacks (with a progress bar
- * labelled `label`, NULL for none), commit, end. logits gets the next-token
- * logits; *ms the time of the whole turn up to the logits (the commit and
- * end included: a server answers after them) and *cpu (may be NULL) the
- * CPU time it took, all threads; *t the turn. Returns 0, or -1 with err
- * set. */
-static int first_turn(rig *r, ak_ctx *ctx, const char *id, const char *pool_id, const int32_t *toks, int n,
-                      const char *label, float *logits, double *ms, double *cpu, ak_turn *t, ak_error *err) {
+/* A first turn: agent id with prompt toks[0..n), attached to pool pool_id
+ * (NULL: none), with a progress bar labelled `label` (NULL: none). */
+typedef struct {
+    const char *id, *pool_id;
+    const int32_t *toks;
+    int n;
+    const char *label;
+} pturn;
+
+/* First turn q of r, as ak_agent_begin runs a turn: open (match, attach,
+ * link, make room), prefill the tokens the cache lacks, commit, end.
+ * logits gets the next-token logits; *ms the time of the whole turn up to
+ * the logits (the commit and end included: a server answers after them)
+ * and *cpu (may be NULL) the CPU time it took, all threads; *t the turn.
+ * Returns 0, or -1 with err set. */
+static int first_turn(rig *r, const pturn *q, float *logits, double *ms, double *cpu, ak_turn *t, ak_error *err) {
+    ak_ctx *ctx = r->ctx;
+    const char *id = q->id, *pool_id = q->pool_id, *label = q->label;
+    const int32_t *toks = q->toks;
+    const int n = q->n;
     ak_kv *kv;
     progress pg;
     if (label) progress_init(&pg, label);
@@ -189,18 +203,40 @@ static double step(ak_ctx *ctx, ak_kv **kvs, int B, const int32_t *tok, int pos,
 }
 
 /* Two sets of B sequences, pooled[] and priv[], each sequence holding
- * positions [0, n - 1) of its prompt prompts[s], decoded side by side:
- * first the prompts' last tokens (untimed: it gives every sequence the
- * start a turn has), then n_gen steps feeding gen[s][i], each step run for
- * one set and then the other (which first alternates), each timed alone:
- * on a machine shared with other work, the load of the moment falls on
- * both alike. *sec_pooled / *sec_priv get the sums of their steps' times,
- * ratios[i] the step's private time over its pooled time; fp/lp and fv/lv
- * (B x vocab each) the logits of the first and last timed steps of each
- * set. Returns 0, or -1 with err set. */
-static int decode_side_by_side(ak_ctx *ctx, ak_kv **pooled, ak_kv **priv, int B, int32_t **prompts, int n,
-                               int32_t **gen, int n_gen, float *rows, int vocab, float *fp, float *lp, float *fv,
-                               float *lv, double *sec_pooled, double *sec_priv, double *ratios, ak_error *err) {
+ * positions [0, n - 1) of its prompt prompts[s], to decode feeding
+ * gen[s][0..n_gen); rows: B x vocab floats of scratch. */
+typedef struct {
+    ak_kv **pooled, **priv;
+    int B;
+    int32_t **prompts;
+    int n;
+    int32_t **gen;
+    int n_gen, vocab;
+    float *rows;
+} side_by_side;
+
+/* What decode_side_by_side measured: the sums of each set's steps' times,
+ * ratios[i] step i's private time over its pooled time (n_gen of them), and
+ * fp/lp, fv/lv (B x vocab each) the logits of the first and last timed
+ * steps of the pooled and the private set. */
+typedef struct {
+    double sec_pooled, sec_priv;
+    double *ratios;
+    float *fp, *lp, *fv, *lv;
+} side_by_side_out;
+
+/* Decodes the two sets of d side by side: first the prompts' last tokens
+ * (untimed: it gives every sequence the start a turn has), then n_gen
+ * steps, each step run for one set and then the other (which first
+ * alternates), each timed alone: on a machine shared with other work, the
+ * load of the moment falls on both alike. Results into *o. Returns 0, or -1
+ * with err set. */
+static int decode_side_by_side(ak_ctx *ctx, const side_by_side *d, side_by_side_out *o, ak_error *err) {
+    ak_kv **pooled = d->pooled, **priv = d->priv;
+    int32_t **prompts = d->prompts, **gen = d->gen;
+    const int B = d->B, n = d->n, n_gen = d->n_gen, vocab = d->vocab;
+    float *rows = d->rows, *fp = o->fp, *lp = o->lp, *fv = o->fv, *lv = o->lv;
+    double *sec_pooled = &o->sec_pooled, *sec_priv = &o->sec_priv, *ratios = o->ratios;
     int32_t tok[256];
     if (B > 256) return ak_failc(err, AK_ERR_INVALID, "too many sequences");
     size_t row_bytes = sizeof(float) * (size_t)B * vocab;
@@ -343,152 +379,158 @@ static void report(const results *R, const ak_model *m, const char *model_path, 
            R->dec_diff, R->dec_diff == 0 ? " (bit-identical)" : "");
 }
 
-int cmd_bench_pools(int argc, char **argv) {
+/* What bench pools was asked: its flags. */
+typedef struct {
+    const char *model_path, *json_out;
+    int P, S;                     /* the pool's tokens, each agent's own */
+    int B, n_gen, reps;           /* decode: agents, tokens, runs */
+    int ttft_reps, n_threads, json;
+    int n_list, list[MAX_LIST];   /* --agents */
+    cache_opts co;
+} pools_opts;
+
+/* Parses argv into o. Returns -1 when the bench should run, else its exit
+ * code: 0 after --help, AK_EXIT_USAGE after a usage error (printed). */
+static int pools_parse(int argc, char **argv, pools_opts *o) {
     ak_args a;
     args_init(&a, "bench pools", argc, argv);
-    const char *model_path = NULL, *json_out = NULL;
-    int P = 4096, S = 64, B = 8, n_gen = 32, reps = 3, ttft_reps = 3, n_threads = 0, json = 0;
-    results R;
-    memset(&R, 0, sizeof R);
-    int def_list[] = {1, 2, 4, 8, 16};
-    R.n_list = 5;
-    memcpy(R.list, def_list, sizeof def_list);
-    cache_opts co;
-    cache_opts_init(&co);
-    co.fk = AK_KV_Q8;   /* a pool's default formats (agent.h) */
-    co.fv = AK_KV_TQ3;
+    *o = (pools_opts){.P = 4096, .S = 64, .B = 8, .n_gen = 32, .reps = 3, .ttft_reps = 3, .n_list = 5,
+                      .list = {1, 2, 4, 8, 16}};
+    cache_opts_init(&o->co);
+    o->co.fk = AK_KV_Q8;   /* a pool's default formats (agent.h) */
+    o->co.fv = AK_KV_TQ3;
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
-        else if (!strcmp(f, "--pool-tokens")) P = (int)args_int(&a, f, 1, 1 << 20);
-        else if (!strcmp(f, "--suffix")) S = (int)args_int(&a, f, 1, 1 << 20);
-        else if (!strcmp(f, "--decode-agents")) B = (int)args_int(&a, f, 1, 256);
-        else if (!strcmp(f, "--decode-tokens")) n_gen = (int)args_int(&a, f, 1, 1 << 16);
-        else if (!strcmp(f, "--reps")) reps = (int)args_int(&a, f, 1, 100);
-        else if (!strcmp(f, "--ttft-reps")) ttft_reps = (int)args_int(&a, f, 1, 100);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--json-out")) json_out = args_value(&a, f);
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) o->model_path = args_value(&a, f);
+        else if (!strcmp(f, "--pool-tokens")) o->P = (int)args_int(&a, f, 1, 1 << 20);
+        else if (!strcmp(f, "--suffix")) o->S = (int)args_int(&a, f, 1, 1 << 20);
+        else if (!strcmp(f, "--decode-agents")) o->B = (int)args_int(&a, f, 1, 256);
+        else if (!strcmp(f, "--decode-tokens")) o->n_gen = (int)args_int(&a, f, 1, 1 << 16);
+        else if (!strcmp(f, "--reps")) o->reps = (int)args_int(&a, f, 1, 100);
+        else if (!strcmp(f, "--ttft-reps")) o->ttft_reps = (int)args_int(&a, f, 1, 100);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--json")) o->json = 1;
+        else if (!strcmp(f, "--json-out")) o->json_out = args_value(&a, f);
         else if (!strcmp(f, "--agents")) {
             const char *v = args_value(&a, f);
-            if (v) R.n_list = args_int_list(&a, f, v, 1, 256, R.list, MAX_LIST);
-        } else if (!cache_opts_parse(&co, &a, f)) args_unknown(&a, f);
+            if (v) o->n_list = args_int_list(&a, f, v, 1, 256, o->list, MAX_LIST);
+        } else if (!cache_opts_parse(&o->co, &a, f)) args_unknown(&a, f);
     }
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && !o->model_path) args_error(&a, "-m MODEL is required");
     int max_n = 0;
-    for (int i = 0; i < R.n_list; i++) {
-        if (i > 0 && R.list[i] <= R.list[i - 1]) args_error(&a, "--agents must increase (agents are added one at a time)");
-        if (R.list[i] > max_n) max_n = R.list[i];
+    for (int i = 0; i < o->n_list; i++) {
+        if (i > 0 && o->list[i] <= o->list[i - 1]) args_error(&a, "--agents must increase (agents are added one at a time)");
+        if (o->list[i] > max_n) max_n = o->list[i];
     }
-    if (!a.failed && B > max_n) args_error(&a, "--decode-agents %d is more than the largest of --agents (%d)", B, max_n);
-    if (a.failed) return AK_EXIT_USAGE;
+    if (!a.failed && o->B > max_n)
+        args_error(&a, "--decode-agents %d is more than the largest of --agents (%d)", o->B, max_n);
+    return a.failed ? AK_EXIT_USAGE : -1;
+}
 
-    loaded_model lm;
-    if (load_model(&lm, "bench pools", model_path) < 0) return 1;
-    const ak_model *m = lm.model;
-    const int vocab = m->cfg.vocab, n = P + S, n_ctx = n + n_gen + 1;
-    if (n_ctx > m->spec.n_ctx) {
-        fprintf(stderr, "agentkv bench pools: %d pool + %d suffix + %d decoded tokens exceed the model's context %d\n", P,
-                S, n_gen + 1, m->spec.n_ctx);
-        unload_model(&lm);
-        return AK_EXIT_USAGE;
-    }
-    ak_error err = {{0}};
-    int rc = 1;
-    rig pooled = {0}, priv = {0};
-    ak_kv **copies = calloc((size_t)B, sizeof *copies), **kvs = calloc((size_t)B, sizeof *kvs);
-    int32_t **prompts = calloc((size_t)max_n, sizeof *prompts), **gen = calloc((size_t)B, sizeof *gen);
-    double *ttft_p = calloc((size_t)max_n, sizeof(double));
-    /* per ttft rep: wall and CPU of the private, pooled, linked turns, and the two ratios */
-    double *tt = calloc((size_t)ttft_reps * 8, sizeof(double));
-    int32_t *fresh = malloc(sizeof(int32_t) * (size_t)n);   /* each rep's new prompt */
-    double *dp = calloc((size_t)reps, sizeof(double)), *dv = calloc((size_t)reps, sizeof(double)),
-           *dr = calloc((size_t)reps, sizeof(double)), *step_ratio = calloc((size_t)reps * n_gen, sizeof(double));
-    float *logits_pool = malloc(sizeof(float) * vocab), *logits_priv = malloc(sizeof(float) * vocab);
-    float *rows = malloc(sizeof(float) * (size_t)B * vocab);
-    float *fp = malloc(sizeof(float) * (size_t)B * vocab), *lp = malloc(sizeof(float) * (size_t)B * vocab);
-    float *fv = malloc(sizeof(float) * (size_t)B * vocab), *lv = malloc(sizeof(float) * (size_t)B * vocab);
-    ak_ctx *ctx = ak_ctx_new(m, 512, n_threads, &err);
-    int ok = copies && kvs && prompts && gen && ttft_p && tt && fresh && dp && dv && dr && step_ratio && logits_pool &&
-             logits_priv && rows && fp && lp && fv && lv;
-    for (int i = 0; ok && i < max_n; i++) ok = (prompts[i] = malloc(sizeof(int32_t) * (size_t)n)) != NULL;
-    for (int i = 0; ok && i < B; i++) ok = (gen[i] = malloc(sizeof(int32_t) * (size_t)n_gen)) != NULL;
-    if (!ctx) goto fail;
-    if (!ok) { ak_fail(&err, "out of memory"); goto fail; }
-    const int nt = ak_threads_size(ak_ctx_pool(ctx));
-    R.bpt = bytes_per_token(&m->spec, co.fk, co.fv);
-    R.bpt_f16 = bytes_per_token(&m->spec, AK_KV_F16, AK_KV_F16);
-    R.ttft_reps = ttft_reps;
-    R.reps = reps;
-    R.B = B;
-    R.n_gen = n_gen;
-
-    /* the document (every prompt's start), each agent's suffix, the fed tokens */
+/* A pools run's state: what it was asked, the model and context, the
+ * prompts (the document and each agent's suffix) and fed tokens, the two
+ * rigs, the results, and the buffers the phases share. */
+typedef struct {
+    const pools_opts *o;
+    const ak_model *m;
+    const ak_tokenizer *tok;
+    ak_ctx *ctx;
+    int vocab, n, n_ctx, max_n;   /* n: a prompt's tokens (pool + suffix) */
+    results R;
+    rig pooled, priv;
     ak_rng rng;
-    ak_rng_seed(&rng, 7);
-    for (int i = 0; i < P; i++) prompts[0][i] = (int32_t)(ak_rng_u32(&rng) % vocab);
-    for (int s = 0; s < max_n; s++) {
-        if (s) memcpy(prompts[s], prompts[0], sizeof(int32_t) * P);
-        for (int i = P; i < n; i++) prompts[s][i] = (int32_t)(ak_rng_u32(&rng) % vocab);
-    }
-    for (int s = 0; s < B; s++)
-        for (int i = 0; i < n_gen; i++) gen[s][i] = (int32_t)(ak_rng_u32(&rng) % vocab);
-    if (!json)
-        fprintf(stderr, "bench pools: %s, %d threads, K %s / V %s, pool %d tokens, suffix %d, up to %d agents\n",
-                model_path, nt, ak_kv_format_get(co.fk)->name, ak_kv_format_get(co.fv)->name, P, S, max_n);
+    int32_t **prompts;            /* max_n of n tokens */
+    int32_t **gen;                /* B of n_gen tokens */
+    ak_kv **copies, **kvs;        /* B each */
+    double *ttft_p;               /* max_n */
+    double *tt;                   /* 8 x ttft_reps */
+    int32_t *fresh;               /* n */
+    double *dp, *dv, *dr, *step_ratio;
+    float *logits_pool, *logits_priv, *rows, *fp, *lp, *fv, *lv;
+} pools_run;
 
-    /* 1. the pool, prefilled once; agents attached one at a time */
-    if (rig_open(&pooled, m, ctx, lm.tok, &co, n_ctx, &err) < 0) goto fail;
+/* 1. The pool, prefilled once; agents attached one at a time: its size,
+ * the memory with N agents, the pooled first turns. Returns 0, or -1 with
+ * err set. */
+static int pools_attach(pools_run *X, ak_error *err) {
+    const pools_opts *o = X->o;
+    const int P = o->P, S = o->S, n = X->n, n_ctx = X->n_ctx, max_n = X->max_n, vocab = X->vocab, json = o->json;
+    const cache_opts *co = &o->co;
+    const ak_model *m = X->m;
+    ak_ctx *ctx = X->ctx;
+    rig *pooled = &X->pooled;
+    results *R = &X->R;
+    int32_t **prompts = X->prompts;
+    double *ttft_p = X->ttft_p;
+    float *logits_pool = X->logits_pool, *logits_priv = X->logits_priv;
+    if (rig_open(pooled, m, ctx, X->tok, co, n_ctx, err) < 0) return -1;
     {
         progress pg;
         progress_init(&pg, "pool prefill");
         double t0 = ak_now();
-        int r = ak_pool_create(pooled.ag, ctx, POOL_ID, prompts[0], P, co.fk, co.fv, NULL, progress_update, &pg, &err);
-        R.pool_ms = (ak_now() - t0) * 1e3;
+        int r = ak_pool_create(pooled->ag, ctx, POOL_ID, prompts[0], P, co->fk, co->fv, NULL, progress_update, &pg, err);
+        R->pool_ms = (ak_now() - t0) * 1e3;
         progress_done(&pg);
-        if (r < 0) goto fail;
+        if (r < 0) return -1;
     }
-    R.pool_bytes = rig_used(&pooled);
-    R.block_tokens = ak_block_pool_block_tokens(pooled.pool);
-    R.block_bytes = ak_block_pool_block_bytes(pooled.pool, co.fk, co.fv);
-    if (!json) fprintf(stderr, "  pool: %d tokens in %.1f s, %.2f MB\n", P, R.pool_ms / 1e3, R.pool_bytes / 1e6);
+    R->pool_bytes = rig_used(pooled);
+    R->block_tokens = ak_block_pool_block_tokens(pooled->pool);
+    R->block_bytes = ak_block_pool_block_bytes(pooled->pool, co->fk, co->fv);
+    if (!json) fprintf(stderr, "  pool: %d tokens in %.1f s, %.2f MB\n", P, R->pool_ms / 1e3, R->pool_bytes / 1e6);
     for (int s = 0, li = 0; s < max_n; s++) {
         char id[32];
         snprintf(id, sizeof id, "pooled-%02d", s);
         ak_turn t;
-        if (first_turn(&pooled, ctx, id, POOL_ID, prompts[s], n, NULL, logits_pool, &ttft_p[s], NULL, &t, &err) < 0)
-            goto fail;
+        if (first_turn(pooled, &(pturn){.id = id, .pool_id = POOL_ID, .toks = prompts[s], .n = n}, logits_pool,
+                       &ttft_p[s], NULL, &t, err) < 0) return -1;
         if (t.prefilled != S) {
-            ak_failc(&err, AK_ERR_GENERIC, "pooled agent %s prefilled %d tokens, not its %d", id, t.prefilled, S);
-            goto fail;
+            ak_failc(err, AK_ERR_GENERIC, "pooled agent %s prefilled %d tokens, not its %d", id, t.prefilled, S);
+            return -1;
         }
         if (s == 0) {
             ak_agent_info info;
-            if (agent_info(&pooled, id, &info) < 0) { ak_fail(&err, "agent %s vanished", id); goto fail; }
-            R.agent_bytes = info.bytes;
-            R.agent_private = info.private_bytes;
+            if (agent_info(pooled, id, &info) < 0) { ak_fail(err, "agent %s vanished", id); return -1; }
+            R->agent_bytes = info.bytes;
+            R->agent_private = info.private_bytes;
             memcpy(logits_priv, logits_pool, sizeof(float) * vocab);   /* kept: compared with the private agent's */
         }
-        if (li < R.n_list && s + 1 == R.list[li]) {
-            R.pooled[li] = rig_used(&pooled);
+        if (li < R->n_list && s + 1 == R->list[li]) {
+            R->pooled[li] = rig_used(pooled);
             size_t own = 0;
             for (int k = 0; k <= s; k++) {
                 char kid[32];
                 ak_agent_info info;
                 snprintf(kid, sizeof kid, "pooled-%02d", k);
-                if (agent_info(&pooled, kid, &info) == 0) own += info.private_bytes;
+                if (agent_info(pooled, kid, &info) == 0) own += info.private_bytes;
             }
-            R.own_sum[li] = own;
+            R->own_sum[li] = own;
             if (!json)
                 fprintf(stderr, "  N=%-3d pooled %.2f MB (agents' own bytes %.2f MB), first turn %.1f ms\n", s + 1,
-                        R.pooled[li] / 1e6, own / 1e6, ttft_p[s]);
+                        R->pooled[li] / 1e6, own / 1e6, ttft_p[s]);
             li++;
         }
     }
     memcpy(logits_pool, logits_priv, sizeof(float) * vocab);   /* pooled agent 0's */
-    R.ttft_attach = bench_median(ttft_p, max_n);
+    R->ttft_attach = bench_median(ttft_p, max_n);
+    return 0;
+}
 
+/* 2. Private agents, no pool, against linked and pooled ones: first
+ * turns' times and the content index's memory. Returns 0, or -1 with err
+ * set. */
+static int pools_first_turns(pools_run *X, ak_error *err) {
+    const int P = X->o->P, n = X->n, n_ctx = X->n_ctx, max_n = X->max_n, vocab = X->vocab, json = X->o->json;
+    const int ttft_reps = X->o->ttft_reps;
+    rig *pooled = &X->pooled, *priv = &X->priv;
+    const ak_model *m = X->m;
+    ak_ctx *ctx = X->ctx;
+    const cache_opts *co = &X->o->co;
+    results *R = &X->R;
+    int32_t **prompts = X->prompts, *fresh = X->fresh;
+    double *tt = X->tt;
+    float *logits_pool = X->logits_pool, *logits_priv = X->logits_priv;
+    ak_rng rng = X->rng;
     /* 2. private agents, no pool: each rep in a fresh block pool (nothing
      * to link), its private prefill followed by the first turns of a linked
      * agent (same pool) and of a pooled one, both with a new prompt (the
@@ -499,91 +541,108 @@ int cmd_bench_pools(int argc, char **argv) {
     double *cp = tt + 4 * ttft_reps, *cl = tt + 5 * ttft_reps, *rw = tt + 6 * ttft_reps, *rc_ = tt + 7 * ttft_reps;
     memcpy(fresh, prompts[0], sizeof(int32_t) * P);
     for (int r = 0; r < ttft_reps; r++) {
-        rig_close(&priv);
-        if (rig_open(&priv, m, ctx, lm.tok, &co, n_ctx, &err) < 0) goto fail;
+        rig_close(priv);
+        if (rig_open(priv, m, ctx, X->tok, co, n_ctx, err) < 0) return -1;
         ak_turn t;
         char label[48], id[32];
         snprintf(label, sizeof label, "private prefill %d/%d", r + 1, ttft_reps);
-        if (first_turn(&priv, ctx, "private-00", NULL, prompts[0], n, label, logits_priv, &tv[r], &cv[r], &t, &err) < 0)
-            goto fail;
+        if (first_turn(priv, &(pturn){.id = "private-00", .toks = prompts[0], .n = n, .label = label}, logits_priv,
+                       &tv[r], &cv[r], &t, err) < 0) return -1;
         if (t.prefilled != n) {
-            ak_failc(&err, AK_ERR_GENERIC, "the private agent prefilled %d tokens, not %d", t.prefilled, n);
-            goto fail;
+            ak_failc(err, AK_ERR_GENERIC, "the private agent prefilled %d tokens, not %d", t.prefilled, n);
+            return -1;
         }
-        R.private_one = rig_used(&priv);
-        if (r == 0) R.logits_diff = max_abs_diff(logits_pool, logits_priv, (size_t)vocab);
+        R->private_one = rig_used(priv);
+        if (r == 0) R->logits_diff = max_abs_diff(logits_pool, logits_priv, (size_t)vocab);
         if (!json)
-            fprintf(stderr, "  private agent: %d tokens in %.1f s, %.2f MB\n", n, tv[r] / 1e3, R.private_one / 1e6);
+            fprintf(stderr, "  private agent: %d tokens in %.1f s, %.2f MB\n", n, tv[r] / 1e3, R->private_one / 1e6);
         for (int s = 1, li = 0; r == ttft_reps - 1 && s <= max_n; s++) {
             if (s > 1) {
                 snprintf(id, sizeof id, "private-%02d", s - 1);
                 double ms;
-                if (first_turn(&priv, ctx, id, NULL, prompts[s - 1], n, NULL, logits_priv, &ms, NULL, &t, &err) < 0)
-                    goto fail;
+                if (first_turn(priv, &(pturn){.id = id, .toks = prompts[s - 1], .n = n}, logits_priv, &ms, NULL, &t,
+                               err) < 0) return -1;
             }
-            if (li < R.n_list && s == R.list[li]) {
+            if (li < R->n_list && s == R->list[li]) {
                 ak_share_stats ss;
-                ak_agents_share_stats(priv.ag, &ss);
-                R.content[li] = rig_used(&priv);
-                R.linked[li] = ss.linked_blocks;
+                ak_agents_share_stats(priv->ag, &ss);
+                R->content[li] = rig_used(priv);
+                R->linked[li] = ss.linked_blocks;
                 if (!json)
                     fprintf(stderr, "  N=%-3d no pool, content index: %.2f MB (%llu blocks linked)\n", s,
-                            R.content[li] / 1e6, (unsigned long long)ss.linked_blocks);
+                            R->content[li] / 1e6, (unsigned long long)ss.linked_blocks);
                 li++;
             }
         }
         for (int i = P; i < n; i++) fresh[i] = (int32_t)(ak_rng_u32(&rng) % vocab);
         snprintf(id, sizeof id, "linked-%02d", r);
-        if (first_turn(&priv, ctx, id, NULL, fresh, n, NULL, logits_priv, &tl[r], &cl[r], &t, &err) < 0) goto fail;
+        if (first_turn(priv, &(pturn){.id = id, .toks = fresh, .n = n}, logits_priv, &tl[r], &cl[r], &t,
+                       err) < 0) return -1;
         snprintf(id, sizeof id, "first-%02d", r);
-        if (first_turn(&pooled, ctx, id, POOL_ID, fresh, n, NULL, logits_pool, &tp[r], &cp[r], &t, &err) < 0)
-            goto fail;
+        if (first_turn(pooled, &(pturn){.id = id, .pool_id = POOL_ID, .toks = fresh, .n = n}, logits_pool, &tp[r],
+                       &cp[r], &t, err) < 0) return -1;
         rw[r] = tv[r] / tp[r];
         rc_[r] = cv[r] / cp[r];
         if (!json)
             fprintf(stderr, "  first turns: private %.1f ms, linked %.1f ms, pooled %.1f ms\n", tv[r], tl[r], tp[r]);
     }
-    rig_close(&priv);
-    R.ttft_private = bench_median(tv, ttft_reps);
-    R.ttft_pooled = bench_median(tp, ttft_reps);
-    R.ttft_linked = bench_median(tl, ttft_reps);
-    R.cpu_private = bench_median(cv, ttft_reps);
-    R.cpu_pooled = bench_median(cp, ttft_reps);
-    R.cpu_linked = bench_median(cl, ttft_reps);
-    R.ttft_ratio = bench_median(rw, ttft_reps);
-    R.cpu_ratio = bench_median(rc_, ttft_reps);
+    rig_close(priv);
+    R->ttft_private = bench_median(tv, ttft_reps);
+    R->ttft_pooled = bench_median(tp, ttft_reps);
+    R->ttft_linked = bench_median(tl, ttft_reps);
+    R->cpu_private = bench_median(cv, ttft_reps);
+    R->cpu_pooled = bench_median(cp, ttft_reps);
+    R->cpu_linked = bench_median(cl, ttft_reps);
+    R->ttft_ratio = bench_median(rw, ttft_reps);
+    R->cpu_ratio = bench_median(rc_, ttft_reps);
+    X->rng = rng;
+    return 0;
+}
 
+/* 3. Decode: B pooled agents and private copies of their caches, side by
+ * side. Returns 0, or -1 with err set. */
+static int pools_decode(pools_run *X, ak_error *err) {
+    const int B = X->o->B, n_gen = X->o->n_gen, reps = X->o->reps, n = X->n, n_ctx = X->n_ctx, vocab = X->vocab;
+    const int json = X->o->json;
+    ak_ctx *ctx = X->ctx;
+    rig *pooled = &X->pooled;
+    results *R = &X->R;
+    int32_t **prompts = X->prompts, **gen = X->gen;
+    ak_kv **kvs = X->kvs, **copies = X->copies;
+    double *dp = X->dp, *dv = X->dv, *dr = X->dr, *step_ratio = X->step_ratio;
+    float *rows = X->rows, *fp = X->fp, *lp = X->lp, *fv = X->fv, *lv = X->lv;
     /* 3. decode: B pooled agents open a turn with their prompt (the cache
      * keeps n - 1 positions, the last is recomputed); private copies of
      * those caches are forks whose every block is then cloned. Both decode
      * the same fed tokens, step by step side by side. */
-    R.dec_private_ok = 1;
-    R.dec_diff = 0;
+    R->dec_private_ok = 1;
+    R->dec_diff = 0;
     for (int r = 0; r < reps; r++) {
         for (int s = 0; s < B; s++) {
             char id[32];
             snprintf(id, sizeof id, "pooled-%02d", s);
             ak_turn t;
-            if (ak_agent_open_pool(pooled.ag, id, 0, POOL_ID, prompts[s], n, n_ctx, 0, &kvs[s], &t, &err) < 0)
-                goto fail;
+            if (ak_agent_open_pool(pooled->ag, id, 0, POOL_ID, prompts[s], n, n_ctx, 0, &kvs[s], &t, err) < 0)
+                return -1;
             if (ak_kv_length(kvs[s]) != n - 1) {
-                ak_failc(&err, AK_ERR_GENERIC, "agent %s reopened with %d positions, not %d", id, ak_kv_length(kvs[s]),
+                ak_failc(err, AK_ERR_GENERIC, "agent %s reopened with %d positions, not %d", id, ak_kv_length(kvs[s]),
                          n - 1);
-                goto fail;
+                return -1;
             }
-            if (!(copies[s] = ak_kv_fork(kvs[s], &err)) || ak_kv_prepare(copies[s], 0, n - 1, &err) < 0) goto fail;
-            if (ak_kv_private_bytes(copies[s]) != ak_kv_bytes(copies[s])) R.dec_private_ok = 0;
+            if (!(copies[s] = ak_kv_fork(kvs[s], err)) || ak_kv_prepare(copies[s], 0, n - 1, err) < 0) return -1;
+            if (ak_kv_private_bytes(copies[s]) != ak_kv_bytes(copies[s])) R->dec_private_ok = 0;
         }
-        double sp = 0, sv = 0;
-        if (decode_side_by_side(ctx, kvs, copies, B, prompts, n, gen, n_gen, rows, vocab, fp, lp, fv, lv, &sp, &sv,
-                                step_ratio + (size_t)r * n_gen, &err) < 0)
-            goto fail;
+        const side_by_side d = {.pooled = kvs, .priv = copies, .B = B, .prompts = prompts, .n = n, .gen = gen,
+                                .n_gen = n_gen, .vocab = vocab, .rows = rows};
+        side_by_side_out so = {.ratios = step_ratio + (size_t)r * n_gen, .fp = fp, .lp = lp, .fv = fv, .lv = lv};
+        if (decode_side_by_side(ctx, &d, &so, err) < 0) return -1;
+        const double sp = so.sec_pooled, sv = so.sec_priv;
         dp[r] = (double)B * n_gen / sp;
         dv[r] = (double)B * n_gen / sv;
         dr[r] = sv / sp;
         double d1 = max_abs_diff(fp, fv, (size_t)B * vocab), d2 = max_abs_diff(lp, lv, (size_t)B * vocab);
-        if (d1 > R.dec_diff) R.dec_diff = d1;
-        if (d2 > R.dec_diff) R.dec_diff = d2;
+        if (d1 > R->dec_diff) R->dec_diff = d1;
+        if (d2 > R->dec_diff) R->dec_diff = d2;
         if (!json)
             fprintf(stderr, "  decode run %d/%d: pooled %.2f tok/s, private %.2f tok/s\n", r + 1, reps, dp[r], dv[r]);
         for (int s = 0; s < B; s++) {
@@ -593,26 +652,104 @@ int cmd_bench_pools(int argc, char **argv) {
             int32_t *all = malloc(sizeof(int32_t) * (size_t)(n + n_gen));
             char id[32];
             snprintf(id, sizeof id, "pooled-%02d", s);
-            if (!all) { ak_fail(&err, "out of memory"); goto fail; }
+            if (!all) { ak_fail(err, "out of memory"); return -1; }
             memcpy(all, prompts[s], sizeof(int32_t) * n);
             memcpy(all + n, gen[s], sizeof(int32_t) * n_gen);
-            int cr = ak_agent_commit(pooled.ag, id, all, n + n_gen, &err);
+            int cr = ak_agent_commit(pooled->ag, id, all, n + n_gen, err);
             free(all);
-            if (cr < 0 || ak_agent_end(pooled.ag, id, &err) < 0) goto fail;
+            if (cr < 0 || ak_agent_end(pooled->ag, id, err) < 0) return -1;
         }
     }
-    R.dec_pooled = bench_median(dp, reps);
-    R.dec_private = bench_median(dv, reps);
-    R.dec_ratio = bench_median(dr, reps);
-    R.dec_step_ratio = bench_median(step_ratio, reps * n_gen);
-    if (json) report(&R, m, model_path, &co, P, S, nt, stdout);
+    R->dec_pooled = bench_median(dp, reps);
+    R->dec_private = bench_median(dv, reps);
+    R->dec_ratio = bench_median(dr, reps);
+    R->dec_step_ratio = bench_median(step_ratio, reps * n_gen);
+    return 0;
+}
+
+/* agentkv bench pools: parses the flags; measures the pool and its agents'
+ * memory and first turns, private agents against linked and pooled ones,
+ * and decoding side by side; reports. Returns the exit code. */
+int cmd_bench_pools(int argc, char **argv) {
+    pools_opts o;
+    int prc = pools_parse(argc, argv, &o);
+    if (prc >= 0) return prc;
+    const int P = o.P, S = o.S, B = o.B, n_gen = o.n_gen, reps = o.reps, ttft_reps = o.ttft_reps, json = o.json;
+    int max_n = 0;
+    for (int i = 0; i < o.n_list; i++)
+        if (o.list[i] > max_n) max_n = o.list[i];
+    loaded_model lm;
+    if (load_model(&lm, "bench pools", o.model_path) < 0) return 1;
+    const ak_model *m = lm.model;
+    const int vocab = m->cfg.vocab, n = P + S, n_ctx = n + n_gen + 1;
+    if (n_ctx > m->spec.n_ctx) {
+        fprintf(stderr, "agentkv bench pools: %d pool + %d suffix + %d decoded tokens exceed the model's context %d\n", P,
+                S, n_gen + 1, m->spec.n_ctx);
+        unload_model(&lm);
+        return AK_EXIT_USAGE;
+    }
+    ak_error err = {{0}};
+    int rc = 1;
+    pools_run X = {.o = &o, .m = m, .tok = lm.tok, .vocab = vocab, .n = n, .n_ctx = n_ctx, .max_n = max_n};
+    results *R = &X.R;
+    R->n_list = o.n_list;
+    memcpy(R->list, o.list, sizeof o.list);
+    X.copies = calloc((size_t)B, sizeof *X.copies);
+    X.kvs = calloc((size_t)B, sizeof *X.kvs);
+    X.prompts = calloc((size_t)max_n, sizeof *X.prompts);
+    X.gen = calloc((size_t)B, sizeof *X.gen);
+    X.ttft_p = calloc((size_t)max_n, sizeof(double));
+    /* per ttft rep: wall and CPU of the private, pooled, linked turns, and the two ratios */
+    X.tt = calloc((size_t)ttft_reps * 8, sizeof(double));
+    X.fresh = malloc(sizeof(int32_t) * (size_t)n);   /* each rep's new prompt */
+    X.dp = calloc((size_t)reps, sizeof(double));
+    X.dv = calloc((size_t)reps, sizeof(double));
+    X.dr = calloc((size_t)reps, sizeof(double));
+    X.step_ratio = calloc((size_t)reps * n_gen, sizeof(double));
+    X.logits_pool = malloc(sizeof(float) * vocab);
+    X.logits_priv = malloc(sizeof(float) * vocab);
+    X.rows = malloc(sizeof(float) * (size_t)B * vocab);
+    X.fp = malloc(sizeof(float) * (size_t)B * vocab);
+    X.lp = malloc(sizeof(float) * (size_t)B * vocab);
+    X.fv = malloc(sizeof(float) * (size_t)B * vocab);
+    X.lv = malloc(sizeof(float) * (size_t)B * vocab);
+    X.ctx = ak_ctx_new(m, 512, o.n_threads, &err);
+    int ok = X.copies && X.kvs && X.prompts && X.gen && X.ttft_p && X.tt && X.fresh && X.dp && X.dv && X.dr &&
+             X.step_ratio && X.logits_pool && X.logits_priv && X.rows && X.fp && X.lp && X.fv && X.lv;
+    for (int i = 0; ok && i < max_n; i++) ok = (X.prompts[i] = malloc(sizeof(int32_t) * (size_t)n)) != NULL;
+    for (int i = 0; ok && i < B; i++) ok = (X.gen[i] = malloc(sizeof(int32_t) * (size_t)n_gen)) != NULL;
+    if (!X.ctx) goto fail;
+    if (!ok) { ak_fail(&err, "out of memory"); goto fail; }
+    const int nt = ak_threads_size(ak_ctx_pool(X.ctx));
+    R->bpt = bytes_per_token(&m->spec, o.co.fk, o.co.fv);
+    R->bpt_f16 = bytes_per_token(&m->spec, AK_KV_F16, AK_KV_F16);
+    R->ttft_reps = ttft_reps;
+    R->reps = reps;
+    R->B = B;
+    R->n_gen = n_gen;
+
+    /* the document (every prompt's start), each agent's suffix, the fed tokens */
+    int32_t **prompts = X.prompts;
+    ak_rng_seed(&X.rng, 7);
+    for (int i = 0; i < P; i++) prompts[0][i] = (int32_t)(ak_rng_u32(&X.rng) % vocab);
+    for (int s = 0; s < max_n; s++) {
+        if (s) memcpy(prompts[s], prompts[0], sizeof(int32_t) * P);
+        for (int i = P; i < n; i++) prompts[s][i] = (int32_t)(ak_rng_u32(&X.rng) % vocab);
+    }
+    for (int s = 0; s < B; s++)
+        for (int i = 0; i < n_gen; i++) X.gen[s][i] = (int32_t)(ak_rng_u32(&X.rng) % vocab);
+    if (!json)
+        fprintf(stderr, "bench pools: %s, %d threads, K %s / V %s, pool %d tokens, suffix %d, up to %d agents\n",
+                o.model_path, nt, ak_kv_format_get(o.co.fk)->name, ak_kv_format_get(o.co.fv)->name, P, S, max_n);
+    if (pools_attach(&X, &err) < 0 || pools_first_turns(&X, &err) < 0 || pools_decode(&X, &err) < 0) goto fail;
+    if (json) report(R, m, o.model_path, &o.co, P, S, nt, stdout);
     else {
-        report(&R, m, model_path, &co, P, S, nt, NULL);
-        if (json_out) {
-            FILE *jf = fopen(json_out, "w");
-            if (!jf) { ak_fail(&err, "cannot write %s", json_out); goto fail; }
-            report(&R, m, model_path, &co, P, S, nt, jf);
-            if (fclose(jf) != 0) { ak_fail(&err, "cannot write %s", json_out); goto fail; }
+        report(R, m, o.model_path, &o.co, P, S, nt, NULL);
+        if (o.json_out) {
+            FILE *jf = fopen(o.json_out, "w");
+            if (!jf) { ak_fail(&err, "cannot write %s", o.json_out); goto fail; }
+            report(R, m, o.model_path, &o.co, P, S, nt, jf);
+            if (fclose(jf) != 0) { ak_fail(&err, "cannot write %s", o.json_out); goto fail; }
         }
     }
     fflush(stdout);
@@ -621,15 +758,15 @@ int cmd_bench_pools(int argc, char **argv) {
 fail:
     fprintf(stderr, "agentkv bench pools: %s\n", err.msg[0] ? err.msg : "failed");
 done:
-    for (int s = 0; copies && s < B; s++) ak_kv_free(copies[s]);
-    rig_close(&priv);
-    rig_close(&pooled);
-    ak_ctx_free(ctx);
-    for (int i = 0; prompts && i < max_n; i++) free(prompts[i]);
-    for (int i = 0; gen && i < B; i++) free(gen[i]);
-    free(copies); free(kvs); free(prompts); free(gen); free(ttft_p); free(tt); free(fresh);
-    free(dp); free(dv); free(dr); free(step_ratio); free(logits_pool); free(logits_priv); free(rows); free(fp); free(lp); free(fv);
-    free(lv);
+    for (int s = 0; X.copies && s < B; s++) ak_kv_free(X.copies[s]);
+    rig_close(&X.priv);
+    rig_close(&X.pooled);
+    ak_ctx_free(X.ctx);
+    for (int i = 0; X.prompts && i < max_n; i++) free(X.prompts[i]);
+    for (int i = 0; X.gen && i < B; i++) free(X.gen[i]);
+    free(X.copies); free(X.kvs); free(X.prompts); free(X.gen); free(X.ttft_p); free(X.tt); free(X.fresh);
+    free(X.dp); free(X.dv); free(X.dr); free(X.step_ratio); free(X.logits_pool); free(X.logits_priv); free(X.rows);
+    free(X.fp); free(X.lp); free(X.fv); free(X.lv);
     unload_model(&lm);
     return rc;
 }

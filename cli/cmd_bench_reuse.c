@@ -125,11 +125,21 @@ static int next_passage(const ak_tokenizer *tk, const char *text, size_t len, si
     return 0;
 }
 
-/* The contexts: n_pre (0 or 1: the BOS) + k*T + C tokens each, row-major in
- * *toks (malloc'd), at most max_ctx of them. Returns how many (0 when the
- * text does not hold one), or -1 with err set. */
-static int make_contexts(const ak_tokenizer *tk, const char *text, size_t len, int n_pre, int32_t bos, int k, int T,
-                         int C, int max_ctx, int32_t **toks, ak_error *err) {
+/* A context's shape: n_pre tokens (0, or 1: bos), then k chunks of T
+ * tokens, then a continuation of C. */
+typedef struct {
+    int n_pre;
+    int32_t bos;
+    int k, T, C;
+} ctx_shape;
+
+/* The contexts of shape sh from text[0..len), each n_pre + k*T + C tokens,
+ * row-major in *toks (malloc'd), at most max_ctx of them. Returns how many
+ * (0 when the text does not hold one), or -1 with err set. */
+static int make_contexts(const ak_tokenizer *tk, const char *text, size_t len, const ctx_shape *sh, int max_ctx,
+                         int32_t **toks, ak_error *err) {
+    const int n_pre = sh->n_pre, k = sh->k, T = sh->T, C = sh->C;
+    const int32_t bos = sh->bos;
     const int per = n_pre + k * T + C;
     int32_t *t = malloc(sizeof(int32_t) * (size_t)per * (size_t)max_ctx);
     if (!t) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
@@ -188,17 +198,25 @@ static int run_prefill(const bcase *c, ak_kv **kv, int bm, double r, double *ms,
     return rc;
 }
 
-/* Medians of `reps` timed prefills (see run_prefill) into *ms and *cpu; then, unless
- * logits is NULL, the continuation evaluated on the cache with every
- * position's logits into logits (C x vocab). Returns 0, or -1 with err set. */
-static int run_case(const bcase *c, ak_kv **kv, int bm, double r, int reps, double *ms, double *cpu,
-                    ak_reuse_stats *st, float *logits, ak_error *err) {
+/* What run_case measured: the medians of the prefill's wall and CPU
+ * times, and the last run's counts. */
+typedef struct {
+    double ms, cpu;
+    ak_reuse_stats st;
+} case_result;
+
+/* Medians of `reps` timed prefills (see run_prefill) with method bm at
+ * ratio r into *res; then, unless logits is NULL, the continuation
+ * evaluated on the cache with every position's logits into logits
+ * (C x vocab). Returns 0, or -1 with err set. */
+static int run_case(const bcase *c, ak_kv **kv, int bm, double r, int reps, case_result *res, float *logits,
+                    ak_error *err) {
     double t[64], u[64];
     if (reps > 64) reps = 64;
     for (int i = 0; i < reps; i++)
-        if (run_prefill(c, kv, bm, r, &t[i], &u[i], st, err) < 0) return -1;
-    *ms = bench_median(t, reps);
-    *cpu = bench_median(u, reps);
+        if (run_prefill(c, kv, bm, r, &t[i], &u[i], &res->st, err) < 0) return -1;
+    res->ms = bench_median(t, reps);
+    res->cpu = bench_median(u, reps);
     if (!logits) return 0;
     int at = c->n_pre + c->k * c->T;
     return ak_eval(c->ctx, *kv, c->toks + at, c->C, at, NULL, logits, NULL, NULL, err);
@@ -419,72 +437,240 @@ static int parse_types(ak_args *a, const char *v, ak_kv_format *out, int max) {
     return n;
 }
 
-int cmd_bench_reuse(int argc, char **argv) {
+/* What bench reuse was asked: its flags. */
+typedef struct {
+    const char *model_path, *data, *plot;
+    int k, T, C, max_ctx, json, speed_only, reps, n_threads, check_layer;
+    int ratios_pct[MAX_LIST], n_ratios;
+    int want[BM_COUNT];           /* methods to measure */
+    ak_kv_format cts[MAX_LIST];   /* cache types */
+    int n_ct;
+    cache_opts co;
+} reuse_opts;
+
+/* Parses argv into o. Returns -1 when the bench should run, else its exit
+ * code: 0 after --help, AK_EXIT_USAGE after a usage error (printed). */
+static int reuse_parse(int argc, char **argv, reuse_opts *o) {
     ak_args a;
     args_init(&a, "bench reuse", argc, argv);
-    const char *model_path = NULL, *data = NULL, *plot = NULL;
-    int k = 4, T = 128, C = 64, max_ctx = 8, json = 0, speed_only = 0, reps = 1, n_threads = 0, check_layer = -1;
-    int ratios_pct[MAX_LIST] = {0, 5, 10, 15, 30, 50, 100}, n_ratios = 7;
-    int want[BM_COUNT] = {1, 1, 1, 1, 1};
-    ak_kv_format cts[MAX_LIST] = {AK_KV_F16, AK_KV_Q4, AK_KV_TQ2};
-    int n_ct = 3;
-    cache_opts co;
-    cache_opts_init(&co);
+    *o = (reuse_opts){.k = 4, .T = 128, .C = 64, .max_ctx = 8, .reps = 1, .check_layer = -1,
+                      .ratios_pct = {0, 5, 10, 15, 30, 50, 100}, .n_ratios = 7, .want = {1, 1, 1, 1, 1},
+                      .cts = {AK_KV_F16, AK_KV_Q4, AK_KV_TQ2}, .n_ct = 3};
+    cache_opts_init(&o->co);
     const char *f;
     while ((f = args_next(&a))) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) model_path = args_value(&a, f);
-        else if (!strcmp(f, "--data")) data = args_value(&a, f);
-        else if (!strcmp(f, "--plot")) plot = args_value(&a, f);
-        else if (!strcmp(f, "--json")) json = 1;
-        else if (!strcmp(f, "--speed-only")) speed_only = 1;
-        else if (!strcmp(f, "--chunks")) k = (int)args_int(&a, f, 1, 64);
-        else if (!strcmp(f, "--chunk-tokens")) T = (int)args_int(&a, f, 1, 1 << 20);
-        else if (!strcmp(f, "--cont")) C = (int)args_int(&a, f, 2, 1 << 20);
-        else if (!strcmp(f, "--contexts")) max_ctx = (int)args_int(&a, f, 1, 10000);
-        else if (!strcmp(f, "--check-layer")) check_layer = (int)args_int(&a, f, 0, 4096);
-        else if (!strcmp(f, "--reps")) reps = (int)args_int(&a, f, 1, 64);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) o->model_path = args_value(&a, f);
+        else if (!strcmp(f, "--data")) o->data = args_value(&a, f);
+        else if (!strcmp(f, "--plot")) o->plot = args_value(&a, f);
+        else if (!strcmp(f, "--json")) o->json = 1;
+        else if (!strcmp(f, "--speed-only")) o->speed_only = 1;
+        else if (!strcmp(f, "--chunks")) o->k = (int)args_int(&a, f, 1, 64);
+        else if (!strcmp(f, "--chunk-tokens")) o->T = (int)args_int(&a, f, 1, 1 << 20);
+        else if (!strcmp(f, "--cont")) o->C = (int)args_int(&a, f, 2, 1 << 20);
+        else if (!strcmp(f, "--contexts")) o->max_ctx = (int)args_int(&a, f, 1, 10000);
+        else if (!strcmp(f, "--check-layer")) o->check_layer = (int)args_int(&a, f, 0, 4096);
+        else if (!strcmp(f, "--reps")) o->reps = (int)args_int(&a, f, 1, 64);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--ratios")) {
             const char *v = args_value(&a, f);
-            if (v) n_ratios = args_int_list(&a, f, v, 0, 100, ratios_pct, MAX_LIST);
+            if (v) o->n_ratios = args_int_list(&a, f, v, 0, 100, o->ratios_pct, MAX_LIST);
         } else if (!strcmp(f, "--methods")) {
             const char *v = args_value(&a, f);
             if (v) {
-                memset(want, 0, sizeof want);
-                parse_methods(&a, v, want);
+                memset(o->want, 0, sizeof o->want);
+                parse_methods(&a, v, o->want);
             }
         } else if (!strcmp(f, "--cache-types")) {
             const char *v = args_value(&a, f);
-            if (v) n_ct = parse_types(&a, v, cts, MAX_LIST);
-        } else if (!strcmp(f, "--center") || !strcmp(f, "--no-center")) cache_opts_parse(&co, &a, f);
+            if (v) o->n_ct = parse_types(&a, v, o->cts, MAX_LIST);
+        } else if (!strcmp(f, "--center") || !strcmp(f, "--no-center")) cache_opts_parse(&o->co, &a, f);
         else args_unknown(&a, f);
     }
-    if (!a.failed && !model_path) args_error(&a, "-m MODEL is required");
-    if (!a.failed && !data) args_error(&a, "--data FILE is required");
-    if (!a.failed && plot && speed_only) args_error(&a, "--plot draws KL: not with --speed-only");
+    if (!a.failed && !o->model_path) args_error(&a, "-m MODEL is required");
+    if (!a.failed && !o->data) args_error(&a, "--data FILE is required");
+    if (!a.failed && o->plot && o->speed_only) args_error(&a, "--plot draws KL: not with --speed-only");
     if (a.failed) return AK_EXIT_USAGE;
-    if (!speed_only) want[BM_FULL] = 1;   /* the harness check (the reference is computed either way) */
+    if (!o->speed_only) o->want[BM_FULL] = 1;   /* the harness check (the reference is computed either way) */
+    return -1;
+}
 
+/* A run's state: what it was asked, the model's context, the rows it
+ * fills, the continuation's logits (full's and a method's, C x vocab) and
+ * scratch, the sequences of the context at hand, the progress bar. */
+typedef struct {
+    const reuse_opts *o;
+    const ak_tokenizer *tok;
+    int vocab, n_pre;
+    ak_ctx *ctx;
+    brow *rows;
+    int n_rows;
+    float *ref, *got;
+    double *lp, *lq;
+    ak_kv *kv;                /* the context's sequence (run_case replaces it) */
+    ak_kv *chunk_kv[64];      /* the context's chunks computed alone */
+    ak_reuse_part parts[65];
+    progress pg;
+    long done, total;         /* runs, for the progress bar */
+} reuse_run;
+
+/* The rows: per cache type, each wanted method (ratio methods once per
+ * ratio), into R->rows. */
+static void make_rows(reuse_run *R) {
+    const reuse_opts *o = R->o;
+    for (int c = 0; c < o->n_ct; c++)
+        for (int bm = 0; bm < BM_COUNT; bm++) {
+            if (!o->want[bm]) continue;
+            int nr = bm_uses_ratio(bm) ? o->n_ratios : 1;
+            for (int i = 0; i < nr; i++) {
+                brow *w = &R->rows[R->n_rows++];
+                w->method = bm;
+                w->ct = c;
+                w->ratio = bm_uses_ratio(bm) ? o->ratios_pct[i] / 100.0 : bm == BM_FULL ? 1 : 0;
+            }
+        }
+}
+
+/* One context ct of cache type c (blocks from pool): its chunks computed
+ * alone, full's reference run (after a warm-up run when warm_up), then
+ * every row of type c, their sums and quality into the rows. Returns 0, or
+ * -1 with err set. */
+static int run_context(reuse_run *R, int c, ak_block_pool *pool, const int32_t *ct, int warm_up, ak_error *err) {
+    const reuse_opts *o = R->o;
+    const ak_kv_format *cts = o->cts;
+    const int k = o->k, T = o->T, C = o->C, n_pre = R->n_pre, vocab = R->vocab, speed_only = o->speed_only;
+    ak_ctx *ctx = R->ctx;
+    ak_kv **chunk_kv = R->chunk_kv;
+    ak_reuse_part *parts = R->parts;
+    bcase bc = {.ctx = ctx, .pool = pool, .fmt = cts[c], .check_layer = o->check_layer, .n_pre = n_pre, .k = k,
+                .T = T, .C = C, .toks = ct, .chunk_kv = chunk_kv, .parts = parts};
+    if (n_pre) {
+        memset(&parts[bc.n_parts], 0, sizeof parts[0]);
+        parts[bc.n_parts].tokens = ct;
+        parts[bc.n_parts].n = 1;
+        bc.n_parts++;
+    }
+    for (int j = 0; j < k; j++) {
+        const int32_t *cj = ct + n_pre + j * T;
+        if (!(chunk_kv[j] = ak_kv_new(pool, cts[c], cts[c], T, err)) ||
+            ak_eval(ctx, chunk_kv[j], cj, T, 0, NULL, NULL, NULL, NULL, err) < 0)
+            return -1;
+        memset(&parts[bc.n_parts], 0, sizeof parts[0]);
+        parts[bc.n_parts].tokens = cj;
+        parts[bc.n_parts].n = T;
+        parts[bc.n_parts].chunk = chunk_kv[j];
+        bc.n_parts++;
+    }
+    case_result full;
+    /* warm-up: first-touch faults and scratch out of the timings */
+    if (warm_up && run_case(&bc, &R->kv, BM_FULL, 1, 1, &full, NULL, err) < 0) return -1;
+    if (run_case(&bc, &R->kv, BM_FULL, 1, o->reps, &full, speed_only ? NULL : R->ref, err) < 0) return -1;
+    progress_update(&R->pg, (double)++R->done / R->total);
+    for (int i = 0; i < R->n_rows; i++) {
+        brow *w = &R->rows[i];
+        if (w->ct != c) continue;
+        case_result got;
+        if (run_case(&bc, &R->kv, w->method, w->ratio, o->reps, &got, speed_only ? NULL : R->got, err) < 0)
+            return -1;
+        w->ms += got.ms;
+        w->cpu += got.cpu;
+        w->full_cpu += full.cpu;
+        w->recomputed += got.st.n_recomputed;
+        w->check_layer = got.st.check_layer;
+        w->full_ms += full.ms;
+        for (int p = 0; !speed_only && p < C; p++) {
+            /* position p predicts continuation token p + 1 (none after the last) */
+            int next = p + 1 < C ? ct[n_pre + k * T + p + 1] : -1;
+            brm_acc_add(&w->acc, R->ref + (size_t)p * vocab, R->got + (size_t)p * vocab, vocab, next, R->lp, R->lq);
+        }
+        progress_update(&R->pg, (double)++R->done / R->total);
+    }
+    for (int j = 0; j < k; j++) {
+        ak_kv_free(chunk_kv[j]);
+        chunk_kv[j] = NULL;
+    }
+    return 0;
+}
+
+/* Every context (n_ctx of them, row-major in toks) in every cache type.
+ * Returns 0; 1 when a cache type's centering failed (said on stderr); or -1
+ * with err set. */
+static int run_all(reuse_run *R, const int32_t *toks, int n_ctx, ak_error *err) {
+    const reuse_opts *o = R->o;
+    const ak_model *m = ak_ctx_model(R->ctx);
+    const int per = R->n_pre + o->k * o->T + o->C;
+    for (int c = 0; c < o->n_ct; c++) {
+        cache_opts co = o->co;
+        co.fk = co.fv = o->cts[c];
+        ak_block_pool *pool = ak_block_pool_new(&m->spec, 0, 0, err);
+        if (!pool) return -1;
+        if (cache_center(&co, R->ctx, R->tok, pool, "bench reuse") < 0) { ak_block_pool_free(pool); return 1; }
+        int rc = 0;
+        for (int x = 0; x < n_ctx && rc == 0; x++)
+            rc = run_context(R, c, pool, toks + (size_t)x * per, c == 0 && x == 0, err);
+        /* the sequences' blocks go back to the pool before it goes */
+        for (int j = 0; j < 64; j++) {
+            ak_kv_free(R->chunk_kv[j]);
+            R->chunk_kv[j] = NULL;
+        }
+        ak_kv_free(R->kv);
+        R->kv = NULL;
+        ak_block_pool_free(pool);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+/* Prints the rows (JSON, or the text table) and writes the plot
+ * (o->plot). Returns 0, or -1 with err set. */
+static int reuse_report(const reuse_run *R, const ak_model *m, int n_ctx, ak_error *err) {
+    const reuse_opts *o = R->o;
+    const int k = o->k, T = o->T, C = o->C, n_pre = R->n_pre;
+    if (o->json) print_json(R->rows, R->n_rows, o->cts, n_ctx, n_ctx * C, o->speed_only);
+    else {
+        printf("bench reuse: %s (%s weights), %s; %d contexts of %s%d chunks x %d tokens + %d continuation tokens, "
+               "%d threads\n",
+               o->model_path, gguf_tensor_type_name(m->layers[0].wq.type), o->data, n_ctx, n_pre ? "BOS + " : "", k,
+               T, C, ak_threads_size(ak_ctx_pool(R->ctx)));
+        printf("reference: full recompute of the same context in the same cache type; chunks' KV computed alone at "
+               "position 0 in that type\n");
+        if (!o->speed_only)
+            printf("KL(full || method) and agreement over %d continuation positions (teacher-forced), PPL over %d "
+                   "next tokens\n", n_ctx * C, n_ctx * (C - 1));
+        printf("prefill (ak_reuse_prefill of BOS + chunks): median of %d runs, mean per context; speedup: full's "
+               "time / the method's (wall; cpu: this process's CPU time, all threads)\n", o->reps);
+        print_table(R->rows, R->n_rows, o->cts, o->n_ct, n_ctx, o->speed_only);
+    }
+    if (o->plot && !o->speed_only) {
+        char title[512];
+        const char *base = strrchr(o->model_path, '/');
+        snprintf(title, sizeof title, "agentkv bench reuse: %s, %d contexts, %d chunks x %d tokens, continuation %d",
+                 base ? base + 1 : o->model_path, n_ctx, k, T, C);
+        if (write_plot(o->plot, R->rows, R->n_rows, o->cts, o->n_ct, title, err) < 0) return -1;
+        fprintf(stderr, "bench reuse: plot %s\n", o->plot);
+    }
+    return 0;
+}
+
+/* agentkv bench reuse: parses the flags, cuts the contexts from the text,
+ * runs every method on each in every cache type, reports. Returns the exit
+ * code. */
+int cmd_bench_reuse(int argc, char **argv) {
+    reuse_opts o;
+    int prc = reuse_parse(argc, argv, &o);
+    if (prc >= 0) return prc;
+    const int k = o.k, T = o.T, C = o.C;
     loaded_model lm;
-    if (load_model(&lm, "bench reuse", model_path) < 0) return 1;
+    if (load_model(&lm, "bench reuse", o.model_path) < 0) return 1;
     const ak_model *m = lm.model;
     const int vocab = m->cfg.vocab;
     ak_error err = {{0}};
-    int rc = 1, n_ctx = 0, n_rows = 0;
+    int rc = 1, n_ctx = 0;
     char *text = NULL;
     int32_t *toks = NULL;
-    brow *rows = NULL;
-    float *ref = NULL, *got = NULL;
-    double *lp = NULL, *lq = NULL;
-    ak_block_pool *pool = NULL;
-    ak_kv *kv = NULL;
-    ak_kv *chunk_kv[64] = {0};
-    ak_reuse_part parts[65];
-    ak_ctx *ctx = NULL;
-    progress pg;
-    progress_init(&pg, "bench reuse");
-    const int n_pre = ak_tokenizer_add_bos(lm.tok) && ak_tokenizer_bos(lm.tok) >= 0 ? 1 : 0;
+    reuse_run R = {.o = &o, .tok = lm.tok, .vocab = vocab};
+    progress_init(&R.pg, "bench reuse");
+    const int n_pre = R.n_pre = ak_tokenizer_add_bos(lm.tok) && ak_tokenizer_bos(lm.tok) >= 0 ? 1 : 0;
     const int per = n_pre + k * T + C;
     if (per > m->spec.n_ctx) {
         fprintf(stderr, "agentkv bench reuse: a context of %d tokens (%s%d chunks x %d + %d) exceeds the model's "
@@ -493,145 +679,50 @@ int cmd_bench_reuse(int argc, char **argv) {
         unload_model(&lm);
         return AK_EXIT_USAGE;
     }
-    for (int c = 0; c < n_ct; c++)
-        if (!ak_kv_format_supports(cts[c], m->spec.head_dim_k) || !ak_kv_format_supports(cts[c], m->spec.head_dim_v)) {
+    for (int c = 0; c < o.n_ct; c++)
+        if (!ak_kv_format_supports(o.cts[c], m->spec.head_dim_k) || !ak_kv_format_supports(o.cts[c], m->spec.head_dim_v)) {
             fprintf(stderr, "agentkv bench reuse: cache type %s cannot store this model's head dims (K %d, V %d)\n",
-                    ak_kv_format_get(cts[c])->name, m->spec.head_dim_k, m->spec.head_dim_v);
+                    ak_kv_format_get(o.cts[c])->name, m->spec.head_dim_k, m->spec.head_dim_v);
             unload_model(&lm);
             return AK_EXIT_USAGE;
         }
     size_t len = 0;
-    if (!(text = ak_read_file(data, &len, &err))) goto fail;
-    n_ctx = make_contexts(lm.tok, text, len, n_pre, ak_tokenizer_bos(lm.tok), k, T, C, max_ctx, &toks, &err);
+    if (!(text = ak_read_file(o.data, &len, &err))) goto fail;
+    const ctx_shape sh = {.n_pre = n_pre, .bos = ak_tokenizer_bos(lm.tok), .k = k, .T = T, .C = C};
+    n_ctx = make_contexts(lm.tok, text, len, &sh, o.max_ctx, &toks, &err);
     if (n_ctx < 0) goto fail;
     if (n_ctx == 0) {
         ak_failc(&err, AK_ERR_INVALID, "%s does not hold one context (%d passages of %d tokens and one of %d): use "
-                 "smaller --chunks, --chunk-tokens or --cont", data, k, T, C);
+                 "smaller --chunks, --chunk-tokens or --cont", o.data, k, T, C);
         goto fail;
     }
-    /* rows: per cache type, each wanted method (ratio methods once per ratio) */
-    rows = calloc((size_t)n_ct * BM_COUNT * MAX_LIST, sizeof *rows);
-    ref = malloc(sizeof(float) * (size_t)C * vocab);
-    got = malloc(sizeof(float) * (size_t)C * vocab);
-    lp = malloc(sizeof(double) * vocab);
-    lq = malloc(sizeof(double) * vocab);
-    if (!rows || !ref || !got || !lp || !lq) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
-    for (int c = 0; c < n_ct; c++)
-        for (int bm = 0; bm < BM_COUNT; bm++) {
-            if (!want[bm]) continue;
-            int nr = bm_uses_ratio(bm) ? n_ratios : 1;
-            for (int i = 0; i < nr; i++) {
-                brow *w = &rows[n_rows++];
-                w->method = bm;
-                w->ct = c;
-                w->ratio = bm_uses_ratio(bm) ? ratios_pct[i] / 100.0 : bm == BM_FULL ? 1 : 0;
-            }
-        }
-    if (!(ctx = ak_ctx_new(m, per, n_threads, &err))) goto fail;
-    const int nt = ak_threads_size(ak_ctx_pool(ctx));
+    R.rows = calloc((size_t)o.n_ct * BM_COUNT * MAX_LIST, sizeof *R.rows);
+    R.ref = malloc(sizeof(float) * (size_t)C * vocab);
+    R.got = malloc(sizeof(float) * (size_t)C * vocab);
+    R.lp = malloc(sizeof(double) * vocab);
+    R.lq = malloc(sizeof(double) * vocab);
+    if (!R.rows || !R.ref || !R.got || !R.lp || !R.lq) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
+    make_rows(&R);
+    if (!(R.ctx = ak_ctx_new(m, per, o.n_threads, &err))) goto fail;
     fprintf(stderr, "bench reuse: %s, %d contexts of %s%d chunks x %d tokens + %d continuation tokens, %d threads%s\n",
-            model_path, n_ctx, n_pre ? "BOS + " : "", k, T, C, nt, speed_only ? ", speed only" : "");
-    const int runs_per_ctx = n_rows / n_ct + 1;
-    long done = 0, total = (long)n_ct * n_ctx * runs_per_ctx;
-    for (int c = 0; c < n_ct; c++) {
-        cache_opts o = co;
-        o.fk = o.fv = cts[c];
-        if (!(pool = ak_block_pool_new(&m->spec, 0, 0, &err))) goto fail;
-        if (cache_center(&o, ctx, lm.tok, pool, "bench reuse") < 0) { rc = 1; err.msg[0] = 0; goto fail; }
-        for (int x = 0; x < n_ctx; x++) {
-            const int32_t *ct = toks + (size_t)x * per;
-            bcase bc = {.ctx = ctx, .pool = pool, .fmt = cts[c], .check_layer = check_layer, .n_pre = n_pre, .k = k,
-                        .T = T, .C = C, .toks = ct, .chunk_kv = chunk_kv, .parts = parts};
-            if (n_pre) {
-                memset(&parts[bc.n_parts], 0, sizeof parts[0]);
-                parts[bc.n_parts].tokens = ct;
-                parts[bc.n_parts].n = 1;
-                bc.n_parts++;
-            }
-            for (int j = 0; j < k; j++) {
-                const int32_t *cj = ct + n_pre + j * T;
-                if (!(chunk_kv[j] = ak_kv_new(pool, cts[c], cts[c], T, &err)) ||
-                    ak_eval(ctx, chunk_kv[j], cj, T, 0, NULL, NULL, NULL, NULL, &err) < 0)
-                    goto fail;
-                memset(&parts[bc.n_parts], 0, sizeof parts[0]);
-                parts[bc.n_parts].tokens = cj;
-                parts[bc.n_parts].n = T;
-                parts[bc.n_parts].chunk = chunk_kv[j];
-                bc.n_parts++;
-            }
-            double full_ms, full_cpu;
-            ak_reuse_stats st;
-            if (c == 0 && x == 0) {
-                /* warm-up: first-touch faults and scratch out of the timings */
-                if (run_case(&bc, &kv, BM_FULL, 1, 1, &full_ms, &full_cpu, &st, NULL, &err) < 0) goto fail;
-            }
-            if (run_case(&bc, &kv, BM_FULL, 1, reps, &full_ms, &full_cpu, &st, speed_only ? NULL : ref, &err) < 0)
-                goto fail;
-            progress_update(&pg, (double)++done / total);
-            for (int i = 0; i < n_rows; i++) {
-                brow *w = &rows[i];
-                if (w->ct != c) continue;
-                double ms, cpu;
-                if (run_case(&bc, &kv, w->method, w->ratio, reps, &ms, &cpu, &st, speed_only ? NULL : got, &err) < 0)
-                    goto fail;
-                w->ms += ms;
-                w->cpu += cpu;
-                w->full_cpu += full_cpu;
-                w->recomputed += st.n_recomputed;
-                w->check_layer = st.check_layer;
-                w->full_ms += full_ms;
-                for (int p = 0; !speed_only && p < C; p++) {
-                    /* position p predicts continuation token p + 1 (none after the last) */
-                    int next = p + 1 < C ? ct[n_pre + k * T + p + 1] : -1;
-                    brm_acc_add(&w->acc, ref + (size_t)p * vocab, got + (size_t)p * vocab, vocab, next, lp, lq);
-                }
-                progress_update(&pg, (double)++done / total);
-            }
-            for (int j = 0; j < k; j++) {
-                ak_kv_free(chunk_kv[j]);
-                chunk_kv[j] = NULL;
-            }
-        }
-        ak_kv_free(kv);
-        kv = NULL;
-        ak_block_pool_free(pool);
-        pool = NULL;
-    }
-    progress_done(&pg);
-    if (json) print_json(rows, n_rows, cts, n_ctx, n_ctx * C, speed_only);
-    else {
-        printf("bench reuse: %s (%s weights), %s; %d contexts of %s%d chunks x %d tokens + %d continuation tokens, "
-               "%d threads\n",
-               model_path, gguf_tensor_type_name(m->layers[0].wq.type), data, n_ctx, n_pre ? "BOS + " : "", k, T, C,
-               nt);
-        printf("reference: full recompute of the same context in the same cache type; chunks' KV computed alone at "
-               "position 0 in that type\n");
-        if (!speed_only)
-            printf("KL(full || method) and agreement over %d continuation positions (teacher-forced), PPL over %d "
-                   "next tokens\n", n_ctx * C, n_ctx * (C - 1));
-        printf("prefill (ak_reuse_prefill of BOS + chunks): median of %d runs, mean per context; speedup: full's "
-               "time / the method's (wall; cpu: this process's CPU time, all threads)\n", reps);
-        print_table(rows, n_rows, cts, n_ct, n_ctx, speed_only);
-    }
-    if (plot && !speed_only) {
-        char title[512];
-        const char *base = strrchr(model_path, '/');
-        snprintf(title, sizeof title, "agentkv bench reuse: %s, %d contexts, %d chunks x %d tokens, continuation %d",
-                 base ? base + 1 : model_path, n_ctx, k, T, C);
-        if (write_plot(plot, rows, n_rows, cts, n_ct, title, &err) < 0) goto fail;
-        fprintf(stderr, "bench reuse: plot %s\n", plot);
-    }
+            o.model_path, n_ctx, n_pre ? "BOS + " : "", k, T, C, ak_threads_size(ak_ctx_pool(R.ctx)),
+            o.speed_only ? ", speed only" : "");
+    R.total = (long)o.n_ct * n_ctx * (R.n_rows / o.n_ct + 1);
+    int arc = run_all(&R, toks, n_ctx, &err);
+    if (arc > 0) err.msg[0] = 0;   /* cache_center printed why */
+    if (arc != 0) goto fail;
+    progress_done(&R.pg);
+    if (reuse_report(&R, m, n_ctx, &err) < 0) goto fail;
     rc = 0;
     goto done;
 fail:
-    progress_done(&pg);
+    progress_done(&R.pg);
     if (err.msg[0]) fprintf(stderr, "agentkv bench reuse: %s\n", err.msg);
 done:
-    for (int j = 0; j < 64; j++) ak_kv_free(chunk_kv[j]);
-    ak_kv_free(kv);
-    ak_block_pool_free(pool);
-    ak_ctx_free(ctx);
-    free(text); free(toks); free(rows); free(ref); free(got); free(lp); free(lq);
+    for (int j = 0; j < 64; j++) ak_kv_free(R.chunk_kv[j]);
+    ak_kv_free(R.kv);
+    ak_ctx_free(R.ctx);
+    free(text); free(toks); free(R.rows); free(R.ref); free(R.got); free(R.lp); free(R.lq);
     unload_model(&lm);
     return rc;
 }
