@@ -199,14 +199,14 @@ static float scalar_dot_q(uint32_t wtype, const uint8_t *w, const int8_t *xq, co
     return sum;
 }
 
-static void scalar_mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                        int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
-                        float *Y, int64_t ldy) {
-    for (int64_t t = t0; t < t1; t++) {
-        const int8_t *q = (const int8_t *)(xq + (size_t)t * xqs);
-        const float *d = (const float *)(xq + (size_t)t * xqs + cols);
-        for (int64_t r = r0; r < r1; r++)
-            Y[t * ldy + r] = scalar_dot_q(wtype, W + (size_t)r * wrb, q, d, cols / AK_QK);
+/* kernels_backend.h's mm_q contract, one row and token at a time. */
+static void scalar_mm_q(const ak_mm_args *a) {
+    const int64_t cols = a->cols;
+    for (int64_t t = a->t0; t < a->t1; t++) {
+        const int8_t *q = (const int8_t *)(a->xq + (size_t)t * a->xqs);
+        const float *d = (const float *)(a->xq + (size_t)t * a->xqs + cols);
+        for (int64_t r = a->r0; r < a->r1; r++)
+            a->Y[t * a->ldy + r] = scalar_dot_q(a->wtype, a->W + (size_t)r * a->wrb, q, d, cols / AK_QK);
     }
 }
 
@@ -232,11 +232,11 @@ static float scalar_dot_f(uint32_t wtype, const uint8_t *w, const float *x, int6
     return sum;
 }
 
-static void scalar_mm_f(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                        int64_t cols, const float *X, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
-    for (int64_t t = t0; t < t1; t++)
-        for (int64_t r = r0; r < r1; r++)
-            Y[t * ldy + r] = scalar_dot_f(wtype, W + (size_t)r * wrb, X + t * cols, cols);
+/* kernels_backend.h's mm_f contract, one row and token at a time. */
+static void scalar_mm_f(const ak_mm_args *a) {
+    for (int64_t t = a->t0; t < a->t1; t++)
+        for (int64_t r = a->r0; r < a->r1; r++)
+            a->Y[t * a->ldy + r] = scalar_dot_f(a->wtype, a->W + (size_t)r * a->wrb, a->X + t * a->cols, a->cols);
 }
 
 static void scalar_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
@@ -248,8 +248,8 @@ static void scalar_f16_to_f32(const uint16_t *x, float *y, int64_t n) {
 }
 
 const ak_kernel_backend ak_backend_scalar = {
-    "scalar", scalar_xq_row_bytes, scalar_quantize_x, scalar_mm_q, scalar_mm_f,
-    scalar_f32_to_f16, scalar_f16_to_f32,
+    .name = "scalar", .xq_row_bytes = scalar_xq_row_bytes, .quantize_x = scalar_quantize_x,
+    .mm_q = scalar_mm_q, .mm_f = scalar_mm_f, .f32_to_f16 = scalar_f32_to_f16, .f16_to_f32 = scalar_f16_to_f32,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -277,7 +277,7 @@ static float vec_dot_with(const ak_kernel_backend *be, uint32_t type, const void
     float y = 0;
     if (!ak_wtype_supported(type)) return 0;
     if (!is_quantized(type)) {
-        be->mm_f(type, w, 0, 0, 1, n, x, 0, 1, &y, 1);
+        be->mm_f(&(ak_mm_args){ .wtype = type, .W = w, .r1 = 1, .cols = n, .X = x, .t1 = 1, .Y = &y, .ldy = 1 });
         return y;
     }
     /* Big enough for any back end's layout of DOT_CHUNK columns (4 B/col);
@@ -289,7 +289,8 @@ static float vec_dot_with(const ak_kernel_backend *be, uint32_t type, const void
     for (int64_t c = 0; c < n; c += DOT_CHUNK) {
         int64_t m = ak_min64(DOT_CHUNK, n - c);
         be->quantize_x(type, x + c, xq, m);
-        be->mm_q(type, w + ak_row_bytes(type, c), 0, 0, 1, m, xq, 0, 0, 1, &y, 1);
+        be->mm_q(&(ak_mm_args){ .wtype = type, .W = w + ak_row_bytes(type, c), .r1 = 1, .cols = m, .xq = xq, .t1 = 1,
+                                .Y = &y, .ldy = 1 });
         sum += y;
     }
     return sum;
@@ -340,10 +341,10 @@ static void mm_task(void *arg, int ith, int nth) {
     mm_job *j = arg;
     int64_t r0, r1, t0, t1;
     while (ak_mm_items_next(&j->items, ith, &r0, &r1, &t0, &t1)) {
-        if (j->xq)
-            j->be->mm_q(j->wtype, j->W, j->wrb, r0, r1, j->cols, j->xq, j->xqs, t0, t1, j->Y, j->rows);
-        else
-            j->be->mm_f(j->wtype, j->W, j->wrb, r0, r1, j->cols, j->X, t0, t1, j->Y, j->rows);
+        const ak_mm_args a = { .wtype = j->wtype, .W = j->W, .wrb = j->wrb, .r0 = r0, .r1 = r1, .cols = j->cols,
+                               .xq = j->xq, .xqs = j->xqs, .X = j->X, .t0 = t0, .t1 = t1, .Y = j->Y, .ldy = j->rows };
+        if (j->xq) j->be->mm_q(&a);
+        else j->be->mm_f(&a);
     }
 }
 

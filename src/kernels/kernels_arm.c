@@ -105,8 +105,13 @@ AK_INLINE float load_w1(const int ft, const uint8_t *row, int64_t k) {
     return ft == 1 ? f16_scalar(h) : ak_bf16_to_f32(h);
 }
 
-AK_INLINE void f_tile(const int ft, const int R, const int T, const uint8_t *W, size_t wrb,
-                      const float *X, int64_t ldx, int64_t cols, float *Y, int64_t ldy) {
+/* Y[t * ldy + r] of the R x T float tile a, 4 columns at a time. */
+AK_INLINE void f_tile(const int ft, const int R, const int T, const ak_mm_tile *a) {
+    const uint8_t *W = a->W;
+    const size_t wrb = a->wrb;
+    const float *X = a->X;
+    const int64_t ldx = a->ldx, cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
     float32x4_t acc[MAXR][MAXT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -163,41 +168,45 @@ static void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
 #undef NL_SFX
 #pragma GCC pop_options
 
-INST_R(ft, f_tile, INST_ONE_F, 0)
-INST_R(ft, f_tile, INST_ONE_F, 1)
-INST_R(ft, f_tile, INST_ONE_F, 2)
-static const f_tile_fn f_tiles[3][4][4] = { ROW_R(ft, 0), ROW_R(ft, 1), ROW_R(ft, 2) };
+INST_R(ft, f_tile, 0)
+INST_R(ft, f_tile, 1)
+INST_R(ft, f_tile, 2)
+static const ak_mm_tile_fn f_tiles[3][4][4] = { ROW_R(ft, 0), ROW_R(ft, 1), ROW_R(ft, 2) };
 
-static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                 int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
-                 float *Y, int64_t ldy) {
-    const int q8 = wtype == GGML_TYPE_Q8_0;
-    const q_tile_fn (*q_tiles)[4][4] = ak_neon_level() >= 1 ? q_tiles_dot : q_tiles_plain;
-    for (int64_t r = r0; r < r1; r += TILE_R) {
-        int R = (int)ak_min64(TILE_R, r1 - r);
-        for (int64_t t = t0; t < t1; t += TILE_T) {
-            int T = (int)ak_min64(TILE_T, t1 - t);
-            q_tiles[q8][R - 1][T - 1](W + (size_t)r * wrb, wrb, xq + (size_t)t * xqs, xqs,
-                                      cols / AK_QK, Y + t * ldy + r, ldy);
+/* kernels_backend.h's mm_q contract: Q8_0 and Q4_0 weights, in tiles of
+ * this CPU's level. */
+static void mm_q(const ak_mm_args *a) {
+    const int q8 = a->wtype == GGML_TYPE_Q8_0;
+    const ak_mm_tile_fn (*q_tiles)[4][4] = ak_neon_level() >= 1 ? q_tiles_dot : q_tiles_plain;
+    for (int64_t r = a->r0; r < a->r1; r += TILE_R) {
+        int R = (int)ak_min64(TILE_R, a->r1 - r);
+        for (int64_t t = a->t0; t < a->t1; t += TILE_T) {
+            int T = (int)ak_min64(TILE_T, a->t1 - t);
+            q_tiles[q8][R - 1][T - 1](&(ak_mm_tile){ .W = a->W + (size_t)r * a->wrb, .wrb = a->wrb,
+                                                     .xq = a->xq + (size_t)t * a->xqs, .xqs = a->xqs,
+                                                     .nb = a->cols / AK_QK, .Y = a->Y + t * a->ldy + r,
+                                                     .ldy = a->ldy });
         }
     }
 }
 
-static void mm_f(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                 int64_t cols, const float *X, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
-    const int ft = ak_ftype_index(wtype);
-    for (int64_t r = r0; r < r1; r += TILE_R) {
-        int R = (int)ak_min64(TILE_R, r1 - r);
-        for (int64_t t = t0; t < t1; t += TILE_TF) {
-            int T = (int)ak_min64(TILE_TF, t1 - t);
-            f_tiles[ft][R - 1][T - 1](W + (size_t)r * wrb, wrb, X + t * cols, cols, cols,
-                                      Y + t * ldy + r, ldy);
+/* kernels_backend.h's mm_f contract: F32, F16 and BF16 weights, in tiles. */
+static void mm_f(const ak_mm_args *a) {
+    const int ft = ak_ftype_index(a->wtype);
+    for (int64_t r = a->r0; r < a->r1; r += TILE_R) {
+        int R = (int)ak_min64(TILE_R, a->r1 - r);
+        for (int64_t t = a->t0; t < a->t1; t += TILE_TF) {
+            int T = (int)ak_min64(TILE_TF, a->t1 - t);
+            f_tiles[ft][R - 1][T - 1](&(ak_mm_tile){ .W = a->W + (size_t)r * a->wrb, .wrb = a->wrb,
+                                                     .X = a->X + t * a->cols, .ldx = a->cols, .cols = a->cols,
+                                                     .Y = a->Y + t * a->ldy + r, .ldy = a->ldy });
         }
     }
 }
 
 const ak_kernel_backend ak_backend_simd = {
-    SIMD_NAME, xq_row_bytes, quantize_x, mm_q, mm_f, f32_to_f16_row, f16_to_f32_row,
+    .name = SIMD_NAME, .xq_row_bytes = xq_row_bytes, .quantize_x = quantize_x, .mm_q = mm_q, .mm_f = mm_f,
+    .f32_to_f16 = f32_to_f16_row, .f16_to_f32 = f16_to_f32_row,
 };
 
 #else

@@ -37,10 +37,13 @@ AK_INLINE int32x4_t NL_FN(dot_s8)(const wblk *w, int8x16_t x0, int8x16_t x1) {
 #endif
 }
 
-/* Y[t * ldy + r] for the R x T tile at W (rows wrb bytes apart) and the T
- * tokens' XQ rows at xq (xqs bytes apart), nb blocks. */
-AK_INLINE void NL_FN(q_tile)(const int q8, const int R, const int T, const uint8_t *W, size_t wrb,
-                             const uint8_t *xq, size_t xqs, int64_t nb, float *Y, int64_t ldy) {
+/* Y[t * ldy + r] for the R x T tile a: the rows at W (wrb bytes apart) and
+ * the T tokens' XQ rows at xq (xqs bytes apart), nb blocks. */
+AK_INLINE void NL_FN(q_tile)(const int q8, const int R, const int T, const ak_mm_tile *a) {
+    const uint8_t *W = a->W, *xq = a->xq;
+    const size_t wrb = a->wrb, xqs = a->xqs;
+    const int64_t nb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
     const size_t blk_bytes = q8 ? AK_Q8_0_BYTES : AK_Q4_0_BYTES;
     const int64_t cols = nb * AK_QK;
     float32x4_t acc[MAXR][MAXT];
@@ -72,9 +75,9 @@ AK_INLINE void NL_FN(q_tile)(const int q8, const int R, const int T, const uint8
         for (int t = 0; t < T; t++) Y[t * ldy + r] = vaddvq_f32(acc[r][t]);
 }
 
-INST_R(NL_FN(qt), NL_FN(q_tile), INST_ONE_Q, 0)
-INST_R(NL_FN(qt), NL_FN(q_tile), INST_ONE_Q, 1)
-static const q_tile_fn NL_FN(q_tiles)[2][4][4] = { NL_ROW_R(NL_FN(qt), 0), NL_ROW_R(NL_FN(qt), 1) };
+INST_R(NL_FN(qt), NL_FN(q_tile), 0)
+INST_R(NL_FN(qt), NL_FN(q_tile), 1)
+static const ak_mm_tile_fn NL_FN(q_tiles)[2][4][4] = { NL_ROW_R(NL_FN(qt), 0), NL_ROW_R(NL_FN(qt), 1) };
 
 #undef NL_ROW_R
 #undef NL_FN

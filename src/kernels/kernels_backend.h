@@ -54,15 +54,25 @@
 #define AK_Q8_0_BYTES 34    /* f16 d + 32 x int8 */
 #define AK_Q4_0_BYTES 18    /* f16 d + 16 bytes of nibbles */
 
-/* Y[t * ldy + r] = dot(row r of W, token t) for r in [r0, r1), t in [t0, t1).
- * W points at row 0; rows are wrb bytes apart. For mm_q, xq points at token
- * 0's XQ row and rows are xqs bytes apart; for mm_f, X is ntok x cols f32. */
-typedef void (*ak_mm_q_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                           int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
-                           float *Y, int64_t ldy);
-typedef void (*ak_mm_f_fn)(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                           int64_t cols, const float *X, int64_t t0, int64_t t1,
-                           float *Y, int64_t ldy);
+/* The operands of one rectangle of a row-major product, what a back end's
+ * mm_q and mm_f compute: Y[t * ldy + r] = dot(row r of W, token t) for r in
+ * [r0, r1), t in [t0, t1). W points at row 0 of wtype; rows are wrb bytes
+ * apart. For mm_q, xq points at token 0's XQ row and rows are xqs bytes
+ * apart (X unused); for mm_f, X is ntok x cols f32 (xq unused). */
+typedef struct {
+    uint32_t wtype;
+    const uint8_t *W;
+    size_t wrb;
+    int64_t r0, r1, cols;
+    const uint8_t *xq;
+    size_t xqs;
+    const float *X;
+    int64_t t0, t1;
+    float *Y;
+    int64_t ldy;
+} ak_mm_args;
+typedef void (*ak_mm_q_fn)(const ak_mm_args *a);
+typedef void (*ak_mm_f_fn)(const ak_mm_args *a);
 
 typedef struct {
     const char *name;

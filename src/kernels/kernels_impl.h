@@ -159,33 +159,36 @@ static inline int ak_mm_items_next(ak_mm_items *w, int ith, int64_t *u0, int64_t
 #define MAXR 4
 #define MAXT 4
 
-typedef void (*q_tile_fn)(const uint8_t *W, size_t wrb, const uint8_t *xq, size_t xqs,
-                          int64_t nb, float *Y, int64_t ldy);
-typedef void (*f_tile_fn)(const uint8_t *W, size_t wrb, const float *X, int64_t ldx,
-                          int64_t cols, float *Y, int64_t ldy);
+/* The operands of one R x T tile of a row-major product: the R rows at W
+ * (wrb bytes apart); for a quantized tile the T tokens' XQ rows at xq (xqs
+ * bytes apart) of nb blocks, for a float one their f32 rows at X (ldx
+ * floats apart) of cols columns; outputs Y[t * ldy + r]. */
+typedef struct {
+    const uint8_t *W;
+    size_t wrb;
+    const uint8_t *xq;
+    size_t xqs;
+    int64_t nb;
+    const float *X;
+    int64_t ldx, cols;
+    float *Y;
+    int64_t ldy;
+} ak_mm_tile;
+typedef void (*ak_mm_tile_fn)(const ak_mm_tile *a);
 
-/* Instantiates NAME##_Q_R_T(args) = BODY(Q, R, T, args) for Q in {0, 1, 2}
- * (a type selector), R and T in 1..4, and a table NAME##_table[Q][R-1][T-1]. */
-#define INST_T(NAME, BODY, FN, Q, R)                                                       \
-    INST_ONE(NAME, BODY, FN, Q, R, 1) INST_ONE(NAME, BODY, FN, Q, R, 2)                    \
-    INST_ONE(NAME, BODY, FN, Q, R, 3) INST_ONE(NAME, BODY, FN, Q, R, 4)
-#define INST_R(NAME, BODY, FN, Q)                                                          \
-    INST_T(NAME, BODY, FN, Q, 1) INST_T(NAME, BODY, FN, Q, 2)                              \
-    INST_T(NAME, BODY, FN, Q, 3) INST_T(NAME, BODY, FN, Q, 4)
+/* Instantiates NAME##_Q_R_T(a) = BODY(Q, R, T, a) for Q in {0, 1, 2} (a
+ * type selector), R and T in 1..4, and a table NAME##_table[Q][R-1][T-1]. */
+#define INST_T(NAME, BODY, Q, R)                                                           \
+    INST_ONE(NAME, BODY, Q, R, 1) INST_ONE(NAME, BODY, Q, R, 2)                            \
+    INST_ONE(NAME, BODY, Q, R, 3) INST_ONE(NAME, BODY, Q, R, 4)
+#define INST_R(NAME, BODY, Q)                                                              \
+    INST_T(NAME, BODY, Q, 1) INST_T(NAME, BODY, Q, 2)                                      \
+    INST_T(NAME, BODY, Q, 3) INST_T(NAME, BODY, Q, 4)
 #define ROW_T(NAME, Q, R) { NAME##_##Q##_##R##_1, NAME##_##Q##_##R##_2, NAME##_##Q##_##R##_3, NAME##_##Q##_##R##_4 }
 #define ROW_R(NAME, Q) { ROW_T(NAME, Q, 1), ROW_T(NAME, Q, 2), ROW_T(NAME, Q, 3), ROW_T(NAME, Q, 4) }
 
-#define INST_ONE_Q(NAME, BODY, Q, R, T)                                                    \
-    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const uint8_t *xq,    \
-                                       size_t xqs, int64_t nb, float *Y, int64_t ldy) {    \
-        BODY(Q, R, T, W, wrb, xq, xqs, nb, Y, ldy);                                        \
-    }
-#define INST_ONE_F(NAME, BODY, Q, R, T)                                                    \
-    static void NAME##_##Q##_##R##_##T(const uint8_t *W, size_t wrb, const float *X,       \
-                                       int64_t ldx, int64_t cols, float *Y, int64_t ldy) { \
-        BODY(Q, R, T, W, wrb, X, ldx, cols, Y, ldy);                                       \
-    }
-#define INST_ONE(NAME, BODY, FN, Q, R, T) FN(NAME, BODY, Q, R, T)
+#define INST_ONE(NAME, BODY, Q, R, T)                                                      \
+    static void NAME##_##Q##_##R##_##T(const ak_mm_tile *a) { BODY(Q, R, T, a); }
 
 /* Float weight selector used by the f tiles: 0 = F32, 1 = F16, 2 = BF16. */
 static inline int ak_ftype_index(uint32_t wtype) {

@@ -50,13 +50,15 @@ AK_INLINE uint8x16_t bits16_to_0x10(uint32_t h) {
 #pragma GCC pop_options
 
 /* kernels_backend.h's mm_q contract, one row and token at a time. */
-static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
-                 const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
+static void mm_q(const ak_mm_args *a) {
+    const uint32_t wtype = a->wtype;
+    const int64_t cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
     const int dot = ak_neon_level() >= 1;
-    for (int64_t t = t0; t < t1; t++) {
-        const uint8_t *x = xq + (size_t)t * xqs;
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *w = W + (size_t)r * wrb;
+    for (int64_t t = a->t0; t < a->t1; t++) {
+        const uint8_t *x = a->xq + (size_t)t * a->xqs;
+        for (int64_t r = a->r0; r < a->r1; r++) {
+            const uint8_t *w = a->W + (size_t)r * a->wrb;
             if (ak_kq_is_k(wtype)) {
                 const ak_xq_k *xk = (const ak_xq_k *)x;
                 const int64_t nsb = cols / AK_QKK;
@@ -73,7 +75,7 @@ static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64
 }
 
 const ak_kernel_backend ak_kq_backend_simd = {
-    "neon", ak_kq_xq_row_bytes, ak_kq_quantize_x, mm_q, NULL, NULL, NULL,
+    .name = "neon", .xq_row_bytes = ak_kq_xq_row_bytes, .quantize_x = ak_kq_quantize_x, .mm_q = mm_q,
 };
 
 #else

@@ -233,11 +233,14 @@ AK_INLINE float row_dot_k(const int kt, const uint8_t *w, size_t bb, const ak_xq
 #define PANEL_ROWS 4
 #define PANEL_TOKS 16
 
-/* Rows [r0, r1) x tokens [t0, t1): unpack PANEL_ROWS rows' super-block once,
- * use it for up to PANEL_TOKS tokens (prefill). */
-AK_INLINE AK_UNUSED_ON_VNNI void mm_k_panel(const int kt, size_t bb, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                          int64_t nsb, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y,
-                          int64_t ldy) {
+/* The rectangle a (rows [r0, r1) x tokens [t0, t1)) of K type kt, bb bytes
+ * per super-block: unpack PANEL_ROWS rows' super-block once, use it for up
+ * to PANEL_TOKS tokens (prefill). */
+AK_INLINE AK_UNUSED_ON_VNNI void mm_k_panel(const int kt, size_t bb, const ak_mm_args *a) {
+    const uint8_t *W = a->W, *xq = a->xq;
+    const size_t wrb = a->wrb, xqs = a->xqs;
+    const int64_t r0 = a->r0, r1 = a->r1, t0 = a->t0, t1 = a->t1, ldy = a->ldy, nsb = a->cols / AK_QKK;
+    float *Y = a->Y;
     for (int64_t r = r0; r < r1; r += PANEL_ROWS) {
         const int R = (int)ak_min64(PANEL_ROWS, r1 - r);
         for (int64_t tc = t0; tc < t1; tc += PANEL_TOKS) {
@@ -278,10 +281,28 @@ AK_INLINE AK_UNUSED_ON_VNNI void mm_k_panel(const int kt, size_t bb, const uint8
 AK_INLINE void unpack_pan(const int kt, const uint8_t *b, kpan *o) { unpack_kb(kt, b, o); }
 
 
+/* The operands of a panel tile: R rows' nsb unpacked super-blocks at P
+ * (row r's at P + r * nsb), the tokens' XQ rows at xq (xqs bytes apart),
+ * outputs Y[t * ldy + r]; add = 1 accumulates into Y. */
+typedef struct {
+    const kpan *P;
+    int64_t nsb;
+    const uint8_t *xq;
+    size_t xqs;
+    float *Y;
+    int64_t ldy;
+    int add;
+} pan_args;
+
 /* Y[t][r] (+)= rows P[r * nsb ..] x tokens for an R x T tile over nsb
- * super-blocks; add = 1 accumulates into Y. */
-AK_INLINE void pan_tile(const int R, const int T, const kpan *P, int64_t nsb,
-                        const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, int add) {
+ * super-blocks. */
+AK_INLINE void pan_tile(const int R, const int T, const pan_args *a) {
+    const kpan *P = a->P;
+    const int64_t nsb = a->nsb, ldy = a->ldy;
+    const uint8_t *xq = a->xq;
+    const size_t xqs = a->xqs;
+    float *Y = a->Y;
+    const int add = a->add;
     __m512 acc[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
@@ -331,23 +352,22 @@ AK_INLINE void pan_tile(const int R, const int T, const kpan *P, int64_t nsb,
         }
 }
 
-typedef void (*pan_tile_fn)(const kpan *P, int64_t nsb, const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, int add);
-#define PT(R, T)                                                                                          \
-    static void pt_##R##_##T(const kpan *P, int64_t nsb, const uint8_t *xq, size_t xqs, float *Y, int64_t ldy, \
-                             int add) {                                                                    \
-        pan_tile(R, T, P, nsb, xq, xqs, Y, ldy, add);                                                      \
-    }
+typedef void (*pan_tile_fn)(const pan_args *a);
+#define PT(R, T) static void pt_##R##_##T(const pan_args *a) { pan_tile(R, T, a); }
 PT(1, 1) PT(1, 2) PT(1, 3) PT(1, 4) PT(2, 1) PT(2, 2) PT(2, 3) PT(2, 4)
 static const pan_tile_fn pan_tiles[2][4] = {
     {pt_1_1, pt_1_2, pt_1_3, pt_1_4}, {pt_2_1, pt_2_2, pt_2_3, pt_2_4},
 };
 
 
-/* Rows [r0, r1) x tokens [t0, t1): pairs of rows unpacked a chunk of
- * super-blocks at a time, then every token of the range runs over them. */
-AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                          int64_t nsb, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y,
-                          int64_t ldy) {
+/* The rectangle a (rows [r0, r1) x tokens [t0, t1)) of K type kt, bb bytes
+ * per super-block: pairs of rows unpacked a chunk of super-blocks at a
+ * time, then every token of the range runs over them. */
+AK_INLINE void mm_k_tiles(const int kt, size_t bb, const ak_mm_args *a) {
+    const uint8_t *W = a->W, *xq = a->xq;
+    const size_t wrb = a->wrb, xqs = a->xqs;
+    const int64_t r0 = a->r0, r1 = a->r1, t0 = a->t0, t1 = a->t1, ldy = a->ldy, nsb = a->cols / AK_QKK;
+    float *Y = a->Y;
     kpan P[2 * PAN_SB];
     for (int64_t r = r0; r < r1; r += 2) {
         const int R = (int)ak_min64(2, r1 - r);
@@ -365,8 +385,9 @@ AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb,
                 }
             for (int64_t t = t0; t < t1; t += 4) {
                 const int T = (int)ak_min64(4, t1 - t);
-                pan_tiles[R - 1][T - 1](P, nb, xq + (size_t)t * xqs + (size_t)b0 * sizeof(ak_xq_k), xqs,
-                                            Y + t * ldy + r, ldy, b0 > 0);
+                pan_tiles[R - 1][T - 1](&(pan_args){ .P = P, .nsb = nb,
+                                                     .xq = xq + (size_t)t * xqs + (size_t)b0 * sizeof(ak_xq_k),
+                                                     .xqs = xqs, .Y = Y + t * ldy + r, .ldy = ldy, .add = b0 > 0 });
             }
         }
     }
@@ -374,27 +395,26 @@ AK_INLINE void mm_k_tiles(const int kt, size_t bb, const uint8_t *W, size_t wrb,
 #endif
 
 #if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
-#define MM_K_MANY(KT, BB) mm_k_tiles(KT, BB, W, wrb, r0, r1, nsb, xq, xqs, t0, t1, Y, ldy)
+#define MM_K_MANY(KT, BB) mm_k_tiles(KT, BB, a)
 #define MM_K_MIN_TOKENS 2
 #else
-#define MM_K_MANY(KT, BB) mm_k_panel(KT, BB, W, wrb, r0, r1, nsb, xq, xqs, t0, t1, Y, ldy)
+#define MM_K_MANY(KT, BB) mm_k_panel(KT, BB, a)
 #define MM_K_MIN_TOKENS 4
 #endif
 
 /* mm_q for one K type: register-unpacked rows per token for decode, the
  * tile or panel loops when enough tokens share the unpacking. */
 #define MM_K(NAME, KT, BB)                                                                          \
-    static void NAME(const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,            \
-                     const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) { \
-        const int64_t nsb = cols / AK_QKK;                                                          \
-        if (t1 - t0 >= MM_K_MIN_TOKENS) {                                                           \
+    static void NAME(const ak_mm_args *a) {                                                         \
+        const int64_t nsb = a->cols / AK_QKK;                                                       \
+        if (a->t1 - a->t0 >= MM_K_MIN_TOKENS) {                                                     \
             MM_K_MANY(KT, BB);                                                                      \
             return;                                                                                 \
         }                                                                                           \
-        for (int64_t t = t0; t < t1; t++)                                                           \
-            for (int64_t r = r0; r < r1; r++)                                                       \
-                Y[t * ldy + r] = row_dot_k(KT, W + (size_t)r * wrb,                                 \
-                                           BB, (const ak_xq_k *)(xq + (size_t)t * xqs), nsb);       \
+        for (int64_t t = a->t0; t < a->t1; t++)                                                     \
+            for (int64_t r = a->r0; r < a->r1; r++)                                                 \
+                a->Y[t * a->ldy + r] = row_dot_k(KT, a->W + (size_t)r * a->wrb,                     \
+                                                 BB, (const ak_xq_k *)(a->xq + (size_t)t * a->xqs), nsb); \
     }
 MM_K(mm_q4k, KT_Q4K, 144)
 MM_K(mm_q5k, KT_Q5K, 176)
@@ -439,14 +459,13 @@ AK_INLINE float row_dot_32(const int kt, const uint8_t *w, const int8_t *q, cons
 
 /* mm_q for one 32-block type: rows x tokens of row_dot_32. */
 #define MM_32(NAME, KT)                                                                             \
-    static void NAME(const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,            \
-                     const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) { \
-        const int64_t nb = cols / AK_QK;                                                            \
-        for (int64_t t = t0; t < t1; t++) {                                                         \
-            const int8_t *q = (const int8_t *)(xq + (size_t)t * xqs);                               \
+    static void NAME(const ak_mm_args *a) {                                                         \
+        const int64_t cols = a->cols, nb = cols / AK_QK;                                            \
+        for (int64_t t = a->t0; t < a->t1; t++) {                                                   \
+            const int8_t *q = (const int8_t *)(a->xq + (size_t)t * a->xqs);                         \
             const float *ds = (const float *)(q + cols);                                            \
-            for (int64_t r = r0; r < r1; r++)                                                       \
-                Y[t * ldy + r] = row_dot_32(KT, W + (size_t)r * wrb, q, ds, ds + nb, nb);           \
+            for (int64_t r = a->r0; r < a->r1; r++)                                                 \
+                a->Y[t * a->ldy + r] = row_dot_32(KT, a->W + (size_t)r * a->wrb, q, ds, ds + nb, nb); \
         }                                                                                           \
     }
 MM_32(mm_q41, KT_Q41)
@@ -454,26 +473,25 @@ MM_32(mm_q50, KT_Q50)
 MM_32(mm_q51, KT_Q51)
 
 /* kernels_backend.h's mm_q contract for every type of kquant.h. */
-static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
-                 const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
-    switch (wtype) {
-    case GGML_TYPE_Q4_K: mm_q4k(W, wrb, r0, r1, cols, xq, xqs, t0, t1, Y, ldy); break;
-    case GGML_TYPE_Q5_K: mm_q5k(W, wrb, r0, r1, cols, xq, xqs, t0, t1, Y, ldy); break;
-    case GGML_TYPE_Q6_K: mm_q6k(W, wrb, r0, r1, cols, xq, xqs, t0, t1, Y, ldy); break;
-    case GGML_TYPE_Q4_1: mm_q41(W, wrb, r0, r1, cols, xq, xqs, t0, t1, Y, ldy); break;
-    case GGML_TYPE_Q5_0: mm_q50(W, wrb, r0, r1, cols, xq, xqs, t0, t1, Y, ldy); break;
-    case GGML_TYPE_Q5_1: mm_q51(W, wrb, r0, r1, cols, xq, xqs, t0, t1, Y, ldy); break;
+static void mm_q(const ak_mm_args *a) {
+    switch (a->wtype) {
+    case GGML_TYPE_Q4_K: mm_q4k(a); break;
+    case GGML_TYPE_Q5_K: mm_q5k(a); break;
+    case GGML_TYPE_Q6_K: mm_q6k(a); break;
+    case GGML_TYPE_Q4_1: mm_q41(a); break;
+    case GGML_TYPE_Q5_0: mm_q50(a); break;
+    case GGML_TYPE_Q5_1: mm_q51(a); break;
     default: break;
     }
 }
 
 const ak_kernel_backend ak_kq_backend_simd = {
 #if defined(AK_SIMD_AVX512) && defined(__AVX512VNNI__)
-    "avx512vnni",
+    .name = "avx512vnni",
 #else
-    "avx2",
+    .name = "avx2",
 #endif
-    ak_kq_xq_row_bytes, ak_kq_quantize_x, mm_q, NULL, NULL, NULL,
+    .xq_row_bytes = ak_kq_xq_row_bytes, .quantize_x = ak_kq_quantize_x, .mm_q = mm_q,
 };
 
 #else

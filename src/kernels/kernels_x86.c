@@ -160,10 +160,11 @@ AK_INLINE wquad load_q4_quad(const uint8_t *b, const int tail, int nblk) {
     return w;
 }
 
-/* One quad of blocks (index p) for an R x T tile. */
+/* One quad of blocks (index p) for the R x T tile a. */
 AK_INLINE void q_step(const int q8, const int R, const int T, const int tail, int nblk,
-                      __m512 acc[MAXR][MAXT], const uint8_t *W, size_t wrb, const uint8_t *xq,
-                      size_t xqs, int64_t p) {
+                      __m512 acc[MAXR][MAXT], const ak_mm_tile *a, int64_t p) {
+    const uint8_t *W = a->W, *xq = a->xq;
+    const size_t wrb = a->wrb, xqs = a->xqs;
     const size_t quad_bytes = q8 ? 4 * AK_Q8_0_BYTES : 4 * AK_Q4_0_BYTES;
     wquad w[MAXR];
 #pragma GCC unroll 4
@@ -189,16 +190,18 @@ AK_INLINE void q_step(const int q8, const int R, const int T, const int tail, in
     }
 }
 
-AK_INLINE void q_tile(const int q8, const int R, const int T, const uint8_t *W, size_t wrb,
-                      const uint8_t *xq, size_t xqs, int64_t nb, float *Y, int64_t ldy) {
+/* Y[t * ldy + r] of the R x T tile a: its nb blocks, a quad at a time. */
+AK_INLINE void q_tile(const int q8, const int R, const int T, const ak_mm_tile *a) {
+    const int64_t nb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
     __m512 acc[MAXR][MAXT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     const int64_t nq = nb / 4;
-    for (int64_t p = 0; p < nq; p++) q_step(q8, R, T, 0, 4, acc, W, wrb, xq, xqs, p);
-    if (nb & 3) q_step(q8, R, T, 1, (int)(nb & 3), acc, W, wrb, xq, xqs, nq);
+    for (int64_t p = 0; p < nq; p++) q_step(q8, R, T, 0, 4, acc, a, p);
+    if (nb & 3) q_step(q8, R, T, 1, (int)(nb & 3), acc, a, nq);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -309,9 +312,11 @@ AK_INLINE __m512i dot_u8s8(const int q8, const wpair *w, __m512i x) {
 #endif
 }
 
-/* One pair of blocks (pair index p) for an R x T tile. */
+/* One pair of blocks (pair index p) for the R x T tile a. */
 AK_INLINE void q_step(const int q8, const int R, const int T, const int two, __m512 acc[MAXR][MAXT],
-                      const uint8_t *W, size_t wrb, const uint8_t *xq, size_t xqs, int64_t p) {
+                      const ak_mm_tile *a, int64_t p) {
+    const uint8_t *W = a->W, *xq = a->xq;
+    const size_t wrb = a->wrb, xqs = a->xqs;
     const size_t pair_bytes = q8 ? 2 * AK_Q8_0_BYTES : 2 * AK_Q4_0_BYTES;
     wpair w[MAXR];
 #pragma GCC unroll 4
@@ -333,16 +338,18 @@ AK_INLINE void q_step(const int q8, const int R, const int T, const int two, __m
     }
 }
 
-AK_INLINE void q_tile(const int q8, const int R, const int T, const uint8_t *W, size_t wrb,
-                      const uint8_t *xq, size_t xqs, int64_t nb, float *Y, int64_t ldy) {
+/* Y[t * ldy + r] of the R x T tile a: its nb blocks, a pair at a time. */
+AK_INLINE void q_tile(const int q8, const int R, const int T, const ak_mm_tile *a) {
+    const int64_t nb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
     __m512 acc[MAXR][MAXT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     const int64_t np = nb / 2;
-    for (int64_t p = 0; p < np; p++) q_step(q8, R, T, 1, acc, W, wrb, xq, xqs, p);
-    if (nb & 1) q_step(q8, R, T, 0, acc, W, wrb, xq, xqs, np);
+    for (int64_t p = 0; p < np; p++) q_step(q8, R, T, 1, acc, a, p);
+    if (nb & 1) q_step(q8, R, T, 0, acc, a, np);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -363,9 +370,13 @@ AK_INLINE __m512 load_w16(const int ft, const uint8_t *row, int64_t k, const int
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));   /* bf16 */
 }
 
+/* Columns k..k+15 (m: those that exist) of the R x T float tile a. */
 AK_INLINE void f_step(const int ft, const int R, const int T, const int tail, __m512 acc[MAXR][MAXT],
-                      const uint8_t *W, size_t wrb, const float *X, int64_t ldx, int64_t k,
-                      __mmask16 m) {
+                      const ak_mm_tile *a, int64_t k, __mmask16 m) {
+    const uint8_t *W = a->W;
+    const size_t wrb = a->wrb;
+    const float *X = a->X;
+    const int64_t ldx = a->ldx;
     __m512 w[MAXR];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
@@ -381,16 +392,18 @@ AK_INLINE void f_step(const int ft, const int R, const int T, const int tail, __
     }
 }
 
-AK_INLINE void f_tile(const int ft, const int R, const int T, const uint8_t *W, size_t wrb,
-                      const float *X, int64_t ldx, int64_t cols, float *Y, int64_t ldy) {
+/* Y[t * ldy + r] of the R x T float tile a, 16 columns at a time. */
+AK_INLINE void f_tile(const int ft, const int R, const int T, const ak_mm_tile *a) {
+    const int64_t cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
     __m512 acc[MAXR][MAXT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 16 <= cols; k += 16) f_step(ft, R, T, 0, acc, W, wrb, X, ldx, k, 0xffff);
-    if (k < cols) f_step(ft, R, T, 1, acc, W, wrb, X, ldx, k, (__mmask16)((1u << (cols - k)) - 1));
+    for (; k + 16 <= cols; k += 16) f_step(ft, R, T, 0, acc, a, k, 0xffff);
+    if (k < cols) f_step(ft, R, T, 1, acc, a, k, (__mmask16)((1u << (cols - k)) - 1));
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
@@ -474,10 +487,27 @@ static void pack_panel(int ft, const uint8_t *W, size_t wrb, int mr, int64_t kc,
     }
 }
 
-/* Y[t][0..mr) (+)= sum over k < kn of P[k][.] * X[t][k], for NT tokens;
- * m[v] masks the rows of vector v that exist. */
-AK_INLINE void f_micro(const int NT, const float *P, int64_t kn, const float *X, int64_t ldx,
-                       float *Y, int64_t ldy, const __mmask16 *m, int accumulate) {
+/* The operands of a micro-kernel: the panel P of kn columns, the tokens'
+ * rows at X (ldx floats apart), outputs Y[t * ldy + i]; m[v] masks the rows
+ * of vector v that exist; accumulate: add to Y rather than store. */
+typedef struct {
+    const float *P;
+    int64_t kn;
+    const float *X;
+    int64_t ldx;
+    float *Y;
+    int64_t ldy;
+    const __mmask16 *m;
+    int accumulate;
+} micro_args;
+
+/* Y[t][0..mr) (+)= sum over k < kn of P[k][.] * X[t][k], for NT tokens. */
+AK_INLINE void f_micro(const int NT, const micro_args *a) {
+    const float *P = a->P, *X = a->X;
+    const int64_t kn = a->kn, ldx = a->ldx, ldy = a->ldy;
+    float *Y = a->Y;
+    const __mmask16 *m = a->m;
+    const int accumulate = a->accumulate;
     __m512 acc[NT_MAX][PANEL_V];
 #pragma GCC unroll 16
     for (int t = 0; t < NT; t++)
@@ -505,22 +535,23 @@ AK_INLINE void f_micro(const int NT, const float *P, int64_t kn, const float *X,
     }
 }
 
-typedef void (*f_micro_fn)(const float *P, int64_t kn, const float *X, int64_t ldx, float *Y,
-                           int64_t ldy, const __mmask16 *m, int accumulate);
+typedef void (*f_micro_fn)(const micro_args *a);
 #define MICRO(NT)                                                                          \
-    static void f_micro_##NT(const float *P, int64_t kn, const float *X, int64_t ldx,      \
-                             float *Y, int64_t ldy, const __mmask16 *m, int acc) {        \
-        f_micro(NT, P, kn, X, ldx, Y, ldy, m, acc);                                        \
-    }
+    static void f_micro_##NT(const micro_args *a) { f_micro(NT, a); }
 MICRO(1) MICRO(2) MICRO(3) MICRO(4) MICRO(5) MICRO(6) MICRO(7) MICRO(8)
 static const f_micro_fn f_micros[NT_MAX] = {
     f_micro_1, f_micro_2, f_micro_3, f_micro_4, f_micro_5, f_micro_6, f_micro_7, f_micro_8,
 };
 
-/* Loop order: column block outermost so that the tokens' X block stays in
- * L2 while every row panel of the rectangle passes over it. */
-static void mm_f_packed(int ft, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1, int64_t cols,
-                        const float *X, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
+/* mm_f's contract for the rectangle a (ft: ak_ftype_index) through packed
+ * panels. Loop order: column block outermost so that the tokens' X block
+ * stays in L2 while every row panel of the rectangle passes over it. */
+static void mm_f_packed(int ft, const ak_mm_args *a) {
+    const uint8_t *W = a->W;
+    const size_t wrb = a->wrb;
+    const int64_t r0 = a->r0, r1 = a->r1, cols = a->cols, t0 = a->t0, t1 = a->t1, ldy = a->ldy;
+    const float *X = a->X;
+    float *Y = a->Y;
     _Alignas(64) float P[KC * PANEL_R];
     for (int64_t kc = 0; kc < cols; kc += KC) {
         int64_t kn = ak_min64(KC, cols - kc);
@@ -534,7 +565,8 @@ static void mm_f_packed(int ft, const uint8_t *W, size_t wrb, int64_t r0, int64_
             pack_panel(ft, W + (size_t)r * wrb, wrb, mr, kc, kn, P);
             for (int64_t t = t0; t < t1; t += NT_MAX) {
                 int nt = (int)ak_min64(NT_MAX, t1 - t);
-                f_micros[nt - 1](P, kn, X + t * cols + kc, cols, Y + t * ldy + r, ldy, m, kc > 0);
+                f_micros[nt - 1](&(micro_args){ .P = P, .kn = kn, .X = X + t * cols + kc, .ldx = cols,
+                                                .Y = Y + t * ldy + r, .ldy = ldy, .m = m, .accumulate = kc > 0 });
             }
         }
     }
@@ -633,8 +665,12 @@ AK_INLINE __m256i dot_u8s8(const int q8, const wblk *w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w->u, x), _mm256_set1_epi16(1));
 }
 
-AK_INLINE void q_tile(const int q8, const int R, const int T, const uint8_t *W, size_t wrb,
-                      const uint8_t *xq, size_t xqs, int64_t nb, float *Y, int64_t ldy) {
+/* Y[t * ldy + r] of the R x T tile a, a block at a time. */
+AK_INLINE void q_tile(const int q8, const int R, const int T, const ak_mm_tile *a) {
+    const uint8_t *W = a->W, *xq = a->xq;
+    const size_t wrb = a->wrb, xqs = a->xqs;
+    const int64_t nb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
     const size_t blk_bytes = q8 ? AK_Q8_0_BYTES : AK_Q4_0_BYTES;
     const int64_t cols = nb * AK_QK;
     __m256 acc[MAXR][MAXT];
@@ -682,8 +718,13 @@ AK_INLINE float load_w1(const int ft, const uint8_t *row, int64_t k) {
     return ft == 1 ? _cvtsh_ss(h) : ak_bf16_to_f32(h);
 }
 
-AK_INLINE void f_tile(const int ft, const int R, const int T, const uint8_t *W, size_t wrb,
-                      const float *X, int64_t ldx, int64_t cols, float *Y, int64_t ldy) {
+/* Y[t * ldy + r] of the R x T float tile a, 8 columns at a time. */
+AK_INLINE void f_tile(const int ft, const int R, const int T, const ak_mm_tile *a) {
+    const uint8_t *W = a->W;
+    const size_t wrb = a->wrb;
+    const float *X = a->X;
+    const int64_t ldx = a->ldx, cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
     __m256 acc[MAXR][MAXT];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -738,50 +779,54 @@ static void f16_to_f32_row(const uint16_t *x, float *y, int64_t n) {
 /* Shared: tile instantiation and the rectangle loops                       */
 /* ======================================================================== */
 
-INST_R(qt, q_tile, INST_ONE_Q, 0)
-INST_R(qt, q_tile, INST_ONE_Q, 1)
-static const q_tile_fn q_tiles[2][4][4] = { ROW_R(qt, 0), ROW_R(qt, 1) };
+INST_R(qt, q_tile, 0)
+INST_R(qt, q_tile, 1)
+static const ak_mm_tile_fn q_tiles[2][4][4] = { ROW_R(qt, 0), ROW_R(qt, 1) };
 
-INST_R(ft, f_tile, INST_ONE_F, 0)
-INST_R(ft, f_tile, INST_ONE_F, 1)
-INST_R(ft, f_tile, INST_ONE_F, 2)
-static const f_tile_fn f_tiles[3][4][4] = { ROW_R(ft, 0), ROW_R(ft, 1), ROW_R(ft, 2) };
+INST_R(ft, f_tile, 0)
+INST_R(ft, f_tile, 1)
+INST_R(ft, f_tile, 2)
+static const ak_mm_tile_fn f_tiles[3][4][4] = { ROW_R(ft, 0), ROW_R(ft, 1), ROW_R(ft, 2) };
 
-static void mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                 int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
-                 float *Y, int64_t ldy) {
-    const int q8 = wtype == GGML_TYPE_Q8_0;
-    for (int64_t r = r0; r < r1; r += TILE_R) {
-        int R = (int)ak_min64(TILE_R, r1 - r);
-        for (int64_t t = t0; t < t1; t += TILE_T) {
-            int T = (int)ak_min64(TILE_T, t1 - t);
-            q_tiles[q8][R - 1][T - 1](W + (size_t)r * wrb, wrb, xq + (size_t)t * xqs, xqs,
-                                      cols / AK_QK, Y + t * ldy + r, ldy);
+/* kernels_backend.h's mm_q contract: Q8_0 and Q4_0 weights, in tiles. */
+static void mm_q(const ak_mm_args *a) {
+    const int q8 = a->wtype == GGML_TYPE_Q8_0;
+    for (int64_t r = a->r0; r < a->r1; r += TILE_R) {
+        int R = (int)ak_min64(TILE_R, a->r1 - r);
+        for (int64_t t = a->t0; t < a->t1; t += TILE_T) {
+            int T = (int)ak_min64(TILE_T, a->t1 - t);
+            q_tiles[q8][R - 1][T - 1](&(ak_mm_tile){ .W = a->W + (size_t)r * a->wrb, .wrb = a->wrb,
+                                                     .xq = a->xq + (size_t)t * a->xqs, .xqs = a->xqs,
+                                                     .nb = a->cols / AK_QK, .Y = a->Y + t * a->ldy + r,
+                                                     .ldy = a->ldy });
         }
     }
 }
 
-static void mm_f(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                 int64_t cols, const float *X, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
-    const int ft = ak_ftype_index(wtype);
+/* kernels_backend.h's mm_f contract: F32, F16 and BF16 weights, in tiles
+ * (with AVX-512 and many tokens, packed panels). */
+static void mm_f(const ak_mm_args *a) {
+    const int ft = ak_ftype_index(a->wtype);
 #if defined(AK_SIMD_AVX512)
-    if (t1 - t0 >= PACKED_MIN_TOKENS) {
-        mm_f_packed(ft, W, wrb, r0, r1, cols, X, t0, t1, Y, ldy);
+    if (a->t1 - a->t0 >= PACKED_MIN_TOKENS) {
+        mm_f_packed(ft, a);
         return;
     }
 #endif
-    for (int64_t r = r0; r < r1; r += TILE_R) {
-        int R = (int)ak_min64(TILE_R, r1 - r);
-        for (int64_t t = t0; t < t1; t += TILE_T) {
-            int T = (int)ak_min64(TILE_T, t1 - t);
-            f_tiles[ft][R - 1][T - 1](W + (size_t)r * wrb, wrb, X + t * cols, cols, cols,
-                                      Y + t * ldy + r, ldy);
+    for (int64_t r = a->r0; r < a->r1; r += TILE_R) {
+        int R = (int)ak_min64(TILE_R, a->r1 - r);
+        for (int64_t t = a->t0; t < a->t1; t += TILE_T) {
+            int T = (int)ak_min64(TILE_T, a->t1 - t);
+            f_tiles[ft][R - 1][T - 1](&(ak_mm_tile){ .W = a->W + (size_t)r * a->wrb, .wrb = a->wrb,
+                                                     .X = a->X + t * a->cols, .ldx = a->cols, .cols = a->cols,
+                                                     .Y = a->Y + t * a->ldy + r, .ldy = a->ldy });
         }
     }
 }
 
 const ak_kernel_backend ak_backend_simd = {
-    SIMD_NAME, xq_row_bytes, quantize_x, mm_q, mm_f, f32_to_f16_row, f16_to_f32_row,
+    .name = SIMD_NAME, .xq_row_bytes = xq_row_bytes, .quantize_x = quantize_x, .mm_q = mm_q, .mm_f = mm_f,
+    .f32_to_f16 = f32_to_f16_row, .f16_to_f32 = f16_to_f32_row,
 };
 
 #else

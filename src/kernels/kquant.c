@@ -462,24 +462,24 @@ static float dotk(uint32_t t, const uint8_t *w, const ak_xq_k *x, int64_t nsb) {
 }
 
 /* kernels_backend.h's mm_q contract, one row and token at a time. */
-static void scalar_mm_q(uint32_t wtype, const uint8_t *W, size_t wrb, int64_t r0, int64_t r1,
-                        int64_t cols, const uint8_t *xq, size_t xqs, int64_t t0, int64_t t1,
-                        float *Y, int64_t ldy) {
-    for (int64_t t = t0; t < t1; t++) {
-        const uint8_t *x = xq + (size_t)t * xqs;
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *w = W + (size_t)r * wrb;
+static void scalar_mm_q(const ak_mm_args *a) {
+    const uint32_t wtype = a->wtype;
+    const int64_t cols = a->cols;
+    for (int64_t t = a->t0; t < a->t1; t++) {
+        const uint8_t *x = a->xq + (size_t)t * a->xqs;
+        for (int64_t r = a->r0; r < a->r1; r++) {
+            const uint8_t *w = a->W + (size_t)r * a->wrb;
             if (ak_kq_is_k(wtype)) {
-                Y[t * ldy + r] = dotk(wtype, w, (const ak_xq_k *)x, cols / AK_QKK);
+                a->Y[t * a->ldy + r] = dotk(wtype, w, (const ak_xq_k *)x, cols / AK_QKK);
             } else {
                 const int64_t nb = cols / AK_QK;
                 const float *ds = (const float *)(x + cols);
-                Y[t * ldy + r] = dot32(wtype, w, (const int8_t *)x, ds, ds + nb, nb);
+                a->Y[t * a->ldy + r] = dot32(wtype, w, (const int8_t *)x, ds, ds + nb, nb);
             }
         }
     }
 }
 
 const ak_kernel_backend ak_kq_backend_scalar = {
-    "scalar", ak_kq_xq_row_bytes, ak_kq_quantize_x, scalar_mm_q, NULL, NULL, NULL,
+    .name = "scalar", .xq_row_bytes = ak_kq_xq_row_bytes, .quantize_x = ak_kq_quantize_x, .mm_q = scalar_mm_q,
 };
