@@ -415,7 +415,8 @@ static int fresh_agents(const ttft_opts *o, const ttft_env *e, ak_store *store, 
     const ak_model *m = e->lm.model;
     if (!(*pool = ak_block_pool_new(&m->spec, o->co.block_tokens, o->co.budget, err))) return -1;
     if (prefault) ak_block_pool_prefault(*pool, o->co.fk, o->co.fv, prefault);
-    ak_agents_config ac = {m, *pool, store, o->co.fk, o->co.fv, o->max_ctx + 1, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    ak_agents_config ac = {.model = m, .pool = *pool, .store = store, .fk = o->co.fk, .fv = o->co.fv,
+                           .n_ctx = o->max_ctx + 1, .save = AK_SAVE_EVERY_TURN};
     return (*ag = ak_agents_new(&ac, err)) ? 0 : -1;
 }
 
