@@ -129,6 +129,11 @@
  *            after "<|im_start|>assistant" and the reply's text (if any,
  *            after "\n"); consecutive results one user turn of
  *            "\n<tool_response>\nR\n</tool_response>" blocks.
+ *            Hermes 3's tool_use template (it mentions "You are a function
+ *            calling AI model"): bos, its function-calling system turn
+ *            (always; each tool with a description of Python-typed
+ *            parameters, as its macro writes them), every message a turn,
+ *            calls without the text beside them, results in "tool" turns.
  *   qwen3    as chatml, the system text without a default; the first call
  *            follows the text with "\n" (none when there is no text), the
  *            others too; an assistant turn keeps its reasoning while it is
@@ -145,6 +150,12 @@
  *            calls "[TOOL_CALLS][{\"name\": N, \"arguments\": A, \"id\": I}, ...]"
  *            + eos (the text beside them dropped); a result
  *            "[TOOL_RESULTS]{\"content\": R, \"call_id\": I}[/TOOL_RESULTS]".
+ *            Small 3.2 (template mentions "[SYSTEM_PROMPT]"): the system
+ *            prompt (the first system message, or the template's default
+ *            with ak_chat_opts.today) in [SYSTEM_PROMPT]; the tools as one
+ *            JSON list; a call "[TOOL_CALLS]N[CALL_ID]I[ARGS]A"; a result
+ *            "[TOOL_RESULTS]I[TOOL_CONTENT]R[/TOOL_RESULTS]"; no generation
+ *            prompt (the user's [/INST] ends the prompt).
  *            Ids are nine characters (the template refuses others): an id of
  *            another length is replaced by nine letters and digits derived
  *            from it (the same for the same id: a call and its result still
@@ -194,6 +205,9 @@ typedef enum {
 /* The "Today Date" the Llama 3.1/3.2 templates print when the renderer has no
  * clock helper (their own default, and what the golden renders use). */
 #define AK_CHAT_LLAMA3_DATE "26 Jul 2024"
+/* The same day as Mistral Small 3.2's template prints it, when
+ * ak_chat_opts.today is NULL. */
+#define AK_CHAT_TODAY "2024-07-26"
 
 /* A tool call an assistant message made (OpenAI's tool_calls[i]). */
 typedef struct {
@@ -274,6 +288,7 @@ typedef struct {
     const ak_chat_tool *tools;  /* the tools the model may call, n_tools of them (none: no tools block) */
     int n_tools;
     ak_chat_think think;
+    const char *today;          /* "YYYY-MM-DD", for Mistral Small 3.2's default system message; NULL: AK_CHAT_TODAY */
 } ak_chat_opts;
 
 /* Renders msgs[0..n) in family o->family (see the table above) into *out, a

@@ -132,9 +132,161 @@ static void put_tools_system(const akc_ctx *c, const char *sys, const char *def,
     akc_puts(b, "<|im_end|>\n");
 }
 
+/* ---- Hermes 3's tool_use template --------------------------------------------- */
+
+/* A JSON Schema's type as the template's json_to_python_type macro writes
+ * it (node < 0: no schema). Where the macro reads a missing "type" it finds
+ * Jinja's undefined, which is iterable: "Union[]"; "array" reads its items
+ * through the items filter, never a schema: "list[Union[]]". A type the
+ * macro would recurse on forever (a string it does not know) is "Any". */
+static void put_python_type(ak_buf *b, const ak_pyjson *d, int node, int depth) {
+    int t = node >= 0 && d->v[node].kind == AK_PYJSON_OBJECT ? ak_pyjson_get(d, node, "type") : -1;
+    if (t < 0) {
+        ak_buf_puts(b, "Union[]");
+        return;
+    }
+    const ak_pyjson_node *v = &d->v[t];
+    static const char *const map[][2] = {
+        {"string", "str"}, {"number", "float"}, {"integer", "int"}, {"boolean", "bool"}, {"array", "list[Union[]]"}};
+    if (v->kind == AK_PYJSON_STRING) {
+        for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
+            if (v->len == strlen(map[k][0]) && !memcmp(v->s, map[k][0], v->len)) {
+                ak_buf_puts(b, map[k][1]);
+                return;
+            }
+        if (v->len == 6 && !memcmp(v->s, "object", 6)) {
+            int extra = ak_pyjson_get(d, node, "additionalProperties");
+            if (extra < 0 || depth > 64) {
+                ak_buf_puts(b, "dict");
+                return;
+            }
+            ak_buf_puts(b, "dict[str, ");
+            put_python_type(b, d, extra, depth + 1);
+            ak_buf_puts(b, "]");
+            return;
+        }
+    } else if (v->kind == AK_PYJSON_ARRAY) {   /* each one as {"type": t} */
+        ak_buf_puts(b, "Union[");
+        for (int e = v->first; e >= 0; e = d->v[e].next) {
+            const ak_pyjson_node *x = &d->v[e];
+            const char *name = "Any";
+            for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
+                if (x->kind == AK_PYJSON_STRING && x->len == strlen(map[k][0]) && !memcmp(x->s, map[k][0], x->len))
+                    name = map[k][1];
+            if (x->kind == AK_PYJSON_STRING && x->len == 6 && !memcmp(x->s, "object", 6)) name = "dict";
+            ak_buf_puts(b, name);
+            if (d->v[e].next >= 0) ak_buf_puts(b, ",");
+        }
+        ak_buf_puts(b, "]");
+        return;
+    }
+    ak_buf_puts(b, "Any");
+}
+
+/* One tool as the template writes it: a description made of the name, the
+ * parameters' Python types and the description, then the Args lines (run
+ * together, as the template does), and the parameters' JSON. */
+static void put_hermes_tool(sbuf *b, const ak_chat_tool *t) {
+    ak_pyjson d = {0};
+    ak_error err = {0};
+    int props = -1;
+    if (t->parameters && ak_pyjson_parse(t->parameters, strlen(t->parameters), &d, &err) == 0)
+        props = ak_pyjson_get(&d, 0, "properties");
+    else if (err.code == AK_ERR_NOMEM)
+        b->failed = 1;
+    int any = props >= 0 && d.v[props].kind == AK_PYJSON_OBJECT && d.v[props].n > 0;
+    ak_buf j = {0};
+    ak_buf_puts(&j, t->name);
+    ak_buf_puts(&j, "(");
+    for (int p = any ? d.v[props].first : -1; p >= 0; p = d.v[p].next) {
+        ak_buf_append(&j, d.v[p].key, d.v[p].klen);
+        ak_buf_puts(&j, ": ");
+        put_python_type(&j, &d, p, 0);
+        if (d.v[p].next >= 0) ak_buf_puts(&j, ", ");
+    }
+    ak_buf_puts(&j, ") - ");
+    ak_buf_puts(&j, t->description);
+    ak_buf_puts(&j, "\n\n");
+    for (int p = any ? d.v[props].first : -1; p >= 0; p = d.v[p].next) {
+        if (p == d.v[props].first) ak_buf_puts(&j, "    Args:\n");
+        ak_buf_puts(&j, "        ");
+        ak_buf_append(&j, d.v[p].key, d.v[p].klen);
+        ak_buf_puts(&j, "(");
+        put_python_type(&j, &d, p, 0);
+        ak_buf_puts(&j, "): ");
+        int desc = ak_pyjson_get(&d, p, "description");
+        if (desc >= 0 && d.v[desc].kind == AK_PYJSON_STRING) {
+            const char *s = d.v[desc].s, *e = s + d.v[desc].len;
+            while (s < e && strchr(" \t\n\r\v\f", *s)) s++;
+            while (e > s && strchr(" \t\n\r\v\f", e[-1])) e--;
+            ak_buf_append(&j, s, (size_t)(e - s));
+        }
+    }
+    ak_pyjson_free(&d);
+    akc_puts(b, "{\"type\": \"function\", \"function\": {\"name\": \"");
+    CONTENT(b, akc_puts(b, t->name));
+    akc_puts(b, "\", \"description\": \"");
+    put_buf(b, &j);
+    akc_puts(b, "\", \"parameters\": ");
+    if (any) akc_put_tojson(b, t->parameters, -1);
+    else akc_puts(b, "{}");
+    akc_puts(b, "}");
+}
+
+/* Hermes 3's tool_use template: its function-calling system turn always (no
+ * tools: an empty list), every system message a turn of its own, calls
+ * without the text beside them, results in "tool" turns. */
+static int render_hermes(const akc_ctx *c) {
+    sbuf *b = c->b;
+    const ak_chat_msg *m = c->m;
+    akc_puts(b, c->bos);
+    akc_puts(b, "<|im_start|>system\nYou are a function calling AI model. You are provided with function signatures "
+                "within <tools></tools> XML tags. You may call one or more functions to assist with the user query. "
+                "Don't make assumptions about what values to plug into functions. Here are the available tools: "
+                "<tools> ");
+    for (int k = 0; k < c->o->n_tools; k++) {
+        put_hermes_tool(b, &c->o->tools[k]);
+        if (k + 1 < c->o->n_tools) akc_puts(b, "\n");
+    }
+    akc_puts(b, " </tools>Use the following pydantic model json schema for each tool call you will make: "
+                "{\"properties\": {\"name\": {\"title\": \"Name\", \"type\": \"string\"}, \"arguments\": "
+                "{\"title\": \"Arguments\", \"type\": \"object\"}}, \"required\": [\"name\", \"arguments\"], "
+                "\"title\": \"FunctionCall\", \"type\": \"object\"}}\nFor each function call return a json object "
+                "with function name and arguments within <tool_call></tool_call> XML tags as follows:\n<tool_call>\n"
+                "{\"name\": <function-name>, \"arguments\": <args-dict>}\n</tool_call><|im_end|>\n");
+    for (int i = 0; i < c->n; i++) {
+        if (c->r[i] == ROLE_TOOL) {
+            if (i > 0 && c->r[i - 1] != ROLE_TOOL) akc_puts(b, "<|im_start|>tool\n");
+            akc_puts(b, "<tool_response>\n");
+            CONTENT(b, akc_puts(b, m[i].content));
+            akc_puts(b, i + 1 < c->n ? "\n</tool_response>\n" : "\n</tool_response>");
+            if (i + 1 == c->n || c->r[i + 1] != ROLE_TOOL) akc_puts(b, "<|im_end|>");
+            continue;
+        }
+        akc_mark_open(b, i);
+        akc_puts(b, "<|im_start|>");
+        akc_puts(b, role_names[c->r[i]]);
+        if (m[i].n_calls == 0) {
+            akc_puts(b, "\n");
+            MSG_CONTENT(b, i, akc_puts(b, m[i].content));
+        }
+        for (int k = 0; k < m[i].n_calls; k++) {
+            akc_puts(b, "\n");
+            put_call_head(b, &m[i].calls[k]);
+            put_args_raw_string(b, m[i].calls[k].arguments);
+            akc_puts(b, "}\n</tool_call>");
+        }
+        akc_puts(b, "<|im_end|>\n");
+    }
+    if (c->gen) akc_puts(b, "<|im_start|>assistant\n");
+    return 0;
+}
+
 int akc_render_chatml(const akc_ctx *c, ak_error *err) {
     sbuf *b = c->b;
     const ak_chat_msg *m = c->m;
+    const char *t = c->o->template_text;
+    if (t && strstr(t, "You are a function calling AI model")) return render_hermes(c);
     const char *def = NULL;
     size_t n_def = 0;
     int has_def = akc_chatml_default_system(c->o->template_text, &def, &n_def), i = 0;
@@ -393,10 +545,93 @@ static void put_available_tools(const akc_ctx *c) {
     akc_puts(b, "[/AVAILABLE_TOOLS]");
 }
 
+/* The end of the Jinja string literal opening at s (its quote char): the
+ * closing quote, or NULL. */
+static const char *literal_end(const char *s) {
+    for (const char *p = s + 1; *p; p++) {
+        if (*p == '\\' && p[1]) p++;
+        else if (*p == *s) return p;
+    }
+    return NULL;
+}
+
+/* Mistral Small 3.2's default system message: the template's literal
+ * `default_system_message = "..." + today + "..."`, with today's date. */
+static void put_mistral_default_system(sbuf *b, const char *t, const char *today) {
+    static const char key[] = "default_system_message = ", mid[] = " + today + ";
+    const char *a = t ? strstr(t, key) : NULL, *e1 = a ? literal_end(a += sizeof key - 1) : NULL;
+    if (!e1) return;
+    akc_put_unescaped(b, a + 1, (size_t)(e1 - a - 1));
+    const char *q = e1 + 1, *e2 = !strncmp(q, mid, sizeof mid - 1) ? literal_end(q += sizeof mid - 1) : NULL;
+    if (!e2) return;
+    akc_puts(b, today);
+    akc_put_unescaped(b, q + 1, (size_t)(e2 - q - 1));
+}
+
+/* Mistral Small 3.2 (template with "[SYSTEM_PROMPT]"): the system prompt
+ * (the first system message's, or the template's default) in
+ * [SYSTEM_PROMPT], later system messages likewise; the tools as one JSON
+ * list before the last user message (and any with its text); a call
+ * "[TOOL_CALLS]N[CALL_ID]I[ARGS]A"; a result "[TOOL_RESULTS]I[TOOL_CONTENT]R
+ * [/TOOL_RESULTS]"; no generation prompt. */
+static int render_mistral_small(const akc_ctx *c) {
+    sbuf *b = c->b;
+    const ak_chat_msg *m = c->m;
+    int i = 0, last_user = -1;
+    akc_puts(b, c->bos);
+    akc_puts(b, "[SYSTEM_PROMPT]");
+    if (c->r[0] == ROLE_SYSTEM) CONTENT(b, akc_puts(b, m[i++].content));
+    else put_mistral_default_system(b, c->o->template_text, c->o->today ? c->o->today : AK_CHAT_TODAY);
+    akc_puts(b, "[/SYSTEM_PROMPT]");
+    for (int k = i; k < c->n; k++)
+        if (c->r[k] == ROLE_USER) last_user = k;
+    for (; i < c->n; i++) {
+        if (c->r[i] == ROLE_SYSTEM) {
+            akc_puts(b, "[SYSTEM_PROMPT]");
+            CONTENT(b, akc_puts(b, m[i].content));
+            akc_puts(b, "[/SYSTEM_PROMPT]");
+        } else if (c->r[i] == ROLE_USER) {
+            if (c->o->n_tools > 0 && !strcmp(m[i].content, m[last_user].content)) {
+                akc_puts(b, "[AVAILABLE_TOOLS][");
+                for (int k = 0; k < c->o->n_tools; k++) {
+                    if (k) akc_puts(b, ", ");
+                    put_tool(b, &c->o->tools[k], -1);
+                }
+                akc_puts(b, "][/AVAILABLE_TOOLS]");
+            }
+            akc_puts(b, "[INST]");
+            CONTENT(b, akc_puts(b, m[i].content));
+            akc_puts(b, "[/INST]");
+        } else if (c->r[i] == ROLE_TOOL) {
+            akc_puts(b, "[TOOL_RESULTS]");
+            put_mistral_id(b, m[i].tool_call_id);
+            akc_puts(b, "[TOOL_CONTENT]");
+            CONTENT(b, akc_puts(b, m[i].content));
+            akc_puts(b, "[/TOOL_RESULTS]");
+        } else if (m[i].n_calls > 0) {
+            for (int k = 0; k < m[i].n_calls; k++) {
+                akc_puts(b, "[TOOL_CALLS]");
+                CONTENT(b, akc_puts(b, m[i].calls[k].name));
+                akc_puts(b, "[CALL_ID]");
+                put_mistral_id(b, m[i].calls[k].id);
+                akc_puts(b, "[ARGS]");
+                akc_put_tojson(b, m[i].calls[k].arguments, -1);
+            }
+            akc_puts(b, c->eos);
+        } else {
+            akc_mark_open(b, i);
+            MSG_CONTENT(b, i, akc_puts(b, m[i].content));
+            akc_puts(b, c->eos);
+        }
+    }
+    return 0;
+}
+
 int akc_render_mistral(const akc_ctx *c, ak_error *err) {
     sbuf *b = c->b;
     const ak_chat_msg *m = c->m;
     int n = c->n;
+    if (c->o->template_text && strstr(c->o->template_text, "[SYSTEM_PROMPT]")) return render_mistral_small(c);
     const char *sys = c->r[0] == ROLE_SYSTEM ? m[0].content : NULL;
     int first = sys ? 1 : 0, last_user = -1;
     for (int i = first; i < n; i++) {
