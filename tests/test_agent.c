@@ -12,6 +12,7 @@
 #include "engine/synth.h"
 #include "text/tokenizer.h"
 #include "test.h"
+#include "agent_turn.h"
 
 typedef struct {
     ak_model *m;
@@ -49,36 +50,9 @@ static ak_agents *agents_for(env *e, ak_block_pool **pool, ak_store *store, ak_k
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
-/* One turn of an agent: its prompt, how many greedy tokens to generate,
- * where they and the turn's report go. */
-typedef struct {
-    const char *id;
-    const int32_t *prompt;
-    int n_prompt, n_gen;
-    int32_t *out;    /* n_gen tokens */
-    ak_turn *info;
-} turn_req;
-
-/* A turn: begin with the prompt, then n_gen greedy tokens into out. Returns
- * 0, or -1 with a test failure recorded. */
+/* A greedy turn (agent_turn.h) on e. */
 static int turn(ak_test_ctx *t, env *e, ak_agents *ag, turn_req r) {
-    const char *id = r.id;
-    int n_gen = r.n_gen;
-    int32_t *out = r.out;
-    ak_error err = {{0}};
-    if (ak_agent_begin(ag, e->ctx, id, r.prompt, r.n_prompt, e->logits, r.info, &err) < 0) {
-        ak_test_fail(t, __FILE__, __LINE__, "begin %s: %s", id, err.msg);
-        return -1;
-    }
-    for (int i = 0; i < n_gen; i++) {
-        out[i] = ak_argmax(e->logits, e->m->cfg.vocab);
-        if (i + 1 < n_gen && ak_agent_step(ag, e->ctx, id, out[i], e->logits, &err) < 0) {
-            ak_test_fail(t, __FILE__, __LINE__, "step %s: %s", id, err.msg);
-            return -1;
-        }
-    }
-    if (ak_agent_end(ag, id, &err) < 0) { ak_test_fail(t, __FILE__, __LINE__, "end %s: %s", id, err.msg); return -1; }
-    return 0;
+    return greedy_turn(t, e->ctx, e->logits, e->m->cfg.vocab, ag, r);
 }
 
 /* Greedy tokens from a fresh cache, prompt prefilled in one go. */
@@ -105,7 +79,7 @@ TEST(agent_prefix_matching) {
     int32_t p[64], g[16];
     for (int i = 0; i < 64; i++) p[i] = 1 + (i * 13) % 500;
     ak_turn ti;
-    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = p, .n_prompt = 20, .n_gen = 4, .out = g, .info = &ti}) == 0,
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = p, .n = 20, .n_gen = 4, .out = g, .info = &ti}) == 0,
             "turn 1");
     CHECK(ti.match == AK_MATCH_NEW && ti.tier == AK_TIER_COLD && ti.reused == 0 && ti.prefilled == 20,
           "new: %s/%s reused %d prefilled %d", ak_match_name(ti.match), ak_tier_name(ti.tier), ti.reused, ti.prefilled);
@@ -114,25 +88,25 @@ TEST(agent_prefix_matching) {
     memcpy(q, p, 20 * sizeof(int32_t));
     memcpy(q + 20, g, 3 * sizeof(int32_t));
     for (int i = 23; i < 28; i++) q[i] = 7 + i;
-    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n_prompt = 28, .n_gen = 2, .out = g, .info = &ti}) == 0,
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n = 28, .n_gen = 2, .out = g, .info = &ti}) == 0,
             "turn 2");
     CHECK(ti.match == AK_MATCH_EXTEND && ti.tier == AK_TIER_HOT && ti.reused == 23 && ti.prefilled == 5,
           "extend: %s/%s reused %d prefilled %d", ak_match_name(ti.match), ak_tier_name(ti.tier), ti.reused,
           ti.prefilled);
     /* history is q[0..28) + g[0]: the same prompt again is EXACT */
     q[28] = g[0];
-    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n_prompt = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
             "turn 3");
     CHECK(ti.match == AK_MATCH_EXACT && ti.reused == 28 && ti.prefilled == 1, "exact: %s reused %d prefilled %d",
           ak_match_name(ti.match), ti.reused, ti.prefilled);
     /* change token 10: DIVERGE keeps 10 */
     q[10] ^= 1;
-    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n_prompt = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "a", .prompt = q, .n = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
             "turn 4");
     CHECK(ti.match == AK_MATCH_DIVERGE && ti.reused == 10 && ti.prefilled == 19, "diverge: %s reused %d prefilled %d",
           ak_match_name(ti.match), ti.reused, ti.prefilled);
     /* a second agent never sees the first one's cache */
-    REQUIRE(turn(t, &e, ag, (turn_req){.id = "b", .prompt = q, .n_prompt = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "b", .prompt = q, .n = 29, .n_gen = 1, .out = g, .info = &ti}) == 0,
             "agent b");
     CHECK(ti.match == AK_MATCH_NEW && ti.reused == 0, "agent b reused %d tokens of agent a", ti.reused);
     ak_error err = {{0}};
@@ -161,7 +135,7 @@ static void check_restore_exact(ak_test_ctx *t, const char *model_path, const ch
         ak_turn ti;
         ak_block_pool *pool1, *pool2;
         ak_agents *hot = agents_for(&e, &pool1, store, fmts[fi][0], fmts[fi][1], 0);
-        REQUIRE(hot && turn(t, &e, hot, (turn_req){.id = "x", .prompt = p, .n_prompt = 40, .n_gen = 12, .out = g1,
+        REQUIRE(hot && turn(t, &e, hot, (turn_req){.id = "x", .prompt = p, .n = 40, .n_gen = 12, .out = g1,
                                                    .info = &ti}) == 0, "turn 1");
         /* phase 2 prompt: everything so far plus the last generated token */
         memcpy(p + 40, g1, sizeof g1);
@@ -169,12 +143,12 @@ static void check_restore_exact(ak_test_ctx *t, const char *model_path, const ch
         REQUIRE(ak_agents_flush(hot, &err) == 0, "flush: %s", err.msg);
         /* warm: a new pool and agent set (as after a restart) restores the file */
         ak_agents *warm = agents_for(&e, &pool2, store, fmts[fi][0], fmts[fi][1], 0);
-        REQUIRE(warm && turn(t, &e, warm, (turn_req){.id = "x", .prompt = p, .n_prompt = 52, .n_gen = 12, .out = g2,
+        REQUIRE(warm && turn(t, &e, warm, (turn_req){.id = "x", .prompt = p, .n = 52, .n_gen = 12, .out = g2,
                                                      .info = &ti}) == 0, "warm turn");
         CHECK(ti.tier == AK_TIER_WARM && ti.match == AK_MATCH_EXTEND && ti.reused == 51 && ti.prefilled == 1,
               "warm turn: %s/%s reused %d prefilled %d", ak_tier_name(ti.tier), ak_match_name(ti.match), ti.reused,
               ti.prefilled);
-        REQUIRE(turn(t, &e, hot, (turn_req){.id = "x", .prompt = p, .n_prompt = 52, .n_gen = 12, .out = g3,
+        REQUIRE(turn(t, &e, hot, (turn_req){.id = "x", .prompt = p, .n = 52, .n_gen = 12, .out = g3,
                                             .info = &ti}) == 0, "hot turn");
         CHECK(ti.tier == AK_TIER_HOT, "hot turn tier %s", ak_tier_name(ti.tier));
         reprefill(&e, fmts[fi][0], fmts[fi][1], p, 52, 12, g4);
@@ -231,7 +205,7 @@ static rr_tally round_robin(ak_test_ctx *t, env *e, ak_store *store, ak_kv_forma
             for (int i = 0; i < 30; i++) hist[a][len[a] + i] = 5 + (a * 97 + (len[a] + i) * 13) % 4000;
             len[a] += 30;
             ak_turn ti;
-            turn_req rq = {.id = id, .prompt = hist[a], .n_prompt = len[a], .n_gen = 4, .out = gen, .info = &ti};
+            turn_req rq = {.id = id, .prompt = hist[a], .n = len[a], .n_gen = 4, .out = gen, .info = &ti};
             if (turn(t, e, ag, rq) < 0) goto out;
             if (round > 0) {
                 r.warm += ti.tier == AK_TIER_WARM;
@@ -303,7 +277,7 @@ TEST(agent_bad_file_takes_cold_path) {
     ak_turn ti;
     ak_block_pool *pool1, *pool2;
     ak_agents *a1 = agents_for(&e, &pool1, store, AK_KV_Q8, AK_KV_Q8, 0);
-    REQUIRE(a1 && turn(t, &e, a1, (turn_req){.id = "z", .prompt = p, .n_prompt = 30, .n_gen = 8, .out = g1,
+    REQUIRE(a1 && turn(t, &e, a1, (turn_req){.id = "z", .prompt = p, .n = 30, .n_gen = 8, .out = g1,
                                              .info = &ti}) == 0, "turn 1");
     ak_agents_free(a1);
     ak_block_pool_free(pool1);
@@ -321,7 +295,7 @@ TEST(agent_bad_file_takes_cold_path) {
     fclose(f);
     memcpy(p + 30, g1, 7 * sizeof(int32_t));
     ak_agents *a2 = agents_for(&e, &pool2, store, AK_KV_Q8, AK_KV_Q8, 0);
-    REQUIRE(a2 && turn(t, &e, a2, (turn_req){.id = "z", .prompt = p, .n_prompt = 37, .n_gen = 8, .out = g2,
+    REQUIRE(a2 && turn(t, &e, a2, (turn_req){.id = "z", .prompt = p, .n = 37, .n_gen = 8, .out = g2,
                                              .info = &ti}) == 0, "turn after corruption");
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0 && ti.prefilled == 37, "corrupt file served as %s, reused %d",
           ak_tier_name(ti.tier), ti.reused);
@@ -403,7 +377,7 @@ TEST(agent_failed_save_stays_dirty_and_is_retried) {
     for (int i = 0; i < 30; i++) p[i] = 1 + (i * 11) % 400;
     REQUIRE(rename(dir, away) == 0, "rename");
     ak_turn ti;
-    REQUIRE(turn(t, &e, ag, (turn_req){.id = "r", .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g, .info = &ti}) == 0,
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "r", .prompt = p, .n = 30, .n_gen = 4, .out = g, .info = &ti}) == 0,
             "turn");
     CHECK(wait_failures(ag, 1) == 0, "the save did not fail");
     ak_agent_info in;
@@ -457,7 +431,7 @@ TEST(agent_save_that_keeps_failing_is_reported) {
     int32_t p[40], g[4];
     for (int i = 0; i < 30; i++) p[i] = 1 + (i * 13) % 400;
     ak_turn ti;
-    REQUIRE(turn(t, &e, ag, (turn_req){.id = "doomed", .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g,
+    REQUIRE(turn(t, &e, ag, (turn_req){.id = "doomed", .prompt = p, .n = 30, .n_gen = 4, .out = g,
                                        .info = &ti}) == 0, "turn");
     err = (ak_error){{0}};
     CHECK(ak_agents_flush(ag, &err) < 0, "flush reported success after failed saves");
@@ -497,7 +471,7 @@ TEST(agent_disk_budget_applied_after_saves) {
     ak_agents_config c = {e.m, pool, store, AK_KV_Q8, AK_KV_Q8, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
     ak_agents *ag = ak_agents_new(&c, &err);
     ak_turn ti;
-    REQUIRE(ag && turn(t, &e, ag, (turn_req){.id = "probe", .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g,
+    REQUIRE(ag && turn(t, &e, ag, (turn_req){.id = "probe", .prompt = p, .n = 30, .n_gen = 4, .out = g,
                                              .info = &ti}) == 0 && ak_agents_flush(ag, &err) == 0,
             "probe: %s", err.msg);
     ak_agents_free(ag);
@@ -509,7 +483,7 @@ TEST(agent_disk_budget_applied_after_saves) {
     REQUIRE(ag, "%s", err.msg);
     const char *ids[3] = {"b0", "b1", "b2"};
     for (int i = 0; i < 3; i++) {
-        REQUIRE(turn(t, &e, ag, (turn_req){.id = ids[i], .prompt = p, .n_prompt = 30, .n_gen = 4, .out = g,
+        REQUIRE(turn(t, &e, ag, (turn_req){.id = ids[i], .prompt = p, .n = 30, .n_gen = 4, .out = g,
                                            .info = &ti}) == 0, "turn");
         REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
     }

@@ -13,6 +13,7 @@
 #include "text/sampler.h"
 #include "test.h"
 #include "test_model_env.h"
+#include "agent_turn.h"
 #include "test_store_util.h"
 
 static const char *card_dir_for(const char *name) {
@@ -446,38 +447,9 @@ static ak_agents *agents_on(tenv *e, ak_block_pool **pool, ak_store *store) {
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
-/* One turn of an agent: its prompt, how many greedy tokens to generate,
- * where they, the first logits (if first is not NULL) and the report go. */
-typedef struct {
-    const char *id;
-    const int32_t *prompt;
-    int n, n_gen;
-    int32_t *out;   /* n_gen tokens */
-    float *first;   /* vocab floats, or NULL */
-    ak_turn *info;
-} mturn_req;
-
-/* A turn: begin with the prompt, then n_gen greedy tokens. Returns 0, or -1
- * with a test failure recorded. */
-static int mturn(ak_test_ctx *t, tenv *e, ak_agents *ag, mturn_req r) {
-    const char *id = r.id;
-    int n_gen = r.n_gen;
-    int32_t *out = r.out;
-    ak_error err = {{0}};
-    if (ak_agent_begin(ag, e->ctx, id, r.prompt, r.n, e->logits, r.info, &err) < 0) {
-        ak_test_fail(t, __FILE__, __LINE__, "begin %s: %s", id, err.msg);
-        return -1;
-    }
-    if (r.first) memcpy(r.first, e->logits, sizeof(float) * (size_t)e->vocab);
-    for (int i = 0; i < n_gen; i++) {
-        out[i] = ak_argmax(e->logits, e->vocab);
-        if (i + 1 < n_gen && ak_agent_step(ag, e->ctx, id, out[i], e->logits, &err) < 0) {
-            ak_test_fail(t, __FILE__, __LINE__, "step %s: %s", id, err.msg);
-            return -1;
-        }
-    }
-    if (ak_agent_end(ag, id, &err) < 0) { ak_test_fail(t, __FILE__, __LINE__, "end %s: %s", id, err.msg); return -1; }
-    return 0;
+/* A greedy turn (agent_turn.h) on e. */
+static int mturn(ak_test_ctx *t, tenv *e, ak_agents *ag, turn_req r) {
+    return greedy_turn(t, e->ctx, e->logits, e->vocab, ag, r);
 }
 
 /* Greedy tokens of a fresh f16 cache with the prompt prefilled at once;
@@ -512,7 +484,7 @@ TEST(cards_written_behind_land_on_wait_remove_and_shutdown) {
     int32_t prompt[24], gen[2];
     for (int i = 0; i < 24; i++) prompt[i] = i ? (int32_t)((i * 29 + 5) % e.vocab) : 1;
     ak_turn ti;
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "alice", .prompt = prompt, .n = 24, .n_gen = 2, .out = gen,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "alice", .prompt = prompt, .n = 24, .n_gen = 2, .out = gen,
                                          .info = &ti}) == 0, "alice");
     ak_card_request rq;
     memset(&rq, 0, sizeof rq);
@@ -555,7 +527,7 @@ TEST(cards_import_replace_on_a_real_model) {
     int32_t prompt[NP], gen[NG], ref[NG], got[NG];
     for (int i = 0; i < NP; i++) prompt[i] = i ? (int32_t)((i * 37 + 11) % e.vocab) : 1;
     ak_turn ti;
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "alice", .prompt = prompt, .n = NP, .n_gen = NG, .out = gen,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "alice", .prompt = prompt, .n = NP, .n_gen = NG, .out = gen,
                                          .info = &ti}) == 0, "alice");
     /* the card: alice's whole history at 16 bits */
     char cid[AK_AGENT_ID_MAX + 1];
@@ -574,7 +546,7 @@ TEST(cards_import_replace_on_a_real_model) {
     REQUIRE(ak_agent_import_card(ag, "bob", cid, &err) == 0, "import: %s", err.msg);
     float *lref = malloc(sizeof(float) * (size_t)e.vocab), *lgot = malloc(sizeof(float) * (size_t)e.vocab);
     mreprefill(&e, p2, n + 1, NG, ref, lref);
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "bob", .prompt = p2, .n = n + 1, .n_gen = NG, .out = got, .first = lgot,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "bob", .prompt = p2, .n = n + 1, .n_gen = NG, .out = got, .first = lgot,
                                          .info = &ti}) == 0, "bob");
     CHECK(ti.reused == n && ti.prefilled == 1, "bob reused %d, prefilled %d (card %d)", ti.reused, ti.prefilled, n);
     CHECK(!memcmp(got, ref, sizeof got), "16-bit card: bob's continuation differs from a re-prefill");
@@ -593,7 +565,7 @@ TEST(cards_import_replace_on_a_real_model) {
         float *ld = malloc(sizeof(float) * (size_t)e.vocab);
         mreprefill(&e, pd, 24, NG, rd, ld);
         free(ld);
-        REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "gus", .prompt = pd, .n = 24, .n_gen = NG, .out = gd,
+        REQUIRE(mturn(t, &e, ag, (turn_req){.id = "gus", .prompt = pd, .n = 24, .n_gen = NG, .out = gd,
                                              .info = &ti}) == 0, "gus");
         CHECK(ti.match == AK_MATCH_DIVERGE && ti.reused == 20 && !memcmp(gd, rd, sizeof gd),
               "diverging inside the card: match %s, reused %d", ak_match_name(ti.match), ti.reused);
@@ -606,7 +578,7 @@ TEST(cards_import_replace_on_a_real_model) {
     rq.policy = "uniform";
     REQUIRE(ak_agent_make_card(ag, "alice", &rq, cid, &err) == 0, "make 8: %s", err.msg);
     REQUIRE(ak_agent_import_card(ag, "carol", "c8", &err) == 0, "import 8: %s", err.msg);
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "carol", .prompt = p2, .n = n + 1, .n_gen = NG, .out = got,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "carol", .prompt = p2, .n = n + 1, .n_gen = NG, .out = got,
                                          .first = lgot, .info = &ti}) == 0, "carol");
     CHECK(ti.reused == n && ti.prefilled == 1, "carol reused %d", ti.reused);
     double d8 = 0, mx = 0;
@@ -683,7 +655,7 @@ TEST(cards_import_replace_on_a_real_model) {
     p3[n3] = 9;
     int32_t ref3[NG], got3[NG];
     mreprefill(&e, p3, n3 + 1, NG, ref3, lref);
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "bob", .prompt = p3, .n = n3 + 1, .n_gen = NG, .out = got3,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "bob", .prompt = p3, .n = n3 + 1, .n_gen = NG, .out = got3,
                                          .info = &ti}) == 0, "bob again");
     CHECK(ti.reused == n3 && !memcmp(got3, ref3, sizeof got3), "bob after the refusals: reused %d of %d", ti.reused, n3);
     /* bob survives a restart: his file records the card, the restore
@@ -697,7 +669,7 @@ TEST(cards_import_replace_on_a_real_model) {
     p3[n4] = 7;
     int32_t ref4[NG], got4[NG];
     mreprefill(&e, p3, n4 + 1, NG, ref4, lref);
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "bob", .prompt = p3, .n = n4 + 1, .n_gen = NG, .out = got4,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "bob", .prompt = p3, .n = n4 + 1, .n_gen = NG, .out = got4,
                                          .info = &ti}) == 0, "bob restored");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == n4, "bob after a restart: tier %s, reused %d of %d",
           ak_tier_name(ti.tier), ti.reused, n4);
@@ -721,14 +693,14 @@ TEST(cards_import_replace_on_a_real_model) {
     ag = agents_on(&e, &pool, store);
     REQUIRE(ag, "agents a third time");
     int32_t got5[NG];
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "bob", .prompt = p3, .n = n4 + 1, .n_gen = NG, .out = got5,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "bob", .prompt = p3, .n = n4 + 1, .n_gen = NG, .out = got5,
                                          .info = &ti}) == 0, "bob with a changed card");
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0 && !memcmp(got5, ref4, sizeof got5),
           "bob with a changed card: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
     memcpy(p3, p2, sizeof(int32_t) * (size_t)(n + 1));
     memcpy(p3 + n + 1, got, sizeof(int32_t) * (NG - 1));
     p3[n + NG] = 2;
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "carol", .prompt = p3, .n = n + NG + 1, .n_gen = NG, .out = got5,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "carol", .prompt = p3, .n = n + NG + 1, .n_gen = NG, .out = got5,
                                          .info = &ti}) == 0, "carol without her card");
     /* nothing from her file; whole blocks bob just computed (pure now) may be linked */
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == ti.shared, "carol without her card: tier %s, reused %d, linked %d",
@@ -790,7 +762,7 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     float *lref = malloc(sizeof(float) * (size_t)e.vocab), *lgot = malloc(sizeof(float) * (size_t)e.vocab);
     mreprefill(&e, tok, N + 1, NG, ref, lref);
     ak_turn ti;
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "erin", .prompt = tok, .n = N + 1, .n_gen = NG, .out = got,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "erin", .prompt = tok, .n = N + 1, .n_gen = NG, .out = got,
                                          .first = lgot, .info = &ti}) == 0, "erin");
     double dmax = 0, mx = 0;
     for (int i = 0; i < e.vocab; i++) dmax = fmax(dmax, fabs((double)lgot[i] - lref[i])), mx = fmax(mx, fabs((double)lref[i]));
@@ -813,7 +785,7 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     REQUIRE(ak_agent_prefetch(ag, "erin", 0, &job, &err) == 1 && job, "prefetch: %s", err.msg);
     ak_restore_job_run(job);
     ak_agent_prefetch_done(ag, job);
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "erin", .prompt = tok, .n = n2 + 1, .n_gen = NG, .out = got2,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "erin", .prompt = tok, .n = n2 + 1, .n_gen = NG, .out = got2,
                                          .info = &ti}) == 0, "erin restored");
     CHECK(ti.tier == AK_TIER_WARM && ti.restored_ahead && ti.reused == n2 && !memcmp(got2, ref2, sizeof got2),
           "erin after a restart: tier %s, ahead %d, reused %d of %d", ak_tier_name(ti.tier), ti.restored_ahead,
@@ -832,12 +804,12 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     CHECK(inf.impure && !strcmp(inf.card, "s5") && !inf.pool[0], "erin's info: card %s impure %d", inf.card, inf.impure);
     ak_block_pool_stats st0, st1, st2;
     ak_block_pool_get_stats(pool, &st0);
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "erin", .prompt = lp, .n = nl, .n_gen = 1, .out = got2,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "erin", .prompt = lp, .n = nl, .n_gen = 1, .out = got2,
                                          .info = &ti}) == 0, "erin long");
     ak_block_pool_get_stats(pool, &st1);
     CHECK(ti.reused == n2 + NG && st1.indexed == st0.indexed, "an impure agent published %zu blocks (reused %d)",
           st1.indexed - st0.indexed, ti.reused);
-    REQUIRE(mturn(t, &e, ag, (mturn_req){.id = "ctl", .prompt = lp, .n = nl, .n_gen = 1, .out = got2,
+    REQUIRE(mturn(t, &e, ag, (turn_req){.id = "ctl", .prompt = lp, .n = nl, .n_gen = 1, .out = got2,
                                          .info = &ti}) == 0, "control");
     ak_block_pool_get_stats(pool, &st2);
     CHECK(st2.indexed >= st1.indexed + 3, "the control agent published %zu blocks", st2.indexed - st1.indexed);
