@@ -295,3 +295,52 @@ TEST(chat_resend_prompt_means_the_conversation) {
     free(hist);
     ak_tokenizer_free(tk);
 }
+
+/* A reply with tool calls, resent as the client got it (its text, reasoning
+ * and calls as fields): the history stands for it when it decodes to the
+ * turn as the template renders it, calls and all (the agent's cache is
+ * reused past the call, the tool's result is all that is new); a reply the
+ * template writes otherwise (JSON spaced differently) stays rendered. The
+ * replies are written out here as each model writes them. */
+TEST(chat_resend_replies_with_calls) {
+    ak_tokenizer *tk = test_chatml_tokenizer(t);
+    REQUIRE(tk, "tokenizer");
+#define DSM(x) "<\xef\xbd\x9c" x "\xef\xbd\x9c>"
+    static const struct {
+        ak_chat_family f;
+        const char *content, *reasoning, *reply;
+        int replaced;
+    } cases[] = {
+        {AK_CHAT_CHATML, "Checking.", NULL,
+         "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", 1},
+        {AK_CHAT_CHATML, NULL, NULL, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+         1},
+        {AK_CHAT_QWEN3, NULL, "Look it up.",
+         "<think>\nLook it up.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+         "</tool_call>", 1},
+        {AK_CHAT_LLAMA3, NULL, NULL, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", 1},
+        {AK_CHAT_DEEPSEEK3, "Checking.", NULL,
+         "Checking." DSM("tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin") DSM("tool\xe2\x96\x81" "call\xe2\x96\x81" "begin")
+         "get_weather" DSM("tool\xe2\x96\x81sep") "{\"city\": \"Paris\"}" DSM("tool\xe2\x96\x81" "call\xe2\x96\x81" "end")
+         DSM("tool\xe2\x96\x81" "calls\xe2\x96\x81" "end"), 1},
+        {AK_CHAT_CHATML, NULL, NULL, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>", 0},
+    };
+#undef DSM
+    const ak_chat_call call = {.id = "call_1", .name = "get_weather", .arguments = "{\"city\": \"Paris\"}"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const ak_chat_msg m[] = {{.role = "user", .content = "Weather in Paris?"},
+                                 {.role = "assistant", .content = cases[i].content, .reasoning = cases[i].reasoning,
+                                  .calls = &call, .n_calls = 1},
+                                 {.role = "tool", .tool_call_id = "call_1", .content = "21 C"}};
+        int nh = 0, kept = 0;
+        int32_t *hist = prompt_of(t, tk, cases[i].f, m, 1, 1, &nh);
+        REQUIRE(hist, "prompt");
+        push_chars(&hist, &nh, tk, cases[i].reply);
+        const resend_case c = {.f = cases[i].f, .m = m, .n = 3, .hist = hist, .nh = nh};
+        int r = rebuild(t, tk, &c, &kept, NULL, NULL);
+        CHECK(r == cases[i].replaced && (!r || kept == nh), "%s case %zu: %d replaced (want %d), %d of %d history tokens kept",
+              ak_chat_family_name(cases[i].f), i, r, cases[i].replaced, kept, nh);
+        free(hist);
+    }
+    ak_tokenizer_free(tk);
+}

@@ -318,9 +318,12 @@ int ak_chat_reasoning_open(const ak_chat_opts *o);
 
 /* Where a message landed in a rendering, as byte offsets into its text: the
  * turn opens at `open` (the role's markup follows), and the content, as the
- * template put it (trimmed, or with the reasoning dropped), is [at, end).
- * -1 for messages without a turn of their own (a system message folded into
- * another turn, or dropped). */
+ * template put it (trimmed, or with the reasoning dropped), is [at, end);
+ * for a reply with calls, its whole turn after the generation prompt
+ * (chat_resend.h). -1 for messages without a turn of their own (a system
+ * message folded into another turn, or dropped), and at and end -1 for a
+ * reply with calls the history cannot stand for (mistral's, whose ids are
+ * the server's; llama3's of several calls, several turns; R1's). */
 typedef struct {
     long open, at, end;
 } ak_chat_span;

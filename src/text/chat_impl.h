@@ -32,12 +32,16 @@ void akc_put_trim(sbuf *b, const char *s);
 /* Runs an append as message content (see sbuf.mask). */
 #define CONTENT(b, stmt) do { (b)->content = 1; stmt; (b)->content = 0; } while (0)
 
-/* CONTENT, recording where message i's content lands. */
-#define MSG_CONTENT(b, i, stmt) do {                                             \
+/* Runs an append, recording that message i's content (for a reply with
+ * calls: its whole turn after the generation prompt) lands there. */
+#define MSG_SPAN(b, i, stmt) do {                                                \
         size_t at_ = (b)->len;                                                   \
-        CONTENT(b, stmt);                                                        \
+        stmt;                                                                    \
         if ((b)->spans) { (b)->spans[i].at = (long)at_; (b)->spans[i].end = (long)(b)->len; } \
     } while (0)
+
+/* CONTENT, recording where message i's content lands. */
+#define MSG_CONTENT(b, i, stmt) MSG_SPAN(b, i, CONTENT(b, stmt))
 
 /* Message i's turn opens here (its opening markup follows). */
 static inline void akc_mark_open(sbuf *b, int i) {

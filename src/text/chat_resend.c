@@ -135,28 +135,38 @@ int ak_chat_tokenize_resent(const ak_chat_msg *msgs, int n, const ak_chat_opts *
     size_t pos = 0;   /* the rendering's bytes before pos are placed */
     for (int i = 0; rc == 0 && i < n; i++) {
         const ak_chat_span *sp = &r.spans[i];
-        if (strcmp(msgs[i].role, "assistant") || !msgs[i].content || sp->open < (long)pos || sp->at < sp->open ||
-            sp->end < sp->at)
+        if (strcmp(msgs[i].role, "assistant") || sp->open < (long)pos || sp->at < sp->open || sp->end < sp->at)
             continue;
-        if (!rendered_as_is(r.text + sp->at, (size_t)(sp->end - sp->at), msgs[i].content)) continue;
-        size_t mark = t.n;
-        if ((rc = put_piece(&t, tok, &r, pos, (size_t)sp->open, r.gen_prompt, err)) < 0) break;
-        int q = 0;
-        size_t covered = 0;
-        int m = t.n <= (size_t)n_hist && !memcmp(t.v, hist, sizeof *t.v * t.n)
-                    ? match_content(tok, hist, n_hist, (int)t.n, msgs[i].content, &q, &covered, err)
-                    : 0;
-        if (m < 0) { rc = -1; break; }
-        if (!m) {   /* rendered as the template does */
-            t.n = mark;
+        /* a reply with calls: the history must decode to its turn as rendered, text and calls */
+        size_t at = (size_t)sp->at, len = (size_t)(sp->end - sp->at);
+        char *turn = msgs[i].n_calls > 0 ? strndup(r.text + at, len) : NULL;
+        const char *want = turn ? turn : msgs[i].content;
+        if (!want || (!turn && !rendered_as_is(r.text + at, len, want))) {
+            if (msgs[i].n_calls > 0) rc = ak_failc(err, AK_ERR_NOMEM, "out of memory");
             continue;
         }
-        size_t p = t.n;
-        if ((rc = toks_put(&t, hist + p, (size_t)q - p, err)) < 0) break;
-        const char *rest = msgs[i].content + covered;
-        if ((rc = put_text(&t, tok, rest, strlen(rest), NULL, 1, 1, err)) < 0) break;
-        pos = (size_t)sp->end;
-        replaced++;
+        size_t mark = t.n;
+        int q = 0, m = 0;
+        size_t covered = 0;
+        if ((rc = put_piece(&t, tok, &r, pos, (size_t)sp->open, r.gen_prompt, err)) == 0)
+            m = t.n <= (size_t)n_hist && !memcmp(t.v, hist, sizeof *t.v * t.n)
+                    ? match_content(tok, hist, n_hist, (int)t.n, want, &q, &covered, err)
+                    : 0;
+        if (rc == 0 && m > 0) {
+            size_t p = t.n;
+            rc = toks_put(&t, hist + p, (size_t)q - p, err);
+            /* what the history lacks: the turn's rest, markup and all, or the content's as text */
+            if (rc == 0 && turn) rc = put_text(&t, tok, turn + covered, len - covered, r.plain + at + covered, 0, 1, err);
+            else if (rc == 0) rc = put_text(&t, tok, want + covered, strlen(want + covered), NULL, 1, 1, err);
+            pos = (size_t)sp->end;
+            replaced++;
+        }
+        free(turn);
+        if (rc < 0 || m < 0) {
+            rc = -1;
+            break;
+        }
+        if (!m) t.n = mark;   /* rendered as the template does */
     }
     if (rc == 0 && replaced) rc = put_text(&t, tok, r.text + pos, r.len - pos, r.plain + pos, 0, pos > 0, err);
     int32_t eos = ak_tokenizer_eos(tok);

@@ -31,6 +31,12 @@
  * template drops keeps the template's form), and only when the history holds
  * the prompt up to it (mistral moves the system message in front of the last
  * user message: the earlier prompt is not a prefix, nothing is replaced).
+ * A reply with tool calls (chatml, Hermes, qwen3, llama3 with one call,
+ * deepseek3 V3.1 after a user message) is replaced when the history decodes
+ * to its whole turn as rendered after the generation prompt: its reasoning,
+ * text and calls, markup and all (the model wrote the calls' JSON as the
+ * template prints it); the rest of a turn the history stops inside is
+ * tokenized as rendered, markup as markup.
  *
  * Nothing the client says is trusted beyond that equality: history tokens
  * replace a message only when they decode to its very text, so the prompt

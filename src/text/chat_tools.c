@@ -266,16 +266,17 @@ static int render_hermes(const akc_ctx *c) {
         akc_mark_open(b, i);
         akc_puts(b, "<|im_start|>");
         akc_puts(b, role_names[c->r[i]]);
-        if (m[i].n_calls == 0) {
-            akc_puts(b, "\n");
-            MSG_CONTENT(b, i, akc_puts(b, m[i].content));
-        }
-        for (int k = 0; k < m[i].n_calls; k++) {
-            akc_puts(b, "\n");
-            put_call_head(b, &m[i].calls[k]);
-            put_args_raw_string(b, m[i].calls[k].arguments);
-            akc_puts(b, "}\n</tool_call>");
-        }
+        akc_puts(b, "\n");
+        if (m[i].n_calls == 0) MSG_CONTENT(b, i, akc_puts(b, m[i].content));
+        else
+            MSG_SPAN(b, i, {
+                for (int k = 0; k < m[i].n_calls; k++) {
+                    if (k) akc_puts(b, "\n");
+                    put_call_head(b, &m[i].calls[k]);
+                    put_args_raw_string(b, m[i].calls[k].arguments);
+                    akc_puts(b, "}\n</tool_call>");
+                }
+            });
         akc_puts(b, "<|im_end|>\n");
     }
     if (c->gen) akc_puts(b, "<|im_start|>assistant\n");
@@ -306,19 +307,19 @@ int akc_render_chatml(const akc_ctx *c, ak_error *err) {
         akc_mark_open(b, i);
         akc_puts(b, "<|im_start|>");
         akc_puts(b, role_names[c->r[i]]);
+        akc_puts(b, "\n");
         if (m[i].n_calls > 0) {
-            if (m[i].content && m[i].content[0]) {
-                akc_puts(b, "\n");
-                CONTENT(b, akc_puts(b, m[i].content));
-            }
-            for (int k = 0; k < m[i].n_calls; k++) {
-                akc_puts(b, "\n");
-                put_call_head(b, &m[i].calls[k]);
-                akc_put_tojson(b, m[i].calls[k].arguments, -1);
-                akc_puts(b, "}\n</tool_call>");
-            }
+            int text = m[i].content && m[i].content[0];
+            MSG_SPAN(b, i, {
+                if (text) CONTENT(b, akc_puts(b, m[i].content));
+                for (int k = 0; k < m[i].n_calls; k++) {
+                    if (k || text) akc_puts(b, "\n");
+                    put_call_head(b, &m[i].calls[k]);
+                    akc_put_tojson(b, m[i].calls[k].arguments, -1);
+                    akc_puts(b, "}\n</tool_call>");
+                }
+            });
         } else {
-            akc_puts(b, "\n");
             MSG_CONTENT(b, i, akc_puts(b, m[i].content));
         }
         akc_puts(b, "<|im_end|>\n");
@@ -398,6 +399,7 @@ int akc_render_qwen3(const akc_ctx *c, ak_error *err) {
         const char *reply = qwen3_split(&m[i], &rs, &re, &given), *shown = reply;
         akc_mark_open(b, i);
         akc_puts(b, "<|im_start|>assistant\n");
+        size_t turn = b->len;   /* a reply with calls: its span, think block and all */
         if (i > last_query && (i == n - 1 || given)) {
             akc_puts(b, "<think>\n");
             CONTENT(b, akc_putn(b, rs, (size_t)(re - rs)));
@@ -414,6 +416,7 @@ int akc_render_qwen3(const akc_ctx *c, ak_error *err) {
                 put_args_raw_string(b, m[i].calls[k].arguments);
                 akc_puts(b, "}\n</tool_call>");
             }
+            if (b->spans) b->spans[i] = (ak_chat_span){.open = b->spans[i].open, .at = (long)turn, .end = (long)b->len};
         }
         akc_puts(b, "<|im_end|>\n");
     }
@@ -476,11 +479,15 @@ int akc_render_llama3(const akc_ctx *c, ak_error *err) {
             continue;
         }
         for (int k = 0; k < m[i].n_calls; k++) {   /* one call a turn */
-            akc_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            akc_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+            size_t at = b->len;
+            akc_puts(b, "{\"name\": \"");
             CONTENT(b, akc_puts(b, m[i].calls[k].name));
             akc_puts(b, "\", \"parameters\": ");
             akc_put_tojson(b, m[i].calls[k].arguments, -1);
-            akc_puts(b, "}<|eot_id|>");
+            akc_puts(b, "}");
+            if (b->spans && m[i].n_calls == 1) b->spans[i].at = (long)at, b->spans[i].end = (long)b->len;
+            akc_puts(b, "<|eot_id|>");
         }
     }
     if (c->gen) akc_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -766,6 +773,7 @@ static void render_deepseek_v31(const akc_ctx *c) {
             last_user = 0;
             if (m[i].n_calls > 0) {
                 is_tool = 0;
+                size_t at = b->len;
                 if (m[i].content) CONTENT(b, akc_puts(b, m[i].content));
                 for (int k = 0; k < m[i].n_calls; k++) {
                     akc_puts(b, k ? DS_CALL_BEGIN : DS_CALLS_BEGIN DS_CALL_BEGIN);
@@ -774,7 +782,9 @@ static void render_deepseek_v31(const akc_ctx *c) {
                     akc_put_tojson(b, m[i].calls[k].arguments, -1);
                     akc_puts(b, DS_CALL_END);
                 }
-                akc_puts(b, DS_CALLS_END DS_EOS);
+                akc_puts(b, DS_CALLS_END);
+                if (b->spans && after_user) b->spans[i].at = (long)at, b->spans[i].end = (long)b->len;
+                akc_puts(b, DS_EOS);
             } else if (is_tool) {
                 is_tool = 0;
                 CONTENT(b, akc_puts(b, m[i].content));
