@@ -3,7 +3,8 @@
  * memories, quarantined images; built at open, kept current by this store's
  * saves, loads, removals, quarantine moves and gc), listing, lookup,
  * removal, gc and quarantine. The layers below:
- *   store_codec.c    the image format (specified there), build and parse
+ *   store_codec.c    the image format (specified there), parse and verify
+ *   store_snapshot.c sequence -> snapshot and its header
  *   store_save.c     snapshot -> image -> backend put
  *   store_load.c     backend get -> verified image -> sequence
  *   store_backend.h  the byte backend interface; store_dir.c the directory

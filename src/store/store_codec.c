@@ -133,17 +133,17 @@
  * through crypto_secretstream_xchacha20poly1305 in 64 KiB chunks, the last
  * tagged FINAL.
  *
- * Where images go and how they are read: store_save.c (temp + atomic
- * replace through a backend: store_backend.h), store_load.c (header first,
- * then only the blocks needed, each verified before the sequence is
- * swapped in).
+ * How images are made, where they go and how they are read:
+ * store_snapshot.c (a sequence's snapshot and its header, by this
+ * format), store_save.c (temp + atomic replace through a backend:
+ * store_backend.h), store_load.c (header first, then only the blocks
+ * needed, each verified before the sequence is swapped in).
  */
 #include "store/store_codec.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <sodium.h>
 /* xxhash compiled into this file with our target flags, so XXH3 uses the
  * widest vector unit (AVX-512 / AVX2 / NEON) instead of the shared library's
@@ -172,10 +172,10 @@ const char *ak_store_status_name(ak_store_status st) {
     return "?";
 }
 
-static void hex64(uint64_t h, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)h); }
+void aks_hex64(uint64_t h, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)h); }
 
 /* The "format" metadata value of kind. */
-static const char *kind_format(int kind) {
+const char *aks_kind_format(int kind) {
     return kind == AK_FILE_POOL ? POOL_FORMAT_NAME : kind == AK_FILE_MEMORY ? MEMORY_FORMAT_NAME : FORMAT_NAME;
 }
 
@@ -188,7 +188,7 @@ static const char *kind_format(int kind) {
  * if a format cannot store the head dim or the sizes overflow. Both the
  * writer and the reader use this: the reader requires the file's table to
  * be exactly this one. */
-static int layout_tensors(const aks_layout *ly, tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn) {
+int aks_layout_tensors(const aks_layout *ly, tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn) {
     const ak_cache_spec *s = ly->spec;
     ak_kv_format fk = ly->fk, fv = ly->fv;
     int64_t nb = ly->nb, lb0 = ly->lb0;
@@ -372,11 +372,11 @@ static uint64_t block_checksum(const uint8_t *data, const tensor_desc *t, int nt
 }
 
 /* File blocks of a table t (nt tensors): tensor 0's b0 plus its blocks. */
-static int64_t table_blocks(const tensor_desc *t, int nt) { return nt ? t[0].b0 + t[0].shape[0] : 0; }
+int64_t aks_table_blocks(const tensor_desc *t, int nt) { return nt ? t[0].b0 + t[0].shape[0] : 0; }
 
-/* ---------------------------------------------------------------- snapshot */
+/* ------------------------------------------------ names, the canonical base */
 
-static int fingerprint_ok(const char *fp) {
+int aks_fingerprint_ok(const char *fp) {
     size_t n = fp ? strlen(fp) : 0;
     if (n < 1 || n > 64) return 0;
     for (size_t i = 0; i < n; i++)
@@ -385,7 +385,7 @@ static int fingerprint_ok(const char *fp) {
 }
 
 /* 1 if h is 16 lowercase hex digits. */
-static int hash_ok(const char *h) {
+int aks_hash_ok(const char *h) {
     if (!h || strlen(h) != 16) return 0;
     for (int i = 0; i < 16; i++)
         if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f'))) return 0;
@@ -399,7 +399,7 @@ static int hash_ok(const char *h) {
  * AK_KV_MAX_SEGMENTS, an empty one, a pool past the first, a pool or card
  * without a valid id and hash, an own segment with either, longer in all
  * than n_tokens. */
-static int base_normalize(ak_store_base *b, int n_tokens, char *why, size_t whyn) {
+int aks_base_normalize(ak_store_base *b, int n_tokens, char *why, size_t whyn) {
     ak_store_seg sg[AK_KV_MAX_SEGMENTS];
     if (b->n_seg < 0 || b->n_seg > AK_KV_MAX_SEGMENTS) {
         snprintf(why, whyn, "%d segments (at most %d)", b->n_seg, AK_KV_MAX_SEGMENTS);
@@ -411,7 +411,7 @@ static int base_normalize(ak_store_base *b, int n_tokens, char *why, size_t whyn
         const ak_store_seg *g = &sg[k];
         int named = g->kind == AK_SEG_POOL || g->kind == AK_SEG_CARD;
         if (g->len < 1 || (!named && g->kind != AK_SEG_OWN) || (g->kind == AK_SEG_POOL && k > 0) ||
-            (named && (!ak_agent_id_valid(g->id) || !hash_ok(g->hash))) || (!named && (g->id[0] || g->hash[0]))) {
+            (named && (!ak_agent_id_valid(g->id) || !aks_hash_ok(g->hash))) || (!named && (g->id[0] || g->hash[0]))) {
             snprintf(why, whyn, "segment %d (kind %d, %d positions, \"%.40s\", \"%.16s\") is not sound", k, g->kind,
                      g->len, g->id, g->hash);
             return -1;
@@ -434,60 +434,7 @@ static int base_normalize(ak_store_base *b, int n_tokens, char *why, size_t whyn
     return 0;
 }
 
-/* 1 when base b (canonical) is one pool or card segment: the single base
- * of a version 4 file. */
-static int base_single(const ak_store_base *b) { return b->n_seg == 1 && b->seg[0].kind != AK_SEG_OWN; }
-
-/* ---------------------------------------------------------- corrections */
-
-/* The "corrections" metadata of kv's ranges below n_tokens (format at the
- * top) into *out (malloc'd), or NULL when there are none. Returns 0, or -1
- * out of memory. */
-static int corrections_string(const ak_kv *kv, int n_tokens, char **out) {
-    *out = NULL;
-    const ak_cache_spec *sp = ak_block_pool_spec(ak_kv_pool(kv));
-    size_t per = (size_t)sp->n_head_kv * (size_t)(sp->head_dim_k + sp->head_dim_v), cap = 1, len = 0;
-    int nr = 0;
-    for (int r = 0; r < ak_kv_corrections(kv); r++) {
-        int st, n;
-        ak_kv_correction_get(kv, r, &st, &n, NULL, NULL);
-        if (st >= n_tokens) continue;
-        cap += 3 * 12 + 4 + (size_t)n * 8 + (size_t)sp->n_layer * (1 + per * 8) + 2;
-        nr++;
-    }
-    if (!nr) return 0;
-    char *s = malloc(cap);
-    if (!s) return -1;
-    for (int r = 0; r < ak_kv_corrections(kv); r++) {
-        int st, n, l0;
-        const float *w;
-        ak_kv_correction_get(kv, r, &st, &n, &l0, &w);
-        if (st >= n_tokens) continue;
-        if (st + n > n_tokens) n = n_tokens - st;   /* a history shorter than the cache */
-        len += (size_t)snprintf(s + len, cap - len, "%s%d:%d:%d:", len ? ";" : "", st, n, l0);
-        for (int j = 0; j < n; j++) {
-            uint32_t u;
-            memcpy(&u, &w[j], 4);
-            len += (size_t)snprintf(s + len, cap - len, "%08x", u);
-        }
-        s[len++] = ':';
-        for (int l = 0; l < sp->n_layer; l++) s[len++] = ak_kv_correction_mu(kv, r, l, 0) ? '1' : '0';
-        s[len++] = ':';
-        for (int l = 0; l < sp->n_layer; l++) {
-            const float *mk = ak_kv_correction_mu(kv, r, l, 0), *mv = ak_kv_correction_mu(kv, r, l, 1);
-            size_t kd = (size_t)sp->n_head_kv * sp->head_dim_k, vd = (size_t)sp->n_head_kv * sp->head_dim_v;
-            for (size_t i = 0; i < kd + vd; i++) {
-                float f = !mk ? 0.0f : i < kd ? mk[i] : mv[i - kd];
-                uint32_t u;
-                memcpy(&u, &f, 4);
-                len += (size_t)snprintf(s + len, cap - len, "%08x", u);
-            }
-        }
-        s[len] = 0;
-    }
-    *out = s;
-    return 0;
-}
+/* -------------------------------------------- corrections (their reader) */
 
 /* Reads a decimal int in [0, hi] up to the next ':' at *p (advanced past
  * it). Returns 0, or -1. */
@@ -559,174 +506,13 @@ ak_store_status aks_apply_corrections(const agent_meta *m, ak_kv *kv, verdict *v
     return st;
 }
 
-ak_snapshot *ak_store_snapshot_kind(int kind, const ak_store_save_args *a, const ak_store_base *base,
-                                    const char *pool_hash, ak_error *err) {
-    const char *agent_id = a->id, *fingerprint = a->fingerprint;
-    const ak_kv *kv = a->kv;
-    const int32_t *tokens = a->tokens;
-    int n_tokens = a->n_tokens;
-    const char *what = ak_kind_word(kind);
-    if (!ak_agent_id_valid(agent_id)) { ak_failc(err, AK_ERR_INVALID, "store: invalid %s id", what); return NULL; }
-    if (!fingerprint_ok(fingerprint)) {
-        ak_failc(err, AK_ERR_INVALID, "store: %s %s: model fingerprint must be 1..64 printable characters", what, agent_id);
-        return NULL;
-    }
-    if (n_tokens < 0 || n_tokens > ak_kv_length(kv) || (n_tokens > 0 && !tokens)) {
-        ak_failc(err, AK_ERR_INVALID, "store: %s %s: %d tokens to save but the cache holds %d", what, agent_id, n_tokens,
-                 ak_kv_length(kv));
-        return NULL;
-    }
-    for (int i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0) { ak_failc(err, AK_ERR_INVALID, "store: %s %s: negative token id at %d", what, agent_id, i); return NULL; }
-    /* the file's base: what the sequence shares (a base of 0 positions is none) */
-    ak_store_base b;
-    memset(&b, 0, sizeof b);
-    if (kind == AK_FILE_AGENT && base && (base->n_seg > 0 || (base->pool_id[0] && base->base_len > 0))) b = *base;
-    char why0[160];
-    if (base_normalize(&b, n_tokens, why0, sizeof why0) < 0) {
-        ak_failc(err, AK_ERR_INVALID, "store: agent %s: bad base: %s", agent_id, why0);
-        return NULL;
-    }
-    int kb = ak_kv_base_len(kv);
-    if (kind == AK_FILE_AGENT && b.base_len != kb) {
-        ak_failc(err, AK_ERR_INVALID, "store: agent %s: the sequence's shared base holds %d positions, the file's "
-                 "base says %d", agent_id, kb, b.base_len);
-        return NULL;
-    }
-    /* the file's runs mirror the sequence's segments: their lengths must agree */
-    int kl[AK_KV_MAX_SEGMENTS], kns = ak_kv_segments(kv, kl), same = kind != AK_FILE_AGENT || kns == b.n_seg;
-    for (int k = 0; same && k < kns; k++) same = kl[k] == b.seg[k].len;
-    if (!same) {
-        ak_failc(err, AK_ERR_INVALID, "store: agent %s: the sequence's %d segments are not the base's %d", agent_id, kns,
-                 b.n_seg);
-        return NULL;
-    }
-    if (ak_kind_pooled(kind) && !hash_ok(pool_hash)) {
-        ak_failc(err, AK_ERR_INVALID, "store: %s %s: bad content hash", what, agent_id);
-        return NULL;
-    }
-    ak_snapshot *sn = ak_calloc(1, sizeof *sn, err);
-    if (!sn) return NULL;
-    sn->kind = kind;
-    sn->base = b;
-    if (ak_kind_pooled(kind)) {
-        snprintf(sn->pool_hash, sizeof sn->pool_hash, "%s", pool_hash);
-        if (!(sn->source = strdup(a->source ? a->source : ""))) {
-            ak_failc(err, AK_ERR_NOMEM, "store: pool %s: out of memory", agent_id);
-            free(sn);
-            return NULL;
-        }
-    }
-    snprintf(sn->id, sizeof sn->id, "%s", agent_id);
-    snprintf(sn->fingerprint, sizeof sn->fingerprint, "%s", fingerprint);
-    snprintf(sn->model_name, sizeof sn->model_name, "%s", a->model_name ? a->model_name : "");
-    for (char *p = sn->model_name; *p; p++)   /* keep the metadata one clean line */
-        if ((unsigned char)*p < 32 || *p == 127) *p = '?';
-    sn->spec = *ak_block_pool_spec(ak_kv_pool(kv));
-    sn->fk = ak_kv_format_k(kv);
-    sn->fv = ak_kv_format_v(kv);
-    sn->block_tokens = ak_block_pool_block_tokens(ak_kv_pool(kv));
-    sn->n_tokens = n_tokens;
-    sn->created = (int64_t)time(NULL);
-    for (int v = 0; v < 2; v++) {
-        const char *c = ak_block_pool_center_id(ak_kv_pool(kv), v, v ? sn->fv : sn->fk);
-        snprintf(sn->center[v], sizeof sn->center[v], "%s", c ? c : "none");
-    }
-    char why[128];
-    file_runs ru;
-    aks_runs_of(&b, n_tokens, sn->block_tokens, &ru);
-    /* the local layers' released blocks (kvcache.h LAYER GROUPS): an agent
-     * file of version 7 leaves them out (with a base, the own file blocks
-     * that end at or before window_first, which the sequence released
-     * span for span); a file of another kind cannot */
-    int wf = ak_kv_window_first(kv);
-    if (wf > n_tokens) wf = b.base_len > 0 ? n_tokens : n_tokens / sn->block_tokens * sn->block_tokens;
-    if (wf > 0 && (kind != AK_FILE_AGENT || (b.base_len == 0 && wf % sn->block_tokens))) {
-        ak_failc(err, AK_ERR_INVALID,
-                 "store: %s %s: its sliding-window layers released positions before %d; only an agent file can "
-                 "leave them out",
-                 what, agent_id, wf);
-        ak_snapshot_free(sn);
-        return NULL;
-    }
-    sn->window_first = wf;
-    const aks_layout ly = {.spec = &sn->spec, .fk = sn->fk, .fv = sn->fv, .nb = ru.blk0[ru.n], .T = sn->block_tokens,
-                           .lb0 = aks_local_b0(&ru, wf, sn->block_tokens)};
-    sn->nt = layout_tensors(&ly, &sn->t, &sn->data_bytes, why, sizeof why);
-    if (sn->nt < 0) {
-        ak_failc(err, AK_ERR_INVALID, "store: %s %s: %s", what, agent_id, why);
-        ak_snapshot_free(sn);
-        return NULL;
-    }
-    sn->tokens = ak_malloc(sizeof(int32_t) * (size_t)n_tokens, err);
-    sn->data = sn->tokens ? aks_big_alloc(sn->data_bytes) : NULL;
-    if (!sn->data) {
-        if (sn->tokens) ak_failc(err, AK_ERR_NOMEM, "store: %s %s: out of memory for a %llu-byte snapshot", what, agent_id,
-                                (unsigned long long)sn->data_bytes);
-        ak_snapshot_free(sn);
-        return NULL;
-    }
-    if (n_tokens) memcpy(sn->tokens, tokens, sizeof(int32_t) * (size_t)n_tokens);
-    if (kind == AK_FILE_AGENT && corrections_string(kv, n_tokens, &sn->corrections) < 0) {
-        ak_failc(err, AK_ERR_NOMEM, "store: agent %s: out of memory for its corrections", agent_id);
-        ak_snapshot_free(sn);
-        return NULL;
-    }
-    if (aks_transfer((ak_kv *)kv, 0, sn->data, sn->t, sn->nt, &ru, 0, sn->block_tokens) != 0) {
-        ak_fail(err, "store: %s %s: a cached vector below position %d is not readable", what, agent_id, n_tokens);
-        ak_snapshot_free(sn);
-        return NULL;
-    }
-    return sn;
-}
+/* -------------------------------------------------- the metadata checksum */
 
-ak_snapshot *ak_store_snapshot(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                               const char *fingerprint, const char *model_name, ak_error *err) {
-    return ak_store_snapshot_base(agent_id, kv, tokens, n_tokens, NULL, fingerprint, model_name, err);
-}
-
-ak_snapshot *ak_store_snapshot_base(const char *agent_id, const ak_kv *kv, const int32_t *tokens, int n_tokens,
-                                    const ak_store_base *base, const char *fingerprint, const char *model_name,
-                                    ak_error *err) {
-    const ak_store_save_args a = {.id = agent_id, .kv = kv, .tokens = tokens, .n_tokens = n_tokens,
-                                  .fingerprint = fingerprint, .model_name = model_name};
-    return ak_store_snapshot_kind(AK_FILE_AGENT, &a, base, NULL, err);
-}
-
-size_t ak_snapshot_bytes(const ak_snapshot *sn) {
-    size_t nb = (size_t)table_blocks(sn->t, sn->nt);
-    return (size_t)sn->data_bytes + (size_t)sn->n_tokens * 8 + nb * 17 + (sn->source ? strlen(sn->source) : 0) +
-           (sn->corrections ? strlen(sn->corrections) : 0) + 4096;
-}
-
-void ak_snapshot_free(ak_snapshot *sn) {
-    if (!sn) return;
-    /* a snapshot is the plaintext of what a sealed store encrypts: wiped
-     * before the memory goes back to the allocator */
-    if (sn->tokens) sodium_memzero(sn->tokens, sizeof(int32_t) * (size_t)sn->n_tokens);
-    if (sn->data) sodium_memzero(sn->data, (size_t)sn->data_bytes);
-    if (sn->source) sodium_memzero(sn->source, strlen(sn->source));
-    free(sn->source);
-    free(sn->corrections);
-    free(sn->tokens);
-    free(sn->t);
-    free(sn->data);
-    sodium_memzero(sn, sizeof *sn);
-    free(sn);
-}
-
-/* ---------------------------------------------------- the metadata header */
-
-typedef struct {
-    const char *key;
-    const char *val;
-} kv_pair;
-
-static int cmp_pair(const void *a, const void *b) { return strcmp(((const kv_pair *)a)->key, ((const kv_pair *)b)->key); }
+static int cmp_pair(const void *a, const void *b) { return strcmp(((const aks_pair *)a)->key, ((const aks_pair *)b)->key); }
 
 /* metadata_checksum over pairs (sorted in place), skipping the entry
  * "metadata_checksum" itself. Returns -1 on a duplicate key or no memory. */
-static int metadata_hash(kv_pair *p, int n, char out[17]) {
+int aks_metadata_hash(aks_pair *p, int n, char out[17]) {
     qsort(p, (size_t)n, sizeof *p, cmp_pair);
     size_t len = 0;
     for (int i = 0; i < n; i++) {
@@ -742,7 +528,7 @@ static int metadata_hash(kv_pair *p, int n, char out[17]) {
         memcpy(w + a, p[i].val, b);
         w += a + b;
     }
-    hex64(XXH3_64bits(buf, (size_t)(w - buf)), out);
+    aks_hex64(XXH3_64bits(buf, (size_t)(w - buf)), out);
     free(buf);
     return 0;
 }
@@ -750,163 +536,13 @@ static int metadata_hash(kv_pair *p, int n, char out[17]) {
 /* Wipes the "tokens" and "source" metadata strings of a parsed or built
  * header (token ids, a pool's text: plaintext of a sealed file) before the
  * tree is freed. */
-static void wipe_tokens(cJSON *root) {
+void aks_wipe_tokens(cJSON *root) {
     cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
     static const char *keys[] = {"tokens", "source"};   /* a pool's source is its text */
     for (int i = 0; i < 2; i++) {
         cJSON *tk = cJSON_GetObjectItemCaseSensitive(meta, keys[i]);
         if (cJSON_IsString(tk) && tk->valuestring) sodium_memzero(tk->valuestring, strlen(tk->valuestring));
     }
-}
-
-/* The "block_checksums" string of sn (malloc'd), or NULL out of memory.
- * The pieces are hashed tensor by tensor (in file order: the data is read
- * once, front to back), then combined block by block. */
-static char *block_sums_string(const ak_snapshot *sn) {
-    int64_t nb = table_blocks(sn->t, sn->nt);
-    int nt = sn->nt ? sn->nt : 1;
-    char *out = malloc((size_t)nb * 17 + 1);
-    uint64_t *hs = malloc(sizeof *hs * (size_t)nt * (size_t)(nb ? nb : 1));
-    uint8_t *scratch = malloc((size_t)nt * 8);
-    if (!out || !hs || !scratch) {
-        free(out);
-        out = NULL;
-    } else {
-        /* block b's pieces, in tensor order, packed from hs[b * nt] (a
-         * version 7 file's local tensors have none before their b0) */
-        int *cnt = calloc((size_t)(nb ? nb : 1), sizeof *cnt);
-        if (!cnt) {
-            free(out);
-            out = NULL;
-            goto done;
-        }
-        for (int i = 0; i < sn->nt; i++)
-            for (int64_t b = sn->t[i].b0; b < nb; b++)
-                hs[(size_t)b * (size_t)nt + (size_t)cnt[b]++] = XXH3_64bits(
-                    sn->data + sn->t[i].offset + (uint64_t)(b - sn->t[i].b0) * sn->t[i].piece, (size_t)sn->t[i].piece);
-        out[0] = 0;
-        for (int64_t b = 0; b < nb; b++) {
-            if (b) out[b * 17 - 1] = ',';
-            hex64(aks_combine_hashes(hs + (size_t)b * (size_t)nt, cnt[b], scratch), out + b * 17);
-        }
-        free(cnt);
-    }
-done:
-    free(hs);
-    free(scratch);
-    return out;
-}
-
-/* Builds the safetensors header of sn (u64 length + padded JSON) into a
- * malloc'd buffer of *len bytes; hashes every block on the way. */
-uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err) {
-    enum { NP = 32 };
-    char num[12][24], meta_hex[17], wfirst[24], wsize[24], locals[AK_KV_MAX_LAYERS + 1];
-    char *tokens = NULL, *sums = NULL, *json = NULL;
-    uint8_t *out = NULL;
-    cJSON *root = NULL;
-    if (!(sums = block_sums_string(sn))) goto oom;
-    /* ",-2147483648" is 12 bytes: 12 a token and the NUL */
-    size_t tcap = (size_t)sn->n_tokens * 12 + 1, tl = 0;
-    if (!(tokens = malloc(tcap))) goto oom;
-    tokens[0] = 0;
-    for (int i = 0; i < sn->n_tokens; i++) {
-        int w = snprintf(tokens + tl, tcap - tl, i ? ",%d" : "%d", sn->tokens[i]);
-        if (w < 0 || (size_t)w >= tcap - tl) goto oom;
-        tl += (size_t)w;
-    }
-
-    const ak_cache_spec *s = &sn->spec;
-    int64_t ints[] = {s->n_layer, s->n_head_kv, s->head_dim_k, s->head_dim_v, s->n_ctx, sn->block_tokens,
-                      sn->n_tokens, sn->created, sn->base.base_len};
-    for (int i = 0; i < 9; i++) snprintf(num[i], sizeof num[i], "%lld", (long long)ints[i]);
-    kv_pair p[NP] = {
-        {.key = "format", .val = kind_format(sn->kind)},
-        {.key = "format_version", .val = sn->window_first ? "7" : sn->corrections ? "6" : AK_FORMAT_VERSION_STR},
-        {.key = "agent_id", .val = sn->id}, {.key = "model_fingerprint", .val = sn->fingerprint},
-        {.key = "model_name", .val = sn->model_name}, {.key = "n_layer", .val = num[0]},
-        {.key = "n_head_kv", .val = num[1]}, {.key = "head_dim_k", .val = num[2]}, {.key = "head_dim_v", .val = num[3]},
-        {.key = "n_ctx", .val = num[4]}, {.key = "kv_format_k", .val = ak_kv_format_get(sn->fk)->name},
-        {.key = "kv_format_v", .val = ak_kv_format_get(sn->fv)->name}, {.key = "block_tokens", .val = num[5]},
-        {.key = "n_tokens", .val = num[6]}, {.key = "tokens", .val = tokens}, {.key = "created", .val = num[7]},
-        {.key = "checksum_algorithm", .val = "xxh3-64"}, {.key = "block_checksums", .val = sums},
-        {.key = "key_center", .val = sn->center[0]}, {.key = "value_center", .val = sn->center[1]},
-    };
-    int np = 20;
-    char segs[AK_KV_MAX_SEGMENTS * (AK_AGENT_ID_MAX + 48)];
-    if (base_single(&sn->base)) {   /* a sequence without a base records none */
-        p[np++] = (kv_pair){.key = "pool_id", .val = sn->base.pool_id};
-        p[np++] = (kv_pair){.key = "pool_hash", .val = sn->base.pool_hash};
-        p[np++] = (kv_pair){.key = "base_len", .val = num[8]};
-        p[np++] = (kv_pair){.key = "base_kind", .val = sn->base.card ? "card" : "pool"};
-    } else if (sn->base.n_seg > 0) {   /* segments (store.h): "kind:len[:id:hash]", comma-separated */
-        size_t sl = 0;
-        for (int k = 0; k < sn->base.n_seg; k++) {
-            const ak_store_seg *g = &sn->base.seg[k];
-            static const char *kinds[] = {"own", "pool", "card"};
-            int w = g->kind == AK_SEG_OWN ? snprintf(segs + sl, sizeof segs - sl, "%s%s:%d", k ? "," : "", kinds[0], g->len)
-                                          : snprintf(segs + sl, sizeof segs - sl, "%s%s:%d:%s:%s", k ? "," : "",
-                                                     kinds[g->kind], g->len, g->id, g->hash);
-            if (w < 0 || (size_t)w >= sizeof segs - sl) goto oom;
-            sl += (size_t)w;
-        }
-        p[np++] = (kv_pair){.key = "segments", .val = segs};
-        p[np++] = (kv_pair){.key = "base_len", .val = num[8]};
-    }
-    if (ak_kind_pooled(sn->kind)) {
-        p[np++] = (kv_pair){.key = "pool_hash", .val = sn->pool_hash};
-        p[np++] = (kv_pair){.key = "source", .val = sn->source ? sn->source : ""};
-    }
-    if (sn->corrections) p[np++] = (kv_pair){.key = "corrections", .val = sn->corrections};
-    if (sn->window_first) {   /* version 7: which layers are local, their window, where they start */
-        snprintf(wfirst, sizeof wfirst, "%d", sn->window_first);
-        snprintf(wsize, sizeof wsize, "%d", s->window);
-        for (int l = 0; l < s->n_layer && l < AK_KV_MAX_LAYERS; l++) locals[l] = ak_spec_group(s, l) ? '1' : '0';
-        locals[s->n_layer < AK_KV_MAX_LAYERS ? s->n_layer : AK_KV_MAX_LAYERS] = 0;
-        p[np++] = (kv_pair){.key = "window_first", .val = wfirst};
-        p[np++] = (kv_pair){.key = "window", .val = wsize};
-        p[np++] = (kv_pair){.key = "local_layers", .val = locals};
-    }
-    kv_pair sorted[NP];
-    memcpy(sorted, p, sizeof(kv_pair) * np);
-    if (metadata_hash(sorted, np, meta_hex) != 0) goto oom;
-    p[np++] = (kv_pair){.key = "metadata_checksum", .val = meta_hex};
-
-    cJSON *meta;
-    if (!(root = cJSON_CreateObject()) || !(meta = cJSON_AddObjectToObject(root, "__metadata__"))) goto oom;
-    for (int i = 0; i < np; i++)
-        if (!cJSON_AddStringToObject(meta, p[i].key, p[i].val)) goto oom;
-    for (int i = 0; i < sn->nt; i++) {
-        const tensor_desc *t = &sn->t[i];
-        cJSON *o = cJSON_AddObjectToObject(root, t->name), *sh, *of;
-        if (!o || !cJSON_AddStringToObject(o, "dtype", t->comp.dtype) || !(sh = cJSON_AddArrayToObject(o, "shape")))
-            goto oom;
-        for (int k = 0; k < t->ndim; k++)
-            if (!cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t->shape[k]))) goto oom;
-        if (!(of = cJSON_AddArrayToObject(o, "data_offsets")) ||
-            !cJSON_AddItemToArray(of, cJSON_CreateNumber((double)t->offset)) ||
-            !cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(t->offset + t->bytes))))
-            goto oom;
-    }
-    if (!(json = cJSON_PrintUnformatted(root))) goto oom;
-    size_t jl = strlen(json), N = (jl + 7) / 8 * 8;
-    if (!(out = malloc(8 + N))) goto oom;
-    for (int i = 0; i < 8; i++) out[i] = (uint8_t)((uint64_t)N >> (8 * i));
-    memcpy(out + 8, json, jl);
-    memset(out + 8 + jl, ' ', N - jl);
-    *len = 8 + N;
-    goto done;
-oom:
-    ak_failc(err, AK_ERR_NOMEM, "store: %s %s: out of memory building the file header", ak_kind_word(sn->kind), sn->id);
-done:
-    wipe_tokens(root);   /* the token ids are plaintext of a sealed file */
-    cJSON_Delete(root);
-    free(sums);
-    if (json) sodium_memzero(json, strlen(json));
-    free(json);
-    if (tokens) sodium_memzero(tokens, strlen(tokens));
-    free(tokens);
-    return out;
 }
 
 
@@ -959,7 +595,7 @@ __attribute__((format(printf, 3, 4))) ak_store_status aks_judge_error(verdict *v
 void aks_meta_free(agent_meta *m) {
     if (m->tokens) sodium_memzero(m->tokens, sizeof(int32_t) * (size_t)m->n_tokens);
     free(m->tokens);
-    wipe_tokens(m->root);
+    aks_wipe_tokens(m->root);
     cJSON_Delete(m->root);
     memset(m, 0, sizeof *m);
 }
@@ -1026,7 +662,7 @@ static ak_store_status parse_segments(const cJSON *meta, const char *sg, agent_m
         p = end + 1;
     }
     char why[160];
-    if (base_normalize(b, m->n_tokens, why, sizeof why) < 0)
+    if (aks_base_normalize(b, m->n_tokens, why, sizeof why) < 0)
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "bad segments: %s", why);
     if (b->base_len != x)
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "segments of %d positions, base_len %lld", b->base_len, (long long)x);
@@ -1044,7 +680,7 @@ static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) 
     int none = (!pid || !*pid) && (!bl || !strcmp(bl, "0"));
     if (ak_kind_pooled(m->kind)) {
         if (!none) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "a pool file with a base");
-        if (!hash_ok(ph)) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "metadata pool_hash missing or not 16 hex digits");
+        if (!aks_hash_ok(ph)) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "metadata pool_hash missing or not 16 hex digits");
         if (!(m->source = meta_str(meta, "source"))) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "metadata key source missing");
         char want[17];
         ak_pool_content_hash(m->fingerprint, &m->spec, m->fk, m->fv, m->tokens, m->n_tokens, want);
@@ -1060,7 +696,7 @@ static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) 
         if (ph && *ph) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "pool_hash without a base");
         return AK_STORE_HIT;
     }
-    if (!pid || !ak_agent_id_valid(pid) || !hash_ok(ph) || !bl || ak_parse_dec(bl, 1, m->n_tokens, &x))
+    if (!pid || !ak_agent_id_valid(pid) || !aks_hash_ok(ph) || !bl || ak_parse_dec(bl, 1, m->n_tokens, &x))
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "bad base: pool_id \"%.40s\", pool_hash \"%.20s\", base_len \"%.20s\" "
                      "(of %d tokens)", pid ? pid : "", ph ? ph : "", bl ? bl : "", m->n_tokens);
     const char *kind = meta_str(meta, "base_kind");
@@ -1071,7 +707,7 @@ static ak_store_status parse_base(const cJSON *meta, agent_meta *m, verdict *v) 
     m->base.base_len = (int)x;
     m->base.card = kind && !strcmp(kind, "card");
     char why[160];
-    if (base_normalize(&m->base, m->n_tokens, why, sizeof why) < 0)
+    if (aks_base_normalize(&m->base, m->n_tokens, why, sizeof why) < 0)
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "bad base: %s", why);
     return AK_STORE_HIT;
 }
@@ -1105,7 +741,7 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->root, "__metadata__");
     if (!cJSON_IsObject(meta)) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "no __metadata__ object");
     int np = cJSON_GetArraySize(meta);
-    kv_pair *pairs = calloc((size_t)np + 1, sizeof *pairs);
+    aks_pair *pairs = calloc((size_t)np + 1, sizeof *pairs);
     if (!pairs) return aks_judge_error(v, AK_ERR_NOMEM, "out of memory");
     int i = 0;
     for (const cJSON *it = meta->child; it; it = it->next, i++) {
@@ -1113,12 +749,12 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
             free(pairs);
             return aks_judge(v, AK_STORE_CORRUPT, "metadata", "metadata value %s is not a string", it->string ? it->string : "?");
         }
-        pairs[i] = (kv_pair){.key = it->string, .val = it->valuestring};
+        pairs[i] = (aks_pair){.key = it->string, .val = it->valuestring};
     }
     const char *fmt = meta_str(meta, "format"), *ver = meta_str(meta, "format_version");
     int64_t x;
     m->kind = kind;
-    if (!fmt || strcmp(fmt, kind_format(kind))) {
+    if (!fmt || strcmp(fmt, aks_kind_format(kind))) {
         free(pairs);
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "not an agentkv %s file (format \"%.40s\")", ak_kind_word(kind),
                      fmt ? fmt : "");
@@ -1143,7 +779,7 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
     }
     char want[17];
     const char *got = meta_str(meta, "metadata_checksum");
-    int dup = metadata_hash(pairs, np, want);
+    int dup = aks_metadata_hash(pairs, np, want);
     free(pairs);
     if (dup) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "duplicate metadata key");
     if (!got || strcmp(got, want))
@@ -1160,7 +796,7 @@ ak_store_status aks_parse_header(const uint8_t *img, uint64_t N, int kind, const
     const char *name = meta_str(meta, "model_name");
     if (strcmp(aid, id))
         return aks_judge(v, AK_STORE_CORRUPT, "id", "agent_id \"%.40s\" does not match the file name", aid);
-    if (!fingerprint_ok(fp) || strlen(name) >= sizeof m->model_name)
+    if (!aks_fingerprint_ok(fp) || strlen(name) >= sizeof m->model_name)
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "bad model_fingerprint or model_name");
     if (strcmp(meta_str(meta, "checksum_algorithm"), "xxh3-64"))
         return aks_judge(v, AK_STORE_CORRUPT, "metadata", "unknown checksum_algorithm");
@@ -1294,9 +930,9 @@ ak_store_status aks_check_table(uint64_t img_size, const agent_meta *m, aks_tabl
     aks_runs_of(&m->base, m->n_tokens, m->block_tokens, &ru);
     const aks_layout ly = {.spec = &m->spec, .fk = m->fk, .fv = m->fv, .nb = ru.blk0[ru.n], .T = m->block_tokens,
                            .lb0 = aks_local_b0(&ru, m->window_first, m->block_tokens)};
-    int nt = layout_tensors(&ly, &t, &data_bytes, why, sizeof why);
+    int nt = aks_layout_tensors(&ly, &t, &data_bytes, why, sizeof why);
     if (nt < 0) return aks_judge(v, AK_STORE_CORRUPT, "metadata", "%s", why);
-    int64_t nb = table_blocks(t, nt);
+    int64_t nb = aks_table_blocks(t, nt);
     ak_store_status st = AK_STORE_HIT;
     uint64_t have = img_size - m->hdr_end;
     if (have != data_bytes) {
@@ -1353,8 +989,8 @@ done:
 ak_store_status aks_check_block(const agent_meta *m, int64_t b, uint64_t want, uint64_t got, verdict *v) {
     if (want == got) return AK_STORE_HIT;
     char w[17], g[17];
-    hex64(want, w);
-    hex64(got, g);
+    aks_hex64(want, w);
+    aks_hex64(got, g);
     file_runs ru;
     aks_runs_of(&m->base, m->n_tokens, m->block_tokens, &ru);
     int k = run_of_block(&ru, b);

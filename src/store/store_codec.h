@@ -1,9 +1,11 @@
 /* store_codec.h - the image codec of the store (not an API): the agent,
  * pool and memory file format (specified at the top of store_codec.c and in
- * docs/agent-file-format.md), built from a sequence into a snapshot, and
- * parsed and verified from bytes. No I/O: the save path (store_save.c)
- * writes what this builds through a backend, the load path (store_load.c)
- * reads through a backend and hands the bytes here.
+ * docs/agent-file-format.md), built from a sequence into a snapshot
+ * (store_snapshot.c), and parsed and verified from bytes (store_codec.c,
+ * with what both sides share: the layout, checksums, metadata hash). No
+ * I/O: the save path (store_save.c) writes what this builds through a
+ * backend, the load path (store_load.c) reads through a backend and hands
+ * the bytes here.
  *
  * The content hashes that files record (a pool's or memory's, a card's)
  * are specified and computed in store_codec.c beside the format, and
@@ -108,8 +110,45 @@ int aks_transfer(ak_kv *kv, int to_kv, uint8_t *data, const tensor_desc *t, int 
  * checksum from its pieces' hashes); scratch holds nt * 8 bytes. */
 uint64_t aks_combine_hashes(const uint64_t *h, int nt, uint8_t *scratch);
 
+/* THE WRITER'S AND THE READER'S COMMON PARTS (store_codec.c), so that an
+ * image built by store_snapshot.c parses in store_codec.c. */
+/* The tensors of layout ly in file order into a malloc'd array (*out,
+ * their count returned) and the data section's size (*data_bytes).
+ * Returns -1 (why set) if a format cannot store the head dims or the sizes
+ * overflow. The reader requires a file's table to be exactly this one. */
+int aks_layout_tensors(const aks_layout *ly, tensor_desc **out, uint64_t *data_bytes, char *why, size_t whyn);
+/* File blocks of a table t (nt tensors): tensor 0's b0 plus its blocks. */
+int64_t aks_table_blocks(const tensor_desc *t, int nt);
+/* h as 16 lowercase hex digits. */
+void aks_hex64(uint64_t h, char out[17]);
+/* The "format" metadata value of a file of kind. */
+const char *aks_kind_format(int kind);
+/* 1 if fp is a model fingerprint: 1..64 printable ASCII characters, no
+ * space. */
+int aks_fingerprint_ok(const char *fp);
+/* 1 if h is 16 lowercase hex digits. */
+int aks_hash_ok(const char *h);
+/* Puts base b in its canonical form (store.h: SEGMENTS): its segments
+ * listed (the single base as one), the single-base fields naming the first
+ * segment when it is a pool's or a card's, base_len their total. Returns 0,
+ * or -1 (why set) when the segments are not sound. */
+int aks_base_normalize(ak_store_base *b, int n_tokens, char *why, size_t whyn);
+
+/* One metadata entry (key and value strings). */
+typedef struct {
+    const char *key;
+    const char *val;
+} aks_pair;
+/* The metadata_checksum over the n pairs p (sorted in place), skipping the
+ * entry "metadata_checksum" itself, as 16 hex digits into out. Returns 0,
+ * or -1 on a duplicate key or out of memory. */
+int aks_metadata_hash(aks_pair *p, int n, char out[17]);
+/* Wipes the "tokens" and "source" metadata strings of a parsed or built
+ * header tree (plaintext of a sealed file) before it is freed. */
+void aks_wipe_tokens(cJSON *root);
+
 /* A snapshot: an image's metadata and its data section, built from a
- * sequence (ak_store_snapshot_kind). */
+ * sequence (ak_store_snapshot_kind, store_snapshot.c). */
 struct ak_snapshot {
     int kind;               /* AK_FILE_AGENT or AK_FILE_POOL */
     char id[AK_AGENT_ID_MAX + 1];
@@ -134,8 +173,8 @@ struct ak_snapshot {
 };
 
 /* Builds the safetensors header of sn (u64 length + padded JSON) into a
- * malloc'd buffer of *len bytes; hashes every block on the way. NULL with
- * err set out of memory. */
+ * malloc'd buffer of *len bytes; hashes every block on the way
+ * (store_snapshot.c). NULL with err set out of memory. */
 uint8_t *aks_build_header(const ak_snapshot *sn, size_t *len, ak_error *err);
 
 /* The outcome of a check: a status, a short reason word for the quarantine

@@ -1,8 +1,8 @@
 /* store_impl.h - internals shared by the store's files (not an API):
  * store.c (open, the index, listing, gc, quarantine), store_codec.c (the
- * image format), store_save.c, store_load.c, the backends (store_dir.c,
- * store_backend.h), store_pool.c, store_memory.c, store_card.c and
- * store_seal.c (the seal below).
+ * image format) and store_snapshot.c (its writer), store_save.c,
+ * store_load.c, the backends (store_dir.c, store_backend.h), store_pool.c,
+ * store_memory.c, store_card.c and store_seal.c (the seal below).
  *
  * A sealed file (see docs/agent-file-format.md) is
  *     plain header   56 bytes:

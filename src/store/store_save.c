@@ -1,5 +1,5 @@
 /* store_save.c - the save path (store.h: ak_store_write_snapshot): a
- * snapshot's image (store_codec.c builds the header; the data section is
+ * snapshot's image (store_snapshot.c builds the header; the data section is
  * the snapshot's), sealed when the store has a key (store_seal.c), streamed
  * into one backend put (store_backend.h), and the index updated once the
  * put is committed.
