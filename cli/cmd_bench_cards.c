@@ -758,7 +758,7 @@ static int timed_turn(rig *r, const turn_spec *q, float *logits, double *ms, dou
     progress pg;
     if (label) progress_init(&pg, label);
     double c0 = bench_cpu_ms(), t0 = ak_now();
-    int rc = ak_agent_open(r->ag, id, 0, toks, n, n, 0, &kv, t, err);
+    int rc = ak_agent_open(r->ag, &(ak_turn_opts){.id = id, .tokens = toks, .n = n, .n_reserve = n}, &kv, t, err);
     if (rc == 0 && ak_eval(ctx, kv, toks + t->reused, t->prefilled, t->reused, logits, NULL,
                            label ? progress_update : NULL, label ? &pg : NULL, err) < 0) {
         ak_agent_abort(r->ag, id);

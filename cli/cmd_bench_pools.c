@@ -145,7 +145,8 @@ static int first_turn(rig *r, const pturn *q, float *logits, double *ms, double 
     progress pg;
     if (label) progress_init(&pg, label);
     double c0 = bench_cpu_ms(), t0 = ak_now();
-    if (ak_agent_open_pool(r->ag, id, 0, pool_id, toks, n, n, 0, &kv, t, err) < 0) {
+    if (ak_agent_open(r->ag, &(ak_turn_opts){.id = id, .pool_id = pool_id, .tokens = toks, .n = n, .n_reserve = n},
+                      &kv, t, err) < 0) {
         if (label) progress_done(&pg);
         return -1;
     }
@@ -469,7 +470,8 @@ static int pools_attach(pools_run *X, ak_error *err) {
         progress pg;
         progress_init(&pg, "pool prefill");
         double t0 = ak_now();
-        int r = ak_pool_create(pooled->ag, ctx, POOL_ID, prompts[0], P, co->fk, co->fv, NULL, progress_update, &pg, err);
+        int r = ak_pool_create(pooled->ag, ctx, &(ak_pool_request){.id = POOL_ID, .tokens = prompts[0], .n = P,
+                               .fk = co->fk, .fv = co->fv}, progress_update, &pg, err);
         R->pool_ms = (ak_now() - t0) * 1e3;
         progress_done(&pg);
         if (r < 0) return -1;
@@ -622,7 +624,8 @@ static int pools_decode(pools_run *X, ak_error *err) {
             char id[32];
             snprintf(id, sizeof id, "pooled-%02d", s);
             ak_turn t;
-            if (ak_agent_open_pool(pooled->ag, id, 0, POOL_ID, prompts[s], n, n_ctx, 0, &kvs[s], &t, err) < 0)
+            if (ak_agent_open(pooled->ag, &(ak_turn_opts){.id = id, .pool_id = POOL_ID, .tokens = prompts[s], .n = n,
+                              .n_reserve = n_ctx}, &kvs[s], &t, err) < 0)
                 return -1;
             if (ak_kv_length(kvs[s]) != n - 1) {
                 ak_failc(err, AK_ERR_GENERIC, "agent %s reopened with %d positions, not %d", id, ak_kv_length(kvs[s]),

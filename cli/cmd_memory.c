@@ -143,7 +143,8 @@ static int run_add(mem_args *ma) {
     if (ak_memory_tokenize(lm.tok, p.text, strlen(p.text), &ids, &n, &err) < 0) goto fail;
     int computed = 0;
     double t0 = ak_now();
-    if (ak_memory_add(agents, ctx, p.id, p.text, ids, n, p.fk, p.fv, &computed, &err) < 0) goto fail;
+    if (ak_memory_add(agents, ctx, &(ak_memory_request){.id = p.id, .text = p.text, .tokens = ids, .n = n, .fk = p.fk,
+                      .fv = p.fv}, &computed, &err) < 0) goto fail;
     ak_memory_info in;
     if (ak_memory_get(agents, p.id, &in, NULL, &err) < 0) goto fail;
     printf("memory %s: %d tokens, K/V %s/%s, %llu bytes on disk, hash %s, %s in %.2f s\n", in.id, in.n_tokens,

@@ -222,8 +222,9 @@ static int run_create(pool_args *pa) {
     progress pg;
     progress_init(&pg, "prefilling the pool");
     double t0 = ak_now();
-    int cr = ak_pool_create(r.agents, r.ctx, p.id, p.tokens, (int)p.n_tokens, pa->co.fk, pa->co.fv, p.source,
-                            progress_update, &pg, &err);   /* drawn only on a terminal */
+    ak_pool_request rq = {.id = p.id, .tokens = p.tokens, .n = (int)p.n_tokens, .fk = pa->co.fk, .fv = pa->co.fv,
+                          .source = p.source};
+    int cr = ak_pool_create(r.agents, r.ctx, &rq, progress_update, &pg, &err);   /* drawn only on a terminal */
     progress_done(&pg);
     if (cr < 0) {
         fprintf(stderr, "agentkv pool: %s\n", err.msg);

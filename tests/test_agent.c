@@ -330,12 +330,16 @@ TEST(agent_errors_carry_codes) {
     for (int i = 0; i < 200; i++) p[i] = 1 + (i * 7) % 300;
     ak_kv *kv;
     ak_turn ti;
-    CHECK(ak_agent_open(ag, "big", 0, p, 200, 200, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_KV_BUDGET,
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "big", .tokens = p, .n = 200, .n_reserve = 200}, &kv, &ti,
+                        &err) < 0 && err.code == AK_ERR_KV_BUDGET,
           "over budget: code %d (%s)", err.code, err.msg);
-    CHECK(ak_agent_open(ag, "../x", 0, p, 10, 10, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_INVALID,
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "../x", .tokens = p, .n = 10, .n_reserve = 10}, &kv, &ti,
+                        &err) < 0 && err.code == AK_ERR_INVALID,
           "invalid id: code %d", err.code);
-    REQUIRE(ak_agent_open(ag, "a", 0, p, 10, 10, 0, &kv, &ti, &err) == 0, "open: %s", err.msg);
-    CHECK(ak_agent_open(ag, "a", 0, p, 10, 10, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_BUSY,
+    REQUIRE(ak_agent_open(ag, &(ak_turn_opts){.id = "a", .tokens = p, .n = 10, .n_reserve = 10}, &kv, &ti, &err) == 0,
+            "open: %s", err.msg);
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "a", .tokens = p, .n = 10, .n_reserve = 10}, &kv, &ti,
+                        &err) < 0 && err.code == AK_ERR_BUSY,
           "busy: code %d", err.code);
     ak_agent_abort(ag, "a");
     ak_agents_free(ag);

@@ -41,7 +41,8 @@ static int aturn(ak_test_ctx *t, tenv *e, ak_agents *ag, const char *id, const c
                  float *first, ak_turn *ti) {
     ak_error err = {{0}};
     ak_kv *kv;
-    if (ak_agent_open_pool(ag, id, 0, pool, prompt, n, n, 0, &kv, ti, &err) < 0 ||
+    if (ak_agent_open(ag, &(ak_turn_opts){.id = id, .pool_id = pool, .tokens = prompt, .n = n, .n_reserve = n}, &kv,
+                      ti, &err) < 0 ||
         ak_eval(e->ctx, kv, prompt + ti->reused, n - ti->reused, ti->reused, e->logits, NULL, NULL, NULL, &err) < 0 ||
         ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "turn %s: %s", id, err.msg);
@@ -238,7 +239,8 @@ TEST(cards_append_equals_the_parts_computed_apart) {
           "bad id: %s", err.msg);
     {   /* busy: in a turn */
         ak_kv *kv;
-        REQUIRE(ak_agent_open(ag, "rx", 0, all, NP + NX + NQ, NP + NX + NQ, 0, &kv, &ti, &err) == 0, "open: %s", err.msg);
+        REQUIRE(ak_agent_open(ag, &(ak_turn_opts){.id = "rx", .tokens = all, .n = NP + NX + NQ,
+                              .n_reserve = NP + NX + NQ}, &kv, &ti, &err) == 0, "open: %s", err.msg);
         CHECK(ak_agent_import_card_mode(ag, "rx", "cx", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_BUSY,
               "busy: %s", err.msg);
         ak_agent_abort(ag, "rx");
@@ -309,7 +311,8 @@ TEST(cards_append_survives_a_restart) {
     for (int i = 0; i < NR; i++) all[NP + NX + NQ + i] = (int32_t)(i + 9);
     const int n1 = NP + NX + NQ, n2 = n1 + NR;
     ak_turn ti;
-    REQUIRE(ak_pool_create(ag, e.ctx, "doc", P, NDOC, AK_KV_F16, AK_KV_F16, NULL, NULL, NULL, &err) == 0, "pool: %s",
+    REQUIRE(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "doc", .tokens = P, .n = NDOC, .fk = AK_KV_F16,
+                           .fv = AK_KV_F16}, NULL, NULL, &err) == 0, "pool: %s",
             err.msg);
     REQUIRE(aturn(t, &e, ag, "tx", NULL, X, NX, NULL, &ti) == 0, "tx");
     ak_card_request rq;

@@ -73,12 +73,14 @@ static int turn_with(tenv *e, ak_agents *ag, const char *id, const int32_t *prom
         if (ak_memory_get(ag, ms[i], &mi, NULL, &err) < 0) goto fail;
         len[i] = mi.n_tokens;
     }
-    if (ak_agent_open_memories(ag, id, 0, NULL, prompt, n, n, 0, at, len, k, &kv, ti, &err) < 0) goto fail;
+    if (ak_agent_open(ag, &(ak_turn_opts){.id = id, .tokens = prompt, .n = n, .n_reserve = n, .at = at, .len = len,
+                      .k = k}, &kv, ti, &err) < 0) goto fail;
     int pos = ti->reused;
     for (int i = 0; i < k; i++) {
         if (pos > at[i]) continue;   /* reused already */
         if (at[i] > pos && ak_eval(e->ctx, kv, prompt + pos, at[i] - pos, pos, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
-        if (ak_agent_place_memory(ag, id, ms[i], prompt, at[i], &kv, &err) < 0) goto fail;
+        if (ak_agent_place_memory(ag, &(ak_place_opts){.id = id, .mem_id = ms[i], .tokens = prompt, .at = at[i]}, &kv,
+                                  &err) < 0) goto fail;
         pos = ak_kv_length(kv);
     }
     if (ak_eval(e->ctx, kv, prompt + pos, n - pos, pos, out, NULL, NULL, NULL, &err) < 0 ||
@@ -158,7 +160,8 @@ TEST(memories_equal_the_chunk_prefilled_alone_and_are_computed_once) {
     int32_t P[NP], X[NX], Y[NY], Q[NQ];
     texts(e.vocab, P, X, Y, Q);
     int computed = -1;
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0, "add: %s",
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "x text", .tokens = X, .n = NX,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, &computed, &err) == 0, "add: %s",
             err.msg);
     CHECK(computed == 1, "the first add computed nothing");
     /* bit for bit the chunk prefilled alone at position 0, no BOS before it */
@@ -187,7 +190,8 @@ TEST(memories_equal_the_chunk_prefilled_alone_and_are_computed_once) {
      * not computed again and take no block more */
     ak_block_pool_stats s0, s1;
     ak_block_pool_get_stats(pool, &s0);
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx2", "x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0, "add 2: %s",
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx2", .text = "x text", .tokens = X, .n = NX,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, &computed, &err) == 0, "add 2: %s",
             err.msg);
     ak_block_pool_get_stats(pool, &s1);
     CHECK(computed == 0 && s1.blocks == s0.blocks && ak_memory_kv(ag, "mx2", &err) == mk,
@@ -196,24 +200,30 @@ TEST(memories_equal_the_chunk_prefilled_alone_and_are_computed_once) {
     REQUIRE(ak_memory_get(ag, "mx2", &mi, NULL, &err) == 0, "get: %s", err.msg);
     CHECK(mi.sharers == 2 && mi.n_tokens == NX && mi.resident, "info: sharers %d, %d tokens", mi.sharers, mi.n_tokens);
     /* re-adding the same id and content: a no-op; other content: refused */
-    CHECK(ak_memory_add(ag, e.ctx, "mx", "x text", X, NX, AK_KV_F16, AK_KV_F16, &computed, &err) == 0 && computed == 0,
+    CHECK(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "x text", .tokens = X, .n = NX,
+                        .fk = AK_KV_F16, .fv = AK_KV_F16}, &computed, &err) == 0 && computed == 0,
           "idempotent add: %s", err.msg);
-    CHECK(ak_memory_add(ag, e.ctx, "mx", "y text", Y, NY, AK_KV_F16, AK_KV_F16, &computed, &err) < 0 &&
+    CHECK(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "y text", .tokens = Y, .n = NY,
+                        .fk = AK_KV_F16, .fv = AK_KV_F16}, &computed, &err) < 0 &&
               err.code == AK_ERR_EXISTS, "other content under an id: %s", err.msg);
     /* other formats: other content, computed */
-    REQUIRE(ak_memory_add(ag, e.ctx, "mxq", "x text", X, NX, AK_KV_Q8, AK_KV_Q8, &computed, &err) == 0, "q8: %s", err.msg);
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mxq", .text = "x text", .tokens = X, .n = NX,
+                          .fk = AK_KV_Q8, .fv = AK_KV_Q8}, &computed, &err) == 0, "q8: %s", err.msg);
     ak_memory_info mq;
     REQUIRE(ak_memory_get(ag, "mxq", &mq, NULL, &err) == 0, "get q8");
     CHECK(computed == 1 && strcmp(mq.hash, mi.hash) && mq.fk == AK_KV_Q8, "q8 shared with f16?");
 
     /* bad inputs, by code */
-    CHECK(ak_memory_add(ag, e.ctx, ".hidden", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) < 0 &&
+    CHECK(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = ".hidden", .text = "x", .tokens = X, .n = NX,
+                        .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) < 0 &&
               err.code == AK_ERR_INVALID, "hidden id: %s", err.msg);
-    CHECK(ak_memory_add(ag, e.ctx, "../up", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) < 0 &&
+    CHECK(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "../up", .text = "x", .tokens = X, .n = NX,
+                        .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) < 0 &&
               err.code == AK_ERR_INVALID, "path id: %s", err.msg);
     int32_t longx[MCTX];
     for (int i = 0; i < MCTX; i++) longx[i] = (int32_t)((i * 7 + 1) % e.vocab);
-    CHECK(ak_memory_add(ag, e.ctx, "long", "x", longx, MCTX, AK_KV_F16, AK_KV_F16, NULL, &err) < 0 &&
+    CHECK(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "long", .text = "x", .tokens = longx, .n = MCTX,
+                        .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) < 0 &&
               err.code == AK_ERR_INVALID, "too long: %s", err.msg);
     CHECK(ak_memory_kv(ag, "nope", &err) == NULL && err.code == AK_ERR_NOT_FOUND, "unknown: %s", err.msg);
     CHECK(ak_memory_get(ag, "nope", &mi, NULL, &err) < 0 && err.code == AK_ERR_NOT_FOUND, "unknown get: %s", err.msg);
@@ -246,8 +256,10 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
     memcpy(all + NP + NX, Y, sizeof Y);
     memcpy(all + NP + NX + NY, Q, sizeof Q);
     int n = NP + NX + NY + NQ;
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
-                ak_memory_add(ag, e.ctx, "my", "y", Y, NY, AK_KV_F16, AK_KV_F16, NULL, &err) == 0,
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "x", .tokens = X, .n = NX,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0 &&
+                ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "my", .text = "y", .tokens = Y, .n = NY,
+                              .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0,
             "add: %s", err.msg);
     float *got = malloc(sizeof(float) * (size_t)e.vocab), *want = malloc(sizeof(float) * (size_t)e.vocab);
     float *full = malloc(sizeof(float) * (size_t)e.vocab), *got2 = malloc(sizeof(float) * (size_t)e.vocab);
@@ -278,7 +290,8 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
           in.impure, in.n_tokens);
     /* a memory in other formats (q8) is converted into the agent's (f16) at
      * its position: the expectation converts the chunk computed in q8 */
-    REQUIRE(ak_memory_add(ag, e.ctx, "mxq", "x", X, NX, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0, "q8: %s", err.msg);
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mxq", .text = "x", .tokens = X, .n = NX,
+                          .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0, "q8: %s", err.msg);
     const char *mq[2] = {"mxq", "my"};
     float *gq = malloc(sizeof(float) * (size_t)e.vocab), *wq = malloc(sizeof(float) * (size_t)e.vocab);
     REQUIRE(turn_with(&e, ag, "rq", all, n, mq, at, 2, gq, &ti) == 0, "q8 turn");
@@ -307,25 +320,32 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
           ti.reused);
     /* refusals: no turn, wrong position, wrong tokens, unknown memory */
     ak_kv *kv = NULL;
-    CHECK(ak_agent_place_memory(ag, "rx", "mx", all, NP, &kv, &err) < 0 && err.code == AK_ERR_INVALID, "no turn: %s",
-          err.msg);
+    CHECK(ak_agent_place_memory(ag, &(ak_place_opts){.id = "rx", .mem_id = "mx", .tokens = all, .at = NP}, &kv,
+                                &err) < 0 && err.code == AK_ERR_INVALID,
+          "no turn: %s", err.msg);
     int len2[2] = {NX, NY};
     int past[1] = {n - 3};
-    CHECK(ak_agent_open_memories(ag, "pz", 0, NULL, all, n, n, 0, past, len2, 1, &kv, &ti, &err) < 0 &&
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "pz", .tokens = all, .n = n, .n_reserve = n, .at = past,
+                        .len = len2, .k = 1}, &kv, &ti, &err) < 0 &&
               err.code == AK_ERR_INVALID, "a memory past the prompt's tokens: %s", err.msg);
     int bad_at[2] = {NP + 3, NP};
-    CHECK(ak_agent_open_memories(ag, "pz", 0, NULL, all, n, n, 0, bad_at, len2, 2, &kv, &ti, &err) < 0 &&
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "pz", .tokens = all, .n = n, .n_reserve = n, .at = bad_at,
+                        .len = len2, .k = 2}, &kv, &ti, &err) < 0 &&
               err.code == AK_ERR_INVALID, "memories out of order: %s", err.msg);
-    REQUIRE(ak_agent_open_memories(ag, "pz", 0, NULL, all, n, n, 0, at, len2, 2, &kv, &ti, &err) == 0, "open: %s",
-            err.msg);
+    REQUIRE(ak_agent_open(ag, &(ak_turn_opts){.id = "pz", .tokens = all, .n = n, .n_reserve = n, .at = at,
+                          .len = len2, .k = 2}, &kv, &ti, &err) == 0,
+            "open: %s", err.msg);
     CHECK(ti.reused < NP, "linked past the first memory: reused %d", ti.reused);
     REQUIRE(ak_eval(e.ctx, kv, all + ti.reused, NP - ti.reused, ti.reused, NULL, NULL, NULL, NULL, &err) == 0, "eval");
     ak_kv *kv0 = kv;
-    CHECK(ak_agent_place_memory(ag, "pz", "mx", all, NP + 1, &kv, &err) < 0 && err.code == AK_ERR_INVALID,
+    CHECK(ak_agent_place_memory(ag, &(ak_place_opts){.id = "pz", .mem_id = "mx", .tokens = all, .at = NP + 1}, &kv,
+                                &err) < 0 && err.code == AK_ERR_INVALID,
           "cache not at the position: %s", err.msg);
-    CHECK(ak_agent_place_memory(ag, "pz", "my", all, NP, &kv, &err) < 0 && err.code == AK_ERR_INVALID,
+    CHECK(ak_agent_place_memory(ag, &(ak_place_opts){.id = "pz", .mem_id = "my", .tokens = all, .at = NP}, &kv,
+                                &err) < 0 && err.code == AK_ERR_INVALID,
           "other tokens: %s", err.msg);
-    CHECK(ak_agent_place_memory(ag, "pz", "nope", all, NP, &kv, &err) < 0 && err.code == AK_ERR_NOT_FOUND,
+    CHECK(ak_agent_place_memory(ag, &(ak_place_opts){.id = "pz", .mem_id = "nope", .tokens = all, .at = NP}, &kv,
+                                &err) < 0 && err.code == AK_ERR_NOT_FOUND,
           "unknown: %s", err.msg);
     CHECK(kv == kv0 && ak_kv_length(kv) == NP, "a refused placement changed the cache");
     ak_agent_abort(ag, "pz");
@@ -355,8 +375,10 @@ TEST(memories_persist_and_bad_files_are_refused) {
     memcpy(all + NP + NX, Q, sizeof Q);
     int n = NP + NX + NQ;
     /* in q8, so that the holder (f16) converts it: its file must hold f16 only */
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0 &&
-                ak_memory_add(ag, e.ctx, "my", "the y text", Y, NY, AK_KV_Q8, AK_KV_F16, NULL, &err) == 0,
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "the x text", .tokens = X, .n = NX,
+                          .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0 &&
+                ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "my", .text = "the y text", .tokens = Y, .n = NY,
+                              .fk = AK_KV_Q8, .fv = AK_KV_F16}, NULL, &err) == 0,
             "add: %s", err.msg);
     char mpath[700];
     snprintf(mpath, sizeof mpath, "%s/memories/mx.safetensors", dir);
@@ -392,7 +414,8 @@ TEST(memories_persist_and_bad_files_are_refused) {
     REQUIRE(mk, "load: %s", err.msg);
     CHECK(kv_equal(mk, ref), "the loaded memory differs from the prefill");
     int computed = -1;
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx-again", "the x text", X, NX, AK_KV_Q8, AK_KV_Q8, &computed, &err) == 0,
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx-again", .text = "the x text", .tokens = X,
+                          .n = NX, .fk = AK_KV_Q8, .fv = AK_KV_Q8}, &computed, &err) == 0,
             "again: %s", err.msg);
     CHECK(computed == 0 && ak_memory_kv(ag, "mx-again", &err) == mk, "the same content was computed again");
     /* the holder restores without the memory (its chunk is its own in its file), its turn as before */
@@ -406,7 +429,8 @@ TEST(memories_persist_and_bad_files_are_refused) {
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ag = agents_at(&e, &pool, NULL);
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0, "twin add");
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "the x text", .tokens = X, .n = NX,
+                          .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0, "twin add");
     REQUIRE(turn_with(&e, ag, "twin", all, n, ms, at, 1, NULL, &ti) == 0 &&
                 turn_with(&e, ag, "twin", more, n + 1, NULL, NULL, 0, hot, &ti) == 0,
             "twin");
@@ -427,7 +451,8 @@ TEST(memories_persist_and_bad_files_are_refused) {
     CHECK(ak_memory_kv(ag, "my", &err) == NULL && err.code == AK_ERR_CORRUPT, "corrupt: %s", err.msg);
     CHECK(!exists(ypath), "the corrupt file was not moved to quarantine");
     /* truncated */
-    REQUIRE(ak_memory_add(ag, e.ctx, "mt", "t", Y, NY, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "mt");
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mt", .text = "t", .tokens = Y, .n = NY,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0, "mt");
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ag = agents_at(&e, &pool, store);
@@ -478,7 +503,8 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     REQUIRE(ag, "%s", err.msg);
     int32_t P[NP], X[NX], Y[NY], Q[NQ];
     texts(e.vocab, P, X, Y, Q);
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "add: %s", err.msg);
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "x", .tokens = X, .n = NX,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0, "add: %s", err.msg);
     ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
     ak_kv *ref = alone(&e, rp, X, NX);
     /* one agent whose turn needs the whole budget: only the memory can go */
@@ -500,7 +526,8 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     pool = ak_block_pool_new(&e.m->spec, 0, 6 * blk, &err);
     ak_agents_config c2 = {e.m, pool, NULL, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
     ag = ak_agents_new(&c2, &err);
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "add: %s", err.msg);
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "x", .tokens = X, .n = NX,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0, "add: %s", err.msg);
     CHECK(turn_with(&e, ag, "big", big, n, NULL, NULL, 0, NULL, &ti) < 0, "the big turn fit beside the memory");
     REQUIRE(ak_memory_get(ag, "mx", &mi, NULL, &err) == 0 && mi.resident, "dropped without a store");
     free(big);
@@ -528,7 +555,8 @@ TEST(memories_sealed) {
     ak_agents *ag = agents_at(&e, &pool, store);
     int32_t P[NP], X[NX], Y[NY], Q[NQ];
     texts(e.vocab, P, X, Y, Q);
-    REQUIRE(ak_memory_add(ag, e.ctx, "ms", "x", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0, "add: %s", err.msg);
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "ms", .text = "x", .tokens = X, .n = NX,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0, "add: %s", err.msg);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
@@ -577,12 +605,14 @@ static int turn_reuse(tenv *e, ak_agents *ag, const char *id, const int32_t *pro
         if (ak_memory_get(ag, ms[i], &mi, NULL, &err) < 0) goto fail;
         len[i] = mi.n_tokens;
     }
-    if (ak_agent_open_memories(ag, id, 0, NULL, prompt, n, n, 0, at, len, k, &kv, &ti, &err) < 0) goto fail;
+    if (ak_agent_open(ag, &(ak_turn_opts){.id = id, .tokens = prompt, .n = n, .n_reserve = n, .at = at, .len = len,
+                      .k = k}, &kv, &ti, &err) < 0) goto fail;
     int pos = ti.reused;
     for (int i = 0; i < k; i++) {
         if (pos > at[i]) continue;
         if (at[i] > pos && ak_eval(e->ctx, kv, prompt + pos, at[i] - pos, pos, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
-        if (ak_agent_reuse_memory(ag, e->ctx, id, ms[i], prompt, at[i], p, &kv, st, &err) < 0) goto fail;
+        if (ak_agent_reuse_memory(ag, e->ctx, &(ak_place_opts){.id = id, .mem_id = ms[i], .tokens = prompt,
+                                  .at = at[i]}, p, &kv, st, &err) < 0) goto fail;
         pos = ak_kv_length(kv);
     }
     if (ak_eval(e->ctx, kv, prompt + pos, n - pos, pos, out, NULL, NULL, NULL, &err) < 0 ||
@@ -622,8 +652,10 @@ TEST(memories_agentkvshift_agent_restores_bit_for_bit) {
     int n = NP + NX + NY + NQ;
     memcpy(more, all, sizeof all);
     more[n] = 42;
-    REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
-                ak_memory_add(ag, e.ctx, "my", "the y text", Y, NY, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0,
+    REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "the x text", .tokens = X, .n = NX,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0 &&
+                ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "my", .text = "the y text", .tokens = Y, .n = NY,
+                              .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0,
             "add: %s", err.msg);
     const char *ms[2] = {"mx", "my"};
     int at[2] = {NP, NP + NX};
@@ -661,8 +693,10 @@ TEST(memories_agentkvshift_agent_restores_bit_for_bit) {
         ak_store_close(store);
         /* the twin, in RAM all along */
         ag = agents_at(&e, &pool, NULL);
-        REQUIRE(ak_memory_add(ag, e.ctx, "mx", "the x text", X, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0 &&
-                    ak_memory_add(ag, e.ctx, "my", "the y text", Y, NY, AK_KV_Q8, AK_KV_Q8, NULL, &err) == 0,
+        REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "the x text", .tokens = X, .n = NX,
+                              .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0 &&
+                    ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "my", .text = "the y text", .tokens = Y,
+                                  .n = NY, .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0,
                 "twin add");
         REQUIRE(turn_reuse(&e, ag, "twin", all, n, ms, at, 2, &ps[i], NULL, &st) == 0 &&
                     turn_with(&e, ag, "twin", more, n + 1, NULL, NULL, 0, hot, &ti) == 0,

@@ -420,7 +420,8 @@ static int pooled_turn(ak_test_ctx *t, share_env *e, ak_agents *ag, const char *
                        const int32_t *prompt, int n, int n_gen, int32_t *out, ak_turn *ti) {
     ak_error err = {{0}};
     ak_kv *kv;
-    if (ak_agent_open_pool(ag, id, 0, pool, prompt, n, n + n_gen, 0, &kv, ti, &err) < 0) {
+    if (ak_agent_open(ag, &(ak_turn_opts){.id = id, .pool_id = pool, .tokens = prompt, .n = n,
+                      .n_reserve = n + n_gen}, &kv, ti, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "open %s: %s", id, err.msg);
         return -1;
     }
@@ -535,9 +536,11 @@ static void check_pool_answers(ak_test_ctx *t, const char *rel) {
     int vocab = e.m->cfg.vocab;
     for (int i = 0; i < DOC; i++) prompt[i] = 1 + (i * 29 + 3) % (vocab - 1);
     ak_error err = {{0}};
-    REQUIRE(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, "{\"text\":\"x\"}", NULL, NULL, &err) == 0,
+    REQUIRE(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "doc", .tokens = prompt, .n = DOC, .fk = AK_KV_Q8,
+                           .fv = AK_KV_TQ3, .source = "{\"text\":\"x\"}"}, NULL, NULL, &err) == 0,
             "create: %s", err.msg);
-    CHECK(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) < 0 &&
+    CHECK(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "doc", .tokens = prompt, .n = DOC, .fk = AK_KV_Q8,
+                         .fv = AK_KV_TQ3}, NULL, NULL, &err) < 0 &&
               err.code == AK_ERR_EXISTS, "a second pool doc: code %d", err.code);
     int T = ak_block_pool_block_tokens(pool);
     size_t bb = ak_block_pool_block_bytes(pool, AK_KV_Q8, AK_KV_TQ3);
@@ -563,16 +566,20 @@ static void check_pool_answers(ak_test_ctx *t, const char *rel) {
     /* errors */
     ak_kv *kv;
     ak_turn ti;
-    CHECK(ak_agent_open_pool(ag, "q", 0, "nope", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "q", .pool_id = "nope", .tokens = prompt, .n = DOC + 1,
+                        .n_reserve = DOC + 1}, &kv, &ti, &err) < 0 &&
               err.code == AK_ERR_NOT_FOUND, "unknown pool: code %d (%s)", err.code, err.msg);
-    CHECK(ak_agent_open_pool(ag, "q", 0, "../doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "q", .pool_id = "../doc", .tokens = prompt, .n = DOC + 1,
+                        .n_reserve = DOC + 1}, &kv, &ti, &err) < 0 &&
               err.code == AK_ERR_INVALID, "invalid pool id: code %d", err.code);
     prompt[5]++;
-    CHECK(ak_agent_open_pool(ag, "q", 0, "doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "q", .pool_id = "doc", .tokens = prompt, .n = DOC + 1,
+                        .n_reserve = DOC + 1}, &kv, &ti, &err) < 0 &&
               err.code == AK_ERR_INVALID, "a prompt that does not start with the pool: code %d", err.code);
     prompt[5]--;
     int32_t *big = calloc(600, sizeof *big);
-    CHECK(ak_pool_create(ag, e.ctx, "big", big, 512, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) < 0 &&
+    CHECK(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "big", .tokens = big, .n = 512, .fk = AK_KV_Q8,
+                         .fv = AK_KV_TQ3}, NULL, NULL, &err) < 0 &&
               err.code == AK_ERR_INVALID, "a pool as long as the context: code %d", err.code);
     free(big);
     CHECK(ak_pool_remove(ag, "doc", &err) < 0 && err.code == AK_ERR_BUSY && strstr(err.msg, "p0") &&
@@ -687,7 +694,8 @@ TEST(sharing_pools_persist_and_fail_clean) {
     ak_block_pool *pool;
     ak_agents *ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
     REQUIRE(ag, "agents");
-    REQUIRE(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, "{\"text\":\"d\"}", NULL, NULL, &err) == 0,
+    REQUIRE(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "doc", .tokens = prompt, .n = DOC, .fk = AK_KV_Q8,
+                           .fv = AK_KV_TQ3, .source = "{\"text\":\"d\"}"}, NULL, NULL, &err) == 0,
             "create: %s", err.msg);
     ak_turn ti;
     REQUIRE(pooled_turn(t, &e, ag, "reader", "doc", prompt, DOC + OWN, GEN, gen, &ti) == 0, "turn");
@@ -725,7 +733,8 @@ TEST(sharing_pools_persist_and_fail_clean) {
     REQUIRE(ak_store_remove_pool(store, "doc", &err) == 0, "%s", err.msg);
     ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
     prompt[3]++;
-    REQUIRE(ak_pool_create(ag, e.ctx, "doc", prompt, DOC, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "doc", .tokens = prompt, .n = DOC, .fk = AK_KV_Q8,
+                           .fv = AK_KV_TQ3}, NULL, NULL, &err) == 0, "%s", err.msg);
     prompt[3]--;
     REQUIRE(pooled_turn(t, &e, ag, "reader", NULL, prompt, n + 1, GEN, gen, &ti) == 0, "turn after the pool changed");
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0, "a changed pool: %s, reused %d", ak_tier_name(ti.tier), ti.reused);
@@ -748,9 +757,11 @@ TEST(sharing_pools_persist_and_fail_clean) {
     fclose(f);
     ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
     ak_kv *kv;
-    CHECK(ak_agent_open_pool(ag, "other", 0, "doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "other", .pool_id = "doc", .tokens = prompt, .n = DOC + 1,
+                        .n_reserve = DOC + 1}, &kv, &ti, &err) < 0 &&
               err.code == AK_ERR_CORRUPT, "a corrupt pool: code %d: %s", err.code, err.msg);
-    CHECK(ak_agent_open_pool(ag, "other", 0, "doc", prompt, DOC + 1, DOC + 1, 0, &kv, &ti, &err) < 0 &&
+    CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "other", .pool_id = "doc", .tokens = prompt, .n = DOC + 1,
+                        .n_reserve = DOC + 1}, &kv, &ti, &err) < 0 &&
               err.code == AK_ERR_NOT_FOUND, "after quarantine the pool is gone: code %d: %s", err.code, err.msg);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
@@ -761,11 +772,13 @@ TEST(sharing_pools_persist_and_fail_clean) {
         ak_store *s2 = ak_store_open(share_dir("share-pools-2"), NULL, &err);
         ak_agents *a2 = share_agents(&e2, &pool, s2, AK_KV_F16, AK_KV_F16);
         REQUIRE(a2, "agents");
-        REQUIRE(ak_pool_create(a2, e2.ctx, "m2", prompt, 40, AK_KV_Q8, AK_KV_TQ3, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        REQUIRE(ak_pool_create(a2, e2.ctx, &(ak_pool_request){.id = "m2", .tokens = prompt, .n = 40, .fk = AK_KV_Q8,
+                               .fv = AK_KV_TQ3}, NULL, NULL, &err) == 0, "%s", err.msg);
         ak_agents_free(a2);
         ak_block_pool_free(pool);
         ag = share_agents(&e, &pool, s2, AK_KV_F16, AK_KV_F16);
-        CHECK(ak_agent_open_pool(ag, "x", 0, "m2", prompt, 41, 41, 0, &kv, &ti, &err) < 0 && err.code == AK_ERR_STALE,
+        CHECK(ak_agent_open(ag, &(ak_turn_opts){.id = "x", .pool_id = "m2", .tokens = prompt, .n = 41,
+                            .n_reserve = 41}, &kv, &ti, &err) < 0 && err.code == AK_ERR_STALE,
               "a pool of another model: code %d: %s", err.code, err.msg);
         ak_agents_free(ag);
         ak_block_pool_free(pool);

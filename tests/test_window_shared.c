@@ -162,7 +162,8 @@ static int make_base(ak_test_ctx *t, rig *r, ak_ctx *c, const int32_t *base, con
     ak_error err = {{0}};
     if (r->mem) {
         int computed = 0;
-        if (ak_memory_add(r->ag, c, "m", "the memory", base, NB, AK_KV_F16, AK_KV_F16, &computed, &err) < 0 ||
+        if (ak_memory_add(r->ag, c, &(ak_memory_request){.id = "m", .text = "the memory", .tokens = base, .n = NB,
+                          .fk = AK_KV_F16, .fv = AK_KV_F16}, &computed, &err) < 0 ||
             !(*kv = ak_memory_kv(r->ag, "m", &err))) {
             ak_test_fail(t, __FILE__, __LINE__, "memory: %s", err.msg);
             return -1;
@@ -170,7 +171,8 @@ static int make_base(ak_test_ctx *t, rig *r, ak_ctx *c, const int32_t *base, con
         return 0;
     }
     ak_kv *pk;
-    if (ak_pool_begin(r->ag, "doc", base, NB, AK_KV_F16, AK_KV_F16, "src", &pk, &err) < 0 ||
+    if (ak_pool_begin(r->ag, &(ak_pool_request){.id = "doc", .tokens = base, .n = NB, .fk = AK_KV_F16,
+                      .fv = AK_KV_F16, .source = "src"}, &pk, &err) < 0 ||
         ak_eval(c, pk, base, NB, 0, NULL, NULL, NULL, NULL, &err) < 0 || ak_pool_commit(r->ag, "doc", &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "pool: %s", err.msg);
         return -1;
@@ -188,11 +190,14 @@ static int turn_on_base(ak_test_ctx *t, rig *r, ak_ctx *c, const char *id, const
     ak_error err = {{0}};
     ak_kv *kv;
     int at = 0, len = NB;
-    int rc = mem ? ak_agent_open_memories(r->ag, id, 0, NULL, prompt, n, n, 0, &at, &len, 1, &kv, tu, &err)
-                 : ak_agent_open_pool(r->ag, id, 0, "doc", prompt, n, n, 0, &kv, tu, &err);
+    int rc = mem ? ak_agent_open(r->ag, &(ak_turn_opts){.id = id, .tokens = prompt, .n = n, .n_reserve = n, .at = &at,
+                                 .len = &len, .k = 1}, &kv, tu, &err)
+                 : ak_agent_open(r->ag, &(ak_turn_opts){.id = id, .pool_id = "doc", .tokens = prompt, .n = n,
+                                 .n_reserve = n}, &kv, tu, &err);
     int pos = rc == 0 ? tu->reused : 0;
     if (rc == 0 && mem && pos == 0) {
-        rc = ak_agent_place_memory(r->ag, id, "m", prompt, 0, &kv, &err);
+        rc = ak_agent_place_memory(r->ag, &(ak_place_opts){.id = id, .mem_id = "m", .tokens = prompt, .at = 0}, &kv,
+                                   &err);
         pos = NB;
     }
     if (rc == 0) rc = ak_eval(c, kv, prompt + pos, n - pos, pos, la, NULL, NULL, NULL, &err);
@@ -288,8 +293,10 @@ static void check_shared_base(ak_test_ctx *t, int mem) {
         ak_kv *kv;
         h1[n1] = 77;
         int n = n1 + 1;
-        int rc = mem ? ak_agent_open_memories(r.ag, "a1", 0, NULL, h1, n, n, 0, (int[]){0}, (int[]){NB}, 1, &kv, &tu, &err)
-                     : ak_agent_open_pool(r.ag, "a1", 0, "doc", h1, n, n, 0, &kv, &tu, &err);
+        int rc = mem ? ak_agent_open(r.ag, &(ak_turn_opts){.id = "a1", .tokens = h1, .n = n, .n_reserve = n,
+                                     .at = (int[]){0}, .len = (int[]){NB}, .k = 1}, &kv, &tu, &err)
+                     : ak_agent_open(r.ag, &(ak_turn_opts){.id = "a1", .pool_id = "doc", .tokens = h1, .n = n,
+                                     .n_reserve = n}, &kv, &tu, &err);
         REQUIRE(rc == 0, "reopen a1: %s", err.msg);
         CHECK(tu.tier == AK_TIER_WARM && tu.reused == n1, "a1 came back %s reusing %d of %d", ak_tier_name(tu.tier),
               tu.reused, n1);
@@ -581,7 +588,9 @@ TEST(gemma3_window_memory_blended) {
     float *la = malloc(sizeof(float) * V), *lr = malloc(sizeof(float) * V);
     int32_t all[30 + 40 + 6];
     for (int i = 0; i < n; i++) all[i] = 6 + (i * 263) % 12000;
-    REQUIRE(ag && tp && c && la && lr && ak_memory_add(ag, c, "mx", "x", all + NP, NX, AK_KV_F16, AK_KV_F16, NULL, &err) == 0,
+    REQUIRE(ag && tp && c && la && lr &&
+                ak_memory_add(ag, c, &(ak_memory_request){.id = "mx", .text = "x", .tokens = all + NP, .n = NX,
+                              .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0,
             "setup: %s", err.msg);
     ak_kv *chunk = ak_kv_new(tp, AK_KV_F16, AK_KV_F16, SCTX, &err);
     REQUIRE(chunk && ak_eval(c, chunk, all + NP, NX, 0, NULL, NULL, NULL, NULL, &err) == 0, "chunk: %s", err.msg);
@@ -597,9 +606,11 @@ TEST(gemma3_window_memory_blended) {
                                   {.tokens = all + NP, .n = NX, .chunk = chunk},
         {.tokens = all + NP + NX, .n = NQ, .chunk = NULL}};
         REQUIRE(ref && ak_reuse_prefill(c, ref, parts, 3, &ps[k], lr, &sr, &err) == 0, "reference: %s", err.msg);
-        int rc = ak_agent_open_memories(ag, ids[k], 0, NULL, all, n, n, 0, &at, &len, 1, &kv, &tu, &err);
+        int rc = ak_agent_open(ag, &(ak_turn_opts){.id = ids[k], .tokens = all, .n = n, .n_reserve = n, .at = &at,
+                               .len = &len, .k = 1}, &kv, &tu, &err);
         if (rc == 0) rc = ak_eval(c, kv, all, NP, 0, NULL, NULL, NULL, NULL, &err);
-        if (rc == 0) rc = ak_agent_reuse_memory(ag, c, ids[k], "mx", all, NP, &ps[k], &kv, &sa, &err);
+        if (rc == 0) rc = ak_agent_reuse_memory(ag, c, &(ak_place_opts){.id = ids[k], .mem_id = "mx", .tokens = all,
+                                                .at = NP}, &ps[k], &kv, &sa, &err);
         if (rc == 0) rc = ak_eval(c, kv, all + NP + NX, NQ, NP + NX, la, NULL, NULL, NULL, &err);
         if (rc == 0) rc = ak_agent_commit(ag, ids[k], all, n, &err);
         if (rc == 0) rc = ak_agent_end(ag, ids[k], &err);

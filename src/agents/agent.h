@@ -89,13 +89,28 @@ typedef struct {
                                  computed or read */
 } ak_turn;
 
-/* Flags of ak_agent_open. EPHEMERAL: an internal agent (id starting with '.',
+/* Flags of ak_turn_opts. EPHEMERAL: an internal agent (id starting with '.',
  * which no client can name) that is never saved and is simply dropped when
  * evicted: requests without an agent id reuse cached prefixes through these. */
 #define AK_AGENT_EPHEMERAL 1
-/* Flag of ak_agent_open_memories: nothing from the first memory on is
+/* Flag of ak_turn_opts with memories: nothing from the first memory on is
  * reused, whatever the history holds (reuse "full": the reference). */
 #define AK_AGENT_RECOMPUTE_MEMORIES 2
+
+/* A turn to open (ak_agent_open): whose, with which prompt, the room to
+ * make; and, if any, the pool the prompt starts with and the memories it
+ * holds. */
+typedef struct {
+    const char *id;           /* the agent (created if unknown) */
+    int flags;                /* AK_AGENT_EPHEMERAL, AK_AGENT_RECOMPUTE_MEMORIES */
+    const int32_t *tokens;    /* the whole prompt, tokens[0..n) */
+    int n;
+    int n_reserve;            /* positions to make room for (raised to n, cut to the context) */
+    size_t extra;             /* bytes kept free beyond them for other running turns */
+    const char *pool_id;      /* the pool the prompt starts with (POOLS below); NULL or "": none */
+    const int *at, *len;      /* k memories (memories.h), the i-th at tokens[at[i], at[i] + len[i]) */
+    int k;                    /* 0: none */
+} ak_turn_opts;
 
 typedef struct ak_agents ak_agents;
 
@@ -114,19 +129,37 @@ void ak_agents_free(ak_agents *a);
  * emptied, never inconsistent. */
 int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
                    ak_turn *t, ak_error *err);
-/* Opens a turn without computing: finds or creates agent id, restores it if
- * it is not hot, matches tokens[0..n) against its history, truncates its
- * cache to the reused prefix (never the whole prompt: the last token is
- * always recomputed for its logits) and makes room for n_reserve >= n
- * positions while keeping `extra` more bytes free for other running turns
- * (evicting idle LRU agents). On success *kv holds positions [0, t->reused);
- * the caller computes tokens [t->reused, n) into it and then calls
- * ak_agent_commit. t->prefilled is n - t->reused, t->prefill_ms is 0.
+/* Opens a turn without computing: finds or creates agent o->id, restores
+ * it if it is not hot, matches o->tokens[0..n) against its history,
+ * truncates its cache to the reused prefix (never the whole prompt: the
+ * last token is always recomputed for its logits) and makes room for
+ * o->n_reserve >= n positions while keeping o->extra more bytes free for
+ * other running turns (evicting idle LRU agents). On success *kv holds
+ * positions [0, t->reused); the caller computes tokens [t->reused, n) into
+ * it and then calls ak_agent_commit. t->prefilled is n - t->reused,
+ * t->prefill_ms is 0.
+ *
+ * With o->pool_id (POOLS below) the prompt starts with that pool's tokens:
+ * the agent then holds the pool's blocks as its base (attached now if it
+ * was not) and only its own tokens privately.
+ *
+ * With o->k memories (in order, not overlapping) the agent's own history
+ * is matched as usual (its cache holds those tokens however they were
+ * computed), but a match ending inside a memory is cut back to where the
+ * memory starts (it is placed whole again), and blocks are linked from the
+ * content index only before the first memory; with flag
+ * AK_AGENT_RECOMPUTE_MEMORIES nothing from the first memory on is reused
+ * (the caller computes the whole rest). Otherwise the caller then
+ * prefills up to each memory not reused, places it (ak_agent_place_memory)
+ * and prefills the rest.
+ *
  * Returns 0, or -1 with err set (invalid id, prompt too long, a restore in
- * flight, a turn already open, no room); the agent is then as it was
- * or emptied, never inconsistent. */
-int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens, int n, int n_reserve,
-                  size_t extra, ak_kv **kv, ak_turn *t, ak_error *err);
+ * flight, a turn already open, no room; for the pool AK_ERR_NOT_FOUND /
+ * AK_ERR_STALE / AK_ERR_CORRUPT, AK_ERR_INVALID when the prompt does not
+ * start with its tokens; AK_ERR_INVALID for memories that are not in order
+ * inside the prompt); the agent is then as it was or emptied, never
+ * inconsistent. */
+int ak_agent_open(ak_agents *a, const ak_turn_opts *o, ak_kv **kv, ak_turn *t, ak_error *err);
 /* Records that the agent's cache now holds exactly tokens[0..n) (the caller
  * wrote positions up to n). Returns 0, or -1 with err set (out of memory: the
  * agent is then emptied). */
@@ -140,10 +173,20 @@ int ak_agent_reserve(ak_agents *a, const char *id, int n_pos, size_t extra, ak_e
 /* A failed forward: drops whatever the cache holds past the history and
  * ends the turn without saving. */
 void ak_agent_abort(ak_agents *a, const char *id);
-/* MEMORIES (memories.h). Places memory mem_id in agent id's open turn at
- * position `at`: the agent's cache must hold exactly positions [0, at) of
- * tokens (the prompt, computed by the caller: ak_agent_open's reuse plus
- * what it prefilled) and tokens[at, at + n) must be the memory's n tokens.
+/* MEMORIES (memories.h). Where a memory goes in an agent's open turn
+ * (ak_agent_place_memory, ak_agent_reuse_memory). */
+typedef struct {
+    const char *id;           /* the agent */
+    const char *mem_id;       /* the memory */
+    const int32_t *tokens;    /* the prompt: tokens[at, at + n) must be the memory's n tokens */
+    int at;                   /* where it goes: the agent's cache holds exactly [0, at) of tokens */
+} ak_place_opts;
+
+/* Places memory o->mem_id in agent o->id's open turn at position at =
+ * o->at: the agent's cache must hold exactly positions [0, at) of tokens =
+ * o->tokens (the prompt, computed by the caller: ak_agent_open's reuse
+ * plus what it prefilled) and tokens[at, at + n) must be the memory's n
+ * tokens.
  * The cache becomes [0, at) frozen as a segment, then the memory's blocks
  * with their keys at [at, at + n) (shared, read-only: memories.h; a memory
  * in other formats than the agent's sequence is converted into the
@@ -156,8 +199,7 @@ void ak_agent_abort(ak_agents *a, const char *id);
  * the context, more than AK_KV_MAX_SEGMENTS segments; the memory's errors:
  * AK_ERR_NOT_FOUND, AK_ERR_STALE, AK_ERR_CORRUPT, AK_ERR_KV_BUDGET); the
  * cache then still holds [0, at). */
-int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, const int32_t *tokens, int at, ak_kv **kv,
-                          ak_error *err);
+int ak_agent_place_memory(ak_agents *a, const ak_place_opts *o, ak_kv **kv, ak_error *err);
 /* ak_agent_place_memory by a reuse method (reuse.h: none, cacheblend,
  * agentkvshift, full): the memory's KV (computed alone at 0) is copied into
  * the agent's own positions [at, at + n) and placed by p->method with c
@@ -166,23 +208,8 @@ int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, cons
  * stays attached to those positions: kvcache.h CORRECTIONS). st (may be
  * NULL) gets the counts. Errors as ak_agent_place_memory, and
  * ak_reuse_place's; the cache then still holds [0, at). */
-int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const char *id, const char *mem_id, const int32_t *tokens, int at,
-                          const ak_reuse_params *p, ak_kv **kv, ak_reuse_stats *st, ak_error *err);
-/* ak_agent_open_pool for a prompt holding k memories, the i-th at
- * tokens[at[i], at[i] + len[i]) (in order, not overlapping): the agent's
- * own history is matched as usual (its cache holds those tokens however
- * they were computed), but a match ending inside a memory is cut back to
- * where the memory starts (it is placed whole again), and blocks are
- * linked from the content index only before the first memory; with flag
- * AK_AGENT_RECOMPUTE_MEMORIES nothing from the first memory on is reused
- * (the caller computes the whole rest). Otherwise the caller
- * then prefills up to each memory not reused, places it
- * (ak_agent_place_memory) and prefills the rest. Errors as
- * ak_agent_open_pool, and AK_ERR_INVALID for positions that are not in
- * order inside the prompt. */
-int ak_agent_open_memories(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
-                           int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
-                           ak_error *err);
+int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const ak_place_opts *o, const ak_reuse_params *p, ak_kv **kv,
+                          ak_reuse_stats *st, ak_error *err);
 
 /* Bytes of blocks the agent still needs to grow to n_pos positions (0 if it
  * has them); for a scheduler's admission control. */
@@ -306,17 +333,23 @@ typedef struct {
     uint64_t warm_bytes;      /* bytes of all the store's files given */
 } ak_agents_census;
 
+/* What a listing looks at besides the agents known here (ak_agents_listing). */
+typedef struct {
+    const ak_store_entry *files;              /* the store's index, listed by the caller */
+    int n_files;
+    int (*busy)(void *ud, const char *id);    /* fills each entry's busy flag; NULL: never busy */
+    void *ud;
+} ak_listing_opts;
+
 /* Every agent worth listing: those known here (not ephemeral; in RAM, or
- * with a history), then those of files[0..n_files) (the store's index,
- * listed by the caller) not known here. A known agent keeps its own token
- * count, as its file may still hold an older turn while a newer save is
- * queued; when it is not in RAM its bytes are its file's. busy(ud, id)
- * (NULL: never busy) fills each entry's busy flag. With out non-NULL,
- * *out gets the entries sorted by id (malloc'd, the caller frees) and *n
- * their number; with out NULL only census is filled (may be NULL too).
- * Returns 0, or -1 with err set (AK_ERR_NOMEM). */
-int ak_agents_listing(const ak_agents *a, const ak_store_entry *files, int n_files,
-                      int (*busy)(void *ud, const char *id), void *ud, ak_agent_entry **out, int *n,
+ * with a history), then those of o->files[0..n_files) not known here. A
+ * known agent keeps its own token count, as its file may still hold an
+ * older turn while a newer save is queued; when it is not in RAM its bytes
+ * are its file's. With out non-NULL, *out gets the entries sorted by id
+ * (malloc'd, the caller frees) and *n their number; with out NULL only
+ * census is filled (may be NULL too). Returns 0, or -1 with err set
+ * (AK_ERR_NOMEM). */
+int ak_agents_listing(const ak_agents *a, const ak_listing_opts *o, ak_agent_entry **out, int *n,
                       ak_agents_census *census, ak_error *err);
 
 /* POOLS. A pool is a named, write-once prefix (a document, a system
@@ -342,20 +375,29 @@ typedef struct {
 
 /* 1 if id can name a pool (as agent ids). */
 int ak_pool_id_valid(const char *id);
-/* Creates pool id from tokens[0..n) (a plain prefill with c) in formats
- * fk/fv and writes it to the store (if any); source is kept with it (e.g.
- * {"messages": [...]} as JSON; may be NULL). progress (may be NULL) is
- * called during the prefill with the fraction done. Returns 0, or -1 with err set:
- * AK_ERR_INVALID (bad id, empty, not shorter than n_ctx, format cannot store
- * the head dims), AK_ERR_EXISTS (pools are write-once: remove it first),
- * AK_ERR_KV_BUDGET, a store error (the pool is then not created). */
-int ak_pool_create(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, ak_kv_format fk,
-                   ak_kv_format fv, const char *source, ak_progress_fn progress, void *ud, ak_error *err);
+/* A pool to make (ak_pool_create, ak_pool_begin). */
+typedef struct {
+    const char *id;
+    const int32_t *tokens;    /* its tokens[0..n) */
+    int n;
+    ak_kv_format fk, fv;      /* its K/V formats */
+    const char *source;       /* kept with it (e.g. {"messages": [...]} as JSON); may be NULL */
+} ak_pool_request;
+
+/* Creates pool rq->id from its tokens (a plain prefill with c) in its
+ * formats and writes it to the store (if any) with its source. progress
+ * (may be NULL) is called during the prefill with the fraction done (ud
+ * passed on). Returns 0, or -1 with err set: AK_ERR_INVALID (bad id, empty,
+ * not shorter than n_ctx, format cannot store the head dims), AK_ERR_EXISTS
+ * (pools are write-once: remove it first), AK_ERR_KV_BUDGET, a store error
+ * (the pool is then not created). */
+int ak_pool_create(ak_agents *a, ak_ctx *c, const ak_pool_request *rq, ak_progress_fn progress, void *ud,
+                   ak_error *err);
 /* The same in steps, for a scheduler that prefills in chunks: begin returns
- * the empty sequence to compute tokens[0..n) into; commit persists and
- * publishes it; abort forgets it. */
-int ak_pool_begin(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
-                  const char *source, ak_kv **kv, ak_error *err);
+ * in *kv the empty sequence to compute rq's tokens[0..n) into (errors as
+ * ak_pool_create's, but for the prefill's and the store's); commit persists
+ * and publishes it; abort forgets it. */
+int ak_pool_begin(ak_agents *a, const ak_pool_request *rq, ak_kv **kv, ak_error *err);
 int ak_pool_commit(ak_agents *a, const char *id, ak_error *err);
 void ak_pool_abort(ak_agents *a, const char *id);
 /* Info about pool id (loading nothing). Returns 0, or -1 with err set
@@ -374,14 +416,8 @@ int ak_pools_list(ak_agents *a, ak_pool_info **out, int *n, ak_error *err);
  * unknown, -1 with err set. */
 int ak_pool_remove(ak_agents *a, const char *id, ak_error *err);
 
-/* ak_agent_open for an agent whose prompt starts with pool pool_id's
- * tokens (pool_id NULL or "": ak_agent_open). The agent then holds the
- * pool's blocks as its base (attached now if it was not) and only its own
- * tokens privately. Errors as ak_agent_open, and AK_ERR_NOT_FOUND /
- * AK_ERR_STALE / AK_ERR_CORRUPT for the pool, AK_ERR_INVALID when the
- * prompt does not start with the pool's tokens. */
-int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
-                       int n_reserve, size_t extra, ak_kv **kv, ak_turn *t, ak_error *err);
+/* A turn of an agent whose prompt starts with a pool's tokens:
+ * ak_agent_open with ak_turn_opts.pool_id. */
 
 /* Bytes of blocks a turn of agent id with prompt tokens[0..n) (starting
  * with pool pool_id's tokens, or pool_id NULL) will add to the pool to

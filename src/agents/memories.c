@@ -240,8 +240,11 @@ static mem_rec *rec_resolve(ak_agents *a, const char *id, ak_error *err) {
     return r;
 }
 
-int ak_memory_add(ak_agents *a, ak_ctx *c, const char *id, const char *text, const int32_t *tokens, int n,
-                  ak_kv_format fk, ak_kv_format fv, int *computed, ak_error *err) {
+int ak_memory_add(ak_agents *a, ak_ctx *c, const ak_memory_request *rq, int *computed, ak_error *err) {
+    const char *id = rq->id, *text = rq->text;
+    const int32_t *tokens = rq->tokens;
+    int n = rq->n;
+    ak_kv_format fk = rq->fk, fv = rq->fv;
     if (computed) *computed = 0;
     if (!id || !ak_agent_id_valid(id))
         return ak_failc(err, AK_ERR_INVALID, "invalid memory id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
@@ -476,14 +479,12 @@ static ak_kv *convert(ak_agents *a, const mem_body *b, ak_kv_format fk, ak_kv_fo
     return kv;
 }
 
-const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,
-                            const int32_t **tokens, int *n, const char **hash, ak_error *err) {
+const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv, mem_content *out,
+                            ak_error *err) {
     mem_rec *r = rec_resolve(a, id, err);
     if (!r) return NULL;
     mem_body *b = r->body;
-    *tokens = b->tokens;
-    *n = b->n;
-    *hash = b->hash;
+    *out = (mem_content){.tokens = b->tokens, .n = b->n, .hash = b->hash};
     int same = fk == b->fk && fv == b->fv;
     if (at == 0 && same) return b->kv;
     for (int i = 0; i < MEM_SHIFTS; i++)

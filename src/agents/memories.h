@@ -66,18 +66,25 @@ typedef struct {
  * AK_MEMORY_MAX_TEXT, no tokens). */
 int ak_memory_tokenize(const ak_tokenizer *tok, const char *text, size_t len, int32_t **ids, int *n, ak_error *err);
 
-/* Adds memory id: the KV of tokens[0..n) (ak_memory_tokenize of text)
- * computed alone at position 0 with c, in formats fk/fv, written to the
- * store (if any) with the text (fk or fv (ak_kv_format)-1: the agents'
- * format). When RAM or the store already holds the
- * same content (hash), nothing is computed: the blocks are shared (*computed
- * = 0, else 1; may be NULL). Re-adding an id with the same content is a
- * no-op success. Returns 0, or -1 with err set: AK_ERR_INVALID (bad id,
- * empty, n >= the agents' context, a format that cannot store the head
- * dims), AK_ERR_EXISTS (the id holds other content: remove it first),
- * AK_ERR_KV_BUDGET, a store error (nothing is added then). */
-int ak_memory_add(ak_agents *a, ak_ctx *c, const char *id, const char *text, const int32_t *tokens, int n,
-                  ak_kv_format fk, ak_kv_format fv, int *computed, ak_error *err);
+/* A memory to add (ak_memory_add). */
+typedef struct {
+    const char *id;
+    const char *text;         /* its text, kept with it */
+    const int32_t *tokens;    /* ak_memory_tokenize of text: tokens[0..n) */
+    int n;
+    ak_kv_format fk, fv;      /* its K/V formats; (ak_kv_format)-1: the agents' */
+} ak_memory_request;
+
+/* Adds memory rq->id: the KV of its tokens computed alone at position 0
+ * with c, in its formats, written to the store (if any) with the text.
+ * When RAM or the store already holds the same content (hash), nothing is
+ * computed: the blocks are shared (*computed = 0, else 1; may be NULL).
+ * Re-adding an id with the same content is a no-op success. Returns 0, or
+ * -1 with err set: AK_ERR_INVALID (bad id, empty, n >= the agents'
+ * context, a format that cannot store the head dims), AK_ERR_EXISTS (the
+ * id holds other content: remove it first), AK_ERR_KV_BUDGET, a store
+ * error (nothing is added then). */
+int ak_memory_add(ak_agents *a, ak_ctx *c, const ak_memory_request *rq, int *computed, ak_error *err);
 
 /* Info about memory id and (text not NULL) its text (malloc'd), loading
  * nothing. Returns 0, or -1 with err set (AK_ERR_INVALID id,

@@ -6,13 +6,20 @@
 
 #include "agents/agent_impl.h"
 
+/* A memory's content, owned by the memory (valid while it is known). */
+typedef struct {
+    const int32_t *tokens;    /* its n tokens */
+    int n;
+    const char *hash;         /* its content hash */
+} mem_content;
+
 /* Memory id's blocks with their keys at positions [at, at + n), in formats
  * fk/fv (the memory's: its own vectors; others: converted, each vector
  * dequantized and quantized again): a sequence whose positions [0, n) hold
  * them, owned by the memory and shared by every placement at `at` in those
- * formats; its tokens and content hash. NULL with err set (memories.h:
+ * formats; its content into *out. NULL with err set (memories.h:
  * ak_memory_kv's errors). */
-const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv,
-                            const int32_t **tokens, int *n, const char **hash, ak_error *err);
+const ak_kv *mems_blocks_at(ak_agents *a, const char *id, int at, ak_kv_format fk, ak_kv_format fv, mem_content *out,
+                            ak_error *err);
 
 #endif

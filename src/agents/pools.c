@@ -165,8 +165,11 @@ pool_rec *pools_resolve(ak_agents *a, const char *id, ak_error *err) {
 
 /* ---- creating --------------------------------------------------------- */
 
-int ak_pool_begin(ak_agents *a, const char *id, const int32_t *tokens, int n, ak_kv_format fk, ak_kv_format fv,
-                  const char *source, ak_kv **kv, ak_error *err) {
+int ak_pool_begin(ak_agents *a, const ak_pool_request *rq, ak_kv **kv, ak_error *err) {
+    const char *id = rq->id, *source = rq->source;
+    const int32_t *tokens = rq->tokens;
+    int n = rq->n;
+    ak_kv_format fk = rq->fk, fv = rq->fv;
     *kv = NULL;
     if (!ak_pool_id_valid(id))
         return ak_failc(err, AK_ERR_INVALID, "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
@@ -241,10 +244,13 @@ void ak_pool_abort(ak_agents *a, const char *id) {
     if (p && p->building) rec_del(a, p);
 }
 
-int ak_pool_create(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, ak_kv_format fk,
-                   ak_kv_format fv, const char *source, ak_progress_fn progress, void *ud, ak_error *err) {
+int ak_pool_create(ak_agents *a, ak_ctx *c, const ak_pool_request *rq, ak_progress_fn progress, void *ud,
+                   ak_error *err) {
+    const char *id = rq->id;
+    const int32_t *tokens = rq->tokens;
+    int n = rq->n;
     ak_kv *kv;
-    if (ak_pool_begin(a, id, tokens, n, fk, fv, source, &kv, err) < 0) return -1;
+    if (ak_pool_begin(a, rq, &kv, err) < 0) return -1;
     if (ak_eval(c, kv, tokens, n, 0, NULL, NULL, progress, ud, err) < 0 || ak_pool_commit(a, id, err) < 0) {
         ak_pool_abort(a, id);
         return -1;

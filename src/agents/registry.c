@@ -326,9 +326,12 @@ static int cmp_entry(const void *x, const void *y) {
     return strcmp(((const ak_agent_entry *)x)->id, ((const ak_agent_entry *)y)->id);
 }
 
-int ak_agents_listing(const ak_agents *a, const ak_store_entry *files, int n_files,
-                      int (*busy)(void *ud, const char *id), void *ud, ak_agent_entry **out, int *n,
+int ak_agents_listing(const ak_agents *a, const ak_listing_opts *o, ak_agent_entry **out, int *n,
                       ak_agents_census *census, ak_error *err) {
+    const ak_store_entry *files = o->files;
+    int n_files = o->n_files;
+    int (*busy)(void *ud, const char *id) = o->busy;
+    void *ud = o->ud;
     int n_ag = ak_agents_count(a), m = 0;
     ak_agent_entry *v = calloc((size_t)(n_ag + n_files) + 1, sizeof *v);
     if (!v) return ak_failc(err, AK_ERR_NOMEM, "out of memory");

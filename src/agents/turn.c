@@ -46,35 +46,16 @@ static int attach_pool(ak_agents *a, agent *g, pool_rec *p, ak_error *err) {
     return 0;
 }
 
-int ak_agent_open(ak_agents *a, const char *id, int flags, const int32_t *tokens, int n, int n_reserve,
-                  size_t extra, ak_kv **kv, ak_turn *t, ak_error *err) {
-    return ak_agent_open_pool(a, id, flags, NULL, tokens, n, n_reserve, extra, kv, t, err);
-}
-
-/* ak_agent_open_pool, ak_agent_open_memories: memories (k of them, at
- * positions at[], len[] tokens each; k = 0: none) cap what is reused. */
-static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
-                     int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
-                     ak_error *err);
-
-int ak_agent_open_pool(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
-                       int n_reserve, size_t extra, ak_kv **kv, ak_turn *t, ak_error *err) {
-    return open_turn(a, id, flags, pool_id, tokens, n, n_reserve, extra, NULL, NULL, 0, kv, t, err);
-}
-
-int ak_agent_open_memories(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
-                           int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
-                           ak_error *err) {
+/* agent.h. Memories (o->k of them; 0: none) cap what is reused. */
+int ak_agent_open(ak_agents *a, const ak_turn_opts *o, ak_kv **kv, ak_turn *t, ak_error *err) {
+    const char *id = o->id, *pool_id = o->pool_id;
+    const int32_t *tokens = o->tokens;
+    const int *at = o->at, *len = o->len;
+    int flags = o->flags, n = o->n, n_reserve = o->n_reserve, k = o->k;
     for (int i = 0; i < k; i++)
         if (at[i] < (i ? at[i - 1] + len[i - 1] : 0) || len[i] < 1 || at[i] + len[i] > n)
             return ak_failc(err, AK_ERR_INVALID, "agent %s: memory %d at %d (%d tokens) is not inside the prompt after "
                             "the one before it", id, i, at[i], len[i]);
-    return open_turn(a, id, flags, pool_id, tokens, n, n_reserve, extra, at, len, k, kv, t, err);
-}
-
-static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_id, const int32_t *tokens, int n,
-                     int n_reserve, size_t extra, const int *at, const int *len, int k, ak_kv **kv, ak_turn *t,
-                     ak_error *err) {
     memset(t, 0, sizeof *t);
     *kv = NULL;
     saves_drain(a);
@@ -181,7 +162,7 @@ static int open_turn(ak_agents *a, const char *id, int flags, const char *pool_i
         keep += linked;
         t->shared += linked;
     }
-    int ev = agents_ensure_room(a, agent_bytes_for(a, g, n_reserve) + extra, g, err);
+    int ev = agents_ensure_room(a, agent_bytes_for(a, g, n_reserve) + o->extra, g, err);
     if (ev < 0) {
         if (fresh) {
             /* its file (if any) is still there: the next open restores it */
@@ -257,18 +238,21 @@ void ak_agent_abort(ak_agents *a, const char *id) {
     g->in_turn = 0;
 }
 
-int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, const int32_t *tokens, int at, ak_kv **kv,
-                          ak_error *err) {
+int ak_agent_place_memory(ak_agents *a, const ak_place_opts *o, ak_kv **kv, ak_error *err) {
+    const char *id = o->id, *mem_id = o->mem_id;
+    const int32_t *tokens = o->tokens;
+    int at = o->at;
     agent *g = agents_find(a, id);
     if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
     if (at < 0 || ak_kv_length(g->kv) != at)
         return ak_failc(err, AK_ERR_INVALID, "agent %s: a memory placed at %d, but the cache holds %d positions", id, at,
                         ak_kv_length(g->kv));
-    const int32_t *mt;
-    const char *hash;
-    int n;
-    const ak_kv *src = mems_blocks_at(a, mem_id, at, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), &mt, &n, &hash, err);
+    mem_content mc;
+    const ak_kv *src = mems_blocks_at(a, mem_id, at, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), &mc, err);
     if (!src) return -1;
+    const int32_t *mt = mc.tokens;
+    const char *hash = mc.hash;
+    int n = mc.n;
     if (at + n >= a->cfg.n_ctx)
         return ak_failc(err, AK_ERR_INVALID, "agent %s: memory %s's %d tokens at %d do not fit the context of %d", id,
                         mem_id, n, at, a->cfg.n_ctx);
@@ -317,8 +301,11 @@ int ak_agent_place_memory(ak_agents *a, const char *id, const char *mem_id, cons
     return 0;
 }
 
-int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const char *id, const char *mem_id, const int32_t *tokens, int at,
-                          const ak_reuse_params *p, ak_kv **kv, ak_reuse_stats *st, ak_error *err) {
+int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const ak_place_opts *o, const ak_reuse_params *p, ak_kv **kv,
+                          ak_reuse_stats *st, ak_error *err) {
+    const char *id = o->id, *mem_id = o->mem_id;
+    const int32_t *tokens = o->tokens;
+    int at = o->at;
     agent *g = agents_find(a, id);
     if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
     if (at < 0 || ak_kv_length(g->kv) != at)
@@ -375,7 +362,8 @@ int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const char *id, const char *m
 int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *tokens, int n, float *logits,
                    ak_turn *t, ak_error *err) {
     ak_kv *kv;
-    if (ak_agent_open(a, id, 0, tokens, n, n, 0, &kv, t, err) < 0) return -1;
+    if (ak_agent_open(a, &(ak_turn_opts){.id = id, .tokens = tokens, .n = n, .n_reserve = n}, &kv, t, err) < 0)
+        return -1;
     double t0 = ak_now();
     if (ak_eval(c, kv, tokens + t->reused, t->prefilled, t->reused, logits, NULL, NULL, NULL, err) < 0) {
         ak_agent_abort(a, id); /* whatever was written past the history is not trusted */

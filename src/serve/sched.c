@@ -586,7 +586,8 @@ static int admit_pool_job(ak_sched *s, ak_request *r, ak_request *prev) {
     if (others && st.budget && (busy > st.budget || need > st.budget - busy)) return 0;
     ak_error err = {{0}};
     ak_kv *kv = NULL;
-    int rc = ak_pool_begin(s->cfg.agents, r->pool, r->prompt, r->n_prompt, r->pfk, r->pfv, r->source, &kv, &err);
+    int rc = ak_pool_begin(s->cfg.agents, &(ak_pool_request){.id = r->pool, .tokens = r->prompt, .n = r->n_prompt,
+                           .fk = r->pfk, .fv = r->pfv, .source = r->source}, &kv, &err);
     if (rc == 0 && ak_kv_prepare(kv, 0, r->n_prompt, &err) < 0) {
         ak_pool_abort(s->cfg.agents, r->pool);
         rc = -1;
@@ -692,8 +693,10 @@ static void admit(ak_sched *s) {
         ak_turn t;
         ak_kv *kv;
         int flags = (r->anonymous ? AK_AGENT_EPHEMERAL : 0) | (r->mem_full ? AK_AGENT_RECOMPUTE_MEMORIES : 0);
-        if (ak_agent_open_memories(s->cfg.agents, r->id, flags, r->pool[0] ? r->pool : NULL, r->prompt, r->n_prompt,
-                                   r->n_reserve, outstanding(s), r->mem_at, r->mem_len, r->n_mem, &kv, &t, &err) < 0) {
+        ak_turn_opts to = {.id = r->id, .flags = flags, .pool_id = r->pool[0] ? r->pool : NULL, .tokens = r->prompt,
+                           .n = r->n_prompt, .n_reserve = r->n_reserve, .extra = outstanding(s), .at = r->mem_at,
+                           .len = r->mem_len, .k = r->n_mem};
+        if (ak_agent_open(s->cfg.agents, &to, &kv, &t, &err) < 0) {
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
                 /* room comes back when a running request ends */
                 if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
@@ -742,9 +745,9 @@ static int place_memories(ak_sched *s, ak_request *r) {
         ak_error e = {{0}};
         ak_reuse_stats st = {0};
         int blend = r->mem_reuse.method == AK_REUSE_CACHEBLEND || r->mem_reuse.method == AK_REUSE_AGENTKVSHIFT;
-        int rc = blend ? ak_agent_reuse_memory(s->cfg.agents, s->ctx, agent_of(r), r->mem_id[i], r->prompt, r->pos,
-                                               &r->mem_reuse, &r->kv, &st, &e)
-                       : ak_agent_place_memory(s->cfg.agents, agent_of(r), r->mem_id[i], r->prompt, r->pos, &r->kv, &e);
+        ak_place_opts pl = {.id = agent_of(r), .mem_id = r->mem_id[i], .tokens = r->prompt, .at = r->pos};
+        int rc = blend ? ak_agent_reuse_memory(s->cfg.agents, s->ctx, &pl, &r->mem_reuse, &r->kv, &st, &e)
+                       : ak_agent_place_memory(s->cfg.agents, &pl, &r->kv, &e);
         if (rc < 0) {
             finish_err(s, r, &e);
             return -1;

@@ -69,7 +69,7 @@ typedef struct {
 typedef struct {
     const char *agent_id;     /* NULL or "": anonymous (prefix reuse, nothing persisted) */
     const char *pool;         /* NULL or "": none; else the pool the prompt starts with (copied):
-                                 the agent attaches to it (ak_agent_open_pool) */
+                                 the agent attaches to it (ak_turn_opts.pool_id) */
     const int32_t *prompt;    /* copied; starts with the pool's tokens when pool is set */
     int n_prompt;
     int max_tokens;           /* >= 1 */

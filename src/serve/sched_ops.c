@@ -45,7 +45,8 @@ typedef struct {
 static int op_list_agents(void *ctx, ak_agents *ag, ak_ctx *engine, ak_error *err) {
     (void)engine;
     list_agents_op *o = ctx;
-    return ak_agents_listing(ag, o->fl.files, o->fl.n, busy_of, o->s, &o->list, &o->n, NULL, err);
+    ak_listing_opts lo = {.files = o->fl.files, .n_files = o->fl.n, .busy = busy_of, .ud = o->s};
+    return ak_agents_listing(ag, &lo, &o->list, &o->n, NULL, err);
 }
 
 int ak_sched_list_agents(ak_sched *s, ak_sched_agent **out, int *n, ak_error *err) {
@@ -89,7 +90,8 @@ static int op_gauges(void *ctx, ak_agents *ag, ak_ctx *engine, ak_error *err) {
     (void)engine;
     gauges_op *o = ctx;
     ak_agents_census c;
-    if (ak_agents_listing(ag, o->fl.files, o->fl.n, NULL, NULL, NULL, NULL, &c, err) < 0) return -1;
+    ak_listing_opts lo = {.files = o->fl.files, .n_files = o->fl.n};
+    if (ak_agents_listing(ag, &lo, NULL, NULL, &c, err) < 0) return -1;
     int n_active, n_waiting;
     ak_sched_counts(o->s, &n_active, &n_waiting);
     ak_metrics_gauges_collect(o->g, ag, ak_sched_config_of(o->s)->pool, c.hot, c.warm, c.warm_bytes, n_active,
@@ -192,7 +194,8 @@ static int op_memory_add(void *ctx, ak_agents *ag, ak_ctx *engine, ak_error *err
     int32_t *ids = NULL;
     int n = 0;
     int rc = ak_memory_tokenize(o->tok, o->text, strlen(o->text), &ids, &n, err);
-    if (rc == 0) rc = ak_memory_add(ag, engine, o->id, o->text, ids, n, o->fk, o->fv, &o->computed, err);
+    if (rc == 0) rc = ak_memory_add(ag, engine, &(ak_memory_request){.id = o->id, .text = o->text, .tokens = ids,
+                                    .n = n, .fk = o->fk, .fv = o->fv}, &o->computed, err);
     free(ids);
     if (rc == 0) rc = ak_memory_get(ag, o->id, o->info, NULL, err);
     return rc;
