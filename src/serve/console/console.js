@@ -298,13 +298,13 @@
     g.fillStyle = "#6b7480";
     g.textAlign = "right";
     g.textBaseline = "middle";
-    for (let i = 0; i <= 4; i++) {
-      const yy = Math.round(y((max * i) / 4)) + 0.5;
+    for (let i = 0; i <= 5; i++) {   // fifths of a 1, 2 or 5 times a power of ten: round labels
+      const yy = Math.round(y((max * i) / 5)) + 0.5;
       g.beginPath();
       g.moveTo(left, yy);
       g.lineTo(w - right, yy);
       g.stroke();
-      g.fillText(fmt((max * i) / 4), left - 4, yy);
+      g.fillText(fmt((max * i) / 5), left - 4, yy);
     }
     g.textAlign = "center";
     g.textBaseline = "top";
