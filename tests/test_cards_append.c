@@ -35,10 +35,14 @@ static ak_agents *agents_at(tenv *e, ak_block_pool **pool, ak_store *store) {
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
-/* One turn of agent id (pool may be NULL): the prompt prefilled past what
- * is reused, its last logits into first (if not NULL); no token generated. */
-static int aturn(ak_test_ctx *t, tenv *e, ak_agents *ag, const char *id, const char *pool, const int32_t *prompt, int n,
-                 float *first, ak_turn *ti) {
+/* One turn of agent o->id (o->pool_id may be NULL) with prompt
+ * o->tokens[0..o->n): prefilled past what is reused, its last logits into
+ * first (if not NULL); no token generated. Returns 0, or -1 with a test
+ * failure recorded. */
+static int aturn(ak_test_ctx *t, tenv *e, ak_agents *ag, const ak_turn_opts *o, float *first, ak_turn *ti) {
+    const char *id = o->id, *pool = o->pool_id;
+    const int32_t *prompt = o->tokens;
+    const int n = o->n;
     ak_error err = {{0}};
     ak_kv *kv;
     if (ak_agent_open(ag, &(ak_turn_opts){.id = id, .pool_id = pool, .tokens = prompt, .n = n, .n_reserve = n}, &kv,
@@ -182,7 +186,8 @@ TEST(cards_append_equals_the_parts_computed_apart) {
     memcpy(all + NP, X, sizeof X);
     memcpy(all + NP + NX, Q, sizeof Q);
     ak_turn ti;
-    REQUIRE(aturn(t, &e, ag, "rx", NULL, P, NP, NULL, &ti) == 0 && aturn(t, &e, ag, "tx", NULL, X, NX, NULL, &ti) == 0,
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "rx", .tokens = P, .n = NP}, NULL, &ti) == 0 &&
+                aturn(t, &e, ag, &(ak_turn_opts){.id = "tx", .tokens = X, .n = NX}, NULL, &ti) == 0,
             "turns");
     ak_card_request rq;
     memset(&rq, 0, sizeof rq);
@@ -197,7 +202,8 @@ TEST(cards_append_equals_the_parts_computed_apart) {
           ak_agent_match_len(ag, "rx", all, NP + NX));
     float *got = malloc(sizeof(float) * (size_t)e.vocab), *want = malloc(sizeof(float) * (size_t)e.vocab);
     float *full = malloc(sizeof(float) * (size_t)e.vocab);
-    REQUIRE(aturn(t, &e, ag, "rx", NULL, all, NP + NX + NQ, got, &ti) == 0, "rx after the append");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "rx", .tokens = all, .n = NP + NX + NQ}, got, &ti) == 0,
+            "rx after the append");
     CHECK(ti.match == AK_MATCH_EXTEND && ti.reused == NP + NX && ti.prefilled == NQ, "reused %d, prefilled %d",
           ti.reused, ti.prefilled);
     REQUIRE(by_hand(&e, P, NP, X, NX, Q, NQ, want) == 0, "the expectation");
@@ -224,7 +230,8 @@ TEST(cards_append_equals_the_parts_computed_apart) {
     int32_t xq[NX + 1];
     memcpy(xq, X, sizeof X);
     xq[NX] = 4;
-    REQUIRE(aturn(t, &e, ag, "fresh", NULL, xq, NX + 1, got, &ti) == 0 && aturn(t, &e, ag, "repl", NULL, xq, NX + 1, g2, &ti) == 0,
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "fresh", .tokens = xq, .n = NX + 1}, got, &ti) == 0 &&
+                aturn(t, &e, ag, &(ak_turn_opts){.id = "repl", .tokens = xq, .n = NX + 1}, g2, &ti) == 0,
             "turns after");
     ak_agents_get(ag, ak_agents_find(ag, "fresh"), &in);
     CHECK(!memcmp(got, g2, sizeof(float) * (size_t)e.vocab) && !strcmp(in.card, "cx"),
@@ -250,7 +257,7 @@ TEST(cards_append_equals_the_parts_computed_apart) {
     /* too long for the context: a long receiver */
     int32_t longp[ACTX];
     for (int i = 0; i < ACTX - NX; i++) longp[i] = (int32_t)((i * 7 + 1) % e.vocab);
-    REQUIRE(aturn(t, &e, ag, "big", NULL, longp, ACTX - NX, NULL, &ti) == 0, "big");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "big", .tokens = longp, .n = ACTX - NX}, NULL, &ti) == 0, "big");
     CHECK(ak_agent_import_card_mode(ag, "big", "cx", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_INVALID,
           "too long: %s", err.msg);
     ak_agents_get(ag, ak_agents_find(ag, "big"), &in);
@@ -261,13 +268,13 @@ TEST(cards_append_equals_the_parts_computed_apart) {
     int32_t hist[ACTX];
     int nh = 2;
     hist[0] = 1, hist[1] = 2;
-    REQUIRE(aturn(t, &e, ag, "seg", NULL, hist, nh, NULL, &ti) == 0, "seg");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "seg", .tokens = hist, .n = nh}, NULL, &ti) == 0, "seg");
     for (int k = 0; k < 4; k++) {
         REQUIRE(ak_agent_import_card_mode(ag, "seg", "cx", AK_IMPORT_APPEND, &err) == 0, "append %d: %s", k, err.msg);
         memcpy(hist + nh, X, sizeof X);
         nh += NX;
         hist[nh++] = 5;
-        REQUIRE(aturn(t, &e, ag, "seg", NULL, hist, nh, NULL, &ti) == 0, "seg %d", k);
+        REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "seg", .tokens = hist, .n = nh}, NULL, &ti) == 0, "seg %d", k);
         CHECK(ti.reused == nh - 1, "append %d: reused %d of %d", k, ti.reused, nh);
     }
     CHECK(ak_agent_import_card_mode(ag, "seg", "cx", AK_IMPORT_APPEND, &err) < 0 && err.code == AK_ERR_INVALID,
@@ -314,7 +321,7 @@ TEST(cards_append_survives_a_restart) {
     REQUIRE(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "doc", .tokens = P, .n = NDOC, .fk = AK_KV_F16,
                            .fv = AK_KV_F16}, NULL, NULL, &err) == 0, "pool: %s",
             err.msg);
-    REQUIRE(aturn(t, &e, ag, "tx", NULL, X, NX, NULL, &ti) == 0, "tx");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "tx", .tokens = X, .n = NX}, NULL, &ti) == 0, "tx");
     ak_card_request rq;
     memset(&rq, 0, sizeof rq);
     rq.card_id = "cx";
@@ -326,14 +333,18 @@ TEST(cards_append_survives_a_restart) {
     snprintf(chash, sizeof chash, "%s", c->hash);
     const char *plain[] = {"rx", "ry"}, *pooled[] = {"pz", "pw", "pv"};
     for (int i = 0; i < 2; i++) {
-        REQUIRE(aturn(t, &e, ag, plain[i], NULL, P, NP, NULL, &ti) == 0, "%s", plain[i]);
+        REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = plain[i], .tokens = P, .n = NP}, NULL, &ti) == 0, "%s",
+                plain[i]);
         REQUIRE(ak_agent_import_card_mode(ag, plain[i], "cx", AK_IMPORT_APPEND, &err) == 0, "%s: %s", plain[i], err.msg);
-        REQUIRE(aturn(t, &e, ag, plain[i], NULL, all, n1, NULL, &ti) == 0, "%s", plain[i]);
+        REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = plain[i], .tokens = all, .n = n1}, NULL, &ti) == 0, "%s",
+                plain[i]);
     }
     for (int i = 0; i < 3; i++) {
-        REQUIRE(aturn(t, &e, ag, pooled[i], "doc", P, NP, NULL, &ti) == 0, "%s", pooled[i]);
+        REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = pooled[i], .pool_id = "doc", .tokens = P, .n = NP}, NULL,
+                      &ti) == 0, "%s", pooled[i]);
         REQUIRE(ak_agent_import_card_mode(ag, pooled[i], "cx", AK_IMPORT_APPEND, &err) == 0, "%s: %s", pooled[i], err.msg);
-        REQUIRE(aturn(t, &e, ag, pooled[i], "doc", all, n1, NULL, &ti) == 0, "%s", pooled[i]);
+        REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = pooled[i], .pool_id = "doc", .tokens = all, .n = n1}, NULL,
+                      &ti) == 0, "%s", pooled[i]);
         CHECK(ti.reused == NP + NX, "%s with its pool after the append: reused %d (the pool re-attached?)", pooled[i],
               ti.reused);
     }
@@ -346,18 +357,19 @@ TEST(cards_append_survives_a_restart) {
     for (int i = 20; i < 30; i++) dv[i] = (int32_t)((i * 11 + 2) % e.vocab);
     const char *dvg[] = {"rd", "re"};
     for (int i = 0; i < 2; i++) {
-        REQUIRE(aturn(t, &e, ag, dvg[i], NULL, P, NP, NULL, &ti) == 0, "%s", dvg[i]);
+        REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = dvg[i], .tokens = P, .n = NP}, NULL, &ti) == 0, "%s", dvg[i]);
         REQUIRE(ak_agent_import_card_mode(ag, dvg[i], "cx", AK_IMPORT_APPEND, &err) == 0, "%s: %s", dvg[i], err.msg);
-        REQUIRE(aturn(t, &e, ag, dvg[i], NULL, dv, 25, NULL, &ti) == 0, "%s", dvg[i]);
+        REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = dvg[i], .tokens = dv, .n = 25}, NULL, &ti) == 0, "%s", dvg[i]);
         CHECK(ti.match == AK_MATCH_DIVERGE && ti.reused == 20, "%s diverging: %s, reused %d", dvg[i],
               ak_match_name(ti.match), ti.reused);
     }
     float *ld = malloc(sizeof(float) * (size_t)e.vocab);
-    REQUIRE(aturn(t, &e, ag, "rd", NULL, dv, 30, ld, &ti) == 0, "rd hot");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "rd", .tokens = dv, .n = 30}, ld, &ti) == 0, "rd hot");
     /* the hot ones' next turn: the reference */
     float *lr = malloc(sizeof(float) * (size_t)e.vocab), *lp = malloc(sizeof(float) * (size_t)e.vocab);
     float *got = malloc(sizeof(float) * (size_t)e.vocab);
-    REQUIRE(aturn(t, &e, ag, "rx", NULL, all, n2, lr, &ti) == 0 && aturn(t, &e, ag, "pz", "doc", all, n2, lp, &ti) == 0,
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "rx", .tokens = all, .n = n2}, lr, &ti) == 0 &&
+                aturn(t, &e, ag, &(ak_turn_opts){.id = "pz", .pool_id = "doc", .tokens = all, .n = n2}, lp, &ti) == 0,
             "hot turns");
     /* a single card base (replace) for the version 4 check below */
     REQUIRE(ak_agent_import_card(ag, "solo", "cx", &err) == 0, "solo: %s", err.msg);
@@ -365,7 +377,7 @@ TEST(cards_append_survives_a_restart) {
     memcpy(xq, X, sizeof X);
     memcpy(xq + NX, Q, sizeof Q);
     float *ls = malloc(sizeof(float) * (size_t)e.vocab);
-    REQUIRE(aturn(t, &e, ag, "solo", NULL, xq, NX + NQ, ls, &ti) == 0, "solo turn");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "solo", .tokens = xq, .n = NX + NQ}, ls, &ti) == 0, "solo turn");
     CHECK(ak_card_remove(ag, "cx", &err) < 0 && err.code == AK_ERR_BUSY && strstr(err.msg, "ry"), "remove: %s", err.msg);
     REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
     /* the files: format 5, the segments as the format says */
@@ -408,26 +420,28 @@ TEST(cards_append_survives_a_restart) {
     REQUIRE(ak_agent_prefetch(ag, "ry", 0, &job, &err) == 1, "prefetch: %s", err.msg);
     ak_restore_job_run(job);
     ak_agent_prefetch_done(ag, job);
-    REQUIRE(aturn(t, &e, ag, "ry", NULL, all, n2, got, &ti) == 0, "ry");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "ry", .tokens = all, .n = n2}, got, &ti) == 0, "ry");
     CHECK(ti.tier == AK_TIER_WARM && ti.restored_ahead && ti.reused == n1 && ti.prefilled == NR,
           "ry: tier %s, ahead %d, reused %d", ak_tier_name(ti.tier), ti.restored_ahead, ti.reused);
     CHECK(!memcmp(got, lr, sizeof(float) * (size_t)e.vocab), "ry restored: logits differ from the hot twin's (%.3g)",
           max_abs_diff(got, lr, e.vocab));
     /* rx by a turn: the same history, the same bits */
-    REQUIRE(aturn(t, &e, ag, "rx", NULL, all, n2, got, &ti) == 0, "rx");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "rx", .tokens = all, .n = n2}, got, &ti) == 0, "rx");
     CHECK(ti.tier == AK_TIER_WARM && ti.match == AK_MATCH_EXACT && !memcmp(got, lr, sizeof(float) * (size_t)e.vocab),
           "rx restored: tier %s, match %s", ak_tier_name(ti.tier), ak_match_name(ti.match));
-    REQUIRE(aturn(t, &e, ag, "pv", "doc", all, n2, got, &ti) == 0, "pv");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "pv", .pool_id = "doc", .tokens = all, .n = n2}, got, &ti) == 0,
+            "pv");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == n1 && !memcmp(got, lp, sizeof(float) * (size_t)e.vocab),
           "pv restored (pool, own, card): tier %s, reused %d, max |diff| %.3g", ak_tier_name(ti.tier), ti.reused,
           max_abs_diff(got, lp, e.vocab));
-    REQUIRE(aturn(t, &e, ag, "re", NULL, dv, 30, got, &ti) == 0, "re");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "re", .tokens = dv, .n = 30}, got, &ti) == 0, "re");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == 25 && !memcmp(got, ld, sizeof(float) * (size_t)e.vocab),
           "re restored (an own segment, no card): tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
-    REQUIRE(aturn(t, &e, ag, "solo", NULL, xq, NX + NQ, got, &ti) == 0, "solo");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "solo", .tokens = xq, .n = NX + NQ}, got, &ti) == 0, "solo");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == NX + NQ - 1 && !memcmp(got, ls, sizeof(float) * (size_t)e.vocab),
           "a version 4 file: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
-    REQUIRE(aturn(t, &e, ag, "pz", "doc", all, n2, got, &ti) == 0 && aturn(t, &e, ag, "pw", "doc", all, n2, NULL, &ti) == 0,
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "pz", .pool_id = "doc", .tokens = all, .n = n2}, got, &ti) == 0 &&
+                aturn(t, &e, ag, &(ak_turn_opts){.id = "pw", .pool_id = "doc", .tokens = all, .n = n2}, NULL, &ti) == 0,
             "pz, pw");
     CHECK(quarantined(dir, "pz") == 1 && quarantined(dir, "pw") == 1,
           "a truncated file and a version 4 file with segments are corrupt (quarantined)");
@@ -453,7 +467,8 @@ TEST(cards_append_survives_a_restart) {
     REQUIRE(store, "%s", err.msg);
     ag = agents_at(&e, &pool, store);
     REQUIRE(ag, "agents");
-    REQUIRE(aturn(t, &e, ag, "ry", NULL, all, n2, got, &ti) == 0, "ry without its card");
+    REQUIRE(aturn(t, &e, ag, &(ak_turn_opts){.id = "ry", .tokens = all, .n = n2}, got, &ti) == 0,
+            "ry without its card");
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0, "ry without its card: tier %s, reused %d", ak_tier_name(ti.tier),
           ti.reused);
     ak_agents_free(ag);

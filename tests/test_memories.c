@@ -61,10 +61,13 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 
 /* A turn with memories placed the way the scheduler does it (reuse
  * "none"): the prompt is P, then each chunk in ms[] (k of them, lengths
- * ls), then Q; prefill up to each chunk, place it, prefill the rest. Last
- * logits into out. Returns 0, or -1 with the error printed. */
-static int turn_with(tenv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, const char *const *ms,
-                     const int *at, int k, float *out, ak_turn *ti) {
+ * ls), then Q; prefill up to each chunk, place it, prefill the rest. Agent
+ * o->id, the prompt o->tokens[0..o->n), memory i at o->at[i] (o->k of
+ * them). Last logits into out. Returns 0, or -1 with the error printed. */
+static int turn_with(tenv *e, ak_agents *ag, const ak_turn_opts *o, const char *const *ms, float *out, ak_turn *ti) {
+    const char *id = o->id;
+    const int32_t *prompt = o->tokens;
+    const int n = o->n, *at = o->at, k = o->k;
     ak_error err = {{0}};
     ak_kv *kv;
     int len[8] = {0};
@@ -266,10 +269,11 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
     const char *ms[2] = {"mx", "my"};
     int at[2] = {NP, NP + NX};
     ak_turn ti;
-    REQUIRE(turn_with(&e, ag, "rx", all, n, ms, at, 2, got, &ti) == 0, "turn");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "rx", .tokens = all, .n = n, .at = at, .k = 2}, ms, got, &ti) == 0,
+            "turn");
     REQUIRE(by_hand(&e, AK_KV_F16, AK_KV_F16, P, X, Y, Q, want) == 0, "the expectation");
     /* full: a plain turn of the whole prompt, equal to a plain prefill */
-    REQUIRE(turn_with(&e, ag, "fx", all, n, NULL, NULL, 0, got2, &ti) == 0, "full turn");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "fx", .tokens = all, .n = n}, NULL, got2, &ti) == 0, "full turn");
     ak_block_pool *fp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
     ak_kv *fkv = alone(&e, fp, all, n);
     REQUIRE(fkv, "full prefill");
@@ -294,7 +298,8 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
                           .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0, "q8: %s", err.msg);
     const char *mq[2] = {"mxq", "my"};
     float *gq = malloc(sizeof(float) * (size_t)e.vocab), *wq = malloc(sizeof(float) * (size_t)e.vocab);
-    REQUIRE(turn_with(&e, ag, "rq", all, n, mq, at, 2, gq, &ti) == 0, "q8 turn");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "rq", .tokens = all, .n = n, .at = at, .k = 2}, mq, gq, &ti) == 0,
+            "q8 turn");
     REQUIRE(by_hand(&e, AK_KV_Q8, AK_KV_Q8, P, X, Y, Q, wq) == 0, "the q8 expectation");
     double dq = max_abs_diff(gq, wq, e.vocab), dq16 = max_abs_diff(gq, got, e.vocab);
     printf("    a q8 memory in an f16 agent: max |logit diff| vs converted by hand %.2e, vs the f16 memory %.2e\n", dq,
@@ -305,7 +310,8 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
     /* a second agent at the same place shares the shifted copy: no new block for the chunks */
     ak_block_pool_stats s0, s1;
     ak_block_pool_get_stats(pool, &s0);
-    REQUIRE(turn_with(&e, ag, "rx2", all, n, ms, at, 2, got2, &ti) == 0, "turn 2");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "rx2", .tokens = all, .n = n, .at = at, .k = 2}, ms, got2,
+                      &ti) == 0, "turn 2");
     ak_block_pool_get_stats(pool, &s1);
     int T = ak_block_pool_block_tokens(pool);
     size_t own = (size_t)((NP + T - 1) / T + (NQ + T - 1) / T);
@@ -315,7 +321,8 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
     int32_t more[NP + NX + NY + NQ + 2];
     memcpy(more, all, sizeof all);
     more[n] = 9, more[n + 1] = 10;
-    REQUIRE(turn_with(&e, ag, "rx", more, n + 2, ms, at, 2, got, &ti) == 0, "turn 3");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "rx", .tokens = more, .n = n + 2, .at = at, .k = 2}, ms, got,
+                      &ti) == 0, "turn 3");
     CHECK(ti.match == AK_MATCH_EXTEND && ti.reused == n, "next turn: match %s, reused %d", ak_match_name(ti.match),
           ti.reused);
     /* refusals: no turn, wrong position, wrong tokens, unknown memory */
@@ -387,7 +394,8 @@ TEST(memories_persist_and_bad_files_are_refused) {
     const char *ms[1] = {"mx"};
     int at[1] = {NP};
     ak_turn ti;
-    REQUIRE(turn_with(&e, ag, "holder", all, n, ms, at, 1, NULL, &ti) == 0, "holder");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "holder", .tokens = all, .n = n, .at = at, .k = 1}, ms, NULL,
+                      &ti) == 0, "holder");
     ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
     ak_kv *ref = ak_kv_new(rp, AK_KV_Q8, AK_KV_Q8, MCTX, &err);
     REQUIRE(ref && ak_eval(e.ctx, ref, X, NX, 0, NULL, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
@@ -423,7 +431,8 @@ TEST(memories_persist_and_bad_files_are_refused) {
     int32_t more[NP + NX + NQ + 1];
     memcpy(more, all, sizeof all);
     more[n] = 7;
-    REQUIRE(turn_with(&e, ag, "holder", more, n + 1, NULL, NULL, 0, cold, &ti) == 0, "holder restored");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "holder", .tokens = more, .n = n + 1}, NULL, cold, &ti) == 0,
+            "holder restored");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == n, "holder: tier %s, reused %d", ak_tier_name(ti.tier), ti.reused);
     /* its twin, hot all along, gives the same logits */
     ak_agents_free(ag);
@@ -431,8 +440,9 @@ TEST(memories_persist_and_bad_files_are_refused) {
     ag = agents_at(&e, &pool, NULL);
     REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "the x text", .tokens = X, .n = NX,
                           .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0, "twin add");
-    REQUIRE(turn_with(&e, ag, "twin", all, n, ms, at, 1, NULL, &ti) == 0 &&
-                turn_with(&e, ag, "twin", more, n + 1, NULL, NULL, 0, hot, &ti) == 0,
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "twin", .tokens = all, .n = n, .at = at, .k = 1}, ms, NULL,
+                      &ti) == 0 &&
+                turn_with(&e, ag, &(ak_turn_opts){.id = "twin", .tokens = more, .n = n + 1}, NULL, hot, &ti) == 0,
             "twin");
     CHECK(!memcmp(hot, cold, sizeof(float) * (size_t)e.vocab), "restored holder differs from its hot twin");
     ak_agents_free(ag);
@@ -512,7 +522,8 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     int32_t *big = malloc(sizeof(int32_t) * (size_t)n);
     for (int i = 0; i < n; i++) big[i] = (int32_t)((i * 13 + 2) % e.vocab);
     ak_turn ti;
-    REQUIRE(turn_with(&e, ag, "big", big, n, NULL, NULL, 0, NULL, &ti) == 0, "the big turn");
+    REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = "big", .tokens = big, .n = n}, NULL, NULL, &ti) == 0,
+            "the big turn");
     ak_memory_info mi;
     REQUIRE(ak_memory_get(ag, "mx", &mi, NULL, &err) == 0, "get");
     CHECK(!mi.resident && mi.bytes == 0 && mi.file_bytes > 0, "the memory stayed in RAM: resident %d", mi.resident);
@@ -528,7 +539,8 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     ag = ak_agents_new(&c2, &err);
     REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "x", .tokens = X, .n = NX,
                           .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0, "add: %s", err.msg);
-    CHECK(turn_with(&e, ag, "big", big, n, NULL, NULL, 0, NULL, &ti) < 0, "the big turn fit beside the memory");
+    CHECK(turn_with(&e, ag, &(ak_turn_opts){.id = "big", .tokens = big, .n = n}, NULL, NULL, &ti) < 0,
+          "the big turn fit beside the memory");
     REQUIRE(ak_memory_get(ag, "mx", &mi, NULL, &err) == 0 && mi.resident, "dropped without a store");
     free(big);
     ak_kv_free(ref);
@@ -592,10 +604,13 @@ TEST(memories_sealed) {
     tenv_close(&e);
 }
 
-/* A turn whose memories are placed by a reuse method (ak_agent_reuse_memory):
- * as turn_with otherwise. */
-static int turn_reuse(tenv *e, ak_agents *ag, const char *id, const int32_t *prompt, int n, const char *const *ms,
-                      const int *at, int k, const ak_reuse_params *p, float *out, ak_reuse_stats *st) {
+/* A turn whose memories are placed by a reuse method (ak_agent_reuse_memory)
+ * with params p, its counts into st: as turn_with otherwise. */
+static int turn_reuse(tenv *e, ak_agents *ag, const ak_turn_opts *o, const char *const *ms, const ak_reuse_params *p,
+                      float *out, ak_reuse_stats *st) {
+    const char *id = o->id;
+    const int32_t *prompt = o->tokens;
+    const int n = o->n, *at = o->at, k = o->k;
     ak_error err = {{0}};
     ak_kv *kv;
     ak_turn ti;
@@ -664,7 +679,8 @@ TEST(memories_agentkvshift_agent_restores_bit_for_bit) {
     float *hot = malloc(sizeof(float) * (size_t)e.vocab), *cold = malloc(sizeof(float) * (size_t)e.vocab);
     ak_reuse_stats st;
     for (int i = 0; i < 2; i++) {
-        REQUIRE(turn_reuse(&e, ag, ids[i], all, n, ms, at, 2, &ps[i], NULL, &st) == 0, "%s", ids[i]);
+        REQUIRE(turn_reuse(&e, ag, &(ak_turn_opts){.id = ids[i], .tokens = all, .n = n, .at = at, .k = 2}, ms, &ps[i],
+                           NULL, &st) == 0, "%s", ids[i]);
         CHECK(st.n_recomputed == (int)ceil(0.2 * NY - 1e-6), "%s: last memory recomputed %d", ids[i], st.n_recomputed);
     }
     ak_agents_free(ag);
@@ -685,7 +701,8 @@ TEST(memories_agentkvshift_agent_restores_bit_for_bit) {
         REQUIRE(store, "%s", err.msg);
         ag = agents_at(&e, &pool, store);
         ak_turn ti;
-        REQUIRE(turn_with(&e, ag, ids[i], more, n + 1, NULL, NULL, 0, cold, &ti) == 0, "%s restored", ids[i]);
+        REQUIRE(turn_with(&e, ag, &(ak_turn_opts){.id = ids[i], .tokens = more, .n = n + 1}, NULL, cold, &ti) == 0,
+                "%s restored", ids[i]);
         CHECK(ti.tier == AK_TIER_WARM && ti.reused >= n, "%s: %s, reused %d of %d", ids[i], ak_tier_name(ti.tier),
               ti.reused, n);
         ak_agents_free(ag);
@@ -698,8 +715,9 @@ TEST(memories_agentkvshift_agent_restores_bit_for_bit) {
                     ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "my", .text = "the y text", .tokens = Y,
                                   .n = NY, .fk = AK_KV_Q8, .fv = AK_KV_Q8}, NULL, &err) == 0,
                 "twin add");
-        REQUIRE(turn_reuse(&e, ag, "twin", all, n, ms, at, 2, &ps[i], NULL, &st) == 0 &&
-                    turn_with(&e, ag, "twin", more, n + 1, NULL, NULL, 0, hot, &ti) == 0,
+        REQUIRE(turn_reuse(&e, ag, &(ak_turn_opts){.id = "twin", .tokens = all, .n = n, .at = at, .k = 2}, ms, &ps[i],
+                           NULL, &st) == 0 &&
+                    turn_with(&e, ag, &(ak_turn_opts){.id = "twin", .tokens = more, .n = n + 1}, NULL, hot, &ti) == 0,
                 "twin");
         CHECK(!memcmp(hot, cold, sizeof(float) * (size_t)e.vocab), "%s: restored differs from its hot twin by %g",
               ids[i], max_abs_diff(hot, cold, e.vocab));

@@ -415,9 +415,14 @@ static void share_env_close(share_env *e) {
     free(e->logits);
 }
 
-/* A turn of agent id (pool may be NULL) with n_gen greedy tokens into out. */
-static int pooled_turn(ak_test_ctx *t, share_env *e, ak_agents *ag, const char *id, const char *pool,
-                       const int32_t *prompt, int n, int n_gen, int32_t *out, ak_turn *ti) {
+/* A turn of agent o->id (o->pool_id may be NULL) with prompt
+ * o->tokens[0..o->n) and n_gen greedy tokens into out. Returns 0, or -1
+ * with a test failure recorded. */
+static int pooled_turn(ak_test_ctx *t, share_env *e, ak_agents *ag, const ak_turn_opts *o, int n_gen, int32_t *out,
+                       ak_turn *ti) {
+    const char *id = o->id, *pool = o->pool_id;
+    const int32_t *prompt = o->tokens;
+    const int n = o->n;
     ak_error err = {{0}};
     ak_kv *kv;
     if (ak_agent_open(ag, &(ak_turn_opts){.id = id, .pool_id = pool, .tokens = prompt, .n = n,
@@ -490,7 +495,8 @@ static void common_prompt(ak_test_ctx *t, int no_sharing) {
         snprintf(id, sizeof id, "a%d", k);
         for (int i = 0; i < OWN; i++) prompt[SYS + i] = 1 + (k * 53 + i * 11) % 500;
         ak_turn ti;
-        REQUIRE(pooled_turn(t, &e, ag, id, NULL, prompt, SYS + OWN, GEN, gen, &ti) == 0, "turn %s", id);
+        REQUIRE(pooled_turn(t, &e, ag, &(ak_turn_opts){.id = id, .tokens = prompt, .n = SYS + OWN}, GEN, gen, &ti) == 0,
+                "turn %s", id);
         /* every whole block of the system prompt but the first agent's */
         int want = k == 0 || no_sharing ? 0 : SYS / T * T;
         CHECK(ti.reused == want && ti.shared == want, "%s reused %d shared %d, want %d", id, ti.reused, ti.shared, want);
@@ -549,7 +555,8 @@ static void check_pool_answers(ak_test_ctx *t, const char *rel) {
         snprintf(id, sizeof id, "p%d", k);
         for (int i = 0; i < OWN; i++) prompt[DOC + i] = 1 + (k * 41 + i * 17) % (vocab - 1);
         ak_turn ti;
-        REQUIRE(pooled_turn(t, &e, ag, id, "doc", prompt, DOC + OWN, GEN, gen, &ti) == 0, "turn %s", id);
+        REQUIRE(pooled_turn(t, &e, ag, &(ak_turn_opts){.id = id, .pool_id = "doc", .tokens = prompt, .n = DOC + OWN},
+                            GEN, gen, &ti) == 0, "turn %s", id);
         CHECK(ti.reused == DOC && ti.prefilled == OWN, "%s reused %d prefilled %d", id, ti.reused, ti.prefilled);
         private_greedy(&e, AK_KV_Q8, AK_KV_TQ3, prompt, DOC + OWN, GEN, ref);
         CHECK(!memcmp(gen, ref, sizeof gen), "%s (%s): greedy output with the pool differs from a private cache's", id, rel);
@@ -635,7 +642,8 @@ TEST(sharing_warm_restores_read_a_common_prompt_once) {
         for (int i = 0; i < SYS; i++) prompt[k][i] = 1 + (i * 31 + 7) % 500;
         for (int i = 0; i < OWN; i++) prompt[k][SYS + i] = 1 + (k * 53 + i * 11) % 500;
         ak_turn ti;
-        REQUIRE(pooled_turn(t, &e, ag, id, NULL, prompt[k], SYS + OWN, GEN, gen, &ti) == 0, "turn %s", id);
+        REQUIRE(pooled_turn(t, &e, ag, &(ak_turn_opts){.id = id, .tokens = prompt[k], .n = SYS + OWN}, GEN, gen,
+                            &ti) == 0, "turn %s", id);
         memcpy(prompt[k] + SYS + OWN, gen, sizeof gen);
     }
     REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
@@ -657,7 +665,8 @@ TEST(sharing_warm_restores_read_a_common_prompt_once) {
             ak_restore_job_run(job);
             ak_agent_prefetch_done(ag, job);
         }
-        REQUIRE(pooled_turn(t, &e, ag, id, NULL, prompt[k], n + 1, GEN, gen, &ti) == 0, "warm turn %s", id);
+        REQUIRE(pooled_turn(t, &e, ag, &(ak_turn_opts){.id = id, .tokens = prompt[k], .n = n + 1}, GEN, gen, &ti) == 0,
+                "warm turn %s", id);
         CHECK(ti.tier == AK_TIER_WARM && ti.reused == n, "%s: %s, reused %d of %d", id, ak_tier_name(ti.tier), ti.reused, n);
         read[k] = ti.restore_bytes;
         private_greedy(&e, AK_KV_Q8, AK_KV_Q4, prompt[k], n + 1, GEN, ref);
@@ -698,7 +707,8 @@ TEST(sharing_pools_persist_and_fail_clean) {
                            .fv = AK_KV_TQ3, .source = "{\"text\":\"d\"}"}, NULL, NULL, &err) == 0,
             "create: %s", err.msg);
     ak_turn ti;
-    REQUIRE(pooled_turn(t, &e, ag, "reader", "doc", prompt, DOC + OWN, GEN, gen, &ti) == 0, "turn");
+    REQUIRE(pooled_turn(t, &e, ag, &(ak_turn_opts){.id = "reader", .pool_id = "doc", .tokens = prompt, .n = DOC + OWN},
+                        GEN, gen, &ti) == 0, "turn");
     memcpy(prompt + DOC + OWN, gen, sizeof gen);
     REQUIRE(ak_agents_flush(ag, &err) == 0, "flush: %s", err.msg);
     ak_agents_free(ag);
@@ -718,7 +728,8 @@ TEST(sharing_pools_persist_and_fail_clean) {
     int n = DOC + OWN + GEN - 1;
     ag = share_agents(&e, &pool, store, AK_KV_F16, AK_KV_F16);
     REQUIRE(ag, "agents");
-    REQUIRE(pooled_turn(t, &e, ag, "reader", NULL, prompt, n + 1, GEN, gen, &ti) == 0, "warm turn");
+    REQUIRE(pooled_turn(t, &e, ag, &(ak_turn_opts){.id = "reader", .tokens = prompt, .n = n + 1}, GEN, gen, &ti) == 0,
+            "warm turn");
     CHECK(ti.tier == AK_TIER_WARM && ti.reused == n, "after a restart: %s, reused %d of %d", ak_tier_name(ti.tier),
           ti.reused, n);
     private_greedy(&e, AK_KV_Q8, AK_KV_TQ3, prompt, n + 1, GEN, ref);
@@ -736,7 +747,8 @@ TEST(sharing_pools_persist_and_fail_clean) {
     REQUIRE(ak_pool_create(ag, e.ctx, &(ak_pool_request){.id = "doc", .tokens = prompt, .n = DOC, .fk = AK_KV_Q8,
                            .fv = AK_KV_TQ3}, NULL, NULL, &err) == 0, "%s", err.msg);
     prompt[3]--;
-    REQUIRE(pooled_turn(t, &e, ag, "reader", NULL, prompt, n + 1, GEN, gen, &ti) == 0, "turn after the pool changed");
+    REQUIRE(pooled_turn(t, &e, ag, &(ak_turn_opts){.id = "reader", .tokens = prompt, .n = n + 1}, GEN, gen, &ti) == 0,
+            "turn after the pool changed");
     CHECK(ti.tier == AK_TIER_COLD && ti.reused == 0, "a changed pool: %s, reused %d", ak_tier_name(ti.tier), ti.reused);
     private_greedy(&e, AK_KV_F16, AK_KV_F16, prompt, n + 1, GEN, ref);
     CHECK(!memcmp(gen, ref, sizeof gen), "recomputed after the pool changed: output differs");
