@@ -81,14 +81,20 @@ static int cand_desc(const void *a, const void *b) {
     return ((const cand *)a)->id - ((const cand *)b)->id;
 }
 
-/* The last steps of ak_sample: greedy, or the truncations and the draw. */
-static int32_t choose(ak_sampler *s, const float *logits) {
+int32_t ak_sample_pick(ak_sampler *s, const float *logits) {
     const ak_sampler_params *p = &s->p;
     int V = s->vocab;
-    if (p->temp <= 0) return ak_argmax(logits, V);
+    if (p->temp <= 0) {
+        int32_t best = ak_argmax(logits, V);
+        return logits[best] == -INFINITY ? -1 : best;
+    }
 
-    int n = V;
-    for (int i = 0; i < V; i++) { s->c[i].logit = logits[i]; s->c[i].id = i; }
+    /* tokens ruled out (-inf) are no candidates: a constrained step sorts
+     * only what it may pick */
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] != -INFINITY) { s->c[n].logit = logits[i]; s->c[n].id = i; n++; }
+    if (n == 0) return -1;
     if (p->top_k > 0 && p->top_k < n) {
         /* partial selection would be faster; vocabularies are small enough */
         qsort(s->c, n, sizeof(cand), cand_desc);
@@ -129,7 +135,21 @@ static int32_t choose(ak_sampler *s, const float *logits) {
     return pick;
 }
 
+int ak_sampler_vocab(const ak_sampler *s) { return s->vocab; }
+
+void ak_sample_accept(ak_sampler *s, int32_t tok) {
+    if (s->count && tok >= 0 && tok < s->vocab && s->count[tok]++ == 0) s->seen[s->n_seen++] = tok;
+}
+
 int32_t ak_sample(ak_sampler *s, float *logits, const int32_t *history, int n_history) {
+    ak_sample_prepare(s, logits, history, n_history);
+    int32_t tok = ak_sample_pick(s, logits);
+    if (tok < 0) tok = ak_argmax(logits, s->vocab);   /* every logit -inf: the first, as before */
+    ak_sample_accept(s, tok);
+    return tok;
+}
+
+void ak_sample_prepare(ak_sampler *s, float *logits, const int32_t *history, int n_history) {
     const ak_sampler_params *p = &s->p;
     int V = s->vocab;
     for (int i = 0; i < p->n_logit_bias; i++)
@@ -154,7 +174,4 @@ int32_t ak_sample(ak_sampler *s, float *logits, const int32_t *history, int n_hi
             logits[t] -= p->frequency_penalty * (float)s->count[t] + p->presence_penalty;
         }
     }
-    int32_t tok = choose(s, logits);
-    if (s->count && tok >= 0 && tok < V && s->count[tok]++ == 0) s->seen[s->n_seen++] = tok;
-    return tok;
 }

@@ -51,8 +51,23 @@ void ak_sampler_free(ak_sampler *s);
 /* Picks a token. logits (vocab floats) are modified in place (the biases
  * and penalties applied); history holds the tokens seen so far (prompt and
  * generated) for the repetition penalty. The token returned counts as
- * generated for the frequency and presence penalties of later calls. */
+ * generated for the frequency and presence penalties of later calls.
+ * Equal to ak_sample_prepare, ak_sample_pick and ak_sample_accept in turn. */
 int32_t ak_sample(ak_sampler *s, float *logits, const int32_t *history, int n_history);
+
+/* The steps of ak_sample apart, for a caller that rules tokens out between
+ * them (constrained decoding: a token set to -INFINITY after prepare is
+ * never picked) or picks again after refusing a pick.
+ *   prepare: the biases and penalties added to logits in place;
+ *   pick: greedy, or the truncations and a draw (the RNG advances), over
+ *     the tokens whose logit is not -INFINITY; returns -1 when every logit
+ *     is -INFINITY; the token is not recorded;
+ *   accept: tok counts as generated for later penalties. */
+void ak_sample_prepare(ak_sampler *s, float *logits, const int32_t *history, int n_history);
+int32_t ak_sample_pick(ak_sampler *s, const float *logits);
+void ak_sample_accept(ak_sampler *s, int32_t tok);
+/* The vocabulary size the sampler was made for (the logits' length). */
+int ak_sampler_vocab(const ak_sampler *s);
 /* Index of the largest logit (first one on ties). */
 int32_t ak_argmax(const float *logits, int n);
 
