@@ -121,24 +121,37 @@ void ak_pack_weights_k(uint32_t wtype, const void *W, int64_t rows, int64_t cols
 size_t ak_packed_k_group_bytes(uint32_t wtype, int64_t cols);
 size_t ak_packed_k_xk_bytes(int64_t cols);
 void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols);
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) from groups at P (gb bytes each)
- * and the tokens' XK rows (xk, xks bytes apart); Y is ntok x rows. */
-void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
-                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y);
+/* One work item of a packed product, as kernels_packed.c's driver hands it
+ * to the tiles of a layout: Y rows [16 g0, 16 g1) x tokens [t0, t1) of a
+ * rows x cols matrix, from its groups at P (gb bytes each); Y is ntok x
+ * rows. Quantized weights read the tokens' activation rows (XP, XK: token
+ * 0's at xq, xqs bytes apart; X unused), float weights X (ntok x cols f32;
+ * xq unused). */
+typedef struct {
+    const uint8_t *P;
+    size_t gb;
+    int64_t rows, cols;
+    int64_t g0, g1, t0, t1;
+    const uint8_t *xq;
+    size_t xqs;
+    const float *X;
+    float *Y;
+} ak_pk_item;
+/* The work item it of a K type (xq: the tokens' XK rows). */
+void ak_packed_k_item(uint32_t wtype, const ak_pk_item *it);
 
 /* ---- NEON tiles of kernels_packed.c's R16 layout (kernels_packed_arm.c) ----
  * Levels: 0 plain NEON, 1 + dotprod (sdot), 2 + i8mm (smmla); every level
  * gives the same bits. ak_neon_level: this CPU's (getauxval), capped by the
  * environment variable AGENTKV_NEON (plain, dotprod, i8mm). quantize: one
- * token's XP row for wtype. The items: kernels_packed.c's q_item / f_item
- * contracts (Y rows [16 g0, 16 g1) x tokens [t0, t1), Y ntok x rows). */
+ * token's XP row for wtype. The items: the work item it (ak_pk_item) of a
+ * 32-block type (xq: the tokens' XP rows) or of a float type (ft:
+ * ak_ftype_index), as kernels_packed.c's q_item / f_item. */
 #if defined(AK_SIMD_NEON)
 int ak_neon_level(void);
 void ak_packed_neon_quantize(uint32_t wtype, const float *x, uint8_t *dst, int64_t cols);
-void ak_packed_neon_q_item(int level, uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols,
-                           int64_t g0, int64_t g1, int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y);
-void ak_packed_neon_f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                           int64_t t0, int64_t t1, const float *X, float *Y);
+void ak_packed_neon_q_item(int level, uint32_t wtype, const ak_pk_item *it);
+void ak_packed_neon_f_item(int ft, const ak_pk_item *it);
 #endif
 
 /* Little helpers shared by the back ends. */

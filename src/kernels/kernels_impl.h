@@ -190,6 +190,30 @@ typedef void (*ak_mm_tile_fn)(const ak_mm_tile *a);
 #define INST_ONE(NAME, BODY, Q, R, T)                                                      \
     static void NAME##_##Q##_##R##_##T(const ak_mm_tile *a) { BODY(Q, R, T, a); }
 
+/* ---- Packed tiles, shared by the packed layouts' back ends ----
+ * The operands of one tile of a packed product (kernels_packed.c's R16
+ * layout, kernels_packed_k.c's K16; x86 and NEON): groups of 16 rows from
+ * grp, gb bytes apart, of nb records each (blocks of 32 columns, or K
+ * super-blocks) and cols columns, times the tile's tokens. Quantized
+ * weights read the tokens' activation rows (token 0's at xq, xqs bytes
+ * apart), float weights their f32 rows (X, ldx floats apart). Outputs
+ * Y[t * ldy + 16 g + r] for the rows 16 g + r < nvalid: the rest are a last
+ * group's padding, never stored. */
+typedef struct {
+    const uint8_t *grp;
+    size_t gb;
+    int64_t nb, cols;
+    const uint8_t *xq;
+    size_t xqs;
+    const float *X;
+    int64_t ldx;
+    float *Y;
+    int64_t ldy, nvalid;
+    int half;       /* the AVX2 R16 tiles of half a group: which half (rows 8 half .. 8 half + 7) */
+    int prefetch;   /* the tiles that ask: whether to prefetch (the first pass over a group) */
+} ak_pk_tile;
+typedef void (*ak_pk_tile_fn)(const ak_pk_tile *a);
+
 /* Float weight selector used by the f tiles: 0 = F32, 1 = F16, 2 = BF16. */
 static inline int ak_ftype_index(uint32_t wtype) {
     return wtype == GGML_TYPE_F16 ? 1 : wtype == GGML_TYPE_BF16 ? 2 : 0;

@@ -252,8 +252,12 @@ static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) 
  * beat one, and four beat two for one token, even where some accumulators
  * spill: docs/speed.md has the figures). A group's
  * arithmetic is the same whatever G and T are. */
-AK_INLINE_P void tile(const int kind, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nb,
-                      const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
+AK_INLINE_P void tile(const int kind, const int G, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xp = a->xq;
+    const size_t gb = a->gb, xps = a->xqs;
+    const int64_t nb = a->nb, cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid;
     const int q8 = kind == PQ_Q80;
     const size_t crb = pq_code_record_bytes(kind), srb = pq_scale_record_bytes(kind);
     const __m512i m4 = _mm512_set1_epi8(0x0f), b4 = _mm512_set1_epi8(0x10);
@@ -349,13 +353,7 @@ AK_INLINE_P void tile(const int kind, const int G, const int T, const uint8_t *g
     }
 }
 
-typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols,
-                        float *Y, int64_t ldy, int nvalid);
-#define TILE_FN(Q, G, T)                                                                                    \
-    static void tile_##Q##_##G##_##T(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t *xp,          \
-                                     size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {        \
-        tile(Q, G, T, grp, gb, nb, xp, xps, cols, Y, ldy, nvalid);                                          \
-    }
+#define TILE_FN(Q, G, T) static void tile_##Q##_##G##_##T(const ak_pk_tile *a) { tile(Q, G, T, a); }
 #define TILE_FNS(Q, G) TILE_FN(Q, G, 1) TILE_FN(Q, G, 2) TILE_FN(Q, G, 3) TILE_FN(Q, G, 4) TILE_FN(Q, G, 5) \
     TILE_FN(Q, G, 6) TILE_FN(Q, G, 7) TILE_FN(Q, G, 8)
 #define TILE_ROW(Q, G) { tile_##Q##_##G##_1, tile_##Q##_##G##_2, tile_##Q##_##G##_3, tile_##Q##_##G##_4, \
@@ -363,11 +361,11 @@ typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int64_t nb, const uint8_t
 /* kinds: 0 Q4_0, 1 Q8_0, 2 Q4_1, 3 Q5_0, 4 Q5_1 (PQ_*) */
 #define TILE_KIND(Q) TILE_FNS(Q, 1) TILE_FNS(Q, 2) TILE_FN(Q, 4, 1)
 TILE_KIND(0) TILE_KIND(1) TILE_KIND(2) TILE_KIND(3) TILE_KIND(4)
-static const tile_fn tiles[PQ_KINDS][2][TILE_T] = {   /* [kind][groups - 1][tokens - 1] */
+static const ak_pk_tile_fn tiles[PQ_KINDS][2][TILE_T] = {   /* [kind][groups - 1][tokens - 1] */
     { TILE_ROW(0, 1), TILE_ROW(0, 2) }, { TILE_ROW(1, 1), TILE_ROW(1, 2) }, { TILE_ROW(2, 1), TILE_ROW(2, 2) },
     { TILE_ROW(3, 1), TILE_ROW(3, 2) }, { TILE_ROW(4, 1), TILE_ROW(4, 2) },
 };
-static const tile_fn tiles_quad[PQ_KINDS] = {   /* [kind]: four groups, one token */
+static const ak_pk_tile_fn tiles_quad[PQ_KINDS] = {   /* [kind]: four groups, one token */
     tile_0_4_1, tile_1_4_1, tile_2_4_1, tile_3_4_1, tile_4_4_1,
 };
 
@@ -391,10 +389,15 @@ AK_INLINE_P __m512 load_col(const int ft, const uint8_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));   /* bf16: the top half */
 }
 
-/* Groups at grp, grp + gb, ...; nrows: rows of the matrix from the first
- * group's first row on (the last group may be partly padding). */
-AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *grp, size_t gb, int64_t cols,
-                       const float *X, int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {
+/* Groups at grp, grp + gb, ...; nrows (a's nvalid): rows of the matrix
+ * from the first group's first row on (the last group may be partly
+ * padding). */
+AK_INLINE_P void ftile(const int ft, const int G, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp;
+    const size_t gb = a->gb;
+    const int64_t cols = a->cols, ldx = a->ldx, ldy = a->ldy, nrows = a->nvalid;
+    const float *X = a->X;
+    float *Y = a->Y;
     const size_t cb = (size_t)GROUP * (ft == 0 ? 4 : 2);   /* bytes per column */
     __m512 acc[GMAX][TILE_T];
 #pragma GCC unroll 8
@@ -441,38 +444,36 @@ AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *gr
     }
 }
 
-typedef void (*ftile_fn)(const uint8_t *grp, size_t gb, int64_t cols, const float *X, int64_t ldx, float *Y,
-                         int64_t ldy, int64_t nrows);
-#define FTILE_FN(F, G, T)                                                                                    \
-    static void ftile_##F##_##G##_##T(const uint8_t *grp, size_t gb, int64_t cols, const float *X,          \
-                                      int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {                  \
-        ftile(F, G, T, grp, gb, cols, X, ldx, Y, ldy, nrows);                                               \
-    }
+#define FTILE_FN(F, G, T) static void ftile_##F##_##G##_##T(const ak_pk_tile *a) { ftile(F, G, T, a); }
 #define FTILE_FNS(F, G) FTILE_FN(F, G, 1) FTILE_FN(F, G, 2) FTILE_FN(F, G, 3) FTILE_FN(F, G, 4)               \
     FTILE_FN(F, G, 5) FTILE_FN(F, G, 6) FTILE_FN(F, G, 7) FTILE_FN(F, G, 8)
 #define FTILE_ROW(F, G) { ftile_##F##_##G##_1, ftile_##F##_##G##_2, ftile_##F##_##G##_3, ftile_##F##_##G##_4, \
                           ftile_##F##_##G##_5, ftile_##F##_##G##_6, ftile_##F##_##G##_7, ftile_##F##_##G##_8 }
 FTILE_FNS(0, 1) FTILE_FNS(0, 2) FTILE_FNS(1, 1) FTILE_FNS(1, 2) FTILE_FNS(2, 1) FTILE_FNS(2, 2)
-static const ftile_fn ftiles[3][GMAX][TILE_T] = {
+static const ak_pk_tile_fn ftiles[3][GMAX][TILE_T] = {
     { FTILE_ROW(0, 1), FTILE_ROW(0, 2) },
     { FTILE_ROW(1, 1), FTILE_ROW(1, 2) },
     { FTILE_ROW(2, 1), FTILE_ROW(2, 2) },
 };
 
 #if defined(AK_PACKED_Q)
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) of a 32-block kind, from the
- * groups at P (gb bytes each) and the tokens' XP rows (xp, xps bytes
- * apart); Y is ntok x rows. */
-static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                   int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
+/* The work item it (kernels_backend.h) of a 32-block kind: Y rows
+ * [16 g0, 16 g1) x tokens [t0, t1) from the groups at P and the tokens' XP
+ * rows at xq. */
+static void q_item(int kind, const ak_pk_item *it) {
+    const uint8_t *P = it->P, *xp = it->xq;
+    const size_t gb = it->gb, xps = it->xqs;
+    const int64_t rows = it->rows, cols = it->cols, g1 = it->g1, t0 = it->t0, t1 = it->t1;
+    float *Y = it->Y;
     const int64_t nb = cols / AK_QK;
-    for (int64_t g = g0, G; g < g1; g += G) {
+    for (int64_t g = it->g0, G; g < g1; g += G) {
         G = t1 - t0 == 1 && g1 - g >= 4 ? 4 : (int)ak_min64(2, g1 - g);   /* one token: four streams */
         int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
         for (int64_t t = t0; t < t1; t += TILE_T) {
             int T = (int)ak_min64(TILE_T, t1 - t);
-            const tile_fn fn = G == 4 ? tiles_quad[kind] : tiles[kind][G - 1][T - 1];
-            fn(P + (size_t)g * gb, gb, nb, xp + (size_t)t * xps, xps, cols, Y + t * rows + g * GROUP, rows, nvalid);
+            const ak_pk_tile_fn fn = G == 4 ? tiles_quad[kind] : tiles[kind][G - 1][T - 1];
+            fn(&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .nb = nb, .cols = cols, .xq = xp + (size_t)t * xps,
+                              .xqs = xps, .Y = Y + t * rows + g * GROUP, .ldy = rows, .nvalid = nvalid });
         }
     }
 }
@@ -480,14 +481,19 @@ static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t 
 
 /* The same for float weights (ft: ak_ftype_index) from the activations X
  * (ntok x cols). */
-static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                   int64_t t0, int64_t t1, const float *X, float *Y) {
-    for (int64_t t = t0; t < t1; t += TILE_T) {
+static void f_item(int ft, const ak_pk_item *it) {
+    const uint8_t *P = it->P;
+    const size_t gb = it->gb;
+    const int64_t rows = it->rows, cols = it->cols, g1 = it->g1, t1 = it->t1;
+    const float *X = it->X;
+    float *Y = it->Y;
+    for (int64_t t = it->t0; t < t1; t += TILE_T) {
         int T = (int)ak_min64(TILE_T, t1 - t);
-        for (int64_t g = g0, G; g < g1; g += G) {
+        for (int64_t g = it->g0, G; g < g1; g += G) {
             G = (int)ak_min64(GMAX, g1 - g);
-            ftiles[ft][G - 1][T - 1](P + (size_t)g * gb, gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
-                                     rows - g * GROUP);
+            ftiles[ft][G - 1][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols, .X = X + t * cols,
+                                                    .ldx = cols, .Y = Y + t * rows + g * GROUP, .ldy = rows,
+                                                    .nvalid = rows - g * GROUP });
         }
     }
 }
@@ -568,8 +574,12 @@ AK_INLINE_P void store8(float *y, __m256 v, int nv) {
  * the T tokens while its weights sit in registers, then scaled into the
  * accumulators, so the live registers are T sums and the unpacked vector
  * (the accumulators of other halves are touched once per block). */
-AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, const uint8_t *grp, size_t gb, int h0,
-                      int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
+AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xp = a->xq;
+    const size_t gb = a->gb, xps = a->xqs;
+    const int64_t nb = a->nb, cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
+    const int h0 = a->half, nvalid = (int)a->nvalid;
     const size_t crb = pq_code_record_bytes(kind), srb = pq_scale_record_bytes(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
     __m256 acc[4][2][TILE_T];
@@ -694,8 +704,12 @@ AK_INLINE_P void tile(const int kind, const int G, const int H, const int T, con
  * once per block. A row's arithmetic is tile's: the same integer sum, the
  * same FMAs from 0 in block order, so the same bits. pf: whether to issue
  * the prefetches (the first pass over a group; a later one finds it in L1). */
-AK_INLINE_P void tile_both(const int kind, const int T, const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps,
-                           int64_t cols, float *Y, int64_t ldy, int nvalid, int pf) {
+AK_INLINE_P void tile_both(const int kind, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xp = a->xq;
+    const size_t xps = a->xqs;
+    const int64_t nb = a->nb, cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid, pf = a->prefetch;
     const size_t crb = pq_code_record_bytes(kind), srb = pq_scale_record_bytes(kind);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     _Alignas(32) float acc[TILE_T][2][8];
@@ -819,31 +833,18 @@ AK_INLINE_P void tile_both(const int kind, const int T, const uint8_t *grp, int6
     }
 }
 
-typedef void (*tile_both_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
-                             int64_t ldy, int nvalid, int pf);
-#define TILE_BOTH_FN(Q, T)                                                                                 \
-    static void tile_both_##Q##_##T(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps,         \
-                                    int64_t cols, float *Y, int64_t ldy, int nvalid, int pf) {           \
-        tile_both(Q, T, grp, nb, xp, xps, cols, Y, ldy, nvalid, pf);                                      \
-    }
+#define TILE_BOTH_FN(Q, T) static void tile_both_##Q##_##T(const ak_pk_tile *a) { tile_both(Q, T, a); }
 TILE_BOTH_FN(PQ_Q40, 3) TILE_BOTH_FN(PQ_Q40, 4) TILE_BOTH_FN(PQ_Q80, 3) TILE_BOTH_FN(PQ_Q80, 4)
 TILE_BOTH_FN(PQ_Q41, 3) TILE_BOTH_FN(PQ_Q41, 4)
 /* [kind][T - 3]; NULL: the kind goes half by half (Q5's fifth bits and
  * 16-bit sums widened twice a block would not fit the registers) */
-static const tile_both_fn tiles_both[PQ_KINDS][2] = {
+static const ak_pk_tile_fn tiles_both[PQ_KINDS][2] = {
     [PQ_Q40] = { tile_both_PQ_Q40_3, tile_both_PQ_Q40_4 },
     [PQ_Q80] = { tile_both_PQ_Q80_3, tile_both_PQ_Q80_4 },
     [PQ_Q41] = { tile_both_PQ_Q41_3, tile_both_PQ_Q41_4 },
 };
 
-typedef void (*tile_fn)(const uint8_t *grp, size_t gb, int h0, int64_t nb, const uint8_t *xp, size_t xps,
-                        int64_t cols, float *Y, int64_t ldy, int nvalid);
-#define TILE_FN(Q, G, H, T)                                                                                 \
-    static void tile_##Q##_##G##_##H##_##T(const uint8_t *grp, size_t gb, int h0, int64_t nb,             \
-                                           const uint8_t *xp, size_t xps, int64_t cols, float *Y,         \
-                                           int64_t ldy, int nvalid) {                                     \
-        tile(Q, G, H, T, grp, gb, h0, nb, xp, xps, cols, Y, ldy, nvalid);                                  \
-    }
+#define TILE_FN(Q, G, H, T) static void tile_##Q##_##G##_##H##_##T(const ak_pk_tile *a) { tile(Q, G, H, T, a); }
 /* Per kind: four groups for one token (four streams of weights, as the
  * AVX-512 decode), two for two tokens, one group's two halves for three
  * or four, one half for four (its registers: the sums of four tokens). */
@@ -853,14 +854,16 @@ TILE_KIND(0) TILE_KIND(1) TILE_KIND(2) TILE_KIND(3) TILE_KIND(4)
 #define TILE_ROW(Q) { tile_##Q##_4_2_1, tile_##Q##_2_2_1, tile_##Q##_1_2_1, tile_##Q##_2_2_2, tile_##Q##_1_2_2, \
                       tile_##Q##_1_2_3, tile_##Q##_1_2_4, tile_##Q##_1_1_4 }
 enum { TS_G4T1, TS_G2T1, TS_G1T1, TS_G2T2, TS_G1T2, TS_G1T3, TS_G1T4, TS_HALF_T4, TS_N };
-static const tile_fn tiles[PQ_KINDS][TS_N] = { TILE_ROW(0), TILE_ROW(1), TILE_ROW(2), TILE_ROW(3), TILE_ROW(4) };
+static const ak_pk_tile_fn tiles[PQ_KINDS][TS_N] = { TILE_ROW(0), TILE_ROW(1), TILE_ROW(2), TILE_ROW(3), TILE_ROW(4) };
 
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) of a 32-block kind (the AVX-512
- * q_item's contract). */
-static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                   int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
+/* The work item it of a 32-block kind (the AVX-512 q_item's contract). */
+static void q_item(int kind, const ak_pk_item *it) {
+    const uint8_t *P = it->P, *xp = it->xq;
+    const size_t gb = it->gb, xps = it->xqs;
+    const int64_t rows = it->rows, cols = it->cols, g1 = it->g1, t0 = it->t0, t1 = it->t1;
+    float *Y = it->Y;
     const int64_t nb = cols / AK_QK;
-    for (int64_t g = g0, G; g < g1; g += G) {
+    for (int64_t g = it->g0, G; g < g1; g += G) {
         const int64_t nt = t1 - t0;
         G = nt == 1 ? ak_min64(4, g1 - g) : nt == 2 ? ak_min64(2, g1 - g) : 1;
         if (G == 3) G = 2;
@@ -868,20 +871,21 @@ static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t 
         const uint8_t *grp = P + (size_t)g * gb;
         for (int64_t t = t0; t < t1; t += TILE_T) {
             const int T = (int)ak_min64(TILE_T, t1 - t);
-            const uint8_t *x = xp + (size_t)t * xps;
-            float *y = Y + t * rows + g * GROUP;
+            ak_pk_tile a = { .grp = grp, .gb = gb, .nb = nb, .cols = cols, .xq = xp + (size_t)t * xps, .xqs = xps,
+                             .Y = Y + t * rows + g * GROUP, .ldy = rows, .nvalid = nvalid, .prefetch = t == t0 };
             if (T >= 3 && tiles_both[kind][T - 3]) {   /* the chunks after the first find the group in L1 */
-                tiles_both[kind][T - 3](grp, nb, x, xps, cols, y, rows, nvalid, t == t0);
+                tiles_both[kind][T - 3](&a);
                 continue;
             }
             if (T == 4) {   /* half by half: the group's lines come from cache the second time */
-                tiles[kind][TS_HALF_T4](grp, gb, 0, nb, x, xps, cols, y, rows, nvalid);
-                tiles[kind][TS_HALF_T4](grp, gb, 1, nb, x, xps, cols, y, rows, nvalid);
+                tiles[kind][TS_HALF_T4](&a);
+                a.half = 1;
+                tiles[kind][TS_HALF_T4](&a);
                 continue;
             }
             const int ts = T == 1 ? (G == 4 ? TS_G4T1 : G == 2 ? TS_G2T1 : TS_G1T1)
                          : T == 2 ? (G == 2 ? TS_G2T2 : TS_G1T2) : TS_G1T3;
-            tiles[kind][ts](grp, gb, 0, nb, x, xps, cols, y, rows, nvalid);
+            tiles[kind][ts](&a);
         }
     }
 }
@@ -903,8 +907,14 @@ AK_INLINE_P __m256 load_col8(const int ft, const uint8_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));   /* bf16: the top half */
 }
 
-AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *grp, size_t gb, int64_t cols,
-                       const float *X, int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {
+/* The float tile a (nvalid: rows of the matrix from its first group's
+ * first row on): G groups times T tokens. */
+AK_INLINE_P void ftile(const int ft, const int G, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp;
+    const size_t gb = a->gb;
+    const int64_t cols = a->cols, ldx = a->ldx, ldy = a->ldy, nrows = a->nvalid;
+    const float *X = a->X;
+    float *Y = a->Y;
     const size_t cb = (size_t)GROUP * (ft == 0 ? 4 : 2);   /* bytes per column */
     __m256 acc[GMAX][2][FT_T];
 #pragma GCC unroll 2
@@ -965,24 +975,22 @@ AK_INLINE_P void ftile(const int ft, const int G, const int T, const uint8_t *gr
         }
 }
 
-typedef void (*ftile_fn)(const uint8_t *grp, size_t gb, int64_t cols, const float *X, int64_t ldx, float *Y,
-                         int64_t ldy, int64_t nrows);
-#define FTILE_FN(F, G, T)                                                                                    \
-    static void ftile_##F##_##G##_##T(const uint8_t *grp, size_t gb, int64_t cols, const float *X,          \
-                                      int64_t ldx, float *Y, int64_t ldy, int64_t nrows) {                  \
-        ftile(F, G, T, grp, gb, cols, X, ldx, Y, ldy, nrows);                                               \
-    }
+#define FTILE_FN(F, G, T) static void ftile_##F##_##G##_##T(const ak_pk_tile *a) { ftile(F, G, T, a); }
 /* per type: one group with 1..6 tokens, two groups (two streams) with 1 or 2 */
 #define FTILE_TYPE(F) FTILE_FN(F, 1, 1) FTILE_FN(F, 1, 2) FTILE_FN(F, 1, 3) FTILE_FN(F, 1, 4) FTILE_FN(F, 1, 5) \
     FTILE_FN(F, 1, 6) FTILE_FN(F, 2, 1) FTILE_FN(F, 2, 2)
 FTILE_TYPE(0) FTILE_TYPE(1) FTILE_TYPE(2)
 #define FTILE_ROWS(F) { { ftile_##F##_1_1, ftile_##F##_1_2, ftile_##F##_1_3, ftile_##F##_1_4, ftile_##F##_1_5, \
                           ftile_##F##_1_6 }, { ftile_##F##_2_1, ftile_##F##_2_2, NULL, NULL, NULL, NULL } }
-static const ftile_fn ftiles[3][GMAX][FT_T] = { FTILE_ROWS(0), FTILE_ROWS(1), FTILE_ROWS(2) };
+static const ak_pk_tile_fn ftiles[3][GMAX][FT_T] = { FTILE_ROWS(0), FTILE_ROWS(1), FTILE_ROWS(2) };
 
 /* The AVX-512 f_item's contract. */
-static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                   int64_t t0, int64_t t1, const float *X, float *Y) {
+static void f_item(int ft, const ak_pk_item *it) {
+    const uint8_t *P = it->P;
+    const size_t gb = it->gb;
+    const int64_t rows = it->rows, cols = it->cols, g0 = it->g0, g1 = it->g1, t0 = it->t0, t1 = it->t1;
+    const float *X = it->X;
+    float *Y = it->Y;
     if (t1 - t0 > FT_T) {
         /* more tokens than a tile: group by group, so that the group's
          * columns come from L1 for the tiles after the first (token chunk
@@ -994,8 +1002,9 @@ static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t co
             for (int64_t i = 0; i < k; i++) {
                 const int64_t t = t0 + n * i / k;
                 const int T = (int)(t0 + n * (i + 1) / k - t);
-                ftiles[ft][0][T - 1](P + (size_t)g * gb, gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
-                                     rows - g * GROUP);
+                ftiles[ft][0][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols, .X = X + t * cols,
+                                                    .ldx = cols, .Y = Y + t * rows + g * GROUP, .ldy = rows,
+                                                    .nvalid = rows - g * GROUP });
             }
         return;
     }
@@ -1003,8 +1012,9 @@ static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t co
         const int T = (int)ak_min64(FT_T, t1 - t);
         for (int64_t g = g0, G; g < g1; g += G) {
             G = T <= 2 ? (int)ak_min64(GMAX, g1 - g) : 1;
-            ftiles[ft][G - 1][T - 1](P + (size_t)g * gb, gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
-                                     rows - g * GROUP);
+            ftiles[ft][G - 1][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols, .X = X + t * cols,
+                                                    .ldx = cols, .Y = Y + t * rows + g * GROUP, .ldy = rows,
+                                                    .nvalid = rows - g * GROUP });
         }
     }
 }
@@ -1016,16 +1026,12 @@ static void quantize_xp(int offset, const float *x, uint8_t *dst, int64_t cols) 
     ak_packed_neon_quantize(offset == 8 ? GGML_TYPE_Q4_0 : offset == 16 ? GGML_TYPE_Q5_0 : GGML_TYPE_Q8_0, x, dst,
                             cols);
 }
-static void q_item(int kind, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                   int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
+static void q_item(int kind, const ak_pk_item *it) {
     static const uint32_t type_of[PQ_KINDS] = { GGML_TYPE_Q4_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,
                                                 GGML_TYPE_Q5_1 };
-    ak_packed_neon_q_item(ak_neon_level(), type_of[kind], P, gb, rows, cols, g0, g1, t0, t1, xp, xps, Y);
+    ak_packed_neon_q_item(ak_neon_level(), type_of[kind], it);
 }
-static void f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                   int64_t t0, int64_t t1, const float *X, float *Y) {
-    ak_packed_neon_f_item(ft, P, gb, rows, cols, g0, g1, t0, t1, X, Y);
-}
+static void f_item(int ft, const ak_pk_item *it) { ak_packed_neon_f_item(ft, it); }
 #endif /* AK_PACKED_512, AK_PACKED_256, AK_PACKED_NEON */
 
 typedef struct {
@@ -1068,15 +1074,15 @@ static void pk_task(void *arg, int ith, int nth) {
             const int64_t base = m ? j->gend[m - 1] : 0;
             const int64_t a = (g0 > base ? g0 : base) - base, b = ak_min64(g1, j->gend[m]) - base;
             if (a >= b) continue;
+            const ak_pk_item it = { .P = j->P[m], .gb = j->gb, .rows = j->rows[m], .cols = j->cols, .g0 = a, .g1 = b,
+                                    .t0 = t0, .t1 = t1, .xq = j->xp, .xqs = j->xps, .X = j->X, .Y = j->Y[m] };
             if (is_float(j->wtype)) {
-                f_item(ak_ftype_index(j->wtype), j->P[m], j->gb, j->rows[m], j->cols, a, b, t0, t1, j->X, j->Y[m]);
+                f_item(ak_ftype_index(j->wtype), &it);
                 continue;
             }
 #if defined(AK_PACKED_Q)
-            if (is_k(j->wtype))
-                ak_packed_k_item(j->wtype, j->P[m], j->gb, j->rows[m], j->cols, a, b, t0, t1, j->xp, j->xps, j->Y[m]);
-            else
-                q_item(pq_kind(j->wtype), j->P[m], j->gb, j->rows[m], j->cols, a, b, t0, t1, j->xp, j->xps, j->Y[m]);
+            if (is_k(j->wtype)) ak_packed_k_item(j->wtype, &it);
+            else q_item(pq_kind(j->wtype), &it);
 #endif
         }
     }

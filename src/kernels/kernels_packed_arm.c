@@ -112,11 +112,6 @@ static inline __attribute__((always_inline)) void store4(float *Y, float32x4_t v
     memcpy(Y, tmp, sizeof(float) * (size_t)(n > 0 ? n : 0));
 }
 
-typedef void (*q16_fn)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, int64_t cols, float *Y,
-                       int64_t ldy, int nvalid);
-typedef void (*f16_fn)(const uint8_t *grp, int64_t cols, const float *X, int64_t ldx, float *Y, int64_t ldy,
-                       int nvalid);
-
 #define AK_INLINE_NEON static inline __attribute__((always_inline))
 #undef AK_INLINE
 #define AK_INLINE AK_INLINE_NEON
@@ -146,7 +141,7 @@ typedef void (*f16_fn)(const uint8_t *grp, int64_t cols, const float *X, int64_t
 #undef NL_SFX
 #pragma GCC pop_options
 
-static const q16_fn (*const qtiles_at[3])[4] = { qtiles_plain, qtiles_dot, qtiles_i8mm };
+static const ak_pk_tile_fn (*const qtiles_at[3])[4] = { qtiles_plain, qtiles_dot, qtiles_i8mm };
 
 /* ---- Entry points (kernels_backend.h) ---- */
 
@@ -187,34 +182,42 @@ void ak_packed_neon_quantize(uint32_t wtype, const float *x, uint8_t *dst, int64
     }
 }
 
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) of a 32-block type, from the
- * groups at P (gb bytes each) and the tokens' XP rows (xp, xps bytes apart;
- * token 0's first); Y is ntok x rows. level: ak_neon_level()'s. */
-void ak_packed_neon_q_item(int level, uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols,
-                           int64_t g0, int64_t g1, int64_t t0, int64_t t1, const uint8_t *xp, size_t xps, float *Y) {
+/* The work item it of a 32-block type: Y rows [16 g0, 16 g1) x tokens
+ * [t0, t1) from the groups at P and the tokens' XP rows at xq; Y is ntok x
+ * rows. level: ak_neon_level()'s. */
+void ak_packed_neon_q_item(int level, uint32_t wtype, const ak_pk_item *it) {
+    const uint8_t *P = it->P, *xp = it->xq;
+    const size_t gb = it->gb, xps = it->xqs;
+    const int64_t rows = it->rows, cols = it->cols, g1 = it->g1, t0 = it->t0, t1 = it->t1;
+    float *Y = it->Y;
     const int kind = pq_kind(wtype);
-    const q16_fn *tiles = qtiles_at[level < 0 ? 0 : level > 2 ? 2 : level][kind];
+    const ak_pk_tile_fn *tiles = qtiles_at[level < 0 ? 0 : level > 2 ? 2 : level][kind];
     const int64_t nb = cols / AK_QK;
-    for (int64_t g = g0; g < g1; g++) {
+    for (int64_t g = it->g0; g < g1; g++) {
         const int nvalid = (int)ak_min64(GROUP, rows - g * GROUP);
         for (int64_t t = t0; t < t1; t += TILE_T) {
             const int T = (int)ak_min64(TILE_T, t1 - t);
-            tiles[T - 1](P + (size_t)g * gb, nb, xp + (size_t)t * xps, xps, cols, Y + t * rows + g * GROUP, rows,
-                         nvalid);
+            tiles[T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .nb = nb, .cols = cols, .xq = xp + (size_t)t * xps,
+                                        .xqs = xps, .Y = Y + t * rows + g * GROUP, .ldy = rows, .nvalid = nvalid });
         }
     }
 }
 
 /* The same for float weights (ft: ak_ftype_index) from X (ntok x cols);
  * the float tiles are the same at every level. */
-void ak_packed_neon_f_item(int ft, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0, int64_t g1,
-                           int64_t t0, int64_t t1, const float *X, float *Y) {
-    const f16_fn *tiles = ftiles_plain[ft];
-    for (int64_t t = t0; t < t1; t += TILE_T) {
+void ak_packed_neon_f_item(int ft, const ak_pk_item *it) {
+    const uint8_t *P = it->P;
+    const size_t gb = it->gb;
+    const int64_t rows = it->rows, cols = it->cols, g1 = it->g1, t1 = it->t1;
+    const float *X = it->X;
+    float *Y = it->Y;
+    const ak_pk_tile_fn *tiles = ftiles_plain[ft];
+    for (int64_t t = it->t0; t < t1; t += TILE_T) {
         const int T = (int)ak_min64(TILE_T, t1 - t);
-        for (int64_t g = g0; g < g1; g++)
-            tiles[T - 1](P + (size_t)g * gb, cols, X + t * cols, cols, Y + t * rows + g * GROUP, rows,
-                         (int)ak_min64(GROUP, rows - g * GROUP));
+        for (int64_t g = it->g0; g < g1; g++)
+            tiles[T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .cols = cols, .X = X + t * cols, .ldx = cols,
+                                        .Y = Y + t * rows + g * GROUP, .ldy = rows,
+                                        .nvalid = ak_min64(GROUP, rows - g * GROUP) });
     }
 }
 

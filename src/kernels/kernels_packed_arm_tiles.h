@@ -95,8 +95,12 @@ AK_INLINE int32x4_t NL_FN(block_sum)(const int8x16_t w[8], const int8_t *q, int3
  * for 4 tokens, 8 weight vectors and the activations fit the 32 registers.
  * At level 2, tokens go in pairs through smmla (2 rows x 8 elements times
  * 2 tokens x 8 elements per instruction); a lone token takes sdot. */
-AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int64_t nb, const uint8_t *xp,
-                            size_t xps, int64_t cols, float *Y, int64_t ldy, int nvalid) {
+AK_INLINE void NL_FN(qtile)(const int kind, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xp = a->xq;
+    const size_t xps = a->xqs;
+    const int64_t nb = a->nb, cols = a->cols, ldy = a->ldy;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid;
     const size_t crb = pq_code_record_bytes(kind), srb = pq_scale_record_bytes(kind);
     const uint8_t *scales = grp + (size_t)nb * crb;
     /* quarters per pass: all four for one token; one for more tokens, in
@@ -189,8 +193,12 @@ AK_INLINE void NL_FN(qtile)(const int kind, const int T, const uint8_t *grp, int
  * the group is 16 values (4 vectors of 4 rows); each meets the T tokens'
  * x[k] by lane from a 4-value load. Every output is one chain of FMAs over
  * the columns in order, whatever T is. */
-AK_INLINE void NL_FN(ftile)(const int ft, const int T, const uint8_t *grp, int64_t cols, const float *X, int64_t ldx,
-                            float *Y, int64_t ldy, int nvalid) {
+AK_INLINE void NL_FN(ftile)(const int ft, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp;
+    const int64_t cols = a->cols, ldx = a->ldx, ldy = a->ldy;
+    const float *X = a->X;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid;
     const size_t es = ft == 0 ? 4 : 2, colb = es * GROUP;
     float32x4_t acc[4][4];
 #pragma GCC unroll 4
@@ -232,28 +240,20 @@ AK_INLINE void NL_FN(ftile)(const int ft, const int T, const uint8_t *grp, int64
 #endif
 
 /* One function per (kind or float type, T): the tables the items use. */
-#define NL_QT(K, T)                                                                                     \
-    static void NL_CAT(NL_FN(qt_##K##_), T)(const uint8_t *grp, int64_t nb, const uint8_t *xp, size_t xps, \
-                                            int64_t cols, float *Y, int64_t ldy, int nvalid) {            \
-        NL_FN(qtile)(K, T, grp, nb, xp, xps, cols, Y, ldy, nvalid);                                       \
-    }
+#define NL_QT(K, T) static void NL_CAT(NL_FN(qt_##K##_), T)(const ak_pk_tile *a) { NL_FN(qtile)(K, T, a); }
 #define NL_QK(K) NL_QT(K, 1) NL_QT(K, 2) NL_QT(K, 3) NL_QT(K, 4)
 NL_QK(0) NL_QK(1) NL_QK(2) NL_QK(3) NL_QK(4)
 #define NL_QROW(K) { NL_CAT(NL_FN(qt_##K##_), 1), NL_CAT(NL_FN(qt_##K##_), 2), NL_CAT(NL_FN(qt_##K##_), 3), \
                      NL_CAT(NL_FN(qt_##K##_), 4) }
-static const q16_fn NL_FN(qtiles)[PQ_KINDS][4] = { NL_QROW(0), NL_QROW(1), NL_QROW(2), NL_QROW(3), NL_QROW(4) };
+static const ak_pk_tile_fn NL_FN(qtiles)[PQ_KINDS][4] = { NL_QROW(0), NL_QROW(1), NL_QROW(2), NL_QROW(3), NL_QROW(4) };
 
 #if NL == 0
-#define NL_FT(F, T)                                                                                     \
-    static void NL_CAT(NL_FN(ft_##F##_), T)(const uint8_t *grp, int64_t cols, const float *X, int64_t ldx, \
-                                            float *Y, int64_t ldy, int nvalid) {                          \
-        NL_FN(ftile)(F, T, grp, cols, X, ldx, Y, ldy, nvalid);                                            \
-    }
+#define NL_FT(F, T) static void NL_CAT(NL_FN(ft_##F##_), T)(const ak_pk_tile *a) { NL_FN(ftile)(F, T, a); }
 #define NL_FF(F) NL_FT(F, 1) NL_FT(F, 2) NL_FT(F, 3) NL_FT(F, 4)
 NL_FF(0) NL_FF(1) NL_FF(2)
 #define NL_FROW(F) { NL_CAT(NL_FN(ft_##F##_), 1), NL_CAT(NL_FN(ft_##F##_), 2), NL_CAT(NL_FN(ft_##F##_), 3), \
                      NL_CAT(NL_FN(ft_##F##_), 4) }
-static const f16_fn NL_FN(ftiles)[3][4] = { NL_FROW(0), NL_FROW(1), NL_FROW(2) };
+static const ak_pk_tile_fn NL_FN(ftiles)[3][4] = { NL_FROW(0), NL_FROW(1), NL_FROW(2) };
 #endif
 
 #undef NL_QT

@@ -305,8 +305,12 @@ AK_INLINE_K void k6_step(const int T, const uint8_t *rec, int j, const uint8_t *
  * groups of a super-block are taken one after the other, so a group's
  * arithmetic does not depend on G or T; several groups are several streams
  * of weights in flight (decode takes four). */
-AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nsb,
-                       const uint8_t *xk, size_t xks, float *Y, int64_t ldy, int nvalid) {
+AK_INLINE_K void ktile(const int kt, const int G, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xk = a->xq;
+    const size_t gb = a->gb, xks = a->xqs;
+    const int64_t nsb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid;
     const size_t rb = rec_bytes(kt);
     __m512 acc[4][TILE_T];
 #pragma GCC unroll 4
@@ -374,13 +378,7 @@ AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *gr
     }
 }
 
-typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
-                         int64_t ldy, int nvalid);
-#define KTILE_FN(K, G, T)                                                                                   \
-    static void ktile_##K##_##G##_##T(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk,       \
-                                      size_t xks, float *Y, int64_t ldy, int nvalid) {                     \
-        ktile(K, G, T, grp, gb, nsb, xk, xks, Y, ldy, nvalid);                                              \
-    }
+#define KTILE_FN(K, G, T) static void ktile_##K##_##G##_##T(const ak_pk_tile *a) { ktile(K, G, T, a); }
 /* Per kind: one group with 1..8 tokens, two groups with 1..4, four with one. */
 #define KTILE_KIND(K) KTILE_FN(K, 1, 1) KTILE_FN(K, 1, 2) KTILE_FN(K, 1, 3) KTILE_FN(K, 1, 4) KTILE_FN(K, 1, 5) \
     KTILE_FN(K, 1, 6) KTILE_FN(K, 1, 7) KTILE_FN(K, 1, 8) KTILE_FN(K, 2, 1) KTILE_FN(K, 2, 2) KTILE_FN(K, 2, 3)  \
@@ -391,22 +389,27 @@ typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8
       { ktile_##K##_2_1, ktile_##K##_2_2, ktile_##K##_2_3, ktile_##K##_2_4, NULL, NULL, NULL, NULL },         \
       { ktile_##K##_4_1, NULL, NULL, NULL, NULL, NULL, NULL, NULL } }
 KTILE_KIND(0) KTILE_KIND(1) KTILE_KIND(2)
-static const ktile_fn ktiles[3][3][TILE_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
+static const ak_pk_tile_fn ktiles[3][3][TILE_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
 
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_backend.h's contract for
- * one work item of kernels_packed.c's driver). */
-void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
-                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
+/* The work item it (kernels_backend.h's contract for one work item of
+ * kernels_packed.c's driver; xq: the tokens' XK rows). */
+void ak_packed_k_item(uint32_t wtype, const ak_pk_item *it) {
+    const uint8_t *P = it->P, *xk = it->xq;
+    const size_t gb = it->gb, xks = it->xqs;
+    const int64_t rows = it->rows, g1 = it->g1, t1 = it->t1;
+    float *Y = it->Y;
     const int kt = kp_kind(wtype);
-    const int64_t nsb = cols / AK_QKK;
-    for (int64_t t = t0; t < t1; t += TILE_T) {
+    const int64_t nsb = it->cols / AK_QKK;
+    for (int64_t t = it->t0; t < t1; t += TILE_T) {
         const int T = (int)ak_min64(TILE_T, t1 - t);
-        for (int64_t g = g0, G; g < g1; g += G) {
+        for (int64_t g = it->g0, G; g < g1; g += G) {
             /* four streams for one token, two for up to four tokens */
             G = T == 1 && g1 - g >= 4 ? 4 : T <= 4 && g1 - g >= 2 ? 2 : 1;
             const int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
-            ktiles[kt][G == 4 ? 2 : G - 1][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks,
-                                                  Y + t * rows + g * GROUP, rows, nvalid);
+            ktiles[kt][G == 4 ? 2 : G - 1][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .nb = nsb,
+                                                                 .xq = xk + (size_t)t * xks, .xqs = xks,
+                                                                 .Y = Y + t * rows + g * GROUP, .ldy = rows,
+                                                                 .nvalid = nvalid });
         }
     }
 }
@@ -530,10 +533,21 @@ AK_INLINE_K void widen(const int T, __m256i *s, __m256i *s16) {
 #endif
 }
 
+/* Where a step reads: half h of a group's record rec (one super-block),
+ * and the tokens' XK blocks of that super-block (token 0's at x0, xks bytes
+ * apart). */
+typedef struct {
+    const uint8_t *rec, *x0;
+    size_t xks;
+    int h;
+} kstep_src;
+
 /* Q4_K / Q5_K, step j of a record (sub-block j = 2c + hs) for half h of the
- * group and T tokens, into fsum. */
-AK_INLINE_K void k4_step(const int kt, const int T, const uint8_t *rec, int h, int j, const uint8_t *x0, size_t xks,
-                         __m256 d, __m256 *fsum) {
+ * group and T tokens (at src), into fsum. */
+AK_INLINE_K void k4_step(const int kt, const int T, const kstep_src *src, int j, __m256 d, __m256 *fsum) {
+    const uint8_t *rec = src->rec, *x0 = src->x0;
+    const size_t xks = src->xks;
+    const int h = src->h;
     const __m256i m4 = _mm256_set1_epi8(0x0f), b4 = _mm256_set1_epi8(0x10);
     const int c = j >> 1, hs = j & 1;
     const uint8_t *q[KT_T];
@@ -561,9 +575,11 @@ AK_INLINE_K void k4_step(const int kt, const int T, const uint8_t *rec, int h, i
 }
 
 /* Q6_K, step j = 4n + k of a record (sub-blocks 8n + 2k, 8n + 2k + 1) for
- * half h of the group and T tokens, into fsum. */
-AK_INLINE_K void k6_step(const int T, const uint8_t *rec, int h, int j, const uint8_t *x0, size_t xks, __m256 d,
-                         __m256 *fsum) {
+ * half h of the group and T tokens (at src), into fsum. */
+AK_INLINE_K void k6_step(const int T, const kstep_src *src, int j, __m256 d, __m256 *fsum) {
+    const uint8_t *rec = src->rec, *x0 = src->x0;
+    const size_t xks = src->xks;
+    const int h = src->h;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     const int n = j >> 2, k = j & 3;
 #pragma GCC unroll 2
@@ -631,8 +647,12 @@ AK_INLINE_K __m256 close_with_mins(__m256 acc, __m256 fsum, const __m256i mn[4],
 /* G groups of 16 rows (records at grp, grp + gb, ...), both halves of each,
  * times T tokens (XK rows xk + t * xks): Y[t * ldy + g * 16 + r] for
  * g * 16 + r < nvalid. A half's arithmetic does not depend on G or T. */
-AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *grp, size_t gb, int64_t nsb,
-                       const uint8_t *xk, size_t xks, float *Y, int64_t ldy, int nvalid) {
+AK_INLINE_K void ktile(const int kt, const int G, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xk = a->xq;
+    const size_t gb = a->gb, xks = a->xqs;
+    const int64_t nsb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid;
     const size_t rb = rec_bytes(kt);
     __m256 acc[4][2][KT_T];
 #pragma GCC unroll 4
@@ -650,11 +670,12 @@ AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *gr
 #pragma GCC unroll 4
                 for (int t = 0; t < T; t++) fsum[t] = _mm256_setzero_ps();
                 const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(rec + off_d(kt) + 16 * h)));
+                const kstep_src src = { .rec = rec, .x0 = x0, .xks = xks, .h = h };
 #pragma GCC unroll 1
                 for (int j = 0; j < 8; j++) {
                     if (h == 0) prefetch_part(kt, rec, j);
-                    if (kt == KP_Q6K) k6_step(T, rec, h, j, x0, xks, d, fsum);
-                    else k4_step(kt, T, rec, h, j, x0, xks, d, fsum);
+                    if (kt == KP_Q6K) k6_step(T, &src, j, d, fsum);
+                    else k4_step(kt, T, &src, j, d, fsum);
                 }
                 if (kt != KP_Q6K) {
                     __m256i mn[4];
@@ -693,8 +714,12 @@ AK_INLINE_K void ktile(const int kt, const int G, const int T, const uint8_t *gr
  * are kept in an L1 buffer, loaded and stored once per sub-block and
  * super-block. A row's arithmetic is ktile's, in its order: the same bits.
  * pf: whether to prefetch (the first pass over a group). */
-AK_INLINE_K void ktile_both_q4k(const int T, const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
-                                int64_t ldy, int nvalid, int pf) {
+AK_INLINE_K void ktile_both_q4k(const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xk = a->xq;
+    const size_t xks = a->xqs;
+    const int64_t nsb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid, pf = a->prefetch;
     const int kt = KP_Q4K;
     const size_t rb = rec_bytes(kt);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -766,14 +791,8 @@ AK_INLINE_K void ktile_both_q4k(const int T, const uint8_t *grp, int64_t nsb, co
         for (int t = 0; t < T; t++) store8(Y + (size_t)t * ldy + 8 * h, _mm256_load_ps(acc[t][h]), nv);
     }
 }
-static void ktile_both_q4k_3(const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y, int64_t ldy,
-                             int nvalid, int pf) {
-    ktile_both_q4k(3, grp, nsb, xk, xks, Y, ldy, nvalid, pf);
-}
-static void ktile_both_q4k_4(const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y, int64_t ldy,
-                             int nvalid, int pf) {
-    ktile_both_q4k(4, grp, nsb, xk, xks, Y, ldy, nvalid, pf);
-}
+static void ktile_both_q4k_3(const ak_pk_tile *a) { ktile_both_q4k(3, a); }
+static void ktile_both_q4k_4(const ak_pk_tile *a) { ktile_both_q4k(4, a); }
 
 /* Q4_K, G groups of 16 rows (records at grp, grp + gb, ...) times one
  * token: Y[g * 16 + r] for g * 16 + r < nvalid. Each 32-byte code vector
@@ -782,8 +801,12 @@ static void ktile_both_q4k_4(const uint8_t *grp, int64_t nsb, const uint8_t *xk,
  * ktile's steps load the vector once per sub-block and the broadcast once
  * per half. A row's arithmetic is ktile's, in its order (sub-block sums
  * exact, then fsum's FMAs j = 0..7 per half): the same bits. */
-AK_INLINE_K void ktile1_q4k(const int G, const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, float *Y,
-                            int nvalid) {
+AK_INLINE_K void ktile1_q4k(const int G, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xk = a->xq;
+    const size_t gb = a->gb;
+    const int64_t nsb = a->nb;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid;
     const int kt = KP_Q4K;
     const size_t rb = rec_bytes(kt);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -849,20 +872,9 @@ AK_INLINE_K void ktile1_q4k(const int G, const uint8_t *grp, size_t gb, int64_t 
             if (nv > 0) store8(Y + base, acc[g][h], nv);
         }
 }
-typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, float *Y,
-                         int64_t ldy, int nvalid);
-#define KTILE_FN(K, G, T)                                                                                   \
-    static void ktile_##K##_##G##_##T(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk,       \
-                                      size_t xks, float *Y, int64_t ldy, int nvalid) {                     \
-        ktile(K, G, T, grp, gb, nsb, xk, xks, Y, ldy, nvalid);                                              \
-    }
+#define KTILE_FN(K, G, T) static void ktile_##K##_##G##_##T(const ak_pk_tile *a) { ktile(K, G, T, a); }
 /* Q4_K's one-token entries: ktile1_q4k (one token: no row strides). */
-#define KTILE1_FN(G)                                                                                        \
-    static void ktile_0_##G##_1(const uint8_t *grp, size_t gb, int64_t nsb, const uint8_t *xk, size_t xks, \
-                                float *Y, int64_t ldy, int nvalid) {                                       \
-        (void)xks; (void)ldy;                                                                               \
-        ktile1_q4k(G, grp, gb, nsb, xk, Y, nvalid);                                                         \
-    }
+#define KTILE1_FN(G) static void ktile_0_##G##_1(const ak_pk_tile *a) { ktile1_q4k(G, a); }
 /* Per kind: one group with 1..4 tokens, two groups with 1 or 2, four with one. */
 #define KTILE_MULTI(K) KTILE_FN(K, 1, 2) KTILE_FN(K, 1, 3) KTILE_FN(K, 1, 4) KTILE_FN(K, 2, 2)
 #define KTILE_KIND(K) KTILE_MULTI(K) KTILE_FN(K, 1, 1) KTILE_FN(K, 2, 1) KTILE_FN(K, 4, 1)
@@ -871,14 +883,17 @@ typedef void (*ktile_fn)(const uint8_t *grp, size_t gb, int64_t nsb, const uint8
       { ktile_##K##_2_1, ktile_##K##_2_2, NULL, NULL },                                                       \
       { ktile_##K##_4_1, NULL, NULL, NULL } }
 KTILE_MULTI(0) KTILE1_FN(1) KTILE1_FN(2) KTILE1_FN(4) KTILE_KIND(1) KTILE_KIND(2)
-static const ktile_fn ktiles[3][3][KT_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
+static const ak_pk_tile_fn ktiles[3][3][KT_T] = { KTILE_ROWS(0), KTILE_ROWS(1), KTILE_ROWS(2) };   /* [kind][G 1, 2, 4][T - 1] */
 
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) (kernels_backend.h's contract for
- * one work item of kernels_packed.c's driver). */
-void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
-                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
+/* The work item it (kernels_backend.h's contract for one work item of
+ * kernels_packed.c's driver; xq: the tokens' XK rows). */
+void ak_packed_k_item(uint32_t wtype, const ak_pk_item *it) {
+    const uint8_t *P = it->P, *xk = it->xq;
+    const size_t gb = it->gb, xks = it->xqs;
+    const int64_t rows = it->rows, g0 = it->g0, g1 = it->g1, t0 = it->t0, t1 = it->t1;
+    float *Y = it->Y;
     const int kt = kp_kind(wtype);
-    const int64_t nsb = cols / AK_QKK;
+    const int64_t nsb = it->cols / AK_QKK;
     if (t1 - t0 > KT_T) {
         /* more tokens than a tile: group by group, so that the group's
          * records come from L1 for the tiles after the first (token chunk
@@ -886,15 +901,14 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
         for (int64_t g = g0; g < g1; g++)
             for (int64_t t = t0; t < t1; t += KT_T) {
                 const int T = (int)ak_min64(KT_T, t1 - t);
-                const uint8_t *x = xk + (size_t)t * xks;
-                float *y = Y + t * rows + g * GROUP;
-                const int nvalid = (int)ak_min64(GROUP, rows - g * GROUP);
+                const ak_pk_tile a = { .grp = P + (size_t)g * gb, .gb = gb, .nb = nsb, .xq = xk + (size_t)t * xks,
+                                       .xqs = xks, .Y = Y + t * rows + g * GROUP, .ldy = rows,
+                                       .nvalid = ak_min64(GROUP, rows - g * GROUP), .prefetch = t == t0 };
                 if (kt == KP_Q4K && T >= 3) {   /* the chunks after the first find the group in L1 */
-                    (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(P + (size_t)g * gb, nsb, x, xks, y, rows, nvalid,
-                                                                   t == t0);
+                    (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(&a);
                     continue;
                 }
-                ktiles[kt][0][T - 1](P + (size_t)g * gb, gb, nsb, x, xks, y, rows, nvalid);
+                ktiles[kt][0][T - 1](&a);
             }
         return;
     }
@@ -903,14 +917,14 @@ void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows,
         for (int64_t g = g0, G; g < g1; g += G) {
             /* four streams for one token, two for two tokens */
             G = T == 1 && g1 - g >= 4 ? 4 : T <= 2 && g1 - g >= 2 ? 2 : 1;
-            const int nvalid = (int)ak_min64(G * GROUP, rows - g * GROUP);
+            const ak_pk_tile a = { .grp = P + (size_t)g * gb, .gb = gb, .nb = nsb, .xq = xk + (size_t)t * xks,
+                                   .xqs = xks, .Y = Y + t * rows + g * GROUP, .ldy = rows,
+                                   .nvalid = ak_min64(G * GROUP, rows - g * GROUP), .prefetch = 1 };
             if (kt == KP_Q4K && T >= 3) {
-                (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(P + (size_t)g * gb, nsb, xk + (size_t)t * xks, xks,
-                                                               Y + t * rows + g * GROUP, rows, nvalid, 1);
+                (T == 4 ? ktile_both_q4k_4 : ktile_both_q4k_3)(&a);
                 continue;
             }
-            ktiles[kt][G == 4 ? 2 : G - 1][T - 1](P + (size_t)g * gb, gb, nsb, xk + (size_t)t * xks, xks,
-                                                  Y + t * rows + g * GROUP, rows, nvalid);
+            ktiles[kt][G == 4 ? 2 : G - 1][T - 1](&a);
         }
     }
 }

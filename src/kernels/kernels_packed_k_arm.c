@@ -69,9 +69,6 @@ static inline __attribute__((always_inline)) void store4k(float *Y, float32x4_t 
     memcpy(Y, tmp, sizeof(float) * (size_t)(n > 0 ? n : 0));
 }
 
-typedef void (*k16_fn)(const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, float *Y, int64_t ldy,
-                       int nvalid);
-
 #undef AK_INLINE
 #define AK_INLINE static inline __attribute__((always_inline))
 
@@ -119,19 +116,23 @@ void ak_packed_k_quantize(const float *x, uint8_t *dst, int64_t cols) {
     }
 }
 
-/* Y rows [16 g0, 16 g1) x tokens [t0, t1) from the groups at P (gb bytes
- * each) and the tokens' XK rows (xk: token 0's, xks bytes apart); Y is
- * ntok x rows (kernels_backend.h's contract). */
-void ak_packed_k_item(uint32_t wtype, const uint8_t *P, size_t gb, int64_t rows, int64_t cols, int64_t g0,
-                      int64_t g1, int64_t t0, int64_t t1, const uint8_t *xk, size_t xks, float *Y) {
+/* The work item it: Y rows [16 g0, 16 g1) x tokens [t0, t1) from the
+ * groups at P and the tokens' XK rows at xq; Y is ntok x rows
+ * (kernels_backend.h's contract). */
+void ak_packed_k_item(uint32_t wtype, const ak_pk_item *it) {
+    const uint8_t *P = it->P, *xk = it->xq;
+    const size_t gb = it->gb, xks = it->xqs;
+    const int64_t rows = it->rows, g1 = it->g1, t0 = it->t0, t1 = it->t1;
+    float *Y = it->Y;
     const int kt = k_kind(wtype);
-    const k16_fn *tiles = ak_neon_level() >= 1 ? ktiles_dot[kt] : ktiles_plain[kt];
-    const int64_t nsb = cols / AK_QKK;
-    for (int64_t g = g0; g < g1; g++) {
+    const ak_pk_tile_fn *tiles = ak_neon_level() >= 1 ? ktiles_dot[kt] : ktiles_plain[kt];
+    const int64_t nsb = it->cols / AK_QKK;
+    for (int64_t g = it->g0; g < g1; g++) {
         const int nvalid = (int)ak_min64(GROUP, rows - g * GROUP);
         for (int64_t t = t0; t < t1; t += K_TILE_T) {
             const int T = (int)ak_min64(K_TILE_T, t1 - t);
-            tiles[T - 1](P + (size_t)g * gb, nsb, xk + (size_t)t * xks, xks, Y + t * rows + g * GROUP, rows, nvalid);
+            tiles[T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .nb = nsb, .xq = xk + (size_t)t * xks, .xqs = xks,
+                                        .Y = Y + t * rows + g * GROUP, .ldy = rows, .nvalid = nvalid });
         }
     }
 }

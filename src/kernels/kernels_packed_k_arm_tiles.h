@@ -38,8 +38,12 @@ AK_INLINE int32x4_t NL_FN(sum16)(const int8x16_t w[4], const int8_t *q, int32_t 
 /* One group of 16 rows times T (1..4) tokens of kind kt: Y[t * ldy + r]
  * for r < nvalid. Each super-block's record is taken one quarter (4 rows)
  * at a time; a sub-block's unpacked vectors serve every token. */
-AK_INLINE void NL_FN(ktile)(const int kt, const int T, const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks,
-                            float *Y, int64_t ldy, int nvalid) {
+AK_INLINE void NL_FN(ktile)(const int kt, const int T, const ak_pk_tile *a) {
+    const uint8_t *grp = a->grp, *xk = a->xq;
+    const size_t xks = a->xqs;
+    const int64_t nsb = a->nb, ldy = a->ldy;
+    float *Y = a->Y;
+    const int nvalid = (int)a->nvalid;
     const size_t rb = k_rec_bytes(kt);
     const uint8x16_t m4 = vdupq_n_u8(0x0f), b4 = vdupq_n_u8(0x10), b45 = vdupq_n_u8(0x30);
     /* quarters per pass: all four for one token; one for more tokens, in
@@ -165,16 +169,12 @@ AK_INLINE void NL_FN(ktile)(const int kt, const int T, const uint8_t *grp, int64
     }
 }
 
-#define NL_KT(K, T)                                                                                      \
-    static void NL_CAT(NL_FN(kt_##K##_), T)(const uint8_t *grp, int64_t nsb, const uint8_t *xk, size_t xks, \
-                                            float *Y, int64_t ldy, int nvalid) {                           \
-        NL_FN(ktile)(K, T, grp, nsb, xk, xks, Y, ldy, nvalid);                                             \
-    }
+#define NL_KT(K, T) static void NL_CAT(NL_FN(kt_##K##_), T)(const ak_pk_tile *a) { NL_FN(ktile)(K, T, a); }
 #define NL_KK(K) NL_KT(K, 1) NL_KT(K, 2) NL_KT(K, 3) NL_KT(K, 4)
 NL_KK(0) NL_KK(1) NL_KK(2)
 #define NL_KROW(K) { NL_CAT(NL_FN(kt_##K##_), 1), NL_CAT(NL_FN(kt_##K##_), 2), NL_CAT(NL_FN(kt_##K##_), 3), \
                      NL_CAT(NL_FN(kt_##K##_), 4) }
-static const k16_fn NL_FN(ktiles)[3][4] = { NL_KROW(0), NL_KROW(1), NL_KROW(2) };
+static const ak_pk_tile_fn NL_FN(ktiles)[3][4] = { NL_KROW(0), NL_KROW(1), NL_KROW(2) };
 
 #undef NL_KT
 #undef NL_KK
