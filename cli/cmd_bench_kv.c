@@ -155,7 +155,9 @@ static double time_attention(const ak_kv *kv, const ak_cache_spec *s, int group,
     double t0 = ak_now(), t;
     do {
         for (int l = 0; l < s->n_layer; l++)
-            for (int h = 0; h < s->n_head_kv; h++) ak_kv_attend(kv, l, h, q, group, len, scale, out, scratch);
+            for (int h = 0; h < s->n_head_kv; h++)
+                ak_kv_attend(kv, &(ak_kv_query){.layer = l, .kv_head = h, .q = q, .n_q = group, .scale = scale,
+                             .out = out, .scratch = scratch}, len);
         steps++;
         t = ak_now() - t0;
     } while (t < 0.25 && steps < 10000);

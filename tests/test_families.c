@@ -72,8 +72,9 @@ TEST(attend_window_matches_direct_softmax) {
         int W = windows[wi];
         for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
             int pos0 = runs[ri][0], nt = runs[ri][1];
-            ak_kv_attend_run_window(kv, 0, 0, Q + (size_t)pos0 * NQ * D, NQ * D, NQ, nt, pos0, W, scale, out,
-                                    NQ * D, scratch);
+            ak_kv_attend_run_window(kv, &(ak_kv_query){.layer = 0, .kv_head = 0, .q = Q + (size_t)pos0 * NQ * D,
+                                    .qstride = NQ * D, .n_q = NQ, .scale = scale, .out = out, .ostride = NQ * D,
+                                    .scratch = scratch}, nt, pos0, W);
             for (int tk = 0; tk < nt; tk++) {
                 int p = pos0 + tk, lo = p - W + 1 > 0 ? p - W + 1 : 0;
                 for (int h = 0; h < NQ; h++) {
@@ -86,7 +87,8 @@ TEST(attend_window_matches_direct_softmax) {
                     }
                 }
                 /* the same token decoded alone */
-                ak_kv_attend_run_window(kv, 0, 0, Q + (size_t)p * NQ * D, 0, NQ, 1, p, W, scale, one, 0, scratch);
+                ak_kv_attend_run_window(kv, &(ak_kv_query){.layer = 0, .kv_head = 0, .q = Q + (size_t)p * NQ * D,
+                                        .n_q = NQ, .scale = scale, .out = one, .scratch = scratch}, 1, p, W);
                 if (memcmp(one, out + (size_t)tk * NQ * D, sizeof one)) notsame++;
             }
         }
@@ -96,8 +98,10 @@ TEST(attend_window_matches_direct_softmax) {
     /* no window: full causal attention, the same bits as ak_kv_attend_run */
     int diff0 = 0;
     for (int p = 0; p < N; p += 7) {
-        ak_kv_attend_run_window(kv, 0, 0, Q + (size_t)p * NQ * D, 0, NQ, 1, p, 0, scale, one, 0, scratch);
-        ak_kv_attend_run(kv, 0, 0, Q + (size_t)p * NQ * D, 0, NQ, 1, p, scale, full, 0, scratch);
+        ak_kv_attend_run_window(kv, &(ak_kv_query){.layer = 0, .kv_head = 0, .q = Q + (size_t)p * NQ * D, .n_q = NQ,
+                                .scale = scale, .out = one, .scratch = scratch}, 1, p, 0);
+        ak_kv_attend_run(kv, &(ak_kv_query){.layer = 0, .kv_head = 0, .q = Q + (size_t)p * NQ * D, .n_q = NQ,
+                         .scale = scale, .out = full, .scratch = scratch}, 1, p);
         diff0 += memcmp(one, full, sizeof one) != 0;
         double ref[D];
         naive_attend(K, V, D, 0, p, Q + (size_t)p * NQ * D, scale, ref);

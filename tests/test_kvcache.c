@@ -78,7 +78,8 @@ static double attention_error(const ak_kv *kv, const ak_cache_spec *s, int group
         for (int p = 0; p < n; p++) ak_kv_read(kv, l, p, K + (size_t)p * nk, V + (size_t)p * nv, NULL);
         for (int h = 0; h < s->n_head_kv; h++) {
             for (int i = 0; i < group * dk; i++) q[i] = ak_rng_normal(rng);
-            ak_kv_attend(kv, l, h, q, group, n, scale, out, scratch);
+            ak_kv_attend(kv, &(ak_kv_query){.layer = l, .kv_head = h, .q = q, .n_q = group, .scale = scale, .out = out,
+                         .scratch = scratch}, n);
             ref_attention(&(ref_layer){.K = K, .V = V, .s = s, .scale = scale}, h, q, group, n, ref);
             for (int g = 0; g < group; g++) {
                 double ref_max = 0, diff_max = 0;
@@ -292,8 +293,9 @@ TEST(kvcache_attend_run_matches_reference) {
                     for (int h = 0; h < 2; h++) {
                         for (int i = 0; i < nt * group * d; i++) q[i] = ak_rng_normal(&rng);
                         for (int i = 0; i < nt * group * d; i++) out[i] = NAN;
-                        ak_kv_attend_run(kv, l, h, q, (size_t)group * d, group, nt, pos0, scale, out,
-                                         (size_t)group * d, scratch);
+                        ak_kv_attend_run(kv, &(ak_kv_query){.layer = l, .kv_head = h, .q = q,
+                                         .qstride = (size_t)group * d, .n_q = group, .scale = scale, .out = out,
+                                         .ostride = (size_t)group * d, .scratch = scratch}, nt, pos0);
                         const ref_layer rl = {.K = K, .V = V, .s = &s, .scale = scale};
                         for (int t = 0; t < nt; t++) {
                             ref_attention(&rl, h, q + (size_t)t * group * d, group, pos0 + t + 1, ref);
@@ -370,8 +372,10 @@ TEST(kvcache_centering_is_exact_in_attention) {
         for (int l = 0; l < 2; l++)
             for (int h = 0; h < 2; h++) {
                 for (int i = 0; i < group * 64; i++) q[i] = ak_rng_normal(&rng);
-                ak_kv_attend(a, l, h, q, group, lens[li], 0.125f, o1, scratch);
-                ak_kv_attend(b, l, h, q, group, lens[li], 0.125f, o2, scratch);
+                ak_kv_attend(a, &(ak_kv_query){.layer = l, .kv_head = h, .q = q, .n_q = group, .scale = 0.125f,
+                             .out = o1, .scratch = scratch}, lens[li]);
+                ak_kv_attend(b, &(ak_kv_query){.layer = l, .kv_head = h, .q = q, .n_q = group, .scale = 0.125f,
+                             .out = o2, .scratch = scratch}, lens[li]);
                 double mx = 0, e = 0;
                 for (int i = 0; i < group * 64; i++) {
                     mx = fmax(mx, fabs(o1[i]));

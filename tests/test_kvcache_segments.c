@@ -78,8 +78,9 @@ static double run_error(const ak_kv *kv, int pos0, int nt, int window, int group
         for (int h = 0; h < SH; h++) {
             for (int i = 0; i < nt * group * SD; i++) q[i] = ak_rng_normal(rng);
             for (int i = 0; i < nt * group * SD; i++) out[i] = NAN;
-            ak_kv_attend_run_window(kv, l, h, q, (size_t)group * SD, group, nt, pos0, window, scale, out,
-                                    (size_t)group * SD, scratch);
+            ak_kv_attend_run_window(kv, &(ak_kv_query){.layer = l, .kv_head = h, .q = q, .qstride = (size_t)group * SD,
+                                    .n_q = group, .scale = scale, .out = out, .ostride = (size_t)group * SD,
+                                    .scratch = scratch}, nt, pos0, window);
             for (int t = 0; t < nt; t++)
                 for (int g = 0; g < group; g++) {
                     const float *qi = q + ((size_t)t * group + g) * SD;

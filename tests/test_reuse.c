@@ -440,8 +440,10 @@ TEST(reuse_agentkvshift_correction_equals_the_materialized_one) {
         for (int l = 0; l < L; l++)
             for (int h = 0; h < H; h++) {
                 for (int i = 0; i < nq * dk; i++) qv[i] = (float)sin(0.37 * i + l + 3.1 * h) * 2.0f;
-                ak_kv_attend(kv, l, h, qv, nq, N, e.m->cfg.attn_scale, o1, scr);
-                ak_kv_attend(mat, l, h, qv, nq, N, e.m->cfg.attn_scale, o2, scr2);
+                ak_kv_attend(kv, &(ak_kv_query){.layer = l, .kv_head = h, .q = qv, .n_q = nq,
+                             .scale = e.m->cfg.attn_scale, .out = o1, .scratch = scr}, N);
+                ak_kv_attend(mat, &(ak_kv_query){.layer = l, .kv_head = h, .q = qv, .n_q = nq,
+                             .scale = e.m->cfg.attn_scale, .out = o2, .scratch = scr2}, N);
                 da = fmax(da, rmaxdiff(o1, o2, nq * dk));
             }
         CHECK(da < 1e-4, "%s: attention with the correction vs materialized: max |d| %g", ak_kv_format_get(f)->name, da);

@@ -78,7 +78,9 @@ static double run_error(const ak_kv *kv, const ak_cache_spec *s, int pos0, int n
     for (int l = 0; l < s->n_layer; l++)
         for (int h = 0; h < s->n_head_kv; h++) {
             for (int i = 0; i < nt * d; i++) q[i] = ak_rng_normal(rng);
-            ak_kv_attend_run_window(kv, l, h, q, (size_t)d, 1, nt, pos0, w, scale, out, (size_t)dv, scratch);
+            ak_kv_attend_run_window(kv, &(ak_kv_query){.layer = l, .kv_head = h, .q = q, .qstride = (size_t)d, .n_q = 1,
+                                    .scale = scale, .out = out, .ostride = (size_t)dv,
+                                    .scratch = scratch}, nt, pos0, w);
             const ref_head rh = {.kv = kv, .s = s, .l = l, .h = h, .scale = scale};
             for (int t = 0; t < nt; t++) {
                 int at = pos0 + t, lo = w > 0 && at - w + 1 > 0 ? at - w + 1 : 0;

@@ -246,9 +246,10 @@ static void attn_worker(void *ud, int ith, int nth) {
     float *scratch = t->c->run_scratch + t->c->run_scratch_n * ith;
     for (int u = ith; u < t->n_units; u += nth) {
         int i = t->c->units[3 * u], len = t->c->units[3 * u + 1], g = t->c->units[3 * u + 2];
-        ak_kv_attend_run_window(t->b->seq[i], t->layer, g, q + i * qs + (size_t)g * group * dk, qs, group, len,
-                                t->b->pos[i], window, cf->attn_scale, t->c->att + i * os + (size_t)g * group * dv,
-                                os, scratch);
+        const ak_kv_query qr = {.layer = t->layer, .kv_head = g, .q = q + i * qs + (size_t)g * group * dk,
+                                .qstride = qs, .n_q = group, .scale = cf->attn_scale,
+                                .out = t->c->att + i * os + (size_t)g * group * dv, .ostride = os, .scratch = scratch};
+        ak_kv_attend_run_window(t->b->seq[i], &qr, len, t->b->pos[i], window);
     }
 }
 

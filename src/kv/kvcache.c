@@ -428,16 +428,22 @@ static void uncenter(float *x, int d, const float *mu) {
         for (int i = 0; i < d; i++) x[i] += mu[i];
 }
 
+/* Where one head's vectors lie in a block: the run of their metadata and
+ * the run of their codes. */
+typedef struct {
+    const uint8_t *meta, *codes;
+} vec_runs;
+
 /* Where class c of side `side` of mixed block b keeps head `head`'s
- * metadata and codes at layer `layer` (blockpool.h: MIXED BLOCKS). */
-static void mixed_runs(const ak_kv *kv, const ak_block *b, int layer, int side, int c, int head, size_t cb, size_t mb,
-                       const uint8_t **meta, const uint8_t **codes) {
+ * metadata and codes (cb and mb bytes a vector) at layer `layer`
+ * (blockpool.h: MIXED BLOCKS). */
+static vec_runs mixed_runs(const ak_kv *kv, const ak_block *b, int layer, int side, int c, int head, size_t cb,
+                           size_t mb) {
     const ak_block_mix *m = b->mix;
     size_t nc = (size_t)m->n[side][c], H = (size_t)kv->spec.n_head_kv;
     const uint8_t *region = b->data + (size_t)layer * (m->region[0] + m->region[1]) + (side ? m->region[0] : 0) +
                             m->off[side][c];
-    *meta = region + (size_t)head * nc * mb;
-    *codes = region + H * nc * mb + (size_t)head * nc * cb;
+    return (vec_runs){.meta = region + (size_t)head * nc * mb, .codes = region + H * nc * mb + (size_t)head * nc * cb};
 }
 
 /* Slot `slot`'s vector of one side and head in mixed block b: its format,
@@ -448,10 +454,9 @@ static ak_kv_format mixed_vec(const ak_kv *kv, const ak_block *b, int layer, int
     int c = m->cls[side][slot], d = side ? kv->spec.head_dim_v : kv->spec.head_dim_k;
     ak_kv_format f = m->fmt[side][c];
     size_t cb = ak_kv_format_code_bytes(f, d), mb = ak_kv_format_meta_bytes(f, d);
-    const uint8_t *mr, *cr;
-    mixed_runs(kv, b, layer, side, c, head, cb, mb, &mr, &cr);
-    *meta = (uint8_t *)mr + (size_t)m->rank[side][slot] * mb;
-    *codes = (uint8_t *)cr + (size_t)m->rank[side][slot] * cb;
+    vec_runs run = mixed_runs(kv, b, layer, side, c, head, cb, mb);
+    *meta = (uint8_t *)run.meta + (size_t)m->rank[side][slot] * mb;
+    *codes = (uint8_t *)run.codes + (size_t)m->rank[side][slot] * cb;
     return f;
 }
 
@@ -634,8 +639,17 @@ typedef struct {
     float *out;
     size_t qstride, ostride;
     int n_q, R, dk, dv, have_qrot, have_vrot;
+    int layer, head, pos0, window;   /* the run's (ak_kv_attend_run_window) */
+    float scale;
     float *m, *l, *lc, *qmu, *q_rot, *acc_rot;
 } attn_rows;
+
+/* Attention's f32 scratch for the block at hand: its keys transposed (dk
+ * rows of Tp), its values (Tp rows of dv), four rows' scores (4 x Tp). */
+typedef struct {
+    float *kt, *vf, *sc4;
+    int Tp;
+} block_buf;
 
 /* One head of one block as attention reads it: the formats' products, the
  * runs of codes and metadata with their strides, the centering means. */
@@ -654,14 +668,17 @@ static float *row_out(const attn_rows *a, int r) {
     return a->out + (size_t)(r / a->n_q) * a->ostride + (size_t)(r % a->n_q) * a->dv;
 }
 
-/* Carves the rows' state from scratch (R * (4 + dk + dv) floats) and zeroes
- * the outputs. Returns the scratch past what it took. */
-static float *rows_init(attn_rows *a, const ak_kv *kv, const float *q, size_t qstride, int n_q, int nt, float *out,
-                        size_t ostride, float *scratch) {
+/* Sets the rows of qr's queries for nt tokens from position pos0 up (window
+ * as ak_kv_attend_run_window's), carves their state from qr's scratch
+ * (R * (4 + dk + dv) floats) and zeroes the outputs. Returns the scratch
+ * past what it took. */
+static float *rows_init(attn_rows *a, const ak_kv *kv, const ak_kv_query *qr, int nt, int pos0, int window) {
     memset(a, 0, sizeof *a);
-    a->q = q; a->qstride = qstride; a->out = out; a->ostride = ostride; a->n_q = n_q; a->R = n_q * nt;
+    a->q = qr->q; a->qstride = qr->qstride; a->out = qr->out; a->ostride = qr->ostride; a->n_q = qr->n_q;
+    a->R = qr->n_q * nt;
     a->dk = kv->spec.head_dim_k; a->dv = kv->spec.head_dim_v;
-    a->m = scratch; a->l = a->m + a->R; a->lc = a->l + a->R; a->qmu = a->lc + a->R; a->q_rot = a->qmu + a->R;
+    a->layer = qr->layer; a->head = qr->kv_head; a->pos0 = pos0; a->window = window; a->scale = qr->scale;
+    a->m = qr->scratch; a->l = a->m + a->R; a->lc = a->l + a->R; a->qmu = a->lc + a->R; a->q_rot = a->qmu + a->R;
     a->acc_rot = a->q_rot + (size_t)a->R * a->dk;
     for (int r = 0; r < a->R; r++) {
         a->m[r] = -INFINITY; a->l[r] = 0; a->lc[r] = 0;
@@ -826,23 +843,26 @@ size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows) {
 
 size_t ak_kv_attend_scratch(const ak_kv *kv, int n_q) { return ak_kv_attend_run_scratch(kv, n_q); }
 
-void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
-                  float *scratch) {
+void ak_kv_attend(const ak_kv *kv, const ak_kv_query *qr, int n) {
     if (n <= 0) {   /* nothing to see: zeros, as the softmax over no keys leaves them */
-        memset(out, 0, sizeof(float) * (size_t)n_q * (size_t)kv->spec.head_dim_v);
+        memset(qr->out, 0, sizeof(float) * (size_t)qr->n_q * (size_t)kv->spec.head_dim_v);
         return;
     }
-    ak_kv_attend_run(kv, layer, kv_head, q, 0, n_q, 1, n - 1, scale, out, 0, scratch);
+    ak_kv_query one = *qr;   /* one token: its strides are never used */
+    one.qstride = one.ostride = 0;
+    ak_kv_attend_run(kv, &one, 1, n - 1);
 }
 
-/* The rows that see a block whose keys (kt, transposed, stored basis) and
- * values (vf rows, or NULL when none is in the plain basis; vfr: rows of
- * values in the rotated basis, or NULL) are
- * decoded: their scores four rows at a time, online softmax, weighted
- * values. The block holds positions [s0, s0 + cnt). */
-static void rows_over_block(attn_rows *a, const head_view *h, const float *kt, const float *vf, const float *vfr,
-                            float *sc4, int Tp, int s0, int cnt, int pos0, int window, float scale, kv_prefetch *pf) {
-    const int n_q = a->n_q, dk = a->dk, dv = a->dv;
+/* The rows that see a block whose keys (bb->kt, transposed, stored basis)
+ * and values (vf rows, or NULL when none is in the plain basis; vfr: rows
+ * of values in the rotated basis, or NULL) are decoded: their scores four
+ * rows at a time (into bb->sc4), online softmax, weighted values. The
+ * block holds positions [s0, s0 + cnt). */
+static void rows_over_block(attn_rows *a, const head_view *h, const block_buf *bb, const float *vf, const float *vfr,
+                            int s0, int cnt, kv_prefetch *pf) {
+    const int n_q = a->n_q, dk = a->dk, dv = a->dv, pos0 = a->pos0, window = a->window, Tp = bb->Tp;
+    const float scale = a->scale, *kt = bb->kt;
+    float *sc4 = bb->sc4;
     int r_first = (s0 - pos0) * n_q;   /* row of the first token that sees position s0 */
     if (r_first < 0) r_first = 0;
     for (int r0 = r_first; r0 < a->R; r0 += 4) {
@@ -887,10 +907,10 @@ static int only_class(const ak_block_mix *m, int side) {
     return only >= 0 && m->n[side][only] == m->count ? only : -1;
 }
 
-static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int layer, int head, int cnt, int s0,
-                         int pos0, int window, float scale, int Tp, float *kt, float *vf, float *sc4) {
+static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, const block_buf *bb, int s0, int cnt) {
     const ak_block_mix *m = b->mix;
-    const int dk = a->dk, dv = a->dv;
+    const int dk = a->dk, dv = a->dv, layer = a->layer, Tp = bb->Tp;
+    float *kt = bb->kt, *vf = bb->vf, *sc4 = bb->sc4;
     float *tmp = sc4 + 4 * (size_t)Tp, *vfr = tmp + (size_t)(dk > dv ? dk : dv) * Tp;
     int only[2] = {only_class(m, 0), only_class(m, 1)};
     /* slots [0, cnt) each get their key from exactly one class; the
@@ -906,8 +926,8 @@ static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int l
             if (!n) continue;
             const ak_kv_format_info *fi = ak_kv_format_get(m->fmt[side][c]);
             size_t cb = ak_kv_format_code_bytes(m->fmt[side][c], d), mb = ak_kv_format_meta_bytes(m->fmt[side][c], d);
-            const uint8_t *meta, *codes;
-            mixed_runs(kv, b, layer, side, c, head, cb, mb, &meta, &codes);
+            vec_runs run = mixed_runs(kv, b, layer, side, c, a->head, cb, mb);
+            const uint8_t *meta = run.meta, *codes = run.codes;
             const uint16_t *slots = m->slots[side][c];
             if (side == 0) {   /* transposed, then each column to its slot */
                 if (only[0] >= 0) {   /* the slots in order: straight into place */
@@ -942,21 +962,22 @@ static void attend_mixed(attn_rows *a, const ak_kv *kv, const ak_block *b, int l
     head_view hv = { .fk = AK_KV_F32, .fv = AK_KV_F32 };
     hv.ik = hv.iv = ak_kv_format_get(AK_KV_F32);
     kv_prefetch none = { .run = 4 };
-    rows_over_block(a, &hv, kt, only[1] >= 0 && rotated ? NULL : vf, rotated ? vfr : NULL, sc4, Tp, s0, cnt, pos0,
-                    window, scale, &none);
+    rows_over_block(a, &hv, bb, only[1] >= 0 && rotated ? NULL : vf, rotated ? vfr : NULL, s0, cnt, &none);
 }
 
-/* CORRECTIONS at attention time: a block's decoded keys (kt, transposed,
- * Tp columns) and values (vf rows) of the positions [s0, s0 + cnt) it
- * holds get w_j * mu_K and w_j * mu_V added for every corrected position j
- * at this layer and head, in the basis the block decodes to. The scores
- * become q . k_j + w_j (q . mu_K) and the output gains (sum_j p_j w_j)
- * mu_V: the correction of kvcache.h, with no per-row state (a block may
- * hold the end of one range and the start of the next), and the stored
- * blocks untouched. */
-static void correct_block(const ak_kv *kv, const head_view *h, int layer, int head, int s0, int cnt, float *kt,
-                          int Tp, float *vf) {
+/* CORRECTIONS at attention time: a block's decoded keys (bb->kt,
+ * transposed, Tp columns) and values (bb->vf rows) of the positions [s0,
+ * s0 + cnt) it holds get w_j * mu_K and w_j * mu_V added for every
+ * corrected position j at the rows' layer and head, in the basis the block
+ * decodes to. The scores become q . k_j + w_j (q . mu_K) and the output
+ * gains (sum_j p_j w_j) mu_V: the correction of kvcache.h, with no per-row
+ * state (a block may hold the end of one range and the start of the next),
+ * and the stored blocks untouched. */
+static void correct_block(const ak_kv *kv, const head_view *h, const attn_rows *a, const block_buf *bb, int s0,
+                          int cnt) {
     const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, H = kv->spec.n_head_kv;
+    const int layer = a->layer, head = a->head, Tp = bb->Tp;
+    float *kt = bb->kt, *vf = bb->vf;
     for (int i = 0; i < kv->n_corr; i++) {
         const struct kv_corr *c = kv->corr[i];
         if (layer < c->layer0 || !c->set[layer]) continue;
@@ -976,18 +997,17 @@ static void correct_block(const ak_kv *kv, const head_view *h, int layer, int he
     }
 }
 
-void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
-                      int pos0, float scale, float *out, size_t ostride, float *scratch) {
-    ak_kv_attend_run_window(kv, layer, kv_head, q, qstride, n_q, nt, pos0, 0, scale, out, ostride, scratch);
+void ak_kv_attend_run(const ak_kv *kv, const ak_kv_query *qr, int nt, int pos0) {
+    ak_kv_attend_run_window(kv, qr, nt, pos0, 0);
 }
 
-void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q,
-                             int nt, int pos0, int window, float scale, float *out, size_t ostride, float *scratch) {
-    const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T;
+void ak_kv_attend_run_window(const ak_kv *kv, const ak_kv_query *qr, int nt, int pos0, int window) {
+    const int dk = kv->spec.head_dim_k, dv = kv->spec.head_dim_v, T = kv->T, layer = qr->layer, kv_head = qr->kv_head;
     const int Tp = (T + PF_CHUNK - 1) / PF_CHUNK * PF_CHUNK;
     attn_rows a;
-    float *kt = rows_init(&a, kv, q, qstride, n_q, nt, out, ostride, scratch);
+    float *kt = rows_init(&a, kv, qr, nt, pos0, window);
     float *vf = kt + (size_t)dk * Tp, *sc4 = vf + (size_t)Tp * dv;   /* past sc4: attend_mixed's */
+    const block_buf bb = {.kt = kt, .vf = vf, .sc4 = sc4, .Tp = Tp};
     head_view h = { .fk = AK_KV_NFORMATS, .fv = AK_KV_NFORMATS };
     const int n_end = pos0 + nt;   /* positions the last token sees */
     /* the first position the first token sees: blocks before it are not read */
@@ -1000,7 +1020,7 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         if (!b) continue;   /* released: only before the window (the forward pass checks, ak_kv_window_check) */
         int cap = span_cap(kv, bi), cnt = n_end - s0 < cap ? n_end - s0 : cap;
         if (b->mix) {   /* per-slot formats: class by class */
-            attend_mixed(&a, kv, b, layer, kv_head, cnt, s0, pos0, window, scale, Tp, kt, vf, sc4);
+            attend_mixed(&a, kv, b, &bb, s0, cnt);
             h.fk = h.fv = AK_KV_NFORMATS;   /* the next uniform block sets its sizes again */
             continue;
         }
@@ -1018,8 +1038,8 @@ void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const floa
         h.ik->dequant_t(h.kc, h.kcb, h.km, h.kmb, cnt, dk, kt, (size_t)Tp);
         prefetch_step(&pf, PF_LINES);
         h.iv->dequant(h.vc, h.vcb, h.vm, h.vmb, cnt, dv, vf, (size_t)dv);
-        if (kv->n_corr) correct_block(kv, &h, layer, kv_head, s0, cnt, kt, Tp, vf);
-        rows_over_block(&a, &h, kt, vf, NULL, sc4, Tp, s0, cnt, pos0, window, scale, &pf);
+        if (kv->n_corr) correct_block(kv, &h, &a, &bb, s0, cnt);
+        rows_over_block(&a, &h, &bb, vf, NULL, s0, cnt, &pf);
         prefetch_step(&pf, -1);
     }
     rows_finish(&a);

@@ -283,29 +283,39 @@ void ak_kv_correction_clear(ak_kv *kv);
  * sequence of the same pool). */
 size_t ak_kv_attend_scratch(const ak_kv *kv, int n_q);
 
-/* For each of the n_q query vectors q[i] (head_dim_k floats each, the query
- * heads that share KV head kv_head): out[i] (head_dim_v floats) =
- * softmax(q[i] . K[0..n) * scale) . V[0..n) over layer `layer`. n <= length.
- * The same arithmetic as ak_kv_attend_run for a token at position n - 1:
- * the result does not depend on which call computed it. */
-void ak_kv_attend(const ak_kv *kv, int layer, int kv_head, const float *q, int n_q, int n, float scale, float *out,
-                  float *scratch);
+/* What attention reads and where it writes: the queries of n_q query heads
+ * that share one KV head of one layer, and their outputs. */
+typedef struct {
+    int layer, kv_head;
+    const float *q;     /* n_q vectors of head_dim_k floats, one after the other (per token) */
+    size_t qstride;     /* runs: floats from one token's queries to the next */
+    int n_q;
+    float scale;        /* of the scores q . k */
+    float *out;         /* n_q vectors of head_dim_v floats (per token) */
+    size_t ostride;     /* runs: floats from one token's outputs to the next */
+    float *scratch;     /* ak_kv_attend_scratch or ak_kv_attend_run_scratch floats */
+} ak_kv_query;
+
+/* For each of the n_q query vectors q[i] of qr: out[i] = softmax(q[i] .
+ * K[0..n) * scale) . V[0..n) over qr's layer and KV head. n <= length
+ * (n <= 0: zeros); qr's strides are not used. The same arithmetic as
+ * ak_kv_attend_run for a token at position n - 1: the result does not
+ * depend on which call computed it. */
+void ak_kv_attend(const ak_kv *kv, const ak_kv_query *qr, int n);
 
 /* Floats of scratch ak_kv_attend_run needs for n_rows = n_q * nt query rows
  * on kv (or any sequence of the same pool). */
 size_t ak_kv_attend_run_scratch(const ak_kv *kv, int n_rows);
 /* ak_kv_attend for nt consecutive tokens of the sequence at positions pos0 ..
  * pos0 + nt - 1, each seeing positions [0, its own]: token t's n_q queries
- * are at q + t * qstride (head_dim_k floats each, one after the other), its
- * outputs at out + t * ostride (head_dim_v floats each). Each block is
- * dequantized once for all nt * n_q queries (prefill). pos0 + nt <= length. */
-void ak_kv_attend_run(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q, int nt,
-                      int pos0, float scale, float *out, size_t ostride, float *scratch);
+ * are at qr->q + t * qr->qstride, its outputs at qr->out + t * qr->ostride.
+ * Each block is dequantized once for all nt * n_q queries (prefill).
+ * pos0 + nt <= length. */
+void ak_kv_attend_run(const ak_kv *kv, const ak_kv_query *qr, int nt, int pos0);
 /* ak_kv_attend_run for a sliding-window layer: the token at position p sees
  * only positions [p - window + 1, p] (and none before 0); blocks that no
  * token of the run sees are not read. window <= 0 means no window (the same
  * result as ak_kv_attend_run, bit for bit). */
-void ak_kv_attend_run_window(const ak_kv *kv, int layer, int kv_head, const float *q, size_t qstride, int n_q,
-                             int nt, int pos0, int window, float scale, float *out, size_t ostride, float *scratch);
+void ak_kv_attend_run_window(const ak_kv *kv, const ak_kv_query *qr, int nt, int pos0, int window);
 
 #endif

@@ -609,13 +609,17 @@ static void dequantize(ak_kv_format f, const void *src, int d, float *y) {
     if (rotated(f)) ak_kv_unrotate(y, d);
 }
 
-static void dot_scalar(ak_kv_format f, const void *codes, size_t cstride, const void *meta, size_t mstride, int n,
-                       const float *q, int d, float *out) {
+/* The scalar references of the table's dot and axpy (kvformat.h) on the
+ * vectors vs; nothing for an invalid d. vs by value: the compiler then
+ * passes its fields in registers. */
+static void dot_scalar(ak_kv_format f, const ak_kvf_vecs vs, const float *q, int d, float *out) {
     float y[AK_KVF_MAX_D];
+    const uint8_t *codes = vs.codes, *meta = vs.meta;
+    const size_t cstride = vs.cstride, mstride = vs.mstride;
+    const int n = vs.n;
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
-        decode(f, (const uint8_t *)codes + (size_t)j * cstride, meta ? (const uint8_t *)meta + (size_t)j * mstride : NULL,
-               d, y);
+        decode(f, codes + (size_t)j * cstride, meta ? meta + (size_t)j * mstride : NULL, d, y);
         float s[8] = { 0 };   /* 8 chains, not one: no wait on each add (and SIMD-able) */
         int i = 0;
         for (; i + 8 <= d; i += 8)
@@ -625,13 +629,14 @@ static void dot_scalar(ak_kv_format f, const void *codes, size_t cstride, const 
     }
 }
 
-static void axpy_scalar(ak_kv_format f, const void *codes, size_t cstride, const void *meta, size_t mstride, int n,
-                        const float *w, int d, float *acc) {
+static void axpy_scalar(ak_kv_format f, const ak_kvf_vecs vs, const float *w, int d, float *acc) {
     float y[AK_KVF_MAX_D];
+    const uint8_t *codes = vs.codes, *meta = vs.meta;
+    const size_t cstride = vs.cstride, mstride = vs.mstride;
+    const int n = vs.n;
     if (!valid_d(d)) return;
     for (int j = 0; j < n; j++) {
-        decode(f, (const uint8_t *)codes + (size_t)j * cstride, meta ? (const uint8_t *)meta + (size_t)j * mstride : NULL,
-               d, y);
+        decode(f, codes + (size_t)j * cstride, meta ? meta + (size_t)j * mstride : NULL, d, y);
         float wj = w[j];   /* hoisted: w may alias acc as far as the compiler knows */
         for (int i = 0; i < d; i++) acc[i] += wj * y[i];
     }
@@ -644,11 +649,11 @@ static void axpy_scalar(ak_kv_format f, const void *codes, size_t cstride, const
     static void dequantize_##F(const void *src, int d, float *y) { dequantize(ID, src, d, y); }               \
     static void dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d,     \
                         float *out) {                                                                         \
-        dot_scalar(ID, c, cs, m, ms, n, q, d, out);                                                           \
+        dot_scalar(ID, (ak_kvf_vecs){.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n}, q, d, out); \
     }                                                                                                         \
     static void axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d,    \
                          float *acc) {                                                                        \
-        axpy_scalar(ID, c, cs, m, ms, n, w, d, acc);                                                          \
+        axpy_scalar(ID, (ak_kvf_vecs){.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n}, w, d, acc); \
     }
 ENTRY_POINTS(f32, AK_KV_F32)
 ENTRY_POINTS(f16, AK_KV_F16)

@@ -157,12 +157,25 @@ AK_INLINE void group_param(int f, const float *meta, int g, float32x4_t *s, floa
     }
 }
 
+/* What the rows of one product share: the vectors' code and raw metadata
+ * strides (bytes), their converted metadata's (fstride floats), the
+ * dimension, tq's sqrt(d), the format's table. */
+typedef struct {
+    size_t cstride, mstride;
+    int fstride, d;
+    float sqrt_d;
+    const uint8x16x4_t *t;
+} rows_arg;
+
 /* out[r] = <q, vector r> for R (1 or 4) vectors whose code streams are at
- * v0, stride apart, and raw metadata at m0, mst apart (tq's N); meta0 their
- * converted group metadata, mstride floats apart. */
-AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stride, const uint8_t *m0, size_t mst,
-                        const float *meta0, int mstride, const float *q, int d, float sqrt_d, const uint8x16x4_t *t,
-                        float *out) {
+ * v0, ra->cstride apart, and raw metadata at m0, ra->mstride apart (tq's N);
+ * meta0 their converted group metadata, ra->fstride floats apart. */
+AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint8_t *v0, const uint8_t *m0,
+                        const float *meta0, const float *q, float *out) {
+    const size_t stride = ra->cstride, mst = ra->mstride;
+    const int mstride = ra->fstride, d = ra->d;
+    const float sqrt_d = ra->sqrt_d;
+    const uint8x16x4_t *t = ra->t;
     const int G = f_group(f), step = G ? G : 8;
     const int cb = (int)f_code_bytes(f, d);
     const uint8_t *v[4];
@@ -209,9 +222,12 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *v0, size_t stri
 
 /* acc += sum_r w[r] * vector r, for R (1 or 4) vectors as in dot_rows;
  * meta0 their group metadata converted and multiplied by w[r]. */
-AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t stride, const uint8_t *m0, size_t mst,
-                         const float *meta0, int mstride, const float *w, int d, float sqrt_d, const uint8x16x4_t *t,
-                         float *acc) {
+AK_INLINE void axpy_rows(const int f, const int R, const rows_arg *ra, const uint8_t *v0, const uint8_t *m0,
+                         const float *meta0, const float *w, float *acc) {
+    const size_t stride = ra->cstride, mst = ra->mstride;
+    const int mstride = ra->fstride, d = ra->d;
+    const float sqrt_d = ra->sqrt_d;
+    const uint8x16x4_t *t = ra->t;
     const int G = f_group(f), step = G ? G : 8;
     const int cb = (int)f_code_bytes(f, d);
     const uint8_t *v[4];
@@ -249,56 +265,60 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *v0, size_t str
 
 #define BLOCK 16   /* vectors whose metadata is converted together */
 
-AK_INLINE void dot_impl(const int f, const void *codes, size_t stride, const void *mp, size_t mst, int n,
-                        const float *q, int d, float *out) {
+AK_INLINE void dot_impl(const int f, const ak_kvf_vecs vs, const float *q, int d, float *out) {
     if (!valid_d(d)) return;
-    const uint8_t *p = codes, *mb = mp;
+    const size_t stride = vs.cstride, mst = vs.mstride;
+    const int n = vs.n;
+    const uint8_t *p = vs.codes, *mb = vs.meta;
     const int ms = meta_count(f, d);
     float meta[f_group(f) ? BLOCK * MAXMETA : 1];
     float sqrt_d = sqrtf((float)d);
     uint8x16x4_t t = cb_table(f);
+    const rows_arg ra = {.cstride = stride, .mstride = mst, .fstride = ms, .d = d, .sqrt_d = sqrt_d, .t = &t};
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
         if (f_group(f))
             for (int i = j0; i < j1; i++) load_meta(mb + (size_t)i * mst, ms, meta + (i - j0) * ms, 1.0f);
         for (; j + 4 <= j1; j += 4)
-            dot_rows(f, 4, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms, ms,
-                     q, d, sqrt_d, &t, out + j);
+            dot_rows(f, 4, &ra, p + (size_t)j * stride, mb ? mb + (size_t)j * mst : NULL, meta + (j - j0) * ms, q,
+                     out + j);
         for (; j < j1; j++)
-            dot_rows(f, 1, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms, ms,
-                     q, d, sqrt_d, &t, out + j);
+            dot_rows(f, 1, &ra, p + (size_t)j * stride, mb ? mb + (size_t)j * mst : NULL, meta + (j - j0) * ms, q,
+                     out + j);
     }
 }
 
-AK_INLINE void axpy_impl(const int f, const void *codes, size_t stride, const void *mp, size_t mst, int n,
-                         const float *w, int d, float *acc) {
+AK_INLINE void axpy_impl(const int f, const ak_kvf_vecs vs, const float *w, int d, float *acc) {
     if (!valid_d(d)) return;
-    const uint8_t *p = codes, *mb = mp;
+    const size_t stride = vs.cstride, mst = vs.mstride;
+    const int n = vs.n;
+    const uint8_t *p = vs.codes, *mb = vs.meta;
     const int ms = meta_count(f, d);
     float meta[f_group(f) ? BLOCK * MAXMETA : 1];
     float sqrt_d = sqrtf((float)d);
     uint8x16x4_t t = cb_table(f);
+    const rows_arg ra = {.cstride = stride, .mstride = mst, .fstride = ms, .d = d, .sqrt_d = sqrt_d, .t = &t};
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
         if (f_group(f))
             for (int i = j0; i < j1; i++) load_meta(mb + (size_t)i * mst, ms, meta + (i - j0) * ms, w[i]);
         for (; j + 4 <= j1; j += 4)
-            axpy_rows(f, 4, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms,
-                      ms, w + j, d, sqrt_d, &t, acc);
+            axpy_rows(f, 4, &ra, p + (size_t)j * stride, mb ? mb + (size_t)j * mst : NULL, meta + (j - j0) * ms, w + j,
+                      acc);
         for (; j < j1; j++)
-            axpy_rows(f, 1, p + (size_t)j * stride, stride, mb ? mb + (size_t)j * mst : NULL, mst, meta + (j - j0) * ms,
-                      ms, w + j, d, sqrt_d, &t, acc);
+            axpy_rows(f, 1, &ra, p + (size_t)j * stride, mb ? mb + (size_t)j * mst : NULL, meta + (j - j0) * ms, w + j,
+                      acc);
     }
 }
 
 #define ENTRY(F, ID)                                                                                          \
     void ak_kvf_simd_dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d, \
                              float *out) {                                                                    \
-        dot_impl(ID, c, cs, m, ms, n, q, d, out);                                                             \
+        dot_impl(ID, (ak_kvf_vecs){.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n}, q, d, out);  \
     }                                                                                                         \
     void ak_kvf_simd_axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d, \
                               float *acc) {                                                                   \
-        axpy_impl(ID, c, cs, m, ms, n, w, d, acc);                                                            \
+        axpy_impl(ID, (ak_kvf_vecs){.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n}, w, d, acc); \
     }
 ENTRY(f32, AK_KV_F32)
 ENTRY(f16, AK_KV_F16)

@@ -49,6 +49,18 @@ static inline uint16_t ak_kvf_rd16(const uint8_t *p) {
  * SIMD code both compute it this way so they agree to the last bit. */
 static inline float ak_kvf_tq_factor(uint16_t n16, int d) { return ak_f16_to_f32(n16) / sqrtf((float)d); }
 
+/* n stored vectors as the products read them (kvformat.h's dot): vector
+ * j's code stream at codes + j * cstride, its metadata at meta + j *
+ * mstride. The back ends' inner functions take this in place of the five
+ * values the table's entry points receive. */
+typedef struct {
+    const void *codes;
+    size_t cstride;
+    const void *meta;
+    size_t mstride;
+    int n;
+} ak_kvf_vecs;
+
 /* The codebooks (kvformat.c), ascending. */
 extern const float ak_kvf_lm2[4], ak_kvf_lm3[8], ak_kvf_lm4[16];
 /* tcq3's table of 512 values, indexed by a window of three codes. */

@@ -369,38 +369,63 @@ AK_INLINE vf group_param(int f, const float *meta, int g, float w, vf tab, vf *h
     return VFMA(tab, VSET1(meta[2 * g] * w), VSET1(meta[2 * g + 1] * w));
 }
 
+/* The R vectors a chunk is decoded from: their code streams (cb bytes
+ * each), the format's table, and the current group's decode parameters
+ * (group_param's, per vector: gp, hi). */
+typedef struct {
+    const uint8_t *const *v;
+    size_t cb;
+    vf tab;
+    const vf *gp, *hi;
+} chunk_src;
+
 /* sum[r] += chunk k (n values) of vector r times the query's. */
-AK_INLINE void dot_chunk(const int f, const int R, const uint8_t *const *v, size_t cb, int k, const int n,
-                         const float *q, vf tab, const vf *gp, const vf *hi, vf *sum) {
+AK_INLINE void dot_chunk(const int f, const int R, const chunk_src *s, int k, const int n, const float *q, vf *sum) {
     vf qk = VLOAD_X(f, q, k, n);
     PIN(qk);
     _Pragma("GCC unroll 4")
-    for (int r = 0; r < R; r++) sum[r] = VFMA(decode(f, v[r], cb, k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]), qk, sum[r]);
+    for (int r = 0; r < R; r++)
+        sum[r] = VFMA(decode(f, s->v[r], s->cb, k, n, f == AK_KV_Q8 ? s->tab : s->gp[r], s->hi[r]), qk, sum[r]);
 }
 
-/* acc chunk k (n values) += the weighted chunk k of every vector r. */
-AK_INLINE void axpy_chunk(const int f, const int R, const uint8_t *const *v, size_t cb, int k, const int n, float *acc,
-                          vf tab, const vf *gp, const vf *hi, const vf *wr) {
+/* acc chunk k (n values) += the weighted chunk k of every vector r (wr:
+ * the weights, broadcast). */
+AK_INLINE void axpy_chunk(const int f, const int R, const chunk_src *s, int k, const int n, float *acc, const vf *wr) {
     vf a = VLOAD_X(f, acc, k, n);
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        vf x = decode(f, v[r], cb, k, n, f == AK_KV_Q8 ? tab : gp[r], hi[r]);
+        vf x = decode(f, s->v[r], s->cb, k, n, f == AK_KV_Q8 ? s->tab : s->gp[r], s->hi[r]);
         if (f_affine(f)) a = VADD(a, x);   /* levels carry the weight */
-        else a = VFMA(x, f == AK_KV_Q8 ? gp[r] : wr[r], a);
+        else a = VFMA(x, f == AK_KV_Q8 ? s->gp[r] : wr[r], a);
     }
     VSTORE_X(f, acc, k, n, a);
 }
 
+/* What the rows of one product share: the vectors' code and raw metadata
+ * strides (bytes), their converted metadata's (fstride floats), the
+ * dimension, tq's sqrt(d), the format's table. */
+typedef struct {
+    size_t cstride, mstride;
+    int fstride, d;
+    float sqrt_d;
+    vf tab;
+} rows_arg;
+
 /* out[r] = <q, vector r> for R (1 or 4) vectors whose code streams are at
- * c0, cstride apart, and raw metadata at m0, mstride apart (tq's N); meta0
- * their converted group metadata, fstride floats apart. */
-AK_INLINE void dot_rows(const int f, const int R, const uint8_t *c0, size_t cstride, const uint8_t *m0, size_t mstride,
-                        const float *meta0, int fstride, const float *q, int d, float sqrt_d, vf tab, float *out) {
+ * c0, ra->cstride apart, and raw metadata at m0, ra->mstride apart (tq's N);
+ * meta0 their converted group metadata, ra->fstride floats apart. */
+AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint8_t *c0, const uint8_t *m0,
+                        const float *meta0, const float *q, float *out) {
+    const size_t cstride = ra->cstride, mstride = ra->mstride;
+    const int fstride = ra->fstride, d = ra->d;
+    const float sqrt_d = ra->sqrt_d;
+    const vf tab = ra->tab;
     const int G = f_group(f), step = G ? G : W;
     const size_t cb = f_code_bytes(f, d);
     const uint8_t *v[4], *mr[4];
     const float *meta[4];
     vf acc[4], gp[4], hi[4];
+    const chunk_src src = {.v = v, .cb = cb, .tab = tab, .gp = gp, .hi = hi};
     __m128 fac4 = _mm_setzero_ps();
     float fac[4] = {0, 0, 0, 0};
     _Pragma("GCC unroll 4")
@@ -427,8 +452,8 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *c0, size_t cstr
         for (int k = k0; k < k0 + step && k < d; k += W) {
             /* whole chunks apart from the short last one, so that they
              * compile without masks */
-            if (d - k >= W) dot_chunk(f, R, v, cb, k, W, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
-            else dot_chunk(f, R, v, cb, k, d - k, q, tab, gp, hi, f == AK_KV_Q8 ? t : acc);
+            if (d - k >= W) dot_chunk(f, R, &src, k, W, q, f == AK_KV_Q8 ? t : acc);
+            else dot_chunk(f, R, &src, k, d - k, q, f == AK_KV_Q8 ? t : acc);
         }
         if (f == AK_KV_Q8)
             _Pragma("GCC unroll 4")
@@ -449,13 +474,18 @@ AK_INLINE void dot_rows(const int f, const int R, const uint8_t *c0, size_t cstr
 /* acc += sum_r w[r] * vector r, for R (1 or 4) vectors as in dot_rows;
  * meta0 their converted group metadata (the weights are applied to each
  * group's scale and min, two scalar products per group). */
-AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *c0, size_t cstride, const uint8_t *m0, size_t mstride,
-                         const float *meta0, int fstride, const float *w, int d, float sqrt_d, vf tab, float *acc) {
+AK_INLINE void axpy_rows(const int f, const int R, const rows_arg *ra, const uint8_t *c0, const uint8_t *m0,
+                         const float *meta0, const float *w, float *acc) {
+    const size_t cstride = ra->cstride, mstride = ra->mstride;
+    const int fstride = ra->fstride, d = ra->d;
+    const float sqrt_d = ra->sqrt_d;
+    const vf tab = ra->tab;
     const int G = f_group(f), step = G ? G : W;
     const size_t cb = f_code_bytes(f, d);
     const uint8_t *v[4], *mr[4];
     const float *meta[4];
     vf wr[4], gp[4], hi[4];
+    const chunk_src src = {.v = v, .cb = cb, .tab = tab, .gp = gp, .hi = hi};
     float wf[4];   /* the weights, times tq's factors */
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
@@ -476,8 +506,8 @@ AK_INLINE void axpy_rows(const int f, const int R, const uint8_t *c0, size_t cst
             _Pragma("GCC unroll 4")
             for (int r = 0; r < R; r++) gp[r] = group_param(f, meta[r], g, w[r], tab, &hi[r]);
         for (int k = k0; k < k0 + step && k < d; k += W) {
-            if (d - k >= W) axpy_chunk(f, R, v, cb, k, W, acc, tab, gp, hi, wr);
-            else axpy_chunk(f, R, v, cb, k, d - k, acc, tab, gp, hi, wr);
+            if (d - k >= W) axpy_chunk(f, R, &src, k, W, acc, wr);
+            else axpy_chunk(f, R, &src, k, d - k, acc, wr);
         }
     }
 }
@@ -498,8 +528,10 @@ AK_INLINE int convert_meta(const int f, const uint8_t *m0, size_t mstride, int j
 
 /* Vectors go in blocks of BLOCK whose metadata is converted first: faster
  * than converting four vectors' at a time (docs/speed.md). */
-AK_INLINE void dot_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
-                        const float *q, int d, float *out) {
+AK_INLINE void dot_impl(const int f, const ak_kvf_vecs vs, const float *q, int d, float *out) {
+    const void *codes = vs.codes, *mp = vs.meta;
+    const size_t cstride = vs.cstride, mstride = vs.mstride;
+    const int n = vs.n;
     if (!valid_d(d)) return;
     const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
     float meta[f_group(f) ? BLOCK * MAXMETA + 16 : 1] __attribute__((aligned(64)));
@@ -512,17 +544,21 @@ AK_INLINE void dot_impl(const int f, const void *codes, size_t cstride, const vo
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
         if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, meta);
+        const rows_arg ra = {
+            .cstride = cstride, .mstride = mstride, .fstride = fs, .d = d, .sqrt_d = sqrt_d, .tab = tab};
         for (; j + 4 <= j1; j += 4)
-            dot_rows(f, 4, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
-                     meta + (j - j0) * fs, fs, q, d, sqrt_d, tab, out + j);
+            dot_rows(f, 4, &ra, p + (size_t)j * cstride, m ? m + (size_t)j * mstride : NULL, meta + (j - j0) * fs,
+                     q, out + j);
         for (; j < j1; j++)
-            dot_rows(f, 1, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
-                     meta + (j - j0) * fs, fs, q, d, sqrt_d, tab, out + j);
+            dot_rows(f, 1, &ra, p + (size_t)j * cstride, m ? m + (size_t)j * mstride : NULL, meta + (j - j0) * fs,
+                     q, out + j);
     }
 }
 
-AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
-                         const float *w, int d, float *acc) {
+AK_INLINE void axpy_impl(const int f, const ak_kvf_vecs vs, const float *w, int d, float *acc) {
+    const void *codes = vs.codes, *mp = vs.meta;
+    const size_t cstride = vs.cstride, mstride = vs.mstride;
+    const int n = vs.n;
     if (!valid_d(d)) return;
     const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
     float meta[f_group(f) ? BLOCK * MAXMETA + 16 : 1] __attribute__((aligned(64)));
@@ -535,12 +571,14 @@ AK_INLINE void axpy_impl(const int f, const void *codes, size_t cstride, const v
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         int j1 = j0 + BLOCK < n ? j0 + BLOCK : n, j = j0;
         if (f_group(f)) fs = convert_meta(f, m, mstride, j0, j1, d, meta);
+        const rows_arg ra = {
+            .cstride = cstride, .mstride = mstride, .fstride = fs, .d = d, .sqrt_d = sqrt_d, .tab = tab};
         for (; j + 4 <= j1; j += 4)
-            axpy_rows(f, 4, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
-                      meta + (j - j0) * fs, fs, w + j, d, sqrt_d, tab, a);
+            axpy_rows(f, 4, &ra, p + (size_t)j * cstride, m ? m + (size_t)j * mstride : NULL, meta + (j - j0) * fs,
+                      w + j, a);
         for (; j < j1; j++)
-            axpy_rows(f, 1, p + (size_t)j * cstride, cstride, m ? m + (size_t)j * mstride : NULL, mstride,
-                      meta + (j - j0) * fs, fs, w + j, d, sqrt_d, tab, a);
+            axpy_rows(f, 1, &ra, p + (size_t)j * cstride, m ? m + (size_t)j * mstride : NULL, meta + (j - j0) * fs,
+                      w + j, a);
     }
     from_order(f, abuf, d, acc);
 }
@@ -615,17 +653,21 @@ AK_INLINE vf natural(int f, vf x) { return x; }
 #define VSTORE_N(p, n, a) ((n) == W ? _mm256_storeu_ps(p, a) : _mm256_maskstore_ps(p, lanes(n), a))
 #endif
 
-/* Chunk k (n values) of vector v in f32: gp, hi its group's parameters
- * (group_param with weight 1), fac tq's factor. */
-AK_INLINE vf dq_chunk(const int f, const uint8_t *v, size_t cb, int k, int n, vf tab, vf gp, vf hi, float fac) {
-    vf x = decode(f, v, cb, k, n, f == AK_KV_Q8 ? tab : gp, hi);
+/* Chunk k (n values) of vector v (cb code bytes) in f32: gp, hi its
+ * group's parameters (group_param with weight 1; for formats without
+ * groups the table, which q8's decode does not read either), fac tq's
+ * factor. */
+AK_INLINE vf dq_chunk(const int f, const uint8_t *v, size_t cb, int k, int n, vf gp, vf hi, float fac) {
+    vf x = decode(f, v, cb, k, n, gp, hi);
     if (f == AK_KV_Q8) x = VMUL(x, gp);
     if (f_tq(f)) x = VMUL(x, VSET1(fac));
     return x;
 }
 
-AK_INLINE void dequant_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
-                            int d, float *out, size_t ostride) {
+AK_INLINE void dequant_impl(const int f, const ak_kvf_vecs vs, int d, float *out, size_t ostride) {
+    const void *codes = vs.codes, *mp = vs.meta;
+    const size_t cstride = vs.cstride, mstride = vs.mstride;
+    const int n = vs.n;
     if (!valid_d(d)) return;
     const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
     const int G = f_group(f), step = G ? G : W;
@@ -650,16 +692,18 @@ AK_INLINE void dequant_impl(const int f, const void *codes, size_t cstride, cons
                 const int kend = k0 + step < d ? k0 + step : d;
                 _Pragma("GCC unroll 8")
                 for (int k = k0; k < kend; k += W) {
-                    if (d - k >= W) VSTORE_N(o + k, W, natural(f, dq_chunk(f, v, cb, k, W, tab, gp, hi, fac)));
-                    else VSTORE_N(o + k, d - k, natural(f, dq_chunk(f, v, cb, k, d - k, tab, gp, hi, fac)));
+                    if (d - k >= W) VSTORE_N(o + k, W, natural(f, dq_chunk(f, v, cb, k, W, gp, hi, fac)));
+                    else VSTORE_N(o + k, d - k, natural(f, dq_chunk(f, v, cb, k, d - k, gp, hi, fac)));
                 }
             }
         }
     }
 }
 
-AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, const void *mp, size_t mstride, int n,
-                              int d, float *out, size_t ostride) {
+AK_INLINE void dequant_t_impl(const int f, const ak_kvf_vecs vs, int d, float *out, size_t ostride) {
+    const void *codes = vs.codes, *mp = vs.meta;
+    const size_t cstride = vs.cstride, mstride = vs.mstride;
+    const int n = vs.n;
     if (!valid_d(d)) return;
     const uint8_t *p = codes, *m = f_packed(f) || f == AK_KV_Q8 ? mp : NULL;
     const int G = f_group(f);
@@ -683,7 +727,7 @@ AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, co
                 vf gp = tab, hi = VZERO();
                 if (G) gp = group_param(f, meta + j * fs, g, 1.0f, tab, &hi);
                 const uint8_t *v = p + (size_t)(j0 + j) * cstride;
-                x[j] = nk == W ? dq_chunk(f, v, cb, k, W, tab, gp, hi, fac[j]) : dq_chunk(f, v, cb, k, nk, tab, gp, hi, fac[j]);
+                x[j] = nk == W ? dq_chunk(f, v, cb, k, W, gp, hi, fac[j]) : dq_chunk(f, v, cb, k, nk, gp, hi, fac[j]);
             }
             transpose_tile(x);
             _Pragma("GCC unroll 16")
@@ -695,26 +739,32 @@ AK_INLINE void dequant_t_impl(const int f, const void *codes, size_t cstride, co
     }
 }
 
+/* Each entry builds its vectors' description once: one copy, not one per
+ * call below, keeps the inlined code what it was with separate values. */
 #define ENTRY(F, ID)                                                                                          \
     void ak_kvf_simd_dot_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *q, int d, \
                              float *out) {                                                                    \
-        dot_impl(ID, c, cs, m, ms, n, q, d, out);                                                             \
+        const ak_kvf_vecs vs = {.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n};                \
+        dot_impl(ID, vs, q, d, out);                                                                          \
     }                                                                                                         \
     void ak_kvf_simd_axpy_##F(const void *c, size_t cs, const void *m, size_t ms, int n, const float *w, int d, \
                               float *acc) {                                                                   \
-        axpy_impl(ID, c, cs, m, ms, n, w, d, acc);                                                            \
+        const ak_kvf_vecs vs = {.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n};                \
+        axpy_impl(ID, vs, w, d, acc);                                                                         \
     }                                                                                                         \
     void ak_kvf_simd_dequant_##F(const void *c, size_t cs, const void *m, size_t ms, int n, int d, float *out, \
                                  size_t os) {                                                                \
-        if (d == 64) dequant_impl(ID, c, cs, m, ms, n, 64, out, os);                                          \
-        else if (d == 128) dequant_impl(ID, c, cs, m, ms, n, 128, out, os);                                   \
-        else dequant_impl(ID, c, cs, m, ms, n, d, out, os);                                                   \
+        const ak_kvf_vecs vs = {.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n};                \
+        if (d == 64) dequant_impl(ID, vs, 64, out, os);                                                       \
+        else if (d == 128) dequant_impl(ID, vs, 128, out, os);                                                \
+        else dequant_impl(ID, vs, d, out, os);                                                                \
     }                                                                                                         \
     void ak_kvf_simd_dequant_t_##F(const void *c, size_t cs, const void *m, size_t ms, int n, int d,         \
                                    float *out, size_t os) {                                                   \
-        if (d == 64) dequant_t_impl(ID, c, cs, m, ms, n, 64, out, os);                                        \
-        else if (d == 128) dequant_t_impl(ID, c, cs, m, ms, n, 128, out, os);                                 \
-        else dequant_t_impl(ID, c, cs, m, ms, n, d, out, os);                                                 \
+        const ak_kvf_vecs vs = {.codes = c, .cstride = cs, .meta = m, .mstride = ms, .n = n};                \
+        if (d == 64) dequant_t_impl(ID, vs, 64, out, os);                                                     \
+        else if (d == 128) dequant_t_impl(ID, vs, 128, out, os);                                              \
+        else dequant_t_impl(ID, vs, d, out, os);                                                              \
     }
 ENTRY(f32, AK_KV_F32)
 ENTRY(f16, AK_KV_F16)
