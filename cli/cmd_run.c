@@ -148,7 +148,8 @@ int cmd_run(int argc, char **argv) {
     if (cache_center(&co, ctx, lm.tok, pool, "run") < 0) goto done;
     if (!(smp = ak_sampler_new(&sp, cfg->vocab, &err))) goto fail;
     if (!(logits = ak_malloc((size_t)cfg->vocab * sizeof(float), &err))) goto fail;
-    if (ak_gen_init(&gen, lm.tok, smp, ids, (int)n_ids, n_predict, n_ctx, 1, NULL, 0, &err) < 0) goto fail;
+    if (ak_gen_init(&gen, &(ak_gen_opts){.tok = lm.tok, .smp = smp, .prompt = ids, .n_prompt = (int)n_ids,
+                    .max_tokens = n_predict, .n_ctx = n_ctx, .stop_at_eog = 1}, &err) < 0) goto fail;
 
     progress pg;
     progress_init(&pg, "prefill");

@@ -74,7 +74,8 @@ TEST(generate_stop_string_across_tokens) {
     int32_t prompt[2] = {ids[0], ids[0]};
     const char *stops[2] = {"zzz never", stop_s};
     ak_gen g;
-    REQUIRE(ak_gen_init(&g, tk, smp, prompt, 2, 1000, 4096, 1, stops, 2, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_gen_init(&g, &(ak_gen_opts){.tok = tk, .smp = smp, .prompt = prompt, .n_prompt = 2, .max_tokens = 1000,
+                        .n_ctx = 4096, .stop_at_eog = 1, .stop = stops, .n_stop = 2}, &err) == 0, "%s", err.msg);
     size_t shown = 0;
     ak_gen_status st = AK_GEN_MORE;
     int steps = 0;
@@ -125,7 +126,8 @@ TEST(generate_eos_and_limits) {
 
     /* EOS ends (sampled, not kept) when stop_at_eog; kept otherwise */
     for (int at_eog = 1; at_eog >= 0; at_eog--) {
-        REQUIRE(ak_gen_init(&g, tk, smp, ids, 1, 10, 4096, at_eog, NULL, 0, &err) == 0, "%s", err.msg);
+        REQUIRE(ak_gen_init(&g, &(ak_gen_opts){.tok = tk, .smp = smp, .prompt = ids, .n_prompt = 1, .max_tokens = 10,
+                            .n_ctx = 4096, .stop_at_eog = at_eog}, &err) == 0, "%s", err.msg);
         one_hot(logits, vocab, ids[1]);
         CHECK(ak_gen_step(&g, logits, 1, &out, &err) == AK_GEN_MORE, "first token");
         one_hot(logits, vocab, eos);
@@ -137,7 +139,8 @@ TEST(generate_eos_and_limits) {
     }
 
     /* max_tokens 3: the third token is kept and ends with LENGTH */
-    REQUIRE(ak_gen_init(&g, tk, smp, NULL, 0, 3, 4096, 1, NULL, 0, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_gen_init(&g, &(ak_gen_opts){.tok = tk, .smp = smp, .max_tokens = 3, .n_ctx = 4096, .stop_at_eog = 1},
+                        &err) == 0, "%s", err.msg);
     ak_gen_status st = AK_GEN_MORE;
     int steps = 0;
     while (st == AK_GEN_MORE && steps < 10) {
@@ -153,7 +156,8 @@ TEST(generate_eos_and_limits) {
 
     /* the context: pos + 1 reaching n_ctx ends after the token; pos at
      * n_ctx samples nothing */
-    REQUIRE(ak_gen_init(&g, tk, smp, ids, 2, 100, 4, 1, NULL, 0, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_gen_init(&g, &(ak_gen_opts){.tok = tk, .smp = smp, .prompt = ids, .n_prompt = 2, .max_tokens = 100,
+                        .n_ctx = 4, .stop_at_eog = 1}, &err) == 0, "%s", err.msg);
     one_hot(logits, vocab, ids[2]);
     CHECK(ak_gen_step(&g, logits, 2, &out, &err) == AK_GEN_MORE, "pos 2 of 4");
     CHECK(ak_gen_step(&g, logits, 3, &out, &err) == AK_GEN_LENGTH && out.sampled && g.n_gen == 2, "pos 3 of 4");
@@ -161,13 +165,16 @@ TEST(generate_eos_and_limits) {
     ak_gen_free(&g);
 
     /* max_tokens 0: nothing is sampled */
-    REQUIRE(ak_gen_init(&g, tk, smp, ids, 1, 0, 4096, 1, NULL, 0, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_gen_init(&g, &(ak_gen_opts){.tok = tk, .smp = smp, .prompt = ids, .n_prompt = 1, .max_tokens = 0,
+                        .n_ctx = 4096, .stop_at_eog = 1}, &err) == 0, "%s", err.msg);
     CHECK(ak_gen_step(&g, logits, 1, &out, &err) == AK_GEN_LENGTH && !out.sampled && g.n_gen == 0, "max_tokens 0");
     ak_gen_free(&g);
 
     /* an empty stop string is refused by code */
     const char *bad[1] = {""};
-    CHECK(ak_gen_init(&g, tk, smp, ids, 1, 5, 4096, 1, bad, 1, &err) < 0 && err.code == AK_ERR_INVALID, "empty stop");
+    CHECK(ak_gen_init(&g, &(ak_gen_opts){.tok = tk, .smp = smp, .prompt = ids, .n_prompt = 1, .max_tokens = 5,
+                      .n_ctx = 4096, .stop_at_eog = 1, .stop = bad, .n_stop = 1}, &err) < 0 &&
+          err.code == AK_ERR_INVALID, "empty stop");
     ak_gen_free(&g);
 
     free(three);
@@ -200,7 +207,8 @@ TEST(generate_flush_after_a_stop_string_gives_nothing) {
     for (int with_stop = 0; with_stop < 2; with_stop++) {
         const char *stops[1] = {"sat "};
         ak_gen g;
-        REQUIRE(ak_gen_init(&g, tk, smp, NULL, 0, 100, 4096, 1, stops, with_stop, &err) == 0, "%s", err.msg);
+        REQUIRE(ak_gen_init(&g, &(ak_gen_opts){.tok = tk, .smp = smp, .max_tokens = 100, .n_ctx = 4096,
+                            .stop_at_eog = 1, .stop = stops, .n_stop = with_stop}, &err) == 0, "%s", err.msg);
         ak_gen_out out;
         ak_gen_status st = AK_GEN_MORE;
         for (int i = 0; i < 2 && st == AK_GEN_MORE; i++) {

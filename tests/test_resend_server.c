@@ -106,7 +106,9 @@ static char *fresh_greedy(ak_test_ctx *t, rig *r, ak_chat_family f, const int32_
     ak_turn tt;
     char *out = NULL;
     if (ctx && logits && smp &&
-        ak_gen_init(&g, r->tok, smp, prompt, n, MAX_TOKENS, N_CTX, 1, stop, special ? 0 : 1, &err) == 0 &&
+        ak_gen_init(&g, &(ak_gen_opts){.tok = r->tok, .smp = smp, .prompt = prompt, .n_prompt = n,
+                    .max_tokens = MAX_TOKENS, .n_ctx = N_CTX, .stop_at_eog = 1, .stop = stop,
+                    .n_stop = special ? 0 : 1}, &err) == 0 &&
         ak_agent_begin(r->agents, ctx, "fresh-prefill", prompt, n, logits, &tt, &err) == 0) {
         int pos = n;
         for (;;) {

@@ -272,8 +272,10 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
         if (err) err->code = AK_ERR_INVALID;   /* parameters the sampler refuses: the client's */
         goto fail;
     }
-    if (ak_gen_init(&r->gen, s->cfg.tok, r->smp, p->prompt, p->n_prompt, p->max_tokens, s->cfg.n_ctx, p->stop_at_eog,
-                    (const char *const *)r->stop, r->n_stop, err) < 0) {
+    if (ak_gen_init(&r->gen, &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->smp, .prompt = p->prompt,
+                    .n_prompt = p->n_prompt, .max_tokens = p->max_tokens, .n_ctx = s->cfg.n_ctx,
+                    .stop_at_eog = p->stop_at_eog, .stop = (const char *const *)r->stop,
+                    .n_stop = r->n_stop}, err) < 0) {
         /* the prompt, limits and stop strings were checked above: what is
          * left is out of memory or a fault of the server, never the client's */
         if (err && err->code != AK_ERR_NOMEM) err->code = AK_ERR_GENERIC;
@@ -631,8 +633,9 @@ static void rebuild_prompt(ak_sched *s, ak_request *r) {
     if (rc <= 0) return;
     ak_gen g = {0};
     if (n < 1 || n >= s->cfg.n_ctx ||
-        ak_gen_init(&g, s->cfg.tok, r->smp, ids, n, r->max_tokens, s->cfg.n_ctx, r->stop_at_eog,
-                    (const char *const *)r->stop, r->n_stop, &err) < 0) {
+        ak_gen_init(&g, &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->smp, .prompt = ids, .n_prompt = n,
+                    .max_tokens = r->max_tokens, .n_ctx = s->cfg.n_ctx, .stop_at_eog = r->stop_at_eog,
+                    .stop = (const char *const *)r->stop, .n_stop = r->n_stop}, &err) < 0) {
         ak_gen_free(&g);
         free(ids);
         return;

@@ -6,8 +6,11 @@
 
 #include "text/textstop.h"
 
-int ak_gen_init(ak_gen *g, const ak_tokenizer *tok, ak_sampler *smp, const int32_t *prompt, int n_prompt,
-                int max_tokens, int n_ctx, int stop_at_eog, const char *const *stop, int n_stop, ak_error *err) {
+int ak_gen_init(ak_gen *g, const ak_gen_opts *o, ak_error *err) {
+    const int32_t *prompt = o->prompt;
+    const int n_prompt = o->n_prompt, max_tokens = o->max_tokens, n_ctx = o->n_ctx, n_stop = o->n_stop;
+    const char *const *stop = o->stop;
+    const ak_tokenizer *tok = o->tok;
     memset(g, 0, sizeof *g);
     if (n_prompt < 0 || max_tokens < 0 || n_stop < 0 || n_stop > AK_GEN_MAX_STOP)
         return ak_failc(err, AK_ERR_INVALID, "generation: bad prompt length, token limit or stop count");
@@ -17,10 +20,10 @@ int ak_gen_init(ak_gen *g, const ak_tokenizer *tok, ak_sampler *smp, const int32
     }
     g->n_stop = n_stop;
     g->tok = tok;
-    g->smp = smp;
+    g->smp = o->smp;
     g->max_tokens = max_tokens;
     g->n_ctx = n_ctx;
-    g->stop_at_eog = stop_at_eog;
+    g->stop_at_eog = o->stop_at_eog;
     /* no more tokens are kept than max_tokens, nor past the context */
     long room = (long)n_prompt + (max_tokens < n_ctx ? max_tokens : n_ctx) + 1;
     g->hist_cap = (int)room;

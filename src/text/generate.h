@@ -63,13 +63,22 @@ typedef struct {
     size_t visible;       /* bytes of the text that may be shown now */
 } ak_gen_out;
 
-/* Sets g up for a sequence whose prompt is prompt[0..n_prompt) (copied into
- * the history), sampled by smp (borrowed, not freed), at most max_tokens
- * tokens within a context of n_ctx positions; stop[0..n_stop) (borrowed,
- * must outlive g; none empty, at most AK_GEN_MAX_STOP). Returns 0, or -1
- * with err set (AK_ERR_INVALID, AK_ERR_NOMEM); g is then safe to free. */
-int ak_gen_init(ak_gen *g, const ak_tokenizer *tok, ak_sampler *smp, const int32_t *prompt, int n_prompt,
-                int max_tokens, int n_ctx, int stop_at_eog, const char *const *stop, int n_stop, ak_error *err);
+/* What a generator is set up with (ak_gen_init). */
+typedef struct {
+    const ak_tokenizer *tok;
+    ak_sampler *smp;               /* borrowed, not freed */
+    const int32_t *prompt;         /* prompt[0..n_prompt), copied into the history */
+    int n_prompt;
+    int max_tokens;                /* tokens kept at most */
+    int n_ctx;                     /* positions of the context */
+    int stop_at_eog;               /* an end-of-generation token ends it (rule 2) */
+    const char *const *stop;       /* stop[0..n_stop): borrowed, must outlive g; none empty */
+    int n_stop;                    /* at most AK_GEN_MAX_STOP */
+} ak_gen_opts;
+
+/* Sets g up for a sequence as o says. Returns 0, or -1 with err set
+ * (AK_ERR_INVALID, AK_ERR_NOMEM); g is then safe to free. */
+int ak_gen_init(ak_gen *g, const ak_gen_opts *o, ak_error *err);
 /* Frees what g owns; a zeroed or freed g is fine. */
 void ak_gen_free(ak_gen *g);
 
