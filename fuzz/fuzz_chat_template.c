@@ -7,16 +7,19 @@
  *   u16 LE  T, then T bytes: tokenizer.chat_template (any bytes, NULs too);
  *           T = 0xFFFF: the key is stored as a u32 instead of a string
  *   u8      flags: bit 0 add_generation_prompt, bit 1 bos/eos given
- *   the rest  messages separated by byte 0x1E: each one role byte (0 system,
- *           1 user, 2 assistant, 3 an unknown role "function"), then its content
- *           (cut at a NUL byte, as C strings are)
+ *   the rest  messages separated by byte 0x1E: each one role byte (modulo
+ *           6: 0 system, 1 user, 2 assistant, 3 an unknown role "function",
+ *           4 a tool result, 5 an assistant message with a call of "f"
+ *           whose arguments are its content), then its content (cut at a
+ *           NUL byte, as C strings are)
  * A GGUF image holding the two keys is built in memory and parsed; then the
  * family is detected from it and the messages rendered in every family.
  * Checked, besides crashes and sanitizer reports:
  *   - detection from the metadata agrees with detection on the copied text
  *     (when the template holds no NUL, which a C string cannot carry);
  *   - rendering succeeds exactly when chat.h says it must (roles known;
- *     mistral: no system message after the first), with *out NULL on failure;
+ *     mistral, but in Small 3.2's form: no system message after the first),
+ *     with *out NULL on failure;
  *   - chatml, which copies content verbatim, contains every message's content;
  *   - the tracked rendering (ak_chat_render_tracked) is the rendering with
  *     the generation prompt, its spans inside the text and in order;
@@ -217,21 +220,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* messages; the last 16 bytes also serve as token ids (check_resend) */
     const uint8_t *tail = size > 16 ? data + size - 16 : data;
     size_t tail_len = size > 16 ? 16 : size;
-    static const char *const roles[] = {"system", "user", "assistant", "function"};
+    static const char *const roles[] = {"system", "user", "assistant", "function", "tool", "assistant"};
     ak_chat_msg msgs[MAX_MSG];
     char *contents[MAX_MSG];
+    ak_chat_call calls[MAX_MSG];
     int n = 0, bad_role = 0, late_system = 0;
     while (size && n < MAX_MSG) {
         const uint8_t *end = memchr(data, 0x1E, size);
         size_t l = end ? (size_t)(end - data) : size;
-        int r = l ? data[0] & 3 : 1;   /* an empty field: an empty user message */
+        int r = l ? data[0] % 6 : 1;   /* an empty field: an empty user message */
         size_t cl = l ? l - 1 : 0;
         char *c = malloc(cl + 1);
         if (!c) abort();
         if (cl) memcpy(c, data + 1, cl);
         c[cl] = 0;
         contents[n] = c;
-        msgs[n] = (ak_chat_msg){.role = roles[r], .content = c};
+        calls[n] = (ak_chat_call){.id = "call_x", .name = "f", .arguments = c};
+        msgs[n] = (ak_chat_msg){.role = roles[r], .content = c, .calls = r == 5 ? &calls[n] : NULL, .n_calls = r == 5};
         bad_role |= r == 3;
         late_system |= r == 0 && n > 0;
         n++;
@@ -244,7 +249,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const ak_chat_opts o = {.family = (ak_chat_family)fi, .template_text = text, .add_generation_prompt = flags & 1,
                                 .bos = bos, .eos = eos};
         int rc = ak_chat_render(msgs, n, &o, &out, &err);
-        int must_fail = n < 1 || bad_role || (fi == AK_CHAT_MISTRAL && late_system);
+        int must_fail = n < 1 || bad_role ||
+                        (fi == AK_CHAT_MISTRAL && late_system && !(text && strstr(text, "[SYSTEM_PROMPT]")));
         if (must_fail != (rc < 0)) __builtin_trap();
         if (rc < 0) {
             if (out) __builtin_trap();

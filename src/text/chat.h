@@ -293,9 +293,11 @@ typedef struct {
 
 /* Renders msgs[0..n) in family o->family (see the table above) into *out, a
  * malloc'd NUL-terminated string the caller frees. Returns 0, or -1 with err
- * set and *out = NULL when n < 1, msgs or o is NULL, a role or content is
- * NULL, a role is unknown, the family is out of range, or (mistral) a system
- * message is not first. */
+ * set and *out = NULL when n < 1, msgs or o is NULL, a role is NULL or
+ * unknown, a content is NULL (but beside calls), calls are not an assistant's
+ * or have no name, a tool has no name, the family is out of range, (mistral, Nemo's form)
+ * a system message is not first, or (llama3 with tools) no message follows
+ * the system message to carry them. */
 int ak_chat_render(const ak_chat_msg *msgs, int n, const ak_chat_opts *o, char **out, ak_error *err);
 
 /* Renders msgs as ak_chat_render does (o's bos and eos ignored; BOS comes

@@ -149,7 +149,7 @@ int ak_chat_tokenize_resent(const ak_chat_msg *msgs, int n, const ak_chat_opts *
         int q = 0, m = 0;
         size_t covered = 0;
         if ((rc = put_piece(&t, tok, &r, pos, (size_t)sp->open, r.gen_prompt, err)) == 0)
-            m = t.n <= (size_t)n_hist && !memcmp(t.v, hist, sizeof *t.v * t.n)
+            m = t.n <= (size_t)n_hist && (t.n == 0 || !memcmp(t.v, hist, sizeof *t.v * t.n))
                     ? match_content(tok, hist, n_hist, (int)t.n, want, &q, &covered, err)
                     : 0;
         if (rc == 0 && m > 0) {
@@ -171,6 +171,8 @@ int ak_chat_tokenize_resent(const ak_chat_msg *msgs, int n, const ak_chat_opts *
     if (rc == 0 && replaced) rc = put_text(&t, tok, r.text + pos, r.len - pos, r.plain + pos, 0, pos > 0, err);
     int32_t eos = ak_tokenizer_eos(tok);
     if (rc == 0 && replaced && ak_tokenizer_add_eos(tok) && eos >= 0) rc = toks_put(&t, &eos, 1, err);
+    if (rc == 0 && replaced && !t.v && !(t.v = malloc(sizeof *t.v)))   /* an empty prompt is still one */
+        rc = ak_failc(err, AK_ERR_NOMEM, "out of memory");
     ak_chat_rendering_free(&r);
     if (rc < 0 || !replaced) {
         free(t.v);
