@@ -37,7 +37,7 @@ static double one_prefill(ak_ctx *c, ak_block_pool *pool, const int32_t *tok, in
     ak_kv *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, n, &err);
     if (!kv) { fprintf(stderr, "kv: %s\n", err.msg); return -1; }
     double t0 = ak_now(), c0 = cpu_now();
-    int rc = ak_eval(c, kv, tok, n, 0, NULL, NULL, NULL, NULL, &err);
+    int rc = ak_eval(c, kv, &(ak_eval_args){.tokens = tok, .n = n}, &err);
     double dt = ak_now() - t0;
     *cpu = cpu_now() - c0;
     ak_kv_free(kv);

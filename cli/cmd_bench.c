@@ -286,7 +286,7 @@ static int bench_engine(int argc, char **argv) {
     ak_rng_seed(&rng, 42);
     for (int i = 0; i < ctx_len; i++) toks[i] = (int32_t)(ak_rng_u32(&rng) % m->cfg.vocab);
     /* one warm-up decode so first-touch costs don't land in the first repeat */
-    if (ak_eval(ctx, kv, toks, 1, 0, logits, NULL, NULL, NULL, &err) < 0) goto fail;
+    if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks, .n = 1, .logits = logits}, &err) < 0) goto fail;
     int nt = ak_threads_size(ak_ctx_pool(ctx));
     double tg_runs = 0;   /* pool runs per decoded token, last repeat */
     if (!json) fprintf(stderr, "bench engine: %s, %s weights, %d threads, %s kernels\n", m->gguf.path,
@@ -295,7 +295,7 @@ static int bench_engine(int argc, char **argv) {
         if (n_pp > 0) {
             ak_kv_truncate(kv, 0);
             double t0 = ak_now();
-            if (ak_eval(ctx, kv, toks, n_pp, 0, logits, NULL, NULL, NULL, &err) < 0) goto fail;
+            if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks, .n = n_pp, .logits = logits}, &err) < 0) goto fail;
             pp[r] = n_pp / (ak_now() - t0);
         }
         if (n_tg > 0) {
@@ -304,7 +304,8 @@ static int bench_engine(int argc, char **argv) {
             uint64_t runs0 = ak_threads_runs(ak_ctx_pool(ctx));
             double t0 = ak_now();
             for (int i = 0; i < n_tg; i++)
-                if (ak_eval(ctx, kv, toks + at + i, 1, at + i, logits, NULL, NULL, NULL, &err) < 0) goto fail;
+                if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks + at + i, .n = 1, .pos0 = at + i, .logits = logits},
+                            &err) < 0) goto fail;
             tg[r] = n_tg / (ak_now() - t0);
             /* the thread pool's parallel regions (synchronizations) per decoded token */
             tg_runs = (double)(ak_threads_runs(ak_ctx_pool(ctx)) - runs0) / n_tg;
@@ -326,7 +327,7 @@ static int bench_engine(int argc, char **argv) {
             if (!bkv[s]) goto fail;
             /* a different prompt per sequence: rotate the token list */
             for (int i = 0; i < batch_prompt; i++) bprompt[i] = btoks[(i + 5 * s) % (batch_prompt + n_tg)];
-            if (ak_eval(ctx, bkv[s], bprompt, batch_prompt, 0, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
+            if (ak_eval(ctx, bkv[s], &(ak_eval_args){.tokens = bprompt, .n = batch_prompt}, &err) < 0) goto fail;
         }
         for (int r = 0; r < reps; r++) {
             for (int s = 0; s < B; s++) ak_kv_truncate(bkv[s], batch_prompt);

@@ -397,11 +397,12 @@ static int quality_chain(const qwindow *w, const qopts *o, qrow *q, int first_wi
         ak_attn_stats_reset(st);
         ak_attn_stats_set_seq(st, kv);
         if (q->policy != AK_BITALLOC_UNIFORM) ak_ctx_set_attn_stats(ctx, st);
-        int r = ak_eval(ctx, kv, toks + from, to - from, from, NULL, NULL, NULL, NULL, err);
+        int r = ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks + from, .n = to - from, .pos0 = from}, err);
         ak_ctx_set_attn_stats(ctx, NULL);
         if (r < 0) goto done;
         if (h == N_HOPS - 1) {
-            if (ak_eval(ctx, kv, toks + to, N - to, to, NULL, elog, NULL, NULL, err) < 0) goto done;
+            if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks + to, .n = N - to, .pos0 = to, .all_logits = elog},
+                        err) < 0) goto done;
             break;
         }
         /* this agent's card of its whole context [0, to) */
@@ -626,8 +627,9 @@ static int run_quality(const quality_args *qa) {
         memcpy(toks + 1, all + 1 + (size_t)w * (N - 1), sizeof(int32_t) * (size_t)(N - 1));
         /* the reference: an f16 prefill of the whole window */
         ak_kv *ref = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, m->spec.n_ctx, &err);
-        if (!ref || ak_eval(ctx, ref, toks, bounds[N_HOPS], 0, NULL, NULL, NULL, NULL, &err) < 0 ||
-            ak_eval(ctx, ref, toks + bounds[N_HOPS], H, bounds[N_HOPS], NULL, rlog, NULL, NULL, &err) < 0) {
+        if (!ref || ak_eval(ctx, ref, &(ak_eval_args){.tokens = toks, .n = bounds[N_HOPS]}, &err) < 0 ||
+            ak_eval(ctx, ref, &(ak_eval_args){.tokens = toks + bounds[N_HOPS], .n = H, .pos0 = bounds[N_HOPS],
+                    .all_logits = rlog}, &err) < 0) {
             ak_kv_free(ref);
             free(toks);
             goto fail;
@@ -759,8 +761,9 @@ static int timed_turn(rig *r, const turn_spec *q, float *logits, double *ms, dou
     if (label) progress_init(&pg, label);
     double c0 = bench_cpu_ms(), t0 = ak_now();
     int rc = ak_agent_open(r->ag, &(ak_turn_opts){.id = id, .tokens = toks, .n = n, .n_reserve = n}, &kv, t, err);
-    if (rc == 0 && ak_eval(ctx, kv, toks + t->reused, t->prefilled, t->reused, logits, NULL,
-                           label ? progress_update : NULL, label ? &pg : NULL, err) < 0) {
+    if (rc == 0 && ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks + t->reused, .n = t->prefilled, .pos0 = t->reused,
+                           .logits = logits, .progress = label ? progress_update : NULL,
+                           .ud = label ? &pg : NULL}, err) < 0) {
         ak_agent_abort(r->ag, id);
         rc = -1;
     }

@@ -299,7 +299,7 @@ static int report_roundtrip(const loaded_model *lm, const char *text_file, int j
     float *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nv);
     float *tmp = malloc(sizeof(float) * (s.head_dim_k > s.head_dim_v ? s.head_dim_k : s.head_dim_v));
     uint8_t *qb = malloc(8 * (size_t)(s.head_dim_k > s.head_dim_v ? s.head_dim_k : s.head_dim_v) + 64);
-    int ok = ctx && k && v && tmp && qb && ak_eval(ctx, kv, ids, n, 0, NULL, NULL, NULL, NULL, err) == 0;
+    int ok = ctx && k && v && tmp && qb && ak_eval(ctx, kv, &(ak_eval_args){.tokens = ids, .n = n}, err) == 0;
     if (ok) {
         if (json) printf("], \"roundtrip\": [");
         else printf("\n== round-trip error on real K/V (%d tokens x %d layers x %d heads): relative MSE, cosine\n"

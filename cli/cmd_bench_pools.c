@@ -150,8 +150,8 @@ static int first_turn(rig *r, const pturn *q, float *logits, double *ms, double 
         if (label) progress_done(&pg);
         return -1;
     }
-    if (ak_eval(ctx, kv, toks + t->reused, t->prefilled, t->reused, logits, NULL, label ? progress_update : NULL,
-                label ? &pg : NULL, err) < 0) {
+    if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks + t->reused, .n = t->prefilled, .pos0 = t->reused,
+                .logits = logits, .progress = label ? progress_update : NULL, .ud = label ? &pg : NULL}, err) < 0) {
         if (label) progress_done(&pg);
         ak_agent_abort(r->ag, id);
         return -1;

@@ -219,7 +219,8 @@ static int run_case(const bcase *c, ak_kv **kv, int bm, double r, int reps, case
     res->cpu = bench_median(u, reps);
     if (!logits) return 0;
     int at = c->n_pre + c->k * c->T;
-    return ak_eval(c->ctx, *kv, c->toks + at, c->C, at, NULL, logits, NULL, NULL, err);
+    return ak_eval(c->ctx, *kv, &(ak_eval_args){.tokens = c->toks + at, .n = c->C, .pos0 = at,
+                   .all_logits = logits}, err);
 }
 
 /* ---- rows ---------------------------------------------------------------- */
@@ -553,7 +554,7 @@ static int run_context(reuse_run *R, int c, ak_block_pool *pool, const int32_t *
     for (int j = 0; j < k; j++) {
         const int32_t *cj = ct + n_pre + j * T;
         if (!(chunk_kv[j] = ak_kv_new(pool, cts[c], cts[c], T, err)) ||
-            ak_eval(ctx, chunk_kv[j], cj, T, 0, NULL, NULL, NULL, NULL, err) < 0)
+            ak_eval(ctx, chunk_kv[j], &(ak_eval_args){.tokens = cj, .n = T}, err) < 0)
             return -1;
         memset(&parts[bc.n_parts], 0, sizeof parts[0]);
         parts[bc.n_parts].tokens = cj;

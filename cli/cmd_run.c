@@ -160,7 +160,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "agent=%s match=%s tier=%s reused=%d prefilled=%d restore_ms=%.2f prefill_ms=%.2f\n",
                 agent_id, ak_match_name(turn.match), ak_tier_name(turn.tier), turn.reused, turn.prefilled,
                 turn.restore_ms, turn.prefill_ms);
-    } else if (ak_eval(ctx, kv, ids, (int)n_ids, 0, logits, NULL, progress_update, &pg, &err) < 0) {
+    } else if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = ids, .n = (int)n_ids, .logits = logits,
+                       .progress = progress_update, .ud = &pg}, &err) < 0) {
         goto fail;
     }
     progress_done(&pg);
@@ -180,7 +181,7 @@ int cmd_run(int argc, char **argv) {
         if (st != AK_GEN_MORE) break;
         int32_t tok = out.tok;
         if (agents ? ak_agent_step(agents, ctx, agent_id, tok, logits, &err)
-                   : ak_eval(ctx, kv, &tok, 1, pos, logits, NULL, NULL, NULL, &err))
+                   : ak_eval(ctx, kv, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = pos, .logits = logits}, &err))
             goto fail;
         pos++;
     }

@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     float *logits = kv ? malloc(sizeof(float) * (size_t)c->vocab) : NULL;
     if (logits) {
         int32_t toks[2] = {0, c->vocab - 1};
-        if (ak_eval(ctx, kv, toks, 2, 0, logits, NULL, NULL, NULL, &err) == 0) {
+        if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = toks, .n = 2, .logits = logits}, &err) == 0) {
             volatile float sink = 0;
             for (int i = 0; i < c->vocab; i++) sink += logits[i];
             (void)sink;

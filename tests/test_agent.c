@@ -60,10 +60,10 @@ static void reprefill(env *e, ak_kv_format fk, ak_kv_format fv, const int32_t *p
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_kv *kv = ak_kv_new(pool, fk, fv, 512, &err);
-    ak_eval(e->ctx, kv, prompt, n, 0, e->logits, NULL, NULL, NULL, &err);
+    ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt, .n = n, .logits = e->logits}, &err);
     for (int i = 0; i < n_gen; i++) {
         out[i] = ak_argmax(e->logits, e->m->cfg.vocab);
-        ak_eval(e->ctx, kv, &out[i], 1, n + i, e->logits, NULL, NULL, NULL, &err);
+        ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = &out[i], .n = 1, .pos0 = n + i, .logits = e->logits}, &err);
     }
     ak_kv_free(kv);
     ak_block_pool_free(pool);

@@ -172,9 +172,10 @@ TEST(attnstats_layer0_matches_reference) {
         ak_rng r;
         ak_rng_seed(&r, 17 + mi);
         for (int i = 0; i < N + DEC; i++) tok[i] = 3 + (int32_t)(ak_rng_u32(&r) % (uint32_t)(m->cfg.vocab - 3));
-        REQUIRE(ak_eval(c, kv, tok, N, 0, NULL, NULL, NULL, NULL, &err) == 0, "prefill: %s", err.msg);
+        REQUIRE(ak_eval(c, kv, &(ak_eval_args){.tokens = tok, .n = N}, &err) == 0, "prefill: %s", err.msg);
         for (int i = N; i < N + DEC; i++)
-            REQUIRE(ak_eval(c, kv, tok + i, 1, i, NULL, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
+            REQUIRE(ak_eval(c, kv, &(ak_eval_args){.tokens = tok + i, .n = 1, .pos0 = i}, &err) == 0,
+                    "decode: %s", err.msg);
         ak_ctx_set_attn_stats(c, NULL);
         int n = N + DEC, H = m->cfg.n_head, hd = m->cfg.head_dim, Hkv = m->cfg.n_head_kv;
         size_t ks = (size_t)Hkv * hd;
@@ -340,10 +341,13 @@ TEST(attnstats_off_is_bit_identical_and_sums_hold) {
         int32_t tok[N + 1];
         for (int i = 0; i <= N; i++) tok[i] = 3 + (i * 37) % (V - 3);
         float *la = malloc(sizeof(float) * V * (N + 1)), *lb = malloc(sizeof(float) * V * (N + 1));
-        REQUIRE(ak_eval(c, a, tok, N, 0, NULL, la, NULL, NULL, &err) == 0, "prefill: %s", err.msg);
-        REQUIRE(ak_eval(c, a, tok + N, 1, N, la + (size_t)N * V, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
+        REQUIRE(ak_eval(c, a, &(ak_eval_args){.tokens = tok, .n = N, .all_logits = la}, &err) == 0,
+                "prefill: %s", err.msg);
+        REQUIRE(ak_eval(c, a, &(ak_eval_args){.tokens = tok + N, .n = 1, .pos0 = N, .logits = la + (size_t)N * V},
+                        &err) == 0, "decode: %s", err.msg);
         ak_ctx_set_attn_stats(c, st);
-        REQUIRE(ak_eval(c, b, tok, N, 0, NULL, lb, NULL, NULL, &err) == 0, "prefill: %s", err.msg);
+        REQUIRE(ak_eval(c, b, &(ak_eval_args){.tokens = tok, .n = N, .all_logits = lb}, &err) == 0,
+                "prefill: %s", err.msg);
         double *mass = malloc(sizeof(double) * (N + 1)), *var = malloc(sizeof(double) * (N + 1));
         double *ent = malloc(sizeof(double) * (N + 1));
         CHECK(ak_attn_stats_length(st) == N, "%s: length %d after %d tokens", models[mi], ak_attn_stats_length(st), N);
@@ -353,7 +357,8 @@ TEST(attnstats_off_is_bit_identical_and_sums_hold) {
         CHECK(fabs(total - (double)N * nl * H) < 1e-9 * N * nl * H, "%s: prefill mass %.12g, expected %d", models[mi],
               total, N * nl * H);
         /* one decoded query: exactly n_layers * n_heads more */
-        REQUIRE(ak_eval(c, b, tok + N, 1, N, lb + (size_t)N * V, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
+        REQUIRE(ak_eval(c, b, &(ak_eval_args){.tokens = tok + N, .n = 1, .pos0 = N, .logits = lb + (size_t)N * V},
+                        &err) == 0, "decode: %s", err.msg);
         CHECK(ak_attn_stats_length(st) == N + 1, "%s: length %d after decode", models[mi], ak_attn_stats_length(st));
         /* per chosen layer: the heads' masses summed over every key are the
          * (N + 1) queries so far times n_heads */
@@ -398,7 +403,8 @@ TEST(attnstats_off_is_bit_identical_and_sums_hold) {
         /* detached: nothing more is added */
         ak_ctx_set_attn_stats(c, NULL);
         ak_kv_truncate(b, N);
-        REQUIRE(ak_eval(c, b, tok + N, 1, N, lb, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
+        REQUIRE(ak_eval(c, b, &(ak_eval_args){.tokens = tok + N, .n = 1, .pos0 = N, .logits = lb}, &err) == 0,
+                "decode: %s", err.msg);
         double *m3 = malloc(sizeof(double) * (N + 1));
         ak_attn_stats_mass(st, m3);
         CHECK(!memcmp(m2, m3, sizeof(double) * (N + 1)), "%s: a detached pass changed the statistics", models[mi]);

@@ -458,11 +458,11 @@ static void mreprefill(tenv *e, const int32_t *prompt, int n, int n_gen, int32_t
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 256, &err);
-    ak_eval(e->ctx, kv, prompt, n, 0, e->logits, NULL, NULL, NULL, &err);
+    ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt, .n = n, .logits = e->logits}, &err);
     memcpy(first, e->logits, sizeof(float) * (size_t)e->vocab);
     for (int i = 0; i < n_gen; i++) {
         out[i] = ak_argmax(e->logits, e->vocab);
-        ak_eval(e->ctx, kv, &out[i], 1, n + i, e->logits, NULL, NULL, NULL, &err);
+        ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = &out[i], .n = 1, .pos0 = n + i, .logits = e->logits}, &err);
     }
     ak_kv_free(kv);
     ak_block_pool_free(pool);
@@ -622,7 +622,7 @@ TEST(cards_import_replace_on_a_real_model) {
     {
         ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 256, &err);
         ak_kv_prepare(kv, 0, 4, &err);
-        ak_eval(e.ctx, kv, prompt, 4, 0, e.logits, NULL, NULL, NULL, &err);
+        ak_eval(e.ctx, kv, &(ak_eval_args){.tokens = prompt, .n = 4, .logits = e.logits}, &err);
         ak_card_params cp = {.id = "other", .fingerprint = "feedfacefeedface", .to = 4};
         ak_card *oc = ak_card_make(kv, prompt, &cp, &err);
         REQUIRE(oc && ak_store_save_card(store, oc, &err) == 0, "%s", err.msg);
@@ -735,7 +735,7 @@ TEST(cards_import_shifts_a_card_of_another_offset) {
     ak_kv *skv = sp ? ak_kv_new(sp, AK_KV_F32, AK_KV_F32, 256, &err) : NULL;
     REQUIRE(skv, "%s", err.msg);
     ak_ctx_set_pos_offset(e.ctx, OFF);
-    int rc = ak_eval(e.ctx, skv, tok, N, 0, e.logits, NULL, NULL, NULL, &err);
+    int rc = ak_eval(e.ctx, skv, &(ak_eval_args){.tokens = tok, .n = N, .logits = e.logits}, &err);
     ak_ctx_set_pos_offset(e.ctx, 0);
     REQUIRE(rc == 0, "eval at offset: %s", err.msg);
     ak_card_params cp = {.id = "s5", .source_agent = "src", .fingerprint = e.m->fingerprint, .to = N};

@@ -47,7 +47,8 @@ static int aturn(ak_test_ctx *t, tenv *e, ak_agents *ag, const ak_turn_opts *o, 
     ak_kv *kv;
     if (ak_agent_open(ag, &(ak_turn_opts){.id = id, .pool_id = pool, .tokens = prompt, .n = n, .n_reserve = n}, &kv,
                       ti, &err) < 0 ||
-        ak_eval(e->ctx, kv, prompt + ti->reused, n - ti->reused, ti->reused, e->logits, NULL, NULL, NULL, &err) < 0 ||
+        ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt + ti->reused, .n = n - ti->reused, .pos0 = ti->reused,
+                .logits = e->logits}, &err) < 0 ||
         ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "turn %s: %s", id, err.msg);
         return -1;
@@ -67,7 +68,7 @@ static double max_abs_diff(const float *a, const float *b, int n) {
 static ak_kv *alone(tenv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
     ak_error err = {{0}};
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, ACTX, &err);
-    if (kv && ak_eval(e->ctx, kv, tokens, n, 0, e->logits, NULL, NULL, NULL, &err) < 0) {
+    if (kv && ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = tokens, .n = n, .logits = e->logits}, &err) < 0) {
         ak_kv_free(kv);
         return NULL;
     }
@@ -92,7 +93,7 @@ static int by_hand(tenv *e, const int32_t *P, int np, const int32_t *X, int nx, 
             rc = ak_kv_read(p < np ? kp : kx, l, p < np ? p : p - np, k, v, &err);
             if (rc == 0) rc = ak_kv_write(kv, l, p, k, v, &err);
         }
-    if (rc == 0) rc = ak_eval(e->ctx, kv, q, nq, np + nx, out, NULL, NULL, NULL, &err);
+    if (rc == 0) rc = ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = q, .n = nq, .pos0 = np + nx, .logits = out}, &err);
     if (rc < 0) fprintf(stderr, "by_hand: %s\n", err.msg);
     free(k);
     ak_kv_free(kp);

@@ -232,7 +232,7 @@ static int expected_widths_ex(ak_test_ctx *t, const ak_model *m, const ak_bitall
     if (st && buf) {
         ak_attn_stats_set_seq(st, kv);
         ak_ctx_set_attn_stats(c, st);
-        rc = ak_eval(c, kv, tokens, n, 0, NULL, NULL, NULL, NULL, &err);
+        rc = ak_eval(c, kv, &(ak_eval_args){.tokens = tokens, .n = n}, &err);
         ak_ctx_set_attn_stats(c, NULL);
     }
     if (rc == 0) {
@@ -343,7 +343,7 @@ static int foreign_card(ak_test_ctx *t, const ak_model *m, ak_store *st, const c
     ak_block_pool *bp = ak_block_pool_new(&m->spec, 0, 0, &err);
     ak_kv *kv = bp ? ak_kv_new(bp, AK_KV_F16, AK_KV_F16, 16, &err) : NULL;
     ak_ctx *c = kv ? ak_ctx_new(m, 16, 1, &err) : NULL;
-    int rc = c ? ak_eval(c, kv, toks, 8, 0, NULL, NULL, NULL, NULL, &err) : -1;
+    int rc = c ? ak_eval(c, kv, &(ak_eval_args){.tokens = toks, .n = 8}, &err) : -1;
     ak_card *card = NULL;
     if (rc == 0) {
         ak_card_params p = {.id = id, .source_agent = "elsewhere", .fingerprint = fp, .model_name = "x", .to = 8};

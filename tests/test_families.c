@@ -243,7 +243,7 @@ static void check_gemma3_warm(ak_test_ctx *t, ak_kv_format fk, ak_kv_format fv) 
         goto out;
     }
     if (n < 3 * 16) { ak_test_fail(t, __FILE__, __LINE__, "prompt of %zu tokens crosses the window too few times", n); goto out; }
-    if (ak_eval(c, hot, ids, (int)n, 0, lh, NULL, NULL, NULL, &err) < 0 ||
+    if (ak_eval(c, hot, &(ak_eval_args){.tokens = ids, .n = (int)n, .logits = lh}, &err) < 0 ||
         ak_store_save(st, "g3", hot, ids, (int)n, m->fingerprint, NULL, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "prefill/save: %s", err.msg);
         goto out;
@@ -257,8 +257,8 @@ static void check_gemma3_warm(ak_test_ctx *t, ak_kv_format fk, ak_kv_format fv) 
     free(info.tokens);
     for (int i = 0; i < steps; i++) {
         int32_t tok = ak_argmax(lh, V);
-        if (ak_eval(c, hot, &tok, 1, (int)n + i, lh, NULL, NULL, NULL, &err) < 0 ||
-            ak_eval(c, warm, &tok, 1, (int)n + i, lw, NULL, NULL, NULL, &err) < 0) {
+        if (ak_eval(c, hot, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = (int)n + i, .logits = lh}, &err) < 0 ||
+            ak_eval(c, warm, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = (int)n + i, .logits = lw}, &err) < 0) {
             ak_test_fail(t, __FILE__, __LINE__, "decode: %s", err.msg);
             goto out;
         }
@@ -365,8 +365,8 @@ TEST(gemma3_layer_pattern_from_file) {
         ak_block_pool *pool = ak_block_pool_new(&m->spec, 8, 0, &err);
         ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 64, &err) : NULL;
         ak_ctx *c = ak_ctx_new(m, 32, 2, &err);
-        CHECK(kv && c && ak_eval(c, kv, toks, NTOK, 0, logits[i], NULL, NULL, NULL, &err) == 0, "%s: eval: %s",
-              v[i].what, err.msg);
+        CHECK(kv && c && ak_eval(c, kv, &(ak_eval_args){.tokens = toks, .n = NTOK, .logits = logits[i]}, &err) == 0,
+              "%s: eval: %s", v[i].what, err.msg);
         ak_ctx_free(c);
         ak_kv_free(kv);
         ak_block_pool_free(pool);
@@ -434,8 +434,9 @@ TEST(gemma3_local_layers_never_read_past_the_window) {
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
     int differ = 0, nan = 0;
-    if (W != 16 || !pois || !c || !la || !lb || ak_eval(c, clean, toks, n, 0, la, NULL, NULL, NULL, &err) < 0 ||
-        ak_eval(c, pois, toks, n, 0, lb, NULL, NULL, NULL, &err) < 0) {
+    if (W != 16 || !pois || !c || !la || !lb ||
+        ak_eval(c, clean, &(ak_eval_args){.tokens = toks, .n = n, .logits = la}, &err) < 0 ||
+        ak_eval(c, pois, &(ak_eval_args){.tokens = toks, .n = n, .logits = lb}, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "setup (window %d): %s", W, err.msg);
         goto out;
     }
@@ -443,8 +444,8 @@ TEST(gemma3_local_layers_never_read_past_the_window) {
         int p = n + i;   /* the next token's position: it sees p - W + 1 .. p */
         if (poison_local(pois, m, 0, p - W + 1) < 0) { ak_test_fail(t, __FILE__, __LINE__, "poison"); goto out; }
         int32_t tok = ak_argmax(la, V);
-        if (ak_eval(c, clean, &tok, 1, p, la, NULL, NULL, NULL, &err) < 0 ||
-            ak_eval(c, pois, &tok, 1, p, lb, NULL, NULL, NULL, &err) < 0) {
+        if (ak_eval(c, clean, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = p, .logits = la}, &err) < 0 ||
+            ak_eval(c, pois, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = p, .logits = lb}, &err) < 0) {
             ak_test_fail(t, __FILE__, __LINE__, "decode: %s", err.msg);
             goto out;
         }
@@ -477,7 +478,7 @@ static int moe_logits(const char *path, const int32_t *ids, int n, float *out) {
     ak_block_pool *pool = m ? ak_block_pool_new(&m->spec, 16, 0, &err) : NULL;
     ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 64, &err) : NULL;
     ak_ctx *c = kv ? ak_ctx_new(m, 8, 2, &err) : NULL;
-    int rc = c ? ak_eval(c, kv, ids, n, 0, NULL, out, NULL, NULL, &err) : -1;
+    int rc = c ? ak_eval(c, kv, &(ak_eval_args){.tokens = ids, .n = n, .all_logits = out}, &err) : -1;
     ak_ctx_free(c);
     ak_kv_free(kv);
     ak_block_pool_free(pool);
@@ -625,11 +626,12 @@ static int yarn_greedy(ak_model *m, ak_tokenizer *tk, const char *prompt, int n,
     ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, (int)n_ids + n + 1, err) : NULL;
     ak_ctx *c = kv ? ak_ctx_new(m, 64, 2, err) : NULL;
     float *logits = malloc(sizeof(float) * V);
-    if (c && logits && ak_eval(c, kv, ids, (int)n_ids, 0, logits, NULL, NULL, NULL, err) == 0) {
+    if (c && logits && ak_eval(c, kv, &(ak_eval_args){.tokens = ids, .n = (int)n_ids, .logits = logits}, err) == 0) {
         rc = 0;
         for (int i = 0; i < n && rc == 0; i++) {
             out[i] = ak_argmax(logits, V);
-            if (i + 1 < n) rc = ak_eval(c, kv, &out[i], 1, (int)n_ids + i, logits, NULL, NULL, NULL, err);
+            if (i + 1 < n) rc = ak_eval(c, kv, &(ak_eval_args){.tokens = &out[i], .n = 1, .pos0 = (int)n_ids + i,
+                                        .logits = logits}, err);
         }
     }
     free(ids); free(logits);
@@ -730,7 +732,7 @@ TEST(deepseek2_yarn_shift_is_a_rotation) {
     for (int r = 0; r < 2 && ok; r++) {
         kv[r] = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 64, &err);
         ak_ctx_set_pos_offset(c, r ? DELTA : 0);
-        ok = kv[r] && ak_eval(c, kv[r], tok, N, 0, NULL, NULL, NULL, NULL, &err) == 0;
+        ok = kv[r] && ak_eval(c, kv[r], &(ak_eval_args){.tokens = tok, .n = N}, &err) == 0;
         ak_ctx_set_pos_offset(c, 0);
     }
     int kd = m->spec.head_dim_k, vd = m->spec.head_dim_v;

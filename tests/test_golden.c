@@ -61,7 +61,7 @@ static char *greedy(ak_test_ctx *t, tmodel *tm, const char *prompt, int n, int n
     ak_detok dt;
     ak_detok_init(&dt);
     if (!kv || !c || !logits || !out) { ak_test_fail(t, __FILE__, __LINE__, "setup: %s", err.msg); goto fail; }
-    if (ak_eval(c, kv, ids, (int)n_ids, 0, logits, NULL, NULL, NULL, &err) < 0) goto fail_err;
+    if (ak_eval(c, kv, &(ak_eval_args){.tokens = ids, .n = (int)n_ids, .logits = logits}, &err) < 0) goto fail_err;
     for (int i = 0; i < n; i++) {
         int32_t tok = ak_argmax(logits, V);
         if (toks) toks[i] = tok;
@@ -71,7 +71,8 @@ static char *greedy(ak_test_ctx *t, tmodel *tm, const char *prompt, int n, int n
             goto fail;
         }
         len += np;
-        if (i + 1 < n && ak_eval(c, kv, &tok, 1, (int)n_ids + i, logits, NULL, NULL, NULL, &err) < 0) goto fail_err;
+        if (i + 1 < n && ak_eval(c, kv, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = (int)n_ids + i,
+                                 .logits = logits}, &err) < 0) goto fail_err;
     }
     len += ak_detok_flush(&dt, out + len, cap - len);
     out[len] = 0;
@@ -281,9 +282,10 @@ static void check_paths_agree(ak_test_ctx *t, const char *model_rel, ak_kv_forma
     }
     REQUIRE(n > 40 && n < 200, "prompt of %zu tokens", n);
     /* a: the whole prompt, 64 tokens a pass; b: one token a pass */
-    if (ak_eval(c, a, ids, (int)n, 0, la, NULL, NULL, NULL, &err) < 0) goto fail;
+    if (ak_eval(c, a, &(ak_eval_args){.tokens = ids, .n = (int)n, .logits = la}, &err) < 0) goto fail;
     for (size_t i = 0; i < n; i++)
-        if (ak_eval(c, b, ids + i, 1, (int)i, lb, NULL, NULL, NULL, &err) < 0) goto fail;
+        if (ak_eval(c, b, &(ak_eval_args){.tokens = ids + i, .n = 1, .pos0 = (int)i, .logits = lb},
+                    &err) < 0) goto fail;
     /* c3: one token a pass, each in a batch with a token of another sequence */
     for (size_t i = 0; i < n; i++) {
         int32_t tok[2] = {ids[i], ids[n - 1 - i]}, pos[2] = {(int32_t)i, (int32_t)i};

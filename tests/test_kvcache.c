@@ -444,7 +444,7 @@ TEST(calib_means_match_their_definition) {
         buf[0] = ids[0];
         while (len < chunk && at < n) buf[len++] = ids[at++];
         ak_kv *kv = ak_kv_new(pool, AK_KV_F32, AK_KV_F32, chunk, &err);
-        REQUIRE(kv && ak_eval(ctx, kv, buf, len, 0, NULL, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        REQUIRE(kv && ak_eval(ctx, kv, &(ak_eval_args){.tokens = buf, .n = len}, &err) == 0, "%s", err.msg);
         for (int p = 1; p < len; p++, cnt++)
             for (int l = 0; l < L; l++) {
                 ak_kv_read(kv, l, p, k, v, NULL);

@@ -46,7 +46,7 @@ static ak_agents *agents_at(tenv *e, ak_block_pool **pool, ak_store *store) {
 static ak_kv *alone(tenv *e, ak_block_pool *pool, const int32_t *tokens, int n) {
     ak_error err = {{0}};
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
-    if (kv && ak_eval(e->ctx, kv, tokens, n, 0, e->logits, NULL, NULL, NULL, &err) < 0) {
+    if (kv && ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = tokens, .n = n, .logits = e->logits}, &err) < 0) {
         ak_kv_free(kv);
         return NULL;
     }
@@ -81,13 +81,14 @@ static int turn_with(tenv *e, ak_agents *ag, const ak_turn_opts *o, const char *
     int pos = ti->reused;
     for (int i = 0; i < k; i++) {
         if (pos > at[i]) continue;   /* reused already */
-        if (at[i] > pos && ak_eval(e->ctx, kv, prompt + pos, at[i] - pos, pos, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
+        if (at[i] > pos && ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt + pos, .n = at[i] - pos, .pos0 = pos},
+                                   &err) < 0) goto fail;
         if (ak_agent_place_memory(ag, &(ak_place_opts){.id = id, .mem_id = ms[i], .tokens = prompt, .at = at[i]}, &kv,
                                   &err) < 0) goto fail;
         pos = ak_kv_length(kv);
     }
-    if (ak_eval(e->ctx, kv, prompt + pos, n - pos, pos, out, NULL, NULL, NULL, &err) < 0 ||
-        ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0)
+    if (ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt + pos, .n = n - pos, .pos0 = pos, .logits = out},
+                &err) < 0 || ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0)
         goto fail;
     return 0;
 fail:
@@ -101,7 +102,7 @@ fail:
 static ak_kv *alone_as(tenv *e, ak_block_pool *pool, ak_kv_format fk, ak_kv_format fv, const int32_t *tokens, int n) {
     ak_error err = {{0}};
     ak_kv *src = ak_kv_new(pool, fk, fv, MCTX, &err), *dst = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, MCTX, &err);
-    int rc = src && dst && ak_eval(e->ctx, src, tokens, n, 0, NULL, NULL, NULL, NULL, &err) == 0 &&
+    int rc = src && dst && ak_eval(e->ctx, src, &(ak_eval_args){.tokens = tokens, .n = n}, &err) == 0 &&
                      ak_kv_prepare(dst, 0, n, &err) == 0 ? 0 : -1;
     float k[1024], v[1024];
     for (int l = 0; rc == 0 && l < e->m->spec.n_layer; l++)
@@ -142,7 +143,7 @@ static int by_hand(tenv *e, ak_kv_format xk, ak_kv_format xv, const int32_t *P, 
             rc = ak_kv_read(src, l, q, k, v, &err);
             if (rc == 0) rc = ak_kv_write(kv, l, p, k, v, &err);
         }
-    if (rc == 0) rc = ak_eval(e->ctx, kv, Q, NQ, n, out, NULL, NULL, NULL, &err);
+    if (rc == 0) rc = ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = Q, .n = NQ, .pos0 = n, .logits = out}, &err);
     if (rc < 0) fprintf(stderr, "by_hand: %s\n", err.msg);
     free(k);
     ak_kv_free(kp);
@@ -343,7 +344,8 @@ TEST(memories_placed_with_reuse_none_equal_the_parts_computed_apart) {
                           .len = len2, .k = 2}, &kv, &ti, &err) == 0,
             "open: %s", err.msg);
     CHECK(ti.reused < NP, "linked past the first memory: reused %d", ti.reused);
-    REQUIRE(ak_eval(e.ctx, kv, all + ti.reused, NP - ti.reused, ti.reused, NULL, NULL, NULL, NULL, &err) == 0, "eval");
+    REQUIRE(ak_eval(e.ctx, kv, &(ak_eval_args){.tokens = all + ti.reused, .n = NP - ti.reused, .pos0 = ti.reused},
+                    &err) == 0, "eval");
     ak_kv *kv0 = kv;
     CHECK(ak_agent_place_memory(ag, &(ak_place_opts){.id = "pz", .mem_id = "mx", .tokens = all, .at = NP + 1}, &kv,
                                 &err) < 0 && err.code == AK_ERR_INVALID,
@@ -398,7 +400,7 @@ TEST(memories_persist_and_bad_files_are_refused) {
                       &ti) == 0, "holder");
     ak_block_pool *rp = ak_block_pool_new(&e.m->spec, 0, 0, &err);
     ak_kv *ref = ak_kv_new(rp, AK_KV_Q8, AK_KV_Q8, MCTX, &err);
-    REQUIRE(ref && ak_eval(e.ctx, ref, X, NX, 0, NULL, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
+    REQUIRE(ref && ak_eval(e.ctx, ref, &(ak_eval_args){.tokens = X, .n = NX}, &err) == 0, "ref: %s", err.msg);
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     ak_store_close(store);
@@ -625,13 +627,14 @@ static int turn_reuse(tenv *e, ak_agents *ag, const ak_turn_opts *o, const char 
     int pos = ti.reused;
     for (int i = 0; i < k; i++) {
         if (pos > at[i]) continue;
-        if (at[i] > pos && ak_eval(e->ctx, kv, prompt + pos, at[i] - pos, pos, NULL, NULL, NULL, NULL, &err) < 0) goto fail;
+        if (at[i] > pos && ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt + pos, .n = at[i] - pos, .pos0 = pos},
+                                   &err) < 0) goto fail;
         if (ak_agent_reuse_memory(ag, e->ctx, &(ak_place_opts){.id = id, .mem_id = ms[i], .tokens = prompt,
                                   .at = at[i]}, p, &kv, st, &err) < 0) goto fail;
         pos = ak_kv_length(kv);
     }
-    if (ak_eval(e->ctx, kv, prompt + pos, n - pos, pos, out, NULL, NULL, NULL, &err) < 0 ||
-        ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0)
+    if (ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt + pos, .n = n - pos, .pos0 = pos, .logits = out},
+                &err) < 0 || ak_agent_commit(ag, id, prompt, n, &err) < 0 || ak_agent_end(ag, id, &err) < 0)
         goto fail;
     return 0;
 fail:

@@ -33,7 +33,7 @@ static ak_kv *rnew(ak_block_pool *pool, ak_kv_format f) {
 static ak_kv *rchunk(tenv *e, ak_block_pool *pool, ak_kv_format f, const int32_t *tok, int n) {
     ak_error err = {{0}};
     ak_kv *kv = rnew(pool, f);
-    if (kv && ak_eval(e->ctx, kv, tok, n, 0, NULL, NULL, NULL, NULL, &err) < 0) {
+    if (kv && ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = tok, .n = n}, &err) < 0) {
         ak_kv_free(kv);
         return NULL;
     }
@@ -50,7 +50,7 @@ static double rmaxdiff(const float *a, const float *b, int n) {
 static int rplain(tenv *e, ak_block_pool *pool, ak_kv_format f, const int32_t *all, int n, float *out) {
     ak_error err = {{0}};
     ak_kv *kv = rnew(pool, f);
-    int rc = kv ? ak_eval(e->ctx, kv, all, n, 0, out, NULL, NULL, NULL, &err) : -1;
+    int rc = kv ? ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = all, .n = n, .logits = out}, &err) : -1;
     ak_kv_free(kv);
     return rc;
 }
@@ -91,7 +91,7 @@ TEST(reuse_full_equals_a_plain_prefill_and_none_the_chunks_moved_apart) {
         ak_kv *ind = rnew(pool, f);
         REQUIRE(ind, "kv");
         int at = 0;
-        CHECK(ak_eval(e.ctx, ind, P, RP, 0, NULL, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(e.ctx, ind, &(ak_eval_args){.tokens = P, .n = RP}, &err) == 0, "%s", err.msg);
         at = RP;
         const ak_kv *ch[2] = {cx, cy};
         int ln[2] = {RX, RY};
@@ -109,7 +109,8 @@ TEST(reuse_full_equals_a_plain_prefill_and_none_the_chunks_moved_apart) {
             at += ln[c];
         }
         free(kvb);
-        CHECK(ak_eval(e.ctx, ind, Q, RQ, at, ref, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(e.ctx, ind, &(ak_eval_args){.tokens = Q, .n = RQ, .pos0 = at, .logits = ref}, &err) == 0,
+              "%s", err.msg);
         ak_kv_truncate(kv, 0);
         p.method = AK_REUSE_NONE;
         CHECK(ak_reuse_prefill(e.ctx, kv, parts, 4, &p, got, &st, &err) == 0, "none: %s", err.msg);
@@ -208,7 +209,7 @@ TEST(reuse_layer_ranges_equal_the_forward_pass) {
     float *lr = malloc(sizeof(float) * V), *lg = malloc(sizeof(float) * V), *x = malloc(sizeof(float) * N * dim);
     float *k = malloc(sizeof(float) * N * kd), *v = malloc(sizeof(float) * N * kd), *rk = malloc(sizeof(float) * 2 * kd);
     REQUIRE(ref && kv && lr && lg && x && k && v && rk, "oom");
-    REQUIRE(ak_eval(e.ctx, ref, tok, N, 0, lr, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    REQUIRE(ak_eval(e.ctx, ref, &(ak_eval_args){.tokens = tok, .n = N, .logits = lr}, &err) == 0, "%s", err.msg);
     ak_kv *seq[N];
     float *outs[N] = {0};
     for (int i = 0; i < N; i++) seq[i] = kv;
@@ -424,8 +425,10 @@ TEST(reuse_agentkvshift_correction_equals_the_materialized_one) {
         /* continue both */
         ak_kv *fk = ak_kv_fork(kv, &err);
         REQUIRE(fk && ak_kv_corrections(fk) == 2, "fork keeps the corrections");
-        CHECK(ak_eval(e.ctx, kv, T2, 7, N, a, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
-        CHECK(ak_eval(e.ctx, mat, T2, 7, N, b, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(e.ctx, kv, &(ak_eval_args){.tokens = T2, .n = 7, .pos0 = N, .logits = a}, &err) == 0,
+              "%s", err.msg);
+        CHECK(ak_eval(e.ctx, mat, &(ak_eval_args){.tokens = T2, .n = 7, .pos0 = N, .logits = b}, &err) == 0,
+              "%s", err.msg);
         /* the continuation's own K/V are stored in f by kv and in f32 by
          * mat, so the logits are compared for the f32 cache; for every
          * format, attention itself is compared: every layer and KV head,
@@ -448,12 +451,14 @@ TEST(reuse_agentkvshift_correction_equals_the_materialized_one) {
             }
         CHECK(da < 1e-4, "%s: attention with the correction vs materialized: max |d| %g", ak_kv_format_get(f)->name, da);
         free(qv); free(o1); free(o2); free(scr); free(scr2);
-        CHECK(ak_eval(e.ctx, fk, T2, 7, N, u, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(e.ctx, fk, &(ak_eval_args){.tokens = T2, .n = 7, .pos0 = N, .logits = u}, &err) == 0,
+              "%s", err.msg);
         CHECK(memcmp(a, u, sizeof(float) * V) == 0, "the fork continues differently");
         /* without the correction the logits move (the check above can fail) */
         ak_kv_correction_clear(fk);
         ak_kv_truncate(fk, N);
-        CHECK(ak_eval(e.ctx, fk, T2, 7, N, u, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(e.ctx, fk, &(ak_eval_args){.tokens = T2, .n = 7, .pos0 = N, .logits = u}, &err) == 0,
+              "%s", err.msg);
         double dc = rmaxdiff(a, u, V);
         CHECK(dc > 1e-3, "the correction changes nothing (%g)", dc);
         printf("  %s: corrected vs materialized: attention max |d| %.2e, logits max |d| %.2e%s; vs uncorrected %.4f\n",
@@ -547,7 +552,7 @@ TEST(reuse_every_family_ratio_1_is_full) {
         for (int i = 0; i < 41; i++) X[i] = (int32_t)((i * 53 + 7) % V);
         for (int i = 0; i < 5; i++) Q[i] = (int32_t)((i * 19 + 3) % V);
         ak_kv *cx = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, 128, &err);
-        REQUIRE(cx && ak_eval(c, cx, X, 41, 0, NULL, NULL, NULL, NULL, &err) == 0, "chunk: %s", err.msg);
+        REQUIRE(cx && ak_eval(c, cx, &(ak_eval_args){.tokens = X, .n = 41}, &err) == 0, "chunk: %s", err.msg);
         ak_reuse_part parts[3] = {{.tokens = P, .n = 9, .chunk = NULL}, {.tokens = X, .n = 41, .chunk = cx},
                                   {.tokens = Q, .n = 5, .chunk = NULL}};
         float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);

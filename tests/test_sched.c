@@ -103,12 +103,13 @@ static char *reference(rig *r, const char *text, int n_gen) {
     ak_ctx *ctx = ak_ctx_new(r->m, 64, 2, &err);
     float *logits = malloc(sizeof(float) * r->m->cfg.vocab);
     int32_t *out = malloc(sizeof(int32_t) * (size_t)n_gen);
-    ak_eval(ctx, kv, ids, (int)n, 0, logits, NULL, NULL, NULL, &err);
+    ak_eval(ctx, kv, &(ak_eval_args){.tokens = ids, .n = (int)n, .logits = logits}, &err);
     int k = 0;
     for (; k < n_gen; k++) {
         out[k] = ak_argmax(logits, r->m->cfg.vocab);
         if (ak_token_is_eog(r->tok, out[k])) break;
-        if (k + 1 < n_gen) ak_eval(ctx, kv, &out[k], 1, (int)n + k, logits, NULL, NULL, NULL, &err);
+        if (k + 1 < n_gen) ak_eval(ctx, kv, &(ak_eval_args){.tokens = &out[k], .n = 1, .pos0 = (int)n + k,
+                                   .logits = logits}, &err);
     }
     char *s = ak_detokenize(r->tok, out, (size_t)k, &n, &err);
     free(out);

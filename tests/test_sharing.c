@@ -363,12 +363,14 @@ static void check_batch_invariance(ak_test_ctx *t, const char *rel, ak_kv_format
         REQUIRE(kv[w], "%s", err.msg);
     }
     /* one batch (the ctx splits it at its max batch of 64) */
-    CHECK(ak_eval(ctx, kv[0], tok, N, 0, logits, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    CHECK(ak_eval(ctx, kv[0], &(ak_eval_args){.tokens = tok, .n = N, .logits = logits}, &err) == 0, "%s", err.msg);
     const int chunks[] = {7, 30, 1, 45, 17};
     for (int i = 0, at = 0; i < 5; at += chunks[i++])
-        CHECK(ak_eval(ctx, kv[1], tok + at, chunks[i], at, logits, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(ctx, kv[1], &(ak_eval_args){.tokens = tok + at, .n = chunks[i], .pos0 = at, .logits = logits},
+                      &err) == 0, "%s", err.msg);
     for (int p = 0; p < N; p++)
-        CHECK(ak_eval(ctx, kv[2], tok + p, 1, p, logits, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+        CHECK(ak_eval(ctx, kv[2], &(ak_eval_args){.tokens = tok + p, .n = 1, .pos0 = p, .logits = logits}, &err) == 0,
+              "%s", err.msg);
     int where = -1;
     CHECK(same_bits(kv[0], kv[1], &m->spec, N, &where), "%s %s/%s: chunked prefill differs at position %d", rel,
           ak_kv_format_get(fk)->name, ak_kv_format_get(fv)->name, where);
@@ -432,8 +434,8 @@ static int pooled_turn(ak_test_ctx *t, share_env *e, ak_agents *ag, const ak_tur
         ak_test_fail(t, __FILE__, __LINE__, "open %s: %s", id, err.msg);
         return -1;
     }
-    if (ak_eval(e->ctx, kv, prompt + ti->reused, n - ti->reused, ti->reused, e->logits, NULL, NULL, NULL, &err) < 0 ||
-        ak_agent_commit(ag, id, prompt, n, &err) < 0) {
+    if (ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt + ti->reused, .n = n - ti->reused, .pos0 = ti->reused,
+                .logits = e->logits}, &err) < 0 || ak_agent_commit(ag, id, prompt, n, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "prefill %s: %s", id, err.msg);
         return -1;
     }
@@ -458,10 +460,10 @@ static void private_greedy(share_env *e, ak_kv_format fk, ak_kv_format fv, const
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
     ak_kv *kv = ak_kv_new(pool, fk, fv, 512, &err);
-    ak_eval(e->ctx, kv, prompt, n, 0, e->logits, NULL, NULL, NULL, &err);
+    ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = prompt, .n = n, .logits = e->logits}, &err);
     for (int i = 0; i < n_gen; i++) {
         out[i] = ak_argmax(e->logits, e->m->cfg.vocab);
-        ak_eval(e->ctx, kv, &out[i], 1, n + i, e->logits, NULL, NULL, NULL, &err);
+        ak_eval(e->ctx, kv, &(ak_eval_args){.tokens = &out[i], .n = 1, .pos0 = n + i, .logits = e->logits}, &err);
     }
     ak_kv_free(kv);
     ak_block_pool_free(pool);

@@ -52,7 +52,7 @@ static ak_kv *prefill(ak_test_ctx *t, shift_env *e, const int32_t *tok, int n, i
     ak_kv *kv = ak_kv_new(e->pool, fk, AK_KV_F32, 256, &err);
     if (!kv) { ak_test_fail(t, __FILE__, __LINE__, "kv: %s", err.msg); return NULL; }
     ak_ctx_set_pos_offset(e->c, off);
-    int rc = ak_eval(e->c, kv, tok, n, 0, NULL, NULL, NULL, NULL, &err);
+    int rc = ak_eval(e->c, kv, &(ak_eval_args){.tokens = tok, .n = n}, &err);
     ak_ctx_set_pos_offset(e->c, 0);
     if (rc < 0) { ak_test_fail(t, __FILE__, __LINE__, "prefill: %s", err.msg); ak_kv_free(kv); return NULL; }
     return kv;
@@ -204,12 +204,15 @@ TEST(shift_one_segment_logits_match) {
             ak_kv *a = prefill(t, &e, tok, N, 0, AK_KV_F32), *b = prefill(t, &e, tok, N, 0, AK_KV_F32);
             ak_kv *c = prefill(t, &e, tok, N, delta, AK_KV_F32);
             REQUIRE(a && b && c, "prefill");
-            REQUIRE(ak_eval(e.c, a, tok + N, 1, N, la, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
+            REQUIRE(ak_eval(e.c, a, &(ak_eval_args){.tokens = tok + N, .n = 1, .pos0 = N, .logits = la}, &err) == 0,
+                    "decode: %s", err.msg);
             REQUIRE(ak_model_shift_keys(e.m, b, 0, N, delta, &err) == 0, "shift: %s", err.msg);
             ak_ctx_set_pos_offset(e.c, delta);
             CHECK(ak_ctx_pos_offset(e.c) == delta, "offset not kept");
-            REQUIRE(ak_eval(e.c, b, tok + N, 1, N, lb, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
-            REQUIRE(ak_eval(e.c, c, tok + N, 1, N, lc, NULL, NULL, NULL, &err) == 0, "decode: %s", err.msg);
+            REQUIRE(ak_eval(e.c, b, &(ak_eval_args){.tokens = tok + N, .n = 1, .pos0 = N, .logits = lb}, &err) == 0,
+                    "decode: %s", err.msg);
+            REQUIRE(ak_eval(e.c, c, &(ak_eval_args){.tokens = tok + N, .n = 1, .pos0 = N, .logits = lc}, &err) == 0,
+                    "decode: %s", err.msg);
             ak_ctx_set_pos_offset(e.c, 0);
             double dab = 0, dac = 0, mx = 0;
             for (int i = 0; i < V; i++) {
@@ -291,7 +294,8 @@ TEST(shift_refusals_and_copy_on_write) {
     ak_kv *based = ak_kv_new(e.pool, AK_KV_F32, AK_KV_F32, 256, &err);
     REQUIRE(based, "kv: %s", err.msg);
     REQUIRE(ak_kv_attach_base(based, orig, 20, &err) == 0, "attach: %s", err.msg);
-    REQUIRE(ak_eval(e.c, based, tok + 20, 10, 20, NULL, NULL, NULL, NULL, &err) == 0, "extend: %s", err.msg);
+    REQUIRE(ak_eval(e.c, based, &(ak_eval_args){.tokens = tok + 20, .n = 10, .pos0 = 20}, &err) == 0,
+            "extend: %s", err.msg);
     err.code = 0;
     CHECK(ak_model_shift_keys(e.m, based, 15, 25, 3, &err) < 0 && err.code == AK_ERR_INVALID, "base shifted: %d",
           err.code);

@@ -25,9 +25,11 @@ static float *run_logits(ak_test_ctx *t, const char *path, int *vocab) {
     int32_t toks[N_TOK];
     for (int i = 0; i < N_TOK; i++) toks[i] = (i * 37 + 5) % V;
     /* prefill in batches of 8 and then decode, so both paths are covered */
-    if (!c || !all || ak_eval(c, kv, toks, N_TOK - 4, 0, NULL, all, NULL, NULL, &err) < 0) goto fail;
+    if (!c || !all || ak_eval(c, kv, &(ak_eval_args){.tokens = toks, .n = N_TOK - 4, .all_logits = all},
+                              &err) < 0) goto fail;
     for (int i = N_TOK - 4; i < N_TOK; i++)
-        if (ak_eval(c, kv, toks + i, 1, i, all + (size_t)i * V, NULL, NULL, NULL, &err) < 0) goto fail;
+        if (ak_eval(c, kv, &(ak_eval_args){.tokens = toks + i, .n = 1, .pos0 = i, .logits = all + (size_t)i * V},
+                    &err) < 0) goto fail;
     *vocab = V;
     ak_ctx_free(c); ak_kv_free(kv); ak_block_pool_free(pool); ak_model_free(m);
     return all;

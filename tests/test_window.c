@@ -75,9 +75,8 @@ TEST(gemma3_window_releases_slid_out_blocks) {
     for (int i = 0; i < n0; i++) toks[i] = 100 + (i * 211) % 20000;
     REQUIRE(kw && kf && c && lw && lf, "setup: %s", err.msg);
     REQUIRE(ak_kv_groups(kw) == 2 && ak_kv_groups(kf) == 2, "gemma3 has two layer groups");
-    REQUIRE(ak_eval(c, kw, toks, n0, 0, lw, NULL, NULL, NULL, &err) == 0 &&
-                ak_eval(c, kf, toks, n0, 0, lf, NULL, NULL, NULL, &err) == 0,
-            "prefill: %s", err.msg);
+    REQUIRE(ak_eval(c, kw, &(ak_eval_args){.tokens = toks, .n = n0, .logits = lw}, &err) == 0 &&
+            ak_eval(c, kf, &(ak_eval_args){.tokens = toks, .n = n0, .logits = lf}, &err) == 0, "prefill: %s", err.msg);
     size_t pb = pos_bytes(m, AK_KV_F16, AK_KV_F16) * WT;   /* one layer's share of a block */
     int bad_count = 0, bad_bytes = 0, differ = 0, crossings = 0;
     for (int i = 0; i <= steps; i++) {
@@ -100,8 +99,8 @@ TEST(gemma3_window_releases_slid_out_blocks) {
         differ += memcmp(lw, lf, sizeof(float) * V) != 0;
         if (i == steps) break;
         int32_t tok = ak_argmax(lf, V);
-        REQUIRE(ak_eval(c, kw, &tok, 1, len, lw, NULL, NULL, NULL, &err) == 0 &&
-                    ak_eval(c, kf, &tok, 1, len, lf, NULL, NULL, NULL, &err) == 0,
+        REQUIRE(ak_eval(c, kw, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = len, .logits = lw}, &err) == 0 &&
+                ak_eval(c, kf, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = len, .logits = lf}, &err) == 0,
                 "decode at %d: %s", len, err.msg);
         crossings += (len + 1) % W == 0;
     }
@@ -125,8 +124,9 @@ TEST(gemma3_window_releases_slid_out_blocks) {
     ak_kv_truncate(kw, 20);
     int32_t tok = 5;
     err.code = 0;
-    CHECK(ak_eval(c, kw, &tok, 1, 20, lw, NULL, NULL, NULL, &err) < 0 && err.code == AK_ERR_INVALID,
-          "a step after truncating below the released blocks was not refused (code %d)", err.code);
+    CHECK(ak_eval(c, kw, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = 20, .logits = lw}, &err) < 0 &&
+          err.code == AK_ERR_INVALID, "a step after truncating below the released blocks was not refused (code %d)",
+          err.code);
     /* a fork shares the local blocks too: freeing the original keeps them */
     ak_kv_truncate(kf, len);
     ak_kv *fk = ak_kv_fork(kf, &err);
@@ -185,9 +185,8 @@ static void check_window_file(ak_test_ctx *t, ak_kv_format fk, ak_kv_format fv) 
     int32_t toks[60 + 24];
     for (int i = 0; i < n; i++) toks[i] = 7 + (i * 389) % 9000;
     REQUIRE(hot && naive && warm && c && st && lh && lw, "setup: %s", err.msg);
-    REQUIRE(ak_eval(c, hot, toks, n, 0, lh, NULL, NULL, NULL, &err) == 0 &&
-                ak_eval(c, naive, toks, n, 0, NULL, NULL, NULL, NULL, &err) == 0,
-            "prefill: %s", err.msg);
+    REQUIRE(ak_eval(c, hot, &(ak_eval_args){.tokens = toks, .n = n, .logits = lh}, &err) == 0 &&
+            ak_eval(c, naive, &(ak_eval_args){.tokens = toks, .n = n}, &err) == 0, "prefill: %s", err.msg);
     CHECK(n / W >= 3 && ak_kv_window_first(hot) > 0, "%d positions cross the window %d times", n, n / W);
     REQUIRE(ak_store_save(st, "w7", hot, toks, n, m->fingerprint, NULL, &err) == 0 &&
                 ak_store_save(st, "full", naive, toks, n, m->fingerprint, NULL, &err) == 0,
@@ -218,8 +217,8 @@ static void check_window_file(ak_test_ctx *t, ak_kv_format fk, ak_kv_format fv) 
     int differ = 0, tokdiff = 0;
     for (int i = 0; i < steps; i++) {
         int32_t tok = ak_argmax(lh, V);
-        REQUIRE(ak_eval(c, hot, &tok, 1, n + i, lh, NULL, NULL, NULL, &err) == 0 &&
-                    ak_eval(c, warm, &tok, 1, n + i, lw, NULL, NULL, NULL, &err) == 0,
+        REQUIRE(ak_eval(c, hot, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = n + i, .logits = lh}, &err) == 0 &&
+                ak_eval(c, warm, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = n + i, .logits = lw}, &err) == 0,
                 "decode: %s", err.msg);
         differ += memcmp(lh, lw, sizeof(float) * V) != 0;
         tokdiff += ak_argmax(lh, V) != ak_argmax(lw, V);
@@ -245,8 +244,9 @@ static void check_window_file(ak_test_ctx *t, ak_kv_format fk, ak_kv_format fv) 
         float *l2 = malloc(sizeof(float) * V);
         int32_t tok = toks[n - 1];
         double md = 0;
-        REQUIRE(l2 && ak_eval(c, naive, &tok, 1, n - 1, lh, NULL, NULL, NULL, &err) == 0 &&
-                    ak_eval(c, w2, &tok, 1, n - 1, l2, NULL, NULL, NULL, &err) == 0,
+        REQUIRE(l2 &&
+                ak_eval(c, naive, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = n - 1, .logits = lh}, &err) == 0 &&
+                ak_eval(c, w2, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = n - 1, .logits = l2}, &err) == 0,
                 "decode: %s", err.msg);
         for (int i = 0; i < V; i++) md = fabs(lh[i] - l2[i]) > md ? fabs(lh[i] - l2[i]) : md;
         CHECK(ak_argmax(lh, V) == ak_argmax(l2, V) && md < 1e-3, "blocks of %d: the last token's logits differ by %g",
@@ -307,7 +307,8 @@ TEST(gemma3_window_refusals_by_code) {
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     int32_t toks[48];
     for (int i = 0; i < 48; i++) toks[i] = 11 + i * 97;
-    REQUIRE(kv && e && c && ak_eval(c, kv, toks, 48, 0, NULL, NULL, NULL, NULL, &err) == 0, "prefill: %s", err.msg);
+    REQUIRE(kv && e && c && ak_eval(c, kv, &(ak_eval_args){.tokens = toks, .n = 48}, &err) == 0,
+            "prefill: %s", err.msg);
     REQUIRE(ak_kv_window_first(kv) > 0, "nothing released");
     ak_block *b = ak_kv_span(kv, 0, NULL, NULL);
     err.code = 0;
@@ -362,12 +363,13 @@ TEST(gemma3_window_agent_turns) {
     REQUIRE(ag && c && ref && la && lr, "setup: %s", err.msg);
     ak_turn tu;
     REQUIRE(ak_agent_begin(ag, c, "g", toks, n, la, &tu, &err) == 0, "begin: %s", err.msg);
-    REQUIRE(ak_eval(c, ref, toks, n, 0, lr, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
+    REQUIRE(ak_eval(c, ref, &(ak_eval_args){.tokens = toks, .n = n, .logits = lr}, &err) == 0, "ref: %s", err.msg);
     int differ = memcmp(la, lr, sizeof(float) * V) != 0;
     for (int i = 0; i < gen; i++) {
         toks[n + i] = ak_argmax(la, V);
         REQUIRE(ak_agent_step(ag, c, "g", toks[n + i], la, &err) == 0, "step: %s", err.msg);
-        REQUIRE(ak_eval(c, ref, &toks[n + i], 1, n + i, lr, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
+        REQUIRE(ak_eval(c, ref, &(ak_eval_args){.tokens = &toks[n + i], .n = 1, .pos0 = n + i, .logits = lr},
+                        &err) == 0, "ref: %s", err.msg);
         differ += memcmp(la, lr, sizeof(float) * V) != 0;
     }
     REQUIRE(ak_agent_end(ag, "g", &err) == 0, "end: %s", err.msg);
@@ -390,7 +392,7 @@ TEST(gemma3_window_agent_turns) {
     p2[3] ^= 1;
     ak_kv_truncate(ref, 0);
     REQUIRE(ak_agent_begin(ag, c, "g", p2, 8, la, &tu, &err) == 0, "diverged begin: %s (code %d)", err.msg, err.code);
-    REQUIRE(ak_eval(c, ref, p2, 8, 0, lr, NULL, NULL, NULL, &err) == 0, "ref: %s", err.msg);
+    REQUIRE(ak_eval(c, ref, &(ak_eval_args){.tokens = p2, .n = 8, .logits = lr}, &err) == 0, "ref: %s", err.msg);
     CHECK(tu.match == AK_MATCH_DIVERGE && memcmp(la, lr, sizeof(float) * V) == 0,
           "a prompt diverging before the window: match %d, logits %s", tu.match,
           memcmp(la, lr, sizeof(float) * V) ? "differ" : "equal");

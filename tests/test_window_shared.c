@@ -74,7 +74,7 @@ static ak_kv *twin_of(ak_test_ctx *t, ak_model *m, ak_ctx *c, ak_block_pool *poo
                       float *out) {
     ak_error err = {{0}};
     ak_kv *kv = ak_kv_new(pool, AK_KV_F16, AK_KV_F16, SCTX, &err);
-    if (!kv || ak_eval(c, kv, tokens, n, 0, out, NULL, NULL, NULL, &err) < 0) {
+    if (!kv || ak_eval(c, kv, &(ak_eval_args){.tokens = tokens, .n = n, .logits = out}, &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "twin: %s", err.msg);
         ak_kv_free(kv);
         return NULL;
@@ -102,7 +102,8 @@ static int step_both(ak_test_ctx *t, const lockstep *ls, ak_agents *ag, const ch
     int differ = 0;
     for (int i = 0; i < steps; i++) {
         int32_t tok = ak_argmax(lt, vocab);
-        if (ak_agent_step(ag, c, id, tok, la, &err) < 0 || ak_eval(c, twin, &tok, 1, *n, lt, NULL, NULL, NULL, &err) < 0) {
+        if (ak_agent_step(ag, c, id, tok, la, &err) < 0 ||
+            ak_eval(c, twin, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = *n, .logits = lt}, &err) < 0) {
             ak_test_fail(t, __FILE__, __LINE__, "step %d of %s: %s", i, id, err.msg);
             return -1;
         }
@@ -173,7 +174,7 @@ static int make_base(ak_test_ctx *t, rig *r, ak_ctx *c, const int32_t *base, con
     ak_kv *pk;
     if (ak_pool_begin(r->ag, &(ak_pool_request){.id = "doc", .tokens = base, .n = NB, .fk = AK_KV_F16,
                       .fv = AK_KV_F16, .source = "src"}, &pk, &err) < 0 ||
-        ak_eval(c, pk, base, NB, 0, NULL, NULL, NULL, NULL, &err) < 0 || ak_pool_commit(r->ag, "doc", &err) < 0) {
+        ak_eval(c, pk, &(ak_eval_args){.tokens = base, .n = NB}, &err) < 0 || ak_pool_commit(r->ag, "doc", &err) < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "pool: %s", err.msg);
         return -1;
     }
@@ -200,7 +201,8 @@ static int turn_on_base(ak_test_ctx *t, rig *r, ak_ctx *c, const char *id, const
                                    &err);
         pos = NB;
     }
-    if (rc == 0) rc = ak_eval(c, kv, prompt + pos, n - pos, pos, la, NULL, NULL, NULL, &err);
+    if (rc == 0) rc = ak_eval(c, kv, &(ak_eval_args){.tokens = prompt + pos, .n = n - pos, .pos0 = pos,
+                              .logits = la}, &err);
     if (rc == 0) rc = ak_agent_commit(r->ag, id, prompt, n, &err);
     if (rc < 0) {
         ak_test_fail(t, __FILE__, __LINE__, "turn of %s: %s", id, err.msg);
@@ -300,9 +302,9 @@ static void check_shared_base(ak_test_ctx *t, int mem) {
         REQUIRE(rc == 0, "reopen a1: %s", err.msg);
         CHECK(tu.tier == AK_TIER_WARM && tu.reused == n1, "a1 came back %s reusing %d of %d", ak_tier_name(tu.tier),
               tu.reused, n1);
-        REQUIRE(ak_eval(c, kv, h1 + tu.reused, n - tu.reused, tu.reused, la, NULL, NULL, NULL, &err) == 0 &&
-                    ak_agent_commit(r.ag, "a1", h1, n, &err) == 0 &&
-                    ak_eval(c, t1, h1 + n1, 1, n1, lt, NULL, NULL, NULL, &err) == 0,
+        REQUIRE(ak_eval(c, kv, &(ak_eval_args){.tokens = h1 + tu.reused, .n = n - tu.reused, .pos0 = tu.reused,
+                        .logits = la}, &err) == 0 && ak_agent_commit(r.ag, "a1", h1, n, &err) == 0 &&
+                ak_eval(c, t1, &(ak_eval_args){.tokens = h1 + n1, .n = 1, .pos0 = n1, .logits = lt}, &err) == 0,
                 "restored turn: %s", err.msg);
         n1 = n;
         differ = memcmp(la, lt, sizeof(float) * V) != 0;
@@ -451,7 +453,7 @@ TEST(gemma3_window_prefix_shared_blocks) {
     /* q1 goes on: its blocks are what it computed */
     h1[n1] = 99;
     REQUIRE(ak_agent_begin(ag, c, "q1", h1, n1 + 1, la, &tu, &err) == 0 &&
-                ak_eval(c, t1, h1 + n1, 1, n1, lt, NULL, NULL, NULL, &err) == 0,
+                ak_eval(c, t1, &(ak_eval_args){.tokens = h1 + n1, .n = 1, .pos0 = n1, .logits = lt}, &err) == 0,
             "q1 again: %s", err.msg);
     n1++;
     differ += memcmp(la, lt, sizeof(float) * V) != 0;
@@ -529,7 +531,8 @@ TEST(gemma3_window_shared_refusals_by_code) {
     ak_ctx *c = ak_ctx_new(m, 64, 2, &err);
     int32_t toks[48];
     for (int i = 0; i < 48; i++) toks[i] = 21 + i * 89;
-    REQUIRE(kv && e && c && ak_eval(c, kv, toks, 48, 0, NULL, NULL, NULL, NULL, &err) == 0, "prefill: %s", err.msg);
+    REQUIRE(kv && e && c && ak_eval(c, kv, &(ak_eval_args){.tokens = toks, .n = 48}, &err) == 0,
+            "prefill: %s", err.msg);
     REQUIRE(ak_kv_window_first(kv) == 32 && !ak_kv_local_span(kv, 0) && ak_kv_local_span(kv, 5),
             "local layers from %d", ak_kv_window_first(kv));
     ak_block *g0 = ak_kv_span(kv, 0, NULL, NULL), *g5 = ak_kv_span(kv, 5, NULL, NULL), *l5 = ak_kv_local_span(kv, 5);
@@ -593,7 +596,7 @@ TEST(gemma3_window_memory_blended) {
                               .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0,
             "setup: %s", err.msg);
     ak_kv *chunk = ak_kv_new(tp, AK_KV_F16, AK_KV_F16, SCTX, &err);
-    REQUIRE(chunk && ak_eval(c, chunk, all + NP, NX, 0, NULL, NULL, NULL, NULL, &err) == 0, "chunk: %s", err.msg);
+    REQUIRE(chunk && ak_eval(c, chunk, &(ak_eval_args){.tokens = all + NP, .n = NX}, &err) == 0, "chunk: %s", err.msg);
     const ak_reuse_params ps[2] = {{.method = AK_REUSE_CACHEBLEND, .ratio = 0.2f, .check_layer = -1},
                                    {.method = AK_REUSE_AGENTKVSHIFT, .ratio = 0.2f, .check_layer = -1}};
     const char *ids[2] = {"blend", "shift"};
@@ -608,10 +611,11 @@ TEST(gemma3_window_memory_blended) {
         REQUIRE(ref && ak_reuse_prefill(c, ref, parts, 3, &ps[k], lr, &sr, &err) == 0, "reference: %s", err.msg);
         int rc = ak_agent_open(ag, &(ak_turn_opts){.id = ids[k], .tokens = all, .n = n, .n_reserve = n, .at = &at,
                                .len = &len, .k = 1}, &kv, &tu, &err);
-        if (rc == 0) rc = ak_eval(c, kv, all, NP, 0, NULL, NULL, NULL, NULL, &err);
+        if (rc == 0) rc = ak_eval(c, kv, &(ak_eval_args){.tokens = all, .n = NP}, &err);
         if (rc == 0) rc = ak_agent_reuse_memory(ag, c, &(ak_place_opts){.id = ids[k], .mem_id = "mx", .tokens = all,
                                                 .at = NP}, &ps[k], &kv, &sa, &err);
-        if (rc == 0) rc = ak_eval(c, kv, all + NP + NX, NQ, NP + NX, la, NULL, NULL, NULL, &err);
+        if (rc == 0) rc = ak_eval(c, kv, &(ak_eval_args){.tokens = all + NP + NX, .n = NQ, .pos0 = NP + NX,
+                                  .logits = la}, &err);
         if (rc == 0) rc = ak_agent_commit(ag, ids[k], all, n, &err);
         if (rc == 0) rc = ak_agent_end(ag, ids[k], &err);
         CHECK(rc == 0, "%s: %s (code %d)", ids[k], err.msg, err.code);

@@ -43,7 +43,7 @@ static int stats_pass(ak_agents *a, agent *g, ak_ctx *c, int from, int to, range
         ak_attn_stats_set_seq(st, kv);
         ak_ctx_set_attn_stats(c, st);
         ak_ctx_set_pos_offset(c, off0 + from);   /* the tokens' own RoPE positions */
-        rc = ak_eval(c, kv, g->tokens + from, n, 0, NULL, NULL, NULL, NULL, err);
+        rc = ak_eval(c, kv, &(ak_eval_args){.tokens = g->tokens + from, .n = n}, err);
         ak_ctx_set_pos_offset(c, off0);
         ak_ctx_set_attn_stats(c, NULL);
         if (rc == 0 && ak_attn_stats_length(st) != n)   /* one slot per token, or the hook is broken */

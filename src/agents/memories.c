@@ -301,7 +301,7 @@ int ak_memory_add(ak_agents *a, ak_ctx *c, const ak_memory_request *rq, int *com
         if ((b->kv = ak_kv_new(a->cfg.pool, fk, fv, a->cfg.n_ctx, err))) ak_kv_set_window_release(b->kv, 0);
         if (!b->kv ||
             agents_ensure_room(a, bytes_of(a, n, fk, fv), NULL, err) < 0 ||
-            ak_eval(c, b->kv, tokens, n, 0, NULL, NULL, NULL, NULL, err) < 0) {
+            ak_eval(c, b->kv, &(ak_eval_args){.tokens = tokens, .n = n}, err) < 0) {
             body_unref(a, b);
             return -1;
         }

@@ -251,7 +251,8 @@ int ak_pool_create(ak_agents *a, ak_ctx *c, const ak_pool_request *rq, ak_progre
     int n = rq->n;
     ak_kv *kv;
     if (ak_pool_begin(a, rq, &kv, err) < 0) return -1;
-    if (ak_eval(c, kv, tokens, n, 0, NULL, NULL, progress, ud, err) < 0 || ak_pool_commit(a, id, err) < 0) {
+    if (ak_eval(c, kv, &(ak_eval_args){.tokens = tokens, .n = n, .progress = progress, .ud = ud}, err) < 0 ||
+        ak_pool_commit(a, id, err) < 0) {
         ak_pool_abort(a, id);
         return -1;
     }

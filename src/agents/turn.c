@@ -365,7 +365,8 @@ int ak_agent_begin(ak_agents *a, ak_ctx *c, const char *id, const int32_t *token
     if (ak_agent_open(a, &(ak_turn_opts){.id = id, .tokens = tokens, .n = n, .n_reserve = n}, &kv, t, err) < 0)
         return -1;
     double t0 = ak_now();
-    if (ak_eval(c, kv, tokens + t->reused, t->prefilled, t->reused, logits, NULL, NULL, NULL, err) < 0) {
+    if (ak_eval(c, kv, &(ak_eval_args){.tokens = tokens + t->reused, .n = t->prefilled, .pos0 = t->reused,
+                .logits = logits}, err) < 0) {
         ak_agent_abort(a, id); /* whatever was written past the history is not trusted */
         return -1;
     }
@@ -377,7 +378,7 @@ int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float 
     agent *g = agents_find(a, id);
     if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", id);
     if (ak_agent_reserve(a, id, g->n + 1, 0, err) < 0) return -1;
-    if (ak_eval(c, g->kv, &token, 1, g->n, logits, NULL, NULL, NULL, err) < 0) {
+    if (ak_eval(c, g->kv, &(ak_eval_args){.tokens = &token, .n = 1, .pos0 = g->n, .logits = logits}, err) < 0) {
         ak_kv_truncate(g->kv, g->n);
         return -1;
     }

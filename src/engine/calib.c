@@ -124,7 +124,7 @@ int ak_calib_compute(ak_ctx *ctx, const ak_tokenizer *tk, ak_calib *out, ak_erro
         while (n < chunk && at < n_ids) buf[n++] = ids[at++];
         if (n < 2) break;
         ak_kv_truncate(kv, 0);
-        if (ak_eval(ctx, kv, buf, n, 0, NULL, NULL, NULL, NULL, err) < 0) goto out;
+        if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = buf, .n = n}, err) < 0) goto out;
         for (int p = 1; p < n; p++, count++)   /* position 0: the sink, left out */
             for (int l = 0; l < L; l++)
                 if (ak_kv_read(kv, l, p, K + count * tk_floats + (size_t)l * H * dk,

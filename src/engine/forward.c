@@ -666,8 +666,10 @@ int ak_layer_kv(ak_ctx *c, const ak_batch *b, const float *x, int l, float *k, f
     return rc;
 }
 
-int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float *logits, float *all_logits,
-            ak_progress_fn cb, void *ud, ak_error *err) {
+int ak_eval(ak_ctx *c, ak_kv *kv, const ak_eval_args *a, ak_error *err) {
+    const int32_t *tokens = a->tokens;
+    const int n = a->n, pos0 = a->pos0;
+    float *logits = a->logits, *all_logits = a->all_logits;
     int B = c->max_batch, V = c->m->cfg.vocab;
     int32_t *pos = ak_malloc((size_t)B * sizeof(int32_t), err);
     ak_kv **seq = ak_malloc((size_t)B * sizeof(ak_kv *), err);
@@ -686,7 +688,7 @@ int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float 
         rc = ak_forward(c, &b, err);
         if (rc == 0 && all_logits && logits && i0 + cnt == n)
             memcpy(logits, all_logits + (size_t)(n - 1) * V, V * sizeof(float));
-        if (cb) cb(ud, (double)(i0 + cnt) / n);
+        if (a->progress) a->progress(a->ud, (double)(i0 + cnt) / n);
     }
     free(pos); free(seq); free(out);
     return rc;

@@ -206,11 +206,21 @@ void ak_ctx_set_attn_stats(ak_ctx *c, ak_attn_stats *st);
  * (token id out of range, position past a cache's capacity, ...). */
 int ak_forward(ak_ctx *c, const ak_batch *b, ak_error *err);
 
-/* Convenience: prefill/decode tokens[0..n) of one sequence starting at pos0
- * (in chunks of max_batch); logits of the last token into `logits` (may be
- * NULL), or of every token into all_logits (n x vocab, may be NULL). */
-int ak_eval(ak_ctx *c, ak_kv *kv, const int32_t *tokens, int n, int pos0, float *logits,
-            float *all_logits, ak_progress_fn cb, void *ud, ak_error *err);
+/* What ak_eval runs and what it hands back. */
+typedef struct {
+    const int32_t *tokens;     /* tokens[0..n) */
+    int n;
+    int pos0;                  /* the position of tokens[0] */
+    float *logits;             /* the last token's logits (vocab floats), or NULL */
+    float *all_logits;         /* every token's (n x vocab), or NULL */
+    ak_progress_fn progress;   /* told the fraction done after each batch, or NULL */
+    void *ud;                  /* progress's */
+} ak_eval_args;
+
+/* Convenience: prefill/decode a->tokens of one sequence starting at
+ * a->pos0 (in chunks of max_batch), with the logits a asks for. Returns 0,
+ * or -1 with err set (as ak_forward). */
+int ak_eval(ak_ctx *c, ak_kv *kv, const ak_eval_args *a, ak_error *err);
 
 /* LAYER RANGES (reuse.h: CacheBlend and AgentKVShift run chosen tokens
  * through some layers only). The residual stream x of a batch (b->n x

@@ -46,26 +46,38 @@ static void top_k(const float *lp, int n, int k, int32_t *ids, float *vals) {
     }
 }
 
-static int kl_header_io(kl_file *kf, int writing, uint32_t *k, uint32_t *n_ctx, uint32_t *vocab, uint64_t *pos,
-                        uint64_t *hash, double *nll, ak_error *err) {
+/* A KL baseline file's header after its magic and version: the top-k
+ * kept per position, the context, the vocabulary, the scored positions,
+ * the hash of the scored tokens, the mean NLL. */
+typedef struct {
+    uint32_t k, n_ctx, vocab;
+    uint64_t pos, hash;
+    double nll;
+} kl_header;
+
+/* Writes h's header to kf (writing), or reads it into h, field by field in
+ * the file's order. Returns 0, or -1 with err set (a write or read failed,
+ * not a baseline, another version, a top-k outside 1..4096). */
+static int kl_header_io(kl_file *kf, int writing, kl_header *h, ak_error *err) {
     char magic[8];
     uint32_t ver = KL_VERSION;
     if (writing) {
         memcpy(magic, KL_MAGIC, 8);
-        if (fwrite(magic, 8, 1, kf->f) != 1 || fwrite(&ver, 4, 1, kf->f) != 1 || fwrite(k, 4, 1, kf->f) != 1 ||
-            fwrite(n_ctx, 4, 1, kf->f) != 1 || fwrite(vocab, 4, 1, kf->f) != 1 || fwrite(pos, 8, 1, kf->f) != 1 ||
-            fwrite(hash, 8, 1, kf->f) != 1 || fwrite(nll, 8, 1, kf->f) != 1)
+        if (fwrite(magic, 8, 1, kf->f) != 1 || fwrite(&ver, 4, 1, kf->f) != 1 || fwrite(&h->k, 4, 1, kf->f) != 1 ||
+            fwrite(&h->n_ctx, 4, 1, kf->f) != 1 || fwrite(&h->vocab, 4, 1, kf->f) != 1 ||
+            fwrite(&h->pos, 8, 1, kf->f) != 1 || fwrite(&h->hash, 8, 1, kf->f) != 1 ||
+            fwrite(&h->nll, 8, 1, kf->f) != 1)
             return ak_fail(err, "%s: write failed: %s", kf->path, strerror(errno));
         return 0;
     }
     if (fread(magic, 8, 1, kf->f) != 1 || memcmp(magic, KL_MAGIC, 8))
         return ak_fail(err, "%s: not a KL baseline file (bad magic)", kf->path);
-    if (fread(&ver, 4, 1, kf->f) != 1 || fread(k, 4, 1, kf->f) != 1 || fread(n_ctx, 4, 1, kf->f) != 1 ||
-        fread(vocab, 4, 1, kf->f) != 1 || fread(pos, 8, 1, kf->f) != 1 || fread(hash, 8, 1, kf->f) != 1 ||
-        fread(nll, 8, 1, kf->f) != 1)
+    if (fread(&ver, 4, 1, kf->f) != 1 || fread(&h->k, 4, 1, kf->f) != 1 || fread(&h->n_ctx, 4, 1, kf->f) != 1 ||
+        fread(&h->vocab, 4, 1, kf->f) != 1 || fread(&h->pos, 8, 1, kf->f) != 1 ||
+        fread(&h->hash, 8, 1, kf->f) != 1 || fread(&h->nll, 8, 1, kf->f) != 1)
         return ak_fail(err, "%s: KL baseline is truncated (header)", kf->path);
     if (ver != KL_VERSION) return ak_fail(err, "%s: KL baseline version %u, expected %u", kf->path, ver, KL_VERSION);
-    if (*k < 1 || *k > 4096) return ak_fail(err, "%s: KL baseline top-k %u is invalid", kf->path, *k);
+    if (h->k < 1 || h->k > 4096) return ak_fail(err, "%s: KL baseline top-k %u is invalid", kf->path, h->k);
     return 0;
 }
 
@@ -100,17 +112,17 @@ int ak_perplexity(ak_ctx *c, ak_kv *kv, const int32_t *ids, size_t n, int n_ctx,
     if (o->kl_base_in) {
         kr.path = o->kl_base_in;
         if (!(kr.f = fopen(kr.path, "rb"))) { ak_fail(err, "%s: %s", kr.path, strerror(errno)); goto out; }
-        uint32_t k, nc, voc;
-        uint64_t p, h;
-        if (kl_header_io(&kr, 0, &k, &nc, &voc, &p, &h, &base_nll, err) < 0) goto out;
-        if ((int)nc != n_ctx || (int)voc != V || p != positions || h != hash) {
+        kl_header hd;
+        if (kl_header_io(&kr, 0, &hd, err) < 0) goto out;
+        base_nll = hd.nll;
+        if ((int)hd.n_ctx != n_ctx || (int)hd.vocab != V || hd.pos != positions || hd.hash != hash) {
             ak_fail(err, "%s: KL baseline is for other tokens, context or vocabulary (n_ctx %u vs %d, %llu vs %llu "
-                    "positions)", kr.path, nc, n_ctx, (unsigned long long)p, (unsigned long long)positions);
+                    "positions)", kr.path, hd.n_ctx, n_ctx, (unsigned long long)hd.pos, (unsigned long long)positions);
             goto out;
         }
-        kr.k = (int)k;
-        kr.ids = ak_malloc(sizeof(int32_t) * k, err);
-        kr.lps = ak_malloc(sizeof(float) * k, err);
+        kr.k = (int)hd.k;
+        kr.ids = ak_malloc(sizeof(int32_t) * hd.k, err);
+        kr.lps = ak_malloc(sizeof(float) * hd.k, err);
         if (!kr.ids || !kr.lps) goto out;
     }
     if (o->kl_base_out) {
@@ -121,9 +133,10 @@ int ak_perplexity(ak_ctx *c, ak_kv *kv, const int32_t *ids, size_t n, int n_ctx,
         kw.ids = ak_malloc(sizeof(int32_t) * kw.k, err);
         kw.lps = ak_malloc(sizeof(float) * kw.k, err);
         if (!kw.ids || !kw.lps) goto out;
-        uint32_t k = (uint32_t)kw.k, nc = (uint32_t)n_ctx, voc = (uint32_t)V;
-        double placeholder = 0; /* the mean NLL is patched in at the end */
-        if (kl_header_io(&kw, 1, &k, &nc, &voc, &positions, &hash, &placeholder, err) < 0) goto out;
+        /* the mean NLL is patched in at the end */
+        kl_header hd = {.k = (uint32_t)kw.k, .n_ctx = (uint32_t)n_ctx, .vocab = (uint32_t)V, .pos = positions,
+                        .hash = hash, .nll = 0};
+        if (kl_header_io(&kw, 1, &hd, err) < 0) goto out;
     }
 
     double nll = 0, nll2 = 0, kl_sum = 0, kl_max = 0;

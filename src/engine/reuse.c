@@ -160,11 +160,23 @@ static int n_selected(float r, int n) {
     return m < 0 ? 0 : m > n ? n : m;
 }
 
-/* Runs the m tokens (tok, pos; residual stream x, m x dim) of kv through
- * layers [l0, l1), max_batch tokens at a time (in position order: each
- * batch's tokens see the earlier batches' writes at every layer). */
-static int run_layers(ak_ctx *c, ak_kv *kv, const int32_t *tok, const int32_t *pos, int m, float *x, int l0, int l1,
-                      ak_kv **seq, ak_error *err) {
+/* m tokens of one sequence at positions pos with their residual stream x
+ * (m x dim), and a batch's seq (max_batch entries, each that sequence). */
+typedef struct {
+    const int32_t *tok, *pos;
+    int m;
+    float *x;
+    ak_kv **seq;
+} token_run;
+
+/* Runs r's tokens of kv through layers [l0, l1), max_batch tokens at a
+ * time (in position order: each batch's tokens see the earlier batches'
+ * writes at every layer). Returns 0, or -1 with err set. */
+static int run_layers(ak_ctx *c, ak_kv *kv, const token_run *r, int l0, int l1, ak_error *err) {
+    const int32_t *tok = r->tok, *pos = r->pos;
+    const int m = r->m;
+    float *x = r->x;
+    ak_kv **seq = r->seq;
     int B = ak_ctx_max_batch(c), dim = ak_ctx_model(c)->cfg.dim;
     for (int i = 0; i < B; i++) seq[i] = kv;
     for (int i0 = 0; i0 < m; i0 += B) {
@@ -175,9 +187,14 @@ static int run_layers(ak_ctx *c, ak_kv *kv, const int32_t *tok, const int32_t *p
     return 0;
 }
 
-/* ak_layer_kv of layer l for m tokens, max_batch at a time. */
-static int layer_kv(ak_ctx *c, const int32_t *tok, const int32_t *pos, int m, const float *x, int l, float *k,
-                    float *v, ak_kv **seq, ak_error *err) {
+/* ak_layer_kv of layer l for r's tokens (r->seq already filled), max_batch
+ * at a time: their keys into k, values into v. Returns 0, or -1 with err
+ * set. */
+static int layer_kv(ak_ctx *c, const token_run *r, int l, float *k, float *v, ak_error *err) {
+    const int32_t *tok = r->tok, *pos = r->pos;
+    const int m = r->m;
+    const float *x = r->x;
+    ak_kv **seq = r->seq;
     const ak_model *md = ak_ctx_model(c);
     int B = ak_ctx_max_batch(c), dim = md->cfg.dim;
     size_t kd = (size_t)md->spec.n_head_kv * md->spec.head_dim_k, vd = (size_t)md->spec.n_head_kv * md->spec.head_dim_v;
@@ -214,8 +231,9 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
     /* every chunk token through [0, check) over the real context (its K/V
      * at those layers written fresh), then its fresh K/V at the check layer */
     if (ak_model_embed(c, pt->tokens, n, x, err) < 0) goto out;
-    if (check > 0 && run_layers(c, kv, pt->tokens, pos, n, x, 0, check, seq, err) < 0) goto out;
-    if (layer_kv(c, pt->tokens, pos, n, x, check, kf, vf, seq, err) < 0) goto out;
+    const token_run all = {.tok = pt->tokens, .pos = pos, .m = n, .x = x, .seq = seq};
+    if (check > 0 && run_layers(c, kv, &all, 0, check, err) < 0) goto out;
+    if (layer_kv(c, &all, check, kf, vf, err) < 0) goto out;
     for (int j = 0; j < n; j++) {   /* squared L2 deviation of fresh from reused V, all heads */
         if (ak_kv_read(kv, check, at + j, kr, kr + kd, err) < 0) goto out;
         double d = 0;
@@ -232,6 +250,7 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
     *recomputed += m;
     if (m == 0) { rc = 0; goto out; }
     spos = sel;   /* positions of the selected, in place of their indices */
+    const token_run picked = {.tok = stok, .pos = spos, .m = m, .x = xs, .seq = seq};
     for (int i = 0; i < m; i++) {
         int j = sel[i];
         stok[i] = pt->tokens[j];
@@ -241,7 +260,7 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
     }
     if (p->method == AK_REUSE_CACHEBLEND || m == n) {   /* no token left to correct */
         for (int i = 0; i < m; i++) spos[i] = at + sel[i];
-        rc = run_layers(c, kv, stok, spos, m, xs, check, L, seq, err);
+        rc = run_layers(c, kv, &picked, check, L, err);
         goto out;
     }
     /* AGENTKVSHIFT: weights from the initial deviation (reuse.h) */
@@ -258,7 +277,7 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
     for (int l = check; l < L; l++) {
         /* the probes' fresh K/V at layer l (at the check layer: computed
          * above) against what the cache holds there before they are written */
-        if (l > check && layer_kv(c, stok, spos, m, xs, l, kf, vf, seq, err) < 0) goto out;
+        if (l > check && layer_kv(c, &picked, l, kf, vf, err) < 0) goto out;
         memset(mu, 0, sizeof(float) * (kd + vd));
         for (int i = 0; i < m; i++) {
             if (ak_kv_read(kv, l, spos[i], kr, kr + kd, err) < 0) goto out;
@@ -267,7 +286,7 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
         }
         for (size_t e = 0; e < kd + vd; e++) mu[e] /= (float)m;
         if (ak_kv_correction_set(kv, idx, l, mu, mu + kd, err) < 0) goto out;
-        if (run_layers(c, kv, stok, spos, m, xs, l, l + 1, seq, err) < 0) goto out;
+        if (run_layers(c, kv, &picked, l, l + 1, err) < 0) goto out;
     }
     rc = 0;
 out:
@@ -303,7 +322,7 @@ int ak_reuse_place(ak_ctx *c, ak_kv *kv, const ak_reuse_part *part, const ak_reu
     s.n_tokens = s.n_chunk_tokens = part->n;
     int rc;
     if (p->method == AK_REUSE_FULL) {
-        rc = ak_eval(c, kv, part->tokens, part->n, at, NULL, NULL, NULL, NULL, err);
+        rc = ak_eval(c, kv, &(ak_eval_args){.tokens = part->tokens, .n = part->n, .pos0 = at}, err);
         s.n_recomputed = part->n;
     } else {
         rc = place_chunk(c, kv, part->chunk, at, part->n, err);
@@ -332,7 +351,7 @@ int ak_reuse_prefill(ak_ctx *c, ak_kv *kv, const ak_reuse_part *parts, int n_par
         float *lg = i == n_parts - 1 ? logits : NULL;
         if (pt->chunk) s.n_chunk_tokens += pt->n;
         if (!pt->chunk || p->method == AK_REUSE_FULL) {
-            rc = ak_eval(c, kv, pt->tokens, pt->n, at, lg, NULL, NULL, NULL, err);
+            rc = ak_eval(c, kv, &(ak_eval_args){.tokens = pt->tokens, .n = pt->n, .pos0 = at, .logits = lg}, err);
             if (pt->chunk) s.n_recomputed += pt->n;
         } else {
             rc = place_chunk(c, kv, pt->chunk, at, pt->n, err);

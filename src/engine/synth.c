@@ -160,18 +160,11 @@ typedef struct {
     float mean, sigma;
 } tspec;
 
-/* Appends one tensor to the list (sized by the caller). */
-static void add_t(tspec *ts, int *n, const char *name, uint32_t n_dims, uint64_t ne0, uint64_t ne1,
-                  uint32_t type, float mean, float sigma) {
-    tspec *t = &ts[(*n)++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = n_dims;
-    t->ne[0] = ne0;
-    t->ne[1] = ne1;
-    t->ne[2] = 1;
-    t->type = type;
-    t->mean = mean;
-    t->sigma = sigma;
+/* Appends tensor t to the list (sized by the caller), named name (t's own
+ * name is not read). */
+static void add_t(tspec *ts, int *n, const char *name, tspec t) {
+    snprintf(t.name, sizeof t.name, "%s", name);
+    ts[(*n)++] = t;
 }
 
 static int head_dim_of(const ak_synth_opts *o) { return o->head_dim ? o->head_dim : o->dim / o->n_heads; }
@@ -196,9 +189,9 @@ static void list_deepseek2_layer(const ak_synth_opts *o, int l, tspec *ts, int *
     const uint64_t sh = (uint64_t)o->n_experts_shared * ef, ffn = (uint64_t)o->ffn;
     const float s_dim = 1.0f / sqrtf((float)dim);
     char nm[64];
-#define T(suffix, nd, ne0, ne1, type, mean, sigma)                     \
-    snprintf(nm, sizeof nm, "blk.%d." suffix, l);                      \
-    add_t(ts, n, nm, nd, ne0, ne1, type, mean, sigma);
+#define T(suffix, nd, ne0, ne1, ty, mu, sd)                                  \
+    snprintf(nm, sizeof nm, "blk.%d." suffix, l);                           \
+    add_t(ts, n, nm, (tspec){.n_dims = nd, .ne = {ne0, ne1, 1}, .type = ty, .mean = mu, .sigma = sd});
     T("attn_norm.weight", 1, dim, 1, F, 1.0f, 0.02f)
     T("attn_q.weight", 2, dim, H * hd, W, 0.0f, s_dim)
     T("attn_kv_a_mqa.weight", 2, dim, KL + R, W, 0.0f, s_dim)
@@ -241,12 +234,13 @@ static int list_tensors(const ak_synth_opts *o, int vocab, int qkv_bias, tspec *
     const float s_dim = 1.0f / sqrtf((float)dim), s_q = 1.0f / sqrtf((float)qd), s_ffn = 1.0f / sqrtf((float)ffn);
     int n = 0;
     char nm[64];
-    add_t(ts, &n, "token_embd.weight", 2, dim, (uint64_t)vocab, W, 0.0f, 1.0f);
+    add_t(ts, &n, "token_embd.weight",
+          (tspec){.n_dims = 2, .ne = {dim, (uint64_t)vocab, 1}, .type = W, .mean = 0.0f, .sigma = 1.0f});
     for (int l = 0; l < o->n_layers; l++) {
         if (is_arch(o, "deepseek2")) { list_deepseek2_layer(o, l, ts, &n); continue; }
-#define T(suffix, nd, ne0, ne1, type, mean, sigma)                     \
-        snprintf(nm, sizeof nm, "blk.%d." suffix, l);                  \
-        add_t(ts, &n, nm, nd, ne0, ne1, type, mean, sigma);
+#define T(suffix, nd, ne0, ne1, ty, mu, sd)                                  \
+        snprintf(nm, sizeof nm, "blk.%d." suffix, l);                       \
+        add_t(ts, &n, nm, (tspec){.n_dims = nd, .ne = {ne0, ne1, 1}, .type = ty, .mean = mu, .sigma = sd});
         T("attn_norm.weight", 1, dim, 1, F, 1.0f, 0.02f)
         T("attn_q.weight", 2, dim, qd, W, 0.0f, s_dim)
         if (qkv_bias) { T("attn_q.bias", 1, qd, 1, F, 0.0f, 0.02f) }
@@ -267,8 +261,11 @@ static int list_tensors(const ak_synth_opts *o, int vocab, int qkv_bias, tspec *
         if (post) { T("post_ffw_norm.weight", 1, dim, 1, F, 1.0f, 0.02f) }
 #undef T
     }
-    add_t(ts, &n, "output_norm.weight", 1, dim, 1, F, 1.0f, 0.02f);
-    if (!o->tied) add_t(ts, &n, "output.weight", 2, dim, (uint64_t)vocab, W, 0.0f, s_dim);
+    add_t(ts, &n, "output_norm.weight",
+          (tspec){.n_dims = 1, .ne = {dim, 1, 1}, .type = F, .mean = 1.0f, .sigma = 0.02f});
+    if (!o->tied)
+        add_t(ts, &n, "output.weight",
+              (tspec){.n_dims = 2, .ne = {dim, (uint64_t)vocab, 1}, .type = W, .mean = 0.0f, .sigma = s_dim});
     return n;
 }
 
