@@ -552,6 +552,13 @@ static void put_available_tools(const akc_ctx *c) {
     akc_puts(b, "[/AVAILABLE_TOOLS]");
 }
 
+/* A reply without calls: its text and eos, the turn's span recorded. */
+static void put_mistral_reply(const akc_ctx *c, int i) {
+    akc_mark_open(c->b, i);
+    MSG_CONTENT(c->b, i, akc_puts(c->b, c->m[i].content));
+    akc_puts(c->b, c->eos);
+}
+
 /* The end of the Jinja string literal opening at s (its quote char): the
  * closing quote, or NULL. */
 static const char *literal_end(const char *s) {
@@ -626,9 +633,7 @@ static int render_mistral_small(const akc_ctx *c) {
             }
             akc_puts(b, c->eos);
         } else {
-            akc_mark_open(b, i);
-            MSG_CONTENT(b, i, akc_puts(b, m[i].content));
-            akc_puts(b, c->eos);
+            put_mistral_reply(c, i);
         }
     }
     return 0;
@@ -683,9 +688,7 @@ int akc_render_mistral(const akc_ctx *c, ak_error *err) {
             }
             akc_puts(b, c->eos);
         } else {
-            akc_mark_open(b, i);
-            MSG_CONTENT(b, i, akc_puts(b, m[i].content));
-            akc_puts(b, c->eos);
+            put_mistral_reply(c, i);
         }
     }
     return 0;
