@@ -172,9 +172,7 @@ typedef struct {
  * meta0 their converted group metadata, ra->fstride floats apart. */
 AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint8_t *v0, const uint8_t *m0,
                         const float *meta0, const float *q, float *out) {
-    const size_t stride = ra->cstride, mst = ra->mstride;
-    const int mstride = ra->fstride, d = ra->d;
-    const float sqrt_d = ra->sqrt_d;
+    const int d = ra->d;
     const uint8x16x4_t *t = ra->t;
     const int G = f_group(f), step = G ? G : 8;
     const int cb = (int)f_code_bytes(f, d);
@@ -183,7 +181,7 @@ AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint
     float32x4_t s[4], m[4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
+        v[r] = v0 + (size_t)r * ra->cstride;
         acc[r] = v8_zero();
         s[r] = m[r] = vdupq_n_f32(0);
     }
@@ -191,7 +189,7 @@ AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint
         v8 sum[4];   /* q8: the group's sum, scaled at its end */
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            if (G) group_param(f, meta0 + r * mstride, g, &s[r], &m[r]);
+            if (G) group_param(f, meta0 + r * ra->fstride, g, &s[r], &m[r]);
             sum[r] = v8_zero();
         }
         for (int k = k0; k < k0 + step && k < d; k += 8) {
@@ -216,7 +214,7 @@ AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
         float x = vaddvq_f32(vaddq_f32(acc[r].a, acc[r].b));
-        out[r] = f_tq(f) ? x * tq_factor(m0 + (size_t)r * mst, sqrt_d) : x;
+        out[r] = f_tq(f) ? x * tq_factor(m0 + (size_t)r * ra->mstride, ra->sqrt_d) : x;
     }
 }
 
@@ -224,9 +222,7 @@ AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint
  * meta0 their group metadata converted and multiplied by w[r]. */
 AK_INLINE void axpy_rows(const int f, const int R, const rows_arg *ra, const uint8_t *v0, const uint8_t *m0,
                          const float *meta0, const float *w, float *acc) {
-    const size_t stride = ra->cstride, mst = ra->mstride;
-    const int mstride = ra->fstride, d = ra->d;
-    const float sqrt_d = ra->sqrt_d;
+    const int d = ra->d;
     const uint8x16x4_t *t = ra->t;
     const int G = f_group(f), step = G ? G : 8;
     const int cb = (int)f_code_bytes(f, d);
@@ -234,14 +230,14 @@ AK_INLINE void axpy_rows(const int f, const int R, const rows_arg *ra, const uin
     float32x4_t s[4], m[4], wr[4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        v[r] = v0 + (size_t)r * stride;
+        v[r] = v0 + (size_t)r * ra->cstride;
         s[r] = m[r] = vdupq_n_f32(0);
-        wr[r] = vdupq_n_f32(f_tq(f) ? w[r] * tq_factor(m0 + (size_t)r * mst, sqrt_d) : w[r]);
+        wr[r] = vdupq_n_f32(f_tq(f) ? w[r] * tq_factor(m0 + (size_t)r * ra->mstride, ra->sqrt_d) : w[r]);
     }
     for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
         if (G)   /* metadata carries the weights */
             _Pragma("GCC unroll 4")
-            for (int r = 0; r < R; r++) group_param(f, meta0 + r * mstride, g, &s[r], &m[r]);
+            for (int r = 0; r < R; r++) group_param(f, meta0 + r * ra->fstride, g, &s[r], &m[r]);
         for (int k = k0; k < k0 + step && k < d; k += 8) {
             int n = d - k < 8 ? d - k : 8;
             float ab[8] = { 0 };

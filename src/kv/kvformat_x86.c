@@ -416,9 +416,7 @@ typedef struct {
  * meta0 their converted group metadata, ra->fstride floats apart. */
 AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint8_t *c0, const uint8_t *m0,
                         const float *meta0, const float *q, float *out) {
-    const size_t cstride = ra->cstride, mstride = ra->mstride;
-    const int fstride = ra->fstride, d = ra->d;
-    const float sqrt_d = ra->sqrt_d;
+    const int d = ra->d;
     const vf tab = ra->tab;
     const int G = f_group(f), step = G ? G : W;
     const size_t cb = f_code_bytes(f, d);
@@ -430,18 +428,18 @@ AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint
     float fac[4] = {0, 0, 0, 0};
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        v[r] = c0 + (size_t)r * cstride;
-        mr[r] = m0 ? m0 + (size_t)r * mstride : NULL;
-        meta[r] = meta0 + r * fstride;
+        v[r] = c0 + (size_t)r * ra->cstride;
+        mr[r] = m0 ? m0 + (size_t)r * ra->mstride : NULL;
+        meta[r] = meta0 + r * ra->fstride;
         acc[r] = VZERO();
         gp[r] = tab;
         hi[r] = VZERO();
     }
     /* tq's factors now, so that their pointers are not live in the loop */
-    if (f_tq(f) && R == 4) fac4 = tq_factor4(mr, sqrt_d);
+    if (f_tq(f) && R == 4) fac4 = tq_factor4(mr, ra->sqrt_d);
     else if (f_tq(f))
         _Pragma("GCC unroll 4")
-        for (int r = 0; r < R; r++) fac[r] = tq_factor(mr[r], sqrt_d);
+        for (int r = 0; r < R; r++) fac[r] = tq_factor(mr[r], ra->sqrt_d);
     for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
         vf t[4];   /* q8: the group's sum, scaled once at its end */
         _Pragma("GCC unroll 4")
@@ -476,9 +474,7 @@ AK_INLINE void dot_rows(const int f, const int R, const rows_arg *ra, const uint
  * group's scale and min, two scalar products per group). */
 AK_INLINE void axpy_rows(const int f, const int R, const rows_arg *ra, const uint8_t *c0, const uint8_t *m0,
                          const float *meta0, const float *w, float *acc) {
-    const size_t cstride = ra->cstride, mstride = ra->mstride;
-    const int fstride = ra->fstride, d = ra->d;
-    const float sqrt_d = ra->sqrt_d;
+    const int d = ra->d;
     const vf tab = ra->tab;
     const int G = f_group(f), step = G ? G : W;
     const size_t cb = f_code_bytes(f, d);
@@ -489,16 +485,16 @@ AK_INLINE void axpy_rows(const int f, const int R, const rows_arg *ra, const uin
     float wf[4];   /* the weights, times tq's factors */
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        v[r] = c0 + (size_t)r * cstride;
-        mr[r] = m0 ? m0 + (size_t)r * mstride : NULL;
-        meta[r] = meta0 + r * fstride;
+        v[r] = c0 + (size_t)r * ra->cstride;
+        mr[r] = m0 ? m0 + (size_t)r * ra->mstride : NULL;
+        meta[r] = meta0 + r * ra->fstride;
         gp[r] = tab;
         hi[r] = VZERO();
     }
-    if (f_tq(f) && R == 4) _mm_storeu_ps(wf, _mm_mul_ps(_mm_loadu_ps(w), tq_factor4(mr, sqrt_d)));
+    if (f_tq(f) && R == 4) _mm_storeu_ps(wf, _mm_mul_ps(_mm_loadu_ps(w), tq_factor4(mr, ra->sqrt_d)));
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++) {
-        if (!(f_tq(f) && R == 4)) wf[r] = f_tq(f) ? w[r] * tq_factor(mr[r], sqrt_d) : w[r];
+        if (!(f_tq(f) && R == 4)) wf[r] = f_tq(f) ? w[r] * tq_factor(mr[r], ra->sqrt_d) : w[r];
         wr[r] = VSET1(wf[r]);
     }
     for (int k0 = 0, g = 0; k0 < d; k0 += step, g++) {
