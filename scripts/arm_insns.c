@@ -58,7 +58,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < reps; k++) {
         if (P) {
             ak_error err = {{0}};
-            if (ak_matmul_packed(NULL, type, P, rows, cols, x, ntok, y, &err)) {
+            if (ak_matmul_packed(NULL, &(ak_matmul_args){ .wtype = type, .W = P, .rows = rows, .cols = cols, .X = x,
+                                                          .ntok = ntok, .Y = y }, &err)) {
                 fprintf(stderr, "%s\n", err.msg);
                 return 1;
             }

@@ -387,12 +387,16 @@ static int check_matmul_shape(ak_test_ctx *t, ak_threads *pool, uint32_t type, i
             /* all tokens at once on the pool and on one thread, and one
              * token per call (decode): the same bits every way */
             ak_error err = {{0}};
-            int rc = ak_matmul_packed(pool, type, P, rows, cols, x, ntok, y4, &err);
+            ak_matmul_args a = { .wtype = type, .W = P, .rows = rows, .cols = cols, .X = x, .ntok = ntok, .Y = y4 };
+            int rc = ak_matmul_packed(pool, &a, &err);
             CHECK(rc == 0, "%s packed: %s", tname(type), err.msg);
-            rc = ak_matmul_packed(NULL, type, P, rows, cols, x, ntok, y5, &err);
+            a.Y = y5;
+            rc = ak_matmul_packed(NULL, &a, &err);
             CHECK(rc == 0, "%s packed: %s", tname(type), err.msg);
-            for (int64_t k = 0; k < ntok; k++)
-                ak_matmul_packed(pool, type, P, rows, cols, x + k * cols, 1, y6 + k * rows, NULL);
+            for (int64_t k = 0; k < ntok; k++) {
+                a.X = x + k * cols; a.ntok = 1; a.Y = y6 + k * rows;
+                ak_matmul_packed(pool, &a, NULL);
+            }
         }
         for (int64_t k = 0; k < ntok && failures < 5; k++) {
             for (int64_t i = 0; i < rows && failures < 5; i++) {
@@ -519,10 +523,12 @@ TEST(kernel_packed_scratch_failure) {
         ak_pack_weights(type, W, ROWS, COLS, P);
         for (int i = 0; i < NTOK * ROWS; i++) y1[i] = y2[i] = NAN;
         ak_threads_limit_scratch(pool, SIZE_MAX);
-        CHECK(ak_matmul_packed(pool, type, P, ROWS, COLS, x, NTOK, y1, &err) == 0, "%u: %s", type, err.msg);
+        ak_matmul_args a = { .wtype = type, .W = P, .rows = ROWS, .cols = COLS, .X = x, .ntok = NTOK, .Y = y1 };
+        CHECK(ak_matmul_packed(pool, &a, &err) == 0, "%u: %s", type, err.msg);
         ak_threads_limit_scratch(pool, 0);
         CHECK(ak_threads_scratch(pool, 64) == NULL, "the limit should make the scratch fail");
-        CHECK(ak_matmul_packed(pool, type, P, ROWS, COLS, x, NTOK, y2, &err) == 0, "%u: %s", type, err.msg);
+        a.Y = y2;
+        CHECK(ak_matmul_packed(pool, &a, &err) == 0, "%u: %s", type, err.msg);
         int same = memcmp(y1, y2, sizeof y1) == 0, nonzero = 0;
         for (int i = 0; i < NTOK * ROWS; i++) nonzero += y2[i] != 0 && !isnan(y2[i]);
         CHECK(same && nonzero == NTOK * ROWS, "type %u without scratch: %s, %d of %d outputs nonzero", type,
@@ -534,7 +540,9 @@ TEST(kernel_packed_scratch_failure) {
     /* not packable here: Q4_K rows of 300 columns (not whole super-blocks) */
     for (int i = 0; i < NTOK * ROWS; i++) y1[i] = NAN;
     err.code = AK_ERR_NONE;
-    CHECK(ak_matmul_packed(pool, GGML_TYPE_Q4_K, W, ROWS, 300, x, NTOK, y1, &err) == -1, "unpackable shape accepted");
+    CHECK(ak_matmul_packed(pool, &(ak_matmul_args){ .wtype = GGML_TYPE_Q4_K, .W = W, .rows = ROWS, .cols = 300, .X = x,
+                                                    .ntok = NTOK, .Y = y1 }, &err) == -1,
+          "unpackable shape accepted");
     CHECK(err.code == AK_ERR_INVALID, "error code %d, want AK_ERR_INVALID", err.code);
     int touched = 0;
     for (int i = 0; i < NTOK * ROWS; i++) touched += !isnan(y1[i]);
@@ -660,26 +668,44 @@ TEST(kernel_packed_n_matches_one_by_one) {
         }
         for (size_t ki = 0; ki < 3; ki++) {
             const int64_t nt = ntoks[ki];
+            ak_matmul_args a[3];
             for (int m = 0; m < 3; m++) {
                 for (int64_t i = 0; i < nt * rows[m]; i++) y1[m][i] = y2[m][i] = NAN;
-                CHECK(ak_matmul_packed(pool, type, P[m], rows[m], cols, x, nt, y1[m], &err) == 0, "%s", err.msg);
+                a[m] = (ak_matmul_args){ .wtype = type, .W = P[m], .rows = rows[m], .cols = cols, .X = x, .ntok = nt,
+                                         .Y = y1[m] };
+                CHECK(ak_matmul_packed(pool, &a[m], &err) == 0, "%s", err.msg);
+                a[m].Y = y2[m];
             }
-            CHECK(ak_matmul_packed_n(pool, type, 3, (const void *const *)P, rows, cols, x, nt, y2, &err) == 0, "%s",
-                  err.msg);
+            CHECK(ak_matmul_packed_n(pool, 3, a, &err) == 0, "%s", err.msg);
             for (int m = 0; m < 3; m++)
                 CHECK(!memcmp(y1[m], y2[m], sizeof(float) * nt * rows[m]), "%s ntok %lld: matrix %d differs",
                       tname(type), (long long)nt, m);
             tested++;
         }
-        float *none[5] = { y2[0], y2[1], y2[2], y2[0], y2[1] };
-        const void *P5[5] = { P[0], P[1], P[2], P[0], P[1] };
-        const int64_t rows5[5] = { rows[0], rows[1], rows[2], rows[0], rows[1] };
+        ak_matmul_args a5[5];
+        for (int m = 0; m < 5; m++)
+            a5[m] = (ak_matmul_args){ .wtype = type, .W = P[m % 3], .rows = rows[m % 3], .cols = cols, .X = x,
+                                      .ntok = 1, .Y = y2[m % 3] };
         err.code = AK_ERR_NONE;
-        CHECK(ak_matmul_packed_n(pool, type, 5, P5, rows5, cols, x, 1, none, &err) == -1 && err.code == AK_ERR_INVALID,
+        CHECK(ak_matmul_packed_n(pool, 5, a5, &err) == -1 && err.code == AK_ERR_INVALID,
               "5 matrices accepted (code %d)", err.code);
         err.code = AK_ERR_NONE;
-        CHECK(ak_matmul_packed_n(pool, type, 0, P5, rows5, cols, x, 1, none, &err) == -1 && err.code == AK_ERR_INVALID,
+        CHECK(ak_matmul_packed_n(pool, 0, a5, &err) == -1 && err.code == AK_ERR_INVALID,
               "0 matrices accepted (code %d)", err.code);
+        /* products that do not share their activations, or their width */
+        for (int m = 0; m < 3; m++) for (int64_t i = 0; i < rows[m]; i++) y2[m][i] = NAN;
+        a5[1].X = x + cols;
+        err.code = AK_ERR_NONE;
+        CHECK(ak_matmul_packed_n(pool, 3, a5, &err) == -1 && err.code == AK_ERR_INVALID,
+              "products of different activations accepted (code %d)", err.code);
+        a5[1].X = x;
+        a5[2].cols = cols / 2;
+        err.code = AK_ERR_NONE;
+        CHECK(ak_matmul_packed_n(pool, 3, a5, &err) == -1 && err.code == AK_ERR_INVALID,
+              "products of different widths accepted (code %d)", err.code);
+        int written = 0;
+        for (int m = 0; m < 3; m++) for (int64_t i = 0; i < rows[m]; i++) written += !isnan(y2[m][i]);
+        CHECK(written == 0, "a refused product wrote %d outputs", written);
         for (int m = 0; m < 3; m++) { free(P[m]); free(y1[m]); free(y2[m]); }
         free(w); free(x);
     }

@@ -63,13 +63,14 @@ TEST(kernel_neon_levels_agree_bitwise) {
             setenv("AGENTKV_NEON", level_names[lv], 1);
             ak_error err = {{0}};
             float *dst = lv == 0 ? y0 : y;
-            CHECK(ak_matmul_packed(NULL, type, P, ROWS, COLS, x, NTOK, dst, &err) == 0, "%s", err.msg);
+            ak_matmul_args a = { .wtype = type, .W = P, .rows = ROWS, .cols = COLS, .X = x, .ntok = NTOK, .Y = dst };
+            CHECK(ak_matmul_packed(NULL, &a, &err) == 0, "%s", err.msg);
             if (lv > 0)
                 CHECK(!memcmp(y, y0, sizeof(float) * NTOK * ROWS), "type %u: level %s differs from plain", type,
                       level_names[lv]);
             for (int tk = 0; tk < NTOK; tk++) {
-                CHECK(ak_matmul_packed(NULL, type, P, ROWS, COLS, x + (size_t)tk * COLS, 1, one, &err) == 0, "%s",
-                      err.msg);
+                a.X = x + (size_t)tk * COLS; a.ntok = 1; a.Y = one;
+                CHECK(ak_matmul_packed(NULL, &a, &err) == 0, "%s", err.msg);
                 CHECK(!memcmp(one, dst + (size_t)tk * ROWS, sizeof(float) * ROWS),
                       "type %u level %s: token %d alone differs from it in a batch of %d", type, level_names[lv], tk,
                       NTOK);

@@ -285,9 +285,14 @@ TEST(kquant_matmul_vs_reference) {
                 /* all tokens at once on the pool, on one thread, and one
                  * token per call (decode): the same bits every way */
                 ak_pack_weights(type, W, rows, cols, P);
-                ak_matmul_packed(pool, type, P, rows, cols, x, ntok, y3, NULL);
-                ak_matmul_packed(NULL, type, P, rows, cols, x, ntok, y4, NULL);
-                for (int64_t k = 0; k < ntok; k++) ak_matmul_packed(pool, type, P, rows, cols, x + k * cols, 1, y5 + k * rows, NULL);
+                ak_matmul_args a = { .wtype = type, .W = P, .rows = rows, .cols = cols, .X = x, .ntok = ntok, .Y = y3 };
+                ak_matmul_packed(pool, &a, NULL);
+                a.Y = y4;
+                ak_matmul_packed(NULL, &a, NULL);
+                for (int64_t k = 0; k < ntok; k++) {
+                    a.X = x + k * cols; a.ntok = 1; a.Y = y5 + k * rows;
+                    ak_matmul_packed(pool, &a, NULL);
+                }
                 packed = 1;
             }
             for (int64_t k = 0; k < ntok && failures < 5; k++)

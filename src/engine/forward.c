@@ -255,7 +255,9 @@ static void attn_worker(void *ud, int ith, int nth) {
 
 /* Y (n x w->rows) = X (n x w->cols) W^T, from the packed copy when there is one. */
 static void matmul(ak_threads *pool, const ak_weight *w, const float *X, int n, float *Y) {
-    if (w->packed) ak_matmul_packed(pool, w->type, w->packed, w->rows, w->cols, X, n, Y, NULL);   /* cannot fail: packed where ak_packed_bytes > 0 */
+    if (w->packed)   /* cannot fail: packed where ak_packed_bytes > 0 */
+        ak_matmul_packed(pool, &(ak_matmul_args){ .wtype = w->type, .W = w->packed, .rows = w->rows, .cols = w->cols,
+                                                  .X = X, .ntok = n, .Y = Y }, NULL);
     else ak_matmul(pool, w->type, w->data, w->rows, w->cols, X, n, Y);
 }
 
@@ -264,15 +266,14 @@ static void matmul(ak_threads *pool, const ak_weight *w, const float *X, int n, 
  * where all are packed with the same type and width, else one product each.
  * The same bits either way (kernels.h). */
 static void matmul_n(ak_threads *pool, int n, const ak_weight *const *w, const float *X, int ntok, float *const *Y) {
-    const void *P[AK_MATMUL_PACKED_MAX];
-    int64_t rows[AK_MATMUL_PACKED_MAX];
+    ak_matmul_args a[AK_MATMUL_PACKED_MAX];
     int same = n <= AK_MATMUL_PACKED_MAX;
     for (int i = 0; i < n && same; i++) {
         same = w[i]->packed && w[i]->type == w[0]->type && w[i]->cols == w[0]->cols;
-        P[i] = w[i]->packed;
-        rows[i] = w[i]->rows;
+        a[i] = (ak_matmul_args){ .wtype = w[i]->type, .W = w[i]->packed, .rows = w[i]->rows, .cols = w[i]->cols,
+                                 .X = X, .ntok = ntok, .Y = Y[i] };
     }
-    if (same && ak_matmul_packed_n(pool, w[0]->type, n, P, rows, w[0]->cols, X, ntok, Y, NULL) == 0) return;
+    if (same && ak_matmul_packed_n(pool, n, a, NULL) == 0) return;
     for (int i = 0; i < n; i++) matmul(pool, w[i], X, ntok, Y[i]);
 }
 

@@ -348,9 +348,14 @@ static void mm_task(void *arg, int ith, int nth) {
     }
 }
 
-static void matmul_with(const ak_kernel_backend *be, ak_threads *pool, uint32_t wtype,
-                        const void *W, int64_t rows, int64_t cols, const float *X,
-                        int64_t ntok, float *Y) {
+/* The product a with the back end be (ak_matmul's contract), on the pool's
+ * threads (the calling thread without one). */
+static void matmul_with(const ak_kernel_backend *be, ak_threads *pool, const ak_matmul_args *a) {
+    const uint32_t wtype = a->wtype;
+    const void *W = a->W;
+    const int64_t rows = a->rows, cols = a->cols, ntok = a->ntok;
+    const float *X = a->X;
+    float *Y = a->Y;
     if (rows <= 0 || ntok <= 0) return;
     if (!ak_wtype_supported(wtype)) { memset(Y, 0, (size_t)(rows * ntok) * sizeof *Y); return; }
     be = backend_for(be, wtype);
@@ -388,11 +393,13 @@ static void matmul_with(const ak_kernel_backend *be, ak_threads *pool, uint32_t 
  * must not hold a pool scratch pointer across this call. */
 void ak_matmul(ak_threads *pool, uint32_t wtype, const void *W, int64_t rows, int64_t cols,
                const float *X, int64_t ntok, float *Y) {
-    matmul_with(simd_backend(), pool, wtype, W, rows, cols, X, ntok, Y);
+    matmul_with(simd_backend(), pool,
+                &(ak_matmul_args){ .wtype = wtype, .W = W, .rows = rows, .cols = cols, .X = X, .ntok = ntok, .Y = Y });
 }
 
 /* The same product with the scalar back end on the calling thread. */
 void ak_matmul_scalar(uint32_t wtype, const void *W, int64_t rows, int64_t cols,
                       const float *X, int64_t ntok, float *Y) {
-    matmul_with(&ak_backend_scalar, NULL, wtype, W, rows, cols, X, ntok, Y);
+    matmul_with(&ak_backend_scalar, NULL,
+                &(ak_matmul_args){ .wtype = wtype, .W = W, .rows = rows, .cols = cols, .X = X, .ntok = ntok, .Y = Y });
 }

@@ -50,6 +50,18 @@ void ak_dequantize_row(uint32_t type, const void *src, float *y, int64_t n);
 float ak_vec_dot(uint32_t type, const void *row, const float *x, int64_t n);
 float ak_vec_dot_scalar(uint32_t type, const void *row, const float *x, int64_t n);
 
+/* The operands of one product Y = X W^T: W, rows x cols of wtype (row-major
+ * rows for ak_matmul, the packed copy for ak_matmul_packed), X (ntok x cols,
+ * f32) and Y (ntok x rows, f32, row-major). */
+typedef struct {
+    uint32_t wtype;
+    const void *W;
+    int64_t rows, cols;
+    const float *X;
+    int64_t ntok;
+    float *Y;
+} ak_matmul_args;
+
 /* Y (ntok x rows, row-major) = X (ntok x cols, f32) times W^T, W (rows x cols)
  * stored as rows of `wtype`. Split across the pool's threads; for ntok > 1
  * each weight block is reused across tokens (prefill). For quantized weights
@@ -73,21 +85,20 @@ void ak_matmul_scalar(uint32_t wtype, const void *W, int64_t rows, int64_t cols,
 size_t ak_packed_bytes(uint32_t wtype, int64_t rows, int64_t cols);
 /* Writes the packed copy of W into P (ak_packed_bytes bytes, 64-byte aligned). */
 void ak_pack_weights(uint32_t wtype, const void *W, int64_t rows, int64_t cols, void *P);
-/* ak_matmul's contract, with W given by its packed copy P. Returns 0, or -1
- * with err set (AK_ERR_INVALID, Y untouched) where ak_packed_bytes is 0 for
- * (wtype, rows, cols). Out of memory for its scratch it computes one token
- * at a time on the stack: the same bits, not an error. */
-int ak_matmul_packed(ak_threads *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols,
-                     const float *X, int64_t ntok, float *Y, ak_error *err);
+/* ak_matmul's contract for the product a, its W the packed copy. Returns
+ * 0, or -1 with err set (AK_ERR_INVALID, Y untouched) where ak_packed_bytes
+ * is 0 for (wtype, rows, cols). Out of memory for its scratch it computes
+ * one token at a time on the stack: the same bits, not an error. */
+int ak_matmul_packed(ak_threads *pool, const ak_matmul_args *a, ak_error *err);
 /* Several packed products of the same activations in one parallel region:
- * Y[m] (ntok x rows[m]) = X (ntok x cols) times W_m^T for m < n (n at most
- * AK_MATMUL_PACKED_MAX), the W_m packed copies of one type and width (Q,
- * K and V of a layer; its gate and up). X is quantized once. Each Y[m] is
- * the same bits as ak_matmul_packed of that matrix alone. Returns 0, or -1
- * with err set (AK_ERR_INVALID, nothing written) where n is out of range
- * or ak_packed_bytes is 0 for one of the matrices. */
+ * a[m] for m < n (n at most AK_MATMUL_PACKED_MAX), matrices of one type and
+ * width that multiply the same X for the same tokens (Q, K and V of a
+ * layer; its gate and up): wtype, cols, X and ntok the same in every a[m].
+ * X is quantized once. Each a[m].Y is the same bits as ak_matmul_packed of
+ * that product alone. Returns 0, or -1 with err set (AK_ERR_INVALID,
+ * nothing written) where n is out of range, the products differ in wtype,
+ * cols, X or ntok, or ak_packed_bytes is 0 for one of the matrices. */
 #define AK_MATMUL_PACKED_MAX 4
-int ak_matmul_packed_n(ak_threads *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
-                       const float *X, int64_t ntok, float *const *Y, ak_error *err);
+int ak_matmul_packed_n(ak_threads *pool, int n, const ak_matmul_args *a, ak_error *err);
 
 #endif

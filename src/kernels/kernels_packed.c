@@ -1090,43 +1090,50 @@ static void pk_task(void *arg, int ith, int nth) {
 
 #endif /* AK_PACKED */
 
-/* Y (ntok x rows) = X (ntok x cols) times W^T, with W given as its packed
- * copy P (ak_pack_weights). Same contract and same activation rounding as
- * ak_matmul. Returns 0; or -1 with err set (AK_ERR_INVALID, Y untouched)
- * when ak_packed_bytes(wtype, rows, cols) is 0: this build has no packed
- * kernels for it (such a call once wrote zeros to Y). Scratch for the
- * quantized activations comes from the pool (the heap without one); when
- * that cannot be had, the product is computed one token at a time with the
- * activations on the stack, which ak_packed_bytes sized for: the result is
- * the same bits, never zeros. */
-int ak_matmul_packed(ak_threads *pool, uint32_t wtype, const void *P, int64_t rows, int64_t cols, const float *X,
-                     int64_t ntok, float *Y, ak_error *err) {
-    return ak_matmul_packed_n(pool, wtype, 1, &P, &rows, cols, X, ntok, &Y, err);
+/* Y (ntok x rows) = X (ntok x cols) times W^T for the product a, with W
+ * given as its packed copy (ak_pack_weights). Same contract and same
+ * activation rounding as ak_matmul. Returns 0; or -1 with err set
+ * (AK_ERR_INVALID, Y untouched) when ak_packed_bytes(wtype, rows, cols) is
+ * 0: this build has no packed kernels for it (such a call once wrote zeros
+ * to Y). Scratch for the quantized activations comes from the pool (the
+ * heap without one); when that cannot be had, the product is computed one
+ * token at a time with the activations on the stack, which ak_packed_bytes
+ * sized for: the result is the same bits, never zeros. */
+int ak_matmul_packed(ak_threads *pool, const ak_matmul_args *a, ak_error *err) {
+    return ak_matmul_packed_n(pool, 1, a, err);
 }
 
-/* Y[m] (ntok x rows[m]) = X times W_m^T for the n matrices P[m] of one type
- * and width (kernels.h): ak_matmul_packed's contract for each, in one
- * parallel region, with X quantized once. Each Y[m] is the same bits as
- * ak_matmul_packed of that matrix alone (a row's arithmetic does not depend
- * on the work item it falls in). */
-int ak_matmul_packed_n(ak_threads *pool, uint32_t wtype, int n, const void *const *P, const int64_t *rows, int64_t cols,
-                       const float *X, int64_t ntok, float *const *Y, ak_error *err) {
+/* The n products a[m] of one type and width that share X (kernels.h):
+ * ak_matmul_packed's contract for each, in one parallel region, with X
+ * quantized once. Each a[m].Y is the same bits as ak_matmul_packed of that
+ * product alone (a row's arithmetic does not depend on the work item it
+ * falls in). Returns 0, or -1 with err set (AK_ERR_INVALID, nothing
+ * written) for n out of range, products that differ in wtype, cols, X or
+ * ntok, or a matrix without packed kernels. */
+int ak_matmul_packed_n(ak_threads *pool, int n, const ak_matmul_args *a, ak_error *err) {
     if (n < 1 || n > AK_MATMUL_PACKED_MAX)
         return ak_failc(err, AK_ERR_INVALID, "%d matrices in one packed product (1..%d)", n, AK_MATMUL_PACKED_MAX);
+    const uint32_t wtype = a[0].wtype;
+    const int64_t cols = a[0].cols, ntok = a[0].ntok;
+    const float *X = a[0].X;
+    for (int m = 1; m < n; m++)
+        if (a[m].wtype != wtype || a[m].cols != cols || a[m].X != X || a[m].ntok != ntok)
+            return ak_failc(err, AK_ERR_INVALID, "packed product %d differs from the first in its type, width or "
+                            "activations", m);
     if (ntok <= 0) return 0;
     for (int m = 0; m < n; m++)
-        if (rows[m] > 0 && !ak_packed_bytes(wtype, rows[m], cols))
+        if (a[m].rows > 0 && !ak_packed_bytes(wtype, a[m].rows, cols))
             return ak_failc(err, AK_ERR_INVALID, "no packed kernels for %s weights of %lld x %lld in this build (%s)",
-                            gguf_tensor_type_name(wtype), (long long)rows[m], (long long)cols, ak_simd_name());
+                            gguf_tensor_type_name(wtype), (long long)a[m].rows, (long long)cols, ak_simd_name());
 #if defined(AK_PACKED)
     int nth = ak_threads_size(pool);
     pk_job j = {0};
     j.wtype = wtype; j.cols = cols; j.ntok = ntok; j.X = X;
     j.gb = is_k(wtype) ? ak_packed_k_group_bytes(wtype, cols) : group_bytes(wtype, cols);
     for (int m = 0; m < n; m++) {
-        if (rows[m] <= 0) continue;   /* nothing to compute, as ak_matmul_packed */
-        j.P[j.nm] = P[m]; j.rows[j.nm] = rows[m]; j.Y[j.nm] = Y[m];
-        j.ng += (rows[m] + GROUP - 1) / GROUP;
+        if (a[m].rows <= 0) continue;   /* nothing to compute, as ak_matmul_packed */
+        j.P[j.nm] = a[m].W; j.rows[j.nm] = a[m].rows; j.Y[j.nm] = a[m].Y;
+        j.ng += (a[m].rows + GROUP - 1) / GROUP;
         j.gend[j.nm++] = j.ng;
     }
     if (!j.nm) return 0;
@@ -1164,7 +1171,7 @@ int ak_matmul_packed_n(ak_threads *pool, uint32_t wtype, int n, const void *cons
     free(owned);
 #endif
 #else
-    (void)pool; (void)P; (void)X; (void)Y;
+    (void)pool;
 #endif
     return 0;
 }
