@@ -138,7 +138,7 @@ static uint8_t *allocate_widths(ak_agents *a, agent *g, int from, int to, const 
 
 int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request *rq,
                        char card_id_out[AK_AGENT_ID_MAX + 1], ak_error *err) {
-    saves_drain(a);
+    saves_drain(a->saves);
     if (!agent_id || !ak_agent_id_valid(agent_id)) return ak_failc(err, AK_ERR_INVALID, "invalid agent id");
     ak_card_request none;
     memset(&none, 0, sizeof none);
@@ -191,12 +191,12 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
     if (!c) return -1;
     /* the file is written behind, by the writer (its fsync alone can take
      * longer than the whole handoff); without a writer, here */
-    if (a->cfg.store && !a->writer_running && ak_store_save_card(a->cfg.store, c, err) < 0) {
+    if (a->cfg.store && !saves_running(a->saves) && ak_store_save_card(a->cfg.store, c, err) < 0) {
         ak_card_free(c);
         return -1;
     }
     pending *pw = NULL;
-    if (a->writer_running && !(pw = calloc(1, sizeof *pw))) {
+    if (saves_running(a->saves) && !(pw = calloc(1, sizeof *pw))) {
         ak_card_free(c);
         return ak_failc(err, AK_ERR_NOMEM, "out of memory");
     }
@@ -207,7 +207,7 @@ int ak_agent_make_card(ak_agents *a, const char *agent_id, const ak_card_request
     if (pw) {
         snprintf(pw->id, sizeof pw->id, "%s", c->id);
         pw->card = c;
-        saves_enqueue(a, pw);
+        saves_enqueue(a->saves, pw);
     }
     if (card_id_out) snprintf(card_id_out, AK_AGENT_ID_MAX + 1, "%s", id);
     logf_(a, "card %s: made from agent %s [%d, %d), %zu bytes (f16: %zu)", id, agent_id, rq->from, to,
@@ -280,7 +280,7 @@ int ak_agent_import_card(ak_agents *a, const char *id, const char *card_id, ak_e
 }
 
 int ak_agent_import_card_mode(ak_agents *a, const char *id, const char *card_id, ak_import_mode mode, ak_error *err) {
-    saves_drain(a);
+    saves_drain(a->saves);
     if (!id || !ak_agent_id_valid(id))
         return ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
     if (mode != AK_IMPORT_REPLACE && mode != AK_IMPORT_APPEND)

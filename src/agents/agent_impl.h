@@ -1,28 +1,33 @@
 /* agent_impl.h - the core of the agents module: the agent records and
- * their registry (registry.c: find, create, LRU eviction, the KV budget)
- * and the save queue (save_queue.c: the writer thread, retries, flush).
- * Not a public header.
+ * their registry (registry.c: find, create, LRU eviction, the KV budget,
+ * saving an agent and flushing through the save queue). Not a public
+ * header.
  *
  * THE DIRECTION. The module's files depend on each other one way, lowest
- * first:
- *   1. the core (this header): registry.c and save_queue.c (evicting saves
- *      an agent; the writer's outcomes are applied to the registry's agents);
- *   2. the resident sets, each on the core only: pools.c (pools_impl.h),
+ * first (no file calls one above it):
+ *   1. the save queue, save_queue.c (save_queue.h): the writer thread,
+ *      retries, the disk budget; it knows the store, not the agents;
+ *   2. the registry, registry.c (this header), on the save queue: it owns
+ *      the queue, snapshots agents into it, and gives it at creation the
+ *      hook (save_queue_config.applied) through which a write's outcome
+ *      reaches the agent;
+ *   3. the resident sets, each on the two below: pools.c (pools_impl.h),
  *      memories.c (memories_impl.h), card_set.c (card_set.h);
- *   3. restore.c (restore.h): restores and prefetches, on the core, pools
- *      and cards;
- *   4. turn.c (turns, placing memories, admission) and agent_cards.c
+ *   4. restore.c (restore.h): restores and prefetches, on the registry,
+ *      the save queue, pools and cards;
+ *   5. turn.c (turns, placing memories, admission) and agent_cards.c
  *      (making and importing cards), on everything below.
- * The core reaches no module above it: a resident set registers an
- * ak_resident_ops with the registry (agents_resident_register), which asks
- * it to drop something when idle agents cannot make room and frees it with
- * the agents. A lower file never includes a higher one's header. */
+ * bitalloc.c (bitalloc.h) is apart: pure, on nothing of the module; cards
+ * use it. The registry reaches no module above it either: a resident set
+ * registers an ak_resident_ops with the registry
+ * (agents_resident_register), which asks it to drop something when idle
+ * agents cannot make room and frees it with the agents. A lower file never
+ * includes a higher one's header. */
 #ifndef AK_AGENT_IMPL_H
 #define AK_AGENT_IMPL_H
 
-#include <pthread.h>
-
 #include "agents/agent.h"
+#include "agents/save_queue.h"
 
 typedef struct {
     char id[AK_AGENT_ID_MAX + 1];
@@ -56,29 +61,6 @@ typedef struct {
     uint64_t ahead_bytes;
 } agent;
 
-/* A save waiting for the writer thread: the agent's cache was copied into
- * the snapshot, so the agent may be evicted or decode on meanwhile. */
-typedef struct pending {
-    struct pending *next;
-    char id[AK_AGENT_ID_MAX + 1];
-    ak_snapshot *snap;          /* an agent's save; NULL for a card's */
-    const struct ak_card *card; /* a card to write (made this run, freed only after its write) */
-    uint64_t version;
-    int attempts;               /* writes tried so far */
-    double due;                 /* a retry: not before this time (ak_now) */
-} pending;
-
-/* The outcome of a save, from the writer to the engine thread. */
-typedef struct save_result {
-    struct save_result *next;
-    char id[AK_AGENT_ID_MAX + 1];
-    uint64_t version;
-    int ok;
-    int card;                   /* the outcome of a card's write, not an agent's */
-    char error[512];
-    int code;                   /* the error's ak_err_code */
-} save_result;
-
 /* The slots of the resident sets (see ak_resident_ops below), in the order
  * the registry asks them to drop something and frees them. */
 typedef enum { AK_RESIDENT_POOLS, AK_RESIDENT_MEMORIES, AK_RESIDENT_CARDS, AK_RESIDENT_SLOTS } ak_resident_slot;
@@ -91,19 +73,7 @@ struct ak_agents {
     int n, cap;
     uint64_t clock;
     uint64_t next_version;
-    /* background writer: file I/O off the engine's thread */
-    pthread_t writer;
-    int writer_running;
-    pthread_mutex_t mu;         /* guards the fields below */
-    pthread_cond_t cv;          /* on CLOCK_MONOTONIC (retry deadlines) */
-    pending *head, *tail;       /* queued saves, oldest first */
-    pending *retry;             /* failed saves waiting for their next attempt */
-    save_result *results;       /* outcomes not yet applied to the agents */
-    int writing;                /* a save is being written (not in a list) */
-    char writing_id[AK_AGENT_ID_MAX + 1];
-    int hurry;                  /* > 0: someone waits for saves: retry without backoff */
-    int stop;
-    uint64_t saves_done, saves_failed, saves_abandoned;
+    save_queue *saves;          /* file I/O off the engine's thread (save_queue.h) */
     size_t reserved;            /* bytes promised to restores in flight */
     /* the resident sets' own records, each touched only by its module (the
      * registry reaches them through resident[]) */
@@ -173,25 +143,9 @@ size_t agents_kv_grow_bytes(const ak_agents *a, const ak_kv *kv, int n_pos);
 /* Bytes g (hot or not) adds to hold n_pos positions. */
 size_t agent_bytes_for(const ak_agents *a, const agent *g, int n_pos);
 
-/* ---- the save queue (save_queue.c) --------------------------------------- */
-
-/* Readies a's lock and condition, applies the disk budget and starts the
- * writer thread when a has a store. Returns 0, or -1 with err set (the lock
- * and condition destroyed again). */
-int saves_start(ak_agents *a, ak_error *err);
-/* Stops the writer once everything queued is written (retries without
- * backoff) and applies the outcomes. No-op without a writer. */
-void saves_stop(ak_agents *a);
-/* Queues p (an agent's snapshot or a card, taken over) for the writer, last. */
-void saves_enqueue(ak_agents *a, pending *p);
-/* Waits until no save of id (NULL: of any agent) is queued, being written
- * or waiting for a retry. */
-void saves_wait(ak_agents *a, const char *id);
-/* Applies the writer's reported outcomes to the agents (engine thread). */
-void saves_drain(ak_agents *a);
 /* Saves g if its file is not current and no save of its current history is
- * on its way: snapshots it and queues the write (sync = 1: writes it here).
- * Returns 0, or -1 with err set. */
+ * on its way: snapshots it and queues the write on a->saves (sync = 1, or
+ * no writer: writes it here). Returns 0, or -1 with err set. */
 int agent_save(ak_agents *a, agent *g, int sync, ak_error *err);
 
 #endif

@@ -80,7 +80,7 @@ const ak_card *cards_resolve(ak_agents *a, const char *id, ak_error *err) {
 
 const ak_card *ak_card_get(ak_agents *a, const char *card_id, ak_error *err) { return cards_resolve(a, card_id, err); }
 
-void ak_card_wait_saved(ak_agents *a, const char *card_id) { saves_wait(a, card_id); }
+void ak_card_wait_saved(ak_agents *a, const char *card_id) { saves_wait(a->saves, card_id); }
 
 /* 1 if a card of id exists (in RAM or the store's index). */
 int cards_exists(ak_agents *a, const char *id) {
@@ -125,7 +125,7 @@ static int holds_card(const agent *g, const char *card_id) {
 
 int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err) {
     if (!card_id || !ak_agent_id_valid(card_id)) return ak_failc(err, AK_ERR_INVALID, "invalid card id");
-    saves_drain(a);
+    saves_drain(a->saves);
     /* its holders: agents in RAM, then agent files that record it */
     char names[8 * (AK_AGENT_ID_MAX + 2) + 8] = "";
     int held = 0;
@@ -157,7 +157,7 @@ int ak_card_remove(ak_agents *a, const char *card_id, ak_error *err) {
     if (held)
         return ak_failc(err, AK_ERR_BUSY, "card %s is held by %d agent%s: %s%s", card_id, held, held > 1 ? "s" : "", names,
                         held > 8 ? ", ..." : "");
-    saves_wait(a, card_id);   /* its write, if queued, holds the card; and its file is then there to remove */
+    saves_wait(a->saves, card_id);   /* its write, if queued, holds the card; and its file is then there to remove */
     int found = 0;
     for (int i = 0; i < a->n_cards; i++)
         if (!strcmp(a->cards[i]->id, card_id)) {

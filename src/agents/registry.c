@@ -1,11 +1,21 @@
 /* registry.c - the agent registry (agent_impl.h): the agents known this
  * run, find and create, the LRU clock, eviction under the KV budget and the
- * byte accounting of admission; the listing and the agent.h queries.
+ * byte accounting of admission; saving agents through the save queue
+ * (save_queue.h) and flushing it; the listing and the agent.h queries.
  *
  * Making room evicts idle agents least recently used first; when none is
  * left the resident sets (pools, memories) registered with the registry
  * are asked, in slot order, to drop something. The registry knows nothing
  * else of them.
+ *
+ * Saving. An agent's history has a version (from one counter for all agents,
+ * so a version never repeats, not even for a removed and re-created id); the
+ * agent is dirty while the version confirmed on disk is not its current one.
+ * A save copies the cache into a snapshot (engine thread) and queues it for
+ * the save queue's writer; the agent stays dirty until the queue reports
+ * that the file is in place (save_applied, the queue's hook). Waiting for
+ * saves (flush, a restore of the same agent, shutdown) skips the retries'
+ * backoff.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +41,23 @@ int ak_save_policy_parse(const char *s, ak_save_policy *out) {
     return 0;
 }
 
+/* The save queue's hook (save_queue_config.applied): applies the outcome r
+ * of a write to its agent (nothing for a card's, or for an agent removed
+ * since). */
+static void save_applied(void *owner, const save_result *r) {
+    agent *g = r->card ? NULL : agents_find(owner, r->id);
+    if (!g) return;
+    if (r->ok) {
+        if (r->version > g->saved) g->saved = r->version;
+        if (g->saved >= g->version) g->save_failed = 0;
+    } else if (r->version >= g->saved) {
+        g->save_failed = g->saved != g->version;
+        snprintf(g->save_error, sizeof g->save_error, "%s", r->error);
+        g->save_code = r->code;
+    }
+    if (g->queued == r->version) g->queued = 0;   /* a later save may snapshot again */
+}
+
 ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
     if (!cfg->model || !cfg->pool || cfg->n_ctx <= 0) {
         ak_failc(err, AK_ERR_INVALID, "agents: model, pool and a positive context are required");
@@ -44,7 +71,9 @@ ak_agents *ak_agents_new(const ak_agents_config *cfg, ak_error *err) {
      * still sees (kvcache.h LAYER GROUPS): a long agent costs a window of
      * positions on those layers */
     ak_block_pool_set_window_release(cfg->pool, 1);
-    if (saves_start(a, err) < 0) {
+    save_queue_config sq = {.store = cfg->store, .disk_budget = cfg->disk_budget, .log = cfg->log,
+                            .log_ud = cfg->log_ud, .applied = save_applied, .owner = a};
+    if (!(a->saves = saves_new(&sq, err))) {
         free(a);
         return NULL;
     }
@@ -104,12 +133,13 @@ void agent_set_base(agent *g, ak_kv *kv, int kind, const char *id, const char *h
 
 void ak_agents_free(ak_agents *a) {
     if (!a) return;
-    saves_drain(a);
+    saves_drain(a->saves);
     for (int i = 0; i < a->n; i++) {
         ak_error err = {{0}};
         if (agent_save(a, a->v[i], 0, &err) < 0) logf_(a, "agent %s: save at shutdown failed: %s", a->v[i]->id, err.msg);
     }
-    saves_stop(a); /* writes everything queued (retries included, without backoff), then ends */
+    saves_free(a->saves); /* writes everything queued (retries included, without backoff), then ends */
+    a->saves = NULL;
     for (int i = 0; i < a->n; i++) {
         agent *g = a->v[i];
         if (agent_is_dirty(g) && !g->ephemeral && a->cfg.store)
@@ -119,8 +149,6 @@ void ak_agents_free(ak_agents *a) {
     }
     for (int s = 0; s < AK_RESIDENT_SLOTS; s++)
         if (a->resident[s]) a->resident[s]->free_all(a);
-    pthread_mutex_destroy(&a->mu);
-    pthread_cond_destroy(&a->cv);
     free(a->v);
     free(a);
 }
@@ -172,6 +200,98 @@ static size_t pool_free(ak_agents *a) {
     if (!st.budget) return SIZE_MAX;
     size_t taken = st.used + a->reserved;
     return taken >= st.budget ? 0 : st.budget - taken;
+}
+
+/* Saves g if its file is not current and no save of its current history is
+ * already on its way: copies its cache into a snapshot (the only part done
+ * on this thread) and queues the write. sync = 1 (or no writer) writes it
+ * here and reports its error. g stays dirty until the write is confirmed.
+ * Returns 0, or -1 with err set. */
+int agent_save(ak_agents *a, agent *g, int sync, ak_error *err) {
+    if (!a->cfg.store || !agent_is_dirty(g) || !g->kv || g->ephemeral) return 0;
+    if (!sync && g->queued == g->version) return 0;
+    /* a pooled agent's file records the pool, not its blocks; a card's
+     * likewise; positions frozen under an appended card are stored in it
+     * (store.h: SEGMENTS) */
+    ak_store_base base;
+    memset(&base, 0, sizeof base);
+    agent_segs_sync(g);
+    base.n_seg = g->n_segs;
+    memcpy(base.seg, g->segs, sizeof base.seg);
+    ak_snapshot *snap = ak_store_snapshot_base(g->id, g->kv, g->tokens, g->n, base.n_seg > 0 ? &base : NULL,
+                                               a->cfg.model->fingerprint, a->cfg.model->cfg.name, err);
+    if (!snap) return -1;
+    if (sync || !saves_running(a->saves)) {
+        if (saves_write_now(a->saves, g->id, snap, err) < 0) {
+            g->save_failed = 1;
+            snprintf(g->save_error, sizeof g->save_error, "%s", err ? err->msg : "");
+            g->save_code = err ? err->code : AK_ERR_IO;
+            return -1;
+        }
+        g->saved = g->version;
+        g->save_failed = 0;
+        return 0;
+    }
+    pending *p = calloc(1, sizeof *p);
+    if (!p) {
+        ak_snapshot_free(snap);
+        return ak_failc(err, AK_ERR_NOMEM, "out of memory");
+    }
+    p->snap = snap;
+    p->version = g->version;
+    snprintf(p->id, sizeof p->id, "%s", g->id);
+    saves_enqueue(a->saves, p);
+    g->queued = g->version;
+    return 0;
+}
+
+int ak_agents_flush(ak_agents *a, ak_error *err) {
+    if (!a->cfg.store) return 0;
+    saves_drain(a->saves);
+    for (int i = 0; i < a->n; i++) {
+        ak_error e = {{0}};
+        agent *g = a->v[i];
+        if (agent_save(a, g, 0, &e) < 0) {   /* no snapshot (out of memory): it stays dirty, named below */
+            g->save_failed = 1;
+            snprintf(g->save_error, sizeof g->save_error, "%s", e.msg);
+            g->save_code = e.code;
+        }
+    }
+    saves_wait(a->saves, NULL);
+    saves_drain(a->saves);
+    int bad = 0, code = AK_ERR_IO;
+    char names[300] = "";
+    size_t nl = 0;
+    const char *last = "";
+    for (int i = 0; i < a->n; i++) {
+        agent *g = a->v[i];
+        if (g->ephemeral || !agent_is_dirty(g)) continue;
+        if (bad++ < 8 && nl < sizeof names) {
+            int w = snprintf(names + nl, sizeof names - nl, "%s%s", nl ? ", " : "", g->id);
+            if (w > 0) nl += (size_t)w;
+        }
+        if (g->save_error[0]) {
+            last = g->save_error;
+            code = g->save_code ? g->save_code : AK_ERR_IO;
+        }
+    }
+    if (!bad) return 0;
+    return ak_failc(err, code, "%d agent%s could not be saved: %s%s (last error: %s)", bad, bad > 1 ? "s" : "",
+                    names, bad > 8 ? ", ..." : "", last[0] ? last : "unknown");
+}
+
+int ak_agents_unsaved(ak_agents *a) {
+    saves_drain(a->saves);
+    int n = 0;
+    for (int i = 0; i < a->n; i++) n += a->cfg.store && !a->v[i]->ephemeral && agent_is_dirty(a->v[i]);
+    return n;
+}
+
+void ak_agents_save_stats(ak_agents *a, ak_save_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->unsaved = ak_agents_unsaved(a);
+    st->disk_budget = a->cfg.disk_budget;
+    saves_counts(a->saves, st);
 }
 
 /* Moves one agent out of RAM: writes it if its file is not current, frees
@@ -287,12 +407,36 @@ int ak_agent_remove(ak_agents *a, const char *id, ak_error *err) {
             break;
         }
     if (a->cfg.store && ak_agent_id_valid(id)) {
-        saves_wait(a, id);
+        saves_wait(a->saves, id);
         int r = ak_store_remove(a->cfg.store, id, err);
         if (r < 0) return -1;
         if (r == 0) found = 1;
     }
     return found ? 0 : 1;
+}
+
+int ak_agent_save(ak_agents *a, const char *id, ak_error *err) {
+    saves_drain(a->saves);
+    agent *g = agents_find(a, id);
+    if (!g || !a->cfg.store || g->ephemeral) return 0;
+    if (g->in_turn || g->restoring)
+        return ak_failc(err, AK_ERR_BUSY, "agent %s is busy (a turn or a restore is in progress)", id);
+    if (g->kv) return agent_save(a, g, 1, err);
+    saves_wait(a->saves, id);   /* evicted: its snapshot is queued or being retried */
+    saves_drain(a->saves);
+    if (agent_is_dirty(g))
+        return ak_failc(err, g->save_code ? g->save_code : AK_ERR_IO, "agent %s could not be saved: %s", id,
+                        g->save_error[0] ? g->save_error : "unknown error");
+    return 0;
+}
+
+int ak_agent_evict(ak_agents *a, const char *id, ak_error *err) {
+    saves_drain(a->saves);
+    agent *g = agents_find(a, id);
+    if (!g || !g->kv) return 0;
+    if (g->in_turn || g->restoring)
+        return ak_failc(err, AK_ERR_BUSY, "agent %s is busy (a turn or a restore is in progress)", id);
+    return evict(a, g, err);
 }
 
 int ak_agents_count(const ak_agents *a) { return a->n; }

@@ -184,7 +184,7 @@ static void restored(ak_agents *a, agent *g, const ak_store_load_info *info) {
 void agent_restore(ak_agents *a, agent *g, ak_turn *t, ak_error *err) {
     ak_store_entry e;
     ak_error ie = {{0}};
-    saves_wait(a, g->id); /* its last save may still be on its way to disk */
+    saves_wait(a->saves, g->id); /* its last save may still be on its way to disk */
     /* the index knows the files (no I/O); an id it lacks may have a file
      * another process wrote since the store was opened: look once */
     if (ak_store_lookup(a->cfg.store, g->id, &e) != 0) {
@@ -237,7 +237,7 @@ int ak_agent_prefetch(ak_agents *a, const char *id, size_t extra, ak_restore_job
     if (!a->cfg.store || !ak_agent_id_valid(id)) return 0;
     agent *g = agents_find(a, id);
     if (g && (g->kv || g->in_turn || g->restoring)) return 0;
-    saves_wait(a, id);
+    saves_wait(a->saves, id);
     ak_store_entry e;
     ak_error ie = {{0}};
     if ((ak_store_lookup(a->cfg.store, id, &e) != 0 && ak_store_inspect(a->cfg.store, id, &e, NULL, &ie) != 0) ||

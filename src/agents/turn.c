@@ -58,7 +58,7 @@ int ak_agent_open(ak_agents *a, const ak_turn_opts *o, ak_kv **kv, ak_turn *t, a
                             "the one before it", id, i, at[i], len[i]);
     memset(t, 0, sizeof *t);
     *kv = NULL;
-    saves_drain(a);
+    saves_drain(a->saves);
     if (!id_ok(id, flags))
         return ak_failc(err, AK_ERR_INVALID, "invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
     if (n < 1) return ak_failc(err, AK_ERR_INVALID, "agent %s: empty prompt", id);
@@ -386,7 +386,7 @@ int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float 
 }
 
 int ak_agent_end(ak_agents *a, const char *id, ak_error *err) {
-    saves_drain(a);
+    saves_drain(a->saves);
     agent *g = agents_find(a, id);
     if (!g) return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s: unknown", id);
     g->in_turn = 0;
