@@ -373,7 +373,7 @@ static int ttft_setup(ttft_opts *o, ttft_env *e) {
     memset(e, 0, sizeof *e);
     if (o->store_url) {
         /* no local directory: every restore reads Redis (no read-through copy) */
-        ak_store_where w = {o->store_url, o->password_file, NULL, 0, NULL, NULL};
+        ak_store_where w = {.url = o->store_url, .password_file = o->password_file};
         if (!(e->redis = ak_store_open_at(&w, NULL, &err))) goto fail;
     }
     if (load_model(&e->lm, "bench ttft", o->model_path) < 0) return -1;

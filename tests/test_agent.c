@@ -46,7 +46,7 @@ static ak_agents *agents_for(env *e, ak_block_pool **pool, ak_store *store, ak_k
                              size_t budget) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, budget, &err);
-    ak_agents_config c = {e->m, *pool, store, fk, fv, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    ak_agents_config c = {.model = e->m, .pool = *pool, .store = store, .fk = fk, .fv = fv, .n_ctx = 512, .save = AK_SAVE_EVERY_TURN};
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
@@ -429,7 +429,7 @@ TEST(agent_save_that_keeps_failing_is_reported) {
     static char log[8192];
     log[0] = 0;
     ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
-    ak_agents_config c = {e.m, pool, store, AK_KV_Q8, AK_KV_Q8, 512, AK_SAVE_EVERY_TURN, 0, collect_log, log};
+    ak_agents_config c = {.model = e.m, .pool = pool, .store = store, .fk = AK_KV_Q8, .fv = AK_KV_Q8, .n_ctx = 512, .save = AK_SAVE_EVERY_TURN, .log = collect_log, .log_ud = log};
     ak_agents *ag = pool ? ak_agents_new(&c, &err) : NULL;
     REQUIRE(ag, "agents: %s", err.msg);
     int32_t p[40], g[4];
@@ -472,7 +472,7 @@ TEST(agent_disk_budget_applied_after_saves) {
     int32_t p[40], g[4];
     for (int i = 0; i < 30; i++) p[i] = 1 + (i * 5) % 400;
     /* the size of one agent's file, from a first agents object without a budget */
-    ak_agents_config c = {e.m, pool, store, AK_KV_Q8, AK_KV_Q8, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+    ak_agents_config c = {.model = e.m, .pool = pool, .store = store, .fk = AK_KV_Q8, .fv = AK_KV_Q8, .n_ctx = 512, .save = AK_SAVE_EVERY_TURN};
     ak_agents *ag = ak_agents_new(&c, &err);
     ak_turn ti;
     REQUIRE(ag && turn(t, &e, ag, (turn_req){.id = "probe", .prompt = p, .n = 30, .n_gen = 4, .out = g,

@@ -572,7 +572,7 @@ TEST(api_fields_accepted) {
         ak_buf_puts(&b, "\"");
     }
     ak_buf_puts(&b, "}");
-    field_case caps = {1, b.p, 200};
+    field_case caps = {.chat = 1, .member = b.p, .status = 200};
     run_field_cases(t, &r, &caps, 1);
     ak_buf_free(&b);
     ak_tokenizer_free(r.tok);
@@ -714,7 +714,7 @@ TEST(api_fields_types_and_ranges) {
             ak_buf_puts(&b, "\"");
         }
         ak_buf_puts(&b, "}");
-        field_case c = {1, b.p, 400, k == 2 ? "metadata.long" : "metadata", "invalid_value"};
+        field_case c = {.chat = 1, .member = b.p, .status = 400, .param = k == 2 ? "metadata.long" : "metadata", .code = "invalid_value"};
         run_field_cases(t, &r, &c, 1);
         ak_buf_free(&b);
     }

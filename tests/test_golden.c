@@ -293,7 +293,7 @@ static void check_paths_agree(ak_test_ctx *t, const char *model_rel, ak_kv_forma
         float *outs[2] = {lo, lc};
         tok[1] = ids[i];
         tok[0] = ids[n - 1 - i];
-        ak_batch bt = {2, tok, pos, seq, outs};
+        ak_batch bt = {.n = 2, .token = tok, .pos = pos, .seq = seq, .logits_out = outs};
         if (ak_forward(c, &bt, &err) < 0) goto fail;
     }
     CHECK(!memcmp(la, lb, sizeof(float) * V), "%s %s/%s: logits after prefill and after decode differ", model_rel,

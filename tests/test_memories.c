@@ -37,7 +37,7 @@ static void texts(int vocab, int32_t *P, int32_t *X, int32_t *Y, int32_t *Q) {
 static ak_agents *agents_at(tenv *e, ak_block_pool **pool, ak_store *store) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
-    ak_agents_config c = {e->m, *pool, store, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config c = {.model = e->m, .pool = *pool, .store = store, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = MCTX, .save = AK_SAVE_EVERY_TURN};
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 
@@ -510,7 +510,7 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     ak_block_pool_free(probe);
     ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 6 * blk, &err);
     REQUIRE(pool, "%s", err.msg);
-    ak_agents_config c = {e.m, pool, store, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config c = {.model = e.m, .pool = pool, .store = store, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = MCTX, .save = AK_SAVE_EVERY_TURN};
     ak_agents *ag = ak_agents_new(&c, &err);
     REQUIRE(ag, "%s", err.msg);
     int32_t P[NP], X[NX], Y[NY], Q[NQ];
@@ -537,7 +537,7 @@ TEST(memories_leave_ram_under_the_budget_and_come_back) {
     ak_agents_free(ag);
     ak_block_pool_free(pool);
     pool = ak_block_pool_new(&e.m->spec, 0, 6 * blk, &err);
-    ak_agents_config c2 = {e.m, pool, NULL, AK_KV_F16, AK_KV_F16, MCTX, AK_SAVE_EVERY_TURN, 0, NULL, NULL, 0};
+    ak_agents_config c2 = {.model = e.m, .pool = pool, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = MCTX, .save = AK_SAVE_EVERY_TURN};
     ag = ak_agents_new(&c2, &err);
     REQUIRE(ak_memory_add(ag, e.ctx, &(ak_memory_request){.id = "mx", .text = "x", .tokens = X, .n = NX,
                           .fk = AK_KV_F16, .fv = AK_KV_F16}, NULL, &err) == 0, "add: %s", err.msg);

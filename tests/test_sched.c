@@ -36,12 +36,11 @@ static int rig_open(ak_test_ctx *t, rig *r, const char *model, size_t budget, co
     if (r->tok) r->pool = ak_block_pool_new(&r->m->spec, 0, budget, &err);
     if (r->pool && mem_dir) r->store = ak_store_open(mem_dir, NULL, &err);
     if (r->pool && (!mem_dir || r->store)) {
-        ak_agents_config ac = {r->m, r->pool, r->store, AK_KV_F16, AK_KV_F16, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+        ak_agents_config ac = {.model = r->m, .pool = r->pool, .store = r->store, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = 512, .save = AK_SAVE_EVERY_TURN};
         r->agents = ak_agents_new(&ac, &err);
     }
     if (r->agents) {
-        ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, 512, step_tokens, max_active, NULL,
-                              NULL, NULL, 0, 0};
+        ak_sched_config sc = {.model = r->m, .tok = r->tok, .agents = r->agents, .pool = r->pool, .store = r->store, .n_threads = 2, .n_ctx = 512, .step_tokens = step_tokens, .max_active = max_active};
         r->s = ak_sched_start(&sc, &err);
     }
     if (!r->s) { ak_test_fail(t, __FILE__, __LINE__, "%s: %s", model, err.msg); return -1; }
@@ -351,7 +350,7 @@ TEST(sched_warm_agent_restored_ahead_while_another_decodes) {
 /* ------------------------------------------- the server's shutdown path */
 
 static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 

@@ -63,13 +63,12 @@ static int rig_start(ak_test_ctx *t, srv_rig *r, const char *model, const ak_ser
         r->store = ak_store_open(dir, NULL, &err);
     }
     if (r->pool && (!mem || r->store)) {
-        ak_agents_config ac = {r->m, r->pool, r->store, AK_KV_F16, AK_KV_F16, 1024, AK_SAVE_EVERY_TURN, 0, NULL, NULL};
+        ak_agents_config ac = {.model = r->m, .pool = r->pool, .store = r->store, .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = 1024, .save = AK_SAVE_EVERY_TURN};
         r->agents = ak_agents_new(&ac, &err);
     }
     if (r->agents) r->metrics = ak_metrics_new(&err);
     if (r->metrics) {
-        ak_sched_config sc = {r->m, r->tok, r->agents, r->pool, r->store, 2, 1024, 256, 16, r->metrics,
-                              NULL, NULL, 0, 0};
+        ak_sched_config sc = {.model = r->m, .tok = r->tok, .agents = r->agents, .pool = r->pool, .store = r->store, .n_threads = 2, .n_ctx = 1024, .step_tokens = 256, .max_active = 16, .metrics = r->metrics};
         r->s = ak_sched_start(&sc, &err);
     }
     if (r->s) {

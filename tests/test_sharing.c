@@ -11,13 +11,13 @@
 #include "test.h"
 
 static ak_cache_spec small_spec(void) {
-    ak_cache_spec s = {2, 2, 16, 16, 512};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 2, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 512};
     return s;
 }
 
 /* Random keys and values at positions [from, to) of every layer. */
 static int fill_random(ak_kv *kv, const ak_cache_spec *s, int from, int to, ak_rng *rng) {
-    ak_error err = {{0}};
+    ak_error err = {0};
     float k[64], v[64];
     if (ak_kv_prepare(kv, from, to, &err) != 0) return -1;
     for (int p = from; p < to; p++)
@@ -152,7 +152,7 @@ TEST(sharing_base_with_partial_block_attends_exactly) {
  * (a uniform-width card: decoded in place), rotated values in block 0,
  * plain ones in block 1; else each slot a width of its own. */
 static void mixed_blocks_attend(ak_test_ctx *t, int one_class) {
-    ak_cache_spec s = {2, 2, 32, 32, 512};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32, .n_ctx = 512};
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&s, 16, 0, &err);
     REQUIRE(pool, "%s", err.msg);
@@ -473,7 +473,7 @@ static ak_agents *share_agents_ex(share_env *e, ak_block_pool **pool, ak_store *
                                   ak_kv_format fv, int no_sharing) {
     ak_error err = {{0}};
     *pool = ak_block_pool_new(&e->m->spec, 0, 0, &err);
-    ak_agents_config c = {e->m, *pool, store, fk, fv, 512, AK_SAVE_EVERY_TURN, 0, NULL, NULL, no_sharing};
+    ak_agents_config c = {.model = e->m, .pool = *pool, .store = store, .fk = fk, .fv = fv, .n_ctx = 512, .save = AK_SAVE_EVERY_TURN, .no_prefix_sharing = no_sharing};
     return *pool ? ak_agents_new(&c, &err) : NULL;
 }
 

@@ -121,7 +121,7 @@ TEST(store_tensor_bytes_follow_the_documented_layout) {
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
     enum { L = 2, H = 3, DK = 16, DV = 8, T = 16, N = 37, NB = 3 };
-    ak_cache_spec s = {L, H, DK, DV, 128};
+    ak_cache_spec s = {.n_layer = L, .n_head_kv = H, .head_dim_k = DK, .head_dim_v = DV, .n_ctx = 128};
     const ak_kv_format fmt[2] = {AK_KV_Q4, AK_KV_TQ3};
     ak_block_pool *pool = ak_block_pool_new(&s, T, 0, &err);
     ak_kv *kv = pool ? ak_kv_new(pool, fmt[0], fmt[1], 128, &err) : NULL;
@@ -192,7 +192,7 @@ TEST(store_roundtrip_edges) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {1, 1, 8, 8, 64};
+    ak_cache_spec s = {.n_layer = 1, .n_head_kv = 1, .head_dim_k = 8, .head_dim_v = 8, .n_ctx = 64};
     const int lens[] = {0, 1, 32, 33, 64};
     char files[4096] = "";
     for (int i = 0; i < 5; i++) {
@@ -256,7 +256,7 @@ TEST(store_snapshot_is_independent_of_the_sequence) {
     REQUIRE(sn, "snapshot: %s", err.msg);
     CHECK(ak_snapshot_bytes(sn) > 0, "no size");
     cache_free(&a);   /* the live sequence goes away (or is overwritten) */
-    write_job j = {st, sn, -1, {{0}}};
+    write_job j = {.st = st, .sn = sn, .rc = -1};
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, write_thread, &j) == 0, "thread");
     pthread_join(th, NULL);
@@ -341,7 +341,7 @@ TEST(store_bit_flips_in_every_region_are_detected) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 2, 32, 32, 256};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32, .n_ctx = 256};
     cache a;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_Q4, AK_KV_TQ3, 64, 20, 12) == 0, "fill");
     size_t len;
@@ -408,7 +408,7 @@ TEST(store_large_restore_threads_and_tight_budget) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {4, 4, 128, 128, 4096};
+    ak_cache_spec s = {.n_layer = 4, .n_head_kv = 4, .head_dim_k = 128, .head_dim_v = 128, .n_ctx = 4096};
     cache a;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_Q8, AK_KV_Q4, 2048, 2000, 21) == 0, "fill");
     size_t len;
@@ -782,7 +782,7 @@ TEST(store_hostile_agent_ids_are_rejected) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {1, 1, 8, 8, 64};
+    ak_cache_spec s = {.n_layer = 1, .n_head_kv = 1, .head_dim_k = 8, .head_dim_v = 8, .n_ctx = 64};
     cache a;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 3, 1) == 0, "fill");
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -828,7 +828,7 @@ TEST(store_gc_removes_least_recently_used_first) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 1, 16, 16, 64};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 1, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 64};
     cache a, b;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 30, 3) == 0, "fill");
     const char *ids[] = {"g0", "g1", "g2", "g3"};
@@ -959,7 +959,7 @@ static void crash_trials(ak_test_ctx *t, const char *name, const uint8_t *key, i
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, key, &err);
     if (!st) { CHECK(0, "open: %s", err.msg); return; }
-    ak_cache_spec s = {2, 2, 32, 32, 128};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32, .n_ctx = 128};
     cache old, nw;
     if (cache_make(&old, &s, 32, AK_KV_Q4, AK_KV_F16, 128, 40, 1) || cache_make(&nw, &s, 32, AK_KV_Q4, AK_KV_F16, 128, 70, 2)) {
         CHECK(0, "fill");
@@ -1011,7 +1011,7 @@ TEST(store_failed_writes_keep_the_old_file) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 2, 32, 32, 128};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32, .n_ctx = 128};
     cache old, nw;
     REQUIRE(cache_make(&old, &s, 32, AK_KV_Q8, AK_KV_Q8, 128, 30, 1) == 0, "fill");
     REQUIRE(cache_make(&nw, &s, 32, AK_KV_Q8, AK_KV_Q8, 128, 60, 2) == 0, "fill");
@@ -1069,7 +1069,7 @@ TEST(store_real_enospc_on_small_tmpfs) {
             _exit(0);
         }
         ak_error err = {{0}};
-        ak_cache_spec s = {2, 2, 64, 64, 1024};
+        ak_cache_spec s = {.n_layer = 2, .n_head_kv = 2, .head_dim_k = 64, .head_dim_v = 64, .n_ctx = 1024};
         cache old, big, b;
         ak_store *st = ak_store_open(dir, NULL, &err);
         int ok = st && cache_make(&old, &s, 32, AK_KV_Q4, AK_KV_Q4, 1024, 100, 1) == 0 &&
@@ -1112,7 +1112,7 @@ TEST(store_errors_carry_codes) {
     const char *dir = dir_for("codes");
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 1, 16, 16, 64};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 1, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 64};
     cache a, b;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 20, 3) == 0, "fill");
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
@@ -1162,7 +1162,7 @@ TEST(store_temp_names_cannot_collide_with_ids) {
     char id_dead[64], id_old[64];
     snprintf(id_dead, sizeof id_dead, "x.safetensors.tmp.%d.2", (int)dead);
     snprintf(id_old, sizeof id_old, "y.safetensors.tmp.%d.1", (int)getpid());
-    ak_cache_spec s = {2, 1, 16, 16, 64};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 1, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 64};
     cache a, b;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 20, 3) == 0, "fill");
     REQUIRE(ak_agent_id_valid(id_dead) && ak_agent_id_valid(id_old), "ids rejected");
@@ -1314,7 +1314,7 @@ TEST(store_list_reads_no_file) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 1, 16, 16, 64};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 1, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 64};
     cache a;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 20, 3) == 0, "fill");
     REQUIRE(ak_store_save(st, "a", a.kv, a.tokens, 20, FP, "m", &err) == 0, "save: %s", err.msg);
@@ -1361,7 +1361,7 @@ TEST(store_gc_counts_quarantine_and_quarantine_is_bounded) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 1, 16, 16, 64};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 1, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 64};
     cache a, b;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 30, 3) == 0, "fill");
     REQUIRE(cache_empty_like(&b, &a, 32) == 0, "empty");
@@ -1430,7 +1430,7 @@ TEST(store_snapshot_free_wipes_plaintext) {
 #ifdef AK_TEST_ASAN
     SKIP("the sanitizer's allocator does not hand freed memory back at once");
 #endif
-    ak_cache_spec s = {1, 1, 16, 16, 64};
+    ak_cache_spec s = {.n_layer = 1, .n_head_kv = 1, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 64};
     ak_error err = {{0}};
     ak_block_pool *pool = ak_block_pool_new(&s, 32, 0, &err);
     ak_kv *kv = pool ? ak_kv_new(pool, AK_KV_F32, AK_KV_F32, 64, &err) : NULL;

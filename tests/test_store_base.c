@@ -208,7 +208,7 @@ TEST(store_prelinked_blocks_are_not_read) {
     for (int linked = 0; linked < NB; linked++) {   /* whole blocks only: the last is partial */
         REQUIRE(write_bytes(file_of(dir, "p"), bad, bad_len) == 0, "write");
         kv = ak_kv_new(a.pool, AK_KV_Q8, AK_KV_Q4, 256, &err);
-        prelink_ctx pc = {NULL, a.kv, linked, 0, 0, 0, {{0}}, 0};
+        prelink_ctx pc = {.link_src = a.kv, .link_blocks = linked};
         ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
                                                  .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         int L = linked * 32;
@@ -238,7 +238,7 @@ TEST(store_prelinked_blocks_are_not_read) {
     REQUIRE(kv && ak_kv_prepare(kv, 0, 1, &err) == 0 && ak_kv_write(kv, 0, 0, zk, zv, &err) == 0, "%s", err.msg);
     {   /* the control: one block less is too little even with the sequence emptied */
         ak_block_pool_set_budget(a.pool, (NB + 3) * bb);
-        prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
+        prelink_ctx pc = {.link_src = a.kv, .link_blocks = 3};
         ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
                                                  .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         CHECK(r == AK_STORE_ERROR && err.code == AK_ERR_KV_BUDGET && ak_kv_length(kv) == 0 && exists(file_of(dir, "p")),
@@ -247,7 +247,7 @@ TEST(store_prelinked_blocks_are_not_read) {
     }
     ak_block_pool_set_budget(a.pool, (NB + 4) * bb);
     {
-        prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
+        prelink_ctx pc = {.link_src = a.kv, .link_blocks = 3};
         ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
                                                  .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         uint64_t want = hdr + data / NB * (uint64_t)(NB - 3);
@@ -273,7 +273,7 @@ TEST(store_prelinked_blocks_are_not_read) {
     for (int k = 0; k < 5; k++) {
         REQUIRE(write_bytes(file_of(dir, "p"), bad, bad_len) == 0, "write");
         kv = ak_kv_new(p16, AK_KV_Q8, AK_KV_Q4, 256, &err);
-        prelink_ctx pc = {NULL, ref, links16[k], 0, 0, 0, {{0}}, 0};
+        prelink_ctx pc = {.link_src = ref, .link_blocks = links16[k]};
         ak_store_status r = ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB,
                                                  .kv = kv, .prelink = test_prelink, .ud = &pc}, &info, &err);
         int L = links16[k] * 16, j0 = L / 32;   /* file blocks before j0 are not read */
@@ -301,7 +301,7 @@ TEST(store_prelinked_blocks_are_not_read) {
     REQUIRE(st, "open: %s", err.msg);
     REQUIRE(ak_store_save(st, "p", a.kv, a.tokens, a.n, FP, "m", &err) == 0, "save: %s", err.msg);
     kv = ak_kv_new(a.pool, AK_KV_Q8, AK_KV_Q4, 256, &err);
-    prelink_ctx pc = {NULL, a.kv, 3, 0, 0, 0, {{0}}, 0};
+    prelink_ctx pc = {.link_src = a.kv, .link_blocks = 3};
     CHECK(ak_store_load_linked(st, &(ak_store_load_args){.id = "p", .fingerprint = FP, .vocab = VOCAB, .kv = kv,
                                .prelink = test_prelink, .ud = &pc}, &info, &err) == AK_STORE_HIT &&
               kv_equal(a.kv, kv) && info.linked == 96,
@@ -389,7 +389,7 @@ TEST(store_base_round_trip) {
     /* restores: the base attached, then also one own block linked */
     for (int linked = 0; linked < 2; linked++) {
         ak_kv *r = ak_kv_new(p.pool, AK_KV_Q4, AK_KV_Q8, 256, &err);
-        prelink_ctx pc = {p.kv, linked ? a : NULL, linked, 0, 0, 0, {{0}}, 0};
+        prelink_ctx pc = {.base_src = p.kv, .link_src = linked ? a : NULL, .link_blocks = linked};
         ak_store_load_info info;
         ak_store_status rs = ak_store_load_linked(st, &(ak_store_load_args){.id = "ag", .fingerprint = FP,
                                                   .vocab = VOCAB, .kv = r, .prelink = test_prelink, .ud = &pc}, &info,
@@ -465,7 +465,7 @@ TEST(store_base_without_pool_is_stale) {
         {AK_ERR_NOT_FOUND, AK_STORE_STALE, AK_ERR_STALE}, {AK_ERR_STALE, AK_STORE_STALE, AK_ERR_STALE},
         {AK_ERR_NOMEM, AK_STORE_ERROR, AK_ERR_NOMEM}};
     for (int i = 0; i < 3; i++) {
-        prelink_ctx pc = {p.kv, NULL, 0, fails[i].code, 0, 0, {{0}}, 0};
+        prelink_ctx pc = {.base_src = p.kv, .fail_code = fails[i].code};
         err.code = 0;
         rs = ak_store_load_linked(st, &(ak_store_load_args){.id = "ag", .fingerprint = FP, .vocab = VOCAB, .kv = r,
                                   .prelink = test_prelink, .ud = &pc}, NULL, &err);
@@ -473,7 +473,7 @@ TEST(store_base_without_pool_is_stale) {
               "prelink failing with %s: %s (code %s) %s", ak_err_code_name(fails[i].code), ak_store_status_name(rs),
               ak_err_code_name(err.code), err.msg);
     }
-    prelink_ctx pc = {p.kv, NULL, 0, 0, 32, 0, {{0}}, 0};
+    prelink_ctx pc = {.base_src = p.kv, .wrong_base = 32};
     rs = ak_store_load_linked(st, &(ak_store_load_args){.id = "ag", .fingerprint = FP, .vocab = VOCAB, .kv = r,
                               .prelink = test_prelink, .ud = &pc}, NULL, &err);
     CHECK(rs == AK_STORE_ERROR && err.code == AK_ERR_INVALID, "a base of 32 for 40: %s %s", ak_store_status_name(rs),

@@ -289,7 +289,7 @@ TEST(store_gc_leaves_pools_alone) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 1, 16, 16, 64};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 1, .head_dim_k = 16, .head_dim_v = 16, .n_ctx = 64};
     cache a;
     REQUIRE(cache_make(&a, &s, 32, AK_KV_F16, AK_KV_F16, 64, 30, 3) == 0, "fill");
     REQUIRE(ak_store_save(st, "a1", a.kv, a.tokens, a.n, FP, NULL, &err) == 0, "save: %s", err.msg);
@@ -326,7 +326,7 @@ TEST(store_pool_failed_writes_keep_the_old_file) {
     ak_error err = {{0}};
     ak_store *st = ak_store_open(dir, NULL, &err);
     REQUIRE(st, "open: %s", err.msg);
-    ak_cache_spec s = {2, 2, 32, 32, 128};
+    ak_cache_spec s = {.n_layer = 2, .n_head_kv = 2, .head_dim_k = 32, .head_dim_v = 32, .n_ctx = 128};
     cache old, nw, b;
     REQUIRE(cache_make(&old, &s, 32, AK_KV_Q8, AK_KV_Q8, 128, 30, 1) == 0, "fill");
     REQUIRE(cache_make(&nw, &s, 32, AK_KV_Q8, AK_KV_Q8, 128, 60, 2) == 0, "fill");

@@ -41,7 +41,7 @@ static int free_port(void) {
 }
 
 redisContext *redis_conn(const redis_srv *r) {
-    struct timeval tv = {2, 0};
+    struct timeval tv = {.tv_sec = 2};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
     if (!c || c->err) {
         if (c) redisFree(c);
@@ -80,7 +80,7 @@ static int wait_ping(const redis_srv *r) {
             redisFree(c);
             if (ok) return 1;
         }
-        struct timespec ts = {0, 50 * 1000000L};
+        struct timespec ts = {.tv_nsec = 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
     return 0;
@@ -125,7 +125,7 @@ void redis_stop(redis_srv *r) {
             r->pid = 0;
             return;
         }
-        struct timespec ts = {0, 50 * 1000000L};
+        struct timespec ts = {.tv_nsec = 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
     kill(r->pid, SIGKILL);
@@ -139,7 +139,7 @@ void redis_stop(redis_srv *r) {
  * Redis server. */
 static ak_store *open_on(const redis_srv *redis, const char *name, const uint8_t *key, int lease_ms, ak_error *err) {
     if (!redis) return ak_store_open(dir_for(name), key, err);
-    ak_store_where w = {redis->url, NULL, NULL, lease_ms, NULL, NULL};
+    ak_store_where w = {.url = redis->url, .lease_ms = lease_ms};
     return ak_store_open_at(&w, key, err);
 }
 
@@ -172,7 +172,7 @@ static void round_trip(ak_test_ctx *t, const redis_srv *redis, const char *name)
     ak_error err = {{0}};
     ak_store *a = open_on(redis, name, NULL, 0, &err);
     REQUIRE(a, "%s: open: %s", name, err.msg);
-    ak_cache_spec s = {4, 4, 128, 128, 2048};
+    ak_cache_spec s = {.n_layer = 4, .n_head_kv = 4, .head_dim_k = 128, .head_dim_v = 128, .n_ctx = 2048};
     cache c1, c2;
     /* up to 500 positions of q8/f16: a 3 MB image, three Redis chunks */
     REQUIRE(cache_make(&c1, &s, 32, AK_KV_Q8, AK_KV_F16, 512, 300, 1) == 0, "fill");
@@ -294,7 +294,7 @@ static void gc_lru(ak_test_ctx *t, const redis_srv *redis, const char *name) {
     const char *ids[] = {"g1", "g2", "g3"};
     for (int i = 0; i < 3; i++) {
         REQUIRE(ak_store_save(a, ids[i], c.kv, c.tokens, c.n, FP, NULL, &err) == 0, "save: %s", err.msg);
-        struct timespec ts = {0, 20 * 1000000L};
+        struct timespec ts = {.tv_nsec = 20 * 1000000L};
         nanosleep(&ts, NULL);
     }
     CHECK(loads_as(a, "g1", &c) == 1, "%s: load g1", name);   /* g1 is now the most recently used */
@@ -397,7 +397,7 @@ static void manifest_gen(const redis_srv *r, char gen[17]) {
 /* In a child: saves versions of c as id until killed. */
 static void save_forever(const char *url, const cache *a, const cache *b) {
     ak_error err = {{0}};
-    ak_store_where w = {url, NULL, NULL, 300, NULL, NULL};   /* a short lease: the next child takes over */
+    ak_store_where w = {.url = url, .lease_ms = 300};   /* a short lease: the next child takes over */
     ak_store *st = ak_store_open_at(&w, NULL, &err);
     if (!st) _exit(3);
     for (int i = 0;; i++) {
@@ -408,7 +408,7 @@ static void save_forever(const char *url, const cache *a, const cache *b) {
 
 /* store redis sigkill mid save leaves old or new, against the server r (started and stopped by the test). */
 static void store_redis_sigkill_mid_save_leaves_old_or_new_on(ak_test_ctx *t, redis_srv *r) {
-    ak_cache_spec s = {4, 4, 128, 128, 2048};
+    ak_cache_spec s = {.n_layer = 4, .n_head_kv = 4, .head_dim_k = 128, .head_dim_v = 128, .n_ctx = 2048};
     cache c1, c2;
     /* about 4 MB each: several chunks, so a kill lands between them */
     REQUIRE(cache_make(&c1, &s, 32, AK_KV_F16, AK_KV_F16, 512, 480, 7) == 0, "fill");
@@ -437,7 +437,7 @@ static void store_redis_sigkill_mid_save_leaves_old_or_new_on(ak_test_ctx *t, re
         pid_t pid = fork();
         if (pid == 0) save_forever(r->url, &c1, &c2);
         double d = save_s * (0.33 + 1.2 * (double)(ak_rng_u32(&rng) % 1000) / 1000.0) * (i < 12 ? 1.0 : 1.0 + (i - 11));
-        struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+        struct timespec ts = {.tv_sec = (time_t)d, .tv_nsec = (long)((d - (double)(time_t)d) * 1e9)};
         nanosleep(&ts, NULL);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -452,7 +452,7 @@ static void store_redis_sigkill_mid_save_leaves_old_or_new_on(ak_test_ctx *t, re
         nw += v2 == 1;
         trials++;
         ak_store_close(b);
-        struct timespec lt = {0, 350 * 1000000L};   /* the dead child's lease expires */
+        struct timespec lt = {.tv_nsec = 350 * 1000000L};   /* the dead child's lease expires */
         nanosleep(&lt, NULL);
     }
     CHECK(commits > 0, "no child committed a save before its kill in %d trials", trials);
@@ -512,7 +512,7 @@ static void store_redis_lease_blocks_other_node_until_expiry_on(ak_test_ctx *t, 
     /* once the lease expires, B takes over */
     int ok = 0;
     while (!ok && ak_now() - t0 < 5) {
-        struct timespec ts = {0, 100 * 1000000L};
+        struct timespec ts = {.tv_nsec = 100 * 1000000L};
         nanosleep(&ts, NULL);
         ok = ak_store_save(b, "own", c2.kv, c2.tokens, c2.n, FP, NULL, &err) == 0;
     }
@@ -587,7 +587,7 @@ static void read_through_on(ak_test_ctx *t, redis_srv *r) {
     ak_error err = {{0}};
     char local[600], cfile[800];
     snprintf(local, sizeof local, "%s/rt-local", test_tmp_dir());
-    ak_store_where w = {r->url, NULL, local, 0, NULL, NULL};
+    ak_store_where w = {.url = r->url, .local_dir = local};
     ak_store *a = ak_store_open_at(&w, NULL, &err);
     REQUIRE(a, "open: %s", err.msg);
     ak_cache_spec s = small_spec();
@@ -641,7 +641,7 @@ TEST(store_redis_unreachable_at_open_and_bad_urls) {
     char url[64];
     int p = free_port();
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", p);
-    ak_store_where w = {url, NULL, NULL, 0, NULL, NULL};
+    ak_store_where w = {.url = url};
     CHECK(!ak_store_open_at(&w, NULL, &err) && err.code == AK_ERR_IO && strstr(err.msg, "connect"),
           "unreachable: %s", err.msg);
     const char *bad[] = {"redis://", "redis://host", "redis://h:0", "redis://h:70000", "redis://h:1/99", "redis://:1"};

@@ -55,13 +55,13 @@ TEST(store_redis_many_chunks_restore_and_cached_copy) {
     ak_error err = {{0}};
     char local[600], cfile[900];
     snprintf(local, sizeof local, "%s/mc-local", test_tmp_dir());
-    ak_store_where wa = {r.url, NULL, local, 0, NULL, NULL}, wb = {r.url, NULL, NULL, 0, NULL, NULL};
+    ak_store_where wa = {.url = r.url, .local_dir = local}, wb = {.url = r.url};
     ak_store *a = ak_store_open_at(&wa, NULL, &err);
     ak_store *b = a ? ak_store_open_at(&wb, NULL, &err) : NULL;
     REQUIRE(a && b, "open: %s", err.msg);
     /* 1200 positions of 4 layers x 4 heads x (128 + 128) f16: about 9.8 MB,
      * 10 chunks, above the two-thread threshold of the restore */
-    ak_cache_spec s = {4, 4, 128, 128, 2048};
+    ak_cache_spec s = {.n_layer = 4, .n_head_kv = 4, .head_dim_k = 128, .head_dim_v = 128, .n_ctx = 2048};
     cache c;
     REQUIRE(cache_make(&c, &s, 32, AK_KV_F16, AK_KV_F16, 1280, 1200, 21) == 0, "fill");
     REQUIRE(ak_store_save(a, "big", c.kv, c.tokens, c.n, FP, NULL, &err) == 0, "save: %s", err.msg);
@@ -97,7 +97,7 @@ TEST(store_redis_listing_reads_the_manifest_not_chunks) {
     redis_srv r = {0};
     if (redis_start(t, &r, 0) != 0) return;
     ak_error err = {{0}};
-    ak_store_where w = {r.url, NULL, NULL, 0, NULL, NULL};
+    ak_store_where w = {.url = r.url};
     ak_store *a = ak_store_open_at(&w, NULL, &err);
     REQUIRE(a, "open: %s", err.msg);
     ak_cache_spec s = small_spec();
@@ -159,7 +159,7 @@ static int copy_exists(redisContext *rc, const char *local, const char *id) {
 }
 
 static void pause_ms(int ms) {
-    struct timespec ts = {0, ms * 1000000L};
+    struct timespec ts = {.tv_nsec = ms * 1000000L};
     nanosleep(&ts, NULL);
 }
 
@@ -169,7 +169,7 @@ TEST(store_redis_cached_copies_count_in_the_disk_budget) {
     ak_error err = {{0}};
     char local[600];
     snprintf(local, sizeof local, "%s/budget-local", test_tmp_dir());
-    ak_store_where wa = {r.url, NULL, NULL, 0, NULL, NULL}, wb = {r.url, NULL, local, 0, NULL, NULL};
+    ak_store_where wa = {.url = r.url}, wb = {.url = r.url, .local_dir = local};
     ak_store *a = ak_store_open_at(&wa, NULL, &err);
     ak_store *b = a ? ak_store_open_at(&wb, NULL, &err) : NULL;
     REQUIRE(a && b, "open: %s", err.msg);
@@ -232,7 +232,7 @@ TEST(store_redis_card_made_on_a_opens_on_b) {
     char la[600], lb[600];
     snprintf(la, sizeof la, "%s/card-a", test_tmp_dir());
     snprintf(lb, sizeof lb, "%s/card-b", test_tmp_dir());
-    ak_store_where wa = {r.url, NULL, la, 0, NULL, NULL}, wb = {r.url, NULL, lb, 0, NULL, NULL};
+    ak_store_where wa = {.url = r.url, .local_dir = la}, wb = {.url = r.url, .local_dir = lb};
     ak_store *a = ak_store_open_at(&wa, NULL, &err);
     REQUIRE(a, "open: %s", err.msg);
     ak_cache_spec s = small_spec();

@@ -107,7 +107,7 @@ typedef struct {
  * be read (a pipelined request) is not a departure. Never blocks. */
 static int client_gone(int fd) {
     if (fd < 0) return 0;
-    struct pollfd pf = {fd, POLLIN | POLLRDHUP, 0};
+    struct pollfd pf = {.fd = fd, .events = POLLIN | POLLRDHUP};
     if (poll(&pf, 1, 0) <= 0) return 0;
     if (pf.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) return 1;
     char ch;
