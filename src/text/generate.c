@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/generate_impl.h"
 #include "text/textstop.h"
 
 int ak_gen_init(ak_gen *g, const ak_gen_opts *o, ak_error *err) {
@@ -40,10 +41,15 @@ int ak_gen_init(ak_gen *g, const ak_gen_opts *o, ak_error *err) {
     g->n_hist = n_prompt;
     g->text[0] = 0;
     ak_detok_init(&g->dt);
+    if (o->constraint && o->constraint->grammar && ak_gen_con_init(g, o->constraint, err) < 0) {
+        ak_gen_free(g);
+        return -1;
+    }
     return 0;
 }
 
 void ak_gen_free(ak_gen *g) {
+    ak_gen_con_free(g);
     free(g->hist);
     free(g->piece);
     free(g->text);
@@ -74,7 +80,16 @@ ak_gen_status ak_gen_step(ak_gen *g, float *logits, int pos, ak_gen_out *out, ak
     out->piece = g->piece;
     /* the history's room bounds the tokens kept as the context does */
     if (g->n_gen >= g->max_tokens || pos >= g->n_ctx || g->n_hist >= g->hist_cap) return AK_GEN_LENGTH;
-    int32_t tok = ak_sample(g->smp, logits, g->hist, g->n_hist);
+    int32_t tok;
+    if (g->con) {
+        /* the constraint's pick (generate_con.c), after the raw logits were read */
+        long left = g->max_tokens - g->n_gen;
+        if (g->n_ctx - pos < left) left = g->n_ctx - pos;
+        if (g->hist_cap - g->n_hist < left) left = g->hist_cap - g->n_hist;
+        if ((tok = ak_gen_con_pick(g, logits, left, &out->forced, err)) < 0) return AK_GEN_ERROR;
+    } else {
+        tok = ak_sample(g->smp, logits, g->hist, g->n_hist);
+    }
     out->sampled = 1;
     out->tok = tok;
     if (g->stop_at_eog && ak_token_is_eog(g->tok, tok)) return AK_GEN_STOP;
@@ -109,6 +124,8 @@ ak_gen_status ak_gen_step(ak_gen *g, float *logits, int pos, ak_gen_out *out, ak
         g->visible = g->len;
     }
     out->visible = g->visible;
+    ak_gen_status end;
+    if (g->con && ak_gen_con_done(g, &end)) return end;   /* the grammar is finished */
     if (g->n_gen == g->max_tokens || pos + 1 >= g->n_ctx) return AK_GEN_LENGTH;
     return AK_GEN_MORE;
 }
