@@ -250,6 +250,18 @@ int ak_agent_step(ak_agents *a, ak_ctx *c, const char *id, int32_t token, float 
 int ak_agent_end(ak_agents *a, const char *id, ak_error *err);
 /* Forgets the agent: its blocks and its file. Returns 0, 1 if unknown. */
 int ak_agent_remove(ak_agents *a, const char *id, ak_error *err);
+/* Writes agent id's cache to the store now, if its file is not current,
+ * and waits for the write. Returns 0 (also for an agent unknown here, one
+ * whose file is current, an ephemeral one, or without a store), or -1
+ * with err set: AK_ERR_BUSY (in a turn or a restore), the write's error
+ * (the agent stays dirty). */
+int ak_agent_save(ak_agents *a, const char *id, ak_error *err);
+/* Moves agent id out of RAM: saved first when its file is not current
+ * (without a store, or ephemeral, it is forgotten: its next turn is cold),
+ * then its blocks freed. Returns 0 (also when it was not in RAM or is
+ * unknown), or -1 with err set: AK_ERR_BUSY (in a turn or a restore), the
+ * save's error (it then stays in RAM). */
+int ak_agent_evict(ak_agents *a, const char *id, ak_error *err);
 
 /* Saves are written by a writer thread. An agent stays dirty until its file
  * is confirmed written; a failed write is retried with the same snapshot
