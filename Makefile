@@ -53,7 +53,7 @@ ARCHFLAG    := $(if $(DSP),-march=x86-64,$(if $(ARCH),-march=$(ARCH),))
 # takes the flag (x86), loops it vectorizes use the full width too.
 ARCHFLAG    += $(if $(DSP),,$(shell $(CC) $(ARCHFLAG) -mprefer-vector-width=512 -x c -c -o /dev/null /dev/null 2>/dev/null && echo -mprefer-vector-width=512))
 CFLAGS  += -std=c11 $(OPT) -g $(ARCHFLAG) -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -pthread \
-           -D_GNU_SOURCE -Isrc $(PCRE_CFLAGS) $(SAN) -MMD -MP
+           -D_GNU_SOURCE -Isrc -Iinclude $(PCRE_CFLAGS) $(SAN) -MMD -MP
 LDLIBS  += $(PCRE_LIBS) -lmicrohttpd -lcjson -lxxhash -lsodium -lhiredis -lm -pthread
 
 LIB_SRC  := $(wildcard src/*/*.c)
@@ -187,7 +187,7 @@ FUZZ_CC      ?= clang
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow
 FUZZ_CFLAGS  := -std=c11 -O1 -g -fno-omit-frame-pointer $(if $(DSP),-march=native,$(ARCHFLAG)) -Wall -Wextra -Wno-unused-parameter \
-                -Wno-missing-field-initializers -pthread -D_GNU_SOURCE -Isrc $(PCRE_CFLAGS) -MMD -MP
+                -Wno-missing-field-initializers -pthread -D_GNU_SOURCE -Isrc -Iinclude $(PCRE_CFLAGS) -MMD -MP
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/gen/console_assets.o
 AK_FUZZ_MODEL ?= $(SHARED)/models/stories260K.gguf
 # The SIMD kernels get UBSan's arithmetic checks only: on their intrinsics

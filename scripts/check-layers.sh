@@ -7,7 +7,8 @@
 # fails when there is one. With README, also fails unless the README's
 # layer table (between the lines "<!-- layers -->" and "<!-- /layers -->")
 # is exactly `check-layers.sh --table`. `check-layers.sh --table` prints that
-# table. Run by `make check-layers` (and so by `make test`).
+# table. Run by `make check-layers` (and so by `make test`). The public
+# header, `#include <agentkv.h>` (include/), counts as a header of lib/.
 #
 # THE TABLE: layer, what it may use (besides itself), what it is. Lowest
 # first. This is the one copy; the README's is derived from it.
@@ -21,6 +22,7 @@ engine|base kernels text kv|models and the forward pass, attention statistics, c
 store|base kv engine|agent, pool, memory and card files: codec, directory and Redis backends, sealing, the index; CacheCards
 agents|base text kv engine store|agents: registry, tiers, turns, save queue, restore; pools, memories, card bit allocation
 serve|base text kv engine store agents|the HTTP server, request parsing, the scheduler, metrics
+lib|base text kv engine store agents|the public C API of include/agentkv.h: opaque handles over models, stores, agents, turns, pools, cards, memories
 EOF
 }
 
@@ -56,9 +58,13 @@ table | while IFS='|' read -r l uses what; do
     allowed=" $l $(echo "$uses" | sed 's/^-$//') "
     for f in "$src/$l"/*.c "$src/$l"/*.h; do
         [ -f "$f" ] || continue
-        grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | while IFS= read -r hit; do
+        grep -n -e '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' -e '^[[:space:]]*#[[:space:]]*include[[:space:]]*<agentkv\.h>' "$f" |
+        while IFS= read -r hit; do
             n=${hit%%:*}
-            h=$(echo "$hit" | sed 's/^[0-9]*:[^"]*"\([^"]*\)".*/\1/')
+            case $hit in
+            *'<agentkv.h>'*) h=lib/agentkv.h ;;
+            *) h=$(echo "$hit" | sed 's/^[0-9]*:[^"]*"\([^"]*\)".*/\1/') ;;
+            esac
             case $h in
             */*) hl=${h%%/*} ;;
             *) echo "$f:$n: #include \"$h\" names no layer (write \"LAYER/$h\")" >>"$bad"; continue ;;
