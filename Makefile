@@ -7,6 +7,8 @@
 #                   picks some, FUZZ_JOBS=2 runs two at a time)
 #   make bench      engine benchmarks on synthetic 1B-shaped models
 #   make bench-tools  the stand-alone measuring programs in bench/*.c, as BUILD/bench/NAME
+#   make lib        the shared library and the installable archive; make install PREFIX=... DESTDIR=...,
+#                   make uninstall (scripts/lib.mk, docs/library.md)
 #   make soak       the server under mixed traffic for SOAK_SECONDS (bench/soak.py; fails on 5xx,
 #                   RSS growth, leaked descriptors, a crash; plot and summary in BUILD/soak)
 # ARCH=dispatch by default on x86-64: one binary with scalar, AVX2, AVX2+VNNI,
@@ -88,22 +90,27 @@ LIB_OBJ  := $(filter-out $(DSP_SRC:%.c=$(BUILD)/%.o),$(LIB_OBJ)) \
             $(foreach L,$(DSP_LEVELS),$(DSP_SRC:%.c=$(BUILD)/dsp/$(L)/%.o)) $(BUILD)/dsp/stubs.o
 $(BUILD)/src/base/cpu.o: CFLAGS += -DAK_DISPATCH
 
+# The rules of level $(1) under directory $(2) (the build's, or the shared
+# library's PIC copy: scripts/lib.mk), compiled with $(3) too; then the
+# stubs of directory $(1).
 define DSP_LEVEL_RULES
-$$(BUILD)/dsp/$(1)/raw/%.o: %.c
+$(2)/dsp/$(1)/raw/%.o: %.c
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) $$(DSP_FLAGS_$(1)) -c $$< -o $$@
-$$(BUILD)/dsp/$(1).map: $$(DSP_SRC:%.c=$$(BUILD)/dsp/$(1)/raw/%.o) scripts/dispatch.sh
-	sh scripts/dispatch.sh map $(1) $$@ $$(DSP_SRC:%.c=$$(BUILD)/dsp/$(1)/raw/%.o)
-$$(BUILD)/dsp/$(1)/%.o: $$(BUILD)/dsp/$(1)/raw/%.o $$(BUILD)/dsp/$(1).map
+	$$(CC) $$(CFLAGS) $$(DSP_FLAGS_$(1)) $(3) -c $$< -o $$@
+$(2)/dsp/$(1).map: $$(DSP_SRC:%.c=$(2)/dsp/$(1)/raw/%.o) scripts/dispatch.sh
+	sh scripts/dispatch.sh map $(1) $$@ $$(DSP_SRC:%.c=$(2)/dsp/$(1)/raw/%.o)
+$(2)/dsp/$(1)/%.o: $(2)/dsp/$(1)/raw/%.o $(2)/dsp/$(1).map
 	@mkdir -p $$(dir $$@)
-	$$(OBJCOPY) --redefine-syms=$$(BUILD)/dsp/$(1).map $$< $$@
+	$$(OBJCOPY) --redefine-syms=$(2)/dsp/$(1).map $$< $$@
 endef
-$(foreach L,$(DSP_LEVELS),$(eval $(call DSP_LEVEL_RULES,$(L))))
-
-$(BUILD)/dsp/stubs.s: $(DSP_LEVELS:%=$(BUILD)/dsp/%.map) scripts/dispatch.sh
-	sh scripts/dispatch.sh stubs $@ $(BUILD)/dsp
-$(BUILD)/dsp/stubs.o: $(BUILD)/dsp/stubs.s
-	$(CC) -c $< -o $@
+define DSP_STUB_RULES
+$(1)/dsp/stubs.s: $$(DSP_LEVELS:%=$(1)/dsp/%.map) scripts/dispatch.sh
+	sh scripts/dispatch.sh stubs $$@ $(1)/dsp
+$(1)/dsp/stubs.o: $(1)/dsp/stubs.s
+	$$(CC) -c $$< -o $$@
+endef
+$(foreach L,$(DSP_LEVELS),$(eval $(call DSP_LEVEL_RULES,$(L),$(BUILD),)))
+$(eval $(call DSP_STUB_RULES,$(BUILD)))
 endif
 
 # The console (GET /): the files of src/serve/console/ become C arrays in
@@ -148,6 +155,9 @@ $(BUILD)/src/store_fault.o: src/store/store_dir.c
 $(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/src/store_fault.o $(BUILD)/libagentkv.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The installable library, make install and uninstall (scripts/lib.mk).
+include scripts/lib.mk
+
 # A dispatched build first runs the SIMD-dependent tests at each lower level
 # the CPU supports (scripts/test-levels.sh; not with T=..., nor LEVEL_TESTS=0),
 # then every test at the level chosen.
@@ -155,9 +165,13 @@ $(BUILD)/agentkv-tests: $(TEST_OBJ) $(BUILD)/src/store_fault.o $(BUILD)/libagent
 # still whole and in name order.
 LEVEL_TESTS ?= 1
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
-test: check-layers $(BUILD)/agentkv-tests $(BUILD)/agentkv
+# The library tests (test_lib.c) read the shared library beside AK_BIN and
+# run `$(AK_MAKE) install` into a temporary DESTDIR (this make's variables
+# passed on), building examples/embed.c with AK_EMBED_CFLAGS (the sanitizers).
+test: check-layers $(BUILD)/agentkv-tests $(BUILD)/agentkv lib $(AK_MAN)
 	$(if $(DSP),$(if $(T),,$(if $(filter 1,$(LEVEL_TESTS)),AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv sh scripts/test-levels.sh $(BUILD))))
-	AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv $(BUILD)/agentkv-tests $(T)
+	AK_TEST_JOBS=$(TEST_JOBS) AK_SHARED=$(SHARED) AK_BIN=$(BUILD)/agentkv AK_MAKE="$(MAKE)" AK_EMBED_CFLAGS="$(SAN)" \
+	    $(BUILD)/agentkv-tests $(T)
 
 # The console's tests alone (test_console.c, test_server_hard.c's
 # server_console_*; the browser test drives headless chromium).

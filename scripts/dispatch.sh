@@ -13,7 +13,8 @@
 #       OUT.s: for each function of MAPDIR/scalar.map, its original name as a
 #       jump through ak_dsp_slots (filled by src/base/cpu.c), a lazy first entry,
 #       and one table of the renamed functions per level of MAPDIR/*.map.
-#       Every level must define every function the scalar level does.
+#       Every level must define every function the scalar level does. The
+#       stubs are hidden: a shared library (scripts/lib.mk) exports none.
 set -eu
 
 # Levels in ak_cpu_level_id order (src/base/cpu.h): the tables are indexed by it.
@@ -60,7 +61,7 @@ stubs)
             print "\t.section .note.GNU-stack,\"\",@progbits"
             print "\t.text"
             for (i = 0; i < n; i++) {
-                printf "\t.globl %s\n\t.type %s, @function\n\t.p2align 4\n%s:\n", fn[i], fn[i], fn[i]
+                printf "\t.globl %s\n\t.hidden %s\n\t.type %s, @function\n\t.p2align 4\n%s:\n", fn[i], fn[i], fn[i], fn[i]
                 printf "\tjmp *ak_dsp_slots+%d(%%rip)\n\t.size %s, .-%s\n", 8 * i, fn[i], fn[i]
             }
             for (i = 0; i < n; i++) printf ".Llazy%d:\n\tmovl $%d, %%r11d\n\tjmp .Llazy\n", i, i

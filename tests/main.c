@@ -22,6 +22,8 @@
 #include <fcntl.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "test.h"
 #include "base/util.h"
 
@@ -59,6 +61,17 @@ const char *test_shared_dir(void) {
 const char *test_path(char *buf, size_t n, const char *rel) {
     snprintf(buf, n, "%s/%s", test_shared_dir(), rel);
     return buf;
+}
+
+struct cJSON *test_first_golden(const char *rel) {
+    char path[512];
+    char *text = ak_read_file(test_path(path, sizeof path, rel), NULL, NULL);
+    if (!text) return NULL;
+    char *nl = strchr(text, '\n');
+    if (nl) *nl = 0;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    return j;
 }
 
 static char tmp_dir[256];

@@ -35,6 +35,10 @@ void ak_test_skip(ak_test_ctx *t, const char *fmt, ...) __attribute__((format(pr
 const char *test_shared_dir(void);
 /* Returns a static-per-call buffer path: shared_dir + "/" + rel. */
 const char *test_path(char *buf, size_t n, const char *rel);
+/* The first line of a golden JSONL file (shared_dir + "/" + rel) parsed
+ * (a cJSON object, cJSON_Delete frees it), or NULL when it cannot be read
+ * or parsed. */
+struct cJSON *test_first_golden(const char *rel);
 /* A fresh temporary directory for this test run (created once). */
 const char *test_tmp_dir(void);
 /* A TCP socket connected to 127.0.0.1:port with send and receive timeouts

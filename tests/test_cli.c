@@ -24,20 +24,8 @@ static int count_lines(const char *s) {
     return n;
 }
 
-/* The first greedy reference of a golden dir: prompt, n, continuation. */
-static cJSON *first_golden(const char *rel) {
-    char path[512];
-    char *text = ak_read_file(test_path(path, sizeof path, rel), NULL, NULL);
-    if (!text) return NULL;
-    char *nl = strchr(text, '\n');
-    if (nl) *nl = 0;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    return j;
-}
-
 TEST(cli_run_greedy_matches_golden) {
-    cJSON *g = first_golden("golden/stories260K/greedy.jsonl");
+    cJSON *g = test_first_golden("golden/stories260K/greedy.jsonl");
     REQUIRE(g, "cannot read the golden file");
     char args[1024], path[512];
     snprintf(args, sizeof args, "run -m %s -p '%s' -n %d --temp 0",
