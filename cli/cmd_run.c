@@ -1,11 +1,15 @@
-/* cmd_run.c - agentkv run: generate a continuation of a prompt. */
+/* cmd_run.c - agentkv run: generate a continuation of a prompt, through the
+ * public API (include/agentkv.h) as a program embedding the library would. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <agentkv.h>
+
 #include "agents/agent.h"
-#include "text/generate.h"
+#include "engine/calib.h"
+#include "kv/kvformat.h"
 #include "text/sampler.h"
 #include "args.h"
 #include "commands.h"
@@ -92,132 +96,140 @@ static int run_parse(int argc, char **argv, run_opts *o) {
     return -1;
 }
 
-/* agentkv run: parses the flags, prefills the prompt (as an agent with
- * --agent), generates. Returns the exit code. */
+/* on_token of a turn: each piece of text to stdout as it comes (nothing
+ * with --json, whose text is printed whole at the end). */
+static int stream_piece(void *ud, int32_t token, const char *piece, size_t len) {
+    (void)token;
+    if (len && !*(const int *)ud) {
+        fwrite(piece, 1, len, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* The --center sides as the public API names them. */
+static const char *center_name(unsigned c) {
+    return c == (AK_CENTER_K | AK_CENTER_V) ? "kv" : c == AK_CENTER_K ? "k" : c == AK_CENTER_V ? "v" : "none";
+}
+
+/* The store a run opens: the memory directory (or Redis) with --agent, RAM
+ * only without it. */
+static agentkv_store_options run_store_options(const run_opts *o, int n_ctx, int n_ids) {
+    const cache_opts *co = &o->co;
+    const store_opts *mo = &o->mo;
+    agentkv_store_options so = {
+        .cache_type_k = ak_kv_format_get(co->fk)->name, .cache_type_v = ak_kv_format_get(co->fv)->name,
+        .kv_budget = co->budget, .block_tokens = co->block_tokens, .n_ctx = n_ctx, .center = center_name(co->center),
+        .n_threads = o->n_threads, .max_batch = n_ids < 256 ? n_ids : 256, .log = log_line};
+    if (o->agent_id) {
+        so.url = mo->store_url;
+        so.dir = mo->store_url && !mo->dir_given ? NULL : mo->dir;
+        so.password_file = mo->store_password_file;
+        so.lease_ms = mo->store_lease_ms;
+        so.key_file = mo->key_file;
+        so.save = mo->save == AK_SAVE_ON_EVICT ? AGENTKV_SAVE_ON_EVICT
+                  : mo->save == AK_SAVE_ON_SHUTDOWN ? AGENTKV_SAVE_ON_SHUTDOWN : AGENTKV_SAVE_EVERY_TURN;
+        so.disk_budget = mo->disk_budget;
+        so.no_prefix_sharing = mo->no_prefix_sharing;
+    }
+    return so;
+}
+
+/* Prints what a turn did: the agent's line (with --agent), the text as
+ * JSON (--json) or the line's end, and the timings. */
+static void run_report(const run_opts *o, const agentkv_turn_result *r, double load_s) {
+    if (o->agent_id)
+        fprintf(stderr, "agent=%s match=%s tier=%s reused=%d prefilled=%d restore_ms=%.2f prefill_ms=%.2f\n",
+                o->agent_id, r->match, r->tier == AGENTKV_TIER_HOT ? "hot" : r->tier == AGENTKV_TIER_WARM ? "warm" : "cold",
+                r->reused, r->prefilled, r->restore_ms, r->prompt_ms - r->restore_ms);
+    double pf_ms = r->prompt_ms, dec_ms = r->decode_ms;
+    double pf_tps = pf_ms > 0 ? r->prompt_tokens / (pf_ms / 1e3) : 0;
+    double dec_tps = r->generated > 0 && dec_ms > 0 ? r->generated / (dec_ms / 1e3) : 0;
+    if (o->json) {
+        printf("{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"text\": ", r->prompt_tokens, r->generated);
+        ak_json_write_string(stdout, r->text ? r->text : "", r->text_len);
+        printf(", \"timings\": {\"load_ms\": %.2f, \"prefill_ms\": %.2f, \"prefill_tok_s\": %.2f, "
+               "\"decode_ms\": %.2f, \"decode_tok_s\": %.2f}}\n",
+               load_s * 1e3, pf_ms, pf_tps, dec_ms, dec_tps);
+    } else {
+        fputc('\n', stdout);
+    }
+    fflush(stdout);
+    fprintf(stderr, "load %.1f ms | prefill %d tokens in %.1f ms (%.1f tok/s) | decode %d tokens in %.1f ms (%.1f tok/s)\n",
+            load_s * 1e3, r->prompt_tokens, pf_ms, pf_tps, r->generated, dec_ms, dec_tps);
+}
+
+/* agentkv run: parses the flags, then, through the public API
+ * (include/agentkv.h), loads the model, opens the agent's store (RAM only
+ * without --agent) and runs one turn that streams the continuation.
+ * Returns the exit code. */
 int cmd_run(int argc, char **argv) {
     run_opts o;
     int prc = run_parse(argc, argv, &o);
     if (prc >= 0) return prc;
-    const char *model_path = o.model_path, *prompt = o.prompt, *prompt_file = o.prompt_file;
-    int n_predict = o.n_predict, n_ctx = o.n_ctx, n_threads = o.n_threads, json = o.json, no_bos = o.no_bos;
-    ak_sampler_params sp = o.sp;
-    cache_opts co = o.co;
-    const char *agent_id = o.agent_id;
-    store_opts mo = o.mo;
-
+    const char *prompt = o.prompt;
     char *file_text = NULL;
     size_t prompt_len = prompt ? strlen(prompt) : 0;
-    if (prompt_file && !(file_text = read_prompt_file("run", prompt_file, &prompt_len))) return 1;
+    if (o.prompt_file && !(file_text = read_prompt_file("run", o.prompt_file, &prompt_len))) return 1;
     if (file_text) prompt = file_text;
 
-    loaded_model lm;
-    if (load_model(&lm, "run", model_path) < 0) { free(file_text); return 1; }
-    const ak_config *cfg = &lm.model->cfg;
-    if (!n_ctx) n_ctx = cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096;
-
     int rc = 1;
-    ak_error err = {{0}};
+    agentkv_error err = {0};
+    agentkv_model *m = NULL;
+    agentkv_store *s = NULL;
+    agentkv_agent *agent = NULL;
+    agentkv_turn_result res = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    ak_kv *kv = NULL;
-    ak_block_pool *pool = NULL;
-    ak_store *store = NULL;
-    ak_agents *agents = NULL;
-    ak_ctx *ctx = NULL;
-    ak_sampler *smp = NULL;
-    float *logits = NULL;
-    ak_gen gen = {0};
-
-    if (ak_tokenize(lm.tok, prompt, prompt_len, no_bos ? 0 : AK_TOK_ADD_SPECIAL, &ids, &n_ids, &err) < 0) goto fail;
-    if (n_ids == 0) { ak_fail(&err, "the prompt is empty (no tokens)"); goto fail; }
-    if ((long)n_ids + n_predict > n_ctx && (long)n_ids >= n_ctx) {
-        ak_fail(&err, "prompt has %zu tokens, the context is %d (-c)", n_ids, n_ctx);
-        goto fail;
-    }
-    if (agent_id) {
-        if (!(store = store_opts_open(&mo, &err))) goto fail;
-        if (!(pool = ak_block_pool_new(&lm.model->spec, co.block_tokens, co.budget, &err))) goto fail;
-        ak_agents_config ac = {.model = lm.model, .pool = pool, .store = store, .fk = co.fk, .fv = co.fv,
-                               .n_ctx = n_ctx, .save = mo.save, .disk_budget = mo.disk_budget, .log = log_line,
-                               .no_prefix_sharing = mo.no_prefix_sharing};
-        if (!(agents = ak_agents_new(&ac, &err))) goto fail;
-    } else if (cache_open(&co, lm.model, n_ctx, "run", &pool, &kv) < 0) {
+    progress pg;
+    progress_init(&pg, "loading model");
+    double t0 = ak_now();
+    agentkv_status st = agentkv_model_load(o.model_path, &(agentkv_model_options){.progress = progress_update,
+                                           .progress_ud = &pg}, &m, &err);
+    progress_done(&pg);
+    double load_s = ak_now() - t0;
+    if (st != AGENTKV_OK) goto fail;
+    agentkv_model_info mi;
+    agentkv_model_get_info(m, &mi);
+    int n_ctx = o.n_ctx ? o.n_ctx : mi.n_ctx_train < 4096 ? mi.n_ctx_train : 4096;
+    if (agentkv_tokenize(m, prompt, prompt_len, o.no_bos ? 0 : AGENTKV_TOKENIZE_ADD_SPECIAL, &ids, &n_ids, &err)) goto fail;
+    if (n_ids == 0) {
+        fprintf(stderr, "agentkv run: the prompt is empty (no tokens)\n");
         goto done;
     }
-    if (!(ctx = ak_ctx_new(lm.model, n_ids < 256 ? (int)n_ids : 256, n_threads, &err))) goto fail;
-    if (cache_center(&co, ctx, lm.tok, pool, "run") < 0) goto done;
-    if (!(smp = ak_sampler_new(&sp, cfg->vocab, &err))) goto fail;
-    if (!(logits = ak_malloc((size_t)cfg->vocab * sizeof(float), &err))) goto fail;
-    if (ak_gen_init(&gen, &(ak_gen_opts){.tok = lm.tok, .smp = smp, .prompt = ids, .n_prompt = (int)n_ids,
-                    .max_tokens = n_predict, .n_ctx = n_ctx, .stop_at_eog = 1}, &err) < 0) goto fail;
-
-    progress pg;
-    progress_init(&pg, "prefill");
-    double t0 = ak_now();
-    if (agents) {
-        ak_turn turn;
-        if (ak_agent_begin(agents, ctx, agent_id, ids, (int)n_ids, logits, &turn, &err) < 0) goto fail;
-        fprintf(stderr, "agent=%s match=%s tier=%s reused=%d prefilled=%d restore_ms=%.2f prefill_ms=%.2f\n",
-                agent_id, ak_match_name(turn.match), ak_tier_name(turn.tier), turn.reused, turn.prefilled,
-                turn.restore_ms, turn.prefill_ms);
-    } else if (ak_eval(ctx, kv, &(ak_eval_args){.tokens = ids, .n = (int)n_ids, .logits = logits,
-                       .progress = progress_update, .ud = &pg}, &err) < 0) {
+    if ((long)n_ids + o.n_predict > n_ctx && (long)n_ids >= n_ctx) {
+        fprintf(stderr, "agentkv run: prompt has %zu tokens, the context is %d (-c)\n", n_ids, n_ctx);
+        goto done;
+    }
+    agentkv_store_options so = run_store_options(&o, n_ctx, (int)n_ids);
+    if (agentkv_store_open(m, &so, &s, &err) || agentkv_agent_get(s, o.agent_id ? o.agent_id : "run", &agent, &err))
         goto fail;
-    }
+    const ak_sampler_params *sp = &o.sp;
+    progress_init(&pg, "prefill");
+    agentkv_turn_options to = {
+        .tokens = ids, .n_tokens = n_ids, .max_tokens = o.n_predict, .temperature = sp->temp, .top_k = sp->top_k,
+        .top_p = sp->top_p, .min_p = sp->min_p, .repeat_penalty = sp->repeat_penalty,
+        .repeat_last_n = sp->repeat_last_n ? sp->repeat_last_n : -1, .seed = sp->seed, .on_token = stream_piece,
+        .ud = &o.json, .progress = progress_update, .progress_ud = &pg};
+    st = agentkv_agent_turn(agent, &to, &res, &err);
     progress_done(&pg);
-    double t1 = ak_now();
-
-    /* the step (generate.h) samples, ends at end-of-generation or the
-     * limits, and keeps the text; only feeding the model is done here */
-    int pos = (int)n_ids;
-    for (;;) {
-        ak_gen_out out;
-        ak_gen_status st = ak_gen_step(&gen, logits, pos, &out, &err);
-        if (st == AK_GEN_ERROR) goto fail;
-        if (out.n_piece && !json) {
-            fwrite(out.piece, 1, out.n_piece, stdout);
-            fflush(stdout);
-        }
-        if (st != AK_GEN_MORE) break;
-        int32_t tok = out.tok;
-        if (agents ? ak_agent_step(agents, ctx, agent_id, tok, logits, &err)
-                   : ak_eval(ctx, kv, &(ak_eval_args){.tokens = &tok, .n = 1, .pos0 = pos, .logits = logits}, &err))
-            goto fail;
-        pos++;
-    }
-    const char *piece;
-    size_t np = ak_gen_flush(&gen, &piece);
-    double t2 = ak_now();
-    if (agents && ak_agent_end(agents, agent_id, &err) < 0) goto fail;
-    if (!json) {
-        if (np) fwrite(piece, 1, np, stdout);
-        fputc('\n', stdout);
-        fflush(stdout);
-    }
-    int n_gen = gen.n_gen;
-    double pf_ms = (t1 - t0) * 1e3, dec_ms = (t2 - t1) * 1e3;
-    double pf_tps = n_ids / (t1 - t0), dec_tps = n_gen > 0 ? n_gen / (t2 - t1) : 0;
-    if (json) {
-        printf("{\"prompt_tokens\": %zu, \"generated_tokens\": %d, \"text\": ", n_ids, n_gen);
-        ak_json_write_string(stdout, gen.text ? gen.text : "", gen.len);
-        printf(", \"timings\": {\"load_ms\": %.2f, \"prefill_ms\": %.2f, \"prefill_tok_s\": %.2f, "
-               "\"decode_ms\": %.2f, \"decode_tok_s\": %.2f}}\n",
-               lm.load_s * 1e3, pf_ms, pf_tps, dec_ms, dec_tps);
-    }
-    fprintf(stderr, "load %.1f ms | prefill %zu tokens in %.1f ms (%.1f tok/s) | decode %d tokens in %.1f ms (%.1f tok/s)\n",
-            lm.load_s * 1e3, n_ids, pf_ms, pf_tps, n_gen, dec_ms, dec_tps);
+    if (st != AGENTKV_OK) goto fail;
+    run_report(&o, &res, load_s);
+    agentkv_agent_release(agent);
+    agent = NULL;
+    st = agentkv_store_close(s, &err);
+    s = NULL;
+    if (st != AGENTKV_OK) goto fail;
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "agentkv run: %s\n", err.msg);
+    fprintf(stderr, "agentkv run: %s\n", agentkv_error_message(&err));
 done:
-    ak_gen_free(&gen);
-    free(ids); free(logits); free(file_text);
-    ak_sampler_free(smp);
-    ak_ctx_free(ctx);
-    ak_agents_free(agents);
-    ak_store_close(store);
-    cache_close(pool, kv);
-    unload_model(&lm);
+    agentkv_free(res.text);
+    agentkv_free(ids);
+    free(file_text);
+    agentkv_agent_release(agent);
+    agentkv_store_close(s, NULL);
+    agentkv_model_free(m);
     return rc;
 }

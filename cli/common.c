@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include "engine/calib.h"
+#include "lib/lib.h"
 
 #include <sodium.h>
 #include <stdio.h>
@@ -40,36 +41,26 @@ void progress_done(progress *p) {
 
 int load_model(loaded_model *lm, const char *cmd, const char *path) {
     memset(lm, 0, sizeof *lm);
-    ak_error err = {{0}};
+    agentkv_error err = {0};
     progress pg;
     progress_init(&pg, "loading model");
     double t0 = ak_now();
-    lm->model = ak_model_load(path, progress_update, &pg, &err);
+    agentkv_status st =
+        agentkv_model_load(path, &(agentkv_model_options){.progress = progress_update, .progress_ud = &pg}, &lm->handle, &err);
     progress_done(&pg);
-    if (!lm->model) {
-        fprintf(stderr, "agentkv %s: %s\n", cmd, err.msg);
+    if (st != AGENTKV_OK) {
+        fprintf(stderr, "agentkv %s: %s\n", cmd, agentkv_error_message(&err));
         return -1;
     }
-    lm->tok = ak_tokenizer_load(&lm->model->gguf, &err);
-    if (!lm->tok) {
-        fprintf(stderr, "agentkv %s: %s\n", cmd, err.msg);
-        ak_model_free(lm->model);
-        lm->model = NULL;
-        return -1;
-    }
-    if (ak_tokenizer_vocab_size(lm->tok) != lm->model->cfg.vocab) {
-        fprintf(stderr, "agentkv %s: %s: tokenizer has %d tokens but token_embd.weight has %d rows\n", cmd, path,
-                ak_tokenizer_vocab_size(lm->tok), lm->model->cfg.vocab);
-        unload_model(lm);
-        return -1;
-    }
+    lm->model = ak_lib_model(lm->handle);
+    lm->tok = ak_lib_tokenizer(lm->handle);
     lm->load_s = ak_now() - t0;
     return 0;
 }
 
 void unload_model(loaded_model *lm) {
-    ak_tokenizer_free(lm->tok);
-    ak_model_free(lm->model);
+    agentkv_model_free(lm->handle);
+    lm->handle = NULL;
     lm->tok = NULL;
     lm->model = NULL;
 }

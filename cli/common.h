@@ -3,6 +3,8 @@
 #ifndef AK_CLI_COMMON_H
 #define AK_CLI_COMMON_H
 
+#include <agentkv.h>
+
 #include "agents/agent.h"
 #include "kv/blockpool.h"
 #include "engine/model.h"
@@ -23,12 +25,14 @@ void progress_update(void *p, double frac);
 void progress_done(progress *p);
 
 typedef struct {
+    agentkv_model *handle;    /* the public API's model (include/agentkv.h), owning the two below */
     ak_model *model;
     ak_tokenizer *tok;
     double load_s;
 } loaded_model;
 
-/* Loads model and tokenizer from path, with a progress bar; on failure prints
+/* Loads model and tokenizer from path through the public API
+ * (agentkv_model_load), with a progress bar; on failure prints
  * "agentkv CMD: <reason>" and returns -1. */
 int load_model(loaded_model *lm, const char *cmd, const char *path);
 void unload_model(loaded_model *lm);

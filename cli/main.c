@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <agentkv.h>
+
 #include "args.h"
 #include "commands.h"
 
@@ -29,7 +31,8 @@ static const struct {
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: agentkv COMMAND [flags]   (agentkv COMMAND --help for its flags)\n\ncommands:\n");
+    fprintf(out, "usage: agentkv COMMAND [flags]   (agentkv COMMAND --help for its flags)\n"
+                 "       agentkv --version\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].help);
 }
@@ -38,6 +41,10 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return AK_EXIT_USAGE; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        printf("agentkv %s\n", agentkv_version());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
