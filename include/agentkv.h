@@ -288,9 +288,10 @@ AGENTKV_API agentkv_status agentkv_store_open(const agentkv_model *m, const agen
  * names the agents not saved); they stay unsaved. A memory-only store
  * returns AGENTKV_OK. */
 AGENTKV_API agentkv_status agentkv_store_flush(agentkv_store *s, agentkv_error *err);
-/* Saves as agentkv_store_flush does, then frees the store and every agent
- * handle's memory (handles of it must not be used after). Returns what the
- * flush returned; the store is freed either way. NULL is fine. */
+/* Saves as agentkv_store_flush does, then frees the store. Its agent
+ * handles are not usable after (agentkv_agent_release still frees them,
+ * before or after). Returns what the flush returned; the store is freed
+ * either way. NULL is fine. */
 AGENTKV_API agentkv_status agentkv_store_close(agentkv_store *s, agentkv_error *err);
 
 /* ---- agents ------------------------------------------------------------ */

@@ -230,9 +230,10 @@ static int check_turn(const agentkv_turn_options *o, ak_reuse_params *reuse, ak_
     return 0;
 }
 
-/* Fills res from the turn's counts and the generator. Returns 0, or -1
- * with e set (out of memory for the text). */
-static int result(const ak_turn *t, const ak_gen *g, const prompt *p, agentkv_finish finish, double ms[3],
+/* Fills res from the turn's counts, the generator and the times ms (the
+ * prompt's, the generation's). Returns 0, or -1 with e set (out of memory
+ * for the text). */
+static int result(const ak_turn *t, const ak_gen *g, const prompt *p, agentkv_finish finish, const double ms[2],
                   agentkv_turn_result *res, ak_error *e) {
     *res = (agentkv_turn_result){
         .tier = t->tier == AK_TIER_HOT ? AGENTKV_TIER_HOT : t->tier == AK_TIER_WARM ? AGENTKV_TIER_WARM : AGENTKV_TIER_COLD,
@@ -265,7 +266,7 @@ AGENTKV_API agentkv_status agentkv_agent_turn(agentkv_agent *a, const agentkv_tu
     ak_gen g = {0};
     agentkv_finish finish = AGENTKV_FINISH_LENGTH;
     int opened = 0, committed = 0;
-    double t0 = ak_now(), ms[3] = {0};
+    double t0 = ak_now(), ms[2] = {0};   /* the prompt's, the generation's */
     if (check_turn(o, &reuse, &e) < 0 || (o->messages && chat_prompt(a, o, &p, &e) < 0) ||
         memory_places(a, o, &p, &e) < 0)
         goto fail;
