@@ -527,6 +527,8 @@ TEST(api_fields_accepted) {
         {1, "\"logprobs\":false", 200},
         {1, "\"logprobs\":null", 200},
         {1, "\"top_logprobs\":null", 200},
+        {1, "\"logprobs\":true,\"top_logprobs\":20", 200},
+        {0, "\"logprobs\":5", 200},
         {1, "\"tool_choice\":\"none\"", 200},
         {1, "\"tool_choice\":\"auto\"", 200},
         {1, "\"tools\":[]", 200},
@@ -584,16 +586,10 @@ TEST(api_fields_lacking_are_400) {
     if (api_open(t, &r) < 0) return;
     const char *u = "unsupported_parameter";
     const field_case bad[] = {
-        {1, "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", 400, "tools", u},
-        {1, "\"tool_choice\":\"required\"", 400, "tool_choice", u},
-        {1, "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}", 400, "tool_choice", u},
         {1, "\"functions\":[{\"name\":\"f\"}]", 400, "functions", u},
         {1, "\"function_call\":{\"name\":\"f\"}", 400, "function_call", u},
         {1, "\"response_format\":{\"type\":\"json_object\"}", 400, "response_format", u},
         {1, "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\"}}", 400, "response_format", u},
-        {1, "\"logprobs\":true", 400, "logprobs", u},
-        {1, "\"top_logprobs\":5", 400, "top_logprobs", u},
-        {1, "\"top_logprobs\":0", 400, "top_logprobs", u},
         {1, "\"n\":2", 400, "n", u},
         {0, "\"n\":3", 400, "n", u},
         {1, "\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}", 400, "audio", u},
@@ -603,8 +599,6 @@ TEST(api_fields_lacking_are_400) {
         {0, "\"echo\":true", 400, "echo", u},
         {0, "\"best_of\":2", 400, "best_of", u},
         {0, "\"suffix\":\"the end\"", 400, "suffix", u},
-        {0, "\"logprobs\":1", 400, "logprobs", u},
-        {0, "\"logprobs\":0", 400, "logprobs", u},
     };
     run_field_cases(t, &r, bad, sizeof bad / sizeof *bad);
     ak_tokenizer_free(r.tok);
@@ -627,6 +621,11 @@ TEST(api_fields_types_and_ranges) {
         {1, "\"top_logprobs\":999", 400, "top_logprobs", va},
         {1, "\"top_logprobs\":-1", 400, "top_logprobs", va},
         {1, "\"top_logprobs\":\"5\"", 400, "top_logprobs", ty},
+        {1, "\"logprobs\":true,\"top_logprobs\":21", 400, "top_logprobs", va},
+        /* top_logprobs needs logprobs true (OpenAI's rule) */
+        {1, "\"top_logprobs\":5", 400, "top_logprobs", va},
+        {1, "\"logprobs\":false,\"top_logprobs\":0", 400, "top_logprobs", va},
+        {0, "\"logprobs\":-1", 400, "logprobs", va},
         {1, "\"metadata\":3", 400, "metadata", ty},
         {1, "\"metadata\":{\"a\":1}", 400, "metadata.a", ty},
         {1, "\"metadata\":[\"a\"]", 400, "metadata", ty},
@@ -886,5 +885,42 @@ TEST(api_utf8_in_bodies) {
     const char *ib = "{\"card\":\"c1\",\"mode\":\"re\xf0\x80place\"}";
     CHECK(ak_api_parse_import(ib, strlen(ib), id, &mode, &e) < 0 && e.status == 400 && is_err(&e, "mode", c),
           "import: %s", e.msg);
+    ak_tokenizer_free(r.tok);
+}
+
+/* What logprobs and top_logprobs ask for, as the parser hands it on: chat's
+ * pair, completions' legacy count (0 still asks for the tokens' own). */
+TEST(api_logprobs_fields) {
+    api_rig r;
+    if (api_open(t, &r) < 0) return;
+    static const struct {
+        int chat;
+        const char *fields;
+        int logprobs, top;
+    } cases[] = {
+        {1, "", 0, 0},
+        {1, ",\"logprobs\":false", 0, 0},
+        {1, ",\"logprobs\":true", 1, 0},
+        {1, ",\"logprobs\":true,\"top_logprobs\":7", 1, 7},
+        {1, ",\"logprobs\":true,\"top_logprobs\":null", 1, 0},
+        {0, "", 0, 0},
+        {0, ",\"logprobs\":null", 0, 0},
+        {0, ",\"logprobs\":0", 1, 0},
+        {0, ",\"logprobs\":5", 1, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"model\":\"m\",%s%s}",
+                 cases[i].chat ? "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]" : "\"prompt\":\"hi\"",
+                 cases[i].fields);
+        ak_api_request p;
+        ak_api_error e;
+        int rc = ak_api_parse(&r.cfg, body, strlen(body), cases[i].chat, NULL, 7, &p, &e);
+        CHECK(rc == 0, "%s: %s", body, rc == 0 ? "" : e.msg);
+        if (rc == 0)
+            CHECK(p.logprobs == cases[i].logprobs && p.top_logprobs == cases[i].top, "%s: logprobs %d top %d", body,
+                  p.logprobs, p.top_logprobs);
+        ak_api_request_free(&p);
+    }
     ak_tokenizer_free(r.tok);
 }

@@ -440,6 +440,25 @@ done:
     return rc;
 }
 
+/* logprobs and top_logprobs (api.h: LOGPROBS), their types and ranges
+ * checked by the field table. Returns 0, or -1 with *b set. */
+static int parse_logprobs(const cJSON *body, int chat, ak_api_request *p, ak_api_error *b) {
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(body, "logprobs");
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(body, "top_logprobs");
+    if (!chat) {
+        p->logprobs = cJSON_IsNumber(lp);
+        p->top_logprobs = p->logprobs ? (int)lp->valuedouble : 0;
+        return 0;
+    }
+    p->logprobs = cJSON_IsTrue(lp);
+    if (cJSON_IsNumber(top)) {
+        if (!p->logprobs)
+            return fail_bad(b, 400, "top_logprobs", "invalid_value", "top_logprobs requires logprobs to be true");
+        p->top_logprobs = (int)top->valuedouble;
+    }
+    return 0;
+}
+
 /* Everything but the JSON parse (see ak_api_parse). */
 static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, const char *hdr, uint64_t default_seed,
                       ak_api_request *p, ak_api_error *b) {
@@ -500,6 +519,7 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     if (get_int(body, "seed", -(1L << 62), 1L << 62, &v, &given, b) < 0) return -1;
     p->seed_given = given;
     p->sp.seed = given ? (uint64_t)v : default_seed;
+    if (parse_logprobs(body, chat, p, b) < 0) return -1;
     if (get_bool(body, "stream", &p->stream, b) < 0) return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
     if (so && !cJSON_IsNull(so)) {

@@ -8,7 +8,7 @@
  * e.g. "messages[1].content"); then every field OpenAI defines for the
  * endpoint is checked against api_fields.h's table (type: 400
  * invalid_type; range: 400 invalid_value; a capability the server lacks,
- * e.g. tools, logprobs, n > 1: 400 unsupported_parameter). Fields not in
+ * e.g. n > 1: 400 unsupported_parameter). Fields not in
  * the table are ignored, as OpenAI's clients send many. The pool, memory,
  * card and import bodies below get the same UTF-8 check.
  *
@@ -107,6 +107,8 @@ typedef struct {
     ak_chat_resend *resend;   /* a chat without memories that holds a reply: its messages, for
                                  the prompt's rebuild over the agent's history (chat_resend.h;
                                  sched.h: ak_reprompt); NULL otherwise */
+    int logprobs;             /* log-probabilities asked (LOGPROBS below) */
+    int top_logprobs;         /* alternatives per token: chat's top_logprobs, completions' logprobs */
 } ak_api_request;
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */
@@ -176,6 +178,13 @@ ak_reprompt ak_api_reprompt(const ak_api_request *r);
  * memory_stale, corrupt (quarantined) 500 memory_corrupt, no KV room 503,
  * the prompt with the memories not shorter than the context 400
  * context_length_exceeded (naming the memories' tokens). */
+
+/* LOGPROBS. Chat: "logprobs": true asks for the log-probability of each
+ * generated token, "top_logprobs" (0..20, only with logprobs true, else
+ * 400 invalid_value) for that many most likely tokens at each. Completions:
+ * "logprobs": k (0..5) asks for both, k alternatives (OpenAI's legacy
+ * field). The values are the model's distribution before the sampler and
+ * any constraint (logprobs.h). */
 
 /* A POST /v1/memories body {"id", "text", "cache_type_k"?, "cache_type_v"?},
  * validated: id as agents' (400 invalid_memory_id), text a non-empty string

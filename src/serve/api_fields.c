@@ -324,6 +324,10 @@ static const ak_api_field fields[] = {
     {.name = "frequency_penalty", .endpoints = BOTH, .types = AK_JT_NUMBER, .lo = -2, .hi = 2},
     {.name = "presence_penalty", .endpoints = BOTH, .types = AK_JT_NUMBER, .lo = -2, .hi = 2},
     {.name = "logit_bias", .endpoints = BOTH, .types = AK_JT_OBJECT, .check = check_logit_bias},
+    /* honoured: log-probabilities (api.c: parse_logprobs; api.h: LOGPROBS) */
+    {.name = "logprobs", .endpoints = CHAT, .types = AK_JT_BOOL},
+    {.name = "logprobs", .endpoints = COMPL, .types = AK_JT_INT, .lo = 0, .hi = 5},
+    {.name = "top_logprobs", .endpoints = CHAT, .types = AK_JT_INT, .lo = 0, .hi = 20},
     /* accepted with no effect */
     {.name = "user", .endpoints = BOTH, .types = AK_JT_STRING, .disp = AK_FIELD_NO_EFFECT},
     {.name = "safety_identifier", .endpoints = CHAT, .types = AK_JT_STRING, .disp = AK_FIELD_NO_EFFECT},
@@ -348,12 +352,6 @@ static const ak_api_field fields[] = {
      .disp = AK_FIELD_LACKING, .check = check_typed_object, .noop = noop_none_or_auto, .lacks = "function calling"},
     {.name = "response_format", .endpoints = CHAT, .types = AK_JT_OBJECT, .disp = AK_FIELD_LACKING,
      .check = check_typed_object, .noop = noop_text_format, .lacks = "structured output (only {\"type\": \"text\"})"},
-    {.name = "logprobs", .endpoints = CHAT, .types = AK_JT_BOOL, .disp = AK_FIELD_LACKING, .noop = noop_false,
-     .lacks = "log probabilities"},
-    {.name = "logprobs", .endpoints = COMPL, .types = AK_JT_INT, .lo = 0, .hi = 5, .disp = AK_FIELD_LACKING,
-     .lacks = "log probabilities"},
-    {.name = "top_logprobs", .endpoints = CHAT, .types = AK_JT_INT, .lo = 0, .hi = 20, .disp = AK_FIELD_LACKING,
-     .lacks = "log probabilities"},
     {.name = "modalities", .endpoints = CHAT, .types = AK_JT_ARRAY, .disp = AK_FIELD_LACKING, .check = check_modalities,
      .noop = noop_text_only, .lacks = "output other than text (only [\"text\"])"},
     {.name = "audio", .endpoints = CHAT, .types = AK_JT_OBJECT, .disp = AK_FIELD_LACKING, .lacks = "audio output"},

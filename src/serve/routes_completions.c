@@ -5,6 +5,7 @@
 #include "serve/server_impl.h"
 
 #include "base/buf.h"
+#include "serve/logprobs_json.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -100,7 +101,20 @@ typedef struct {
     int fd;                   /* the client's socket, to notice it leaving (-1: unknown) */
     size_t out_pos;           /* bytes of out already handed to MHD */
     int sent_role, ended;
+    ak_lp_cursor lp;          /* log-probabilities sent (p.logprobs) */
 } stream;
+
+/* When p asked for log-probabilities, puts those of r's tokens whose text
+ * starts in text[0..n) (the request's text from cur's place on; at the end,
+ * end = 1: all the rest) in j's choice (ak_logprobs_add; whole: an object
+ * even with none). Returns 0, or -1 when out of memory. */
+static int add_logprobs(ak_server *s, ak_request *r, const ak_api_request *p, cJSON *j, ak_lp_cursor *cur,
+                        const char *text, size_t n, int end, int whole) {
+    if (!p->logprobs) return 0;
+    ak_lp_add a = {.r = r, .tk = s->cfg.tok, .chat = p->chat, .text = text, .n = n,
+                   .upto = end ? (size_t)-1 : cur->bytes + n, .always = whole};
+    return ak_logprobs_add(j, &a, cur);
+}
 
 /* 1 when the peer has closed or reset the connection (or shut down its
  * sending side: an HTTP client does that only when leaving). Data waiting to
@@ -181,6 +195,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (n) {
             cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
             add_choice(j, &st->p, 1, NULL, chunk, NULL);
+            if (add_logprobs(st->s, st->r, &st->p, j, &st->lp, chunk, n, 0, 0) < 0) {
+                free(chunk);
+                cJSON_Delete(j);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
             free(chunk);
             if (emit(st, j) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
@@ -192,6 +211,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         } else {
             cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
             add_choice(j, &st->p, 1, NULL, NULL, finish_name(res.finish));
+            add_logprobs(st->s, st->r, &st->p, j, &st->lp, NULL, 0, 1, 0);   /* tokens of no text left */
             cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
             emit(st, j);
             if (st->p.include_usage) {
@@ -268,6 +288,7 @@ ak_api_config ak_server_api_config(ak_server *s) {
 /* The scheduler's parameters of a parsed request (pointing into p). */
 static ak_req_params req_params(ak_api_request *p) {
     ak_req_params rp = {.agent_id = p->agent_id, .pool = p->pool, .prompt = p->tokens, .n_prompt = (int)p->n_tokens,
+                        .logprobs = p->logprobs, .top_logprobs = p->top_logprobs,
                         .max_tokens = p->max_tokens, .sp = p->sp, .n_stop = p->n_stop, .stop_at_eog = 1,
                         /* full: the same prompt computed as a plain one, from the first memory on */
                         .n_mem = p->n_mem, .mem_full = p->reuse == AK_REUSE_FULL, .mem_method = p->reuse,
@@ -359,14 +380,23 @@ static enum MHD_Result complete(const ak_route_req *q, int chat) {
     char *text = NULL;
     size_t n = 0;
     ak_request_read(r, 0, &text, &n, &res);
-    ak_request_release(r);
     if (res.finish == AK_FINISH_ERROR) {
+        ak_request_release(r);
         free(text);
         ak_api_request_free(&p);
         return ak_http_error(s, c, ep, failed_status(&res), NULL, NULL, "%s", res.error);
     }
     cJSON *j = response_head(s, &p, id, created, 0);
     add_choice(j, &p, 0, "assistant", text ? text : "", finish_name(res.finish));
+    ak_lp_cursor lc = {0};
+    int lp_rc = add_logprobs(s, r, &p, j, &lc, text, n, 1, 1);
+    ak_request_release(r);
+    if (lp_rc < 0) {
+        cJSON_Delete(j);
+        free(text);
+        ak_api_request_free(&p);
+        return ak_http_error(s, c, ep, 500, NULL, NULL, "out of memory");
+    }
     cJSON_AddItemToObject(j, "usage", usage_json(&res));
     cJSON_AddItemToObject(j, "agentkv", agentkv_json(&p, &res));
     free(text);

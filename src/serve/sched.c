@@ -51,12 +51,17 @@ struct ak_request {
     ak_gen gen;                   /* sampling, end checks, text, stop strings (generate.h) */
     int32_t next_tok;
     float *logits;
+    float *raw;                   /* logprobs: the step's raw logits, copied before the sampler
+                                     changes them in place (NULL: not asked) */
+    int top_logprobs;
     double t_submit, t_admit, t_first, t_last, prefill_s;
     int sampled;                  /* a first token was sampled (ttft recorded) */
     /* shared, under s->mu */
     int refs;
     char *text;
     size_t len, cap, visible;
+    ak_req_logprob *lp;           /* one per kept token (logprobs asked), cut with the text */
+    int n_lp, lp_cap;
     int done, cancelled;
     ak_req_result res;
 };
@@ -104,6 +109,8 @@ static void free_request(ak_request *r) {
     free(r->prompt);
     ak_gen_free(&r->gen);
     free(r->logits);
+    free(r->raw);
+    free(r->lp);
     free(r->source);
     free(r->text);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -147,6 +154,18 @@ int ak_request_wait(ak_request *r, size_t have, int timeout_ms) {
     int done = r->done;
     pthread_mutex_unlock(&s->mu);
     return done;
+}
+
+int ak_request_logprobs(ak_request *r, int from, size_t upto, ak_req_logprob **out) {
+    ak_sched *s = r->s;
+    *out = NULL;
+    pthread_mutex_lock(&s->mu);
+    int end = from < 0 ? 0 : from;
+    while (end < r->n_lp && r->lp[end].offset < upto) end++;
+    int n = end > from && from >= 0 ? end - from : 0;
+    if (n && (*out = malloc(sizeof **out * (size_t)n))) memcpy(*out, r->lp + from, sizeof **out * (size_t)n);
+    pthread_mutex_unlock(&s->mu);
+    return *out ? n : 0;
 }
 
 size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res) {
@@ -260,6 +279,9 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
     r->prompt = ak_malloc(sizeof(int32_t) * (size_t)p->n_prompt, err);
     r->logits = ak_malloc(sizeof(float) * (size_t)vocab, err);
     if (!r->prompt || !r->logits) goto fail;
+    if (p->logprobs && !(r->raw = ak_malloc(sizeof(float) * (size_t)vocab, err))) goto fail;
+    r->top_logprobs = p->top_logprobs < 0 ? 0 : p->top_logprobs > AK_TOP_LOGPROBS_MAX ? AK_TOP_LOGPROBS_MAX
+                                                                                         : p->top_logprobs;
     memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
     for (int i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0]) { ak_failc(err, AK_ERR_INVALID, "stop sequences must not be empty"); goto fail; }
@@ -419,6 +441,28 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const ch
     s->changed = 1;
 }
 
+/* Records the log-probabilities of token tok, just kept, from r->raw (the
+ * step's raw logits), its text starting at the text's current end. Engine
+ * thread. Returns 0, or -1 when out of memory. */
+static int record_logprob(ak_sched *s, ak_request *r, int32_t tok) {
+    int vocab = s->cfg.model->cfg.vocab;
+    ak_req_logprob e = {.id = tok, .offset = r->len};
+    double lse = ak_logsumexp(r->raw, vocab);
+    e.logprob = (float)((double)r->raw[tok] - lse);
+    e.n_top = ak_top_logprobs(r->raw, vocab, lse, r->top_logprobs, e.top);
+    int rc = 0;
+    pthread_mutex_lock(&s->mu);
+    if (r->n_lp == r->lp_cap) {
+        int nc = r->lp_cap ? r->lp_cap * 2 : 64;
+        ak_req_logprob *nl = realloc(r->lp, sizeof *nl * (size_t)nc);
+        if (!nl) rc = -1;
+        else { r->lp = nl; r->lp_cap = nc; }
+    }
+    if (rc == 0) r->lp[r->n_lp++] = e;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 /* Samples the next token from r->logits and hands its text out; decides
  * whether the request goes on (r->next_tok is fed at the next step) or ends.
  * The rules are `agentkv run`'s (the same step, generate.h), so that greedy
@@ -426,6 +470,9 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const ch
 static void next_token(ak_sched *s, ak_request *r) {
     ak_gen_out out;
     ak_error err = {{0}};
+    int kept = r->gen.n_gen;
+    /* the model's own distribution is read before the step changes the logits (logprobs.h) */
+    if (r->raw) memcpy(r->raw, r->logits, sizeof(float) * (size_t)s->cfg.model->cfg.vocab);
     ak_gen_status st = ak_gen_step(&r->gen, r->logits, r->pos, &out, &err);
     if (out.sampled) {
         double now = ak_now();
@@ -443,6 +490,8 @@ static void next_token(ak_sched *s, ak_request *r) {
         }
         r->t_last = now;
     }
+    /* an end-of-generation token is not kept (n_gen unchanged): it has no entry */
+    if (st != AK_GEN_ERROR && r->raw && r->gen.n_gen > kept && record_logprob(s, r, out.tok) < 0) st = AK_GEN_ERROR;
     if (st == AK_GEN_ERROR || (out.n_piece && append_text(s, r, out.piece, out.n_piece) < 0)) {
         finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, "cannot decode a generated token (out of memory?)");
         return;
@@ -454,6 +503,7 @@ static void next_token(ak_sched *s, ak_request *r) {
         if (out.cut >= 0) {
             r->len = (size_t)out.cut;
             r->text[r->len] = 0;
+            while (r->n_lp && r->lp[r->n_lp - 1].offset >= r->len) r->n_lp--;   /* their text is cut */
         } else {
             if (out.visible > r->visible) r->visible = out.visible;
             pthread_cond_broadcast(&s->out_cv);

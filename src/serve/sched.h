@@ -30,6 +30,7 @@
 #include "agents/memories.h"
 #include "serve/metrics.h"
 #include "engine/model.h"
+#include "text/logprobs.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -96,6 +97,10 @@ typedef struct {
        owns ud (and frees it); on failure the caller keeps it. A rebuilt prompt not shorter
        than the context is not used */
     ak_reprompt reprompt;
+    /* log-probabilities (logprobs.h): 1 records one ak_req_logprob per kept token, with the
+       top_logprobs (0..AK_TOP_LOGPROBS_MAX) most likely tokens of its step */
+    int logprobs;
+    int top_logprobs;
 } ak_req_params;
 
 typedef enum {
@@ -130,6 +135,17 @@ typedef struct {
 typedef struct ak_sched ak_sched;
 typedef struct ak_request ak_request;
 
+/* The model's log-probabilities at one kept token (logprobs.h: the
+ * log-softmax of the raw logits, before biases, penalties, temperature and
+ * any constraint). */
+typedef struct {
+    int32_t id;               /* the token kept */
+    float logprob;
+    size_t offset;            /* where its text starts in the request's text (bytes) */
+    int n_top;
+    ak_token_lp top[AK_TOP_LOGPROBS_MAX];   /* the n_top most likely, most likely first */
+} ak_req_logprob;
+
 /* Starts the engine and I/O threads. Returns NULL with err set on failure. */
 ak_sched *ak_sched_start(const ak_sched_config *cfg, ak_error *err);
 /* Stops accepting, fails queued requests (AK_ERR_SHUTDOWN), cuts running ones
@@ -155,6 +171,14 @@ int ak_request_wait(ak_request *r, size_t have, int timeout_ms);
  * be NULL when there is nothing new) and the result so far into *res (may be
  * NULL). Returns the new length. */
 size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res);
+/* The log-probabilities of a request that asked for them, from entry
+ * `from` on (entries are in token order): those whose text starts before
+ * byte `upto` of the text. With upto a length ak_request_read returned,
+ * they all exist already; with (size_t)-1 once the request is finished,
+ * the rest (a token whose text starts at or past a stop string's cut has
+ * none). Copies them into a malloc'd *out (NULL when none) and returns
+ * their number (0 also when out of memory: the caller retries). */
+int ak_request_logprobs(ak_request *r, int from, size_t upto, ak_req_logprob **out);
 /* The client went away: the engine ends the request at its next step. */
 void ak_request_cancel(ak_request *r);
 void ak_request_release(ak_request *r);
