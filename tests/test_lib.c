@@ -5,7 +5,7 @@
  * examples/embed.c built by pkg-config and run twice (the second run
  * warm). References: the golden greedy continuation, the header itself,
  * the documented KV format sizes and template markup, the store's own
- * index read by the installed binary. */
+ * index read by the installed binary, the keys Redis holds. */
 #include <agentkv.h>
 #include <cjson/cJSON.h>
 #include <libgen.h>
@@ -17,6 +17,7 @@
 
 #include "base/util.h"
 #include "test.h"
+#include "test_store_redis.h"
 
 /* Runs cmd through sh (stdin /dev/null, stdout and stderr into *out, never
  * NULL); returns its exit status (128 + signal, 124 past timeout_s). */
@@ -596,4 +597,46 @@ TEST(lib_install_embed_warm_restart) {
         }
         free(out);
     }
+}
+
+/* The same restart on a Redis store: the second store (another process's,
+ * as far as the store knows) restores the agent warm from Redis. */
+TEST(lib_store_redis_restart) {
+    redis_srv rs;
+    if (redis_start(t, &rs, 0) != 0) return;
+    agentkv_model *m = load(t, "models/stories260K.gguf");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/lib-redis-local", test_tmp_dir());
+    agentkv_store_options so = {.url = rs.url, .dir = dir};
+    agentkv_error err = {0};
+    agentkv_store *s = NULL;
+    agentkv_agent *a = NULL;
+    int32_t *p = NULL, *h = NULL;
+    size_t n = 0, nh = 0;
+    agentkv_turn_result r = {0};
+    const char *text = "Once upon a time";
+    if (m && agentkv_tokenize(m, text, strlen(text), AGENTKV_TOKENIZE_ADD_SPECIAL, &p, &n, &err) == AGENTKV_OK &&
+        agentkv_store_open(m, &so, &s, &err) == AGENTKV_OK && agentkv_agent_get(s, "red", &a, &err) == AGENTKV_OK &&
+        turn_of(a, p, n, 6, &r, &err) == AGENTKV_OK && agentkv_agent_tokens(a, &h, &nh, &err) == AGENTKV_OK) {
+        agentkv_free(r.text);
+        agentkv_agent_release(a);
+        a = NULL;
+        CHECK(agentkv_store_close(s, &err) == AGENTKV_OK && redis_count(&rs, "*red*") > 0,
+              "close: %s; keys of red in Redis: %d", agentkv_error_message(&err), redis_count(&rs, "*red*"));
+        s = NULL;
+        CHECK(agentkv_store_open(m, &so, &s, &err) == AGENTKV_OK && agentkv_agent_get(s, "red", &a, &err) == AGENTKV_OK &&
+                  turn_of(a, h, nh, 2, &r, &err) == AGENTKV_OK && r.tier == AGENTKV_TIER_WARM &&
+                  r.reused == (int)nh - 1 && !strcmp(r.match, "exact"),
+              "after the restart: %s tier %d reused %d of %zu match %s", agentkv_error_message(&err), r.tier, r.reused,
+              nh, r.match ? r.match : "");
+        agentkv_free(r.text);
+    } else {
+        CHECK(0, "first store: %s", agentkv_error_message(&err));
+    }
+    agentkv_free(p);
+    agentkv_free(h);
+    agentkv_agent_release(a);
+    agentkv_store_close(s, NULL);
+    agentkv_model_free(m);
+    redis_stop(&rs);
 }
