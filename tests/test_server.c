@@ -109,3 +109,14 @@ TEST(server_openai_prompt_cache_key_agent) {
              test_path(model, sizeof model, "models/stories260K.gguf"), mods);
     run_script(t, cmd, "openai_agent_key.log", 200);
 }
+
+/* logprobs through the official client (tests/server/logprobs.mjs): a
+ * greedy chat's choices[0].logprobs.content, whole and streamed, and the
+ * 400 of top_logprobs without logprobs. */
+TEST(server_openai_npm_client_logprobs) {
+    char cmd[2048], mods[600], model[512];
+    if (openai_npm_modules(t, mods, sizeof mods) < 0) return;
+    snprintf(cmd, sizeof cmd, "node tests/server/logprobs.mjs %s %s %s", bin(),
+             test_path(model, sizeof model, "models/stories260K.gguf"), mods);
+    run_script(t, cmd, "logprobs.log", 120);
+}
