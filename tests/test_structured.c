@@ -303,3 +303,237 @@ TEST(structured_generation_begun_by_the_caller) {
     }
     env_close(&e);
 }
+
+/* ---- the server: response_format over HTTP (qwen3-tiny, in process) ---- */
+
+#include <pthread.h>
+
+#include "serve/grammars.h"
+#include "server_rig.h"
+
+/* A chat request with response_format rf (JSON text; NULL: none), greedy
+ * when temp is 0. */
+static reply chat_rf(int port, const char *rf, int max_tokens, double temp, int seed) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", "m");
+    cJSON_AddItemToObject(j, "messages", cJSON_Parse("[{\"role\":\"user\",\"content\":\"Who is Ann? Answer in JSON.\"}]"));
+    if (rf) cJSON_AddItemToObject(j, "response_format", cJSON_Parse(rf));
+    if (max_tokens) cJSON_AddNumberToObject(j, "max_tokens", max_tokens);
+    cJSON_AddNumberToObject(j, "temperature", temp);
+    cJSON_AddNumberToObject(j, "seed", seed);
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    reply r = http(port, "POST", "/v1/chat/completions", body);
+    free(body);
+    return r;
+}
+
+/* response_format json_schema of schema text s. */
+static char *rf_schema(const char *s) {
+    size_t n = strlen(s) + 128;
+    char *rf = malloc(n);
+    if (rf) snprintf(rf, n, "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"person\",\"strict\":true,\"schema\":%s}}", s);
+    return rf;
+}
+
+static const char *finish_of(const reply *r) {
+    return str(cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0), "finish_reason");
+}
+
+/* The fewest tokens of a reply under schema over tok (after "</think>"'s when lazy). */
+static long fewest(const ak_tokenizer *tok, const char *text, const char *after) {
+    ak_gram_error ge = {0};
+    ak_vocab_index *v = ak_vocab_index_new(tok, &ge);
+    ak_grammar *g = v ? ak_jsonschema_compile(text, strlen(text), NULL, &ge) : NULL;
+    ak_tokmask *tm = g ? ak_tokmask_new(g, v, &ge) : NULL;
+    ak_gen_constraint c = {.grammar = g, .masks = tm, .vocab = v, .rule = -1, .lazy = after != NULL, .after = after,
+                           .required = 1};
+    long n = tm ? ak_gen_constraint_min_tokens(&c, tok) : -1;
+    ak_tokmask_free(tm);
+    ak_grammar_free(g);
+    ak_vocab_index_free(v);
+    return n;
+}
+
+typedef struct {
+    int port, schema;   /* schema: with the response format */
+    int seed;
+    reply r;
+} conc_req;
+
+static void *conc_run(void *p) {
+    conc_req *q = p;
+    char *rf = q->schema ? rf_schema(schema) : NULL;
+    q->r = chat_rf(q->port, rf, 120, 1.0, q->seed);
+    free(rf);
+    return NULL;
+}
+
+TEST(structured_server_response_format) {
+    rig r;
+    const rig_opts o = {.model = "models/qwen3-tiny.gguf", .mem = "structured", .fk = AK_KV_F32, .fv = AK_KV_F32,
+                        .n_ctx = 1024, .family = AK_CHAT_CHATML};
+    if (rig_start_opts(t, &r, &o) < 0) return;
+    char *rf = rf_schema(schema);
+    REQUIRE(rf, "oom");
+    /* greedy, then sampled: a reply that validates by hand */
+    for (int i = 0; i < 3; i++) {
+        reply a = chat_rf(r.port, rf, 150, i ? 1.0 : 0, i);
+        const char *c = answer(&a), *why = c ? person_invalid(c) : "no content";
+        CHECK(a.status == 200 && !why, "run %d: %d %s: %s", i, a.status, why ? why : "", a.body ? a.body : "");
+        const char *f = finish_of(&a);
+        CHECK(f && (!strcmp(f, "stop") || !strcmp(f, "length")), "finish %s", f ? f : "none");
+        reply_free(&a);
+    }
+    /* the fewest tokens: the close forced from the start, finish length; one fewer: 400 up front */
+    long min = fewest(r.tok, schema, NULL);
+    REQUIRE(min > 0, "no close plan");
+    reply a = chat_rf(r.port, rf, (int)min, 1.0, 9);
+    CHECK(a.status == 200 && answer(&a) && !strcmp(answer(&a), shortest) && finish_of(&a) &&
+          !strcmp(finish_of(&a), "length"), "max_tokens %ld: %s", min, a.body ? a.body : "");
+    reply_free(&a);
+    a = chat_rf(r.port, rf, (int)min - 1, 1.0, 9);
+    CHECK(a.status == 400 && !strcmp(err_code(&a), "invalid_value") &&
+          !strcmp(str(cJSON_GetObjectItem(a.j, "error"), "param"), "max_tokens"), "max_tokens %ld: %d %s", min - 1,
+          a.status, a.body ? a.body : "");
+    reply_free(&a);
+    /* any object */
+    a = chat_rf(r.port, "{\"type\":\"json_object\"}", 60, 1.0, 4);
+    cJSON *obj = answer(&a) ? cJSON_Parse(answer(&a)) : NULL;
+    CHECK(a.status == 200 && cJSON_IsObject(obj), "json_object: %d %s", a.status, a.body ? a.body : "");
+    cJSON_Delete(obj);
+    reply_free(&a);
+    free(rf);
+    /* refusals: 400 naming what is wrong */
+    static const struct {
+        const char *rf, *param, *code, *says;
+    } bad[] = {
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"properties\":"
+         "{\"a\":{\"type\":\"string\",\"not\":{\"const\":\"b\"}}}}}}",
+         "response_format.json_schema.schema", "unsupported_schema_keyword", "'not' at '/properties/a'"},
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"array\",\"uniqueItems\":true}}}",
+         "response_format.json_schema.schema", "unsupported_schema_keyword", "'uniqueItems'"},
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\",\"properties\":5}}}",
+         "response_format.json_schema.schema", "invalid_schema", "properties"},
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"$ref\":\"#/$defs/nope\"}}}",
+         "response_format.json_schema.schema", "invalid_schema", "nope"},
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":\"object\"}}",
+         "response_format.json_schema.schema", "invalid_type", "schema"},
+        {"{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}", "response_format.json_schema.name",
+         "missing_required_parameter", "name"},
+        {"{\"type\":\"json_schema\"}", "response_format.json_schema", "missing_required_parameter", "json_schema"},
+        {"{\"type\":\"yaml\"}", "response_format.type", "invalid_value", "json_schema"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        a = chat_rf(r.port, bad[i].rf, 50, 0, 0);
+        const char *param = str(cJSON_GetObjectItem(a.j, "error"), "param");
+        CHECK(a.status == 400 && param && !strcmp(param, bad[i].param) && !strcmp(err_code(&a), bad[i].code) &&
+              strstr(err_msg(&a), bad[i].says), "case %zu: %d %s", i, a.status, a.body ? a.body : "");
+        reply_free(&a);
+    }
+    /* constrained and free requests at once, batched together */
+    conc_req q[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        q[i] = (conc_req){.port = r.port, .schema = i % 2 == 0, .seed = 20 + i};
+        pthread_create(&th[i], NULL, conc_run, &q[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        const char *c = answer(&q[i].r), *why = c && q[i].schema ? person_invalid(c) : NULL;
+        CHECK(q[i].r.status == 200 && c && !why, "concurrent %d (%s): %s %s", i, q[i].schema ? "schema" : "free",
+              why ? why : "", q[i].r.body ? q[i].r.body : "");
+        reply_free(&q[i].r);
+    }
+    rig_stop(&r);
+}
+
+TEST(structured_server_after_reasoning) {
+    rig r;
+    /* qwen3 writes its reasoning first: the schema holds after "</think>" */
+    const rig_opts o = {.model = "models/qwen3-tiny.gguf", .mem = "structured-think", .fk = AK_KV_F32, .fv = AK_KV_F32,
+                        .n_ctx = 1024, .family = AK_CHAT_QWEN3};
+    if (rig_start_opts(t, &r, &o) < 0) return;
+    char *rf = rf_schema(schema);
+    long min = fewest(r.tok, schema, "</think>");
+    REQUIRE(rf && min > 0, "setup");
+    int budgets[] = {(int)min, 60, 200};
+    for (int i = 0; i < 3; i++) {
+        reply a = chat_rf(r.port, rf, budgets[i], 1.0, 40 + i);
+        /* the JSON follows "</think>"; where the server gives the reasoning
+         * apart (reasoning_content) the content is the JSON alone */
+        const char *c = answer(&a), *at = c ? strstr(c, "</think>") : NULL;
+        const char *why = c ? person_invalid(at ? at + 8 : c) : "no content";
+        CHECK(a.status == 200 && !why, "max_tokens %d: %s: %s", budgets[i], why ? why : "", a.body ? a.body : "");
+        if (i == 0) CHECK(finish_of(&a) && !strcmp(finish_of(&a), "length"), "fewest: finish %s", a.body ? a.body : "");
+        reply_free(&a);
+    }
+    reply a = chat_rf(r.port, rf, (int)min - 1, 1.0, 1);
+    CHECK(a.status == 400, "max_tokens below the fewest with </think>: %d", a.status);
+    reply_free(&a);
+    free(rf);
+    rig_stop(&r);
+}
+
+/* ---- the server's cache of compiled schemas ---- */
+
+typedef struct {
+    ak_grammars *c;
+    const char *text;
+    ak_grammar_ref *ref;
+    int rc;
+} get_req;
+
+static void *get_run(void *p) {
+    get_req *q = p;
+    ak_gram_error ge = {0};
+    q->rc = ak_grammars_get(q->c, AK_GRAMMAR_JSON_SCHEMA, q->text, strlen(q->text), &q->ref, &ge);
+    return NULL;
+}
+
+TEST(structured_grammar_cache_once_per_schema_lru) {
+    char path[600];
+    gguf_file f;
+    ak_error err = {{0}};
+    REQUIRE(gguf_open(&f, test_path(path, sizeof path, "models/stories260K.gguf"), &err) == 0, "%s", err.msg);
+    ak_tokenizer *tok = ak_tokenizer_load(&f, &err);
+    gguf_close(&f);
+    REQUIRE(tok, "%s", err.msg);
+    ak_grammars *c = ak_grammars_new(tok, 2, 0, &err);
+    REQUIRE(c, "%s", err.msg);
+    /* four callers of one schema at once: one build, the same entry */
+    get_req q[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        q[i] = (get_req){.c = c, .text = schema};
+        pthread_create(&th[i], NULL, get_run, &q[i]);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    ak_grammars_stats st;
+    ak_grammars_get_stats(c, &st);
+    CHECK(st.builds == 1 && st.hits == 3 && st.entries == 1, "builds %llu hits %llu entries %d",
+          (unsigned long long)st.builds, (unsigned long long)st.hits, st.entries);
+    for (int i = 0; i < 4; i++) CHECK(q[i].rc == 0 && q[i].ref == q[0].ref, "caller %d: rc %d", i, q[i].rc);
+    for (int i = 1; i < 4; i++) ak_grammar_ref_release(q[i].ref);
+    /* two more schemas: the first, least recently used, is dropped from the cache but lives while held */
+    ak_gram_error ge = {0};
+    ak_grammar_ref *b = NULL, *d = NULL, *again = NULL;
+    CHECK(ak_grammars_get(c, AK_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\"}", 18, &b, &ge) == 0, "%s", ge.msg);
+    CHECK(ak_grammars_get(c, AK_GRAMMAR_JSON_OBJECT, "", 0, &d, &ge) == 0, "%s", ge.msg);
+    ak_grammars_get_stats(c, &st);
+    CHECK(st.entries == 2 && st.evictions == 1, "entries %d evictions %llu", st.entries, (unsigned long long)st.evictions);
+    ak_gmatch *m = ak_gmatch_new(ak_grammar_ref_grammar(q[0].ref));
+    CHECK(m && ak_gmatch_feed(m, shortest, strlen(shortest)) == 0 && ak_gmatch_finished(m), "the evicted entry's grammar");
+    ak_gmatch_free(m);
+    /* a failed compile is not kept, and says why */
+    CHECK(ak_grammars_get(c, AK_GRAMMAR_JSON_SCHEMA, "{\"not\":{}}", 10, &again, &ge) < 0 &&
+          ge.code == AK_GRAM_E_UNSUPPORTED && !strcmp(ge.keyword, "not"), "unsupported: %d %s", ge.code, ge.keyword);
+    ak_grammars_get_stats(c, &st);
+    CHECK(st.entries == 2, "a failed compile kept (%d entries)", st.entries);
+    /* the cache freed first: the held entries outlive it */
+    ak_grammars_free(c);
+    ak_grammar_ref_release(b);
+    ak_grammar_ref_release(d);
+    ak_grammar_ref_release(q[0].ref);
+    ak_tokenizer_free(tok);
+}

@@ -2,6 +2,7 @@
 #include "serve/api.h"
 #include "serve/api_fields.h"
 #include "agents/bitalloc.h"
+#include "text/generate.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -15,6 +16,7 @@ void ak_api_request_free(ak_api_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->logit_bias);
     ak_chat_resend_free(r->resend);
+    ak_grammar_ref_release(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -459,6 +461,88 @@ static int parse_logprobs(const cJSON *body, int chat, ak_api_request *p, ak_api
     return 0;
 }
 
+/* 1 when the family writes its reasoning before the reply under the
+ * prompt rendered with thinking `think` (qwen3 unless off; a prompt that
+ * leaves the model inside its reasoning): the grammar then holds from after
+ * "</think>" (api.h: STRUCTURED OUTPUT). */
+static int reasoning_first(const ak_api_config *cfg, ak_chat_think think) {
+    if (think == AK_CHAT_THINK_OFF) return 0;   /* the prompt closed an empty reasoning */
+    if (cfg->family == AK_CHAT_QWEN3) return 1;
+    const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = 1,
+                            .think = think};
+    return ak_chat_reasoning_open(&o);
+}
+
+/* The compiled grammar of a schema (or of any object) from the server's
+ * cache into p->grammar, its compile errors as 400s. */
+static int get_grammar(const ak_api_config *cfg, ak_grammar_kind kind, const char *text, ak_api_request *p,
+                       ak_api_error *b) {
+    static const char sparam[] = "response_format.json_schema.schema";
+    ak_gram_error ge = {0};
+    if (ak_grammars_get(cfg->grammars, kind, text, strlen(text), &p->grammar, &ge) == 0) return 0;
+    if (ge.code == AK_GRAM_E_NOMEM) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    if (ge.code == AK_GRAM_E_UNSUPPORTED)
+        return fail_bad(b, 400, sparam, "unsupported_schema_keyword",
+                        "%s: the keyword '%s' at '%s' is not supported (%.300s)", sparam, ge.keyword,
+                        ge.path[0] ? ge.path : "/", ge.msg);
+    return fail_bad(b, 400, sparam, "invalid_schema", "%s: %s (%s%s%s)", sparam, ge.msg, ak_gram_code_name(ge.code),
+                    ge.path[0] ? " at " : "", ge.path);
+}
+
+/* The request's response_format (api.h: STRUCTURED OUTPUT); asked is the
+ * max_tokens the body gave (0: none). Returns 0, or -1 with b set. */
+static int parse_response_format(const ak_api_config *cfg, const cJSON *body, int asked, ak_api_request *p,
+                                 ak_api_error *b) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsObject(rf) || !cJSON_IsString(type) || !strcmp(type->valuestring, "text")) return 0;   /* checked by the table */
+    if (!cfg->grammars)
+        return fail_bad(b, 400, "response_format", "unsupported_parameter", "this server has no structured output");
+    char *text = NULL;
+    ak_grammar_kind kind = AK_GRAMMAR_JSON_OBJECT;
+    if (!strcmp(type->valuestring, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+        if (!js) return fail_bad(b, 400, "response_format.json_schema", "missing_required_parameter",
+                                 "response_format.json_schema is required for type json_schema");
+        if (!cJSON_IsObject(js))
+            return fail_bad(b, 400, "response_format.json_schema", "invalid_type", "response_format.json_schema must be an object");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+        const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+        if (!name) return fail_bad(b, 400, "response_format.json_schema.name", "missing_required_parameter",
+                                   "response_format.json_schema.name is required");
+        if (!cJSON_IsString(name))
+            return fail_bad(b, 400, "response_format.json_schema.name", "invalid_type",
+                            "response_format.json_schema.name must be a string");
+        if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
+            return fail_bad(b, 400, "response_format.json_schema.strict", "invalid_type",
+                            "response_format.json_schema.strict must be a boolean");
+        if (schema && !cJSON_IsNull(schema) && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+            return fail_bad(b, 400, "response_format.json_schema.schema", "invalid_type",
+                            "response_format.json_schema.schema must be a JSON Schema (an object or a boolean)");
+        kind = AK_GRAMMAR_JSON_SCHEMA;
+        /* the key of the cache: the schema as cJSON prints it (no schema: any value) */
+        text = schema && !cJSON_IsNull(schema) ? cJSON_PrintUnformatted(schema) : strdup("true");
+        if (!text) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    }
+    int rc = get_grammar(cfg, kind, text ? text : "", p, b);
+    free(text);
+    if (rc < 0) return -1;
+    p->grammar_after = reasoning_first(cfg, AK_CHAT_THINK_DEFAULT) ? "</think>" : NULL;
+    ak_gen_constraint con = {.grammar = ak_grammar_ref_grammar(p->grammar), .masks = ak_grammar_ref_masks(p->grammar),
+                             .vocab = ak_grammar_ref_vocab(p->grammar), .rule = -1, .lazy = p->grammar_after != NULL,
+                             .after = p->grammar_after, .required = 1};
+    long need = ak_gen_constraint_min_tokens(&con, cfg->tok);
+    if (need < 0)
+        return fail_bad(b, 400, "response_format", "invalid_schema",
+                        "this model's vocabulary cannot spell the shortest reply the response format allows");
+    if (need > p->max_tokens)
+        return fail_bad(b, 400, asked ? "max_tokens" : "messages", asked ? "invalid_value" : "context_length_exceeded",
+                        "the shortest reply the response format allows takes %ld tokens; %s %d", need,
+                        asked && asked <= p->max_tokens ? "max_tokens is" : "the context leaves room for", p->max_tokens);
+    return 0;
+}
+
 /* Everything but the JSON parse (see ak_api_parse). */
 static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, const char *hdr, uint64_t default_seed,
                       ak_api_request *p, ak_api_error *b) {
@@ -572,8 +656,9 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
                         "the prompt has %zu tokens; this server's context is %d tokens", p->n_tokens, cfg->n_ctx);
     }
     long room = cfg->n_ctx - (long)p->n_tokens;
+    int asked = p->max_tokens;
     if (!p->max_tokens || p->max_tokens > room) p->max_tokens = (int)room;
-    return 0;
+    return chat ? parse_response_format(cfg, body, asked, p, b) : 0;
 }
 
 int ak_api_parse(const ak_api_config *cfg, const char *body, size_t len, int chat, const char *agent_header,

@@ -27,7 +27,8 @@
  *     [-2, 2], logit_bias {token id: [-100, 100]} (ids of this vocabulary),
  *   pool (string: the pool the prompt starts with; see POOLS below),
  *   memories, reuse, recompute_ratio (MEMORIES below),
- *   agent_id, prompt_cache_key (AGENTS below).
+ *   agent_id, prompt_cache_key (AGENTS below),
+ *   response_format (chat; STRUCTURED OUTPUT below).
  * Numbers are range-checked as doubles before any conversion, so 1e300 is a
  * 400 like any other out-of-range value.
  *
@@ -77,6 +78,8 @@ typedef struct {
     void *pool_ud;
     ak_api_memory_fn memory_lookup;   /* NULL: a request naming memories is refused (400) */
     void *memory_ud;
+    ak_grammars *grammars;    /* compiled response formats (grammars.h); NULL: json_object and
+                                 json_schema refused (400 unsupported_parameter) */
 } ak_api_config;
 
 /* How a request's memories are used (MEMORIES below): reuse.h's methods. */
@@ -109,6 +112,8 @@ typedef struct {
                                  sched.h: ak_reprompt); NULL otherwise */
     int logprobs;             /* log-probabilities asked (LOGPROBS below) */
     int top_logprobs;         /* alternatives per token: chat's top_logprobs, completions' logprobs */
+    ak_grammar_ref *grammar;  /* response_format's grammar (a reference, owned), NULL: free text */
+    const char *grammar_after;   /* NULL, or the text it is held from (static: "</think>") */
 } ak_api_request;
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */
@@ -178,6 +183,29 @@ ak_reprompt ak_api_reprompt(const ak_api_request *r);
  * memory_stale, corrupt (quarantined) 500 memory_corrupt, no KV room 503,
  * the prompt with the memories not shorter than the context 400
  * context_length_exceeded (naming the memories' tokens). */
+
+/* STRUCTURED OUTPUT. A chat request's "response_format":
+ *   {"type": "text"} (or absent): free text;
+ *   {"type": "json_object"}: the reply is a JSON object;
+ *   {"type": "json_schema", "json_schema": {"name", "schema", "strict"?,
+ *   "description"?}}: the reply is a JSON text the schema accepts
+ *   (jsonschema.h: supported keywords; "strict" is read but the reply is
+ *   held to the schema either way; no "schema": any JSON value).
+ * The grammar comes from the server's cache (grammars.h: compiled once per
+ * schema text). Errors (400; param "response_format" and below):
+ * json_schema not an object, name missing or not a string (OpenAI requires
+ * it), schema not an object or boolean, strict not a boolean
+ * (missing_required_parameter, invalid_type); a keyword that changes
+ * validity and is not supported (code unsupported_schema_keyword, param
+ * "response_format.json_schema.schema", the message naming the keyword and
+ * its path in the schema); any other schema fault (invalid_schema: not
+ * valid, a $ref that does not resolve, no instance possible, too large); a
+ * max_tokens (or the room left in the context) below the fewest tokens of
+ * any valid reply (max_tokens, invalid_value, both numbers said). For a
+ * family that writes its reasoning first (qwen3 unless thinking is off,
+ * and a prompt that leaves the model inside its reasoning: deepseek3 with
+ * thinking on) the grammar holds from after "</think>" (grammar_after),
+ * the reasoning free before it, and the fewest tokens count "</think>"'s. */
 
 /* LOGPROBS. Chat: "logprobs": true asks for the log-probability of each
  * generated token, "top_logprobs" (0..20, only with logprobs true, else

@@ -190,9 +190,6 @@ static int noop_text_only(const cJSON *v) {
         if (strcmp(c->valuestring, "text")) return 0;
     return 1;
 }
-static int noop_text_format(const cJSON *v) {
-    return !strcmp(cJSON_GetObjectItemCaseSensitive(v, "type")->valuestring, "text");
-}
 
 /* Characters (code points) of a valid UTF-8 string. */
 static size_t utf8_chars(const char *s) {
@@ -324,6 +321,8 @@ static const ak_api_field fields[] = {
     {.name = "frequency_penalty", .endpoints = BOTH, .types = AK_JT_NUMBER, .lo = -2, .hi = 2},
     {.name = "presence_penalty", .endpoints = BOTH, .types = AK_JT_NUMBER, .lo = -2, .hi = 2},
     {.name = "logit_bias", .endpoints = BOTH, .types = AK_JT_OBJECT, .check = check_logit_bias},
+    /* honoured: structured output (api.c: parse_response_format; api.h: STRUCTURED OUTPUT) */
+    {.name = "response_format", .endpoints = CHAT, .types = AK_JT_OBJECT, .check = check_typed_object},
     /* honoured: log-probabilities (api.c: parse_logprobs; api.h: LOGPROBS) */
     {.name = "logprobs", .endpoints = CHAT, .types = AK_JT_BOOL},
     {.name = "logprobs", .endpoints = COMPL, .types = AK_JT_INT, .lo = 0, .hi = 5},
@@ -350,8 +349,6 @@ static const ak_api_field fields[] = {
      .noop = noop_empty_array, .lacks = "function calling"},
     {.name = "function_call", .endpoints = CHAT, .types = AK_JT_STRING | AK_JT_OBJECT, .values = function_calls,
      .disp = AK_FIELD_LACKING, .check = check_typed_object, .noop = noop_none_or_auto, .lacks = "function calling"},
-    {.name = "response_format", .endpoints = CHAT, .types = AK_JT_OBJECT, .disp = AK_FIELD_LACKING,
-     .check = check_typed_object, .noop = noop_text_format, .lacks = "structured output (only {\"type\": \"text\"})"},
     {.name = "modalities", .endpoints = CHAT, .types = AK_JT_ARRAY, .disp = AK_FIELD_LACKING, .check = check_modalities,
      .noop = noop_text_only, .lacks = "output other than text (only [\"text\"])"},
     {.name = "audio", .endpoints = CHAT, .types = AK_JT_OBJECT, .disp = AK_FIELD_LACKING, .lacks = "audio output"},

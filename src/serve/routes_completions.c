@@ -282,7 +282,7 @@ static int memory_lookup(void *ud, const char *id, int32_t **tokens, int *n, ak_
 ak_api_config ak_server_api_config(ak_server *s) {
     return (ak_api_config){.tok = s->cfg.tok, .model_id = s->cfg.model_id, .family = s->cfg.family,
                            .template_text = s->cfg.template_text, .n_ctx = s->cfg.n_ctx, .pool_lookup = pool_lookup,
-                           .pool_ud = s, .memory_lookup = memory_lookup, .memory_ud = s};
+                           .pool_ud = s, .memory_lookup = memory_lookup, .memory_ud = s, .grammars = s->grammars};
 }
 
 /* The scheduler's parameters of a parsed request (pointing into p). */
@@ -292,7 +292,8 @@ static ak_req_params req_params(ak_api_request *p) {
                         .max_tokens = p->max_tokens, .sp = p->sp, .n_stop = p->n_stop, .stop_at_eog = 1,
                         /* full: the same prompt computed as a plain one, from the first memory on */
                         .n_mem = p->n_mem, .mem_full = p->reuse == AK_REUSE_FULL, .mem_method = p->reuse,
-                        .mem_ratio = (float)p->recompute_ratio, .reprompt = ak_api_reprompt(p)};
+                        .mem_ratio = (float)p->recompute_ratio, .reprompt = ak_api_reprompt(p),
+                        .grammar = p->grammar, .grammar_after = p->grammar_after};
     for (int i = 0; i < p->n_stop; i++) rp.stop[i] = p->stop[i];
     for (int i = 0; i < p->n_mem; i++) {
         rp.mem_id[i] = p->mem_id[i];

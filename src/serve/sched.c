@@ -49,6 +49,9 @@ struct ak_request {
     int pos, step_k, prefetch_tried;
     ak_sampler *smp;
     ak_gen gen;                   /* sampling, end checks, text, stop strings (generate.h) */
+    ak_grammar_ref *grammar;      /* structured output: the grammar held (a reference), NULL: none */
+    char *grammar_after;          /* lazy: held from after this text */
+    ak_gen_constraint con;        /* the generator's constraint over grammar */
     int32_t next_tok;
     float *logits;
     float *raw;                   /* logprobs: the step's raw logits, copied before the sampler
@@ -108,6 +111,8 @@ static void free_request(ak_request *r) {
     ak_sampler_free(r->smp);
     free(r->prompt);
     ak_gen_free(&r->gen);
+    ak_grammar_ref_release(r->grammar);
+    free(r->grammar_after);
     free(r->logits);
     free(r->raw);
     free(r->lp);
@@ -294,10 +299,22 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
         if (err) err->code = AK_ERR_INVALID;   /* parameters the sampler refuses: the client's */
         goto fail;
     }
+    if (p->grammar) {
+        ak_grammar_ref_hold(p->grammar);
+        r->grammar = p->grammar;
+        if (p->grammar_after && !(r->grammar_after = strdup(p->grammar_after))) {
+            ak_failc(err, AK_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        r->con = (ak_gen_constraint){.grammar = ak_grammar_ref_grammar(p->grammar),
+                                     .masks = ak_grammar_ref_masks(p->grammar),
+                                     .vocab = ak_grammar_ref_vocab(p->grammar), .rule = -1,
+                                     .lazy = r->grammar_after != NULL, .after = r->grammar_after, .required = 1};
+    }
     if (ak_gen_init(&r->gen, &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->smp, .prompt = p->prompt,
                     .n_prompt = p->n_prompt, .max_tokens = p->max_tokens, .n_ctx = s->cfg.n_ctx,
                     .stop_at_eog = p->stop_at_eog, .stop = (const char *const *)r->stop,
-                    .n_stop = r->n_stop}, err) < 0) {
+                    .n_stop = r->n_stop, .constraint = r->grammar ? &r->con : NULL}, err) < 0) {
         /* the prompt, limits and stop strings were checked above: what is
          * left is out of memory or a fault of the server, never the client's */
         if (err && err->code != AK_ERR_NOMEM) err->code = AK_ERR_GENERIC;
@@ -685,7 +702,8 @@ static void rebuild_prompt(ak_sched *s, ak_request *r) {
     if (n < 1 || n >= s->cfg.n_ctx ||
         ak_gen_init(&g, &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->smp, .prompt = ids, .n_prompt = n,
                     .max_tokens = r->max_tokens, .n_ctx = s->cfg.n_ctx, .stop_at_eog = r->stop_at_eog,
-                    .stop = (const char *const *)r->stop, .n_stop = r->n_stop}, &err) < 0) {
+                    .stop = (const char *const *)r->stop, .n_stop = r->n_stop,
+                    .constraint = r->grammar ? &r->con : NULL}, &err) < 0) {
         ak_gen_free(&g);
         free(ids);
         return;

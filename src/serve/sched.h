@@ -28,6 +28,7 @@
 
 #include "agents/agent.h"
 #include "agents/memories.h"
+#include "serve/grammars.h"
 #include "serve/metrics.h"
 #include "engine/model.h"
 #include "text/logprobs.h"
@@ -97,6 +98,11 @@ typedef struct {
        owns ud (and frees it); on failure the caller keeps it. A rebuilt prompt not shorter
        than the context is not used */
     ak_reprompt reprompt;
+    /* structured output (generate.h: CONSTRAINED DECODING): NULL, or the grammar the text is held
+       to, the scheduler taking its own reference; grammar_after NULL: held from the first token,
+       else lazy: held from right after that text (copied; required: forced at the budget) */
+    ak_grammar_ref *grammar;
+    const char *grammar_after;
     /* log-probabilities (logprobs.h): 1 records one ak_req_logprob per kept token, with the
        top_logprobs (0..AK_TOP_LOGPROBS_MAX) most likely tokens of its step */
     int logprobs;

@@ -448,8 +448,13 @@ ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err) {
     if (!s->cfg.max_conns_per_ip) s->cfg.max_conns_per_ip = AK_SERVER_DEFAULT_CONNS_PER_IP;
     if (!s->cfg.max_buffered) s->cfg.max_buffered = AK_SERVER_DEFAULT_MAX_BUFFERED;
     atomic_init(&s->buffered, 0);
+    if (!(s->grammars = ak_grammars_new(cfg->tok, 0, 0, err))) {
+        free(s);
+        return NULL;
+    }
     if (pthread_key_create(&s->conn_key, NULL) != 0) {
         ak_fail(err, "server: cannot create a thread key");
+        ak_grammars_free(s->grammars);
         free(s);
         return NULL;
     }
@@ -464,6 +469,7 @@ ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err) {
     int gai = getaddrinfo(s->cfg.host, port, &hints, &ai);
     if (gai != 0 || !ai) {
         ak_fail(err, "server: cannot resolve host '%s': %s", s->cfg.host, gai_strerror(gai));
+        ak_grammars_free(s->grammars);
         pthread_key_delete(s->conn_key);
         pthread_mutex_destroy(&s->mu);
         free(s);
@@ -483,6 +489,7 @@ ak_server *ak_server_start(const ak_server_config *cfg, ak_error *err) {
     freeaddrinfo(ai);
     if (!s->d) {
         ak_fail(err, "server: cannot listen on %s:%d (address in use or not permitted?)", s->cfg.host, cfg->port);
+        ak_grammars_free(s->grammars);
         pthread_key_delete(s->conn_key);
         pthread_mutex_destroy(&s->mu);
         free(s);
@@ -526,6 +533,7 @@ void ak_server_quiesce(ak_server *s) {
 void ak_server_stop(ak_server *s) {
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
+    ak_grammars_free(s->grammars);   /* what running requests hold lives until they end */
     pthread_key_delete(s->conn_key);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -31,6 +31,7 @@ struct ak_server {
     uint64_t id_salt;
     atomic_size_t buffered;   /* request-body bytes reserved by all connections */
     pthread_key_t conn_key;   /* a connection thread's MHD_Connection (see protocol_error) */
+    ak_grammars *grammars;    /* compiled response formats, per schema (grammars.h) */
 };
 
 /* One connection's request: its body as it arrives. */

@@ -37,3 +37,33 @@ export function stopServer(p, graceMs) {
     p.kill("SIGTERM");
   });
 }
+
+// Guards a script: every live server is killed when the process exits, and
+// after ms the script ends (exit 1) with the servers' logs shown.
+export function guard(ms) {
+  process.on("exit", () => { for (const p of live) p.kill("SIGKILL"); });
+  setTimeout(() => {
+    console.log(`FAIL watchdog: the script ran past ${ms / 1000} s`);
+    for (const p of live) { console.log(p.getLog()); p.kill("SIGKILL"); }
+    process.exit(1);
+  }, ms).unref();
+}
+
+// check(name, cond, detail) prints "ok   name", or "FAIL name detail" with
+// the log of server() (when it returns one), sets the exit code 1 and
+// throws; check.passed() is how many passed.
+export function checker(server) {
+  let passed = 0;
+  const check = (name, cond, detail = "") => {
+    if (!cond) {
+      console.log(`FAIL ${name} ${detail}`);
+      if (server()) console.log(server().getLog());
+      process.exitCode = 1;
+      throw new Error(name);
+    }
+    passed++;
+    console.log(`ok   ${name}`);
+  };
+  check.passed = () => passed;
+  return check;
+}
