@@ -769,7 +769,10 @@ TEST(kernel_threadpool_blocking_handoffs_lose_no_wakeup) {
             ak_threads *pool = ak_threads_new(nth, &err);
             if (!pool) _exit(3);
             ak_threads_set_spin(pool, 0);
-            for (long k = 0; k < 4000000 && ak_now() - t0 < (nth == 2 ? 1.1 : 1.5); k++) {
+            /* about a second each, but at least 600 runs (a loaded machine
+             * gives few per second); 25 s at most, inside the parent's wait */
+            double t_end = ak_now() + 1.1;
+            for (long k = 0; k < 4000000 && ak_now() - t0 < 25 && (ak_now() < t_end || k < 600); k++) {
                 atomic_int ran;   /* each thread once per run */
                 atomic_init(&ran, 0);
                 ak_threads_run(pool, count_task, &ran);
