@@ -108,7 +108,7 @@ TEST(lib_exports_only_the_header) {
     CHECK(sh(cmd, 10, &out) == 0 && strstr(out, "(SONAME)") && strstr(out, soname), "no SONAME %s: %s", soname, out);
     free(out);
     /* a dispatched build: the library carries every level's kernels */
-    snprintf(cmd, sizeof cmd, "test -f %s/dsp/stubs.o", bd);
+    snprintf(cmd, sizeof cmd, "test -f %s/pic/dsp/stubs.o", bd);
     if (sh(cmd, 10, &out) == 0) {
         free(out);
         snprintf(cmd, sizeof cmd, "nm %s/libagentkv.so | grep -c -e \"__avx2$\" -e \"__avx512$\" -e \"__scalar$\"", bd);
