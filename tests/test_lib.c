@@ -533,7 +533,7 @@ TEST(lib_install_embed_warm_restart) {
     int rc = sh(cmd, 600, &out);
     REQUIRE(rc == 0, "make install: exit %d: %s", rc, out);
     free(out);
-    const char *files[] = {"bin/agentkv", "lib/libagentkv.a", "lib/libagentkv.so", "lib/libagentkv.so." AGENTKV_VERSION,
+    const char *files[] = {"bin/agentkv", "lib/libagentkv.a", "lib/libagentkv.so", ("lib/libagentkv.so." AGENTKV_VERSION),
                            "include/agentkv.h", "lib/pkgconfig/agentkv.pc", "share/man/man1/agentkv.1"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char p[1024];
