@@ -176,8 +176,9 @@ typedef struct {
 } ak_mm_tile;
 typedef void (*ak_mm_tile_fn)(const ak_mm_tile *a);
 
-/* Instantiates NAME##_Q_R_T(a) = BODY(Q, R, T, a) for Q in {0, 1, 2} (a
- * type selector), R and T in 1..4, and a table NAME##_table[Q][R-1][T-1]. */
+/* INST_R instantiates NAME##_Q_R_T(a) = BODY(Q, R, T, a) for one Q (a type
+ * selector) and R and T in 1..4; ROW_R(NAME, Q) is the initializer of their
+ * table [R - 1][T - 1]. */
 #define INST_T(NAME, BODY, Q, R)                                                           \
     INST_ONE(NAME, BODY, Q, R, 1) INST_ONE(NAME, BODY, Q, R, 2)                            \
     INST_ONE(NAME, BODY, Q, R, 3) INST_ONE(NAME, BODY, Q, R, 4)

@@ -491,9 +491,9 @@ static void f_item(int ft, const ak_pk_item *it) {
         int T = (int)ak_min64(TILE_T, t1 - t);
         for (int64_t g = it->g0, G; g < g1; g += G) {
             G = (int)ak_min64(GMAX, g1 - g);
-            ftiles[ft][G - 1][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols, .X = X + t * cols,
-                                                    .ldx = cols, .Y = Y + t * rows + g * GROUP, .ldy = rows,
-                                                    .nvalid = rows - g * GROUP });
+            ftiles[ft][G - 1][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols,
+                                                    .X = X + t * cols, .ldx = cols, .Y = Y + t * rows + g * GROUP,
+                                                    .ldy = rows, .nvalid = rows - g * GROUP });
         }
     }
 }
@@ -1002,9 +1002,9 @@ static void f_item(int ft, const ak_pk_item *it) {
             for (int64_t i = 0; i < k; i++) {
                 const int64_t t = t0 + n * i / k;
                 const int T = (int)(t0 + n * (i + 1) / k - t);
-                ftiles[ft][0][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols, .X = X + t * cols,
-                                                    .ldx = cols, .Y = Y + t * rows + g * GROUP, .ldy = rows,
-                                                    .nvalid = rows - g * GROUP });
+                ftiles[ft][0][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols,
+                                                    .X = X + t * cols, .ldx = cols, .Y = Y + t * rows + g * GROUP,
+                                                    .ldy = rows, .nvalid = rows - g * GROUP });
             }
         return;
     }
@@ -1012,9 +1012,9 @@ static void f_item(int ft, const ak_pk_item *it) {
         const int T = (int)ak_min64(FT_T, t1 - t);
         for (int64_t g = g0, G; g < g1; g += G) {
             G = T <= 2 ? (int)ak_min64(GMAX, g1 - g) : 1;
-            ftiles[ft][G - 1][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols, .X = X + t * cols,
-                                                    .ldx = cols, .Y = Y + t * rows + g * GROUP, .ldy = rows,
-                                                    .nvalid = rows - g * GROUP });
+            ftiles[ft][G - 1][T - 1](&(ak_pk_tile){ .grp = P + (size_t)g * gb, .gb = gb, .cols = cols,
+                                                    .X = X + t * cols, .ldx = cols, .Y = Y + t * rows + g * GROUP,
+                                                    .ldy = rows, .nvalid = rows - g * GROUP });
         }
     }
 }
