@@ -104,15 +104,21 @@ typedef struct {
     ak_lp_cursor lp;          /* log-probabilities sent (p.logprobs) */
 } stream;
 
-/* When p asked for log-probabilities, puts those of r's tokens whose text
- * starts in text[0..n) (the request's text from cur's place on; at the end,
- * end = 1: all the rest) in j's choice (ak_logprobs_add; whole: an object
- * even with none). Returns 0, or -1 when out of memory. */
+/* Which of a request's log-probabilities add_logprobs puts in a choice. */
+enum {
+    LP_CHUNK = 0,   /* those of the tokens whose text starts in the text given */
+    LP_REST = 1,    /* all the rest (the request has ended) */
+    LP_WHOLE = 3    /* all the rest, as an object even with none (a whole answer) */
+};
+
+/* When p asked for log-probabilities, puts those of r's tokens that `which`
+ * names (text[0..n): the request's text from cur's place on) in j's choice
+ * (ak_logprobs_add). Returns 0, or -1 when out of memory. */
 static int add_logprobs(ak_server *s, ak_request *r, const ak_api_request *p, cJSON *j, ak_lp_cursor *cur,
-                        const char *text, size_t n, int end, int whole) {
+                        const char *text, size_t n, int which) {
     if (!p->logprobs) return 0;
     ak_lp_add a = {.r = r, .tk = s->cfg.tok, .chat = p->chat, .text = text, .n = n,
-                   .upto = end ? (size_t)-1 : cur->bytes + n, .always = whole};
+                   .upto = (which & LP_REST) ? (size_t)-1 : cur->bytes + n, .always = which == LP_WHOLE};
     return ak_logprobs_add(j, &a, cur);
 }
 
@@ -195,7 +201,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (n) {
             cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
             add_choice(j, &st->p, 1, NULL, chunk, NULL);
-            if (add_logprobs(st->s, st->r, &st->p, j, &st->lp, chunk, n, 0, 0) < 0) {
+            if (add_logprobs(st->s, st->r, &st->p, j, &st->lp, chunk, n, LP_CHUNK) < 0) {
                 free(chunk);
                 cJSON_Delete(j);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -211,7 +217,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         } else {
             cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
             add_choice(j, &st->p, 1, NULL, NULL, finish_name(res.finish));
-            add_logprobs(st->s, st->r, &st->p, j, &st->lp, NULL, 0, 1, 0);   /* tokens of no text left */
+            add_logprobs(st->s, st->r, &st->p, j, &st->lp, NULL, 0, LP_REST);   /* tokens of no text left */
             cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
             emit(st, j);
             if (st->p.include_usage) {
@@ -390,7 +396,7 @@ static enum MHD_Result complete(const ak_route_req *q, int chat) {
     cJSON *j = response_head(s, &p, id, created, 0);
     add_choice(j, &p, 0, "assistant", text ? text : "", finish_name(res.finish));
     ak_lp_cursor lc = {0};
-    int lp_rc = add_logprobs(s, r, &p, j, &lc, text, n, 1, 1);
+    int lp_rc = add_logprobs(s, r, &p, j, &lc, text, n, LP_WHOLE);
     ak_request_release(r);
     if (lp_rc < 0) {
         cJSON_Delete(j);
