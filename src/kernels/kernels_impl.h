@@ -191,6 +191,28 @@ typedef void (*ak_mm_tile_fn)(const ak_mm_tile *a);
 #define INST_ONE(NAME, BODY, Q, R, T)                                                      \
     static void NAME##_##Q##_##R##_##T(const ak_mm_tile *a) { BODY(Q, R, T, a); }
 
+/* The rectangle a (a back end's mm_q or mm_f) in tiles of at most tr rows x
+ * tt tokens (tr <= MAXR, tt <= MAXT), tile (R, T) run by tiles[R - 1][T - 1]:
+ * quantized tiles (q) read the tokens' XQ rows, float ones their f32 rows. */
+static inline void ak_mm_tiles(const ak_mm_args *a, const ak_mm_tile_fn tiles[MAXR][MAXT], int tr, int tt, int q) {
+    for (int64_t r = a->r0; r < a->r1; r += tr) {
+        const int R = (int)ak_min64(tr, a->r1 - r);
+        for (int64_t t = a->t0; t < a->t1; t += tt) {
+            const int T = (int)ak_min64(tt, a->t1 - t);
+            ak_mm_tile m = { .W = a->W + (size_t)r * a->wrb, .wrb = a->wrb, .Y = a->Y + t * a->ldy + r, .ldy = a->ldy };
+            if (q) {
+                m.xq = a->xq + (size_t)t * a->xqs;
+                m.xqs = a->xqs;
+                m.nb = a->cols / AK_QK;
+            } else {
+                m.X = a->X + t * a->cols;
+                m.ldx = m.cols = a->cols;
+            }
+            tiles[R - 1][T - 1](&m);
+        }
+    }
+}
+
 /* ---- Packed tiles, shared by the packed layouts' back ends ----
  * The operands of one tile of a packed product (kernels_packed.c's R16
  * layout, kernels_packed_k.c's K16; x86 and NEON): groups of 16 rows from

@@ -790,17 +790,7 @@ static const ak_mm_tile_fn f_tiles[3][4][4] = { ROW_R(ft, 0), ROW_R(ft, 1), ROW_
 
 /* kernels_backend.h's mm_q contract: Q8_0 and Q4_0 weights, in tiles. */
 static void mm_q(const ak_mm_args *a) {
-    const int q8 = a->wtype == GGML_TYPE_Q8_0;
-    for (int64_t r = a->r0; r < a->r1; r += TILE_R) {
-        int R = (int)ak_min64(TILE_R, a->r1 - r);
-        for (int64_t t = a->t0; t < a->t1; t += TILE_T) {
-            int T = (int)ak_min64(TILE_T, a->t1 - t);
-            q_tiles[q8][R - 1][T - 1](&(ak_mm_tile){ .W = a->W + (size_t)r * a->wrb, .wrb = a->wrb,
-                                                     .xq = a->xq + (size_t)t * a->xqs, .xqs = a->xqs,
-                                                     .nb = a->cols / AK_QK, .Y = a->Y + t * a->ldy + r,
-                                                     .ldy = a->ldy });
-        }
-    }
+    ak_mm_tiles(a, q_tiles[a->wtype == GGML_TYPE_Q8_0], TILE_R, TILE_T, 1);
 }
 
 /* kernels_backend.h's mm_f contract: F32, F16 and BF16 weights, in tiles
@@ -813,15 +803,7 @@ static void mm_f(const ak_mm_args *a) {
         return;
     }
 #endif
-    for (int64_t r = a->r0; r < a->r1; r += TILE_R) {
-        int R = (int)ak_min64(TILE_R, a->r1 - r);
-        for (int64_t t = a->t0; t < a->t1; t += TILE_T) {
-            int T = (int)ak_min64(TILE_T, a->t1 - t);
-            f_tiles[ft][R - 1][T - 1](&(ak_mm_tile){ .W = a->W + (size_t)r * a->wrb, .wrb = a->wrb,
-                                                     .X = a->X + t * a->cols, .ldx = a->cols, .cols = a->cols,
-                                                     .Y = a->Y + t * a->ldy + r, .ldy = a->ldy });
-        }
-    }
+    ak_mm_tiles(a, f_tiles[ft], TILE_R, TILE_T, 0);
 }
 
 const ak_kernel_backend ak_backend_simd = {

@@ -203,15 +203,30 @@ check("the memory table lists /v1/memories", JSON.stringify(await ids("#memories
 }
 
 // ---------------------------------------------------------------- chat
+// Clicks Send until the page takes the message (a user turn number n in the
+// log: a click can land beside the button while the tables above it are
+// re-rendered by a poll), then waits for answer n; an error the page shows
+// ends the wait at once, with the page's words.
+async function sendTurn(n, what) {
+  const userTurns = `document.querySelectorAll('#chat-log .turn.user').length >= ${n}`;
+  for (let i = 0; i < 5 && !(await page.eval(userTurns)); i++) {
+    await page.click("#chat-send");
+    const t0 = Date.now();
+    while (Date.now() - t0 < 2000 && !(await page.eval(userTurns))) await new Promise((r) => setTimeout(r, 100));
+  }
+  if (!(await page.eval(userTurns))) throw new Error(`${what}: five clicks on Send, no message sent`);
+  await page.waitFor(`document.querySelectorAll('#chat-log .turn.assistant.done').length === ${n} ||
+                      document.getElementById('chat-error').textContent !== ""`, what, 60000);
+  const err = await page.eval("document.getElementById('chat-error').textContent");
+  if (err) throw new Error(`${what}: the page says ${err}`);
+}
 const m0 = await metrics();
 const MARKUP = 'Tell me <img src=x onerror="window.__xss=1"> a story & <b>more</b>';
 await page.type("#chat-agent", "console-chat");
 await page.type("#chat-input", MARKUP);
-await page.click("#chat-send");
-await page.waitFor("document.querySelectorAll('#chat-log .turn.assistant.done').length === 1", "the first answer", 30000);
+await sendTurn(1, "the first answer");
 await page.type("#chat-input", "And then?");
-await page.click("#chat-send");
-await page.waitFor("document.querySelectorAll('#chat-log .turn.assistant.done').length === 2", "the second answer", 30000);
+await sendTurn(2, "the second answer");
 const turns = await page.eval(`[...document.querySelectorAll('#chat-log .turn.assistant .stats')].map((s) => ({...s.dataset}))`);
 const texts = await page.eval(`[...document.querySelectorAll('#chat-log .turn .text')].map((t) => t.textContent)`);
 check("turn 1: a new agent, cold", turns[0].tier === "cold", JSON.stringify(turns[0]));
