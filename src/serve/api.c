@@ -1,6 +1,7 @@
 /* api.c - see api.h */
 #include "serve/api.h"
 #include "serve/api_fields.h"
+#include "serve/api_tools.h"
 #include "agents/bitalloc.h"
 #include "text/generate.h"
 
@@ -17,6 +18,7 @@ void ak_api_request_free(ak_api_request *r) {
     free(r->logit_bias);
     ak_chat_resend_free(r->resend);
     ak_grammar_ref_release(r->grammar);
+    ak_api_tools_free(&r->tools);
     memset(r, 0, sizeof *r);
 }
 
@@ -94,12 +96,14 @@ oom:
 typedef struct {
     ak_chat_msg *m;
     char **texts;             /* m[i].content, owned */
+    char **calls;             /* m[i]'s tool calls or tool_call_id, owned (api_tools.h) */
     int n, cap;
 } msg_list;
 
 static void msg_list_free(msg_list *l) {
-    for (int k = 0; k < l->n; k++) free(l->texts[k]);
+    for (int k = 0; k < l->n; k++) free(l->texts[k]), free(l->calls[k]);
     free(l->texts);
+    free(l->calls);
     free(l->m);
     memset(l, 0, sizeof *l);
 }
@@ -124,7 +128,9 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
         if (m) l->m = m;
         char **t = m ? realloc(l->texts, sizeof *t * (size_t)nc) : NULL;
         if (t) l->texts = t;
-        if (!m || !t) return fail_bad(b, 500, NULL, NULL, "out of memory");
+        char **c = t ? realloc(l->calls, sizeof *c * (size_t)nc) : NULL;
+        if (c) l->calls = c;
+        if (!m || !t || !c) return fail_bad(b, 500, NULL, NULL, "out of memory");
         l->cap = nc;
     }
     int i = 0;
@@ -137,16 +143,28 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
         else if (!strcmp(r, "system")) r = "system";
         else if (!strcmp(r, "user")) r = "user";
         else if (!strcmp(r, "assistant")) r = "assistant";
+        else if (!strcmp(r, "tool")) r = "tool";
         else
             return fail_bad(b, 400, "messages", "invalid_value",
-                            "messages[%d].role '%.64s' is not supported (system, developer, user, assistant)", i,
+                            "messages[%d].role '%.64s' is not supported (system, developer, user, assistant, tool)", i,
                             role->valuestring);
+        ak_chat_msg *m = &l->m[l->n];
+        *m = (ak_chat_msg){.role = r};   /* r: a static string, the list outlives the JSON */
+        if (ak_api_read_calls(msg, i, m, &l->calls[l->n], b) < 0) return -1;
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-        if (!content) return fail_bad(b, 400, "messages", "missing_required_parameter", "messages[%d].content is required", i);
-        char *text = content_text(content, i, b);
-        if (!text) return -1;
+        char *text = NULL;
+        if (!m->n_calls || (content && !cJSON_IsNull(content))) {   /* null beside calls: OpenAI's form */
+            if (!content) {
+                free(l->calls[l->n]);
+                return fail_bad(b, 400, "messages", "missing_required_parameter", "messages[%d].content is required", i);
+            }
+            if (!(text = content_text(content, i, b))) {
+                free(l->calls[l->n]);
+                return -1;
+            }
+        }
         l->texts[l->n] = text;
-        l->m[l->n] = (ak_chat_msg){.role = r, .content = text};   /* r: a static string, the list outlives the JSON */
+        m->content = text;
         l->n++;
         i++;
     }
@@ -156,10 +174,12 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
 /* Renders l with the model's template and tokenizes it (content as text:
  * only the template's markup makes control tokens) into *ids. Returns 0, or
  * -1 with b set. */
-static int tokenize_messages(const ak_api_config *cfg, const msg_list *l, int gen_prompt, int32_t **ids, size_t *n,
-                             ak_api_error *b) {
+static int tokenize_messages(const ak_api_config *cfg, const msg_list *l, const ak_api_tools *t, int gen_prompt,
+                             int32_t **ids, size_t *n, ak_api_error *b) {
     ak_error err = {0};
-    const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = gen_prompt};
+    const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = gen_prompt,
+                            .tools = t ? t->tools : NULL, .n_tools = t ? t->n_tools : 0,
+                            .think = t ? t->think : AK_CHAT_THINK_DEFAULT};
     if (ak_chat_tokenize(l->m, l->n, &o, cfg->tok, AK_TOK_ADD_SPECIAL, ids, n, &err) < 0)
         return fail_bad(b, 400, "messages", "invalid_value", "%s", err.msg);
     return 0;
@@ -178,14 +198,15 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, cons
         fail_bad(b, 500, "pool", "pool_corrupt", "pool '%s': its stored messages are not valid: %.400s", p->pool, why);
         goto done;
     }
-    if (read_messages(msgs, &l, b) < 0) goto done;
-    rc = tokenize_messages(cfg, &l, 1, &p->tokens, &p->n_tokens, b);
+    if (read_messages(msgs, &l, b) < 0 || ak_api_check_tool_results(l.m, l.n, b) < 0) goto done;
+    rc = tokenize_messages(cfg, &l, &p->tools, 1, &p->tokens, &p->n_tokens, b);
     int replies = 0;
     for (int i = 0; i < l.n; i++) replies |= !strcmp(l.m[i].role, "assistant");
     if (rc == 0 && replies) {
         /* kept for the engine: the agent's history may stand for its replies */
         ak_error err = {0};
-        const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = 1};
+        const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = 1,
+                                .tools = p->tools.tools, .n_tools = p->tools.n_tools, .think = p->tools.think};
         if (!(p->resend = ak_chat_resend_new(l.m, l.n, &o, cfg->tok, &err)))
             rc = fail_bad(b, 500, NULL, NULL, "out of memory");
     }
@@ -442,25 +463,6 @@ done:
     return rc;
 }
 
-/* logprobs and top_logprobs (api.h: LOGPROBS), their types and ranges
- * checked by the field table. Returns 0, or -1 with *b set. */
-static int parse_logprobs(const cJSON *body, int chat, ak_api_request *p, ak_api_error *b) {
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(body, "logprobs");
-    const cJSON *top = cJSON_GetObjectItemCaseSensitive(body, "top_logprobs");
-    if (!chat) {
-        p->logprobs = cJSON_IsNumber(lp);
-        p->top_logprobs = p->logprobs ? (int)lp->valuedouble : 0;
-        return 0;
-    }
-    p->logprobs = cJSON_IsTrue(lp);
-    if (cJSON_IsNumber(top)) {
-        if (!p->logprobs)
-            return fail_bad(b, 400, "top_logprobs", "invalid_value", "top_logprobs requires logprobs to be true");
-        p->top_logprobs = (int)top->valuedouble;
-    }
-    return 0;
-}
-
 /* 1 when the family writes its reasoning before the reply under the
  * prompt rendered with thinking `think` (qwen3 unless off; a prompt that
  * leaves the model inside its reasoning): the grammar then holds from after
@@ -528,7 +530,7 @@ static int parse_response_format(const ak_api_config *cfg, const cJSON *body, in
     int rc = get_grammar(cfg, kind, text ? text : "", p, b);
     free(text);
     if (rc < 0) return -1;
-    p->grammar_after = reasoning_first(cfg, AK_CHAT_THINK_DEFAULT) ? "</think>" : NULL;
+    p->grammar_after = reasoning_first(cfg, p->tools.think) ? "</think>" : NULL;
     ak_gen_constraint con = {.grammar = ak_grammar_ref_grammar(p->grammar), .masks = ak_grammar_ref_masks(p->grammar),
                              .vocab = ak_grammar_ref_vocab(p->grammar), .rule = -1, .lazy = p->grammar_after != NULL,
                              .after = p->grammar_after, .required = 1};
@@ -540,6 +542,25 @@ static int parse_response_format(const ak_api_config *cfg, const cJSON *body, in
         return fail_bad(b, 400, asked ? "max_tokens" : "messages", asked ? "invalid_value" : "context_length_exceeded",
                         "the shortest reply the response format allows takes %ld tokens; %s %d", need,
                         asked && asked <= p->max_tokens ? "max_tokens is" : "the context leaves room for", p->max_tokens);
+    return 0;
+}
+
+/* logprobs and top_logprobs (api.h: LOGPROBS), their types and ranges
+ * checked by the field table. Returns 0, or -1 with *b set. */
+static int parse_logprobs(const cJSON *body, int chat, ak_api_request *p, ak_api_error *b) {
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(body, "logprobs");
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(body, "top_logprobs");
+    if (!chat) {
+        p->logprobs = cJSON_IsNumber(lp);
+        p->top_logprobs = p->logprobs ? (int)lp->valuedouble : 0;
+        return 0;
+    }
+    p->logprobs = cJSON_IsTrue(lp);
+    if (cJSON_IsNumber(top)) {
+        if (!p->logprobs)
+            return fail_bad(b, 400, "top_logprobs", "invalid_value", "top_logprobs requires logprobs to be true");
+        p->top_logprobs = (int)top->valuedouble;
+    }
     return 0;
 }
 
@@ -629,6 +650,12 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
         } else {
             return fail_bad(b, 400, "stop", "invalid_type", "stop must be a string or an array of strings");
         }
+    }
+    if (chat && ak_api_parse_tools(body, &p->tools, b) < 0) return -1;
+    if (chat) {
+        const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = 1,
+                                .think = p->tools.think};
+        p->tools.in_reasoning = ak_chat_reasoning_open(&o);
     }
     if (parse_prompt(cfg, body, chat, p, b) < 0) return -1;
     ak_error err = {0};
@@ -728,8 +755,12 @@ static int parse_pool_body(const ak_api_config *cfg, const cJSON *body, ak_api_p
     if (msgs) {
         msg_list l = {0};
         int rc = read_messages(msgs, &l, b);
+        for (int i = 0; rc == 0 && i < l.n; i++)   /* the pool's source keeps roles and content only */
+            if (l.m[i].n_calls || !strcmp(l.m[i].role, "tool"))
+                rc = fail_bad(b, 400, "messages", "invalid_value",
+                              "messages[%d]: a pool's messages carry no tool calls or tool results", i);
         /* the pool ends where the next message would start: no generation prompt */
-        if (rc == 0) rc = tokenize_messages(cfg, &l, 0, &p->tokens, &p->n_tokens, b);
+        if (rc == 0) rc = tokenize_messages(cfg, &l, NULL, 0, &p->tokens, &p->n_tokens, b);
         if (rc == 0 && !(p->source = messages_source(&l))) rc = fail_bad(b, 500, NULL, NULL, "out of memory");
         msg_list_free(&l);
         if (rc < 0) return -1;

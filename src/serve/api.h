@@ -82,6 +82,26 @@ typedef struct {
                                  json_schema refused (400 unsupported_parameter) */
 } ak_api_config;
 
+/* tool_choice (TOOLS below). */
+typedef enum {
+    AK_TOOL_CHOICE_AUTO = 0,  /* the model may call (default with tools) */
+    AK_TOOL_CHOICE_NONE,      /* no calls: every reply is text */
+    AK_TOOL_CHOICE_REQUIRED,  /* it must call one of the tools */
+    AK_TOOL_CHOICE_NAMED      /* it must call tools.tools[named] */
+} ak_tool_choice;
+
+/* A chat request's tools and thinking (TOOLS below), owned by the request. */
+typedef struct {
+    ak_chat_tool *tools;      /* n_tools of them (their strings in blob) */
+    int n_tools;
+    ak_tool_choice choice;
+    int named;                /* AK_TOOL_CHOICE_NAMED: the tool's index */
+    int parallel;             /* parallel_tool_calls (default 1) */
+    ak_chat_think think;      /* reasoning_effort "none", chat_template_kwargs.enable_thinking */
+    int in_reasoning;         /* the prompt leaves the model inside its reasoning (ak_chat_reasoning_open) */
+    char *blob;
+} ak_api_tools;
+
 /* How a request's memories are used (MEMORIES below): reuse.h's methods. */
 #define AK_API_RECOMPUTE_RATIO 0.1   /* recompute_ratio when not given */
 
@@ -110,10 +130,11 @@ typedef struct {
     ak_chat_resend *resend;   /* a chat without memories that holds a reply: its messages, for
                                  the prompt's rebuild over the agent's history (chat_resend.h;
                                  sched.h: ak_reprompt); NULL otherwise */
-    int logprobs;             /* log-probabilities asked (LOGPROBS below) */
-    int top_logprobs;         /* alternatives per token: chat's top_logprobs, completions' logprobs */
+    ak_api_tools tools;       /* chat: tools, tool_choice, thinking (TOOLS below) */
     ak_grammar_ref *grammar;  /* response_format's grammar (a reference, owned), NULL: free text */
     const char *grammar_after;   /* NULL, or the text it is held from (static: "</think>") */
+    int logprobs;             /* log-probabilities asked (LOGPROBS below) */
+    int top_logprobs;         /* alternatives per token: chat's top_logprobs, completions' logprobs */
 } ak_api_request;
 
 /* Why a body was refused: the HTTP status and OpenAI's error fields. */

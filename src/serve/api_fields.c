@@ -323,6 +323,14 @@ static const ak_api_field fields[] = {
     {.name = "logit_bias", .endpoints = BOTH, .types = AK_JT_OBJECT, .check = check_logit_bias},
     /* honoured: structured output (api.c: parse_response_format; api.h: STRUCTURED OUTPUT) */
     {.name = "response_format", .endpoints = CHAT, .types = AK_JT_OBJECT, .check = check_typed_object},
+    /* honoured: tools and thinking (api_tools.c; api.h: TOOLS); reasoning_effort "none" turns
+     * thinking off, the other efforts on */
+    {.name = "tools", .endpoints = CHAT, .types = AK_JT_ARRAY, .check = check_objects},
+    {.name = "tool_choice", .endpoints = CHAT, .types = AK_JT_STRING | AK_JT_OBJECT, .values = tool_choices,
+     .check = check_typed_object},
+    {.name = "parallel_tool_calls", .endpoints = CHAT, .types = AK_JT_BOOL},
+    {.name = "reasoning_effort", .endpoints = CHAT, .types = AK_JT_STRING, .values = efforts},
+    {.name = "chat_template_kwargs", .endpoints = CHAT, .types = AK_JT_OBJECT},
     /* honoured: log-probabilities (api.c: parse_logprobs; api.h: LOGPROBS) */
     {.name = "logprobs", .endpoints = CHAT, .types = AK_JT_BOOL},
     {.name = "logprobs", .endpoints = COMPL, .types = AK_JT_INT, .lo = 0, .hi = 5},
@@ -332,19 +340,13 @@ static const ak_api_field fields[] = {
     {.name = "safety_identifier", .endpoints = CHAT, .types = AK_JT_STRING, .disp = AK_FIELD_NO_EFFECT},
     {.name = "store", .endpoints = CHAT, .types = AK_JT_BOOL, .disp = AK_FIELD_NO_EFFECT},
     {.name = "metadata", .endpoints = CHAT, .types = AK_JT_OBJECT, .disp = AK_FIELD_NO_EFFECT, .check = check_metadata},
-    {.name = "parallel_tool_calls", .endpoints = CHAT, .types = AK_JT_BOOL, .disp = AK_FIELD_NO_EFFECT},
     {.name = "prompt_cache_retention", .endpoints = CHAT, .types = AK_JT_STRING, .values = retentions,
      .disp = AK_FIELD_NO_EFFECT},
     {.name = "service_tier", .endpoints = CHAT, .types = AK_JT_STRING, .values = service_tiers, .disp = AK_FIELD_NO_EFFECT},
-    {.name = "reasoning_effort", .endpoints = CHAT, .types = AK_JT_STRING, .values = efforts, .disp = AK_FIELD_NO_EFFECT},
     {.name = "verbosity", .endpoints = CHAT, .types = AK_JT_STRING, .values = verbosities, .disp = AK_FIELD_NO_EFFECT},
     /* lacking: 400 unless the value asks for nothing */
     {.name = "n", .endpoints = BOTH, .types = AK_JT_INT, .lo = 1, .hi = 128, .disp = AK_FIELD_LACKING,
      .noop = noop_one, .lacks = "more than one choice per request (n = 1 only)"},
-    {.name = "tools", .endpoints = CHAT, .types = AK_JT_ARRAY, .disp = AK_FIELD_LACKING, .check = check_objects,
-     .noop = noop_empty_array, .lacks = "tool calling"},
-    {.name = "tool_choice", .endpoints = CHAT, .types = AK_JT_STRING | AK_JT_OBJECT, .values = tool_choices,
-     .disp = AK_FIELD_LACKING, .check = check_typed_object, .noop = noop_none_or_auto, .lacks = "tool calling"},
     {.name = "functions", .endpoints = CHAT, .types = AK_JT_ARRAY, .disp = AK_FIELD_LACKING, .check = check_objects,
      .noop = noop_empty_array, .lacks = "function calling"},
     {.name = "function_call", .endpoints = CHAT, .types = AK_JT_STRING | AK_JT_OBJECT, .values = function_calls,

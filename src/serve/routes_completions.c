@@ -5,6 +5,7 @@
 #include "serve/server_impl.h"
 
 #include "base/buf.h"
+#include "text/toolcall.h"
 #include "serve/logprobs_json.h"
 
 #include <errno.h>
@@ -89,6 +90,99 @@ static void add_choice(cJSON *j, const ak_api_request *p, int chunk, const char 
     else cJSON_AddNullToObject(c, "finish_reason");
 }
 
+/* 1 when a chat reply goes through the reply parser: tools may be called,
+ * or the family writes reasoning (qwen3, deepseek3). */
+static int parsed_reply(const ak_server *s, const ak_api_request *p) {
+    return p->chat && ((p->tools.n_tools > 0 && p->tools.choice != AK_TOOL_CHOICE_NONE) ||
+                       s->cfg.family == AK_CHAT_QWEN3 || s->cfg.family == AK_CHAT_DEEPSEEK3);
+}
+
+/* The reply parser of a chat request (toolcall.h): content, reasoning and
+ * the calls apart, ids seeded by the response id. NULL with err set when out
+ * of memory. */
+static ak_toolcall *reply_parser(ak_server *s, const ak_api_request *p, const char *id, ak_error *err) {
+    uint64_t seed = 1469598103934665603ull;   /* FNV-1a of the response id: ids differ per response */
+    for (const char *c = id; *c; c++) seed = (seed ^ (uint8_t)*c) * 1099511628211ull;
+    const ak_toolcall_opts o = {.family = s->cfg.family,
+                                .tools = p->tools.n_tools > 0 && p->tools.choice != AK_TOOL_CHOICE_NONE,
+                                .parallel = p->tools.parallel, .in_reasoning = p->tools.in_reasoning, .id_seed = seed};
+    return ak_toolcall_new(&o, err);
+}
+
+/* A chat choice's finish reason: tool_calls when the reply made calls and
+ * was not cut. */
+static const char *chat_finish(ak_finish f, const ak_toolcall *tc) {
+    return ak_toolcall_n_calls(tc) > 0 && f != AK_FINISH_LENGTH ? "tool_calls" : finish_name(f);
+}
+
+/* A tool call as OpenAI writes it in a message or a delta: index (deltas
+ * only, index >= 0), id and type when id is given (a call's start), the
+ * function's name (NULL: none), arguments (NULL: none). */
+static cJSON *call_json(int index, const char *id, const char *name, const char *args) {
+    cJSON *c = cJSON_CreateObject();
+    if (index >= 0) cJSON_AddNumberToObject(c, "index", index);
+    if (id) cJSON_AddStringToObject(c, "id", id);
+    if (id) cJSON_AddStringToObject(c, "type", "function");
+    cJSON *f = cJSON_AddObjectToObject(c, "function");
+    if (name) cJSON_AddStringToObject(f, "name", name);
+    if (args) cJSON_AddStringToObject(f, "arguments", args);
+    return c;
+}
+
+/* The delta of one parser event; NULL for events that make none (a call's end). */
+static cJSON *event_delta(const ak_toolcall_event *e) {
+    cJSON *d = NULL, *calls;
+    switch (e->kind) {
+    case AK_TOOLCALL_CONTENT:
+    case AK_TOOLCALL_REASONING:
+        d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, e->kind == AK_TOOLCALL_CONTENT ? "content" : "reasoning_content", e->text);
+        break;
+    case AK_TOOLCALL_CALL_START:
+    case AK_TOOLCALL_ARGS:
+        d = cJSON_CreateObject();
+        calls = cJSON_AddArrayToObject(d, "tool_calls");
+        cJSON_AddItemToArray(calls, e->kind == AK_TOOLCALL_ARGS ? call_json(e->index, NULL, NULL, e->text)
+                                                                : call_json(e->index, e->id, e->name, ""));
+        break;
+    case AK_TOOLCALL_CALL_END: break;
+    }
+    return d;
+}
+
+/* The message of a whole chat reply: content (null when only calls came),
+ * reasoning_content when there was reasoning, tool_calls. */
+static cJSON *reply_message(const ak_toolcall *tc) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "assistant");
+    size_t nc = 0, nr = 0;
+    const char *content = ak_toolcall_content(tc, &nc), *reasoning = ak_toolcall_reasoning(tc, &nr);
+    int calls = ak_toolcall_n_calls(tc);
+    if (!nc && calls) cJSON_AddNullToObject(m, "content");
+    else cJSON_AddStringToObject(m, "content", content);
+    if (nr) cJSON_AddStringToObject(m, "reasoning_content", reasoning);
+    if (calls) {
+        cJSON *a = cJSON_AddArrayToObject(m, "tool_calls");
+        for (int i = 0; i < calls; i++) {
+            const ak_toolcall_call *c = ak_toolcall_get(tc, i);
+            cJSON_AddItemToArray(a, call_json(-1, c->id, c->name, c->arguments));
+        }
+    }
+    return m;
+}
+
+/* A chat choice holding msg (consumed; NULL: an empty one) as its message
+ * or delta. */
+static void add_chat_choice(cJSON *j, int chunk, cJSON *msg, const char *finish) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToObject(c, chunk ? "delta" : "message", msg ? msg : cJSON_CreateObject());
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
+    else cJSON_AddNullToObject(c, "finish_reason");
+}
+
 /* The state of one SSE stream. */
 typedef struct {
     ak_server *s;
@@ -101,6 +195,7 @@ typedef struct {
     int fd;                   /* the client's socket, to notice it leaving (-1: unknown) */
     size_t out_pos;           /* bytes of out already handed to MHD */
     int sent_role, ended;
+    ak_toolcall *tc;          /* a parsed reply's parser (parsed_reply), else NULL */
     ak_lp_cursor lp;          /* log-probabilities sent (p.logprobs) */
 } stream;
 
@@ -167,6 +262,20 @@ static int emit(stream *st, cJSON *j) {
     return rc ? -1 : 0;
 }
 
+/* One chunk per event of a parser feed or finish (n events at ev; n < 0:
+ * the parser failed, out of memory). Returns 0, or -1 (the stream ends). */
+static int emit_events(stream *st, const ak_toolcall_event *ev, int n) {
+    if (n < 0) return -1;
+    for (int i = 0; i < n; i++) {
+        cJSON *d = event_delta(&ev[i]);
+        if (!d) continue;
+        cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+        add_chat_choice(j, 1, d, NULL);
+        if (emit(st, j) < 0) return -1;
+    }
+    return 0;
+}
+
 /* The status of a request that failed in the engine: its code's
  * (ak_http_status_of), but no KV room before admission means the request
  * can never fit, even alone (the scheduler waits for room while others
@@ -198,6 +307,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t n = 0;
         ak_req_result res;
         st->have = ak_request_read(st->r, st->have, &chunk, &n, &res);
+        if (n && st->tc) {   /* content, reasoning and calls apart (no streamed logprobs) */
+            const ak_toolcall_event *ev = NULL;
+            ak_error err = {0};
+            int rc = emit_events(st, ev, ak_toolcall_feed(st->tc, chunk, n, &ev, &err));
+            free(chunk);
+            if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
         if (n) {
             cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
             add_choice(j, &st->p, 1, NULL, chunk, NULL);
@@ -215,8 +332,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (res.finish == AK_FINISH_ERROR) {
             emit(st, ak_http_error_json(failed_status(&res), res.error, NULL, NULL));
         } else {
+            const ak_toolcall_event *ev = NULL;
+            ak_error err = {0};
+            if (st->tc && emit_events(st, ev, ak_toolcall_finish(st->tc, &ev, &err)) < 0)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
             cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
-            add_choice(j, &st->p, 1, NULL, NULL, finish_name(res.finish));
+            if (st->tc) add_chat_choice(j, 1, NULL, chat_finish(res.finish, st->tc));
+            else add_choice(j, &st->p, 1, NULL, NULL, finish_name(res.finish));
             add_logprobs(st->s, st->r, &st->p, j, &st->lp, NULL, 0, LP_REST);   /* tokens of no text left */
             cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
             emit(st, j);
@@ -245,6 +367,7 @@ static void stream_free(void *cls) {
     ak_request_release(st->r);
     ak_api_request_free(&st->p);
     ak_buf_free(&st->out);
+    ak_toolcall_free(st->tc);
     free(st);
 }
 
@@ -370,6 +493,10 @@ static enum MHD_Result complete(const ak_route_req *q, int chat) {
         st->p = p;
         st->created = created;
         snprintf(st->id, sizeof st->id, "%s", id);
+        if (parsed_reply(s, &st->p) && !(st->tc = reply_parser(s, &st->p, id, &err))) {
+            stream_free(st);
+            return ak_http_error(s, c, ep, 500, NULL, NULL, "out of memory");
+        }
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
         if (!resp) {
             stream_free(st);
@@ -394,9 +521,17 @@ static enum MHD_Result complete(const ak_route_req *q, int chat) {
         return ak_http_error(s, c, ep, failed_status(&res), NULL, NULL, "%s", res.error);
     }
     cJSON *j = response_head(s, &p, id, created, 0);
-    add_choice(j, &p, 0, "assistant", text ? text : "", finish_name(res.finish));
+    ak_toolcall *tc = parsed_reply(s, &p) ? reply_parser(s, &p, id, &err) : NULL;
+    const ak_toolcall_event *ev = NULL;
+    int lp_rc = 0;
+    if (tc && (ak_toolcall_feed(tc, text ? text : "", n, &ev, &err) < 0 || ak_toolcall_finish(tc, &ev, &err) < 0))
+        lp_rc = -1;   /* out of memory */
+    if (parsed_reply(s, &p) && !tc) lp_rc = -1;
+    if (tc) add_chat_choice(j, 0, reply_message(tc), chat_finish(res.finish, tc));
+    else add_choice(j, &p, 0, "assistant", text ? text : "", finish_name(res.finish));
+    ak_toolcall_free(tc);
     ak_lp_cursor lc = {0};
-    int lp_rc = add_logprobs(s, r, &p, j, &lc, text, n, LP_WHOLE);
+    if (lp_rc == 0) lp_rc = add_logprobs(s, r, &p, j, &lc, text, n, LP_WHOLE);
     ak_request_release(r);
     if (lp_rc < 0) {
         cJSON_Delete(j);
