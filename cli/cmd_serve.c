@@ -31,6 +31,8 @@ static const char *usage_text =
     "  --api-key-file F       require 'Authorization: Bearer KEY' (KEY: the file's first line)\n"
     "  --model-id NAME        the model name clients use (default: the file name without .gguf)\n"
     "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
+    "  --chat-template-file F a Jinja chat template (a model's published one) in place of the GGUF's:\n"
+    "                         its family is detected from it, as from the GGUF's\n"
     "  --max-body BYTES       largest request body (default 4M; larger: 413, refused on Content-Length)\n"
     "  --max-buffered BYTES   request-body bytes buffered across all connections (default 64M);\n"
     "                         a body that would go over gets 503 with Retry-After: 1\n"
@@ -76,7 +78,7 @@ static char *read_api_key(const char *path, ak_error *err) {
 
 /* What serve was asked: its flags. */
 typedef struct {
-    const char *model_path, *host, *api_key_file, *model_id, *chat_template;
+    const char *model_path, *host, *api_key_file, *model_id, *chat_template, *chat_template_file;
     int port, n_ctx, n_threads, max_agents, step_tokens, step_ms;
     size_t max_body, max_buffered;
     unsigned conn_timeout, conns_per_ip;
@@ -108,6 +110,7 @@ static int serve_parse(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(f, "--api-key-file")) o->api_key_file = args_value(&a, f);
         else if (!strcmp(f, "--model-id")) o->model_id = args_value(&a, f);
         else if (!strcmp(f, "--chat-template")) o->chat_template = args_value(&a, f);
+        else if (!strcmp(f, "--chat-template-file")) o->chat_template_file = args_value(&a, f);
         else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) o->n_ctx = (int)args_int(&a, f, 2, 1 << 24);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--max-agents")) o->max_agents = (int)args_int(&a, f, 1, 4096);
@@ -232,7 +235,11 @@ int cmd_serve(int argc, char **argv) {
     ak_sched *sched = NULL;
     ak_server *server = NULL;
     model_id_of(o, model_id, sizeof model_id);
-    template_text = ak_chat_template_gguf(&lm.model->gguf, &err);
+    if (o->chat_template_file) {
+        if (!(template_text = ak_read_file(o->chat_template_file, NULL, &err))) goto fail;
+    } else {
+        template_text = ak_chat_template_gguf(&lm.model->gguf, &err);
+    }
     if (!o->chat_template) family = ak_chat_detect(template_text);
     if (o->api_key_file && !(api_key = read_api_key(o->api_key_file, &err))) goto fail;
     if (!(store = store_opts_open(mo, &err))) goto fail;

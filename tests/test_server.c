@@ -110,6 +110,18 @@ TEST(server_openai_prompt_cache_key_agent) { openai_script(t, "openai_agent_key"
  * client's 400 naming it. */
 TEST(server_openai_npm_client_structured_output) { openai_script(t, "structured", 200); }
 
+/* Tool calls and reasoning through the official client
+ * (tests/server/tools.mjs): required, named, parallel off, auto, streamed
+ * and not, on three families with their published templates; the call sent
+ * back with its result reuses the agent's history; DeepSeek V3.1's
+ * reasoning apart from its content; the 400s of bad tools. */
+TEST(server_openai_npm_client_tools) {
+    char cmd[2048], mods[600];
+    if (openai_npm_modules(t, mods, sizeof mods) < 0) return;
+    snprintf(cmd, sizeof cmd, "node tests/server/tools.mjs %s %s %s", bin(), test_shared_dir(), mods);
+    run_script(t, cmd, "tools.log", 420);
+}
+
 /* logprobs through the official client (tests/server/logprobs.mjs): a
  * greedy chat's choices[0].logprobs.content, whole and streamed, and the
  * 400 of top_logprobs without logprobs. */

@@ -48,36 +48,36 @@ typedef struct {
 
 static const family_case cases[] = {
     {AK_CHAT_QWEN3, NULL,
-     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\",\"unit\":\"c\"}}\n</tool_call>\n"
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>\n"
      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
-     {"<tool_call>\n{\"name\": \"get_wether\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>",
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\":\"c\"}}\n</tool_call>",
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\",\"unit\":\"k\"}}\n</tool_call>",
+     {"<tool_call>\n{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\"}}\n</tool_call>",
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"k\"}}\n</tool_call>",
       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}"}},
     {AK_CHAT_CHATML, NULL,
-     "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\":\"UTC\"}}\n</tool_call>\n"
-     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>",
+     "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>\n"
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
      {"Sure. <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\",\"x\":1}}\n</tool_call>"}},
-    {AK_CHAT_LLAMA3, NULL, "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Paris\"}}",
-     {"{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Paris\"}}; {\"name\": \"get_time\", \"parameters\": {}}",
-      "{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}"}},
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"x\": 1}}\n</tool_call>"}},
+    {AK_CHAT_LLAMA3, NULL, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+     {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; {\"name\": \"get_time\", \"parameters\": {}}",
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"}},
     {AK_CHAT_MISTRAL, NULL,
-     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}, "
+     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
      "{\"name\": \"get_time\", \"arguments\": {}}]",
-     {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}",
-      "[TOOL_CALLS]{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}"}},
+     {"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+      "[TOOL_CALLS]{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"}},
     {AK_CHAT_MISTRAL, "{{ '[SYSTEM_PROMPT]' }}",
-     "[TOOL_CALLS]get_weather[ARGS]{\"city\":\"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
-     {"[TOOL_CALLS]get_weather[ARGS]{}", "[TOOL_CALLS]get_weather{\"city\":\"Paris\"}"}},
+     "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}",
+     {"[TOOL_CALLS]get_weather[ARGS]{}", "[TOOL_CALLS]get_weather{\"city\": \"Paris\"}"}},
     {AK_CHAT_DEEPSEEK3, "{% if is_last_user %}{% endif %}",
-     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\":\"Paris\"}<｜tool▁call▁end｜>"
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"
      "<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-     {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\":\"Paris\"}<｜tool▁call▁end｜>"}},
+     {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"}},
     {AK_CHAT_DEEPSEEK3, "{{ bos_token }}",
-     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\":\"Paris\"}\n```"
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```"
      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-     {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\":\"Paris\"}<｜tool▁call▁end｜>"
+     {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"
       "<｜tool▁calls▁end｜>"}},
 };
 
@@ -99,19 +99,19 @@ static void parsed_calls(ak_test_ctx *t, ak_chat_family f, const char *reply, ch
 
 TEST(toolgrammar_accepts_the_templates_calls_and_parses_back) {
     static const char *const want[] = {
-        "get_weather({\"city\":\"Paris\",\"unit\":\"c\"});get_time({});",
-        "get_time({\"zone\":\"UTC\"});get_weather({\"city\":\"Oslo\"});",
-        "get_weather({\"city\":\"Paris\"});",
-        "get_weather({\"city\":\"Paris\"});get_time({});",
-        "get_weather({\"city\":\"Paris\"});get_time({});",
-        "get_weather({\"city\":\"Paris\"});get_time({});",
-        "get_weather({\"city\":\"Paris\"});",
+        "get_weather({\"city\": \"Paris\", \"unit\": \"c\"});get_time({});",
+        "get_time({\"zone\": \"UTC\"});get_weather({\"city\": \"Oslo\"});",
+        "get_weather({\"city\": \"Paris\"});",
+        "get_weather({\"city\": \"Paris\"});get_time({});",
+        "get_weather({\"city\": \"Paris\"});get_time({});",
+        "get_weather({\"city\": \"Paris\"});get_time({});",
+        "get_weather({\"city\": \"Paris\"});",
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const family_case *c = &cases[i];
         ak_grammar *g = compile(t, &(ak_toolg_opts){.family = c->family, .template_text = c->template_text,
                                                     .tools = tools, .n_tools = 2, .parallel = 1,
-                                                    .mode = AK_TOOLG_CALLS});
+                                                    .mode = AK_TOOLG_CALLS, .lead_ws = 1});
         if (!g) continue;
         CHECK(matches(g, c->reply), "case %zu: the template's calls refused: %s", i, c->reply);
         for (int k = 0; k < 4 && c->bad[k]; k++)
@@ -125,13 +125,26 @@ TEST(toolgrammar_accepts_the_templates_calls_and_parses_back) {
 
 TEST(toolgrammar_modes) {
     /* one call only when parallel calls are off */
-    ak_toolg_opts o = {.family = AK_CHAT_QWEN3, .tools = tools, .n_tools = 2, .parallel = 0, .mode = AK_TOOLG_CALLS};
+    ak_toolg_opts o = {.family = AK_CHAT_QWEN3, .tools = tools, .n_tools = 2, .parallel = 0, .mode = AK_TOOLG_CALLS,
+                       .lead_ws = 1};
     ak_grammar *g = compile(t, &o);
     if (g) {
         OK(matches(g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
         OK(!matches(g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
                              "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
         OK(!matches(g, "plain text"));
+        /* the arguments as tojson prints them, no other spacing */
+        OK(!matches(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>"));
+        OK(matches(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+        OK(!matches(g, "\n\n\n\n\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+        OK(matches(g, "\n\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+        ak_grammar_free(g);
+    }
+    /* without lead_ws the opener comes first */
+    o.lead_ws = 0;
+    if ((g = compile(t, &o))) {
+        OK(!matches(g, "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
+        OK(matches(g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
         ak_grammar_free(g);
     }
     /* after the opener (auto: the generator starts it lazily) */
@@ -145,7 +158,7 @@ TEST(toolgrammar_modes) {
     o = (ak_toolg_opts){.family = AK_CHAT_QWEN3, .tools = &tools[1], .n_tools = 1, .parallel = 1, .mode = AK_TOOLG_CALLS};
     if ((g = compile(t, &o))) {
         OK(matches(g, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"));
-        OK(!matches(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"x\"}}\n</tool_call>"));
+        OK(!matches(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>"));
         ak_grammar_free(g);
     }
     /* calls, or a JSON reply valid for the content schema */

@@ -4,6 +4,7 @@
 #include "serve/api_tools.h"
 #include "agents/bitalloc.h"
 #include "text/generate.h"
+#include "text/toolgrammar.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -475,72 +476,138 @@ static int reasoning_first(const ak_api_config *cfg, ak_chat_think think) {
     return ak_chat_reasoning_open(&o);
 }
 
-/* The compiled grammar of a schema (or of any object) from the server's
- * cache into p->grammar, its compile errors as 400s. */
+/* The compiled grammar of (kind, text) from the server's cache into
+ * p->grammar, its compile errors as 400s: a tool's schema named by its
+ * index, the response format's otherwise. */
 static int get_grammar(const ak_api_config *cfg, ak_grammar_kind kind, const char *text, ak_api_request *p,
                        ak_api_error *b) {
-    static const char sparam[] = "response_format.json_schema.schema";
     ak_gram_error ge = {0};
     if (ak_grammars_get(cfg->grammars, kind, text, strlen(text), &p->grammar, &ge) == 0) return 0;
     if (ge.code == AK_GRAM_E_NOMEM) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    char param[96] = "response_format.json_schema.schema";
+    const char *path = ge.path;
+    int tool = -1, used = 0;
+    if (kind == AK_GRAMMAR_TOOL_CALLS && sscanf(path, "/tools/%d/parameters%n", &tool, &used) == 1 && used > 0 &&
+        tool >= 0 && tool < p->tools.n_tools) {
+        /* the spec lists the named tool alone: its index among the request's tools */
+        int index = p->tools.choice == AK_TOOL_CHOICE_NAMED ? p->tools.named : tool;
+        snprintf(param, sizeof param, "tools[%d].function.parameters", index);
+        path += used;
+    } else if (kind == AK_GRAMMAR_TOOL_CALLS && !strncmp(path, "/content", 8)) {
+        path += 8;
+    }
     if (ge.code == AK_GRAM_E_UNSUPPORTED)
-        return fail_bad(b, 400, sparam, "unsupported_schema_keyword",
-                        "%s: the keyword '%s' at '%s' is not supported (%.300s)", sparam, ge.keyword,
-                        ge.path[0] ? ge.path : "/", ge.msg);
-    return fail_bad(b, 400, sparam, "invalid_schema", "%s: %s (%s%s%s)", sparam, ge.msg, ak_gram_code_name(ge.code),
-                    ge.path[0] ? " at " : "", ge.path);
+        return fail_bad(b, 400, param, "unsupported_schema_keyword", "%s: the keyword '%s' at '%s' is not supported (%.300s)",
+                        param, ge.keyword, path[0] ? path : "/", ge.msg);
+    return fail_bad(b, 400, param, "invalid_schema", "%s: %s (%s%s%s)", param, ge.msg, ak_gram_code_name(ge.code),
+                    path[0] ? " at " : "", path);
 }
 
-/* The request's response_format (api.h: STRUCTURED OUTPUT); asked is the
- * max_tokens the body gave (0: none). Returns 0, or -1 with b set. */
-static int parse_response_format(const ak_api_config *cfg, const cJSON *body, int asked, ak_api_request *p,
-                                 ak_api_error *b) {
+/* The request's response_format (api.h: STRUCTURED OUTPUT): *kind and
+ * *text (malloc'd: the schema as cJSON prints it, the key of the cache),
+ * *text NULL and *kind -1 for free text. Returns 0, or -1 with b set. */
+static int read_response_format(const ak_api_config *cfg, const cJSON *body, int *kind, char **text, ak_api_error *b) {
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    *kind = -1;
+    *text = NULL;
     if (!cJSON_IsObject(rf) || !cJSON_IsString(type) || !strcmp(type->valuestring, "text")) return 0;   /* checked by the table */
     if (!cfg->grammars)
         return fail_bad(b, 400, "response_format", "unsupported_parameter", "this server has no structured output");
-    char *text = NULL;
-    ak_grammar_kind kind = AK_GRAMMAR_JSON_OBJECT;
-    if (!strcmp(type->valuestring, "json_schema")) {
-        const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
-        if (!js) return fail_bad(b, 400, "response_format.json_schema", "missing_required_parameter",
-                                 "response_format.json_schema is required for type json_schema");
-        if (!cJSON_IsObject(js))
-            return fail_bad(b, 400, "response_format.json_schema", "invalid_type", "response_format.json_schema must be an object");
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
-        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
-        const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
-        if (!name) return fail_bad(b, 400, "response_format.json_schema.name", "missing_required_parameter",
-                                   "response_format.json_schema.name is required");
-        if (!cJSON_IsString(name))
-            return fail_bad(b, 400, "response_format.json_schema.name", "invalid_type",
-                            "response_format.json_schema.name must be a string");
-        if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
-            return fail_bad(b, 400, "response_format.json_schema.strict", "invalid_type",
-                            "response_format.json_schema.strict must be a boolean");
-        if (schema && !cJSON_IsNull(schema) && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
-            return fail_bad(b, 400, "response_format.json_schema.schema", "invalid_type",
-                            "response_format.json_schema.schema must be a JSON Schema (an object or a boolean)");
-        kind = AK_GRAMMAR_JSON_SCHEMA;
-        /* the key of the cache: the schema as cJSON prints it (no schema: any value) */
-        text = schema && !cJSON_IsNull(schema) ? cJSON_PrintUnformatted(schema) : strdup("true");
-        if (!text) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    *kind = AK_GRAMMAR_JSON_OBJECT;
+    if (strcmp(type->valuestring, "json_schema")) return 0;
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    if (!js) return fail_bad(b, 400, "response_format.json_schema", "missing_required_parameter",
+                             "response_format.json_schema is required for type json_schema");
+    if (!cJSON_IsObject(js))
+        return fail_bad(b, 400, "response_format.json_schema", "invalid_type", "response_format.json_schema must be an object");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+    if (!name) return fail_bad(b, 400, "response_format.json_schema.name", "missing_required_parameter",
+                               "response_format.json_schema.name is required");
+    if (!cJSON_IsString(name))
+        return fail_bad(b, 400, "response_format.json_schema.name", "invalid_type",
+                        "response_format.json_schema.name must be a string");
+    if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
+        return fail_bad(b, 400, "response_format.json_schema.strict", "invalid_type",
+                        "response_format.json_schema.strict must be a boolean");
+    if (schema && !cJSON_IsNull(schema) && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return fail_bad(b, 400, "response_format.json_schema.schema", "invalid_type",
+                        "response_format.json_schema.schema must be a JSON Schema (an object or a boolean)");
+    *kind = AK_GRAMMAR_JSON_SCHEMA;
+    /* no schema: any value */
+    *text = schema && !cJSON_IsNull(schema) ? cJSON_PrintUnformatted(schema) : strdup("true");
+    if (!*text) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
+/* The spec of the tools' grammar (toolgrammar.h) for p's tools and choice,
+ * a response format's schema beside them (fmt_kind, fmt_text); sets how the
+ * generator holds it (grammar_after, grammar_required, grammar_free_after).
+ * Returns the spec (malloc'd) or NULL (out of memory). */
+static char *tools_spec(const ak_api_config *cfg, ak_api_request *p, int fmt_kind, const char *fmt_text, int think_first) {
+    const ak_api_tools *t = &p->tools;
+    ak_toolg_opts o = {.family = cfg->family, .template_text = cfg->template_text, .tools = t->tools,
+                       .n_tools = t->n_tools, .parallel = t->parallel, .mode = AK_TOOLG_CALLS,
+                       .lead_ws = think_first};
+    if (t->choice == AK_TOOL_CHOICE_NAMED) {
+        o.tools = &t->tools[t->named];
+        o.n_tools = 1;
     }
-    int rc = get_grammar(cfg, kind, text ? text : "", p, b);
+    p->grammar_after = think_first ? "</think>" : NULL;
+    p->grammar_required = 1;
+    if (t->choice == AK_TOOL_CHOICE_AUTO && fmt_kind >= 0) {
+        o.mode = AK_TOOLG_CALLS_OR_CONTENT;
+        o.content_schema = fmt_kind == AK_GRAMMAR_JSON_SCHEMA ? fmt_text : NULL;
+    } else if (t->choice == AK_TOOL_CHOICE_AUTO) {
+        /* free text until the model opens a call; the call, once begun, is held */
+        o.mode = AK_TOOLG_AFTER_OPENER;
+        p->grammar_after = ak_toolg_opener(cfg->family, cfg->template_text);
+        p->grammar_required = 0;
+        p->grammar_free_after = 1;
+    }
+    return ak_toolg_spec(&o, NULL);
+}
+
+/* The request's constraint (api.h: STRUCTURED OUTPUT, TOOLS): the tools'
+ * grammar when calls may come, else the response format's; asked is the
+ * max_tokens the body gave (0: none). Returns 0, or -1 with b set. */
+static int parse_constraint(const ak_api_config *cfg, const cJSON *body, int asked, ak_api_request *p, ak_api_error *b) {
+    int kind = -1;
+    char *text = NULL;
+    if (read_response_format(cfg, body, &kind, &text, b) < 0) return -1;
+    int calls = p->tools.n_tools > 0 && p->tools.choice != AK_TOOL_CHOICE_NONE;
+    if (calls && !cfg->grammars) {   /* a configuration without a grammar cache: calls parsed, not held */
+        free(text);
+        if (p->tools.choice == AK_TOOL_CHOICE_AUTO) return 0;
+        return fail_bad(b, 400, "tool_choice", "unsupported_parameter",
+                        "this server has no constrained decoding: tool_choice must be auto or none");
+    }
+    const int think_first = reasoning_first(cfg, p->tools.think);
+    int rc = 0;
+    if (calls) {
+        char *spec = tools_spec(cfg, p, kind, text, think_first);
+        rc = spec ? get_grammar(cfg, AK_GRAMMAR_TOOL_CALLS, spec, p, b) : fail_bad(b, 500, NULL, NULL, "out of memory");
+        free(spec);
+    } else if (kind >= 0) {
+        rc = get_grammar(cfg, (ak_grammar_kind)kind, text ? text : "", p, b);
+        p->grammar_after = think_first ? "</think>" : NULL;
+        p->grammar_required = 1;
+    }
     free(text);
-    if (rc < 0) return -1;
-    p->grammar_after = reasoning_first(cfg, p->tools.think) ? "</think>" : NULL;
+    if (rc < 0 || !p->grammar || !p->grammar_required) return rc;
     ak_gen_constraint con = {.grammar = ak_grammar_ref_grammar(p->grammar), .masks = ak_grammar_ref_masks(p->grammar),
                              .vocab = ak_grammar_ref_vocab(p->grammar), .rule = -1, .lazy = p->grammar_after != NULL,
                              .after = p->grammar_after, .required = 1};
+    const char *what = calls ? "tool call" : "response format";
     long need = ak_gen_constraint_min_tokens(&con, cfg->tok);
     if (need < 0)
-        return fail_bad(b, 400, "response_format", "invalid_schema",
-                        "this model's vocabulary cannot spell the shortest reply the response format allows");
+        return fail_bad(b, 400, calls ? "tools" : "response_format", "invalid_schema",
+                        "this model's vocabulary cannot spell the shortest reply the %s allows", what);
     if (need > p->max_tokens)
         return fail_bad(b, 400, asked ? "max_tokens" : "messages", asked ? "invalid_value" : "context_length_exceeded",
-                        "the shortest reply the response format allows takes %ld tokens; %s %d", need,
+                        "the shortest reply the %s allows takes %ld tokens; %s %d", what, need,
                         asked && asked <= p->max_tokens ? "max_tokens is" : "the context leaves room for", p->max_tokens);
     return 0;
 }
@@ -685,7 +752,7 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     long room = cfg->n_ctx - (long)p->n_tokens;
     int asked = p->max_tokens;
     if (!p->max_tokens || p->max_tokens > room) p->max_tokens = (int)room;
-    return chat ? parse_response_format(cfg, body, asked, p, b) : 0;
+    return chat ? parse_constraint(cfg, body, asked, p, b) : 0;
 }
 
 int ak_api_parse(const ak_api_config *cfg, const char *body, size_t len, int chat, const char *agent_header,

@@ -131,8 +131,10 @@ typedef struct {
                                  the prompt's rebuild over the agent's history (chat_resend.h;
                                  sched.h: ak_reprompt); NULL otherwise */
     ak_api_tools tools;       /* chat: tools, tool_choice, thinking (TOOLS below) */
-    ak_grammar_ref *grammar;  /* response_format's grammar (a reference, owned), NULL: free text */
-    const char *grammar_after;   /* NULL, or the text it is held from (static: "</think>") */
+    ak_grammar_ref *grammar;  /* response_format's or the tools' grammar (a reference, owned), NULL: free text */
+    const char *grammar_after;   /* NULL, or the text it is held from (static: "</think>", a call's opener) */
+    int grammar_required;     /* with grammar_after: it must begin (response formats, required calls) */
+    int grammar_free_after;   /* free text again after a whole match (tool_choice auto: after a call) */
     int logprobs;             /* log-probabilities asked (LOGPROBS below) */
     int top_logprobs;         /* alternatives per token: chat's top_logprobs, completions' logprobs */
 } ak_api_request;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "text/jsonschema.h"
+#include "text/toolgrammar.h"
 
 typedef enum { E_BUILDING, E_READY } estate;
 
@@ -131,7 +132,8 @@ static void evict_locked(ak_grammars *c) {
 /* Compiles e's grammar and masks over v (no lock held). Returns 0, or -1 with err set. */
 static int build(ak_grammar_ref *e, const ak_vocab_index *v, ak_gram_error *err) {
     e->g = e->kind == AK_GRAMMAR_JSON_OBJECT ? ak_json_object_grammar(NULL, err)
-                                             : ak_jsonschema_compile(e->text, e->len, NULL, err);
+           : e->kind == AK_GRAMMAR_TOOL_CALLS ? ak_toolg_compile(e->text, e->len, err)
+                                              : ak_jsonschema_compile(e->text, e->len, NULL, err);
     if (!e->g) return -1;
     if (!(e->tm = ak_tokmask_new(e->g, v, err))) return -1;
     int ns, ng;

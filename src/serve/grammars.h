@@ -34,7 +34,8 @@ typedef struct ak_grammar_ref ak_grammar_ref;
 
 typedef enum {
     AK_GRAMMAR_JSON_SCHEMA,   /* the text is a JSON Schema (jsonschema.h) */
-    AK_GRAMMAR_JSON_OBJECT    /* any JSON object (response_format json_object); the text is unused */
+    AK_GRAMMAR_JSON_OBJECT,   /* any JSON object (response_format json_object); the text is unused */
+    AK_GRAMMAR_TOOL_CALLS     /* the text is a tool grammar's spec (toolgrammar.h: ak_toolg_spec) */
 } ak_grammar_kind;
 
 #define AK_GRAMMARS_DEFAULT_ENTRIES 64

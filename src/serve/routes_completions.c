@@ -422,7 +422,8 @@ static ak_req_params req_params(ak_api_request *p) {
                         /* full: the same prompt computed as a plain one, from the first memory on */
                         .n_mem = p->n_mem, .mem_full = p->reuse == AK_REUSE_FULL, .mem_method = p->reuse,
                         .mem_ratio = (float)p->recompute_ratio, .reprompt = ak_api_reprompt(p),
-                        .grammar = p->grammar, .grammar_after = p->grammar_after};
+                        .grammar = p->grammar, .grammar_after = p->grammar_after,
+                        .grammar_required = p->grammar_required, .grammar_free_after = p->grammar_free_after};
     for (int i = 0; i < p->n_stop; i++) rp.stop[i] = p->stop[i];
     for (int i = 0; i < p->n_mem; i++) {
         rp.mem_id[i] = p->mem_id[i];

@@ -309,7 +309,8 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
         r->con = (ak_gen_constraint){.grammar = ak_grammar_ref_grammar(p->grammar),
                                      .masks = ak_grammar_ref_masks(p->grammar),
                                      .vocab = ak_grammar_ref_vocab(p->grammar), .rule = -1,
-                                     .lazy = r->grammar_after != NULL, .after = r->grammar_after, .required = 1};
+                                     .lazy = r->grammar_after != NULL, .after = r->grammar_after,
+                                     .required = p->grammar_required, .free_after = p->grammar_free_after};
     }
     if (ak_gen_init(&r->gen, &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->smp, .prompt = p->prompt,
                     .n_prompt = p->n_prompt, .max_tokens = p->max_tokens, .n_ctx = s->cfg.n_ctx,

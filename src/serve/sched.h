@@ -103,6 +103,8 @@ typedef struct {
        else lazy: held from right after that text (copied; required: forced at the budget) */
     ak_grammar_ref *grammar;
     const char *grammar_after;
+    int grammar_required;       /* lazy: it must begin (no end before; forced at the budget) */
+    int grammar_free_after;     /* free text again after a whole match (generate.h: free_after) */
     /* log-probabilities (logprobs.h): 1 records one ak_req_logprob per kept token, with the
        top_logprobs (0..AK_TOP_LOGPROBS_MAX) most likely tokens of its step */
     int logprobs;

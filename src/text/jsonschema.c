@@ -775,6 +775,20 @@ static int number_dfa(jsc *c, const cJSON *n, int int_only, ak_bdfa *out) {
 static int compile(jsc *c, cJSON *n);
 static int body(jsc *c, cJSON *n, int r);
 
+/* A ':' or ',' (ch) from state from to state to of rule r: followed by one
+ * space in AK_JS_WS_PY (as Python's json.dumps and Hugging Face's tojson
+ * print them). */
+static void punct(jsc *c, int r, int from, int ch, int to) {
+    if (c->o.ws != AK_JS_WS_PY) {
+        ak_gbuild_bytes(c->b, from, ch, ch, to);
+        return;
+    }
+    int mid = ak_gbuild_state(c->b, r);
+    if (mid < 0) return;   /* the builder fails at finish */
+    ak_gbuild_bytes(c->b, from, ch, ch, mid);
+    ak_gbuild_bytes(c->b, mid, ' ', ' ', to);
+}
+
 /* Whitespace loops on s (AK_JS_WS_ANY). */
 static void ws(jsc *c, int s) {
     if (c->o.ws != AK_JS_WS_ANY) return;
@@ -1102,7 +1116,7 @@ static int object_body(jsc *c, cJSON *n, int r, int open) {
             int colon = ak_gbuild_state(c->b, r);
             if (colon < 0) break;
             ws(c, map[i]);
-            ak_gbuild_bytes(c->b, map[i], ':', ':', colon);
+            punct(c, r, map[i], ':', colon);
             ws(c, colon);
             if (astate[next] < 0) {
                 astate[next] = ak_gbuild_state(c->b, r);
@@ -1113,7 +1127,7 @@ static int object_body(jsc *c, cJSON *n, int r, int open) {
                     if (kstate[next] < 0) break;
                     work[nw++] = next;
                 }
-                ak_gbuild_bytes(c->b, astate[next], ',', ',', kstate[next]);
+                punct(c, r, astate[next], ',', kstate[next]);
             }
             ak_gbuild_call(c->b, colon, rule, astate[next]);
         }
@@ -1191,7 +1205,7 @@ static int array_body(jsc *c, cJSON *n, int r, int open) {
         if (i > 0) {
             from = ak_gbuild_state(c->b, r);
             if (from < 0) return -1;
-            ak_gbuild_bytes(c->b, after_prev, ',', ',', from);
+            punct(c, r, after_prev, ',', from);
             ws(c, from);
         }
         if (i == cap) {   /* no maximum: item `cap` and more loop on the last state */

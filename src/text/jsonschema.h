@@ -63,7 +63,8 @@
 
 enum {
     AK_JS_WS_COMPACT = 0,   /* no whitespace */
-    AK_JS_WS_ANY = 1        /* any JSON whitespace between tokens */
+    AK_JS_WS_ANY = 1,       /* any JSON whitespace between tokens */
+    AK_JS_WS_PY = 2         /* ": " and ", ", no other whitespace (Python's json.dumps, the templates' tojson) */
 };
 
 typedef struct {

@@ -12,19 +12,21 @@
  * is pre N mid A post. sep NULL: one call only. */
 typedef struct {
     const char *opener, *lead, *pre, *mid, *post, *sep, *close;
+    int reopens;   /* sep holds the opener: after the opener, the grammar is one call (auto re-arms for the next) */
 } syntax;
 
 enum { V_DEFAULT = 0, V_MISTRAL_SMALL32 = 1, V_DEEPSEEK_R1 = 1 };
 
 static const syntax hermes = {.opener = "<tool_call>", .lead = "", .pre = "\n{\"name\": \"",
                               .mid = "\", \"arguments\": ", .post = "}\n</tool_call>", .sep = "\n<tool_call>",
-                              .close = ""};
+                              .close = "", .reopens = 1};
 static const syntax llama3 = {.opener = "{\"name\": \"", .lead = "", .pre = "", .mid = "\", \"parameters\": ",
                               .post = "}", .sep = NULL, .close = ""};
 static const syntax mistral_nemo = {.opener = "[TOOL_CALLS]", .lead = "[", .pre = "{\"name\": \"",
                                     .mid = "\", \"arguments\": ", .post = "}", .sep = ", ", .close = "]"};
 static const syntax mistral_small32 = {.opener = "[TOOL_CALLS]", .lead = "", .pre = "", .mid = "[ARGS]",
-                                       .post = "", .sep = "[TOOL_CALLS]", .close = ""};
+                                       .post = "", .sep = "[TOOL_CALLS]", .close = "",
+                                       .reopens = 1};
 static const syntax deepseek_v31 = {.opener = "<｜tool▁calls▁begin｜>", .lead = "", .pre = "<｜tool▁call▁begin｜>",
                                     .mid = "<｜tool▁sep｜>", .post = "<｜tool▁call▁end｜>", .sep = "",
                                     .close = "<｜tool▁calls▁end｜>"};
@@ -62,7 +64,8 @@ char *ak_toolg_spec(const ak_toolg_opts *o, size_t *len) {
     cJSON *s = cJSON_CreateObject(), *tools = s ? cJSON_AddArrayToObject(s, "tools") : NULL;
     int ok = tools && cJSON_AddNumberToObject(s, "family", o->family) &&
              cJSON_AddNumberToObject(s, "variant", variant_of(o->family, o->template_text)) &&
-             cJSON_AddNumberToObject(s, "mode", o->mode) && cJSON_AddBoolToObject(s, "parallel", o->parallel != 0);
+             cJSON_AddNumberToObject(s, "mode", o->mode) && cJSON_AddBoolToObject(s, "parallel", o->parallel != 0) &&
+             cJSON_AddBoolToObject(s, "lead_ws", o->lead_ws != 0);
     for (int i = 0; ok && i < o->n_tools; i++) {
         cJSON *t = cJSON_CreateObject();
         ok = t && cJSON_AddItemToArray(tools, t) && cJSON_AddStringToObject(t, "name", o->tools[i].name);
@@ -96,13 +99,13 @@ static int lit(tg *g, int from, const char *s) {
 
 /* Schema (a parsed document) added as a rule; its errors' path prefixed
  * with where. Returns the rule or -1. */
-static int add_schema(tg *g, const cJSON *schema, const char *where) {
+static int add_schema(tg *g, const cJSON *schema, const char *where, int ws) {
     if (cJSON_IsString(schema)) {
         ak_gram_fail(g->e, AK_GRAM_E_JSON, "", where, "the schema is not valid JSON");
         return -1;
     }
-    static const ak_js_opts compact = {.ws = AK_JS_WS_COMPACT};
-    int r = ak_jsonschema_add(g->b, schema ? schema : g->any_object, &compact, g->e);
+    const ak_js_opts o = {.ws = ws};
+    int r = ak_jsonschema_add(g->b, schema ? schema : g->any_object, &o, g->e);
     if (r < 0 && g->e) {
         char path[sizeof g->e->path];
         snprintf(path, sizeof path, "%s%s", where, g->e->path);
@@ -125,7 +128,7 @@ static int call_rule(tg *g, const cJSON *tools) {
         }
         char where[64];
         snprintf(where, sizeof where, "/tools/%d/parameters", i++);
-        int args = add_schema(g, cJSON_GetObjectItemCaseSensitive(t, "parameters"), where);
+        int args = add_schema(g, cJSON_GetObjectItemCaseSensitive(t, "parameters"), where, AK_JS_WS_PY);
         if (args < 0) return -1;
         int z = lit(g, named, name->valuestring);
         z = z < 0 ? -1 : lit(g, z, g->sx->mid);
@@ -140,24 +143,18 @@ static int call_rule(tg *g, const cJSON *tools) {
     return r;
 }
 
-/* The root rule: [ws] opener, or from right after it (AFTER_OPENER); then
- * lead CALL (sep CALL)* close; CALLS_OR_CONTENT also [ws] CONTENT. */
-static int root_rule(tg *g, const cJSON *spec, int call) {
-    int mode = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(spec, "mode"));
-    int parallel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "parallel"));
+/* The rule of the calls: opener (not in AFTER_OPENER mode) lead CALL
+ * (sep CALL)* close. Returns it or -1. */
+static int calls_rule(tg *g, int mode, int parallel, int call) {
     int r = ak_gbuild_rule(g->b);
     if (r < 0) return -1;
-    int s0 = ak_gbuild_start(g->b, r), at = s0;
-    if (mode != AK_TOOLG_AFTER_OPENER) {
-        ak_gbuild_bytes(g->b, s0, ' ', ' ', s0);
-        ak_gbuild_bytes(g->b, s0, '\n', '\n', s0);
-        at = lit(g, s0, g->sx->opener);
-    }
+    int at = ak_gbuild_start(g->b, r);
+    if (mode != AK_TOOLG_AFTER_OPENER) at = lit(g, at, g->sx->opener);
     if (at >= 0) at = lit(g, at, g->sx->lead);
     int t = at < 0 ? -1 : ak_gbuild_state(g->b, r);
     if (t < 0) return ak_gram_fail(g->e, AK_GRAM_E_NOMEM, "", "", "out of memory");
     ak_gbuild_call(g->b, at, call, t);
-    if (parallel && g->sx->sep) {
+    if (parallel && g->sx->sep && !(mode == AK_TOOLG_AFTER_OPENER && g->sx->reopens)) {
         if (*g->sx->sep) {
             int u = lit(g, t, g->sx->sep);
             if (u < 0) return ak_gram_fail(g->e, AK_GRAM_E_NOMEM, "", "", "out of memory");
@@ -169,13 +166,51 @@ static int root_rule(tg *g, const cJSON *spec, int call) {
     int end = lit(g, t, g->sx->close);
     if (end < 0) return ak_gram_fail(g->e, AK_GRAM_E_NOMEM, "", "", "out of memory");
     ak_gbuild_accept(g->b, end);
-    if (mode == AK_TOOLG_CALLS_OR_CONTENT) {
-        int content = add_schema(g, cJSON_GetObjectItemCaseSensitive(spec, "content"), "/content");
-        int done = content < 0 ? -1 : ak_gbuild_state(g->b, r);
-        if (done < 0) return -1;
-        ak_gbuild_call(g->b, s0, content, done);
-        ak_gbuild_accept(g->b, done);
+    return r;
+}
+
+/* Whitespace before the calls or the content: 1 to MAX_LEAD_WS spaces or
+ * newlines (bounded: a model that likes newlines must still get to the
+ * call). Returns the rule or -1. */
+#define MAX_LEAD_WS 4
+static int ws_rule(tg *g) {
+    int r = ak_gbuild_rule(g->b);
+    if (r < 0) return -1;
+    int s = ak_gbuild_start(g->b, r);
+    for (int i = 0; i < MAX_LEAD_WS; i++) {
+        int n = ak_gbuild_state(g->b, r);
+        if (n < 0) return ak_gram_fail(g->e, AK_GRAM_E_NOMEM, "", "", "out of memory");
+        ak_gbuild_bytes(g->b, s, ' ', ' ', n);
+        ak_gbuild_bytes(g->b, s, '\n', '\n', n);
+        ak_gbuild_accept(g->b, n);
+        s = n;
     }
+    return r;
+}
+
+/* The root rule: the calls right after the opener (AFTER_OPENER), or
+ * [ws] (calls | content) where content is allowed. */
+static int root_rule(tg *g, const cJSON *spec, int call) {
+    int mode = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(spec, "mode"));
+    int parallel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "parallel"));
+    int calls = calls_rule(g, mode, parallel, call);
+    if (calls < 0 || mode == AK_TOOLG_AFTER_OPENER) return calls;
+    int content = -1;
+    if (mode == AK_TOOLG_CALLS_OR_CONTENT &&
+        (content = add_schema(g, cJSON_GetObjectItemCaseSensitive(spec, "content"), "/content", AK_JS_WS_COMPACT)) < 0)
+        return -1;
+    int lead_ws = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "lead_ws"));
+    int ws = lead_ws ? ws_rule(g) : 0, r = ws < 0 ? -1 : ak_gbuild_rule(g->b);
+    int s0 = r < 0 ? -1 : ak_gbuild_start(g->b, r), s1 = r < 0 ? -1 : ak_gbuild_state(g->b, r);
+    int end = s1 < 0 ? -1 : ak_gbuild_state(g->b, r);
+    if (end < 0) return ak_gram_fail(g->e, AK_GRAM_E_NOMEM, "", "", "out of memory");
+    if (lead_ws) ak_gbuild_call(g->b, s0, ws, s1);
+    for (int from = s0; ; from = s1) {
+        ak_gbuild_call(g->b, from, calls, end);
+        if (content >= 0) ak_gbuild_call(g->b, from, content, end);
+        if (from == s1) break;
+    }
+    ak_gbuild_accept(g->b, end);
     return r;
 }
 

@@ -16,17 +16,22 @@
  *     <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>"; R1 (a template without
  *     "is_last_user") each call "<｜tool▁call▁begin｜>function<｜tool▁sep｜>N
  *     \n```json\nA\n```<｜tool▁call▁end｜>".
- * N is one of the tools' names; A is compact JSON valid for that tool's
- * parameters (any object when it has none).
+ * N is one of the tools' names; A is JSON valid for that tool's parameters
+ * (any object when it has none) printed as the templates' tojson prints it
+ * (": " and ", ", no other whitespace: the history then decodes to the
+ * call as a template renders it when the client sends it back); a content
+ * reply is compact JSON, as response_format's.
  *
  * THE SPEC. A grammar is described by a spec text (ak_toolg_spec), the key
  * under which the server caches its compiled form and token masks; the
  * same request gives the same text. Modes:
  *   AK_TOOLG_AFTER_OPENER  the grammar starts right after the opener
+ *                          (one call where the opener begins each call)
  *                          (ak_toolg_opener; tool_choice auto: the
  *                          generator is lazy, free text until the opener);
- *   AK_TOOLG_CALLS         the whole reply is calls (whitespace, then the
- *                          opener; "required" and a named function);
+ *   AK_TOOLG_CALLS         the whole reply is calls (the opener first,
+ *                          or after up to four spaces or newlines with
+ *                          lead_ws; "required" and a named function);
  *   AK_TOOLG_CALLS_OR_CONTENT  calls as AK_TOOLG_CALLS, or instead a JSON
  *                          reply valid for content_schema (tool_choice auto
  *                          beside response_format json_schema/json_object).
@@ -53,6 +58,8 @@ typedef struct {
     int parallel;                 /* 1: several calls where the family allows them */
     ak_toolg_mode mode;
     const char *content_schema;   /* AK_TOOLG_CALLS_OR_CONTENT: a JSON Schema text, or NULL: any JSON object */
+    int lead_ws;                  /* 1: up to four spaces or newlines may come first (after "</think>");
+                                     0: the calls or the content at once, as the templates render them */
 } ak_toolg_opts;
 
 /* The text that opens the calls in family f (and the template's variant):
