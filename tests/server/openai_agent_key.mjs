@@ -137,11 +137,7 @@ try {
     { model: "stories260K", messages: [{ role: "user", content: "Hi." }], tools: 5 }));
   check("tools: 5 is 400 invalid_type naming tools", e?.status === 400 && e.param === "tools" && e.code === "invalid_type",
         JSON.stringify(e));
-  e = await refusal(() => client.chat.completions.create({
-    model: "stories260K", messages: [{ role: "user", content: "Hi." }],
-    tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }] }));
-  check("tools given: 400 unsupported_parameter", e?.status === 400 && e.param === "tools" && e.code === "unsupported_parameter",
-        JSON.stringify(e));
+  // (tools themselves: tools.mjs; their prompt does not fit this server's small KV budget)
   // what SDKs and frameworks send along is accepted
   const extras = await client.chat.completions.create({
     model: "stories260K", messages: [{ role: "user", content: "Hi." }], max_completion_tokens: 4, temperature: 0,
