@@ -319,6 +319,18 @@ static void init_byte_map(ak_tokenizer *tk) {
 }
 
 /* The bytes a token decodes to, written to out (room for 3 * its text). */
+/* 1 when a CONTROL token's text s[0..n) is tool-call or reasoning markup
+ * (Llama 3's "<|python_tag|>", Mistral's "[TOOL_CALLS]", "[ARGS]",
+ * "[CALL_ID]", "[THINK]", "[/THINK]"): those decode to their text, so the
+ * reply parser and the call grammar see where the model opened a call
+ * (toolcall.h, toolgrammar.h); every other control token decodes to nothing. */
+static int is_call_markup(const char *s, size_t n) {
+    static const char *const markup[] = {"<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"};
+    for (size_t i = 0; i < sizeof markup / sizeof *markup; i++)
+        if (n == strlen(markup[i]) && !memcmp(s, markup[i], n)) return 1;
+    return 0;
+}
+
 static size_t decode_piece(const ak_tokenizer *tk, int32_t id, char *out) {
     const char *s = tk->text + tk->tok[id].off;
     size_t n = tk->tok[id].len, o = 0;
@@ -347,7 +359,11 @@ static size_t decode_piece(const ak_tokenizer *tk, int32_t id, char *out) {
             if (*end == 0) { out[0] = (char)v; return 1; }
         }
         return 0;
-    default:   /* CONTROL, UNKNOWN, UNUSED, UNDEFINED: nothing, like llama.cpp */
+    case AK_TOKEN_CONTROL:
+        if (!is_call_markup(s, n)) return 0;
+        memcpy(out, s, n);
+        return n;
+    default:   /* UNKNOWN, UNUSED, UNDEFINED: nothing, like llama.cpp */
         return 0;
     }
 }

@@ -28,7 +28,9 @@
  *
  * Decoding. ak_token_bytes gives the bytes a token stands for: SPM "▁" -> " ",
  * "<0xNN>" -> that byte; BPE: the byte-level map reversed; CONTROL, UNKNOWN
- * and UNUSED tokens decode to nothing; USER_DEFINED to their text. A token's
+ * and UNUSED tokens decode to nothing, except the control tokens of tool
+ * calls ("<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]",
+ * "[/THINK]": their text, for the reply parser); USER_DEFINED to their text. A token's
  * bytes need not be valid UTF-8 on their own (byte tokens, partial
  * characters): use ak_detok to turn a token stream into valid UTF-8 text.
  *
