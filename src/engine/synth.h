@@ -12,8 +12,10 @@
  * Tensor and metadata names are llama.cpp's. 2-D matrices (token_embd
  * included) are in the weight type; norms and biases stay F32. The vocabulary
  * is a synthetic SentencePiece `llama` one (<unk>, <s>, </s>, 256 byte tokens,
- * then ▁-prefixed ASCII pieces with descending scores), or the tokenizer.*
- * metadata of another GGUF copied verbatim (vocab_from).
+ * then ▁-prefixed ASCII pieces with descending scores), the tokenizer.*
+ * metadata of another GGUF copied verbatim (vocab_from), or a Hugging Face
+ * tokenizer.json converted as llama.cpp's converter does (tokenizer_json,
+ * text/hfvocab.h: a real model's vocabulary in a file of any shape).
  */
 #ifndef AK_SYNTH_H
 #define AK_SYNTH_H
@@ -36,7 +38,7 @@ typedef struct {
     int n_heads;
     int n_kv_heads;
     int ffn;                  /* SwiGLU hidden width */
-    int vocab;                /* ignored when vocab_from is set */
+    int vocab;                /* ignored when vocab_from or tokenizer_json is set */
     int ctx;                  /* {arch}.context_length */
     float rope_base;
     float rms_eps;
@@ -44,6 +46,7 @@ typedef struct {
     uint32_t wtype;           /* F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K */
     uint64_t seed;
     const char *vocab_from;   /* GGUF whose tokenizer.* metadata is copied, or NULL */
+    const char *tokenizer_json; /* or a Hugging Face tokenizer.json to convert (hfvocab.h), or NULL */
     int n_threads;            /* generation threads; <= 0: all cores */
     int head_dim;             /* 0: dim / n_heads; else written as attention.key_length */
     int window;               /* gemma3: sliding window of the local layers (0: 512) */
@@ -78,7 +81,7 @@ void ak_synth_defaults(ak_synth_opts *o);
 /* Sets arch, shape, vocab, ctx, rope base, tiedness and name of a preset
  * ("llama-1b", "llama-3b", "llama-8b", "qwen2-0.5b", "tinyllama-1.1b",
  * "stories15m", "qwen3-0.6b", "qwen3-1.7b", "gemma3-1b", "deepseek2-lite"
- * (DeepSeek-V2-Lite's shape), "deepseek2-lite-8l" (the same with 8 layers)); leaves path, type, seed, vocab_from and callbacks alone.
+ * (DeepSeek-V2-Lite's shape), "deepseek2-lite-8l" (the same with 8 layers)); leaves path, type, seed, vocab_from, tokenizer_json and callbacks alone.
  * Returns 0, or -1 if the name is unknown. */
 int ak_synth_preset(ak_synth_opts *o, const char *name);
 
@@ -86,7 +89,8 @@ int ak_synth_preset(ak_synth_opts *o, const char *name);
 const char *ak_synth_preset_name(int i);
 
 /* Writes the model described by o. Returns 0, or -1 with err set to
- * "PATH: problem" (bad shape, unreadable vocab_from, disk full, ...); on
+ * "PATH: problem" (bad shape, unreadable vocab_from, a tokenizer_json of an
+ * unsupported kind, both of those set, disk full, ...); on
  * failure nothing is left under o->path (an existing file stays as it was).
  * The data is streamed: memory use is a few chunks of rows, whatever the
  * model size. */
