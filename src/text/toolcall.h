@@ -8,10 +8,9 @@
  * arguments' JSON, its end. Markup is recognized as text, never as token
  * ids: an opener may arrive split over any number of pieces, and text that
  * may be the start of one is held back until it is decided (then emitted or
- * taken as markup); markup never reaches the content. The caller must feed
- * the text of control tokens the detokenizer drops (Mistral's
- * "[TOOL_CALLS]", Llama's "<|python_tag|>": ak_token_text) where the model
- * generated them.
+ * taken as markup); markup never reaches the content. The control tokens
+ * of calls (Mistral's "[TOOL_CALLS]", Llama's "<|python_tag|>") decode to
+ * their text (tokenizer.h), so the generated text holds them.
  *
  * Per family:
  *   chatml, qwen3, and the families without markup of their own (llama2,
