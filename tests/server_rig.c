@@ -173,6 +173,17 @@ const char *answer(const reply *r) {
 }
 
 
+cJSON *sse_events(const char *body) {
+    cJSON *a = cJSON_CreateArray();
+    for (const char *p = body; p && (p = strstr(p, "data: ")); p++) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        if (!end) break;
+        if (strncmp(p, "[DONE]", 6)) cJSON_AddItemToArray(a, cJSON_ParseWithLength(p, (size_t)(end - p)));
+    }
+    return a;
+}
+
 int run_cli(const char *args, char **out) {
     const char *bin = getenv("AK_BIN");
     char log[600], cmd[2048];

@@ -74,6 +74,9 @@ const char *err_msg(const reply *r);
 /* The assistant's text of a chat reply (NULL if none). */
 const char *answer(const reply *r);
 
+/* The events of an SSE body as JSON objects (an array, [DONE] left out). */
+cJSON *sse_events(const char *body);
+
 /* Runs the agentkv binary (AK_BIN, else build/agentkv) with args, bounded
  * by 120 s; returns its exit code and its stderr+stdout in *out (malloc'd). */
 int run_cli(const char *args, char **out);

@@ -183,18 +183,6 @@ static reply post_ok(ak_test_ctx *t, const rig *r, const char *path, const char 
     return x;
 }
 
-/* The events of an SSE body as JSON objects (an array, [DONE] left out). */
-static cJSON *sse_events(const char *body) {
-    cJSON *a = cJSON_CreateArray();
-    for (const char *p = body; p && (p = strstr(p, "data: ")); p++) {
-        p += 6;
-        const char *end = strstr(p, "\n\n");
-        if (!end) break;
-        if (strncmp(p, "[DONE]", 6)) cJSON_AddItemToArray(a, cJSON_ParseWithLength(p, (size_t)(end - p)));
-    }
-    return a;
-}
-
 #define CHAT_BODY(extra)                                                                                          \
     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"" PROMPT "\"}],\"max_tokens\":12," \
     "\"temperature\":0,\"logprobs\":true,\"top_logprobs\":20" extra "}"

@@ -669,8 +669,8 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     }
     long v;
     int given;
-    if (get_int(body, "n", 1, 1000000, &v, &given, b) < 0) return -1;
-    if (given && v != 1) return fail_bad(b, 400, "n", "invalid_value", "only n = 1 is supported");
+    if (get_int(body, "n", 1, AK_MAX_CHOICES, &v, &given, b) < 0) return -1;
+    p->n = given ? (int)v : 1;
     if (get_int(body, "max_tokens", 1, 1 << 24, &v, &given, b) < 0) return -1;
     if (given) p->max_tokens = (int)v;
     if (get_int(body, "max_completion_tokens", 1, 1 << 24, &v, &given, b) < 0) return -1;

@@ -8,7 +8,7 @@
  * e.g. "messages[1].content"); then every field OpenAI defines for the
  * endpoint is checked against api_fields.h's table (type: 400
  * invalid_type; range: 400 invalid_value; a capability the server lacks,
- * e.g. n > 1: 400 unsupported_parameter). Fields not in
+ * e.g. audio: 400 unsupported_parameter). Fields not in
  * the table are ignored, as OpenAI's clients send many. The pool, memory,
  * card and import bodies below get the same UTF-8 check.
  *
@@ -18,7 +18,7 @@
  *     role system|developer|user|assistant; content a string, null, or an
  *     array of at most AK_API_MAX_PARTS parts {"type":"text","text":...}
  *   prompt (completions, required): a string or an array of one string
- *   n (only 1), max_tokens / max_completion_tokens (1..2^24),
+ *   n (1..AK_MAX_CHOICES: CHOICES below), max_tokens / max_completion_tokens (1..2^24),
  *   temperature [0, 2], top_p (0, 1], seed (|seed| <= 2^62),
  *   stream, stream_options.include_usage (booleans),
  *   stop (a string or an array of at most 4 non-empty strings),
@@ -113,6 +113,7 @@ typedef struct {
     int n_pool_tokens;        /* the pool's tokens at the start of tokens */
     int32_t *tokens;
     size_t n_tokens;
+    int n;                    /* choices, 1..AK_MAX_CHOICES (CHOICES below) */
     int max_tokens;           /* >= 1 after a successful parse (clamped to the context) */
     ak_sampler_params sp;
     int seed_given;           /* 0: sp.seed is the caller's default_seed */
@@ -229,6 +230,13 @@ ak_reprompt ak_api_reprompt(const ak_api_request *r);
  * and a prompt that leaves the model inside its reasoning: deepseek3 with
  * thinking on) the grammar holds from after "</think>" (grammar_after),
  * the reasoning free before it, and the fewest tokens count "</think>"'s. */
+
+/* CHOICES. "n" (1..AK_MAX_CHOICES, else 400 invalid_value naming n and
+ * the limit) asks for that many replies to the one prompt: prefilled once,
+ * decoded side by side (sched.h: n_choices), choice i sampled with seed
+ * seed + i (so a request with seed + i and n = 1 gives choice i's reply).
+ * usage counts the prompt once and the tokens of every choice; the agent
+ * keeps choice 0's reply. Both endpoints. */
 
 /* LOGPROBS. Chat: "logprobs": true asks for the log-probability of each
  * generated token, "top_logprobs" (0..20, only with logprobs true, else

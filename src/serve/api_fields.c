@@ -331,6 +331,8 @@ static const ak_api_field fields[] = {
     {.name = "parallel_tool_calls", .endpoints = CHAT, .types = AK_JT_BOOL},
     {.name = "reasoning_effort", .endpoints = CHAT, .types = AK_JT_STRING, .values = efforts},
     {.name = "chat_template_kwargs", .endpoints = CHAT, .types = AK_JT_OBJECT},
+    /* honoured: choices (api.h: CHOICES), at most AK_MAX_CHOICES */
+    {.name = "n", .endpoints = BOTH, .types = AK_JT_INT, .lo = 1, .hi = AK_MAX_CHOICES},
     /* honoured: log-probabilities (api.c: parse_logprobs; api.h: LOGPROBS) */
     {.name = "logprobs", .endpoints = CHAT, .types = AK_JT_BOOL},
     {.name = "logprobs", .endpoints = COMPL, .types = AK_JT_INT, .lo = 0, .hi = 5},
@@ -345,8 +347,6 @@ static const ak_api_field fields[] = {
     {.name = "service_tier", .endpoints = CHAT, .types = AK_JT_STRING, .values = service_tiers, .disp = AK_FIELD_NO_EFFECT},
     {.name = "verbosity", .endpoints = CHAT, .types = AK_JT_STRING, .values = verbosities, .disp = AK_FIELD_NO_EFFECT},
     /* lacking: 400 unless the value asks for nothing */
-    {.name = "n", .endpoints = BOTH, .types = AK_JT_INT, .lo = 1, .hi = 128, .disp = AK_FIELD_LACKING,
-     .noop = noop_one, .lacks = "more than one choice per request (n = 1 only)"},
     {.name = "functions", .endpoints = CHAT, .types = AK_JT_ARRAY, .disp = AK_FIELD_LACKING, .check = check_objects,
      .noop = noop_empty_array, .lacks = "function calling"},
     {.name = "function_call", .endpoints = CHAT, .types = AK_JT_STRING | AK_JT_OBJECT, .values = function_calls,

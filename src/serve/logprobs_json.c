@@ -90,10 +90,9 @@ static void advance(const ak_lp_add *a, ak_lp_cursor *cur) {
     cur->chars += a->n ? utf8_chars(a->text, a->n) : 0;
 }
 
-int ak_logprobs_add(cJSON *j, const ak_lp_add *a, ak_lp_cursor *cur) {
+int ak_logprobs_add(cJSON *c, const ak_lp_add *a, ak_lp_cursor *cur) {
     ak_req_logprob *e = NULL;
-    int n = ak_request_logprobs(a->r, cur->next, a->upto, &e);
-    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    int n = ak_request_logprobs_choice(a->r, a->choice, cur->next, a->upto, &e);
     if (!c || (!n && !a->always)) {
         free(e);
         advance(a, cur);

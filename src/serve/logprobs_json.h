@@ -32,9 +32,10 @@ typedef struct {
 /* What ak_logprobs_add writes. */
 typedef struct {
     ak_request *r;
+    int choice;               /* which choice of r (ak_request_logprobs_choice) */
     const ak_tokenizer *tk;
     int chat;                 /* 1: chat's shape, 0: the legacy one */
-    const char *text;         /* the text this answer carries: the request's text from byte
+    const char *text;         /* the text this answer carries: the choice's text from byte
                                  cur->bytes on, n bytes (NULL when n is 0) */
     size_t n;
     size_t upto;              /* entries whose text starts before this byte ((size_t)-1 at the end:
@@ -43,10 +44,10 @@ typedef struct {
 } ak_lp_add;
 
 /* Puts the log-probabilities of the entries from cur->next that a->upto
- * takes in the "logprobs" member of j's first choice (replacing its null)
- * and moves cur past them and past a->text. Without entries (and without
- * a->always) the member stays as it was. Returns 0, or -1 when out of
- * memory (j is then unchanged; cur too). */
-int ak_logprobs_add(cJSON *j, const ak_lp_add *a, ak_lp_cursor *cur);
+ * takes in the "logprobs" member of c, a choice object of an answer
+ * (replacing its null), and moves cur past them and past a->text. Without
+ * entries (and without a->always) the member stays as it was. Returns 0,
+ * or -1 when out of memory (c is then unchanged; cur too). */
+int ak_logprobs_add(cJSON *c, const ak_lp_add *a, ak_lp_cursor *cur);
 
 #endif

@@ -32,7 +32,7 @@ struct ak_metrics {
     pthread_mutex_t mu;
     request_count req[N_ENDPOINTS * 8];
     int n_req;
-    uint64_t prompt_tokens, cached_tokens, completion_tokens;
+    uint64_t prompt_tokens, cached_tokens, completion_tokens, prefill_tokens;
     uint64_t hits[N_TIERS];
     histogram ttft[N_TIERS], token_gap[N_TIERS], batch;
     uint64_t evictions, restores, restores_ahead, restore_bytes;
@@ -94,6 +94,13 @@ void ak_metrics_token(ak_metrics *m, ak_tier tier, double gap_s) {
     if (!m || (unsigned)tier >= N_TIERS) return;
     pthread_mutex_lock(&m->mu);
     observe(&m->token_gap[tier], lat_bounds, N_LAT, gap_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ak_metrics_prefill(ak_metrics *m, int tokens) {
+    if (!m || tokens <= 0) return;
+    pthread_mutex_lock(&m->mu);
+    m->prefill_tokens += (uint64_t)tokens;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -197,6 +204,8 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
     put_u64(&b, "counter", "agentkv_prompt_tokens_total", "Prompt tokens of completed turns.", m->prompt_tokens);
     put_u64(&b, "counter", "agentkv_cached_tokens_total", "Prompt tokens served from an agent's cache.",
             m->cached_tokens);
+    put_u64(&b, "counter", "agentkv_prefill_tokens_total",
+            "Prompt tokens computed by the engine's forward pass (requests' and pools').", m->prefill_tokens);
     put_u64(&b, "counter", "agentkv_completion_tokens_total", "Generated tokens.", m->completion_tokens);
     put(&b, "# HELP agentkv_hits_total Turns by the tier that served the agent's memory.\n"
             "# TYPE agentkv_hits_total counter\n");

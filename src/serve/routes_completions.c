@@ -72,12 +72,22 @@ static cJSON *response_head(ak_server *s, const ak_api_request *p, const char *i
     return j;
 }
 
-/* A choice: for chat chunks a delta, for chat a message, else text. */
-static void add_choice(cJSON *j, const ak_api_request *p, int chunk, const char *role, const char *text, const char *finish) {
-    cJSON *choices = cJSON_AddArrayToObject(j, "choices");
+/* A new choice object of index `index` appended to j's "choices" (made if
+ * need be). */
+static cJSON *new_choice(cJSON *j, int index) {
+    cJSON *choices = cJSON_GetObjectItemCaseSensitive(j, "choices");
+    if (!choices) choices = cJSON_AddArrayToObject(j, "choices");
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", index);
+    return c;
+}
+
+/* Choice `index`: for chat chunks a delta, for chat a message, else text.
+ * Returns the choice object. */
+static cJSON *add_choice(cJSON *j, const ak_api_request *p, int chunk, int index, const char *role, const char *text,
+                         const char *finish) {
+    cJSON *c = new_choice(j, index);
     if (p->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (role) cJSON_AddStringToObject(m, "role", role);
@@ -88,6 +98,7 @@ static void add_choice(cJSON *j, const ak_api_request *p, int chunk, const char 
     cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
 }
 
 /* 1 when a chat reply goes through the reply parser: tools may be called,
@@ -97,12 +108,13 @@ static int parsed_reply(const ak_server *s, const ak_api_request *p) {
                        s->cfg.family == AK_CHAT_QWEN3 || s->cfg.family == AK_CHAT_DEEPSEEK3);
 }
 
-/* The reply parser of a chat request (toolcall.h): content, reasoning and
- * the calls apart, ids seeded by the response id. NULL with err set when out
- * of memory. */
-static ak_toolcall *reply_parser(ak_server *s, const ak_api_request *p, const char *id, ak_error *err) {
+/* The reply parser of choice `index` of a chat request (toolcall.h):
+ * content, reasoning and the calls apart, ids seeded by the response id and
+ * the choice. NULL with err set when out of memory. */
+static ak_toolcall *reply_parser(ak_server *s, const ak_api_request *p, const char *id, int index, ak_error *err) {
     uint64_t seed = 1469598103934665603ull;   /* FNV-1a of the response id: ids differ per response */
     for (const char *c = id; *c; c++) seed = (seed ^ (uint8_t)*c) * 1099511628211ull;
+    if (index) seed = (seed ^ (uint64_t)index) * 1099511628211ull;   /* and per choice */
     const ak_toolcall_opts o = {.family = s->cfg.family,
                                 .tools = p->tools.n_tools > 0 && p->tools.choice != AK_TOOL_CHOICE_NONE,
                                 .parallel = p->tools.parallel, .in_reasoning = p->tools.in_reasoning, .id_seed = seed};
@@ -171,17 +183,25 @@ static cJSON *reply_message(const ak_toolcall *tc) {
     return m;
 }
 
-/* A chat choice holding msg (consumed; NULL: an empty one) as its message
- * or delta. */
-static void add_chat_choice(cJSON *j, int chunk, cJSON *msg, const char *finish) {
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), c);
-    cJSON_AddNumberToObject(c, "index", 0);
+/* Chat choice `index` holding msg (consumed; NULL: an empty one) as its
+ * message or delta. Returns the choice object. */
+static cJSON *add_chat_choice(cJSON *j, int chunk, int index, cJSON *msg, const char *finish) {
+    cJSON *c = new_choice(j, index);
     cJSON_AddItemToObject(c, chunk ? "delta" : "message", msg ? msg : cJSON_CreateObject());
     cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
     else cJSON_AddNullToObject(c, "finish_reason");
+    return c;
 }
+
+/* What an SSE stream sent of one choice. */
+typedef struct {
+    size_t have;              /* text bytes already sent */
+    int sent_role;            /* chat: its role chunk was sent */
+    int ended;                /* its finish chunk was sent */
+    ak_toolcall *tc;          /* a parsed reply's parser (parsed_reply), else NULL */
+    ak_lp_cursor lp;          /* log-probabilities sent (p.logprobs) */
+} stream_choice;
 
 /* The state of one SSE stream. */
 typedef struct {
@@ -190,13 +210,12 @@ typedef struct {
     ak_api_request p;
     char id[64];
     long created;
-    size_t have;              /* text bytes already sent */
     ak_buf out;               /* formatted events not yet handed to MHD */
     int fd;                   /* the client's socket, to notice it leaving (-1: unknown) */
     size_t out_pos;           /* bytes of out already handed to MHD */
-    int sent_role, ended;
-    ak_toolcall *tc;          /* a parsed reply's parser (parsed_reply), else NULL */
-    ak_lp_cursor lp;          /* log-probabilities sent (p.logprobs) */
+    int ended;                /* [DONE] is written */
+    uint64_t seen;            /* the request's version (ak_req_result.version) already answered */
+    stream_choice ch[AK_MAX_CHOICES];   /* p.n of them */
 } stream;
 
 /* Which of a request's log-probabilities add_logprobs puts in a choice. */
@@ -206,15 +225,24 @@ enum {
     LP_WHOLE = 3    /* all the rest, as an object even with none (a whole answer) */
 };
 
-/* When p asked for log-probabilities, puts those of r's tokens that `which`
- * names (text[0..n): the request's text from cur's place on) in j's choice
- * (ak_logprobs_add). Returns 0, or -1 when out of memory. */
-static int add_logprobs(ak_server *s, ak_request *r, const ak_api_request *p, cJSON *j, ak_lp_cursor *cur,
+/* What add_logprobs puts where: choice `choice` of the request, in the
+ * answer's choice object c. */
+typedef struct {
+    ak_request *r;
+    int choice;
+    cJSON *c;
+} lp_target;
+
+/* When p asked for log-probabilities, puts those of the target choice's
+ * tokens that `which` names (text[0..n): the choice's text from cur's
+ * place on) in its choice object (ak_logprobs_add). Returns 0, or -1 when
+ * out of memory. */
+static int add_logprobs(ak_server *s, const ak_api_request *p, const lp_target *to, ak_lp_cursor *cur,
                         const char *text, size_t n, int which) {
     if (!p->logprobs) return 0;
-    ak_lp_add a = {.r = r, .tk = s->cfg.tok, .chat = p->chat, .text = text, .n = n,
+    ak_lp_add a = {.r = to->r, .choice = to->choice, .tk = s->cfg.tok, .chat = p->chat, .text = text, .n = n,
                    .upto = (which & LP_REST) ? (size_t)-1 : cur->bytes + n, .always = which == LP_WHOLE};
-    return ak_logprobs_add(j, &a, cur);
+    return ak_logprobs_add(to->c, &a, cur);
 }
 
 /* 1 when the peer has closed or reset the connection (or shut down its
@@ -235,15 +263,18 @@ static int client_gone(int fd) {
  * at the engine's next step). */
 #define AK_GONE_POLL_MS 50
 
-/* Waits like ak_request_wait (no limit), watching the client: returns 1 when
- * r finished, 0 when it has more than `have` bytes, -1 when the client left
+/* Waits (no limit) until r has news past version `seen` (sched.h:
+ * ak_request_wait_news) or, with until_done, until it finished, watching
+ * the client: returns 1 when r finished, 0 on news, -1 when the client left
  * (r is then cancelled). */
-static int wait_watching(ak_request *r, size_t have, int fd) {
+static int wait_watching(ak_request *r, uint64_t seen, int until_done, int fd) {
     for (;;) {
-        int done = ak_request_wait(r, have, AK_GONE_POLL_MS);
-        size_t len = ak_request_read(r, have, NULL, NULL, NULL);
+        int done = until_done ? ak_request_wait(r, (size_t)-1, AK_GONE_POLL_MS)
+                              : ak_request_wait_news(r, seen, AK_GONE_POLL_MS);
         if (done) return 1;
-        if (len > have) return 0;
+        ak_req_result res;
+        ak_request_read(r, 0, NULL, NULL, &res);
+        if (!until_done && res.version != seen) return 0;
         if (client_gone(fd)) {
             ak_request_cancel(r);
             return -1;
@@ -262,15 +293,16 @@ static int emit(stream *st, cJSON *j) {
     return rc ? -1 : 0;
 }
 
-/* One chunk per event of a parser feed or finish (n events at ev; n < 0:
- * the parser failed, out of memory). Returns 0, or -1 (the stream ends). */
-static int emit_events(stream *st, const ak_toolcall_event *ev, int n) {
+/* One chunk of choice `index` per event of a parser feed or finish (n
+ * events at ev; n < 0: the parser failed, out of memory). Returns 0, or -1
+ * (the stream ends). */
+static int emit_events(stream *st, int index, const ak_toolcall_event *ev, int n) {
     if (n < 0) return -1;
     for (int i = 0; i < n; i++) {
         cJSON *d = event_delta(&ev[i]);
         if (!d) continue;
         cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
-        add_chat_choice(j, 1, d, NULL);
+        add_chat_choice(j, 1, index, d, NULL);
         if (emit(st, j) < 0) return -1;
     }
     return 0;
@@ -285,8 +317,116 @@ static int failed_status(const ak_req_result *res) {
     return ak_http_status_of(res->code);
 }
 
-/* libmicrohttpd's content reader of an SSE stream: the role, then text
- * events as the engine writes them, the end with usage, and [DONE]. */
+/* New text of choice i (chunk[0..n)) as chunks: a parsed reply's events
+ * (content, reasoning and calls apart; no streamed logprobs), else the
+ * text with the log-probabilities of its tokens. Returns 0, or -1 (the
+ * stream ends). */
+static int emit_text(stream *st, int i, const char *chunk, size_t n) {
+    stream_choice *sc = &st->ch[i];
+    if (sc->tc) {
+        const ak_toolcall_event *ev = NULL;
+        ak_error err = {0};
+        int ne = ak_toolcall_feed(sc->tc, chunk, n, &ev, &err);
+        return emit_events(st, i, ev, ne);
+    }
+    cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+    lp_target to = {.r = st->r, .choice = i, .c = add_choice(j, &st->p, 1, i, NULL, chunk, NULL)};
+    if (add_logprobs(st->s, &st->p, &to, &sc->lp, chunk, n, LP_CHUNK) < 0) {
+        cJSON_Delete(j);
+        return -1;
+    }
+    return emit(st, j);
+}
+
+/* The end of choice i as res says it: a parsed reply's last events, then
+ * its finish chunk with the log-probabilities left (tokens of no text
+ * left) and, once the request finished (done), the agentkv object.
+ * Returns 0, or -1 (the stream ends). */
+static int emit_choice_end(stream *st, int i, const ak_req_result *res, int done) {
+    stream_choice *sc = &st->ch[i];
+    ak_finish f = res->choice_finish[i];
+    if (sc->tc) {
+        const ak_toolcall_event *ev = NULL;
+        ak_error err = {0};
+        int ne = ak_toolcall_finish(sc->tc, &ev, &err);
+        if (emit_events(st, i, ev, ne) < 0) return -1;
+    }
+    cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+    lp_target to = {.r = st->r, .choice = i,
+                    .c = sc->tc ? add_chat_choice(j, 1, i, NULL, chat_finish(f, sc->tc))
+                                : add_choice(j, &st->p, 1, i, NULL, NULL, finish_name(f))};
+    add_logprobs(st->s, &st->p, &to, &sc->lp, NULL, 0, LP_REST);
+    if (done) cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, res));
+    sc->ended = 1;
+    return emit(st, j);
+}
+
+/* 1 when res says some choice of r other than i still runs. */
+static int others_running(const ak_req_result *res, int i) {
+    for (int k = 0; k < res->n_choices; k++)
+        if (k != i && res->choice_finish[k] == AK_FINISH_NONE) return 1;
+    return 0;
+}
+
+/* What choice i has new: its text, and its end once its text is whole. The
+ * last choice to end waits for the request's end, so that its finish chunk
+ * carries the whole agentkv object (with one choice, as it always did).
+ * Returns 0, or -1 (the stream ends). */
+static int choice_news(stream *st, int i) {
+    stream_choice *sc = &st->ch[i];
+    char *chunk = NULL;
+    size_t n = 0;
+    ak_req_result res;   /* read with the text: once it says the choice ended, the text is whole */
+    sc->have = ak_request_read_choice(st->r, i, sc->have, &chunk, &n, &res);
+    int rc = n ? emit_text(st, i, chunk, n) : 0;
+    free(chunk);
+    if (rc < 0 || res.finish == AK_FINISH_ERROR || res.choice_finish[i] == AK_FINISH_NONE) return rc;
+    int done = res.finish != AK_FINISH_NONE;
+    return done || others_running(&res, i) ? emit_choice_end(st, i, &res, done) : 0;
+}
+
+/* Adds the stream's next events to its output, waiting for them: the roles
+ * (chat), then each choice's news, then at the request's end the usage
+ * (when asked) and [DONE], or the engine's error. Returns 0, or -1 (the
+ * stream ends with an error: out of memory, the client left). */
+static int stream_fill(stream *st) {
+    int roles = 0;
+    for (int i = 0; st->p.chat && i < st->p.n; i++) {
+        if (st->ch[i].sent_role) continue;
+        cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+        add_choice(j, &st->p, 1, i, "assistant", "", NULL);
+        st->ch[i].sent_role = roles = 1;
+        if (emit(st, j) < 0) return -1;
+    }
+    if (roles) return 0;
+    if (wait_watching(st->r, st->seen, 0, st->fd) < 0) return -1;   /* the client left */
+    ak_req_result res;
+    ak_request_read(st->r, 0, NULL, NULL, &res);
+    st->seen = res.version;   /* what changes from here on is news for the next wait */
+    for (int i = 0; i < st->p.n; i++)
+        if (!st->ch[i].ended && choice_news(st, i) < 0) return -1;
+    ak_request_read(st->r, 0, NULL, NULL, &res);
+    if (res.finish == AK_FINISH_NONE) return 0;
+    if (res.finish == AK_FINISH_ERROR) {
+        emit(st, ak_http_error_json(failed_status(&res), res.error, NULL, NULL));
+    } else {
+        for (int i = 0; i < st->p.n; i++)
+            if (!st->ch[i].ended) return 0;   /* its end comes at the next round */
+        if (st->p.include_usage) {
+            cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
+            cJSON_AddArrayToObject(j, "choices");
+            cJSON_AddItemToObject(j, "usage", usage_json(&res));
+            cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
+            emit(st, j);
+        }
+    }
+    if (ak_buf_puts(&st->out, "data: [DONE]\n\n") < 0) return -1;
+    st->ended = 1;
+    return 0;
+}
+
+/* libmicrohttpd's content reader of an SSE stream: the events as
+ * stream_fill makes them. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream *st = cls;
@@ -294,64 +434,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         st->out_pos = 0;
         ak_buf_clear(&st->out);
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (st->p.chat && !st->sent_role) {
-            cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
-            add_choice(j, &st->p, 1, "assistant", "", NULL);
-            st->sent_role = 1;
-            if (emit(st, j) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-            continue;
-        }
-        int done = wait_watching(st->r, st->have, st->fd);
-        if (done < 0) return MHD_CONTENT_READER_END_WITH_ERROR;   /* the client left */
-        char *chunk = NULL;
-        size_t n = 0;
-        ak_req_result res;
-        st->have = ak_request_read(st->r, st->have, &chunk, &n, &res);
-        if (n && st->tc) {   /* content, reasoning and calls apart (no streamed logprobs) */
-            const ak_toolcall_event *ev = NULL;
-            ak_error err = {0};
-            int rc = emit_events(st, ev, ak_toolcall_feed(st->tc, chunk, n, &ev, &err));
-            free(chunk);
-            if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-            continue;
-        }
-        if (n) {
-            cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
-            add_choice(j, &st->p, 1, NULL, chunk, NULL);
-            if (add_logprobs(st->s, st->r, &st->p, j, &st->lp, chunk, n, LP_CHUNK) < 0) {
-                free(chunk);
-                cJSON_Delete(j);
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
-            free(chunk);
-            if (emit(st, j) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-            continue;
-        }
-        free(chunk);
-        if (!done) continue;
-        if (res.finish == AK_FINISH_ERROR) {
-            emit(st, ak_http_error_json(failed_status(&res), res.error, NULL, NULL));
-        } else {
-            const ak_toolcall_event *ev = NULL;
-            ak_error err = {0};
-            if (st->tc && emit_events(st, ev, ak_toolcall_finish(st->tc, &ev, &err)) < 0)
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            cJSON *j = response_head(st->s, &st->p, st->id, st->created, 1);
-            if (st->tc) add_chat_choice(j, 1, NULL, chat_finish(res.finish, st->tc));
-            else add_choice(j, &st->p, 1, NULL, NULL, finish_name(res.finish));
-            add_logprobs(st->s, st->r, &st->p, j, &st->lp, NULL, 0, LP_REST);   /* tokens of no text left */
-            cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
-            emit(st, j);
-            if (st->p.include_usage) {
-                j = response_head(st->s, &st->p, st->id, st->created, 1);
-                cJSON_AddArrayToObject(j, "choices");
-                cJSON_AddItemToObject(j, "usage", usage_json(&res));
-                cJSON_AddItemToObject(j, "agentkv", agentkv_json(&st->p, &res));
-                emit(st, j);
-            }
-        }
-        if (ak_buf_puts(&st->out, "data: [DONE]\n\n") < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-        st->ended = 1;
+        if (stream_fill(st) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = st->out.len - st->out_pos;
     if (n > max) n = max;
@@ -365,9 +448,9 @@ static void stream_free(void *cls) {
     stream *st = cls;
     ak_request_cancel(st->r); /* a no-op when it finished */
     ak_request_release(st->r);
+    for (int i = 0; i < st->p.n; i++) ak_toolcall_free(st->ch[i].tc);
     ak_api_request_free(&st->p);
     ak_buf_free(&st->out);
-    ak_toolcall_free(st->tc);
     free(st);
 }
 
@@ -423,7 +506,8 @@ static ak_req_params req_params(ak_api_request *p) {
                         .n_mem = p->n_mem, .mem_full = p->reuse == AK_REUSE_FULL, .mem_method = p->reuse,
                         .mem_ratio = (float)p->recompute_ratio, .reprompt = ak_api_reprompt(p),
                         .grammar = p->grammar, .grammar_after = p->grammar_after,
-                        .grammar_required = p->grammar_required, .grammar_free_after = p->grammar_free_after};
+                        .grammar_required = p->grammar_required, .grammar_free_after = p->grammar_free_after,
+                        .n_choices = p->n};
     for (int i = 0; i < p->n_stop; i++) rp.stop[i] = p->stop[i];
     for (int i = 0; i < p->n_mem; i++) {
         rp.mem_id[i] = p->mem_id[i];
@@ -431,6 +515,35 @@ static ak_req_params req_params(ak_api_request *p) {
         rp.mem_len[i] = p->mem_len[i];
     }
     return rp;
+}
+
+/* Choice i of finished request r appended whole to answer j: its text (a
+ * chat reply parsed into content, reasoning and calls when parsed_reply
+ * says), finish reason and log-probabilities; id is the response's.
+ * Returns 0, or -1 when out of memory. */
+static int add_whole_choice(ak_server *s, const ak_api_request *p, ak_request *r, cJSON *j, const char *id, int i) {
+    char *text = NULL;
+    size_t n = 0;
+    ak_req_result res;
+    ak_error err = {0};
+    ak_request_read_choice(r, i, 0, &text, &n, &res);
+    ak_finish f = res.choice_finish[i];
+    int rc = 0;
+    lp_target to = {.r = r, .choice = i};
+    if (parsed_reply(s, p)) {
+        ak_toolcall *tc = reply_parser(s, p, id, i, &err);
+        const ak_toolcall_event *ev = NULL;
+        if (!tc || ak_toolcall_feed(tc, text ? text : "", n, &ev, &err) < 0 || ak_toolcall_finish(tc, &ev, &err) < 0)
+            rc = -1;   /* out of memory */
+        if (tc) to.c = add_chat_choice(j, 0, i, reply_message(tc), chat_finish(f, tc));
+        ak_toolcall_free(tc);
+    } else {
+        to.c = add_choice(j, p, 0, i, "assistant", text ? text : "", finish_name(f));
+    }
+    ak_lp_cursor lc = {0};
+    if (rc == 0) rc = add_logprobs(s, p, &to, &lc, text, n, LP_WHOLE);
+    free(text);
+    return rc;
 }
 
 /* A completion (chat: rendered messages, else a raw prompt): submitted,
@@ -466,7 +579,7 @@ static enum MHD_Result complete(const ak_route_req *q, int chat) {
     long created = (long)time(NULL);
     /* wait for the first text (or the end), so that a request that fails
      * in the queue still gets its own HTTP status */
-    if (wait_watching(r, 0, fd) < 0) return client_left(s, r, &p, ep);
+    if (wait_watching(r, 0, 0, fd) < 0) return client_left(s, r, &p, ep);
     ak_req_result res;
     ak_request_read(r, 0, NULL, NULL, &res);
     if (res.finish == AK_FINISH_ERROR) {
@@ -494,10 +607,11 @@ static enum MHD_Result complete(const ak_route_req *q, int chat) {
         st->p = p;
         st->created = created;
         snprintf(st->id, sizeof st->id, "%s", id);
-        if (parsed_reply(s, &st->p) && !(st->tc = reply_parser(s, &st->p, id, &err))) {
-            stream_free(st);
-            return ak_http_error(s, c, ep, 500, NULL, NULL, "out of memory");
-        }
+        for (int i = 0; i < st->p.n && parsed_reply(s, &st->p); i++)   /* one parser per choice */
+            if (!(st->ch[i].tc = reply_parser(s, &st->p, id, i, &err))) {
+                stream_free(st);
+                return ak_http_error(s, c, ep, 500, NULL, NULL, "out of memory");
+            }
         struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
         if (!resp) {
             stream_free(st);
@@ -511,38 +625,24 @@ static enum MHD_Result complete(const ak_route_req *q, int chat) {
         ak_metrics_request(s->cfg.metrics, ep, 200);
         return rc;
     }
-    if (wait_watching(r, (size_t)-1, fd) < 0) return client_left(s, r, &p, ep);
-    char *text = NULL;
-    size_t n = 0;
-    ak_request_read(r, 0, &text, &n, &res);
+    if (wait_watching(r, 0, 1, fd) < 0) return client_left(s, r, &p, ep);
+    ak_request_read(r, 0, NULL, NULL, &res);
     if (res.finish == AK_FINISH_ERROR) {
         ak_request_release(r);
-        free(text);
         ak_api_request_free(&p);
         return ak_http_error(s, c, ep, failed_status(&res), NULL, NULL, "%s", res.error);
     }
     cJSON *j = response_head(s, &p, id, created, 0);
-    ak_toolcall *tc = parsed_reply(s, &p) ? reply_parser(s, &p, id, &err) : NULL;
-    const ak_toolcall_event *ev = NULL;
-    int lp_rc = 0;
-    if (tc && (ak_toolcall_feed(tc, text ? text : "", n, &ev, &err) < 0 || ak_toolcall_finish(tc, &ev, &err) < 0))
-        lp_rc = -1;   /* out of memory */
-    if (parsed_reply(s, &p) && !tc) lp_rc = -1;
-    if (tc) add_chat_choice(j, 0, reply_message(tc), chat_finish(res.finish, tc));
-    else add_choice(j, &p, 0, "assistant", text ? text : "", finish_name(res.finish));
-    ak_toolcall_free(tc);
-    ak_lp_cursor lc = {0};
-    if (lp_rc == 0) lp_rc = add_logprobs(s, r, &p, j, &lc, text, n, LP_WHOLE);
+    int rc = 0;
+    for (int i = 0; i < p.n && rc == 0; i++) rc = add_whole_choice(s, &p, r, j, id, i);
     ak_request_release(r);
-    if (lp_rc < 0) {
+    if (rc < 0) {
         cJSON_Delete(j);
-        free(text);
         ak_api_request_free(&p);
         return ak_http_error(s, c, ep, 500, NULL, NULL, "out of memory");
     }
     cJSON_AddItemToObject(j, "usage", usage_json(&res));
     cJSON_AddItemToObject(j, "agentkv", agentkv_json(&p, &res));
-    free(text);
     ak_api_request_free(&p);
     return ak_http_json(s, c, ep, 200, j);
 }

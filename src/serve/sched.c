@@ -18,6 +18,28 @@
 
 typedef enum { R_QUEUED, R_PREFILL, R_DECODE, R_DONE } rstate;
 
+/* One choice of a request: its sampler, generator, decode sequence and text. */
+typedef struct {
+    /* engine thread only */
+    ak_kv *kv;                    /* its decode sequence: the agent's for choice 0, a fork of it made
+                                     when the prefill ends for the others (owned) */
+    ak_sampler *smp;
+    ak_gen gen;                   /* sampling, end checks, text, stop strings (generate.h) */
+    int32_t next_tok;
+    int pos;                      /* positions its sequence holds */
+    float *logits;
+    float *raw;                   /* logprobs: the step's raw logits, copied before the sampler
+                                     changes them in place (NULL: not asked) */
+    int live;                     /* decoding: started and not ended */
+    int fed;                      /* its token is in this step's batch */
+    double t_last;                /* when its last token was sampled */
+    /* shared, under s->mu */
+    char *text;
+    size_t len, cap, visible;
+    ak_req_logprob *lp;           /* one per kept token (logprobs asked), cut with the text */
+    int n_lp, lp_cap;
+} choice;
+
 struct ak_request {
     ak_sched *s;
     struct ak_request *next;      /* incoming / waiting / active list link */
@@ -45,26 +67,18 @@ struct ak_request {
                                      or done; engine thread) */
     /* engine thread only */
     rstate state;
-    ak_kv *kv;
+    ak_kv *kv;                    /* the agent's sequence (the prompt's prefill, choice 0's decode) */
     int pos, step_k, prefetch_tried;
-    ak_sampler *smp;
-    ak_gen gen;                   /* sampling, end checks, text, stop strings (generate.h) */
     ak_grammar_ref *grammar;      /* structured output: the grammar held (a reference), NULL: none */
     char *grammar_after;          /* lazy: held from after this text */
-    ak_gen_constraint con;        /* the generator's constraint over grammar */
-    int32_t next_tok;
-    float *logits;
-    float *raw;                   /* logprobs: the step's raw logits, copied before the sampler
-                                     changes them in place (NULL: not asked) */
+    ak_gen_constraint con;        /* each generator's constraint over grammar */
     int top_logprobs;
-    double t_submit, t_admit, t_first, t_last, prefill_s;
+    double t_submit, t_admit, t_first, prefill_s;
     int sampled;                  /* a first token was sampled (ttft recorded) */
+    int n_ch;                     /* choices (0 for a pool job) */
+    choice ch[AK_MAX_CHOICES];    /* their parts under s->mu are shared */
     /* shared, under s->mu */
     int refs;
-    char *text;
-    size_t len, cap, visible;
-    ak_req_logprob *lp;           /* one per kept token (logprobs asked), cut with the text */
-    int n_lp, lp_cap;
     int done, cancelled;
     ak_req_result res;
 };
@@ -108,16 +122,20 @@ struct ak_sched {
 
 static void free_request(ak_request *r) {
     if (r->reprompt.free) r->reprompt.free(r->reprompt.ud);
-    ak_sampler_free(r->smp);
+    for (int i = 0; i < r->n_ch; i++) {
+        choice *c = &r->ch[i];
+        if (i > 0) ak_kv_free(c->kv);   /* a fork (ended choices freed theirs on the engine thread) */
+        ak_sampler_free(c->smp);
+        ak_gen_free(&c->gen);
+        free(c->logits);
+        free(c->raw);
+        free(c->lp);
+        free(c->text);
+    }
     free(r->prompt);
-    ak_gen_free(&r->gen);
     ak_grammar_ref_release(r->grammar);
     free(r->grammar_after);
-    free(r->logits);
-    free(r->raw);
-    free(r->lp);
     free(r->source);
-    free(r->text);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r);
 }
@@ -142,7 +160,10 @@ void ak_request_cancel(ak_request *r) {
     pthread_mutex_unlock(&r->s->mu);
 }
 
-int ak_request_wait(ak_request *r, size_t have, int timeout_ms) {
+/* Waits on out_cv until r is done or wake(r, arg) says so (s->mu held),
+ * or timeout_ms passes (< 0: no limit). Returns 1 if done, else 0. */
+static int wait_until(ak_request *r, int (*wake)(const ak_request *r, const void *arg), const void *arg,
+                      int timeout_ms) {
     ak_sched *s = r->s;
     struct timespec until;
     if (timeout_ms >= 0) {
@@ -152,7 +173,7 @@ int ak_request_wait(ak_request *r, size_t have, int timeout_ms) {
         if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
     }
     pthread_mutex_lock(&s->mu);
-    while (!r->done && r->visible <= have) {
+    while (!r->done && !wake(r, arg)) {
         if (timeout_ms < 0) pthread_cond_wait(&s->out_cv, &s->mu);
         else if (pthread_cond_timedwait(&s->out_cv, &s->mu, &until) != 0) break;
     }
@@ -161,29 +182,57 @@ int ak_request_wait(ak_request *r, size_t have, int timeout_ms) {
     return done;
 }
 
-int ak_request_logprobs(ak_request *r, int from, size_t upto, ak_req_logprob **out) {
+/* wait_until's test: the first choice shows more than *(size_t *)arg bytes. */
+static int text_past(const ak_request *r, const void *arg) {
+    return r->n_ch && r->ch[0].visible > *(const size_t *)arg;
+}
+
+/* wait_until's test: the version moved from *(uint64_t *)arg. */
+static int version_moved(const ak_request *r, const void *arg) { return r->res.version != *(const uint64_t *)arg; }
+
+int ak_request_wait(ak_request *r, size_t have, int timeout_ms) { return wait_until(r, text_past, &have, timeout_ms); }
+
+int ak_request_wait_news(ak_request *r, uint64_t seen, int timeout_ms) {
+    return wait_until(r, version_moved, &seen, timeout_ms);
+}
+
+/* Something readers wait for happened to r (call with s->mu held). */
+static void news_locked(ak_sched *s, ak_request *r) {
+    r->res.version++;
+    pthread_cond_broadcast(&s->out_cv);
+}
+
+int ak_request_logprobs_choice(ak_request *r, int choice_i, int from, size_t upto, ak_req_logprob **out) {
     ak_sched *s = r->s;
     *out = NULL;
+    if (choice_i < 0 || choice_i >= r->n_ch) return 0;
+    const choice *c = &r->ch[choice_i];
     pthread_mutex_lock(&s->mu);
     int end = from < 0 ? 0 : from;
-    while (end < r->n_lp && r->lp[end].offset < upto) end++;
+    while (end < c->n_lp && c->lp[end].offset < upto) end++;
     int n = end > from && from >= 0 ? end - from : 0;
-    if (n && (*out = malloc(sizeof **out * (size_t)n))) memcpy(*out, r->lp + from, sizeof **out * (size_t)n);
+    if (n && (*out = malloc(sizeof **out * (size_t)n))) memcpy(*out, c->lp + from, sizeof **out * (size_t)n);
     pthread_mutex_unlock(&s->mu);
     return *out ? n : 0;
 }
 
-size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res) {
+int ak_request_logprobs(ak_request *r, int from, size_t upto, ak_req_logprob **out) {
+    return ak_request_logprobs_choice(r, 0, from, upto, out);
+}
+
+size_t ak_request_read_choice(ak_request *r, int choice_i, size_t from, char **chunk, size_t *n,
+                              ak_req_result *res) {
     ak_sched *s = r->s;
+    const choice *c = choice_i >= 0 && choice_i < r->n_ch ? &r->ch[choice_i] : NULL;
     pthread_mutex_lock(&s->mu);
-    size_t vis = r->visible;
+    size_t vis = c ? c->visible : 0;
     if (chunk) {
         *chunk = NULL;
         *n = 0;
         if (vis > from) {
             *chunk = malloc(vis - from + 1);
             if (*chunk) {
-                memcpy(*chunk, r->text + from, vis - from);
+                memcpy(*chunk, c->text + from, vis - from);
                 (*chunk)[vis - from] = 0;
                 *n = vis - from;
             } else {
@@ -196,7 +245,35 @@ size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_r
     return vis;
 }
 
+size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res) {
+    return ak_request_read_choice(r, 0, from, chunk, n, res);
+}
+
 /* ---------------------------------------------------------------- submit */
+
+/* Bytes of blocks one further choice of a request may take: its own from
+ * the prompt's end to the reservation, the first of them a copy of the
+ * prompt's partly filled last block (in the agents' formats). */
+static size_t fork_bytes(const ak_sched *s, int n_prompt, int n_reserve) {
+    return ak_agents_bytes_for(s->cfg.agents, n_reserve - n_prompt + ak_block_pool_block_tokens(s->cfg.pool));
+}
+
+/* Sets up r's n_ch generators over prompt[0..n) into gens (r's own are not
+ * touched), each with its choice's sampler. Returns 0, or -1 with err set,
+ * none of gens left to free. */
+static int init_gens(const ak_sched *s, ak_request *r, const int32_t *prompt, int n, ak_gen *gens, ak_error *err) {
+    for (int i = 0; i < r->n_ch; i++) {
+        memset(&gens[i], 0, sizeof gens[i]);
+        if (ak_gen_init(&gens[i], &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->ch[i].smp, .prompt = prompt,
+                        .n_prompt = n, .max_tokens = r->max_tokens, .n_ctx = s->cfg.n_ctx,
+                        .stop_at_eog = r->stop_at_eog, .stop = (const char *const *)r->stop, .n_stop = r->n_stop,
+                        .constraint = r->grammar ? &r->con : NULL}, err) < 0) {
+            for (int k = 0; k <= i; k++) ak_gen_free(&gens[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
 
 /* Hands r to the engine. Returns 0, or -1 with err set (AK_ERR_SHUTDOWN)
  * when stopping (r is then the caller's to free). */
@@ -249,16 +326,23 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
             ak_failc(err, AK_ERR_INVALID, "memory %d: not a valid id, or not in order before the prompt's last token", i);
             return NULL;
         }
+    int n_ch = p->n_choices ? p->n_choices : 1;
+    if (n_ch < 1 || n_ch > AK_MAX_CHOICES) {
+        ak_failc(err, AK_ERR_INVALID, "n (choices) must be between 1 and %d", AK_MAX_CHOICES);
+        return NULL;
+    }
     long reserve = (long)p->n_prompt + p->max_tokens;
     if (reserve > s->cfg.n_ctx) reserve = s->cfg.n_ctx;
     ak_block_pool_stats st;
     ak_block_pool_get_stats(s->cfg.pool, &st);
-    size_t need = ak_agents_bytes_for(s->cfg.agents, (int)reserve);
+    size_t need = ak_agents_bytes_for(s->cfg.agents, (int)reserve) +
+                  (size_t)(n_ch - 1) * fork_bytes(s, p->n_prompt, (int)reserve);
     /* a pooled agent shares the pool's blocks and stores its own in the
      * pool's formats: only admission (ak_agent_bytes_to_add) can say */
     if (!pooled && st.budget && need > st.budget) {
-        ak_failc(err, AK_ERR_KV_BUDGET, "this request needs %zu bytes of KV cache for %ld tokens (prompt %d + max_tokens); the KV "
-                "budget is %zu bytes: lower max_tokens or shorten the prompt", need, reserve, p->n_prompt, st.budget);
+        ak_failc(err, AK_ERR_KV_BUDGET, "this request needs %zu bytes of KV cache for %ld tokens (prompt %d + max_tokens%s); "
+                "the KV budget is %zu bytes: lower max_tokens or n, or shorten the prompt", need, reserve, p->n_prompt,
+                n_ch > 1 ? ", and max_tokens more for each further choice" : "", st.budget);
         return NULL;
     }
     ak_request *r = ak_calloc(1, sizeof *r, err);
@@ -281,10 +365,19 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
     r->n_reserve = (int)reserve;
     r->stop_at_eog = p->stop_at_eog;
     int vocab = s->cfg.model->cfg.vocab;
-    r->prompt = ak_malloc(sizeof(int32_t) * (size_t)p->n_prompt, err);
-    r->logits = ak_malloc(sizeof(float) * (size_t)vocab, err);
-    if (!r->prompt || !r->logits) goto fail;
-    if (p->logprobs && !(r->raw = ak_malloc(sizeof(float) * (size_t)vocab, err))) goto fail;
+    if (!(r->prompt = ak_malloc(sizeof(int32_t) * (size_t)p->n_prompt, err))) goto fail;
+    r->n_ch = n_ch;
+    for (int i = 0; i < n_ch; i++) {
+        choice *c = &r->ch[i];
+        if (!(c->logits = ak_malloc(sizeof(float) * (size_t)vocab, err))) goto fail;
+        if (p->logprobs && !(c->raw = ak_malloc(sizeof(float) * (size_t)vocab, err))) goto fail;
+        ak_sampler_params sp = p->sp;
+        sp.seed += (uint64_t)i;   /* choice i draws as a request of seed + i would */
+        if (!(c->smp = ak_sampler_new(&sp, vocab, err))) {
+            if (err) err->code = AK_ERR_INVALID;   /* parameters the sampler refuses: the client's */
+            goto fail;
+        }
+    }
     r->top_logprobs = p->top_logprobs < 0 ? 0 : p->top_logprobs > AK_TOP_LOGPROBS_MAX ? AK_TOP_LOGPROBS_MAX
                                                                                          : p->top_logprobs;
     memcpy(r->prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
@@ -294,10 +387,6 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
         r->n_stop = i + 1;
         size_t l = strlen(p->stop[i]);
         if (l > r->stop_max) r->stop_max = l;
-    }
-    if (!(r->smp = ak_sampler_new(&p->sp, vocab, err))) {
-        if (err) err->code = AK_ERR_INVALID;   /* parameters the sampler refuses: the client's */
-        goto fail;
     }
     if (p->grammar) {
         ak_grammar_ref_hold(p->grammar);
@@ -312,16 +401,16 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
                                      .lazy = r->grammar_after != NULL, .after = r->grammar_after,
                                      .required = p->grammar_required, .free_after = p->grammar_free_after};
     }
-    if (ak_gen_init(&r->gen, &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->smp, .prompt = p->prompt,
-                    .n_prompt = p->n_prompt, .max_tokens = p->max_tokens, .n_ctx = s->cfg.n_ctx,
-                    .stop_at_eog = p->stop_at_eog, .stop = (const char *const *)r->stop,
-                    .n_stop = r->n_stop, .constraint = r->grammar ? &r->con : NULL}, err) < 0) {
+    ak_gen gens[AK_MAX_CHOICES];
+    if (init_gens(s, r, p->prompt, p->n_prompt, gens, err) < 0) {
         /* the prompt, limits and stop strings were checked above: what is
          * left is out of memory or a fault of the server, never the client's */
         if (err && err->code != AK_ERR_NOMEM) err->code = AK_ERR_GENERIC;
         goto fail;
     }
+    for (int i = 0; i < n_ch; i++) r->ch[i].gen = gens[i];
     r->res.prompt_tokens = p->n_prompt;
+    r->res.n_choices = n_ch;
     r->reprompt = p->reprompt;
     if (enqueue(s, r, err) < 0) {
         r->reprompt = (ak_reprompt){0};   /* the caller's again */
@@ -351,6 +440,20 @@ static size_t pool_job_needs(const ak_sched *s, const ak_request *r) {
     return want > have ? want - have : 0;
 }
 
+/* Bytes r's further choices may still add: each fork's share (fork_bytes)
+ * less the blocks it holds alone already; an ended one adds nothing. */
+static size_t forks_outstanding(const ak_sched *s, const ak_request *r) {
+    if (r->n_ch < 2 || r->state == R_DONE) return 0;
+    size_t each = fork_bytes(s, r->n_prompt, r->n_reserve), sum = 0;
+    for (int i = 1; i < r->n_ch; i++) {
+        const choice *c = &r->ch[i];
+        if (r->state == R_DECODE && !c->live) continue;
+        size_t have = c->kv ? ak_kv_private_bytes(c->kv) : 0;
+        sum += have < each ? each - have : 0;
+    }
+    return sum;
+}
+
 /* Bytes the running requests may still need to reach their reservations:
  * only what each will add (a pool's blocks and blocks linked from the
  * content index are shared, not counted again). */
@@ -360,25 +463,25 @@ static size_t outstanding(const ak_sched *s) {
         if (r->pool_job) sum += pool_job_needs(s, r);
         else
             sum += ak_agent_bytes_to_add(s->cfg.agents, agent_of(r), r->pool[0] ? r->pool : NULL, r->prompt,
-                                         r->n_prompt, r->n_reserve);
+                                         r->n_prompt, r->n_reserve) + forks_outstanding(s, r);
     }
     return sum;
 }
 
-/* Appends bytes to the request's text (engine thread; takes s->mu). */
-static int append_text(ak_sched *s, ak_request *r, const char *b, size_t n) {
+/* Appends bytes to choice c's text (engine thread; takes s->mu). */
+static int append_text(ak_sched *s, choice *c, const char *b, size_t n) {
     int rc = 0;
     pthread_mutex_lock(&s->mu);
-    if (r->len + n + 1 > r->cap) {
-        size_t nc = (r->len + n + 1) * 2;
-        char *nt = realloc(r->text, nc);
+    if (c->len + n + 1 > c->cap) {
+        size_t nc = (c->len + n + 1) * 2;
+        char *nt = realloc(c->text, nc);
         if (!nt) rc = -1;
-        else { r->text = nt; r->cap = nc; }
+        else { c->text = nt; c->cap = nc; }
     }
     if (rc == 0) {
-        memcpy(r->text + r->len, b, n);
-        r->len += n;
-        r->text[r->len] = 0;
+        memcpy(c->text + c->len, b, n);
+        c->len += n;
+        c->text[c->len] = 0;
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -403,13 +506,41 @@ static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int code,
     r->res.code = code;
     if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
     r->done = 1;
-    pthread_cond_broadcast(&s->out_cv);
+    news_locked(s, r);
     pthread_mutex_unlock(&s->mu);
     r->state = R_DONE;
     s->changed = 1;
 }
 
 static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const char *msg);
+
+/* Ends choice i of r with why: the bytes its generator held flushed into its
+ * text (not for an error), its finish and tokens given to the readers, a
+ * fork's sequence released. Engine thread. */
+static void end_choice(ak_sched *s, ak_request *r, int i, ak_finish why) {
+    choice *c = &r->ch[i];
+    const char *fp;
+    size_t nf = ak_gen_flush(&c->gen, &fp);
+    if (nf && why != AK_FINISH_ERROR) append_text(s, c, fp, nf);
+    c->live = 0;
+    if (i > 0) {   /* choice 0's is the agent's */
+        ak_kv_free(c->kv);
+        c->kv = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    c->visible = c->len;
+    r->res.choice_finish[i] = why;
+    r->res.choice_tokens[i] = c->gen.n_gen;
+    news_locked(s, r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* 1 while some choice of r decodes. */
+static int any_live(const ak_request *r) {
+    for (int i = 0; i < r->n_ch; i++)
+        if (r->ch[i].live) return 1;
+    return 0;
+}
 
 /* finish with error e, whose ak_err_code the reader gets in res.code. */
 static void finish_err(ak_sched *s, ak_request *r, const ak_error *e) {
@@ -425,73 +556,79 @@ static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const ch
         finish_pool_job(s, r, why, code, msg);
         return;
     }
+    int n_gen = 0;
+    for (int i = 0; i < r->n_ch; i++) {
+        if (r->res.choice_finish[i] == AK_FINISH_NONE) end_choice(s, r, i, why);
+        n_gen += r->ch[i].gen.n_gen;
+    }
     if (r->state == R_PREFILL || r->state == R_DECODE) {
         ak_error err = {{0}};
         if (why == AK_FINISH_ERROR) ak_agent_abort(s->cfg.agents, agent_of(r));
         if (ak_agent_end(s->cfg.agents, agent_of(r), &err) < 0)
             logf_(s, "agent %s: %s", agent_of(r), err.msg);
-        ak_metrics_completion(s->cfg.metrics, r->gen.n_gen);
+        ak_metrics_completion(s->cfg.metrics, n_gen);
     }
     if (r->state == R_PREFILL || r->state == R_DECODE) {
         const ak_turn *t = &r->res.turn;
         static const char *why_name[] = {"running", "stop", "length", "error"};
-        logf_(s, "%s%s: %s/%s, %d prompt tokens (%d cached, %d prefilled%s), %d generated, ttft %.1f ms, %s",
+        char choices[32] = "";
+        if (r->n_ch > 1) snprintf(choices, sizeof choices, " in %d choices", r->n_ch);
+        logf_(s, "%s%s: %s/%s, %d prompt tokens (%d cached, %d prefilled%s), %d generated%s, ttft %.1f ms, %s",
               r->anonymous ? "anonymous " : "agent ", r->anonymous ? "request" : r->id, ak_tier_name(t->tier),
               ak_match_name(t->match), r->n_prompt, t->reused, t->prefilled,
               t->tier == AK_TIER_WARM ? (t->restored_ahead ? ", restored ahead" : ", restored on admission") : "",
-              r->gen.n_gen, r->sampled ? (r->t_first - r->t_submit) * 1e3 : 0.0, why_name[why]);
+              n_gen, choices, r->sampled ? (r->t_first - r->t_submit) * 1e3 : 0.0, why_name[why]);
     }
-    const char *fp;
-    size_t nf = ak_gen_flush(&r->gen, &fp);
-    if (nf && why != AK_FINISH_ERROR) append_text(s, r, fp, nf);
     double now = ak_now();
     pthread_mutex_lock(&s->mu);
-    r->visible = r->len;
     r->res.finish = why;
     r->res.code = code;
     if (msg) snprintf(r->res.error, sizeof r->res.error, "%s", msg);
-    r->res.completion_tokens = r->gen.n_gen;
+    r->res.completion_tokens = n_gen;
     if (r->sampled) r->res.decode_ms = (now - r->t_first) * 1e3;
     r->done = 1;
-    pthread_cond_broadcast(&s->out_cv);
+    news_locked(s, r);
     pthread_mutex_unlock(&s->mu);
     r->state = R_DONE;
     s->changed = 1;
 }
 
-/* Records the log-probabilities of token tok, just kept, from r->raw (the
- * step's raw logits), its text starting at the text's current end. Engine
- * thread. Returns 0, or -1 when out of memory. */
-static int record_logprob(ak_sched *s, ak_request *r, int32_t tok) {
+/* Records the log-probabilities of token tok, just kept by choice c, from
+ * c->raw (the step's raw logits) with top alternatives, its text starting
+ * at the text's current end. Engine thread. Returns 0, or -1 when out of
+ * memory. */
+static int record_logprob(ak_sched *s, choice *c, int top, int32_t tok) {
     int vocab = s->cfg.model->cfg.vocab;
-    ak_req_logprob e = {.id = tok, .offset = r->len};
-    double lse = ak_logsumexp(r->raw, vocab);
-    e.logprob = (float)((double)r->raw[tok] - lse);
-    e.n_top = ak_top_logprobs(r->raw, vocab, lse, r->top_logprobs, e.top);
+    ak_req_logprob e = {.id = tok, .offset = c->len};
+    double lse = ak_logsumexp(c->raw, vocab);
+    e.logprob = (float)((double)c->raw[tok] - lse);
+    e.n_top = ak_top_logprobs(c->raw, vocab, lse, top, e.top);
     int rc = 0;
     pthread_mutex_lock(&s->mu);
-    if (r->n_lp == r->lp_cap) {
-        int nc = r->lp_cap ? r->lp_cap * 2 : 64;
-        ak_req_logprob *nl = realloc(r->lp, sizeof *nl * (size_t)nc);
+    if (c->n_lp == c->lp_cap) {
+        int nc = c->lp_cap ? c->lp_cap * 2 : 64;
+        ak_req_logprob *nl = realloc(c->lp, sizeof *nl * (size_t)nc);
         if (!nl) rc = -1;
-        else { r->lp = nl; r->lp_cap = nc; }
+        else { c->lp = nl; c->lp_cap = nc; }
     }
-    if (rc == 0) r->lp[r->n_lp++] = e;
+    if (rc == 0) c->lp[c->n_lp++] = e;
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
-/* Samples the next token from r->logits and hands its text out; decides
- * whether the request goes on (r->next_tok is fed at the next step) or ends.
- * The rules are `agentkv run`'s (the same step, generate.h), so that greedy
- * output is the same. */
-static void next_token(ak_sched *s, ak_request *r) {
+/* Samples choice i's next token from its logits and hands its text out;
+ * decides whether the choice goes on (its next_tok is fed at the next
+ * step) or ends, and the request with its last choice. The rules are
+ * `agentkv run`'s (the same step, generate.h), so that greedy output is
+ * the same. */
+static void next_token(ak_sched *s, ak_request *r, int i) {
+    choice *c = &r->ch[i];
     ak_gen_out out;
     ak_error err = {{0}};
-    int kept = r->gen.n_gen;
+    int kept = c->gen.n_gen;
     /* the model's own distribution is read before the step changes the logits (logprobs.h) */
-    if (r->raw) memcpy(r->raw, r->logits, sizeof(float) * (size_t)s->cfg.model->cfg.vocab);
-    ak_gen_status st = ak_gen_step(&r->gen, r->logits, r->pos, &out, &err);
+    if (c->raw) memcpy(c->raw, c->logits, sizeof(float) * (size_t)s->cfg.model->cfg.vocab);
+    ak_gen_status st = ak_gen_step(&c->gen, c->logits, c->pos, &out, &err);
     if (out.sampled) {
         double now = ak_now();
         if (!r->sampled) {
@@ -503,14 +640,15 @@ static void next_token(ak_sched *s, ak_request *r) {
             pthread_mutex_lock(&s->mu);
             r->res.ttft_ms = ttft * 1e3;
             pthread_mutex_unlock(&s->mu);
-        } else {
-            ak_metrics_token(s->cfg.metrics, r->res.turn.tier, now - r->t_last);
+        } else if (c->t_last > 0) {   /* a further choice's first token follows no token of its own */
+            ak_metrics_token(s->cfg.metrics, r->res.turn.tier, now - c->t_last);
         }
-        r->t_last = now;
+        c->t_last = now;
     }
     /* an end-of-generation token is not kept (n_gen unchanged): it has no entry */
-    if (st != AK_GEN_ERROR && r->raw && r->gen.n_gen > kept && record_logprob(s, r, out.tok) < 0) st = AK_GEN_ERROR;
-    if (st == AK_GEN_ERROR || (out.n_piece && append_text(s, r, out.piece, out.n_piece) < 0)) {
+    if (st != AK_GEN_ERROR && c->raw && c->gen.n_gen > kept && record_logprob(s, c, r->top_logprobs, out.tok) < 0)
+        st = AK_GEN_ERROR;
+    if (st == AK_GEN_ERROR || (out.n_piece && append_text(s, c, out.piece, out.n_piece) < 0)) {
         finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, "cannot decode a generated token (out of memory?)");
         return;
     }
@@ -519,18 +657,43 @@ static void next_token(ak_sched *s, ak_request *r) {
          * a stop string starts, shown up to what cannot become one */
         pthread_mutex_lock(&s->mu);
         if (out.cut >= 0) {
-            r->len = (size_t)out.cut;
-            r->text[r->len] = 0;
-            while (r->n_lp && r->lp[r->n_lp - 1].offset >= r->len) r->n_lp--;   /* their text is cut */
-        } else {
-            if (out.visible > r->visible) r->visible = out.visible;
-            pthread_cond_broadcast(&s->out_cv);
+            c->len = (size_t)out.cut;
+            c->text[c->len] = 0;
+            while (c->n_lp && c->lp[c->n_lp - 1].offset >= c->len) c->n_lp--;   /* their text is cut */
+        } else if (out.visible > c->visible) {
+            c->visible = out.visible;
+            news_locked(s, r);
         }
         pthread_mutex_unlock(&s->mu);
     }
-    if (st == AK_GEN_STOP) { finish(s, r, AK_FINISH_STOP, 0, NULL); return; }
-    if (st == AK_GEN_LENGTH) { finish(s, r, AK_FINISH_LENGTH, 0, NULL); return; }
-    r->next_tok = out.tok;
+    if (st == AK_GEN_STOP || st == AK_GEN_LENGTH) {
+        end_choice(s, r, i, st == AK_GEN_STOP ? AK_FINISH_STOP : AK_FINISH_LENGTH);
+        if (!any_live(r)) finish(s, r, r->res.choice_finish[0], 0, NULL);
+        return;
+    }
+    c->next_tok = out.tok;
+}
+
+/* The prefill of r ended (the agent's cache holds the prompt, choice 0's
+ * logits are the next token's): choice 0 decodes on the agent's sequence,
+ * each other on a fork of it (its blocks linked, copied where written) with
+ * a copy of those logits; each samples its first token. Engine thread. */
+static void start_choices(ak_sched *s, ak_request *r) {
+    ak_error e = {{0}};
+    for (int i = 0; i < r->n_ch; i++) {
+        choice *c = &r->ch[i];
+        c->kv = r->kv;
+        if (i > 0) {
+            if (!(c->kv = ak_kv_fork(r->kv, &e))) {
+                finish_err(s, r, &e);
+                return;
+            }
+            memcpy(c->logits, r->ch[0].logits, sizeof(float) * (size_t)s->cfg.model->cfg.vocab);
+        }
+        c->pos = r->pos;
+        c->live = 1;
+    }
+    for (int i = 0; i < r->n_ch && r->state == R_DECODE; i++) next_token(s, r, i);
 }
 
 /* 1 when agent id's history starts with pool (or with none when pool is
@@ -699,18 +862,15 @@ static void rebuild_prompt(ak_sched *s, ak_request *r) {
     if (rp.free) rp.free(rp.ud);
     if (rc < 0) logf_(s, "agent %s: the prompt was not rebuilt over its history: %s", r->id, err.msg);
     if (rc <= 0) return;
-    ak_gen g = {0};
-    if (n < 1 || n >= s->cfg.n_ctx ||
-        ak_gen_init(&g, &(ak_gen_opts){.tok = s->cfg.tok, .smp = r->smp, .prompt = ids, .n_prompt = n,
-                    .max_tokens = r->max_tokens, .n_ctx = s->cfg.n_ctx, .stop_at_eog = r->stop_at_eog,
-                    .stop = (const char *const *)r->stop, .n_stop = r->n_stop,
-                    .constraint = r->grammar ? &r->con : NULL}, &err) < 0) {
-        ak_gen_free(&g);
+    ak_gen gens[AK_MAX_CHOICES];
+    if (n < 1 || n >= s->cfg.n_ctx || init_gens(s, r, ids, n, gens, &err) < 0) {
         free(ids);
         return;
     }
-    ak_gen_free(&r->gen);
-    r->gen = g;
+    for (int i = 0; i < r->n_ch; i++) {
+        ak_gen_free(&r->ch[i].gen);
+        r->ch[i].gen = gens[i];
+    }
     free(r->prompt);
     r->prompt = ids;
     r->n_prompt = n;
@@ -766,7 +926,8 @@ static void admit(ak_sched *s) {
         ak_kv *kv;
         int flags = (r->anonymous ? AK_AGENT_EPHEMERAL : 0) | (r->mem_full ? AK_AGENT_RECOMPUTE_MEMORIES : 0);
         ak_turn_opts to = {.id = r->id, .flags = flags, .pool_id = r->pool[0] ? r->pool : NULL, .tokens = r->prompt,
-                           .n = r->n_prompt, .n_reserve = r->n_reserve, .extra = outstanding(s), .at = r->mem_at,
+                           .n = r->n_prompt, .n_reserve = r->n_reserve,
+                           .extra = outstanding(s) + forks_outstanding(s, r), .at = r->mem_at,
                            .len = r->mem_len, .k = r->n_mem};
         if (ak_agent_open(s->cfg.agents, &to, &kv, &t, &err) < 0) {
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
@@ -845,14 +1006,19 @@ static void step(ak_sched *s) {
     int nb = 0, nseq = 0, cap = s->cfg.step_tokens;
     for (ak_request *r = s->active; r; r = r->next) {
         r->step_k = 0;
-        if (r->state != R_DECODE || nb >= cap) continue;
-        s->b_tok[nb] = r->next_tok;
-        s->b_pos[nb] = r->pos;
-        s->b_seq[nb] = r->kv;
-        s->b_logits[nb] = r->logits;
-        nb++;
-        nseq++;
-        r->step_k = 1;
+        if (r->state != R_DECODE) continue;
+        for (int i = 0; i < r->n_ch; i++) {   /* each choice a sequence of the batch */
+            choice *c = &r->ch[i];
+            c->fed = c->live && nb < cap;
+            if (!c->fed) continue;
+            s->b_tok[nb] = c->next_tok;
+            s->b_pos[nb] = c->pos;
+            s->b_seq[nb] = c->kv;
+            s->b_logits[nb] = c->logits;
+            nb++;
+            nseq++;
+            r->step_k++;
+        }
     }
     /* with agents decoding, a step's prefill chunk is what fits in step_ms
      * at the measured speed: their next token is never more than a step away */
@@ -873,7 +1039,7 @@ static void step(ak_sched *s) {
             s->b_tok[nb] = r->prompt[p];
             s->b_pos[nb] = p;
             s->b_seq[nb] = r->kv;
-            s->b_logits[nb] = p == r->n_prompt - 1 && !r->pool_job ? r->logits : NULL;
+            s->b_logits[nb] = p == r->n_prompt - 1 && !r->pool_job ? r->ch[0].logits : NULL;
             nb++;
         }
         r->step_k = k;
@@ -886,6 +1052,7 @@ static void step(ak_sched *s) {
     int rc = ak_forward(s->ctx, &b, &err);
     double dt = ak_now() - t0;
     ak_metrics_batch(s->cfg.metrics, nseq);
+    if (rc == 0) ak_metrics_prefill(s->cfg.metrics, nb - n_decode);
     if (rc == 0 && nb - n_decode >= 16) {
         double tps = (nb - n_decode) / dt; /* decode tokens ride along almost free */
         s->prefill_tps = s->prefill_tps > 0 ? 0.7 * s->prefill_tps + 0.3 * tps : tps;
@@ -920,14 +1087,21 @@ static void step(ak_sched *s) {
             r->res.started = 1;
             pthread_mutex_unlock(&s->mu);
             r->state = R_DECODE;
-        } else {
-            if (ak_agent_append(s->cfg.agents, agent_of(r), r->next_tok, &e) < 0) {
-                finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, e.msg);
-                continue;
-            }
-            r->pos++;
+            start_choices(s, r);
+            continue;
         }
-        next_token(s, r);
+        for (int i = 0; i < r->n_ch && r->state == R_DECODE; i++) {
+            choice *c = &r->ch[i];
+            if (!c->fed) continue;
+            c->fed = 0;
+            /* the agent's history follows choice 0 */
+            if (i == 0 && ak_agent_append(s->cfg.agents, agent_of(r), c->next_tok, &e) < 0) {
+                finish(s, r, AK_FINISH_ERROR, AK_ERR_GENERIC, e.msg);
+                break;
+            }
+            c->pos++;
+            next_token(s, r, i);
+        }
     }
 }
 

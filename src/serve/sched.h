@@ -16,6 +16,10 @@
  *      from the measured prefill speed so that a step takes about step_ms);
  *   3. samples, detokenizes, enforces stop strings and hands the text to the
  *      request's reader.
+ * A request of several choices (n) is one prefill and then one decode
+ * sequence per choice, each a fork of the prompt's cache (kvcache.h:
+ * shared blocks, copied on write), every one of them in the step's batch;
+ * its reservation counts each further choice's own blocks.
  * An I/O thread restores warm agents named by queued requests while the
  * engine decodes others, so their caches are in RAM when their turn comes.
  *
@@ -38,6 +42,7 @@
 #define AK_MAX_STOP 5   /* OpenAI allows 4 from the client; one more for the chat family's end of turn */
 #define AK_MAX_MEMORIES 6   /* memories placed in one request: each is a segment of the agent's
                                sequence, and so is the prefix before them (AK_KV_MAX_SEGMENTS) */
+#define AK_MAX_CHOICES 8    /* choices of one request (OpenAI's n): sequences decoded side by side */
 
 typedef struct {
     const ak_model *model;
@@ -109,6 +114,12 @@ typedef struct {
        top_logprobs (0..AK_TOP_LOGPROBS_MAX) most likely tokens of its step */
     int logprobs;
     int top_logprobs;
+    /* choices (OpenAI's n; 0 is 1, at most AK_MAX_CHOICES): the prompt is prefilled once, then
+       each choice decodes on a sequence of its own that links the prompt's blocks (ak_kv_fork:
+       copied only where written), all of them in the engine's batch. Choice i samples with
+       seed sp.seed + i, its own generator (and constraint matcher); the agent keeps choice 0's
+       continuation */
+    int n_choices;
 } ak_req_params;
 
 typedef enum {
@@ -138,6 +149,13 @@ typedef struct {
     int mem_recomputed;       /* memory tokens recomputed by cacheblend / agentkvshift (all of them
                                  for full: counted in turn.prefilled instead, this stays 0) */
     double mem_ms;            /* time placing memories by those methods (in ttft_ms) */
+    /* choices (ak_req_params.n_choices): finish is the request's (choice 0's once every
+       choice ended; ERROR for the whole request), completion_tokens their sum */
+    int n_choices;
+    ak_finish choice_finish[AK_MAX_CHOICES];   /* each choice's; NONE while it runs */
+    int choice_tokens[AK_MAX_CHOICES];         /* tokens each choice kept */
+    uint64_t version;         /* grows with every change a reader may wait for: a choice's text,
+                                 a choice's end, the request's end (ak_request_wait_news) */
 } ak_req_result;
 
 typedef struct ak_sched ak_sched;
@@ -168,18 +186,29 @@ void ak_sched_free(ak_sched *s);
 /* Queues a request. Returns a handle the caller must release, or NULL with
  * err set: AK_ERR_INVALID for a request that can never run (empty prompt,
  * prompt not shorter than the context, invalid agent id, bad sampling
- * parameters), AK_ERR_KV_BUDGET when prompt + max_tokens is larger than the
- * whole KV budget (it can never run either), AK_ERR_SHUTDOWN when stopping,
+ * parameters, n_choices outside 0..AK_MAX_CHOICES), AK_ERR_KV_BUDGET when
+ * prompt + max_tokens (and each further choice's max_tokens) is larger than
+ * the whole KV budget (it can never run either), AK_ERR_SHUTDOWN when stopping,
  * AK_ERR_NOMEM (or AK_ERR_GENERIC) otherwise. */
 ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err);
-/* Waits until the request has more than `have` bytes of text or is finished,
- * or timeout_ms passes (< 0: no limit). Returns 1 if finished, else 0. */
+/* Waits until the request's (first choice's) text has more than `have`
+ * bytes or the request is finished, or timeout_ms passes (< 0: no limit).
+ * Returns 1 if finished, else 0. */
 int ak_request_wait(ak_request *r, size_t have, int timeout_ms);
-/* Copies text[from, len) into a malloc'd buffer (*chunk, NUL-terminated; may
- * be NULL when there is nothing new) and the result so far into *res (may be
- * NULL). Returns the new length. */
+/* Waits until the request's version (ak_req_result.version) differs from
+ * seen or the request is finished, or timeout_ms passes (< 0: no limit):
+ * a reader of several choices waits for whichever moves. Returns 1 if
+ * finished, else 0. */
+int ak_request_wait_news(ak_request *r, uint64_t seen, int timeout_ms);
+/* Copies the first choice's text[from, len) into a malloc'd buffer (*chunk,
+ * NUL-terminated; may be NULL when there is nothing new) and the result so
+ * far into *res (may be NULL). Returns the new length. */
 size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_req_result *res);
-/* The log-probabilities of a request that asked for them, from entry
+/* ak_request_read of choice `choice` (0 <= choice < n_choices): its text
+ * from `from` on; once res->choice_finish[choice] is set, its text is
+ * whole. */
+size_t ak_request_read_choice(ak_request *r, int choice, size_t from, char **chunk, size_t *n, ak_req_result *res);
+/* The log-probabilities of a request (its first choice) that asked for them, from entry
  * `from` on (entries are in token order): those whose text starts before
  * byte `upto` of the text. With upto a length ak_request_read returned,
  * they all exist already; with (size_t)-1 once the request is finished,
@@ -187,6 +216,8 @@ size_t ak_request_read(ak_request *r, size_t from, char **chunk, size_t *n, ak_r
  * none). Copies them into a malloc'd *out (NULL when none) and returns
  * their number (0 also when out of memory: the caller retries). */
 int ak_request_logprobs(ak_request *r, int from, size_t upto, ak_req_logprob **out);
+/* ak_request_logprobs of choice `choice` (offsets in that choice's text). */
+int ak_request_logprobs_choice(ak_request *r, int choice, int from, size_t upto, ak_req_logprob **out);
 /* The client went away: the engine ends the request at its next step. */
 void ak_request_cancel(ak_request *r);
 void ak_request_release(ak_request *r);

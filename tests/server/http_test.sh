@@ -155,7 +155,7 @@ expect_error "missing messages" 400 '{"model":"stories260K"}'
 expect_error "messages not an array" 400 '{"model":"stories260K","messages":"hi"}'
 expect_error "unknown role" 400 '{"model":"stories260K","messages":[{"role":"wizard","content":"hi"}]}'
 expect_error "unknown model" 404 "{\"model\":\"gpt-17\",$MSG}"
-expect_error "n = 2" 400 "{\"model\":\"stories260K\",$MSG,\"n\":2}"
+expect_error "n = 9 (at most 8)" 400 "{\"model\":\"stories260K\",$MSG,\"n\":9}"
 expect_error "invalid agent id" 400 "{\"model\":\"stories260K\",$MSG,\"agent_id\":\"../../etc/passwd\"}"
 expect_error "invalid agent id in the header" 400 "{\"model\":\"stories260K\",$MSG}" -H 'X-Agent-Id: .hidden'
 LONG=$(python3 -c 'print("word " * 400)')

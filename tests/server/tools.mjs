@@ -13,6 +13,8 @@
 //   - streamed: OpenAI's chunks (index, then id, type and name first, then
 //     argument pieces), the calls equal to the same greedy request's
 //     unstreamed ones, no markup in any content delta;
+//   - n 2, sampled: each choice its own valid call (ids apart), usage's
+//     prompt once; streamed, each index's deltas that choice's calls;
 //   - auto: content without markup, or valid calls;
 //   - the call sent back with its result (role tool) by the same agent:
 //     cached_tokens equal to what the agent held after the call (chatml,
@@ -73,27 +75,29 @@ function callInvalid(c) {
 }
 const MARKUP = /<tool_call>|<\/tool_call>|<think>|<\/think>|\[TOOL_CALLS\]|tool▁/;
 
-// A streamed chat: the calls assembled from OpenAI's deltas (checking the
-// order of their fields), the content and reasoning, the finish reason.
+// A streamed chat: per choice index, the calls assembled from OpenAI's
+// deltas (checking the order of their fields), the content and reasoning,
+// the finish reason and how many chunks gave one; choice 0's at the top,
+// every choice's in `choices`.
 async function streamed(client, req, opts) {
   const s = await client.chat.completions.create({ ...req, stream: true }, opts);
-  const calls = [];
-  let content = "", reasoning = "", finish = null, order = null;
+  const choices = [];
   for await (const chunk of s)
     for (const ch of chunk.choices) {
+      const o = (choices[ch.index] ??= { calls: [], content: "", reasoning: "", finish: null, finishes: 0, order: null });
       const d = ch.delta ?? {};
-      content += d.content ?? "";
-      reasoning += d.reasoning_content ?? "";
+      o.content += d.content ?? "";
+      o.reasoning += d.reasoning_content ?? "";
       for (const tc of d.tool_calls ?? []) {
-        if (!calls[tc.index]) {
-          if (!tc.id || tc.type !== "function" || !tc.function?.name) order ??= `call ${tc.index} began without id/type/name`;
-          calls[tc.index] = { id: tc.id, type: tc.type, function: { name: tc.function?.name ?? "", arguments: "" } };
-        } else if (tc.id || tc.function?.name) order ??= `call ${tc.index}: id or name again`;
-        calls[tc.index].function.arguments += tc.function?.arguments ?? "";
+        if (!o.calls[tc.index]) {
+          if (!tc.id || tc.type !== "function" || !tc.function?.name) o.order ??= `call ${tc.index} began without id/type/name`;
+          o.calls[tc.index] = { id: tc.id, type: tc.type, function: { name: tc.function?.name ?? "", arguments: "" } };
+        } else if (tc.id || tc.function?.name) o.order ??= `call ${tc.index}: id or name again`;
+        o.calls[tc.index].function.arguments += tc.function?.arguments ?? "";
       }
-      if (ch.finish_reason) finish = ch.finish_reason;
+      if (ch.finish_reason) { o.finish = ch.finish_reason; o.finishes++; }
     }
-  return { calls, content, reasoning, finish, order };
+  return { ...(choices[0] ?? { calls: [], content: "", reasoning: "", finish: null, finishes: 0, order: null }), choices };
 }
 
 async function refusal(call) {
@@ -139,6 +143,22 @@ async function toolChecks(label, model, template, resend, extra = {}) {
   const one = await client.chat.completions.create({ ...base, tool_choice: "required", parallel_tool_calls: false });
   check(`${label}: parallel_tool_calls false: one call`, (one.choices[0].message.tool_calls ?? []).length === 1,
         JSON.stringify(one.choices[0]));
+
+  // n: 2 sampled: each choice parsed into calls of its own (ids apart), the prompt counted once;
+  // streamed, each index's deltas make that choice's calls and one finish
+  const two = { ...base, temperature: 1, seed: 11, n: 2, tool_choice: "required", parallel_tool_calls: false };
+  const rn = await client.chat.completions.create(two);
+  check(`${label}: n 2: choices 0 and 1, each a valid call`, rn.choices.length === 2 && rn.choices.every((c, i) =>
+        c.index === i && c.finish_reason === "tool_calls" && (c.message.tool_calls ?? []).length === 1 &&
+        !callInvalid(c.message.tool_calls[0])), JSON.stringify(rn.choices));
+  const nIds = rn.choices.flatMap((c) => (c.message.tool_calls ?? []).map((x) => x.id));
+  check(`${label}: n 2: ids differ across choices, usage counts the prompt once`, new Set(nIds).size === nIds.length &&
+        rn.usage.prompt_tokens === r.usage.prompt_tokens, JSON.stringify({ nIds, usage: rn.usage }));
+  const sn = await streamed(client, two);
+  check(`${label}: n 2 streamed: each index the unstreamed choice's calls, one finish`, sn.choices.length === 2 &&
+        sn.choices.every((o, i) => o.order === null && o.finishes === 1 && o.finish === "tool_calls" && o.content === "" &&
+        JSON.stringify(o.calls.map((c) => c.function)) ===
+        JSON.stringify((rn.choices[i].message.tool_calls ?? []).map((c) => c.function))), JSON.stringify(sn.choices));
 
   for (const seed of [1, 2]) {
     const a = await streamed(client, { ...base, temperature: 1, seed, tool_choice: "auto" });
