@@ -27,6 +27,10 @@ the shared models and golden files (run from the repository root):
                               (AK_FUZZ_STORE_SEEDS=DIR fuzz_store / fuzz_sealed:
                               they need the library's own XXH3 and seal), when
                               FUZZ_BIN_DIR (default build/fuzz) holds them
+  fuzz/corpus/rstore/         stored response and conversation records
+                              (src/store/rstore.h), written by fuzz_rstore
+                              itself (AK_FUZZ_STORE_SEEDS=DIR fuzz_rstore),
+                              when FUZZ_BIN_DIR holds it
 
 Files are named by the SHA-1 of their content, as libFuzzer names them.
 """
@@ -254,9 +258,14 @@ def sealed_seeds(shared, agentkv):
     synthetic_store_seeds("sealed", "fuzz/corpus/sealed")
 
 
+def rstore_seeds():
+    clear("fuzz/corpus/rstore")
+    synthetic_store_seeds("rstore", "fuzz/corpus/rstore")
+
+
 def main():
     shared, agentkv = sys.argv[1], sys.argv[2]
-    what = sys.argv[3:] or ["tokenizer", "chat", "stop", "model", "store", "sealed"]
+    what = sys.argv[3:] or ["tokenizer", "chat", "stop", "model", "store", "sealed", "rstore"]
     if "tokenizer" in what:
         tokenizer_seeds(shared)
     if "chat" in what:
@@ -269,6 +278,8 @@ def main():
         store_seeds(shared, agentkv)
     if "sealed" in what:
         sealed_seeds(shared, agentkv)
+    if "rstore" in what:
+        rstore_seeds()
 
 
 if __name__ == "__main__":

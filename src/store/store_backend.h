@@ -183,6 +183,13 @@ struct ak_store_backend {
  * (AK_FAULT_INJECTION) reads the fault variables (store_dir.c). NULL with
  * err set on failure. */
 ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err);
+/* A directory backend for files other than the store's images (rstore.c's
+ * records): kind AK_FILE_AGENT only, each image <dir>/<id><suffix> (suffix:
+ * '.' and 1 to 14 of [a-z0-9], not AK_STORE_SUFFIX), written, read,
+ * listed, removed and quarantined (quarantine/<id><suffix>.<reason>.<time>)
+ * as ak_backend_dir_open's, with the same temp file clean-up at open and,
+ * in test builds, the same fault injection. NULL with err set on failure. */
+ak_store_backend *ak_backend_dir_open_suffix(const char *dir, const char *suffix, ak_error *err);
 
 /* Writes n bytes at off into a put of the directory backend (pwrite: any
  * order, from several threads at once) instead of put_write; the caller

@@ -11,7 +11,10 @@
  *                                        which no id can
  *     <dir>/quarantine/<prefix><id>.safetensors.<reason>.<unix time>[.k]
  *                                        images moved aside
- * (cards/ is store_card.c's own.)
+ * (cards/ is store_card.c's own.) A backend opened with
+ * ak_backend_dir_open_suffix (rstore.c's records) holds one kind of file,
+ * <dir>/<id><suffix>, with temp files .<id><suffix>.tmp.<pid>.<tid> and
+ * quarantine/<id><suffix>.<reason>.<unix time>[.k].
  *
  * A put: the temp file in the image's directory, fallocate, write, fsync,
  * close, rename over <id>.safetensors, fsync of the directory. A crash at
@@ -53,7 +56,7 @@
 #include "store/store_backend.h"
 #include "store/store_impl.h"
 
-#define TMP_MARK ".safetensors.tmp."
+#define TMP_TAIL ".tmp."
 #define DEFAULT_WRITE_CHUNK (1u << 20)
 #define STALE_TMP_SECONDS 3600
 
@@ -62,6 +65,9 @@ typedef struct {
     char dir[PATH_MAX];
     char kdir[4][PATH_MAX];     /* per kind: dir, dir/pools, dir/memories, dir/cards */
     char qdir[PATH_MAX];        /* dir/quarantine */
+    char suffix[16];            /* of every image file: AK_STORE_SUFFIX, or another (ak_backend_dir_open_suffix) */
+    char tmp_mark[24];          /* suffix + TMP_TAIL: in every temp file's name */
+    int n_kinds;                /* the kinds whose directories hold images (their temps are cleaned at open) */
     /* fault injection (read only with AK_FAULT_INJECTION): step numbers,
      * 0 = off */
     long kill_at, fail_at;
@@ -82,14 +88,15 @@ struct ak_blob_get {
     struct stat st;
 };
 
-/* <kind's dir>/<id><suffix> into out. Returns 0, or -1 if too long. */
-static int kpath_of(const dir_backend *d, int kind, const char *id, const char *suffix, char *out, size_t n) {
-    int w = snprintf(out, n, "%s/%s%s", d->kdir[kind], id, suffix);
+/* <kind's dir>/<id><the backend's suffix> into out. Returns 0, or -1 if
+ * too long. */
+static int kpath_of(const dir_backend *d, int kind, const char *id, char *out, size_t n) {
+    int w = snprintf(out, n, "%s/%s%s", d->kdir[kind], id, d->suffix);
     return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
 static int dir_where(const ak_store_backend *b, int kind, const char *id, char *out, size_t n) {
-    return kpath_of((const dir_backend *)b, kind, id, AK_STORE_SUFFIX, out, n);
+    return kpath_of((const dir_backend *)b, kind, id, out, n);
 }
 
 /* ------------------------------------------------------------- open/close */
@@ -112,19 +119,19 @@ static int mkdir_p(const char *dir, ak_error *err) {
     return 0;
 }
 
-/* Parses a temp file name ".<id>.safetensors.tmp.<pid>.<tid>" (or the
+/* Parses a temp file name ".<id><suffix>.tmp.<pid>.<tid>" (or the
  * "<id>.safetensors.tmp.<pid>.<tid>" of older builds); returns the pid, 0 if
  * the rest is malformed, -1 if name is not a temp file of ours at all. An
- * agent file (ending in .safetensors) is never a temp file: an id may
+ * image file (ending in the suffix) is never a temp file: an id may
  * contain ".safetensors.tmp.", but no id starts with '.', and an older
  * build's temp name ends in its thread id. */
-static long temp_pid(const char *name) {
-    size_t len = strlen(name), sl = strlen(AK_STORE_SUFFIX);
-    if (len >= sl && !strcmp(name + len - sl, AK_STORE_SUFFIX)) return -1;
+static long temp_pid(const dir_backend *d, const char *name) {
+    size_t len = strlen(name), sl = strlen(d->suffix);
+    if (len >= sl && !strcmp(name + len - sl, d->suffix)) return -1;
     const char *m = NULL;   /* the last mark: an id before it may hold one too */
-    for (const char *q = strstr(name, TMP_MARK); q; q = strstr(q + 1, TMP_MARK)) m = q;
+    for (const char *q = strstr(name, d->tmp_mark); q; q = strstr(q + 1, d->tmp_mark)) m = q;
     if (!m || m == name || (name[0] == '.' && m == name + 1)) return -1;
-    const char *p = m + strlen(TMP_MARK);
+    const char *p = m + strlen(d->tmp_mark);
     char *end;
     errno = 0;
     long pid = strtol(p, &end, 10);
@@ -136,13 +143,13 @@ static long temp_pid(const char *name) {
  * malformed ones, and any older than an hour (a save never takes that long;
  * this also covers pids reused since, or pids of another PID namespace). A
  * temp file of a live process is a save in flight: it stays. */
-static void remove_stale_temps(const char *dir) {
+static void remove_stale_temps(const dir_backend *db, const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     time_t now = time(NULL);
     while ((e = readdir(d))) {
-        long pid = temp_pid(e->d_name);
+        long pid = temp_pid(db, e->d_name);
         if (pid < 0) continue;
         char path[PATH_MAX];
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
@@ -206,9 +213,14 @@ static void dir_child(char *out, const char *dir, size_t n, const char *leaf) {
     memcpy(out + n, leaf, strlen(leaf) + 1);
 }
 
-ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err) {
+/* ak_backend_dir_open and ak_backend_dir_open_suffix: image files end in
+ * suffix; n_kinds of the kinds' directories hold them. */
+static ak_store_backend *dir_open(const char *dir, const char *suffix, int n_kinds, ak_error *err) {
     dir_backend *d = ak_calloc(1, sizeof *d, err);
     if (!d) return NULL;
+    snprintf(d->suffix, sizeof d->suffix, "%s", suffix);
+    snprintf(d->tmp_mark, sizeof d->tmp_mark, "%s%s", suffix, TMP_TAIL);
+    d->n_kinds = n_kinds;
     d->base.ops = &dir_ops;
     size_t n = strlen(dir);
     /* room for the longest subdirectory and a file name below it */
@@ -229,8 +241,22 @@ ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err) {
         free(d);
         return NULL;
     }
-    for (int k = 0; k < 4; k++) remove_stale_temps(d->kdir[k]);
+    for (int k = 0; k < d->n_kinds; k++) remove_stale_temps(d, d->kdir[k]);
     return &d->base;
+}
+
+ak_store_backend *ak_backend_dir_open(const char *dir, ak_error *err) { return dir_open(dir, AK_STORE_SUFFIX, 4, err); }
+
+ak_store_backend *ak_backend_dir_open_suffix(const char *dir, const char *suffix, ak_error *err) {
+    size_t n = suffix ? strlen(suffix) : 0;
+    int ok = n >= 2 && n < 16 && suffix[0] == '.';
+    for (size_t i = 1; ok && i < n; i++)
+        ok = (suffix[i] >= 'a' && suffix[i] <= 'z') || (suffix[i] >= '0' && suffix[i] <= '9');
+    if (!ok || !strcmp(suffix, AK_STORE_SUFFIX)) {
+        ak_failc(err, AK_ERR_INVALID, "store: bad file suffix for a directory backend");
+        return NULL;
+    }
+    return dir_open(dir, suffix, 1, err);
 }
 
 static void dir_close(ak_store_backend *b) { free(b); }
@@ -294,9 +320,9 @@ static ak_blob_put *dir_put_begin(ak_store_backend *b, int kind, const char *id,
     c->kind = kind;
     c->fd = -1;
     const char *dir = d->kdir[kind];
-    int w = snprintf(c->tmp, sizeof c->tmp, "%s/.%s%s%ld.%ld", dir, id, TMP_MARK, (long)getpid(),
+    int w = snprintf(c->tmp, sizeof c->tmp, "%s/.%s%s%ld.%ld", dir, id, d->tmp_mark, (long)getpid(),
                      (long)syscall(SYS_gettid));
-    if (kpath_of(d, kind, id, AK_STORE_SUFFIX, c->path, sizeof c->path) || w < 0 || (size_t)w >= sizeof c->tmp) {
+    if (kpath_of(d, kind, id, c->path, sizeof c->path) || w < 0 || (size_t)w >= sizeof c->tmp) {
         ak_failc(err, AK_ERR_INVALID, "path too long for %s", id);
         free(c);
         return NULL;
@@ -419,7 +445,7 @@ static int dir_get_open(ak_store_backend *b, int kind, const char *id, ak_blob_g
                         char *why, size_t whyn, ak_error *err) {
     dir_backend *d = (dir_backend *)b;
     char path[PATH_MAX];
-    if (kpath_of(d, kind, id, AK_STORE_SUFFIX, path, sizeof path))
+    if (kpath_of(d, kind, id, path, sizeof path))
         return ak_failc(err, AK_ERR_INVALID, "path too long");
     ak_blob_get *g = ak_calloc(1, sizeof *g, err);
     if (!g) return -1;
@@ -501,17 +527,17 @@ static int dir_list(ak_store_backend *b, int kind, ak_blob_name **out, int *n, a
     ak_blob_name *es = malloc(sizeof *es * (size_t)cap);
     if (!es) { closedir(dh); return ak_failc(err, AK_ERR_NOMEM, "out of memory"); }
     struct dirent *de;
-    size_t sl = strlen(AK_STORE_SUFFIX);
+    size_t sl = strlen(d->suffix);
     while ((de = readdir(dh))) {
         size_t len = strlen(de->d_name);
-        if (len <= sl || strcmp(de->d_name + len - sl, AK_STORE_SUFFIX) || len - sl > AK_AGENT_ID_MAX) continue;
+        if (len <= sl || strcmp(de->d_name + len - sl, d->suffix) || len - sl > AK_AGENT_ID_MAX) continue;
         char id[AK_AGENT_ID_MAX + 1];
         memcpy(id, de->d_name, len - sl);
         id[len - sl] = 0;
         if (!ak_agent_id_valid(id)) continue;
         char path[PATH_MAX];
         struct stat st;
-        if (kpath_of(d, kind, id, AK_STORE_SUFFIX, path, sizeof path) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        if (kpath_of(d, kind, id, path, sizeof path) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
             continue;
         if (cnt == cap) {
             ak_blob_name *ne = realloc(es, sizeof *ne * (size_t)(cap *= 2));
@@ -533,7 +559,7 @@ static int dir_list(ak_store_backend *b, int kind, ak_blob_name **out, int *n, a
 
 static int dir_remove(ak_store_backend *b, int kind, const char *id, ak_error *err) {
     char path[PATH_MAX];
-    if (kpath_of((dir_backend *)b, kind, id, AK_STORE_SUFFIX, path, sizeof path))
+    if (kpath_of((dir_backend *)b, kind, id, path, sizeof path))
         return ak_failc(err, AK_ERR_INVALID, "path too long");
     if (unlink(path) != 0) {
         if (errno == ENOENT) return 1;
@@ -545,7 +571,7 @@ static int dir_remove(ak_store_backend *b, int kind, const char *id, ak_error *e
 /* ------------------------------------------------------------ quarantine */
 
 /* store_backend.h's quarantine: the file renamed into quarantine/ as
- * <prefix><id>.safetensors.<reason>.<unix time>[.k]. */
+ * <prefix><id><suffix>.<reason>.<unix time>[.k]. */
 static int dir_quarantine(ak_store_backend *b, const ak_quarantine_args *a, const char *prefix, ak_blob_qname *q) {
     dir_backend *d = (dir_backend *)b;
     const char *id = a->id, *reason = a->reason;
@@ -553,7 +579,7 @@ static int dir_quarantine(ak_store_backend *b, const ak_quarantine_args *a, cons
     char *dst = a->where, *why = a->why;
     size_t dn = a->wn, whyn = a->whyn;
     char path[PATH_MAX];
-    if (kpath_of(d, a->kind, id, AK_STORE_SUFFIX, path, sizeof path)) {
+    if (kpath_of(d, a->kind, id, path, sizeof path)) {
         snprintf(why, whyn, "path too long");
         return -1;
     }
@@ -574,8 +600,8 @@ static int dir_quarantine(ak_store_backend *b, const ak_quarantine_args *a, cons
     }
     long now = (long)time(NULL);
     for (int k = 0; k < 1000; k++) {
-        int w = k ? snprintf(dst, dn, "%s/%s%s%s.%s.%ld.%d", d->qdir, prefix, id, AK_STORE_SUFFIX, reason, now, k)
-                  : snprintf(dst, dn, "%s/%s%s%s.%s.%ld", d->qdir, prefix, id, AK_STORE_SUFFIX, reason, now);
+        int w = k ? snprintf(dst, dn, "%s/%s%s%s.%s.%ld.%d", d->qdir, prefix, id, d->suffix, reason, now, k)
+                  : snprintf(dst, dn, "%s/%s%s%s.%s.%ld", d->qdir, prefix, id, d->suffix, reason, now);
         if (w < 0 || (size_t)w >= dn) break;
         if (access(dst, F_OK) == 0) continue;
         if (rename(path, dst) == 0) {
