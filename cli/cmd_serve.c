@@ -31,6 +31,9 @@ static const char *usage_text =
     "  --api-key-file F       require 'Authorization: Bearer KEY' (KEY: the file's first line)\n"
     "  --model-id NAME        the model name clients use (default: the file name without .gguf)\n"
     "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
+    "  --responses-ttl SECONDS   stored responses and conversations expire this long after their\n"
+    "                         last write (default 2592000: 30 days, as OpenAI keeps them)\n"
+    "  --responses-budget BYTES  disk for stored responses (default 1G); past it the oldest go first\n"
     "  --chat-template-file F a Jinja chat template (a model's published one) in place of the GGUF's:\n"
     "                         its family is detected from it, as from the GGUF's\n"
     "  --max-body BYTES       largest request body (default 4M; larger: 413, refused on Content-Length)\n"
@@ -80,7 +83,8 @@ static char *read_api_key(const char *path, ak_error *err) {
 typedef struct {
     const char *model_path, *host, *api_key_file, *model_id, *chat_template, *chat_template_file;
     int port, n_ctx, n_threads, max_agents, step_tokens, step_ms;
-    size_t max_body, max_buffered;
+    size_t max_body, max_buffered, responses_budget;
+    long responses_ttl;
     unsigned conn_timeout, conns_per_ip;
     const char *allowed_hosts[MAX_WEB_NAMES], *cors_origins[MAX_WEB_NAMES];
     int n_allowed_hosts, n_cors_origins;
@@ -111,6 +115,12 @@ static int serve_parse(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(f, "--model-id")) o->model_id = args_value(&a, f);
         else if (!strcmp(f, "--chat-template")) o->chat_template = args_value(&a, f);
         else if (!strcmp(f, "--chat-template-file")) o->chat_template_file = args_value(&a, f);
+        else if (!strcmp(f, "--responses-ttl")) o->responses_ttl = (long)args_int(&a, f, 1, 100L * 365 * 86400);
+        else if (!strcmp(f, "--responses-budget")) {
+            const char *v = args_value(&a, f);
+            if (v && (ak_parse_bytes(v, &o->responses_budget) < 0 || !o->responses_budget))
+                args_error(&a, "--responses-budget: '%s' is not a positive byte size", v);
+        }
         else if (!strcmp(f, "-c") || !strcmp(f, "--ctx-size")) o->n_ctx = (int)args_int(&a, f, 2, 1 << 24);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
         else if (!strcmp(f, "--max-agents")) o->max_agents = (int)args_int(&a, f, 1, 4096);
@@ -229,6 +239,7 @@ int cmd_serve(int argc, char **argv) {
     int rc = 1;
     char *api_key = NULL, *template_text = NULL, model_id[256];
     ak_store *store = NULL;
+    ak_rstore *rstore = NULL;
     ak_block_pool *pool = NULL;
     ak_agents *agents = NULL;
     ak_metrics *metrics = NULL;
@@ -243,6 +254,11 @@ int cmd_serve(int argc, char **argv) {
     if (!o->chat_template) family = ak_chat_detect(template_text);
     if (o->api_key_file && !(api_key = read_api_key(o->api_key_file, &err))) goto fail;
     if (!(store = store_opts_open(mo, &err))) goto fail;
+    char rdir[4096];
+    snprintf(rdir, sizeof rdir, "%s/responses", mo->dir);
+    if (!(rstore = ak_rstore_open(&(ak_rstore_opts){.dir = rdir, .ttl_s = o->responses_ttl,
+                                                    .budget_bytes = o->responses_budget}, &err)))
+        goto fail;
     if (!co->budget) {
         /* a server without a budget would keep every agent in RAM forever:
          * default to half of what the machine has beside the weights */
@@ -278,7 +294,7 @@ int cmd_serve(int argc, char **argv) {
                            .log_ud = NULL, .conn_timeout_s = o->conn_timeout, .max_conns_per_ip = o->conns_per_ip,
                            .max_buffered = o->max_buffered, .allowed_hosts = o->allowed_hosts,
                            .n_allowed_hosts = o->n_allowed_hosts, .cors_origins = o->cors_origins,
-                           .n_cors_origins = o->n_cors_origins};
+                           .n_cors_origins = o->n_cors_origins, .rstore = rstore};
     if (!(server = ak_server_start(&vc, &err))) goto fail;
     fprintf(stderr,
             "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "
@@ -303,6 +319,7 @@ done:
     ak_metrics_free(metrics);
     ak_block_pool_free(pool);
     ak_store_close(store);
+    ak_rstore_close(rstore);
     free(api_key);
     free(template_text);
     unload_model(&lm);

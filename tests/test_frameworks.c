@@ -40,3 +40,15 @@ TEST(server_agents_sdk_resent_history_reused) {
              test_path(model, sizeof model, "models/tiny-llama-h64-gqa-f32.gguf"), mods);
     run_script(t, cmd, "agents_sdk_resend.log", 200);
 }
+
+/* The Agents SDK on its default model, the Responses API
+ * (tests/server/agents_responses.mjs): a triage agent with two handoffs and
+ * a function tool completes its run in the SDK's default mode and with
+ * previousResponseId; five tool round trips continue one stored chain,
+ * the tokens prefilled per call flat. */
+TEST(server_agents_sdk_responses) {
+    char mods[600], cmd[2048];
+    if (agents_modules(t, mods, sizeof mods) < 0) return;
+    snprintf(cmd, sizeof cmd, "node tests/server/agents_responses.mjs %s %s %s", test_bin(), test_shared_dir(), mods);
+    run_script(t, cmd, "agents_responses.log", 300);
+}

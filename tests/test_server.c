@@ -122,6 +122,17 @@ TEST(server_openai_npm_client_tools) {
     run_script(t, cmd, "tools.log", 420);
 }
 
+/* The Responses API through the official client (tests/server/responses.mjs):
+ * create, stream, previous_response_id (across a restart too), function
+ * calls and their outputs, a resent conversation, structured output, GET,
+ * input_items, DELETE, store: false, conversations. */
+TEST(server_openai_npm_client_responses) {
+    char cmd[2048], mods[600];
+    if (openai_npm_modules(t, mods, sizeof mods) < 0) return;
+    snprintf(cmd, sizeof cmd, "node tests/server/responses.mjs %s %s %s", bin(), test_shared_dir(), mods);
+    run_script(t, cmd, "responses.log", 300);
+}
+
 /* logprobs through the official client (tests/server/logprobs.mjs): a
  * greedy chat's choices[0].logprobs.content, whole and streamed, and the
  * 400 of top_logprobs without logprobs. */

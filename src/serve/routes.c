@@ -10,7 +10,8 @@
 typedef enum MHD_Result (*route_fn)(const ak_route_req *q);
 
 /* How a path's {id} is checked (400 when it is not valid). */
-typedef enum { ID_ANY = 0, ID_AGENT, ID_POOL, ID_CARD, ID_MEMORY } id_kind;
+typedef enum { ID_ANY = 0, ID_AGENT, ID_POOL, ID_CARD, ID_MEMORY, ID_RECORD } id_kind;
+
 
 static const struct {
     const char *noun, *param, *code;
@@ -20,6 +21,7 @@ static const struct {
     [ID_POOL] = {.noun = "pool", .param = "pool", .code = "invalid_pool_id", .valid = ak_pool_id_valid},
     [ID_CARD] = {.noun = "card", .param = "card", .code = "invalid_card_id", .valid = ak_agent_id_valid},
     [ID_MEMORY] = {.noun = "memory", .param = "memory", .code = "invalid_memory_id", .valid = ak_agent_id_valid},
+    [ID_RECORD] = {.noun = "response or conversation", .param = "id", .code = "invalid_id", .valid = ak_rstore_id_valid},
 };
 
 /* The wording of a 405 for a pattern (its rows' methods are the allowed ones):
@@ -69,6 +71,23 @@ static const route routes[] = {
     {.method = "POST", .pattern = "/v1/chat/completions", .fn = ak_route_chat, .label = "/v1/chat/completions",
      .body = 1},
     {.method = "POST", .pattern = "/v1/completions", .fn = ak_route_completion, .label = "/v1/completions", .body = 1},
+    {.method = "POST", .pattern = "/v1/responses", .fn = ak_route_responses_create, .label = "/v1/responses", .body = 1},
+    {.method = "GET", .pattern = "/v1/responses/{id}/input_items", .fn = ak_route_response_input_items,
+     .label = "/v1/responses", .id = ID_RECORD, .refuse = REFUSE_BARE},
+    {.method = "GET", .pattern = "/v1/responses/{id}", .fn = ak_route_response_get, .label = "/v1/responses",
+     .id = ID_RECORD, .refuse = REFUSE_LIST},
+    {.method = "DELETE", .pattern = "/v1/responses/{id}", .fn = ak_route_response_delete, .label = "/v1/responses",
+     .id = ID_RECORD, .refuse = REFUSE_LIST},
+    {.method = "POST", .pattern = "/v1/conversations", .fn = ak_route_conversation_create, .label = "/v1/conversations",
+     .body = 1},
+    {.method = "GET", .pattern = "/v1/conversations/{id}/items", .fn = ak_route_conversation_items,
+     .label = "/v1/conversations", .id = ID_RECORD, .refuse = REFUSE_LIST},
+    {.method = "POST", .pattern = "/v1/conversations/{id}/items", .fn = ak_route_conversation_items,
+     .label = "/v1/conversations", .id = ID_RECORD, .body = 1, .refuse = REFUSE_LIST},
+    {.method = "GET", .pattern = "/v1/conversations/{id}", .fn = ak_route_conversation_get, .label = "/v1/conversations",
+     .id = ID_RECORD, .refuse = REFUSE_LIST},
+    {.method = "DELETE", .pattern = "/v1/conversations/{id}", .fn = ak_route_conversation_delete,
+     .label = "/v1/conversations", .id = ID_RECORD, .refuse = REFUSE_LIST},
     {.pattern = "/v1/models", .fn = models_list, .label = "/v1/models"},
     {.method = "GET", .pattern = "/v1/models/{id}", .fn = model_get, .label = "/v1/models"},
     {.method = "GET", .pattern = "/v1/agents", .fn = agents_list, .label = "/v1/agents", .refuse = REFUSE_BARE},

@@ -69,6 +69,7 @@
 #include "text/chat.h"
 #include "serve/metrics.h"
 #include "serve/sched.h"
+#include "store/rstore.h"
 
 typedef struct {
     const char *host;          /* address to bind (default 127.0.0.1) */
@@ -100,6 +101,8 @@ typedef struct {
                                          headers ("*": any); none: every request with an Origin
                                          header is refused */
     int n_cors_origins;
+    ak_rstore *rstore;         /* stored responses and conversations (rstore.h); NULL: none kept
+                                  (answers say "store": false; previous_response_id is a 400) */
 } ak_server_config;
 
 #define AK_SERVER_DEFAULT_TIMEOUT_S      30u

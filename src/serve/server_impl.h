@@ -10,6 +10,8 @@
  *   routes_pools.c       pools and memories
  *   routes_cards.c       CacheCards
  *   routes_console.c     the console: a page that reads the API (GET /)
+ *   routes_responses.c   the Responses API and conversations (responses.h
+ *                        reads requests and writes replies; run.h runs them)
  */
 #ifndef AK_SERVER_IMPL_H
 #define AK_SERVER_IMPL_H
@@ -32,6 +34,12 @@ struct ak_server {
     atomic_size_t buffered;   /* request-body bytes reserved by all connections */
     pthread_key_t conn_key;   /* a connection thread's MHD_Connection (see protocol_error) */
     ak_grammars *grammars;    /* compiled response formats, per schema (grammars.h) */
+    /* each agent's latest stored response (routes_responses.c: a branch gets an agent of its own), a
+       table by hash of the agent id (a slot another agent takes forgets the first's head); guarded by mu */
+    struct {
+        char agent[AK_AGENT_ID_MAX + 1];
+        char head[72];
+    } resp_heads[1024];
 };
 
 /* One connection's request: its body as it arrives. */
@@ -91,6 +99,14 @@ enum MHD_Result ak_route_cards_list(const ak_route_req *q);
 enum MHD_Result ak_route_card_get(const ak_route_req *q);
 enum MHD_Result ak_route_card_delete(const ak_route_req *q);
 enum MHD_Result ak_route_console(const ak_route_req *q);
+enum MHD_Result ak_route_responses_create(const ak_route_req *q);
+enum MHD_Result ak_route_response_get(const ak_route_req *q);
+enum MHD_Result ak_route_response_delete(const ak_route_req *q);
+enum MHD_Result ak_route_response_input_items(const ak_route_req *q);
+enum MHD_Result ak_route_conversation_create(const ak_route_req *q);
+enum MHD_Result ak_route_conversation_get(const ak_route_req *q);
+enum MHD_Result ak_route_conversation_delete(const ak_route_req *q);
+enum MHD_Result ak_route_conversation_items(const ak_route_req *q);
 
 /* The parser's view of this server (api.h), its pools and memories looked
  * up through the scheduler. */

@@ -67,3 +67,16 @@ export function checker(server) {
   check.passed = () => passed;
   return check;
 }
+
+// The error a call raised ({status, param, code, message}), or null when it succeeded.
+export async function refusal(call) {
+  try { await call(); return null; } catch (e) {
+    return { status: e.status, param: e.param ?? e.error?.param, code: e.code ?? e.error?.code, message: e.message };
+  }
+}
+
+// The tokens agent id holds (GET /v1/agents/{id} on the server at port), or -1.
+export async function agentTokens(port, id) {
+  const r = await fetch(`http://127.0.0.1:${port}/v1/agents/${id}`, { signal: AbortSignal.timeout(30000) });
+  return r.ok ? (await r.json()).tokens : -1;
+}

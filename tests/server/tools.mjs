@@ -26,7 +26,7 @@
 //     call, an unsupported keyword in a tool's parameters (400s naming them).
 // Exits 1 on the first failed check. Servers are killed on every exit
 // path; clients never retry; a watchdog ends the script first.
-import { checker, guard, live, startServer, stopServer } from "./serve.mjs";
+import { agentTokens, checker, guard, live, refusal, startServer, stopServer } from "./serve.mjs";
 import { createRequire } from "node:module";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -100,16 +100,7 @@ async function streamed(client, req, opts) {
   return { ...(choices[0] ?? { calls: [], content: "", reasoning: "", finish: null, finishes: 0, order: null }), choices };
 }
 
-async function refusal(call) {
-  try { await call(); return null; } catch (e) {
-    return { status: e.status, param: e.param ?? e.error?.param, code: e.code ?? e.error?.code, message: e.message };
-  }
-}
 
-async function agentTokens(port, id) {
-  const r = await fetch(`http://127.0.0.1:${port}/v1/agents/${id}`);
-  return r.ok ? (await r.json()).tokens : -1;
-}
 
 // The tool checks on one model and template.
 async function toolChecks(label, model, template, resend, extra = {}) {
