@@ -464,7 +464,7 @@ static void *slow_one(void *arg) {
              "{\"model\":\"m\",\"prompt\":\"The\",\"max_tokens\":1000,\"temperature\":0,\"stream\":%s,\"stop\":\"%s\"}",
              j->stream ? "true" : "false", j->stream ? stop : "ZZZZ");
     double t0 = ak_now();
-    resp a = http(j->port, "POST", "/v1/completions", "X-Agent-Id: slow\r\n", body, 60000);
+    resp a = http(j->port, "POST", "/v1/completions", "X-Agent-Id: slow\r\n", body, 180000);   /* a loaded sanitizer run: the third waits for two */
     j->secs = ak_now() - t0;
     j->status = a.status;
     j->complete = a.body && (j->stream ? strstr(a.body, "data: [DONE]") != NULL : strstr(a.body, "\"usage\"") != NULL);
