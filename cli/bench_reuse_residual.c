@@ -41,12 +41,13 @@ static int read_residual(const brr_input *in, int at, int n, float *rk, float *r
     return 0;
 }
 
-/* rk rotated back to RoPE position 0 into rp (same layout): each token's
- * residual written as a key into an f32 scratch sequence of in->pool and
- * rotated by -(its position + the context's offset) with
- * ak_model_shift_keys (RoPE is linear: the residual of the un-rotated keys).
+/* Keys rk (n_layer x n rows, layer-major) rotated by sign * (at + j + the
+ * context's offset) for row j into rp (same layout): sign -1 takes keys of
+ * positions at.. back to RoPE position 0, +1 the other way. Each row is
+ * written as a key into an f32 scratch sequence of in->pool and moved with
+ * ak_model_shift_keys (RoPE is linear: a residual rotates as the keys do).
  * Returns 0, or -1 with err set. */
-static int unrotate(const brr_input *in, int at, int n, const float *rk, float *rp, ak_error *err) {
+static int rotate(const brr_input *in, int at, int n, const float *rk, float *rp, int sign, ak_error *err) {
     const ak_model *m = ak_ctx_model(in->ctx);
     const int L = m->cfg.n_layer;
     const size_t kd = (size_t)m->spec.n_head_kv * m->spec.head_dim_k;
@@ -59,7 +60,7 @@ static int unrotate(const brr_input *in, int at, int n, const float *rk, float *
         for (int j = 0; rc == 0 && j < n; j++) rc = ak_kv_write(s, l, j, rk + ((size_t)l * n + j) * kd, v, err);
     if (rc == 0) rc = ak_kv_set_length(s, n, err);
     for (int j = 0; rc == 0 && j < n; j++)
-        rc = ak_model_shift_keys(m, s, j, j + 1, -(at + j + ak_ctx_pos_offset(in->ctx)), err);
+        rc = ak_model_shift_keys(m, s, j, j + 1, sign * (at + j + ak_ctx_pos_offset(in->ctx)), err);
     for (int l = 0; rc == 0 && l < L; l++)
         for (int j = 0; rc == 0 && j < n; j++) rc = ak_kv_read(s, l, j, rp + ((size_t)l * n + j) * kd, v, err);
     free(v);
@@ -142,7 +143,7 @@ out:
     return rc;
 }
 
-int brr_add_chunk(const brr_input *in, int at, int n, brr_acc *acc, ak_error *err) {
+int brr_add_chunk(const brr_input *in, int at, int n, brr_acc *acc, float *mean, ak_error *err) {
     const ak_model *m = ak_ctx_model(in->ctx);
     const int L = m->cfg.n_layer;
     const size_t kd = (size_t)m->spec.n_head_kv * m->spec.head_dim_k, vd = (size_t)m->spec.n_head_kv * m->spec.head_dim_v;
@@ -152,7 +153,7 @@ int brr_add_chunk(const brr_input *in, int at, int n, brr_acc *acc, ak_error *er
     if (!rk) return -1;
     float *rp = rk + (size_t)L * n * kd, *rv = rp + (size_t)L * n * kd;
     int rc = read_residual(in, at, n, rk, rv, acc, err);
-    if (rc == 0) rc = unrotate(in, at, n, rk, rp, err);
+    if (rc == 0) rc = rotate(in, at, n, rk, rp, -1, err);
     for (int l = 0; rc == 0 && l < L; l++)
         for (int side = 0; side < 2; side++) {
             brr_acc *a = &acc[2 * l + side];
@@ -167,7 +168,68 @@ int brr_add_chunk(const brr_input *in, int at, int n, brr_acc *acc, ak_error *er
             a->tokens += n;
         }
     if (rc == 0) rc = add_probes(in, n, rk, rv, rp, acc, err);
+    for (int l = 0; rc == 0 && mean && l < L; l++) {
+        float *mk = mean + (size_t)l * (2 * kd + vd), *mv = mk + kd, *mp = mv + vd;
+        for (size_t c = 0; c < kd; c++) {
+            double s = 0, sp = 0;
+            for (int j = 0; j < n; j++) {
+                s += rk[((size_t)l * n + j) * kd + c];
+                sp += rp[((size_t)l * n + j) * kd + c];
+            }
+            mk[c] = (float)(s / n);
+            mp[c] = (float)(sp / n);
+        }
+        for (size_t c = 0; c < vd; c++) {
+            double s = 0;
+            for (int j = 0; j < n; j++) s += rv[((size_t)l * n + j) * vd + c];
+            mv[c] = (float)(s / n);
+        }
+    }
     free(rk);
+    return rc;
+}
+
+/* ---- the oracle ---------------------------------------------------------------- */
+
+int brr_apply_oracle(const brr_input *in, ak_kv *kv, int at, int n, const float *mean, brr_oracle mode,
+                     ak_error *err) {
+    const int pre = mode == BRR_ORACLE_PRE_ROPE;
+    const ak_model *m = ak_ctx_model(in->ctx);
+    const int L = m->cfg.n_layer;
+    const size_t kd = (size_t)m->spec.n_head_kv * m->spec.head_dim_k, vd = (size_t)m->spec.n_head_kv * m->spec.head_dim_v;
+    const size_t width = 2 * kd + vd;
+    float *w = ak_malloc(sizeof(float) * (size_t)n, err);
+    float *zero = ak_calloc(kd > vd ? kd : vd, sizeof(float), err);
+    float *rows = pre ? ak_malloc(sizeof(float) * 2 * (size_t)L * n * kd, err) : NULL;
+    float *buf = pre ? ak_malloc(sizeof(float) * (kd + vd), err) : NULL;
+    int rc = -1;
+    if (!w || !zero || (pre && (!rows || !buf))) goto out;
+    for (int j = 0; j < n; j++) w[j] = 1.0f;
+    /* the offsets of V and of K after RoPE as a correction of weight 1 */
+    int idx = ak_kv_correction_add(kv, at, n, 0, w, err);
+    if (idx < 0) goto out;
+    for (int l = 0; l < L; l++) {
+        const float *mk = mean + (size_t)l * width;
+        const float *ok = pre || mode == BRR_ORACLE_V ? zero : mk, *ov = mode == BRR_ORACLE_K ? zero : mk + kd;
+        if (ak_kv_correction_set(kv, idx, l, ok, ov, err) < 0) goto out;
+    }
+    if (pre) {   /* the keys: the pre-RoPE mean rotated to each token's position, written into the cache */
+        float *rot = rows + (size_t)L * n * kd;
+        for (int l = 0; l < L; l++)
+            for (int j = 0; j < n; j++)
+                memcpy(rows + ((size_t)l * n + j) * kd, mean + (size_t)l * width + kd + vd, sizeof(float) * kd);
+        if (rotate(in, at, n, rows, rot, 1, err) < 0 || ak_kv_prepare(kv, at, at + n, err) < 0) goto out;
+        for (int l = 0; l < L; l++)
+            for (int j = 0; j < n; j++) {
+                if (ak_kv_read(kv, l, at + j, buf, buf + kd, err) < 0) goto out;
+                const float *r = rot + ((size_t)l * n + j) * kd;
+                for (size_t c = 0; c < kd; c++) buf[c] += r[c];
+                if (ak_kv_write(kv, l, at + j, buf, NULL, err) < 0) goto out;
+            }
+    }
+    rc = 0;
+out:
+    free(w); free(zero); free(rows); free(buf);
     return rc;
 }
 

@@ -36,6 +36,13 @@
  * The probe columns are an estimate: in the method the probes are
  * recomputed over a cache whose other chunk tokens are corrected, not over
  * the full one; the offset columns are exact.
+ *
+ * The oracle (brr_apply_oracle): each chunk's exact mean residual, per
+ * layer, K and V, added to every token of the `none` cache, the
+ * continuation scored against full (cmd_bench_reuse.c): what the best
+ * possible per-chunk offset buys in KL, with the K offset constant after
+ * RoPE (as agentkvshift applies it) or before it (rotated to each token),
+ * and with the V offset alone or the K offset alone.
  */
 #ifndef AK_CLI_BENCH_REUSE_RESIDUAL_H
 #define AK_CLI_BENCH_REUSE_RESIDUAL_H
@@ -66,9 +73,30 @@ typedef struct {
 } brr_input;
 
 /* Adds the chunk at positions [at, at + n) of in's caches into acc
- * (n_layer * 2 entries: layer l's K at 2 l, V at 2 l + 1). Returns 0, or -1
- * with err set. */
-int brr_add_chunk(const brr_input *in, int at, int n, brr_acc *acc, ak_error *err);
+ * (n_layer * 2 entries: layer l's K at 2 l, V at 2 l + 1); mean (NULL, or
+ * n_layer * (2 K width + V width) floats) gets its mean residual, per layer
+ * the K channels, the V channels, then the K channels of the residual
+ * rotated back to position 0. Returns 0, or -1 with err set. */
+int brr_add_chunk(const brr_input *in, int at, int n, brr_acc *acc, float *mean, ak_error *err);
+
+/* Which offsets the oracle adds. */
+typedef enum {
+    BRR_ORACLE_POST_ROPE,   /* K (constant after RoPE) and V */
+    BRR_ORACLE_PRE_ROPE,    /* K (constant before RoPE, rotated to each token) and V */
+    BRR_ORACLE_V,           /* V only */
+    BRR_ORACLE_K,           /* K only (after RoPE) */
+    BRR_ORACLE_COUNT
+} brr_oracle;
+
+/* Corrects the chunk at [at, at + n) of kv (a `none` cache: a plain
+ * sequence of its own blocks) by its mean residual mean (brr_add_chunk's
+ * layout) at every layer and token, the sides mode names. V, and K after
+ * RoPE: a correction range of weight 1 from layer 0 (kvcache.h
+ * CORRECTIONS; nothing stored changes). K before RoPE: rotated to each
+ * token's position and added to the stored keys (ak_kv_write: a quantized
+ * format quantizes them again). Returns 0, or -1 with err set. */
+int brr_apply_oracle(const brr_input *in, ak_kv *kv, int at, int n, const float *mean, brr_oracle mode,
+                     ak_error *err);
 
 /* Prints acc (n_layer * 2) as a table of one cache type named ct, with
  * rows "all" per side summing the layers from check_layer on (or, json,

@@ -261,15 +261,19 @@ static int write_plot(const char *path, const brow *rows, int n_rows, const ak_k
                         bm_color[bm], bm == BM_AKVS_W1 ? " stroke-dasharray=\"2,2\"" : "");
         }
     }
-    int lx = n_ct * (L + PW + R) + 4, ly = T + 10;
+    int lx = n_ct * (L + PW + R) + 4, ly = T + 10, shown = 0;
     for (int bm = 0; bm < BM_FULL; bm++) {
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, ly + 18 * bm,
-                lx + 22, ly + 18 * bm, bm_color[bm],
+        int run = 0;   /* only the methods measured */
+        for (int i = 0; i < n_rows; i++) run |= rows[i].method == bm;
+        if (!run) continue;
+        int y = ly + 18 * shown++;
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, y,
+                lx + 22, y, bm_color[bm],
                 bm == BM_NONE ? " stroke-dasharray=\"5,4\"" : bm == BM_AKVS_W1 ? " stroke-dasharray=\"2,2\"" : "");
-        fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 28, ly + 18 * bm + 4, bm_name[bm]);
+        fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 28, y + 4, bm_name[bm]);
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\">full: KL 0 (reference)</text>\n", lx, ly + 18 * BM_FULL + 4);
-    fprintf(f, "<text x=\"%d\" y=\"%d\">hollow, on the floor: KL 0</text>\n", lx, ly + 18 * BM_FULL + 22);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">full: KL 0 (reference)</text>\n", lx, ly + 18 * shown + 4);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">hollow, on the floor: KL 0</text>\n", lx, ly + 18 * shown + 22);
     fprintf(f, "</svg>\n");
     if (fclose(f) != 0) return ak_failc(err, AK_ERR_IO, "cannot write %s", path);
     return 0;
@@ -502,6 +506,7 @@ typedef struct {
     ak_kv *chunk_kv[64];      /* the context's chunks computed alone */
     ak_reuse_part parts[65];
     brr_acc *resid;
+    brm_acc *oracle;          /* --residual: per cache type, the quality of none then of each brr_oracle */
     progress pg;
     long done, total;         /* runs, for the progress bar */
 } reuse_run;
@@ -603,23 +608,56 @@ static int run_context(reuse_run *R, int c, ak_block_pool *pool, int x, int warm
     return 0;
 }
 
+/* Scores the continuation evaluated on R->kv2 against R->ref into a. */
+static void score_continuation(reuse_run *R, const bcase *bc, brm_acc *a) {
+    const int32_t *cont = bc->toks + bc->n_pre + bc->n_chunk_tok;
+    for (int p = 0; p < bc->C; p++)
+        brm_acc_add(a, R->ref + (size_t)p * R->vocab, R->got + (size_t)p * R->vocab, R->vocab,
+                    p + 1 < bc->C ? cont[p + 1] : -1, R->lp, R->lq);
+}
+
 /* --residual: context x in cache type c, built by full and by none, each
- * chunk's residual into R->resid + c * n_layer * 2. Returns 0, or -1 with
- * err set. */
+ * chunk's residual into R->resid + c * n_layer * 2; then the continuation
+ * scored against full on none and on none plus each oracle offset
+ * (bench_reuse_residual.h: brr_oracle) into R->oracle[c * (1 +
+ * BRR_ORACLE_COUNT) + ...]: none first. Returns 0, or -1 with err set. */
 static int residual_context(reuse_run *R, int c, ak_block_pool *pool, int x, ak_error *err) {
     const ak_model *m = ak_ctx_model(R->ctx);
+    const int L = m->cfg.n_layer;
+    const size_t width = (size_t)m->spec.n_head_kv * (2 * m->spec.head_dim_k + m->spec.head_dim_v);
     bcase bc;
     case_result cr;
     if (make_case(R, c, pool, x, &bc, err) < 0 || run_case(&bc, &R->kv, BM_FULL, 1, 1, &cr, NULL, err) < 0 ||
         run_case(&bc, &R->kv2, BM_NONE, 0, 1, &cr, NULL, err) < 0)
         return -1;
-    int check = R->o->check_layer >= 0 ? R->o->check_layer : m->cfg.n_layer > 1 ? 1 : 0;
+    int check = R->o->check_layer >= 0 ? R->o->check_layer : L > 1 ? 1 : 0;
     const brr_input in = {.ctx = R->ctx, .full = R->kv, .none = R->kv2, .pool = pool, .check_layer = check};
-    int at = bc.n_pre;
-    for (int j = 0; j < bc.k; j++) {
-        if (brr_add_chunk(&in, at, bc.lens[j], R->resid + (size_t)c * m->cfg.n_layer * 2, err) < 0) return -1;
+    float *means = ak_malloc(sizeof(float) * (size_t)bc.k * L * width, err);
+    if (!means) return -1;
+    int rc = 0, at = bc.n_pre;
+    for (int j = 0; rc == 0 && j < bc.k; j++) {
+        rc = brr_add_chunk(&in, at, bc.lens[j], R->resid + (size_t)c * L * 2, means + (size_t)j * L * width, err);
         at += bc.lens[j];
     }
+    /* the continuation: full's logits, none's, then none + the oracle's (none rebuilt: its continuation
+     * must see the corrected chunks) */
+    const int end = bc.n_pre + bc.n_chunk_tok;
+    const ak_eval_args ea = {.tokens = bc.toks + end, .n = bc.C, .pos0 = end, .all_logits = R->ref};
+    if (rc == 0) rc = ak_eval(R->ctx, R->kv, &ea, err);
+    if (rc == 0) rc = run_case(&bc, &R->kv2, BM_NONE, 0, 1, &cr, R->got, err);
+    brm_acc *acc = R->oracle + (size_t)c * (1 + BRR_ORACLE_COUNT);
+    if (rc == 0) score_continuation(R, &bc, &acc[0]);
+    const ak_eval_args eg = {.tokens = bc.toks + end, .n = bc.C, .pos0 = end, .all_logits = R->got};
+    for (int mode = 0; mode < BRR_ORACLE_COUNT && rc == 0; mode++) {
+        rc = run_prefill(&bc, &R->kv2, BM_NONE, 0, &cr.ms, &cr.cpu, &cr.st, err);
+        const brr_input on = {.ctx = R->ctx, .full = R->kv, .none = R->kv2, .pool = pool, .check_layer = check};
+        for (int j = 0, a = bc.n_pre; rc == 0 && j < bc.k; a += bc.lens[j], j++)
+            rc = brr_apply_oracle(&on, R->kv2, a, bc.lens[j], means + (size_t)j * L * width, (brr_oracle)mode, err);
+        if (rc == 0) rc = ak_eval(R->ctx, R->kv2, &eg, err);
+        if (rc == 0) score_continuation(R, &bc, &acc[1 + mode]);
+    }
+    free(means);
+    if (rc < 0) return -1;
     progress_update(&R->pg, (double)++R->done / R->total);
     drop_chunks(R);
     return 0;
@@ -693,6 +731,10 @@ static void print_json_contexts(const brd_set *d) {
     printf("\n]");
 }
 
+/* The oracle's columns: none, then each brr_oracle. */
+static const char *const oracle_name[1 + BRR_ORACLE_COUNT] = {"none", "oracle", "oracle_pre_rope", "oracle_v",
+                                                              "oracle_k"};
+
 /* Prints the rows (JSON, or the text table) and writes the plot
  * (o->plot); --residual: the residual tables. Returns 0, or -1 with err
  * set. */
@@ -709,6 +751,15 @@ static int reuse_report(const reuse_run *R, const ak_model *m, ak_error *err) {
             printf("{\"residual\": [");
             for (int c = 0; c < o->n_ct; c++)
                 brr_print(R->resid + (size_t)c * L * 2, L, check, ak_kv_format_get(o->cts[c])->name, 1, &first);
+            printf("\n], \"oracle\": [");
+            for (int c = 0; c < o->n_ct; c++) {
+                printf("%s\n  {\"cache_type\": \"%s\"", c ? "," : "", ak_kv_format_get(o->cts[c])->name);
+                for (int v = 0; v <= BRR_ORACLE_COUNT; v++) {
+                    brm_result a = brm_finish(&R->oracle[(size_t)c * (1 + BRR_ORACLE_COUNT) + v]);
+                    printf(", \"kl_%s\": %.6g, \"agree_%s\": %.6g", oracle_name[v], a.kl, oracle_name[v], a.agree);
+                }
+                printf("}");
+            }
             printf("\n]");
         } else print_json(R->rows, R->n_rows, o->cts, n_ctx, n_ctx * C, o->speed_only);
         if (o->notes) print_json_contexts(d);
@@ -725,6 +776,18 @@ static int reuse_report(const reuse_run *R, const ak_model *m, ak_error *err) {
                "head; p10_pre: K offset before RoPE); rows N+: layers N.. summed\n");
         for (int c = 0; c < o->n_ct; c++)
             brr_print(R->resid + (size_t)c * L * 2, L, check, ak_kv_format_get(o->cts[c])->name, 0, NULL);
+        printf("oracle: none + each chunk's exact mean residual added at every layer and token; continuation "
+               "KL(full || .) over %d positions (agreement)\n%-5s", n_ctx * C, "cache");
+        for (int v = 0; v <= BRR_ORACLE_COUNT; v++) printf(" %20s", oracle_name[v]);
+        printf("\n");
+        for (int c = 0; c < o->n_ct; c++) {
+            printf("%-5s", ak_kv_format_get(o->cts[c])->name);
+            for (int v = 0; v <= BRR_ORACLE_COUNT; v++) {
+                brm_result a = brm_finish(&R->oracle[(size_t)c * (1 + BRR_ORACLE_COUNT) + v]);
+                printf("   %.3e (%5.1f%%)", a.kl, 100 * a.agree);
+            }
+            printf("\n");
+        }
     } else {
         printf("bench reuse: %s (%s weights), %s; %s, %d threads\n", o->model_path,
                gguf_tensor_type_name(m->layers[0].wq.type), o->notes ? o->notes : o->data, what,
@@ -819,7 +882,8 @@ int cmd_bench_reuse(int argc, char **argv) {
     R.lp = malloc(sizeof(double) * vocab);
     R.lq = malloc(sizeof(double) * vocab);
     R.resid = calloc((size_t)o.n_ct * L * 2, sizeof *R.resid);
-    if (!R.rows || !R.ref || !R.got || !R.lp || !R.lq || !R.resid) {
+    R.oracle = calloc((size_t)o.n_ct * (1 + BRR_ORACLE_COUNT), sizeof *R.oracle);
+    if (!R.rows || !R.ref || !R.got || !R.lp || !R.lq || !R.resid || !R.oracle) {
         ak_failc(&err, AK_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -846,7 +910,7 @@ done:
     ak_kv_free(R.kv2);
     ak_ctx_free(R.ctx);
     brd_free(&data);
-    free(R.rows); free(R.ref); free(R.got); free(R.lp); free(R.lq); free(R.resid);
+    free(R.rows); free(R.ref); free(R.got); free(R.lp); free(R.lq); free(R.resid); free(R.oracle);
     unload_model(&lm);
     return rc;
 }

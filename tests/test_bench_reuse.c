@@ -383,6 +383,7 @@ TEST(bench_reuse_notes_whole_chunks) {
     REQUIRE(full && none, "no full or none row");
     CHECK(num(full, "kl") == 0 && num(full, "agree") == 1, "full: kl %g agree %g", num(full, "kl"), num(full, "agree"));
     CHECK(num(none, "kl") > 0, "none: kl %g: notes computed alone should differ", num(none, "kl"));
+    const double none_kl = num(none, "kl");
     cJSON_Delete(j);
 
     /* the same seed gives the same orders; another seed other ones (seeds 1 and 2 differ here) */
@@ -430,6 +431,13 @@ TEST(bench_reuse_notes_whole_chunks) {
         double want_tok = ntok[0] + ntok[1] + 100 + ntok[3] + 100 + ntok[0];
         CHECK(num(w, "tokens") == want_tok, "layer %d %s: %g tokens, want %g", layer, side, num(w, "tokens"), want_tok);
     }
+    /* the oracle: none scored like the methods' none, and each offset variant scored */
+    cJSON *orc = cJSON_GetArrayItem(cJSON_GetObjectItem(res, "oracle"), 0);
+    REQUIRE(orc, "residual: no oracle member");
+    const char *variants[5] = {"kl_none", "kl_oracle", "kl_oracle_pre_rope", "kl_oracle_v", "kl_oracle_k"};
+    for (int i = 0; i < 5; i++) CHECK(num(orc, variants[i]) >= 0, "oracle: %s is %g", variants[i], num(orc, variants[i]));
+    CHECK(num(orc, "kl_none") == none_kl, "oracle: none's KL %g, the methods' none row %g (the same contexts)",
+          num(orc, "kl_none"), none_kl);
     cJSON_Delete(res);
     br_free(&r);
 
