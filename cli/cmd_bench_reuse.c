@@ -341,6 +341,9 @@ static void print_crossover(const brow *rows, int n_rows, int c, const char *ct,
                "%.0f%%)\n", ct, 100 * x, 100 * r[i - 1], 100 * r[i]);
         return;
     }
+    if (n > 0 && r[n - 1] < 1)
+        printf("%s: cacheblend stays above agentkvshift 10%%'s KL up to %.0f%%, the largest ratio measured below "
+               "100%%\n", ct, 100 * r[n - 1]);
 }
 
 /* Prints the table, full's reference prefill time per cache type and, per
