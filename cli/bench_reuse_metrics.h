@@ -1,6 +1,9 @@
 /* bench_reuse_metrics.h - the quality arithmetic of `agentkv bench reuse`
  * (cli/cmd_bench_reuse.c): KL divergence of next-token distributions,
- * perplexity, argmax agreement, accumulated over scored positions.
+ * perplexity, argmax agreement, accumulated over scored positions; and of
+ * `--residual` (cli/bench_reuse_residual.c): the share of a reuse
+ * residual's energy its per-chunk mean explains, and what a probe-mean
+ * correction removes of it (the section at the end).
  *
  * Header-only (static inline) so the tests check these exact functions
  * against hand-computed values (tests/test_bench_reuse.c) without linking
@@ -106,6 +109,65 @@ static inline brm_result brm_finish(const brm_acc *a) {
     r.dppl = r.ppl - r.ppl_ref;
     r.dppl_rel = r.ppl_ref > 0 ? r.dppl / r.ppl_ref : 0;
     return r;
+}
+
+/* ---- the reuse residual (`bench reuse --residual`) ----------------------------
+ *
+ * A chunk's residual r (n tokens x d channels, row j at r + j * stride) is
+ * its K or V computed in context minus the same computed alone (keys
+ * shifted). Its energy is sum_j |r_j|^2. The per-chunk offset is the mean
+ * over the chunk's tokens, per channel: mu_c = (1/n) sum_j r_jc; the energy
+ * it explains is the energy removed by subtracting it from every token,
+ * sum_j |r_j|^2 - sum_j |r_j - mu|^2 = n |mu|^2 (least squares: no other
+ * constant removes more). share = explained / energy: 1 when the residual
+ * is the same vector at every token, 0 when its mean is zero. Summed over
+ * chunks (and heads, layers) before dividing, so a share is energy-weighted.
+ */
+
+/* Adds r's energy to *energy and the part its per-channel mean explains to
+ * *explained (doubles throughout). n >= 1, d >= 1. */
+static inline void brm_offset_energy(const float *r, int n, int d, size_t stride, double *explained, double *energy) {
+    double e = 0, x = 0;
+    for (int c = 0; c < d; c++) {
+        double s = 0;
+        for (int j = 0; j < n; j++) {
+            double v = r[(size_t)j * stride + c];
+            s += v;
+            e += v * v;
+        }
+        x += s * s / n;   /* n mu_c^2 */
+    }
+    *energy += e;
+    *explained += x;
+}
+
+/* A chunk's probes and weights for brm_probe_correction. */
+typedef struct {
+    const int *probe;               /* the m probe rows */
+    int m;                          /* >= 1 */
+    const unsigned char *is_probe;  /* n flags, 1 for a probe */
+    const float *w;                 /* n weights (the probes' unused) */
+} brm_probes;
+
+/* AgentKVShift's correction of r in closed form: mu = the mean of r over
+ * the probe rows (per channel), and every other row j is corrected to
+ * r_j - w[j] mu (probes are recomputed: no residual left). Adds the
+ * non-probe rows' energy before the correction to *before and after it to
+ * *after (1 - after / before: the share removed; negative when the
+ * correction adds error). */
+static inline void brm_probe_correction(const float *r, int n, int d, size_t stride, const brm_probes *p,
+                                        double *before, double *after) {
+    for (int c = 0; c < d; c++) {
+        double mu = 0;
+        for (int i = 0; i < p->m; i++) mu += r[(size_t)p->probe[i] * stride + c];
+        mu /= p->m;
+        for (int j = 0; j < n; j++) {
+            if (p->is_probe[j]) continue;
+            double v = r[(size_t)j * stride + c], u = v - p->w[j] * mu;
+            *before += v * v;
+            *after += u * u;
+        }
+    }
 }
 
 #endif

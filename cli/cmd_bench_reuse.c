@@ -2,14 +2,15 @@
  * (src/engine/reuse.h: none, cacheblend, agentkvshift, full) costs in quality and
  * saves in prefill time, on held-out text.
  *
- * Data. The text of --data is cut into passages, in order: a passage starts
- * at a word and takes words until its own tokenization (ak_memory_tokenize:
- * no BOS, special-token text kept as text, as a memory's) reaches the
- * wanted tokens; it keeps the first that many, and the next passage starts
- * at the next word. A context is k passages of T tokens (the chunks) and
- * one of C tokens (the continuation), the next k + 1 passages of the text:
+ * Data (bench_reuse_data.h): contexts
  *
  *     [BOS if the model's tokenizer adds one] [chunk 1] ... [chunk k] [continuation]
+ *
+ * either cut from the running text of --data (k consecutive passages of T
+ * tokens, then C tokens: the next k + 1 passages), or, with --notes, one
+ * per query of a notes file (bench/make_notes.py): each chunk one whole
+ * note (cut to T tokens when longer, never padded), the query's notes in an
+ * order drawn from --seed, the query's text as the continuation.
  *
  * Per cache type (both K and V in it, keys centered as elsewhere): each
  * chunk's KV is computed alone at positions [0, T) in that type (ak_eval
@@ -30,11 +31,17 @@
  * --speed-only skips the continuation and the scoring (for a synthetic
  * model whose random weights make KL meaningless); only prefill times.
  *
+ * --residual measures the reuse residual instead of the methods
+ * (bench_reuse_residual.h): per context `full` and `none` are built, and
+ * each chunk's K/V difference between them is summed per layer and side.
+ *
  * Output: a table on stdout (progress on stderr when it is a terminal),
  * --json: {"rows": [{"method", "ratio", "cache_type", "kl", "dppl",
- * "agree", "speedup", ...}]} instead, --plot FILE: an SVG of KL vs ratio,
+ * "agree", "speedup", ...}]} instead (with --notes also "contexts": per
+ * context its query, its notes in placed order and their tokens;
+ * --residual: {"residual": [...]}), --plot FILE: an SVG of KL vs ratio,
  * one line per method, one panel per cache type. docs/memories-bench.md
- * has the figures.
+ * and docs/reuse-notes.md have the figures.
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,12 +52,14 @@
 #include "agents/memories.h"
 #include "engine/reuse.h"
 #include "args.h"
+#include "bench_reuse_data.h"
 #include "bench_reuse_metrics.h"
+#include "bench_reuse_residual.h"
 #include "commands.h"
 #include "common.h"
 
 static const char *usage_text =
-    "usage: agentkv bench reuse -m MODEL --data FILE [--json] [--plot out.svg] [flags]\n"
+    "usage: agentkv bench reuse -m MODEL (--data FILE | --notes FILE.jsonl) [--json] [--plot out.svg] [flags]\n"
     "  Contexts [BOS] [chunk 1] ... [chunk k] [continuation] cut from FILE's text; each chunk's KV\n"
     "  computed alone at position 0 (as a memory's); per cache type, method and recompute ratio the\n"
     "  context's cache is built with ak_reuse_prefill (timed), the continuation scored teacher-forced\n"
@@ -58,9 +67,13 @@ static const char *usage_text =
     "  agreement, prefill speedup vs full.\n"
     "\n"
     "  -m, --model FILE       GGUF model\n"
-    "  --data FILE            held-out text (e.g. ../shared/golden/tiny-llama-h64/val.txt)\n"
+    "  --data FILE            held-out text (e.g. ../shared/golden/tiny-llama-h64/val.txt), cut into chunks\n"
+    "  --notes FILE           memory notes and queries, JSON lines (bench/make_notes.py): a context per\n"
+    "                         query, its first K notes one whole chunk each (a note over --chunk-tokens\n"
+    "                         cut there), in an order drawn from --seed, its text the continuation\n"
+    "  --seed N               the notes' order (default 1)\n"
     "  --chunks K             chunks per context (default 4)\n"
-    "  --chunk-tokens T       tokens per chunk (default 128)\n"
+    "  --chunk-tokens T       tokens per chunk (default 128; notes: at most)\n"
     "  --cont N               continuation tokens, scored (default 64)\n"
     "  --contexts N           contexts, at most (default 8; fewer when the text runs out)\n"
     "  --cache-types LIST     chunk and context cache formats (default f16,q4,tq2)\n"
@@ -71,6 +84,9 @@ static const char *usage_text =
     "  --check-layer L        0-based layer where cacheblend/agentkvshift measure deviations\n"
     "                         (default: the library's, layer 1)\n"
     "  --speed-only           prefill times only: no continuation, no KL (random-weight models)\n"
+    "  --residual             instead of the methods: the reuse residual (in context - alone, shifted)\n"
+    "                         per layer, K and V: the share of its energy the per-chunk mean explains,\n"
+    "                         and what agentkvshift's correction would remove of it\n"
     "  --reps N               timed runs of each prefill, median (default 1)\n"
     "  --center k|v|kv|none   keys/values of 4/3/2-bit formats stored minus the model's mean\n"
     "  --no-center            (default k, as everywhere)\n"
@@ -90,74 +106,6 @@ static int bm_uses_ratio(int m) {
     return m == BM_CACHEBLEND || m == BM_AKVS || m == BM_AKVS_W1;
 }
 
-/* ---- passages ------------------------------------------------------------ */
-
-/* ASCII whitespace: where passages may be cut (between words). */
-static int is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-/* The next passage of text[0..len) from *pos: skips whitespace to a word,
- * then takes words until ak_memory_tokenize of the span gives at least
- * `want` tokens, and copies the first `want` into out. *pos moves past the
- * span. Returns 1 (a passage), 0 (the text ran out first), -1 with err set. */
-static int next_passage(const ak_tokenizer *tk, const char *text, size_t len, size_t *pos, int want, int32_t *out,
-                        ak_error *err) {
-    size_t a = *pos;
-    while (a < len && is_space(text[a])) a++;
-    size_t b = a;
-    while (b < len) {
-        /* one more word (and the whitespace before it) */
-        while (b < len && is_space(text[b])) b++;
-        while (b < len && !is_space(text[b])) b++;
-        int32_t *ids = NULL;
-        int n = 0;
-        if (ak_memory_tokenize(tk, text + a, b - a, &ids, &n, err) < 0) return -1;
-        if (n >= want) {
-            memcpy(out, ids, sizeof(int32_t) * (size_t)want);
-            free(ids);
-            *pos = b;
-            return 1;
-        }
-        free(ids);
-    }
-    *pos = len;
-    return 0;
-}
-
-/* A context's shape: n_pre tokens (0, or 1: bos), then k chunks of T
- * tokens, then a continuation of C. */
-typedef struct {
-    int n_pre;
-    int32_t bos;
-    int k, T, C;
-} ctx_shape;
-
-/* The contexts of shape sh from text[0..len), each n_pre + k*T + C tokens,
- * row-major in *toks (malloc'd), at most max_ctx of them. Returns how many
- * (0 when the text does not hold one), or -1 with err set. */
-static int make_contexts(const ak_tokenizer *tk, const char *text, size_t len, const ctx_shape *sh, int max_ctx,
-                         int32_t **toks, ak_error *err) {
-    const int n_pre = sh->n_pre, k = sh->k, T = sh->T, C = sh->C;
-    const int32_t bos = sh->bos;
-    const int per = n_pre + k * T + C;
-    int32_t *t = malloc(sizeof(int32_t) * (size_t)per * (size_t)max_ctx);
-    if (!t) return ak_failc(err, AK_ERR_NOMEM, "out of memory");
-    size_t pos = 0;
-    int n = 0;
-    for (; n < max_ctx; n++) {
-        int32_t *c = t + (size_t)n * per;
-        if (n_pre) c[0] = bos;
-        int got = 1;
-        for (int j = 0; j <= k && got == 1; j++)
-            got = next_passage(tk, text, len, &pos, j < k ? T : C, c + n_pre + j * T, err);
-        if (got < 0) { free(t); return -1; }
-        if (got == 0) break;
-    }
-    *toks = t;
-    return n;
-}
-
 /* ---- one prefill --------------------------------------------------------- */
 
 /* Everything a context's runs share (one cache type). */
@@ -166,9 +114,11 @@ typedef struct {
     ak_block_pool *pool;    /* the cache type's */
     ak_kv_format fmt;       /* K and V */
     int check_layer;        /* < 0: the library's default */
-    int n_pre, k, T, C;
+    int n_pre, k, C;
+    const int *lens;        /* the k chunks' tokens */
+    int n_chunk_tok;        /* their sum */
     const int32_t *toks;    /* the context's tokens */
-    ak_kv **chunk_kv;       /* k chunks' caches, positions [0, T) */
+    ak_kv **chunk_kv;       /* k chunks' caches, positions [0, lens[j]) */
     ak_reuse_part *parts;   /* n_pre + k parts */
     int n_parts;
 } bcase;
@@ -190,7 +140,7 @@ static int run_prefill(const bcase *c, ak_kv **kv, int bm, double r, double *ms,
     p.check_layer = c->check_layer;
     p.unit_weights = bm == BM_AKVS_W1;
     ak_kv_free(*kv);
-    if (!(*kv = ak_kv_new(c->pool, c->fmt, c->fmt, c->n_pre + c->k * c->T + c->C, err))) return -1;
+    if (!(*kv = ak_kv_new(c->pool, c->fmt, c->fmt, c->n_pre + c->n_chunk_tok + c->C, err))) return -1;
     double c0 = bench_cpu_ms(), t0 = ak_now();
     int rc = ak_reuse_prefill(c->ctx, *kv, c->parts, c->n_parts, &p, NULL, st, err);
     *ms = (ak_now() - t0) * 1e3;
@@ -218,7 +168,7 @@ static int run_case(const bcase *c, ak_kv **kv, int bm, double r, int reps, case
     res->ms = bench_median(t, reps);
     res->cpu = bench_median(u, reps);
     if (!logits) return 0;
-    int at = c->n_pre + c->k * c->T;
+    int at = c->n_pre + c->n_chunk_tok;
     return ak_eval(c->ctx, *kv, &(ak_eval_args){.tokens = c->toks + at, .n = c->C, .pos0 = at,
                    .all_logits = logits}, err);
 }
@@ -311,15 +261,19 @@ static int write_plot(const char *path, const brow *rows, int n_rows, const ak_k
                         bm_color[bm], bm == BM_AKVS_W1 ? " stroke-dasharray=\"2,2\"" : "");
         }
     }
-    int lx = n_ct * (L + PW + R) + 4, ly = T + 10;
+    int lx = n_ct * (L + PW + R) + 4, ly = T + 10, shown = 0;
     for (int bm = 0; bm < BM_FULL; bm++) {
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, ly + 18 * bm,
-                lx + 22, ly + 18 * bm, bm_color[bm],
+        int run = 0;   /* only the methods measured */
+        for (int i = 0; i < n_rows; i++) run |= rows[i].method == bm;
+        if (!run) continue;
+        int y = ly + 18 * shown++;
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, y,
+                lx + 22, y, bm_color[bm],
                 bm == BM_NONE ? " stroke-dasharray=\"5,4\"" : bm == BM_AKVS_W1 ? " stroke-dasharray=\"2,2\"" : "");
-        fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 28, ly + 18 * bm + 4, bm_name[bm]);
+        fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 28, y + 4, bm_name[bm]);
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\">full: KL 0 (reference)</text>\n", lx, ly + 18 * BM_FULL + 4);
-    fprintf(f, "<text x=\"%d\" y=\"%d\">hollow, on the floor: KL 0</text>\n", lx, ly + 18 * BM_FULL + 22);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">full: KL 0 (reference)</text>\n", lx, ly + 18 * shown + 4);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">hollow, on the floor: KL 0</text>\n", lx, ly + 18 * shown + 22);
     fprintf(f, "</svg>\n");
     if (fclose(f) != 0) return ak_failc(err, AK_ERR_IO, "cannot write %s", path);
     return 0;
@@ -334,7 +288,8 @@ static const char *jnum(char *buf, double x, int skip) {
     return buf;
 }
 
-/* Prints the rows as {"rows": [...]} (speed_only: the quality fields null). */
+/* Prints the rows as {"rows": [...] (speed_only: the quality fields null),
+ * the object left open for the caller's other members and its "}". */
 static void print_json(const brow *rows, int n_rows, const ak_kv_format *cts, int n_ctx, int positions,
                        int speed_only) {
     printf("{\"rows\": [");
@@ -355,7 +310,40 @@ static void print_json(const brow *rows, int n_rows, const ak_kv_format *cts, in
                jnum(b[11], w->full_cpu / n_ctx, 0), jnum(b[12], w->cpu > 0 ? w->full_cpu / w->cpu : NAN, 0),
                (double)w->recomputed / n_ctx, w->check_layer, n_ctx, speed_only ? 0 : positions);
     }
-    printf("\n]}\n");
+    printf("\n]");
+}
+
+/* Prints the recompute ratio at which cacheblend's KL (cache type c) falls
+ * to target (agentkvshift's at 10%), linear between the measured ratios
+ * (the paper's "baselines need 45-55%" read as KL). */
+static void print_crossover(const brow *rows, int n_rows, int c, const char *ct, double target) {
+    double r[MAX_LIST], kl[MAX_LIST];
+    int n = 0;
+    for (int i = 0; i < n_rows && n < MAX_LIST; i++)
+        if (rows[i].ct == c && rows[i].method == BM_CACHEBLEND) {
+            int at = n++;   /* insertion by ratio */
+            while (at > 0 && r[at - 1] > rows[i].ratio) {
+                r[at] = r[at - 1];
+                kl[at] = kl[at - 1];
+                at--;
+            }
+            r[at] = rows[i].ratio;
+            kl[at] = brm_finish(&rows[i].acc).kl;
+        }
+    for (int i = 0; i < n; i++) {
+        if (kl[i] > target) continue;
+        if (i == 0) {
+            printf("%s: cacheblend is at or below agentkvshift 10%%'s KL already at %.0f%%\n", ct, 100 * r[0]);
+            return;
+        }
+        double x = r[i - 1] + (r[i] - r[i - 1]) * (kl[i - 1] - target) / (kl[i - 1] - kl[i]);
+        printf("%s: cacheblend reaches agentkvshift 10%%'s KL at about %.0f%% recompute (linear between %.0f%% and "
+               "%.0f%%)\n", ct, 100 * x, 100 * r[i - 1], 100 * r[i]);
+        return;
+    }
+    if (n > 0 && r[n - 1] < 1)
+        printf("%s: cacheblend stays above agentkvshift 10%%'s KL up to %.0f%%, the largest ratio measured below "
+               "100%%\n", ct, 100 * r[n - 1]);
 }
 
 /* Prints the table, full's reference prefill time per cache type and, per
@@ -394,6 +382,7 @@ static void print_table(const brow *rows, int n_rows, const ak_kv_format *cts, i
         double ka = brm_finish(&a->acc).kl, kb = brm_finish(&b->acc).kl;
         printf("%s: agentkvshift at 10%% KL %.3e %s cacheblend at 30%% KL %.3e (goal: at most)\n",
                ak_kv_format_get(cts[c])->name, ka, ka <= kb ? "<=" : ">", kb);
+        print_crossover(rows, n_rows, c, ak_kv_format_get(cts[c])->name, ka);
     }
 }
 
@@ -440,8 +429,9 @@ static int parse_types(ak_args *a, const char *v, ak_kv_format *out, int max) {
 
 /* What bench reuse was asked: its flags. */
 typedef struct {
-    const char *model_path, *data, *plot;
-    int k, T, C, max_ctx, json, speed_only, reps, n_threads, check_layer;
+    const char *model_path, *data, *notes, *plot;
+    int k, T, C, max_ctx, json, speed_only, residual, reps, n_threads, check_layer;
+    long long seed;
     int ratios_pct[MAX_LIST], n_ratios;
     int want[BM_COUNT];           /* methods to measure */
     ak_kv_format cts[MAX_LIST];   /* cache types */
@@ -454,7 +444,7 @@ typedef struct {
 static int reuse_parse(int argc, char **argv, reuse_opts *o) {
     ak_args a;
     args_init(&a, "bench reuse", argc, argv);
-    *o = (reuse_opts){.k = 4, .T = 128, .C = 64, .max_ctx = 8, .reps = 1, .check_layer = -1,
+    *o = (reuse_opts){.k = 4, .T = 128, .C = 64, .max_ctx = 8, .reps = 1, .check_layer = -1, .seed = 1,
                       .ratios_pct = {0, 5, 10, 15, 30, 50, 100}, .n_ratios = 7, .want = {1, 1, 1, 1, 1},
                       .cts = {AK_KV_F16, AK_KV_Q4, AK_KV_TQ2}, .n_ct = 3};
     cache_opts_init(&o->co);
@@ -463,9 +453,12 @@ static int reuse_parse(int argc, char **argv, reuse_opts *o) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { fputs(usage_text, stdout); return 0; }
         else if (!strcmp(f, "-m") || !strcmp(f, "--model")) o->model_path = args_value(&a, f);
         else if (!strcmp(f, "--data")) o->data = args_value(&a, f);
+        else if (!strcmp(f, "--notes")) o->notes = args_value(&a, f);
+        else if (!strcmp(f, "--seed")) o->seed = args_int(&a, f, 0, 1LL << 62);
         else if (!strcmp(f, "--plot")) o->plot = args_value(&a, f);
         else if (!strcmp(f, "--json")) o->json = 1;
         else if (!strcmp(f, "--speed-only")) o->speed_only = 1;
+        else if (!strcmp(f, "--residual")) o->residual = 1;
         else if (!strcmp(f, "--chunks")) o->k = (int)args_int(&a, f, 1, 64);
         else if (!strcmp(f, "--chunk-tokens")) o->T = (int)args_int(&a, f, 1, 1 << 20);
         else if (!strcmp(f, "--cont")) o->C = (int)args_int(&a, f, 2, 1 << 20);
@@ -489,8 +482,10 @@ static int reuse_parse(int argc, char **argv, reuse_opts *o) {
         else args_unknown(&a, f);
     }
     if (!a.failed && !o->model_path) args_error(&a, "-m MODEL is required");
-    if (!a.failed && !o->data) args_error(&a, "--data FILE is required");
+    if (!a.failed && !o->data == !o->notes) args_error(&a, "one of --data FILE and --notes FILE is required");
     if (!a.failed && o->plot && o->speed_only) args_error(&a, "--plot draws KL: not with --speed-only");
+    if (!a.failed && o->residual && (o->speed_only || o->plot))
+        args_error(&a, "--residual measures no method: not with --speed-only or --plot");
     if (a.failed) return AK_EXIT_USAGE;
     if (!o->speed_only) o->want[BM_FULL] = 1;   /* the harness check (the reference is computed either way) */
     return -1;
@@ -498,19 +493,23 @@ static int reuse_parse(int argc, char **argv, reuse_opts *o) {
 
 /* A run's state: what it was asked, the model's context, the rows it
  * fills, the continuation's logits (full's and a method's, C x vocab) and
- * scratch, the sequences of the context at hand, the progress bar. */
+ * scratch, the sequences of the context at hand, the residual sums
+ * (--residual: per cache type, n_layer * 2), the progress bar. */
 typedef struct {
     const reuse_opts *o;
     const ak_tokenizer *tok;
     int vocab, n_pre;
     ak_ctx *ctx;
+    const brd_set *data;
     brow *rows;
     int n_rows;
     float *ref, *got;
     double *lp, *lq;
-    ak_kv *kv;                /* the context's sequence (run_case replaces it) */
+    ak_kv *kv, *kv2;          /* the context's sequences (run_case replaces them) */
     ak_kv *chunk_kv[64];      /* the context's chunks computed alone */
     ak_reuse_part parts[65];
+    brr_acc *resid;
+    brm_acc *oracle;          /* --residual: per cache type, the quality of none then of each brr_oracle */
     progress pg;
     long done, total;         /* runs, for the progress bar */
 } reuse_run;
@@ -532,36 +531,58 @@ static void make_rows(reuse_run *R) {
         }
 }
 
-/* One context ct of cache type c (blocks from pool): its chunks computed
+/* Context x's chunks computed alone in cache type c (blocks from pool)
+ * into R->chunk_kv, and its parts into R->parts; *bc describes the case.
+ * Returns 0, or -1 with err set. */
+static int make_case(reuse_run *R, int c, ak_block_pool *pool, int x, bcase *bc, ak_error *err) {
+    const reuse_opts *o = R->o;
+    const brd_set *d = R->data;
+    const int32_t *ct = brd_ctx(d, x);
+    const int k = d->k, n_pre = R->n_pre;
+    ak_reuse_part *parts = R->parts;
+    *bc = (bcase){.ctx = R->ctx, .pool = pool, .fmt = o->cts[c], .check_layer = o->check_layer, .n_pre = n_pre,
+                  .k = k, .lens = d->lens + (size_t)x * k, .n_chunk_tok = brd_chunk_tokens(d, x), .C = d->C,
+                  .toks = ct, .chunk_kv = R->chunk_kv, .parts = parts};
+    if (n_pre) {
+        memset(&parts[bc->n_parts], 0, sizeof parts[0]);
+        parts[bc->n_parts].tokens = ct;
+        parts[bc->n_parts].n = 1;
+        bc->n_parts++;
+    }
+    const int32_t *cj = ct + n_pre;
+    for (int j = 0; j < k; j++) {
+        int n = bc->lens[j];
+        if (!(R->chunk_kv[j] = ak_kv_new(pool, o->cts[c], o->cts[c], n, err)) ||
+            ak_eval(R->ctx, R->chunk_kv[j], &(ak_eval_args){.tokens = cj, .n = n}, err) < 0)
+            return -1;
+        memset(&parts[bc->n_parts], 0, sizeof parts[0]);
+        parts[bc->n_parts].tokens = cj;
+        parts[bc->n_parts].n = n;
+        parts[bc->n_parts].chunk = R->chunk_kv[j];
+        bc->n_parts++;
+        cj += n;
+    }
+    return 0;
+}
+
+/* Frees the context's chunk caches. */
+static void drop_chunks(reuse_run *R) {
+    for (int j = 0; j < 64; j++) {
+        ak_kv_free(R->chunk_kv[j]);
+        R->chunk_kv[j] = NULL;
+    }
+}
+
+/* Context x in cache type c (blocks from pool): its chunks computed
  * alone, full's reference run (after a warm-up run when warm_up), then
  * every row of type c, their sums and quality into the rows. Returns 0, or
  * -1 with err set. */
-static int run_context(reuse_run *R, int c, ak_block_pool *pool, const int32_t *ct, int warm_up, ak_error *err) {
+static int run_context(reuse_run *R, int c, ak_block_pool *pool, int x, int warm_up, ak_error *err) {
     const reuse_opts *o = R->o;
-    const ak_kv_format *cts = o->cts;
-    const int k = o->k, T = o->T, C = o->C, n_pre = R->n_pre, vocab = R->vocab, speed_only = o->speed_only;
-    ak_ctx *ctx = R->ctx;
-    ak_kv **chunk_kv = R->chunk_kv;
-    ak_reuse_part *parts = R->parts;
-    bcase bc = {.ctx = ctx, .pool = pool, .fmt = cts[c], .check_layer = o->check_layer, .n_pre = n_pre, .k = k,
-                .T = T, .C = C, .toks = ct, .chunk_kv = chunk_kv, .parts = parts};
-    if (n_pre) {
-        memset(&parts[bc.n_parts], 0, sizeof parts[0]);
-        parts[bc.n_parts].tokens = ct;
-        parts[bc.n_parts].n = 1;
-        bc.n_parts++;
-    }
-    for (int j = 0; j < k; j++) {
-        const int32_t *cj = ct + n_pre + j * T;
-        if (!(chunk_kv[j] = ak_kv_new(pool, cts[c], cts[c], T, err)) ||
-            ak_eval(ctx, chunk_kv[j], &(ak_eval_args){.tokens = cj, .n = T}, err) < 0)
-            return -1;
-        memset(&parts[bc.n_parts], 0, sizeof parts[0]);
-        parts[bc.n_parts].tokens = cj;
-        parts[bc.n_parts].n = T;
-        parts[bc.n_parts].chunk = chunk_kv[j];
-        bc.n_parts++;
-    }
+    const int C = R->data->C, vocab = R->vocab, speed_only = o->speed_only;
+    bcase bc;
+    if (make_case(R, c, pool, x, &bc, err) < 0) return -1;
+    const int32_t *cont = bc.toks + bc.n_pre + bc.n_chunk_tok;
     case_result full;
     /* warm-up: first-touch faults and scratch out of the timings */
     if (warm_up && run_case(&bc, &R->kv, BM_FULL, 1, 1, &full, NULL, err) < 0) return -1;
@@ -581,25 +602,75 @@ static int run_context(reuse_run *R, int c, ak_block_pool *pool, const int32_t *
         w->full_ms += full.ms;
         for (int p = 0; !speed_only && p < C; p++) {
             /* position p predicts continuation token p + 1 (none after the last) */
-            int next = p + 1 < C ? ct[n_pre + k * T + p + 1] : -1;
+            int next = p + 1 < C ? cont[p + 1] : -1;
             brm_acc_add(&w->acc, R->ref + (size_t)p * vocab, R->got + (size_t)p * vocab, vocab, next, R->lp, R->lq);
         }
         progress_update(&R->pg, (double)++R->done / R->total);
     }
-    for (int j = 0; j < k; j++) {
-        ak_kv_free(chunk_kv[j]);
-        chunk_kv[j] = NULL;
-    }
+    drop_chunks(R);
     return 0;
 }
 
-/* Every context (n_ctx of them, row-major in toks) in every cache type.
- * Returns 0; 1 when a cache type's centering failed (said on stderr); or -1
- * with err set. */
-static int run_all(reuse_run *R, const int32_t *toks, int n_ctx, ak_error *err) {
+/* Scores the continuation evaluated on R->kv2 against R->ref into a. */
+static void score_continuation(reuse_run *R, const bcase *bc, brm_acc *a) {
+    const int32_t *cont = bc->toks + bc->n_pre + bc->n_chunk_tok;
+    for (int p = 0; p < bc->C; p++)
+        brm_acc_add(a, R->ref + (size_t)p * R->vocab, R->got + (size_t)p * R->vocab, R->vocab,
+                    p + 1 < bc->C ? cont[p + 1] : -1, R->lp, R->lq);
+}
+
+/* --residual: context x in cache type c, built by full and by none, each
+ * chunk's residual into R->resid + c * n_layer * 2; then the continuation
+ * scored against full on none and on none plus each oracle offset
+ * (bench_reuse_residual.h: brr_oracle) into R->oracle[c * (1 +
+ * BRR_ORACLE_COUNT) + ...]: none first. Returns 0, or -1 with err set. */
+static int residual_context(reuse_run *R, int c, ak_block_pool *pool, int x, ak_error *err) {
+    const ak_model *m = ak_ctx_model(R->ctx);
+    const int L = m->cfg.n_layer;
+    const size_t width = (size_t)m->spec.n_head_kv * (2 * m->spec.head_dim_k + m->spec.head_dim_v);
+    bcase bc;
+    case_result cr;
+    if (make_case(R, c, pool, x, &bc, err) < 0 || run_case(&bc, &R->kv, BM_FULL, 1, 1, &cr, NULL, err) < 0 ||
+        run_case(&bc, &R->kv2, BM_NONE, 0, 1, &cr, NULL, err) < 0)
+        return -1;
+    int check = R->o->check_layer >= 0 ? R->o->check_layer : L > 1 ? 1 : 0;
+    const brr_input in = {.ctx = R->ctx, .full = R->kv, .none = R->kv2, .pool = pool, .check_layer = check};
+    float *means = ak_malloc(sizeof(float) * (size_t)bc.k * L * width, err);
+    if (!means) return -1;
+    int rc = 0, at = bc.n_pre;
+    for (int j = 0; rc == 0 && j < bc.k; j++) {
+        rc = brr_add_chunk(&in, at, bc.lens[j], R->resid + (size_t)c * L * 2, means + (size_t)j * L * width, err);
+        at += bc.lens[j];
+    }
+    /* the continuation: full's logits, none's, then none + the oracle's (none rebuilt: its continuation
+     * must see the corrected chunks) */
+    const int end = bc.n_pre + bc.n_chunk_tok;
+    const ak_eval_args ea = {.tokens = bc.toks + end, .n = bc.C, .pos0 = end, .all_logits = R->ref};
+    if (rc == 0) rc = ak_eval(R->ctx, R->kv, &ea, err);
+    if (rc == 0) rc = run_case(&bc, &R->kv2, BM_NONE, 0, 1, &cr, R->got, err);
+    brm_acc *acc = R->oracle + (size_t)c * (1 + BRR_ORACLE_COUNT);
+    if (rc == 0) score_continuation(R, &bc, &acc[0]);
+    const ak_eval_args eg = {.tokens = bc.toks + end, .n = bc.C, .pos0 = end, .all_logits = R->got};
+    for (int mode = 0; mode < BRR_ORACLE_COUNT && rc == 0; mode++) {
+        rc = run_prefill(&bc, &R->kv2, BM_NONE, 0, &cr.ms, &cr.cpu, &cr.st, err);
+        const brr_input on = {.ctx = R->ctx, .full = R->kv, .none = R->kv2, .pool = pool, .check_layer = check};
+        for (int j = 0, a = bc.n_pre; rc == 0 && j < bc.k; a += bc.lens[j], j++)
+            rc = brr_apply_oracle(&on, R->kv2, a, bc.lens[j], means + (size_t)j * L * width, (brr_oracle)mode, err);
+        if (rc == 0) rc = ak_eval(R->ctx, R->kv2, &eg, err);
+        if (rc == 0) score_continuation(R, &bc, &acc[1 + mode]);
+    }
+    free(means);
+    if (rc < 0) return -1;
+    progress_update(&R->pg, (double)++R->done / R->total);
+    drop_chunks(R);
+    return 0;
+}
+
+/* Every context in every cache type. Returns 0; 1 when a cache type's
+ * centering failed (said on stderr); or -1 with err set. */
+static int run_all(reuse_run *R, ak_error *err) {
     const reuse_opts *o = R->o;
     const ak_model *m = ak_ctx_model(R->ctx);
-    const int per = R->n_pre + o->k * o->T + o->C;
     for (int c = 0; c < o->n_ct; c++) {
         cache_opts co = o->co;
         co.fk = co.fv = o->cts[c];
@@ -607,32 +678,123 @@ static int run_all(reuse_run *R, const int32_t *toks, int n_ctx, ak_error *err) 
         if (!pool) return -1;
         if (cache_center(&co, R->ctx, R->tok, pool, "bench reuse") < 0) { ak_block_pool_free(pool); return 1; }
         int rc = 0;
-        for (int x = 0; x < n_ctx && rc == 0; x++)
-            rc = run_context(R, c, pool, toks + (size_t)x * per, c == 0 && x == 0, err);
+        for (int x = 0; x < R->data->n_ctx && rc == 0; x++)
+            rc = o->residual ? residual_context(R, c, pool, x, err) : run_context(R, c, pool, x, c == 0 && x == 0, err);
         /* the sequences' blocks go back to the pool before it goes */
-        for (int j = 0; j < 64; j++) {
-            ak_kv_free(R->chunk_kv[j]);
-            R->chunk_kv[j] = NULL;
-        }
+        drop_chunks(R);
         ak_kv_free(R->kv);
-        R->kv = NULL;
+        ak_kv_free(R->kv2);
+        R->kv = R->kv2 = NULL;
         ak_block_pool_free(pool);
         if (rc < 0) return -1;
     }
     return 0;
 }
 
-/* Prints the rows (JSON, or the text table) and writes the plot
- * (o->plot). Returns 0, or -1 with err set. */
-static int reuse_report(const reuse_run *R, const ak_model *m, int n_ctx, ak_error *err) {
+/* The contexts in words into buf: "N contexts of BOS + K chunks x T tokens
+ * + C continuation tokens" (notes: the notes' mean and largest tokens and
+ * how many were cut). */
+static void describe_data(const reuse_run *R, char *buf, size_t size) {
+    const brd_set *d = R->data;
     const reuse_opts *o = R->o;
-    const int k = o->k, T = o->T, C = o->C, n_pre = R->n_pre;
-    if (o->json) print_json(R->rows, R->n_rows, o->cts, n_ctx, n_ctx * C, o->speed_only);
-    else {
-        printf("bench reuse: %s (%s weights), %s; %d contexts of %s%d chunks x %d tokens + %d continuation tokens, "
-               "%d threads\n",
-               o->model_path, gguf_tensor_type_name(m->layers[0].wq.type), o->data, n_ctx, n_pre ? "BOS + " : "", k,
-               T, C, ak_threads_size(ak_ctx_pool(R->ctx)));
+    if (!o->notes) {
+        snprintf(buf, size, "%d contexts of %s%d chunks x %d tokens + %d continuation tokens", d->n_ctx,
+                 R->n_pre ? "BOS + " : "", d->k, o->T, d->C);
+        return;
+    }
+    long sum = 0;
+    int mx = 0;
+    for (int i = 0; i < d->n_ctx * d->k; i++) {
+        sum += d->lens[i];
+        if (d->lens[i] > mx) mx = d->lens[i];
+    }
+    snprintf(buf, size, "%d contexts (queries) of %s%d whole notes (%.1f tokens on average, at most %d; %d of %d "
+             "cut at --chunk-tokens %d) + %d continuation tokens (the query), notes' order from seed %lld; %d "
+             "queries skipped", d->n_ctx, R->n_pre ? "BOS + " : "", d->k, (double)sum / (d->n_ctx * d->k), mx,
+             d->n_truncated, d->n_ctx * d->k, o->T, d->C, o->seed, d->n_skipped);
+}
+
+/* JSON "contexts" of a notes run: per context its query, notes (placed
+ * order) and their tokens. */
+static void print_json_contexts(const brd_set *d) {
+    printf(", \"contexts\": [");
+    for (int x = 0; x < d->n_ctx; x++) {
+        char **ids = d->ids + (size_t)x * (d->k + 1);
+        printf("%s\n  {\"query\": ", x ? "," : "");
+        ak_json_write_string(stdout, ids[0], strlen(ids[0]));
+        printf(", \"notes\": [");
+        for (int j = 0; j < d->k; j++) {
+            if (j) printf(", ");
+            ak_json_write_string(stdout, ids[j + 1], strlen(ids[j + 1]));
+        }
+        printf("], \"chunk_tokens\": [");
+        for (int j = 0; j < d->k; j++) printf("%s%d", j ? ", " : "", d->lens[(size_t)x * d->k + j]);
+        printf("]}");
+    }
+    printf("\n]");
+}
+
+/* The oracle's columns: none, then each brr_oracle. */
+static const char *const oracle_name[1 + BRR_ORACLE_COUNT] = {"none", "oracle", "oracle_pre_rope", "oracle_v",
+                                                              "oracle_k"};
+
+/* Prints the rows (JSON, or the text table) and writes the plot
+ * (o->plot); --residual: the residual tables. Returns 0, or -1 with err
+ * set. */
+static int reuse_report(const reuse_run *R, const ak_model *m, ak_error *err) {
+    const reuse_opts *o = R->o;
+    const brd_set *d = R->data;
+    const int n_ctx = d->n_ctx, C = d->C, L = m->cfg.n_layer;
+    const int check = o->check_layer >= 0 ? o->check_layer : L > 1 ? 1 : 0;
+    char what[512];
+    describe_data(R, what, sizeof what);
+    if (o->json) {
+        if (o->residual) {
+            int first = 1;
+            printf("{\"residual\": [");
+            for (int c = 0; c < o->n_ct; c++)
+                brr_print(R->resid + (size_t)c * L * 2, L, check, ak_kv_format_get(o->cts[c])->name, 1, &first);
+            printf("\n], \"oracle\": [");
+            for (int c = 0; c < o->n_ct; c++) {
+                printf("%s\n  {\"cache_type\": \"%s\"", c ? "," : "", ak_kv_format_get(o->cts[c])->name);
+                for (int v = 0; v <= BRR_ORACLE_COUNT; v++) {
+                    brm_result a = brm_finish(&R->oracle[(size_t)c * (1 + BRR_ORACLE_COUNT) + v]);
+                    printf(", \"kl_%s\": %.6g, \"agree_%s\": %.6g", oracle_name[v], a.kl, oracle_name[v], a.agree);
+                }
+                printf("}");
+            }
+            printf("\n]");
+        } else print_json(R->rows, R->n_rows, o->cts, n_ctx, n_ctx * C, o->speed_only);
+        if (o->notes) print_json_contexts(d);
+        printf("}\n");
+    } else if (o->residual) {
+        printf("bench reuse --residual: %s (%s weights), %s; %s, %d threads\n", o->model_path,
+               gguf_tensor_type_name(m->layers[0].wq.type), o->notes ? o->notes : o->data, what,
+               ak_threads_size(ak_ctx_pool(R->ctx)));
+        printf("residual r = chunk K/V in context (full) - computed alone at position 0, keys shifted (none), per "
+               "token and channel; sums over every chunk; check layer %d\n", check);
+        printf("rel: |r|^2 / |full|^2; offset: share of |r|^2 the per-chunk mean explains (off_no1st: without each "
+               "chunk's first token; off_pre: K rotated back to position 0);\nprobeR: share of the non-probe tokens' "
+               "|r|^2 agentkvshift's correction removes at R%% probes (p10_w1: weights 1; p10_head: weights per KV "
+               "head; p10_pre: K offset before RoPE); rows N+: layers N.. summed\n");
+        for (int c = 0; c < o->n_ct; c++)
+            brr_print(R->resid + (size_t)c * L * 2, L, check, ak_kv_format_get(o->cts[c])->name, 0, NULL);
+        printf("oracle: none + each chunk's exact mean residual added at every layer and token; continuation "
+               "KL(full || .) over %d positions (agreement)\n%-5s", n_ctx * C, "cache");
+        for (int v = 0; v <= BRR_ORACLE_COUNT; v++) printf(" %20s", oracle_name[v]);
+        printf("\n");
+        for (int c = 0; c < o->n_ct; c++) {
+            printf("%-5s", ak_kv_format_get(o->cts[c])->name);
+            for (int v = 0; v <= BRR_ORACLE_COUNT; v++) {
+                brm_result a = brm_finish(&R->oracle[(size_t)c * (1 + BRR_ORACLE_COUNT) + v]);
+                printf("   %.3e (%5.1f%%)", a.kl, 100 * a.agree);
+            }
+            printf("\n");
+        }
+    } else {
+        printf("bench reuse: %s (%s weights), %s; %s, %d threads\n", o->model_path,
+               gguf_tensor_type_name(m->layers[0].wq.type), o->notes ? o->notes : o->data, what,
+               ak_threads_size(ak_ctx_pool(R->ctx)));
         printf("reference: full recompute of the same context in the same cache type; chunks' KV computed alone at "
                "position 0 in that type\n");
         if (!o->speed_only)
@@ -643,19 +805,42 @@ static int reuse_report(const reuse_run *R, const ak_model *m, int n_ctx, ak_err
         print_table(R->rows, R->n_rows, o->cts, o->n_ct, n_ctx, o->speed_only);
     }
     if (o->plot && !o->speed_only) {
-        char title[512];
+        char title[768];
         const char *base = strrchr(o->model_path, '/');
-        snprintf(title, sizeof title, "agentkv bench reuse: %s, %d contexts, %d chunks x %d tokens, continuation %d",
-                 base ? base + 1 : o->model_path, n_ctx, k, T, C);
+        const char *src = o->notes ? o->notes : o->data, *sb = strrchr(src, '/');
+        snprintf(title, sizeof title, "agentkv bench reuse: %s, %s, %d contexts, %d %s, continuation %d",
+                 base ? base + 1 : o->model_path, sb ? sb + 1 : src, n_ctx, d->k, o->notes ? "notes" : "chunks", C);
         if (write_plot(o->plot, R->rows, R->n_rows, o->cts, o->n_ct, title, err) < 0) return -1;
         fprintf(stderr, "bench reuse: plot %s\n", o->plot);
     }
     return 0;
 }
 
-/* agentkv bench reuse: parses the flags, cuts the contexts from the text,
- * runs every method on each in every cache type, reports. Returns the exit
- * code. */
+/* The contexts of o (its text or notes file) into *d. Returns 0, or -1
+ * with err set (none to be had included). */
+static int load_data(const reuse_opts *o, const ak_tokenizer *tk, int n_pre, brd_set *d, ak_error *err) {
+    size_t len = 0;
+    const char *path = o->notes ? o->notes : o->data;
+    char *text = ak_read_file(path, &len, err);
+    if (!text) return -1;
+    const brd_shape sh = {.n_pre = n_pre, .bos = ak_tokenizer_bos(tk), .k = o->k, .T = o->T, .C = o->C};
+    int n = o->notes ? brd_from_notes(tk, text, len, &sh, o->max_ctx, (uint64_t)o->seed, d, err)
+                     : brd_from_text(tk, text, len, &sh, o->max_ctx, d, err);
+    free(text);
+    if (n < 0) return -1;
+    if (n == 0) {
+        if (o->notes)
+            return ak_failc(err, AK_ERR_INVALID, "%s has no query naming %d notes with a text of %d tokens: use "
+                            "smaller --chunks or --cont", path, o->k, o->C);
+        return ak_failc(err, AK_ERR_INVALID, "%s does not hold one context (%d passages of %d tokens and one of %d): "
+                        "use smaller --chunks, --chunk-tokens or --cont", path, o->k, o->T, o->C);
+    }
+    return 0;
+}
+
+/* agentkv bench reuse: parses the flags, makes the contexts from the text
+ * or notes, runs every method on each in every cache type (or measures the
+ * residual), reports. Returns the exit code. */
 int cmd_bench_reuse(int argc, char **argv) {
     reuse_opts o;
     int prc = reuse_parse(argc, argv, &o);
@@ -664,12 +849,12 @@ int cmd_bench_reuse(int argc, char **argv) {
     loaded_model lm;
     if (load_model(&lm, "bench reuse", o.model_path) < 0) return 1;
     const ak_model *m = lm.model;
-    const int vocab = m->cfg.vocab;
+    const int vocab = m->cfg.vocab, L = m->cfg.n_layer;
     ak_error err = {{0}};
-    int rc = 1, n_ctx = 0;
-    char *text = NULL;
-    int32_t *toks = NULL;
-    reuse_run R = {.o = &o, .tok = lm.tok, .vocab = vocab};
+    int rc = 1;
+    brd_set data;
+    memset(&data, 0, sizeof data);
+    reuse_run R = {.o = &o, .tok = lm.tok, .vocab = vocab, .data = &data};
     progress_init(&R.pg, "bench reuse");
     const int n_pre = R.n_pre = ak_tokenizer_add_bos(lm.tok) && ak_tokenizer_bos(lm.tok) >= 0 ? 1 : 0;
     const int per = n_pre + k * T + C;
@@ -680,6 +865,11 @@ int cmd_bench_reuse(int argc, char **argv) {
         unload_model(&lm);
         return AK_EXIT_USAGE;
     }
+    if (o.check_layer >= L) {
+        fprintf(stderr, "agentkv bench reuse: --check-layer %d: the model has %d layers\n", o.check_layer, L);
+        unload_model(&lm);
+        return AK_EXIT_USAGE;
+    }
     for (int c = 0; c < o.n_ct; c++)
         if (!ak_kv_format_supports(o.cts[c], m->spec.head_dim_k) || !ak_kv_format_supports(o.cts[c], m->spec.head_dim_v)) {
             fprintf(stderr, "agentkv bench reuse: cache type %s cannot store this model's head dims (K %d, V %d)\n",
@@ -687,43 +877,43 @@ int cmd_bench_reuse(int argc, char **argv) {
             unload_model(&lm);
             return AK_EXIT_USAGE;
         }
-    size_t len = 0;
-    if (!(text = ak_read_file(o.data, &len, &err))) goto fail;
-    const ctx_shape sh = {.n_pre = n_pre, .bos = ak_tokenizer_bos(lm.tok), .k = k, .T = T, .C = C};
-    n_ctx = make_contexts(lm.tok, text, len, &sh, o.max_ctx, &toks, &err);
-    if (n_ctx < 0) goto fail;
-    if (n_ctx == 0) {
-        ak_failc(&err, AK_ERR_INVALID, "%s does not hold one context (%d passages of %d tokens and one of %d): use "
-                 "smaller --chunks, --chunk-tokens or --cont", o.data, k, T, C);
-        goto fail;
-    }
+    if (load_data(&o, lm.tok, n_pre, &data, &err) < 0) goto fail;
+    const int n_ctx = data.n_ctx;
     R.rows = calloc((size_t)o.n_ct * BM_COUNT * MAX_LIST, sizeof *R.rows);
     R.ref = malloc(sizeof(float) * (size_t)C * vocab);
     R.got = malloc(sizeof(float) * (size_t)C * vocab);
     R.lp = malloc(sizeof(double) * vocab);
     R.lq = malloc(sizeof(double) * vocab);
-    if (!R.rows || !R.ref || !R.got || !R.lp || !R.lq) { ak_failc(&err, AK_ERR_NOMEM, "out of memory"); goto fail; }
-    make_rows(&R);
+    R.resid = calloc((size_t)o.n_ct * L * 2, sizeof *R.resid);
+    R.oracle = calloc((size_t)o.n_ct * (1 + BRR_ORACLE_COUNT), sizeof *R.oracle);
+    if (!R.rows || !R.ref || !R.got || !R.lp || !R.lq || !R.resid || !R.oracle) {
+        ak_failc(&err, AK_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (!o.residual) make_rows(&R);
     if (!(R.ctx = ak_ctx_new(m, per, o.n_threads, &err))) goto fail;
-    fprintf(stderr, "bench reuse: %s, %d contexts of %s%d chunks x %d tokens + %d continuation tokens, %d threads%s\n",
-            o.model_path, n_ctx, n_pre ? "BOS + " : "", k, T, C, ak_threads_size(ak_ctx_pool(R.ctx)),
-            o.speed_only ? ", speed only" : "");
-    R.total = (long)o.n_ct * n_ctx * (R.n_rows / o.n_ct + 1);
-    int arc = run_all(&R, toks, n_ctx, &err);
+    char what[512];
+    describe_data(&R, what, sizeof what);
+    fprintf(stderr, "bench reuse: %s, %s, %d threads%s\n", o.model_path, what, ak_threads_size(ak_ctx_pool(R.ctx)),
+            o.residual ? ", residual" : o.speed_only ? ", speed only" : "");
+    R.total = o.residual ? (long)o.n_ct * n_ctx : (long)o.n_ct * n_ctx * (R.n_rows / o.n_ct + 1);
+    int arc = run_all(&R, &err);
     if (arc > 0) err.msg[0] = 0;   /* cache_center printed why */
     if (arc != 0) goto fail;
     progress_done(&R.pg);
-    if (reuse_report(&R, m, n_ctx, &err) < 0) goto fail;
+    if (reuse_report(&R, m, &err) < 0) goto fail;
     rc = 0;
     goto done;
 fail:
     progress_done(&R.pg);
     if (err.msg[0]) fprintf(stderr, "agentkv bench reuse: %s\n", err.msg);
 done:
-    for (int j = 0; j < 64; j++) ak_kv_free(R.chunk_kv[j]);
+    drop_chunks(&R);
     ak_kv_free(R.kv);
+    ak_kv_free(R.kv2);
     ak_ctx_free(R.ctx);
-    free(text); free(toks); free(R.rows); free(R.ref); free(R.got); free(R.lp); free(R.lq);
+    brd_free(&data);
+    free(R.rows); free(R.ref); free(R.got); free(R.lp); free(R.lq); free(R.resid); free(R.oracle);
     unload_model(&lm);
     return rc;
 }

@@ -185,7 +185,7 @@ TEST(bench_reuse_bad_args) {
     test_path(data, sizeof data, "golden/stories260K/story.txt");
     bad_args(t, "--data x.txt", 2, "-m MODEL is required");
     snprintf(args, sizeof args, "-m %s", model);
-    bad_args(t, args, 2, "--data FILE is required");
+    bad_args(t, args, 2, "one of --data FILE and --notes FILE is required");
     snprintf(args, sizeof args, "-m %s --data %s --ratios 0,150", model, data);
     bad_args(t, args, 2, "--ratios");
     snprintf(args, sizeof args, "-m %s --data %s --ratios -5", model, data);
@@ -206,4 +206,250 @@ TEST(bench_reuse_bad_args) {
     bad_args(t, args, 1, "does not hold one context");
     snprintf(args, sizeof args, "-m %s --data %s/no-such-file.txt", model, test_tmp_dir());
     bad_args(t, args, 1, "no-such-file.txt");
+}
+
+/* ---- the residual arithmetic ------------------------------------------------ */
+
+TEST(bench_reuse_offset_share_known_values) {
+    double x = 0, e = 0;
+    /* the same vector at every token: the mean explains all of it */
+    const float same[6] = {1, -2, 1, -2, 1, -2};
+    brm_offset_energy(same, 3, 2, 2, &x, &e);
+    CHECK(e == 15 && x == 15, "constant residual: explained %g of %g, want 15 of 15 (share 1)", x, e);
+    /* zero mean per channel: nothing explained */
+    x = e = 0;
+    const float zero_mean[4] = {1, 2, -1, -2};
+    brm_offset_energy(zero_mean, 2, 2, 2, &x, &e);
+    CHECK(e == 10 && x == 0, "zero-mean residual: explained %g of %g, want 0 of 10", x, e);
+    /* (1, 3) in one channel: mean 2, energy 10, explained 2 * 2^2 = 8 (share 0.8); rows of stride 3 with
+     * the third float not read */
+    x = e = 0;
+    const float strided[6] = {1, 0, 99, 3, 0, 99};
+    brm_offset_energy(strided, 2, 2, 3, &x, &e);
+    CHECK(e == 10 && x == 8, "strided: explained %g of %g, want 8 of 10", x, e);
+    /* sums add across calls (energy-weighted shares) */
+    brm_offset_energy(same, 3, 2, 2, &x, &e);
+    CHECK(e == 25 && x == 23, "accumulated: %g of %g, want 23 of 25", x, e);
+
+    /* the correction: rows 4, 2, 1 (one channel), probe {0}: mu = 4; weights 0.5 and 0.25 take the others
+     * to 0 exactly (before 2^2 + 1^2 = 5, after 0); weights 1 take them to -2 and -3 (after 13) */
+    const float r[3] = {4, 2, 1};
+    const int probe[1] = {0};
+    const unsigned char is_probe[3] = {1, 0, 0};
+    const float w_exact[3] = {0, 0.5f, 0.25f}, w_one[3] = {0, 1, 1};
+    double before = 0, after = 0;
+    const brm_probes pe = {.probe = probe, .m = 1, .is_probe = is_probe, .w = w_exact};
+    brm_probe_correction(r, 3, 1, 1, &pe, &before, &after);
+    CHECK(before == 5 && after == 0, "exact weights: before %g after %g, want 5 and 0", before, after);
+    before = after = 0;
+    const brm_probes p1 = {.probe = probe, .m = 1, .is_probe = is_probe, .w = w_one};
+    brm_probe_correction(r, 3, 1, 1, &p1, &before, &after);
+    CHECK(before == 5 && after == 13, "unit weights: before %g after %g, want 5 and 13", before, after);
+    /* two probes (rows 0, 1 of a two-channel residual): mu = (3, -1); row 2 = (3, -1) + (1, 1), weight 1:
+     * before 16 + 0 = 16, after 1 + 1 = 2 */
+    const float r2[6] = {4, 0, 2, -2, 4, 0};
+    const int probe2[2] = {0, 1};
+    const unsigned char is_probe2[3] = {1, 1, 0};
+    before = after = 0;
+    const brm_probes p2 = {.probe = probe2, .m = 2, .is_probe = is_probe2, .w = w_one};
+    brm_probe_correction(r2, 3, 2, 2, &p2, &before, &after);
+    CHECK(before == 16 && after == 2, "two probes: before %g after %g, want 16 and 2", before, after);
+}
+
+/* ---- notes ------------------------------------------------------------------ */
+
+/* Writes s to dir/name; the path into path. */
+static void write_text(char *path, size_t size, const char *dir, const char *name, const char *s) {
+    snprintf(path, size, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(s, f);
+        fclose(f);
+    }
+}
+
+/* Tokens of the text in file path as `agentkv tokenize --no-bos` counts
+ * them (no BOS, no special tokens: a memory's tokenization), or -1. */
+static int count_tokens(const char *model, const char *path) {
+    char a[2048];
+    snprintf(a, sizeof a, "tokenize -m %s -f %s --no-bos", model, path);
+    test_cli_result r = test_cli_run(a, 60);
+    int n = -1;
+    if (r.code == 0) {
+        n = 0;
+        for (char *p = strtok(r.out, " \n"); p; p = strtok(NULL, " \n")) n++;
+    }
+    test_cli_free(&r);
+    return n;
+}
+
+static const char *const note_texts[4] = {
+    "memory content: Mia saw a small brown dog near her garden.\nmemory keywords: dog, garden",
+    "memory content: The owl said flying is hard at first.\nmemory tags: birds",
+    "DATE: 1:56 pm on 8 May, 2023\nCONVERSATION:\nLeo said, \"Thank you for finding Max. I looked for him all "
+    "day.\"\nMia said, \"You are welcome. Max is a good dog.\" Leo asked her to play with them, and they played "
+    "with a red ball until the sun went down over the big green hill near the small house.",
+    "memory content: Pip flew over the houses and the river."};
+
+/* Runs bench reuse on the hand-written notes file; the parsed JSON into
+ * *j (NULL when the run failed). */
+static cJSON *notes_run(ak_test_ctx *t, const char *model, const char *notes, const char *extra) {
+    char args[2048];
+    snprintf(args, sizeof args,
+             "-m %s --notes %s --chunks 3 --chunk-tokens 100 --cont 8 --contexts 4 --ratios 0,100 --cache-types f16 "
+             "--methods none,cacheblend --json -t 1 %s", model, notes, extra);
+    br_result r = br_run(args);
+    CHECK(r.code == 0, "exit %d: %s", r.code, r.err);
+    cJSON *j = r.code == 0 ? cJSON_Parse(r.out) : NULL;
+    CHECK(j != NULL, "not JSON: %.300s", r.out);
+    br_free(&r);
+    return j;
+}
+
+TEST(bench_reuse_notes_whole_chunks) {
+    char model[512], path[512], notes[512], np[4][512];
+    test_path(model, sizeof model, "models/stories260K.gguf");
+    const char *dir = test_tmp_dir();
+    int ntok[4];
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "note%d.txt", i);
+        write_text(np[i], sizeof np[i], dir, name, note_texts[i]);
+        ntok[i] = count_tokens(model, np[i]);
+        REQUIRE(ntok[i] > 0, "could not tokenize note %d", i);
+    }
+    REQUIRE(ntok[0] < 100 && ntok[1] < 100 && ntok[3] < 100 && ntok[2] > 100,
+            "the notes were written so that only n2 exceeds 100 tokens: %d %d %d %d", ntok[0], ntok[1], ntok[2],
+            ntok[3]);
+    /* the file: a meta line (ignored), the notes as JSON strings, two queries, one naming only two notes
+     * (skipped: --chunks 3) */
+    char body[8192];
+    int off = snprintf(body, sizeof body, "{\"type\": \"meta\", \"generator\": \"hand\"}\n");
+    for (int i = 0; i < 4; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "note");
+        char id[8];
+        snprintf(id, sizeof id, "n%d", i);
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "text", note_texts[i]);
+        char *s = cJSON_PrintUnformatted(o);
+        off += snprintf(body + off, sizeof body - off, "%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    }
+    snprintf(body + off, sizeof body - off,
+             "{\"type\": \"query\", \"id\": \"qa\", \"notes\": [\"n0\", \"n1\", \"n2\", \"n3\"], \"text\": \"Question: "
+             "What did Mia find? Answer: a small brown dog near her garden, and she gave it water.\"}\n"
+             "{\"type\": \"query\", \"id\": \"qshort\", \"notes\": [\"n0\", \"n1\"], \"text\": \"Question: Who is "
+             "Pip? Answer: a little bird who could not fly at first.\"}\n"
+             "\n"
+             "{\"type\": \"query\", \"id\": \"qb\", \"notes\": [\"n3\", \"n2\", \"n0\"], \"text\": \"Question: Who "
+             "flew? Answer: Pip flew over the houses and the river, and all the birds sang.\"}\n");
+    write_text(notes, sizeof notes, dir, "notes.jsonl", body);
+
+    cJSON *j = notes_run(t, model, notes, "");
+    REQUIRE(j, "no JSON");
+    cJSON *ctxs = cJSON_GetObjectItem(j, "contexts");
+    REQUIRE(cJSON_IsArray(ctxs) && cJSON_GetArraySize(ctxs) == 2, "want 2 contexts (qa, qb; qshort skipped), got %d",
+            cJSON_GetArraySize(ctxs));
+    const char *want_q[2] = {"qa", "qb"};
+    const char *want_set[2][3] = {{"n0", "n1", "n2"}, {"n3", "n2", "n0"}};
+    char order[2][64];
+    for (int x = 0; x < 2; x++) {
+        cJSON *c = cJSON_GetArrayItem(ctxs, x), *q = cJSON_GetObjectItem(c, "query");
+        cJSON *ns = cJSON_GetObjectItem(c, "notes"), *tk = cJSON_GetObjectItem(c, "chunk_tokens");
+        REQUIRE(cJSON_IsString(q) && !strcmp(q->valuestring, want_q[x]), "context %d: query %s, want %s", x,
+                cJSON_IsString(q) ? q->valuestring : "?", want_q[x]);
+        REQUIRE(cJSON_GetArraySize(ns) == 3 && cJSON_GetArraySize(tk) == 3, "context %d: not 3 notes", x);
+        order[x][0] = 0;
+        int seen[3] = {0, 0, 0};
+        for (int i = 0; i < 3; i++) {
+            const char *id = cJSON_GetArrayItem(ns, i)->valuestring;
+            strcat(order[x], id);
+            int which = -1;
+            for (int s = 0; s < 3; s++)
+                if (!strcmp(id, want_set[x][s])) which = s;
+            CHECK(which >= 0 && !seen[which], "context %d: note %s is not one of the query's first three, or twice",
+                  x, id);
+            if (which >= 0) seen[which] = 1;
+            /* each chunk is the whole note: its token count, or 100 (cut at --chunk-tokens) */
+            int n = id[1] - '0', want = ntok[n] < 100 ? ntok[n] : 100;
+            CHECK(cJSON_GetArrayItem(tk, i)->valueint == want, "context %d chunk %d (%s): %d tokens, want %d", x, i,
+                  id, cJSON_GetArrayItem(tk, i)->valueint, want);
+        }
+    }
+    cJSON *rows = cJSON_GetObjectItem(j, "rows");
+    cJSON *full = find_row(rows, "full", "f16", 1), *none = find_row(rows, "none", "f16", 0);
+    REQUIRE(full && none, "no full or none row");
+    CHECK(num(full, "kl") == 0 && num(full, "agree") == 1, "full: kl %g agree %g", num(full, "kl"), num(full, "agree"));
+    CHECK(num(none, "kl") > 0, "none: kl %g: notes computed alone should differ", num(none, "kl"));
+    const double none_kl = num(none, "kl");
+    cJSON_Delete(j);
+
+    /* the same seed gives the same orders; another seed other ones (seeds 1 and 2 differ here) */
+    cJSON *j1 = notes_run(t, model, notes, "--seed 1"), *j2 = notes_run(t, model, notes, "--seed 2");
+    REQUIRE(j1 && j2, "no JSON");
+    char o1[2][64], o2[2][64];
+    for (int x = 0; x < 2; x++) {
+        o1[x][0] = o2[x][0] = 0;
+        for (int i = 0; i < 3; i++) {
+            strcat(o1[x], cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j1, "contexts"), x), "notes"), i)->valuestring);
+            strcat(o2[x], cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j2, "contexts"), x), "notes"), i)->valuestring);
+        }
+    }
+    CHECK(!strcmp(o1[0], order[0]) && !strcmp(o1[1], order[1]), "seed 1 (the default) gave %s %s, then %s %s",
+          order[0], order[1], o1[0], o1[1]);
+    CHECK(strcmp(o1[0], o2[0]) || strcmp(o1[1], o2[1]), "seeds 1 and 2 gave the same orders %s %s", o1[0], o1[1]);
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+
+    /* the residual: V at layer 0 depends on the token only (no attention before it), so its residual is
+     * exactly 0; K at layer 0 differs by the rounding of the f16 position shift only */
+    char args[2048];
+    snprintf(args, sizeof args, "-m %s --notes %s --chunks 3 --chunk-tokens 100 --cont 8 --cache-types f16 --residual "
+             "--json -t 1", model, notes);
+    br_result r = br_run(args);
+    REQUIRE(r.code == 0, "residual: exit %d: %s", r.code, r.err);
+    cJSON *res = cJSON_Parse(r.out);
+    cJSON *rr = cJSON_GetObjectItem(res, "residual");
+    REQUIRE(cJSON_IsArray(rr) && cJSON_GetArraySize(rr) == 2 * 5, "residual: want 10 rows (5 layers x K, V): %.300s",
+            r.out);
+    cJSON *w;
+    cJSON_ArrayForEach(w, rr) {
+        int layer = cJSON_GetObjectItem(w, "layer")->valueint;
+        const char *side = cJSON_GetObjectItem(w, "side")->valuestring;
+        double rel = num(w, "rel_energy"), share = num(w, "offset_share");
+        if (layer == 0 && side[0] == 'V')
+            CHECK(rel == 0 && cJSON_IsNull(cJSON_GetObjectItem(w, "offset_share")), "layer 0 V: rel %g", rel);
+        else if (layer == 0)
+            CHECK(rel < 1e-4, "layer 0 K: rel %g, want rounding only", rel);
+        else
+            CHECK(rel > 0 && share >= 0 && share <= 1 && !isnan(num(w, "probe10")), "layer %d %s: rel %g share %g",
+                  layer, side, rel, share);
+        if (layer == 0) CHECK(cJSON_IsNull(cJSON_GetObjectItem(w, "probe10")), "layer 0: probe10 not null");
+        /* every chunk token of both contexts: qa's n0, n1, n2 (cut to 100) and qb's n3, n2, n0 */
+        double want_tok = ntok[0] + ntok[1] + 100 + ntok[3] + 100 + ntok[0];
+        CHECK(num(w, "tokens") == want_tok, "layer %d %s: %g tokens, want %g", layer, side, num(w, "tokens"), want_tok);
+    }
+    /* the oracle: none scored like the methods' none, and each offset variant scored */
+    cJSON *orc = cJSON_GetArrayItem(cJSON_GetObjectItem(res, "oracle"), 0);
+    REQUIRE(orc, "residual: no oracle member");
+    const char *variants[5] = {"kl_none", "kl_oracle", "kl_oracle_pre_rope", "kl_oracle_v", "kl_oracle_k"};
+    for (int i = 0; i < 5; i++) CHECK(num(orc, variants[i]) >= 0, "oracle: %s is %g", variants[i], num(orc, variants[i]));
+    CHECK(num(orc, "kl_none") == none_kl, "oracle: none's KL %g, the methods' none row %g (the same contexts)",
+          num(orc, "kl_none"), none_kl);
+    cJSON_Delete(res);
+    br_free(&r);
+
+    /* errors: an unknown note, both sources, a line that is not JSON */
+    snprintf(body, sizeof body, "{\"type\": \"note\", \"id\": \"n0\", \"text\": \"a note\"}\n"
+             "{\"type\": \"query\", \"id\": \"q\", \"notes\": [\"n0\", \"nx\"], \"text\": \"a question\"}\n");
+    write_text(path, sizeof path, dir, "bad.jsonl", body);
+    snprintf(args, sizeof args, "-m %s --notes %s --chunks 2", model, path);
+    bad_args(t, args, 1, "names 'nx', not a note of the file");
+    write_text(path, sizeof path, dir, "bad2.jsonl", "{\"type\": \"note\", \"id\": \"n0\", \"text\": \"a\"}\nnot json\n");
+    snprintf(args, sizeof args, "-m %s --notes %s", model, path);
+    bad_args(t, args, 1, "line 2: not a JSON object");
+    snprintf(args, sizeof args, "-m %s --notes %s --data %s", model, notes, notes);
+    bad_args(t, args, 2, "one of --data FILE and --notes FILE");
 }

@@ -148,14 +148,25 @@ static int by_deviation(const void *a, const void *b) {
     return (x->j > y->j) - (x->j < y->j);
 }
 
+int ak_reuse_rank(const double *d, int n, int *order, ak_error *err) {
+    ranked *rk = ak_malloc(sizeof(ranked) * (size_t)(n > 0 ? n : 1), err);
+    if (!rk) return -1;
+    for (int j = 0; j < n; j++) {
+        rk[j].d = d[j];
+        rk[j].j = j;
+    }
+    qsort(rk, (size_t)n, sizeof *rk, by_deviation);
+    for (int i = 0; i < n; i++) order[i] = rk[i].j;
+    free(rk);
+    return 0;
+}
+
 static int by_index(const void *a, const void *b) {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
 }
 
-/* Tokens selected of a chunk of n at ratio r: ceil(r * n), float noise
- * removed first (0.1 of 30 is 3, not 4). */
-static int n_selected(float r, int n) {
+int ak_reuse_n_selected(float r, int n) {
     int m = (int)ceil((double)r * n - 1e-6);
     return m < 0 ? 0 : m > n ? n : m;
 }
@@ -215,16 +226,17 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
     const int n = pt->n, dim = md->cfg.dim, L = md->cfg.n_layer, H = md->spec.n_head_kv;
     const int dk = md->spec.head_dim_k, dv = md->spec.head_dim_v;
     const size_t kd = (size_t)H * dk, vd = (size_t)H * dv;
-    const int m = n_selected(p->ratio, n);
+    const int m = ak_reuse_n_selected(p->ratio, n);
     int rc = -1;
     int32_t *pos = ak_malloc(sizeof(int32_t) * (size_t)n * 3, err);
     float *x = ak_malloc(sizeof(float) * (size_t)n * dim, err), *xs = ak_malloc(sizeof(float) * (size_t)n * dim, err);
     float *kf = ak_malloc(sizeof(float) * (size_t)n * kd, err), *vf = ak_malloc(sizeof(float) * (size_t)n * vd, err);
     float *kr = ak_malloc(sizeof(float) * (kd + vd), err), *w = ak_malloc(sizeof(float) * (size_t)n, err);
     float *mu = ak_malloc(sizeof(float) * (kd + vd), err);
-    ranked *rk = ak_malloc(sizeof(ranked) * (size_t)n, err);
+    double *dev = ak_malloc(sizeof(double) * (size_t)n, err);
+    int *order = ak_malloc(sizeof(int) * (size_t)n, err);
     ak_kv **seq = ak_malloc(sizeof(ak_kv *) * (size_t)ak_ctx_max_batch(c), err);
-    if (!pos || !x || !xs || !kf || !vf || !kr || !w || !mu || !rk || !seq) goto out;
+    if (!pos || !x || !xs || !kf || !vf || !kr || !w || !mu || !dev || !order || !seq) goto out;
     int32_t *sel = pos + n, *stok = pos + 2 * n, *spos;
     for (int j = 0; j < n; j++) pos[j] = at + j;
     for (int i = 0; i < ak_ctx_max_batch(c); i++) seq[i] = kv;
@@ -241,11 +253,10 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
             double e = (double)vf[(size_t)j * vd + i] - kr[kd + i];
             d += e * e;
         }
-        rk[j].d = d;
-        rk[j].j = j;
+        dev[j] = d;
     }
-    qsort(rk, (size_t)n, sizeof *rk, by_deviation);
-    for (int i = 0; i < m; i++) sel[i] = rk[i].j;
+    if (ak_reuse_rank(dev, n, order, err) < 0) goto out;
+    for (int i = 0; i < m; i++) sel[i] = order[i];
     qsort(sel, (size_t)m, sizeof *sel, by_index);   /* recomputed in position order */
     *recomputed += m;
     if (m == 0) { rc = 0; goto out; }
@@ -265,11 +276,11 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
     }
     /* AGENTKVSHIFT: weights from the initial deviation (reuse.h) */
     double dm = 0;
-    for (int i = 0; i < m; i++) dm += rk[i].d;
+    for (int i = 0; i < m; i++) dm += dev[order[i]];
     dm /= m;
     for (int j = 0; j < n; j++) w[j] = 1.0f;
     if (!p->unit_weights && dm > 0)
-        for (int i = m; i < n; i++) w[rk[i].j] = (float)(rk[i].d / dm);
+        for (int i = m; i < n; i++) w[order[i]] = (float)(dev[order[i]] / dm);
     for (int i = 0; i < m; i++) w[sel[i]] = 0.0f;   /* probes hold fresh K/V */
     for (int i = 0; i < m; i++) spos[i] = at + sel[i];
     int idx = ak_kv_correction_add(kv, at, n, check, w, err);
@@ -290,7 +301,7 @@ static int blend_chunk(ak_ctx *c, ak_kv *kv, const ak_reuse_part *pt, int at, in
     }
     rc = 0;
 out:
-    free(pos); free(x); free(xs); free(kf); free(vf); free(kr); free(w); free(mu); free(rk); free(seq);
+    free(pos); free(x); free(xs); free(kf); free(vf); free(kr); free(w); free(mu); free(dev); free(order); free(seq);
     return rc;
 }
 

@@ -134,6 +134,15 @@ int ak_reuse_prefill(ak_ctx *c, ak_kv *kv, const ak_reuse_part *parts, int n_par
 int ak_reuse_place(ak_ctx *c, ak_kv *kv, const ak_reuse_part *part, const ak_reuse_params *p, ak_reuse_stats *st,
                    ak_error *err);
 
+/* The ranking of the blend methods: order[0..n) gets the token indices
+ * by deviation d (n entries), larger first, ties the lower index; the
+ * first ak_reuse_n_selected of them are the selected tokens (probes).
+ * Returns 0, or -1 with err set (out of memory). */
+int ak_reuse_rank(const double *d, int n, int *order, ak_error *err);
+/* Tokens selected of a chunk of n at ratio r: ceil(r * n), float noise
+ * removed first (0.1 of 30 is 3, not 4), within [0, n]. */
+int ak_reuse_n_selected(float r, int n);
+
 /* "none", "cacheblend", "agentkvshift", "full" ("?" for anything else). */
 const char *ak_reuse_method_name(ak_reuse_method m);
 /* Parses one of those names into *m. Returns 0, or -1 (unknown: *m unchanged). */
