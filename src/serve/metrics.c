@@ -236,6 +236,16 @@ char *ak_metrics_render(ak_metrics *m, const ak_metrics_gauges *g) {
         put_u64(&b, "gauge", "agentkv_kv_budget_bytes", "RAM budget of the KV pool (0: none).", g->bytes_budget);
         put_u64(&b, "gauge", "agentkv_disk_budget_bytes",
                 "Budget of the agent files in the memory directory (the warm tier's bytes; 0: none).", g->disk_budget);
+        put_u64(&b, "gauge", "agentkv_responses_stored", "Stored responses and conversations (records).",
+                (uint64_t)g->responses);
+        put_u64(&b, "gauge", "agentkv_responses_bytes", "Bytes of the stored responses and conversations.",
+                g->responses_bytes);
+        put_u64(&b, "gauge", "agentkv_responses_budget_bytes", "Budget of the stored responses (0: no store).",
+                g->responses_budget);
+        put_u64(&b, "counter", "agentkv_responses_expired_total", "Stored records removed at their expiry.",
+                g->responses_expired);
+        put_u64(&b, "counter", "agentkv_responses_evicted_total", "Stored records removed to keep the budget.",
+                g->responses_evicted);
         put_u64(&b, "gauge", "agentkv_requests_active", "Requests prefilling or decoding.", (uint64_t)g->active);
         put_u64(&b, "gauge", "agentkv_requests_queued", "Requests waiting for admission.", (uint64_t)g->queued);
         put_u64(&b, "counter", "agentkv_store_saves_total", "Agent files written to the memory directory.", g->saves);

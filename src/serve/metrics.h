@@ -54,6 +54,10 @@ typedef struct {
     uint64_t used_bytes;       /* KV bytes really held (logical / used: the dedup ratio) */
     uint64_t linked_blocks;    /* blocks linked instead of computed or read (a counter) */
     int pools, pools_resident; /* pools known / with their blocks in RAM */
+    /* stored responses and conversations (rstore.h; all 0 without a store) */
+    int responses;             /* records kept */
+    uint64_t responses_bytes, responses_budget;
+    uint64_t responses_expired, responses_evicted;   /* counters */
 } ak_metrics_gauges;
 
 typedef struct ak_agents ak_agents;           /* agent.h */

@@ -236,6 +236,15 @@ static enum MHD_Result health(const ak_route_req *q) {
 static enum MHD_Result metrics(const ak_route_req *q) {
     ak_metrics_gauges g;
     ak_sched_gauges(q->s->cfg.sched, &g);
+    if (q->s->cfg.rstore) {
+        ak_rstore_stats rs;
+        ak_rstore_get_stats(q->s->cfg.rstore, &rs);
+        g.responses = rs.records;
+        g.responses_bytes = rs.bytes;
+        g.responses_budget = rs.budget;
+        g.responses_expired = rs.expired;
+        g.responses_evicted = rs.evicted;
+    }
     return ak_http_body(q->s, q->c, q->ep, 200, ak_metrics_render(q->s->cfg.metrics, &g), "text/plain; version=0.0.4",
                         NULL);
 }

@@ -784,6 +784,7 @@ void ak_rstore_get_stats(ak_rstore *s, ak_rstore_stats *st) {
     sweep(s, clock_now(s));
     st->records = s->n_used;
     st->bytes = s->bytes;
+    st->budget = s->budget;
     st->expired = s->expired;
     st->evicted = s->evicted;
     st->quarantined = s->quarantined;

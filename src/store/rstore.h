@@ -105,7 +105,7 @@ typedef struct {              /* what the store indexes about a record (besides 
     char conversation[65];    /* the conversation it belongs to ("" none) */
 } ak_rstore_meta;
 
-typedef struct { int records; uint64_t bytes; uint64_t expired, evicted, quarantined; } ak_rstore_stats;
+typedef struct { int records; uint64_t bytes, budget; uint64_t expired, evicted, quarantined; } ak_rstore_stats;
 
 /* 1 if id is 1 to AK_RSTORE_ID_MAX characters of [A-Za-z0-9_-] (so names
  * a file inside the store's directory and nothing else), else 0 (NULL: 0). */

@@ -164,6 +164,13 @@ try {
         citems.data.length === 1 + 1 + v1.output.length + 1 + v2.output.length,
         JSON.stringify({ heldV, usage: v2.usage, n: citems.data.length }));
 
+  // /metrics counts the records
+  const metrics = await (await fetch(`http://127.0.0.1:${server.port}/metrics`)).text();
+  const stored = Number(/^agentkv_responses_stored (\d+)/m.exec(metrics)?.[1] ?? -1);
+  const budget = Number(/^agentkv_responses_budget_bytes (\d+)/m.exec(metrics)?.[1] ?? -1);
+  check("/metrics: the stored records and their budget", stored >= 10 && budget === 1073741824,
+        JSON.stringify({ stored, budget }));
+
   // a restart: the chain continues warm from disk
   const held2 = await agentTokens(server.port, agent1);
   check("the server saves and exits on SIGTERM", (await stopServer(server, STOP_GRACE_MS)) === 0);
