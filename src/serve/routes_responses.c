@@ -476,6 +476,12 @@ static int stream_end(rstream *st) {
     finish_response(st->resp, cJSON_Duplicate(ak_resp_stream_items(st->rs), 1), usage_json(st->s, &res, st->tc),
                     ak_run_agentkv_json(&st->run.p, &res), incomplete);
     if (ak_resp_stream_end(st->rs, st->resp, incomplete) < 0) return -1;
+    /* the last item is closed only by the stream's end: stored before it, the
+     * record's output would be unfinished (no text), its chain hash not the
+     * one a resent conversation has */
+    cJSON *items = cJSON_Duplicate(ak_resp_stream_items(st->rs), 1);
+    if (!items) return -1;
+    cJSON_ReplaceItemInObjectCaseSensitive(st->resp, "output", items);
     store_response(st->s, st->req, &st->c, st->resp, st->run.p.agent_id);
     return 0;
 }

@@ -7,6 +7,8 @@
 //   - streamed: response.created first, sequence numbers 0, 1, 2, ...,
 //     the deltas concatenated equal the unstreamed text, a terminal
 //     response.completed / response.incomplete holding the same output;
+//     GET of a streamed response: that output; the SDK's streamed mode
+//     (items resent, streamed) continues the stored response;
 //   - previous_response_id: the continuation reuses the chain's agent
 //     (cached_tokens = everything the agent held), after a server restart
 //     too (tier warm); a branch (a response continued twice) gets an agent
@@ -79,6 +81,25 @@ try {
   check("stream: the deltas are the unstreamed text, the terminal event holds it",
         deltas === r1.output_text && last.type === "response.incomplete" && textOf(last.response) === deltas,
         JSON.stringify({ deltas, text: r1.output_text, last: last.type }));
+
+  // a streamed response is stored as the terminal event has it (GET), and the SDK's streamed mode
+  // (every item resent, streamed) continues it: its agent, its history reused. Another input than
+  // r1's: a record with r1's items would match the resent conversation whatever the stream stored.
+  const streamed = async (body) => {
+    const evs = [];
+    for await (const e of await client.responses.create({ ...body, stream: true })) evs.push(e);
+    return evs[evs.length - 1].response;
+  };
+  const f1 = await streamed({ ...base, input: [{ role: "user", content: "Name a fruit." }] });
+  const gf = await client.responses.retrieve(f1.id);
+  check("stream: GET holds the output of the terminal event", JSON.stringify(gf.output) === JSON.stringify(f1.output) &&
+        f1.output.every((i) => i.status !== "in_progress"), JSON.stringify({ get: gf.output, streamed: f1.output }));
+  const heldF = await agentTokens(server.port, f1.agentkv.agent_id);
+  const f2 = await streamed({ ...base,
+    input: [{ role: "user", content: "Name a fruit." }, ...f1.output, { role: "user", content: "Why?" }] });
+  check("stream, resent conversation: the stored response continued (same agent, its history reused)",
+        heldF > 0 && f2.agentkv.agent_id === f1.agentkv.agent_id && f2.usage.input_tokens_details.cached_tokens === heldF,
+        JSON.stringify({ heldF, a1: f1.agentkv.agent_id, a2: f2.agentkv.agent_id, usage: f2.usage }));
 
   // previous_response_id: the chain's agent serves the continuation
   const agent1 = r1.agentkv?.agent_id;
