@@ -146,7 +146,7 @@ static ak_toolcall *parsed(const char *text) {
 TEST(responses_output_items_and_stream_events) {
     ak_toolcall *tc = parsed(REPLY);
     REQUIRE(tc, "parser");
-    const ak_resp_ids ids = {.response_id = "resp-1", .id_seed = 42};
+    const ak_resp_ids ids = {.id_seed = 42};
     cJSON *items = ak_resp_output_items(tc, &ids, 0);
     REQUIRE(items && cJSON_GetArraySize(items) == 2, "two items");
     cJSON *m = cJSON_GetArrayItem(items, 0), *f = cJSON_GetArrayItem(items, 1);

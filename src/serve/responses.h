@@ -63,8 +63,7 @@ uint64_t ak_resp_item_hash(uint64_t h, const cJSON *item);
 
 /* How a reply is written out: the ids its items take. */
 typedef struct {
-    const char *response_id;   /* "resp_..." */
-    uint64_t id_seed;          /* item ids derive from it */
+    uint64_t id_seed;          /* item ids derive from it (the response's id hashed) */
 } ak_resp_ids;
 
 /* The output items of a whole reply (tc finished): a reasoning item, a

@@ -87,12 +87,20 @@ static int append_all(cJSON *dst, const cJSON *src) {
  * Returns OK, ABSENT (a record of the chain is gone: *missing names it),
  * CORRUPT or ERROR. */
 static ak_rstore_status chain_items(ak_server *s, const char *id, cJSON **items, record *top, char *missing) {
-    record *chain = calloc(MAX_CHAIN, sizeof *chain);
-    int n = 0;
-    ak_rstore_status st = chain ? AK_RSTORE_OK : AK_RSTORE_ERROR;
+    record *chain = NULL;
+    int n = 0, cap = 0;
+    ak_rstore_status st = AK_RSTORE_OK;
     char cur[RID];
     snprintf(cur, sizeof cur, "%s", id);
     while (st == AK_RSTORE_OK && cur[0] && n < MAX_CHAIN) {
+        if (n == cap) {   /* grown as the chain is walked: most chains are short */
+            record *g = realloc(chain, sizeof *chain * (size_t)(cap = cap ? 2 * cap : 16));
+            if (!g) {
+                st = AK_RSTORE_ERROR;
+                break;
+            }
+            chain = g;
+        }
         st = read_record(s, cur, &chain[n]);
         if (st != AK_RSTORE_OK) {
             snprintf(missing, RID, "%s", cur);
@@ -561,7 +569,7 @@ static enum MHD_Result answer_whole(const ak_route_req *q, ak_run *run, const cJ
                    : ak_http_error(s, q->c, q->ep, 500, NULL, NULL, "out of memory");
     }
     int incomplete = res.finish == AK_FINISH_LENGTH;
-    ak_resp_ids ids = {.response_id = run->id, .id_seed = id_seed(run->id)};
+    ak_resp_ids ids = {.id_seed = id_seed(run->id)};
     finish_response(resp, ak_resp_output_items(tc, &ids, incomplete), usage_json(s, &res, tc),
                     ak_run_agentkv_json(&run->p, &res), incomplete);
     ak_toolcall_free(tc);
@@ -577,7 +585,7 @@ static enum MHD_Result answer_stream(const ak_route_req *q, ak_run *run, cJSON *
     ak_error err = {0};
     if (st) {
         *st = (rstream){.s = s, .run = *run, .req = req, .c = *c, .resp = resp, .events = cJSON_CreateArray()};
-        ak_resp_ids ids = {.response_id = run->id, .id_seed = id_seed(run->id)};
+        ak_resp_ids ids = {.id_seed = id_seed(run->id)};
         st->tc = ak_run_reply_parser(s, &run->p, run->id, 0, &err);
         st->rs = st->events ? ak_resp_stream_new(&ids, st->events) : NULL;
     } else {
