@@ -34,13 +34,14 @@ ak_reprompt ak_api_reprompt(const ak_api_request *r) {
     return (ak_reprompt){.fn = resend_fn, .ud = r->resend, .free = resend_free};
 }
 
-static int fail_bad(ak_api_error *b, int status, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-/* Fills b; always returns -1. */
-static int fail_bad(ak_api_error *b, int status, const char *param, const char *code, const char *fmt, ...) {
+int ak_api_fail(ak_api_error *b, int status, const char *param, const char *code, const char *fmt, ...) {
     b->status = status;
-    b->param = param;
     b->code = code;
+    b->param = param;
+    if (param && param != b->param_buf) {   /* a path the caller built on its stack outlives it here */
+        snprintf(b->param_buf, sizeof b->param_buf, "%s", param);
+        b->param = b->param_buf;
+    }
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(b->msg, sizeof b->msg, fmt, ap);
@@ -56,7 +57,7 @@ static char *content_text(const cJSON *content, int i, ak_api_error *b) {
     if (cJSON_IsString(content)) out = strdup(content->valuestring);
     else if (cJSON_IsNull(content)) out = strdup("");
     else if (!cJSON_IsArray(content)) {
-        fail_bad(b, 400, "messages", "invalid_type", "messages[%d].content must be a string or an array of text parts", i);
+        ak_api_fail(b, 400, "messages", "invalid_type", "messages[%d].content must be a string or an array of text parts", i);
         return NULL;
     } else {
         size_t len = 0;
@@ -64,14 +65,14 @@ static char *content_text(const cJSON *content, int i, ak_api_error *b) {
         const cJSON *part;
         cJSON_ArrayForEach(part, content) {
             if (++n > AK_API_MAX_PARTS) {
-                fail_bad(b, 400, "messages", "too_many_parts", "messages[%d].content has more than %d parts", i,
+                ak_api_fail(b, 400, "messages", "too_many_parts", "messages[%d].content has more than %d parts", i,
                          AK_API_MAX_PARTS);
                 return NULL;
             }
             const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
             const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
             if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
-                fail_bad(b, 400, "messages", "invalid_type",
+                ak_api_fail(b, 400, "messages", "invalid_type",
                          "messages[%d].content: only parts of type \"text\" with a string \"text\" are supported", i);
                 return NULL;
             }
@@ -89,7 +90,7 @@ static char *content_text(const cJSON *content, int i, ak_api_error *b) {
     }
     if (out) return out;
 oom:
-    fail_bad(b, 500, NULL, NULL, "out of memory");
+    ak_api_fail(b, 500, NULL, NULL, "out of memory");
     return NULL;
 }
 
@@ -113,16 +114,16 @@ static void msg_list_free(msg_list *l) {
  * {role, content}; the list is walked, never indexed) to l. Roles are
  * normalized (developer -> system). Returns 0, or -1 with b set. */
 static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
-    if (!msgs) return fail_bad(b, 400, "messages", "missing_required_parameter", "messages is required");
-    if (!cJSON_IsArray(msgs)) return fail_bad(b, 400, "messages", "invalid_type", "messages must be an array");
+    if (!msgs) return ak_api_fail(b, 400, "messages", "missing_required_parameter", "messages is required");
+    if (!cJSON_IsArray(msgs)) return ak_api_fail(b, 400, "messages", "invalid_type", "messages must be an array");
     int n = 0;
     const cJSON *msg;
     cJSON_ArrayForEach(msg, msgs) {
         if (++n > AK_API_MAX_MESSAGES)
-            return fail_bad(b, 400, "messages", "too_many_messages", "at most %d messages are accepted",
+            return ak_api_fail(b, 400, "messages", "too_many_messages", "at most %d messages are accepted",
                             AK_API_MAX_MESSAGES);
     }
-    if (n < 1) return fail_bad(b, 400, "messages", "invalid_value", "messages must not be empty");
+    if (n < 1) return ak_api_fail(b, 400, "messages", "invalid_value", "messages must not be empty");
     if (l->n + n > l->cap) {
         int nc = l->n + n;
         ak_chat_msg *m = realloc(l->m, sizeof *m * (size_t)nc);
@@ -131,14 +132,14 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
         if (t) l->texts = t;
         char **c = t ? realloc(l->calls, sizeof *c * (size_t)nc) : NULL;
         if (c) l->calls = c;
-        if (!m || !t || !c) return fail_bad(b, 500, NULL, NULL, "out of memory");
+        if (!m || !t || !c) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
         l->cap = nc;
     }
     int i = 0;
     cJSON_ArrayForEach(msg, msgs) {
-        if (!cJSON_IsObject(msg)) return fail_bad(b, 400, "messages", "invalid_type", "messages[%d] must be an object", i);
+        if (!cJSON_IsObject(msg)) return ak_api_fail(b, 400, "messages", "invalid_type", "messages[%d] must be an object", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        if (!cJSON_IsString(role)) return fail_bad(b, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
+        if (!cJSON_IsString(role)) return ak_api_fail(b, 400, "messages", "invalid_type", "messages[%d].role must be a string", i);
         const char *r = role->valuestring;
         if (!strcmp(r, "developer")) r = "system"; /* OpenAI's newer name for the system role */
         else if (!strcmp(r, "system")) r = "system";
@@ -146,7 +147,7 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
         else if (!strcmp(r, "assistant")) r = "assistant";
         else if (!strcmp(r, "tool")) r = "tool";
         else
-            return fail_bad(b, 400, "messages", "invalid_value",
+            return ak_api_fail(b, 400, "messages", "invalid_value",
                             "messages[%d].role '%.64s' is not supported (system, developer, user, assistant, tool)", i,
                             role->valuestring);
         ak_chat_msg *m = &l->m[l->n];
@@ -157,7 +158,7 @@ static int read_messages(const cJSON *msgs, msg_list *l, ak_api_error *b) {
         if (!m->n_calls || (content && !cJSON_IsNull(content))) {   /* null beside calls: OpenAI's form */
             if (!content) {
                 free(l->calls[l->n]);
-                return fail_bad(b, 400, "messages", "missing_required_parameter", "messages[%d].content is required", i);
+                return ak_api_fail(b, 400, "messages", "missing_required_parameter", "messages[%d].content is required", i);
             }
             if (!(text = content_text(content, i, b))) {
                 free(l->calls[l->n]);
@@ -182,7 +183,7 @@ static int tokenize_messages(const ak_api_config *cfg, const msg_list *l, const 
                             .tools = t ? t->tools : NULL, .n_tools = t ? t->n_tools : 0,
                             .think = t ? t->think : AK_CHAT_THINK_DEFAULT};
     if (ak_chat_tokenize(l->m, l->n, &o, cfg->tok, AK_TOK_ADD_SPECIAL, ids, n, &err) < 0)
-        return fail_bad(b, 400, "messages", "invalid_value", "%s", err.msg);
+        return ak_api_fail(b, 400, "messages", "invalid_value", "%s", err.msg);
     return 0;
 }
 
@@ -196,7 +197,7 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, cons
         /* the pool's source was validated when it was made: a store written by something else */
         char why[sizeof b->msg];
         snprintf(why, sizeof why, "%s", b->msg);
-        fail_bad(b, 500, "pool", "pool_corrupt", "pool '%s': its stored messages are not valid: %.400s", p->pool, why);
+        ak_api_fail(b, 500, "pool", "pool_corrupt", "pool '%s': its stored messages are not valid: %.400s", p->pool, why);
         goto done;
     }
     if (read_messages(msgs, &l, b) < 0 || ak_api_check_tool_results(l.m, l.n, b) < 0) goto done;
@@ -209,7 +210,7 @@ static int parse_messages(const ak_api_config *cfg, const cJSON *pool_msgs, cons
         const ak_chat_opts o = {.family = cfg->family, .template_text = cfg->template_text, .add_generation_prompt = 1,
                                 .tools = p->tools.tools, .n_tools = p->tools.n_tools, .think = p->tools.think};
         if (!(p->resend = ak_chat_resend_new(l.m, l.n, &o, cfg->tok, &err)))
-            rc = fail_bad(b, 500, NULL, NULL, "out of memory");
+            rc = ak_api_fail(b, 500, NULL, NULL, "out of memory");
     }
 done:
     msg_list_free(&l);
@@ -224,11 +225,11 @@ static int get_int(const cJSON *body, const char *name, long lo, long hi, long *
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
     *given = 0;
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v)) return fail_bad(b, 400, name, "invalid_type", "%s must be an integer", name);
+    if (!cJSON_IsNumber(v)) return ak_api_fail(b, 400, name, "invalid_type", "%s must be an integer", name);
     double d = v->valuedouble;
-    if (isfinite(d) && d != floor(d)) return fail_bad(b, 400, name, "invalid_type", "%s must be an integer", name);
+    if (isfinite(d) && d != floor(d)) return ak_api_fail(b, 400, name, "invalid_type", "%s must be an integer", name);
     if (!(d >= (double)lo && d <= (double)hi))
-        return fail_bad(b, 400, name, "invalid_value", "%s must be between %ld and %ld", name, lo, hi);
+        return ak_api_fail(b, 400, name, "invalid_value", "%s must be between %ld and %ld", name, lo, hi);
     /* (double)hi may round up past hi; the result is clamped, not converted out of range */
     long x = d >= (double)hi ? hi : d <= (double)lo ? lo : (long)d;
     *out = x;
@@ -240,9 +241,9 @@ static int get_int(const cJSON *body, const char *name, long lo, long hi, long *
 static int get_num(const cJSON *body, const char *name, double lo, double hi, double *out, ak_api_error *b) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v)) return fail_bad(b, 400, name, "invalid_type", "%s must be a number", name);
+    if (!cJSON_IsNumber(v)) return ak_api_fail(b, 400, name, "invalid_type", "%s must be a number", name);
     if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return fail_bad(b, 400, name, "invalid_value", "%s must be between %g and %g", name, lo, hi);
+        return ak_api_fail(b, 400, name, "invalid_value", "%s must be between %g and %g", name, lo, hi);
     *out = v->valuedouble;
     return 0;
 }
@@ -251,7 +252,7 @@ static int get_num(const cJSON *body, const char *name, double lo, double hi, do
 static int get_bool(const cJSON *body, const char *name, int *out, ak_api_error *b) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return fail_bad(b, 400, name, "invalid_type", "%s must be a boolean", name);
+    if (!cJSON_IsBool(v)) return ak_api_fail(b, 400, name, "invalid_type", "%s must be a boolean", name);
     *out = cJSON_IsTrue(v);
     return 0;
 }
@@ -263,22 +264,22 @@ static int lookup_pool(const ak_api_config *cfg, const cJSON *body, ak_api_reque
                        cJSON **src, ak_api_error *b) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "pool");
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsString(v)) return fail_bad(b, 400, "pool", "invalid_type", "pool must be a string");
+    if (!cJSON_IsString(v)) return ak_api_fail(b, 400, "pool", "invalid_type", "pool must be a string");
     if (!ak_pool_id_valid(v->valuestring))
-        return fail_bad(b, 400, "pool", "invalid_pool_id",
+        return ak_api_fail(b, 400, "pool", "invalid_pool_id",
                         "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
-    if (!cfg->pool_lookup) return fail_bad(b, 400, "pool", "invalid_value", "this server has no pools");
+    if (!cfg->pool_lookup) return ak_api_fail(b, 400, "pool", "invalid_value", "this server has no pools");
     snprintf(p->pool, sizeof p->pool, "%s", v->valuestring);
     ak_error err = {0};
     char *source = NULL;
     if (cfg->pool_lookup(cfg->pool_ud, p->pool, toks, n, &source, &err) < 0) {
         switch (err.code) {
-        case AK_ERR_NOT_FOUND: return fail_bad(b, 404, "pool", "pool_not_found", "no pool '%s'", p->pool);
-        case AK_ERR_STALE: return fail_bad(b, 409, "pool", "pool_stale", "pool '%s': %s", p->pool, err.msg);
-        case AK_ERR_CORRUPT: return fail_bad(b, 500, "pool", "pool_corrupt", "pool '%s': %s", p->pool, err.msg);
+        case AK_ERR_NOT_FOUND: return ak_api_fail(b, 404, "pool", "pool_not_found", "no pool '%s'", p->pool);
+        case AK_ERR_STALE: return ak_api_fail(b, 409, "pool", "pool_stale", "pool '%s': %s", p->pool, err.msg);
+        case AK_ERR_CORRUPT: return ak_api_fail(b, 500, "pool", "pool_corrupt", "pool '%s': %s", p->pool, err.msg);
         case AK_ERR_KV_BUDGET:
-            return fail_bad(b, 503, "pool", "kv_budget", "pool '%s' cannot be loaded now: %s", p->pool, err.msg);
-        default: return fail_bad(b, 500, "pool", NULL, "pool '%s': %s", p->pool, err.msg);
+            return ak_api_fail(b, 503, "pool", "kv_budget", "pool '%s' cannot be loaded now: %s", p->pool, err.msg);
+        default: return ak_api_fail(b, 500, "pool", NULL, "pool '%s': %s", p->pool, err.msg);
         }
     }
     *src = source ? cJSON_Parse(source) : NULL;
@@ -295,7 +296,7 @@ static int prepend_pool(const ak_api_config *cfg, const int32_t *pool, int np, a
     size_t skip = np > 0 && p->n_tokens > 0 && pool[0] == bos && p->tokens[0] == bos ? 1 : 0;
     size_t n = (size_t)np + p->n_tokens - skip;
     int32_t *t = malloc(sizeof *t * (n ? n : 1));
-    if (!t) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    if (!t) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
     memcpy(t, pool, sizeof *t * (size_t)np);
     if (p->n_tokens > skip) memcpy(t + np, p->tokens + skip, sizeof *t * (p->n_tokens - skip));
     free(p->tokens);
@@ -309,9 +310,9 @@ static int parse_reuse(const cJSON *body, ak_api_request *p, ak_api_error *b) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(body, "reuse");
     p->reuse = AK_REUSE_NONE;
     if (r && !cJSON_IsNull(r)) {
-        if (!cJSON_IsString(r)) return fail_bad(b, 400, "reuse", "invalid_type", "reuse must be a string");
+        if (!cJSON_IsString(r)) return ak_api_fail(b, 400, "reuse", "invalid_type", "reuse must be a string");
         if (ak_reuse_method_parse(r->valuestring, &p->reuse) < 0)
-            return fail_bad(b, 400, "reuse", "invalid_value",
+            return ak_api_fail(b, 400, "reuse", "invalid_value",
                             "reuse '%.64s' is not one of none, full, cacheblend, agentkvshift", r->valuestring);
     }
     double ratio = AK_API_RECOMPUTE_RATIO;
@@ -326,20 +327,20 @@ static int parse_reuse(const cJSON *body, ak_api_request *p, ak_api_error *b) {
 static int place_memories(const ak_api_config *cfg, const cJSON *body, ak_api_request *p, ak_api_error *b) {
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(body, "memories");
     if (!ms || cJSON_IsNull(ms)) return 0;
-    if (!cJSON_IsArray(ms)) return fail_bad(b, 400, "memories", "invalid_type", "memories must be an array of memory ids");
+    if (!cJSON_IsArray(ms)) return ak_api_fail(b, 400, "memories", "invalid_type", "memories must be an array of memory ids");
     int k = cJSON_GetArraySize(ms);
     if (k < 1 || k > AK_MAX_MEMORIES)
-        return fail_bad(b, 400, "memories", "invalid_value", "memories must name 1 to %d memories", AK_MAX_MEMORIES);
-    if (!p->chat) return fail_bad(b, 400, "memories", "invalid_value", "memories are placed in chat requests only");
-    if (p->pool[0]) return fail_bad(b, 400, "memories", "invalid_value", "a request cannot name both a pool and memories");
-    if (!cfg->memory_lookup) return fail_bad(b, 400, "memories", "invalid_value", "this server has no memories");
+        return ak_api_fail(b, 400, "memories", "invalid_value", "memories must name 1 to %d memories", AK_MAX_MEMORIES);
+    if (!p->chat) return ak_api_fail(b, 400, "memories", "invalid_value", "memories are placed in chat requests only");
+    if (p->pool[0]) return ak_api_fail(b, 400, "memories", "invalid_value", "a request cannot name both a pool and memories");
+    if (!cfg->memory_lookup) return ak_api_fail(b, 400, "memories", "invalid_value", "this server has no memories");
     if (parse_reuse(body, p, b) < 0) return -1;
     const cJSON *x;
     int i = 0;
     cJSON_ArrayForEach(x, ms) {
-        if (!cJSON_IsString(x)) return fail_bad(b, 400, "memories", "invalid_type", "memories[%d] must be a string", i);
+        if (!cJSON_IsString(x)) return ak_api_fail(b, 400, "memories", "invalid_type", "memories[%d] must be a string", i);
         if (!ak_agent_id_valid(x->valuestring))
-            return fail_bad(b, 400, "memories", "invalid_memory_id",
+            return ak_api_fail(b, 400, "memories", "invalid_memory_id",
                             "memories[%d]: invalid memory id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')", i);
         snprintf(p->mem_id[i++], sizeof p->mem_id[0], "%s", x->valuestring);
     }
@@ -360,7 +361,7 @@ static int place_memories(const ak_api_config *cfg, const cJSON *body, ak_api_re
         free(sys);
         msg_list_free(&l);
         if (!ok)
-            return fail_bad(b, 400, "memories", "memory_template_mismatch",
+            return ak_api_fail(b, 400, "memories", "memory_template_mismatch",
                             "this model's chat template (%s) renders the system message differently when other "
                             "messages follow it, so the memories cannot be placed after it: send reuse 'full' "
                             "without memories (the chunks as text) instead", ak_chat_family_name(cfg->family));
@@ -377,19 +378,19 @@ static int place_memories(const ak_api_config *cfg, const cJSON *body, ak_api_re
         ak_error err = {0};
         if (cfg->memory_lookup(cfg->memory_ud, p->mem_id[j], &chunk[j], &nc[j], &err) < 0) {
             switch (err.code) {
-            case AK_ERR_NOT_FOUND: rc = fail_bad(b, 404, "memories", "memory_not_found", "no memory '%s'", p->mem_id[j]); break;
-            case AK_ERR_STALE: rc = fail_bad(b, 409, "memories", "memory_stale", "memory '%s': %s", p->mem_id[j], err.msg); break;
-            case AK_ERR_CORRUPT: rc = fail_bad(b, 500, "memories", "memory_corrupt", "memory '%s': %s", p->mem_id[j], err.msg); break;
+            case AK_ERR_NOT_FOUND: rc = ak_api_fail(b, 404, "memories", "memory_not_found", "no memory '%s'", p->mem_id[j]); break;
+            case AK_ERR_STALE: rc = ak_api_fail(b, 409, "memories", "memory_stale", "memory '%s': %s", p->mem_id[j], err.msg); break;
+            case AK_ERR_CORRUPT: rc = ak_api_fail(b, 500, "memories", "memory_corrupt", "memory '%s': %s", p->mem_id[j], err.msg); break;
             case AK_ERR_KV_BUDGET:
-                rc = fail_bad(b, 503, "memories", "kv_budget", "memory '%s' cannot be loaded now: %s", p->mem_id[j], err.msg);
+                rc = ak_api_fail(b, 503, "memories", "kv_budget", "memory '%s' cannot be loaded now: %s", p->mem_id[j], err.msg);
                 break;
-            default: rc = fail_bad(b, 500, "memories", NULL, "memory '%s': %s", p->mem_id[j], err.msg); break;
+            default: rc = ak_api_fail(b, 500, "memories", NULL, "memory '%s': %s", p->mem_id[j], err.msg); break;
             }
         }
         total += (size_t)nc[j];
     }
     int32_t *t = rc == 0 ? malloc(sizeof *t * (p->n_tokens + total + 1)) : NULL;
-    if (rc == 0 && !t) rc = fail_bad(b, 500, NULL, NULL, "out of memory");
+    if (rc == 0 && !t) rc = ak_api_fail(b, 500, NULL, NULL, "out of memory");
     if (rc == 0) {
         memcpy(t, p->tokens, sizeof *t * split);
         size_t at = split;
@@ -425,14 +426,14 @@ static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, a
     } else {
         const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(body, "prompt");
         if (cJSON_IsArray(prompt) && prompt->child && !prompt->child->next) prompt = prompt->child;
-        if (!prompt) { fail_bad(b, 400, "prompt", "missing_required_parameter", "prompt is required"); goto done; }
+        if (!prompt) { ak_api_fail(b, 400, "prompt", "missing_required_parameter", "prompt is required"); goto done; }
         if (!cJSON_IsString(prompt)) {
-            fail_bad(b, 400, "prompt", "invalid_type", "prompt must be a string (or an array of one string)");
+            ak_api_fail(b, 400, "prompt", "invalid_type", "prompt must be a string (or an array of one string)");
             goto done;
         }
         if (ak_tokenize(cfg->tok, prompt->valuestring, strlen(prompt->valuestring), AK_TOK_ADD_SPECIAL, &p->tokens,
                         &p->n_tokens, &err) < 0) {
-            fail_bad(b, 400, "prompt", NULL, "%s", err.msg);
+            ak_api_fail(b, 400, "prompt", NULL, "%s", err.msg);
             goto done;
         }
     }
@@ -440,7 +441,7 @@ static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, a
     if (pool_msgs) {
         /* rendered together, the pool's messages must still render as the pool did alone */
         if (p->n_tokens < (size_t)np || memcmp(p->tokens, pool, sizeof *pool * (size_t)np)) {
-            fail_bad(b, 400, "pool", "pool_template_mismatch",
+            ak_api_fail(b, 400, "pool", "pool_template_mismatch",
                      "pool '%s' was made from messages, and this model's chat template (%s) renders those messages "
                      "differently when other messages follow them, so the conversation cannot start with the "
                      "pool's cache: make the pool from text, or send the messages without the pool",
@@ -483,7 +484,7 @@ static int get_grammar(const ak_api_config *cfg, ak_grammar_kind kind, const cha
                        ak_api_error *b) {
     ak_gram_error ge = {0};
     if (ak_grammars_get(cfg->grammars, kind, text, strlen(text), &p->grammar, &ge) == 0) return 0;
-    if (ge.code == AK_GRAM_E_NOMEM) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    if (ge.code == AK_GRAM_E_NOMEM) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
     char param[96] = "response_format.json_schema.schema";
     const char *path = ge.path;
     int tool = -1, used = 0;
@@ -497,9 +498,9 @@ static int get_grammar(const ak_api_config *cfg, ak_grammar_kind kind, const cha
         path += 8;
     }
     if (ge.code == AK_GRAM_E_UNSUPPORTED)
-        return fail_bad(b, 400, param, "unsupported_schema_keyword", "%s: the keyword '%s' at '%s' is not supported (%.300s)",
+        return ak_api_fail(b, 400, param, "unsupported_schema_keyword", "%s: the keyword '%s' at '%s' is not supported (%.300s)",
                         param, ge.keyword, path[0] ? path : "/", ge.msg);
-    return fail_bad(b, 400, param, "invalid_schema", "%s: %s (%s%s%s)", param, ge.msg, ak_gram_code_name(ge.code),
+    return ak_api_fail(b, 400, param, "invalid_schema", "%s: %s (%s%s%s)", param, ge.msg, ak_gram_code_name(ge.code),
                     path[0] ? " at " : "", path);
 }
 
@@ -513,32 +514,32 @@ static int read_response_format(const ak_api_config *cfg, const cJSON *body, int
     *text = NULL;
     if (!cJSON_IsObject(rf) || !cJSON_IsString(type) || !strcmp(type->valuestring, "text")) return 0;   /* checked by the table */
     if (!cfg->grammars)
-        return fail_bad(b, 400, "response_format", "unsupported_parameter", "this server has no structured output");
+        return ak_api_fail(b, 400, "response_format", "unsupported_parameter", "this server has no structured output");
     *kind = AK_GRAMMAR_JSON_OBJECT;
     if (strcmp(type->valuestring, "json_schema")) return 0;
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
-    if (!js) return fail_bad(b, 400, "response_format.json_schema", "missing_required_parameter",
+    if (!js) return ak_api_fail(b, 400, "response_format.json_schema", "missing_required_parameter",
                              "response_format.json_schema is required for type json_schema");
     if (!cJSON_IsObject(js))
-        return fail_bad(b, 400, "response_format.json_schema", "invalid_type", "response_format.json_schema must be an object");
+        return ak_api_fail(b, 400, "response_format.json_schema", "invalid_type", "response_format.json_schema must be an object");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
     const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
-    if (!name) return fail_bad(b, 400, "response_format.json_schema.name", "missing_required_parameter",
+    if (!name) return ak_api_fail(b, 400, "response_format.json_schema.name", "missing_required_parameter",
                                "response_format.json_schema.name is required");
     if (!cJSON_IsString(name))
-        return fail_bad(b, 400, "response_format.json_schema.name", "invalid_type",
+        return ak_api_fail(b, 400, "response_format.json_schema.name", "invalid_type",
                         "response_format.json_schema.name must be a string");
     if (strict && !cJSON_IsNull(strict) && !cJSON_IsBool(strict))
-        return fail_bad(b, 400, "response_format.json_schema.strict", "invalid_type",
+        return ak_api_fail(b, 400, "response_format.json_schema.strict", "invalid_type",
                         "response_format.json_schema.strict must be a boolean");
     if (schema && !cJSON_IsNull(schema) && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
-        return fail_bad(b, 400, "response_format.json_schema.schema", "invalid_type",
+        return ak_api_fail(b, 400, "response_format.json_schema.schema", "invalid_type",
                         "response_format.json_schema.schema must be a JSON Schema (an object or a boolean)");
     *kind = AK_GRAMMAR_JSON_SCHEMA;
     /* no schema: any value */
     *text = schema && !cJSON_IsNull(schema) ? cJSON_PrintUnformatted(schema) : strdup("true");
-    if (!*text) return fail_bad(b, 500, NULL, NULL, "out of memory");
+    if (!*text) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
     return 0;
 }
 
@@ -581,14 +582,14 @@ static int parse_constraint(const ak_api_config *cfg, const cJSON *body, int ask
     if (calls && !cfg->grammars) {   /* a configuration without a grammar cache: calls parsed, not held */
         free(text);
         if (p->tools.choice == AK_TOOL_CHOICE_AUTO) return 0;
-        return fail_bad(b, 400, "tool_choice", "unsupported_parameter",
+        return ak_api_fail(b, 400, "tool_choice", "unsupported_parameter",
                         "this server has no constrained decoding: tool_choice must be auto or none");
     }
     const int think_first = reasoning_first(cfg, p->tools.think);
     int rc = 0;
     if (calls) {
         char *spec = tools_spec(cfg, p, kind, text, think_first);
-        rc = spec ? get_grammar(cfg, AK_GRAMMAR_TOOL_CALLS, spec, p, b) : fail_bad(b, 500, NULL, NULL, "out of memory");
+        rc = spec ? get_grammar(cfg, AK_GRAMMAR_TOOL_CALLS, spec, p, b) : ak_api_fail(b, 500, NULL, NULL, "out of memory");
         free(spec);
     } else if (kind >= 0) {
         rc = get_grammar(cfg, (ak_grammar_kind)kind, text ? text : "", p, b);
@@ -603,10 +604,10 @@ static int parse_constraint(const ak_api_config *cfg, const cJSON *body, int ask
     const char *what = calls ? "tool call" : "response format";
     long need = ak_gen_constraint_min_tokens(&con, cfg->tok);
     if (need < 0)
-        return fail_bad(b, 400, calls ? "tools" : "response_format", "invalid_schema",
+        return ak_api_fail(b, 400, calls ? "tools" : "response_format", "invalid_schema",
                         "this model's vocabulary cannot spell the shortest reply the %s allows", what);
     if (need > p->max_tokens)
-        return fail_bad(b, 400, asked ? "max_tokens" : "messages", asked ? "invalid_value" : "context_length_exceeded",
+        return ak_api_fail(b, 400, asked ? "max_tokens" : "messages", asked ? "invalid_value" : "context_length_exceeded",
                         "the shortest reply the %s allows takes %ld tokens; %s %d", what, need,
                         asked && asked <= p->max_tokens ? "max_tokens is" : "the context leaves room for", p->max_tokens);
     return 0;
@@ -625,7 +626,7 @@ static int parse_logprobs(const cJSON *body, int chat, ak_api_request *p, ak_api
     p->logprobs = cJSON_IsTrue(lp);
     if (cJSON_IsNumber(top)) {
         if (!p->logprobs)
-            return fail_bad(b, 400, "top_logprobs", "invalid_value", "top_logprobs requires logprobs to be true");
+            return ak_api_fail(b, 400, "top_logprobs", "invalid_value", "top_logprobs requires logprobs to be true");
         p->top_logprobs = (int)top->valuedouble;
     }
     return 0;
@@ -635,12 +636,12 @@ static int parse_logprobs(const cJSON *body, int chat, ak_api_request *p, ak_api
 static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, const char *hdr, uint64_t default_seed,
                       ak_api_request *p, ak_api_error *b) {
     p->chat = chat;
-    if (!cJSON_IsObject(body)) return fail_bad(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    if (!cJSON_IsObject(body)) return ak_api_fail(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
-    if (!model) return fail_bad(b, 400, "model", "missing_required_parameter", "model is required");
-    if (!cJSON_IsString(model)) return fail_bad(b, 400, "model", "invalid_type", "model must be a string");
+    if (!model) return ak_api_fail(b, 400, "model", "missing_required_parameter", "model is required");
+    if (!cJSON_IsString(model)) return ak_api_fail(b, 400, "model", "invalid_type", "model must be a string");
     if (strcmp(model->valuestring, cfg->model_id))
-        return fail_bad(b, 404, "model", "model_not_found", "The model '%.200s' does not exist (this server serves '%.200s')",
+        return ak_api_fail(b, 404, "model", "model_not_found", "The model '%.200s' does not exist (this server serves '%.200s')",
                         model->valuestring, cfg->model_id);
     /* every field OpenAI defines: type, range, and what this server lacks (api_fields.h) */
     ak_api_field_ctx fctx = {.vocab = ak_tokenizer_vocab_size(cfg->tok)};
@@ -649,21 +650,21 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     const cJSON *bid = cJSON_GetObjectItemCaseSensitive(body, "agent_id");
     const cJSON *key = cJSON_GetObjectItemCaseSensitive(body, "prompt_cache_key");
     if (bid && !cJSON_IsNull(bid) && !cJSON_IsString(bid))
-        return fail_bad(b, 400, "agent_id", "invalid_type", "agent_id must be a string");
+        return ak_api_fail(b, 400, "agent_id", "invalid_type", "agent_id must be a string");
     const char *id = hdr ? hdr : (cJSON_IsString(bid) ? bid->valuestring : NULL);
     const char *id_param = "agent_id";
     if (hdr && cJSON_IsString(bid) && strcmp(hdr, bid->valuestring))
-        return fail_bad(b, 400, "agent_id", "invalid_value", "X-Agent-Id and agent_id name different agents");
+        return ak_api_fail(b, 400, "agent_id", "invalid_value", "X-Agent-Id and agent_id name different agents");
     if (!hdr && cJSON_IsString(key)) {
         if (id && strcmp(id, key->valuestring))
-            return fail_bad(b, 400, "prompt_cache_key", "invalid_value",
+            return ak_api_fail(b, 400, "prompt_cache_key", "invalid_value",
                             "agent_id and prompt_cache_key name different agents");
         id = key->valuestring;
         id_param = cJSON_IsString(bid) ? "agent_id" : "prompt_cache_key";
     }
     if (id) {
         if (!ak_agent_id_valid(id))
-            return fail_bad(b, 400, id_param, "invalid_agent_id",
+            return ak_api_fail(b, 400, id_param, "invalid_agent_id",
                             "%s: invalid agent id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')", id_param);
         snprintf(p->agent_id, sizeof p->agent_id, "%s", id);
     }
@@ -695,27 +696,27 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
     if (get_bool(body, "stream", &p->stream, b) < 0) return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(body, "stream_options");
     if (so && !cJSON_IsNull(so)) {
-        if (!cJSON_IsObject(so)) return fail_bad(b, 400, "stream_options", "invalid_type", "stream_options must be an object");
+        if (!cJSON_IsObject(so)) return ak_api_fail(b, 400, "stream_options", "invalid_type", "stream_options must be an object");
         if (get_bool(so, "include_usage", &p->include_usage, b) < 0) return -1;
     }
     const cJSON *user = cJSON_GetObjectItemCaseSensitive(body, "user");
     if (user && !cJSON_IsNull(user) && !cJSON_IsString(user))
-        return fail_bad(b, 400, "user", "invalid_type", "user must be a string");
+        return ak_api_fail(b, 400, "user", "invalid_type", "user must be a string");
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(body, "stop");
     if (stop && !cJSON_IsNull(stop)) {
         if (cJSON_IsString(stop)) {
-            if (!stop->valuestring[0]) return fail_bad(b, 400, "stop", "invalid_value", "stop must not be empty");
-            if (!(p->stop[p->n_stop++] = strdup(stop->valuestring))) return fail_bad(b, 500, NULL, NULL, "out of memory");
+            if (!stop->valuestring[0]) return ak_api_fail(b, 400, "stop", "invalid_value", "stop must not be empty");
+            if (!(p->stop[p->n_stop++] = strdup(stop->valuestring))) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
         } else if (cJSON_IsArray(stop)) {
             const cJSON *x;
             cJSON_ArrayForEach(x, stop) {
-                if (p->n_stop == 4) return fail_bad(b, 400, "stop", "invalid_value", "at most 4 stop sequences");
+                if (p->n_stop == 4) return ak_api_fail(b, 400, "stop", "invalid_value", "at most 4 stop sequences");
                 if (!cJSON_IsString(x) || !x->valuestring[0])
-                    return fail_bad(b, 400, "stop", "invalid_type", "stop must be a string or an array of non-empty strings");
-                if (!(p->stop[p->n_stop++] = strdup(x->valuestring))) return fail_bad(b, 500, NULL, NULL, "out of memory");
+                    return ak_api_fail(b, 400, "stop", "invalid_type", "stop must be a string or an array of non-empty strings");
+                if (!(p->stop[p->n_stop++] = strdup(x->valuestring))) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
             }
         } else {
-            return fail_bad(b, 400, "stop", "invalid_type", "stop must be a string or an array of strings");
+            return ak_api_fail(b, 400, "stop", "invalid_type", "stop must be a string or an array of strings");
         }
     }
     if (chat && ak_api_parse_tools(body, &p->tools, b) < 0) return -1;
@@ -734,19 +735,19 @@ static int parse_body(const ak_api_config *cfg, const cJSON *body, int chat, con
         int special = ak_tokenize(cfg->tok, eot, strlen(eot), AK_TOK_PARSE_SPECIAL, &ids, &n_ids, &err) == 0 &&
                       n_ids == 1 && ak_token_is_eog(cfg->tok, ids[0]);
         free(ids);
-        if (!special && !(p->stop[p->n_stop++] = strdup(eot))) return fail_bad(b, 500, NULL, NULL, "out of memory");
+        if (!special && !(p->stop[p->n_stop++] = strdup(eot))) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
     }
-    if (p->n_tokens == 0) return fail_bad(b, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty");
+    if (p->n_tokens == 0) return ak_api_fail(b, 400, chat ? "messages" : "prompt", "invalid_value", "the prompt is empty");
     if ((long)p->n_tokens >= cfg->n_ctx) {
         if (p->n_mem)
-            return fail_bad(b, 400, "memories", "context_length_exceeded",
+            return ak_api_fail(b, 400, "memories", "context_length_exceeded",
                             "the prompt has %zu tokens (%d of them the %d memories'); this server's context is %d tokens",
                             p->n_tokens, p->n_mem_tokens, p->n_mem, cfg->n_ctx);
         if (p->pool[0])
-            return fail_bad(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
+            return ak_api_fail(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                             "the prompt has %zu tokens (%d of them pool '%s''s); this server's context is %d tokens",
                             p->n_tokens, p->n_pool_tokens, p->pool, cfg->n_ctx);
-        return fail_bad(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
+        return ak_api_fail(b, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                         "the prompt has %zu tokens; this server's context is %d tokens", p->n_tokens, cfg->n_ctx);
     }
     long room = cfg->n_ctx - (long)p->n_tokens;
@@ -760,7 +761,7 @@ int ak_api_parse(const ak_api_config *cfg, const char *body, size_t len, int cha
     memset(out, 0, sizeof *out);
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
-    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    if (!j) return ak_api_fail(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
     int rc = ak_api_check_utf8(j, e);
     if (rc == 0) rc = parse_body(cfg, j, chat, agent_header, default_seed, out, e);
     cJSON_Delete(j);
@@ -782,7 +783,7 @@ static int get_format(const cJSON *body, const char *name, ak_kv_format *f, ak_a
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsString(v) || ak_kv_format_parse(v->valuestring, f) < 0)
-        return fail_bad(b, 400, name, "invalid_value", "%s must be one of %s", name, ak_kv_format_names());
+        return ak_api_fail(b, 400, name, "invalid_value", "%s must be one of %s", name, ak_kv_format_names());
     return 0;
 }
 
@@ -804,11 +805,11 @@ static char *messages_source(const msg_list *l) {
 
 /* Everything of ak_api_parse_pool but the JSON parse. */
 static int parse_pool_body(const ak_api_config *cfg, const cJSON *body, ak_api_pool_request *p, ak_api_error *b) {
-    if (!cJSON_IsObject(body)) return fail_bad(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    if (!cJSON_IsObject(body)) return ak_api_fail(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(body, "id");
-    if (!id) return fail_bad(b, 400, "id", "missing_required_parameter", "id is required");
+    if (!id) return ak_api_fail(b, 400, "id", "missing_required_parameter", "id is required");
     if (!cJSON_IsString(id) || !ak_pool_id_valid(id->valuestring))
-        return fail_bad(b, 400, "id", "invalid_pool_id", "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
+        return ak_api_fail(b, 400, "id", "invalid_pool_id", "invalid pool id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
     snprintf(p->id, sizeof p->id, "%s", id->valuestring);
     p->fk = AK_KV_Q8;
     p->fv = AK_KV_TQ3;
@@ -818,35 +819,35 @@ static int parse_pool_body(const ak_api_config *cfg, const cJSON *body, ak_api_p
     if (cJSON_IsNull(msgs)) msgs = NULL;
     if (cJSON_IsNull(text)) text = NULL;
     if (!msgs == !text)
-        return fail_bad(b, 400, msgs ? "text" : "messages", "invalid_value", "give exactly one of messages and text");
+        return ak_api_fail(b, 400, msgs ? "text" : "messages", "invalid_value", "give exactly one of messages and text");
     if (msgs) {
         msg_list l = {0};
         int rc = read_messages(msgs, &l, b);
         for (int i = 0; rc == 0 && i < l.n; i++)   /* the pool's source keeps roles and content only */
             if (l.m[i].n_calls || !strcmp(l.m[i].role, "tool"))
-                rc = fail_bad(b, 400, "messages", "invalid_value",
+                rc = ak_api_fail(b, 400, "messages", "invalid_value",
                               "messages[%d]: a pool's messages carry no tool calls or tool results", i);
         /* the pool ends where the next message would start: no generation prompt */
         if (rc == 0) rc = tokenize_messages(cfg, &l, NULL, 0, &p->tokens, &p->n_tokens, b);
-        if (rc == 0 && !(p->source = messages_source(&l))) rc = fail_bad(b, 500, NULL, NULL, "out of memory");
+        if (rc == 0 && !(p->source = messages_source(&l))) rc = ak_api_fail(b, 500, NULL, NULL, "out of memory");
         msg_list_free(&l);
         if (rc < 0) return -1;
     } else {
-        if (!cJSON_IsString(text)) return fail_bad(b, 400, "text", "invalid_type", "text must be a string");
+        if (!cJSON_IsString(text)) return ak_api_fail(b, 400, "text", "invalid_type", "text must be a string");
         ak_error err = {0};
         if (ak_tokenize(cfg->tok, text->valuestring, strlen(text->valuestring), AK_TOK_ADD_SPECIAL, &p->tokens,
                         &p->n_tokens, &err) < 0)
-            return fail_bad(b, 400, "text", NULL, "%s", err.msg);
+            return ak_api_fail(b, 400, "text", NULL, "%s", err.msg);
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "text", text->valuestring);
         p->source = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
-        if (!p->source) return fail_bad(b, 500, NULL, NULL, "out of memory");
+        if (!p->source) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
     }
     const char *param = msgs ? "messages" : "text";
-    if (p->n_tokens == 0) return fail_bad(b, 400, param, "invalid_value", "the pool is empty (no tokens)");
+    if (p->n_tokens == 0) return ak_api_fail(b, 400, param, "invalid_value", "the pool is empty (no tokens)");
     if ((long)p->n_tokens >= cfg->n_ctx)
-        return fail_bad(b, 400, param, "context_length_exceeded",
+        return ak_api_fail(b, 400, param, "context_length_exceeded",
                         "the pool has %zu tokens; this server's context is %d tokens, and a pool must be shorter "
                         "(its agents add their own tokens after it)", p->n_tokens, cfg->n_ctx);
     return 0;
@@ -862,23 +863,23 @@ void ak_api_memory_request_free(ak_api_memory_request *r) {
 
 /* Everything of ak_api_parse_memory but the JSON parse. */
 static int parse_memory_body(const cJSON *body, ak_api_memory_request *p, ak_api_error *b) {
-    if (!cJSON_IsObject(body)) return fail_bad(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
+    if (!cJSON_IsObject(body)) return ak_api_fail(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(body, "id");
-    if (!id) return fail_bad(b, 400, "id", "missing_required_parameter", "id is required");
+    if (!id) return ak_api_fail(b, 400, "id", "missing_required_parameter", "id is required");
     if (!cJSON_IsString(id) || !ak_agent_id_valid(id->valuestring))
-        return fail_bad(b, 400, "id", "invalid_memory_id",
+        return ak_api_fail(b, 400, "id", "invalid_memory_id",
                         "invalid memory id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
     snprintf(p->id, sizeof p->id, "%s", id->valuestring);
     p->fk = p->fv = (ak_kv_format)-1;   /* the agents' formats */
     if (get_format(body, "cache_type_k", &p->fk, b) < 0 || get_format(body, "cache_type_v", &p->fv, b) < 0) return -1;
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(body, "text");
-    if (!text || cJSON_IsNull(text)) return fail_bad(b, 400, "text", "missing_required_parameter", "text is required");
-    if (!cJSON_IsString(text)) return fail_bad(b, 400, "text", "invalid_type", "text must be a string");
+    if (!text || cJSON_IsNull(text)) return ak_api_fail(b, 400, "text", "missing_required_parameter", "text is required");
+    if (!cJSON_IsString(text)) return ak_api_fail(b, 400, "text", "invalid_type", "text must be a string");
     size_t n = strlen(text->valuestring);
-    if (n == 0) return fail_bad(b, 400, "text", "invalid_value", "text must not be empty");
+    if (n == 0) return ak_api_fail(b, 400, "text", "invalid_value", "text must not be empty");
     if (n > AK_MEMORY_MAX_TEXT)
-        return fail_bad(b, 400, "text", "invalid_value", "text of %zu bytes is longer than %d", n, AK_MEMORY_MAX_TEXT);
-    if (!(p->text = strdup(text->valuestring))) return fail_bad(b, 500, NULL, NULL, "out of memory");
+        return ak_api_fail(b, 400, "text", "invalid_value", "text of %zu bytes is longer than %d", n, AK_MEMORY_MAX_TEXT);
+    if (!(p->text = strdup(text->valuestring))) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
     return 0;
 }
 
@@ -886,7 +887,7 @@ int ak_api_parse_memory(const char *body, size_t len, ak_api_memory_request *out
     memset(out, 0, sizeof *out);
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
-    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    if (!j) return ak_api_fail(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
     int rc = ak_api_check_utf8(j, e);
     if (rc == 0) rc = parse_memory_body(j, out, e);
     cJSON_Delete(j);
@@ -899,7 +900,7 @@ int ak_api_parse_pool(const ak_api_config *cfg, const char *body, size_t len, ak
     memset(out, 0, sizeof *out);
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
-    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    if (!j) return ak_api_fail(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
     int rc = ak_api_check_utf8(j, e);
     if (rc == 0) rc = parse_pool_body(cfg, j, out, e);
     cJSON_Delete(j);
@@ -915,16 +916,16 @@ static int get_range(const cJSON *body, ak_api_card_request *p, ak_api_error *b)
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(body, "range");
     if (!r || cJSON_IsNull(r)) return 0;
     const char *why = "range must be [from, to]: two integers with 0 <= from < to";
-    if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 2) return fail_bad(b, 400, "range", "invalid_range", "%s", why);
+    if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 2) return ak_api_fail(b, 400, "range", "invalid_range", "%s", why);
     double v[2];
     for (int i = 0; i < 2; i++) {
         const cJSON *x = cJSON_GetArrayItem(r, i);
         if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble != floor(x->valuedouble))
-            return fail_bad(b, 400, "range", "invalid_range", "%s", why);
+            return ak_api_fail(b, 400, "range", "invalid_range", "%s", why);
         v[i] = x->valuedouble;
     }
     if (!(v[0] >= 0 && v[0] < v[1] && v[1] <= (double)(1 << 30)))
-        return fail_bad(b, 400, "range", "invalid_range", "%s (got [%g, %g])", why, v[0], v[1]);
+        return ak_api_fail(b, 400, "range", "invalid_range", "%s (got [%g, %g])", why, v[0], v[1]);
     p->from = (int)v[0];
     p->to = (int)v[1];
     return 0;
@@ -936,7 +937,7 @@ static int get_bits(const cJSON *body, const char *name, double *out, int *given
     *given = 0;
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= 2 && v->valuedouble <= 16))
-        return fail_bad(b, 400, name, "invalid_bits", "%s must be a number of bits in [2, 16]", name);
+        return ak_api_fail(b, 400, name, "invalid_bits", "%s must be a number of bits in [2, 16]", name);
     *out = v->valuedouble;
     *given = 1;
     return 0;
@@ -944,11 +945,11 @@ static int get_bits(const cJSON *body, const char *name, double *out, int *given
 
 /* The fields of a card body (ak_api_parse_card). */
 static int parse_card_body(const cJSON *j, ak_api_card_request *p, ak_api_error *b) {
-    if (!cJSON_IsObject(j)) return fail_bad(b, 400, NULL, "invalid_json", "the request body must be a JSON object");
+    if (!cJSON_IsObject(j)) return ak_api_fail(b, 400, NULL, "invalid_json", "the request body must be a JSON object");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
     if (id && !cJSON_IsNull(id)) {
         if (!cJSON_IsString(id) || !ak_agent_id_valid(id->valuestring))
-            return fail_bad(b, 400, "id", "invalid_card_id",
+            return ak_api_fail(b, 400, "id", "invalid_card_id",
                             "invalid card id (use 1-128 of [A-Za-z0-9_.-], not starting with '.')");
         snprintf(p->id, sizeof p->id, "%s", id->valuestring);
     }
@@ -957,20 +958,20 @@ static int parse_card_body(const cJSON *j, ak_api_card_request *p, ak_api_error 
     if (get_bits(j, "bits", &p->bits_k, &g, b) < 0 || get_bits(j, "bits_k", &p->bits_k, &gk, b) < 0 ||
         get_bits(j, "bits_v", &p->bits_v, &gv, b) < 0)
         return -1;
-    if (g && (gk || gv)) return fail_bad(b, 400, "bits", "invalid_bits", "give bits, or bits_k (and bits_v), not both");
+    if (g && (gk || gv)) return ak_api_fail(b, 400, "bits", "invalid_bits", "give bits, or bits_k (and bits_v), not both");
     if (!g && !gk)
-        return fail_bad(b, 400, "bits", "invalid_bits", "bits (or bits_k, and optionally bits_v) is required");
+        return ak_api_fail(b, 400, "bits", "invalid_bits", "bits (or bits_k, and optionally bits_v) is required");
     if (!gv) p->bits_v = p->bits_k;
     const cJSON *pol = cJSON_GetObjectItemCaseSensitive(j, "policy");
     const char *name = "uniform";
     if (pol && !cJSON_IsNull(pol)) {
-        if (!cJSON_IsString(pol)) return fail_bad(b, 400, "policy", "unknown_policy", "policy must be a string");
+        if (!cJSON_IsString(pol)) return ak_api_fail(b, 400, "policy", "unknown_policy", "policy must be a string");
         name = pol->valuestring;
     }
     ak_bitalloc_policy bp;
     ak_error err = {0};
     if (ak_bitalloc_policy_parse(name, &bp, &err) < 0)
-        return fail_bad(b, 400, "policy", "unknown_policy", "unknown policy '%.64s' (uniform, importance, topology)", name);
+        return ak_api_fail(b, 400, "policy", "unknown_policy", "unknown policy '%.64s' (uniform, importance, topology)", name);
     snprintf(p->policy, sizeof p->policy, "%s", ak_bitalloc_policy_name(bp));
     return 0;
 }
@@ -979,7 +980,7 @@ int ak_api_parse_card(const char *body, size_t len, ak_api_card_request *out, ak
     memset(out, 0, sizeof *out);
     memset(e, 0, sizeof *e);
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
-    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    if (!j) return ak_api_fail(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
     int rc = ak_api_check_utf8(j, e);
     if (rc == 0) rc = parse_card_body(j, out, e);
     cJSON_Delete(j);
@@ -992,18 +993,18 @@ int ak_api_parse_import(const char *body, size_t len, char card_id[AK_AGENT_ID_M
     card_id[0] = 0;
     *mode = AK_IMPORT_REPLACE;
     cJSON *j = cJSON_ParseWithLength(body ? body : "", body ? len : 0);
-    if (!j) return fail_bad(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
+    if (!j) return ak_api_fail(e, 400, NULL, "invalid_json", "the request body is not valid JSON");
     int rc = ak_api_check_utf8(j, e);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "card");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "mode");
     if (rc < 0) {
         /* e says which string */
-    } else if (!cJSON_IsObject(j)) rc = fail_bad(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
+    } else if (!cJSON_IsObject(j)) rc = ak_api_fail(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
     else if (!cJSON_IsString(c) || !ak_agent_id_valid(c->valuestring))
-        rc = fail_bad(e, 400, "card", "invalid_card_id", "card must be a card id (1-128 of [A-Za-z0-9_.-])");
+        rc = ak_api_fail(e, 400, "card", "invalid_card_id", "card must be a card id (1-128 of [A-Za-z0-9_.-])");
     else if (m && !cJSON_IsNull(m) &&
              (!cJSON_IsString(m) || (strcmp(m->valuestring, "replace") && strcmp(m->valuestring, "append"))))
-        rc = fail_bad(e, 400, "mode", "unsupported_mode",
+        rc = ak_api_fail(e, 400, "mode", "unsupported_mode",
                       "mode '%.32s' is not supported: \"replace\" (the card becomes the agent's whole context) or "
                       "\"append\" (the card after the agent's own tokens)", cJSON_IsString(m) ? m->valuestring : "?");
     else {

@@ -149,6 +149,12 @@ typedef struct {
     char param_buf[160];      /* a param built for this error (a path such as "messages[1].content") */
 } ak_api_error;
 
+/* Fills b (status, param, code, the formatted message; a param string is
+ * copied into b->param_buf, so it may be the caller's stack); always
+ * returns -1. */
+int ak_api_fail(ak_api_error *b, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 /* Parses body[0..len) (need not be NUL-terminated) for the chat (chat = 1)
  * or completions endpoint. agent_header is the X-Agent-Id header's value or
  * NULL; default_seed is used when the body gives no seed. On success returns

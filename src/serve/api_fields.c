@@ -7,24 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(ak_api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-/* Fills e; always returns -1. */
-static int fail(ak_api_error *e, int status, const char *param, const char *code, const char *fmt, ...) {
-    e->status = status;
-    e->param = param;
-    e->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
-/* Like fail, with param "NAME.MEMBER" built in e->param_buf. */
+/* Like ak_api_fail, with param "NAME.MEMBER" built in e->param_buf. */
 static int fail_member(ak_api_error *e, const char *name, const char *member, const char *code, const char *what) {
     snprintf(e->param_buf, sizeof e->param_buf, "%s.%.64s", name, member);
-    return fail(e, 400, e->param_buf, code, "%s %s", e->param_buf, what);
+    return ak_api_fail(e, 400, e->param_buf, code, "%s %s", e->param_buf, what);
 }
 
 /* ------------------------------------------------------------ UTF-8 */
@@ -129,7 +116,7 @@ static void path_pop(json_path *p, size_t to) {
 /* Sets e for the faulty string at path p (what: "" for a value, "the key
  * of " for a key). */
 static int utf8_fail(ak_api_error *e, const json_path *p, const char *what, ak_utf8_status st, size_t at) {
-    if (p->len == 0) return fail(e, 400, NULL, "invalid_encoding", "%sthe request body is not valid UTF-8: %s at byte %zu",
+    if (p->len == 0) return ak_api_fail(e, 400, NULL, "invalid_encoding", "%sthe request body is not valid UTF-8: %s at byte %zu",
                                  what, ak_utf8_status_name(st), at);
     size_t n = p->len < sizeof e->param_buf - 4 ? p->len : sizeof e->param_buf - 4;
     memcpy(e->param_buf, p->s, n);
@@ -138,7 +125,7 @@ static int utf8_fail(ak_api_error *e, const json_path *p, const char *what, ak_u
         n += 3;
     }
     e->param_buf[n] = 0;
-    return fail(e, 400, e->param_buf, "invalid_encoding", "%s%s is not valid UTF-8: %s at byte %zu", what, e->param_buf,
+    return ak_api_fail(e, 400, e->param_buf, "invalid_encoding", "%s%s is not valid UTF-8: %s at byte %zu", what, e->param_buf,
                 ak_utf8_status_name(st), at);
 }
 
@@ -212,9 +199,9 @@ static int check_stream_options(const ak_api_field *f, const cJSON *v, const ak_
 static int check_metadata(const ak_api_field *f, const cJSON *v, const ak_api_field_ctx *ctx, ak_api_error *e) {
     int n = 0;
     for (const cJSON *c = v->child; c; c = c->next) {
-        if (++n > 16) return fail(e, 400, f->name, "invalid_value", "metadata has more than 16 keys");
+        if (++n > 16) return ak_api_fail(e, 400, f->name, "invalid_value", "metadata has more than 16 keys");
         if (utf8_chars(c->string) > 64)
-            return fail(e, 400, f->name, "invalid_value", "metadata key '%.64s...' is longer than 64 characters", c->string);
+            return ak_api_fail(e, 400, f->name, "invalid_value", "metadata key '%.64s...' is longer than 64 characters", c->string);
         if (!cJSON_IsString(c)) return fail_member(e, f->name, c->string, "invalid_type", "must be a string");
         if (utf8_chars(c->valuestring) > 512)
             return fail_member(e, f->name, c->string, "invalid_value", "is longer than 512 characters");
@@ -250,9 +237,9 @@ static int check_logit_bias(const ak_api_field *f, const cJSON *v, const ak_api_
 /* modalities: strings, each a modality OpenAI defines. */
 static int check_modalities(const ak_api_field *f, const cJSON *v, const ak_api_field_ctx *ctx, ak_api_error *e) {
     for (const cJSON *c = v->child; c; c = c->next) {
-        if (!cJSON_IsString(c)) return fail(e, 400, f->name, "invalid_type", "modalities must be an array of strings");
+        if (!cJSON_IsString(c)) return ak_api_fail(e, 400, f->name, "invalid_type", "modalities must be an array of strings");
         if (strcmp(c->valuestring, "text") && strcmp(c->valuestring, "audio"))
-            return fail(e, 400, f->name, "invalid_value", "modality '%.32s' is not one of text, audio", c->valuestring);
+            return ak_api_fail(e, 400, f->name, "invalid_value", "modality '%.32s' is not one of text, audio", c->valuestring);
     }
     return 0;
 }
@@ -261,7 +248,7 @@ static int check_modalities(const ak_api_field *f, const cJSON *v, const ak_api_
 static int check_objects(const ak_api_field *f, const cJSON *v, const ak_api_field_ctx *ctx, ak_api_error *e) {
     int i = 0;
     for (const cJSON *c = v->child; c; c = c->next, i++)
-        if (!cJSON_IsObject(c)) return fail(e, 400, f->name, "invalid_type", "%s[%d] must be an object", f->name, i);
+        if (!cJSON_IsObject(c)) return ak_api_fail(e, 400, f->name, "invalid_type", "%s[%d] must be an object", f->name, i);
     return 0;
 }
 
@@ -415,13 +402,13 @@ static int check_field(const ak_api_field *f, const cJSON *v, const ak_api_field
     if (!(t & f->types)) {
         char want[96];
         type_names(f->types, want, sizeof want);
-        return fail(e, 400, f->name, "invalid_type", "%s must be %s", f->name, want);
+        return ak_api_fail(e, 400, f->name, "invalid_type", "%s must be %s", f->name, want);
     }
     if (t & (AK_JT_INT | AK_JT_NUMBER)) {
         double d = v->valuedouble;
-        if (!isfinite(d)) return fail(e, 400, f->name, "invalid_value", "%s must be a finite number", f->name);
+        if (!isfinite(d)) return ak_api_fail(e, 400, f->name, "invalid_value", "%s must be a finite number", f->name);
         if (f->lo != f->hi && (d < f->lo || (f->lo_open && d == f->lo) || d > f->hi))
-            return fail(e, 400, f->name, "invalid_value", "%s must be %s %g and at most %g", f->name,
+            return ak_api_fail(e, 400, f->name, "invalid_value", "%s must be %s %g and at most %g", f->name,
                         f->lo_open ? "greater than" : "at least", f->lo, f->hi);
     }
     if (t == AK_JT_STRING && f->values) {
@@ -432,12 +419,12 @@ static int check_field(const ak_api_field *f, const cJSON *v, const ak_api_field
             size_t at = 0;
             for (size_t k = 0; f->values[k] && at < sizeof list; k++)
                 at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k ? ", " : "", f->values[k]);
-            return fail(e, 400, f->name, "invalid_value", "%s '%.64s' is not one of %s", f->name, v->valuestring, list);
+            return ak_api_fail(e, 400, f->name, "invalid_value", "%s '%.64s' is not one of %s", f->name, v->valuestring, list);
         }
     }
     if (f->check && f->check(f, v, ctx, e) < 0) return -1;
     if (f->disp == AK_FIELD_LACKING && !(f->noop && f->noop(v)))
-        return fail(e, 400, f->name, "unsupported_parameter", "%s is not supported: this server has no %s", f->name,
+        return ak_api_fail(e, 400, f->name, "unsupported_parameter", "%s is not supported: this server has no %s", f->name,
                     f->lacks);
     return 0;
 }
@@ -476,7 +463,7 @@ int ak_api_read_sampler_fields(const cJSON *body, ak_sampler_params *sp, ak_logi
     int n = cJSON_IsObject(lb) ? cJSON_GetArraySize(lb) : 0;
     if (n == 0) return 0;
     ak_logit_bias *b = malloc(sizeof *b * (size_t)n);
-    if (!b) return fail(e, 500, NULL, NULL, "out of memory");
+    if (!b) return ak_api_fail(e, 500, NULL, NULL, "out of memory");
     int k = 0;
     for (const cJSON *c = lb->child; c && k < n; c = c->next) {
         /* validated by the table: a decimal token id and a number in [-100, 100] */
@@ -488,7 +475,7 @@ int ak_api_read_sampler_fields(const cJSON *body, ak_sampler_params *sp, ak_logi
             int32_t id = b[i].id;
             free(b);
             snprintf(e->param_buf, sizeof e->param_buf, "logit_bias.%d", (int)id);
-            return fail(e, 400, e->param_buf, "invalid_value", "logit_bias names token %d more than once", (int)id);
+            return ak_api_fail(e, 400, e->param_buf, "invalid_value", "logit_bias names token %d more than once", (int)id);
         }
     *bias = b;
     sp->logit_bias = b;

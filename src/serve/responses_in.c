@@ -8,23 +8,6 @@
 #include <string.h>
 #include <xxhash.h>
 
-static int rfail(ak_api_error *b, int status, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-/* Fills b, param (NULL: none) copied into its param_buf. Always returns -1. */
-static int rfail(ak_api_error *b, int status, const char *code, const char *param, const char *fmt, ...) {
-    b->status = status;
-    b->code = code;
-    b->param = NULL;
-    if (param) {
-        snprintf(b->param_buf, sizeof b->param_buf, "%s", param);
-        b->param = b->param_buf;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 static int given(const cJSON *v) { return v && !cJSON_IsNull(v); }
@@ -35,11 +18,11 @@ static int given(const cJSON *v) { return v && !cJSON_IsNull(v); }
 static char *parts_text(const cJSON *content, const char *where, ak_api_error *b) {
     if (cJSON_IsString(content)) {
         char *s = strdup(content->valuestring);
-        if (!s) rfail(b, 500, NULL, NULL, "out of memory");
+        if (!s) ak_api_fail(b, 500, NULL, NULL, "out of memory");
         return s;
     }
     if (!cJSON_IsArray(content)) {
-        rfail(b, 400, "invalid_type", where, "%s must be a string or an array of text parts", where);
+        ak_api_fail(b, 400, where, "invalid_type", "%s must be a string or an array of text parts", where);
         return NULL;
     }
     size_t n = 0;
@@ -52,17 +35,17 @@ static char *parts_text(const cJSON *content, const char *where, ak_api_error *b
         char path[160];
         snprintf(path, sizeof path, "%s[%d]", where, j);
         if (!cJSON_IsObject(p) || !cJSON_IsString(type)) {
-            rfail(b, 400, "invalid_type", path, "%s must be an object with a type", path);
+            ak_api_fail(b, 400, path, "invalid_type", "%s must be an object with a type", path);
             return NULL;
         }
         if (strcmp(type->valuestring, "input_text") && strcmp(type->valuestring, "output_text") &&
             strcmp(type->valuestring, "text") && strcmp(type->valuestring, "refusal")) {
-            rfail(b, 400, "unsupported_parameter", path, "%s.type '%.64s' is not supported (text parts only)", path,
+            ak_api_fail(b, 400, path, "unsupported_parameter", "%s.type '%.64s' is not supported (text parts only)", path,
                   type->valuestring);
             return NULL;
         }
         if (!cJSON_IsString(t)) {
-            rfail(b, 400, "invalid_type", path, "%s.%s must be a string", path, key);
+            ak_api_fail(b, 400, path, "invalid_type", "%s.%s must be a string", path, key);
             return NULL;
         }
         n += strlen(t->valuestring);
@@ -70,7 +53,7 @@ static char *parts_text(const cJSON *content, const char *where, ak_api_error *b
     }
     char *s = malloc(n + 1);
     if (!s) {
-        rfail(b, 500, NULL, NULL, "out of memory");
+        ak_api_fail(b, 500, NULL, NULL, "out of memory");
         return NULL;
     }
     s[0] = 0;
@@ -102,25 +85,25 @@ static cJSON *add_message(cJSON *msgs, const char *role, char *content) {
  * or -1 with b set. */
 static int add_item(cJSON *msgs, const cJSON *it, const char *where, cJSON **last_asst, ak_api_error *b) {
     char path[160];
-    if (!cJSON_IsObject(it)) return rfail(b, 400, "invalid_type", where, "%s must be an object", where);
+    if (!cJSON_IsObject(it)) return ak_api_fail(b, 400, where, "invalid_type", "%s must be an object", where);
     const cJSON *type = get(it, "type");
-    if (given(type) && !cJSON_IsString(type)) return rfail(b, 400, "invalid_type", where, "%s.type must be a string", where);
+    if (given(type) && !cJSON_IsString(type)) return ak_api_fail(b, 400, where, "invalid_type", "%s.type must be a string", where);
     const char *t = given(type) ? type->valuestring : "message";
     if (!strcmp(t, "message")) {
         const cJSON *role = get(it, "role");
         if (!cJSON_IsString(role))
-            return rfail(b, 400, "missing_required_parameter", where, "%s.role must be a string", where);
+            return ak_api_fail(b, 400, where, "missing_required_parameter", "%s.role must be a string", where);
         const char *r = role->valuestring;
         if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant")) {
             snprintf(path, sizeof path, "%s.role", where);
-            return rfail(b, 400, "invalid_value", path, "%s '%.64s' is not one of user, system, developer, assistant",
+            return ak_api_fail(b, 400, path, "invalid_value", "%s '%.64s' is not one of user, system, developer, assistant",
                          path, r);
         }
         snprintf(path, sizeof path, "%s.content", where);
         char *text = parts_text(get(it, "content"), path, b);
         if (!text) return -1;
         cJSON *m = add_message(msgs, r, text);
-        if (!m) return rfail(b, 500, NULL, NULL, "out of memory");
+        if (!m) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
         *last_asst = strcmp(r, "assistant") ? NULL : m;
         return 0;
     }
@@ -130,16 +113,16 @@ static int add_item(cJSON *msgs, const cJSON *it, const char *where, cJSON **las
                          : !cJSON_IsString(args) ? "arguments" : NULL;
         if (miss) {
             snprintf(path, sizeof path, "%s.%s", where, miss);
-            return rfail(b, 400, "invalid_type", path, "%s must be a string", path);
+            return ak_api_fail(b, 400, path, "invalid_type", "%s must be a string", path);
         }
         if (!*last_asst && !(*last_asst = add_message(msgs, "assistant", NULL)))
-            return rfail(b, 500, NULL, NULL, "out of memory");
+            return ak_api_fail(b, 500, NULL, NULL, "out of memory");
         cJSON *calls = cJSON_GetObjectItemCaseSensitive(*last_asst, "tool_calls");
         if (!calls) calls = cJSON_AddArrayToObject(*last_asst, "tool_calls");
         cJSON *c = cJSON_CreateObject();
         if (!calls || !c || !cJSON_AddItemToArray(calls, c)) {
             cJSON_Delete(c);
-            return rfail(b, 500, NULL, NULL, "out of memory");
+            return ak_api_fail(b, 500, NULL, NULL, "out of memory");
         }
         cJSON_AddStringToObject(c, "id", call_id->valuestring);
         cJSON_AddStringToObject(c, "type", "function");
@@ -152,20 +135,20 @@ static int add_item(cJSON *msgs, const cJSON *it, const char *where, cJSON **las
         const cJSON *call_id = get(it, "call_id");
         if (!cJSON_IsString(call_id)) {
             snprintf(path, sizeof path, "%s.call_id", where);
-            return rfail(b, 400, "invalid_type", path, "%s must be a string", path);
+            return ak_api_fail(b, 400, path, "invalid_type", "%s must be a string", path);
         }
         snprintf(path, sizeof path, "%s.output", where);
         char *text = parts_text(get(it, "output"), path, b);
         if (!text) return -1;
         cJSON *m = add_message(msgs, "tool", text);
-        if (!m) return rfail(b, 500, NULL, NULL, "out of memory");
+        if (!m) return ak_api_fail(b, 500, NULL, NULL, "out of memory");
         cJSON_AddStringToObject(m, "tool_call_id", call_id->valuestring);
         *last_asst = NULL;
         return 0;
     }
     if (!strcmp(t, "reasoning")) return 0;   /* the templates drop earlier turns' reasoning */
     snprintf(path, sizeof path, "%s.type", where);
-    return rfail(b, 400, "unsupported_parameter", path,
+    return ak_api_fail(b, 400, path, "unsupported_parameter",
                  "%s '%.64s' is not supported (message, function_call, function_call_output, reasoning)", path, t);
 }
 
@@ -185,7 +168,7 @@ static int add_items(cJSON *msgs, const cJSON *items, const char *base, ak_api_e
 /* tools[] in the Responses' flat shape as chat tools (into chat). */
 static int add_tools(cJSON *chat, const cJSON *tools, ak_api_error *b) {
     if (!given(tools)) return 0;
-    if (!cJSON_IsArray(tools)) return rfail(b, 400, "invalid_type", "tools", "tools must be an array");
+    if (!cJSON_IsArray(tools)) return ak_api_fail(b, 400, "tools", "invalid_type", "tools must be an array");
     cJSON *out = cJSON_AddArrayToObject(chat, "tools");
     int i = 0;
     const cJSON *t;
@@ -194,17 +177,17 @@ static int add_tools(cJSON *chat, const cJSON *tools, ak_api_error *b) {
         snprintf(path, sizeof path, "tools[%d]", i);
         const cJSON *type = get(t, "type");
         if (!cJSON_IsObject(t) || !cJSON_IsString(type))
-            return rfail(b, 400, "invalid_type", path, "%s must be an object with a type", path);
+            return ak_api_fail(b, 400, path, "invalid_type", "%s must be an object with a type", path);
         if (strcmp(type->valuestring, "function")) {
             snprintf(path, sizeof path, "tools[%d].type", i);
-            return rfail(b, 400, "unsupported_parameter", path,
+            return ak_api_fail(b, 400, path, "unsupported_parameter",
                          "%s '%.64s' is not supported: this server runs function tools only", path, type->valuestring);
         }
         cJSON *fn = cJSON_CreateObject(), *w = cJSON_CreateObject();
         if (!fn || !w || !cJSON_AddItemToArray(out, w)) {
             cJSON_Delete(fn);
             cJSON_Delete(w);
-            return rfail(b, 500, NULL, NULL, "out of memory");
+            return ak_api_fail(b, 500, NULL, NULL, "out of memory");
         }
         cJSON_AddStringToObject(w, "type", "function");
         cJSON_AddItemToObject(w, "function", fn);
@@ -225,12 +208,12 @@ static int add_tool_choice(cJSON *chat, const cJSON *tc, ak_api_error *b) {
     }
     const cJSON *type = get(tc, "type"), *name = get(tc, "name");
     if (!cJSON_IsObject(tc) || !cJSON_IsString(type))
-        return rfail(b, 400, "invalid_type", "tool_choice", "tool_choice must be a string or an object with a type");
+        return ak_api_fail(b, 400, "tool_choice", "invalid_type", "tool_choice must be a string or an object with a type");
     if (strcmp(type->valuestring, "function"))
-        return rfail(b, 400, "unsupported_parameter", "tool_choice.type",
+        return ak_api_fail(b, 400, "tool_choice.type", "unsupported_parameter",
                      "tool_choice.type '%.64s' is not supported (function)", type->valuestring);
     if (!cJSON_IsString(name))
-        return rfail(b, 400, "missing_required_parameter", "tool_choice.name", "tool_choice.name must be a string");
+        return ak_api_fail(b, 400, "tool_choice.name", "missing_required_parameter", "tool_choice.name must be a string");
     cJSON *o = cJSON_AddObjectToObject(chat, "tool_choice");
     cJSON_AddStringToObject(o, "type", "function");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", name->valuestring);
@@ -240,12 +223,12 @@ static int add_tool_choice(cJSON *chat, const cJSON *tc, ak_api_error *b) {
 /* text.format as chat's response_format; text.verbosity: no effect here. */
 static int add_format(cJSON *chat, const cJSON *text, ak_api_error *b) {
     if (!given(text)) return 0;
-    if (!cJSON_IsObject(text)) return rfail(b, 400, "invalid_type", "text", "text must be an object");
+    if (!cJSON_IsObject(text)) return ak_api_fail(b, 400, "text", "invalid_type", "text must be an object");
     const cJSON *f = get(text, "format");
     if (!given(f)) return 0;
     const cJSON *type = get(f, "type");
     if (!cJSON_IsObject(f) || !cJSON_IsString(type))
-        return rfail(b, 400, "invalid_type", "text.format", "text.format must be an object with a type");
+        return ak_api_fail(b, 400, "text.format", "invalid_type", "text.format must be an object with a type");
     const char *t = type->valuestring;
     if (!strcmp(t, "text")) return 0;
     cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
@@ -254,7 +237,7 @@ static int add_format(cJSON *chat, const cJSON *text, ak_api_error *b) {
         return 0;
     }
     if (strcmp(t, "json_schema"))
-        return rfail(b, 400, "invalid_value", "text.format.type",
+        return ak_api_fail(b, 400, "text.format.type", "invalid_value",
                      "text.format.type '%.64s' is not one of text, json_object, json_schema", t);
     cJSON_AddStringToObject(rf, "type", "json_schema");
     cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
@@ -269,12 +252,12 @@ static int refuse_lacking(const cJSON *req, ak_api_error *b) {
     const cJSON *bg = get(req, "background"), *tl = get(req, "top_logprobs"), *pr = get(req, "prompt");
     const cJSON *tr = get(req, "truncation");
     if (given(bg) && !cJSON_IsFalse(bg))
-        return rfail(b, 400, "unsupported_parameter", "background", "background responses are not supported");
+        return ak_api_fail(b, 400, "background", "unsupported_parameter", "background responses are not supported");
     if (given(tl) && !(cJSON_IsNumber(tl) && tl->valuedouble == 0))
-        return rfail(b, 400, "unsupported_parameter", "top_logprobs", "top_logprobs is not supported on /v1/responses");
-    if (given(pr)) return rfail(b, 400, "unsupported_parameter", "prompt", "stored prompts are not supported");
+        return ak_api_fail(b, 400, "top_logprobs", "unsupported_parameter", "top_logprobs is not supported on /v1/responses");
+    if (given(pr)) return ak_api_fail(b, 400, "prompt", "unsupported_parameter", "stored prompts are not supported");
     if (given(tr) && !(cJSON_IsString(tr) && (!strcmp(tr->valuestring, "auto") || !strcmp(tr->valuestring, "disabled"))))
-        return rfail(b, 400, "invalid_value", "truncation", "truncation must be auto or disabled");
+        return ak_api_fail(b, 400, "truncation", "invalid_value", "truncation must be auto or disabled");
     return 0;
 }
 
@@ -292,28 +275,28 @@ static void add_scalars(cJSON *chat, const cJSON *req) {
 
 int ak_resp_chat_body(const cJSON *req, const cJSON *history, cJSON **chat, ak_api_error *b) {
     *chat = NULL;
-    if (!cJSON_IsObject(req)) return rfail(b, 400, "invalid_type", NULL, "the request body must be a JSON object");
+    if (!cJSON_IsObject(req)) return ak_api_fail(b, 400, NULL, "invalid_type", "the request body must be a JSON object");
     const cJSON *input = get(req, "input"), *instr = get(req, "instructions"), *reasoning = get(req, "reasoning");
     if (!given(input) && !history)
-        return rfail(b, 400, "missing_required_parameter", "input", "input is required");
+        return ak_api_fail(b, 400, "input", "missing_required_parameter", "input is required");
     if (given(input) && !cJSON_IsString(input) && !cJSON_IsArray(input))
-        return rfail(b, 400, "invalid_type", "input", "input must be a string or an array of items");
+        return ak_api_fail(b, 400, "input", "invalid_type", "input must be a string or an array of items");
     if (given(instr) && !cJSON_IsString(instr))
-        return rfail(b, 400, "invalid_type", "instructions", "instructions must be a string");
+        return ak_api_fail(b, 400, "instructions", "invalid_type", "instructions must be a string");
     if (given(reasoning) && !cJSON_IsObject(reasoning))
-        return rfail(b, 400, "invalid_type", "reasoning", "reasoning must be an object");
+        return ak_api_fail(b, 400, "reasoning", "invalid_type", "reasoning must be an object");
     if (refuse_lacking(req, b) < 0) return -1;
     cJSON *c = cJSON_CreateObject(), *msgs = c ? cJSON_AddArrayToObject(c, "messages") : NULL;
     if (!msgs) {
         cJSON_Delete(c);
-        return rfail(b, 500, NULL, NULL, "out of memory");
+        return ak_api_fail(b, 500, NULL, NULL, "out of memory");
     }
     int rc = 0;
     if (given(instr) && !add_message(msgs, "system", strdup(instr->valuestring)))
-        rc = rfail(b, 500, NULL, NULL, "out of memory");
+        rc = ak_api_fail(b, 500, NULL, NULL, "out of memory");
     if (rc == 0 && history && add_items(msgs, history, "previous_response_id", b) < 0) rc = -1;
     if (rc == 0 && cJSON_IsString(input) && !add_message(msgs, "user", strdup(input->valuestring)))
-        rc = rfail(b, 500, NULL, NULL, "out of memory");
+        rc = ak_api_fail(b, 500, NULL, NULL, "out of memory");
     if (rc == 0 && cJSON_IsArray(input) && add_items(msgs, input, "input", b) < 0) rc = -1;
     if (rc == 0 && (add_tools(c, get(req, "tools"), b) < 0 || add_tool_choice(c, get(req, "tool_choice"), b) < 0 ||
                     add_format(c, get(req, "text"), b) < 0))
