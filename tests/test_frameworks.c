@@ -6,6 +6,7 @@
  * so that one install never replaces another's packages. */
 #include <libgen.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "server_rig.h"
@@ -15,22 +16,30 @@
 #define OPENAI_NPM_VERSION "6.49.0"
 
 /* BUILD/npm-agents/node_modules in mods, with @openai/agents and the openai
- * client installed at their pinned versions first if they are not. Returns
- * 0, or -1 having failed the test. */
+ * client installed at their pinned versions first if they are not. Tests
+ * run in parallel processes and npm writes a package's package.json before
+ * its dependencies, so the install runs under a lock and a marker file,
+ * written only once npm has finished, says the set is complete. Returns 0,
+ * or -1 having failed the test. */
 static int agents_modules(ak_test_ctx *t, char *mods, size_t cap) {
-    char dir[512], probe[700], cmd[2048];
+    char dir[512], marker[700], cmd[2048], log[64];
     snprintf(dir, sizeof dir, "%s", test_bin());
     char *d = dirname(dir);
     snprintf(mods, cap, "%s/npm-agents/node_modules", d);
-    snprintf(probe, sizeof probe, "%s/@openai/agents/package.json", mods);
-    char *pkg = ak_read_file(probe, NULL, NULL);
-    int ok = pkg && strstr(pkg, "\"version\": \"" AGENTS_NPM_VERSION "\"");
-    free(pkg);
-    if (ok) return 0;
+    snprintf(marker, sizeof marker, "%s/npm-agents/installed-" AGENTS_NPM_VERSION "-" OPENAI_NPM_VERSION, d);
+    if (access(marker, F_OK) == 0) return 0;
     snprintf(cmd, sizeof cmd,
-             "npm install --no-audit --no-fund --silent --save-exact --prefix %s/npm-agents @openai/agents@%s openai@%s", d,
-             AGENTS_NPM_VERSION, OPENAI_NPM_VERSION);
-    return run_script(t, cmd, "npm_agents_install.log", 300) == 0 ? 0 : -1;
+             "mkdir -p %s/npm-agents && flock %s/npm-agents.lock sh -c 'test -e %s || "
+             "(npm install --no-audit --no-fund --silent --save-exact --prefix %s/npm-agents @openai/agents@%s openai@%s "
+             "&& touch %s)'",
+             d, d, marker, d, AGENTS_NPM_VERSION, OPENAI_NPM_VERSION, marker);
+    snprintf(log, sizeof log, "npm_agents_install.%d.log", (int)getpid());
+    if (run_script(t, cmd, log, 300) != 0) return -1;
+    if (access(marker, F_OK) != 0) {
+        ak_test_fail(t, __FILE__, __LINE__, "npm did not finish installing @openai/agents@%s", AGENTS_NPM_VERSION);
+        return -1;
+    }
+    return 0;
 }
 
 TEST(server_agents_sdk_resent_history_reused) {
