@@ -263,3 +263,16 @@ TEST(handoff_reuse_bad_settings_deleted_source_and_responses) {
     reply_free(&a);
     rig_stop(&r);
 }
+
+TEST(handoff_reuse_serve_flag_refuses_bad_settings) {
+    static const char *const bad[] = {"full:0.5", "cacheblend", "agentkvshift:2", "cacheblend:x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char args[512], model[256], *out = NULL;
+        snprintf(args, sizeof args, "serve -m %s --port 0 --handoff-reuse %s",
+                 test_path(model, sizeof model, MODEL), bad[i]);
+        int rc = run_cli(args, &out);
+        CHECK(rc == 2 && out && strstr(out, "--handoff-reuse"), "serve --handoff-reuse %s: exit %d: %s", bad[i], rc,
+              out ? out : "");
+        free(out);
+    }
+}
