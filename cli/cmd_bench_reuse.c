@@ -28,6 +28,15 @@
  * agreement 1 check the harness itself. `agentkvshift-w1` is agentkvshift
  * with every token's weight 1 (the ablation of the divergence weighting).
  *
+ * --handoff A,B measures handoff reuse instead (agent.h: HANDOFF SPANS):
+ * the history (the context's chunks, one run) is computed once after a head
+ * of A tokens, [BOS] [head A] [history], as the agent that hands off holds
+ * it, and placed from there, keys moved, into [BOS] [head B] [history]
+ * [continuation] by each method; full is that context prefilled plainly.
+ * The heads are held-out text too: the first A and B tokens of the next
+ * two contexts' chunks. --residual works on it the same way (the history
+ * one chunk).
+ *
  * --speed-only skips the continuation and the scoring (for a synthetic
  * model whose random weights make KL meaningless); only prefill times.
  *
@@ -84,6 +93,8 @@ static const char *usage_text =
     "  --check-layer L        0-based layer where cacheblend/agentkvshift measure deviations\n"
     "                         (default: the library's, layer 1)\n"
     "  --speed-only           prefill times only: no continuation, no KL (random-weight models)\n"
+    "  --handoff A,B          handoff reuse: the chunks as one history computed after a head of A tokens,\n"
+    "                         placed after a head of B tokens (the heads: held-out text)\n"
     "  --residual             instead of the methods: the reuse residual (in context - alone, shifted)\n"
     "                         per layer, K and V: the share of its energy the per-chunk mean explains,\n"
     "                         and what agentkvshift's correction would remove of it\n"
@@ -431,6 +442,7 @@ static int parse_types(ak_args *a, const char *v, ak_kv_format *out, int max) {
 typedef struct {
     const char *model_path, *data, *notes, *plot;
     int k, T, C, max_ctx, json, speed_only, residual, reps, n_threads, check_layer;
+    int handoff, head_a, head_b;  /* --handoff A,B */
     long long seed;
     int ratios_pct[MAX_LIST], n_ratios;
     int want[BM_COUNT];           /* methods to measure */
@@ -466,7 +478,12 @@ static int reuse_parse(int argc, char **argv, reuse_opts *o) {
         else if (!strcmp(f, "--check-layer")) o->check_layer = (int)args_int(&a, f, 0, 4096);
         else if (!strcmp(f, "--reps")) o->reps = (int)args_int(&a, f, 1, 64);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) o->n_threads = (int)args_int(&a, f, 1, 1024);
-        else if (!strcmp(f, "--ratios")) {
+        else if (!strcmp(f, "--handoff")) {
+            const char *v = args_value(&a, f);
+            int ab[2] = {0, 0};
+            if (v && args_int_list(&a, f, v, 1, 1 << 16, ab, 2) != 2) args_error(&a, "--handoff: two head lengths, A,B");
+            o->handoff = 1, o->head_a = ab[0], o->head_b = ab[1];
+        } else if (!strcmp(f, "--ratios")) {
             const char *v = args_value(&a, f);
             if (v) o->n_ratios = args_int_list(&a, f, v, 0, 100, o->ratios_pct, MAX_LIST);
         } else if (!strcmp(f, "--methods")) {
@@ -508,6 +525,8 @@ typedef struct {
     ak_kv *kv, *kv2;          /* the context's sequences (run_case replaces them) */
     ak_kv *chunk_kv[64];      /* the context's chunks computed alone */
     ak_reuse_part parts[65];
+    int32_t *htoks;           /* --handoff: the context at hand, [BOS] [head B] [history] [continuation] */
+    int hist_len;             /* its history's tokens (the one chunk's length) */
     brr_acc *resid;
     brm_acc *oracle;          /* --residual: per cache type, the quality of none then of each brr_oracle */
     progress pg;
@@ -531,11 +550,52 @@ static void make_rows(reuse_run *R) {
         }
 }
 
+/* --handoff: context x's history computed after head A (the source, in
+ * R->chunk_kv[0]) and the context [BOS] [head B] [history] [continuation]
+ * in R->htoks, described by *bc as one fresh part (BOS and head B) and
+ * one chunk part placed from the source. The heads are the first A and B
+ * chunk tokens of contexts x + 1 and x + 2 (cyclically). Returns 0, or -1
+ * with err set (fewer than three contexts, a head longer than a context's
+ * chunks). */
+static int make_handoff_case(reuse_run *R, int c, ak_block_pool *pool, int x, bcase *bc, ak_error *err) {
+    const reuse_opts *o = R->o;
+    const brd_set *d = R->data;
+    const int n_pre = R->n_pre, A = o->head_a, B = o->head_b, H = brd_chunk_tokens(d, x), C = d->C;
+    const int ya = (x + 1) % d->n_ctx, yb = (x + 2) % d->n_ctx;
+    if (d->n_ctx < 3 || brd_chunk_tokens(d, ya) < A || brd_chunk_tokens(d, yb) < B)
+        return ak_failc(err, AK_ERR_INVALID, "--handoff %d,%d: the heads come from two other contexts' chunks, and "
+                        "context %d or %d has fewer tokens (or there are fewer than 3 contexts)", A, B, ya, yb);
+    const int32_t *ct = brd_ctx(d, x), *hist = ct + n_pre;
+    int32_t *src = ak_malloc(sizeof(int32_t) * (size_t)(n_pre + A + H), err);
+    free(R->htoks);
+    R->htoks = ak_malloc(sizeof(int32_t) * (size_t)(n_pre + B + H + C), err);
+    if (!src || !R->htoks) { free(src); return -1; }
+    memcpy(src, ct, sizeof(int32_t) * (size_t)n_pre);
+    memcpy(src + n_pre, brd_ctx(d, ya) + n_pre, sizeof(int32_t) * (size_t)A);
+    memcpy(src + n_pre + A, hist, sizeof(int32_t) * (size_t)H);
+    int32_t *h = R->htoks;
+    memcpy(h, ct, sizeof(int32_t) * (size_t)n_pre);
+    memcpy(h + n_pre, brd_ctx(d, yb) + n_pre, sizeof(int32_t) * (size_t)B);
+    memcpy(h + n_pre + B, hist, sizeof(int32_t) * (size_t)(H + C));   /* the history, then the continuation */
+    R->hist_len = H;
+    int rc = (R->chunk_kv[0] = ak_kv_new(pool, o->cts[c], o->cts[c], n_pre + A + H, err)) ? 0 : -1;
+    if (rc == 0) rc = ak_eval(R->ctx, R->chunk_kv[0], &(ak_eval_args){.tokens = src, .n = n_pre + A + H}, err);
+    free(src);
+    if (rc < 0) return -1;
+    *bc = (bcase){.ctx = R->ctx, .pool = pool, .fmt = o->cts[c], .check_layer = o->check_layer, .n_pre = n_pre + B,
+                  .k = 1, .lens = &R->hist_len, .n_chunk_tok = H, .C = C, .toks = h, .chunk_kv = R->chunk_kv,
+                  .parts = R->parts, .n_parts = 2};
+    R->parts[0] = (ak_reuse_part){.tokens = h, .n = n_pre + B};
+    R->parts[1] = (ak_reuse_part){.tokens = h + n_pre + B, .n = H, .chunk = R->chunk_kv[0], .src_at = n_pre + A};
+    return 0;
+}
+
 /* Context x's chunks computed alone in cache type c (blocks from pool)
- * into R->chunk_kv, and its parts into R->parts; *bc describes the case.
- * Returns 0, or -1 with err set. */
+ * into R->chunk_kv, and its parts into R->parts; *bc describes the case
+ * (--handoff: make_handoff_case's). Returns 0, or -1 with err set. */
 static int make_case(reuse_run *R, int c, ak_block_pool *pool, int x, bcase *bc, ak_error *err) {
     const reuse_opts *o = R->o;
+    if (o->handoff) return make_handoff_case(R, c, pool, x, bc, err);
     const brd_set *d = R->data;
     const int32_t *ct = brd_ctx(d, x);
     const int k = d->k, n_pre = R->n_pre;
@@ -691,10 +751,8 @@ static int run_all(reuse_run *R, ak_error *err) {
     return 0;
 }
 
-/* The contexts in words into buf: "N contexts of BOS + K chunks x T tokens
- * + C continuation tokens" (notes: the notes' mean and largest tokens and
- * how many were cut). */
-static void describe_data(const reuse_run *R, char *buf, size_t size) {
+/* The chunks in words (describe_data's). */
+static void describe_chunks(const reuse_run *R, char *buf, size_t size) {
     const brd_set *d = R->data;
     const reuse_opts *o = R->o;
     if (!o->notes) {
@@ -713,6 +771,21 @@ static void describe_data(const reuse_run *R, char *buf, size_t size) {
              "queries skipped", d->n_ctx, R->n_pre ? "BOS + " : "", d->k, (double)sum / (d->n_ctx * d->k), mx,
              d->n_truncated, d->n_ctx * d->k, o->T, d->C, o->seed, d->n_skipped);
 }
+
+/* The contexts in words into buf: "N contexts of BOS + K chunks x T tokens
+ * + C continuation tokens" (notes: the notes' mean and largest tokens and
+ * how many were cut). */
+static void describe_data(const reuse_run *R, char *buf, size_t size) {
+    const reuse_opts *o = R->o;
+    if (o->handoff) {   /* the chunks as one history, after head A there and head B here */
+        int at = snprintf(buf, size, "handoff: history computed after a %d-token head, placed after a %d-token head; ",
+                          o->head_a, o->head_b);
+        if (at > 0 && (size_t)at < size) describe_chunks(R, buf + at, size - (size_t)at);
+        return;
+    }
+    describe_chunks(R, buf, size);
+}
+
 
 /* JSON "contexts" of a notes run: per context its query, notes (placed
  * order) and their tokens. */
@@ -795,13 +868,15 @@ static int reuse_report(const reuse_run *R, const ak_model *m, ak_error *err) {
         printf("bench reuse: %s (%s weights), %s; %s, %d threads\n", o->model_path,
                gguf_tensor_type_name(m->layers[0].wq.type), o->notes ? o->notes : o->data, what,
                ak_threads_size(ak_ctx_pool(R->ctx)));
-        printf("reference: full recompute of the same context in the same cache type; chunks' KV computed alone at "
-               "position 0 in that type\n");
+        printf("reference: full recompute of the same context in the same cache type; %s\n",
+               o->handoff ? "the history's KV computed after the other head, in that type, keys moved"
+                          : "chunks' KV computed alone at position 0 in that type");
         if (!o->speed_only)
             printf("KL(full || method) and agreement over %d continuation positions (teacher-forced), PPL over %d "
                    "next tokens\n", n_ctx * C, n_ctx * (C - 1));
-        printf("prefill (ak_reuse_prefill of BOS + chunks): median of %d runs, mean per context; speedup: full's "
-               "time / the method's (wall; cpu: this process's CPU time, all threads)\n", o->reps);
+        printf("prefill (ak_reuse_prefill of BOS + %s): median of %d runs, mean per context; speedup: full's "
+               "time / the method's (wall; cpu: this process's CPU time, all threads)\n",
+               o->handoff ? "head + history" : "chunks", o->reps);
         print_table(R->rows, R->n_rows, o->cts, o->n_ct, n_ctx, o->speed_only);
     }
     if (o->plot && !o->speed_only) {
@@ -857,7 +932,7 @@ int cmd_bench_reuse(int argc, char **argv) {
     reuse_run R = {.o = &o, .tok = lm.tok, .vocab = vocab, .data = &data};
     progress_init(&R.pg, "bench reuse");
     const int n_pre = R.n_pre = ak_tokenizer_add_bos(lm.tok) && ak_tokenizer_bos(lm.tok) >= 0 ? 1 : 0;
-    const int per = n_pre + k * T + C;
+    const int per = n_pre + (o.handoff ? (o.head_a > o.head_b ? o.head_a : o.head_b) : 0) + k * T + C;
     if (per > m->spec.n_ctx) {
         fprintf(stderr, "agentkv bench reuse: a context of %d tokens (%s%d chunks x %d + %d) exceeds the model's "
                         "context %d: use smaller --chunks, --chunk-tokens or --cont\n",
@@ -913,7 +988,7 @@ done:
     ak_kv_free(R.kv2);
     ak_ctx_free(R.ctx);
     brd_free(&data);
-    free(R.rows); free(R.ref); free(R.got); free(R.lp); free(R.lq); free(R.resid); free(R.oracle);
+    free(R.rows); free(R.ref); free(R.got); free(R.lp); free(R.lq); free(R.resid); free(R.oracle); free(R.htoks);
     unload_model(&lm);
     return rc;
 }

@@ -169,6 +169,45 @@ TEST(bench_reuse_json_shape_and_full_rows) {
     br_free(&r);
 }
 
+/* --handoff: the history placed from a sequence that computed it after
+ * another head. full scored against itself is exact; ratio 1 recomputes
+ * every placed token (reuse.h: full bit for bit); none (the history as the
+ * other head left it, keys moved) differs; heads longer than the text or
+ * one number are refused. */
+TEST(bench_reuse_handoff_rows) {
+    char model[512], data[512], args[2048];
+    test_path(model, sizeof model, "models/stories260K.gguf");
+    test_path(data, sizeof data, "golden/stories260K/story.txt");
+    snprintf(args, sizeof args,
+             "-m %s --data %s --json --chunks 2 --chunk-tokens 24 --cont 12 --contexts 3 --ratios 0,10,100 "
+             "--cache-types f16 --methods none,cacheblend,agentkvshift,full --handoff 7,12 -t 1",
+             model, data);
+    br_result r = br_run(args);
+    REQUIRE(r.code == 0, "exit %d: %s", r.code, r.err);
+    cJSON *j = cJSON_Parse(r.out), *rows = cJSON_GetObjectItem(j, "rows");
+    REQUIRE(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) == 2 + 2 * 3, "rows: %.300s", r.out);
+    cJSON *full = find_row(rows, "full", "f16", 1), *none = find_row(rows, "none", "f16", 0);
+    REQUIRE(full && none, "no full or none row");
+    CHECK(num(full, "kl") == 0 && num(full, "agree") == 1, "full: kl %g agree %g", num(full, "kl"), num(full, "agree"));
+    CHECK(num(none, "kl") > 1e-6, "none: kl %g, the history after another head should differ", num(none, "kl"));
+    const char *ms[] = {"cacheblend", "agentkvshift"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *one = find_row(rows, ms[i], "f16", 1);
+        CHECK(one && num(one, "kl") == 0 && num(one, "agree") == 1, "%s at 100%%: kl %g", ms[i], one ? num(one, "kl") : -1);
+    }
+    cJSON_Delete(j);
+    br_free(&r);
+    snprintf(args, sizeof args, "-m %s --data %s --chunks 2 --chunk-tokens 24 --cont 12 --contexts 3 --handoff 60,7 --cache-types f16",
+             model, data);
+    br_result b = br_run(args);
+    CHECK(b.code == 1 && strstr(b.err, "--handoff 60,7"), "a head longer than the chunks: exit %d: %s", b.code, b.err);
+    br_free(&b);
+    snprintf(args, sizeof args, "-m %s --data %s --handoff 5", model, data);
+    b = br_run(args);
+    CHECK(b.code == 2 && strstr(b.err, "--handoff"), "one head length: exit %d: %s", b.code, b.err);
+    br_free(&b);
+}
+
 /* One bad invocation: exit code `code` and a one-line error containing
  * `want` on stderr. */
 static void bad_args(ak_test_ctx *t, const char *args, int code, const char *want) {

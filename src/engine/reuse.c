@@ -141,13 +141,9 @@ static int check_args(ak_ctx *c, const ak_kv *kv, const ak_reuse_part *parts, in
             return -2;
         }
         if (pt->chunk) {
-            if (pt->src_at != 0) {
-                ak_failc(err, AK_ERR_INVALID, "chunk of part %d: a source position is for ak_reuse_place", i);
-                return -2;
-            }
-            if (ak_kv_length(pt->chunk) < pt->n) {
-                ak_failc(err, AK_ERR_INVALID, "chunk of part %d holds %d positions, fewer than its %d tokens", i,
-                         ak_kv_length(pt->chunk), pt->n);
+            if (pt->src_at < 0 || ak_kv_length(pt->chunk) - pt->n < pt->src_at) {
+                ak_failc(err, AK_ERR_INVALID, "chunk of part %d holds %d positions, not its %d tokens at %d", i,
+                         ak_kv_length(pt->chunk), pt->n, pt->src_at);
                 return -2;
             }
             if (ak_kv_pool(pt->chunk) != ak_kv_pool(kv)) {
@@ -401,7 +397,7 @@ int ak_reuse_prefill(ak_ctx *c, ak_kv *kv, const ak_reuse_part *parts, int n_par
             rc = ak_eval(c, kv, &(ak_eval_args){.tokens = pt->tokens, .n = pt->n, .pos0 = at, .logits = lg}, err);
             if (pt->chunk) s.n_recomputed += pt->n;
         } else {
-            rc = place_chunk(c, kv, pt->chunk, 0, at, pt->n, err);
+            rc = place_chunk(c, kv, pt->chunk, pt->src_at, at, pt->n, err);
             if (rc == 0 && blend) rc = blend_chunk(c, kv, pt, at, check, p, &s.n_recomputed, err);
         }
         at += pt->n;

@@ -95,7 +95,7 @@ typedef struct {
     const ak_kv *chunk; /* NULL: computed fresh; else the chunk's KV: the part's tokens at positions [src_at,
                          * src_at + n) (the same block pool as the sequence, any formats) */
     int src_at;         /* where chunk holds them: 0 for a chunk computed alone; a span of another sequence
-                         * sits at its own position there, its keys rotated for it (ak_reuse_place only) */
+                         * (a handoff) sits at its own position there, its keys rotated for it */
 } ak_reuse_part;
 
 typedef struct {
@@ -115,8 +115,8 @@ typedef struct {
  * effect (kv carries it: kvcache.h CORRECTIONS). Uses c's position offset
  * as it is (normally 0). Returns 0, or -1 with err set:
  *   AK_ERR_INVALID  kv not empty, no parts, a part with n < 1 or no tokens,
- *                   a chunk shorter than its part, a src_at other than 0
- *                   (ak_reuse_place takes it), of another block pool or
+ *                   a chunk that does not hold its part at src_at, of
+ *                   another block pool or
  *                   geometry, the total past kv's capacity, ratio outside
  *                   [0, 1] or NaN, check_layer >= n_layer, logits asked
  *                   after a chunk part, a chunk placed past position 0 on a
