@@ -844,8 +844,9 @@ static int reuse_report(const reuse_run *R, const ak_model *m, ak_error *err) {
         printf("bench reuse --residual: %s (%s weights), %s; %s, %d threads\n", o->model_path,
                gguf_tensor_type_name(m->layers[0].wq.type), o->notes ? o->notes : o->data, what,
                ak_threads_size(ak_ctx_pool(R->ctx)));
-        printf("residual r = chunk K/V in context (full) - computed alone at position 0, keys shifted (none), per "
-               "token and channel; sums over every chunk; check layer %d\n", check);
+        printf("residual r = chunk K/V in context (full) - %s, keys shifted (none), per token and channel; sums over "
+               "every chunk; check layer %d\n",
+               o->handoff ? "the history computed after the other head" : "computed alone at position 0", check);
         printf("rel: |r|^2 / |full|^2; offset: share of |r|^2 the per-chunk mean explains (off_no1st: without each "
                "chunk's first token; off_pre: K rotated back to position 0);\nprobeR: share of the non-probe tokens' "
                "|r|^2 agentkvshift's correction removes at R%% probes (p10_w1: weights 1; p10_head: weights per KV "

@@ -276,3 +276,49 @@ TEST(handoff_reuse_serve_flag_refuses_bad_settings) {
         free(out);
     }
 }
+
+/* Under a KV budget that holds two agents, the specialist's admission must
+ * make room by evicting an idle agent: the least recently used one is the
+ * triage agent it takes over from, which admission keeps (pins) while the
+ * handoff is pending; another idle agent goes instead. */
+TEST(handoff_reuse_source_kept_when_admission_evicts) {
+    rig r;
+    rig_opts o = {.model = MODEL, .mem = "p0", .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = N_CTX,
+                  .family = AK_CHAT_PLAIN};
+    if (rig_start_opts(t, &r, &o) < 0) return;
+    size_t per = ak_agents_bytes_for(r.agents, 320);   /* one agent: a prompt of about 300 tokens + 16 */
+    rig_stop(&r);
+    o.mem = "p";
+    o.budget = per * 5 / 2;
+    o.handoff = 1;
+    o.handoff_reuse = (ak_reuse_params){.method = AK_REUSE_CACHEBLEND, .ratio = 0.3f, .check_layer = -1};
+    if (rig_start_opts(t, &r, &o) < 0) return;
+    reply a = chat(r.port, "triage", TRIAGE, NULL, NULL);
+    CHECK(a.status == 200 && (int)num(cJSON_GetObjectItem(a.j, "usage"), "prompt_tokens") < 310, "triage: %d %s",
+          a.status, a.body ? a.body : "");
+    reply_free(&a);
+    /* another agent, used after the triage agent, with other text of about the same length */
+    char other[2048];
+    snprintf(other, sizeof other, "%s", DOC);
+    for (char *p = other; *p; p++)
+        if (*p == 'e') *p = 'o';
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", "m");
+    cJSON_AddStringToObject(j, "agent_id", "other");
+    cJSON_AddStringToObject(j, "prompt", other);
+    cJSON_AddNumberToObject(j, "max_tokens", 16);
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    a = http(r.port, "POST", "/v1/completions", body);
+    free(body);
+    CHECK(a.status == 200, "other: %d %s", a.status, a.body ? a.body : "");
+    reply_free(&a);
+    a = chat(r.port, "spec", HEADS[1], NULL, NULL);
+    const char *from = str(akv(&a), "handoff_from");
+    CHECK(a.status == 200 && detail(&a, "handoff_reused_tokens") >= 150 && from && !strcmp(from, "triage") &&
+              num(akv(&a), "evicted") >= 1,
+          "spec under the budget: %d, %g placed from %s, %g evicted", a.status, detail(&a, "handoff_reused_tokens"),
+          from ? from : "(none)", num(akv(&a), "evicted"));
+    reply_free(&a);
+    rig_stop(&r);
+}

@@ -249,6 +249,13 @@ typedef struct {
  * range; AK_ERR_NOMEM). Nothing changes. */
 int ak_agents_find_span(const ak_agents *a, const ak_span_query *q, ak_span_found *out, ak_error *err);
 
+/* Keeps hot agent id out of LRU eviction while a turn that may place a
+ * span of it is admitted (the room its own prompt needs would otherwise
+ * evict the least recently used agents first: in a handoff, the one it
+ * takes over from). delta +1 pins, -1 unpins (the count never goes below
+ * 0). Returns 0, or -1 when id is not hot (nothing changes). */
+int ak_agent_pin(ak_agents *a, const char *id, int delta);
+
 /* Where a found span goes in an agent's open turn. */
 typedef struct {
     const char *id;           /* the agent in its turn */

@@ -55,6 +55,8 @@ typedef struct {
     int save_code;          /* and its code */
     int in_turn;            /* begin() called and end() not yet */
     uint32_t domain;        /* the trust domain of its last turn's request (ak_turn_opts.domain) */
+    int pins;               /* turns being admitted that may place a span of it (ak_agent_pin): LRU
+                               eviction passes it by */
     int ephemeral;          /* never saved; dropped when evicted */
     int restoring;          /* a prefetch job is loading it */
     int ahead;              /* restored by a prefetch, not yet reported */

@@ -324,7 +324,7 @@ static int resident_evict_one(ak_agents *a) {
 }
 
 /* Makes room for `need` more bytes by evicting least-recently-used agents
- * other than `keep` that are not in a turn. Returns the number evicted, or -1
+ * other than `keep` that are not in a turn nor pinned. Returns the number evicted, or -1
  * with err set when even evicting every idle agent cannot make room. */
 int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *err) {
     int evicted = 0;
@@ -333,7 +333,7 @@ int agents_ensure_room(ak_agents *a, size_t need, const agent *keep, ak_error *e
         agent *lru = NULL;
         for (int i = 0; i < a->n; i++) {
             agent *g = a->v[i];
-            if (g == keep || !g->kv || g->in_turn) continue;
+            if (g == keep || !g->kv || g->in_turn || g->pins) continue;
             if (!lru || g->last_use < lru->last_use) lru = g;
         }
         if (!lru && resident_evict_one(a)) continue;

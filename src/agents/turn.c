@@ -404,6 +404,14 @@ int ak_agents_find_span(const ak_agents *a, const ak_span_query *q, ak_span_foun
     return 1;
 }
 
+int ak_agent_pin(ak_agents *a, const char *id, int delta) {
+    agent *g = agents_find(a, id);
+    if (!g || !g->kv) return -1;
+    g->pins += delta;
+    if (g->pins < 0) g->pins = 0;
+    return 0;
+}
+
 int ak_agent_reuse_span(ak_agents *a, ak_ctx *c, const ak_span_place *o, const ak_reuse_params *p, ak_kv **kv,
                         ak_reuse_stats *st, ak_error *err) {
     agent *g = agents_find(a, o->id);

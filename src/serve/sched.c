@@ -67,6 +67,8 @@ struct ak_request {
     ak_reuse_params handoff_reuse;
     uint32_t domain;
     ak_span_found span;           /* engine: the span found (len 0: none, or placed or given up) */
+    char pinned[AK_AGENT_ID_MAX + 1];   /* engine: the span's likely source, kept from eviction from
+                                     admission until the span is placed or given up ("": none) */
     ak_reprompt reprompt;         /* the prompt's rebuild over the agent's history (fn NULL: none
                                      or done; engine thread) */
     /* engine thread only */
@@ -519,6 +521,13 @@ static void finish_pool_job(ak_sched *s, ak_request *r, ak_finish why, int code,
     s->changed = 1;
 }
 
+/* Unpins r's span source, if it pinned one. */
+static void unpin_source(ak_sched *s, ak_request *r) {
+    if (!r->pinned[0]) return;
+    ak_agent_pin(s->cfg.agents, r->pinned, -1);
+    r->pinned[0] = 0;
+}
+
 static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const char *msg);
 
 /* Ends choice i of r with why: the bytes its generator held flushed into its
@@ -559,6 +568,7 @@ static void finish_err(ak_sched *s, ak_request *r, const ak_error *e) {
  * else 0). Engine thread; r leaves the active list in the caller's sweep
  * (state R_DONE). */
 static void finish(ak_sched *s, ak_request *r, ak_finish why, int code, const char *msg) {
+    unpin_source(s, r);   /* cut or failed before its span was placed */
     if (r->pool_job) {
         finish_pool_job(s, r, why, code, msg);
         return;
@@ -888,6 +898,18 @@ static void rebuild_prompt(ak_sched *s, ak_request *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Before r's turn opens (which may evict agents to make room): pins the
+ * agent that holds the longest span of r's prompt, the source the search
+ * after the open will most likely pick. */
+static void pin_source(ak_sched *s, ak_request *r) {
+    ak_error e = {{0}};
+    ak_span_found f;
+    const ak_span_query q = {.id = agent_of(r), .domain = r->domain, .tokens = r->prompt, .from = 0,
+                             .upto = r->n_prompt - 1, .min_len = AK_HANDOFF_MIN_SPAN};
+    if (q.upto < q.min_len || ak_agents_find_span(s->cfg.agents, &q, &f, &e) <= 0) return;
+    if (ak_agent_pin(s->cfg.agents, f.src, +1) == 0) snprintf(r->pinned, sizeof r->pinned, "%s", f.src);
+}
+
 /* Looks for the span handoff reuse may place in r's prompt, past what
  * its own cache gave (r->pos) and before its last token (sched.h); the
  * search failing is logged and leaves r to a plain prefill. */
@@ -895,9 +917,9 @@ static void find_span(ak_sched *s, ak_request *r) {
     ak_error e = {{0}};
     const ak_span_query q = {.id = agent_of(r), .domain = r->domain, .tokens = r->prompt, .from = r->pos,
                              .upto = r->n_prompt - 1, .min_len = AK_HANDOFF_MIN_SPAN};
-    if (q.upto - q.from < q.min_len) return;
-    if (ak_agents_find_span(s->cfg.agents, &q, &r->span, &e) < 0)
+    if (q.upto - q.from >= q.min_len && ak_agents_find_span(s->cfg.agents, &q, &r->span, &e) < 0)
         logf_(s, "agent %s: no handoff span looked for: %s", agent_of(r), e.msg);
+    if (!r->span.len) unpin_source(s, r);
 }
 
 /* Places the span a prefilling request has reached, if any (its cache
@@ -912,6 +934,7 @@ static void place_span(ak_sched *s, ak_request *r) {
                               .src_at = r->span.src_at, .n = r->span.len};
     int n = r->span.len;
     r->span.len = 0;   /* placed or given up: once */
+    unpin_source(s, r);   /* reuse_span checks the source again: still there or not, the pin has done its part */
     if (ak_agent_reuse_span(s->cfg.agents, s->ctx, &pl, &r->handoff_reuse, &r->kv, &st, &e) < 0) {
         /* the cache still holds [0, pos): the prefill goes on as if no span had been found */
         logf_(s, "agent %s: handoff span of %d tokens computed instead: %s", agent_of(r), n, e.msg);
@@ -973,11 +996,13 @@ static void admit(ak_sched *s) {
         ak_turn t;
         ak_kv *kv;
         int flags = (r->anonymous ? AK_AGENT_EPHEMERAL : 0) | (r->mem_full ? AK_AGENT_RECOMPUTE_MEMORIES : 0);
+        if (r->handoff) pin_source(s, r);
         ak_turn_opts to = {.id = r->id, .flags = flags, .pool_id = r->pool[0] ? r->pool : NULL, .tokens = r->prompt,
                            .n = r->n_prompt, .n_reserve = r->n_reserve,
                            .extra = outstanding(s) + forks_outstanding(s, r), .at = r->mem_at,
                            .len = r->mem_len, .k = r->n_mem, .domain = r->domain};
         if (ak_agent_open(s->cfg.agents, &to, &kv, &t, &err) < 0) {
+            unpin_source(s, r);   /* pinned again at the next try */
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
                 /* room comes back when a running request ends */
                 if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
