@@ -322,3 +322,39 @@ TEST(handoff_reuse_source_kept_when_admission_evicts) {
     reply_free(&a);
     rig_stop(&r);
 }
+
+/* The other families: qwen3 (every layer keeps every position: the run is
+ * placed, and at ratio 1 the answer is a fresh server's), gemma3 (sliding
+ * windows) and deepseek2 (latent attention), where no run is looked for
+ * and the prompt is prefilled as usual (the same answer too). */
+TEST(handoff_reuse_families) {
+    static const char *const models[] = {"models/qwen3-tiny.gguf", "models/gemma3-tiny.gguf",
+                                         "models/deepseek2-tiny.gguf"};
+    for (int k = 0; k < 3; k++) {
+        rig r;
+        rig_opts o = {.model = models[k], .mem = "fam-ref", .fk = AK_KV_F16, .fv = AK_KV_F16, .n_ctx = N_CTX,
+                      .family = AK_CHAT_CHATML};
+        if (rig_start_opts(t, &r, &o) < 0) return;
+        reply a = chat(r.port, "ref", HEADS[1], NULL, NULL);
+        char *ref = answer(&a) ? strdup(answer(&a)) : NULL;
+        CHECK(a.status == 200 && ref, "%s reference: %d %s", models[k], a.status, a.body ? a.body : "");
+        reply_free(&a);
+        rig_stop(&r);
+        o.mem = "fam";
+        o.handoff = 1;
+        o.handoff_reuse = (ak_reuse_params){.method = AK_REUSE_CACHEBLEND, .ratio = 1, .check_layer = -1};
+        if (rig_start_opts(t, &r, &o) < 0) { free(ref); return; }
+        a = chat(r.port, "triage", TRIAGE, NULL, NULL);
+        CHECK(a.status == 200, "%s triage: %d", models[k], a.status);
+        reply_free(&a);
+        a = chat(r.port, "spec", HEADS[1], NULL, NULL);
+        int placed = (int)detail(&a, "handoff_reused_tokens");
+        CHECK(a.status == 200 && (k == 0 ? placed >= 150 : placed == 0), "%s: %d, %d placed", models[k], a.status,
+              placed);
+        CHECK(answer(&a) && ref && !strcmp(answer(&a), ref), "%s: '%s', the reference '%s'", models[k],
+              answer(&a) ? answer(&a) : "(none)", ref ? ref : "");
+        reply_free(&a);
+        free(ref);
+        rig_stop(&r);
+    }
+}

@@ -245,8 +245,10 @@ typedef struct {
  * turn nor being restored, whose cache holds its stored K/V as computed:
  * no correction, no mixed card blocks) for the longest span of at least
  * q->min_len tokens of q->tokens[from, upto). Returns 1 with *out set, 0
- * when there is none (out->len 0), -1 with err set (AK_ERR_INVALID: bad
- * range; AK_ERR_NOMEM). Nothing changes. */
+ * when there is none (out->len 0; always on a model with sliding-window
+ * layers, whose sequences release early positions, or with latent
+ * attention, which the reuse methods do not cover), -1 with err set
+ * (AK_ERR_INVALID: bad range; AK_ERR_NOMEM). Nothing changes. */
 int ak_agents_find_span(const ak_agents *a, const ak_span_query *q, ak_span_found *out, ak_error *err);
 
 /* Keeps hot agent id out of LRU eviction while a turn that may place a

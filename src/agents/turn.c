@@ -388,6 +388,11 @@ static int span_source_len(const agent *g) {
 
 int ak_agents_find_span(const ak_agents *a, const ak_span_query *q, ak_span_found *out, ak_error *err) {
     memset(out, 0, sizeof *out);
+    /* sliding-window layers release a long history's early positions (no
+     * copy of them exists), and the blend methods are not written for
+     * latent attention (reuse.h): no span could be placed */
+    const ak_config *mc = &a->cfg.model->cfg;
+    if (mc->window > 0 || mc->kv_lora) return 0;
     ak_span_finder *f = ak_span_finder_new(q->tokens, q->from, q->upto, q->min_len, err);
     if (!f) return -1;
     ak_span best = {.len = 0};
