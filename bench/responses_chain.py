@@ -184,14 +184,17 @@ def stream_post(port, path, body, timeout_s=REQUEST_TIMEOUT_S, t0=None):
     text_seen, events): from t0, ttft to the first event carrying text, or
     to the end when none did."""
     t0 = now() if t0 is None else t0
-    conn = http.client.HTTPConnection(HOST, port, timeout=max(0.1, timeout_s - (now() - t0)))
+    conn = http.client.HTTPConnection(HOST, port, timeout=max(0.05, timeout_s - (now() - t0)))
     try:
         conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:
             raise RuntimeError("POST %s on port %d: HTTP %d %s" % (path, port, resp.status, resp.read()[:500]))
         first, events = None, []
+        sock = conn.sock or getattr(getattr(resp.fp, "raw", None), "_sock", None)   # closed conn: resp's own
         for _ in range(MAX_SSE_LINES):
+            if sock:
+                sock.settimeout(max(0.05, timeout_s - (now() - t0)))   # the socket's limit is per read
             line = resp.readline()
             if not line:
                 break

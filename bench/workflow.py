@@ -352,7 +352,8 @@ def run_phase(side, tasks, cap_s):
         th.start()
     for th in threads:
         th.join(max(0.1, deadline + JOIN_SLACK_S - now()))
-    wall = max([r["end_s"] for r in results if r and r.get("ok")] or [now() - t0])
+    cut = any(not (r and r.get("ok")) for r in results)
+    wall = min(cap_s, now() - t0) if cut else max(r["end_s"] for r in results)   # a cut phase took the cap
     return [r or {"ok": False, "error": "worker still running after the cap"} for r in results], wall
 
 
