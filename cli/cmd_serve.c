@@ -28,7 +28,13 @@ static const char *usage_text =
     "  --step-tokens N        tokens per engine step: decode tokens + a prefill chunk (default 256)\n"
     "  --step-ms MS           while agents decode, size prefill chunks so a step takes about MS\n"
     "                         (default 200; 0 = always --step-tokens)\n"
-    "  --api-key-file F       require 'Authorization: Bearer KEY' (KEY: the file's first line)\n"
+    "  --api-key-file F       require 'Authorization: Bearer KEY', KEY one of F's lines (each\n"
+    "                         non-empty line a key, '#' a comment); each key is a trust domain\n"
+    "  --handoff-reuse R      none (default), cacheblend:RATIO or agentkvshift:RATIO: a prompt's\n"
+    "                         run of 64+ tokens that another hot agent of the same key holds\n"
+    "                         (a handoff: the same history after another head) is placed from\n"
+    "                         its KV, keys shifted, RATIO of it recomputed; a request's field\n"
+    "                         handoff_reuse overrides it (docs/handoff.md)\n"
     "  --model-id NAME        the model name clients use (default: the file name without .gguf)\n"
     "  --chat-template F      override the chat family: llama3 chatml llama2 mistral gemma phi3 plain\n"
     "  --responses-ttl SECONDS   stored responses and conversations expire this long after their\n"
@@ -63,20 +69,36 @@ static void log_line(void *ud, const char *line) {
     fprintf(stderr, "%02d:%02d:%02d agentkv: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, line);
 }
 
-/* The first line of the key file, trimmed. */
-static char *read_api_key(const char *path, ak_error *err) {
-    size_t len;
-    char *k = ak_read_file(path, &len, err);
-    if (!k) return NULL;
-    size_t n = strcspn(k, "\r\n");
-    while (n && (k[n - 1] == ' ' || k[n - 1] == '\t')) n--;
-    k[n] = 0;
-    if (!n) {
-        free(k);
-        ak_fail(err, "%s: the API key file is empty", path);
-        return NULL;
+/* The most keys an API key file may hold. */
+#define MAX_API_KEYS 64
+
+/* The keys of an API key file: each non-empty line, trimmed, is a key
+ * (lines starting with '#' are comments), and each key is a trust domain
+ * of its own. buf holds them (the caller frees it). */
+typedef struct {
+    char *buf;
+    const char *key[MAX_API_KEYS];
+    int n;
+} api_keys;
+
+/* Reads path into *k. Returns 0, or -1 with err set (unreadable, no key,
+ * more than MAX_API_KEYS, the same key twice). */
+static int read_api_keys(const char *path, api_keys *k, ak_error *err) {
+    memset(k, 0, sizeof *k);
+    if (!(k->buf = ak_read_file(path, NULL, err))) return -1;
+    for (char *line = k->buf, *next; line && *line; line = next) {
+        size_t n = strcspn(line, "\r\n");
+        next = line[n] ? line + n + 1 : NULL;
+        line[n] = 0;
+        while (*line == ' ' || *line == '\t') line++, n--;
+        while (n && (line[n - 1] == ' ' || line[n - 1] == '\t')) line[--n] = 0;
+        if (!n || line[0] == '#') continue;
+        if (k->n == MAX_API_KEYS) return ak_fail(err, "%s: more than %d API keys", path, MAX_API_KEYS);
+        for (int i = 0; i < k->n; i++)
+            if (!strcmp(k->key[i], line)) return ak_fail(err, "%s: line of key %d repeats key %d", path, k->n + 1, i + 1);
+        k->key[k->n++] = line;
     }
-    return k;
+    return k->n ? 0 : ak_fail(err, "%s: the API key file holds no key", path);
 }
 
 /* What serve was asked: its flags. */
@@ -88,6 +110,8 @@ typedef struct {
     unsigned conn_timeout, conns_per_ip;
     const char *allowed_hosts[MAX_WEB_NAMES], *cors_origins[MAX_WEB_NAMES];
     int n_allowed_hosts, n_cors_origins;
+    int handoff;             /* --handoff-reuse: 0 none, else by handoff_reuse */
+    ak_reuse_params handoff_reuse;
     ak_chat_family family;   /* --chat-template's (AK_CHAT_PLAIN without it: detected later) */
     store_opts mo;
     cache_opts co;
@@ -115,6 +139,12 @@ static int serve_parse(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(f, "--model-id")) o->model_id = args_value(&a, f);
         else if (!strcmp(f, "--chat-template")) o->chat_template = args_value(&a, f);
         else if (!strcmp(f, "--chat-template-file")) o->chat_template_file = args_value(&a, f);
+        else if (!strcmp(f, "--handoff-reuse")) {
+            const char *v = args_value(&a, f);
+            ak_error e = {{0}};
+            if (v && ak_reuse_spec_parse(v, &o->handoff, &o->handoff_reuse, &e) < 0)
+                args_error(&a, "--handoff-reuse: %s", e.msg);
+        }
         else if (!strcmp(f, "--responses-ttl")) o->responses_ttl = (long)args_int(&a, f, 1, 100L * 365 * 86400);
         else if (!strcmp(f, "--responses-budget")) {
             const char *v = args_value(&a, f);
@@ -237,7 +267,8 @@ int cmd_serve(int argc, char **argv) {
         return AK_EXIT_USAGE;
     }
     int rc = 1;
-    char *api_key = NULL, *template_text = NULL, model_id[256];
+    char *template_text = NULL, model_id[256];
+    api_keys keys = {0};
     ak_store *store = NULL;
     ak_rstore *rstore = NULL;
     ak_block_pool *pool = NULL;
@@ -252,7 +283,7 @@ int cmd_serve(int argc, char **argv) {
         template_text = ak_chat_template_gguf(&lm.model->gguf, &err);
     }
     if (!o->chat_template) family = ak_chat_detect(template_text);
-    if (o->api_key_file && !(api_key = read_api_key(o->api_key_file, &err))) goto fail;
+    if (o->api_key_file && read_api_keys(o->api_key_file, &keys, &err) < 0) goto fail;
     if (!(store = store_opts_open(mo, &err))) goto fail;
     char rdir[4096];
     snprintf(rdir, sizeof rdir, "%s/responses", mo->dir);
@@ -289,19 +320,23 @@ int cmd_serve(int argc, char **argv) {
                           .max_active = o->max_agents, .metrics = metrics, .log = log_line, .step_ms = o->step_ms};
     if (!(sched = ak_sched_start(&sc, &err))) goto fail;
     ak_server_config vc = {.host = host, .port = o->port, .sched = sched, .model = lm.model, .tok = lm.tok,
-                           .model_id = model_id, .api_key = api_key, .max_body = o->max_body, .family = family,
+                           .model_id = model_id, .api_keys = keys.key, .n_api_keys = keys.n,
+                           .handoff = o->handoff, .handoff_reuse = o->handoff_reuse, .max_body = o->max_body, .family = family,
                            .template_text = template_text, .n_ctx = n_ctx, .metrics = metrics, .log = log_line,
                            .log_ud = NULL, .conn_timeout_s = o->conn_timeout, .max_conns_per_ip = o->conns_per_ip,
                            .max_buffered = o->max_buffered, .allowed_hosts = o->allowed_hosts,
                            .n_allowed_hosts = o->n_allowed_hosts, .cors_origins = o->cors_origins,
                            .n_cors_origins = o->n_cors_origins, .rstore = rstore};
     if (!(server = ak_server_start(&vc, &err))) goto fail;
+    char handoff_name[48];
+    ak_reuse_spec_format(o->handoff, &o->handoff_reuse, handoff_name, sizeof handoff_name);
     fprintf(stderr,
             "agentkv: serving %s on http://%s:%d  (chat template %s, context %d, KV %s/%s, budget %.1f MiB, "
-            "memory %s%s%s)\n",
+            "memory %s%s%s%s%s)\n",
             model_id, host, ak_server_port(server), ak_chat_family_name(family), n_ctx, ak_kv_format_get(co->fk)->name,
             ak_kv_format_get(co->fv)->name, co->budget / 1048576.0, mo->store_url ? mo->store_url : mo->dir,
-            mo->key_file ? ", sealed" : "", api_key ? ", API key required" : "");
+            mo->key_file ? ", sealed" : "", keys.n ? ", API key required" : "", o->handoff ? ", handoff reuse " : "",
+            o->handoff ? handoff_name : "");
     fflush(stderr);
     if (serve_until_signal(&sigs, &server, &sched, agents, &err) < 0) {
         fprintf(stderr, "agentkv serve: saving agents at shutdown: %s\n", err.msg);
@@ -320,7 +355,7 @@ done:
     ak_block_pool_free(pool);
     ak_store_close(store);
     ak_rstore_close(rstore);
-    free(api_key);
+    free(keys.buf);
     free(template_text);
     unload_model(&lm);
     return rc;

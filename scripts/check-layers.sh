@@ -17,10 +17,10 @@ table() {
 base|-|errors and checked allocation, buffers, threads, CPU features, vector math, the GGUF container
 kernels|base|weight formats and their SIMD matrix products, K-quants, run-time dispatch
 text|base|tokenizers, chat templates, resent conversations, stop strings, sampling, the generation step
-kv|base|KV formats, the cache spec, the block pool, sequences (kvcache), content-addressed prefixes
+kv|base|KV formats, the cache spec, the block pool, sequences (kvcache), content-addressed prefixes, spans found at any offset
 engine|base kernels text kv|models and the forward pass, attention statistics, calibration, reuse methods, synthetic models, perplexity
 store|base kv engine|agent, pool, memory and card files: codec, directory and Redis backends, sealing, the index; CacheCards
-agents|base text kv engine store|agents: registry, tiers, turns, save queue, restore; pools, memories, card bit allocation
+agents|base text kv engine store|agents: registry, tiers, turns, save queue, restore; pools, memories, handoff spans, card bit allocation
 serve|base text kv engine store agents|the HTTP server, request parsing, the scheduler, metrics
 lib|base text kv engine store agents|the public C API of include/agentkv.h: opaque handles over models, stores, agents, turns, pools, cards, memories
 EOF

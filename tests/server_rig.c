@@ -81,6 +81,10 @@ int rig_start_opts(ak_test_ctx *t, rig *r, const rig_opts *o) {
         vc.family = o->family;
         vc.n_ctx = n_ctx;
         vc.metrics = r->metrics;
+        vc.api_keys = o->api_keys;
+        vc.n_api_keys = o->n_api_keys;
+        vc.handoff = o->handoff;
+        vc.handoff_reuse = o->handoff_reuse;
         r->srv = ak_server_start(&vc, &err);
     }
     if (!r->srv) {
@@ -117,14 +121,14 @@ void reply_free(reply *r) {
 }
 
 /* One exchange on a fresh connection (Connection: close), read to EOF;
- * every send and receive bounded by 60 s. accept: an Accept header or NULL. */
-reply http_ex(int port, const char *method, const char *path, const char *body, const char *accept) {
+ * every send and receive bounded by 60 s. headers: NULL or header lines. */
+reply http_hdr(int port, const char *method, const char *path, const char *body, const char *headers) {
     reply r = {0};
     int fd = test_dial_loopback(port, 60000);
     if (fd < 0) return r;
     ak_buf b = {0};
     ak_buf_printf(&b, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
-    if (accept) ak_buf_printf(&b, "Accept: %s\r\n", accept);
+    if (headers) ak_buf_puts(&b, headers);
     if (body) ak_buf_printf(&b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
     else ak_buf_puts(&b, "\r\n");
     int ok = !b.failed && send(fd, b.p, b.len, MSG_NOSIGNAL) == (ssize_t)b.len;
@@ -148,6 +152,12 @@ reply http_ex(int port, const char *method, const char *path, const char *body, 
     }
     free(raw);
     return r;
+}
+
+reply http_ex(int port, const char *method, const char *path, const char *body, const char *accept) {
+    char h[256];
+    if (accept) snprintf(h, sizeof h, "Accept: %s\r\n", accept);
+    return http_hdr(port, method, path, body, accept ? h : NULL);
 }
 
 reply http(int port, const char *method, const char *path, const char *body) {

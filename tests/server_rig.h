@@ -46,6 +46,10 @@ typedef struct {
     ak_kv_format fk, fv;
     int n_ctx;
     ak_chat_family family;
+    const char *const *api_keys;   /* the server's keys (server.h), none: no key required */
+    int n_api_keys;
+    int handoff;                   /* the server's handoff reuse (server.h), 0: off */
+    ak_reuse_params handoff_reuse;
 } rig_opts;
 int rig_start_opts(ak_test_ctx *t, rig *r, const rig_opts *o);
 /* The agentkv binary the tests run: AK_BIN, else build/agentkv. */
@@ -64,6 +68,8 @@ void reply_free(reply *r);
  * NULL. status 0: no answer. */
 reply http_ex(int port, const char *method, const char *path, const char *body, const char *accept);
 reply http(int port, const char *method, const char *path, const char *body);
+/* http_ex with headers: NULL, or header lines each ending in "\r\n". */
+reply http_hdr(int port, const char *method, const char *path, const char *body, const char *headers);
 
 /* A JSON object's number / string member (0 / NULL when absent). */
 double num(const cJSON *j, const char *name);

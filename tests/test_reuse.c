@@ -591,3 +591,81 @@ TEST(reuse_every_family_ratio_1_is_full) {
         ak_model_free(m);
     }
 }
+
+/* A span of another sequence placed at another position (handoff reuse):
+ * the source holds P X, X at [RP, RP + RX); the target holds a head G of
+ * another length and gets X placed after it by NONE. The reference for
+ * the moved keys is the model itself run at the new positions: the source
+ * recomputed with the context's position offset set to the shift (RoPE
+ * attention sees only position differences, so every pre-rotation vector
+ * is the same computation and the keys come out rotated for the new
+ * positions), equal up to float rounding. At the same position the bytes
+ * are the source's exactly. */
+TEST(reuse_span_placed_from_another_sequence_moves_its_keys) {
+    tenv e;
+    if (tenv_open(t, &e) < 0) return;
+    ak_error err = {{0}};
+    ak_block_pool *pool = ak_block_pool_new(&e.m->spec, 0, 0, &err);
+    REQUIRE(pool, "pool: %s", err.msg);
+    int32_t P[RP], X[RX], Y[RY], Q[RQ], src_tok[RP + RX];
+    rtexts(e.vocab, P, X, Y, Q);
+    memcpy(src_tok, P, sizeof P);
+    memcpy(src_tok + RP, X, sizeof X);
+    const int G = RP + 13;   /* the target's head: 13 positions longer, not a block's multiple */
+    int32_t head[RP + 13];
+    for (int i = 0; i < G; i++) head[i] = i < RY ? Y[i] : Q[i % RQ];
+    const ak_cache_spec *sp = &e.m->spec;
+    int L = e.m->cfg.n_layer;
+    size_t kd = (size_t)sp->n_head_kv * sp->head_dim_k, vd = (size_t)sp->n_head_kv * sp->head_dim_v;
+    float *a = malloc(sizeof(float) * (kd + vd)), *b = malloc(sizeof(float) * (kd + vd));
+    ak_kv *src = rchunk(&e, pool, AK_KV_F32, src_tok, RP + RX), *dst = rchunk(&e, pool, AK_KV_F32, head, G);
+    ak_kv *same = rchunk(&e, pool, AK_KV_F32, P, RP);
+    REQUIRE(a && b && src && dst && same, "setup");
+    const ak_reuse_params none = {.method = AK_REUSE_NONE, .check_layer = -1};
+    ak_reuse_part part = {.tokens = X, .n = RX, .chunk = src, .src_at = RP};
+    REQUIRE(ak_reuse_place(e.ctx, dst, &part, &none, NULL, &err) == 0, "place at %d: %s", G, err.msg);
+    REQUIRE(ak_reuse_place(e.ctx, same, &part, &none, NULL, &err) == 0, "place at %d: %s", RP, err.msg);
+    CHECK(ak_kv_length(dst) == G + RX && ak_kv_length(same) == RP + RX, "lengths %d, %d", ak_kv_length(dst),
+          ak_kv_length(same));
+    /* at the same position: the source's values and keys exactly */
+    double dsame = 0;
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < RX; j++) {
+            ak_kv_read(src, l, RP + j, a, a + kd, &err);
+            ak_kv_read(same, l, RP + j, b, b + kd, &err);
+            dsame = fmax(dsame, rmaxdiff(a, b, (int)(kd + vd)));
+        }
+    CHECK(dsame == 0, "placed at its own position: max |diff| %g", dsame);
+    /* moved by 13: the model's own keys at the new positions */
+    ak_ctx_set_pos_offset(e.ctx, G - RP);
+    ak_kv *moved = rchunk(&e, pool, AK_KV_F32, src_tok, RP + RX);
+    ak_ctx_set_pos_offset(e.ctx, 0);
+    REQUIRE(moved, "the reference");
+    double dk = 0, dv = 0, kmax = 0, dstale = 0;
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < RX; j++) {
+            ak_kv_read(moved, l, RP + j, a, a + kd, &err);
+            ak_kv_read(dst, l, G + j, b, b + kd, &err);
+            dk = fmax(dk, rmaxdiff(a, b, (int)kd));
+            dv = fmax(dv, rmaxdiff(a + kd, b + kd, (int)vd));
+            for (size_t i = 0; i < kd; i++) kmax = fmax(kmax, fabs(a[i]));
+            ak_kv_read(src, l, RP + j, b, b + kd, &err);   /* unmoved: what a wrong shift would leave */
+            dstale = fmax(dstale, rmaxdiff(a, b, (int)kd));
+        }
+    printf("    keys moved by %d: max |diff| %.3g (max |k| %.3g; unmoved keys differ by %.3g), values %.3g\n", G - RP,
+           dk, kmax, dstale, dv);
+    CHECK(dk <= 1e-3 * kmax && dv <= 1e-3 * kmax, "moved keys differ by %g, values by %g (max |k| %g)", dk, dv, kmax);
+    CHECK(dstale > 100 * dk, "the unmoved keys are as close (%g vs %g): the check cannot tell", dstale, dk);
+    /* a source position past the source: refused, the target unchanged */
+    part.src_at = RP + 1;
+    CHECK(ak_reuse_place(e.ctx, same, &part, &none, NULL, &err) < 0 && err.code == AK_ERR_INVALID &&
+              ak_kv_length(same) == RP + RX, "a span past its source accepted");
+    ak_kv_free(moved);
+    ak_kv_free(src);
+    ak_kv_free(dst);
+    ak_kv_free(same);
+    free(a);
+    free(b);
+    ak_block_pool_free(pool);
+    tenv_close(&e);
+}

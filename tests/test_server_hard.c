@@ -354,6 +354,9 @@ static void run_jobs(ak_test_ctx *t, stream_job *jobs, int n_jobs) {
     }
 }
 
+/* The API key of the tests that require one. */
+static const char *const hard_key[] = {"sk-hard"};
+
 TEST(server_stream_event_sizes_client_driven) {
     srv_rig r;
     ak_server_config lim = {0};
@@ -396,7 +399,8 @@ static const char key_hdr[] = "Authorization: Bearer sk-hard\r\n";
 TEST(server_unauthenticated_body_refused_on_headers) {
     srv_rig r;
     ak_server_config lim = {0};
-    lim.api_key = "sk-hard";
+    lim.api_keys = hard_key;
+    lim.n_api_keys = 1;
     if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
     /* headers announce 3 MB, no body byte follows: the answer must come anyway */
     int fd = dial(r.port, 3000);
@@ -1106,7 +1110,8 @@ static resp with_origin(int port, const char *method, const char *path, const ch
 TEST(server_console_keyless_csp_same_origin) {
     srv_rig r;
     ak_server_config lim = {0};
-    lim.api_key = "sk-hard";
+    lim.api_keys = hard_key;
+    lim.n_api_keys = 1;
     if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
     char v[1024], code[64];
     static const char csp[] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -1175,7 +1180,7 @@ TEST(server_console_keyless_csp_same_origin) {
  * an Origin equal to it is no proof of a page this server served. */
 TEST(server_console_same_origin_needs_the_host_check) {
     static const char *const any[] = {"*"};
-    const ak_server_config lim = {.api_key = "sk-hard", .allowed_hosts = any, .n_allowed_hosts = 1};
+    const ak_server_config lim = {.api_keys = hard_key, .n_api_keys = 1, .allowed_hosts = any, .n_allowed_hosts = 1};
     srv_rig r;
     if (rig_start(t, &r, "models/stories260K.gguf", &lim, NULL) < 0) return;
     char code[64];

@@ -110,6 +110,8 @@ typedef struct {
     const char *pool_id;      /* the pool the prompt starts with (POOLS below); NULL or "": none */
     const int *at, *len;      /* k memories (memories.h), the i-th at tokens[at[i], at[i] + len[i]) */
     int k;                    /* 0: none */
+    uint32_t domain;          /* the trust domain of the request (HANDOFF SPANS below; 0 when the
+                                 server has one): the agent is tagged with it */
 } ak_turn_opts;
 
 typedef struct ak_agents ak_agents;
@@ -210,6 +212,65 @@ int ak_agent_place_memory(ak_agents *a, const ak_place_opts *o, ak_kv **kv, ak_e
  * ak_reuse_place's; the cache then still holds [0, at). */
 int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const ak_place_opts *o, const ak_reuse_params *p, ak_kv **kv,
                           ak_reuse_stats *st, ak_error *err);
+
+/* HANDOFF SPANS. An agent that takes over a conversation (a handoff) gets
+ * the same history after a head of its own: the history's KV is in the
+ * agent that computed it, at another position. ak_agents_find_span finds
+ * the longest run of a prompt that another hot agent's history holds
+ * (kv/spanfind.h: at any offset on either side), and ak_agent_reuse_span
+ * places it in the asking agent's open turn by a reuse method
+ * (reuse.h), as a memory is placed: the source's stored K/V copied, the
+ * keys moved to the new position, the method's tokens recomputed.
+ *
+ * Trust: a span crosses agents only inside one trust domain (the request's
+ * ak_turn_opts.domain: an agent carries the domain of its last turn). The
+ * span's values were computed after the source's head, which the asking
+ * agent's prompt does not hold: they carry that head's influence, which
+ * the reuse method corrects only in part. */
+typedef struct {
+    const char *id;           /* the agent asking (never its own source) */
+    uint32_t domain;          /* its request's trust domain: only agents of the same one are searched */
+    const int32_t *tokens;    /* the prompt (kept while the call runs) */
+    int from, upto;           /* the span lies within tokens[from, upto) */
+    int min_len;              /* >= 1 */
+} ak_span_query;
+
+typedef struct {
+    char src[AK_AGENT_ID_MAX + 1];   /* the agent that holds it */
+    int at, src_at, len;             /* tokens[at, at + len) is src's history [src_at, src_at + len);
+                                        len 0: none found */
+} ak_span_found;
+
+/* Searches the hot agents of q->domain other than q->id (those not in a
+ * turn nor being restored, whose cache holds its stored K/V as computed:
+ * no correction, no mixed card blocks) for the longest span of at least
+ * q->min_len tokens of q->tokens[from, upto). Returns 1 with *out set, 0
+ * when there is none (out->len 0), -1 with err set (AK_ERR_INVALID: bad
+ * range; AK_ERR_NOMEM). Nothing changes. */
+int ak_agents_find_span(const ak_agents *a, const ak_span_query *q, ak_span_found *out, ak_error *err);
+
+/* Where a found span goes in an agent's open turn. */
+typedef struct {
+    const char *id;           /* the agent in its turn */
+    const int32_t *tokens;    /* the prompt; its cache holds exactly tokens[0, at) */
+    int at;                   /* where the span goes */
+    const char *src;          /* the agent that holds it (ak_span_found.src) */
+    int src_at, n;            /* at src's history [src_at, src_at + n) == tokens[at, at + n) */
+} ak_span_place;
+
+/* Places span o in agent o->id's open turn by p's method (reuse.h; NONE:
+ * keys moved only), as ak_agent_reuse_memory places a memory: the cache
+ * becomes [0, at + n) frozen as one more own segment (the agent is impure
+ * then), the history tokens[0, at + n). The source is checked again first:
+ * still hot, idle, of the asking agent's domain, its history still holding
+ * those tokens there. st (may be NULL) gets the counts. Returns 0, or -1
+ * with err set and the cache still holding [0, at): AK_ERR_NOT_FOUND when
+ * the source no longer holds the span (evicted, changed, busy, another
+ * domain; the caller computes the tokens instead), AK_ERR_INVALID (no turn,
+ * the cache not at `at`, past the context, too many segments) and
+ * ak_reuse_place's errors. */
+int ak_agent_reuse_span(ak_agents *a, ak_ctx *c, const ak_span_place *o, const ak_reuse_params *p, ak_kv **kv,
+                        ak_reuse_stats *st, ak_error *err);
 
 /* Bytes of blocks the agent still needs to grow to n_pos positions (0 if it
  * has them); for a scheduler's admission control. */

@@ -54,6 +54,7 @@ typedef struct {
     char save_error[512];   /* its error */
     int save_code;          /* and its code */
     int in_turn;            /* begin() called and end() not yet */
+    uint32_t domain;        /* the trust domain of its last turn's request (ak_turn_opts.domain) */
     int ephemeral;          /* never saved; dropped when evicted */
     int restoring;          /* a prefetch job is loading it */
     int ahead;              /* restored by a prefetch, not yet reported */

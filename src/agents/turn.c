@@ -1,7 +1,7 @@
 /* turn.c - turns (agent.h): open (token-level matching against the
  * agent's history, a pool attached, the content index linked, the agent
- * restored if cold), commit, append, step, end, abort; memories placed in a
- * turn; the bytes a request adds (admission).
+ * restored if cold), commit, append, step, end, abort; memories and
+ * handoff spans placed in a turn; the bytes a request adds (admission).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +13,7 @@
 #include "agents/restore.h"
 #include "engine/reuse.h"
 #include "kv/prefix.h"
+#include "kv/spanfind.h"
 
 /* 1 if id is a valid agent id for flags (an ephemeral one is "." and a
  * valid id). */
@@ -78,6 +79,7 @@ int ak_agent_open(ak_agents *a, const ak_turn_opts *o, ak_kv **kv, ak_turn *t, a
     }
     if (!g && !(g = agents_create(a, id, err))) return -1;
     g->ephemeral = (flags & AK_AGENT_EPHEMERAL) != 0;
+    g->domain = o->domain;
     agent_touch(a, g);
     t->tier = AK_TIER_HOT;
     if (g->ahead) {   /* cleared only when the open succeeds: a retry reports it too */
@@ -301,6 +303,43 @@ int ak_agent_place_memory(ak_agents *a, const ak_place_opts *o, ak_kv **kv, ak_e
     return 0;
 }
 
+/* Places part (part->tokens = tokens + at, at = what g's cache holds) in
+ * agent g's open turn by p's method (ak_reuse_place), then freezes [0, at
+ * + n) as one more own segment. Returns 0 (g->kv is then a new sequence),
+ * or -1 with err set and g's cache holding [0, at). */
+static int place_part(ak_agents *a, ak_ctx *c, agent *g, const int32_t *tokens, const ak_reuse_part *part,
+                      const ak_reuse_params *p, ak_reuse_stats *st, ak_error *err) {
+    int at = ak_kv_length(g->kv), n = part->n;
+    int lens[AK_KV_MAX_SEGMENTS], ns = ak_kv_segments(g->kv, lens);
+    if (ns + 1 > AK_KV_MAX_SEGMENTS)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: its context is %d segments already: at most %d (each placed "
+                        "memory or span ends one)", g->id, ns, AK_KV_MAX_SEGMENTS);
+    if (agent_set_history(g, tokens, at, err) < 0) return -1;
+    agent_segs_sync(g);
+    if (ak_reuse_place(c, g->kv, part, p, st, err) < 0) return -1;   /* g->kv back at [0, at) */
+    /* [0, at + n) frozen as one more own segment: the agent is impure (its
+     * placed positions are not what a prefill computes: never in the content
+     * index, restored as its own), and the correction, if any, goes with
+     * the base (kvcache.h) */
+    ak_kv *nk = ak_kv_new(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), a->cfg.n_ctx, err);
+    int rc = nk ? ak_kv_attach_base(nk, g->kv, at + n, err) : -1;
+    if (rc == 0) rc = agent_set_history(g, tokens, at + n, err);
+    if (rc < 0) {
+        ak_kv_free(nk);
+        ak_kv_truncate(g->kv, at);
+        return -1;
+    }
+    int k = g->n_segs;
+    if (ak_kv_segments(nk, lens) > k) g->segs[k++] = (ak_store_seg){.kind = AK_SEG_OWN, .len = 0, .id = "", .hash = ""};
+    g->n_segs = k;
+    ak_kv_free(g->kv);
+    g->kv = nk;
+    agent_segs_sync(g);
+    g->pub_spans = ak_kv_span_count(nk);
+    g->version = ++a->next_version;
+    return 0;
+}
+
 int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const ak_place_opts *o, const ak_reuse_params *p, ak_kv **kv,
                           ak_reuse_stats *st, ak_error *err) {
     const char *id = o->id, *mem_id = o->mem_id;
@@ -325,37 +364,67 @@ int ak_agent_reuse_memory(ak_agents *a, ak_ctx *c, const ak_place_opts *o, const
     free(mt);
     if (!same)
         return ak_failc(err, AK_ERR_INVALID, "agent %s: the prompt does not hold memory %s's tokens at %d", id, mem_id, at);
-    int lens[AK_KV_MAX_SEGMENTS], ns = ak_kv_segments(g->kv, lens);
-    if (ns + 1 > AK_KV_MAX_SEGMENTS)
-        return ak_failc(err, AK_ERR_INVALID, "agent %s: its context is %d segments already: at most %d (each memory "
-                        "ends one)", id, ns, AK_KV_MAX_SEGMENTS);
-    if (agent_set_history(g, tokens, at, err) < 0) return -1;
-    agent_segs_sync(g);
     ak_reuse_part part = {.tokens = tokens + at, .n = n, .chunk = src};
-    if (ak_reuse_place(c, g->kv, &part, p, st, err) < 0) return -1;   /* g->kv back at [0, at) */
-    /* [0, at + n) frozen as one more own segment: the agent is impure (its
-     * chunk positions are not what a prefill computes: never in the content
-     * index, restored as its own), and the correction, if any, goes with
-     * the base (kvcache.h) */
-    ak_kv *nk = ak_kv_new(a->cfg.pool, ak_kv_format_k(g->kv), ak_kv_format_v(g->kv), a->cfg.n_ctx, err);
-    int rc = nk ? ak_kv_attach_base(nk, g->kv, at + n, err) : -1;
-    if (rc == 0) rc = agent_set_history(g, tokens, at + n, err);
-    if (rc < 0) {
-        ak_kv_free(nk);
-        ak_kv_truncate(g->kv, at);
-        return -1;
-    }
-    int k = g->n_segs;
-    if (ak_kv_segments(nk, lens) > k) g->segs[k++] = (ak_store_seg){.kind = AK_SEG_OWN, .len = 0, .id = "", .hash = ""};
-    g->n_segs = k;
-    ak_kv_free(g->kv);
-    g->kv = nk;
-    agent_segs_sync(g);
-    g->pub_spans = ak_kv_span_count(nk);
-    g->version = ++a->next_version;
-    *kv = nk;
+    if (place_part(a, c, g, tokens, &part, p, st, err) < 0) return -1;
+    *kv = g->kv;
     logf_(a, "agent %s: memory %s (%d tokens, content %s) placed at %d by %s (ratio %.3f, %d recomputed)", id, mem_id,
           n, mi.hash, at, ak_reuse_method_name(p->method), (double)p->ratio, st ? st->n_recomputed : -1);
+    return 0;
+}
+
+/* 1 when g may lend a span to a turn of domain d asked by agent `asker`:
+ * hot, idle, of that domain, its cache's stored K/V what its forward pass
+ * computed (no correction range, no mixed card block). */
+static int span_source_ok(const agent *g, const char *asker, uint32_t d) {
+    return g->kv && !g->in_turn && !g->restoring && g->domain == d && strcmp(g->id, asker) &&
+           ak_kv_corrections(g->kv) == 0 && !ak_kv_has_mixed(g->kv);
+}
+
+/* Positions of g's history its cache holds. */
+static int span_source_len(const agent *g) {
+    int len = ak_kv_length(g->kv);
+    return g->n < len ? g->n : len;
+}
+
+int ak_agents_find_span(const ak_agents *a, const ak_span_query *q, ak_span_found *out, ak_error *err) {
+    memset(out, 0, sizeof *out);
+    ak_span_finder *f = ak_span_finder_new(q->tokens, q->from, q->upto, q->min_len, err);
+    if (!f) return -1;
+    ak_span best = {.len = 0};
+    for (int i = 0; i < a->n; i++) {
+        const agent *g = a->v[i];
+        if (span_source_ok(g, q->id, q->domain)) ak_span_scan(f, g->tokens, span_source_len(g), i, &best);
+    }
+    ak_span_finder_free(f);
+    if (!best.len) return 0;
+    snprintf(out->src, sizeof out->src, "%s", a->v[best.source]->id);
+    out->at = best.at;
+    out->src_at = best.src_at;
+    out->len = best.len;
+    return 1;
+}
+
+int ak_agent_reuse_span(ak_agents *a, ak_ctx *c, const ak_span_place *o, const ak_reuse_params *p, ak_kv **kv,
+                        ak_reuse_stats *st, ak_error *err) {
+    agent *g = agents_find(a, o->id);
+    if (!g || !g->kv || !g->in_turn) return ak_failc(err, AK_ERR_INVALID, "agent %s: no turn in progress", o->id);
+    int at = o->at, n = o->n;
+    if (at < 0 || ak_kv_length(g->kv) != at)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: a span placed at %d, but the cache holds %d positions", o->id,
+                        at, ak_kv_length(g->kv));
+    if (n < 1 || at + n >= a->cfg.n_ctx)
+        return ak_failc(err, AK_ERR_INVALID, "agent %s: a span of %d tokens at %d does not fit the context of %d",
+                        o->id, n, at, a->cfg.n_ctx);
+    const agent *s = o->src ? agents_find(a, o->src) : NULL;
+    if (!s || !span_source_ok(s, o->id, g->domain) || o->src_at < 0 || o->src_at + n > span_source_len(s) ||
+        memcmp(s->tokens + o->src_at, o->tokens + at, sizeof(int32_t) * (size_t)n))
+        return ak_failc(err, AK_ERR_NOT_FOUND, "agent %s: agent %s no longer holds the span's %d tokens", o->id,
+                        o->src ? o->src : "(none)", n);
+    ak_reuse_part part = {.tokens = o->tokens + at, .n = n, .chunk = s->kv, .src_at = o->src_at};
+    if (place_part(a, c, g, o->tokens, &part, p, st, err) < 0) return -1;
+    *kv = g->kv;
+    logf_(a, "agent %s: %d tokens of agent %s (at %d there) placed at %d by %s (ratio %.3f, %d recomputed)", o->id, n,
+          s->id, o->src_at, at, ak_reuse_method_name(p->method), (double)p->ratio, st ? st->n_recomputed : -1);
     return 0;
 }
 

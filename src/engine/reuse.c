@@ -2,6 +2,7 @@
 #include "engine/reuse.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,13 +23,42 @@ int ak_reuse_method_parse(const char *s, ak_reuse_method *m) {
     return -1;
 }
 
-/* Copies positions [0, n) of chunk into kv's positions [at, at + n) (kv
- * holds exactly [0, at)): the stored bytes when the formats match (one
- * pool: the same centering means), else each vector dequantized and
- * written again in kv's formats; then the keys are rotated by at plus the
- * context's position offset (the chunk was computed at RoPE positions
- * [0, n)). Returns 0, or -1 with err set. */
-static int place_chunk(ak_ctx *c, ak_kv *kv, const ak_kv *chunk, int at, int n, ak_error *err) {
+int ak_reuse_spec_parse(const char *s, int *on, ak_reuse_params *p, ak_error *err) {
+    if (!s) return ak_failc(err, AK_ERR_INVALID, "no reuse setting");
+    if (!strcmp(s, "none")) {
+        *on = 0;
+        return 0;
+    }
+    const char *colon = strchr(s, ':');
+    char name[16];
+    size_t len = colon ? (size_t)(colon - s) : strlen(s);
+    if (len >= sizeof name) len = sizeof name - 1;
+    memcpy(name, s, len);
+    name[len] = 0;
+    ak_reuse_method m;
+    if (ak_reuse_method_parse(name, &m) < 0 || (m != AK_REUSE_CACHEBLEND && m != AK_REUSE_AGENTKVSHIFT))
+        return ak_failc(err, AK_ERR_INVALID, "'%.64s' is not none, cacheblend:R or agentkvshift:R", s);
+    char *end = NULL;
+    double r = colon ? strtod(colon + 1, &end) : NAN;
+    if (!colon || end == colon + 1 || *end || !(r >= 0.0 && r <= 1.0))
+        return ak_failc(err, AK_ERR_INVALID, "'%.64s': the recompute ratio R must be a number in [0, 1]", s);
+    *on = 1;
+    *p = (ak_reuse_params){.method = m, .ratio = (float)r, .check_layer = -1};
+    return 0;
+}
+
+void ak_reuse_spec_format(int on, const ak_reuse_params *p, char *buf, size_t cap) {
+    if (!on) snprintf(buf, cap, "none");
+    else snprintf(buf, cap, "%s:%g", ak_reuse_method_name(p->method), (double)p->ratio);
+}
+
+/* Copies positions [src_at, src_at + n) of chunk into kv's positions
+ * [at, at + n) (kv holds exactly [0, at)): the stored bytes when the
+ * formats match (one pool: the same centering means), else each vector
+ * dequantized and written again in kv's formats; then the keys are rotated
+ * by at - src_at plus the context's position offset (the chunk's keys sit
+ * at RoPE positions [src_at, src_at + n)). Returns 0, or -1 with err set. */
+static int place_chunk(ak_ctx *c, ak_kv *kv, const ak_kv *chunk, int src_at, int at, int n, ak_error *err) {
     const ak_cache_spec *sp = &ak_ctx_model(c)->spec;
     if (ak_kv_prepare(kv, at, at + n, err) < 0) return -1;
     ak_kv_format fk = ak_kv_format_k(kv), fv = ak_kv_format_v(kv);
@@ -42,10 +72,10 @@ static int place_chunk(ak_ctx *c, ak_kv *kv, const ak_kv *chunk, int at, int n, 
                     if (!bytes[comp]) continue;
                     for (int h = 0; h < sp->n_head_kv; h++)
                         for (int j = 0; j < n; j++) {
-                            const uint8_t *src = ak_kv_stored(chunk, l, side, comp, h, j);
+                            const uint8_t *src = ak_kv_stored(chunk, l, side, comp, h, src_at + j);
                             uint8_t *dst = ak_kv_stored_mut(kv, l, side, comp, h, at + j);
                             if (!src || !dst)
-                                return ak_failc(err, AK_ERR_INVALID, "chunk position %d cannot be copied", j);
+                                return ak_failc(err, AK_ERR_INVALID, "chunk position %d cannot be copied", src_at + j);
                             memcpy(dst, src, bytes[comp]);
                         }
                 }
@@ -57,13 +87,13 @@ static int place_chunk(ak_ctx *c, ak_kv *kv, const ak_kv *chunk, int at, int n, 
         int rc = 0;
         for (int l = 0; rc == 0 && l < sp->n_layer; l++)
             for (int j = 0; rc == 0 && j < n; j++)
-                if (ak_kv_read(chunk, l, j, k, k + kd, err) < 0 || ak_kv_write(kv, l, at + j, k, k + kd, err) < 0)
+                if (ak_kv_read(chunk, l, src_at + j, k, k + kd, err) < 0 || ak_kv_write(kv, l, at + j, k, k + kd, err) < 0)
                     rc = -1;
         free(k);
         if (rc < 0) return -1;
     }
     if (ak_kv_set_length(kv, at + n, err) < 0) return -1;
-    int delta = at + ak_ctx_pos_offset(c);
+    int delta = at - src_at + ak_ctx_pos_offset(c);
     return delta ? ak_model_shift_keys(ak_ctx_model(c), kv, at, at + n, delta, err) : 0;
 }
 
@@ -111,6 +141,10 @@ static int check_args(ak_ctx *c, const ak_kv *kv, const ak_reuse_part *parts, in
             return -2;
         }
         if (pt->chunk) {
+            if (pt->src_at != 0) {
+                ak_failc(err, AK_ERR_INVALID, "chunk of part %d: a source position is for ak_reuse_place", i);
+                return -2;
+            }
             if (ak_kv_length(pt->chunk) < pt->n) {
                 ak_failc(err, AK_ERR_INVALID, "chunk of part %d holds %d positions, fewer than its %d tokens", i,
                          ak_kv_length(pt->chunk), pt->n);
@@ -313,8 +347,10 @@ int ak_reuse_place(ak_ctx *c, ak_kv *kv, const ak_reuse_part *part, const ak_reu
     if (!p || (unsigned)p->method > AK_REUSE_FULL) return ak_failc(err, AK_ERR_INVALID, "unknown reuse method");
     if (!(p->ratio >= 0.0f && p->ratio <= 1.0f))
         return ak_failc(err, AK_ERR_INVALID, "recompute ratio %g is outside [0, 1]", (double)p->ratio);
-    if (part->n < 1 || !part->tokens || ak_kv_length(part->chunk) < part->n || ak_kv_pool(part->chunk) != ak_kv_pool(kv))
-        return ak_failc(err, AK_ERR_INVALID, "the chunk does not hold its %d tokens in this block pool", part->n);
+    if (part->n < 1 || !part->tokens || part->src_at < 0 || ak_kv_length(part->chunk) - part->n < part->src_at ||
+        ak_kv_pool(part->chunk) != ak_kv_pool(kv))
+        return ak_failc(err, AK_ERR_INVALID, "the chunk does not hold its %d tokens at %d in this block pool", part->n,
+                        part->src_at);
     if (at + part->n > ak_kv_capacity(kv))
         return ak_failc(err, AK_ERR_INVALID, "%d + %d tokens do not fit the sequence's %d positions", at, part->n,
                         ak_kv_capacity(kv));
@@ -336,7 +372,7 @@ int ak_reuse_place(ak_ctx *c, ak_kv *kv, const ak_reuse_part *part, const ak_reu
         rc = ak_eval(c, kv, &(ak_eval_args){.tokens = part->tokens, .n = part->n, .pos0 = at}, err);
         s.n_recomputed = part->n;
     } else {
-        rc = place_chunk(c, kv, part->chunk, at, part->n, err);
+        rc = place_chunk(c, kv, part->chunk, part->src_at, at, part->n, err);
         if (rc == 0 && blend) rc = blend_chunk(c, kv, part, at, check, p, &s.n_recomputed, err);
     }
     if (rc < 0) {   /* back to [0, at), without a correction this call added */
@@ -365,7 +401,7 @@ int ak_reuse_prefill(ak_ctx *c, ak_kv *kv, const ak_reuse_part *parts, int n_par
             rc = ak_eval(c, kv, &(ak_eval_args){.tokens = pt->tokens, .n = pt->n, .pos0 = at, .logits = lg}, err);
             if (pt->chunk) s.n_recomputed += pt->n;
         } else {
-            rc = place_chunk(c, kv, pt->chunk, at, pt->n, err);
+            rc = place_chunk(c, kv, pt->chunk, 0, at, pt->n, err);
             if (rc == 0 && blend) rc = blend_chunk(c, kv, pt, at, check, p, &s.n_recomputed, err);
         }
         at += pt->n;

@@ -4,7 +4,10 @@
  *
  * A chunk's KV was computed alone at positions [0, n); placed at position
  * p its keys are rotated to [p, p + n) (ak_model_shift_keys) but its values
- * never saw what now precedes it: they are stale. The methods:
+ * never saw what now precedes it: they are stale. A span of another
+ * sequence (a handoff: the same history after another head) is the same
+ * case with a source position s for 0: its keys move by p - s, and its
+ * values saw the other head where this context has its own. The methods:
  *
  *   NONE          the chunk's K/V used as computed alone (keys shifted);
  *   CACHEBLEND    every chunk token is run through layers [0, check) over
@@ -64,6 +67,7 @@
 #ifndef AK_REUSE_H
 #define AK_REUSE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kv/kvcache.h"
@@ -88,8 +92,10 @@ typedef struct {
 typedef struct {
     const int32_t *tokens;
     int n;              /* >= 1 */
-    const ak_kv *chunk; /* NULL: computed fresh; else the chunk's KV computed alone at positions [0, n) (at least n
-                         * positions, the same block pool as the sequence, any formats) */
+    const ak_kv *chunk; /* NULL: computed fresh; else the chunk's KV: the part's tokens at positions [src_at,
+                         * src_at + n) (the same block pool as the sequence, any formats) */
+    int src_at;         /* where chunk holds them: 0 for a chunk computed alone; a span of another sequence
+                         * sits at its own position there, its keys rotated for it (ak_reuse_place only) */
 } ak_reuse_part;
 
 typedef struct {
@@ -109,7 +115,8 @@ typedef struct {
  * effect (kv carries it: kvcache.h CORRECTIONS). Uses c's position offset
  * as it is (normally 0). Returns 0, or -1 with err set:
  *   AK_ERR_INVALID  kv not empty, no parts, a part with n < 1 or no tokens,
- *                   a chunk shorter than its part, of another block pool or
+ *                   a chunk shorter than its part, a src_at other than 0
+ *                   (ak_reuse_place takes it), of another block pool or
  *                   geometry, the total past kv's capacity, ratio outside
  *                   [0, 1] or NaN, check_layer >= n_layer, logits asked
  *                   after a chunk part, a chunk placed past position 0 on a
@@ -128,7 +135,9 @@ int ak_reuse_prefill(ak_ctx *c, ak_kv *kv, const ak_reuse_part *parts, int n_par
  * ak_reuse_prefill places it (FULL: computed). What follows is the
  * caller's (ak_eval). ak_reuse_prefill is this for each chunk part and
  * ak_eval for each fresh one; an agent's turn calls it per memory
- * (agent.h: ak_agent_reuse_memory). st gets this chunk's counts and time.
+ * (agent.h: ak_agent_reuse_memory) and per handoff span
+ * (ak_agent_reuse_span: part->src_at the span's position in its source).
+ * st gets this chunk's counts and time.
  * Returns 0, or -1 with err set (reuse_prefill's errors); kv is then
  * truncated back to at (a correction added for this chunk dropped). */
 int ak_reuse_place(ak_ctx *c, ak_kv *kv, const ak_reuse_part *part, const ak_reuse_params *p, ak_reuse_stats *st,
@@ -142,6 +151,16 @@ int ak_reuse_rank(const double *d, int n, int *order, ak_error *err);
 /* Tokens selected of a chunk of n at ratio r: ceil(r * n), float noise
  * removed first (0.1 of 30 is 3, not 4), within [0, n]. */
 int ak_reuse_n_selected(float r, int n);
+
+/* A setting "METHOD:R" as flags and requests write one (serve
+ * --handoff-reuse, the request field handoff_reuse): "none" (nothing
+ * reused: *on = 0), or "cacheblend:R" / "agentkvshift:R" with R the
+ * recompute ratio in [0, 1] (*on = 1, *p set: check layer the default).
+ * Returns 0, or -1 with err set (AK_ERR_INVALID: another method, a
+ * missing, malformed or out-of-range R); *on and *p unchanged then. */
+int ak_reuse_spec_parse(const char *s, int *on, ak_reuse_params *p, ak_error *err);
+/* Writes a setting back as ak_reuse_spec_parse reads it ("none" when off). */
+void ak_reuse_spec_format(int on, const ak_reuse_params *p, char *buf, size_t cap);
 
 /* "none", "cacheblend", "agentkvshift", "full" ("?" for anything else). */
 const char *ak_reuse_method_name(ak_reuse_method m);

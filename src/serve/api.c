@@ -321,6 +321,21 @@ static int parse_reuse(const cJSON *body, ak_api_request *p, ak_api_error *b) {
     return 0;
 }
 
+/* The request's handoff reuse (api.h: HANDOFF REUSE), when it sets one.
+ * Returns 0, or -1 with b set. */
+static int parse_handoff(const cJSON *body, ak_api_request *p, ak_api_error *b) {
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(body, "handoff_reuse");
+    if (!h || cJSON_IsNull(h)) return 0;
+    if (!cJSON_IsString(h)) return ak_api_fail(b, 400, "handoff_reuse", "invalid_type", "handoff_reuse must be a string");
+    ak_error e = {0};
+    if (ak_reuse_spec_parse(h->valuestring, &p->handoff, &p->handoff_reuse, &e) < 0)
+        return ak_api_fail(b, 400, "handoff_reuse", "invalid_value", "handoff_reuse %s", e.msg);
+    if (p->handoff && p->n_mem)
+        return ak_api_fail(b, 400, "handoff_reuse", "invalid_value", "handoff_reuse cannot be used with memories");
+    p->handoff_given = 1;
+    return 0;
+}
+
 /* Places the memories a chat request names into p->tokens (the whole
  * conversation rendered) after its system message (api.h: MEMORIES).
  * Returns 0 (nothing named: nothing done), or -1 with b set. */
@@ -453,7 +468,7 @@ static int parse_prompt(const ak_api_config *cfg, const cJSON *body, int chat, a
         if (prepend_pool(cfg, pool, np, p, b) < 0) goto done;
         if (p->resend) ak_chat_resend_set_prefix(p->resend, np, p->n_tokens < (size_t)np + n_conv);
     }
-    if (place_memories(cfg, body, p, b) < 0) goto done;
+    if (place_memories(cfg, body, p, b) < 0 || parse_handoff(body, p, b) < 0) goto done;
     if (p->n_mem) {   /* memories sit at fixed positions of the prompt as rendered */
         ak_chat_resend_free(p->resend);
         p->resend = NULL;

@@ -127,6 +127,9 @@ typedef struct {
     int n_mem_tokens;         /* their tokens in all */
     ak_reuse_method reuse;
     double recompute_ratio;   /* as given, AK_API_RECOMPUTE_RATIO if absent; cacheblend and agentkvshift use it */
+    int handoff_given;        /* "handoff_reuse" was sent (HANDOFF REUSE below); else the server's setting */
+    int handoff;              /* it asks for a span to be placed */
+    ak_reuse_params handoff_reuse;
     ak_logit_bias *logit_bias;   /* sp.logit_bias's entries (owned), NULL when none */
     ak_chat_resend *resend;   /* a chat without memories that holds a reply: its messages, for
                                  the prompt's rebuild over the agent's history (chat_resend.h;
@@ -213,6 +216,16 @@ ak_reprompt ak_api_reprompt(const ak_api_request *r);
  * memory_stale, corrupt (quarantined) 500 memory_corrupt, no KV room 503,
  * the prompt with the memories not shorter than the context 400
  * context_length_exceeded (naming the memories' tokens). */
+
+/* HANDOFF REUSE. "handoff_reuse": "none", "cacheblend:R" or
+ * "agentkvshift:R" (R the recompute ratio in [0, 1]; reuse.h) sets for
+ * this request what serve --handoff-reuse sets for all: with a method, the
+ * longest run of at least AK_HANDOFF_MIN_SPAN prompt tokens past what the
+ * agent's own cache gives that another hot agent of the same trust domain
+ * holds is placed from that agent's KV (agent.h: HANDOFF SPANS; sched.h);
+ * "none" opts out. Anything else: 400 invalid_value (a non-string 400
+ * invalid_type), param handoff_reuse. Not with memories (400
+ * invalid_value). */
 
 /* STRUCTURED OUTPUT. A chat request's "response_format":
  *   {"type": "text"} (or absent): free text;

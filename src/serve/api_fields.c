@@ -300,6 +300,7 @@ static const ak_api_field fields[] = {
     {.name = "memories", .endpoints = BOTH, .types = AK_JT_ARRAY},
     {.name = "reuse", .endpoints = BOTH, .types = AK_JT_STRING},
     {.name = "recompute_ratio", .endpoints = BOTH, .types = AK_JT_NUMBER, .lo = 0, .hi = 1},
+    {.name = "handoff_reuse", .endpoints = BOTH, .types = AK_JT_STRING},
     /* honoured: the sampler's (ak_api_read_sampler_fields); top_k, min_p and
      * repetition_penalty are not OpenAI's, but llama.cpp's and vLLM's servers take them */
     {.name = "top_k", .endpoints = BOTH, .types = AK_JT_INT, .lo = 0, .hi = 1 << 30},

@@ -16,8 +16,8 @@
  * `tool_choice` (auto, none, required, {type: "function", name}),
  * `parallel_tool_calls`, `text.format` (text, json_object, {type:
  * "json_schema", name, schema, strict}), `reasoning.effort`,
- * `max_output_tokens`, `temperature`, `top_p`, `stream`, `prompt_cache_key`
- * become the chat body's fields, which the chat parser (api.h) then checks
+ * `max_output_tokens`, `temperature`, `top_p`, `stream`, `prompt_cache_key`,
+ * agentkv's `handoff_reuse` become the chat body's fields, which the chat parser (api.h) then checks
  * as it checks a chat request. `store`, `previous_response_id`,
  * `conversation`, `metadata` are the caller's (routes_responses.c).
  * Accepted with no effect: `include`, `prompt_cache_retention`,

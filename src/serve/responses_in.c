@@ -264,7 +264,7 @@ static int refuse_lacking(const cJSON *req, ak_api_error *b) {
 /* The sampler and limit fields, renamed where the APIs differ. */
 static void add_scalars(cJSON *chat, const cJSON *req) {
     static const char *const same[] = {"model", "temperature", "top_p", "parallel_tool_calls", "prompt_cache_key",
-                                       "seed", "stream"};
+                                       "seed", "stream", "handoff_reuse"};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++)
         if (given(get(req, same[k]))) cJSON_AddItemToObject(chat, same[k], cJSON_Duplicate(get(req, same[k]), 1));
     if (given(get(req, "max_output_tokens")))

@@ -27,6 +27,9 @@ static cJSON *usage_json(const ak_req_result *res) {
     cJSON_AddNumberToObject(d, "cached_tokens", res->turn.reused);
     /* memory tokens a reuse method recomputed (cacheblend, agentkvshift): part of cached_tokens */
     cJSON_AddNumberToObject(d, "memory_recomputed_tokens", res->mem_recomputed);
+    /* tokens placed from another agent's KV (handoff reuse), and those of them recomputed */
+    cJSON_AddNumberToObject(d, "handoff_reused_tokens", res->handoff_reused);
+    cJSON_AddNumberToObject(d, "handoff_recomputed_tokens", res->handoff_recomputed);
     return u;
 }
 

@@ -274,7 +274,10 @@ static cJSON *usage_json(ak_server *s, const ak_req_result *res, const ak_toolca
     free(ids);
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "input_tokens", res->prompt_tokens);
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens", res->turn.reused);
+    cJSON *in = cJSON_AddObjectToObject(u, "input_tokens_details");
+    cJSON_AddNumberToObject(in, "cached_tokens", res->turn.reused);
+    cJSON_AddNumberToObject(in, "handoff_reused_tokens", res->handoff_reused);   /* as chat's usage */
+    cJSON_AddNumberToObject(in, "handoff_recomputed_tokens", res->handoff_recomputed);
     cJSON_AddNumberToObject(u, "output_tokens", res->completion_tokens);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens",
                             nids < (size_t)res->completion_tokens ? (double)nids : res->completion_tokens);

@@ -31,6 +31,12 @@ cJSON *ak_run_agentkv_json(const ak_api_request *p, const ak_req_result *res) {
     cJSON_AddBoolToObject(a, "restored_ahead", res->turn.restored_ahead);
     cJSON_AddNumberToObject(a, "prefill_ms", res->turn.prefill_ms);
     cJSON_AddNumberToObject(a, "memory_reuse_ms", res->mem_ms);
+    cJSON_AddNumberToObject(a, "handoff_reused", res->handoff_reused);
+    cJSON_AddNumberToObject(a, "handoff_recomputed", res->handoff_recomputed);
+    cJSON_AddNumberToObject(a, "handoff_ms", res->handoff_ms);
+    cJSON_AddNumberToObject(a, "handoff_shift", res->handoff_shift);
+    if (res->handoff_from[0]) cJSON_AddStringToObject(a, "handoff_from", res->handoff_from);
+    else cJSON_AddNullToObject(a, "handoff_from");
     cJSON_AddNumberToObject(a, "queue_ms", res->queue_ms);
     cJSON_AddNumberToObject(a, "ttft_ms", res->ttft_ms);
     cJSON_AddNumberToObject(a, "decode_ms", res->decode_ms);
@@ -138,7 +144,7 @@ static ak_req_params req_params(ak_api_request *p) {
                         .mem_ratio = (float)p->recompute_ratio, .reprompt = ak_api_reprompt(p),
                         .grammar = p->grammar, .grammar_after = p->grammar_after,
                         .grammar_required = p->grammar_required, .grammar_free_after = p->grammar_free_after,
-                        .n_choices = p->n};
+                        .n_choices = p->n, .handoff = p->handoff, .handoff_reuse = p->handoff_reuse};
     for (int i = 0; i < p->n_stop; i++) rp.stop[i] = p->stop[i];
     for (int i = 0; i < p->n_mem; i++) {
         rp.mem_id[i] = p->mem_id[i];
@@ -164,6 +170,11 @@ int ak_run_start(const ak_route_req *q, const ak_run_args *a, ak_run *run, enum 
     }
     run->fd = ak_server_conn_fd(q->c);
     ak_req_params rp = req_params(&run->p);
+    if (!run->p.handoff_given) {   /* the server's setting */
+        rp.handoff = s->cfg.handoff && !run->p.n_mem;
+        rp.handoff_reuse = s->cfg.handoff_reuse;
+    }
+    rp.domain = q->cn->domain;
     ak_error err = {0};
     run->r = ak_sched_submit(s->cfg.sched, &rp, &err);
     if (!run->r) {

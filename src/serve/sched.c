@@ -63,6 +63,10 @@ struct ak_request {
     int mem_next;                 /* engine: the first memory not yet placed or passed */
     int mem_full;                 /* reuse full: computed, not placed (sched.h) */
     ak_reuse_params mem_reuse;    /* the method memories are placed by (NONE: ak_agent_place_memory) */
+    int handoff;                  /* look for a span at admission (sched.h) */
+    ak_reuse_params handoff_reuse;
+    uint32_t domain;
+    ak_span_found span;           /* engine: the span found (len 0: none, or placed or given up) */
     ak_reprompt reprompt;         /* the prompt's rebuild over the agent's history (fn NULL: none
                                      or done; engine thread) */
     /* engine thread only */
@@ -360,6 +364,9 @@ ak_request *ak_sched_submit(ak_sched *s, const ak_req_params *p, ak_error *err) 
         r->mem_at[i] = p->mem_at[i];
         r->mem_len[i] = p->mem_len[i];
     }
+    r->handoff = p->handoff && !p->n_mem;
+    r->handoff_reuse = p->handoff_reuse;
+    r->domain = p->domain;
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->n_reserve = (int)reserve;
@@ -881,6 +888,47 @@ static void rebuild_prompt(ak_sched *s, ak_request *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Looks for the span handoff reuse may place in r's prompt, past what
+ * its own cache gave (r->pos) and before its last token (sched.h); the
+ * search failing is logged and leaves r to a plain prefill. */
+static void find_span(ak_sched *s, ak_request *r) {
+    ak_error e = {{0}};
+    const ak_span_query q = {.id = agent_of(r), .domain = r->domain, .tokens = r->prompt, .from = r->pos,
+                             .upto = r->n_prompt - 1, .min_len = AK_HANDOFF_MIN_SPAN};
+    if (q.upto - q.from < q.min_len) return;
+    if (ak_agents_find_span(s->cfg.agents, &q, &r->span, &e) < 0)
+        logf_(s, "agent %s: no handoff span looked for: %s", agent_of(r), e.msg);
+}
+
+/* Places the span a prefilling request has reached, if any (its cache
+ * holds exactly the positions before it). A source that no longer holds
+ * it, or a placement that fails, leaves the tokens to the prefill (logged).
+ */
+static void place_span(ak_sched *s, ak_request *r) {
+    if (!r->span.len || r->pos != r->span.at) return;
+    ak_error e = {{0}};
+    ak_reuse_stats st = {0};
+    const ak_span_place pl = {.id = agent_of(r), .tokens = r->prompt, .at = r->pos, .src = r->span.src,
+                              .src_at = r->span.src_at, .n = r->span.len};
+    int n = r->span.len;
+    r->span.len = 0;   /* placed or given up: once */
+    if (ak_agent_reuse_span(s->cfg.agents, s->ctx, &pl, &r->handoff_reuse, &r->kv, &st, &e) < 0) {
+        /* the cache still holds [0, pos): the prefill goes on as if no span had been found */
+        logf_(s, "agent %s: handoff span of %d tokens computed instead: %s", agent_of(r), n, e.msg);
+        return;
+    }
+    r->pos += n;
+    pthread_mutex_lock(&s->mu);
+    r->res.turn.reused += n;   /* placed, not computed */
+    r->res.turn.prefilled -= n;
+    r->res.handoff_reused = n;
+    r->res.handoff_recomputed = st.n_recomputed;
+    r->res.handoff_ms = st.ms;
+    r->res.handoff_shift = pl.at - pl.src_at;
+    snprintf(r->res.handoff_from, sizeof r->res.handoff_from, "%s", r->span.src);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Admits waiting requests in arrival order (see sched.h). */
 static void admit(ak_sched *s) {
     char (*blocked)[AK_AGENT_ID_MAX + 2] = NULL;
@@ -928,7 +976,7 @@ static void admit(ak_sched *s) {
         ak_turn_opts to = {.id = r->id, .flags = flags, .pool_id = r->pool[0] ? r->pool : NULL, .tokens = r->prompt,
                            .n = r->n_prompt, .n_reserve = r->n_reserve,
                            .extra = outstanding(s) + forks_outstanding(s, r), .at = r->mem_at,
-                           .len = r->mem_len, .k = r->n_mem};
+                           .len = r->mem_len, .k = r->n_mem, .domain = r->domain};
         if (ak_agent_open(s->cfg.agents, &to, &kv, &t, &err) < 0) {
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
                 /* room comes back when a running request ends */
@@ -953,6 +1001,7 @@ static void admit(ak_sched *s) {
         r->kv = kv;
         r->pos = t.reused;
         r->state = R_PREFILL;
+        if (r->handoff) find_span(s, r);
         r->t_admit = t_open;
         pthread_mutex_lock(&s->mu);
         r->res.turn = t;
@@ -1031,8 +1080,10 @@ static void step(ak_sched *s) {
     for (ak_request *r = s->active; r && nb < cap; r = r->next) {
         if (r->state != R_PREFILL) continue;
         if (place_memories(s, r) < 0) continue;
+        place_span(s, r);
         int k = r->n_prompt - r->pos;
         if (!r->mem_full && r->mem_next < r->n_mem) k = r->mem_at[r->mem_next] - r->pos;   /* up to the next memory */
+        if (r->span.len && r->span.at > r->pos && r->span.at - r->pos < k) k = r->span.at - r->pos;   /* or span */
         if (k > cap - nb) k = cap - nb;
         for (int i = 0; i < k; i++) {
             int p = r->pos + i;

@@ -120,7 +120,19 @@ typedef struct {
        seed sp.seed + i, its own generator (and constraint matcher); the agent keeps choice 0's
        continuation */
     int n_choices;
+    /* handoff reuse (agent.h: HANDOFF SPANS): with handoff 1, at admission the longest run of
+       at least AK_HANDOFF_MIN_SPAN prompt tokens past what the agent's own cache gives (and
+       before the last token) that another hot agent of trust domain `domain` holds is found,
+       and placed by handoff_reuse's method when the prefill reaches it; a source gone by then
+       (evicted, changed) leaves those tokens to the prefill. Not with memories */
+    int handoff;
+    ak_reuse_params handoff_reuse;
+    uint32_t domain;          /* the request's trust domain (the agent is tagged with it) */
 } ak_req_params;
+
+/* The shortest span handoff reuse places: below it, the copy and the
+ * correction cost about what computing the tokens does. */
+#define AK_HANDOFF_MIN_SPAN 64
 
 typedef enum {
     AK_FINISH_NONE = 0,       /* still running */
@@ -149,6 +161,11 @@ typedef struct {
     int mem_recomputed;       /* memory tokens recomputed by cacheblend / agentkvshift (all of them
                                  for full: counted in turn.prefilled instead, this stays 0) */
     double mem_ms;            /* time placing memories by those methods (in ttft_ms) */
+    int handoff_reused;       /* prompt tokens placed from another agent's KV (in turn.reused) */
+    int handoff_recomputed;   /* of them, recomputed by the method */
+    double handoff_ms;        /* time placing them (in ttft_ms) */
+    char handoff_from[AK_AGENT_ID_MAX + 1];   /* the agent they came from ("" if none) */
+    int handoff_shift;        /* their position here minus their position there (the key shift) */
     /* choices (ak_req_params.n_choices): finish is the request's (choice 0's once every
        choice ended; ERROR for the whole request), completion_tokens their sum */
     int n_choices;

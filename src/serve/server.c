@@ -247,15 +247,25 @@ static int body_type_guard(ak_server *s, struct MHD_Connection *c, const char *m
     return 1;
 }
 
-/* 1 when no key is required or the request carries it (Authorization:
- * Bearer KEY, compared in constant time). */
-static int authorized(ak_server *s, struct MHD_Connection *c) {
-    if (!s->cfg.api_key) return 1;
+/* 1 when no key is required or the request carries one of them
+ * (Authorization: Bearer KEY, each compared in constant time), with *domain
+ * set to the key's index (0 without keys). */
+static int authorized(ak_server *s, struct MHD_Connection *c, uint32_t *domain) {
+    *domain = 0;
+    if (!s->cfg.n_api_keys) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h || strncmp(h, "Bearer ", 7)) return 0;
     h += 7;
-    size_t a = strlen(h), b = strlen(s->cfg.api_key);
-    return a == b && sodium_memcmp(h, s->cfg.api_key, a) == 0;
+    size_t a = strlen(h);
+    int found = 0;
+    for (int i = 0; i < s->cfg.n_api_keys; i++) {   /* every key compared: the time does not say which matched */
+        const char *k = s->cfg.api_keys[i];
+        if (a == strlen(k) && sodium_memcmp(h, k, a) == 0 && !found) {
+            found = 1;
+            *domain = (uint32_t)i;
+        }
+    }
+    return found;
 }
 
 /* libmicrohttpd's request handler, called per request on its connection's
@@ -274,7 +284,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         const char *ep = ak_route_label(url);
         enum MHD_Result out;
         if (web_guard(s, c, url, method, version, ep, &out)) return out;
-        if (!ak_route_keyless(url) && !authorized(s, c))
+        if (!authorized(s, c, &cn->domain) && !ak_route_keyless(url))
             return ak_http_error(s, c, ep, 401, NULL, "invalid_api_key",
                                  "a valid API key is required (Authorization: Bearer KEY)");
         if (body_type_guard(s, c, method, ep, &out)) return out;

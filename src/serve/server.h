@@ -78,7 +78,14 @@ typedef struct {
     const ak_model *model;
     const ak_tokenizer *tok;
     const char *model_id;      /* the name /v1/models lists and requests must name */
-    const char *api_key;       /* NULL: no key required */
+    const char *const *api_keys; /* keys a request may carry (Authorization: Bearer KEY); none: no
+                                    key required. Each key is a trust domain of its own (its index:
+                                    handoff reuse crosses agents only within one; without keys the
+                                    whole server is domain 0) */
+    int n_api_keys;
+    int handoff;               /* handoff reuse for requests that do not set it (api.h: HANDOFF
+                                  REUSE): 0 off, 1 by handoff_reuse's method */
+    ak_reuse_params handoff_reuse;
     size_t max_body;           /* bytes; larger bodies get 413 (default 4 MiB) */
     ak_chat_family family;
     const char *template_text; /* the model's chat template (may be NULL) */

@@ -49,6 +49,7 @@ typedef struct {
     size_t reserved;          /* bytes of s->buffered this request holds */
     int too_large;            /* over max_body: the rest is discarded, 413 */
     int over_cap;             /* over max_buffered: the rest is discarded, 503 */
+    uint32_t domain;          /* the trust domain of its key (server.h: api_keys) */
 } ak_conn;
 
 #define logf_(s, ...) ak_logf((s)->cfg.log, (s)->cfg.log_ud, __VA_ARGS__)
