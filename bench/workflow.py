@@ -258,7 +258,7 @@ class AgentkvSide:
             out["usage_details"] = extra   # e.g. tokens reused from another agent (handoff reuse)
         if ak:
             out.update(ak_prefilled=ak.get("prefilled"), tier=ak.get("tier"), shared=ak.get("shared"),
-                       restore_ms=ak.get("restore_ms"))
+                       restore_ms=ak.get("restore_ms"), handoff_from=ak.get("handoff_from"))
             if ak.get("prefilled") is not None and ak["prefilled"] != pre:
                 out["note"] = "usage says %d prefilled, agentkv.prefilled %d" % (pre, ak["prefilled"])
         return out
