@@ -33,7 +33,9 @@ max_tokens 16, streamed), for agents i = 1..N:
   2 handoff     agent specialist-i: [system: the specialist's own prompt, of
                 another length than triage's and not a multiple of 32
                 tokens][user: document + question i][assistant: triage-i's
-                answer, with a tool call][tool: its result]
+                answer, with a tool call][tool: its result] (--tool-turns
+                plain: the call and the result as text, in an assistant and
+                a user turn)
   3 follow-up   after --idle-gap-s and a server restart: agent specialist-i,
                 phase 2's conversation + [assistant: its answer][user: one
                 more question]
@@ -56,6 +58,11 @@ Series per N:
                 agent's file, the handoff), after the answer it saves the slot
                 to the agent's file (POST /slots/ID?action=restore|save);
                 TTFT counts from the restore call
+Both servers render with one template (--chat-template-file, default the
+llama.cpp tree's models/templates/Qwen-Qwen2.5-7B-Instruct.jinja: ChatML with
+Hermes tool calls and the tool result in a user turn, as agentkv's chatml
+renders them; llama-server's built-in chatml drops an assistant's tool call),
+so both get the same prompt tokens.
 Restart: agentkv gets SIGTERM (it saves its agents) and starts again on the
 same --memory-dir; llama-server has saved every agent's slot after each
 answer, gets SIGTERM and starts again on the same --slot-save-path.
@@ -105,7 +112,8 @@ SIZES = {
                   "agents": "8", "kv_token_bytes": 6 * 2 * 64 * 2 * 2, "cache_ram_mib": 16},
 }
 DOC_FILES = ("docs/architecture.md", "docs/server.md", "docs/agents.md", "docs/responses.md")
-TRIAGE_SYSTEM = "You are the triage agent. Read the document and the question, then say in one short sentence which part of the document answers it."
+TRIAGE_SYSTEM = ("You are the triage agent. Read the document and the question, then say in one short sentence "
+                 "which part of the document answers it.")
 SPECIALIST_SYSTEM = ("You are the specialist agent for questions about this server. The triage agent read the "
                      "question first and looked it up; use its note and the tool's result, and answer "
                      "precisely in one or two sentences.")
@@ -169,15 +177,20 @@ def system_prompts(args, model):
     return TRIAGE_SYSTEM, spec, (n_tri, n_spec)
 
 
-def tool_turns(i, triage_answer):
-    """The triage agent's answer with its tool call, and the tool's result."""
+def tool_turns(i, triage_answer, plain):
+    """The triage agent's answer with its tool call, and the tool's result:
+    as tool_calls and a tool message, or (plain) as text in an assistant and
+    a user turn."""
     call_id = "call_%d" % i
     topic = TOPICS[(i - 1) % len(TOPICS)]
+    result = "Section found: the part of the document on %s, %d paragraphs." % (topic, 1 + i % 4)
+    if plain:
+        return [{"role": "assistant", "content": "%s\nCalling lookup_section on %s." % (triage_answer, topic)},
+                {"role": "user", "content": "The lookup_section tool says: " + result}]
     return [{"role": "assistant", "content": triage_answer,
              "tool_calls": [{"id": call_id, "type": "function",
                              "function": {"name": "lookup_section", "arguments": json.dumps({"topic": topic})}}]},
-            {"role": "tool", "tool_call_id": call_id,
-             "content": "Section found: the part of the document on %s, %d paragraphs." % (topic, 1 + i % 4)}]
+            {"role": "tool", "tool_call_id": call_id, "content": result}]
 
 
 class RssWatch(threading.Thread):
@@ -369,7 +382,7 @@ def settle_agentkv(proc, limit_s):
     return now() - t0
 
 
-def workflow_tasks(doc, prompts, n, phase, prev):
+def workflow_tasks(doc, prompts, n, phase, prev, plain):
     """The requests of one phase; prev: the previous phase's tasks and
     results (answers feed the next phase)."""
     tri, spec = prompts
@@ -382,7 +395,7 @@ def workflow_tasks(doc, prompts, n, phase, prev):
         pt, pr = prev[0][i - 1], prev[1][i - 1]
         ans = pr.get("text", "") if pr.get("ok") else ""
         if phase == 2:
-            msgs = [{"role": "system", "content": spec}, user] + tool_turns(i, ans)
+            msgs = [{"role": "system", "content": spec}, user] + tool_turns(i, ans, plain)
             tasks.append({"agent": "specialist-%d" % i, "messages": msgs, "handoff_from": "triage-%d" % i})
         else:
             msgs = pt["messages"] + [{"role": "assistant", "content": ans}, {"role": "user", "content": FOLLOW_UP}]
@@ -409,7 +422,7 @@ def run_series(args, name, proc, side, setup):
                 side.after_restart()
                 res["restart_s"] = now() - t0
                 wall += res["restart_s"]
-            tasks = workflow_tasks(setup["doc"], setup["prompts"], setup["n"], ph, prev)
+            tasks = workflow_tasks(setup["doc"], setup["prompts"], setup["n"], ph, prev, args.tool_turns == "plain")
             results, w = run_phase(side, tasks, args.phase_cap_s)
             wall += w
             res["phases"][ph] = {"wall_s": w, "tasks": tasks, "results": results}
@@ -678,6 +691,8 @@ def main():
     ap.add_argument("--handoff-modes", default="none,cacheblend:0.3",
                     help="agentkv --handoff-reuse values, a series each (only none when serve lacks the flag)")
     ap.add_argument("--phase-cap-s", type=float, default=600, help="a bound on each phase")
+    ap.add_argument("--tool-turns", choices=("messages", "plain"), default="messages",
+                    help="the tool call and result as tool_calls and a tool message, or as plain text turns")
     ap.add_argument("--idle-gap-s", type=float, default=2, help="the idle time before the restart")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chat-template-file", default=None,
@@ -732,6 +747,7 @@ def main():
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(finite({"phase_cap_s": args.phase_cap_s, "idle_gap_s": args.idle_gap_s, "threads": args.threads,
                    "handoff_flag": args.handoff_flag, "template_flags": args.template_flags,
+                   "tool_turns": args.tool_turns,
                    "sizes": sizes_res}), f, indent=1)
     print("plot: %s\nsummary: %s" % (svg, os.path.join(args.out, "summary.json")))
     return 0
