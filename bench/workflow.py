@@ -504,7 +504,8 @@ def run_size(args, size, work, modes):
         slots = min(n, args.slots)
         slot_kv_mib = slots * ctx * cfg["kv_token_bytes"] / 2 ** 20
         budget_mib = int(slot_kv_mib + cfg["cache_ram_mib"])
-        ak_flags = ["-t", str(args.threads), "-c", str(ctx)] + args.template_flags + ["--kv-budget", "%dMiB" % budget_mib]
+        ak_flags = (["-t", str(args.threads), "-c", str(ctx)] + args.template_flags
+                    + ["--kv-budget", "%dMiB" % budget_mib])
         setup = {"doc": doc, "prompts": (tri, spec), "n": n, "model_id": model_id, "ak_flags": ak_flags}
         run = {"n": n, "slots": slots, "kv_budget_mib": budget_mib, "series": [], "load_start": os.getloadavg()}
         for k, mode in enumerate(modes):
