@@ -11,7 +11,7 @@ Python standard library only.
     # the speed size: Llama-3.2-1B's shape, a 4K-token document, 8 and 32 agents
     python3 bench/workflow.py --bin build/agentkv \
         --llama-server /path/to/llama.cpp/build/bin/llama-server \
-        --sizes speed --agents 8,32 --phase-cap-s 90 \
+        --sizes speed --agents 8,32 --phase-cap-s 80 \
         --svg docs/workflow-ttft.svg --out build/workflow-speed
 
 Sizes (--sizes, a list):
