@@ -607,11 +607,14 @@ def summarize(size_res, cap_s):
             lines.append("%s / llama-server: wall %s; TTFT p50 triage %s, handoff %s, follow-up %s, all phases %s; "
                          "peak RSS %s." % (s["series"], r["wall"], r["ttft_p50_1"], r["ttft_p50_2"], r["ttft_p50_3"],
                                            r["ttft_p50_all"], r["peak_rss"]))
-        extra = [(s["series"], r["usage_details"]) for s in run["series"] for p in s["phases"].values()
-                 for r in p["results"] if r.get("usage_details")]
-        if extra:
-            lines.append("usage.prompt_tokens_details beyond cached_tokens (first of %d): %s: %s" % (
-                len(extra), extra[0][0], json.dumps(extra[0][1])))
+        for s in run["series"]:
+            keys = sorted({k for p in s["phases"].values() for r in p["results"] for k in r.get("usage_details", {})})
+            sums = ["%s %s" % (k, "/".join("%d" % sum(r.get("usage_details", {}).get(k, 0) for r in p["results"])
+                                            for p in (s["phases"][ph] for ph in PHASES if ph in s["phases"])))
+                    for k in keys]
+            if sums:
+                lines.append("%s: usage.prompt_tokens_details beyond cached_tokens, per phase: %s." % (
+                    s["series"], "; ".join(sums)))
         lines.append("")
     return "\n".join(lines)
 
