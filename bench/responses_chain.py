@@ -177,35 +177,41 @@ def settle(proc):
     raise RuntimeError("%s: agents still unsaved after %.0f s" % (proc.name, SETTLE_TIMEOUT_S))
 
 
-def stream_post(port, path, body):
-    """POSTs body (stream: true) and reads the SSE answer to its end. Returns
-    (ttft_s, total_s, text_seen, events): ttft to the first event carrying
-    text, or to the end when none did."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=REQUEST_TIMEOUT_S)
-    data = json.dumps(body).encode()
-    t0 = now()
-    conn.request("POST", path, data, {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    if resp.status != 200:
-        raise RuntimeError("POST %s on port %d: HTTP %d %s" % (path, port, resp.status, resp.read()[:500]))
-    first, events = None, []
-    for _ in range(MAX_SSE_LINES):
-        line = resp.readline()
-        if not line:
-            break
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            break
-        ev = json.loads(payload)
-        events.append(ev)
-        if first is None and has_text(ev):
-            first = now() - t0
-        if now() - t0 > REQUEST_TIMEOUT_S:
-            raise RuntimeError("POST %s on port %d: no end after %.0f s" % (path, port, REQUEST_TIMEOUT_S))
-    total = now() - t0
-    conn.close()
+def stream_post(port, path, body, timeout_s=REQUEST_TIMEOUT_S, t0=None):
+    """POSTs body (stream: true) and reads the SSE answer to its end, within
+    timeout_s of t0 (default: now; a socket read past it raises OSError, a
+    stream still going raises RuntimeError). Returns (ttft_s, total_s,
+    text_seen, events): from t0, ttft to the first event carrying text, or
+    to the end when none did."""
+    t0 = now() if t0 is None else t0
+    conn = http.client.HTTPConnection(HOST, port, timeout=max(0.05, timeout_s - (now() - t0)))
+    try:
+        conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError("POST %s on port %d: HTTP %d %s" % (path, port, resp.status, resp.read()[:500]))
+        first, events = None, []
+        sock = conn.sock or getattr(getattr(resp.fp, "raw", None), "_sock", None)   # closed conn: resp's own
+        for _ in range(MAX_SSE_LINES):
+            if sock:
+                sock.settimeout(max(0.05, timeout_s - (now() - t0)))   # the socket's limit is per read
+            line = resp.readline()
+            if not line:
+                break
+            if now() - t0 > timeout_s:
+                raise RuntimeError("POST %s on port %d: no end after %.0f s" % (path, port, timeout_s))
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                break
+            ev = json.loads(payload)
+            events.append(ev)
+            if first is None and has_text(ev):
+                first = now() - t0
+        total = now() - t0
+    finally:
+        conn.close()
     return (first if first is not None else total), total, first is not None, events
 
 
