@@ -308,6 +308,13 @@ void ak_restore_job_run(ak_restore_job *j);
 void ak_agent_prefetch_done(ak_agents *a, ak_restore_job *j);
 /* 1 if agent id's cache is in RAM. */
 int ak_agent_hot(const ak_agents *a, const char *id);
+/* Tokens of tokens[0..n) that agent id's cache in RAM holds from position
+ * 0 (its history's common prefix with them); 0 when it is not hot. */
+int ak_agent_prefix_held(const ak_agents *a, const char *id, const int32_t *tokens, int n);
+/* 1 when agent id's turn enters its blocks in the content index as it
+ * commits (prefix.h: prefix sharing on, the agent hot and pure), so that
+ * turns opened after that link them; else 0. */
+int ak_agent_publishes(const ak_agents *a, const char *id);
 /* 1 while a prefetch of id is in flight. */
 int ak_agent_restoring(const ak_agents *a, const char *id);
 

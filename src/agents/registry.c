@@ -553,6 +553,20 @@ int ak_agent_hot(const ak_agents *a, const char *id) {
     return g && g->kv;
 }
 
+int ak_agent_prefix_held(const ak_agents *a, const char *id, const int32_t *tokens, int n) {
+    const agent *g = agents_find(a, id);
+    if (!g || !g->kv) return 0;
+    int lim = ak_kv_length(g->kv) < g->n ? ak_kv_length(g->kv) : g->n, c = 0;
+    if (lim > n) lim = n;
+    while (c < lim && g->tokens[c] == tokens[c]) c++;
+    return c;
+}
+
+int ak_agent_publishes(const ak_agents *a, const char *id) {
+    const agent *g = agents_find(a, id);
+    return !a->cfg.no_prefix_sharing && g && g->kv && !g->impure;
+}
+
 int ak_agent_restoring(const ak_agents *a, const char *id) {
     const agent *g = agents_find(a, id);
     return g && g->restoring;

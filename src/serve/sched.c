@@ -952,6 +952,33 @@ static void place_span(ak_sched *s, ak_request *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The shortest shared prefix a request waits for another to compute: two
+ * blocks of the default size. */
+#define AK_WAIT_PREFIX_MIN 64
+
+/* 1 when r should wait for an active request that is computing, now, a
+ * prefix of r's prompt that r's own cache lacks: once that one commits,
+ * its blocks are in the content index and r's turn links them instead of
+ * computing them a second time beside it (one document sent to many
+ * agents at once). Only a producer whose blocks will be published counts
+ * (no memories, no handoff span, its agent pure, sharing on). r waits at
+ * most until that producer's prefill ends: it always progresses. */
+static int wait_for_shared_prefix(ak_sched *s, const ak_request *r) {
+    if (r->pool_job || r->n_mem) return 0;
+    int own = -1;
+    for (const ak_request *p = s->active; p; p = p->next) {
+        if (p->state != R_PREFILL || p->pool_job || p->n_mem || p->span.len || p->res.handoff_reused) continue;
+        int lim = p->n_prompt < r->n_prompt ? p->n_prompt : r->n_prompt;
+        if (p->pos + AK_WAIT_PREFIX_MIN > lim) continue;   /* it has computed (nearly) all it could share */
+        int c = 0;
+        while (c < lim && p->prompt[c] == r->prompt[c]) c++;
+        if (c < p->pos + AK_WAIT_PREFIX_MIN || !ak_agent_publishes(s->cfg.agents, agent_of(p))) continue;
+        if (own < 0) own = r->anonymous ? 0 : ak_agent_prefix_held(s->cfg.agents, r->id, r->prompt, r->n_prompt);
+        if (own + AK_WAIT_PREFIX_MIN <= c) return 1;
+    }
+    return 0;
+}
+
 /* Admits waiting requests in arrival order (see sched.h). */
 static void admit(ak_sched *s) {
     char (*blocked)[AK_AGENT_ID_MAX + 2] = NULL;
@@ -988,6 +1015,12 @@ static void admit(ak_sched *s) {
                 continue;
             }
             r->prefetch_tried = 1; /* nothing to restore, or nothing else running: open restores */
+        }
+        if (wait_for_shared_prefix(s, r)) {   /* linked once the other commits */
+            if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
+            prev = r;
+            r = nx;
+            continue;
         }
         if (r->anonymous) pick_anonymous(s, r);
         if (r->reprompt.fn) rebuild_prompt(s, r);
