@@ -177,6 +177,15 @@ const char *err_msg(const reply *r) {
     return c ? c : (r->body ? r->body : "");
 }
 
+void json_merge(cJSON *j, const char *extra) {
+    cJSON *x = extra ? cJSON_Parse(extra) : NULL, *it;
+    while (x && (it = x->child)) {
+        cJSON_DetachItemViaPointer(x, it);
+        cJSON_AddItemToObject(j, it->string, it);
+    }
+    cJSON_Delete(x);
+}
+
 const char *answer(const reply *r) {
     cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(r->j, "choices"), 0);
     return str(cJSON_GetObjectItem(c0, "message"), "content");

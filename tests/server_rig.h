@@ -77,6 +77,8 @@ const char *str(const cJSON *j, const char *name);
 /* The code and message of an OpenAI error body ("" / the raw body if none). */
 const char *err_code(const reply *r);
 const char *err_msg(const reply *r);
+/* Moves the members of the JSON object text extra (NULL: none) into j. */
+void json_merge(cJSON *j, const char *extra);
 /* The assistant's text of a chat reply (NULL if none). */
 const char *answer(const reply *r);
 

@@ -65,14 +65,7 @@ static reply chat(int port, const char *agent, const char *head, const char *ext
     cJSON_AddItemToArray(msgs, m);
     cJSON_AddNumberToObject(j, "max_tokens", 16);
     cJSON_AddNumberToObject(j, "temperature", 0);
-    if (extra) {
-        cJSON *x = cJSON_Parse(extra), *it;
-        while (x && (it = x->child)) {
-            cJSON_DetachItemViaPointer(x, it);
-            cJSON_AddItemToObject(j, it->string, it);
-        }
-        cJSON_Delete(x);
-    }
+    json_merge(j, extra);
     char *body = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     reply r = http_hdr(port, "POST", "/v1/chat/completions", body, headers);

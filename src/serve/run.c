@@ -171,7 +171,7 @@ int ak_run_start(const ak_route_req *q, const ak_run_args *a, ak_run *run, enum 
     run->fd = ak_server_conn_fd(q->c);
     ak_req_params rp = req_params(&run->p);
     if (!run->p.handoff_given) {   /* the server's setting */
-        rp.handoff = s->cfg.handoff && !run->p.n_mem;
+        rp.handoff = s->cfg.handoff;   /* the scheduler leaves it off with memories */
         rp.handoff_reuse = s->cfg.handoff_reuse;
     }
     rp.domain = q->cn->domain;

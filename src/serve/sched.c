@@ -898,28 +898,39 @@ static void rebuild_prompt(ak_sched *s, ak_request *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Before r's turn opens (which may evict agents to make room): pins the
- * agent that holds the longest span of r's prompt, the source the search
- * after the open will most likely pick. */
-static void pin_source(ak_sched *s, ak_request *r) {
-    ak_error e = {{0}};
-    ak_span_found f;
-    const ak_span_query q = {.id = agent_of(r), .domain = r->domain, .tokens = r->prompt, .from = 0,
-                             .upto = r->n_prompt - 1, .min_len = AK_HANDOFF_MIN_SPAN};
-    if (q.upto < q.min_len || ak_agents_find_span(s->cfg.agents, &q, &f, &e) <= 0) return;
-    if (ak_agent_pin(s->cfg.agents, f.src, +1) == 0) snprintf(r->pinned, sizeof r->pinned, "%s", f.src);
-}
-
-/* Looks for the span handoff reuse may place in r's prompt, past what
- * its own cache gave (r->pos) and before its last token (sched.h); the
- * search failing is logged and leaves r to a plain prefill. */
+/* Before r's turn opens (which may evict agents to make room): finds the
+ * longest span of r's prompt (before its last token) that another agent
+ * holds, into r->span, and pins that agent so that the open does not
+ * evict it. The search failing is logged and leaves r to a plain
+ * prefill. */
 static void find_span(ak_sched *s, ak_request *r) {
     ak_error e = {{0}};
-    const ak_span_query q = {.id = agent_of(r), .domain = r->domain, .tokens = r->prompt, .from = r->pos,
+    const ak_span_query q = {.id = agent_of(r), .domain = r->domain, .tokens = r->prompt, .from = 0,
                              .upto = r->n_prompt - 1, .min_len = AK_HANDOFF_MIN_SPAN};
-    if (q.upto - q.from >= q.min_len && ak_agents_find_span(s->cfg.agents, &q, &r->span, &e) < 0)
+    memset(&r->span, 0, sizeof r->span);
+    if (q.upto < q.min_len) return;
+    if (ak_agents_find_span(s->cfg.agents, &q, &r->span, &e) < 0)
         logf_(s, "agent %s: no handoff span looked for: %s", agent_of(r), e.msg);
-    if (!r->span.len) unpin_source(s, r);
+    else if (r->span.len && ak_agent_pin(s->cfg.agents, r->span.src, +1) == 0)
+        snprintf(r->pinned, sizeof r->pinned, "%s", r->span.src);
+}
+
+/* After r's turn opened with r->pos positions reused: the span cut to
+ * start there (what the agent's own cache or the content index gave is
+ * not placed again); dropped, and its source unpinned, when less than
+ * the minimum is left. */
+static void clip_span(ak_sched *s, ak_request *r) {
+    ak_span_found *f = &r->span;
+    if (f->len && f->at < r->pos) {
+        int cut = r->pos - f->at;
+        f->len = f->len > cut ? f->len - cut : 0;
+        f->at += cut;
+        f->src_at += cut;
+    }
+    if (f->len < AK_HANDOFF_MIN_SPAN) {
+        f->len = 0;
+        unpin_source(s, r);
+    }
 }
 
 /* Places the span a prefilling request has reached, if any (its cache
@@ -1029,13 +1040,14 @@ static void admit(ak_sched *s) {
         ak_turn t;
         ak_kv *kv;
         int flags = (r->anonymous ? AK_AGENT_EPHEMERAL : 0) | (r->mem_full ? AK_AGENT_RECOMPUTE_MEMORIES : 0);
-        if (r->handoff) pin_source(s, r);
+        if (r->handoff) find_span(s, r);
         ak_turn_opts to = {.id = r->id, .flags = flags, .pool_id = r->pool[0] ? r->pool : NULL, .tokens = r->prompt,
                            .n = r->n_prompt, .n_reserve = r->n_reserve,
                            .extra = outstanding(s) + forks_outstanding(s, r), .at = r->mem_at,
                            .len = r->mem_len, .k = r->n_mem, .domain = r->domain};
         if (ak_agent_open(s->cfg.agents, &to, &kv, &t, &err) < 0) {
-            unpin_source(s, r);   /* pinned again at the next try */
+            unpin_source(s, r);   /* looked for and pinned again at the next try */
+            r->span.len = 0;
             if (err.code == AK_ERR_KV_BUDGET && (s->n_active > 0 || s->n_io > 0)) {
                 /* room comes back when a running request ends */
                 if (!r->anonymous) snprintf(blocked[n_blocked++], sizeof blocked[0], "%s", r->id);
@@ -1059,7 +1071,7 @@ static void admit(ak_sched *s) {
         r->kv = kv;
         r->pos = t.reused;
         r->state = R_PREFILL;
-        if (r->handoff) find_span(s, r);
+        clip_span(s, r);
         r->t_admit = t_open;
         pthread_mutex_lock(&s->mu);
         r->res.turn = t;
